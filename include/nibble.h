@@ -1,0 +1,352 @@
+/*
+ * nibble.h - 4-bit weights (NVFP4, MXFP4) times BF16/FP16 activations on GPUs
+ * without native FP4 arithmetic.  This header is the whole public API and its
+ * documentation.
+ *
+ * OVERVIEW
+ *   A linear layer computes  Y[m, n] = X[m, k] . W[n, k]^T (+ bias[n]).
+ *   W is stored as 4-bit E2M1 codes plus one scale per block of K elements:
+ *     NVFP4  block 16, FP8 E4M3 block scales, one FP32 tensor scale
+ *            (NVIDIA ModelOpt semantics: weight_scale, weight_scale_2);
+ *     MXFP4  block 32, E8M0 (power of two) block scales (OCP Microscaling).
+ *   Two memory layouts exist for a quantized weight:
+ *     NB_LAYOUT_CHECKPOINT  what checkpoints store: codes [n, k/2] bytes, low
+ *                           nibble = even element; scales [n, k/group] bytes;
+ *     NB_LAYOUT_PACKED      what the GPU kernels read: one buffer produced by
+ *                           nb_pack() from the checkpoint layout (see
+ *                           src/cuda/gemv_fp4.cu for the byte layout).
+ *   Every operation has a plain-C reference (functions ending in _host, host
+ *   memory) and, where it makes sense, a CUDA version (device memory, takes a
+ *   stream).  The reference is the specification: dequantization and packing
+ *   are bit-exact between the two.
+ *
+ * CONVENTIONS
+ *   - Every function returns nb_status; NB_OK is 0.  nb_status_string() names
+ *     a status; the detailed message of the last failure is kept in the
+ *     context (nb_context_last_error) and, for every failure, in a thread-local
+ *     buffer (nb_last_error).  Nothing aborts on bad input.
+ *   - Sizes are int64_t and must be positive; byte counts are size_t.
+ *   - "device" pointers are CUDA device (or managed) memory of the context's
+ *     device; "host" pointers are ordinary memory.
+ *   - Streams are passed as void* holding a cudaStream_t (NULL = legacy
+ *     default stream), so this header needs no CUDA header.
+ *   - Enum values are explicit and append-only; structs are only extended by
+ *     new _v2 functions.
+ *   - A library built without CUDA still provides every function; device
+ *     functions then return NB_ERR_NO_DEVICE.
+ *
+ * EXAMPLE (complete; tests/test_example.c compiles and runs exactly this)
+ *
+ *   #include <nibble.h>
+ *   #include <stdio.h>
+ *   #include <stdlib.h>
+ *
+ *   int main(void) {
+ *       enum { N = 64, K = 128, M = 2 };
+ *       nb_context *ctx = NULL;
+ *       nb_status st = nb_context_create(NB_DEVICE_NONE, &ctx);  // host only
+ *       if (st != NB_OK) { printf("%s\n", nb_last_error()); return 1; }
+ *
+ *       float *w = malloc(sizeof(float) * N * K), *x = malloc(sizeof(float) * M * K);
+ *       float *y = malloc(sizeof(float) * M * N);
+ *       for (int i = 0; i < N * K; i++) w[i] = (float)((i * 37 % 101) - 50) / 50.0f;
+ *       for (int i = 0; i < M * K; i++) x[i] = (float)((i * 11 % 13) - 6) / 6.0f;
+ *
+ *       nb_weight_desc desc;
+ *       nb_weight_desc_init(&desc, NB_FORMAT_NVFP4, N, K);
+ *       nb_weight_sizes sz;
+ *       nb_weight_get_sizes(&desc, &sz);
+ *       unsigned char *codes = malloc(sz.codes_bytes), *scales = malloc(sz.scales_bytes);
+ *
+ *       // quantize computes desc.tensor_scale (amax / (6*448)) because it is 0
+ *       st = nb_quantize_host(ctx, &desc, NB_DTYPE_F32, w, codes, scales);
+ *
+ *       nb_gemm_desc g;
+ *       nb_gemm_desc_init(&g, &desc, M, NB_DTYPE_F32, NB_DTYPE_F32);
+ *       if (st == NB_OK)
+ *           st = nb_gemm_host(ctx, &g, x, codes, scales, NULL, y);
+ *       if (st != NB_OK) printf("error: %s\n", nb_context_last_error(ctx));
+ *       else printf("y[0][0] = %f\n", y[0]);
+ *
+ *       free(w); free(x); free(y); free(codes); free(scales);
+ *       nb_context_destroy(ctx);
+ *       return st == NB_OK ? 0 : 1;
+ *   }
+ *
+ *   On a GPU the same flow is: nb_context_create(0, &ctx); copy codes and
+ *   scales to the device; nb_pack(ctx, &desc, codes, scales, packed, bytes,
+ *   stream); nb_gemm_workspace_size(); nb_gemm(ctx, &g, x, packed, bias, y,
+ *   workspace, workspace_bytes, stream) with BF16 or FP16 x and y.
+ */
+#ifndef NIBBLE_H
+#define NIBBLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define NB_API
+#else
+#define NB_API __attribute__((visibility("default")))
+#endif
+
+/* ---------------------------------------------------------------- version */
+
+#define NB_VERSION_MAJOR 0
+#define NB_VERSION_MINOR 1
+#define NB_VERSION_PATCH 0
+#define NB_VERSION ((NB_VERSION_MAJOR * 10000) + (NB_VERSION_MINOR * 100) + NB_VERSION_PATCH)
+
+/* The library's NB_VERSION; compare with the header's to detect a mismatch. */
+NB_API int nb_version(void);
+/* "major.minor.patch" of the library. */
+NB_API const char *nb_version_string(void);
+
+/* ----------------------------------------------------------------- status */
+
+/* X(name, value, message).  Append only; values never change. */
+#define NB_STATUS_LIST(X)                                                                       \
+    X(NB_OK, 0, "success")                                                                      \
+    X(NB_ERR_INVALID_ARGUMENT, 1, "invalid argument")                                           \
+    X(NB_ERR_NULL_POINTER, 2, "a required pointer is NULL")                                     \
+    X(NB_ERR_BAD_SHAPE, 3, "invalid or inconsistent shape")                                     \
+    X(NB_ERR_MISALIGNED, 4, "pointer or leading dimension is not suitably aligned")             \
+    X(NB_ERR_UNSUPPORTED, 5, "unsupported format, data type or configuration")                  \
+    X(NB_ERR_NO_DEVICE, 6, "no usable CUDA device (or the library was built without CUDA)")     \
+    X(NB_ERR_CUDA, 7, "CUDA runtime error")                                                     \
+    X(NB_ERR_OUT_OF_MEMORY, 8, "out of memory")                                                 \
+    X(NB_ERR_OVERFLOW, 9, "size arithmetic overflows")                                          \
+    X(NB_ERR_WORKSPACE, 10, "workspace missing or too small")                                   \
+    X(NB_ERR_IO, 11, "file input/output error")                                                 \
+    X(NB_ERR_CORRUPT, 12, "corrupt or malformed data")                                          \
+    X(NB_ERR_NOT_FOUND, 13, "not found")                                                        \
+    X(NB_ERR_BUFFER_TOO_SMALL, 14, "output buffer too small")                                   \
+    X(NB_ERR_INTERNAL, 15, "internal error")
+
+typedef enum nb_status {
+#define NB_X_ENUM(name, value, msg) name = value,
+    NB_STATUS_LIST(NB_X_ENUM)
+#undef NB_X_ENUM
+} nb_status;
+
+/* A static description of a status ("unknown status" for other values). */
+NB_API const char *nb_status_string(nb_status status);
+/* The symbolic name of a status ("NB_ERR_BAD_SHAPE"), or "NB_UNKNOWN". */
+NB_API const char *nb_status_name(nb_status status);
+/* The detailed message of the last failure on this thread ("" if none). */
+NB_API const char *nb_last_error(void);
+
+/* ------------------------------------------------------------------ types */
+
+typedef enum nb_dtype {
+    NB_DTYPE_F32 = 1,  /* host reference only */
+    NB_DTYPE_F16 = 2,
+    NB_DTYPE_BF16 = 3
+} nb_dtype;
+
+typedef enum nb_format {
+    NB_FORMAT_NVFP4 = 1, /* E2M1, group 16, E4M3 scales, FP32 tensor scale */
+    NB_FORMAT_MXFP4 = 2  /* E2M1, group 32, E8M0 scales */
+    /* values 3.. reserved for NF4, bitsandbytes FP4, INT4/INT8/INT2 groups */
+} nb_format;
+
+typedef enum nb_scale_type {
+    NB_SCALE_E4M3 = 1, /* FP8 E4M3FN byte: any sign, 0x7F/0xFF are NaN */
+    NB_SCALE_E8M0 = 2  /* 2^(byte-127), 0xFF is NaN */
+} nb_scale_type;
+
+/* How nb_quantize picks an MXFP4 block exponent (formats.md 3.2). */
+typedef enum nb_mx_scale_rule {
+    NB_MX_SCALE_OCP = 0,      /* floor(log2 amax) - 2 (OCP spec, llama.cpp) */
+    NB_MX_SCALE_ROUND_UP = 1, /* 2^ceil(log2(amax/6)) (triton_kernels default) */
+    NB_MX_SCALE_EVEN = 2      /* Quark "even" / compressed-tensors */
+} nb_mx_scale_rule;
+
+typedef enum nb_layout {
+    NB_LAYOUT_CHECKPOINT = 1,
+    NB_LAYOUT_PACKED = 2
+} nb_layout;
+
+/* ---------------------------------------------------------------- context */
+
+#define NB_DEVICE_NONE (-1)
+
+typedef struct nb_context nb_context;
+
+/* Facts about the context's device, read once at creation. */
+typedef struct nb_device_info {
+    int device;               /* CUDA ordinal, or NB_DEVICE_NONE */
+    char name[256];
+    int cc_major, cc_minor;   /* compute capability */
+    int sm_count;
+    int max_threads_per_sm;
+    int regs_per_sm;
+    size_t l2_bytes;
+    size_t smem_per_block_optin; /* largest dynamic shared memory per block */
+    size_t smem_per_sm;
+    size_t global_mem_bytes;
+    int mem_clock_khz;
+    int mem_bus_width_bits;
+} nb_device_info;
+
+/* Create a context on CUDA device `device`, or a host-only one with
+ * NB_DEVICE_NONE (the _host functions work with either). */
+NB_API nb_status nb_context_create(int device, nb_context **out);
+/* Destroy a context (NULL is accepted and ignored). */
+NB_API nb_status nb_context_destroy(nb_context *ctx);
+/* The detailed message of the last failure seen by this context. */
+NB_API const char *nb_context_last_error(const nb_context *ctx);
+NB_API nb_status nb_context_device_info(const nb_context *ctx, nb_device_info *out);
+
+/* Number of CUDA devices (0 without CUDA or without a driver). */
+NB_API nb_status nb_device_count(int *count);
+
+typedef struct nb_build_info {
+    int cuda;                 /* 1 if CUDA kernels are compiled in */
+    char cuda_archs[128];     /* e.g. "80;89;90a" */
+    char formats[128];        /* e.g. "nvfp4,mxfp4" */
+    char version[32];
+} nb_build_info;
+NB_API nb_status nb_get_build_info(nb_build_info *out);
+
+/* --------------------------------------------------------- weight descriptor */
+
+typedef struct nb_weight_desc {
+    nb_format format;
+    nb_layout layout;
+    int64_t n;                 /* rows = out_features */
+    int64_t k;                 /* columns = in_features; multiple of group_size */
+    int32_t group_size;        /* 16 (NVFP4) or 32 (MXFP4) in this version */
+    nb_scale_type scale_type;  /* E4M3 (NVFP4) or E8M0 (MXFP4) */
+    nb_mx_scale_rule scale_rule;
+    /* Multiplies every dequantized value: NVFP4 weight_scale_2 (any float,
+     * NaN propagates).  1.0 for MXFP4.  nb_quantize computes it when it is
+     * 0 on entry (NVFP4) and uses it as given otherwise. */
+    float tensor_scale;
+    /* Filled by nb_pack for MXFP4: smallest and largest non-NaN scale byte
+     * (-1 when every scale is NaN).  The kernels use them to choose an exact
+     * exponent offset. */
+    int32_t scale_exp_min, scale_exp_max;
+    int32_t reserved[6];
+} nb_weight_desc;
+
+/* Defaults for a format: checkpoint layout, its group and scale type,
+ * tensor_scale 0 for NVFP4 (computed by quantize) and 1 for MXFP4. */
+NB_API nb_status nb_weight_desc_init(nb_weight_desc *desc, nb_format format, int64_t n, int64_t k);
+/* Check a descriptor; NB_OK or the reason it is invalid. */
+NB_API nb_status nb_weight_desc_validate(const nb_weight_desc *desc);
+
+typedef struct nb_weight_sizes {
+    size_t codes_bytes;   /* checkpoint codes: n * k / 2 */
+    size_t scales_bytes;  /* checkpoint scales: n * k / group */
+    size_t packed_bytes;  /* nb_pack output */
+    size_t dense_elements;/* n * k */
+} nb_weight_sizes;
+NB_API nb_status nb_weight_get_sizes(const nb_weight_desc *desc, nb_weight_sizes *out);
+
+/* ------------------------------------------------ quantize / dequantize */
+
+/* Quantize a row-major [n, k] matrix (F32, F16 or BF16, host memory) into the
+ * checkpoint layout.  NVFP4 follows ModelOpt exactly (tensor scale
+ * amax/(6*448) unless desc->tensor_scale != 0; block scale clamped to
+ * [2^-9, 448] and rounded to E4M3 RNE; codes E2M1 RNE with saturation).  MXFP4
+ * uses desc->scale_rule.  desc->layout must be CHECKPOINT.  Non-finite inputs
+ * are rejected with NB_ERR_INVALID_ARGUMENT. */
+NB_API nb_status nb_quantize_host(nb_context *ctx, nb_weight_desc *desc, nb_dtype src_dtype,
+                                  const void *src, uint8_t *codes, uint8_t *scales);
+
+/* Dequantize checkpoint-layout codes and scales to a row-major [n, k] matrix
+ * (F32, F16 or BF16).  Exact: value = e2m1(code) * scale * tensor_scale,
+ * computed in float and rounded once to the destination type. */
+NB_API nb_status nb_dequantize_host(nb_context *ctx, const nb_weight_desc *desc, const uint8_t *codes,
+                                    const uint8_t *scales, nb_dtype dst_dtype, void *dst);
+/* Device version: all pointers are device memory; dst is F16, BF16 or F32;
+ * the result equals nb_dequantize_host bit for bit. */
+NB_API nb_status nb_dequantize(nb_context *ctx, const nb_weight_desc *desc, const uint8_t *codes,
+                               const uint8_t *scales, nb_dtype dst_dtype, void *dst, void *stream);
+
+/* ------------------------------------------------------------------- pack */
+
+/* Convert checkpoint layout (codes, scales) into the kernel layout.
+ * `packed_bytes` must be at least nb_weight_sizes.packed_bytes.  On success
+ * desc->layout is set to NB_LAYOUT_PACKED and, for MXFP4,
+ * desc->scale_exp_min/max are filled.  Host and device versions produce
+ * identical bytes.  The device version reads back two integers, so it
+ * synchronizes `stream` (it is a load-time operation, not a hot call). */
+NB_API nb_status nb_pack_host(nb_context *ctx, nb_weight_desc *desc, const uint8_t *codes,
+                              const uint8_t *scales, void *packed, size_t packed_bytes);
+NB_API nb_status nb_pack(nb_context *ctx, nb_weight_desc *desc, const uint8_t *codes,
+                         const uint8_t *scales, void *packed, size_t packed_bytes, void *stream);
+
+/* ------------------------------------------------------------------- gemm */
+
+typedef struct nb_gemm_desc {
+    int64_t m;               /* rows of X and Y (tokens), >= 1 */
+    nb_weight_desc weight;   /* describes W (n, k, format, tensor scale) */
+    nb_dtype act_dtype;      /* X: BF16 or F16 on the device; also F32 on the host */
+    nb_dtype out_dtype;      /* Y: same choices; bias uses out_dtype */
+    int64_t lda;             /* elements between rows of X; 0 = k */
+    int64_t ldc;             /* elements between rows of Y; 0 = n */
+    int32_t reserved[8];
+} nb_gemm_desc;
+
+NB_API nb_status nb_gemm_desc_init(nb_gemm_desc *g, const nb_weight_desc *w, int64_t m, nb_dtype act_dtype,
+                                   nb_dtype out_dtype);
+
+/* Reference GEMM on the host, checkpoint layout, float accumulation:
+ * Y = X . dequant(W)^T (+ bias).  bias may be NULL. */
+NB_API nb_status nb_gemm_host(nb_context *ctx, const nb_gemm_desc *g, const void *x, const uint8_t *codes,
+                              const uint8_t *scales, const void *bias, void *y);
+
+/* Same, accumulating in double and writing double output [m, ldc]; the
+ * yardstick the tests measure every other GEMM against. */
+NB_API nb_status nb_gemm_host_f64(nb_context *ctx, const nb_gemm_desc *g, const void *x, const uint8_t *codes,
+                                  const uint8_t *scales, const void *bias, double *y);
+
+/* NB_OK if nb_gemm can run this problem on the context's device, otherwise
+ * the status and message nb_gemm would return. */
+NB_API nb_status nb_gemm_can_implement(nb_context *ctx, const nb_gemm_desc *g);
+/* Bytes of device workspace nb_gemm needs for this layer at any m (may be 0). */
+NB_API nb_status nb_gemm_workspace_size(nb_context *ctx, const nb_gemm_desc *g, size_t *bytes);
+
+/* Y = X . W^T (+ bias) on the device.  W is packed (nb_pack).  X rows must be
+ * 16-byte aligned (x pointer and lda*2 bytes multiples of 16).  m up to 32
+ * runs one decode-kernel launch; larger m runs one launch per 32 rows (the
+ * weights are re-read per launch).  The call allocates nothing and never synchronizes, so it can
+ * be captured in a CUDA graph.  The workspace (device memory, 16-byte
+ * aligned, at least nb_gemm_workspace_size bytes) must be zero-filled before
+ * its first use (cudaMemset once); nb_gemm leaves the part it relies on
+ * zeroed again, so one workspace of the largest size serves every layer and
+ * every m.  One workspace must not be used by two calls that may run
+ * concurrently.  Y and bias need 2-byte alignment. */
+NB_API nb_status nb_gemm(nb_context *ctx, const nb_gemm_desc *g, const void *x, const void *packed,
+                         const void *bias, void *y, void *workspace, size_t workspace_bytes, void *stream);
+
+/* The configuration the last successful nb_gemm on this context ran, e.g.
+ * "gemv_fp4<nvfp4,bf16,mt=1> grid=64x4 split_k=4". */
+NB_API nb_status nb_gemm_last_config(const nb_context *ctx, char *buf, size_t buf_bytes);
+
+/* Naive GPU GEMM (one thread per output, checkpoint layout): slow, obviously
+ * correct, for tests of large shapes.  Output F32. */
+NB_API nb_status nb_gemm_reference_device(nb_context *ctx, const nb_gemm_desc *g, const void *x,
+                                          const uint8_t *codes, const uint8_t *scales, const void *bias,
+                                          float *y, void *stream);
+
+/* ---------------------------------------------------- scalar conversions */
+
+/* Exact decoders, exposed for tools and tests. */
+NB_API float nb_e2m1_to_float(uint8_t code);  /* low 4 bits used */
+NB_API float nb_e4m3_to_float(uint8_t byte);  /* 0x7F, 0xFF -> NaN */
+NB_API float nb_e8m0_to_float(uint8_t byte);  /* 0xFF -> NaN */
+/* Round-to-nearest-even encoders with saturation (NaN -> 0x7F / 0x7, see docs). */
+NB_API uint8_t nb_float_to_e2m1(float x);
+NB_API uint8_t nb_float_to_e4m3(float x);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* NIBBLE_H */

@@ -1,0 +1,293 @@
+/* api.c - public entry points: status, errors, context, descriptors,
+ * validation, the reference GEMM and the device dispatch. */
+#include "internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------ version, status */
+
+int nb_version(void) { return NB_VERSION; }
+
+const char *nb_version_string(void) {
+#define NB_STR2(x) #x
+#define NB_STR(x) NB_STR2(x)
+    return NB_STR(NB_VERSION_MAJOR) "." NB_STR(NB_VERSION_MINOR) "." NB_STR(NB_VERSION_PATCH);
+}
+
+const char *nb_status_string(nb_status s) {
+    switch (s) {
+#define NB_X_CASE(name, value, msg) case name: return msg;
+        NB_STATUS_LIST(NB_X_CASE)
+#undef NB_X_CASE
+    }
+    return "unknown status";
+}
+
+const char *nb_status_name(nb_status s) {
+    switch (s) {
+#define NB_X_NAME(name, value, msg) case name: return #name;
+        NB_STATUS_LIST(NB_X_NAME)
+#undef NB_X_NAME
+    }
+    return "NB_UNKNOWN";
+}
+
+static _Thread_local char tls_error[NB_ERRBUF];
+
+const char *nb_last_error(void) { return tls_error; }
+
+nb_status nbi_fail(nb_context *ctx, nb_status st, const char *fmt, ...) {
+    char buf[NB_ERRBUF];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    /* buf may be tls_error itself (re-raising a message): copy via buf. */
+    snprintf(tls_error, sizeof tls_error, "%s", buf);
+    if (ctx) snprintf(ctx->last_error, sizeof ctx->last_error, "%s", buf);
+    return st;
+}
+
+/* ----------------------------------------------------------- context */
+
+nb_status nb_device_count(int *count) {
+    if (!count) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_device_count: count is NULL");
+    char err[NB_ERRBUF] = "";
+    *count = 0;
+    if (!nbi_cuda_available()) return NB_OK;
+    if (nbi_cuda_device_count(count, err)) *count = 0; /* no driver: zero devices, not an error */
+    return NB_OK;
+}
+
+nb_status nb_context_create(int device, nb_context **out) {
+    if (!out) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_context_create: out is NULL");
+    *out = NULL;
+    if (device < NB_DEVICE_NONE)
+        return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_context_create: device %d is not an ordinal or "
+                        "NB_DEVICE_NONE", device);
+    nb_context *c = (nb_context *)calloc(1, sizeof *c);
+    if (!c) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "nb_context_create: out of host memory");
+    c->info.device = NB_DEVICE_NONE;
+    snprintf(c->info.name, sizeof c->info.name, "host");
+    if (device != NB_DEVICE_NONE) {
+        if (!nbi_cuda_available()) {
+            free(c);
+            return nbi_fail(NULL, NB_ERR_NO_DEVICE, "nb_context_create: device %d requested but libnibble was "
+                            "built without CUDA", device);
+        }
+        char err[NB_ERRBUF] = "";
+        int count = 0;
+        if (nbi_cuda_device_count(&count, err) || device >= count) {
+            free(c);
+            return nbi_fail(NULL, NB_ERR_NO_DEVICE, "nb_context_create: device %d not available (%d found)%s%s",
+                            device, count, err[0] ? ": " : "", err);
+        }
+        if (nbi_cuda_device_info(device, &c->info, err)) {
+            free(c);
+            return nbi_fail(NULL, NB_ERR_CUDA, "nb_context_create: %s", err);
+        }
+        c->has_device = 1;
+    }
+    *out = c;
+    return NB_OK;
+}
+
+nb_status nb_context_destroy(nb_context *ctx) {
+    free(ctx);
+    return NB_OK;
+}
+
+const char *nb_context_last_error(const nb_context *ctx) { return ctx ? ctx->last_error : tls_error; }
+
+nb_status nb_context_device_info(const nb_context *ctx, nb_device_info *out) {
+    if (!ctx || !out) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_context_device_info: NULL argument");
+    *out = ctx->info;
+    return NB_OK;
+}
+
+nb_status nb_get_build_info(nb_build_info *out) {
+    if (!out) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_get_build_info: out is NULL");
+    memset(out, 0, sizeof *out);
+    out->cuda = nbi_cuda_available();
+    snprintf(out->cuda_archs, sizeof out->cuda_archs, "%s", nbi_cuda_archs());
+    snprintf(out->formats, sizeof out->formats, "nvfp4,mxfp4");
+    snprintf(out->version, sizeof out->version, "%s", nb_version_string());
+    return NB_OK;
+}
+
+/* ------------------------------------------------------- descriptors */
+
+/* Largest n or k accepted: keeps every derived byte count far from overflow. */
+#define NB_MAX_DIM ((int64_t)1 << 31)
+
+nb_status nb_weight_desc_init(nb_weight_desc *d, nb_format format, int64_t n, int64_t k) {
+    if (!d) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_weight_desc_init: desc is NULL");
+    const nbi_format_traits *t = nbi_traits(format);
+    if (!t) return nbi_fail(NULL, NB_ERR_UNSUPPORTED, "nb_weight_desc_init: unknown format %d", (int)format);
+    memset(d, 0, sizeof *d);
+    d->format = format;
+    d->layout = NB_LAYOUT_CHECKPOINT;
+    d->n = n;
+    d->k = k;
+    d->group_size = t->group;
+    d->scale_type = t->scale_type;
+    d->scale_rule = NB_MX_SCALE_OCP;
+    d->tensor_scale = format == NB_FORMAT_NVFP4 ? 0.0f : 1.0f;
+    d->scale_exp_min = d->scale_exp_max = -1;
+    return nb_weight_desc_validate(d);
+}
+
+nb_status nbi_check_desc(nb_context *ctx, const nb_weight_desc *d, nb_layout want) {
+    if (!d) return nbi_fail(ctx, NB_ERR_NULL_POINTER, "weight descriptor is NULL");
+    const nbi_format_traits *t = nbi_traits(d->format);
+    if (!t) return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "unknown weight format %d", (int)d->format);
+    if (d->layout != NB_LAYOUT_CHECKPOINT && d->layout != NB_LAYOUT_PACKED)
+        return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "unknown weight layout %d", (int)d->layout);
+    if (want && d->layout != want)
+        return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "weight layout is %s, this call needs %s",
+                        d->layout == NB_LAYOUT_PACKED ? "packed" : "checkpoint",
+                        want == NB_LAYOUT_PACKED ? "packed (use nb_pack)" : "checkpoint");
+    if (d->n <= 0 || d->k <= 0)
+        return nbi_fail(ctx, NB_ERR_BAD_SHAPE, "weight shape [%lld, %lld]: n and k must be positive",
+                        (long long)d->n, (long long)d->k);
+    if (d->n > NB_MAX_DIM || d->k > NB_MAX_DIM)
+        return nbi_fail(ctx, NB_ERR_OVERFLOW, "weight shape [%lld, %lld]: dimensions above 2^31 are not supported",
+                        (long long)d->n, (long long)d->k);
+    if ((double)d->n * (double)d->k > (double)((int64_t)1 << 50))
+        return nbi_fail(ctx, NB_ERR_OVERFLOW, "weight shape [%lld, %lld]: more than 2^50 elements",
+                        (long long)d->n, (long long)d->k);
+    if (d->group_size != t->group)
+        return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s needs group_size %d, got %d", t->name, t->group,
+                        (int)d->group_size);
+    if (d->scale_type != t->scale_type)
+        return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s needs scale type %d, got %d", t->name, (int)t->scale_type,
+                        (int)d->scale_type);
+    if (d->k % d->group_size)
+        return nbi_fail(ctx, NB_ERR_BAD_SHAPE, "k = %lld is not a multiple of the %s group size %d",
+                        (long long)d->k, t->name, (int)d->group_size);
+    return NB_OK;
+}
+
+nb_status nb_weight_desc_validate(const nb_weight_desc *d) { return nbi_check_desc(NULL, d, 0); }
+
+nb_status nb_weight_get_sizes(const nb_weight_desc *d, nb_weight_sizes *out) {
+    nb_status st = nbi_check_desc(NULL, d, 0);
+    if (st) return st;
+    if (!out) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_weight_get_sizes: out is NULL");
+    const nbi_format_traits *t = nbi_traits(d->format);
+    /* n, k <= 2^31 and n*k <= 2^50 (checked), so none of these overflow 64 bits. */
+    uint64_t nk = (uint64_t)d->n * (uint64_t)d->k;
+    uint64_t chunks = (uint64_t)((d->n + 15) / 16) * (uint64_t)((d->k + NBI_CHUNK_K - 1) / NBI_CHUNK_K);
+    uint64_t packed = chunks * nbi_chunk_bytes(t);
+    if (packed > (uint64_t)SIZE_MAX || nk > (uint64_t)SIZE_MAX)
+        return nbi_fail(NULL, NB_ERR_OVERFLOW, "weight [%lld, %lld] does not fit this address space",
+                        (long long)d->n, (long long)d->k);
+    out->codes_bytes = (size_t)(nk / 2);
+    out->scales_bytes = (size_t)(nk / (uint64_t)d->group_size);
+    out->packed_bytes = (size_t)packed;
+    out->dense_elements = (size_t)nk;
+    return NB_OK;
+}
+
+nb_status nb_gemm_desc_init(nb_gemm_desc *g, const nb_weight_desc *w, int64_t m, nb_dtype act, nb_dtype out) {
+    if (!g || !w) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_gemm_desc_init: NULL argument");
+    memset(g, 0, sizeof *g);
+    g->m = m;
+    g->weight = *w;
+    g->act_dtype = act;
+    g->out_dtype = out;
+    return nbi_check_gemm(NULL, g, 0, true);
+}
+
+nb_status nbi_check_gemm(nb_context *ctx, const nb_gemm_desc *g, nb_layout want, bool host) {
+    if (!g) return nbi_fail(ctx, NB_ERR_NULL_POINTER, "gemm descriptor is NULL");
+    nb_status st = nbi_check_desc(ctx, &g->weight, want);
+    if (st) return st;
+    if (g->m <= 0 || g->m > NB_MAX_DIM)
+        return nbi_fail(ctx, NB_ERR_BAD_SHAPE, "gemm: m = %lld must be in [1, 2^31]", (long long)g->m);
+    if (!nbi_dtype_size(g->act_dtype) || !nbi_dtype_size(g->out_dtype))
+        return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "gemm: unknown dtype (act %d, out %d)", (int)g->act_dtype,
+                        (int)g->out_dtype);
+    if (!host && (g->act_dtype == NB_DTYPE_F32 || g->out_dtype != g->act_dtype))
+        return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "gemm on the device: act_dtype must be BF16 or F16 and out_dtype "
+                        "the same (got %s, %s)", nbi_dtype_name(g->act_dtype), nbi_dtype_name(g->out_dtype));
+    if (g->lda < 0 || (g->lda && g->lda < g->weight.k))
+        return nbi_fail(ctx, NB_ERR_BAD_SHAPE, "gemm: lda = %lld is smaller than k = %lld", (long long)g->lda,
+                        (long long)g->weight.k);
+    if (g->ldc < 0 || (g->ldc && g->ldc < g->weight.n))
+        return nbi_fail(ctx, NB_ERR_BAD_SHAPE, "gemm: ldc = %lld is smaller than n = %lld", (long long)g->ldc,
+                        (long long)g->weight.n);
+    int64_t lda = g->lda ? g->lda : g->weight.k, ldc = g->ldc ? g->ldc : g->weight.n;
+    if ((double)g->m * (double)lda > (double)((int64_t)1 << 50) ||
+        (double)g->m * (double)ldc > (double)((int64_t)1 << 50))
+        return nbi_fail(ctx, NB_ERR_OVERFLOW, "gemm: m * lda or m * ldc exceeds 2^50 elements");
+    return NB_OK;
+}
+
+/* ---------------------------------------------------- reference GEMM */
+
+static nb_status gemm_host_common(nb_context *ctx, const nb_gemm_desc *g, const void *x, const uint8_t *codes,
+                                  const uint8_t *scales, const void *bias, void *y, int f64, const char *fn) {
+    if (!ctx) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "%s: ctx is NULL", fn);
+    nb_status st = nbi_check_gemm(ctx, g, NB_LAYOUT_CHECKPOINT, true);
+    if (st) return st;
+    if (!x || !codes || !scales || !y)
+        return nbi_fail(ctx, NB_ERR_NULL_POINTER, "%s: x, codes, scales and y must not be NULL", fn);
+    const nb_weight_desc *d = &g->weight;
+    const int64_t m = g->m, n = d->n, k = d->k;
+    const int64_t lda = g->lda ? g->lda : k, ldc = g->ldc ? g->ldc : n;
+    float *w = (float *)malloc(sizeof(float) * (size_t)k);
+    float *xf = (float *)malloc(sizeof(float) * (size_t)(m * k));
+    if (!w || !xf) {
+        free(w);
+        free(xf);
+        return nbi_fail(ctx, NB_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+    }
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < k; j++) xf[i * k + j] = nbi_load(g->act_dtype, x, (size_t)(i * lda + j));
+    nb_weight_desc row = *d;
+    row.n = 1;
+    const size_t row_scales = (size_t)(k / d->group_size);
+    for (int64_t r = 0; r < n; r++) {
+        /* one row of W, dequantized with the reference (k is even: byte aligned) */
+        nb_dequantize_host(ctx, &row, codes + (size_t)r * (size_t)(k / 2), scales + (size_t)r * row_scales,
+                           NB_DTYPE_F32, w);
+        float b = bias ? nbi_load(g->out_dtype, bias, (size_t)r) : 0.0f;
+        for (int64_t i = 0; i < m; i++) {
+            const float *xi = xf + i * k;
+            if (f64) {
+                double acc = 0.0;
+                for (int64_t j = 0; j < k; j++) acc += (double)xi[j] * (double)w[j];
+                ((double *)y)[i * ldc + r] = acc + (double)b;
+            } else {
+                float acc = 0.0f;
+                for (int64_t j = 0; j < k; j++) acc += xi[j] * w[j];
+                nbi_store(g->out_dtype, y, (size_t)(i * ldc + r), acc + b);
+            }
+        }
+    }
+    free(w);
+    free(xf);
+    return NB_OK;
+}
+
+nb_status nb_gemm_host(nb_context *ctx, const nb_gemm_desc *g, const void *x, const uint8_t *codes,
+                       const uint8_t *scales, const void *bias, void *y) {
+    return gemm_host_common(ctx, g, x, codes, scales, bias, y, 0, "nb_gemm_host");
+}
+
+nb_status nb_gemm_host_f64(nb_context *ctx, const nb_gemm_desc *g, const void *x, const uint8_t *codes,
+                           const uint8_t *scales, const void *bias, double *y) {
+    return gemm_host_common(ctx, g, x, codes, scales, bias, y, 1, "nb_gemm_host_f64");
+}
+
+/* ------------------------------------------------ scalar conversions */
+
+float nb_e2m1_to_float(uint8_t code) { return nbi_e2m1(code); }
+float nb_e4m3_to_float(uint8_t byte) { return nbi_e4m3(byte); }
+float nb_e8m0_to_float(uint8_t byte) { return nbi_e8m0(byte); }
+uint8_t nb_float_to_e2m1(float x) { return nbi_to_e2m1(x); }
+uint8_t nb_float_to_e4m3(float x) { return nbi_to_e4m3(x); }

@@ -1,0 +1,369 @@
+/* gemv_fp4.cu - the decode path: Y[m, n] = X[m, k] . W[n, k]^T for m <= 32,
+ * W in NVFP4 or MXFP4 (packed layout below), X and Y in BF16 or FP16.
+ *
+ * WHAT IT DOES
+ *   Memory-bound: every weight byte is read once from HBM and dequantized in
+ *   registers.  The tensor cores run mma.sync.m16n8k16 with the operands
+ *   swapped: the dequantized weights are the 16-row A operand and the tokens
+ *   the 8-wide B operand, so m = 1..8 costs one MMA per 16x16 weight tile and
+ *   m = 32 four.  Each warp owns one block of 16 rows; a CTA has WARPS warps
+ *   (adjacent row blocks, so they read the same activations through L1) and
+ *   one k-range; CTAs along grid.y split k and reduce deterministically (the
+ *   last CTA to finish sums the partials in split order).
+ *
+ * PACKED LAYOUT (nb_pack; src/formats.c nb_pack_host is the specification)
+ *   The weight is cut into chunks of 16 rows x 128 k, stored row-block major:
+ *   chunk (rb, kc) at byte (rb * kchunks + kc) * CB, CB = 1024 + 32 * SB,
+ *   SB = 4 (NVFP4) or 2 (MXFP4).  Lane L = 4g + t of the warp that owns the
+ *   row block reads
+ *     bytes [16L, 16L+16)        row 16rb+g,   k = 128kc + 32t .. +31
+ *     bytes [512+16L, 512+16L+16) row 16rb+g+8, same k
+ *     bytes [1024+SB*L, +SB)     its scales: NVFP4 (row g: group 2t, 2t+1;
+ *                                 row g+8: group 2t, 2t+1), MXFP4 (row g,
+ *                                 row g+8: group t), groups counted in chunk.
+ *   Each 16 bytes is four little-endian words; word w holds the 8 elements
+ *   k0 = 32t + 8w .. +7 with element e in nibble [0,4,1,5,2,6,3,7][e], so that
+ *   (q >> 4i) puts elements 2i and 2i+1 at bits 0..3 and 16..19: one shift and
+ *   two masks build a 16-bit pair.  Rows past n and k past the end are zero
+ *   codes with scale byte 0 (a zero weight for every format).
+ *
+ * WHY THIS K ORDER
+ *   An MMA sums over its 16 k-slots in any order, so the layout assigns lane
+ *   t the contiguous k-range 32t..32t+31 of each chunk: tile j (0..7) gives
+ *   k-slots {2t, 2t+1} -> k 32t + 4j + {0, 1} and {2t+8, 2t+9} -> 32t + 4j +
+ *   {2, 3}.  Activations for a lane are then 64 contiguous bytes per token
+ *   (four 16-byte loads), and each lane's scales are distinct bytes.
+ *
+ * DEQUANTIZATION (exact)
+ *   E2M1 s.e1e0.m is placed with its sign at bit 15 and e1e0m at the low
+ *   exponent / top mantissa bits: in BF16 that is the value v * 2^-126, in
+ *   FP16 v * 2^-14 (code 1 = 0.5 lands on a subnormal, which HMUL2 handles).
+ *   One HMUL2 by an adjusted block scale gives the MMA operand
+ *     A = v * s * 2^-c,  exact in 16 bits (E2M1 x E4M3 needs 5 significant
+ *   bits; c keeps every product in the normal range), and the epilogue
+ *   multiplies the FP32 accumulator by 2^c * tensor_scale.  The adjusted
+ *   scales come from a 256-entry table built per CTA in shared memory, which
+ *   handles negative, zero and NaN scale bytes with no special code: NaN
+ *   scales give NaN outputs.  c: NVFP4 BF16 7, FP16 8; MXFP4 BF16 emax-127
+ *   (needs emax - emin <= 125), FP16 emax-128 (needs emax - emin <= 24).
+ *
+ * LIMITS  m <= 32 per launch (nb_gemm slices larger m); x rows 16-byte
+ *   aligned; k a multiple of the group.
+ * TEST    build/tests/test_gpu (scripts/device-check runs it under
+ *         compute-sanitizer too).  BENCH  nibble bench.
+ */
+#include "common.cuh"
+
+struct GemvParams {
+    const uint8_t *w;
+    const void *x;
+    void *y;
+    const void *bias;
+    float *partial;
+    int *counters;
+    int m, n, k;
+    int64_t lda, ldc;
+    int row_blocks, kchunks, cps, splits;
+    int exp_shift;   /* epilogue: ldexp(acc, exp_shift) * ts */
+    int table_shift; /* scale table: ldexp(scale, table_shift) */
+    float ts;
+};
+
+/* ------------------------------------------------------------ PTX helpers */
+
+/* An L2 policy that evicts the streamed weights first: they are read once,
+ * while activations and partial sums should stay in L2. */
+__device__ __forceinline__ uint64_t policy_evict_first() {
+    uint64_t p;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+    return p;
+}
+
+/* 16-byte weight load: read-only path, no L1 allocation (no reuse), L2
+ * evict-first. */
+__device__ __forceinline__ uint4 ld_weights16(const void *ptr, uint64_t pol) {
+    uint4 r;
+    asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+        : "l"(ptr), "l"(pol));
+    return r;
+}
+
+template <int SB>
+__device__ __forceinline__ uint32_t ld_scales(const void *ptr, uint64_t pol) {
+    uint32_t r;
+    if (SB == 4) {
+        asm("ld.global.nc.L1::no_allocate.L2::cache_hint.u32 %0, [%1], %2;" : "=r"(r) : "l"(ptr), "l"(pol));
+    } else {
+        unsigned short h;
+        asm("ld.global.nc.L1::no_allocate.L2::cache_hint.u16 %0, [%1], %2;" : "=h"(h) : "l"(ptr), "l"(pol));
+        r = h;
+    }
+    return r;
+}
+
+/* Elements 2i, 2i+1 of a packed word as a 16-bit pair, unscaled: sign to
+ * bit 15, e1e0m to bits 8..6 (BF16) or 11..9 (FP16) of each half. */
+template <int ACT, int I>
+__device__ __forceinline__ uint32_t decode_pair(uint32_t q) {
+    const uint32_t t = q >> (4 * I);
+    if (ACT == NB_DTYPE_BF16) return ((t << 12) & 0x80008000u) | ((t << 6) & 0x01C001C0u);
+    return ((t << 12) & 0x80008000u) | ((t << 9) & 0x0E000E00u);
+}
+
+template <int ACT>
+__device__ __forceinline__ uint32_t hmul2(uint32_t a, uint32_t b) {
+    uint32_t r;
+    if (ACT == NB_DTYPE_BF16) {
+        __nv_bfloat162 x = *reinterpret_cast<__nv_bfloat162 *>(&a), y = *reinterpret_cast<__nv_bfloat162 *>(&b);
+        __nv_bfloat162 z = __hmul2(x, y);
+        r = *reinterpret_cast<uint32_t *>(&z);
+    } else {
+        __half2 x = *reinterpret_cast<__half2 *>(&a), y = *reinterpret_cast<__half2 *>(&b);
+        __half2 z = __hmul2(x, y);
+        r = *reinterpret_cast<uint32_t *>(&z);
+    }
+    return r;
+}
+
+/* D += A . B, m16n8k16, FP32 accumulate (PTX ISA "Matrix Fragments for
+ * mma.m16n8k16": a0..a3 rows g/g+8, k-slots 2t..2t+1 and 2t+8..2t+9). */
+template <int ACT>
+__device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+    if (ACT == NB_DTYPE_BF16) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    } else {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    }
+}
+
+/* ----------------------------------------------------------------- kernel */
+
+template <int FMT, int ACT, int MT, int WARPS, int STAGES>
+__global__ void __launch_bounds__(WARPS * 32) gemv_fp4_kernel(const GemvParams p) {
+    constexpr int SB = FMT == NB_FORMAT_NVFP4 ? 4 : 2; /* scale bytes per lane */
+    constexpr int CB = NBI_CHUNK_CODE_BYTES + 32 * SB;  /* bytes per chunk */
+    __shared__ uint32_t stab[256];                       /* scale byte -> adjusted 16-bit pair */
+    __shared__ int is_last;
+
+    for (int i = threadIdx.x; i < 256; i += WARPS * 32) {
+        float v = ldexpf(nbc_scale(FMT, (uint32_t)i), p.table_shift);
+        uint16_t h;
+        if (ACT == NB_DTYPE_BF16) h = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+        else h = __half_as_ushort(__float2half_rn(v));
+        stab[i] = (uint32_t)h * 0x10001u;
+    }
+    __syncthreads();
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int rb = blockIdx.x * WARPS + warp;
+    const int c_begin = blockIdx.y * p.cps;
+    const int c_end = min(c_begin + p.cps, p.kchunks);
+
+    float acc[MT][4];
+#pragma unroll
+    for (int i = 0; i < MT; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+
+    if (rb < p.row_blocks && c_begin < c_end) {
+        const uint64_t pol = policy_evict_first();
+        const uint8_t *wrow = p.w + (size_t)rb * p.kchunks * CB;
+        uint4 lo[STAGES], hi[STAGES];
+        uint32_t sc[STAGES];
+#pragma unroll
+        for (int s = 0; s < STAGES; s++)
+            if (c_begin + s < c_end) {
+                const uint8_t *c = wrow + (size_t)(c_begin + s) * CB;
+                lo[s] = ld_weights16(c + 16 * lane, pol);
+                hi[s] = ld_weights16(c + 512 + 16 * lane, pol);
+                sc[s] = ld_scales<SB>(c + NBI_CHUNK_CODE_BYTES + SB * lane, pol);
+            }
+        const __nv_bfloat16 *xb = (const __nv_bfloat16 *)p.x; /* 16-bit elements either way */
+
+        for (int c0 = c_begin; c0 < c_end; c0 += STAGES) {
+#pragma unroll
+            for (int s = 0; s < STAGES; s++) {
+                const int cc = c0 + s;
+                if (cc >= c_end) break;
+                const uint4 L = lo[s], H = hi[s];
+                const uint32_t S = sc[s];
+                if (cc + STAGES < c_end) { /* refill this stage, STAGES chunks ahead */
+                    const uint8_t *c = wrow + (size_t)(cc + STAGES) * CB;
+                    lo[s] = ld_weights16(c + 16 * lane, pol);
+                    hi[s] = ld_weights16(c + 512 + 16 * lane, pol);
+                    sc[s] = ld_scales<SB>(c + NBI_CHUNK_CODE_BYTES + SB * lane, pol);
+                }
+                /* adjusted scales: rows g and g+8, first and second 16 k of the lane */
+                uint32_t sg0, sg1, sh0, sh1;
+                if (FMT == NB_FORMAT_NVFP4) {
+                    sg0 = stab[S & 0xFF];
+                    sg1 = stab[(S >> 8) & 0xFF];
+                    sh0 = stab[(S >> 16) & 0xFF];
+                    sh1 = stab[S >> 24];
+                } else {
+                    sg0 = sg1 = stab[S & 0xFF];
+                    sh0 = sh1 = stab[(S >> 8) & 0xFF];
+                }
+                const int kbase = cc * NBI_CHUNK_K + 32 * t;
+                const uint32_t ql[4] = {L.x, L.y, L.z, L.w}, qh[4] = {H.x, H.y, H.z, H.w};
+#pragma unroll
+                for (int w = 0; w < 4; w++) {
+                    uint4 xv[MT];
+                    const bool kin = kbase + 8 * w < p.k;
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        const int tok = mt * 8 + g;
+                        xv[mt] = make_uint4(0, 0, 0, 0);
+                        if (kin && tok < p.m)
+                            xv[mt] = __ldg((const uint4 *)(xb + (size_t)tok * p.lda + kbase + 8 * w));
+                    }
+                    const uint32_t sg = w < 2 ? sg0 : sg1, sh = w < 2 ? sh0 : sh1;
+                    /* tile 2w: elements 0..3 of the word */
+                    uint32_t a0 = hmul2<ACT>(decode_pair<ACT, 0>(ql[w]), sg);
+                    uint32_t a1 = hmul2<ACT>(decode_pair<ACT, 0>(qh[w]), sh);
+                    uint32_t a2 = hmul2<ACT>(decode_pair<ACT, 1>(ql[w]), sg);
+                    uint32_t a3 = hmul2<ACT>(decode_pair<ACT, 1>(qh[w]), sh);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) mma16816<ACT>(acc[mt], a0, a1, a2, a3, xv[mt].x, xv[mt].y);
+                    /* tile 2w+1: elements 4..7 */
+                    a0 = hmul2<ACT>(decode_pair<ACT, 2>(ql[w]), sg);
+                    a1 = hmul2<ACT>(decode_pair<ACT, 2>(qh[w]), sh);
+                    a2 = hmul2<ACT>(decode_pair<ACT, 3>(ql[w]), sg);
+                    a3 = hmul2<ACT>(decode_pair<ACT, 3>(qh[w]), sh);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) mma16816<ACT>(acc[mt], a0, a1, a2, a3, xv[mt].z, xv[mt].w);
+                }
+            }
+        }
+    }
+
+    const int rows_pad = p.row_blocks * 16;
+    if (p.splits > 1) {
+        /* Deterministic split-K: every CTA stores its partial tile; the last
+         * to arrive (per column of CTAs) sums all partials in split order. */
+        if (rb < p.row_blocks) {
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const size_t idx = ((size_t)blockIdx.y * rows_pad + rb * 16 + g + 8 * h) * (MT * 8) + mt * 8 + 2 * t;
+                    __stcg((float2 *)(p.partial + idx), make_float2(acc[mt][2 * h], acc[mt][2 * h + 1]));
+                }
+        }
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) is_last = atomicAdd(&p.counters[blockIdx.x], 1) == p.splits - 1;
+        __syncthreads();
+        if (!is_last) return;
+        __threadfence();
+        if (rb < p.row_blocks) {
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    float s0 = 0.0f, s1 = 0.0f;
+                    for (int s = 0; s < p.splits; s++) {
+                        const size_t idx = ((size_t)s * rows_pad + rb * 16 + g + 8 * h) * (MT * 8) + mt * 8 + 2 * t;
+                        const float2 v = __ldcg((const float2 *)(p.partial + idx));
+                        s0 += v.x;
+                        s1 += v.y;
+                    }
+                    acc[mt][2 * h] = s0;
+                    acc[mt][2 * h + 1] = s1;
+                }
+        }
+        if (threadIdx.x == 0) p.counters[blockIdx.x] = 0; /* leave the workspace zeroed for the next call */
+    }
+    if (rb >= p.row_blocks) return;
+
+    /* Epilogue: accumulator (row, token) -> Y[token, row]. */
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const int tok = mt * 8 + 2 * t + j, row = rb * 16 + g + 8 * h;
+                if (tok < p.m && row < p.n) {
+                    float v = ldexpf(acc[mt][2 * h + j], p.exp_shift) * p.ts;
+                    if (p.bias) v += nbc_load(ACT, p.bias, (size_t)row);
+                    nbc_store(ACT, p.y, (size_t)tok * p.ldc + row, v);
+                }
+            }
+}
+
+/* ------------------------------------------------------------- dispatch */
+
+#define NB_GEMV_WARPS 4
+#define NB_GEMV_STAGES 3
+
+typedef void (*gemv_fn)(const GemvParams);
+
+template <int FMT, int ACT>
+static gemv_fn pick_mt(int mt) {
+    switch (mt) {
+    case 1: return gemv_fp4_kernel<FMT, ACT, 1, NB_GEMV_WARPS, NB_GEMV_STAGES>;
+    case 2: return gemv_fp4_kernel<FMT, ACT, 2, NB_GEMV_WARPS, NB_GEMV_STAGES>;
+    case 3: return gemv_fp4_kernel<FMT, ACT, 3, NB_GEMV_WARPS, NB_GEMV_STAGES>;
+    case 4: return gemv_fp4_kernel<FMT, ACT, 4, NB_GEMV_WARPS, NB_GEMV_STAGES>;
+    }
+    return NULL;
+}
+
+static gemv_fn pick_kernel(int fmt, int act, int mt) {
+    if (fmt == NB_FORMAT_NVFP4) return act == NB_DTYPE_BF16 ? pick_mt<NB_FORMAT_NVFP4, NB_DTYPE_BF16>(mt)
+                                                             : pick_mt<NB_FORMAT_NVFP4, NB_DTYPE_F16>(mt);
+    if (fmt == NB_FORMAT_MXFP4) return act == NB_DTYPE_BF16 ? pick_mt<NB_FORMAT_MXFP4, NB_DTYPE_BF16>(mt)
+                                                             : pick_mt<NB_FORMAT_MXFP4, NB_DTYPE_F16>(mt);
+    return NULL;
+}
+
+extern "C" int nbi_cuda_gemv_shape(int *warps, int *stages) {
+    *warps = NB_GEMV_WARPS;
+    *stages = NB_GEMV_STAGES;
+    return 0;
+}
+
+extern "C" int nbi_cuda_gemv_occupancy(int fmt, int act, int mt, int *ctas_per_sm, char *err) {
+    gemv_fn f = pick_kernel(fmt, act, mt);
+    if (!f) return nbc_err(cudaErrorInvalidValue, err, "gemv: no kernel for this format/dtype/m");
+    NBC_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, f, NB_GEMV_WARPS * 32, 0),
+            "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    return 0;
+}
+
+extern "C" int nbi_cuda_gemm(const nbi_gemm_plan *pl, const void *x, const void *packed, const void *bias, void *y,
+                             void *workspace, void *stream, char *err) {
+    gemv_fn f = pick_kernel(pl->fmt, pl->act, pl->mt);
+    if (!f) return nbc_err(cudaErrorInvalidValue, err, "gemv: no kernel for this format/dtype/m");
+    GemvParams p;
+    p.w = (const uint8_t *)packed;
+    p.x = x;
+    p.y = y;
+    p.bias = bias;
+    p.counters = (int *)workspace;
+    p.partial = (float *)((char *)workspace + pl->ws_counter_bytes);
+    p.m = (int)pl->m;
+    p.n = (int)pl->n;
+    p.k = (int)pl->k;
+    p.lda = pl->lda;
+    p.ldc = pl->ldc;
+    p.row_blocks = (int)pl->row_blocks;
+    p.kchunks = (int)pl->kchunks;
+    p.cps = pl->chunks_per_split;
+    p.splits = pl->splits;
+    p.exp_shift = pl->exp_shift;
+    p.table_shift = pl->table_shift;
+    p.ts = pl->tensor_scale;
+    dim3 grid((unsigned)pl->grid_x, (unsigned)pl->splits);
+    f<<<grid, NB_GEMV_WARPS * 32, 0, (cudaStream_t)stream>>>(p);
+    NBC_LAUNCHED("gemv kernel launch");
+    return 0;
+}

@@ -1,0 +1,237 @@
+/* device.c - device entry points: validation, the gemm plan (kernel choice,
+ * split-K, workspace) and the calls into the CUDA launchers. */
+#include "internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static nb_status need_device(nb_context *ctx, const char *fn) {
+    if (!ctx) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "%s: ctx is NULL", fn);
+    if (!nbi_cuda_available())
+        return nbi_fail(ctx, NB_ERR_NO_DEVICE, "%s: libnibble was built without CUDA", fn);
+    if (!ctx->has_device)
+        return nbi_fail(ctx, NB_ERR_NO_DEVICE, "%s: the context is host-only (created with NB_DEVICE_NONE)", fn);
+    return NB_OK;
+}
+
+static nb_status cuda_failed(nb_context *ctx, const char *fn, const char *err) {
+    return nbi_fail(ctx, NB_ERR_CUDA, "%s: %s", fn, err);
+}
+
+nb_status nb_dequantize(nb_context *ctx, const nb_weight_desc *desc, const uint8_t *codes, const uint8_t *scales,
+                        nb_dtype dst_dtype, void *dst, void *stream) {
+    nb_status st = need_device(ctx, "nb_dequantize");
+    if (st) return st;
+    if ((st = nbi_check_desc(ctx, desc, NB_LAYOUT_CHECKPOINT))) return st;
+    if (!codes || !scales || !dst)
+        return nbi_fail(ctx, NB_ERR_NULL_POINTER, "nb_dequantize: codes, scales and dst must not be NULL");
+    if (!nbi_dtype_size(dst_dtype))
+        return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_dequantize: unknown destination dtype %d", (int)dst_dtype);
+    char err[NB_ERRBUF] = "";
+    if (nbi_cuda_dequantize(desc, codes, scales, dst_dtype, dst, stream, err))
+        return cuda_failed(ctx, "nb_dequantize", err);
+    return NB_OK;
+}
+
+nb_status nb_pack(nb_context *ctx, nb_weight_desc *desc, const uint8_t *codes, const uint8_t *scales, void *packed,
+                  size_t packed_bytes, void *stream) {
+    nb_status st = need_device(ctx, "nb_pack");
+    if (st) return st;
+    if ((st = nbi_check_desc(ctx, desc, NB_LAYOUT_CHECKPOINT))) return st;
+    if (!codes || !scales || !packed)
+        return nbi_fail(ctx, NB_ERR_NULL_POINTER, "nb_pack: codes, scales and packed must not be NULL");
+    if ((uintptr_t)packed % 16)
+        return nbi_fail(ctx, NB_ERR_MISALIGNED, "nb_pack: packed must be 16-byte aligned");
+    nb_weight_sizes sz;
+    if ((st = nb_weight_get_sizes(desc, &sz))) return nbi_fail(ctx, st, "%s", nb_last_error());
+    if (packed_bytes < sz.packed_bytes)
+        return nbi_fail(ctx, NB_ERR_BUFFER_TOO_SMALL, "nb_pack: packed buffer has %zu bytes, needs %zu",
+                        packed_bytes, sz.packed_bytes);
+    char err[NB_ERRBUF] = "";
+    int32_t emin = -1, emax = -1;
+    if (nbi_cuda_pack(desc, codes, scales, packed, &emin, &emax, stream, err)) return cuda_failed(ctx, "nb_pack", err);
+    desc->layout = NB_LAYOUT_PACKED;
+    if (desc->format == NB_FORMAT_MXFP4) {
+        desc->scale_exp_min = emin;
+        desc->scale_exp_max = emax;
+    }
+    return NB_OK;
+}
+
+/* Split k over CTAs so the grid fills the GPU: minimise
+ * ceil(ctas / slots) * ceil(kchunks / splits) (waves x chunks per warp), with
+ * a small cost per split for the partial-sum traffic. */
+static int choose_splits(int64_t grid_x, int64_t kchunks, int64_t slots) {
+    int best = 1;
+    double best_cost = 1e300;
+    int64_t max_s = kchunks / 2 < 1 ? 1 : kchunks / 2;
+    if (max_s > 64) max_s = 64;
+    for (int64_t s = 1; s <= max_s; s++) {
+        int64_t cps = (kchunks + s - 1) / s;
+        int64_t eff = (kchunks + cps - 1) / cps; /* splits that get work */
+        if (eff != s) continue;
+        int64_t waves = (grid_x * s + slots - 1) / slots;
+        double cost = (double)waves * (double)cps + 0.25 * (double)(s - 1) + (s > 1 ? 1.0 : 0.0);
+        if (cost < best_cost) {
+            best_cost = cost;
+            best = (int)s;
+        }
+    }
+    return best;
+}
+
+nb_status nbi_gemm_make_plan(nb_context *ctx, const nb_gemm_desc *g, nbi_gemm_plan *p) {
+    nb_status st = need_device(ctx, "nb_gemm");
+    if (st) return st;
+    if ((st = nbi_check_gemm(ctx, g, NB_LAYOUT_PACKED, false))) return st;
+    const nb_weight_desc *d = &g->weight;
+    memset(p, 0, sizeof *p);
+    p->fmt = d->format;
+    p->act = g->act_dtype;
+    p->m = g->m < 32 ? g->m : 32; /* per launch; nb_gemm slices larger m */
+    p->mt = (int)((p->m + 7) / 8);
+    p->n = d->n;
+    p->k = d->k;
+    p->lda = g->lda ? g->lda : d->k;
+    p->ldc = g->ldc ? g->ldc : d->n;
+    if (p->lda % 8)
+        return nbi_fail(ctx, NB_ERR_MISALIGNED, "nb_gemm: lda = %lld must be a multiple of 8 (16-byte rows)",
+                        (long long)p->lda);
+    if (d->format == NB_FORMAT_NVFP4) {
+        p->exp_shift = g->act_dtype == NB_DTYPE_BF16 ? 7 : 8;
+        p->table_shift = g->act_dtype == NB_DTYPE_BF16 ? 119 : 6;
+    } else {
+        int emin = d->scale_exp_min, emax = d->scale_exp_max;
+        if (emax < 0) emin = emax = 127; /* every scale is NaN: any offset works */
+        int span = emax - emin, limit = g->act_dtype == NB_DTYPE_BF16 ? 125 : 24;
+        if (emin < 0 || emax > 254 || span < 0)
+            return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "nb_gemm: MXFP4 scale range [%d, %d] is not set; pack the "
+                            "weight with nb_pack or nb_pack_host", emin, emax);
+        if (span > limit)
+            return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_gemm: MXFP4 scale exponents span %d binades (bytes %d..%d); "
+                            "%s activations are exact only up to %d%s", span, emin, emax,
+                            nbi_dtype_name(g->act_dtype), limit,
+                            g->act_dtype == NB_DTYPE_F16 ? ": use BF16 activations" : "");
+        if (g->act_dtype == NB_DTYPE_BF16) {
+            p->exp_shift = emax - 127;
+            p->table_shift = 253 - emax;
+        } else {
+            p->exp_shift = emax - 128;
+            p->table_shift = 142 - emax;
+        }
+    }
+    p->tensor_scale = d->tensor_scale;
+    p->row_blocks = (d->n + 15) / 16;
+    p->kchunks = (d->k + NBI_CHUNK_K - 1) / NBI_CHUNK_K;
+    int warps = 4, stages = 3, occ = 1;
+    nbi_cuda_gemv_shape(&warps, &stages);
+    p->warps = warps;
+    p->grid_x = (int)((p->row_blocks + warps - 1) / warps);
+    char err[NB_ERRBUF] = "";
+    int *cached = &ctx->gemv_occupancy[p->fmt][p->act][p->mt];
+    if (!*cached) { /* queried once per kernel: keeps the hot call cheap */
+        if (nbi_cuda_gemv_occupancy(p->fmt, p->act, p->mt, &occ, err)) return cuda_failed(ctx, "nb_gemm", err);
+        *cached = occ;
+    }
+    occ = *cached;
+    if (occ < 1) occ = 1;
+    int64_t slots = (int64_t)ctx->info.sm_count * occ;
+    /* the plan for m = 32 must need the most workspace: splits do not depend on m */
+    /* Split-K only pays when the grid is small; the arrival counters live at
+     * a fixed place (the first NBI_MAX_SPLIT_COLUMNS ints of the workspace),
+     * so one workspace can serve layers of every shape: each call leaves
+     * them zero. */
+    p->splits = p->grid_x <= NBI_MAX_SPLIT_COLUMNS ? choose_splits(p->grid_x, p->kchunks, slots) : 1;
+    p->chunks_per_split = (int)((p->kchunks + p->splits - 1) / p->splits);
+    if (p->splits > 1) {
+        p->ws_counter_bytes = NBI_MAX_SPLIT_COLUMNS * sizeof(int);
+        p->ws_partial_bytes = (size_t)p->splits * (size_t)p->row_blocks * 16 * 32 * sizeof(float);
+    }
+    if (p->grid_x > 0x7FFFFFFF)
+        return nbi_fail(ctx, NB_ERR_BAD_SHAPE, "nb_gemm: n = %lld needs too many CTAs", (long long)d->n);
+    return NB_OK;
+}
+
+nb_status nb_gemm_can_implement(nb_context *ctx, const nb_gemm_desc *g) {
+    nbi_gemm_plan p;
+    return nbi_gemm_make_plan(ctx, g, &p);
+}
+
+nb_status nb_gemm_workspace_size(nb_context *ctx, const nb_gemm_desc *g, size_t *bytes) {
+    if (!bytes) return nbi_fail(ctx, NB_ERR_NULL_POINTER, "nb_gemm_workspace_size: bytes is NULL");
+    /* The largest need over every m: one workspace then serves a layer at any
+     * batch size (the split count depends on the kernel chosen for m). */
+    size_t most = 0;
+    for (int64_t m = 1; m <= 32; m += 8) {
+        nb_gemm_desc h = *g;
+        h.m = m;
+        nbi_gemm_plan p;
+        nb_status st = nbi_gemm_make_plan(ctx, &h, &p);
+        if (st) return st;
+        if (p.ws_partial_bytes + p.ws_counter_bytes > most) most = p.ws_partial_bytes + p.ws_counter_bytes;
+    }
+    nbi_gemm_plan p;
+    nb_status st = nbi_gemm_make_plan(ctx, g, &p); /* the real m: report its own errors */
+    if (st) return st;
+    *bytes = most;
+    return NB_OK;
+}
+
+static const char *fmt_name(int f) { return f == NB_FORMAT_NVFP4 ? "nvfp4" : "mxfp4"; }
+
+nb_status nb_gemm(nb_context *ctx, const nb_gemm_desc *g, const void *x, const void *packed, const void *bias, void *y,
+                  void *workspace, size_t workspace_bytes, void *stream) {
+    nbi_gemm_plan p;
+    nb_status st = nbi_gemm_make_plan(ctx, g, &p);
+    if (st) return st;
+    if (!x || !packed || !y) return nbi_fail(ctx, NB_ERR_NULL_POINTER, "nb_gemm: x, packed and y must not be NULL");
+    if ((uintptr_t)x % 16 || (uintptr_t)packed % 16)
+        return nbi_fail(ctx, NB_ERR_MISALIGNED, "nb_gemm: x and packed must be 16-byte aligned");
+    if ((uintptr_t)y % 2 || (bias && (uintptr_t)bias % 2))
+        return nbi_fail(ctx, NB_ERR_MISALIGNED, "nb_gemm: y and bias must be 2-byte aligned");
+    size_t need = p.ws_partial_bytes + p.ws_counter_bytes;
+    if (need && (!workspace || workspace_bytes < need))
+        return nbi_fail(ctx, NB_ERR_WORKSPACE, "nb_gemm: workspace of %zu bytes needed, %zu given%s", need,
+                        workspace_bytes, workspace ? "" : " (NULL)");
+    if (need && (uintptr_t)workspace % 16)
+        return nbi_fail(ctx, NB_ERR_MISALIGNED, "nb_gemm: workspace must be 16-byte aligned");
+    const size_t es = nbi_dtype_size(g->act_dtype);
+    char err[NB_ERRBUF] = "";
+    /* m > 32: the decode kernel runs once per slice of 32 rows (the weights
+     * are re-read per slice; the tensor-core path is the right tool there). */
+    for (int64_t m0 = 0; m0 < g->m; m0 += 32) {
+        nbi_gemm_plan q = p;
+        q.m = g->m - m0 < 32 ? g->m - m0 : 32;
+        q.mt = (int)((q.m + 7) / 8);
+        q.m_offset = (int)m0;
+        if (nbi_cuda_gemm(&q, (const char *)x + (size_t)(m0 * p.lda) * es, packed, bias,
+                          (char *)y + (size_t)(m0 * p.ldc) * es, workspace, stream, err))
+            return cuda_failed(ctx, "nb_gemm", err);
+    }
+    snprintf(ctx->last_config, sizeof ctx->last_config,
+             "gemv_fp4<%s,%s,mt=%d,warps=%d> grid=%dx%d split_k=%d chunks/split=%d launches=%lld", fmt_name(p.fmt),
+             nbi_dtype_name(g->act_dtype), p.mt, p.warps, p.grid_x, p.splits,
+             p.splits, p.chunks_per_split, (long long)((g->m + 31) / 32));
+    return NB_OK;
+}
+
+nb_status nb_gemm_last_config(const nb_context *ctx, char *buf, size_t buf_bytes) {
+    if (!ctx || !buf) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_gemm_last_config: NULL argument");
+    if (buf_bytes == 0) return nbi_fail(NULL, NB_ERR_BUFFER_TOO_SMALL, "nb_gemm_last_config: buf_bytes is 0");
+    snprintf(buf, buf_bytes, "%s", ctx->last_config[0] ? ctx->last_config : "none");
+    return strlen(ctx->last_config) < buf_bytes ? NB_OK : NB_ERR_BUFFER_TOO_SMALL;
+}
+
+nb_status nb_gemm_reference_device(nb_context *ctx, const nb_gemm_desc *g, const void *x, const uint8_t *codes,
+                                   const uint8_t *scales, const void *bias, float *y, void *stream) {
+    nb_status st = need_device(ctx, "nb_gemm_reference_device");
+    if (st) return st;
+    if ((st = nbi_check_gemm(ctx, g, NB_LAYOUT_CHECKPOINT, true))) return st;
+    if (!x || !codes || !scales || !y)
+        return nbi_fail(ctx, NB_ERR_NULL_POINTER, "nb_gemm_reference_device: x, codes, scales and y must not be NULL");
+    char err[NB_ERRBUF] = "";
+    if (nbi_cuda_gemm_naive(g, x, codes, scales, bias, y, stream, err))
+        return cuda_failed(ctx, "nb_gemm_reference_device", err);
+    return NB_OK;
+}

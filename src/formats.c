@@ -1,0 +1,385 @@
+/* formats.c - the plain-C reference for every format: scalar codecs,
+ * quantize, dequantize and the packed-layout repack.  Semantics follow
+ * docs/formats.md (NVIDIA ModelOpt for NVFP4, OCP MX v1.0 for MXFP4). */
+#include "internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ----------------------------------------------------------- traits table */
+
+static const nbi_format_traits k_traits[] = {
+    /* format           name     group scale type      scale bytes per 16x128 chunk */
+    {NB_FORMAT_NVFP4, "nvfp4", 16, NB_SCALE_E4M3, 16 * 128 / 16},
+    {NB_FORMAT_MXFP4, "mxfp4", 32, NB_SCALE_E8M0, 16 * 128 / 32},
+};
+
+const nbi_format_traits *nbi_traits(nb_format f) {
+    for (size_t i = 0; i < sizeof k_traits / sizeof k_traits[0]; i++)
+        if (k_traits[i].format == f) return &k_traits[i];
+    return NULL;
+}
+
+size_t nbi_chunk_bytes(const nbi_format_traits *t) {
+    return NBI_CHUNK_CODE_BYTES + (size_t)t->scale_bytes_per_chunk;
+}
+
+/* ---------------------------------------------------------- scalar codecs */
+
+static const float k_e2m1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                                 -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
+float nbi_e2m1(uint8_t code) { return k_e2m1[code & 15]; }
+
+float nbi_e4m3(uint8_t b) {
+    int sign = b >> 7, e = (b >> 3) & 15, m = b & 7;
+    float v;
+    if (e == 15 && m == 7) return NAN;       /* E4M3FN: no Inf, S.1111.111 is NaN */
+    if (e == 0) v = ldexpf((float)m, -9);    /* subnormal: m * 2^-6 * 2^-3 */
+    else v = ldexpf(1.0f + (float)m / 8.0f, e - 7);
+    return sign ? -v : v;
+}
+
+float nbi_e8m0(uint8_t b) {
+    if (b == 0xFF) return NAN;
+    return ldexpf(1.0f, (int)b - 127);       /* 2^-127 is a float subnormal: exact */
+}
+
+float nbi_scale(nb_scale_type t, uint8_t b) { return t == NB_SCALE_E4M3 ? nbi_e4m3(b) : nbi_e8m0(b); }
+
+/* E2M1 round to nearest, ties to even, saturating at 6.  The tie points are
+ * the midpoints 0.25 0.75 1.25 1.75 2.5 3.5 5; at a tie the code with an even
+ * mantissa bit wins (0.25->0, 0.75->1, 1.25->1, 1.75->2, 2.5->2, 3.5->4, 5->4).
+ * Sign from x < 0, as ModelOpt does, so -0.1 gives 0x8 (negative zero). */
+uint8_t nbi_to_e2m1(float x) {
+    if (isnan(x)) return 0;
+    float a = fabsf(x);
+    uint8_t c;
+    if (a <= 0.25f) c = 0;
+    else if (a < 0.75f) c = 1;
+    else if (a <= 1.25f) c = 2;
+    else if (a < 1.75f) c = 3;
+    else if (a <= 2.5f) c = 4;
+    else if (a < 3.5f) c = 5;
+    else if (a <= 5.0f) c = 6;
+    else c = 7;
+    return (uint8_t)(c | (x < 0.0f ? 8 : 0));
+}
+
+/* E4M3FN round to nearest even with saturation to +-448; NaN -> 0x7F. */
+uint8_t nbi_to_e4m3(float x) {
+    if (isnan(x)) return 0x7F;
+    uint8_t sign = signbit(x) ? 0x80 : 0;
+    float a = fabsf(x);
+    if (a >= 448.0f) return sign | 0x7E;
+    /* Quantum of the binade holding a: 2^(e-3) for normals (e >= -6), 2^-9 below. */
+    int e;
+    frexpf(a, &e);           /* a = f * 2^e, f in [0.5, 1) -> binade exponent e-1 */
+    int be = e - 1;
+    if (be < -6) be = -6;
+    float q = ldexpf(1.0f, be - 3);
+    float r = rintf(a / q) * q;  /* a/q exact (power-of-two), rintf is RNE */
+    if (r >= 448.0f) return sign | 0x7E;
+    if (r == 0.0f) return sign;
+    int re;
+    frexpf(r, &re);
+    int rbe = re - 1;
+    if (rbe < -6) {              /* subnormal: r = m * 2^-9 */
+        return sign | (uint8_t)(int)ldexpf(r, 9);
+    }
+    int m = (int)(ldexpf(r, -rbe) * 8.0f) - 8;  /* r = (1 + m/8) 2^rbe */
+    return sign | (uint8_t)(((rbe + 7) << 3) | m);
+}
+
+/* ------------------------------------------------- 16-bit float storage */
+
+static uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+uint16_t nbi_f32_to_bf16(float x) {
+    uint32_t u = f2u(x);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+float nbi_bf16_to_f32(uint16_t h) { return u2f((uint32_t)h << 16); }
+
+uint16_t nbi_f32_to_f16(float x) {
+    uint32_t u = f2u(x);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    uint32_t a = u & 0x7FFFFFFFu;
+    if (a > 0x7F800000u) return sign | 0x7E00;            /* NaN */
+    if (a >= 0x477FF000u) return sign | 0x7C00;           /* >= 65520 rounds to Inf */
+    if (a < 0x38800000u) {                                /* below 2^-14: subnormal */
+        /* value in units of 2^-24, rounded to nearest even */
+        float v = u2f(a) * 16777216.0f;                   /* exact scaling */
+        float r = rintf(v);
+        return sign | (uint16_t)(int)r;                   /* r <= 1024 -> may carry into normal */
+    }
+    uint32_t mant = a & 0x7FFFFFu;
+    int e = (int)(a >> 23) - 127 + 15;
+    uint32_t h = ((uint32_t)e << 10) | (mant >> 13);
+    uint32_t rem = mant & 0x1FFFu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
+    return sign | (uint16_t)h;
+}
+
+float nbi_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    int e = (h >> 10) & 31;
+    uint32_t m = h & 0x3FFu;
+    float v;
+    if (e == 31) return u2f(sign | 0x7F800000u | (m << 13) | (m ? 0x400000u : 0));
+    if (e == 0) v = ldexpf((float)m, -24);
+    else v = ldexpf((float)(m | 0x400u), e - 25);
+    return (sign ? -v : v);
+}
+
+size_t nbi_dtype_size(nb_dtype t) {
+    switch (t) {
+    case NB_DTYPE_F32: return 4;
+    case NB_DTYPE_F16: return 2;
+    case NB_DTYPE_BF16: return 2;
+    }
+    return 0;
+}
+
+const char *nbi_dtype_name(nb_dtype t) {
+    switch (t) {
+    case NB_DTYPE_F32: return "f32";
+    case NB_DTYPE_F16: return "f16";
+    case NB_DTYPE_BF16: return "bf16";
+    }
+    return "unknown";
+}
+
+float nbi_load(nb_dtype t, const void *p, size_t i) {
+    switch (t) {
+    case NB_DTYPE_F32: return ((const float *)p)[i];
+    case NB_DTYPE_F16: return nbi_f16_to_f32(((const uint16_t *)p)[i]);
+    case NB_DTYPE_BF16: return nbi_bf16_to_f32(((const uint16_t *)p)[i]);
+    }
+    return NAN;
+}
+
+void nbi_store(nb_dtype t, void *p, size_t i, float v) {
+    switch (t) {
+    case NB_DTYPE_F32: ((float *)p)[i] = v; break;
+    case NB_DTYPE_F16: ((uint16_t *)p)[i] = nbi_f32_to_f16(v); break;
+    case NB_DTYPE_BF16: ((uint16_t *)p)[i] = nbi_f32_to_bf16(v); break;
+    }
+}
+
+/* ------------------------------------------------------------- quantize */
+
+/* floor(log2(a)) for finite a > 0, exactly (log2f may round up near 2^e). */
+static int floor_log2(float a) {
+    int e;
+    frexpf(a, &e);
+    return e - 1;
+}
+
+/* MXFP4 scale byte for a block with absolute maximum amax (formats.md 3.2). */
+static uint8_t mx_scale_byte(float amax, nb_mx_scale_rule rule) {
+    int e;
+    switch (rule) {
+    case NB_MX_SCALE_ROUND_UP: {
+        /* triton_kernels: 2^ceil(log2(amax/6)) by rounding the FP32 bits up */
+        uint32_t b = (f2u(amax / 6.0f) + 0x7FFFFFu) & 0x7F800000u;
+        return (uint8_t)(b >> 23 > 254 ? 254 : b >> 23);
+    }
+    case NB_MX_SCALE_EVEN: {
+        /* Quark "even": round amax up to a power of two when its mantissa is
+         * >= 1.75, then floor(log2) - 2, clamped to [-127, 127]. */
+        uint32_t b = (f2u(amax) + (1u << 21)) & 0x7F800000u;
+        if (b == 0) return 0;
+        e = (int)(b >> 23) - 127 - 2;
+        if (e < -127) e = -127;
+        if (e > 127) e = 127;
+        return (uint8_t)(e + 127);
+    }
+    case NB_MX_SCALE_OCP:
+    default:
+        if (amax == 0.0f) return 0;
+        e = floor_log2(amax) - 2;
+        if (e < -127) e = -127;
+        if (e > 127) e = 127;
+        return (uint8_t)(e + 127);
+    }
+}
+
+static nb_status quantize_rows(nb_context *ctx, nb_weight_desc *d, nb_dtype st, const void *src, uint8_t *codes,
+                               uint8_t *scales) {
+    const int64_t n = d->n, k = d->k, g = d->group_size, ng = k / g;
+    float amax = 0.0f;
+    for (int64_t i = 0; i < n * k; i++) {
+        float v = nbi_load(st, src, (size_t)i);
+        if (!isfinite(v))
+            return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "quantize: element [%lld, %lld] is not finite",
+                            (long long)(i / k), (long long)(i % k));
+        if (fabsf(v) > amax) amax = fabsf(v);
+    }
+    if (d->format == NB_FORMAT_NVFP4 && d->tensor_scale == 0.0f) d->tensor_scale = amax / (6.0f * 448.0f);
+    if (!isfinite(d->tensor_scale) || (d->format == NB_FORMAT_NVFP4 && d->tensor_scale < 0.0f))
+        return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "quantize: tensor_scale %g is not a finite non-negative value",
+                        (double)d->tensor_scale);
+    const float ts = d->tensor_scale;
+    memset(codes, 0, (size_t)(n * k / 2));
+    for (int64_t r = 0; r < n; r++) {
+        for (int64_t b = 0; b < ng; b++) {
+            float blk[32];
+            float bmax = 0.0f;
+            for (int64_t j = 0; j < g; j++) {
+                blk[j] = nbi_load(st, src, (size_t)(r * k + b * g + j));
+                if (fabsf(blk[j]) > bmax) bmax = fabsf(blk[j]);
+            }
+            uint8_t sb;
+            float denom;
+            if (d->format == NB_FORMAT_NVFP4) {
+                /* ModelOpt: s = block_amax / (6 * ts); 0 -> 1; clamp [2^-9, 448]; E4M3 RNE.
+                 * An all-zero tensor (ts == 0) gets scale 1 and zero codes. */
+                float s = ts > 0.0f ? bmax / (6.0f * ts) : 1.0f;
+                if (s == 0.0f) s = 1.0f;
+                if (s < 0x1p-9f) s = 0x1p-9f;
+                if (s > 448.0f) s = 448.0f;
+                sb = nbi_to_e4m3(s);
+                denom = nbi_e4m3(sb) * ts;
+            } else {
+                sb = mx_scale_byte(bmax, d->scale_rule);
+                denom = nbi_e8m0(sb);
+            }
+            scales[r * ng + b] = sb;
+            for (int64_t j = 0; j < g; j++) {
+                uint8_t c = denom > 0.0f ? nbi_to_e2m1(blk[j] / denom) : 0;
+                int64_t idx = r * k + b * g + j;
+                codes[idx / 2] |= (uint8_t)(c << ((idx & 1) * 4)); /* low nibble = even element */
+            }
+        }
+    }
+    return NB_OK;
+}
+
+nb_status nb_quantize_host(nb_context *ctx, nb_weight_desc *desc, nb_dtype src_dtype, const void *src,
+                           uint8_t *codes, uint8_t *scales) {
+    if (!ctx) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_quantize_host: ctx is NULL");
+    nb_status st = nbi_check_desc(ctx, desc, NB_LAYOUT_CHECKPOINT);
+    if (st) return st;
+    if (!src || !codes || !scales)
+        return nbi_fail(ctx, NB_ERR_NULL_POINTER, "nb_quantize_host: src, codes and scales must not be NULL");
+    if (!nbi_dtype_size(src_dtype))
+        return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_quantize_host: unknown source dtype %d", (int)src_dtype);
+    if (desc->format == NB_FORMAT_MXFP4 &&
+        (desc->scale_rule < NB_MX_SCALE_OCP || desc->scale_rule > NB_MX_SCALE_EVEN))
+        return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "nb_quantize_host: unknown MXFP4 scale rule %d",
+                        (int)desc->scale_rule);
+    /* Work on a copy of the descriptor: on failure the caller's is unchanged. */
+    nb_weight_desc d = *desc;
+    st = quantize_rows(ctx, &d, src_dtype, src, codes, scales);
+    if (st == NB_OK) *desc = d;
+    return st;
+}
+
+/* ----------------------------------------------------------- dequantize */
+
+nb_status nb_dequantize_host(nb_context *ctx, const nb_weight_desc *desc, const uint8_t *codes,
+                             const uint8_t *scales, nb_dtype dst_dtype, void *dst) {
+    if (!ctx) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_dequantize_host: ctx is NULL");
+    nb_status st = nbi_check_desc(ctx, desc, NB_LAYOUT_CHECKPOINT);
+    if (st) return st;
+    if (!codes || !scales || !dst)
+        return nbi_fail(ctx, NB_ERR_NULL_POINTER, "nb_dequantize_host: codes, scales and dst must not be NULL");
+    if (!nbi_dtype_size(dst_dtype))
+        return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_dequantize_host: unknown destination dtype %d",
+                        (int)dst_dtype);
+    const int64_t n = desc->n, k = desc->k, g = desc->group_size;
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t j = 0; j < k; j++) {
+            int64_t idx = r * k + j;
+            uint8_t c = (uint8_t)(codes[idx / 2] >> ((idx & 1) * 4));
+            float s = nbi_scale(desc->scale_type, scales[r * (k / g) + j / g]);
+            /* e2m1 * scale is exact in float; one rounding for the tensor scale. */
+            float v = (nbi_e2m1(c) * s) * desc->tensor_scale;
+            nbi_store(dst_dtype, dst, (size_t)idx, v);
+        }
+    return NB_OK;
+}
+
+/* ---------------------------------------------------------------- pack */
+
+void nbi_scale_exp_range(const uint8_t *scales, size_t count, int32_t *emin, int32_t *emax) {
+    int lo = 256, hi = -1;
+    for (size_t i = 0; i < count; i++) {
+        int b = scales[i];
+        if (b == 0xFF) continue;
+        if (b < lo) lo = b;
+        if (b > hi) hi = b;
+    }
+    *emin = hi < 0 ? -1 : lo;
+    *emax = hi;
+}
+
+/* The byte layout is documented at the top of src/cuda/gemv_fp4.cu; this
+ * function is its specification. */
+nb_status nb_pack_host(nb_context *ctx, nb_weight_desc *desc, const uint8_t *codes, const uint8_t *scales,
+                       void *packed, size_t packed_bytes) {
+    if (!ctx) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_pack_host: ctx is NULL");
+    nb_status st = nbi_check_desc(ctx, desc, NB_LAYOUT_CHECKPOINT);
+    if (st) return st;
+    if (!codes || !scales || !packed)
+        return nbi_fail(ctx, NB_ERR_NULL_POINTER, "nb_pack_host: codes, scales and packed must not be NULL");
+    nb_weight_sizes sz;
+    if ((st = nb_weight_get_sizes(desc, &sz))) return nbi_fail(ctx, st, "%s", nb_last_error());
+    if (packed_bytes < sz.packed_bytes)
+        return nbi_fail(ctx, NB_ERR_BUFFER_TOO_SMALL, "nb_pack_host: packed buffer has %zu bytes, needs %zu",
+                        packed_bytes, sz.packed_bytes);
+    const nbi_format_traits *t = nbi_traits(desc->format);
+    const int64_t n = desc->n, k = desc->k, g = desc->group_size, ng = k / g;
+    const int64_t rb_count = (n + 15) / 16, kc_count = (k + NBI_CHUNK_K - 1) / NBI_CHUNK_K;
+    const size_t cb = nbi_chunk_bytes(t);
+    const int gpc = NBI_CHUNK_K / (int)g; /* groups per chunk: 8 or 4 */
+    uint8_t *out = (uint8_t *)packed;
+    memset(out, 0, sz.packed_bytes);
+    for (int64_t rb = 0; rb < rb_count; rb++)
+        for (int64_t kc = 0; kc < kc_count; kc++) {
+            uint8_t *chunk = out + (size_t)(rb * kc_count + kc) * cb;
+            for (int lane = 0; lane < 32; lane++) {
+                const int gi = lane >> 2, ti = lane & 3;
+                for (int half = 0; half < 2; half++) {
+                    const int64_t row = rb * 16 + gi + 8 * half;
+                    uint8_t *dst = chunk + half * 512 + lane * 16;
+                    for (int w = 0; w < 4; w++) {
+                        uint32_t word = 0;
+                        for (int p = 0; p < 8; p++) {
+                            /* nibble p holds element 2p (p < 4) or 2(p-4)+1 */
+                            int e = p < 4 ? 2 * p : 2 * (p - 4) + 1;
+                            int64_t col = kc * NBI_CHUNK_K + 32 * ti + 8 * w + e;
+                            uint32_t c = 0;
+                            if (row < n && col < k) {
+                                int64_t idx = row * k + col;
+                                c = (codes[idx / 2] >> ((idx & 1) * 4)) & 15u;
+                            }
+                            word |= c << (4 * p);
+                        }
+                        for (int b = 0; b < 4; b++) dst[4 * w + b] = (uint8_t)(word >> (8 * b));
+                    }
+                }
+                /* scales: NVFP4 4 bytes per lane, MXFP4 2 bytes per lane */
+                const int spl = gpc / 4 * 2; /* scale bytes per lane */
+                uint8_t *sdst = chunk + NBI_CHUNK_CODE_BYTES + lane * spl;
+                for (int half = 0; half < 2; half++)
+                    for (int q = 0; q < gpc / 4; q++) {
+                        const int64_t row = rb * 16 + gi + 8 * half;
+                        const int64_t grp = kc * gpc + ti * (gpc / 4) + q;
+                        uint8_t s = 0;
+                        if (row < n && grp < ng) s = scales[row * ng + grp];
+                        sdst[half * (gpc / 4) + q] = s;
+                    }
+            }
+        }
+    desc->layout = NB_LAYOUT_PACKED;
+    if (desc->format == NB_FORMAT_MXFP4) nbi_scale_exp_range(scales, (size_t)(n * ng), &desc->scale_exp_min,
+                                                             &desc->scale_exp_max);
+    return NB_OK;
+}

@@ -1,0 +1,123 @@
+/* internal.h - shared by the host C files and the CUDA launchers (C linkage).
+ * Nothing here is part of the public API. */
+#ifndef NB_INTERNAL_H
+#define NB_INTERNAL_H
+
+#include "nibble.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define NB_INTERNAL __attribute__((visibility("hidden")))
+#define NB_ERRBUF 512
+
+/* ------------------------------------------------------------ context */
+struct nb_context {
+    nb_device_info info;
+    int has_device;
+    char last_error[NB_ERRBUF];
+    char last_config[256];
+    int gemv_occupancy[3][4][5]; /* [format][dtype][mt]: CTAs per SM, 0 = not yet queried */
+};
+
+/* Record a failure (context buffer when ctx != NULL, and the thread-local
+ * buffer) and return `st`. */
+NB_INTERNAL nb_status nbi_fail(nb_context *ctx, nb_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* -------------------------------------------------------- format traits */
+/* One row per format: a new format is a new row, not a new code path. */
+typedef struct nbi_format_traits {
+    nb_format format;
+    const char *name;
+    int group;             /* elements per block scale */
+    nb_scale_type scale_type;
+    int scale_bytes_per_chunk; /* scale bytes in one packed chunk (16 x 128) */
+} nbi_format_traits;
+
+/* NULL for an unknown or unsupported format. */
+NB_INTERNAL const nbi_format_traits *nbi_traits(nb_format f);
+
+/* Packed (kernel) layout: chunks of 16 rows x 128 k; see gemv_fp4.cu. */
+#define NBI_CHUNK_ROWS 16
+#define NBI_CHUNK_K 128
+#define NBI_CHUNK_CODE_BYTES 1024
+/* Split-K arrival counters at the start of the gemm workspace. */
+#define NBI_MAX_SPLIT_COLUMNS 4096
+
+NB_INTERNAL size_t nbi_chunk_bytes(const nbi_format_traits *t);
+
+/* Scalar codecs (formats.c). */
+NB_INTERNAL float nbi_e2m1(uint8_t code);
+NB_INTERNAL float nbi_e4m3(uint8_t b);
+NB_INTERNAL float nbi_e8m0(uint8_t b);
+NB_INTERNAL float nbi_scale(nb_scale_type t, uint8_t b);
+NB_INTERNAL uint8_t nbi_to_e2m1(float x);
+NB_INTERNAL uint8_t nbi_to_e4m3(float x);
+
+/* float <-> 16-bit storage, round to nearest even, NaN kept NaN. */
+NB_INTERNAL uint16_t nbi_f32_to_bf16(float x);
+NB_INTERNAL uint16_t nbi_f32_to_f16(float x);
+NB_INTERNAL float nbi_bf16_to_f32(uint16_t h);
+NB_INTERNAL float nbi_f16_to_f32(uint16_t h);
+NB_INTERNAL size_t nbi_dtype_size(nb_dtype t);
+NB_INTERNAL const char *nbi_dtype_name(nb_dtype t);
+NB_INTERNAL float nbi_load(nb_dtype t, const void *p, size_t i);
+NB_INTERNAL void nbi_store(nb_dtype t, void *p, size_t i, float v);
+
+/* Validation shared by host and device entry points (ctx may be NULL). */
+NB_INTERNAL nb_status nbi_check_desc(nb_context *ctx, const nb_weight_desc *d, nb_layout want);
+NB_INTERNAL nb_status nbi_check_gemm(nb_context *ctx, const nb_gemm_desc *g, nb_layout want, bool host);
+
+/* MXFP4 scale-exponent range of checkpoint scales (bytes != 0xFF). */
+NB_INTERNAL void nbi_scale_exp_range(const uint8_t *scales, size_t count, int32_t *emin, int32_t *emax);
+
+/* ------------------------------------------------------------ gemm plan */
+typedef struct nbi_gemm_plan {
+    int fmt;            /* nb_format */
+    int act;            /* nb_dtype of X, Y, bias (F16 or BF16) */
+    int mt;             /* token tiles of 8: 1..4 */
+    int warps;          /* warps per CTA, each owns one 16-row block */
+    int64_t m, n, k;
+    int64_t lda, ldc;
+    int64_t row_blocks; /* ceil(n / 16) */
+    int64_t kchunks;    /* ceil(k / 128) */
+    int grid_x;         /* ceil(row_blocks / warps) */
+    int splits;         /* CTAs along k */
+    int chunks_per_split;
+    int exp_shift;      /* epilogue multiplies by 2^exp_shift ... */
+    float tensor_scale; /* ... and by tensor_scale */
+    int table_shift;    /* scale table entries are ldexp(scale, table_shift) */
+    int m_offset;       /* first row of X/Y this launch covers (m > 32 is sliced) */
+    size_t ws_partial_bytes;
+    size_t ws_counter_bytes;
+} nbi_gemm_plan;
+
+NB_INTERNAL nb_status nbi_gemm_make_plan(nb_context *ctx, const nb_gemm_desc *g, nbi_gemm_plan *p);
+
+/* ------------------------------------------ CUDA side (device.c stubs) */
+/* Each returns 0 on success or a cudaError_t value; on failure `err`
+ * (NB_ERRBUF bytes) holds a message. */
+NB_INTERNAL int nbi_cuda_available(void);
+NB_INTERNAL int nbi_cuda_device_count(int *count, char *err);
+NB_INTERNAL int nbi_cuda_device_info(int device, nb_device_info *info, char *err);
+NB_INTERNAL int nbi_cuda_dequantize(const nb_weight_desc *d, const uint8_t *codes, const uint8_t *scales,
+                                    nb_dtype dst_dtype, void *dst, void *stream, char *err);
+NB_INTERNAL int nbi_cuda_pack(const nb_weight_desc *d, const uint8_t *codes, const uint8_t *scales,
+                              void *packed, int32_t *emin, int32_t *emax, void *stream, char *err);
+NB_INTERNAL int nbi_cuda_gemm(const nbi_gemm_plan *p, const void *x, const void *packed, const void *bias,
+                              void *y, void *workspace, void *stream, char *err);
+NB_INTERNAL int nbi_cuda_gemm_naive(const nb_gemm_desc *g, const void *x, const uint8_t *codes,
+                                    const uint8_t *scales, const void *bias, float *y, void *stream, char *err);
+NB_INTERNAL const char *nbi_cuda_archs(void);
+NB_INTERNAL int nbi_cuda_gemv_shape(int *warps, int *stages);
+NB_INTERNAL int nbi_cuda_gemv_occupancy(int fmt, int act, int mt, int *ctas_per_sm, char *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

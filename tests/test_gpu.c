@@ -1,0 +1,481 @@
+/* test_gpu.c - correctness of the device path on a real GPU.
+ *
+ *   test_gpu [--quick]      exit 0 pass, 1 fail, 77 no device (skipped)
+ *
+ * For every format (NVFP4, MXFP4) and activation type (BF16, FP16):
+ *   - nb_pack on the device produces the same bytes as nb_pack_host;
+ *   - nb_dequantize on the device equals nb_dequantize_host bit for bit;
+ *   - nb_gemm for every m in 1..32 (and 33, 64 in slices) against the naive
+ *     GPU reference (same exact weights, float accumulation) and, at m = 32,
+ *     against dequantize-then-cuBLAS; small shapes also against the float64
+ *     host reference.  Outputs are poisoned (NaN) before each run, so an
+ *     unwritten element fails;
+ *   - NaN scales give NaN rows and only those; negative scales; bias;
+ *   - two runs are bitwise identical and a CUDA-graph replay equals a direct
+ *     call (split-K reduction is deterministic, workspace left zeroed).
+ * Error rule: |y - ref| <= ulp_out(|ref|) + 2^-14 * max|ref| per element
+ * (output rounding plus float accumulation over k in another order). */
+#include "nibble.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int g_fail = 0, g_pass = 0;
+static int g_no_cublas = 0; /* --no-cublas: racecheck reports hazards inside cuBLAS itself */
+
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "%s:%d CUDA error %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+#define NB(call)                                                                                   \
+    do {                                                                                           \
+        nb_status s_ = (call);                                                                     \
+        if (s_ != NB_OK) {                                                                         \
+            fprintf(stderr, "%s:%d %s -> %s: %s\n", __FILE__, __LINE__, #call, nb_status_name(s_), nb_last_error()); \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+static void check(int ok, const char *what) {
+    if (ok) g_pass++;
+    else {
+        g_fail++;
+        fprintf(stderr, "FAIL: %s\n", what);
+    }
+}
+
+/* xorshift: deterministic data */
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint32_t rnd(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 32);
+}
+static float frand(void) { return (float)rnd() / 4294967296.0f * 2.0f - 1.0f; }
+
+static uint16_t to16(nb_dtype t, float v) {
+    /* RNE via the library's own dequantize path is not exposed; do it here */
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    if (t == NB_DTYPE_BF16) return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+    /* f16: values used here are normal and small */
+    int e = (int)((u >> 23) & 255) - 127 + 15;
+    uint32_t sign = (u >> 16) & 0x8000u, mant = u & 0x7FFFFFu;
+    if (e <= 0) return (uint16_t)sign;
+    uint32_t h = ((uint32_t)e << 10) | (mant >> 13), rem = mant & 0x1FFFu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
+    return (uint16_t)(sign | h);
+}
+static float from16(nb_dtype t, uint16_t h) {
+    if (t == NB_DTYPE_BF16) {
+        uint32_t u = (uint32_t)h << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    int e = (h >> 10) & 31;
+    uint32_t m = h & 0x3FF;
+    float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 0x400), e - 25);
+    return (h & 0x8000) ? -v : v;
+}
+static float ulp_out(nb_dtype t, float a) {
+    int e;
+    frexpf(a, &e);
+    int mbits = t == NB_DTYPE_BF16 ? 8 : 11;
+    int minexp = t == NB_DTYPE_BF16 ? -133 : -24;
+    int q = e - mbits;
+    if (q < minexp) q = minexp;
+    return ldexpf(1.0f, q);
+}
+
+typedef struct {
+    nb_format fmt;
+    int64_t n, k;
+    uint8_t *codes, *scales;       /* host, checkpoint */
+    uint8_t *d_codes, *d_scales;   /* device */
+    void *d_packed;
+    nb_weight_desc desc;           /* packed */
+    nb_weight_sizes sz;
+} weight_t;
+
+/* Random codes and realistic scales (NVFP4: E4M3 around 2^-3..2^3 with a few
+ * negatives when asked; MXFP4: exponents 118..127). */
+static void make_weight(nb_context *ctx, weight_t *w, nb_format fmt, int64_t n, int64_t k, int neg_scales,
+                        int compare_host_pack) {
+    memset(w, 0, sizeof *w);
+    w->fmt = fmt;
+    w->n = n;
+    w->k = k;
+    NB(nb_weight_desc_init(&w->desc, fmt, n, k));
+    w->desc.tensor_scale = fmt == NB_FORMAT_NVFP4 ? 0.0123f : 1.0f;
+    NB(nb_weight_get_sizes(&w->desc, &w->sz));
+    w->codes = malloc(w->sz.codes_bytes);
+    w->scales = malloc(w->sz.scales_bytes);
+    for (size_t i = 0; i < w->sz.codes_bytes; i++) w->codes[i] = (uint8_t)rnd();
+    for (size_t i = 0; i < w->sz.scales_bytes; i++) {
+        uint32_t r = rnd();
+        if (fmt == NB_FORMAT_NVFP4) {
+            uint8_t b = (uint8_t)(0x20 + (r % 0x30)); /* exponents 4..9 */
+            if (neg_scales && (r >> 16) % 5 == 0) b |= 0x80;
+            w->scales[i] = b;
+        } else {
+            w->scales[i] = (uint8_t)(118 + r % 10);
+        }
+    }
+    CK(cudaMalloc((void **)&w->d_codes, w->sz.codes_bytes));
+    CK(cudaMalloc((void **)&w->d_scales, w->sz.scales_bytes));
+    CK(cudaMalloc(&w->d_packed, w->sz.packed_bytes));
+    CK(cudaMemcpy(w->d_codes, w->codes, w->sz.codes_bytes, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(w->d_scales, w->scales, w->sz.scales_bytes, cudaMemcpyHostToDevice));
+    nb_weight_desc hd = w->desc;
+    NB(nb_pack(ctx, &w->desc, w->d_codes, w->d_scales, w->d_packed, w->sz.packed_bytes, NULL));
+    if (compare_host_pack) {
+        uint8_t *hp = malloc(w->sz.packed_bytes), *dp = malloc(w->sz.packed_bytes);
+        NB(nb_pack_host(ctx, &hd, w->codes, w->scales, hp, w->sz.packed_bytes));
+        CK(cudaMemcpy(dp, w->d_packed, w->sz.packed_bytes, cudaMemcpyDeviceToHost));
+        char what[128];
+        snprintf(what, sizeof what, "device pack == host pack (%s %lldx%lld)", fmt == NB_FORMAT_NVFP4 ? "nvfp4" : "mxfp4",
+                 (long long)n, (long long)k);
+        check(memcmp(hp, dp, w->sz.packed_bytes) == 0 && hd.scale_exp_min == w->desc.scale_exp_min &&
+                  hd.scale_exp_max == w->desc.scale_exp_max,
+              what);
+        free(hp);
+        free(dp);
+    }
+}
+
+static void free_weight(weight_t *w) {
+    free(w->codes);
+    free(w->scales);
+    cudaFree(w->d_codes);
+    cudaFree(w->d_scales);
+    cudaFree(w->d_packed);
+}
+
+/* Compare y (16-bit, [m, n]) to ref (float, [m, n]); prints the worst element. */
+static int compare(const char *what, nb_dtype t, const uint16_t *y, const float *ref, int64_t m, int64_t n, int64_t ldr) {
+    float maxref = 0.0f;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) maxref = fmaxf(maxref, fabsf(ref[i * ldr + j]));
+    double worst = -1.0;
+    int64_t wi = -1, wj = -1;
+    int bad = 0;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            float r = ref[i * ldr + j], v = from16(t, y[i * n + j]);
+            float tol = ulp_out(t, fabsf(r)) + ldexpf(maxref, -14);
+            double err = isnan(v) || isnan(r) ? INFINITY : fabs((double)v - (double)r);
+            if (isnan(v) && isnan(r)) err = 0.0;
+            if (!(err <= tol)) bad++;
+            if (err / tol > worst) {
+                worst = err / tol;
+                wi = i;
+                wj = j;
+            }
+        }
+    if (bad) fprintf(stderr, "%s: %d bad, worst at [%lld,%lld] got %g want %g (err/tol %.3g)\n", what, bad, (long long)wi,
+                     (long long)wj, from16(t, y[wi * n + wj]), ref[wi * ldr + wj], worst);
+    check(!bad, what);
+    return !bad;
+}
+
+typedef struct {
+    nb_context *ctx;
+    cublasHandle_t blas;
+    void *ws;
+    size_t ws_bytes;
+} env_t;
+
+static void ensure_ws(env_t *e, size_t bytes) {
+    if (bytes <= e->ws_bytes) return;
+    cudaFree(e->ws);
+    CK(cudaMalloc(&e->ws, bytes));
+    CK(cudaMemset(e->ws, 0, bytes));
+    e->ws_bytes = bytes;
+}
+
+static void run_gemm(env_t *e, weight_t *w, nb_dtype act, int64_t m, const void *d_x, const void *d_bias, uint16_t *d_y,
+                     uint16_t *h_y, int64_t n) {
+    nb_gemm_desc g;
+    NB(nb_gemm_desc_init(&g, &w->desc, m, act, act));
+    size_t ws = 0;
+    NB(nb_gemm_workspace_size(e->ctx, &g, &ws));
+    ensure_ws(e, ws);
+    CK(cudaMemset(d_y, 0xFF, (size_t)(m * n) * 2)); /* poison: 0xFFFF is NaN in BF16 and FP16 */
+    NB(nb_gemm(e->ctx, &g, d_x, w->d_packed, d_bias, d_y, e->ws, e->ws_bytes, NULL));
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(h_y, d_y, (size_t)(m * n) * 2, cudaMemcpyDeviceToHost));
+}
+
+/* One shape: weights, all m in ms[], references. */
+static void test_shape(env_t *e, nb_format fmt, nb_dtype act, int64_t n, int64_t k, const int *ms, int nms, int full_checks) {
+    char what[256];
+    const char *fn = fmt == NB_FORMAT_NVFP4 ? "nvfp4" : "mxfp4", *an = act == NB_DTYPE_BF16 ? "bf16" : "f16";
+    weight_t w;
+    int small = n * k <= (int64_t)4096 * 4096;
+    make_weight(e->ctx, &w, fmt, n, k, full_checks, small);
+    int64_t mmax = 0;
+    for (int i = 0; i < nms; i++) mmax = ms[i] > mmax ? ms[i] : mmax;
+    /* activations, bias */
+    uint16_t *hx = malloc((size_t)(mmax * k) * 2), *hb = malloc((size_t)n * 2);
+    for (int64_t i = 0; i < mmax * k; i++) hx[i] = to16(act, frand());
+    for (int64_t i = 0; i < n; i++) hb[i] = to16(act, frand());
+    void *dx, *db;
+    uint16_t *dy;
+    float *dref;
+    CK(cudaMalloc(&dx, (size_t)(mmax * k) * 2));
+    CK(cudaMalloc(&db, (size_t)n * 2));
+    CK(cudaMalloc((void **)&dy, (size_t)(mmax * n) * 2));
+    CK(cudaMalloc((void **)&dref, (size_t)(mmax * n) * 4));
+    CK(cudaMemcpy(dx, hx, (size_t)(mmax * k) * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(db, hb, (size_t)n * 2, cudaMemcpyHostToDevice));
+    /* naive GPU reference over all mmax rows (rows are independent) */
+    nb_weight_desc cd = w.desc;
+    cd.layout = NB_LAYOUT_CHECKPOINT;
+    nb_gemm_desc rg;
+    NB(nb_gemm_desc_init(&rg, &cd, mmax, act, act));
+    int use_bias = full_checks;
+    NB(nb_gemm_reference_device(e->ctx, &rg, dx, w.d_codes, w.d_scales, use_bias ? db : NULL, dref, NULL));
+    float *href = malloc((size_t)(mmax * n) * 4);
+    CK(cudaMemcpy(href, dref, (size_t)(mmax * n) * 4, cudaMemcpyDeviceToHost));
+    uint16_t *hy = malloc((size_t)(mmax * n) * 2);
+    for (int i = 0; i < nms; i++) {
+        int64_t m = ms[i];
+        run_gemm(e, &w, act, m, dx, use_bias ? db : NULL, dy, hy, n);
+        snprintf(what, sizeof what, "gemm %s %s n=%lld k=%lld m=%lld%s vs GPU reference", fn, an, (long long)n,
+                 (long long)k, (long long)m, use_bias ? " +bias" : "");
+        compare(what, act, hy, href, m, n, n);
+    }
+    /* float64 host reference for small problems */
+    if (small && mmax <= 64) {
+        double *r64 = malloc((size_t)(mmax * n) * 8);
+        NB(nb_gemm_host_f64(e->ctx, &rg, hx, w.codes, w.scales, use_bias ? hb : NULL, r64));
+        float *rf = malloc((size_t)(mmax * n) * 4);
+        for (int64_t i = 0; i < mmax * n; i++) rf[i] = (float)r64[i];
+        int64_t m = mmax;
+        run_gemm(e, &w, act, m, dx, use_bias ? db : NULL, dy, hy, n);
+        snprintf(what, sizeof what, "gemm %s %s n=%lld k=%lld m=%lld vs float64 host reference", fn, an, (long long)n,
+                 (long long)k, (long long)m);
+        compare(what, act, hy, rf, m, n, n);
+        free(r64);
+        free(rf);
+    }
+    if (full_checks && !g_no_cublas) {
+        /* dequantize-then-cuBLAS at the largest m (<= 32) */
+        int64_t m = mmax < 32 ? mmax : 32;
+        void *dw;
+        float *dc;
+        CK(cudaMalloc(&dw, (size_t)(n * k) * 2));
+        CK(cudaMalloc((void **)&dc, (size_t)(m * n) * 4));
+        NB(nb_dequantize(e->ctx, &cd, w.d_codes, w.d_scales, act, dw, NULL));
+        float one = 1.0f, zero = 0.0f;
+        cudaDataType dt = act == NB_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+        cublasStatus_t bs = cublasGemmEx(e->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)m, (int)k, &one, dw, dt, (int)k,
+                                         dx, dt, (int)k, &zero, dc, CUDA_R_32F, (int)n, CUBLAS_COMPUTE_32F,
+                                         CUBLAS_GEMM_DEFAULT);
+        check(bs == CUBLAS_STATUS_SUCCESS, "cublasGemmEx");
+        float *hc = malloc((size_t)(m * n) * 4);
+        CK(cudaMemcpy(hc, dc, (size_t)(m * n) * 4, cudaMemcpyDeviceToHost));
+        if (use_bias)
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t j = 0; j < n; j++) hc[i * n + j] += from16(act, hb[j]);
+        run_gemm(e, &w, act, m, dx, use_bias ? db : NULL, dy, hy, n);
+        /* cuBLAS sees weights rounded to 16 bits (x tensor scale): relative
+         * Frobenius error bound instead of per element */
+        double num = 0, den = 0;
+        for (int64_t i = 0; i < m * n; i++) {
+            double d = (double)from16(act, hy[i]) - hc[i];
+            num += d * d;
+            den += (double)hc[i] * hc[i];
+        }
+        double rel = sqrt(num / (den > 0 ? den : 1));
+        snprintf(what, sizeof what, "gemm %s %s n=%lld k=%lld m=%lld vs dequantize+cuBLAS: rel err %.2e", fn, an,
+                 (long long)n, (long long)k, (long long)m, rel);
+        check(rel < (act == NB_DTYPE_BF16 ? 8e-3 : 2e-3), what);
+        if (!(rel < (act == NB_DTYPE_BF16 ? 8e-3 : 2e-3))) fprintf(stderr, "  %s\n", what);
+        /* determinism and graph capture */
+        nb_gemm_desc g;
+        NB(nb_gemm_desc_init(&g, &w.desc, m, act, act));
+        uint16_t *hy2 = malloc((size_t)(m * n) * 2);
+        memcpy(hy2, hy, (size_t)(m * n) * 2);
+        cudaStream_t s;
+        CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        cudaGraph_t graph;
+        cudaGraphExec_t exec;
+        CK(cudaMemset(dy, 0xFF, (size_t)(m * n) * 2));
+        CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+        nb_status st = nb_gemm(e->ctx, &g, dx, w.d_packed, use_bias ? db : NULL, dy, e->ws, e->ws_bytes, s);
+        CK(cudaStreamEndCapture(s, &graph));
+        check(st == NB_OK, "nb_gemm under stream capture");
+        CK(cudaGraphInstantiate(&exec, graph, 0));
+        for (int r = 0; r < 3; r++) CK(cudaGraphLaunch(exec, s));
+        CK(cudaStreamSynchronize(s));
+        CK(cudaMemcpy(hy, dy, (size_t)(m * n) * 2, cudaMemcpyDeviceToHost));
+        snprintf(what, sizeof what, "graph replay bitwise equal to direct call (%s %s n=%lld k=%lld m=%lld)", fn, an,
+                 (long long)n, (long long)k, (long long)m);
+        check(memcmp(hy, hy2, (size_t)(m * n) * 2) == 0, what);
+        CK(cudaGraphExecDestroy(exec));
+        CK(cudaGraphDestroy(graph));
+        CK(cudaStreamDestroy(s));
+        free(hy2);
+        free(hc);
+        cudaFree(dw);
+        cudaFree(dc);
+    }
+    free(hx);
+    free(hb);
+    free(href);
+    free(hy);
+    cudaFree(dx);
+    cudaFree(db);
+    cudaFree(dy);
+    cudaFree(dref);
+    free_weight(&w);
+}
+
+/* Device dequantize equals the host reference, bit for bit, every dtype. */
+static void test_dequant(env_t *e, nb_format fmt) {
+    weight_t w;
+    make_weight(e->ctx, &w, fmt, 48, 256, 1, 0);
+    /* make every scale byte appear, NaN ones included */
+    for (size_t i = 0; i < w.sz.scales_bytes; i++) w.scales[i] = (uint8_t)i;
+    CK(cudaMemcpy(w.d_scales, w.scales, w.sz.scales_bytes, cudaMemcpyHostToDevice));
+    nb_weight_desc cd = w.desc;
+    cd.layout = NB_LAYOUT_CHECKPOINT;
+    cd.tensor_scale = fmt == NB_FORMAT_NVFP4 ? -0.37f : 1.0f;
+    nb_dtype ts[3] = {NB_DTYPE_F32, NB_DTYPE_BF16, NB_DTYPE_F16};
+    for (int i = 0; i < 3; i++) {
+        size_t bytes = w.sz.dense_elements * (ts[i] == NB_DTYPE_F32 ? 4 : 2);
+        void *h = malloc(bytes), *hd = malloc(bytes), *d;
+        CK(cudaMalloc(&d, bytes));
+        NB(nb_dequantize_host(e->ctx, &cd, w.codes, w.scales, ts[i], h));
+        NB(nb_dequantize(e->ctx, &cd, w.d_codes, w.d_scales, ts[i], d, NULL));
+        CK(cudaMemcpy(hd, d, bytes, cudaMemcpyDeviceToHost));
+        char what[96];
+        snprintf(what, sizeof what, "device dequantize == host (%s, dtype %d)", fmt == NB_FORMAT_NVFP4 ? "nvfp4" : "mxfp4",
+                 (int)ts[i]);
+        check(memcmp(h, hd, bytes) == 0, what);
+        free(h);
+        free(hd);
+        cudaFree(d);
+    }
+    free_weight(&w);
+}
+
+/* NaN scale bytes: exactly the rows that hold one become NaN. */
+static void test_nan_scales(env_t *e, nb_format fmt, nb_dtype act) {
+    const int64_t n = 64, k = 512, m = 5;
+    weight_t w;
+    make_weight(e->ctx, &w, fmt, n, k, 0, 0);
+    const int64_t ng = k / w.desc.group_size;
+    w.scales[7 * ng + 3] = fmt == NB_FORMAT_NVFP4 ? 0x7F : 0xFF;
+    w.scales[40 * ng + ng - 1] = 0xFF; /* E4M3 0xFF is NaN too */
+    CK(cudaMemcpy(w.d_scales, w.scales, w.sz.scales_bytes, cudaMemcpyHostToDevice));
+    w.desc.layout = NB_LAYOUT_CHECKPOINT;
+    NB(nb_pack(e->ctx, &w.desc, w.d_codes, w.d_scales, w.d_packed, w.sz.packed_bytes, NULL));
+    uint16_t *hx = malloc((size_t)(m * k) * 2), *hy = malloc((size_t)(m * n) * 2);
+    for (int64_t i = 0; i < m * k; i++) hx[i] = to16(act, frand());
+    void *dx;
+    uint16_t *dy;
+    CK(cudaMalloc(&dx, (size_t)(m * k) * 2));
+    CK(cudaMalloc((void **)&dy, (size_t)(m * n) * 2));
+    CK(cudaMemcpy(dx, hx, (size_t)(m * k) * 2, cudaMemcpyHostToDevice));
+    run_gemm(e, &w, act, m, dx, NULL, dy, hy, n);
+    int ok = 1;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            int want_nan = j == 7 || j == 40;
+            if ((isnan(from16(act, hy[i * n + j])) != 0) != want_nan) ok = 0;
+        }
+    char what[96];
+    snprintf(what, sizeof what, "NaN scales give NaN rows only (%s %s)", fmt == NB_FORMAT_NVFP4 ? "nvfp4" : "mxfp4",
+             act == NB_DTYPE_BF16 ? "bf16" : "f16");
+    check(ok, what);
+    free(hx);
+    free(hy);
+    cudaFree(dx);
+    cudaFree(dy);
+    free_weight(&w);
+}
+
+/* MXFP4 with FP16 activations: a scale range too wide to be exact is refused. */
+static void test_mx_range(env_t *e) {
+    weight_t w;
+    make_weight(e->ctx, &w, NB_FORMAT_MXFP4, 32, 256, 0, 0);
+    w.scales[0] = 90;
+    w.scales[1] = 127;
+    CK(cudaMemcpy(w.d_scales, w.scales, w.sz.scales_bytes, cudaMemcpyHostToDevice));
+    w.desc.layout = NB_LAYOUT_CHECKPOINT;
+    NB(nb_pack(e->ctx, &w.desc, w.d_codes, w.d_scales, w.d_packed, w.sz.packed_bytes, NULL));
+    nb_gemm_desc g;
+    NB(nb_gemm_desc_init(&g, &w.desc, 1, NB_DTYPE_F16, NB_DTYPE_F16));
+    check(nb_gemm_can_implement(e->ctx, &g) == NB_ERR_UNSUPPORTED, "MXFP4 FP16 with 37-binade scales -> UNSUPPORTED");
+    NB(nb_gemm_desc_init(&g, &w.desc, 1, NB_DTYPE_BF16, NB_DTYPE_BF16));
+    check(nb_gemm_can_implement(e->ctx, &g) == NB_OK, "MXFP4 BF16 with 37-binade scales is fine");
+    free_weight(&w);
+}
+
+int main(int argc, char **argv) {
+    int quick = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--no-cublas")) g_no_cublas = 1;
+        else {
+            fprintf(stderr, "usage: test_gpu [--quick] [--no-cublas]\n");
+            return 1;
+        }
+    }
+    int count = 0;
+    if (nb_device_count(&count) != NB_OK || count == 0) {
+        printf("test_gpu: no CUDA device, skipped\n");
+        return 77;
+    }
+    env_t e = {0};
+    NB(nb_context_create(0, &e.ctx));
+    nb_device_info info;
+    NB(nb_context_device_info(e.ctx, &info));
+    printf("test_gpu on %s (sm_%d%d, %d SMs)%s\n", info.name, info.cc_major, info.cc_minor, info.sm_count,
+           quick ? " quick" : "");
+    if (cublasCreate(&e.blas) != CUBLAS_STATUS_SUCCESS) {
+        fprintf(stderr, "cublasCreate failed\n");
+        return 1;
+    }
+    static const int all_m[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22,
+                                23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 64};
+    static const int few_m[] = {1, 3, 8, 9, 16, 17, 32, 33};
+    const nb_format fmts[2] = {NB_FORMAT_NVFP4, NB_FORMAT_MXFP4};
+    const nb_dtype acts[2] = {NB_DTYPE_BF16, NB_DTYPE_F16};
+    for (int f = 0; f < 2; f++) {
+        test_dequant(&e, fmts[f]);
+        for (int a = 0; a < 2; a++) {
+            test_nan_scales(&e, fmts[f], acts[a]);
+            /* ragged: n not a multiple of 16 or of the CTA, k odd multiples of the group */
+            test_shape(&e, fmts[f], acts[a], 17, fmts[f] == NB_FORMAT_NVFP4 ? 16 * 37 : 32 * 7, few_m, 8, 1);
+            test_shape(&e, fmts[f], acts[a], 1000, 4096 + 96, few_m, 8, 1);
+            test_shape(&e, fmts[f], acts[a], 300, 64 * 3 * 16, all_m, 34, 1);
+            if (!quick) {
+                static const int64_t shapes[][2] = {{4096, 4096}, {6144, 4096},  {28672, 4096}, {4096, 14336},
+                                                    {8192, 8192}, {10240, 8192}, {57344, 8192}, {8192, 28672}};
+                for (int s = 0; s < 8; s++) test_shape(&e, fmts[f], acts[a], shapes[s][0], shapes[s][1], all_m, 32, s == 4);
+            }
+        }
+    }
+    test_mx_range(&e);
+    char cfg[256];
+    NB(nb_gemm_last_config(e.ctx, cfg, sizeof cfg));
+    printf("last config: %s\n", cfg);
+    cublasDestroy(e.blas);
+    cudaFree(e.ws);
+    nb_context_destroy(e.ctx);
+    printf("%d passed, %d failed\n", g_pass, g_fail);
+    return g_fail ? 1 : 0;
+}

@@ -1,0 +1,304 @@
+/* nibble - command-line tool over the public API.
+ *
+ *   nibble version | info | demo | bench     (each takes --help)
+ *
+ * Exit codes: 0 success, 1 usage error, 2 a check failed (wrong numbers),
+ * 3 a library call failed. */
+#define _POSIX_C_SOURCE 200809L
+#include "nibble.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifdef NB_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+int nb_cli_bench(int argc, char **argv); /* bench.c */
+
+static int wants_help(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return 1;
+    return 0;
+}
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: nibble <command> [options]\n\n"
+               "commands:\n"
+               "  version   print the library version\n"
+               "  info      build configuration (formats, CUDA architectures) and devices found\n"
+               "  demo      quantize a built-in Llama-shaped layer to NVFP4 and MXFP4, run the GEMM\n"
+               "            (GPU when present, C reference otherwise), print errors and time\n"
+               "  bench     time the decode GEMM against cuBLAS BF16 (GPU only)\n\n"
+               "'nibble <command> --help' describes each command.\n");
+}
+
+static int cmd_version(int argc, char **argv) {
+    if (wants_help(argc, argv)) {
+        printf("usage: nibble version\n  Print the library version (and warn if it differs from the header's).\n");
+        return 0;
+    }
+    printf("nibble %s\n", nb_version_string());
+    if (nb_version() != NB_VERSION) {
+        fprintf(stderr, "warning: header version %d, library version %d\n", NB_VERSION, nb_version());
+        return 2;
+    }
+    return 0;
+}
+
+static int cmd_info(int argc, char **argv) {
+    if (wants_help(argc, argv)) {
+        printf("usage: nibble info\n  Print the build configuration and every CUDA device found.\n");
+        return 0;
+    }
+    nb_build_info b;
+    nb_get_build_info(&b);
+    printf("nibble %s\n", b.version);
+    printf("formats:            %s\n", b.formats);
+    printf("CUDA kernels:       %s\n", b.cuda ? "yes" : "no (CPU-only build: the C reference runs everything)");
+    if (b.cuda) printf("CUDA architectures: %s\n", b.cuda_archs);
+    int count = 0;
+    nb_device_count(&count);
+    printf("devices:            %d\n", count);
+    for (int d = 0; d < count; d++) {
+        nb_context *ctx = NULL;
+        if (nb_context_create(d, &ctx) != NB_OK) {
+            printf("  [%d] unavailable: %s\n", d, nb_last_error());
+            continue;
+        }
+        nb_device_info i;
+        nb_context_device_info(ctx, &i);
+        printf("  [%d] %s  sm_%d%d  %d SMs  L2 %.0f MB  %.1f GB  smem/block %zu KB\n", d, i.name, i.cc_major, i.cc_minor,
+               i.sm_count, i.l2_bytes / 1e6, i.global_mem_bytes / 1e9, i.smem_per_block_optin / 1024);
+        nb_context_destroy(ctx);
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ demo */
+
+static uint64_t demo_rng = 0x2545F4914F6CDD1Dull;
+static double demo_gauss(void) {
+    /* Box-Muller over a xorshift: deterministic on every machine */
+    double u[2];
+    for (int i = 0; i < 2; i++) {
+        demo_rng ^= demo_rng << 13;
+        demo_rng ^= demo_rng >> 7;
+        demo_rng ^= demo_rng << 17;
+        u[i] = ((demo_rng >> 11) + 0.5) / 9007199254740992.0;
+    }
+    return sqrt(-2.0 * log(u[0])) * cos(6.283185307179586 * u[1]);
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static uint16_t f32_to_bf16(float v) {
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+static float bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+#define TRY(call)                                                                                  \
+    do {                                                                                           \
+        nb_status s_ = (call);                                                                     \
+        if (s_ != NB_OK) {                                                                         \
+            fprintf(stderr, "error: %s: %s\n", nb_status_name(s_), nb_last_error());               \
+            return 3;                                                                              \
+        }                                                                                          \
+    } while (0)
+
+static int cmd_demo(int argc, char **argv) {
+    int64_t k = 4096, n = 4096, m = 4;
+    int force_cpu = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: nibble demo [--cpu] [--m M] [--k K] [--n N]\n"
+                   "  Quantizes a deterministic Gaussian layer (default k=%lld -> n=%lld, a Llama-3-8B\n"
+                   "  attention projection) to NVFP4 and MXFP4, runs Y = X . W^T with m=%lld tokens on the\n"
+                   "  GPU (or the C reference with --cpu or without a GPU) and prints the weight\n"
+                   "  quantization error, the output error against float64 and the time.\n",
+                   (long long)k, (long long)n, (long long)m);
+            return 0;
+        } else if (!strcmp(argv[i], "--cpu")) force_cpu = 1;
+        else if (i + 1 < argc && !strcmp(argv[i], "--m")) m = atoll(argv[++i]);
+        else if (i + 1 < argc && !strcmp(argv[i], "--k")) k = atoll(argv[++i]);
+        else if (i + 1 < argc && !strcmp(argv[i], "--n")) n = atoll(argv[++i]);
+        else {
+            fprintf(stderr, "nibble demo: unknown option '%s' (see --help)\n", argv[i]);
+            return 1;
+        }
+    }
+    if (m <= 0 || n <= 0 || k <= 0 || k % 32 || m > 4096 || n * k > ((int64_t)1 << 28)) {
+        fprintf(stderr, "nibble demo: need m in 1..4096, k a multiple of 32, n*k <= 2^28\n");
+        return 1;
+    }
+    int devices = 0;
+    nb_device_count(&devices);
+    int gpu = devices > 0 && !force_cpu;
+    nb_context *ctx = NULL;
+    TRY(nb_context_create(gpu ? 0 : NB_DEVICE_NONE, &ctx));
+    nb_device_info info;
+    nb_context_device_info(ctx, &info);
+    printf("nibble demo: layer k=%lld -> n=%lld, m=%lld tokens, on %s%s\n", (long long)k, (long long)n, (long long)m,
+           gpu ? info.name : "the CPU (C reference)", gpu ? "" : (devices ? "" : "; no CUDA device found"));
+
+    /* weights ~ N(0, 0.02) with a few outlier channels; activations ~ N(0, 1), BF16 */
+    float *w = malloc(sizeof(float) * (size_t)(n * k));
+    uint16_t *x = malloc(2 * (size_t)(m * k));
+    if (!w || !x) return 3;
+    for (int64_t i = 0; i < n * k; i++) w[i] = (float)(0.02 * demo_gauss() * ((i % k) % 97 == 0 ? 8.0 : 1.0));
+    for (int64_t i = 0; i < m * k; i++) x[i] = f32_to_bf16((float)demo_gauss());
+    /* float64 ground truth with the original weights */
+    double *yt = malloc(sizeof(double) * (size_t)(m * n));
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double a = 0;
+            for (int64_t l = 0; l < k; l++) a += (double)bf16_to_f32(x[i * k + l]) * w[j * k + l];
+            yt[i * n + j] = a;
+        }
+    printf("\n%-6s %12s %10s %14s %14s %12s  %s\n", "format", "weight-rel", "SQNR-dB", "out-vs-f64q", "out-vs-orig",
+           "time-us", "ran on");
+    int rc = 0;
+    const nb_format fmts[2] = {NB_FORMAT_NVFP4, NB_FORMAT_MXFP4};
+    for (int f = 0; f < 2; f++) {
+        nb_weight_desc d;
+        TRY(nb_weight_desc_init(&d, fmts[f], n, k));
+        nb_weight_sizes sz;
+        TRY(nb_weight_get_sizes(&d, &sz));
+        uint8_t *codes = malloc(sz.codes_bytes), *scales = malloc(sz.scales_bytes);
+        float *wq = malloc(sizeof(float) * (size_t)(n * k));
+        TRY(nb_quantize_host(ctx, &d, NB_DTYPE_F32, w, codes, scales));
+        TRY(nb_dequantize_host(ctx, &d, codes, scales, NB_DTYPE_F32, wq));
+        double num = 0, den = 0;
+        for (int64_t i = 0; i < n * k; i++) {
+            num += ((double)w[i] - wq[i]) * ((double)w[i] - wq[i]);
+            den += (double)w[i] * w[i];
+        }
+        double wrel = sqrt(num / den);
+        /* float64 GEMM with the quantized weights: the yardstick for the kernel */
+        nb_gemm_desc g;
+        TRY(nb_gemm_desc_init(&g, &d, m, NB_DTYPE_BF16, NB_DTYPE_BF16));
+        double *yq = malloc(sizeof(double) * (size_t)(m * n));
+        TRY(nb_gemm_host_f64(ctx, &g, x, codes, scales, NULL, yq));
+        uint16_t *y = malloc(2 * (size_t)(m * n));
+        double t_us = 0;
+        char where[300] = "C reference (float)";
+        if (gpu) {
+#ifdef NB_HAVE_CUDA
+            void *dx, *dy, *dp, *dws = NULL;
+            uint8_t *dc, *ds;
+            size_t ws = 0;
+            cudaMalloc(&dx, 2 * (size_t)(m * k));
+            cudaMalloc(&dy, 2 * (size_t)(m * n));
+            cudaMalloc(&dp, sz.packed_bytes);
+            cudaMalloc((void **)&dc, sz.codes_bytes);
+            cudaMalloc((void **)&ds, sz.scales_bytes);
+            cudaMemcpy(dx, x, 2 * (size_t)(m * k), cudaMemcpyHostToDevice);
+            cudaMemcpy(dc, codes, sz.codes_bytes, cudaMemcpyHostToDevice);
+            cudaMemcpy(ds, scales, sz.scales_bytes, cudaMemcpyHostToDevice);
+            nb_weight_desc pd = d;
+            TRY(nb_pack(ctx, &pd, dc, ds, dp, sz.packed_bytes, NULL));
+            TRY(nb_gemm_desc_init(&g, &pd, m, NB_DTYPE_BF16, NB_DTYPE_BF16));
+            TRY(nb_gemm_workspace_size(ctx, &g, &ws));
+            if (ws) {
+                cudaMalloc(&dws, ws);
+                cudaMemset(dws, 0, ws);
+            }
+            cudaEvent_t e0, e1;
+            cudaEventCreate(&e0);
+            cudaEventCreate(&e1);
+            TRY(nb_gemm(ctx, &g, dx, dp, NULL, dy, dws, ws, NULL)); /* warm-up */
+            const int iters = 50;
+            cudaEventRecord(e0, NULL);
+            for (int it = 0; it < iters; it++) TRY(nb_gemm(ctx, &g, dx, dp, NULL, dy, dws, ws, NULL));
+            cudaEventRecord(e1, NULL);
+            if (cudaEventSynchronize(e1) != cudaSuccess) {
+                fprintf(stderr, "error: %s\n", cudaGetErrorString(cudaGetLastError()));
+                return 3;
+            }
+            float ms = 0;
+            cudaEventElapsedTime(&ms, e0, e1);
+            t_us = ms * 1000.0 / iters;
+            cudaMemcpy(y, dy, 2 * (size_t)(m * n), cudaMemcpyDeviceToHost);
+            char cfg[256];
+            nb_gemm_last_config(ctx, cfg, sizeof cfg);
+            snprintf(where, sizeof where, "GPU %s (warm L2, no graph; see nibble bench)", cfg);
+            cudaFree(dx);
+            cudaFree(dy);
+            cudaFree(dp);
+            cudaFree(dc);
+            cudaFree(ds);
+            cudaFree(dws);
+            cudaEventDestroy(e0);
+            cudaEventDestroy(e1);
+#endif
+        } else {
+            double t0 = now_s();
+            TRY(nb_gemm_host(ctx, &g, x, codes, scales, NULL, y));
+            t_us = (now_s() - t0) * 1e6;
+        }
+        double eq = 0, dq = 0, eo = 0, dn = 0;
+        int nan = 0;
+        for (int64_t i = 0; i < m * n; i++) {
+            double v = bf16_to_f32(y[i]);
+            if (isnan(v)) nan++;
+            eq += (v - yq[i]) * (v - yq[i]);
+            dq += yq[i] * yq[i];
+            eo += (v - yt[i]) * (v - yt[i]);
+            dn += yt[i] * yt[i];
+        }
+        double rq = sqrt(eq / dq), ro = sqrt(eo / dn);
+        printf("%-6s %12.4f %10.2f %14.2e %14.4f %12.1f  %s\n", f ? "mxfp4" : "nvfp4", wrel, -20 * log10(wrel), rq, ro,
+               t_us, where);
+        /* BF16 output rounding alone gives ~2e-3; anything far above is a bug */
+        if (nan || !(rq < 1e-2)) {
+            fprintf(stderr, "error: %s output differs from the float64 reference (rel %.3g, %d NaN)\n",
+                    f ? "mxfp4" : "nvfp4", rq, nan);
+            rc = 2;
+        }
+        free(codes);
+        free(scales);
+        free(wq);
+        free(yq);
+        free(y);
+    }
+    printf("\nweight-rel: ||W - Q(W)|| / ||W||;  out-vs-f64q: output vs float64 GEMM with the quantized\n"
+           "weights (kernel error, BF16 output);  out-vs-orig: vs float64 with the original weights.\n");
+    free(w);
+    free(x);
+    free(yt);
+    nb_context_destroy(ctx);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 1;
+    }
+    const char *c = argv[1];
+    if (!strcmp(c, "--help") || !strcmp(c, "-h") || !strcmp(c, "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(c, "version") || !strcmp(c, "--version")) return cmd_version(argc - 1, argv + 1);
+    if (!strcmp(c, "info")) return cmd_info(argc - 1, argv + 1);
+    if (!strcmp(c, "demo")) return cmd_demo(argc - 1, argv + 1);
+    if (!strcmp(c, "bench")) return nb_cli_bench(argc - 1, argv + 1);
+    fprintf(stderr, "nibble: unknown command '%s'\n", c);
+    usage(stderr);
+    return 1;
+}
