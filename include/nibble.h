@@ -224,8 +224,9 @@ typedef struct nb_weight_desc {
     nb_scale_type scale_type;  /* E4M3 (NVFP4) or E8M0 (MXFP4) */
     nb_mx_scale_rule scale_rule;
     /* Multiplies every dequantized value: NVFP4 weight_scale_2 (any float,
-     * NaN propagates).  1.0 for MXFP4.  nb_quantize computes it when it is
-     * 0 on entry (NVFP4) and uses it as given otherwise. */
+     * NaN propagates).  1.0 for MXFP4 checkpoints.  nb_quantize computes it
+     * when it is 0 on entry (NVFP4) and uses it as given otherwise; MXFP4
+     * quantization requires 1 (or 0, read as 1). */
     float tensor_scale;
     /* Filled by nb_pack for MXFP4: smallest and largest non-NaN scale byte
      * (-1 when every scale is NaN).  The kernels use them to choose an exact
@@ -342,7 +343,8 @@ NB_API nb_status nb_gemm_reference_device(nb_context *ctx, const nb_gemm_desc *g
 NB_API float nb_e2m1_to_float(uint8_t code);  /* low 4 bits used */
 NB_API float nb_e4m3_to_float(uint8_t byte);  /* 0x7F, 0xFF -> NaN */
 NB_API float nb_e8m0_to_float(uint8_t byte);  /* 0xFF -> NaN */
-/* Round-to-nearest-even encoders with saturation (NaN -> 0x7F / 0x7, see docs). */
+/* Round-to-nearest-even encoders with saturation.  NaN gives 0x7F (E4M3 NaN)
+ * and 0x7 (+6: E2M1 has no NaN; nb_quantize rejects non-finite input). */
 NB_API uint8_t nb_float_to_e2m1(float x);
 NB_API uint8_t nb_float_to_e4m3(float x);
 

@@ -2,6 +2,7 @@
  * validation, the reference GEMM and the device dispatch. */
 #include "internal.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,6 +91,10 @@ nb_status nb_context_create(int device, nb_context **out) {
             return nbi_fail(NULL, NB_ERR_CUDA, "nb_context_create: %s", err);
         }
         c->has_device = 1;
+        for (int f = 0; f < 3; f++)
+            for (int t = 0; t < 4; t++) c->table_shift[f][t] = INT32_MIN;
+        const char *fs = getenv("NIBBLE_SPLITS"); /* tuning knob: force the split-K factor */
+        if (fs) c->force_splits = atoi(fs);
     }
     *out = c;
     return NB_OK;

@@ -40,8 +40,8 @@ int nbi_cuda_gemm_naive(const nb_gemm_desc *g, const void *x, const uint8_t *cod
     return no_cuda(err);
 }
 int nbi_cuda_gemv_shape(int *warps, int *stages) {
-    *warps = 4;
-    *stages = 3;
+    *warps = 8;
+    *stages = 4;
     return 0;
 }
 int nbi_cuda_gemv_occupancy(int fmt, int act, int mt, int *ctas, char *err) {

@@ -59,26 +59,35 @@ nb_status nb_pack(nb_context *ctx, nb_weight_desc *desc, const uint8_t *codes, c
     return NB_OK;
 }
 
-/* Split k over CTAs so the grid fills the GPU: minimise
- * ceil(ctas / slots) * ceil(kchunks / splits) (waves x chunks per warp), with
- * a small cost per split for the partial-sum traffic. */
-static int choose_splits(int64_t grid_x, int64_t kchunks, int64_t slots) {
-    int best = 1;
-    double best_cost = 1e300;
-    int64_t max_s = kchunks / 2 < 1 ? 1 : kchunks / 2;
-    if (max_s > 64) max_s = 64;
-    for (int64_t s = 1; s <= max_s; s++) {
-        int64_t cps = (kchunks + s - 1) / s;
-        int64_t eff = (kchunks + cps - 1) / cps; /* splits that get work */
-        if (eff != s) continue;
-        int64_t waves = (grid_x * s + slots - 1) / slots;
-        double cost = (double)waves * (double)cps + 0.25 * (double)(s - 1) + (s > 1 ? 1.0 : 0.0);
-        if (cost < best_cost) {
-            best_cost = cost;
-            best = (int)s;
+/* Spread k so the GPU fills: kw warps of a CTA share a row block (summed in
+ * shared memory) and `splits` CTAs share it along k (summed through the
+ * workspace by the last CTA to finish).  Minimise
+ *   waves * chunks per warp + reduction costs,
+ * where waves = ceil(CTAs / resident CTA slots); the constants are rough
+ * costs of one reduction, in chunk-times. */
+static void choose_split(int64_t row_blocks, int64_t kchunks, int warps, int64_t slots, int force, int *kw_out,
+                         int *splits_out) {
+    double best = 1e300;
+    *kw_out = 1;
+    *splits_out = 1;
+    for (int kw = 1; kw <= warps; kw *= 2) {
+        int64_t grid_x = (row_blocks + warps / kw - 1) / (warps / kw);
+        int64_t max_s = grid_x <= NBI_MAX_SPLIT_COLUMNS ? 64 : 1;
+        for (int64_t s = 1; s <= max_s && s <= kchunks; s++) {
+            if (force > 0 && s != (force < kchunks ? force : kchunks)) continue;
+            int64_t cps = (kchunks + s - 1) / s;
+            if ((kchunks + cps - 1) / cps != s) continue; /* every split gets work */
+            int64_t per_warp = (cps + kw - 1) / kw;
+            int64_t waves = (grid_x * s + slots - 1) / slots;
+            double cost = (double)waves * (double)per_warp + (s > 1 ? 3.0 + 0.25 * (double)(s - 1) : 0.0) +
+                          (kw > 1 ? 0.5 : 0.0);
+            if (cost < best) {
+                best = cost;
+                *kw_out = kw;
+                *splits_out = (int)s;
+            }
         }
     }
-    return best;
 }
 
 nb_status nbi_gemm_make_plan(nb_context *ctx, const nb_gemm_desc *g, nbi_gemm_plan *p) {
@@ -122,12 +131,24 @@ nb_status nbi_gemm_make_plan(nb_context *ctx, const nb_gemm_desc *g, nbi_gemm_pl
         }
     }
     p->tensor_scale = d->tensor_scale;
+    /* The 256-entry table scale byte -> 16-bit adjusted scale, cached per
+     * context (NVFP4 has one shift per dtype; MXFP4 one per emax). */
+    if (ctx->table_shift[p->fmt][p->act] != p->table_shift) {
+        uint16_t h[256];
+        for (int b = 0; b < 256; b++) {
+            float v = ldexpf(nbi_scale(d->scale_type, (uint8_t)b), p->table_shift);
+            h[b] = g->act_dtype == NB_DTYPE_BF16 ? nbi_f32_to_bf16(v) : nbi_f32_to_f16(v);
+        }
+        for (int i = 0; i < 128; i++) ctx->table[p->fmt][p->act][i] = (uint32_t)h[2 * i] | ((uint32_t)h[2 * i + 1] << 16);
+        ctx->table_shift[p->fmt][p->act] = p->table_shift;
+    }
+    memcpy(p->scale_table, ctx->table[p->fmt][p->act], sizeof p->scale_table);
+    p->pdl = ctx->info.cc_major >= 9;
     p->row_blocks = (d->n + 15) / 16;
     p->kchunks = (d->k + NBI_CHUNK_K - 1) / NBI_CHUNK_K;
-    int warps = 4, stages = 3, occ = 1;
+    int warps = 8, stages = 4, occ = 1;
     nbi_cuda_gemv_shape(&warps, &stages);
     p->warps = warps;
-    p->grid_x = (int)((p->row_blocks + warps - 1) / warps);
     char err[NB_ERRBUF] = "";
     int *cached = &ctx->gemv_occupancy[p->fmt][p->act][p->mt];
     if (!*cached) { /* queried once per kernel: keeps the hot call cheap */
@@ -137,19 +158,19 @@ nb_status nbi_gemm_make_plan(nb_context *ctx, const nb_gemm_desc *g, nbi_gemm_pl
     occ = *cached;
     if (occ < 1) occ = 1;
     int64_t slots = (int64_t)ctx->info.sm_count * occ;
-    /* the plan for m = 32 must need the most workspace: splits do not depend on m */
-    /* Split-K only pays when the grid is small; the arrival counters live at
-     * a fixed place (the first NBI_MAX_SPLIT_COLUMNS ints of the workspace),
-     * so one workspace can serve layers of every shape: each call leaves
-     * them zero. */
-    p->splits = p->grid_x <= NBI_MAX_SPLIT_COLUMNS ? choose_splits(p->grid_x, p->kchunks, slots) : 1;
+    /* The split-K arrival counters live at a fixed place (the first
+     * NBI_MAX_SPLIT_COLUMNS ints of the workspace), so one workspace serves
+     * layers of every shape: each call leaves them zero. */
+    choose_split(p->row_blocks, p->kchunks, warps, slots, ctx->force_splits, &p->kw, &p->splits);
+    const int64_t grid_x = (p->row_blocks + warps / p->kw - 1) / (warps / p->kw);
+    if (grid_x > 0x7FFFFFFF)
+        return nbi_fail(ctx, NB_ERR_BAD_SHAPE, "nb_gemm: n = %lld needs too many CTAs", (long long)d->n);
+    p->grid_x = (int)grid_x;
     p->chunks_per_split = (int)((p->kchunks + p->splits - 1) / p->splits);
     if (p->splits > 1) {
         p->ws_counter_bytes = NBI_MAX_SPLIT_COLUMNS * sizeof(int);
         p->ws_partial_bytes = (size_t)p->splits * (size_t)p->row_blocks * 16 * 32 * sizeof(float);
     }
-    if (p->grid_x > 0x7FFFFFFF)
-        return nbi_fail(ctx, NB_ERR_BAD_SHAPE, "nb_gemm: n = %lld needs too many CTAs", (long long)d->n);
     return NB_OK;
 }
 
@@ -210,17 +231,21 @@ nb_status nb_gemm(nb_context *ctx, const nb_gemm_desc *g, const void *x, const v
             return cuda_failed(ctx, "nb_gemm", err);
     }
     snprintf(ctx->last_config, sizeof ctx->last_config,
-             "gemv_fp4<%s,%s,mt=%d,warps=%d> grid=%dx%d split_k=%d chunks/split=%d launches=%lld", fmt_name(p.fmt),
-             nbi_dtype_name(g->act_dtype), p.mt, p.warps, p.grid_x, p.splits,
-             p.splits, p.chunks_per_split, (long long)((g->m + 31) / 32));
+             "gemv_fp4<%s,%s,mt=%d> grid=%dx%d warps=%d k-split=%dx%d chunks/warp=%d launches=%lld",
+             fmt_name(p.fmt), nbi_dtype_name(g->act_dtype), p.mt, p.grid_x, p.splits, p.warps, p.kw, p.splits,
+             (p.chunks_per_split + p.kw - 1) / p.kw, (long long)((g->m + 31) / 32));
     return NB_OK;
 }
 
 nb_status nb_gemm_last_config(const nb_context *ctx, char *buf, size_t buf_bytes) {
     if (!ctx || !buf) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_gemm_last_config: NULL argument");
     if (buf_bytes == 0) return nbi_fail(NULL, NB_ERR_BUFFER_TOO_SMALL, "nb_gemm_last_config: buf_bytes is 0");
-    snprintf(buf, buf_bytes, "%s", ctx->last_config[0] ? ctx->last_config : "none");
-    return strlen(ctx->last_config) < buf_bytes ? NB_OK : NB_ERR_BUFFER_TOO_SMALL;
+    const char *cfg = ctx->last_config[0] ? ctx->last_config : "none";
+    snprintf(buf, buf_bytes, "%s", cfg);
+    if (strlen(cfg) >= buf_bytes)
+        return nbi_fail(NULL, NB_ERR_BUFFER_TOO_SMALL, "nb_gemm_last_config: %zu bytes needed, %zu given (truncated)",
+                        strlen(cfg) + 1, buf_bytes);
+    return NB_OK;
 }
 
 nb_status nb_gemm_reference_device(nb_context *ctx, const nb_gemm_desc *g, const void *x, const uint8_t *codes,

@@ -53,7 +53,7 @@ float nbi_scale(nb_scale_type t, uint8_t b) { return t == NB_SCALE_E4M3 ? nbi_e4
  * mantissa bit wins (0.25->0, 0.75->1, 1.25->1, 1.75->2, 2.5->2, 3.5->4, 5->4).
  * Sign from x < 0, as ModelOpt does, so -0.1 gives 0x8 (negative zero). */
 uint8_t nbi_to_e2m1(float x) {
-    if (isnan(x)) return 0;
+    if (isnan(x)) return 7; /* E2M1 has no NaN: the documented stand-in is +6 */
     float a = fabsf(x);
     uint8_t c;
     if (a <= 0.25f) c = 0;
@@ -222,6 +222,10 @@ static nb_status quantize_rows(nb_context *ctx, nb_weight_desc *d, nb_dtype st, 
         if (fabsf(v) > amax) amax = fabsf(v);
     }
     if (d->format == NB_FORMAT_NVFP4 && d->tensor_scale == 0.0f) d->tensor_scale = amax / (6.0f * 448.0f);
+    if (d->format == NB_FORMAT_MXFP4 && d->tensor_scale == 0.0f) d->tensor_scale = 1.0f;
+    if (d->format == NB_FORMAT_MXFP4 && d->tensor_scale != 1.0f)
+        return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "quantize: MXFP4 has no tensor scale; tensor_scale must be 1 "
+                        "(or 0), got %g", (double)d->tensor_scale);
     if (!isfinite(d->tensor_scale) || (d->format == NB_FORMAT_NVFP4 && d->tensor_scale < 0.0f))
         return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "quantize: tensor_scale %g is not a finite non-negative value",
                         (double)d->tensor_scale);

@@ -22,6 +22,9 @@ struct nb_context {
     char last_error[NB_ERRBUF];
     char last_config[256];
     int gemv_occupancy[3][4][5]; /* [format][dtype][mt]: CTAs per SM, 0 = not yet queried */
+    int table_shift[3][4];       /* [format][dtype]: shift of the cached table, INT32_MIN = none */
+    uint32_t table[3][4][128];   /* cached adjusted scale tables (see gemv_fp4.cu) */
+    int force_splits;            /* NIBBLE_SPLITS environment variable, 0 = heuristic */
 };
 
 /* Record a failure (context buffer when ctx != NULL, and the thread-local
@@ -81,17 +84,20 @@ typedef struct nbi_gemm_plan {
     int fmt;            /* nb_format */
     int act;            /* nb_dtype of X, Y, bias (F16 or BF16) */
     int mt;             /* token tiles of 8: 1..4 */
-    int warps;          /* warps per CTA, each owns one 16-row block */
+    int warps;          /* warps per CTA */
+    int kw;             /* warps sharing one 16-row block (in-CTA split of k) */
     int64_t m, n, k;
     int64_t lda, ldc;
     int64_t row_blocks; /* ceil(n / 16) */
     int64_t kchunks;    /* ceil(k / 128) */
-    int grid_x;         /* ceil(row_blocks / warps) */
+    int grid_x;         /* ceil(row_blocks / (warps / kw)) */
     int splits;         /* CTAs along k */
     int chunks_per_split;
     int exp_shift;      /* epilogue multiplies by 2^exp_shift ... */
     float tensor_scale; /* ... and by tensor_scale */
     int table_shift;    /* scale table entries are ldexp(scale, table_shift) */
+    int pdl;            /* launch with programmatic dependent launch (sm_90+) */
+    uint32_t scale_table[128]; /* 256 adjusted 16-bit scales, two per word */
     int m_offset;       /* first row of X/Y this launch covers (m > 32 is sliced) */
     size_t ws_partial_bytes;
     size_t ws_counter_bytes;

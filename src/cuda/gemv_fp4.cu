@@ -54,6 +54,17 @@
  */
 #include "common.cuh"
 
+/* Build-time variants, for measuring (scripts/device-check builds several):
+ * NB_GEMV_STAGES weight chunks in each warp's shared-memory ring (so
+ * STAGES-1 in flight); NB_MINB minimum CTAs per SM asked of the register
+ * allocator. */
+#ifndef NB_GEMV_STAGES
+#define NB_GEMV_STAGES 4
+#endif
+#ifndef NB_MINB
+#define NB_MINB 1
+#endif
+
 struct GemvParams {
     const uint8_t *w;
     const void *x;
@@ -64,9 +75,10 @@ struct GemvParams {
     int m, n, k;
     int64_t lda, ldc;
     int row_blocks, kchunks, cps, splits;
+    int kw;          /* warps of a CTA that split one row block's k range (1, 2, 4, 8) */
     int exp_shift;   /* epilogue: ldexp(acc, exp_shift) * ts */
-    int table_shift; /* scale table: ldexp(scale, table_shift) */
     float ts;
+    uint32_t stab[128]; /* scale byte b -> adjusted 16-bit scale, two per word (built on the host) */
 };
 
 /* ------------------------------------------------------------ PTX helpers */
@@ -88,6 +100,29 @@ __device__ __forceinline__ uint4 ld_weights16(const void *ptr, uint64_t pol) {
         : "l"(ptr), "l"(pol));
     return r;
 }
+
+/* Programmatic dependent launch (sm_90): wait until the previous grid in
+ * the stream has finished and its writes are visible; let the next grid
+ * start its prologue early. */
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void grid_dependents_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* 16-byte global -> shared copy that bypasses registers, with an L2 policy. */
+__device__ __forceinline__ void cp_async16_hint(void *smem, const void *gmem, uint64_t pol) {
+    const uint32_t sa = (uint32_t)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(sa), "l"(gmem), "l"(pol));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
 template <int SB>
 __device__ __forceinline__ uint32_t ld_scales(const void *ptr, uint64_t pol) {
@@ -147,108 +182,154 @@ __device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1
 /* ----------------------------------------------------------------- kernel */
 
 template <int FMT, int ACT, int MT, int WARPS, int STAGES>
-__global__ void __launch_bounds__(WARPS * 32) gemv_fp4_kernel(const GemvParams p) {
+__global__ void __launch_bounds__(WARPS * 32, NB_MINB) gemv_fp4_kernel(const GemvParams p) {
     constexpr int SB = FMT == NB_FORMAT_NVFP4 ? 4 : 2; /* scale bytes per lane */
     constexpr int CB = NBI_CHUNK_CODE_BYTES + 32 * SB;  /* bytes per chunk */
     __shared__ uint32_t stab[256];                       /* scale byte -> adjusted 16-bit pair */
     __shared__ int is_last;
 
-    for (int i = threadIdx.x; i < 256; i += WARPS * 32) {
-        float v = ldexpf(nbc_scale(FMT, (uint32_t)i), p.table_shift);
-        uint16_t h;
-        if (ACT == NB_DTYPE_BF16) h = __bfloat16_as_ushort(__float2bfloat16_rn(v));
-        else h = __half_as_ushort(__float2half_rn(v));
-        stab[i] = (uint32_t)h * 0x10001u;
+    for (int i = threadIdx.x; i < 128; i += WARPS * 32) {
+        const uint32_t v = p.stab[i];
+        stab[2 * i] = (v & 0xFFFFu) * 0x10001u; /* broadcast to both halves */
+        stab[2 * i + 1] = (v >> 16) * 0x10001u;
     }
-    __syncthreads();
+    /* (the barrier that publishes stab comes after the weight prologue) */
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const int rb = blockIdx.x * WARPS + warp;
-    const int c_begin = blockIdx.y * p.cps;
-    const int c_end = min(c_begin + p.cps, p.kchunks);
+    /* warp -> (row block, k slice): the kw warps of a row block split the
+     * CTA's k range and are summed through shared memory at the end. */
+    const int ks = warp % p.kw;
+    const int rb = blockIdx.x * (WARPS / p.kw) + warp / p.kw;
+    const bool valid = rb < p.row_blocks;
+    const int cta_begin = blockIdx.y * p.cps, cta_end = min(cta_begin + p.cps, p.kchunks);
+    const int per_warp = (cta_end - cta_begin + p.kw - 1) / p.kw;
+    const int c_begin = cta_begin + ks * per_warp;
+    const int c_end = min(c_begin + per_warp, cta_end);
+    const int nchunks = valid ? max(c_end - c_begin, 0) : 0;
 
-    float acc[MT][4];
+    /* Two accumulator sets (even and odd tiles) so consecutive MMAs do not
+     * wait on each other. */
+    float acc[MT][4], acc2[MT][4];
 #pragma unroll
-    for (int i = 0; i < MT; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[i][j] = acc2[i][j] = 0.0f;
 
-    if (rb < p.row_blocks && c_begin < c_end) {
-        const uint64_t pol = policy_evict_first();
-        const uint8_t *wrow = p.w + (size_t)rb * p.kchunks * CB;
-        uint4 lo[STAGES], hi[STAGES];
-        uint32_t sc[STAGES];
+    /* Weights stream through a per-warp ring of STAGES chunks in shared
+     * memory, filled by cp.async STAGES-1 chunks ahead: many bytes in flight
+     * per warp without holding them in registers.  Each lane copies 16-byte
+     * segments lane, lane+32, ... of a chunk; cp.async.wait_group plus
+     * __syncwarp make the whole chunk visible to every lane.  The chunks of
+     * one row block are contiguous, so a warp reads one sequential stream.
+     * The weights do not depend on the previous kernel in the stream, so the
+     * prologue runs before griddepcontrol.wait (programmatic dependent
+     * launch). */
+    extern __shared__ uint4 ring_all[];
+    uint4 *ring = ring_all + (size_t)warp * STAGES * (CB / 16);
+    const uint64_t pol = policy_evict_first();
+    const uint4 *wsrc = (const uint4 *)(p.w + ((size_t)(valid ? rb : 0) * p.kchunks + c_begin) * CB);
+    auto fetch = [&](int i) { /* chunk i of this warp's range into slot i % STAGES */
+        if (i < nchunks) {
+            uint4 *dst = ring + (i % STAGES) * (CB / 16);
+            const uint4 *src = wsrc + (size_t)i * (CB / 16);
 #pragma unroll
-        for (int s = 0; s < STAGES; s++)
-            if (c_begin + s < c_end) {
-                const uint8_t *c = wrow + (size_t)(c_begin + s) * CB;
-                lo[s] = ld_weights16(c + 16 * lane, pol);
-                hi[s] = ld_weights16(c + 512 + 16 * lane, pol);
-                sc[s] = ld_scales<SB>(c + NBI_CHUNK_CODE_BYTES + SB * lane, pol);
+            for (int j = 0; j < (CB / 16 + 31) / 32; j++)
+                if (lane + 32 * j < CB / 16) cp_async16_hint(dst + lane + 32 * j, src + lane + 32 * j, pol);
+        }
+        cp_async_commit();
+    };
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; s++) fetch(s);
+    grid_dependency_wait();
+    __syncthreads(); /* scale table ready */
+
+    /* X rows of this lane's tokens */
+    const __nv_bfloat16 *xp[MT];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+        xp[mt] = (const __nv_bfloat16 *)p.x + (size_t)(mt * 8 + g < p.m ? mt * 8 + g : 0) * p.lda +
+                 (size_t)c_begin * NBI_CHUNK_K + 32 * t;
+
+    for (int i = 0; i < nchunks; i++) {
+        fetch(i + STAGES - 1);       /* its slot was released by the __syncwarp of iteration i-1 */
+        cp_async_wait<STAGES - 1>(); /* this lane's part of chunk i has landed */
+        __syncwarp();                /* ... and every other lane's */
+        const uint4 *slot = ring + (i % STAGES) * (CB / 16);
+        const uint4 L = slot[lane], H = slot[32 + lane];
+        const uint32_t S = SB == 4 ? ((const uint32_t *)(slot + 64))[lane] : ((const uint16_t *)(slot + 64))[lane];
+        __syncwarp(); /* slot i % STAGES may now be refilled */
+        const int kbase = (c_begin + i) * NBI_CHUNK_K + 32 * t;
+        /* adjusted scales: rows g and g+8, first and second 16 k of the lane */
+        uint32_t sg0, sg1, sh0, sh1;
+        if (FMT == NB_FORMAT_NVFP4) {
+            sg0 = stab[S & 0xFF];
+            sg1 = stab[(S >> 8) & 0xFF];
+            sh0 = stab[(S >> 16) & 0xFF];
+            sh1 = stab[S >> 24];
+        } else {
+            sg0 = sg1 = stab[S & 0xFF];
+            sh0 = sh1 = stab[(S >> 8) & 0xFF];
+        }
+        const uint32_t ql[4] = {L.x, L.y, L.z, L.w}, qh[4] = {H.x, H.y, H.z, H.w};
+#pragma unroll
+        for (int w = 0; w < 4; w++) {
+            uint4 xv[MT];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                const int tok = mt * 8 + g;
+                xv[mt] = tok < p.m && kbase + 8 * w < p.k ? __ldg((const uint4 *)(xp[mt] + i * NBI_CHUNK_K) + w)
+                                                          : make_uint4(0, 0, 0, 0);
             }
-        const __nv_bfloat16 *xb = (const __nv_bfloat16 *)p.x; /* 16-bit elements either way */
-
-        for (int c0 = c_begin; c0 < c_end; c0 += STAGES) {
+            const uint32_t sg = w < 2 ? sg0 : sg1, sh = w < 2 ? sh0 : sh1;
+            /* tile 2w: elements 0..3 of the word */
+            uint32_t a0 = hmul2<ACT>(decode_pair<ACT, 0>(ql[w]), sg);
+            uint32_t a1 = hmul2<ACT>(decode_pair<ACT, 0>(qh[w]), sh);
+            uint32_t a2 = hmul2<ACT>(decode_pair<ACT, 1>(ql[w]), sg);
+            uint32_t a3 = hmul2<ACT>(decode_pair<ACT, 1>(qh[w]), sh);
 #pragma unroll
-            for (int s = 0; s < STAGES; s++) {
-                const int cc = c0 + s;
-                if (cc >= c_end) break;
-                const uint4 L = lo[s], H = hi[s];
-                const uint32_t S = sc[s];
-                if (cc + STAGES < c_end) { /* refill this stage, STAGES chunks ahead */
-                    const uint8_t *c = wrow + (size_t)(cc + STAGES) * CB;
-                    lo[s] = ld_weights16(c + 16 * lane, pol);
-                    hi[s] = ld_weights16(c + 512 + 16 * lane, pol);
-                    sc[s] = ld_scales<SB>(c + NBI_CHUNK_CODE_BYTES + SB * lane, pol);
-                }
-                /* adjusted scales: rows g and g+8, first and second 16 k of the lane */
-                uint32_t sg0, sg1, sh0, sh1;
-                if (FMT == NB_FORMAT_NVFP4) {
-                    sg0 = stab[S & 0xFF];
-                    sg1 = stab[(S >> 8) & 0xFF];
-                    sh0 = stab[(S >> 16) & 0xFF];
-                    sh1 = stab[S >> 24];
-                } else {
-                    sg0 = sg1 = stab[S & 0xFF];
-                    sh0 = sh1 = stab[(S >> 8) & 0xFF];
-                }
-                const int kbase = cc * NBI_CHUNK_K + 32 * t;
-                const uint32_t ql[4] = {L.x, L.y, L.z, L.w}, qh[4] = {H.x, H.y, H.z, H.w};
+            for (int mt = 0; mt < MT; mt++) mma16816<ACT>(acc[mt], a0, a1, a2, a3, xv[mt].x, xv[mt].y);
+            /* tile 2w+1: elements 4..7 */
+            a0 = hmul2<ACT>(decode_pair<ACT, 2>(ql[w]), sg);
+            a1 = hmul2<ACT>(decode_pair<ACT, 2>(qh[w]), sh);
+            a2 = hmul2<ACT>(decode_pair<ACT, 3>(ql[w]), sg);
+            a3 = hmul2<ACT>(decode_pair<ACT, 3>(qh[w]), sh);
 #pragma unroll
-                for (int w = 0; w < 4; w++) {
-                    uint4 xv[MT];
-                    const bool kin = kbase + 8 * w < p.k;
-#pragma unroll
-                    for (int mt = 0; mt < MT; mt++) {
-                        const int tok = mt * 8 + g;
-                        xv[mt] = make_uint4(0, 0, 0, 0);
-                        if (kin && tok < p.m)
-                            xv[mt] = __ldg((const uint4 *)(xb + (size_t)tok * p.lda + kbase + 8 * w));
-                    }
-                    const uint32_t sg = w < 2 ? sg0 : sg1, sh = w < 2 ? sh0 : sh1;
-                    /* tile 2w: elements 0..3 of the word */
-                    uint32_t a0 = hmul2<ACT>(decode_pair<ACT, 0>(ql[w]), sg);
-                    uint32_t a1 = hmul2<ACT>(decode_pair<ACT, 0>(qh[w]), sh);
-                    uint32_t a2 = hmul2<ACT>(decode_pair<ACT, 1>(ql[w]), sg);
-                    uint32_t a3 = hmul2<ACT>(decode_pair<ACT, 1>(qh[w]), sh);
-#pragma unroll
-                    for (int mt = 0; mt < MT; mt++) mma16816<ACT>(acc[mt], a0, a1, a2, a3, xv[mt].x, xv[mt].y);
-                    /* tile 2w+1: elements 4..7 */
-                    a0 = hmul2<ACT>(decode_pair<ACT, 2>(ql[w]), sg);
-                    a1 = hmul2<ACT>(decode_pair<ACT, 2>(qh[w]), sh);
-                    a2 = hmul2<ACT>(decode_pair<ACT, 3>(ql[w]), sg);
-                    a3 = hmul2<ACT>(decode_pair<ACT, 3>(qh[w]), sh);
-#pragma unroll
-                    for (int mt = 0; mt < MT; mt++) mma16816<ACT>(acc[mt], a0, a1, a2, a3, xv[mt].z, xv[mt].w);
-                }
-            }
+            for (int mt = 0; mt < MT; mt++) mma16816<ACT>(acc2[mt], a0, a1, a2, a3, xv[mt].z, xv[mt].w);
         }
     }
+    cp_async_wait<0>();
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[i][j] += acc2[i][j];
 
+    if (p.kw > 1) { /* in-CTA split-K: slices 1..kw-1 hand their sums to slice 0, in order */
+        float *red = (float *)ring_all; /* the rings are idle now */
+        __syncthreads();
+        if (ks) {
+#pragma unroll
+            for (int i = 0; i < MT; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) red[((warp * MT + i) * 4 + j) * 32 + lane] = acc[i][j];
+        }
+        __syncthreads();
+        if (!ks) {
+            for (int o = 1; o < p.kw; o++)
+#pragma unroll
+                for (int i = 0; i < MT; i++)
+#pragma unroll
+                    for (int j = 0; j < 4; j++) acc[i][j] += red[(((warp + o) * MT + i) * 4 + j) * 32 + lane];
+        }
+    }
+    const bool owner = valid && ks == 0; /* this warp writes the row block's result */
+
+    grid_dependents_launch();
     const int rows_pad = p.row_blocks * 16;
     if (p.splits > 1) {
         /* Deterministic split-K: every CTA stores its partial tile; the last
          * to arrive (per column of CTAs) sums all partials in split order. */
-        if (rb < p.row_blocks) {
+        if (owner) {
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -263,7 +344,7 @@ __global__ void __launch_bounds__(WARPS * 32) gemv_fp4_kernel(const GemvParams p
         __syncthreads();
         if (!is_last) return;
         __threadfence();
-        if (rb < p.row_blocks) {
+        if (owner) {
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -281,7 +362,7 @@ __global__ void __launch_bounds__(WARPS * 32) gemv_fp4_kernel(const GemvParams p
         }
         if (threadIdx.x == 0) p.counters[blockIdx.x] = 0; /* leave the workspace zeroed for the next call */
     }
-    if (rb >= p.row_blocks) return;
+    if (!owner) return;
 
     /* Epilogue: accumulator (row, token) -> Y[token, row]. */
 #pragma unroll
@@ -301,10 +382,17 @@ __global__ void __launch_bounds__(WARPS * 32) gemv_fp4_kernel(const GemvParams p
 
 /* ------------------------------------------------------------- dispatch */
 
-#define NB_GEMV_WARPS 4
-#define NB_GEMV_STAGES 3
+#define NB_GEMV_WARPS 8
 
 typedef void (*gemv_fn)(const GemvParams);
+
+/* Dynamic shared memory: one ring of NB_GEMV_STAGES chunks per warp (4
+ * stages, 8 warps: 36 KB for NVFP4, under the 48 KB default limit; it also
+ * holds the in-CTA split-K exchange, at most 8 x 32 x 16 floats). */
+static size_t gemv_smem_bytes(int fmt) {
+    const size_t cb = NBI_CHUNK_CODE_BYTES + 32 * (fmt == NB_FORMAT_NVFP4 ? 4 : 2);
+    return (size_t)NB_GEMV_WARPS * NB_GEMV_STAGES * cb;
+}
 
 template <int FMT, int ACT>
 static gemv_fn pick_mt(int mt) {
@@ -334,7 +422,8 @@ extern "C" int nbi_cuda_gemv_shape(int *warps, int *stages) {
 extern "C" int nbi_cuda_gemv_occupancy(int fmt, int act, int mt, int *ctas_per_sm, char *err) {
     gemv_fn f = pick_kernel(fmt, act, mt);
     if (!f) return nbc_err(cudaErrorInvalidValue, err, "gemv: no kernel for this format/dtype/m");
-    NBC_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, f, NB_GEMV_WARPS * 32, 0),
+    NBC_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, f, NB_GEMV_WARPS * 32,
+                                                          gemv_smem_bytes(fmt)),
             "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
     return 0;
 }
@@ -359,11 +448,23 @@ extern "C" int nbi_cuda_gemm(const nbi_gemm_plan *pl, const void *x, const void 
     p.kchunks = (int)pl->kchunks;
     p.cps = pl->chunks_per_split;
     p.splits = pl->splits;
+    p.kw = pl->kw;
     p.exp_shift = pl->exp_shift;
-    p.table_shift = pl->table_shift;
+    memcpy(p.stab, pl->scale_table, sizeof p.stab);
     p.ts = pl->tensor_scale;
     dim3 grid((unsigned)pl->grid_x, (unsigned)pl->splits);
-    f<<<grid, NB_GEMV_WARPS * 32, 0, (cudaStream_t)stream>>>(p);
-    NBC_LAUNCHED("gemv kernel launch");
+    const size_t smem = gemv_smem_bytes(pl->fmt);
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(NB_GEMV_WARPS * 32);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = (cudaStream_t)stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pl->pdl ? 1 : 0;
+    NBC_TRY(cudaLaunchKernelEx(&cfg, f, p), "gemv kernel launch");
     return 0;
 }

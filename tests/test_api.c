@@ -1,0 +1,557 @@
+/* test_api.c - every public function of nibble.h fed bad input returns its
+ * documented status and leaves a fresh, non-empty message behind.
+ *
+ * "Fresh": before each failing call the thread-local message (and, for calls
+ * that take a context, the context's message) is primed with a marker from a
+ * different failure; afterwards nb_last_error() must differ from the marker
+ * and nb_context_last_error(ctx) must equal nb_last_error().  If the call's own
+ * message happens to equal the marker, a second marker is tried.  So a path
+ * that returns an error without recording why is caught.
+ *
+ * Also: the status list (X-macro) round trips through nb_status_string and
+ * nb_status_name; version; the thread-local error buffer is per thread; device
+ * entry points on a host-only context say NB_ERR_NO_DEVICE; descriptors are
+ * not modified by a failed quantize or pack.
+ *
+ * Output: one line per failed check, then "N passed, M failed". */
+#include <nibble.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <pthread.h>
+#define HAVE_PTHREAD 1
+#endif
+
+static int g_pass, g_fail;
+
+#define CHECK(cond, ...)                                         \
+    do {                                                         \
+        if (cond) {                                              \
+            g_pass++;                                            \
+        } else {                                                 \
+            g_fail++;                                            \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);          \
+            printf(__VA_ARGS__);                                 \
+            printf("\n");                                        \
+        }                                                        \
+    } while (0)
+
+/* ---------------------------------------------------- fresh-message check */
+
+static char g_marker[1024];
+
+/* Put a known message in the thread-local buffer and, if ctx, the context. */
+static void prime(nb_context *ctx, int which) {
+    uint8_t dummy[16] = {0};
+    if (which == 1) nb_gemm_workspace_size(ctx, NULL, NULL);     /* "...: bytes is NULL" */
+    else nb_pack_host(ctx, NULL, dummy, dummy, dummy, sizeof dummy); /* ctx NULL / desc NULL */
+    snprintf(g_marker, sizeof g_marker, "%s", nb_last_error());
+}
+
+static int fresh(const nb_context *ctx) {
+    const char *tls = nb_last_error();
+    if (!tls[0] || !strcmp(tls, g_marker)) return 0;
+    if (ctx && strcmp(nb_context_last_error(ctx), tls)) return 0;
+    return 1;
+}
+
+static void report(nb_context *ctx, nb_status got, nb_status want, int is_fresh, const char *call, int line) {
+    if (got == want && (want == NB_OK || is_fresh)) {
+        g_pass++;
+        return;
+    }
+    g_fail++;
+    printf("FAIL %s:%d: %s\n    returned %s, want %s", __FILE__, line, call, nb_status_name(got),
+           nb_status_name(want));
+    if (want != NB_OK && !is_fresh)
+        printf("; message not recorded (thread: \"%s\", context: \"%s\")", nb_last_error(),
+               ctx ? nb_context_last_error(ctx) : "-");
+    printf("\n");
+}
+
+/* EXPECT(ctx, want, call): ctx is the context whose message must also be set
+ * (NULL when the call has none or takes it as const). */
+#define EXPECT(ctx_, want_, call_)                                       \
+    do {                                                                 \
+        prime((ctx_), 1);                                                \
+        nb_status st_ = (call_);                                         \
+        int fr_ = fresh(ctx_);                                           \
+        if (st_ != NB_OK && !fr_) {                                      \
+            prime((ctx_), 2);                                            \
+            st_ = (call_);                                               \
+            fr_ = fresh(ctx_);                                           \
+        }                                                                \
+        report((ctx_), st_, (want_), fr_, #call_, __LINE__);             \
+    } while (0)
+
+/* ------------------------------------------------------------------ tests */
+
+static void test_status_and_version(void) {
+    /* every listed status: its value, message and name */
+#define X(name, value, msg)                                                                                   \
+    CHECK((int)name == value, #name " = %d, want %d", (int)name, value);                                      \
+    CHECK(!strcmp(nb_status_string(name), msg), "nb_status_string(" #name ") = \"%s\"", nb_status_string(name)); \
+    CHECK(!strcmp(nb_status_name(name), #name), "nb_status_name(" #name ") = \"%s\"", nb_status_name(name));
+    NB_STATUS_LIST(X)
+#undef X
+    static const int others[] = {-1, 16, 17, 100, 1 << 20};
+    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
+        nb_status s = (nb_status)others[i];
+        CHECK(!strcmp(nb_status_string(s), "unknown status"), "nb_status_string(%d) = \"%s\"", others[i],
+              nb_status_string(s));
+        CHECK(!strcmp(nb_status_name(s), "NB_UNKNOWN"), "nb_status_name(%d) = \"%s\"", others[i],
+              nb_status_name(s));
+    }
+    CHECK(nb_version() == NB_VERSION, "nb_version() = %d, header NB_VERSION = %d", nb_version(), NB_VERSION);
+    char v[64];
+    snprintf(v, sizeof v, "%d.%d.%d", NB_VERSION_MAJOR, NB_VERSION_MINOR, NB_VERSION_PATCH);
+    CHECK(!strcmp(nb_version_string(), v), "nb_version_string() = \"%s\", want \"%s\"", nb_version_string(), v);
+}
+
+#ifdef HAVE_PTHREAD
+static void *thread_body(void *arg) {
+    int *res = (int *)arg;
+    res[0] = nb_last_error()[0] == '\0'; /* a new thread starts with "" */
+    nb_weight_desc_validate(NULL);
+    res[1] = nb_last_error()[0] != '\0';
+    return NULL;
+}
+#endif
+
+static void test_thread_local(void) {
+#ifdef HAVE_PTHREAD
+    nb_context_create(-5, NULL); /* NULL out: NB_ERR_NULL_POINTER, message on this thread */
+    char before[1024];
+    snprintf(before, sizeof before, "%s", nb_last_error());
+    int res[2] = {0, 0};
+    pthread_t th;
+    if (pthread_create(&th, NULL, thread_body, res) == 0) {
+        pthread_join(th, NULL);
+        CHECK(res[0], "nb_last_error() on a new thread is not empty");
+        CHECK(res[1], "a failure on the other thread left no message there");
+        CHECK(!strcmp(before, nb_last_error()), "a failure on another thread changed this thread's message: "
+              "\"%s\" -> \"%s\"", before, nb_last_error());
+    }
+#endif
+}
+
+static void test_context(void) {
+    nb_context *c = (nb_context *)(uintptr_t)1;
+    EXPECT(NULL, NB_ERR_NULL_POINTER, nb_context_create(NB_DEVICE_NONE, NULL));
+    EXPECT(NULL, NB_ERR_INVALID_ARGUMENT, nb_context_create(-5, &c));
+    EXPECT(NULL, NB_ERR_INVALID_ARGUMENT, nb_context_create(-2, &c));
+    EXPECT(NULL, NB_ERR_NO_DEVICE, nb_context_create(1 << 30, &c)); /* no machine has that many GPUs */
+    int count = -1;
+    EXPECT(NULL, NB_ERR_NULL_POINTER, nb_device_count(NULL));
+    EXPECT(NULL, NB_OK, nb_device_count(&count));
+    CHECK(count >= 0, "nb_device_count = %d", count);
+    nb_build_info bi;
+    EXPECT(NULL, NB_ERR_NULL_POINTER, nb_get_build_info(NULL));
+    EXPECT(NULL, NB_OK, nb_get_build_info(&bi));
+    CHECK(!strcmp(bi.version, nb_version_string()) && strstr(bi.formats, "nvfp4") && strstr(bi.formats, "mxfp4"),
+          "build info: version \"%s\", formats \"%s\"", bi.version, bi.formats);
+    CHECK(bi.cuda || count == 0, "build without CUDA reports %d devices", count);
+    if (count == 0) {
+        c = (nb_context *)(uintptr_t)1;
+        EXPECT(NULL, NB_ERR_NO_DEVICE, nb_context_create(0, &c));
+    }
+    EXPECT(NULL, NB_OK, nb_context_destroy(NULL));
+
+    nb_context *ctx = NULL;
+    EXPECT(NULL, NB_OK, nb_context_create(NB_DEVICE_NONE, &ctx));
+    CHECK(ctx != NULL, "host context is NULL");
+    if (!ctx) return;
+    CHECK(nb_context_last_error(ctx) && nb_context_last_error(ctx)[0] == '\0',
+          "a new context has the message \"%s\"", nb_context_last_error(ctx));
+    nb_device_info info;
+    /* nb_context_device_info takes a const context: only the thread-local message */
+    EXPECT(NULL, NB_ERR_NULL_POINTER, nb_context_device_info(NULL, &info));
+    EXPECT(NULL, NB_ERR_NULL_POINTER, nb_context_device_info(ctx, NULL));
+    EXPECT(NULL, NB_OK, nb_context_device_info(ctx, &info));
+    CHECK(info.device == NB_DEVICE_NONE, "host context device = %d", info.device);
+    nb_context_destroy(ctx);
+}
+
+static void test_weight_desc(void) {
+    nb_weight_desc d;
+    const int64_t big = ((int64_t)1 << 31);
+    EXPECT(NULL, NB_ERR_NULL_POINTER, nb_weight_desc_init(NULL, NB_FORMAT_NVFP4, 16, 16));
+    EXPECT(NULL, NB_ERR_UNSUPPORTED, nb_weight_desc_init(&d, (nb_format)0, 16, 64));
+    EXPECT(NULL, NB_ERR_UNSUPPORTED, nb_weight_desc_init(&d, (nb_format)3, 16, 64));
+    EXPECT(NULL, NB_ERR_UNSUPPORTED, nb_weight_desc_init(&d, (nb_format)-1, 16, 64));
+    EXPECT(NULL, NB_ERR_BAD_SHAPE, nb_weight_desc_init(&d, NB_FORMAT_NVFP4, 0, 64));
+    EXPECT(NULL, NB_ERR_BAD_SHAPE, nb_weight_desc_init(&d, NB_FORMAT_NVFP4, -3, 64));
+    EXPECT(NULL, NB_ERR_BAD_SHAPE, nb_weight_desc_init(&d, NB_FORMAT_NVFP4, 16, 0));
+    EXPECT(NULL, NB_ERR_BAD_SHAPE, nb_weight_desc_init(&d, NB_FORMAT_MXFP4, 16, -32));
+    EXPECT(NULL, NB_ERR_BAD_SHAPE, nb_weight_desc_init(&d, NB_FORMAT_NVFP4, 16, 8));
+    EXPECT(NULL, NB_ERR_BAD_SHAPE, nb_weight_desc_init(&d, NB_FORMAT_NVFP4, 16, 24));
+    EXPECT(NULL, NB_ERR_BAD_SHAPE, nb_weight_desc_init(&d, NB_FORMAT_NVFP4, 16, 17));
+    EXPECT(NULL, NB_ERR_BAD_SHAPE, nb_weight_desc_init(&d, NB_FORMAT_MXFP4, 16, 48));
+    EXPECT(NULL, NB_ERR_BAD_SHAPE, nb_weight_desc_init(&d, NB_FORMAT_MXFP4, 16, 16));
+    EXPECT(NULL, NB_ERR_OVERFLOW, nb_weight_desc_init(&d, NB_FORMAT_NVFP4, big + 1, 16));
+    EXPECT(NULL, NB_ERR_OVERFLOW, nb_weight_desc_init(&d, NB_FORMAT_NVFP4, 16, big + 16));
+    EXPECT(NULL, NB_ERR_OVERFLOW, nb_weight_desc_init(&d, NB_FORMAT_MXFP4, INT64_MAX, 32));
+    EXPECT(NULL, NB_ERR_OVERFLOW, nb_weight_desc_init(&d, NB_FORMAT_MXFP4, big, big)); /* 2^62 elements */
+    EXPECT(NULL, NB_OK, nb_weight_desc_init(&d, NB_FORMAT_NVFP4, big, 16));             /* 2^31 itself is fine */
+
+    /* defaults */
+    EXPECT(NULL, NB_OK, nb_weight_desc_init(&d, NB_FORMAT_NVFP4, 17, 144));
+    CHECK(d.format == NB_FORMAT_NVFP4 && d.layout == NB_LAYOUT_CHECKPOINT && d.n == 17 && d.k == 144 &&
+              d.group_size == 16 && d.scale_type == NB_SCALE_E4M3 && d.tensor_scale == 0.0f,
+          "NVFP4 defaults");
+    nb_weight_sizes sz;
+    EXPECT(NULL, NB_OK, nb_weight_get_sizes(&d, &sz));
+    CHECK(sz.codes_bytes == 17 * 72 && sz.scales_bytes == 17 * 9 && sz.packed_bytes == 2 * 2 * (1024 + 128) &&
+              sz.dense_elements == 17 * 144,
+          "NVFP4 17x144 sizes: %zu %zu %zu %zu", sz.codes_bytes, sz.scales_bytes, sz.packed_bytes, sz.dense_elements);
+    EXPECT(NULL, NB_OK, nb_weight_desc_init(&d, NB_FORMAT_MXFP4, 17, 160));
+    CHECK(d.group_size == 32 && d.scale_type == NB_SCALE_E8M0 && d.tensor_scale == 1.0f &&
+              d.scale_rule == NB_MX_SCALE_OCP && d.layout == NB_LAYOUT_CHECKPOINT,
+          "MXFP4 defaults");
+    EXPECT(NULL, NB_OK, nb_weight_get_sizes(&d, &sz));
+    CHECK(sz.codes_bytes == 17 * 80 && sz.scales_bytes == 17 * 5 && sz.packed_bytes == 2 * 2 * (1024 + 64),
+          "MXFP4 17x160 sizes: %zu %zu %zu", sz.codes_bytes, sz.scales_bytes, sz.packed_bytes);
+
+    /* validate */
+    nb_weight_desc ok;
+    nb_weight_desc_init(&ok, NB_FORMAT_NVFP4, 32, 64);
+    EXPECT(NULL, NB_OK, nb_weight_desc_validate(&ok));
+    EXPECT(NULL, NB_ERR_NULL_POINTER, nb_weight_desc_validate(NULL));
+    d = ok, d.format = (nb_format)7;
+    EXPECT(NULL, NB_ERR_UNSUPPORTED, nb_weight_desc_validate(&d));
+    d = ok, d.layout = (nb_layout)0;
+    EXPECT(NULL, NB_ERR_INVALID_ARGUMENT, nb_weight_desc_validate(&d));
+    d = ok, d.layout = (nb_layout)3;
+    EXPECT(NULL, NB_ERR_INVALID_ARGUMENT, nb_weight_desc_validate(&d));
+    d = ok, d.layout = NB_LAYOUT_PACKED;
+    EXPECT(NULL, NB_OK, nb_weight_desc_validate(&d)); /* any known layout is valid */
+    d = ok, d.n = 0;
+    EXPECT(NULL, NB_ERR_BAD_SHAPE, nb_weight_desc_validate(&d));
+    d = ok, d.k = -64;
+    EXPECT(NULL, NB_ERR_BAD_SHAPE, nb_weight_desc_validate(&d));
+    d = ok, d.k = 72;
+    EXPECT(NULL, NB_ERR_BAD_SHAPE, nb_weight_desc_validate(&d));
+    d = ok, d.n = big + 1;
+    EXPECT(NULL, NB_ERR_OVERFLOW, nb_weight_desc_validate(&d));
+    d = ok, d.group_size = 32;
+    EXPECT(NULL, NB_ERR_UNSUPPORTED, nb_weight_desc_validate(&d));
+    d = ok, d.scale_type = NB_SCALE_E8M0;
+    EXPECT(NULL, NB_ERR_UNSUPPORTED, nb_weight_desc_validate(&d));
+
+    /* sizes */
+    EXPECT(NULL, NB_ERR_NULL_POINTER, nb_weight_get_sizes(NULL, &sz));
+    EXPECT(NULL, NB_ERR_NULL_POINTER, nb_weight_get_sizes(&ok, NULL));
+    d = ok, d.k = 40;
+    EXPECT(NULL, NB_ERR_BAD_SHAPE, nb_weight_get_sizes(&d, &sz));
+    d = ok, d.format = (nb_format)9;
+    EXPECT(NULL, NB_ERR_UNSUPPORTED, nb_weight_get_sizes(&d, &sz));
+    d = ok, d.k = big + 16;
+    EXPECT(NULL, NB_ERR_OVERFLOW, nb_weight_get_sizes(&d, &sz));
+}
+
+static void test_quantize_dequantize(nb_context *ctx) {
+    enum { N = 4, K = 64 };
+    float w[N * K];
+    for (int i = 0; i < N * K; i++) w[i] = (float)((i * 37) % 101 - 50) / 25.0f;
+    uint8_t codes[N * K / 2], scales[N * K / 16];
+    float out[N * K];
+    nb_weight_desc ok, d, before;
+    nb_weight_desc_init(&ok, NB_FORMAT_NVFP4, N, K);
+    d = ok;
+
+    /* quantize: every failure leaves *desc exactly as it was */
+#define Q(want, desc_, ...)                                                                             \
+    do {                                                                                                \
+        d = (desc_), before = d;                                                                        \
+        EXPECT(ctx, want, nb_quantize_host(ctx, &d, __VA_ARGS__));                                      \
+        CHECK(!memcmp(&d, &before, sizeof d), "a failed nb_quantize_host modified the descriptor");     \
+    } while (0)
+    EXPECT(NULL, NB_ERR_NULL_POINTER, nb_quantize_host(NULL, &d, NB_DTYPE_F32, w, codes, scales));
+    EXPECT(ctx, NB_ERR_NULL_POINTER, nb_quantize_host(ctx, NULL, NB_DTYPE_F32, w, codes, scales));
+    Q(NB_ERR_NULL_POINTER, ok, NB_DTYPE_F32, NULL, codes, scales);
+    Q(NB_ERR_NULL_POINTER, ok, NB_DTYPE_F32, w, NULL, scales);
+    Q(NB_ERR_NULL_POINTER, ok, NB_DTYPE_F32, w, codes, NULL);
+    Q(NB_ERR_UNSUPPORTED, ok, (nb_dtype)0, w, codes, scales);
+    Q(NB_ERR_UNSUPPORTED, ok, (nb_dtype)4, w, codes, scales);
+    {
+        nb_weight_desc bad = ok;
+        bad.layout = NB_LAYOUT_PACKED;
+        Q(NB_ERR_INVALID_ARGUMENT, bad, NB_DTYPE_F32, w, codes, scales);
+        bad = ok, bad.n = 0;
+        Q(NB_ERR_BAD_SHAPE, bad, NB_DTYPE_F32, w, codes, scales);
+        bad = ok, bad.k = 40;
+        Q(NB_ERR_BAD_SHAPE, bad, NB_DTYPE_F32, w, codes, scales);
+        bad = ok, bad.format = (nb_format)5;
+        Q(NB_ERR_UNSUPPORTED, bad, NB_DTYPE_F32, w, codes, scales);
+        bad = ok, bad.k = ((int64_t)1 << 31) + 16;
+        Q(NB_ERR_OVERFLOW, bad, NB_DTYPE_F32, w, codes, scales);
+        /* a given tensor scale that cannot be used */
+        bad = ok, bad.tensor_scale = (float)NAN;
+        Q(NB_ERR_INVALID_ARGUMENT, bad, NB_DTYPE_F32, w, codes, scales);
+        bad = ok, bad.tensor_scale = (float)INFINITY;
+        Q(NB_ERR_INVALID_ARGUMENT, bad, NB_DTYPE_F32, w, codes, scales);
+        bad = ok, bad.tensor_scale = -1.0f;
+        Q(NB_ERR_INVALID_ARGUMENT, bad, NB_DTYPE_F32, w, codes, scales);
+        /* MXFP4 with an unknown scale rule */
+        nb_weight_desc_init(&bad, NB_FORMAT_MXFP4, N, K);
+        bad.scale_rule = (nb_mx_scale_rule)3;
+        Q(NB_ERR_INVALID_ARGUMENT, bad, NB_DTYPE_F32, w, codes, scales);
+        bad.scale_rule = (nb_mx_scale_rule)-1;
+        Q(NB_ERR_INVALID_ARGUMENT, bad, NB_DTYPE_F32, w, codes, scales);
+        /* non-finite input */
+        float keep = w[77];
+        w[77] = (float)NAN;
+        Q(NB_ERR_INVALID_ARGUMENT, ok, NB_DTYPE_F32, w, codes, scales);
+        w[77] = (float)-INFINITY;
+        Q(NB_ERR_INVALID_ARGUMENT, ok, NB_DTYPE_F32, w, codes, scales);
+        w[77] = keep;
+        uint16_t h[N * K];
+        memset(h, 0, sizeof h);
+        h[N * K - 1] = 0x7C00; /* F16 +Inf */
+        Q(NB_ERR_INVALID_ARGUMENT, ok, NB_DTYPE_F16, h, codes, scales);
+        h[N * K - 1] = 0x7FC1; /* BF16 NaN */
+        Q(NB_ERR_INVALID_ARGUMENT, ok, NB_DTYPE_BF16, h, codes, scales);
+    }
+#undef Q
+    d = ok;
+    EXPECT(ctx, NB_OK, nb_quantize_host(ctx, &d, NB_DTYPE_F32, w, codes, scales));
+    CHECK(d.tensor_scale > 0.0f, "quantize did not compute tensor_scale");
+    nb_weight_desc q = d; /* a valid quantized descriptor */
+
+    /* dequantize */
+    EXPECT(NULL, NB_ERR_NULL_POINTER, nb_dequantize_host(NULL, &q, codes, scales, NB_DTYPE_F32, out));
+    EXPECT(ctx, NB_ERR_NULL_POINTER, nb_dequantize_host(ctx, NULL, codes, scales, NB_DTYPE_F32, out));
+    EXPECT(ctx, NB_ERR_NULL_POINTER, nb_dequantize_host(ctx, &q, NULL, scales, NB_DTYPE_F32, out));
+    EXPECT(ctx, NB_ERR_NULL_POINTER, nb_dequantize_host(ctx, &q, codes, NULL, NB_DTYPE_F32, out));
+    EXPECT(ctx, NB_ERR_NULL_POINTER, nb_dequantize_host(ctx, &q, codes, scales, NB_DTYPE_F32, NULL));
+    EXPECT(ctx, NB_ERR_UNSUPPORTED, nb_dequantize_host(ctx, &q, codes, scales, (nb_dtype)0, out));
+    EXPECT(ctx, NB_ERR_UNSUPPORTED, nb_dequantize_host(ctx, &q, codes, scales, (nb_dtype)99, out));
+    d = q, d.layout = NB_LAYOUT_PACKED;
+    EXPECT(ctx, NB_ERR_INVALID_ARGUMENT, nb_dequantize_host(ctx, &d, codes, scales, NB_DTYPE_F32, out));
+    d = q, d.n = -1;
+    EXPECT(ctx, NB_ERR_BAD_SHAPE, nb_dequantize_host(ctx, &d, codes, scales, NB_DTYPE_F32, out));
+    d = q, d.k = 8;
+    EXPECT(ctx, NB_ERR_BAD_SHAPE, nb_dequantize_host(ctx, &d, codes, scales, NB_DTYPE_F32, out));
+    d = q, d.format = (nb_format)0;
+    EXPECT(ctx, NB_ERR_UNSUPPORTED, nb_dequantize_host(ctx, &d, codes, scales, NB_DTYPE_F32, out));
+    d = q, d.n = ((int64_t)1 << 31) + 1;
+    EXPECT(ctx, NB_ERR_OVERFLOW, nb_dequantize_host(ctx, &d, codes, scales, NB_DTYPE_F32, out));
+    EXPECT(ctx, NB_OK, nb_dequantize_host(ctx, &q, codes, scales, NB_DTYPE_BF16, out));
+
+    /* device versions on a host-only context */
+    EXPECT(NULL, NB_ERR_NULL_POINTER, nb_dequantize(NULL, &q, codes, scales, NB_DTYPE_BF16, out, NULL));
+    EXPECT(ctx, NB_ERR_NO_DEVICE, nb_dequantize(ctx, &q, codes, scales, NB_DTYPE_BF16, out, NULL));
+}
+
+static void test_pack(nb_context *ctx) {
+    enum { N = 20, K = 160 };
+    uint8_t codes[N * K / 2], scales[N * K / 16];
+    memset(codes, 0x21, sizeof codes);
+    memset(scales, 0x38, sizeof scales);
+    nb_weight_desc ok, d, before;
+    nb_weight_desc_init(&ok, NB_FORMAT_NVFP4, N, K);
+    ok.tensor_scale = 1.0f;
+    nb_weight_sizes sz;
+    nb_weight_get_sizes(&ok, &sz);
+    void *packed = malloc(sz.packed_bytes);
+
+#define P(want, desc_, ...)                                                                       \
+    do {                                                                                          \
+        d = (desc_), before = d;                                                                  \
+        EXPECT(ctx, want, nb_pack_host(ctx, &d, __VA_ARGS__));                                    \
+        CHECK(!memcmp(&d, &before, sizeof d), "a failed nb_pack_host modified the descriptor");  \
+    } while (0)
+    EXPECT(NULL, NB_ERR_NULL_POINTER, nb_pack_host(NULL, &d, codes, scales, packed, sz.packed_bytes));
+    EXPECT(ctx, NB_ERR_NULL_POINTER, nb_pack_host(ctx, NULL, codes, scales, packed, sz.packed_bytes));
+    P(NB_ERR_NULL_POINTER, ok, NULL, scales, packed, sz.packed_bytes);
+    P(NB_ERR_NULL_POINTER, ok, codes, NULL, packed, sz.packed_bytes);
+    P(NB_ERR_NULL_POINTER, ok, codes, scales, NULL, sz.packed_bytes);
+    P(NB_ERR_BUFFER_TOO_SMALL, ok, codes, scales, packed, sz.packed_bytes - 1);
+    P(NB_ERR_BUFFER_TOO_SMALL, ok, codes, scales, packed, 0);
+    {
+        nb_weight_desc bad = ok;
+        bad.layout = NB_LAYOUT_PACKED;
+        P(NB_ERR_INVALID_ARGUMENT, bad, codes, scales, packed, sz.packed_bytes);
+        bad = ok, bad.k = 0;
+        P(NB_ERR_BAD_SHAPE, bad, codes, scales, packed, sz.packed_bytes);
+        bad = ok, bad.k = 168;
+        P(NB_ERR_BAD_SHAPE, bad, codes, scales, packed, sz.packed_bytes);
+        bad = ok, bad.format = (nb_format)4;
+        P(NB_ERR_UNSUPPORTED, bad, codes, scales, packed, sz.packed_bytes);
+        bad = ok, bad.n = ((int64_t)1 << 32);
+        P(NB_ERR_OVERFLOW, bad, codes, scales, packed, sz.packed_bytes);
+    }
+#undef P
+    d = ok;
+    EXPECT(ctx, NB_OK, nb_pack_host(ctx, &d, codes, scales, packed, sz.packed_bytes));
+    CHECK(d.layout == NB_LAYOUT_PACKED, "pack did not set the layout");
+    /* packing twice is a layout error */
+    before = d;
+    EXPECT(ctx, NB_ERR_INVALID_ARGUMENT, nb_pack_host(ctx, &d, codes, scales, packed, sz.packed_bytes));
+    CHECK(!memcmp(&d, &before, sizeof d), "a failed nb_pack_host modified the descriptor");
+
+    /* device pack on a host-only context */
+    d = ok;
+    EXPECT(NULL, NB_ERR_NULL_POINTER, nb_pack(NULL, &d, codes, scales, packed, sz.packed_bytes, NULL));
+    EXPECT(ctx, NB_ERR_NO_DEVICE, nb_pack(ctx, &d, codes, scales, packed, sz.packed_bytes, NULL));
+    CHECK(!memcmp(&d, &ok, sizeof d), "a failed nb_pack modified the descriptor");
+    free(packed);
+}
+
+static void test_gemm(nb_context *ctx) {
+    enum { M = 3, N = 20, K = 64 };
+    uint8_t codes[N * K / 2], scales[N * K / 16];
+    float x[M * (K + 8)], bias[N];
+    double yd[M * (N + 4)];
+    float y[M * (N + 4)];
+    for (size_t i = 0; i < sizeof codes; i++) codes[i] = (uint8_t)(i * 7);
+    memset(scales, 0x38, sizeof scales);
+    for (size_t i = 0; i < sizeof x / sizeof x[0]; i++) x[i] = 0.25f;
+    for (int i = 0; i < N; i++) bias[i] = 1.0f;
+    nb_weight_desc w;
+    nb_weight_desc_init(&w, NB_FORMAT_NVFP4, N, K);
+    w.tensor_scale = 1.0f;
+    nb_gemm_desc ok, g;
+    const int64_t big = (int64_t)1 << 31;
+
+    /* descriptor init */
+    EXPECT(NULL, NB_ERR_NULL_POINTER, nb_gemm_desc_init(NULL, &w, M, NB_DTYPE_F32, NB_DTYPE_F32));
+    EXPECT(NULL, NB_ERR_NULL_POINTER, nb_gemm_desc_init(&g, NULL, M, NB_DTYPE_F32, NB_DTYPE_F32));
+    EXPECT(NULL, NB_ERR_BAD_SHAPE, nb_gemm_desc_init(&g, &w, 0, NB_DTYPE_F32, NB_DTYPE_F32));
+    EXPECT(NULL, NB_ERR_BAD_SHAPE, nb_gemm_desc_init(&g, &w, -2, NB_DTYPE_F32, NB_DTYPE_F32));
+    EXPECT(NULL, NB_ERR_BAD_SHAPE, nb_gemm_desc_init(&g, &w, big + 1, NB_DTYPE_F32, NB_DTYPE_F32));
+    EXPECT(NULL, NB_ERR_UNSUPPORTED, nb_gemm_desc_init(&g, &w, M, (nb_dtype)0, NB_DTYPE_F32));
+    EXPECT(NULL, NB_ERR_UNSUPPORTED, nb_gemm_desc_init(&g, &w, M, NB_DTYPE_F32, (nb_dtype)9));
+    {
+        nb_weight_desc bw = w;
+        bw.k = 72;
+        EXPECT(NULL, NB_ERR_BAD_SHAPE, nb_gemm_desc_init(&g, &bw, M, NB_DTYPE_F32, NB_DTYPE_F32));
+        bw = w, bw.format = (nb_format)3;
+        EXPECT(NULL, NB_ERR_UNSUPPORTED, nb_gemm_desc_init(&g, &bw, M, NB_DTYPE_F32, NB_DTYPE_F32));
+        bw = w, bw.n = big * 2;
+        EXPECT(NULL, NB_ERR_OVERFLOW, nb_gemm_desc_init(&g, &bw, M, NB_DTYPE_F32, NB_DTYPE_F32));
+    }
+    EXPECT(NULL, NB_OK, nb_gemm_desc_init(&ok, &w, M, NB_DTYPE_F32, NB_DTYPE_F32));
+    CHECK(ok.m == M && ok.lda == 0 && ok.ldc == 0 && ok.act_dtype == NB_DTYPE_F32 && ok.out_dtype == NB_DTYPE_F32 &&
+              !memcmp(&ok.weight, &w, sizeof w),
+          "nb_gemm_desc_init fields");
+
+    /* both host GEMMs: the same validation */
+    for (int f64 = 0; f64 < 2; f64++) {
+#define GH(ctx_, g_, x_, c_, s_, b_)                                                      \
+    (f64 ? nb_gemm_host_f64((ctx_), (g_), (x_), (c_), (s_), (b_), (ctx_) ? yd : NULL) \
+         : nb_gemm_host((ctx_), (g_), (x_), (c_), (s_), (b_), (ctx_) ? (void *)y : NULL))
+        EXPECT(NULL, NB_ERR_NULL_POINTER, GH(NULL, &ok, x, codes, scales, bias));
+        EXPECT(ctx, NB_ERR_NULL_POINTER, GH(ctx, NULL, x, codes, scales, bias));
+        EXPECT(ctx, NB_ERR_NULL_POINTER, GH(ctx, &ok, NULL, codes, scales, bias));
+        EXPECT(ctx, NB_ERR_NULL_POINTER, GH(ctx, &ok, x, NULL, scales, bias));
+        EXPECT(ctx, NB_ERR_NULL_POINTER, GH(ctx, &ok, x, codes, NULL, bias));
+        EXPECT(ctx, NB_ERR_NULL_POINTER,
+               f64 ? nb_gemm_host_f64(ctx, &ok, x, codes, scales, bias, NULL)
+                   : nb_gemm_host(ctx, &ok, x, codes, scales, bias, NULL));
+        EXPECT(ctx, NB_OK, GH(ctx, &ok, x, codes, scales, NULL)); /* bias may be NULL */
+        EXPECT(ctx, NB_OK, GH(ctx, &ok, x, codes, scales, bias));
+        g = ok, g.lda = K - 1;
+        EXPECT(ctx, NB_ERR_BAD_SHAPE, GH(ctx, &g, x, codes, scales, bias));
+        g = ok, g.lda = -1;
+        EXPECT(ctx, NB_ERR_BAD_SHAPE, GH(ctx, &g, x, codes, scales, bias));
+        g = ok, g.ldc = N - 1;
+        EXPECT(ctx, NB_ERR_BAD_SHAPE, GH(ctx, &g, x, codes, scales, bias));
+        g = ok, g.ldc = -5;
+        EXPECT(ctx, NB_ERR_BAD_SHAPE, GH(ctx, &g, x, codes, scales, bias));
+        g = ok, g.lda = K + 8, g.ldc = N + 4;
+        EXPECT(ctx, NB_OK, GH(ctx, &g, x, codes, scales, bias));
+        g = ok, g.m = 0;
+        EXPECT(ctx, NB_ERR_BAD_SHAPE, GH(ctx, &g, x, codes, scales, bias));
+        g = ok, g.m = -1;
+        EXPECT(ctx, NB_ERR_BAD_SHAPE, GH(ctx, &g, x, codes, scales, bias));
+        g = ok, g.act_dtype = (nb_dtype)7;
+        EXPECT(ctx, NB_ERR_UNSUPPORTED, GH(ctx, &g, x, codes, scales, bias));
+        g = ok, g.out_dtype = (nb_dtype)0;
+        EXPECT(ctx, NB_ERR_UNSUPPORTED, GH(ctx, &g, x, codes, scales, bias));
+        g = ok, g.weight.layout = NB_LAYOUT_PACKED;
+        EXPECT(ctx, NB_ERR_INVALID_ARGUMENT, GH(ctx, &g, x, codes, scales, bias));
+        g = ok, g.weight.layout = (nb_layout)9;
+        EXPECT(ctx, NB_ERR_INVALID_ARGUMENT, GH(ctx, &g, x, codes, scales, bias));
+        g = ok, g.weight.format = (nb_format)0;
+        EXPECT(ctx, NB_ERR_UNSUPPORTED, GH(ctx, &g, x, codes, scales, bias));
+        g = ok, g.weight.k = 40;
+        EXPECT(ctx, NB_ERR_BAD_SHAPE, GH(ctx, &g, x, codes, scales, bias));
+        g = ok, g.weight.n = 0;
+        EXPECT(ctx, NB_ERR_BAD_SHAPE, GH(ctx, &g, x, codes, scales, bias));
+        g = ok, g.weight.k = big + 16;
+        EXPECT(ctx, NB_ERR_OVERFLOW, GH(ctx, &g, x, codes, scales, bias));
+        g = ok, g.m = (int64_t)1 << 30, g.lda = (int64_t)1 << 21; /* m * lda = 2^51 elements */
+        EXPECT(ctx, NB_ERR_OVERFLOW, GH(ctx, &g, x, codes, scales, bias));
+        g = ok, g.m = (int64_t)1 << 30, g.ldc = (int64_t)1 << 21;
+        EXPECT(ctx, NB_ERR_OVERFLOW, GH(ctx, &g, x, codes, scales, bias));
+#undef GH
+    }
+
+    /* device entry points on a host-only context */
+    nb_gemm_desc gd;
+    nb_gemm_desc_init(&gd, &w, M, NB_DTYPE_BF16, NB_DTYPE_BF16);
+    gd.weight.layout = NB_LAYOUT_PACKED;
+    size_t bytes = 12345;
+    float yf[M * N];
+    EXPECT(NULL, NB_ERR_NULL_POINTER, nb_gemm_can_implement(NULL, &gd));
+    EXPECT(ctx, NB_ERR_NO_DEVICE, nb_gemm_can_implement(ctx, &gd));
+    EXPECT(NULL, NB_ERR_NULL_POINTER, nb_gemm_workspace_size(NULL, &gd, &bytes));
+    EXPECT(ctx, NB_ERR_NULL_POINTER, nb_gemm_workspace_size(ctx, &gd, NULL));
+    EXPECT(ctx, NB_ERR_NO_DEVICE, nb_gemm_workspace_size(ctx, &gd, &bytes));
+    EXPECT(NULL, NB_ERR_NULL_POINTER, nb_gemm(NULL, &gd, x, codes, NULL, y, NULL, 0, NULL));
+    EXPECT(ctx, NB_ERR_NO_DEVICE, nb_gemm(ctx, &gd, x, codes, NULL, y, NULL, 0, NULL));
+    EXPECT(NULL, NB_ERR_NULL_POINTER, nb_gemm_reference_device(NULL, &ok, x, codes, scales, NULL, yf, NULL));
+    EXPECT(ctx, NB_ERR_NO_DEVICE, nb_gemm_reference_device(ctx, &ok, x, codes, scales, NULL, yf, NULL));
+
+    /* last config (const context: only the thread-local message) */
+    char buf[256];
+    EXPECT(NULL, NB_ERR_NULL_POINTER, nb_gemm_last_config(NULL, buf, sizeof buf));
+    EXPECT(NULL, NB_ERR_NULL_POINTER, nb_gemm_last_config(ctx, NULL, sizeof buf));
+    EXPECT(NULL, NB_ERR_BUFFER_TOO_SMALL, nb_gemm_last_config(ctx, buf, 0));
+    EXPECT(NULL, NB_OK, nb_gemm_last_config(ctx, buf, sizeof buf));
+    CHECK(!strcmp(buf, "none"), "last config before any nb_gemm = \"%s\", want \"none\"", buf);
+    /* a buffer too small for the text must say so, like it does for a real
+     * configuration string; "none" needs 5 bytes */
+    memset(buf, 'Z', sizeof buf);
+    nb_status st = nb_gemm_last_config(ctx, buf, 3);
+    CHECK(st == NB_ERR_BUFFER_TOO_SMALL && buf[2] == '\0',
+          "nb_gemm_last_config(fresh ctx, buf, 3) = %s with \"%s\": the text \"none\" was truncated, want "
+          "NB_ERR_BUFFER_TOO_SMALL", nb_status_name(st), buf);
+}
+
+static void test_scalar_nan(void) {
+    CHECK(nb_float_to_e4m3((float)NAN) == 0x7F, "nb_float_to_e4m3(NaN) = 0x%02X, want 0x7F",
+          nb_float_to_e4m3((float)NAN));
+    CHECK(nb_e4m3_to_float(0x7F) != nb_e4m3_to_float(0x7F), "nb_e4m3_to_float(0x7F) is not NaN");
+    CHECK(nb_e8m0_to_float(0xFF) != nb_e8m0_to_float(0xFF), "nb_e8m0_to_float(0xFF) is not NaN");
+}
+
+int main(void) {
+    setvbuf(stdout, NULL, _IONBF, 0); /* FAIL lines survive a crash */
+    /* before anything failed on this thread */
+    CHECK(nb_last_error() != NULL && nb_last_error()[0] == '\0', "nb_last_error() before any failure = \"%s\"",
+          nb_last_error());
+    test_status_and_version();
+    test_thread_local();
+    test_context();
+    test_weight_desc();
+
+    nb_context *ctx = NULL;
+    if (nb_context_create(NB_DEVICE_NONE, &ctx) != NB_OK) {
+        printf("cannot create a host context: %s\n", nb_last_error());
+        return 1;
+    }
+    test_quantize_dequantize(ctx);
+    test_pack(ctx);
+    test_gemm(ctx);
+    test_scalar_nan();
+    nb_context_destroy(ctx);
+    printf("%d passed, %d failed\n", g_pass, g_fail);
+    return g_fail ? 1 : 0;
+}
