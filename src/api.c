@@ -95,6 +95,8 @@ nb_status nb_context_create(int device, nb_context **out) {
             for (int t = 0; t < 4; t++) c->table_shift[f][t] = INT32_MIN;
         const char *fs = getenv("NIBBLE_SPLITS"); /* tuning knob: force the split-K factor */
         if (fs) c->force_splits = atoi(fs);
+        const char *fk = getenv("NIBBLE_KW"); /* tuning knob: force the in-CTA k split (1, 2, 4, 8) */
+        if (fk) c->force_kw = atoi(fk);
     }
     *out = c;
     return NB_OK;

@@ -44,7 +44,3 @@ int nbi_cuda_gemv_shape(int *warps, int *stages) {
     *stages = 4;
     return 0;
 }
-int nbi_cuda_gemv_occupancy(int fmt, int act, int mt, int *ctas, char *err) {
-    (void)fmt, (void)act, (void)mt, (void)ctas;
-    return no_cuda(err);
-}

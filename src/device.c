@@ -59,35 +59,31 @@ nb_status nb_pack(nb_context *ctx, nb_weight_desc *desc, const uint8_t *codes, c
     return NB_OK;
 }
 
-/* Spread k so the GPU fills: kw warps of a CTA share a row block (summed in
- * shared memory) and `splits` CTAs share it along k (summed through the
- * workspace by the last CTA to finish).  Minimise
- *   waves * chunks per warp + reduction costs,
- * where waves = ceil(CTAs / resident CTA slots); the constants are rough
- * costs of one reduction, in chunk-times. */
-static void choose_split(int64_t row_blocks, int64_t kchunks, int warps, int64_t slots, int force, int *kw_out,
-                         int *splits_out) {
-    double best = 1e300;
-    *kw_out = 1;
-    *splits_out = 1;
-    for (int kw = 1; kw <= warps; kw *= 2) {
-        int64_t grid_x = (row_blocks + warps / kw - 1) / (warps / kw);
-        int64_t max_s = grid_x <= NBI_MAX_SPLIT_COLUMNS ? 64 : 1;
-        for (int64_t s = 1; s <= max_s && s <= kchunks; s++) {
-            if (force > 0 && s != (force < kchunks ? force : kchunks)) continue;
-            int64_t cps = (kchunks + s - 1) / s;
-            if ((kchunks + cps - 1) / cps != s) continue; /* every split gets work */
-            int64_t per_warp = (cps + kw - 1) / kw;
-            int64_t waves = (grid_x * s + slots - 1) / slots;
-            double cost = (double)waves * (double)per_warp + (s > 1 ? 3.0 + 0.25 * (double)(s - 1) : 0.0) +
-                          (kw > 1 ? 0.5 : 0.0);
-            if (cost < best) {
-                best = cost;
-                *kw_out = kw;
-                *splits_out = (int)s;
-            }
-        }
-    }
+/* Spread the work so the GPU fills.  kw warps of a CTA share one row block
+ * and split its k range (summed in shared memory, cheap); `splits` CTAs
+ * share a row block along k (summed through the workspace by the last CTA,
+ * which costs a global round trip).  Measured on an H100 (bench/RESULTS.md,
+ * sweep of kw x splits on five Llama layers, m = 1 and 16): a global split
+ * never paid once the grid had about one CTA per SM, kw = 4 was best or
+ * within 3% everywhere, and kw = 8 won when kw = 4 left fewer than about
+ * 1.4 CTAs per SM.  The rule below encodes exactly that; NIBBLE_KW and
+ * NIBBLE_SPLITS override it for tuning. */
+static void choose_split(int64_t row_blocks, int64_t kchunks, int warps, int sm_count, int force_splits, int force_kw,
+                         int *kw_out, int *splits_out) {
+    const double want = 1.4 * (double)sm_count; /* CTAs */
+    int kw = warps / 2;
+    if ((double)row_blocks * kw / warps < want) kw = warps;
+    if (force_kw == 1 || force_kw == 2 || force_kw == 4 || force_kw == 8) kw = force_kw <= warps ? force_kw : warps;
+    const int64_t grid_x = (row_blocks * kw + warps - 1) / warps;
+    int64_t s = 1;
+    if ((double)grid_x < 0.5 * sm_count) s = (int64_t)ceil(want / (double)grid_x); /* narrow layer */
+    if (force_splits > 0) s = force_splits;
+    if (grid_x > NBI_MAX_SPLIT_COLUMNS) s = 1;
+    if (s > kchunks / kw) s = kchunks / kw > 1 ? kchunks / kw : 1; /* at least one chunk per warp */
+    if (s > 64) s = 64;
+    const int64_t cps = (kchunks + s - 1) / s;
+    *kw_out = kw;
+    *splits_out = (int)((kchunks + cps - 1) / cps); /* every split gets work */
 }
 
 nb_status nbi_gemm_make_plan(nb_context *ctx, const nb_gemm_desc *g, nbi_gemm_plan *p) {
@@ -146,22 +142,14 @@ nb_status nbi_gemm_make_plan(nb_context *ctx, const nb_gemm_desc *g, nbi_gemm_pl
     p->pdl = ctx->info.cc_major >= 9;
     p->row_blocks = (d->n + 15) / 16;
     p->kchunks = (d->k + NBI_CHUNK_K - 1) / NBI_CHUNK_K;
-    int warps = 8, stages = 4, occ = 1;
+    int warps = 8, stages = 4;
     nbi_cuda_gemv_shape(&warps, &stages);
     p->warps = warps;
-    char err[NB_ERRBUF] = "";
-    int *cached = &ctx->gemv_occupancy[p->fmt][p->act][p->mt];
-    if (!*cached) { /* queried once per kernel: keeps the hot call cheap */
-        if (nbi_cuda_gemv_occupancy(p->fmt, p->act, p->mt, &occ, err)) return cuda_failed(ctx, "nb_gemm", err);
-        *cached = occ;
-    }
-    occ = *cached;
-    if (occ < 1) occ = 1;
-    int64_t slots = (int64_t)ctx->info.sm_count * occ;
     /* The split-K arrival counters live at a fixed place (the first
      * NBI_MAX_SPLIT_COLUMNS ints of the workspace), so one workspace serves
      * layers of every shape: each call leaves them zero. */
-    choose_split(p->row_blocks, p->kchunks, warps, slots, ctx->force_splits, &p->kw, &p->splits);
+    choose_split(p->row_blocks, p->kchunks, warps, ctx->info.sm_count, ctx->force_splits, ctx->force_kw, &p->kw,
+                 &p->splits);
     const int64_t grid_x = (p->row_blocks + warps / p->kw - 1) / (warps / p->kw);
     if (grid_x > 0x7FFFFFFF)
         return nbi_fail(ctx, NB_ERR_BAD_SHAPE, "nb_gemm: n = %lld needs too many CTAs", (long long)d->n);

@@ -21,10 +21,10 @@ struct nb_context {
     int has_device;
     char last_error[NB_ERRBUF];
     char last_config[256];
-    int gemv_occupancy[3][4][5]; /* [format][dtype][mt]: CTAs per SM, 0 = not yet queried */
     int table_shift[3][4];       /* [format][dtype]: shift of the cached table, INT32_MIN = none */
     uint32_t table[3][4][128];   /* cached adjusted scale tables (see gemv_fp4.cu) */
     int force_splits;            /* NIBBLE_SPLITS environment variable, 0 = heuristic */
+    int force_kw;                /* NIBBLE_KW environment variable, 0 = heuristic */
 };
 
 /* Record a failure (context buffer when ctx != NULL, and the thread-local
@@ -121,7 +121,7 @@ NB_INTERNAL int nbi_cuda_gemm_naive(const nb_gemm_desc *g, const void *x, const 
                                     const uint8_t *scales, const void *bias, float *y, void *stream, char *err);
 NB_INTERNAL const char *nbi_cuda_archs(void);
 NB_INTERNAL int nbi_cuda_gemv_shape(int *warps, int *stages);
-NB_INTERNAL int nbi_cuda_gemv_occupancy(int fmt, int act, int mt, int *ctas_per_sm, char *err);
+
 
 #ifdef __cplusplus
 }

@@ -419,15 +419,6 @@ extern "C" int nbi_cuda_gemv_shape(int *warps, int *stages) {
     return 0;
 }
 
-extern "C" int nbi_cuda_gemv_occupancy(int fmt, int act, int mt, int *ctas_per_sm, char *err) {
-    gemv_fn f = pick_kernel(fmt, act, mt);
-    if (!f) return nbc_err(cudaErrorInvalidValue, err, "gemv: no kernel for this format/dtype/m");
-    NBC_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(ctas_per_sm, f, NB_GEMV_WARPS * 32,
-                                                          gemv_smem_bytes(fmt)),
-            "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-    return 0;
-}
-
 extern "C" int nbi_cuda_gemm(const nbi_gemm_plan *pl, const void *x, const void *packed, const void *bias, void *y,
                              void *workspace, void *stream, char *err) {
     gemv_fn f = pick_kernel(pl->fmt, pl->act, pl->mt);
