@@ -229,9 +229,9 @@ __global__ void __launch_bounds__(WARPS * 32, NB_MINB) gemv_fp4_kernel(const Gem
     uint4 *ring = ring_all + (size_t)warp * STAGES * (CB / 16);
     const uint64_t pol = policy_evict_first();
     const uint4 *wsrc = (const uint4 *)(p.w + ((size_t)(valid ? rb : 0) * p.kchunks + c_begin) * CB);
-    auto fetch = [&](int i) { /* chunk i of this warp's range into slot i % STAGES */
+    auto fetch = [&](int i, int slot) { /* chunk i of this warp's range into slot (== i % STAGES) */
         if (i < nchunks) {
-            uint4 *dst = ring + (i % STAGES) * (CB / 16);
+            uint4 *dst = ring + slot * (CB / 16);
             const uint4 *src = wsrc + (size_t)i * (CB / 16);
 #pragma unroll
             for (int j = 0; j < (CB / 16 + 31) / 32; j++)
@@ -240,7 +240,7 @@ __global__ void __launch_bounds__(WARPS * 32, NB_MINB) gemv_fp4_kernel(const Gem
         cp_async_commit();
     };
 #pragma unroll
-    for (int s = 0; s < STAGES - 1; s++) fetch(s);
+    for (int s = 0; s < STAGES - 1; s++) fetch(s, s);
     grid_dependency_wait();
     __syncthreads(); /* scale table ready */
 
@@ -251,14 +251,24 @@ __global__ void __launch_bounds__(WARPS * 32, NB_MINB) gemv_fp4_kernel(const Gem
         xp[mt] = (const __nv_bfloat16 *)p.x + (size_t)(mt * 8 + g < p.m ? mt * 8 + g : 0) * p.lda +
                  (size_t)c_begin * NBI_CHUNK_K + 32 * t;
 
-    for (int i = 0; i < nchunks; i++) {
-        fetch(i + STAGES - 1);       /* its slot was released by the __syncwarp of iteration i-1 */
+    bool tok_ok[MT]; /* this lane's token rows exist */
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) tok_ok[mt] = mt * 8 + g < p.m;
+
+    /* The loop is unrolled by the ring depth so every slot address is a
+     * constant offset. */
+    for (int i0 = 0; i0 < nchunks; i0 += STAGES)
+#pragma unroll
+    for (int s = 0; s < STAGES; s++) {
+        const int i = i0 + s;
+        if (i >= nchunks) break;
+        fetch(i + STAGES - 1, (s + STAGES - 1) % STAGES); /* slot released by the __syncwarp of chunk i-1 */
         cp_async_wait<STAGES - 1>(); /* this lane's part of chunk i has landed */
         __syncwarp();                /* ... and every other lane's */
-        const uint4 *slot = ring + (i % STAGES) * (CB / 16);
+        const uint4 *slot = ring + s * (CB / 16);
         const uint4 L = slot[lane], H = slot[32 + lane];
         const uint32_t S = SB == 4 ? ((const uint32_t *)(slot + 64))[lane] : ((const uint16_t *)(slot + 64))[lane];
-        __syncwarp(); /* slot i % STAGES may now be refilled */
+        __syncwarp(); /* slot s may now be refilled */
         const int kbase = (c_begin + i) * NBI_CHUNK_K + 32 * t;
         /* adjusted scales: rows g and g+8, first and second 16 k of the lane */
         uint32_t sg0, sg1, sh0, sh1;
@@ -277,9 +287,8 @@ __global__ void __launch_bounds__(WARPS * 32, NB_MINB) gemv_fp4_kernel(const Gem
             uint4 xv[MT];
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
-                const int tok = mt * 8 + g;
-                xv[mt] = tok < p.m && kbase + 8 * w < p.k ? __ldg((const uint4 *)(xp[mt] + i * NBI_CHUNK_K) + w)
-                                                          : make_uint4(0, 0, 0, 0);
+                xv[mt] = tok_ok[mt] && kbase + 8 * w < p.k ? __ldg((const uint4 *)(xp[mt] + i * NBI_CHUNK_K) + w)
+                                                           : make_uint4(0, 0, 0, 0);
             }
             const uint32_t sg = w < 2 ? sg0 : sg1, sh = w < 2 ? sh0 : sh1;
             /* tile 2w: elements 0..3 of the word */
