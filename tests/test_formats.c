@@ -17,19 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int g_pass, g_fail;
-
-#define CHECK(cond, ...)                                         \
-    do {                                                         \
-        if (cond) {                                              \
-            g_pass++;                                            \
-        } else {                                                 \
-            g_fail++;                                            \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);          \
-            printf(__VA_ARGS__);                                 \
-            printf("\n");                                        \
-        }                                                        \
-    } while (0)
+#define TESTLIB_SEED 0x9E3779B97F4A7C15ull
+#include "testlib.h"
 
 /* ------------------------------------------------------------ bit helpers */
 
@@ -46,63 +35,6 @@ static int f16_is_nan(uint16_t h) { return (h & 0x7C00u) == 0x7C00u && (h & 0x3F
 static int bf16_is_nan(uint16_t h) { return (h & 0x7F80u) == 0x7F80u && (h & 0x7Fu); }
 
 /* -------------------------------------------- independent reference codecs */
-
-/* formats.md section 1, written out; -0.0 is the real negative zero. */
-static const double k_e2m1[16] = {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
-                                  -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0};
-
-/* formats.md 2.1: E = 0 -> M * 2^-9, else (1 + M/8) * 2^(E-7); S.1111.111 NaN. */
-static double ref_e4m3(uint8_t b) {
-    int s = b >> 7, e = (b >> 3) & 15, m = b & 7;
-    if (e == 15 && m == 7) return NAN;
-    double mag = e == 0 ? ldexp((double)m, -9) : ldexp(1.0 + m / 8.0, e - 7);
-    return s ? -mag : mag;
-}
-
-/* formats.md 3.1: 2^(b-127), 0xFF NaN. */
-static double ref_e8m0(uint8_t b) { return b == 0xFF ? NAN : ldexp(1.0, (int)b - 127); }
-
-/* Round |x| (finite, double) to a binary format with `mbits` stored mantissa
- * bits and minimum normal exponent `emin`, nearest-even, in double:
- * returns the rounded magnitude (may exceed the format's maximum). */
-static double round_mag(double a, int mbits, int emin) {
-    if (a == 0.0) return 0.0;
-    int e;
-    frexp(a, &e);         /* a = f * 2^e, f in [0.5, 1): binade exponent e-1 */
-    int be = e - 1 < emin ? emin : e - 1;
-    double q = ldexp(1.0, be - mbits);
-    return nearbyint(a / q) * q; /* a/q exact; nearbyint is RNE in the default mode */
-}
-
-/* float -> IEEE half, RNE, overflow to Inf. */
-static uint16_t ref_f16(float f) {
-    if (isnan(f)) return 0x7E00;
-    uint16_t sign = signbit(f) ? 0x8000 : 0;
-    if (isinf(f)) return sign | 0x7C00;
-    double r = round_mag(fabs((double)f), 10, -14);
-    if (r >= 65536.0) return sign | 0x7C00;
-    if (r < ldexp(1.0, -14)) return sign | (uint16_t)(r / ldexp(1.0, -24));
-    int e;
-    frexp(r, &e);
-    int be = e - 1;
-    uint16_t mant = (uint16_t)((ldexp(r, -be) - 1.0) * 1024.0);
-    return sign | (uint16_t)((be + 15) << 10) | mant;
-}
-
-/* float -> bfloat16, RNE, overflow to Inf. */
-static uint16_t ref_bf16(float f) {
-    if (isnan(f)) return 0x7FC0;
-    uint16_t sign = signbit(f) ? 0x8000 : 0;
-    if (isinf(f)) return sign | 0x7F80;
-    double r = round_mag(fabs((double)f), 7, -126);
-    if (r >= ldexp(1.0, 128)) return sign | 0x7F80;
-    if (r < ldexp(1.0, -126)) return sign | (uint16_t)(r / ldexp(1.0, -133));
-    int e;
-    frexp(r, &e);
-    int be = e - 1;
-    uint16_t mant = (uint16_t)((ldexp(r, -be) - 1.0) * 128.0);
-    return sign | (uint16_t)((be + 127) << 7) | mant;
-}
 
 static float ref_f16_to_f32(uint16_t h) {
     int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
@@ -159,14 +91,6 @@ static uint8_t ref_to_e4m3(float x) {
 
 /* --------------------------------------------------------------- RNG */
 
-static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
-static uint64_t rnd_u64(void) {
-    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-static double rnd_unit(void) { return (double)(rnd_u64() >> 11) * 0x1p-53; } /* [0, 1) */
 static float rnd_sym(void) { return (float)(2.0 * rnd_unit() - 1.0); }       /* [-1, 1) */
 
 static const char *dtype_name(nb_dtype t) {
@@ -174,19 +98,12 @@ static const char *dtype_name(nb_dtype t) {
 }
 static const char *fmt_name(nb_format f) { return f == NB_FORMAT_NVFP4 ? "nvfp4" : "mxfp4"; }
 
-/* Store float values in a buffer of dtype t (independent encoders). */
-static void store_as(nb_dtype t, void *p, size_t i, float v) {
-    if (t == NB_DTYPE_F32) ((float *)p)[i] = v;
-    else if (t == NB_DTYPE_F16) ((uint16_t *)p)[i] = ref_f16(v);
-    else ((uint16_t *)p)[i] = ref_bf16(v);
-}
 static float load_as(nb_dtype t, const void *p, size_t i) {
     if (t == NB_DTYPE_F32) return ((const float *)p)[i];
     if (t == NB_DTYPE_F16) return ref_f16_to_f32(((const uint16_t *)p)[i]);
     return ref_bf16_to_f32(((const uint16_t *)p)[i]);
 }
 
-static int nib(const uint8_t *codes, size_t idx) { return (codes[idx / 2] >> ((idx & 1) * 4)) & 15; }
 static void set_nib(uint8_t *codes, size_t idx, int c) {
     codes[idx / 2] = (uint8_t)((codes[idx / 2] & ~(15 << ((idx & 1) * 4))) | ((c & 15) << ((idx & 1) * 4)));
 }
@@ -450,7 +367,6 @@ static void test_dequant_nan_tensor_scale(nb_context *ctx) {
     CHECK(nn == 32, "tensor_scale NaN: %d of 32 outputs NaN", nn);
 }
 
-
 /* The top of the 16-bit ranges: MXFP4 code 2 (1.0) times 2^(b-127) times a
  * dyadic tensor scale lands exactly on, just below and just above the F16
  * and BF16 overflow midpoints (F16: 65504 is the largest, 65520 the midpoint
@@ -693,7 +609,6 @@ static void test_quantize_mxfp4_known(nb_context *ctx) {
         check_codes(what, codes, want, K);
     }
 }
-
 
 /* ----------------------------------------- quantize against a model */
 

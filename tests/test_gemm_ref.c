@@ -29,68 +29,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int g_pass, g_fail;
-
-#define CHECK(cond, ...)                                         \
-    do {                                                         \
-        if (cond) {                                              \
-            g_pass++;                                            \
-        } else {                                                 \
-            g_fail++;                                            \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);          \
-            printf(__VA_ARGS__);                                 \
-            printf("\n");                                        \
-        }                                                        \
-    } while (0)
+#define TESTLIB_SEED 0x243F6A8885A308D3ull
+#include "testlib.h"
 
 /* -------------------------------------------- independent reference codecs */
-
-static const double k_e2m1[16] = {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
-                                  -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0};
-
-static double ref_e4m3(uint8_t b) {
-    int s = b >> 7, e = (b >> 3) & 15, m = b & 7;
-    if (e == 15 && m == 7) return NAN;
-    double mag = e == 0 ? ldexp((double)m, -9) : ldexp(1.0 + m / 8.0, e - 7);
-    return s ? -mag : mag;
-}
-
-static double ref_e8m0(uint8_t b) { return b == 0xFF ? NAN : ldexp(1.0, (int)b - 127); }
-
-static double round_mag(double a, int mbits, int emin) {
-    if (a == 0.0) return 0.0;
-    int e;
-    frexp(a, &e);
-    int be = e - 1 < emin ? emin : e - 1;
-    double q = ldexp(1.0, be - mbits);
-    return nearbyint(a / q) * q;
-}
-
-static uint16_t ref_f16(float f) {
-    if (isnan(f)) return 0x7E00;
-    uint16_t sign = signbit(f) ? 0x8000 : 0;
-    if (isinf(f)) return sign | 0x7C00;
-    double r = round_mag(fabs((double)f), 10, -14);
-    if (r >= 65536.0) return sign | 0x7C00;
-    if (r < ldexp(1.0, -14)) return sign | (uint16_t)(r / ldexp(1.0, -24));
-    int e;
-    frexp(r, &e);
-    int be = e - 1;
-    return sign | (uint16_t)((be + 15) << 10) | (uint16_t)((ldexp(r, -be) - 1.0) * 1024.0);
-}
-
-static uint16_t ref_bf16(float f) {
-    if (isnan(f)) return 0x7FC0;
-    uint16_t sign = signbit(f) ? 0x8000 : 0;
-    if (isinf(f)) return sign | 0x7F80;
-    double r = round_mag(fabs((double)f), 7, -126);
-    if (r >= ldexp(1.0, 128)) return sign | 0x7F80;
-    if (r < ldexp(1.0, -126)) return sign | (uint16_t)(r / ldexp(1.0, -133));
-    int e;
-    frexp(r, &e);
-    int be = e - 1;
-    return sign | (uint16_t)((be + 127) << 7) | (uint16_t)((ldexp(r, -be) - 1.0) * 128.0);
-}
 
 static double ref_f16_to_d(uint16_t h) {
     int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
@@ -110,11 +52,6 @@ static const char *dname(nb_dtype t) {
 }
 static const char *fname(nb_format f) { return f == NB_FORMAT_NVFP4 ? "nvfp4" : "mxfp4"; }
 
-static void store_as(nb_dtype t, void *p, size_t i, float v) {
-    if (t == NB_DTYPE_F32) ((float *)p)[i] = v;
-    else if (t == NB_DTYPE_F16) ((uint16_t *)p)[i] = ref_f16(v);
-    else ((uint16_t *)p)[i] = ref_bf16(v);
-}
 static double load_as(nb_dtype t, const void *p, size_t i) {
     if (t == NB_DTYPE_F32) return (double)((const float *)p)[i];
     if (t == NB_DTYPE_F16) return ref_f16_to_d(((const uint16_t *)p)[i]);
@@ -133,18 +70,8 @@ static double half_ulp(nb_dtype t, double a) {
     return ldexp(1.0, e - mbits - 1);
 }
 
-static int nib(const uint8_t *codes, size_t idx) { return (codes[idx / 2] >> ((idx & 1) * 4)) & 15; }
-
 /* --------------------------------------------------------------- RNG */
 
-static uint64_t g_rng = 0x243F6A8885A308D3ull;
-static uint64_t rnd_u64(void) {
-    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-static double rnd_unit(void) { return (double)(rnd_u64() >> 11) * 0x1p-53; }
 static float rnd_sym(double r) { return (float)((2.0 * rnd_unit() - 1.0) * r); }
 
 /* ------------------------------------------------------------ GEMM cases */
