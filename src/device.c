@@ -68,12 +68,13 @@ nb_status nb_pack(nb_context *ctx, nb_weight_desc *desc, const uint8_t *codes, c
  * within 3% everywhere, and kw = 8 won when kw = 4 left fewer than about
  * 1.4 CTAs per SM.  The rule below encodes exactly that; NIBBLE_KW and
  * NIBBLE_SPLITS override it for tuning. */
-static void choose_split(int64_t row_blocks, int64_t kchunks, int warps, int sm_count, int force_splits, int force_kw,
-                         int *kw_out, int *splits_out) {
+static void choose_split(int64_t row_blocks, int64_t kchunks, int warps, int mt, int sm_count, int force_splits,
+                         int force_kw, int *kw_out, int *splits_out) {
     const double want = 1.4 * (double)sm_count; /* CTAs */
     int kw = warps / 2;
     if ((double)row_blocks * kw / warps < want) kw = warps;
     if (force_kw == 1 || force_kw == 2 || force_kw == 4 || force_kw == 8) kw = force_kw <= warps ? force_kw : warps;
+    if (mt >= 2) kw = 1; /* 9..32 tokens: the CTA's warps share staged activations, so they walk one k range */
     const int64_t grid_x = (row_blocks * kw + warps - 1) / warps;
     int64_t s = 1;
     if ((double)grid_x < 0.5 * sm_count) s = (int64_t)ceil(want / (double)grid_x); /* narrow layer */
@@ -148,8 +149,8 @@ nb_status nbi_gemm_make_plan(nb_context *ctx, const nb_gemm_desc *g, nbi_gemm_pl
     /* The split-K arrival counters live at a fixed place (the first
      * NBI_MAX_SPLIT_COLUMNS ints of the workspace), so one workspace serves
      * layers of every shape: each call leaves them zero. */
-    choose_split(p->row_blocks, p->kchunks, warps, ctx->info.sm_count, ctx->force_splits, ctx->force_kw, &p->kw,
-                 &p->splits);
+    choose_split(p->row_blocks, p->kchunks, warps, p->mt, ctx->info.sm_count, ctx->force_splits, ctx->force_kw,
+                 &p->kw, &p->splits);
     const int64_t grid_x = (p->row_blocks + warps / p->kw - 1) / (warps / p->kw);
     if (grid_x > 0x7FFFFFFF)
         return nbi_fail(ctx, NB_ERR_BAD_SHAPE, "nb_gemm: n = %lld needs too many CTAs", (long long)d->n);

@@ -64,6 +64,7 @@
 #ifndef NB_MINB
 #define NB_MINB 1
 #endif
+#define XROW 20 /* uint4 per staged activation row: 256 bytes + 64 of padding */
 
 struct GemvParams {
     const uint8_t *w;
@@ -113,6 +114,12 @@ __device__ __forceinline__ void grid_dependents_launch() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+
+/* 16-byte global -> shared copy; src_size 0 writes zeros (k past the end). */
+__device__ __forceinline__ void cp_async16_zfill(void *smem, const void *gmem, bool in) {
+    const uint32_t sa = (uint32_t)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(sa), "l"(gmem), "r"(in ? 16 : 0));
 }
 
 /* 16-byte global -> shared copy that bypasses registers, with an L2 policy. */
@@ -207,6 +214,10 @@ __global__ void __launch_bounds__(WARPS * 32, NB_MINB) gemv_fp4_kernel(const Gem
     const int c_begin = cta_begin + ks * per_warp;
     const int c_end = min(c_begin + per_warp, cta_end);
     const int nchunks = valid ? max(c_end - c_begin, 0) : 0;
+    /* 9..32 tokens: activations are staged once per CTA in shared memory
+     * (XSH); the CTA's warps then walk the same k range (kw = 1) in step. */
+    constexpr bool XSH = MT >= 2;
+    const int cta_n = max(cta_end - cta_begin, 0);
 
     /* Two accumulator sets (even and odd tiles) so consecutive MMAs do not
      * wait on each other. */
@@ -237,11 +248,33 @@ __global__ void __launch_bounds__(WARPS * 32, NB_MINB) gemv_fp4_kernel(const Gem
             for (int j = 0; j < (CB / 16 + 31) / 32; j++)
                 if (lane + 32 * j < CB / 16) cp_async16_hint(dst + lane + 32 * j, src + lane + 32 * j, pol);
         }
-        cp_async_commit();
     };
+    /* XSH: the activation ring follows the weight rings.  Slot = m_rows rows
+     * of 320 bytes (256 of data, 64 of padding); within a row the 16-byte
+     * segment holding k = 32t + 8w .. +7 sits at position 4w + t, so a
+     * quarter-warp (two tokens x four lanes) reads eight distinct bank
+     * groups.  k past the end is zero-filled. */
+    uint4 *xring = ring_all + (size_t)WARPS * STAGES * (CB / 16);
+    const int m_rows = min(p.m, 8 * MT);
+    const __nv_bfloat16 *xg = (const __nv_bfloat16 *)p.x;
+    auto fetch_x = [&](int i, int slot) {
+        if (XSH && i < cta_n) {
+            for (int q = threadIdx.x; q < m_rows * 16; q += WARPS * 32) {
+                const int row = q >> 4, seg = q & 15, kk = (cta_begin + i) * NBI_CHUNK_K + 8 * seg;
+                const bool in = kk < p.k;
+                cp_async16_zfill(xring + (size_t)(slot * m_rows + row) * XROW + (seg & 3) * 4 + (seg >> 2),
+                                 in ? xg + (size_t)row * p.lda + kk : xg, in);
+            }
+        }
+    };
+    if (XSH) grid_dependency_wait(); /* activations are read from the first copy on */
 #pragma unroll
-    for (int s = 0; s < STAGES - 1; s++) fetch(s, s);
-    grid_dependency_wait();
+    for (int s = 0; s < STAGES - 1; s++) {
+        fetch(s, s);
+        fetch_x(s, s);
+        cp_async_commit();
+    }
+    if (!XSH) grid_dependency_wait();
     __syncthreads(); /* scale table ready */
 
     /* X rows of this lane's tokens */
@@ -257,18 +290,37 @@ __global__ void __launch_bounds__(WARPS * 32, NB_MINB) gemv_fp4_kernel(const Gem
 
     /* The loop is unrolled by the ring depth so every slot address is a
      * constant offset. */
-    for (int i0 = 0; i0 < nchunks; i0 += STAGES)
+    const int loop_n = XSH ? cta_n : nchunks; /* XSH: every warp joins every barrier */
+    for (int i0 = 0; i0 < loop_n; i0 += STAGES)
 #pragma unroll
     for (int s = 0; s < STAGES; s++) {
         const int i = i0 + s;
-        if (i >= nchunks) break;
-        fetch(i + STAGES - 1, (s + STAGES - 1) % STAGES); /* slot released by the __syncwarp of chunk i-1 */
-        cp_async_wait<STAGES - 1>(); /* this lane's part of chunk i has landed */
-        __syncwarp();                /* ... and every other lane's */
-        const uint4 *slot = ring + s * (CB / 16);
-        const uint4 L = slot[lane], H = slot[32 + lane];
-        const uint32_t S = SB == 4 ? ((const uint32_t *)(slot + 64))[lane] : ((const uint16_t *)(slot + 64))[lane];
-        __syncwarp(); /* slot s may now be refilled */
+        if (i >= loop_n) break;
+        uint4 L, H;
+        uint32_t S;
+        const uint4 *xslot = xring + (size_t)s * m_rows * XROW;
+        if (XSH) {
+            cp_async_wait<STAGES - 2>(); /* chunk i's copies by this thread have landed */
+            __syncthreads();             /* everyone's; and slot s-1 is free everywhere */
+            fetch(i + STAGES - 1, (s + STAGES - 1) % STAGES);
+            fetch_x(i + STAGES - 1, (s + STAGES - 1) % STAGES);
+            cp_async_commit();
+            if (!valid) continue;
+            const uint4 *slot = ring + s * (CB / 16);
+            L = slot[lane];
+            H = slot[32 + lane];
+            S = SB == 4 ? ((const uint32_t *)(slot + 64))[lane] : ((const uint16_t *)(slot + 64))[lane];
+        } else {
+            fetch(i + STAGES - 1, (s + STAGES - 1) % STAGES); /* slot released by the __syncwarp of chunk i-1 */
+            cp_async_commit();
+            cp_async_wait<STAGES - 1>(); /* this lane's part of chunk i has landed */
+            __syncwarp();                /* ... and every other lane's */
+            const uint4 *slot = ring + s * (CB / 16);
+            L = slot[lane];
+            H = slot[32 + lane];
+            S = SB == 4 ? ((const uint32_t *)(slot + 64))[lane] : ((const uint16_t *)(slot + 64))[lane];
+            __syncwarp(); /* slot s may now be refilled */
+        }
         const int kbase = (c_begin + i) * NBI_CHUNK_K + 32 * t;
         /* adjusted scales: rows g and g+8, first and second 16 k of the lane */
         uint32_t sg0, sg1, sh0, sh1;
@@ -287,8 +339,11 @@ __global__ void __launch_bounds__(WARPS * 32, NB_MINB) gemv_fp4_kernel(const Gem
             uint4 xv[MT];
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
-                xv[mt] = tok_ok[mt] && kbase + 8 * w < p.k ? __ldg((const uint4 *)(xp[mt] + i * NBI_CHUNK_K) + w)
-                                                           : make_uint4(0, 0, 0, 0);
+                if (XSH)
+                    xv[mt] = tok_ok[mt] ? xslot[(mt * 8 + g) * XROW + 4 * w + t] : make_uint4(0, 0, 0, 0);
+                else
+                    xv[mt] = tok_ok[mt] && kbase + 8 * w < p.k ? __ldg((const uint4 *)(xp[mt] + i * NBI_CHUNK_K) + w)
+                                                               : make_uint4(0, 0, 0, 0);
             }
             const uint32_t sg = w < 2 ? sg0 : sg1, sh = w < 2 ? sh0 : sh1;
             /* tile 2w: elements 0..3 of the word */
@@ -398,9 +453,10 @@ typedef void (*gemv_fn)(const GemvParams);
 /* Dynamic shared memory: one ring of NB_GEMV_STAGES chunks per warp (4
  * stages, 8 warps: 36 KB for NVFP4, under the 48 KB default limit; it also
  * holds the in-CTA split-K exchange, at most 8 x 32 x 16 floats). */
-static size_t gemv_smem_bytes(int fmt) {
+static size_t gemv_smem_bytes(int fmt, int mt, int m) {
     const size_t cb = NBI_CHUNK_CODE_BYTES + 32 * (fmt == NB_FORMAT_NVFP4 ? 4 : 2);
-    return (size_t)NB_GEMV_WARPS * NB_GEMV_STAGES * cb;
+    const size_t rows = mt >= 2 ? (size_t)(m < 8 * mt ? m : 8 * mt) : 0; /* staged activation rows */
+    return (size_t)NB_GEMV_WARPS * NB_GEMV_STAGES * cb + (size_t)NB_GEMV_STAGES * rows * XROW * 16;
 }
 
 template <int FMT, int ACT>
@@ -453,7 +509,12 @@ extern "C" int nbi_cuda_gemm(const nbi_gemm_plan *pl, const void *x, const void 
     memcpy(p.stab, pl->scale_table, sizeof p.stab);
     p.ts = pl->tensor_scale;
     dim3 grid((unsigned)pl->grid_x, (unsigned)pl->splits);
-    const size_t smem = gemv_smem_bytes(pl->fmt);
+    const size_t smem = gemv_smem_bytes(pl->fmt, pl->mt, (int)pl->m);
+    if (smem > 48 * 1024) { /* above the default limit: opt in (idempotent, per kernel) */
+        NBC_TRY(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)gemv_smem_bytes(pl->fmt, pl->mt, 8 * pl->mt)),
+                "cudaFuncSetAttribute(max dynamic shared memory)");
+    }
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.gridDim = grid;
