@@ -510,10 +510,14 @@ extern "C" int nbi_cuda_gemm(const nbi_gemm_plan *pl, const void *x, const void 
     p.ts = pl->tensor_scale;
     dim3 grid((unsigned)pl->grid_x, (unsigned)pl->splits);
     const size_t smem = gemv_smem_bytes(pl->fmt, pl->mt, (int)pl->m);
-    if (smem > 48 * 1024) { /* above the default limit: opt in (idempotent, per kernel) */
+    /* With staged activations the CTA can exceed the 48 KB default (static +
+     * dynamic): opt in once per kernel, for its largest launch. */
+    static int opted_in[3][4][5];
+    if (pl->mt >= 2 && !opted_in[pl->fmt][pl->act][pl->mt]) {
         NBC_TRY(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      (int)gemv_smem_bytes(pl->fmt, pl->mt, 8 * pl->mt)),
                 "cudaFuncSetAttribute(max dynamic shared memory)");
+        opted_in[pl->fmt][pl->act][pl->mt] = 1; /* idempotent: a race only repeats the call */
     }
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);
