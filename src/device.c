@@ -69,12 +69,20 @@ nb_status nb_pack(nb_context *ctx, nb_weight_desc *desc, const uint8_t *codes, c
  * 1.4 CTAs per SM.  The rule below encodes exactly that; NIBBLE_KW and
  * NIBBLE_SPLITS override it for tuning. */
 static void choose_split(int64_t row_blocks, int64_t kchunks, int warps, int mt, int sm_count, int force_splits,
-                         int force_kw, int *kw_out, int *splits_out) {
+                         int force_kw, int *kw_out, int *splits_out, int *xsh_out) {
     const double want = 1.4 * (double)sm_count; /* CTAs */
     int kw = warps / 2;
     if ((double)row_blocks * kw / warps < want) kw = warps;
     if (force_kw == 1 || force_kw == 2 || force_kw == 4 || force_kw == 8) kw = force_kw <= warps ? force_kw : warps;
-    if (mt >= 2) kw = 1; /* 9..32 tokens: the CTA's warps share staged activations, so they walk one k range */
+    /* Staged activations (9..32 tokens) need the CTA's warps on one k range
+     * (kw = 1), so a CTA covers 8 row blocks and narrow layers need a global
+     * split.  Measured (H100, bench/RESULTS.md): worth it at m = 9..16 only
+     * when the layer alone fills the GPU (8192 -> 57344: 169 vs 182 us at
+     * m = 16; 28672 -> 8192: 100 vs 85 us), and at m = 17..32 unless the
+     * layer is tiny (4096 -> 4096 at m = 32: 23 vs 18 us). */
+    const double ctas_kw1 = (double)row_blocks / warps;
+    *xsh_out = mt >= 3 ? ctas_kw1 >= 0.3 * sm_count : mt == 2 ? ctas_kw1 >= want : 0;
+    if (*xsh_out) kw = 1;
     const int64_t grid_x = (row_blocks * kw + warps - 1) / warps;
     int64_t s = 1;
     if ((double)grid_x < 0.5 * sm_count) s = (int64_t)ceil(want / (double)grid_x); /* narrow layer */
@@ -150,7 +158,7 @@ nb_status nbi_gemm_make_plan(nb_context *ctx, const nb_gemm_desc *g, nbi_gemm_pl
      * NBI_MAX_SPLIT_COLUMNS ints of the workspace), so one workspace serves
      * layers of every shape: each call leaves them zero. */
     choose_split(p->row_blocks, p->kchunks, warps, p->mt, ctx->info.sm_count, ctx->force_splits, ctx->force_kw,
-                 &p->kw, &p->splits);
+                 &p->kw, &p->splits, &p->xsh);
     const int64_t grid_x = (p->row_blocks + warps / p->kw - 1) / (warps / p->kw);
     if (grid_x > 0x7FFFFFFF)
         return nbi_fail(ctx, NB_ERR_BAD_SHAPE, "nb_gemm: n = %lld needs too many CTAs", (long long)d->n);
@@ -214,14 +222,15 @@ nb_status nb_gemm(nb_context *ctx, const nb_gemm_desc *g, const void *x, const v
         nbi_gemm_plan q = p;
         q.m = g->m - m0 < 32 ? g->m - m0 : 32;
         q.mt = (int)((q.m + 7) / 8);
+        if (q.mt < 2) q.xsh = 0; /* a short last slice runs the plain kernel (kw stays as planned) */
         q.m_offset = (int)m0;
         if (nbi_cuda_gemm(&q, (const char *)x + (size_t)(m0 * p.lda) * es, packed, bias,
                           (char *)y + (size_t)(m0 * p.ldc) * es, workspace, stream, err))
             return cuda_failed(ctx, "nb_gemm", err);
     }
     snprintf(ctx->last_config, sizeof ctx->last_config,
-             "gemv_fp4<%s,%s,mt=%d> grid=%dx%d warps=%d k-split=%dx%d chunks/warp=%d launches=%lld",
-             fmt_name(p.fmt), nbi_dtype_name(g->act_dtype), p.mt, p.grid_x, p.splits, p.warps, p.kw, p.splits,
+             "gemv_fp4<%s,%s,mt=%d%s> grid=%dx%d warps=%d k-split=%dx%d chunks/warp=%d launches=%lld",
+             fmt_name(p.fmt), nbi_dtype_name(g->act_dtype), p.mt, p.xsh ? ",staged-x" : "", p.grid_x, p.splits, p.warps, p.kw, p.splits,
              (p.chunks_per_split + p.kw - 1) / p.kw, (long long)((g->m + 31) / 32));
     return NB_OK;
 }

@@ -86,6 +86,7 @@ typedef struct nbi_gemm_plan {
     int mt;             /* token tiles of 8: 1..4 */
     int warps;          /* warps per CTA */
     int kw;             /* warps sharing one 16-row block (in-CTA split of k) */
+    int xsh;            /* activations staged per CTA in shared memory (mt >= 2; forces kw = 1) */
     int64_t m, n, k;
     int64_t lda, ldc;
     int64_t row_blocks; /* ceil(n / 16) */

@@ -462,6 +462,8 @@ int main(int argc, char **argv) {
             test_shape(&e, fmts[f], acts[a], 17, fmts[f] == NB_FORMAT_NVFP4 ? 16 * 37 : 32 * 7, few_m, 8, 1);
             test_shape(&e, fmts[f], acts[a], 1000, 4096 + 96, few_m, 8, 1);
             test_shape(&e, fmts[f], acts[a], 300, 64 * 3 * 16, all_m, 34, 1);
+            /* wide and short: the staged-activation kernels (m = 9..32) and a ragged k tail */
+            test_shape(&e, fmts[f], acts[a], 24000 + 8, 256 + 64, few_m, 8, 0);
             if (!quick) {
                 static const int64_t shapes[][2] = {{4096, 4096}, {6144, 4096},  {28672, 4096}, {4096, 14336},
                                                     {8192, 8192}, {10240, 8192}, {57344, 8192}, {8192, 28672}};

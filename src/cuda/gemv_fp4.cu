@@ -188,7 +188,7 @@ __device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1
 
 /* ----------------------------------------------------------------- kernel */
 
-template <int FMT, int ACT, int MT, int WARPS, int STAGES>
+template <int FMT, int ACT, int MT, int WARPS, int STAGES, bool XSH>
 __global__ void __launch_bounds__(WARPS * 32, NB_MINB) gemv_fp4_kernel(const GemvParams p) {
     constexpr int SB = FMT == NB_FORMAT_NVFP4 ? 4 : 2; /* scale bytes per lane */
     constexpr int CB = NBI_CHUNK_CODE_BYTES + 32 * SB;  /* bytes per chunk */
@@ -214,9 +214,10 @@ __global__ void __launch_bounds__(WARPS * 32, NB_MINB) gemv_fp4_kernel(const Gem
     const int c_begin = cta_begin + ks * per_warp;
     const int c_end = min(c_begin + per_warp, cta_end);
     const int nchunks = valid ? max(c_end - c_begin, 0) : 0;
-    /* 9..32 tokens: activations are staged once per CTA in shared memory
-     * (XSH); the CTA's warps then walk the same k range (kw = 1) in step. */
-    constexpr bool XSH = MT >= 2;
+    /* XSH (9..32 tokens on layers wide enough): activations are staged once
+     * per CTA in shared memory; the CTA's warps then walk the same k range
+     * (kw = 1) in step. */
+    static_assert(!XSH || MT >= 2, "staged activations are for two or more token tiles");
     const int cta_n = max(cta_end - cta_begin, 0);
 
     /* Two accumulator sets (even and odd tiles) so consecutive MMAs do not
@@ -453,28 +454,31 @@ typedef void (*gemv_fn)(const GemvParams);
 /* Dynamic shared memory: one ring of NB_GEMV_STAGES chunks per warp (4
  * stages, 8 warps: 36 KB for NVFP4, under the 48 KB default limit; it also
  * holds the in-CTA split-K exchange, at most 8 x 32 x 16 floats). */
-static size_t gemv_smem_bytes(int fmt, int mt, int m) {
+static size_t gemv_smem_bytes(int fmt, int mt, int xsh, int m) {
     const size_t cb = NBI_CHUNK_CODE_BYTES + 32 * (fmt == NB_FORMAT_NVFP4 ? 4 : 2);
-    const size_t rows = mt >= 2 ? (size_t)(m < 8 * mt ? m : 8 * mt) : 0; /* staged activation rows */
+    const size_t rows = xsh ? (size_t)(m < 8 * mt ? m : 8 * mt) : 0; /* staged activation rows */
     return (size_t)NB_GEMV_WARPS * NB_GEMV_STAGES * cb + (size_t)NB_GEMV_STAGES * rows * XROW * 16;
 }
 
 template <int FMT, int ACT>
-static gemv_fn pick_mt(int mt) {
-    switch (mt) {
-    case 1: return gemv_fp4_kernel<FMT, ACT, 1, NB_GEMV_WARPS, NB_GEMV_STAGES>;
-    case 2: return gemv_fp4_kernel<FMT, ACT, 2, NB_GEMV_WARPS, NB_GEMV_STAGES>;
-    case 3: return gemv_fp4_kernel<FMT, ACT, 3, NB_GEMV_WARPS, NB_GEMV_STAGES>;
-    case 4: return gemv_fp4_kernel<FMT, ACT, 4, NB_GEMV_WARPS, NB_GEMV_STAGES>;
+static gemv_fn pick_mt(int mt, int xsh) {
+    switch (mt * 2 + (xsh ? 1 : 0)) {
+    case 2: return gemv_fp4_kernel<FMT, ACT, 1, NB_GEMV_WARPS, NB_GEMV_STAGES, false>;
+    case 4: return gemv_fp4_kernel<FMT, ACT, 2, NB_GEMV_WARPS, NB_GEMV_STAGES, false>;
+    case 5: return gemv_fp4_kernel<FMT, ACT, 2, NB_GEMV_WARPS, NB_GEMV_STAGES, true>;
+    case 6: return gemv_fp4_kernel<FMT, ACT, 3, NB_GEMV_WARPS, NB_GEMV_STAGES, false>;
+    case 7: return gemv_fp4_kernel<FMT, ACT, 3, NB_GEMV_WARPS, NB_GEMV_STAGES, true>;
+    case 8: return gemv_fp4_kernel<FMT, ACT, 4, NB_GEMV_WARPS, NB_GEMV_STAGES, false>;
+    case 9: return gemv_fp4_kernel<FMT, ACT, 4, NB_GEMV_WARPS, NB_GEMV_STAGES, true>;
     }
-    return NULL;
+    return NULL; /* mt = 1 has no staged variant */
 }
 
-static gemv_fn pick_kernel(int fmt, int act, int mt) {
-    if (fmt == NB_FORMAT_NVFP4) return act == NB_DTYPE_BF16 ? pick_mt<NB_FORMAT_NVFP4, NB_DTYPE_BF16>(mt)
-                                                             : pick_mt<NB_FORMAT_NVFP4, NB_DTYPE_F16>(mt);
-    if (fmt == NB_FORMAT_MXFP4) return act == NB_DTYPE_BF16 ? pick_mt<NB_FORMAT_MXFP4, NB_DTYPE_BF16>(mt)
-                                                             : pick_mt<NB_FORMAT_MXFP4, NB_DTYPE_F16>(mt);
+static gemv_fn pick_kernel(int fmt, int act, int mt, int xsh) {
+    if (fmt == NB_FORMAT_NVFP4) return act == NB_DTYPE_BF16 ? pick_mt<NB_FORMAT_NVFP4, NB_DTYPE_BF16>(mt, xsh)
+                                                             : pick_mt<NB_FORMAT_NVFP4, NB_DTYPE_F16>(mt, xsh);
+    if (fmt == NB_FORMAT_MXFP4) return act == NB_DTYPE_BF16 ? pick_mt<NB_FORMAT_MXFP4, NB_DTYPE_BF16>(mt, xsh)
+                                                             : pick_mt<NB_FORMAT_MXFP4, NB_DTYPE_F16>(mt, xsh);
     return NULL;
 }
 
@@ -486,7 +490,7 @@ extern "C" int nbi_cuda_gemv_shape(int *warps, int *stages) {
 
 extern "C" int nbi_cuda_gemm(const nbi_gemm_plan *pl, const void *x, const void *packed, const void *bias, void *y,
                              void *workspace, void *stream, char *err) {
-    gemv_fn f = pick_kernel(pl->fmt, pl->act, pl->mt);
+    gemv_fn f = pick_kernel(pl->fmt, pl->act, pl->mt, pl->xsh);
     if (!f) return nbc_err(cudaErrorInvalidValue, err, "gemv: no kernel for this format/dtype/m");
     GemvParams p;
     p.w = (const uint8_t *)packed;
@@ -509,13 +513,13 @@ extern "C" int nbi_cuda_gemm(const nbi_gemm_plan *pl, const void *x, const void 
     memcpy(p.stab, pl->scale_table, sizeof p.stab);
     p.ts = pl->tensor_scale;
     dim3 grid((unsigned)pl->grid_x, (unsigned)pl->splits);
-    const size_t smem = gemv_smem_bytes(pl->fmt, pl->mt, (int)pl->m);
+    const size_t smem = gemv_smem_bytes(pl->fmt, pl->mt, pl->xsh, (int)pl->m);
     /* With staged activations the CTA can exceed the 48 KB default (static +
      * dynamic): opt in once per kernel, for its largest launch. */
     static int opted_in[3][4][5];
-    if (pl->mt >= 2 && !opted_in[pl->fmt][pl->act][pl->mt]) {
+    if (pl->xsh && !opted_in[pl->fmt][pl->act][pl->mt]) {
         NBC_TRY(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     (int)gemv_smem_bytes(pl->fmt, pl->mt, 8 * pl->mt)),
+                                     (int)gemv_smem_bytes(pl->fmt, pl->mt, 1, 8 * pl->mt)),
                 "cudaFuncSetAttribute(max dynamic shared memory)");
         opted_in[pl->fmt][pl->act][pl->mt] = 1; /* idempotent: a race only repeats the call */
     }
