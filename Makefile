@@ -9,17 +9,18 @@ ifneq ($(ARCHS),)
 CMAKE_ARGS += -DCMAKE_CUDA_ARCHITECTURES="$(ARCHS)"
 endif
 
-.PHONY: all deps build demo test test-asan clean
+.PHONY: all deps build demo test test-asan fuzz clean
 
 all: build
 
 # Tools the build needs, installed when missing (Debian/Ubuntu, as root or with sudo).
 deps:
 	@missing=""; for t in cmake gcc make; do command -v $$t >/dev/null 2>&1 || missing="$$missing $$t"; done; \
+	[ -f /usr/include/cjson/cJSON.h ] || missing="$$missing libcjson-dev"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq cmake gcc make >/dev/null; \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
 build: deps
@@ -38,5 +39,24 @@ test-asan: deps
 	cmake --build $(BUILD)-asan -j $(JOBS)
 	ctest --test-dir $(BUILD)-asan --output-on-failure
 
+# libFuzzer on the safetensors reader for FUZZ_SECONDS, on a copy of the seed
+# corpus (tests/corpus/safetensors/); fails on any crash, leak or sanitizer
+# report.  Needs clang and its fuzzer runtime (installed when missing).
+FUZZ_SECONDS ?= 120
+fuzz: deps
+	@missing=""; command -v clang >/dev/null 2>&1 || missing="$$missing clang"; \
+	ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-*.a >/dev/null 2>&1 || missing="$$missing libclang-rt-14-dev"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
+	CC=clang cmake -S . -B $(BUILD)-fuzz -DNB_FUZZ=ON -DNB_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	cmake --build $(BUILD)-fuzz -j $(JOBS) --target fuzz_safetensors
+	rm -rf $(BUILD)-fuzz/corpus && mkdir -p $(BUILD)-fuzz/corpus
+	cp tests/corpus/safetensors/* $(BUILD)-fuzz/corpus/
+	cd $(BUILD)-fuzz && ./fuzz_safetensors -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	  -dict=$(CURDIR)/tests/corpus/safetensors.dict corpus
+
 clean:
-	rm -rf $(BUILD) $(BUILD)-asan
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-fuzz
