@@ -424,6 +424,54 @@ static void test_mx_range(env_t *e) {
     free_weight(&w);
 }
 
+/* Device entry points reject bad input with their documented status. */
+static void test_device_errors(env_t *e) {
+    weight_t w;
+    make_weight(e->ctx, &w, NB_FORMAT_NVFP4, 64, 256, 0, 0);
+    nb_gemm_desc g;
+    NB(nb_gemm_desc_init(&g, &w.desc, 4, NB_DTYPE_BF16, NB_DTYPE_BF16));
+    size_t ws = 0;
+    NB(nb_gemm_workspace_size(e->ctx, &g, &ws));
+    ensure_ws(e, ws);
+    char *dx, *dy;
+    CK(cudaMalloc((void **)&dx, 4 * 256 * 2 + 64));
+    CK(cudaMalloc((void **)&dy, 4 * 64 * 2 + 64));
+    check(nb_gemm(e->ctx, &g, dx + 2, w.d_packed, NULL, dy, e->ws, e->ws_bytes, NULL) == NB_ERR_MISALIGNED,
+          "nb_gemm: x not 16-byte aligned -> NB_ERR_MISALIGNED");
+    check(nb_gemm(e->ctx, &g, dx, (char *)w.d_packed + 8, NULL, dy, e->ws, e->ws_bytes, NULL) == NB_ERR_MISALIGNED,
+          "nb_gemm: packed not 16-byte aligned -> NB_ERR_MISALIGNED");
+    check(nb_gemm(e->ctx, &g, dx, w.d_packed, NULL, dy + 1, e->ws, e->ws_bytes, NULL) == NB_ERR_MISALIGNED,
+          "nb_gemm: y not 2-byte aligned -> NB_ERR_MISALIGNED");
+    check(nb_gemm(e->ctx, &g, NULL, w.d_packed, NULL, dy, e->ws, e->ws_bytes, NULL) == NB_ERR_NULL_POINTER,
+          "nb_gemm: x NULL -> NB_ERR_NULL_POINTER");
+    if (ws) /* this shape needs a split-K workspace on most GPUs */
+        check(nb_gemm(e->ctx, &g, dx, w.d_packed, NULL, dy, e->ws, ws - 1, NULL) == NB_ERR_WORKSPACE,
+              "nb_gemm: workspace one byte short -> NB_ERR_WORKSPACE");
+    nb_gemm_desc h = g;
+    h.lda = 260; /* rows no longer 16-byte aligned */
+    check(nb_gemm(e->ctx, &h, dx, w.d_packed, NULL, dy, e->ws, e->ws_bytes, NULL) == NB_ERR_MISALIGNED,
+          "nb_gemm: lda not a multiple of 8 -> NB_ERR_MISALIGNED");
+    h = g;
+    h.weight.layout = NB_LAYOUT_CHECKPOINT;
+    check(nb_gemm(e->ctx, &h, dx, w.d_packed, NULL, dy, e->ws, e->ws_bytes, NULL) == NB_ERR_INVALID_ARGUMENT,
+          "nb_gemm: checkpoint layout -> NB_ERR_INVALID_ARGUMENT");
+    h = g;
+    h.act_dtype = h.out_dtype = NB_DTYPE_F32;
+    check(nb_gemm_can_implement(e->ctx, &h) == NB_ERR_UNSUPPORTED, "nb_gemm: F32 activations -> NB_ERR_UNSUPPORTED");
+    nb_weight_desc cd = w.desc;
+    cd.layout = NB_LAYOUT_CHECKPOINT;
+    check(nb_pack(e->ctx, &cd, w.d_codes, w.d_scales, w.d_packed, w.sz.packed_bytes - 1, NULL) ==
+              NB_ERR_BUFFER_TOO_SMALL,
+          "nb_pack: buffer one byte short -> NB_ERR_BUFFER_TOO_SMALL");
+    check(nb_pack(e->ctx, &cd, w.d_codes, w.d_scales, (char *)w.d_packed + 4, w.sz.packed_bytes, NULL) ==
+              NB_ERR_MISALIGNED,
+          "nb_pack: packed not 16-byte aligned -> NB_ERR_MISALIGNED");
+    check(nb_context_last_error(e->ctx)[0] != 0, "device errors leave a message in the context");
+    CK(cudaFree(dx));
+    CK(cudaFree(dy));
+    free_weight(&w);
+}
+
 int main(int argc, char **argv) {
     int quick = 0;
     for (int i = 1; i < argc; i++) {
@@ -472,6 +520,7 @@ int main(int argc, char **argv) {
         }
     }
     test_mx_range(&e);
+    test_device_errors(&e);
     char cfg[256];
     NB(nb_gemm_last_config(e.ctx, cfg, sizeof cfg));
     printf("last config: %s\n", cfg);
