@@ -34,6 +34,8 @@
  *     new _v2 functions.
  *   - A library built without CUDA still provides every function; device
  *     functions then return NB_ERR_NO_DEVICE.
+ *   - A context caches per-call state (last error, last configuration, scale
+ *     tables): use one context per host thread, or serialize calls on it.
  *
  * EXAMPLE (complete; tests/test_example.c compiles and runs exactly this)
  *

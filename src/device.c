@@ -223,7 +223,6 @@ nb_status nb_gemm(nb_context *ctx, const nb_gemm_desc *g, const void *x, const v
         q.m = g->m - m0 < 32 ? g->m - m0 : 32;
         q.mt = (int)((q.m + 7) / 8);
         if (q.mt < 2) q.xsh = 0; /* a short last slice runs the plain kernel (kw stays as planned) */
-        q.m_offset = (int)m0;
         if (nbi_cuda_gemm(&q, (const char *)x + (size_t)(m0 * p.lda) * es, packed, bias,
                           (char *)y + (size_t)(m0 * p.ldc) * es, workspace, stream, err))
             return cuda_failed(ctx, "nb_gemm", err);

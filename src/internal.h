@@ -99,7 +99,6 @@ typedef struct nbi_gemm_plan {
     int table_shift;    /* scale table entries are ldexp(scale, table_shift) */
     int pdl;            /* launch with programmatic dependent launch (sm_90+) */
     uint32_t scale_table[128]; /* 256 adjusted 16-bit scales, two per word */
-    int m_offset;       /* first row of X/Y this launch covers (m > 32 is sliced) */
     size_t ws_partial_bytes;
     size_t ws_counter_bytes;
 } nbi_gemm_plan;
