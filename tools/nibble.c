@@ -1,6 +1,6 @@
 /* nibble - command-line tool over the public API.
  *
- *   nibble version | info | demo | bench     (each takes --help)
+ *   nibble version | info | demo | bench | inspect     (each takes --help)
  *
  * Exit codes: 0 success, 1 usage error, 2 a check failed (wrong numbers),
  * 3 a library call failed. */
@@ -15,6 +15,11 @@
 
 #ifdef NB_HAVE_CUDA
 #include <cuda_runtime.h>
+#endif
+#ifdef NB_HAVE_IO
+#include "checkpoint.h" /* nibble_io: internal, static */
+
+#include <cjson/cJSON.h>
 #endif
 
 int nb_cli_bench(int argc, char **argv); /* bench.c */
@@ -32,7 +37,9 @@ static void usage(FILE *f) {
                "  info      build configuration (formats, CUDA architectures) and devices found\n"
                "  demo      quantize a built-in Llama-shaped layer to NVFP4 and MXFP4, run the GEMM\n"
                "            (GPU when present, C reference otherwise), print errors and time\n"
-               "  bench     time the decode GEMM against cuBLAS BF16 (GPU only)\n\n"
+               "  bench     time the decode GEMM against cuBLAS BF16 (GPU only)\n"
+               "  inspect   list a safetensors checkpoint's files, tensors and linear layers with\n"
+               "            their detected 4-bit format (ModelOpt, compressed-tensors, Quark, gpt-oss)\n\n"
                "'nibble <command> --help' describes each command.\n");
 }
 
@@ -284,6 +291,249 @@ static int cmd_demo(int argc, char **argv) {
     return rc;
 }
 
+/* ---------------------------------------------------------------- inspect */
+
+#ifdef NB_HAVE_IO
+static void json_add_i64(cJSON *o, const char *key, int64_t v) { cJSON_AddNumberToObject(o, key, (double)v); }
+
+static int cmd_inspect(int argc, char **argv) {
+    const char *path = NULL;
+    int json = 0, summary = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: nibble inspect PATH [--summary] [--json]\n"
+                   "  PATH is a .safetensors file, a directory (model.safetensors.index.json or\n"
+                   "  model.safetensors inside) or an index file; config.json and\n"
+                   "  hf_quant_config.json next to it are read when present.\n"
+                   "  Prints the files, every tensor (name, dtype, shape, bytes; not with\n"
+                   "  --summary), every linear layer with its detected format (modelopt-nvfp4,\n"
+                   "  ct-nvfp4, ct-mxfp4, quark-mxfp4, gptoss-mxfp4, none = unquantized,\n"
+                   "  inconsistent = breaks its layout's rules, with the reason), n x k,\n"
+                   "  experts, tensor scale and what decided it, then totals.\n"
+                   "  --json  the same as one JSON object on stdout.\n"
+                   "  Exit: 0 read (even with inconsistent layers), 1 usage, 3 unreadable or corrupt.\n");
+            return 0;
+        } else if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "--summary")) summary = 1;
+        else if (argv[i][0] == '-' || path) {
+            fprintf(stderr, "nibble inspect: unexpected argument '%s' (see --help)\n", argv[i]);
+            return 1;
+        } else path = argv[i];
+    }
+    if (!path) {
+        fprintf(stderr, "nibble inspect: a checkpoint path is required (see --help)\n");
+        return 1;
+    }
+    char err[1024] = "";
+    nb_ckpt *c = NULL;
+    nb_status st = nb_ckpt_open(path, &c, err, sizeof err);
+    if (st != NB_OK) {
+        fprintf(stderr, "nibble inspect: %s: %s\n", nb_status_name(st), err);
+        return 3;
+    }
+    size_t nf = 0, nt = 0, nl = 0;
+    nb_ckpt_file_count(c, &nf);
+    nb_ckpt_tensor_count(c, &nt);
+    nb_ckpt_layer_count(c, &nl);
+    nb_ckpt_config cfg;
+    nb_ckpt_get_config(c, &cfg);
+
+    /* totals: bytes and tensors by dtype; parameters of quantized layers
+     * (n*k per expert) vs elements of every float tensor outside them
+     * (inconsistent layers are not quantized layers) */
+    enum { NDT = 32 };
+    uint64_t dt_bytes[NDT] = {0}, dt_count[NDT] = {0}, total_bytes = 0;
+    int64_t q_params = 0, u_params = 0;
+    size_t nfmt[8] = {0};
+    for (size_t i = 0; i < nt; i++) {
+        nb_st_tensor t;
+        int64_t layer;
+        nb_ckpt_tensor_at(c, i, &t, &layer);
+        if ((unsigned)t.dtype < NDT) {
+            dt_bytes[t.dtype] += t.bytes;
+            dt_count[t.dtype]++;
+        }
+        total_bytes += t.bytes;
+        int in_quant = 0;
+        if (layer >= 0) {
+            nb_ckpt_layer L;
+            nb_ckpt_layer_at(c, (size_t)layer, &L);
+            in_quant = L.format != NB_CKPT_NONE && L.format != NB_CKPT_INCONSISTENT;
+        }
+        if (!in_quant && (t.dtype == NB_ST_BF16 || t.dtype == NB_ST_F16 || t.dtype == NB_ST_F32 ||
+                          t.dtype == NB_ST_F64)) {
+            int64_t e = 1;
+            for (int d = 0; d < t.rank; d++) e *= t.shape[d];
+            u_params += e;
+        }
+    }
+    for (size_t i = 0; i < nl; i++) {
+        nb_ckpt_layer L;
+        nb_ckpt_layer_at(c, i, &L);
+        if ((unsigned)L.format < 8) nfmt[L.format]++;
+        if (L.format != NB_CKPT_NONE && L.format != NB_CKPT_INCONSISTENT)
+            q_params += L.n * L.k * (L.experts ? L.experts : 1);
+    }
+
+    if (json) {
+        cJSON *root = cJSON_CreateObject(), *a;
+        cJSON_AddStringToObject(root, "path", path);
+        cJSON *jc = cJSON_AddObjectToObject(root, "config");
+        cJSON_AddBoolToObject(jc, "config_json", cfg.has_config_json);
+        cJSON_AddBoolToObject(jc, "hf_quant_config_json", cfg.has_hf_quant_config);
+        if (cfg.quant_method) cJSON_AddStringToObject(jc, "quant_method", cfg.quant_method);
+        if (cfg.quant_algo) cJSON_AddStringToObject(jc, "quant_algo", cfg.quant_algo);
+        if (cfg.ct_format) cJSON_AddStringToObject(jc, "format", cfg.ct_format);
+        cJSON_AddStringToObject(jc, "declared", nb_ckpt_format_name(cfg.declared));
+        cJSON_AddStringToObject(jc, "declared_by", nb_ckpt_source_name(cfg.source));
+        a = cJSON_AddArrayToObject(root, "files");
+        for (size_t i = 0; i < nf; i++) {
+            const char *p;
+            uint64_t b;
+            nb_ckpt_file_at(c, i, &p, &b);
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "path", p);
+            json_add_i64(o, "bytes", (int64_t)b);
+            cJSON_AddItemToArray(a, o);
+        }
+        if (!summary) {
+            a = cJSON_AddArrayToObject(root, "tensors");
+            for (size_t i = 0; i < nt; i++) {
+                nb_st_tensor t;
+                nb_ckpt_tensor_at(c, i, &t, NULL);
+                const char *dn = "?";
+                nb_st_dtype_info(t.dtype, &dn, NULL);
+                cJSON *o = cJSON_CreateObject(), *sh = cJSON_CreateArray();
+                cJSON_AddStringToObject(o, "name", t.name);
+                cJSON_AddStringToObject(o, "dtype", dn);
+                for (int d = 0; d < t.rank; d++) cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)t.shape[d]));
+                cJSON_AddItemToObject(o, "shape", sh);
+                json_add_i64(o, "bytes", (int64_t)t.bytes);
+                cJSON_AddItemToArray(a, o);
+            }
+        }
+        a = cJSON_AddArrayToObject(root, "layers");
+        for (size_t i = 0; i < nl; i++) {
+            nb_ckpt_layer L;
+            nb_ckpt_layer_at(c, i, &L);
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "prefix", L.prefix);
+            cJSON_AddStringToObject(o, "format", nb_ckpt_format_name(L.format));
+            json_add_i64(o, "n", L.n);
+            json_add_i64(o, "k", L.k);
+            json_add_i64(o, "experts", L.experts);
+            cJSON_AddNumberToObject(o, "tensor_scale", L.tensor_scale);
+            json_add_i64(o, "bytes", (int64_t)L.bytes);
+            cJSON_AddStringToObject(o, "decided_by", nb_ckpt_source_name(L.decided_by));
+            if (L.config_mismatch) cJSON_AddBoolToObject(o, "config_mismatch", 1);
+            if (L.problem[0]) cJSON_AddStringToObject(o, "problem", L.problem);
+            cJSON_AddItemToArray(a, o);
+        }
+        cJSON *tot = cJSON_AddObjectToObject(root, "totals");
+        json_add_i64(tot, "tensors", (int64_t)nt);
+        json_add_i64(tot, "bytes", (int64_t)total_bytes);
+        cJSON *bd = cJSON_AddObjectToObject(tot, "bytes_by_dtype");
+        for (int d = 0; d < NDT; d++)
+            if (dt_count[d]) {
+                const char *dn = "?";
+                nb_st_dtype_info((nb_st_dtype)d, &dn, NULL);
+                json_add_i64(bd, dn, (int64_t)dt_bytes[d]);
+            }
+        json_add_i64(tot, "layers", (int64_t)nl);
+        cJSON *lf = cJSON_AddObjectToObject(tot, "layers_by_format");
+        for (int f = 0; f < 7; f++)
+            if (nfmt[f]) json_add_i64(lf, nb_ckpt_format_name((nb_ckpt_format)f), (int64_t)nfmt[f]);
+        json_add_i64(tot, "quantized_params", q_params);
+        json_add_i64(tot, "unquantized_params", u_params);
+        char *s = cJSON_Print(root);
+        if (s) printf("%s\n", s);
+        cJSON_free(s);
+        cJSON_Delete(root);
+        nb_ckpt_close(c);
+        return s ? 0 : 3;
+    }
+
+    printf("checkpoint %s\n", path);
+    printf("config: config.json %s, hf_quant_config.json %s", cfg.has_config_json ? "yes" : "no",
+           cfg.has_hf_quant_config ? "yes" : "no");
+    if (cfg.quant_method) printf(", quant_method %s", cfg.quant_method);
+    if (cfg.quant_algo) printf(", quant_algo %s", cfg.quant_algo);
+    if (cfg.ct_format) printf(", format %s", cfg.ct_format);
+    printf("; declares %s (%s)\n", cfg.declared == NB_CKPT_NONE ? "nothing" : nb_ckpt_format_name(cfg.declared),
+           nb_ckpt_source_name(cfg.source));
+    printf("\nfiles (%zu):\n", nf);
+    for (size_t i = 0; i < nf; i++) {
+        const char *p;
+        uint64_t b;
+        nb_ckpt_file_at(c, i, &p, &b);
+        printf("  %12llu  %s\n", (unsigned long long)b, p);
+    }
+    if (!summary) {
+        printf("\ntensors (%zu):\n", nt);
+        for (size_t i = 0; i < nt; i++) {
+            nb_st_tensor t;
+            nb_ckpt_tensor_at(c, i, &t, NULL);
+            const char *dn = "?";
+            nb_st_dtype_info(t.dtype, &dn, NULL);
+            char shape[160] = "[";
+            size_t at = 1;
+            for (int d = 0; d < t.rank && at < sizeof shape; d++)
+                at += (size_t)snprintf(shape + at, sizeof shape - at, "%s%lld", d ? ", " : "", (long long)t.shape[d]);
+            if (at < sizeof shape - 1) strcat(shape, "]");
+            printf("  %-60s %-8s %-24s %12zu\n", t.name, dn, shape, t.bytes);
+        }
+    }
+    size_t w = 6;
+    for (size_t i = 0; i < nl; i++) {
+        nb_ckpt_layer L;
+        nb_ckpt_layer_at(c, i, &L);
+        if (strlen(L.prefix) > w) w = strlen(L.prefix);
+    }
+    printf("\nlayers (%zu):\n  %-*s  %-14s  %-22s  %-12s  %12s  %s\n", nl, (int)w, "prefix", "format", "n x k",
+           "tensor_scale", "bytes", "decided by");
+    for (size_t i = 0; i < nl; i++) {
+        nb_ckpt_layer L;
+        nb_ckpt_layer_at(c, i, &L);
+        char nk[64];
+        if (L.experts)
+            snprintf(nk, sizeof nk, "%lld x %lld x %lld exp", (long long)L.n, (long long)L.k, (long long)L.experts);
+        else
+            snprintf(nk, sizeof nk, "%lld x %lld", (long long)L.n, (long long)L.k);
+        printf("  %-*s  %-14s  %-22s  %-12.6g  %12llu  %s%s%s\n", (int)w, L.prefix, nb_ckpt_format_name(L.format), nk,
+               (double)L.tensor_scale, (unsigned long long)L.bytes, nb_ckpt_source_name(L.decided_by),
+               L.problem[0] ? (L.config_mismatch ? "  WARNING: " : "  PROBLEM: ") : "", L.problem);
+    }
+    printf("\ntotals: %zu tensors, %llu bytes (", nt, (unsigned long long)total_bytes);
+    int first = 1;
+    for (int d = 0; d < NDT; d++)
+        if (dt_count[d]) {
+            const char *dn = "?";
+            nb_st_dtype_info((nb_st_dtype)d, &dn, NULL);
+            printf("%s%s %llu", first ? "" : ", ", dn, (unsigned long long)dt_bytes[d]);
+            first = 0;
+        }
+    printf(")\nlayers: %zu (", nl);
+    first = 1;
+    for (int f = 0; f < 7; f++)
+        if (nfmt[f]) {
+            printf("%s%zu %s", first ? "" : ", ", nfmt[f], nb_ckpt_format_name((nb_ckpt_format)f));
+            first = 0;
+        }
+    printf(")\nparameters: %lld quantized (4-bit), %lld unquantized (float tensors outside quantized layers)\n",
+           (long long)q_params, (long long)u_params);
+    nb_ckpt_close(c);
+    return 0;
+}
+#else
+static int cmd_inspect(int argc, char **argv) {
+    (void)argc;
+    (void)argv;
+    fprintf(stderr, "nibble inspect: unavailable: this nibble was built without the checkpoint module "
+                    "(nibble_io needs cJSON: install libcjson-dev and rebuild)\n");
+    return 3;
+}
+#endif
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
@@ -298,6 +548,7 @@ int main(int argc, char **argv) {
     if (!strcmp(c, "info")) return cmd_info(argc - 1, argv + 1);
     if (!strcmp(c, "demo")) return cmd_demo(argc - 1, argv + 1);
     if (!strcmp(c, "bench")) return nb_cli_bench(argc - 1, argv + 1);
+    if (!strcmp(c, "inspect")) return cmd_inspect(argc - 1, argv + 1);
     fprintf(stderr, "nibble: unknown command '%s'\n", c);
     usage(stderr);
     return 1;

@@ -1,0 +1,749 @@
+/* checkpoint.c - checkpoint opening, config reading and per-layer format
+ * detection (see checkpoint.h for the rules).
+ *
+ * Every tensor of the checkpoint is copied once into a name-sorted array (the
+ * reader's order is bytewise, which is strcmp's), so member lookups are a
+ * bsearch whether the checkpoint is one file or sharded.  A layer is created
+ * only from its anchor tensor, so each prefix yields one layer; the other
+ * members are looked up by name and marked as belonging to it.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "checkpoint.h"
+
+#include <cjson/cJSON.h>
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+typedef struct layer_rec {
+    nb_ckpt_layer pub;
+    char *prefix;
+    int64_t codes_t, scales_t; /* tensor indices of the codes and block scales; -1 if none */
+} layer_rec;
+
+struct nb_ckpt {
+    nb_st_file *file;
+    nb_st_index *index;
+    size_t nfiles;
+    char **files;
+    uint64_t *file_bytes;
+    size_t ntensors;
+    nb_st_tensor *t;
+    int64_t *t_layer;
+    size_t nlayers, cap;
+    layer_rec *layers;
+    char *quant_method, *quant_algo, *ct_format;
+    int has_config_json, has_hf_quant_config;
+    nb_ckpt_format declared;
+    nb_ckpt_source declared_src;
+};
+
+static nb_status ck_fail(char *err, size_t errlen, nb_status st, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static nb_status ck_fail(char *err, size_t errlen, nb_status st, const char *fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return st;
+}
+
+static char *ck_strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *p = (char *)malloc(n);
+    if (p) memcpy(p, s, n);
+    return p;
+}
+
+/* a + "/" + b, malloc'ed */
+static char *ck_join(const char *a, const char *b) {
+    size_t na = strlen(a), nb = strlen(b);
+    char *p = (char *)malloc(na + nb + 2);
+    if (!p) return NULL;
+    memcpy(p, a, na);
+    p[na] = '/';
+    memcpy(p + na + 1, b, nb + 1);
+    return p;
+}
+
+/* The directory part of a file path ("." when there is none). */
+static char *ck_dirname(const char *path) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) return ck_strdup(".");
+    if (slash == path) return ck_strdup("/");
+    size_t n = (size_t)(slash - path);
+    char *p = (char *)malloc(n + 1);
+    if (!p) return NULL;
+    memcpy(p, path, n);
+    p[n] = 0;
+    return p;
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && !memcmp(s + n - m, suffix, m);
+}
+
+const char *nb_ckpt_format_name(nb_ckpt_format f) {
+    switch (f) {
+    case NB_CKPT_NONE: return "none";
+    case NB_CKPT_MODELOPT_NVFP4: return "modelopt-nvfp4";
+    case NB_CKPT_CT_NVFP4: return "ct-nvfp4";
+    case NB_CKPT_CT_MXFP4: return "ct-mxfp4";
+    case NB_CKPT_QUARK_MXFP4: return "quark-mxfp4";
+    case NB_CKPT_GPTOSS_MXFP4: return "gptoss-mxfp4";
+    case NB_CKPT_INCONSISTENT: return "inconsistent";
+    }
+    return "unknown";
+}
+
+const char *nb_ckpt_source_name(nb_ckpt_source s) {
+    switch (s) {
+    case NB_CKPT_SRC_TENSORS: return "tensors";
+    case NB_CKPT_SRC_HF_QUANT_CONFIG: return "hf_quant_config.json";
+    case NB_CKPT_SRC_CONFIG_JSON: return "config.json";
+    }
+    return "unknown";
+}
+
+/* ------------------------------------------------------------ config */
+
+/* Read dir/name as JSON into *out (NULL when the file does not exist). */
+static nb_status read_json(const char *dir, const char *name, cJSON **out, char *err, size_t errlen) {
+    *out = NULL;
+    char *path = ck_join(dir, name);
+    if (!path) return ck_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
+    nb_status st = NB_OK;
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    if (!f) {
+        if (errno != ENOENT) st = ck_fail(err, errlen, NB_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        goto done;
+    }
+    struct stat sb;
+    if (fstat(fileno(f), &sb) || !S_ISREG(sb.st_mode)) {
+        st = ck_fail(err, errlen, NB_ERR_IO, "%s: not a regular file", path);
+        goto done;
+    }
+    if ((uint64_t)sb.st_size > NB_CKPT_MAX_CONFIG) {
+        st = ck_fail(err, errlen, NB_ERR_CORRUPT, "%s: %lld bytes, over the %u-byte limit for a config file", path,
+                     (long long)sb.st_size, NB_CKPT_MAX_CONFIG);
+        goto done;
+    }
+    size_t n = (size_t)sb.st_size;
+    buf = (char *)malloc(n + 1);
+    if (!buf) {
+        st = ck_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
+        goto done;
+    }
+    if (fread(buf, 1, n, f) != n) {
+        st = ck_fail(err, errlen, NB_ERR_IO, "%s: short read", path);
+        goto done;
+    }
+    buf[n] = 0;
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(buf, n, &end, 0);
+    if (!j || !cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        st = ck_fail(err, errlen, NB_ERR_CORRUPT, "%s: not a JSON object (parse error near byte %lld)", path,
+                     end && j == NULL ? (long long)(end - buf) : 0LL);
+        goto done;
+    }
+    *out = j;
+done:
+    if (f) fclose(f);
+    free(buf);
+    free(path);
+    return st;
+}
+
+static const char *json_str(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static int ieq(const char *a, const char *b) {
+    if (!a) return 0;
+    for (; *a && *b; a++, b++) {
+        char x = *a, y = *b;
+        if (x >= 'A' && x <= 'Z') x = (char)(x - 'A' + 'a');
+        if (y >= 'A' && y <= 'Z') y = (char)(y - 'A' + 'a');
+        if (x != y) return 0;
+    }
+    return *a == *b;
+}
+
+/* A ModelOpt quant_algo as a layout: only the NVFP4 weight variants map. */
+static nb_ckpt_format algo_format(const char *algo) {
+    if (ieq(algo, "NVFP4") || ieq(algo, "W4A16_NVFP4") || ieq(algo, "NVFP4_AWQ") || ieq(algo, "W4A8_NVFP4_FP8"))
+        return NB_CKPT_MODELOPT_NVFP4;
+    return NB_CKPT_NONE;
+}
+
+static nb_status read_configs(nb_ckpt *c, const char *dir, char *err, size_t errlen) {
+    cJSON *hf = NULL, *cfg = NULL;
+    nb_status st = read_json(dir, "hf_quant_config.json", &hf, err, errlen);
+    if (st == NB_OK) st = read_json(dir, "config.json", &cfg, err, errlen);
+    if (st != NB_OK) goto done;
+    c->has_hf_quant_config = hf != NULL;
+    c->has_config_json = cfg != NULL;
+    const char *hf_algo = NULL;
+    if (hf) hf_algo = json_str(cJSON_GetObjectItemCaseSensitive(hf, "quantization"), "quant_algo");
+    const cJSON *qc = cfg ? cJSON_GetObjectItemCaseSensitive(cfg, "quantization_config") : NULL;
+    const char *method = json_str(qc, "quant_method");
+    const char *algo = json_str(qc, "quant_algo");
+    const char *fmt = json_str(qc, "format");
+    if ((method && !(c->quant_method = ck_strdup(method))) ||
+        ((hf_algo || algo) && !(c->quant_algo = ck_strdup(hf_algo ? hf_algo : algo))) ||
+        (fmt && !(c->ct_format = ck_strdup(fmt)))) {
+        st = ck_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
+        goto done;
+    }
+    if (hf_algo && algo_format(hf_algo) != NB_CKPT_NONE) {
+        c->declared = algo_format(hf_algo);
+        c->declared_src = NB_CKPT_SRC_HF_QUANT_CONFIG;
+    } else if (method) {
+        nb_ckpt_format d = NB_CKPT_NONE;
+        if (ieq(method, "modelopt")) d = algo_format(algo);
+        else if (ieq(method, "compressed-tensors"))
+            d = ieq(fmt, "nvfp4-pack-quantized") ? NB_CKPT_CT_NVFP4
+                : ieq(fmt, "mxfp4-pack-quantized") ? NB_CKPT_CT_MXFP4 : NB_CKPT_NONE;
+        else if (ieq(method, "quark")) {
+            /* only an fp4 global weight scheme is a Quark MXFP4 checkpoint */
+            const cJSON *g = cJSON_GetObjectItemCaseSensitive(qc, "global_quant_config");
+            const char *wd = json_str(cJSON_GetObjectItemCaseSensitive(g, "weight"), "dtype");
+            if (!wd || ieq(wd, "fp4")) d = NB_CKPT_QUARK_MXFP4;
+        } else if (ieq(method, "mxfp4")) d = NB_CKPT_GPTOSS_MXFP4;
+        if (d != NB_CKPT_NONE) {
+            c->declared = d;
+            c->declared_src = NB_CKPT_SRC_CONFIG_JSON;
+        }
+    }
+done:
+    cJSON_Delete(hf);
+    cJSON_Delete(cfg);
+    return st;
+}
+
+/* ------------------------------------------------------------ tensors */
+
+static int64_t find_t(const nb_ckpt *c, const char *name) {
+    size_t lo = 0, hi = c->ntensors;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int r = strcmp(c->t[mid].name, name);
+        if (!r) return (int64_t)mid;
+        if (r < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return -1;
+}
+
+/* prefix + suffix looked up; -1 when absent (or on allocation failure,
+ * reported through *oom). */
+static int64_t find_member(const nb_ckpt *c, const char *prefix, const char *suffix, int *oom) {
+    size_t np = strlen(prefix), ns = strlen(suffix);
+    char *name = (char *)malloc(np + ns + 1);
+    if (!name) {
+        *oom = 1;
+        return -1;
+    }
+    memcpy(name, prefix, np);
+    memcpy(name + np, suffix, ns + 1);
+    int64_t r = find_t(c, name);
+    free(name);
+    return r;
+}
+
+static int64_t numel(const nb_st_tensor *t) {
+    int64_t n = 1;
+    for (int i = 0; i < t->rank; i++) n *= t->shape[i];
+    return n;
+}
+
+static int is_scalar_f32(const nb_st_tensor *t) { return t->dtype == NB_ST_F32 && numel(t) == 1 && t->rank <= 1; }
+static float read_f32(const nb_st_tensor *t) {
+    float v;
+    memcpy(&v, t->data, 4); /* safetensors is little-endian, as every host we build for */
+    return v;
+}
+static int is_float(nb_st_dtype d) { return d == NB_ST_BF16 || d == NB_ST_F16 || d == NB_ST_F32; }
+static int is_e8m0(nb_st_dtype d) { return d == NB_ST_U8 || d == NB_ST_F8_E8M0; }
+static const char *dt_name(nb_st_dtype d) {
+    const char *s = "?";
+    nb_st_dtype_info(d, &s, NULL);
+    return s;
+}
+
+/* ------------------------------------------------------------ classification */
+
+static nb_status add_layer(nb_ckpt *c, const char *prefix, size_t plen, layer_rec **out) {
+    if (c->nlayers == c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 64;
+        layer_rec *p = (layer_rec *)realloc(c->layers, cap * sizeof *p);
+        if (!p) return NB_ERR_OUT_OF_MEMORY;
+        c->layers = p;
+        c->cap = cap;
+    }
+    layer_rec *L = &c->layers[c->nlayers];
+    memset(L, 0, sizeof *L);
+    L->prefix = (char *)malloc(plen + 1);
+    if (!L->prefix) return NB_ERR_OUT_OF_MEMORY;
+    memcpy(L->prefix, prefix, plen);
+    L->prefix[plen] = 0;
+    L->codes_t = L->scales_t = -1;
+    c->nlayers++;
+    *out = L;
+    return NB_OK;
+}
+
+static void bad(layer_rec *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void bad(layer_rec *L, const char *fmt, ...) {
+    L->pub.format = NB_CKPT_INCONSISTENT;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(L->pub.problem, sizeof L->pub.problem, fmt, ap);
+    va_end(ap);
+}
+
+/* Mark tensor j as a member of layer li and count its bytes. */
+static void own(nb_ckpt *c, int64_t j, size_t li) {
+    if (j < 0 || c->t_layer[j] >= 0) return;
+    c->t_layer[j] = (int64_t)li;
+    c->layers[li].pub.bytes += c->t[j].bytes;
+}
+
+/* codes [N, K/2] U8 + scales [N, K/group]: sets n, k or reports why not. */
+static int check_2d(layer_rec *L, const nb_st_tensor *w, const nb_st_tensor *s, int group, const char *wn,
+                    const char *sn) {
+    if (w->dtype != NB_ST_U8 || w->rank != 2)
+        return bad(L, "%s must be U8 [N, K/2], is %s rank %d", wn, dt_name(w->dtype), w->rank), 0;
+    if (s->rank != 2) return bad(L, "%s must be rank 2, is rank %d", sn, s->rank), 0;
+    int64_t n = w->shape[0], k = w->shape[1] * 2;
+    L->pub.n = n;
+    L->pub.k = k;
+    if (n <= 0 || k <= 0) return bad(L, "%s has an empty shape", wn), 0;
+    if (s->shape[0] != n)
+        return bad(L, "%s has %lld rows, %s has %lld", wn, (long long)n, sn, (long long)s->shape[0]), 0;
+    if (k % group)
+        return bad(L, "K = %lld (from %s) is not a multiple of the group %d", (long long)k, wn, group), 0;
+    if (s->shape[1] != k / group)
+        return bad(L, "%s has %lld columns, K/%d = %lld (K = 2 x %lld from %s)", sn, (long long)s->shape[1], group,
+                   (long long)(k / group), (long long)w->shape[1], wn),
+               0;
+    return 1;
+}
+
+static nb_status classify_packed(nb_ckpt *c, size_t ti) { /* P.weight_packed: compressed-tensors */
+    const nb_st_tensor *w = &c->t[ti];
+    size_t plen = strlen(w->name) - strlen(".weight_packed");
+    layer_rec *L;
+    nb_status st = add_layer(c, w->name, plen, &L);
+    if (st != NB_OK) return st;
+    size_t li = c->nlayers - 1;
+    int oom = 0;
+    int64_t js = find_member(c, L->prefix, ".weight_scale", &oom);
+    int64_t jg = find_member(c, L->prefix, ".weight_global_scale", &oom);
+    int64_t ji = find_member(c, L->prefix, ".input_global_scale", &oom);
+    if (oom) return NB_ERR_OUT_OF_MEMORY;
+    L->pub.weight_dtype = w->dtype;
+    own(c, (int64_t)ti, li);
+    own(c, js, li);
+    own(c, jg, li);
+    own(c, ji, li);
+    if (js < 0) return bad(L, "%s.weight_scale is missing", L->prefix), NB_OK;
+    const nb_st_tensor *s = &c->t[js];
+    if (s->dtype == NB_ST_F8_E4M3) {
+        if (!check_2d(L, w, s, 16, "weight_packed", "weight_scale (F8_E4M3)")) return NB_OK;
+        if (jg < 0) return bad(L, "%s.weight_global_scale is missing (NVFP4)", L->prefix), NB_OK;
+        if (!is_scalar_f32(&c->t[jg])) return bad(L, "weight_global_scale must be F32 [1]"), NB_OK;
+        float g = read_f32(&c->t[jg]);
+        if (!(g != 0.0f && isfinite(g))) return bad(L, "weight_global_scale is %g (not finite and non-zero)", g), NB_OK;
+        L->pub.format = NB_CKPT_CT_NVFP4;
+        L->pub.tensor_scale = 1.0f / g;
+    } else if (is_e8m0(s->dtype)) {
+        if (!check_2d(L, w, s, 32, "weight_packed", "weight_scale (U8 E8M0)")) return NB_OK;
+        if (jg >= 0) return bad(L, "weight_global_scale with U8 (MXFP4) block scales"), NB_OK;
+        L->pub.format = NB_CKPT_CT_MXFP4;
+        L->pub.tensor_scale = 1.0f;
+    } else {
+        return bad(L, "weight_scale dtype %s is neither F8_E4M3 (NVFP4) nor U8 (MXFP4)", dt_name(s->dtype)), NB_OK;
+    }
+    L->codes_t = (int64_t)ti;
+    L->scales_t = js;
+    return NB_OK;
+}
+
+/* P.weight (any dtype) or an orphan P.weight_scale: ModelOpt, Quark or unquantized. */
+static nb_status classify_weight(nb_ckpt *c, size_t ti, const char *suffix) {
+    const nb_st_tensor *a = &c->t[ti];
+    size_t plen = strlen(a->name) - strlen(suffix);
+    int oom = 0;
+    /* decide whether this prefix is a layer at all before adding it */
+    char *prefix = (char *)malloc(plen + 1);
+    if (!prefix) return NB_ERR_OUT_OF_MEMORY;
+    memcpy(prefix, a->name, plen);
+    prefix[plen] = 0;
+    int64_t jw = find_member(c, prefix, ".weight", &oom);
+    int64_t js = find_member(c, prefix, ".weight_scale", &oom);
+    int64_t jp = find_member(c, prefix, ".weight_packed", &oom);
+    int64_t j2 = find_member(c, prefix, ".weight_scale_2", &oom);
+    int64_t ji = find_member(c, prefix, ".input_scale", &oom);
+    free(prefix);
+    if (oom) return NB_ERR_OUT_OF_MEMORY;
+    if (jp >= 0) return NB_OK; /* a compressed-tensors layer; classify_packed owns it */
+    if (!strcmp(suffix, ".weight_scale") && jw >= 0) return NB_OK; /* anchored at P.weight */
+    int quant = js >= 0 || (jw >= 0 && c->t[jw].dtype == NB_ST_U8);
+    if (!quant && !(jw >= 0 && is_float(c->t[jw].dtype) && c->t[jw].rank == 2)) return NB_OK; /* not a linear */
+
+    layer_rec *L;
+    nb_status st = add_layer(c, a->name, plen, &L);
+    if (st != NB_OK) return st;
+    size_t li = c->nlayers - 1;
+    L->pub.weight_dtype = a->dtype;
+    own(c, jw, li);
+    own(c, js, li);
+    if (!quant) {
+        L->pub.format = NB_CKPT_NONE;
+        L->pub.n = c->t[jw].shape[0];
+        L->pub.k = c->t[jw].shape[1];
+        return NB_OK;
+    }
+    if (js >= 0 && c->t[js].dtype == NB_ST_F8_E4M3) { /* NVFP4 */
+        own(c, j2, li);
+        own(c, ji, li);
+    }
+    if (jw < 0) return bad(L, "%s.weight is missing (its weight_scale is there)", L->prefix), NB_OK;
+    if (js < 0) return bad(L, "%s.weight_scale is missing (U8 packed weight without block scales)", L->prefix), NB_OK;
+    const nb_st_tensor *w = &c->t[jw], *s = &c->t[js];
+    if (s->dtype == NB_ST_F8_E4M3) {
+        if (!check_2d(L, w, s, 16, "weight", "weight_scale (F8_E4M3)")) return NB_OK;
+        if (j2 < 0) return bad(L, "%s.weight_scale_2 is missing (NVFP4)", L->prefix), NB_OK;
+        if (!is_scalar_f32(&c->t[j2])) return bad(L, "weight_scale_2 must be an F32 scalar"), NB_OK;
+        if (ji >= 0 && !is_scalar_f32(&c->t[ji])) return bad(L, "input_scale must be an F32 scalar"), NB_OK;
+        L->pub.format = NB_CKPT_MODELOPT_NVFP4;
+        L->pub.tensor_scale = read_f32(&c->t[j2]);
+    } else if (is_e8m0(s->dtype)) {
+        if (!check_2d(L, w, s, 32, "weight", "weight_scale (U8 E8M0)")) return NB_OK;
+        L->pub.format = NB_CKPT_QUARK_MXFP4;
+        L->pub.tensor_scale = 1.0f;
+    } else {
+        return bad(L, "weight %s with weight_scale %s is not a 4-bit layout", dt_name(w->dtype), dt_name(s->dtype)),
+               NB_OK;
+    }
+    L->codes_t = jw;
+    L->scales_t = js;
+    return NB_OK;
+}
+
+/* gpt-oss: P_blocks / P.blocks anchor; P_scales / P.scales alone is an orphan. */
+static nb_status classify_blocks(nb_ckpt *c, size_t ti, const char *suffix, int is_blocks) {
+    const nb_st_tensor *a = &c->t[ti];
+    if (a->dtype != NB_ST_U8 && !(is_e8m0(a->dtype) && !is_blocks)) return NB_OK;
+    size_t plen = strlen(a->name) - strlen(suffix);
+    char sep = suffix[0]; /* '_' or '.' */
+    const char *other = sep == '_' ? (is_blocks ? "_scales" : "_blocks") : (is_blocks ? ".scales" : ".blocks");
+    char *prefix = (char *)malloc(plen + 1);
+    if (!prefix) return NB_ERR_OUT_OF_MEMORY;
+    memcpy(prefix, a->name, plen);
+    prefix[plen] = 0;
+    int oom = 0;
+    int64_t jo = find_member(c, prefix, other, &oom);
+    free(prefix);
+    if (oom) return NB_ERR_OUT_OF_MEMORY;
+    if (!is_blocks && jo >= 0) return NB_OK; /* anchored at the blocks */
+    layer_rec *L;
+    nb_status st = add_layer(c, a->name, plen, &L);
+    if (st != NB_OK) return st;
+    size_t li = c->nlayers - 1;
+    L->pub.weight_dtype = a->dtype;
+    own(c, (int64_t)ti, li);
+    own(c, jo, li);
+    if (jo < 0) return bad(L, "%s%s is missing", L->prefix, other), NB_OK;
+    const nb_st_tensor *b = &c->t[ti], *s = &c->t[jo];
+    if (b->rank != 4 || b->shape[3] != 16)
+        return bad(L, "blocks must be U8 [E, R, K/32, 16], is rank %d", b->rank), NB_OK;
+    L->pub.experts = b->shape[0];
+    L->pub.n = b->shape[1];
+    L->pub.k = b->shape[2] * 32;
+    if (!is_e8m0(s->dtype) || s->rank != 3)
+        return bad(L, "scales must be U8 [E, R, K/32], is %s rank %d", dt_name(s->dtype), s->rank), NB_OK;
+    if (s->shape[0] != b->shape[0] || s->shape[1] != b->shape[1] || s->shape[2] != b->shape[2])
+        return bad(L, "scales shape [%lld, %lld, %lld] is not the blocks shape [%lld, %lld, %lld, 16] without the 16",
+                   (long long)s->shape[0], (long long)s->shape[1], (long long)s->shape[2], (long long)b->shape[0],
+                   (long long)b->shape[1], (long long)b->shape[2]),
+               NB_OK;
+    if (L->pub.experts <= 0 || L->pub.n <= 0 || L->pub.k <= 0) return bad(L, "blocks have an empty shape"), NB_OK;
+    L->pub.format = NB_CKPT_GPTOSS_MXFP4;
+    L->pub.tensor_scale = 1.0f;
+    L->codes_t = (int64_t)ti;
+    L->scales_t = jo;
+    return NB_OK;
+}
+
+static nb_status classify(nb_ckpt *c) {
+    nb_status st = NB_OK;
+    for (size_t i = 0; i < c->ntensors && st == NB_OK; i++) {
+        const char *nm = c->t[i].name;
+        if (ends_with(nm, ".weight_packed")) st = classify_packed(c, i);
+        else if (ends_with(nm, ".weight")) st = classify_weight(c, i, ".weight");
+        else if (ends_with(nm, ".weight_scale")) st = classify_weight(c, i, ".weight_scale");
+        else if (ends_with(nm, "_blocks")) st = classify_blocks(c, i, "_blocks", 1);
+        else if (ends_with(nm, ".blocks")) st = classify_blocks(c, i, ".blocks", 1);
+        else if (ends_with(nm, "_scales")) st = classify_blocks(c, i, "_scales", 0);
+        else if (ends_with(nm, ".scales")) st = classify_blocks(c, i, ".scales", 0);
+    }
+    if (st != NB_OK) return st;
+    for (size_t i = 0; i < c->nlayers; i++) {
+        layer_rec *L = &c->layers[i];
+        L->pub.prefix = L->prefix;
+        nb_ckpt_format f = L->pub.format;
+        if (c->declared == NB_CKPT_NONE || f == NB_CKPT_NONE) continue;
+        if (f == c->declared) {
+            L->pub.decided_by = c->declared_src;
+        } else if (f != NB_CKPT_INCONSISTENT) {
+            L->pub.config_mismatch = 1;
+            snprintf(L->pub.problem, sizeof L->pub.problem, "%s declares %s; the tensors are %s",
+                     nb_ckpt_source_name(c->declared_src), nb_ckpt_format_name(c->declared),
+                     nb_ckpt_format_name(f));
+        }
+    }
+    return NB_OK;
+}
+
+/* ------------------------------------------------------------ open / close */
+
+static nb_status add_file(nb_ckpt *c, const char *path, char *err, size_t errlen) {
+    char **f = (char **)realloc(c->files, (c->nfiles + 1) * sizeof *f);
+    if (f) c->files = f;
+    uint64_t *b = (uint64_t *)realloc(c->file_bytes, (c->nfiles + 1) * sizeof *b);
+    if (b) c->file_bytes = b;
+    char *p = ck_strdup(path);
+    if (!f || !b || !p) {
+        free(p);
+        return ck_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    struct stat sb;
+    c->files[c->nfiles] = p;
+    c->file_bytes[c->nfiles] = stat(path, &sb) == 0 ? (uint64_t)sb.st_size : 0;
+    c->nfiles++;
+    return NB_OK;
+}
+
+nb_status nb_ckpt_open(const char *path, nb_ckpt **out, char *err, size_t errlen) {
+    if (!path || !out) return ck_fail(err, errlen, NB_ERR_NULL_POINTER, "nb_ckpt_open: NULL argument");
+    *out = NULL;
+    struct stat sb;
+    if (stat(path, &sb)) return ck_fail(err, errlen, NB_ERR_IO, "%s: %s", path, strerror(errno));
+    nb_ckpt *c = (nb_ckpt *)calloc(1, sizeof *c);
+    if (!c) return ck_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
+    char *dir = NULL, *file = NULL;
+    nb_status st = NB_OK;
+    int sharded = 0;
+    if (S_ISDIR(sb.st_mode)) {
+        dir = ck_strdup(path);
+        char *idx = dir ? ck_join(dir, "model.safetensors.index.json") : NULL;
+        char *one = dir ? ck_join(dir, "model.safetensors") : NULL;
+        if (!idx || !one) {
+            free(idx);
+            free(one);
+            st = ck_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
+            goto done;
+        }
+        struct stat s2;
+        if (stat(idx, &s2) == 0) {
+            sharded = 1;
+            file = idx;
+            free(one);
+        } else if (stat(one, &s2) == 0) {
+            file = one;
+            free(idx);
+        } else {
+            free(idx);
+            free(one);
+            st = ck_fail(err, errlen, NB_ERR_NOT_FOUND,
+                         "%s: neither model.safetensors.index.json nor model.safetensors is there", path);
+            goto done;
+        }
+    } else {
+        dir = ck_dirname(path);
+        file = ck_strdup(path);
+        sharded = ends_with(path, ".json");
+        if (!dir || !file) {
+            st = ck_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
+            goto done;
+        }
+    }
+    if (sharded) {
+        if ((st = nb_st_open_index(file, &c->index, err, errlen)) != NB_OK) goto done;
+        if ((st = add_file(c, file, err, errlen)) != NB_OK) goto done;
+        size_t ns = 0;
+        nb_st_index_shard_count(c->index, &ns);
+        for (size_t i = 0; i < ns; i++) {
+            const char *name;
+            const nb_st_file *sf;
+            if ((st = nb_st_index_shard_at(c->index, i, &name, &sf, err, errlen)) != NB_OK) goto done;
+            char *p = ck_join(dir, name);
+            if (!p) {
+                st = ck_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
+                goto done;
+            }
+            st = add_file(c, p, err, errlen);
+            free(p);
+            if (st != NB_OK) goto done;
+        }
+        nb_st_index_count(c->index, &c->ntensors);
+    } else {
+        if ((st = nb_st_open(file, &c->file, err, errlen)) != NB_OK) goto done;
+        if ((st = add_file(c, file, err, errlen)) != NB_OK) goto done;
+        nb_st_count(c->file, &c->ntensors);
+    }
+    c->t = (nb_st_tensor *)calloc(c->ntensors ? c->ntensors : 1, sizeof *c->t);
+    c->t_layer = (int64_t *)malloc((c->ntensors ? c->ntensors : 1) * sizeof *c->t_layer);
+    if (!c->t || !c->t_layer) {
+        st = ck_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < c->ntensors; i++) {
+        st = c->index ? nb_st_index_tensor_at(c->index, i, &c->t[i], err, errlen)
+                      : nb_st_tensor_at(c->file, i, &c->t[i], err, errlen);
+        if (st != NB_OK) goto done;
+        c->t_layer[i] = -1;
+    }
+    if ((st = read_configs(c, dir, err, errlen)) != NB_OK) goto done;
+    if ((st = classify(c)) != NB_OK) {
+        ck_fail(err, errlen, st, "%s: out of memory while classifying layers", path);
+        goto done;
+    }
+done:
+    free(dir);
+    free(file);
+    if (st != NB_OK) {
+        nb_ckpt_close(c);
+        return st;
+    }
+    *out = c;
+    return NB_OK;
+}
+
+nb_status nb_ckpt_close(nb_ckpt *c) {
+    if (!c) return NB_OK;
+    nb_st_close(c->file);
+    nb_st_index_close(c->index);
+    for (size_t i = 0; i < c->nfiles; i++) free(c->files[i]);
+    free(c->files);
+    free(c->file_bytes);
+    free(c->t);
+    free(c->t_layer);
+    for (size_t i = 0; i < c->nlayers; i++) free(c->layers[i].prefix);
+    free(c->layers);
+    free(c->quant_method);
+    free(c->quant_algo);
+    free(c->ct_format);
+    free(c);
+    return NB_OK;
+}
+
+/* ------------------------------------------------------------ queries */
+
+nb_status nb_ckpt_file_count(const nb_ckpt *c, size_t *count) {
+    if (!c || !count) return NB_ERR_NULL_POINTER;
+    *count = c->nfiles;
+    return NB_OK;
+}
+
+nb_status nb_ckpt_file_at(const nb_ckpt *c, size_t i, const char **path, uint64_t *bytes) {
+    if (!c) return NB_ERR_NULL_POINTER;
+    if (i >= c->nfiles) return NB_ERR_NOT_FOUND;
+    if (path) *path = c->files[i];
+    if (bytes) *bytes = c->file_bytes[i];
+    return NB_OK;
+}
+
+nb_status nb_ckpt_tensor_count(const nb_ckpt *c, size_t *count) {
+    if (!c || !count) return NB_ERR_NULL_POINTER;
+    *count = c->ntensors;
+    return NB_OK;
+}
+
+nb_status nb_ckpt_tensor_at(const nb_ckpt *c, size_t i, nb_st_tensor *out, int64_t *layer) {
+    if (!c || !out) return NB_ERR_NULL_POINTER;
+    if (i >= c->ntensors) return NB_ERR_NOT_FOUND;
+    *out = c->t[i];
+    if (layer) *layer = c->t_layer[i];
+    return NB_OK;
+}
+
+nb_status nb_ckpt_layer_count(const nb_ckpt *c, size_t *count) {
+    if (!c || !count) return NB_ERR_NULL_POINTER;
+    *count = c->nlayers;
+    return NB_OK;
+}
+
+nb_status nb_ckpt_layer_at(const nb_ckpt *c, size_t i, nb_ckpt_layer *out) {
+    if (!c || !out) return NB_ERR_NULL_POINTER;
+    if (i >= c->nlayers) return NB_ERR_NOT_FOUND;
+    *out = c->layers[i].pub;
+    return NB_OK;
+}
+
+nb_status nb_ckpt_layer_find(const nb_ckpt *c, const char *prefix, size_t *index) {
+    if (!c || !prefix || !index) return NB_ERR_NULL_POINTER;
+    for (size_t i = 0; i < c->nlayers; i++)
+        if (!strcmp(c->layers[i].prefix, prefix)) {
+            *index = i;
+            return NB_OK;
+        }
+    return NB_ERR_NOT_FOUND;
+}
+
+nb_status nb_ckpt_get_config(const nb_ckpt *c, nb_ckpt_config *out) {
+    if (!c || !out) return NB_ERR_NULL_POINTER;
+    out->declared = c->declared;
+    out->source = c->declared_src;
+    out->quant_method = c->quant_method;
+    out->quant_algo = c->quant_algo;
+    out->ct_format = c->ct_format;
+    out->has_config_json = c->has_config_json;
+    out->has_hf_quant_config = c->has_hf_quant_config;
+    return NB_OK;
+}
+
+nb_status nb_ckpt_layer_weight(const nb_ckpt *c, size_t i, int64_t expert, nb_weight_desc *desc,
+                               const uint8_t **codes, const uint8_t **scales, char *err, size_t errlen) {
+    if (!c || !desc || !codes || !scales)
+        return ck_fail(err, errlen, NB_ERR_NULL_POINTER, "nb_ckpt_layer_weight: NULL argument");
+    if (i >= c->nlayers) return ck_fail(err, errlen, NB_ERR_NOT_FOUND, "layer %zu of %zu", i, c->nlayers);
+    const layer_rec *L = &c->layers[i];
+    nb_ckpt_format f = L->pub.format;
+    if (f == NB_CKPT_NONE || f == NB_CKPT_INCONSISTENT)
+        return ck_fail(err, errlen, NB_ERR_UNSUPPORTED, "%s: %s layer has no 4-bit weight%s%s", L->prefix,
+                       nb_ckpt_format_name(f), L->pub.problem[0] ? ": " : "", L->pub.problem);
+    int64_t ne = f == NB_CKPT_GPTOSS_MXFP4 ? L->pub.experts : 1;
+    if (expert < 0 || expert >= ne)
+        return ck_fail(err, errlen, NB_ERR_INVALID_ARGUMENT, "%s: expert %lld out of range [0, %lld)", L->prefix,
+                       (long long)expert, (long long)ne);
+    nb_format nf = (f == NB_CKPT_MODELOPT_NVFP4 || f == NB_CKPT_CT_NVFP4) ? NB_FORMAT_NVFP4 : NB_FORMAT_MXFP4;
+    nb_status st = nb_weight_desc_init(desc, nf, L->pub.n, L->pub.k);
+    if (st != NB_OK) return ck_fail(err, errlen, st, "%s: nb_weight_desc_init failed: %s", L->prefix, nb_last_error());
+    desc->tensor_scale = L->pub.tensor_scale;
+    if (nf == NB_FORMAT_MXFP4) desc->scale_rule = f == NB_CKPT_GPTOSS_MXFP4 ? NB_MX_SCALE_ROUND_UP : NB_MX_SCALE_EVEN;
+    nb_weight_sizes sz;
+    if ((st = nb_weight_get_sizes(desc, &sz)) != NB_OK)
+        return ck_fail(err, errlen, st, "%s: %s", L->prefix, nb_last_error());
+    const nb_st_tensor *tc = &c->t[L->codes_t], *ts = &c->t[L->scales_t];
+    /* classification guarantees these; checked again because the pointers
+     * leave this module */
+    if (tc->bytes != sz.codes_bytes * (size_t)ne || ts->bytes != sz.scales_bytes * (size_t)ne)
+        return ck_fail(err, errlen, NB_ERR_INTERNAL, "%s: tensor sizes disagree with the descriptor", L->prefix);
+    *codes = (const uint8_t *)tc->data + (size_t)expert * sz.codes_bytes;
+    *scales = (const uint8_t *)ts->data + (size_t)expert * sz.scales_bytes;
+    return NB_OK;
+}
