@@ -9,6 +9,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "checkpoint.h"
+#include "io_internal.h"
 
 #include <cjson/cJSON.h>
 
@@ -43,25 +44,6 @@ struct nb_ckpt {
     nb_ckpt_source declared_src;
 };
 
-static nb_status ck_fail(char *err, size_t errlen, nb_status st, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static nb_status ck_fail(char *err, size_t errlen, nb_status st, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
-
-static char *ck_strdup(const char *s) {
-    size_t n = strlen(s) + 1;
-    char *p = (char *)malloc(n);
-    if (p) memcpy(p, s, n);
-    return p;
-}
-
 /* a + "/" + b, malloc'ed */
 static char *ck_join(const char *a, const char *b) {
     size_t na = strlen(a), nb = strlen(b);
@@ -76,8 +58,8 @@ static char *ck_join(const char *a, const char *b) {
 /* The directory part of a file path ("." when there is none). */
 static char *ck_dirname(const char *path) {
     const char *slash = strrchr(path, '/');
-    if (!slash) return ck_strdup(".");
-    if (slash == path) return ck_strdup("/");
+    if (!slash) return nbio_strdup(".");
+    if (slash == path) return nbio_strdup("/");
     size_t n = (size_t)(slash - path);
     char *p = (char *)malloc(n + 1);
     if (!p) return NULL;
@@ -119,32 +101,32 @@ const char *nb_ckpt_source_name(nb_ckpt_source s) {
 static nb_status read_json(const char *dir, const char *name, cJSON **out, char *err, size_t errlen) {
     *out = NULL;
     char *path = ck_join(dir, name);
-    if (!path) return ck_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
+    if (!path) return nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
     nb_status st = NB_OK;
     FILE *f = fopen(path, "rb");
     char *buf = NULL;
     if (!f) {
-        if (errno != ENOENT) st = ck_fail(err, errlen, NB_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        if (errno != ENOENT) st = nbio_fail(err, errlen, NB_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
         goto done;
     }
     struct stat sb;
     if (fstat(fileno(f), &sb) || !S_ISREG(sb.st_mode)) {
-        st = ck_fail(err, errlen, NB_ERR_IO, "%s: not a regular file", path);
+        st = nbio_fail(err, errlen, NB_ERR_IO, "%s: not a regular file", path);
         goto done;
     }
     if ((uint64_t)sb.st_size > NB_CKPT_MAX_CONFIG) {
-        st = ck_fail(err, errlen, NB_ERR_CORRUPT, "%s: %lld bytes, over the %u-byte limit for a config file", path,
+        st = nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: %lld bytes, over the %u-byte limit for a config file", path,
                      (long long)sb.st_size, NB_CKPT_MAX_CONFIG);
         goto done;
     }
     size_t n = (size_t)sb.st_size;
     buf = (char *)malloc(n + 1);
     if (!buf) {
-        st = ck_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
+        st = nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
         goto done;
     }
     if (fread(buf, 1, n, f) != n) {
-        st = ck_fail(err, errlen, NB_ERR_IO, "%s: short read", path);
+        st = nbio_fail(err, errlen, NB_ERR_IO, "%s: short read", path);
         goto done;
     }
     buf[n] = 0;
@@ -152,7 +134,7 @@ static nb_status read_json(const char *dir, const char *name, cJSON **out, char 
     cJSON *j = cJSON_ParseWithLengthOpts(buf, n, &end, 0);
     if (!j || !cJSON_IsObject(j)) {
         cJSON_Delete(j);
-        st = ck_fail(err, errlen, NB_ERR_CORRUPT, "%s: not a JSON object (parse error near byte %lld)", path,
+        st = nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: not a JSON object (parse error near byte %lld)", path,
                      end && j == NULL ? (long long)(end - buf) : 0LL);
         goto done;
     }
@@ -200,10 +182,10 @@ static nb_status read_configs(nb_ckpt *c, const char *dir, char *err, size_t err
     const char *method = json_str(qc, "quant_method");
     const char *algo = json_str(qc, "quant_algo");
     const char *fmt = json_str(qc, "format");
-    if ((method && !(c->quant_method = ck_strdup(method))) ||
-        ((hf_algo || algo) && !(c->quant_algo = ck_strdup(hf_algo ? hf_algo : algo))) ||
-        (fmt && !(c->ct_format = ck_strdup(fmt)))) {
-        st = ck_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
+    if ((method && !(c->quant_method = nbio_strdup(method))) ||
+        ((hf_algo || algo) && !(c->quant_algo = nbio_strdup(hf_algo ? hf_algo : algo))) ||
+        (fmt && !(c->ct_format = nbio_strdup(fmt)))) {
+        st = nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
         goto done;
     }
     if (hf_algo && algo_format(hf_algo) != NB_CKPT_NONE) {
@@ -525,10 +507,10 @@ static nb_status add_file(nb_ckpt *c, const char *path, char *err, size_t errlen
     if (f) c->files = f;
     uint64_t *b = (uint64_t *)realloc(c->file_bytes, (c->nfiles + 1) * sizeof *b);
     if (b) c->file_bytes = b;
-    char *p = ck_strdup(path);
+    char *p = nbio_strdup(path);
     if (!f || !b || !p) {
         free(p);
-        return ck_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
+        return nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
     }
     struct stat sb;
     c->files[c->nfiles] = p;
@@ -538,23 +520,23 @@ static nb_status add_file(nb_ckpt *c, const char *path, char *err, size_t errlen
 }
 
 nb_status nb_ckpt_open(const char *path, nb_ckpt **out, char *err, size_t errlen) {
-    if (!path || !out) return ck_fail(err, errlen, NB_ERR_NULL_POINTER, "nb_ckpt_open: NULL argument");
+    if (!path || !out) return nbio_fail(err, errlen, NB_ERR_NULL_POINTER, "nb_ckpt_open: NULL argument");
     *out = NULL;
     struct stat sb;
-    if (stat(path, &sb)) return ck_fail(err, errlen, NB_ERR_IO, "%s: %s", path, strerror(errno));
+    if (stat(path, &sb)) return nbio_fail(err, errlen, NB_ERR_IO, "%s: %s", path, strerror(errno));
     nb_ckpt *c = (nb_ckpt *)calloc(1, sizeof *c);
-    if (!c) return ck_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
+    if (!c) return nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
     char *dir = NULL, *file = NULL;
     nb_status st = NB_OK;
     int sharded = 0;
     if (S_ISDIR(sb.st_mode)) {
-        dir = ck_strdup(path);
+        dir = nbio_strdup(path);
         char *idx = dir ? ck_join(dir, "model.safetensors.index.json") : NULL;
         char *one = dir ? ck_join(dir, "model.safetensors") : NULL;
         if (!idx || !one) {
             free(idx);
             free(one);
-            st = ck_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
+            st = nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
             goto done;
         }
         struct stat s2;
@@ -568,16 +550,16 @@ nb_status nb_ckpt_open(const char *path, nb_ckpt **out, char *err, size_t errlen
         } else {
             free(idx);
             free(one);
-            st = ck_fail(err, errlen, NB_ERR_NOT_FOUND,
+            st = nbio_fail(err, errlen, NB_ERR_NOT_FOUND,
                          "%s: neither model.safetensors.index.json nor model.safetensors is there", path);
             goto done;
         }
     } else {
         dir = ck_dirname(path);
-        file = ck_strdup(path);
+        file = nbio_strdup(path);
         sharded = ends_with(path, ".json");
         if (!dir || !file) {
-            st = ck_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
+            st = nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
             goto done;
         }
     }
@@ -592,7 +574,7 @@ nb_status nb_ckpt_open(const char *path, nb_ckpt **out, char *err, size_t errlen
             if ((st = nb_st_index_shard_at(c->index, i, &name, &sf, err, errlen)) != NB_OK) goto done;
             char *p = ck_join(dir, name);
             if (!p) {
-                st = ck_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
+                st = nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
                 goto done;
             }
             st = add_file(c, p, err, errlen);
@@ -608,7 +590,7 @@ nb_status nb_ckpt_open(const char *path, nb_ckpt **out, char *err, size_t errlen
     c->t = (nb_st_tensor *)calloc(c->ntensors ? c->ntensors : 1, sizeof *c->t);
     c->t_layer = (int64_t *)malloc((c->ntensors ? c->ntensors : 1) * sizeof *c->t_layer);
     if (!c->t || !c->t_layer) {
-        st = ck_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
+        st = nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
         goto done;
     }
     for (size_t i = 0; i < c->ntensors; i++) {
@@ -619,7 +601,7 @@ nb_status nb_ckpt_open(const char *path, nb_ckpt **out, char *err, size_t errlen
     }
     if ((st = read_configs(c, dir, err, errlen)) != NB_OK) goto done;
     if ((st = classify(c)) != NB_OK) {
-        ck_fail(err, errlen, st, "%s: out of memory while classifying layers", path);
+        nbio_fail(err, errlen, st, "%s: out of memory while classifying layers", path);
         goto done;
     }
 done:
@@ -719,30 +701,30 @@ nb_status nb_ckpt_get_config(const nb_ckpt *c, nb_ckpt_config *out) {
 nb_status nb_ckpt_layer_weight(const nb_ckpt *c, size_t i, int64_t expert, nb_weight_desc *desc,
                                const uint8_t **codes, const uint8_t **scales, char *err, size_t errlen) {
     if (!c || !desc || !codes || !scales)
-        return ck_fail(err, errlen, NB_ERR_NULL_POINTER, "nb_ckpt_layer_weight: NULL argument");
-    if (i >= c->nlayers) return ck_fail(err, errlen, NB_ERR_NOT_FOUND, "layer %zu of %zu", i, c->nlayers);
+        return nbio_fail(err, errlen, NB_ERR_NULL_POINTER, "nb_ckpt_layer_weight: NULL argument");
+    if (i >= c->nlayers) return nbio_fail(err, errlen, NB_ERR_NOT_FOUND, "layer %zu of %zu", i, c->nlayers);
     const layer_rec *L = &c->layers[i];
     nb_ckpt_format f = L->pub.format;
     if (f == NB_CKPT_NONE || f == NB_CKPT_INCONSISTENT)
-        return ck_fail(err, errlen, NB_ERR_UNSUPPORTED, "%s: %s layer has no 4-bit weight%s%s", L->prefix,
+        return nbio_fail(err, errlen, NB_ERR_UNSUPPORTED, "%s: %s layer has no 4-bit weight%s%s", L->prefix,
                        nb_ckpt_format_name(f), L->pub.problem[0] ? ": " : "", L->pub.problem);
     int64_t ne = f == NB_CKPT_GPTOSS_MXFP4 ? L->pub.experts : 1;
     if (expert < 0 || expert >= ne)
-        return ck_fail(err, errlen, NB_ERR_INVALID_ARGUMENT, "%s: expert %lld out of range [0, %lld)", L->prefix,
+        return nbio_fail(err, errlen, NB_ERR_INVALID_ARGUMENT, "%s: expert %lld out of range [0, %lld)", L->prefix,
                        (long long)expert, (long long)ne);
     nb_format nf = (f == NB_CKPT_MODELOPT_NVFP4 || f == NB_CKPT_CT_NVFP4) ? NB_FORMAT_NVFP4 : NB_FORMAT_MXFP4;
     nb_status st = nb_weight_desc_init(desc, nf, L->pub.n, L->pub.k);
-    if (st != NB_OK) return ck_fail(err, errlen, st, "%s: nb_weight_desc_init failed: %s", L->prefix, nb_last_error());
+    if (st != NB_OK) return nbio_fail(err, errlen, st, "%s: nb_weight_desc_init failed: %s", L->prefix, nb_last_error());
     desc->tensor_scale = L->pub.tensor_scale;
     if (nf == NB_FORMAT_MXFP4) desc->scale_rule = f == NB_CKPT_GPTOSS_MXFP4 ? NB_MX_SCALE_ROUND_UP : NB_MX_SCALE_EVEN;
     nb_weight_sizes sz;
     if ((st = nb_weight_get_sizes(desc, &sz)) != NB_OK)
-        return ck_fail(err, errlen, st, "%s: %s", L->prefix, nb_last_error());
+        return nbio_fail(err, errlen, st, "%s: %s", L->prefix, nb_last_error());
     const nb_st_tensor *tc = &c->t[L->codes_t], *ts = &c->t[L->scales_t];
     /* classification guarantees these; checked again because the pointers
      * leave this module */
     if (tc->bytes != sz.codes_bytes * (size_t)ne || ts->bytes != sz.scales_bytes * (size_t)ne)
-        return ck_fail(err, errlen, NB_ERR_INTERNAL, "%s: tensor sizes disagree with the descriptor", L->prefix);
+        return nbio_fail(err, errlen, NB_ERR_INTERNAL, "%s: tensor sizes disagree with the descriptor", L->prefix);
     *codes = (const uint8_t *)tc->data + (size_t)expert * sz.codes_bytes;
     *scales = (const uint8_t *)ts->data + (size_t)expert * sz.scales_bytes;
     return NB_OK;
