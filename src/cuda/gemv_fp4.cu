@@ -6,10 +6,16 @@
  *   registers.  The tensor cores run mma.sync.m16n8k16 with the operands
  *   swapped: the dequantized weights are the 16-row A operand and the tokens
  *   the 8-wide B operand, so m = 1..8 costs one MMA per 16x16 weight tile and
- *   m = 32 four.  Each warp owns one block of 16 rows; a CTA has WARPS warps
- *   (adjacent row blocks, so they read the same activations through L1) and
- *   one k-range; CTAs along grid.y split k and reduce deterministically (the
- *   last CTA to finish sums the partials in split order).
+ *   m = 32 four.  A CTA has 8 warps; each warp streams one 16-row block's
+ *   chunks through its own shared-memory ring (cp.async, STAGES deep).  kw
+ *   warps may share a row block and split its k range (summed in shared
+ *   memory), and CTAs along grid.y may split k further (partials in the
+ *   workspace, summed in split order by the last CTA to arrive: the result
+ *   does not depend on timing).  For 9..32 tokens on layers wide enough, the
+ *   XSH variant stages each chunk's activations once per CTA in a second
+ *   shared ring and all 8 warps walk the same k range; otherwise each lane
+ *   loads its activations through L1.  The host (src/device.c) picks kw, the
+ *   split and XSH from the shape and the SM count.
  *
  * PACKED LAYOUT (nb_pack; src/formats.c nb_pack_host is the specification)
  *   The weight is cut into chunks of 16 rows x 128 k, stored row-block major:
@@ -42,7 +48,8 @@
  *     A = v * s * 2^-c,  exact in 16 bits (E2M1 x E4M3 needs 5 significant
  *   bits; c keeps every product in the normal range), and the epilogue
  *   multiplies the FP32 accumulator by 2^c * tensor_scale.  The adjusted
- *   scales come from a 256-entry table built per CTA in shared memory, which
+ *   scales come from a 256-entry table (built on the host, passed as a
+ *   kernel parameter, copied to shared memory by each CTA), which
  *   handles negative, zero and NaN scale bytes with no special code: NaN
  *   scales give NaN outputs.  c: NVFP4 BF16 7, FP16 8; MXFP4 BF16 emax-127
  *   (needs emax - emin <= 125), FP16 emax-128 (needs emax - emin <= 24).
