@@ -9,7 +9,7 @@ ifneq ($(ARCHS),)
 CMAKE_ARGS += -DCMAKE_CUDA_ARCHITECTURES="$(ARCHS)"
 endif
 
-.PHONY: all deps build demo test test-asan fuzz clean
+.PHONY: all deps build demo test test-asan test-python fuzz clean
 
 all: build
 
@@ -58,5 +58,13 @@ fuzz: deps
 	cd $(BUILD)-fuzz && ./fuzz_safetensors -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
 	  -dict=$(CURDIR)/tests/corpus/safetensors.dict corpus
 
+# The Python package (python/): CPU-only build into a fresh venv, then pytest.
+test-python: deps
+	rm -rf $(BUILD)-py && python3 -m venv $(BUILD)-py
+	$(BUILD)-py/bin/pip install -q --upgrade pip
+	$(BUILD)-py/bin/pip install -q numpy pytest
+	NIBBLE_CUDA=OFF $(BUILD)-py/bin/pip install -q ./python
+	cd $(BUILD)-py && ./bin/python -m pytest -q $(CURDIR)/python/tests
+
 clean:
-	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-fuzz
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-fuzz $(BUILD)-py

@@ -1,0 +1,345 @@
+"""nibble: 4-bit NVFP4/MXFP4 weights, Python bindings to libnibble's C API.
+
+This module is the numpy-level API over the host reference functions (no GPU
+needed); nibble._lib is the one-to-one ctypes image of include/nibble.h.
+
+Arrays
+  * Weights and activations are 2-D, row-major: W[n, k] (n = out_features),
+    X[m, k], Y[m, n].  k must be a multiple of the format's group (16 for
+    NVFP4, 32 for MXFP4).
+  * Accepted element types: float32, float16, and BF16 given as np.uint16
+    arrays holding the raw bfloat16 bits (numpy has no bfloat16; a
+    `ml_dtypes.bfloat16` array is accepted too and viewed as uint16).
+    to_bf16() / from_bf16() convert.  Every uint16 array is read as BF16.
+  * Non-contiguous inputs are copied to C order (np.ascontiguousarray) before
+    the call; outputs are always new C-contiguous arrays.
+  * Wrong types, dimensions or shapes raise TypeError / ValueError before any
+    C call; failures inside the library raise nibble.Error(status, name,
+    message) with the library's detailed message.
+"""
+
+from dataclasses import dataclass, field
+import ctypes
+
+import numpy as np
+
+from . import _lib
+from ._lib import (NB_VERSION, Context, DType, Error, Format, Layout, MxScaleRule, Status, ScaleType,  # noqa: F401
+                   default_context, last_error, status_name, status_string)
+
+__all__ = [
+    "Error", "Context", "QuantizedWeight", "PackedWeight", "quantize", "dequantize", "pack", "gemm_reference",
+    "weight_sizes", "version", "version_string", "build_info", "device_count", "to_bf16", "from_bf16",
+    "e2m1_to_float", "e4m3_to_float", "e8m0_to_float", "float_to_e2m1", "float_to_e4m3",
+    "Status", "DType", "Format", "MxScaleRule", "Layout", "ScaleType", "status_name", "status_string", "last_error",
+]
+
+__version__ = _lib.lib.nb_version_string().decode()
+
+_FORMATS = {"nvfp4": Format.NVFP4, "mxfp4": Format.MXFP4}
+_FORMAT_NAMES = {v: k for k, v in _FORMATS.items()}
+_GROUP = {Format.NVFP4: 16, Format.MXFP4: 32}
+_RULES = {"ocp": MxScaleRule.OCP, "round_up": MxScaleRule.ROUND_UP, "even": MxScaleRule.EVEN}
+_RULE_NAMES = {v: k for k, v in _RULES.items()}
+
+
+# ------------------------------------------------------------ library facts
+
+def version():
+    """The library's NB_VERSION (major*10000 + minor*100 + patch)."""
+    return _lib.lib.nb_version()
+
+
+def version_string():
+    return _lib.lib.nb_version_string().decode()
+
+
+def build_info():
+    """nb_get_build_info as a dict: cuda (bool), cuda_archs, formats, version."""
+    info = _lib.BuildInfo()
+    _lib.check(_lib.lib.nb_get_build_info(ctypes.byref(info)))
+    return info.to_dict()
+
+
+def device_count():
+    count = ctypes.c_int(0)
+    _lib.check(_lib.lib.nb_device_count(ctypes.byref(count)))
+    return count.value
+
+
+# ------------------------------------------------------------ scalar codecs
+
+def e2m1_to_float(code):
+    """Value of an E2M1 code (low 4 bits used)."""
+    return _lib.lib.nb_e2m1_to_float(int(code) & 0xFF)
+
+
+def e4m3_to_float(byte):
+    """Value of an FP8 E4M3FN byte (0x7F, 0xFF are NaN)."""
+    return _lib.lib.nb_e4m3_to_float(int(byte) & 0xFF)
+
+
+def e8m0_to_float(byte):
+    """Value of an E8M0 byte: 2^(byte-127); 0xFF is NaN."""
+    return _lib.lib.nb_e8m0_to_float(int(byte) & 0xFF)
+
+
+def float_to_e2m1(x):
+    """E2M1 code of x: round to nearest even, saturating at +-6 (NaN gives 0x7)."""
+    return _lib.lib.nb_float_to_e2m1(float(x))
+
+
+def float_to_e4m3(x):
+    """E4M3FN byte of x: round to nearest even, saturating at +-448 (NaN gives 0x7F)."""
+    return _lib.lib.nb_float_to_e4m3(float(x))
+
+
+# ------------------------------------------------------------------- dtypes
+
+def to_bf16(a):
+    """float array -> np.uint16 array of bfloat16 bits (round to nearest even;
+    NaN stays NaN)."""
+    f = np.ascontiguousarray(a, dtype=np.float32)
+    bits = f.view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    nan = np.isnan(f)
+    if nan.any():
+        rounded[nan] = ((bits[nan] >> 16) | 0x40).astype(np.uint16)
+    return rounded
+
+
+def from_bf16(a):
+    """np.uint16 array of bfloat16 bits -> float32 array (exact)."""
+    u = np.ascontiguousarray(a, dtype=np.uint16)
+    return (u.astype(np.uint32) << 16).view(np.float32)
+
+
+def _as_array(a, what):
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"nibble: {what} must be a numpy.ndarray, got {type(a).__name__}")
+    if a.dtype.name == "bfloat16" and a.dtype.itemsize == 2:  # ml_dtypes / jax
+        a = a.view(np.uint16)
+    return a
+
+
+def _nb_dtype(dt, what, allowed=(DType.F32, DType.F16, DType.BF16)):
+    """numpy dtype (or "bfloat16") -> nb_dtype, or TypeError."""
+    if isinstance(dt, str) and dt.lower() in ("bfloat16", "bf16"):
+        code = DType.BF16
+    else:
+        try:
+            dt = np.dtype(dt)
+        except TypeError:
+            raise TypeError(f"nibble: {what}: {dt!r} is not a dtype") from None
+        code = {np.dtype(np.float32): DType.F32, np.dtype(np.float16): DType.F16,
+                np.dtype(np.uint16): DType.BF16}.get(dt)
+        if dt.name == "bfloat16" and dt.itemsize == 2:
+            code = DType.BF16
+    if code is None or code not in allowed:
+        names = ", ".join({DType.F32: "float32", DType.F16: "float16", DType.BF16: "uint16 (bfloat16 bits)"}[c]
+                          for c in allowed)
+        raise TypeError(f"nibble: {what} has dtype {dt}; expected one of {names}")
+    return code
+
+
+_NP_OF = {DType.F32: np.float32, DType.F16: np.float16, DType.BF16: np.uint16}
+
+
+def _ptr(a, ctype=ctypes.c_void_p):
+    return a.ctypes.data_as(ctype) if ctype is not ctypes.c_void_p else ctypes.c_void_p(a.ctypes.data)
+
+
+def _u8(a):
+    return a.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))
+
+
+def _format(fmt):
+    if isinstance(fmt, Format):
+        return fmt
+    if isinstance(fmt, str) and fmt.lower() in _FORMATS:
+        return _FORMATS[fmt.lower()]
+    raise ValueError(f"nibble: unknown format {fmt!r}; expected 'nvfp4' or 'mxfp4'")
+
+
+# ------------------------------------------------------- quantized weights
+
+@dataclass
+class QuantizedWeight:
+    """A weight in the checkpoint layout (what ModelOpt / compressed-tensors /
+    gpt-oss store): codes [n, k/2] uint8 (low nibble = even element), scales
+    [n, k/group] uint8 (E4M3 for NVFP4, E8M0 for MXFP4), and the FP32 tensor
+    scale (NVFP4 weight_scale_2; 1.0 for MXFP4)."""
+    codes: np.ndarray
+    scales: np.ndarray
+    tensor_scale: float
+    n: int
+    k: int
+    format: str = "nvfp4"
+    scale_rule: str = field(default="ocp")  # the MXFP4 rule used by quantize (informational)
+
+    @property
+    def group_size(self):
+        return _GROUP[_format(self.format)]
+
+    def desc(self):
+        """A validated nb_weight_desc (checkpoint layout) for this weight; also
+        checks the arrays' types and shapes."""
+        fmt = _format(self.format)
+        n, k = int(self.n), int(self.k)
+        d = _lib.WeightDesc()
+        _lib.check(_lib.lib.nb_weight_desc_init(ctypes.byref(d), fmt, n, k))
+        d.tensor_scale = float(self.tensor_scale)
+        d.scale_rule = _RULES.get(self.scale_rule, MxScaleRule.OCP)
+        for name, arr, shape in (("codes", self.codes, (n, k // 2)), ("scales", self.scales, (n, k // d.group_size))):
+            if not isinstance(arr, np.ndarray) or arr.dtype != np.uint8:
+                raise TypeError(f"nibble: QuantizedWeight.{name} must be a numpy uint8 array")
+            if arr.shape != shape:
+                raise ValueError(f"nibble: QuantizedWeight.{name} has shape {arr.shape}, expected {shape} "
+                                 f"for {_FORMAT_NAMES[fmt]} n={n} k={k}")
+        return d
+
+    def _arrays(self):
+        return np.ascontiguousarray(self.codes), np.ascontiguousarray(self.scales)
+
+
+@dataclass
+class PackedWeight:
+    """nb_pack output: the kernel layout (one byte buffer) plus the descriptor
+    fields nb_gemm needs (for MXFP4 the scale exponent range nb_pack found)."""
+    data: np.ndarray
+    n: int
+    k: int
+    format: str
+    tensor_scale: float
+    scale_exp_min: int
+    scale_exp_max: int
+
+
+def weight_sizes(n, k, format="nvfp4"):
+    """nb_weight_get_sizes as a dict: codes_bytes, scales_bytes, packed_bytes, dense_elements."""
+    d = _lib.WeightDesc()
+    _lib.check(_lib.lib.nb_weight_desc_init(ctypes.byref(d), _format(format), int(n), int(k)))
+    s = _lib.WeightSizes()
+    _lib.check(_lib.lib.nb_weight_get_sizes(ctypes.byref(d), ctypes.byref(s)))
+    return {name: getattr(s, name) for name, _ in s._fields_}
+
+
+def quantize(w, format="nvfp4", scale_rule=None, tensor_scale=None, ctx=None):
+    """Quantize a 2-D array W[n, k] (float32, float16 or uint16 = BF16 bits)
+    with the host reference (nb_quantize_host).
+
+    NVFP4 follows NVIDIA ModelOpt: tensor_scale None computes amax/(6*448);
+    a given tensor_scale (weight_scale_2) is used as is.  MXFP4 uses
+    scale_rule "ocp" (default), "round_up" (triton_kernels) or "even" (Quark,
+    compressed-tensors); MXFP4 has no tensor scale.  Non-finite elements raise
+    nibble.Error (NB_ERR_INVALID_ARGUMENT)."""
+    fmt = _format(format)
+    w = _as_array(w, "w")
+    dt = _nb_dtype(w.dtype, "w")
+    if w.ndim != 2:
+        raise ValueError(f"nibble: w must be 2-D [n, k], got shape {w.shape}")
+    n, k = w.shape
+    g = _GROUP[fmt]
+    if n < 1 or k < 1 or k % g:
+        raise ValueError(f"nibble: w has shape {w.shape}; {_FORMAT_NAMES[fmt]} needs n >= 1 and k a positive "
+                         f"multiple of {g}")
+    if fmt == Format.NVFP4:
+        if scale_rule is not None:
+            raise ValueError("nibble: scale_rule applies to MXFP4 only")
+        rule = "ocp"
+    else:
+        rule = "ocp" if scale_rule is None else scale_rule
+        if isinstance(rule, MxScaleRule):
+            rule = _RULE_NAMES[rule]
+        if rule not in _RULES:
+            raise ValueError(f"nibble: unknown MXFP4 scale_rule {scale_rule!r}; expected one of {sorted(_RULES)}")
+        if tensor_scale not in (None, 0, 1):
+            raise ValueError("nibble: MXFP4 has no tensor scale (tensor_scale must be None or 1)")
+    w = np.ascontiguousarray(w)
+    ctx = ctx or default_context()
+    d = _lib.WeightDesc()
+    _lib.check(_lib.lib.nb_weight_desc_init(ctypes.byref(d), fmt, n, k))
+    d.scale_rule = _RULES[rule]
+    if tensor_scale is not None:
+        d.tensor_scale = float(tensor_scale)
+    codes = np.empty((n, k // 2), dtype=np.uint8)
+    scales = np.empty((n, k // g), dtype=np.uint8)
+    ctx.check(_lib.lib.nb_quantize_host(ctx.ptr, ctypes.byref(d), dt, _ptr(w), _u8(codes), _u8(scales)))
+    return QuantizedWeight(codes=codes, scales=scales, tensor_scale=float(d.tensor_scale), n=n, k=k,
+                           format=_FORMAT_NAMES[fmt], scale_rule=rule)
+
+
+def dequantize(qw, dtype=np.float32, ctx=None):
+    """W[n, k] from a QuantizedWeight (nb_dequantize_host): value =
+    e2m1(code) * scale * tensor_scale computed in float32 and rounded once to
+    dtype (float32, float16, or np.uint16 / "bfloat16" for BF16 bits)."""
+    if not isinstance(qw, QuantizedWeight):
+        raise TypeError(f"nibble: expected a QuantizedWeight, got {type(qw).__name__}")
+    dt = _nb_dtype(dtype, "dequantize dtype")
+    d = qw.desc()
+    codes, scales = qw._arrays()
+    out = np.empty((qw.n, qw.k), dtype=_NP_OF[dt])
+    ctx = ctx or default_context()
+    ctx.check(_lib.lib.nb_dequantize_host(ctx.ptr, ctypes.byref(d), _u8(codes), _u8(scales), dt, _ptr(out)))
+    return out
+
+
+def pack(qw, ctx=None):
+    """The kernel layout of a QuantizedWeight (nb_pack_host): a PackedWeight
+    whose .data is a 1-D uint8 array, bit-identical to what nb_pack produces on
+    the GPU."""
+    if not isinstance(qw, QuantizedWeight):
+        raise TypeError(f"nibble: expected a QuantizedWeight, got {type(qw).__name__}")
+    d = qw.desc()
+    s = _lib.WeightSizes()
+    _lib.check(_lib.lib.nb_weight_get_sizes(ctypes.byref(d), ctypes.byref(s)))
+    codes, scales = qw._arrays()
+    out = np.empty(s.packed_bytes, dtype=np.uint8)
+    ctx = ctx or default_context()
+    ctx.check(_lib.lib.nb_pack_host(ctx.ptr, ctypes.byref(d), _u8(codes), _u8(scales), _ptr(out), out.nbytes))
+    return PackedWeight(data=out, n=qw.n, k=qw.k, format=qw.format, tensor_scale=float(d.tensor_scale),
+                        scale_exp_min=int(d.scale_exp_min), scale_exp_max=int(d.scale_exp_max))
+
+
+def gemm_reference(x, qw, bias=None, out_dtype=np.float32, ctx=None):
+    """Y[m, n] = X[m, k] . dequant(W)^T (+ bias[n]) with the host reference.
+
+    x: float32, float16 or uint16 (BF16 bits).  out_dtype float32, float16 or
+    uint16 / "bfloat16": nb_gemm_host (float32 accumulation, one rounding to
+    out_dtype); bias, if given, must have out_dtype.  out_dtype float64:
+    nb_gemm_host_f64 (float64 accumulation, the yardstick the C tests use);
+    bias must then be float32."""
+    if not isinstance(qw, QuantizedWeight):
+        raise TypeError(f"nibble: expected a QuantizedWeight, got {type(qw).__name__}")
+    x = _as_array(x, "x")
+    act = _nb_dtype(x.dtype, "x")
+    if x.ndim != 2:
+        raise ValueError(f"nibble: x must be 2-D [m, k], got shape {x.shape}")
+    m, k = x.shape
+    if m < 1 or k != qw.k:
+        raise ValueError(f"nibble: x has shape {x.shape}; expected [m >= 1, k = {qw.k}]")
+    f64 = np.dtype(out_dtype) == np.float64 if not isinstance(out_dtype, str) else False
+    out = DType.F32 if f64 else _nb_dtype(out_dtype, "out_dtype")
+    if bias is not None:
+        bias = _as_array(bias, "bias")
+        if _nb_dtype(bias.dtype, "bias") != out:
+            raise TypeError(f"nibble: bias has dtype {bias.dtype}; it must be {np.dtype(_NP_OF[out])} "
+                            f"for out_dtype {np.dtype(out_dtype) if not isinstance(out_dtype, str) else out_dtype}")
+        if bias.shape != (qw.n,):
+            raise ValueError(f"nibble: bias has shape {bias.shape}, expected ({qw.n},)")
+        bias = np.ascontiguousarray(bias)
+    d = qw.desc()
+    codes, scales = qw._arrays()
+    x = np.ascontiguousarray(x)
+    g = _lib.GemmDesc()
+    _lib.check(_lib.lib.nb_gemm_desc_init(ctypes.byref(g), ctypes.byref(d), m, act, out))
+    y = np.empty((m, qw.n), dtype=np.float64 if f64 else _NP_OF[out])
+    bptr = _ptr(bias) if bias is not None else None
+    ctx = ctx or default_context()
+    if f64:
+        st = _lib.lib.nb_gemm_host_f64(ctx.ptr, ctypes.byref(g), _ptr(x), _u8(codes), _u8(scales), bptr,
+                                       y.ctypes.data_as(ctypes.POINTER(ctypes.c_double)))
+    else:
+        st = _lib.lib.nb_gemm_host(ctx.ptr, ctypes.byref(g), _ptr(x), _u8(codes), _u8(scales), bptr, _ptr(y))
+    ctx.check(st)
+    return y

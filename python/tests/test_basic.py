@@ -1,0 +1,404 @@
+"""Tests of the nibble Python package against independent numpy
+implementations of the formats in docs/formats.md (shared/docs/formats.md):
+section 1 (E2M1), 2.1 (NVFP4, ModelOpt) and 3.1/3.2 (MXFP4, OCP rule).
+
+Run:  pip install ./python && python3 -m pytest python/tests
+"""
+
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import nibble
+from nibble import _lib
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+HEADER = os.path.join(REPO, "include", "nibble.h")
+
+
+# ----------------------------------------------------- numpy reference codecs
+# Written from formats.md, not from the C sources.
+
+E2M1_MAG = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6], dtype=np.float32)  # codes 0..7; 8..15 negate
+
+
+def np_e2m1_encode(q):
+    """Round to nearest, ties to the even code (even mantissa bit), saturate at
+    6; sign bit from q < 0 (ModelOpt), so small negatives give 0x8."""
+    a = np.abs(q.astype(np.float32))
+    d = np.abs(a[..., None] - E2M1_MAG)                  # distance to each magnitude
+    best = d.min(axis=-1, keepdims=True)
+    cand = d == best                                     # one or two (tie) candidates
+    codes = np.arange(8)
+    even_first = np.where(cand & (codes % 2 == 0), codes, 99).min(axis=-1)
+    any_code = np.where(cand, codes, 99).min(axis=-1)
+    c = np.where(cand.sum(axis=-1) > 1, even_first, any_code)
+    c = np.where(a > 6, 7, c)
+    return (c | np.where(q < 0, 8, 0)).astype(np.uint8)
+
+
+def np_e2m1_decode(c):
+    c = c.astype(np.int64)
+    v = E2M1_MAG[c & 7]
+    return np.where(c & 8, -v, v).astype(np.float32)
+
+
+def np_e4m3_decode(b):
+    """E4M3FN: E == 0 -> M * 2^-9, else (1 + M/8) * 2^(E-7); 0x7F/0xFF NaN."""
+    b = np.asarray(b).astype(np.int64)
+    e, m = (b >> 3) & 15, b & 7
+    v = np.where(e == 0, m * 2.0 ** -9, (1 + m / 8) * 2.0 ** (e - 7))
+    v = np.where(b & 0x80, -v, v)
+    return np.where((b & 0x7F) == 0x7F, np.nan, v).astype(np.float32)
+
+
+E4M3_POS = np_e4m3_decode(np.arange(0x7F))  # bytes 0x00..0x7E, ascending, all finite
+
+
+def np_e4m3_encode_pos(s):
+    """Positive finite s in [2^-9, 448] -> nearest E4M3 byte, ties to even byte."""
+    s = s.astype(np.float64)
+    d = np.abs(s[..., None] - E4M3_POS.astype(np.float64))
+    best = d.min(axis=-1, keepdims=True)
+    cand = d == best
+    idx = np.arange(0x7F)
+    even = np.where(cand & (idx % 2 == 0), idx, 999).min(axis=-1)
+    anyi = np.where(cand, idx, 999).min(axis=-1)
+    return np.where(cand.sum(axis=-1) > 1, even, anyi).astype(np.uint8)
+
+
+def np_nvfp4_quantize(w, tensor_scale=None):
+    """formats.md 2.1, in float32 like ModelOpt: returns codes [n,k/2], scales
+    [n,k/16], tensor scale."""
+    w = w.astype(np.float32)
+    n, k = w.shape
+    f32 = np.float32
+    ts = f32(np.abs(w).max()) / f32(6 * 448) if tensor_scale is None else f32(tensor_scale)
+    blocks = w.reshape(n, k // 16, 16)
+    bmax = np.abs(blocks).max(axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        s = (bmax / (f32(6) * ts)).astype(np.float32) if ts > 0 else np.ones_like(bmax)
+    s = np.where(s == 0, f32(1), s)
+    s = np.clip(s, f32(2.0 ** -9), f32(448)).astype(np.float32)
+    sb = np_e4m3_encode_pos(s)
+    denom = (np_e4m3_decode(sb) * ts).astype(np.float32)
+    q = (blocks / denom[..., None]).astype(np.float32)
+    c = np_e2m1_encode(q).reshape(n, k)
+    codes = (c[:, 0::2] | (c[:, 1::2] << 4)).astype(np.uint8)   # low nibble = even element
+    return codes, sb, ts
+
+
+def np_dequantize(codes, scales, ts, group, scale_decode):
+    n = codes.shape[0]
+    c = np.empty((n, codes.shape[1] * 2), dtype=np.uint8)
+    c[:, 0::2], c[:, 1::2] = codes & 15, codes >> 4
+    s = np.repeat(scale_decode(scales), group, axis=1)
+    return ((np_e2m1_decode(c) * s).astype(np.float32) * np.float32(ts)).astype(np.float32)
+
+
+def np_e8m0_decode(b):
+    b = np.asarray(b).astype(np.int64)
+    return np.where(b == 0xFF, np.nan, 2.0 ** (b - 127)).astype(np.float32)
+
+
+def np_mxfp4_ocp_quantize(w):
+    """formats.md 3.1/3.2 OCP rule: exponent floor(log2 amax) - 2, byte
+    e + 127 (amax 0 -> byte 0), codes E2M1(x / 2^e)."""
+    w = w.astype(np.float32)
+    n, k = w.shape
+    blocks = w.reshape(n, k // 32, 32)
+    amax = np.abs(blocks).max(axis=-1)
+    _, ex = np.frexp(amax)                          # amax = m * 2^ex, m in [0.5, 1)
+    e = np.clip(ex - 1 - 2, -127, 127)
+    sb = np.where(amax == 0, 0, e + 127).astype(np.uint8)
+    q = (blocks / np_e8m0_decode(sb)[..., None]).astype(np.float32)
+    c = np_e2m1_encode(q).reshape(n, k)
+    return (c[:, 0::2] | (c[:, 1::2] << 4)).astype(np.uint8), sb
+
+
+def weights(n, k, seed, scale=1.0, decades=0):
+    """Normal weights; `decades` spreads the rows' magnitudes over that many
+    powers of ten, so NVFP4 block scales reach E4M3 subnormals and the 2^-9
+    clamp."""
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((n, k)).astype(np.float32) * np.float32(scale)
+    w *= (10.0 ** np.linspace(-decades, 0, n)).astype(np.float32)[:, None]
+    w[0, :16] = 0.0                                 # an all-zero block
+    w[1, 3] *= 40                                   # an outlier: small block scales elsewhere
+    return w
+
+
+# --------------------------------------------------------------- version
+
+def test_version_matches_header_library_and_pyproject():
+    assert nibble.version() == _lib.NB_VERSION
+    major, minor, patch = (int(p) for p in nibble.version_string().split("."))
+    assert (major, minor, patch) == (_lib.NB_VERSION_MAJOR, _lib.NB_VERSION_MINOR, _lib.NB_VERSION_PATCH)
+    assert nibble.__version__ == nibble.version_string() == nibble.build_info()["version"]
+    pyproject = os.path.join(REPO, "python", "pyproject.toml")
+    if os.path.exists(pyproject):
+        m = re.search(r'^version\s*=\s*"([^"]+)"', open(pyproject).read(), re.M)
+        assert m and m.group(1) == nibble.__version__
+    if os.path.exists(HEADER):
+        text = open(HEADER).read()
+        hdr = tuple(int(re.search(rf"#define NB_VERSION_{p} (\d+)", text).group(1))
+                    for p in ("MAJOR", "MINOR", "PATCH"))
+        assert hdr == (major, minor, patch)
+
+
+def test_status_names_and_build_info():
+    for s in nibble.Status:
+        assert nibble.status_name(s) == "NB_" + s.name
+        assert nibble.status_string(s)
+    info = nibble.build_info()
+    assert "nvfp4" in info["formats"] and "mxfp4" in info["formats"]
+    assert nibble.device_count() >= 0
+    with nibble.Context() as ctx:
+        assert ctx.device_info()["device"] == _lib.NB_DEVICE_NONE
+
+
+@pytest.mark.skipif(not (os.path.exists(HEADER) and shutil.which("cc")), reason="needs the C header and a C compiler")
+def test_struct_layout_matches_c(tmp_path):
+    """Every ctypes Structure has the C compiler's size and field offsets."""
+    structs = {"nb_device_info": _lib.DeviceInfo, "nb_build_info": _lib.BuildInfo,
+               "nb_weight_desc": _lib.WeightDesc, "nb_weight_sizes": _lib.WeightSizes,
+               "nb_gemm_desc": _lib.GemmDesc}
+    lines = ["#include <stdio.h>", "#include <stddef.h>", '#include "nibble.h"', "int main(void) {"]
+    expect = []
+    for cname, py in structs.items():
+        lines.append(f'printf("%zu\\n", sizeof({cname}));')
+        expect.append(ctypes_sizeof(py))
+        for fname, _ in py._fields_:
+            lines.append(f'printf("%zu\\n", offsetof({cname}, {fname}));')
+            expect.append(getattr(py, fname).offset)
+    lines.append(f'printf("%zu\\n", sizeof(nb_status));')
+    expect.append(4)
+    lines += ["return 0; }"]
+    src, exe = tmp_path / "layout.c", tmp_path / "layout"
+    src.write_text("\n".join(lines))
+    subprocess.run(["cc", "-std=c11", "-I", os.path.dirname(HEADER), str(src), "-o", str(exe)], check=True)
+    got = [int(v) for v in subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split()]
+    assert got == expect
+
+
+def ctypes_sizeof(t):
+    import ctypes
+    return ctypes.sizeof(t)
+
+
+# ------------------------------------------------------------ scalar codecs
+
+def test_scalar_codecs_match_formats_md():
+    table = [0, .5, 1, 1.5, 2, 3, 4, 6, -0.0, -.5, -1, -1.5, -2, -3, -4, -6]
+    assert [nibble.e2m1_to_float(c) for c in range(16)] == table
+    ties = {0.25: 0, 0.75: 2, 1.25: 2, 1.75: 4, 2.5: 4, 3.5: 6, 5.0: 6, 5.01: 7, 100.0: 7, -0.1: 8, -0.75: 10}
+    assert {x: nibble.float_to_e2m1(x) for x in ties} == ties
+    assert nibble.float_to_e4m3(448) == 0x7E and nibble.float_to_e4m3(1e9) == 0x7E
+    assert nibble.float_to_e4m3(2.0 ** -9) == 0x01 and nibble.float_to_e4m3(1.0) == 0x38
+    assert math.isnan(nibble.e4m3_to_float(0x7F)) and math.isnan(nibble.e4m3_to_float(0xFF))
+    for b in range(0x7F):
+        assert nibble.e4m3_to_float(b) == E4M3_POS[b]
+    assert nibble.e8m0_to_float(127) == 1.0 and nibble.e8m0_to_float(0) == 2.0 ** -127
+    assert math.isnan(nibble.e8m0_to_float(0xFF))
+
+
+# ------------------------------------------------------------------- NVFP4
+
+@pytest.mark.parametrize("n,k,seed,scale,decades",
+                         [(4, 16, 0, 1.0, 0), (8, 64, 1, 0.02, 0), (5, 48, 2, 300.0, 0), (16, 128, 3, 1e-3, 0),
+                          (24, 64, 4, 1.0, 7)])
+def test_nvfp4_quantize_bit_exact_vs_numpy(n, k, seed, scale, decades):
+    w = weights(n, k, seed, scale, decades)
+    qw = nibble.quantize(w, "nvfp4")
+    if decades:   # the case exists to reach these scale bytes
+        assert (qw.scales == 0x01).any() and ((qw.scales > 1) & (qw.scales < 8)).any()
+    codes, scales, ts = np_nvfp4_quantize(w)
+    assert np.float32(qw.tensor_scale) == ts
+    assert qw.codes.shape == (n, k // 2) and qw.scales.shape == (n, k // 16)
+    np.testing.assert_array_equal(qw.scales, scales)
+    np.testing.assert_array_equal(qw.codes, codes)
+    ref = np_dequantize(codes, scales, ts, 16, np_e4m3_decode)
+    got = nibble.dequantize(qw)
+    assert got.dtype == np.float32 and got.shape == (n, k)
+    np.testing.assert_array_equal(got.view(np.uint32), ref.view(np.uint32))    # bit for bit (incl. -0)
+    np.testing.assert_array_equal(nibble.dequantize(qw, np.float16), ref.astype(np.float16))
+    np.testing.assert_array_equal(nibble.dequantize(qw, "bfloat16"), nibble.to_bf16(ref))
+
+
+def test_nvfp4_rounding_ties_with_given_tensor_scale():
+    """tensor_scale 1 and block amax 6 give block scale 1.0 (0x38), so the
+    values are E2M1 inputs as is: every tie point and small negatives."""
+    row = np.array([6, 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5, -0.1, -0.25, -0.75, -5, 0.3, 5.5, 0, -6], np.float32)
+    w = np.stack([row, -row[::-1]])
+    qw = nibble.quantize(w, tensor_scale=1.0)
+    assert qw.tensor_scale == 1.0
+    np.testing.assert_array_equal(qw.scales, [[0x38], [0x38]])
+    codes, scales, _ = np_nvfp4_quantize(w, tensor_scale=1.0)
+    np.testing.assert_array_equal(qw.codes, codes)
+    assert (qw.codes[0] & 15).tolist()[:1] == [7] and (qw.codes[0, 0] >> 4) == 0   # 6 -> 7, 0.25 -> 0
+    assert qw.codes[0, 4] & 15 == 8                                              # -0.1 -> 0x8 (negative zero)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, "bf16"])
+def test_nvfp4_half_inputs(dtype):
+    w32 = weights(6, 32, 7)
+    if dtype == "bf16":
+        w, exact = nibble.to_bf16(w32), nibble.from_bf16(nibble.to_bf16(w32))
+    else:
+        w, exact = w32.astype(np.float16), w32.astype(np.float16).astype(np.float32)
+    qw = nibble.quantize(w)
+    codes, scales, ts = np_nvfp4_quantize(exact)
+    np.testing.assert_array_equal(qw.codes, codes)
+    np.testing.assert_array_equal(qw.scales, scales)
+    assert np.float32(qw.tensor_scale) == ts
+
+
+def test_non_contiguous_input_is_copied():
+    w = weights(8, 64, 4)
+    wt = np.asfortranarray(w)
+    a, b = nibble.quantize(w), nibble.quantize(wt)
+    np.testing.assert_array_equal(a.codes, b.codes)
+    x = np.random.default_rng(0).standard_normal((64, 3)).astype(np.float32).T      # [3, 64], not C-contiguous
+    np.testing.assert_array_equal(nibble.gemm_reference(x, a), nibble.gemm_reference(np.ascontiguousarray(x), a))
+
+
+# ------------------------------------------------------------------- MXFP4
+
+def test_mxfp4_ocp_bit_exact_vs_numpy():
+    w = weights(6, 96, 5, 3.0)
+    qw = nibble.quantize(w, "mxfp4")
+    codes, scales = np_mxfp4_ocp_quantize(w)
+    assert qw.format == "mxfp4" and qw.tensor_scale == 1.0 and qw.scales.shape == (6, 3)
+    np.testing.assert_array_equal(qw.scales, scales)
+    np.testing.assert_array_equal(qw.codes, codes)
+    np.testing.assert_array_equal(nibble.dequantize(qw), np_dequantize(codes, scales, 1.0, 32, np_e8m0_decode))
+
+
+def test_mxfp4_scale_rules_differ_only_in_scales():
+    w = np.full((1, 32), 1.8, np.float32)            # mantissa 1.8 >= 1.75: "even" rounds the exponent up
+    ocp, even, up = (nibble.quantize(w, "mxfp4", scale_rule=r) for r in ("ocp", "even", "round_up"))
+    assert ocp.scales[0, 0] == 127 - 2 and even.scales[0, 0] == 127 - 1
+    assert up.scales[0, 0] == 127 - 1                 # 2^ceil(log2(1.8/6)) = 2^-1
+
+
+# -------------------------------------------------------------------- gemm
+
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+@pytest.mark.parametrize("act", [np.float32, np.float16, "bf16"])
+def test_gemm_reference_vs_float64(fmt, act):
+    """Bound: float32 accumulation of k products of float32 values, one final
+    rounding:  |y - y64| <= (k + 2) * 2^-24 * (|x| @ |w|^T + |bias|)."""
+    m, n, k = 5, 24, 256
+    rng = np.random.default_rng(11)
+    qw = nibble.quantize(weights(n, k, 9), fmt)
+    x32 = rng.standard_normal((m, k)).astype(np.float32)
+    if act == "bf16":
+        x, xf = nibble.to_bf16(x32), nibble.from_bf16(nibble.to_bf16(x32))
+    else:
+        x, xf = x32.astype(act), x32.astype(act).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    w = nibble.dequantize(qw).astype(np.float64)
+    ref = xf.astype(np.float64) @ w.T + bias
+    y = nibble.gemm_reference(x, qw, bias=bias)
+    assert y.dtype == np.float32 and y.shape == (m, n)
+    bound = (k + 2) * 2.0 ** -24 * (np.abs(xf).astype(np.float64) @ np.abs(w).T + np.abs(bias))
+    err = np.abs(y - ref)
+    worst = np.unravel_index(np.argmax(err / bound), err.shape)
+    assert (err <= bound).all(), f"worst {worst}: got {y[worst]} want {ref[worst]} bound {bound[worst]}"
+    # float64 accumulation: only summation-order differences remain
+    y64 = nibble.gemm_reference(x, qw, bias=bias, out_dtype=np.float64)
+    assert y64.dtype == np.float64
+    np.testing.assert_allclose(y64, ref, rtol=0, atol=1e-12 * np.abs(ref).max())
+    # float16 / BF16 outputs: the float32 result rounded once (<= 1/2 ulp more)
+    y16 = nibble.gemm_reference(x, qw, bias=bias.astype(np.float16), out_dtype=np.float16).astype(np.float64)
+    assert (np.abs(y16 - ref) <= bound + 2.0 ** -11 * np.abs(ref) + 2.0 ** -25).all()
+    ybf = nibble.from_bf16(nibble.gemm_reference(x, qw, bias=nibble.to_bf16(bias), out_dtype="bfloat16"))
+    biasbf = nibble.from_bf16(nibble.to_bf16(bias)).astype(np.float64)
+    refbf = xf.astype(np.float64) @ w.T + biasbf
+    assert (np.abs(ybf - refbf) <= bound + 2.0 ** -8 * np.abs(refbf)).all()
+
+
+def test_pack_sizes_and_exponent_range():
+    qw = nibble.quantize(weights(16, 128, 2), "mxfp4")
+    p = nibble.pack(qw)
+    assert p.data.dtype == np.uint8 and p.data.size == nibble.weight_sizes(16, 128, "mxfp4")["packed_bytes"]
+    assert (p.scale_exp_min, p.scale_exp_max) == (qw.scales.min(), qw.scales.max())
+    np.testing.assert_array_equal(nibble.pack(qw).data, p.data)
+    pn = nibble.pack(nibble.quantize(weights(16, 128, 2)))
+    assert pn.data.size == nibble.weight_sizes(16, 128)["packed_bytes"]
+
+
+# ------------------------------------------------------------------ errors
+
+def test_library_errors_raise_nibble_error():
+    w = weights(2, 16, 0)
+    w[1, 5] = np.nan
+    with pytest.raises(nibble.Error) as e:
+        nibble.quantize(w)
+    assert e.value.status == nibble.Status.ERR_INVALID_ARGUMENT
+    assert e.value.name == "NB_ERR_INVALID_ARGUMENT"
+    assert "[1, 5] is not finite" in e.value.message and e.value.message in str(e.value)
+    assert nibble.last_error() == e.value.message
+    with pytest.raises(nibble.Error, match="tensor_scale .* not a finite non-negative"):
+        nibble.quantize(weights(2, 16, 0), tensor_scale=-1.0)
+    with pytest.raises(nibble.Error) as e:             # raw binding, descriptor rejected by the C library
+        _lib.check(_lib.lib.nb_weight_desc_init(_lib.WeightDesc(), 7, 4, 16))
+    assert e.value.status in (nibble.Status.ERR_UNSUPPORTED, nibble.Status.ERR_INVALID_ARGUMENT)
+
+
+def test_argument_errors_raise_before_c():
+    w = weights(4, 32, 0)
+    with pytest.raises(ValueError, match="multiple of 16"):
+        nibble.quantize(np.zeros((4, 24), np.float32))
+    with pytest.raises(ValueError, match="multiple of 32"):
+        nibble.quantize(np.zeros((4, 48), np.float32), "mxfp4")
+    with pytest.raises(ValueError, match="2-D"):
+        nibble.quantize(np.zeros(32, np.float32))
+    with pytest.raises(TypeError, match="float64"):
+        nibble.quantize(w.astype(np.float64))
+    with pytest.raises(TypeError, match="numpy.ndarray"):
+        nibble.quantize(w.tolist())
+    with pytest.raises(ValueError, match="unknown format"):
+        nibble.quantize(w, "int4")
+    with pytest.raises(ValueError, match="scale_rule"):
+        nibble.quantize(w, "mxfp4", scale_rule="nearest")
+    with pytest.raises(ValueError, match="no tensor scale"):
+        nibble.quantize(w, "mxfp4", tensor_scale=2.0)
+    qw = nibble.quantize(w)
+    with pytest.raises(ValueError, match=r"k = 32"):
+        nibble.gemm_reference(np.zeros((2, 16), np.float32), qw)
+    with pytest.raises(TypeError, match="int32"):
+        nibble.gemm_reference(np.zeros((2, 32), np.int32), qw)
+    with pytest.raises(ValueError, match="bias has shape"):
+        nibble.gemm_reference(np.zeros((2, 32), np.float32), qw, bias=np.zeros(3, np.float32))
+    with pytest.raises(TypeError, match="bias has dtype"):
+        nibble.gemm_reference(np.zeros((2, 32), np.float32), qw, bias=np.zeros(4, np.float16))
+    with pytest.raises(TypeError, match="expected one of"):
+        nibble.dequantize(qw, np.int8)
+    bad = nibble.QuantizedWeight(qw.codes, qw.scales[:, :1].copy(), qw.tensor_scale, qw.n, qw.k, "nvfp4")
+    with pytest.raises(ValueError, match="scales has shape"):
+        nibble.dequantize(bad)
+
+
+@pytest.mark.skipif(nibble.device_count() == 0, reason="no CUDA device (or a CPU-only libnibble)")
+def test_device_context():
+    with nibble.Context(0) as ctx:
+        info = ctx.device_info()
+    assert info["device"] == 0 and info["name"] and info["cc_major"] >= 7 and info["sm_count"] > 0
+    assert info["global_mem_bytes"] > 0 and info["l2_bytes"] > 0
+
+
+def test_device_context_without_device_raises():
+    if nibble.device_count() > 0:
+        pytest.skip("a CUDA device is present")
+    with pytest.raises(nibble.Error) as e:
+        nibble.Context(0)
+    assert e.value.status in (nibble.Status.ERR_NO_DEVICE, nibble.Status.ERR_INVALID_ARGUMENT, nibble.Status.ERR_CUDA)
+    assert e.value.message
