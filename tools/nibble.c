@@ -1,6 +1,6 @@
 /* nibble - command-line tool over the public API.
  *
- *   nibble version | info | demo | bench | inspect     (each takes --help)
+ *   nibble version | info | demo | bench | inspect | quantize   (each takes --help)
  *
  * Exit codes: 0 success, 1 usage error, 2 a check failed (wrong numbers),
  * 3 a library call failed. */
@@ -18,6 +18,9 @@
 #endif
 #ifdef NB_HAVE_IO
 #include "checkpoint.h" /* nibble_io: internal, static */
+#include "ckpt_quantize.h"
+
+#include <unistd.h> /* isatty */
 
 #include <cjson/cJSON.h>
 #endif
@@ -39,7 +42,8 @@ static void usage(FILE *f) {
                "            (GPU when present, C reference otherwise), print errors and time\n"
                "  bench     time the decode GEMM against cuBLAS BF16 (GPU only)\n"
                "  inspect   list a safetensors checkpoint's files, tensors and linear layers with\n"
-               "            their detected 4-bit format (ModelOpt, compressed-tensors, Quark, gpt-oss)\n\n"
+               "            their detected 4-bit format (ModelOpt, compressed-tensors, Quark, gpt-oss)\n"
+               "  quantize  write a BF16/F16/F32 checkpoint as a ModelOpt NVFP4 or Quark MXFP4 checkpoint\n\n"
                "'nibble <command> --help' describes each command.\n");
 }
 
@@ -524,7 +528,138 @@ static int cmd_inspect(int argc, char **argv) {
     nb_ckpt_close(c);
     return 0;
 }
+
+/* --------------------------------------------------------------- quantize */
+
+static void quantize_progress(void *user, size_t i, size_t n, uint64_t done, uint64_t total, const char *name) {
+    (void)user;
+    if (name)
+        fprintf(stderr, "\r\033[K[%zu/%zu] %.1f / %.1f MB  %.60s", i + 1, n, done / 1e6, total / 1e6, name);
+    else
+        fprintf(stderr, "\r\033[K[%zu/%zu] %.1f / %.1f MB  done\n", i, n, done / 1e6, total / 1e6);
+    fflush(stderr);
+}
+
+static int cmd_quantize(int argc, char **argv) {
+    const char *in = NULL, *out = NULL, *fmt = NULL, *rule = NULL;
+    int json = 0;
+    nb_ckpt_quantize_opts o;
+    nb_ckpt_quantize_opts_init(&o);
+    const char **excl = (const char **)calloc((size_t)argc + 1, sizeof *excl);
+    if (!excl) return 3;
+    size_t nexcl = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("usage: nibble quantize IN OUT --format nvfp4|mxfp4 [--exclude PATTERN]...\n"
+                   "                       [--mx-rule ocp|even|round-up] [--no-default-excludes] [--json]\n"
+                   "  IN   a BF16/F16/F32 checkpoint: .safetensors file, directory (index or\n"
+                   "       model.safetensors) or index file.  It is only read.\n"
+                   "  OUT  a directory that must not exist or be empty.  It receives, per input\n"
+                   "       file, a file of the same name; the index when IN is sharded;\n"
+                   "       config.json with a quantization_config (ModelOpt for nvfp4, Quark for\n"
+                   "       mxfp4); hf_quant_config.json (nvfp4); every other file of IN's directory\n"
+                   "       byte for byte (not other *.safetensors, not subdirectories).\n"
+                   "  Quantized: every 2-D BF16/F16/F32 tensor P.weight whose K is a multiple of the\n"
+                   "  group (16 nvfp4, 32 mxfp4) and whose prefix P matches no exclude pattern\n"
+                   "  (shell wildcards, fnmatch on P, '*' crosses dots: --exclude '*.mlp.gate').\n"
+                   "  Excluded by default: '*lm_head' and '*embed*' (--no-default-excludes drops\n"
+                   "  them).  Every other tensor is copied unchanged with its dtype.\n"
+                   "  nvfp4: P.weight U8 [N,K/2], P.weight_scale F8_E4M3 [N,K/16], P.weight_scale_2\n"
+                   "  F32 [] (ModelOpt numerics; no input_scale).  mxfp4: P.weight U8 [N,K/2],\n"
+                   "  P.weight_scale U8 [N,K/32] (E8M0); --mx-rule picks the block exponent\n"
+                   "  (default even, as Quark; ocp = floor(log2 amax)-2; round-up = triton).\n"
+                   "  Tensors are streamed one at a time.  Progress on stderr when it is a\n"
+                   "  terminal; --json prints a summary on stdout.\n"
+                   "  Exit: 0 written, 1 usage, 3 I/O error, corrupt input or OUT not empty.\n");
+            free(excl);
+            return 0;
+        } else if (!strcmp(a, "--json")) json = 1;
+        else if (!strcmp(a, "--no-default-excludes")) o.no_default_excludes = 1;
+        else if ((!strcmp(a, "--format") || !strcmp(a, "--exclude") || !strcmp(a, "--mx-rule")) && i + 1 < argc) {
+            const char *v = argv[++i];
+            if (!strcmp(a, "--format")) fmt = v;
+            else if (!strcmp(a, "--mx-rule")) rule = v;
+            else excl[nexcl++] = v;
+        } else if (a[0] == '-' || (in && out)) {
+            fprintf(stderr, "nibble quantize: unexpected argument '%s' (see --help)\n", a);
+            free(excl);
+            return 1;
+        } else if (!in) in = a;
+        else out = a;
+    }
+    int bad = 0;
+    if (!in || !out) {
+        fprintf(stderr, "nibble quantize: IN and OUT are required (see --help)\n");
+        bad = 1;
+    } else if (!fmt || (strcmp(fmt, "nvfp4") && strcmp(fmt, "mxfp4"))) {
+        fprintf(stderr, "nibble quantize: --format nvfp4 or --format mxfp4 is required\n");
+        bad = 1;
+    } else if (rule && strcmp(fmt, "mxfp4")) {
+        fprintf(stderr, "nibble quantize: --mx-rule applies to --format mxfp4 only\n");
+        bad = 1;
+    } else if (rule && strcmp(rule, "ocp") && strcmp(rule, "even") && strcmp(rule, "round-up")) {
+        fprintf(stderr, "nibble quantize: --mx-rule must be ocp, even or round-up\n");
+        bad = 1;
+    }
+    if (bad) {
+        free(excl);
+        return 1;
+    }
+    o.format = !strcmp(fmt, "nvfp4") ? NB_FORMAT_NVFP4 : NB_FORMAT_MXFP4;
+    if (rule) o.mx_rule = !strcmp(rule, "ocp") ? NB_MX_SCALE_OCP : !strcmp(rule, "even") ? NB_MX_SCALE_EVEN
+                                                                                        : NB_MX_SCALE_ROUND_UP;
+    o.exclude = excl;
+    o.nexclude = nexcl;
+    if (isatty(2)) o.progress = quantize_progress;
+    char err[1024] = "";
+    nb_ckpt_quantize_summary s;
+    double t0 = now_s();
+    nb_status st = nb_ckpt_quantize(in, out, &o, &s, err, sizeof err);
+    free(excl);
+    if (st != NB_OK) {
+        if (o.progress) fprintf(stderr, "\n");
+        fprintf(stderr, "nibble quantize: %s: %s\n", nb_status_name(st), err);
+        return 3;
+    }
+    double secs = now_s() - t0;
+    if (json) {
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "input", in);
+        cJSON_AddStringToObject(j, "output", out);
+        cJSON_AddStringToObject(j, "format", fmt);
+        if (o.format == NB_FORMAT_MXFP4)
+            cJSON_AddStringToObject(j, "mx_rule", o.mx_rule == NB_MX_SCALE_OCP ? "ocp"
+                                                  : o.mx_rule == NB_MX_SCALE_EVEN ? "even" : "round-up");
+        json_add_i64(j, "tensors_in", (int64_t)s.tensors_in);
+        json_add_i64(j, "layers_quantized", (int64_t)s.layers_quantized);
+        json_add_i64(j, "tensors_copied", (int64_t)s.tensors_copied);
+        json_add_i64(j, "weights_excluded", (int64_t)s.weights_excluded);
+        json_add_i64(j, "shards", (int64_t)s.shards);
+        json_add_i64(j, "files_copied", (int64_t)s.files_copied);
+        json_add_i64(j, "bytes_in", (int64_t)s.bytes_in);
+        json_add_i64(j, "bytes_out", (int64_t)s.bytes_out);
+        cJSON_AddNumberToObject(j, "seconds", secs);
+        char *txt = cJSON_Print(j);
+        if (txt) printf("%s\n", txt);
+        free(txt);
+        cJSON_Delete(j);
+    } else {
+        printf("%s -> %s: %zu layers quantized (%s), %zu tensors copied, %zu float weights left unquantized, "
+               "%zu files copied; %.1f MB -> %.1f MB in %.1f s\n",
+               in, out, s.layers_quantized, fmt, s.tensors_copied, s.weights_excluded, s.files_copied,
+               s.bytes_in / 1e6, s.bytes_out / 1e6, secs);
+    }
+    return 0;
+}
 #else
+static int cmd_quantize(int argc, char **argv) {
+    (void)argc;
+    (void)argv;
+    fprintf(stderr, "nibble quantize: unavailable: this nibble was built without the checkpoint module "
+                    "(nibble_io needs cJSON: install libcjson-dev and rebuild)\n");
+    return 3;
+}
 static int cmd_inspect(int argc, char **argv) {
     (void)argc;
     (void)argv;
@@ -549,6 +684,7 @@ int main(int argc, char **argv) {
     if (!strcmp(c, "demo")) return cmd_demo(argc - 1, argv + 1);
     if (!strcmp(c, "bench")) return nb_cli_bench(argc - 1, argv + 1);
     if (!strcmp(c, "inspect")) return cmd_inspect(argc - 1, argv + 1);
+    if (!strcmp(c, "quantize")) return cmd_quantize(argc - 1, argv + 1);
     fprintf(stderr, "nibble: unknown command '%s'\n", c);
     usage(stderr);
     return 1;
