@@ -44,8 +44,7 @@ struct nb_ckpt {
     nb_ckpt_source declared_src;
 };
 
-/* a + "/" + b, malloc'ed */
-static char *ck_join(const char *a, const char *b) {
+char *nbio_join(const char *a, const char *b) {
     size_t na = strlen(a), nb = strlen(b);
     char *p = (char *)malloc(na + nb + 2);
     if (!p) return NULL;
@@ -68,7 +67,7 @@ static char *ck_dirname(const char *path) {
     return p;
 }
 
-static int ends_with(const char *s, const char *suffix) {
+int nbio_ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), m = strlen(suffix);
     return n >= m && !memcmp(s + n - m, suffix, m);
 }
@@ -100,7 +99,7 @@ const char *nb_ckpt_source_name(nb_ckpt_source s) {
 /* Read dir/name as JSON into *out (NULL when the file does not exist). */
 static nb_status read_json(const char *dir, const char *name, cJSON **out, char *err, size_t errlen) {
     *out = NULL;
-    char *path = ck_join(dir, name);
+    char *path = nbio_join(dir, name);
     if (!path) return nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
     nb_status st = NB_OK;
     FILE *f = fopen(path, "rb");
@@ -474,13 +473,13 @@ static nb_status classify(nb_ckpt *c) {
     nb_status st = NB_OK;
     for (size_t i = 0; i < c->ntensors && st == NB_OK; i++) {
         const char *nm = c->t[i].name;
-        if (ends_with(nm, ".weight_packed")) st = classify_packed(c, i);
-        else if (ends_with(nm, ".weight")) st = classify_weight(c, i, ".weight");
-        else if (ends_with(nm, ".weight_scale")) st = classify_weight(c, i, ".weight_scale");
-        else if (ends_with(nm, "_blocks")) st = classify_blocks(c, i, "_blocks", 1);
-        else if (ends_with(nm, ".blocks")) st = classify_blocks(c, i, ".blocks", 1);
-        else if (ends_with(nm, "_scales")) st = classify_blocks(c, i, "_scales", 0);
-        else if (ends_with(nm, ".scales")) st = classify_blocks(c, i, ".scales", 0);
+        if (nbio_ends_with(nm, ".weight_packed")) st = classify_packed(c, i);
+        else if (nbio_ends_with(nm, ".weight")) st = classify_weight(c, i, ".weight");
+        else if (nbio_ends_with(nm, ".weight_scale")) st = classify_weight(c, i, ".weight_scale");
+        else if (nbio_ends_with(nm, "_blocks")) st = classify_blocks(c, i, "_blocks", 1);
+        else if (nbio_ends_with(nm, ".blocks")) st = classify_blocks(c, i, ".blocks", 1);
+        else if (nbio_ends_with(nm, "_scales")) st = classify_blocks(c, i, "_scales", 0);
+        else if (nbio_ends_with(nm, ".scales")) st = classify_blocks(c, i, ".scales", 0);
     }
     if (st != NB_OK) return st;
     for (size_t i = 0; i < c->nlayers; i++) {
@@ -519,50 +518,59 @@ static nb_status add_file(nb_ckpt *c, const char *path, char *err, size_t errlen
     return NB_OK;
 }
 
-nb_status nb_ckpt_open(const char *path, nb_ckpt **out, char *err, size_t errlen) {
-    if (!path || !out) return nbio_fail(err, errlen, NB_ERR_NULL_POINTER, "nb_ckpt_open: NULL argument");
-    *out = NULL;
+nb_status nbio_resolve_checkpoint(const char *path, char **dir_out, char **file_out, int *sharded, char *err,
+                                  size_t errlen) {
+    *dir_out = *file_out = NULL;
+    *sharded = 0;
     struct stat sb;
     if (stat(path, &sb)) return nbio_fail(err, errlen, NB_ERR_IO, "%s: %s", path, strerror(errno));
-    nb_ckpt *c = (nb_ckpt *)calloc(1, sizeof *c);
-    if (!c) return nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
     char *dir = NULL, *file = NULL;
-    nb_status st = NB_OK;
-    int sharded = 0;
     if (S_ISDIR(sb.st_mode)) {
         dir = nbio_strdup(path);
-        char *idx = dir ? ck_join(dir, "model.safetensors.index.json") : NULL;
-        char *one = dir ? ck_join(dir, "model.safetensors") : NULL;
-        if (!idx || !one) {
-            free(idx);
-            free(one);
-            st = nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
-            goto done;
-        }
+        char *idx = dir ? nbio_join(dir, "model.safetensors.index.json") : NULL;
+        char *one = dir ? nbio_join(dir, "model.safetensors") : NULL;
         struct stat s2;
-        if (stat(idx, &s2) == 0) {
-            sharded = 1;
+        if (idx && one && stat(idx, &s2) == 0) {
+            *sharded = 1;
             file = idx;
-            free(one);
-        } else if (stat(one, &s2) == 0) {
+            idx = NULL;
+        } else if (idx && one && stat(one, &s2) == 0) {
             file = one;
-            free(idx);
-        } else {
-            free(idx);
-            free(one);
-            st = nbio_fail(err, errlen, NB_ERR_NOT_FOUND,
-                         "%s: neither model.safetensors.index.json nor model.safetensors is there", path);
-            goto done;
+            one = NULL;
+        }
+        const int have = idx || one; /* both allocated: the lookup itself ran */
+        free(idx);
+        free(one);
+        if (!file) {
+            free(dir);
+            if (!dir || !have) return nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
+            return nbio_fail(err, errlen, NB_ERR_NOT_FOUND,
+                             "%s: neither model.safetensors.index.json nor model.safetensors is there", path);
         }
     } else {
         dir = ck_dirname(path);
         file = nbio_strdup(path);
-        sharded = ends_with(path, ".json");
+        *sharded = nbio_ends_with(path, ".json");
         if (!dir || !file) {
-            st = nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
-            goto done;
+            free(dir);
+            free(file);
+            return nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
         }
     }
+    *dir_out = dir;
+    *file_out = file;
+    return NB_OK;
+}
+
+nb_status nb_ckpt_open(const char *path, nb_ckpt **out, char *err, size_t errlen) {
+    if (!path || !out) return nbio_fail(err, errlen, NB_ERR_NULL_POINTER, "nb_ckpt_open: NULL argument");
+    *out = NULL;
+    nb_ckpt *c = (nb_ckpt *)calloc(1, sizeof *c);
+    if (!c) return nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
+    char *dir = NULL, *file = NULL;
+    int sharded = 0;
+    nb_status st = nbio_resolve_checkpoint(path, &dir, &file, &sharded, err, errlen);
+    if (st != NB_OK) goto done;
     if (sharded) {
         if ((st = nb_st_open_index(file, &c->index, err, errlen)) != NB_OK) goto done;
         if ((st = add_file(c, file, err, errlen)) != NB_OK) goto done;
@@ -572,7 +580,7 @@ nb_status nb_ckpt_open(const char *path, nb_ckpt **out, char *err, size_t errlen
             const char *name;
             const nb_st_file *sf;
             if ((st = nb_st_index_shard_at(c->index, i, &name, &sf, err, errlen)) != NB_OK) goto done;
-            char *p = ck_join(dir, name);
+            char *p = nbio_join(dir, name);
             if (!p) {
                 st = nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
                 goto done;

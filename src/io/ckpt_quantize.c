@@ -86,21 +86,6 @@ void nb_ckpt_quantize_opts_init(nb_ckpt_quantize_opts *o) {
 
 /* ------------------------------------------------------------ small helpers */
 
-static char *join(const char *a, const char *b) {
-    size_t na = strlen(a), nb = strlen(b);
-    char *p = (char *)malloc(na + nb + 2);
-    if (!p) return NULL;
-    memcpy(p, a, na);
-    p[na] = '/';
-    memcpy(p + na + 1, b, nb + 1);
-    return p;
-}
-
-static int ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && !memcmp(s + n - m, suffix, m);
-}
-
 static int push_str(char ***arr, size_t *n, char *s) {
     if (!s) return 0;
     char **a = (char **)realloc(*arr, (*n + 1) * sizeof *a);
@@ -198,7 +183,7 @@ static void sb_json_str(sbuf *b, const char *s) {
 
 /* Write a whole file (for the JSON configs); registered for cleanup. */
 static nb_status write_file(qstate *q, const char *name, const char *data, size_t n) {
-    char *path = join(q->out, name);
+    char *path = nbio_join(q->out, name);
     if (!path) return nbio_fail(q->err, q->errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
     if (fd < 0) {
@@ -225,7 +210,7 @@ static nb_status write_file(qstate *q, const char *name, const char *data, size_
 static nb_status copy_file(qstate *q, const char *src, const char *name) {
     int in = open(src, O_RDONLY);
     if (in < 0) return nbio_fail(q->err, q->errlen, NB_ERR_IO, "%s: %s", src, strerror(errno));
-    char *path = join(q->out, name);
+    char *path = nbio_join(q->out, name);
     char *buf = (char *)malloc(1u << 20);
     int fd = path ? open(path, O_WRONLY | O_CREAT | O_EXCL, 0644) : -1;
     nb_status st = NB_OK;
@@ -269,7 +254,7 @@ static int is_float(nb_st_dtype d) { return d == NB_ST_BF16 || d == NB_ST_F16 ||
 static int decide(const qstate *q, const nb_st_tensor *t, int *excluded, int *oom) {
     *excluded = 0;
     size_t len = strlen(t->name);
-    if (len <= 7 || !ends_with(t->name, ".weight") || t->rank != 2 || !is_float(t->dtype)) return 0;
+    if (len <= 7 || !nbio_ends_with(t->name, ".weight") || t->rank != 2 || !is_float(t->dtype)) return 0;
     *excluded = 1;
     int64_t group = q->o->format == NB_FORMAT_NVFP4 ? 16 : 32;
     if (t->shape[0] <= 0 || t->shape[1] <= 0 || t->shape[1] % group) return 0;
@@ -480,7 +465,7 @@ static nb_status write_shard(qstate *q, const nb_st_file *f, const char *shard) 
     }
 
     /* 3. temporary file, header, tensors one by one */
-    final = join(q->out, shard);
+    final = nbio_join(q->out, shard);
     size_t tl = strlen(q->out) + strlen(shard) + 32;
     tmp = (char *)malloc(tl);
     if (!final || !tmp) {
@@ -720,7 +705,7 @@ static nb_status write_index(qstate *q, const char *name, uint64_t total) {
 /* config.json of the input directory: NULL with NB_OK when absent. */
 static nb_status read_config(qstate *q, cJSON **out) {
     *out = NULL;
-    char *path = join(q->dir, "config.json");
+    char *path = nbio_join(q->dir, "config.json");
     if (!path) return nbio_fail(q->err, q->errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
     FILE *f = fopen(path, "rb");
     if (!f) {
@@ -782,11 +767,11 @@ static nb_status copy_others(qstate *q, int has_config) {
     struct dirent *e;
     while (st == NB_OK && (e = readdir(d))) {
         const char *n = e->d_name;
-        if (!strcmp(n, ".") || !strcmp(n, "..") || ends_with(n, ".safetensors") ||
-            ends_with(n, ".safetensors.index.json") || !strcmp(n, "hf_quant_config.json") ||
+        if (!strcmp(n, ".") || !strcmp(n, "..") || nbio_ends_with(n, ".safetensors") ||
+            nbio_ends_with(n, ".safetensors.index.json") || !strcmp(n, "hf_quant_config.json") ||
             (has_config && !strcmp(n, "config.json")))
             continue;
-        char *src = join(q->dir, n);
+        char *src = nbio_join(q->dir, n);
         struct stat sb;
         if (!src) st = nbio_fail(q->err, q->errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
         else if (stat(src, &sb) == 0 && S_ISREG(sb.st_mode)) {
@@ -824,47 +809,7 @@ nb_status nb_ckpt_quantize(const char *in, const char *out, const nb_ckpt_quanti
     static const char *const defaults[] = {"*lm_head", "*embed*"};
 
     /* 1. open and check the input before touching OUT */
-    struct stat sb;
-    if (stat(in, &sb)) return nbio_fail(err, errlen, NB_ERR_IO, "%s: %s", in, strerror(errno));
-    if (S_ISDIR(sb.st_mode)) {
-        dir = nbio_strdup(in);
-        char *idx = join(in, "model.safetensors.index.json"), *one = join(in, "model.safetensors");
-        struct stat s2;
-        if (!dir || !idx || !one) {
-            free(idx);
-            free(one);
-            st = nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
-            goto done;
-        }
-        if (stat(idx, &s2) == 0) {
-            sharded = 1;
-            file = idx;
-            free(one);
-        } else if (stat(one, &s2) == 0) {
-            file = one;
-            free(idx);
-        } else {
-            free(idx);
-            free(one);
-            st = nbio_fail(err, errlen, NB_ERR_NOT_FOUND,
-                           "%s: neither model.safetensors.index.json nor model.safetensors is there", in);
-            goto done;
-        }
-    } else {
-        const char *slash = strrchr(in, '/');
-        dir = slash ? (char *)malloc((size_t)(slash - in) + 2) : nbio_strdup(".");
-        if (dir && slash) {
-            size_t n = slash == in ? 1 : (size_t)(slash - in);
-            memcpy(dir, in, n);
-            dir[n] = 0;
-        }
-        file = nbio_strdup(in);
-        sharded = ends_with(in, ".json");
-        if (!dir || !file) {
-            st = nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
-            goto done;
-        }
-    }
+    if ((st = nbio_resolve_checkpoint(in, &dir, &file, &sharded, err, errlen)) != NB_OK) return st;
     q.dir = dir;
     base = strrchr(file, '/') ? strrchr(file, '/') + 1 : file;
     if (sharded) {
