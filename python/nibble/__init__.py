@@ -2,6 +2,8 @@
 
 This module is the numpy-level API over the host reference functions (no GPU
 needed); nibble._lib is the one-to-one ctypes image of include/nibble.h.
+nibble.torch (imported explicitly: `import nibble.torch`; needs PyTorch) is
+the GPU path: the nibble::gemm custom op, Linear and quantize_model.
 
 Arrays
   * Weights and activations are 2-D, row-major: W[n, k] (n = out_features),

@@ -1,0 +1,342 @@
+"""Tests of nibble.torch (the PyTorch custom op, Linear, quantize_model).
+
+Skipped as a whole without torch; the GPU tests are skipped when
+torch.cuda.is_available() is false or libnibble was built without CUDA.
+Without a GPU the fake (meta) implementation, the argument checks and the
+CPU-side error paths still run.
+
+Accuracy rules (y from the op, x and W exactly as the kernel sees them):
+  * against float64 (nibble.gemm_reference(..., out_dtype=np.float64) on the
+    same QuantizedWeight):  |y - y64| <= eps * |y64| + 2^-20 * k * sum_j |x_j w_j|
+    per element, eps = 2^-8 (BF16) or 2^-11 (FP16): one rounding of the output
+    plus float32 accumulation error;
+  * against the host reference in the output dtype (float32 accumulation, one
+    rounding): the same rule with 4 * eps (two roundings, each at most eps);
+  * against torch.matmul of the dequantized weight (float32): relative
+    Frobenius error <= 2^-7 (BF16) or 2^-10 (FP16).
+
+Run:  pip install ./python && python3 -m pytest python/tests
+"""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import nibble  # noqa: E402
+import nibble.torch as nt  # noqa: E402
+
+HAS_GPU = torch.cuda.is_available() and nibble.build_info()["cuda"] and nibble.device_count() > 0
+gpu = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA device and libnibble built with CUDA")
+
+FORMATS = ["nvfp4", "mxfp4"]
+DTYPES = [torch.bfloat16, torch.float16]
+EPS = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
+FROB = {torch.bfloat16: 2.0 ** -7, torch.float16: 2.0 ** -10}
+N, K = 136, 512   # n not a multiple of the 64-row tile; k 16 NVFP4 groups of 32
+
+
+def _weight(n=N, k=K, seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((n, k)) * 0.05).astype(np.float32)
+
+
+def _x(shape, dtype, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g).to(dtype)
+
+
+def _np_act(x):
+    """x (bf16/fp16 CPU tensor) as the exact float32 values the kernel reads."""
+    return x.float().numpy()
+
+
+def _packed(fmt, w=None):
+    w = _weight() if w is None else w
+    qw = nibble.quantize(w, format=fmt)
+    return qw, nt.pack(qw)
+
+
+def _check_close(y, y64, xs, wh, eps, what):
+    """Elementwise bound of the module docstring; prints the worst element."""
+    y = np.asarray(y, dtype=np.float64)
+    acc = np.abs(xs).astype(np.float64) @ np.abs(wh).astype(np.float64).T
+    k = xs.shape[-1]
+    tol = eps * np.abs(y64) + 2.0 ** -20 * k * acc + 1e-30
+    err = np.abs(y - y64)
+    ratio = err / tol
+    i = np.unravel_index(np.argmax(ratio), ratio.shape)
+    assert ratio[i] <= 1.0, f"{what}: worst at {i}: got {y[i]!r}, want {y64[i]!r} (|err| {err[i]:.3g} > tol {tol[i]:.3g})"
+
+
+# ------------------------------------------------------- no GPU needed
+
+def test_import_without_touching_torch_in_nibble():
+    import subprocess
+    import sys
+    code = "import sys, nibble; assert 'torch' not in sys.modules, 'nibble imported torch'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_op_registered():
+    assert hasattr(torch.ops.nibble, "gemm")
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fake_shapes(fmt, dtype):
+    code = int(nibble.Format.NVFP4 if fmt == "nvfp4" else nibble.Format.MXFP4)
+    u8 = dict(dtype=torch.uint8, device="meta")
+    for shape in [(1, K), (33, K), (2, 3, K), (0, K), (K,)]:
+        x = torch.empty(shape, dtype=dtype, device="meta")
+        b = torch.empty(N, dtype=dtype, device="meta")
+        y = torch.ops.nibble.gemm(x, torch.empty(100, **u8), torch.empty(16, **u8), b, N, K, code, 1.0, 0, 0)
+        assert y.shape == (*shape[:-1], N) and y.dtype == dtype and y.device.type == "meta"
+
+
+def test_fake_tensor_mode():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        x = torch.empty(4, 5, K, dtype=torch.bfloat16)
+        y = torch.ops.nibble.gemm(x, torch.empty(8, dtype=torch.uint8), torch.empty(8, dtype=torch.uint8), None,
+                                  N, K, 1, 0.5, 0, 0)
+        assert y.shape == (4, 5, N) and y.dtype == torch.bfloat16
+
+
+def _op(x, n=N, k=K, fmt=1, bias=None, packed=None, ws=None, device=None):
+    dev = device or x.device
+    packed = torch.empty(16, dtype=torch.uint8, device=dev) if packed is None else packed
+    ws = torch.empty(16, dtype=torch.uint8, device=dev) if ws is None else ws
+    return torch.ops.nibble.gemm(x, packed, ws, bias, n, k, fmt, 1.0, 0, 0)
+
+
+def test_errors_before_c():
+    x = torch.zeros(2, K, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="CUDA devices only"):
+        _op(x)                                                    # CPU tensors: no host fallback
+    with pytest.raises(TypeError, match="bfloat16 or torch.float16"):
+        _op(x.float())
+    with pytest.raises(ValueError, match="expected \\[..., k"):
+        _op(torch.zeros(2, K + 16, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="multiple of 32"):
+        _op(x, k=K + 16, fmt=2)                                   # MXFP4 group is 32
+    with pytest.raises(ValueError, match="unknown format"):
+        _op(x, fmt=7)
+    with pytest.raises(TypeError, match="must match x"):
+        _op(x, bias=torch.zeros(N, dtype=torch.float16))
+    with pytest.raises(ValueError, match="bias has shape"):
+        _op(x, bias=torch.zeros(N + 1, dtype=torch.bfloat16))
+    with pytest.raises(TypeError, match="uint8"):
+        _op(x, packed=torch.zeros(4, dtype=torch.int32))
+    # the same checks run in the fake implementation
+    with pytest.raises(ValueError, match="expected \\[..., k"):
+        _op(torch.zeros(2, K + 16, dtype=torch.bfloat16, device="meta"))
+    with pytest.raises(TypeError):
+        nt.gemm(x, object())
+    with pytest.raises(TypeError):
+        nt.pack(np.zeros((2, 2)))
+    with pytest.raises(TypeError, match="dtype"):
+        nt.quantize(torch.zeros(4, K, dtype=torch.int32))
+    with pytest.raises(ValueError, match="2-D"):
+        nt.quantize(torch.zeros(K))
+    with pytest.raises(ValueError, match="unknown format"):
+        nt.quantize(torch.zeros(4, K), format="int4")
+    with pytest.raises(ValueError, match="not a CUDA device"):
+        nt.quantize(torch.zeros(4, K), device="cpu")
+    with pytest.raises(TypeError):
+        nt.Linear.from_linear(torch.nn.Conv1d(2, 2, 1))
+    with pytest.raises(ValueError, match="scale_rule"):
+        nt.quantize_model(torch.nn.Sequential(torch.nn.Linear(K, N)), format="nvfp4", scale_rule="even")
+
+
+def test_exclude_patterns():
+    assert nt._excluded("lm_head", ["lm_head"])
+    assert nt._excluded("model.lm_head", ["lm_head"])
+    assert not nt._excluded("model.lm_head_x", ["lm_head"])
+    assert nt._excluded("model.layers.0.mlp.down_proj", ["*.mlp.*"])
+    assert not nt._excluded("model.layers.0.self_attn.q_proj", ["*.mlp.*", "lm_head"])
+
+
+# ----------------------------------------------------------- GPU tests
+
+@gpu
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m", [1, 3, 8, 17, 32, 33])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_gemm_against_references(fmt, dtype, m, with_bias):
+    qw, pw = _packed(fmt)
+    x = _x((m, K), dtype)
+    bias = _x((N,), dtype, seed=2) if with_bias else None
+    y = nt.gemm(x.cuda(), pw, None if bias is None else bias.cuda())
+    torch.cuda.synchronize()
+    assert y.shape == (m, N) and y.dtype == dtype and y.is_contiguous()
+    y = y.float().cpu().numpy()
+    xs = _np_act(x)
+    wh = nibble.dequantize(qw)
+    b32 = None if bias is None else bias.float().numpy()
+    # float64 yardstick
+    y64 = nibble.gemm_reference(xs, qw, bias=b32, out_dtype=np.float64)
+    _check_close(y, y64, xs, wh, EPS[dtype], f"{fmt} {dtype} m={m} vs float64")
+    # host reference in the same dtype (float32 accumulation, one rounding)
+    npdt = np.uint16 if dtype == torch.bfloat16 else np.float16
+    xin = x.view(torch.int16).numpy().view(np.uint16) if dtype == torch.bfloat16 else x.numpy()
+    bin_ = None if bias is None else (bias.view(torch.int16).numpy().view(np.uint16) if dtype == torch.bfloat16
+                                      else bias.numpy())
+    yh = nibble.gemm_reference(xin, qw, bias=bin_, out_dtype=npdt)
+    yh = nibble.from_bf16(yh) if dtype == torch.bfloat16 else yh.astype(np.float32)
+    _check_close(y, yh.astype(np.float64), xs, wh, 4 * EPS[dtype], f"{fmt} {dtype} m={m} vs host reference")
+    # torch matmul of the dequantized weight
+    yt = xs @ wh.T + (0 if b32 is None else b32)
+    rel = np.linalg.norm(y - yt) / np.linalg.norm(yt)
+    assert rel <= FROB[dtype], f"relative Frobenius error {rel:.3g} > {FROB[dtype]:.3g}"
+
+
+@gpu
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_quantize_tensor_matches_numpy_path(fmt):
+    w = _weight()
+    for dt in (torch.float32, torch.bfloat16, torch.float16):
+        wt = torch.from_numpy(w).to(dt)
+        pw = nt.quantize(wt.cuda(), format=fmt)
+        ref = nibble.pack(nibble.quantize(wt.float().numpy(), format=fmt))
+        assert torch.equal(pw.packed.cpu(), torch.from_numpy(ref.data)), f"{fmt} {dt}: packed bytes differ"
+        assert (pw.tensor_scale, pw.scale_exp_min, pw.scale_exp_max) == \
+            (ref.tensor_scale, ref.scale_exp_min, ref.scale_exp_max)
+        assert pw.workspace.dtype == torch.uint8 and int(pw.workspace.count_nonzero()) == 0
+        assert pw.packed.device.type == "cuda"
+
+
+@gpu
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_batch_dims_layouts_and_workspace(fmt, dtype):
+    _, pw = _packed(fmt)
+    x = _x((2, 3, K), dtype).cuda()
+    y = nt.gemm(x, pw)
+    assert y.shape == (2, 3, N)
+    y_flat = nt.gemm(x.reshape(6, K), pw)
+    assert torch.equal(y.reshape(6, N), y_flat)
+    # non-contiguous: a transposed view, a row-strided view, a misaligned view
+    xt = x.reshape(6, K).t().contiguous().t()
+    assert not xt.is_contiguous()
+    assert torch.equal(nt.gemm(xt, pw), y_flat)
+    big = torch.zeros(6, K + 64, dtype=dtype, device="cuda")
+    big[:, :K] = x.reshape(6, K)
+    assert torch.equal(nt.gemm(big[:, :K], pw), y_flat)                # lda = K + 64, no copy
+    buf = torch.zeros(6 * K + 1, dtype=dtype, device="cuda")
+    buf[1:] = x.reshape(-1)
+    assert torch.equal(nt.gemm(buf[1:].view(6, K), pw), y_flat)         # 2-byte offset: copied
+    # m = 0
+    assert nt.gemm(x[:0], pw).shape == (0, 3, N)
+    torch.cuda.synchronize()
+    assert int(pw.workspace.count_nonzero()) == 0, "nb_gemm left the workspace dirty"
+    assert nt.last_config(x.device)  # e.g. "gemv_fp4<nvfp4,bf16,mt=1> ..."
+
+
+@gpu
+def test_gpu_error_paths():
+    _, pw = _packed("nvfp4")
+    x = _x((2, K), torch.bfloat16)
+    with pytest.raises(ValueError, match="CUDA devices only"):
+        nt.gemm(x, pw)
+    with pytest.raises(ValueError, match="one device"):
+        nt.gemm(x.cuda(), pw, torch.zeros(N, dtype=torch.bfloat16))
+    # a workspace that is too small is the library's to reject (the need
+    # depends on m: the workspace size is the largest over m)
+    if pw.workspace.numel() > 0:
+        raised = []
+        for m in (1, 9, 17, 25):
+            try:
+                torch.ops.nibble.gemm(_x((m, K), torch.bfloat16).cuda(), pw.packed, pw.workspace[:0], None,
+                                      *pw.op_args())
+            except nibble.Error as e:
+                assert e.status == nibble.Status.ERR_WORKSPACE, str(e)
+                assert "workspace" in e.message
+                raised.append(m)
+        assert raised, "no m needed the workspace although nb_gemm_workspace_size is non-zero"
+
+
+@gpu
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_graph_replay_bitwise(fmt, dtype):
+    _, pw = _packed(fmt)
+    bias = _x((N,), dtype, seed=3).cuda()
+    static_x = _x((5, K), dtype).cuda()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):                 # warm-up outside capture
+        nt.gemm(static_x, pw, bias)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        static_y = nt.gemm(static_x, pw, bias)
+    for seed in (10, 11, 12):
+        new_x = _x((5, K), dtype, seed=seed).cuda()
+        static_x.copy_(new_x)
+        g.replay()
+        eager = nt.gemm(new_x, pw, bias)
+        torch.cuda.synchronize()
+        assert torch.equal(static_y, eager), f"graph replay differs from eager (seed {seed})"
+
+
+class _Mlp(torch.nn.Module):
+    def __init__(self, k=K, h=256, n=N):
+        super().__init__()
+        self.up = torch.nn.Linear(k, h)
+        self.down = torch.nn.Linear(h, n, bias=False)
+        self.lm_head = torch.nn.Linear(n, 64)
+
+    def forward(self, x):
+        return self.lm_head(self.down(torch.nn.functional.gelu(self.up(x))))
+
+
+@gpu
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_linear_and_quantize_model(fmt):
+    torch.manual_seed(0)
+    model = _Mlp().to(torch.bfloat16).cuda()
+    x = _x((3, K), torch.bfloat16).cuda()
+    ref = model(x).float()
+    lin = nt.Linear.from_linear(model.up, format=fmt)
+    assert lin.in_features == K and lin.bias is not None and "format=" + fmt in repr(lin)
+    assert torch.equal(lin(x), nt.gemm(x, lin.weight, model.up.bias))
+    report = nt.quantize_model(model, format=fmt, exclude=["lm_head"])
+    assert report["quantized"] == ["up", "down"] and report["skipped"] == {"lm_head": "excluded"}
+    assert isinstance(model.up, nt.Linear) and isinstance(model.lm_head, torch.nn.Linear)
+    out = model(x).float()
+    rel = (out - ref).norm() / ref.norm()
+    assert rel < 0.3, f"quantized model output too far from the BF16 model ({rel:.3f})"  # 4-bit weights
+    # an fp16 input with a bf16 bias: bias converted on the fly
+    y16 = model.up(x.half())
+    assert y16.dtype == torch.float16
+
+
+@gpu
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_torch_compile_fullgraph(fmt):
+    torch.manual_seed(0)
+    model = _Mlp().to(torch.bfloat16).cuda()
+    nt.quantize_model(model, format=fmt, exclude=[])
+    x = _x((4, K), torch.bfloat16).cuda()
+    eager = model(x)
+    compiled = torch.compile(model, fullgraph=True)
+    out = compiled(x)
+    torch.cuda.synchronize()
+    # the GEMMs are the same calls; only the fused GELU may round differently
+    assert out.shape == eager.shape and out.dtype == eager.dtype
+    rel = ((out.float() - eager.float()).norm() / eager.float().norm()).item()
+    assert rel <= 2.0 ** -7, f"compiled vs eager relative error {rel:.3g}"
+
+
+@gpu
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_opcheck(fmt):
+    """torch.library.opcheck: schema (no input mutated: the workspace is left
+    zeroed), fake implementation against the real one, dynamic shapes."""
+    _, pw = _packed(fmt)
+    x = _x((2, 3, K), torch.bfloat16).cuda()
+    bias = _x((N,), torch.bfloat16, seed=4).cuda()
+    torch.library.opcheck(torch.ops.nibble.gemm.default, (x, pw.packed, pw.workspace, bias, *pw.op_args()),
+                          test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
