@@ -97,6 +97,12 @@ nb_status nb_context_create(int device, nb_context **out) {
         if (fs) c->force_splits = atoi(fs);
         const char *fk = getenv("NIBBLE_KW"); /* tuning knob: force the in-CTA k split (1, 2, 4, 8) */
         if (fk) c->force_kw = atoi(fk);
+        const char *fp = getenv("NIBBLE_PATH"); /* tuning knob: "decode" or "tc" */
+        if (fp) c->force_path = !strcmp(fp, "decode") ? 1 : !strcmp(fp, "tc") ? 2 : 0;
+        const char *fb = getenv("NIBBLE_BN"); /* tuning knob: tensor-core tile width (64, 128, 256) */
+        if (fb) c->force_bn = atoi(fb);
+        const char *fg = getenv("NIBBLE_RASTER"); /* tuning knob: n tiles per raster group */
+        if (fg) c->force_group = atoi(fg);
     }
     *out = c;
     return NB_OK;

@@ -95,6 +95,47 @@ static void choose_split(int64_t row_blocks, int64_t kchunks, int warps, int mt,
     *splits_out = (int)((kchunks + cps - 1) / cps); /* every split gets work */
 }
 
+/* The tensor-core path (gemm_sm90.cu) on Hopper for batches past the decode
+ * range: one launch for every m, weights read once per 128-row x bn-token
+ * tile.  Returns 1 when it takes the call (p filled). */
+static int choose_tc(nb_context *ctx, const nb_gemm_desc *g, nbi_gemm_plan *p) {
+    const int can = nbi_cuda_has_sm90a() && ctx->info.cc_major == 9 && ctx->info.cc_minor == 0 && g->m <= INT32_MAX &&
+                    ctx->info.smem_per_block_optin >= 227 * 1024;
+    int use = can && g->m > 32;
+    if (ctx->force_path == 1) use = 0;
+    if (ctx->force_path == 2) use = can;
+    if (!use) return 0;
+    /* Tile width: the one with the least waves x time per k chunk.  Time
+     * per chunk measured on an H100 (bench/RESULTS.md, 8192 -> 8192 and
+     * 8192 -> 57344): about 0.75, 0.9 and 1.5 us for 64, 128 and 256 tokens.  Narrow tiles win while the
+     * wider ones leave SMs idle (m = 128: 48 us with 64, 58 us with 128),
+     * wide ones once every SM has work (m = 1024: 204 us with 256, 259 us
+     * with 128). */
+    const int64_t tn = (p->row_blocks + 7) / 8;
+    static const int widths[3] = {64, 128, 256};
+    static const double chunk_us[3] = {0.75, 0.9, 1.5};
+    int bn = 64;
+    double best = 0.0;
+    for (int i = 0; i < 3; i++) {
+        const int64_t tiles = tn * ((g->m + widths[i] - 1) / widths[i]);
+        const double cost = (double)((tiles + ctx->info.sm_count - 1) / ctx->info.sm_count) * chunk_us[i];
+        if (i == 0 || cost < best) best = cost, bn = widths[i];
+    }
+    if (ctx->force_bn == 64 || ctx->force_bn == 128 || ctx->force_bn == 256) bn = ctx->force_bn;
+    const int64_t tm = (g->m + bn - 1) / bn;
+    if (tn * tm > INT32_MAX) return 0;
+    p->path = NBI_PATH_SM90;
+    p->m = g->m;
+    p->mt = 0;
+    p->bn = bn;
+    p->tiles_n = (int)tn;
+    p->tiles_m = (int)tm;
+    p->raster_group = ctx->force_group > 0 ? ctx->force_group : 16;
+    p->splits = 1;
+    p->grid_x = (int)(tn * tm);
+    return 1;
+}
+
 nb_status nbi_gemm_make_plan(nb_context *ctx, const nb_gemm_desc *g, nbi_gemm_plan *p) {
     nb_status st = need_device(ctx, "nb_gemm");
     if (st) return st;
@@ -151,6 +192,7 @@ nb_status nbi_gemm_make_plan(nb_context *ctx, const nb_gemm_desc *g, nbi_gemm_pl
     p->pdl = ctx->info.cc_major >= 9;
     p->row_blocks = (d->n + 15) / 16;
     p->kchunks = (d->k + NBI_CHUNK_K - 1) / NBI_CHUNK_K;
+    if (choose_tc(ctx, g, p)) return NB_OK;
     int warps = 8, stages = 4;
     nbi_cuda_gemv_shape(&warps, &stages);
     p->warps = warps;
@@ -216,6 +258,13 @@ nb_status nb_gemm(nb_context *ctx, const nb_gemm_desc *g, const void *x, const v
         return nbi_fail(ctx, NB_ERR_MISALIGNED, "nb_gemm: workspace must be 16-byte aligned");
     const size_t es = nbi_dtype_size(g->act_dtype);
     char err[NB_ERRBUF] = "";
+    if (p.path == NBI_PATH_SM90) {
+        if (nbi_cuda_gemm_sm90(&p, x, packed, bias, y, stream, err)) return cuda_failed(ctx, "nb_gemm", err);
+        snprintf(ctx->last_config, sizeof ctx->last_config,
+                 "gemm_sm90<%s,%s,128x%d> tiles=%dx%d raster=%d launches=1", fmt_name(p.fmt),
+                 nbi_dtype_name(g->act_dtype), p.bn, p.tiles_n, p.tiles_m, p.raster_group);
+        return NB_OK;
+    }
     /* m > 32: the decode kernel runs once per slice of 32 rows (the weights
      * are re-read per slice; the tensor-core path is the right tool there). */
     for (int64_t m0 = 0; m0 < g->m; m0 += 32) {

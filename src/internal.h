@@ -25,6 +25,9 @@ struct nb_context {
     uint32_t table[3][4][128];   /* cached adjusted scale tables (see gemv_fp4.cu) */
     int force_splits;            /* NIBBLE_SPLITS environment variable, 0 = heuristic */
     int force_kw;                /* NIBBLE_KW environment variable, 0 = heuristic */
+    int force_path;              /* NIBBLE_PATH: 0 heuristic, 1 decode kernel, 2 tensor-core kernel */
+    int force_bn;                /* NIBBLE_BN: tensor-core tile width in tokens (64, 128, 256), 0 = heuristic */
+    int force_group;             /* NIBBLE_RASTER: n tiles per raster group, 0 = heuristic */
 };
 
 /* Record a failure (context buffer when ctx != NULL, and the thread-local
@@ -98,10 +101,16 @@ typedef struct nbi_gemm_plan {
     float tensor_scale; /* ... and by tensor_scale */
     int table_shift;    /* scale table entries are ldexp(scale, table_shift) */
     int pdl;            /* launch with programmatic dependent launch (sm_90+) */
+    /* Tensor-core path (gemm_sm90.cu), when path == NBI_PATH_SM90: */
+    int path;           /* NBI_PATH_GEMV or NBI_PATH_SM90 */
+    int bn;             /* tokens per CTA tile: 64, 128 or 256 */
+    int tiles_n, tiles_m, raster_group;
     uint32_t scale_table[128]; /* 256 adjusted 16-bit scales, two per word */
     size_t ws_partial_bytes;
     size_t ws_counter_bytes;
 } nbi_gemm_plan;
+
+enum { NBI_PATH_GEMV = 0, NBI_PATH_SM90 = 1 };
 
 NB_INTERNAL nb_status nbi_gemm_make_plan(nb_context *ctx, const nb_gemm_desc *g, nbi_gemm_plan *p);
 
@@ -117,6 +126,9 @@ NB_INTERNAL int nbi_cuda_pack(const nb_weight_desc *d, const uint8_t *codes, con
                               void *packed, int32_t *emin, int32_t *emax, void *stream, char *err);
 NB_INTERNAL int nbi_cuda_gemm(const nbi_gemm_plan *p, const void *x, const void *packed, const void *bias,
                               void *y, void *workspace, void *stream, char *err);
+NB_INTERNAL int nbi_cuda_gemm_sm90(const nbi_gemm_plan *p, const void *x, const void *packed, const void *bias,
+                                   void *y, void *stream, char *err);
+NB_INTERNAL int nbi_cuda_has_sm90a(void);
 NB_INTERNAL int nbi_cuda_gemm_naive(const nb_gemm_desc *g, const void *x, const uint8_t *codes,
                                     const uint8_t *scales, const void *bias, float *y, void *stream, char *err);
 NB_INTERNAL const char *nbi_cuda_archs(void);

@@ -5,10 +5,11 @@
  * For every format (NVFP4, MXFP4) and activation type (BF16, FP16):
  *   - nb_pack on the device produces the same bytes as nb_pack_host;
  *   - nb_dequantize on the device equals nb_dequantize_host bit for bit;
- *   - nb_gemm for every m in 1..32 (and 33, 64 in slices) against the naive
- *     GPU reference (same exact weights, float accumulation) and, at m = 32,
- *     against dequantize-then-cuBLAS; small shapes also against the float64
- *     host reference.  Outputs are poisoned (NaN) before each run, so an
+ *   - nb_gemm for every m in 1..32 and m in {33, 64, 100, 128, 256, 1000,
+ *     1024, 4096} (the tensor-core path on Hopper) against the naive GPU
+ *     reference (same exact weights, float accumulation) and, at m = 32 and
+ *     the largest m, against dequantize-then-cuBLAS; small shapes also
+ *     against the float64 host reference.  Outputs are poisoned (NaN) before each run, so an
  *     unwritten element fails;
  *   - NaN scales give NaN rows and only those; negative scales; bias;
  *   - two runs are bitwise identical and a CUDA-graph replay equals a direct
@@ -216,6 +217,74 @@ static void run_gemm(env_t *e, weight_t *w, nb_dtype act, int64_t m, const void 
     CK(cudaMemcpy(h_y, d_y, (size_t)(m * n) * 2, cudaMemcpyDeviceToHost));
 }
 
+/* Against dequantize-then-cuBLAS at m (relative Frobenius error: cuBLAS sees
+ * weights rounded to 16 bits), then determinism and CUDA-graph capture. */
+static void check_cublas_graph(env_t *e, weight_t *w, nb_format fmt, nb_dtype act, int64_t n, int64_t k, int64_t m,
+                               void *dx, void *db, const uint16_t *hb, int use_bias, uint16_t *dy, uint16_t *hy) {
+    char what[256];
+    const char *fn = fmt == NB_FORMAT_NVFP4 ? "nvfp4" : "mxfp4", *an = act == NB_DTYPE_BF16 ? "bf16" : "f16";
+    nb_weight_desc cd = w->desc;
+    cd.layout = NB_LAYOUT_CHECKPOINT;
+    void *dw;
+    float *dc;
+    CK(cudaMalloc(&dw, (size_t)(n * k) * 2));
+    CK(cudaMalloc((void **)&dc, (size_t)(m * n) * 4));
+    NB(nb_dequantize(e->ctx, &cd, w->d_codes, w->d_scales, act, dw, NULL));
+    float one = 1.0f, zero = 0.0f;
+    cudaDataType dt = act == NB_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    cublasStatus_t bs = cublasGemmEx(e->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)m, (int)k, &one, dw, dt, (int)k,
+                                     dx, dt, (int)k, &zero, dc, CUDA_R_32F, (int)n, CUBLAS_COMPUTE_32F,
+                                     CUBLAS_GEMM_DEFAULT);
+    check(bs == CUBLAS_STATUS_SUCCESS, "cublasGemmEx");
+    float *hc = malloc((size_t)(m * n) * 4);
+    CK(cudaMemcpy(hc, dc, (size_t)(m * n) * 4, cudaMemcpyDeviceToHost));
+    if (use_bias)
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) hc[i * n + j] += from16(act, hb[j]);
+    run_gemm(e, w, act, m, dx, use_bias ? db : NULL, dy, hy, n);
+    /* cuBLAS sees weights rounded to 16 bits (x tensor scale): relative
+     * Frobenius error bound instead of per element */
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < m * n; i++) {
+        double d = (double)from16(act, hy[i]) - hc[i];
+        num += d * d;
+        den += (double)hc[i] * hc[i];
+    }
+    double rel = sqrt(num / (den > 0 ? den : 1));
+    snprintf(what, sizeof what, "gemm %s %s n=%lld k=%lld m=%lld vs dequantize+cuBLAS: rel err %.2e", fn, an,
+             (long long)n, (long long)k, (long long)m, rel);
+    check(rel < (act == NB_DTYPE_BF16 ? 8e-3 : 2e-3), what);
+    if (!(rel < (act == NB_DTYPE_BF16 ? 8e-3 : 2e-3))) fprintf(stderr, "  %s\n", what);
+    /* determinism and graph capture */
+    nb_gemm_desc g;
+    NB(nb_gemm_desc_init(&g, &w->desc, m, act, act));
+    uint16_t *hy2 = malloc((size_t)(m * n) * 2);
+    memcpy(hy2, hy, (size_t)(m * n) * 2);
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CK(cudaMemset(dy, 0xFF, (size_t)(m * n) * 2));
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    nb_status st = nb_gemm(e->ctx, &g, dx, w->d_packed, use_bias ? db : NULL, dy, e->ws, e->ws_bytes, s);
+    CK(cudaStreamEndCapture(s, &graph));
+    check(st == NB_OK, "nb_gemm under stream capture");
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int r = 0; r < 3; r++) CK(cudaGraphLaunch(exec, s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaMemcpy(hy, dy, (size_t)(m * n) * 2, cudaMemcpyDeviceToHost));
+    snprintf(what, sizeof what, "graph replay bitwise equal to direct call (%s %s n=%lld k=%lld m=%lld)", fn, an,
+             (long long)n, (long long)k, (long long)m);
+    check(memcmp(hy, hy2, (size_t)(m * n) * 2) == 0, what);
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphDestroy(graph));
+    CK(cudaStreamDestroy(s));
+    free(hy2);
+    free(hc);
+    cudaFree(dw);
+    cudaFree(dc);
+}
+
 /* One shape: weights, all m in ms[], references. */
 static void test_shape(env_t *e, nb_format fmt, nb_dtype act, int64_t n, int64_t k, const int *ms, int nms, int full_checks) {
     char what[256];
@@ -270,66 +339,8 @@ static void test_shape(env_t *e, nb_format fmt, nb_dtype act, int64_t n, int64_t
         free(rf);
     }
     if (full_checks && !g_no_cublas) {
-        /* dequantize-then-cuBLAS at the largest m (<= 32) */
-        int64_t m = mmax < 32 ? mmax : 32;
-        void *dw;
-        float *dc;
-        CK(cudaMalloc(&dw, (size_t)(n * k) * 2));
-        CK(cudaMalloc((void **)&dc, (size_t)(m * n) * 4));
-        NB(nb_dequantize(e->ctx, &cd, w.d_codes, w.d_scales, act, dw, NULL));
-        float one = 1.0f, zero = 0.0f;
-        cudaDataType dt = act == NB_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
-        cublasStatus_t bs = cublasGemmEx(e->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)m, (int)k, &one, dw, dt, (int)k,
-                                         dx, dt, (int)k, &zero, dc, CUDA_R_32F, (int)n, CUBLAS_COMPUTE_32F,
-                                         CUBLAS_GEMM_DEFAULT);
-        check(bs == CUBLAS_STATUS_SUCCESS, "cublasGemmEx");
-        float *hc = malloc((size_t)(m * n) * 4);
-        CK(cudaMemcpy(hc, dc, (size_t)(m * n) * 4, cudaMemcpyDeviceToHost));
-        if (use_bias)
-            for (int64_t i = 0; i < m; i++)
-                for (int64_t j = 0; j < n; j++) hc[i * n + j] += from16(act, hb[j]);
-        run_gemm(e, &w, act, m, dx, use_bias ? db : NULL, dy, hy, n);
-        /* cuBLAS sees weights rounded to 16 bits (x tensor scale): relative
-         * Frobenius error bound instead of per element */
-        double num = 0, den = 0;
-        for (int64_t i = 0; i < m * n; i++) {
-            double d = (double)from16(act, hy[i]) - hc[i];
-            num += d * d;
-            den += (double)hc[i] * hc[i];
-        }
-        double rel = sqrt(num / (den > 0 ? den : 1));
-        snprintf(what, sizeof what, "gemm %s %s n=%lld k=%lld m=%lld vs dequantize+cuBLAS: rel err %.2e", fn, an,
-                 (long long)n, (long long)k, (long long)m, rel);
-        check(rel < (act == NB_DTYPE_BF16 ? 8e-3 : 2e-3), what);
-        if (!(rel < (act == NB_DTYPE_BF16 ? 8e-3 : 2e-3))) fprintf(stderr, "  %s\n", what);
-        /* determinism and graph capture */
-        nb_gemm_desc g;
-        NB(nb_gemm_desc_init(&g, &w.desc, m, act, act));
-        uint16_t *hy2 = malloc((size_t)(m * n) * 2);
-        memcpy(hy2, hy, (size_t)(m * n) * 2);
-        cudaStream_t s;
-        CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-        cudaGraph_t graph;
-        cudaGraphExec_t exec;
-        CK(cudaMemset(dy, 0xFF, (size_t)(m * n) * 2));
-        CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-        nb_status st = nb_gemm(e->ctx, &g, dx, w.d_packed, use_bias ? db : NULL, dy, e->ws, e->ws_bytes, s);
-        CK(cudaStreamEndCapture(s, &graph));
-        check(st == NB_OK, "nb_gemm under stream capture");
-        CK(cudaGraphInstantiate(&exec, graph, 0));
-        for (int r = 0; r < 3; r++) CK(cudaGraphLaunch(exec, s));
-        CK(cudaStreamSynchronize(s));
-        CK(cudaMemcpy(hy, dy, (size_t)(m * n) * 2, cudaMemcpyDeviceToHost));
-        snprintf(what, sizeof what, "graph replay bitwise equal to direct call (%s %s n=%lld k=%lld m=%lld)", fn, an,
-                 (long long)n, (long long)k, (long long)m);
-        check(memcmp(hy, hy2, (size_t)(m * n) * 2) == 0, what);
-        CK(cudaGraphExecDestroy(exec));
-        CK(cudaGraphDestroy(graph));
-        CK(cudaStreamDestroy(s));
-        free(hy2);
-        free(hc);
-        cudaFree(dw);
-        cudaFree(dc);
+        check_cublas_graph(e, &w, fmt, act, n, k, mmax < 32 ? mmax : 32, dx, db, hb, use_bias, dy, hy);
+        if (mmax > 32) check_cublas_graph(e, &w, fmt, act, n, k, mmax, dx, db, hb, use_bias, dy, hy);
     }
     free(hx);
     free(hb);
@@ -500,6 +511,10 @@ int main(int argc, char **argv) {
     static const int all_m[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22,
                                 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 64};
     static const int few_m[] = {1, 3, 8, 9, 16, 17, 32, 33};
+    /* the tensor-core path on Hopper (m > 32; decode slices elsewhere) */
+    static const int tc_m[] = {1, 17, 32, 33, 64, 100, 128, 256, 1000};
+    static const int big_m[] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13,  14,  15,   16,   17,  18,  19,
+                                20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 64, 100, 128, 256, 1000, 1024, 4096};
     const nb_format fmts[2] = {NB_FORMAT_NVFP4, NB_FORMAT_MXFP4};
     const nb_dtype acts[2] = {NB_DTYPE_BF16, NB_DTYPE_F16};
     for (int f = 0; f < 2; f++) {
@@ -512,10 +527,14 @@ int main(int argc, char **argv) {
             test_shape(&e, fmts[f], acts[a], 300, 64 * 3 * 16, all_m, 34, 1);
             /* wide and short: the staged-activation kernels (m = 9..32) and a ragged k tail */
             test_shape(&e, fmts[f], acts[a], 24000 + 8, 256 + 64, few_m, 8, 0);
+            test_shape(&e, fmts[f], acts[a], 1000 + 24, 4096 + 96, tc_m, 9, 1);
+            test_shape(&e, fmts[f], acts[a], 129, 16 * 9 * (fmts[f] == NB_FORMAT_NVFP4 ? 1 : 2), tc_m, 9, 0);
             if (!quick) {
                 static const int64_t shapes[][2] = {{4096, 4096}, {6144, 4096},  {28672, 4096}, {4096, 14336},
                                                     {8192, 8192}, {10240, 8192}, {57344, 8192}, {8192, 28672}};
-                for (int s = 0; s < 8; s++) test_shape(&e, fmts[f], acts[a], shapes[s][0], shapes[s][1], all_m, 32, s == 4);
+                /* m = 4096 on the two smallest layers only (host memory and time) */
+                for (int s = 0; s < 8; s++)
+                    test_shape(&e, fmts[f], acts[a], shapes[s][0], shapes[s][1], big_m, s <= 1 || s == 4 ? 40 : 39, s == 4);
             }
         }
     }

@@ -1,5 +1,5 @@
-/* bench.c - `nibble bench`: the decode GEMM against cuBLAS BF16, same inputs,
- * same run.
+/* bench.c - `nibble bench`: nibble's GEMM (decode and tensor-core paths, as
+ * nb_gemm dispatches them) against cuBLAS BF16, same inputs, same run.
  *
  * Method: weights rotated over enough packed copies to exceed L2 several
  * times (each call reads a cold copy, as in a real model where every layer's
@@ -151,8 +151,9 @@ static void help(void) {
            "                    [--csv FILE] [--json FILE] [--min-bytes MB]\n"
            "  Times Y[m,n] = X[m,k] . W[n,k]^T for each layer k -> n and each m, nibble's kernel vs\n"
            "  cuBLAS BF16 in the same run (CUDA graphs, weights rotated past L2, median of replays).\n"
-           "  Prints us per call, weight GB/s (weights + scales + activations + output),\n"
-           "  fraction of the measured copy bandwidth, and speedup over cuBLAS.\n"
+           "  Prints us per call, GB/s (weights + scales + activations + output), fraction of\n"
+           "  the measured copy bandwidth, TFLOP/s (2mnk), speedup over cuBLAS, and the\n"
+           "  configuration nb_gemm ran.  m up to 16384.\n"
            "  defaults: --shapes 8192x8192,8192x57344,28672x8192,4096x6144,4096x4096\n"
            "            --m 1,2,4,8,16,32 --formats nvfp4,mxfp4 --dtype bf16 --min-bytes 240\n");
 }
@@ -193,8 +194,8 @@ int nb_cli_bench(int argc, char **argv) {
         return 1;
     }
     for (int i = 0; i < nm; i++)
-        if (ms[i] > 4096) {
-            fprintf(stderr, "nibble bench: m must be <= 4096\n");
+        if (ms[i] < 1 || ms[i] > 16384) {
+            fprintf(stderr, "nibble bench: m must be in 1..16384\n");
             return 1;
         }
     nb_format fmts[2];
@@ -231,14 +232,14 @@ int nb_cli_bench(int argc, char **argv) {
     strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
     printf("nibble bench: %s (%d SMs, L2 %.0f MB), copy bandwidth %.0f GB/s, commit %s, %s\n", info.name, info.sm_count,
            info.l2_bytes / 1e6, bw, NB_GIT_COMMIT, date);
-    printf("%-6s %-13s %5s %10s %10s %9s %7s %8s  %s\n", "format", "layer k->n", "m", "nibble-us", "cublas-us", "GB/s",
-           "%copy", "speedup", "config");
+    printf("%-6s %-13s %5s %10s %10s %9s %7s %7s %8s  %s\n", "format", "layer k->n", "m", "nibble-us", "cublas-us", "GB/s",
+           "%copy", "TFLOP/s", "speedup", "config");
     FILE *fc = csv ? fopen(csv, "w") : NULL, *fj = json ? fopen(json, "w") : NULL;
     if ((csv && !fc) || (json && !fj)) {
         fprintf(stderr, "nibble bench: cannot open output file\n");
         return 3;
     }
-    if (fc) fprintf(fc, "gpu,commit,date,format,dtype,k,n,m,nibble_us,cublas_us,gbps,copy_fraction,speedup,config\n");
+    if (fc) fprintf(fc, "gpu,commit,date,format,dtype,k,n,m,nibble_us,cublas_us,gbps,copy_fraction,tflops,cublas_tflops,speedup,config\n");
     if (fj) fprintf(fj, "{\"gpu\": \"%s\", \"commit\": \"%s\", \"date\": \"%s\", \"copy_gbps\": %.1f, \"results\": [",
                     info.name, NB_GIT_COMMIT, date, bw);
     int first = 1, rc = 0;
@@ -356,7 +357,11 @@ int nb_cli_bench(int argc, char **argv) {
                 char cfg[256];
                 NB(nb_gemm_last_config(ctx, cfg, sizeof cfg));
                 /* nibble graph */
-                int calls = rot * ((40 + rot - 1) / rot);
+                /* about 20 ms of work per graph, at least one pass over the copies */
+                const double est_us = fmax(2.0 * m * n * k / 600e12, (double)sz.packed_bytes / 3e12) * 1e6;
+                int want = (int)(20000.0 / est_us);
+                want = want < 4 ? 4 : want > 40 ? 40 : want;
+                int calls = rot * ((want + rot - 1) / rot);
                 cudaGraph_t gr;
                 cudaGraphExec_t ex;
                 CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
@@ -367,7 +372,7 @@ int nb_cli_bench(int argc, char **argv) {
                 CK(cudaGraphExecDestroy(ex));
                 CK(cudaGraphDestroy(gr));
                 /* cuBLAS graph: Y^T[n,m] = W[n,k] . X^T[k,m] in column-major terms */
-                int calls_b = rot_b * ((40 + rot_b - 1) / rot_b);
+                int calls_b = rot_b * ((want + rot_b - 1) / rot_b);
                 float one = 1.0f, zero = 0.0f;
                 cudaDataType dt = act == NB_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
                 BL(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)m, (int)k, &one, wb[0], dt, (int)k, dx, dt,
@@ -384,23 +389,24 @@ int nb_cli_bench(int argc, char **argv) {
                 /* bytes: weights + scales (unpadded), activations read, output written */
                 double bytes = (double)sz.codes_bytes + (double)sz.scales_bytes + 2.0 * m * k + 2.0 * m * n;
                 double gbps = bytes / (t_nb * 1e-6) / 1e9;
+                double tf = 2.0 * m * n * k / (t_nb * 1e-6) / 1e12, tf_b = 2.0 * m * n * k / (t_bl * 1e-6) / 1e12;
                 const char *fname = fmts[fi] == NB_FORMAT_NVFP4 ? "nvfp4" : "mxfp4";
                 char layer[32];
                 snprintf(layer, sizeof layer, "%lld->%lld", (long long)k, (long long)n);
-                printf("%-6s %-13s %5lld %10.2f %10.2f %9.0f %6.1f%% %7.2fx  %s\n", fname, layer, (long long)m, t_nb, t_bl,
-                       gbps, 100.0 * gbps / bw, t_bl / t_nb, cfg);
+                printf("%-6s %-13s %5lld %10.2f %10.2f %9.0f %6.1f%% %7.1f %7.2fx  %s\n", fname, layer, (long long)m, t_nb,
+                       t_bl, gbps, 100.0 * gbps / bw, tf, t_bl / t_nb, cfg);
                 fflush(stdout);
                 if (fc)
-                    fprintf(fc, "\"%s\",%s,%s,%s,%s,%lld,%lld,%lld,%.3f,%.3f,%.1f,%.4f,%.4f,\"%s\"\n", info.name,
+                    fprintf(fc, "\"%s\",%s,%s,%s,%s,%lld,%lld,%lld,%.3f,%.3f,%.1f,%.4f,%.2f,%.2f,%.4f,\"%s\"\n", info.name,
                             NB_GIT_COMMIT, date, fname, act == NB_DTYPE_BF16 ? "bf16" : "f16", (long long)k, (long long)n,
-                            (long long)m, t_nb, t_bl, gbps, gbps / bw, t_bl / t_nb, cfg);
+                            (long long)m, t_nb, t_bl, gbps, gbps / bw, tf, tf_b, t_bl / t_nb, cfg);
                 if (fj)
                     fprintf(fj,
                             "%s\n  {\"format\": \"%s\", \"dtype\": \"%s\", \"k\": %lld, \"n\": %lld, \"m\": %lld, "
                             "\"nibble_us\": %.3f, \"cublas_us\": %.3f, \"gbps\": %.1f, \"copy_fraction\": %.4f, "
-                            "\"speedup\": %.4f, \"config\": \"%s\"}",
+                            "\"tflops\": %.2f, \"cublas_tflops\": %.2f, \"speedup\": %.4f, \"config\": \"%s\"}",
                             first ? "" : ",", fname, act == NB_DTYPE_BF16 ? "bf16" : "f16", (long long)k, (long long)n,
-                            (long long)m, t_nb, t_bl, gbps, gbps / bw, t_bl / t_nb, cfg);
+                            (long long)m, t_nb, t_bl, gbps, gbps / bw, tf, tf_b, t_bl / t_nb, cfg);
                 first = 0;
             }
             for (int r = 0; r < rot; r++) CK(cudaFree(pk[r]));

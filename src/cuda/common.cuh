@@ -25,6 +25,24 @@ static inline int nbc_err(cudaError_t e, char *err, const char *what) {
 /* After a launch: configuration errors surface here. */
 #define NBC_LAUNCHED(what) NBC_TRY(cudaGetLastError(), what)
 
+/* Launch settings shared by the kernels; `pdl` adds programmatic dependent
+ * launch (sm_90+: the kernel's prologue may overlap the previous kernel,
+ * whose results it waits for with griddepcontrol.wait). */
+static inline cudaLaunchConfig_t nbc_launch_config(dim3 grid, dim3 block, size_t smem, void *stream, int pdl,
+                                                   cudaLaunchAttribute *attr) {
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = (cudaStream_t)stream;
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    return cfg;
+}
+
 #define NBC_NAN_BITS 0x7FC00000u
 
 __device__ __forceinline__ float nbc_e2m1(uint32_t c) {

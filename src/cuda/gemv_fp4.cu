@@ -530,17 +530,8 @@ extern "C" int nbi_cuda_gemm(const nbi_gemm_plan *pl, const void *x, const void 
                 "cudaFuncSetAttribute(max dynamic shared memory)");
         opted_in[pl->fmt][pl->act][pl->mt] = 1; /* idempotent: a race only repeats the call */
     }
-    cudaLaunchConfig_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(NB_GEMV_WARPS * 32);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = (cudaStream_t)stream;
     cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = pl->pdl ? 1 : 0;
+    cudaLaunchConfig_t cfg = nbc_launch_config(grid, dim3(NB_GEMV_WARPS * 32), smem, stream, pl->pdl, attr);
     NBC_TRY(cudaLaunchKernelEx(&cfg, f, p), "gemv kernel launch");
     return 0;
 }

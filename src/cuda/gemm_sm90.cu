@@ -1,0 +1,445 @@
+/* gemm_sm90.cu - the tensor-core path on Hopper (sm_90a):
+ * Y[m, n] = X[m, k] . W[n, k]^T for m above the decode range, W in NVFP4 or
+ * MXFP4 in the packed layout of gemv_fp4.cu (the same bytes serve both
+ * paths), X and Y in BF16 or FP16.
+ *
+ * WHAT IT DOES
+ *   A CTA owns a tile of 128 weight rows x BN tokens and walks k in chunks
+ *   of 128 (one packed chunk per 16-row block).  Three warpgroups:
+ *     WG0, the producer: one thread issues, per chunk, two TMA loads of the
+ *         activation tile (BN rows x 64 k each, 128-byte swizzle) and eight
+ *         bulk copies of packed chunks (one per row block, contiguous), all
+ *         completing on the stage's "full" mbarrier, STAGES chunks ahead;
+ *     WG1, WG2, the consumers: 64 weight rows each.  Per k16 tile a thread
+ *         dequantizes its A fragment (4 registers) straight from the packed
+ *         chunk in shared memory and issues wgmma m64nBNk16 with A from
+ *         registers and B (the activations) from shared memory.  The
+ *         wgmma is asynchronous: the next tile's dequantization overlaps it.
+ *         After a chunk's last wgmma has retired every consumer thread
+ *         arrives on the stage's "empty" mbarrier, which frees it for the
+ *         producer.
+ *   The epilogue multiplies by 2^exp_shift * tensor_scale, adds the bias and
+ *   stores BF16/FP16 (rows past n and tokens past m are not stored).
+ *
+ * HOW THE DECODE LAYOUT FEEDS WGMMA
+ *   wgmma takes B from shared memory in natural k order (8 consecutive k per
+ *   16-byte core-matrix row), so tile j of a chunk is k = 16j .. 16j+15 and
+ *   a thread (g = lane/4, t = lane%4) needs, per tile, the pairs k = 16j+2t,
+ *   +1 and 16j+2t+8, +9 of rows g and g+8.  In the packed chunk row g's 128
+ *   codes are the 64 bytes at 64g (row g+8 at 512+64g), eight k per word
+ *   (word G = k/8), and elements 2i, 2i+1 of a word sit at nibbles i and
+ *   i+4.  So the thread reads the four 16-byte words of rows g and g+8 that
+ *   hold tiles 2q, 2q+1, shifts each word left by 12 - 4t and decodes to
+ *   the same 16-bit values as the decode kernel (two shifts and two masks
+ *   per pair, one HMUL2 by the adjusted block scale: gemv_fp4.cu
+ *   "DEQUANTIZATION").  The four
+ *   lanes of a row read the same 16 bytes (a broadcast).  Scales: NVFP4
+ *   group j of rows g / g+8 is byte 4(j/2)+(j&1) / +2 of the 16 bytes at
+ *   1024+16g; MXFP4 group j/2 is byte 2(j/2) / +1 of the 8 bytes at
+ *   1024+8g.
+ *
+ * LIMITS  sm_90a only (the host checks); x rows 16-byte aligned (TMA); k a
+ *         multiple of the group; m < 2^31.
+ * TEST    build/tests/test_gpu (m in 33..4096).  BENCH  nibble bench.
+ */
+#include "common.cuh"
+#include "wgmma_ops.cuh"
+
+#include <cudaTypedefs.h>
+
+#define SM90_THREADS 384 /* producer warpgroup + two consumer warpgroups */
+#define SM90_ROWS 128    /* weight rows per CTA: 8 row blocks */
+
+struct Sm90Params {
+    const uint8_t *w;
+    void *y;
+    const void *bias;
+    int m, n, k;
+    int64_t ldc;
+    int row_blocks, kchunks;
+    int tiles_n, tiles_m, group; /* tile grid and its raster (group of n tiles walked together) */
+    int exp_shift;
+    float ts;
+    uint32_t stab[128];
+};
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define NB_SM90_DEVICE 1
+#endif
+
+/* ------------------------------------------------------------ PTX helpers */
+#ifdef NB_SM90_DEVICE
+__device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+/* Arrive and announce the bytes the copy engine will deliver for this phase. */
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+
+/* TMA: a 2-D box of the activation tensor map into shared memory. */
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+                 ::"r"(dst), "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar)
+                 : "memory");
+}
+/* Bulk copy of contiguous bytes (a packed chunk), evict-first in L2: the
+ * weights are read once per tile row and must not push the activations out. */
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar, uint64_t pol) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;"
+                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar), "l"(pol)
+                 : "memory");
+}
+__device__ __forceinline__ uint64_t policy_evict_first_sm90() {
+    uint64_t p;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+    return p;
+}
+
+/* wgmma shared-memory descriptor (PTX ISA "Matrix Descriptor Format"): a
+ * K-major tile with 128-byte swizzle, rows of 128 bytes, 8-row core-matrix
+ * groups 1024 bytes apart (SBO); LBO is unused for this layout. */
+__device__ __forceinline__ uint64_t desc_sw128(uint32_t saddr) {
+    return (uint64_t)((saddr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) |
+           ((uint64_t)1 << 62);
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
+
+template <int ACT, int BN>
+__device__ __forceinline__ void wgmma_tile(float (&d)[BN / 2], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                           uint64_t desc, int scale_d) {
+    if constexpr (ACT == NB_DTYPE_BF16) {
+        if constexpr (BN == 64) wgmma_m64n64k16_bf16(d, a0, a1, a2, a3, desc, scale_d);
+        if constexpr (BN == 128) wgmma_m64n128k16_bf16(d, a0, a1, a2, a3, desc, scale_d);
+        if constexpr (BN == 256) wgmma_m64n256k16_bf16(d, a0, a1, a2, a3, desc, scale_d);
+    } else {
+        if constexpr (BN == 64) wgmma_m64n64k16_f16(d, a0, a1, a2, a3, desc, scale_d);
+        if constexpr (BN == 128) wgmma_m64n128k16_f16(d, a0, a1, a2, a3, desc, scale_d);
+        if constexpr (BN == 256) wgmma_m64n256k16_f16(d, a0, a1, a2, a3, desc, scale_d);
+    }
+}
+
+/* One pair of E2M1 codes as a 16-bit pair with sign at bit 15 and e1e0m at
+ * the low exponent bits (gemv_fp4.cu "DEQUANTIZATION").  The codes arrive
+ * already at bits 12..15 and 28..31 (the word shifted left by 12 - 4t puts
+ * nibbles t and t+4 there): the sign is in place, the magnitude moves down
+ * by 6 (BF16) or 3 (FP16).  Two masks and two shifts per pair in all. */
+template <int ACT>
+__device__ __forceinline__ uint32_t decode_pair_sm90(uint32_t a) {
+    if (ACT == NB_DTYPE_BF16) return (a & 0x80008000u) | ((a >> 6) & 0x01C001C0u);
+    return (a & 0x80008000u) | ((a >> 3) & 0x0E000E00u);
+}
+template <int ACT>
+__device__ __forceinline__ uint32_t hmul2_sm90(uint32_t a, uint32_t b) {
+    uint32_t r;
+    if (ACT == NB_DTYPE_BF16)
+        asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    else
+        asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+#endif
+
+#ifdef NB_SM90_DEVICE
+/* A fragments of the eight k16 tiles of one packed chunk for rows g, g+8 of
+ * this warp's row block (see "HOW THE DECODE LAYOUT FEEDS WGMMA"). */
+template <int FMT, int ACT, int CB>
+__device__ __forceinline__ void dequant_chunk(const uint8_t *wsm, const uint32_t *stab, int g, int t,
+                                              uint32_t (&a)[8][4]) {
+    uint32_t sc[2][2]; /* scale bytes: NVFP4 16 (two words per half), MXFP4 8 */
+    if (FMT == NB_FORMAT_NVFP4) {
+        const uint4 v = *(const uint4 *)(wsm + 1024 + 16 * g);
+        sc[0][0] = v.x, sc[0][1] = v.y, sc[1][0] = v.z, sc[1][1] = v.w;
+    } else {
+        const uint2 v = *(const uint2 *)(wsm + 1024 + 8 * g);
+        sc[0][0] = v.x, sc[0][1] = v.y, sc[1][0] = sc[1][1] = 0;
+    }
+    const int sh = 12 - 4 * t; /* nibbles t, t+4 to bits 12..15, 28..31 */
+#pragma unroll
+    for (int q = 0; q < 4; q++) { /* tiles 2q, 2q+1: words 4q .. 4q+3 of rows g, g+8 */
+        const uint4 lo = *(const uint4 *)(wsm + 64 * g + 16 * q);
+        const uint4 hi = *(const uint4 *)(wsm + 512 + 64 * g + 16 * q);
+        const uint32_t wl[4] = {lo.x << sh, lo.y << sh, lo.z << sh, lo.w << sh};
+        const uint32_t wh[4] = {hi.x << sh, hi.y << sh, hi.z << sh, hi.w << sh};
+#pragma unroll
+        for (int jj = 0; jj < 2; jj++) {
+            const int j = 2 * q + jj;
+            uint32_t sg, sh8; /* adjusted scales of rows g and g+8 for tile j */
+            if (FMT == NB_FORMAT_NVFP4) { /* group j: byte 4(j/2) + (j&1), +2 for row g+8 */
+                const uint32_t w = sc[j >> 2][(j >> 1) & 1];
+                sg = stab[(w >> (8 * (j & 1))) & 0xFF];
+                sh8 = stab[(w >> (8 * (2 + (j & 1)))) & 0xFF];
+            } else { /* group j/2 = q: bytes 2q, 2q+1 */
+                const uint32_t w = sc[0][q >> 1];
+                sg = stab[(w >> (16 * (q & 1))) & 0xFF];
+                sh8 = stab[(w >> (16 * (q & 1) + 8)) & 0xFF];
+            }
+            a[j][0] = hmul2_sm90<ACT>(decode_pair_sm90<ACT>(wl[2 * jj]), sg);
+            a[j][1] = hmul2_sm90<ACT>(decode_pair_sm90<ACT>(wh[2 * jj]), sh8);
+            a[j][2] = hmul2_sm90<ACT>(decode_pair_sm90<ACT>(wl[2 * jj + 1]), sg);
+            a[j][3] = hmul2_sm90<ACT>(decode_pair_sm90<ACT>(wh[2 * jj + 1]), sh8);
+        }
+    }
+}
+#endif
+
+/* Shared memory: STAGES activation tiles (two 128-byte-swizzled halves of
+ * BN x 64 each; 1024-byte aligned as the swizzle requires), STAGES x 8
+ * packed chunks, the scale table, the mbarriers; plus 1 KB to align. */
+template <int FMT, int BN, int STAGES>
+struct Sm90Smem {
+    static constexpr int CB = NBI_CHUNK_CODE_BYTES + 32 * (FMT == NB_FORMAT_NVFP4 ? 4 : 2);
+    static constexpr int X_STAGE = BN * 256;
+    static constexpr int W_STAGE = 8 * CB;
+    static constexpr int X_OFF = 0;
+    static constexpr int W_OFF = STAGES * X_STAGE;
+    static constexpr int TAB_OFF = W_OFF + STAGES * W_STAGE;
+    static constexpr int BAR_OFF = TAB_OFF + 1024;
+    static constexpr int BYTES = BAR_OFF + 16 * STAGES + 1024;
+};
+
+template <int FMT, int ACT, int BN, int STAGES>
+__global__ void __launch_bounds__(SM90_THREADS, 1)
+    gemm_sm90_kernel(const __grid_constant__ CUtensorMap xmap, const Sm90Params p) {
+#ifdef NB_SM90_DEVICE
+    typedef Sm90Smem<FMT, BN, STAGES> L;
+    constexpr int CB = L::CB;
+    extern __shared__ uint8_t smem_raw[];
+    /* Align by offsetting smem_raw itself, so that the compiler still knows
+     * every access is to shared memory (LDS, not generic loads). */
+    uint8_t *smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
+    uint32_t *stab = (uint32_t *)(smem + L::TAB_OFF);
+    const uint32_t bar0 = smem_addr(smem + L::BAR_OFF); /* full[s] at bar0 + 8s, empty[s] at bar0 + 8(STAGES + s) */
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int wg = warp >> 2;
+
+    /* tile: groups of `group` n tiles walk every m tile, so the weights of a
+     * group and the activations of an m tile stay in L2 together. */
+    const int per_group = p.group * p.tiles_m;
+    const int gi = blockIdx.x / per_group, gr = blockIdx.x % per_group;
+    const int first_n = gi * p.group;
+    const int gsize = min(p.group, p.tiles_n - first_n);
+    const int tn = first_n + gr % gsize, tm = gr / gsize;
+    const int rb0 = tn * 8;
+    const int nrb = min(8, p.row_blocks - rb0);
+
+    for (int i = threadIdx.x; i < 128; i += SM90_THREADS) {
+        const uint32_t v = p.stab[i];
+        stab[2 * i] = (v & 0xFFFFu) * 0x10001u;
+        stab[2 * i + 1] = (v >> 16) * 0x10001u;
+    }
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(bar0 + 8 * s, 1);                 /* the producer's arrive + the copy bytes */
+            mbar_init(bar0 + 8 * (STAGES + s), 256);    /* every consumer thread arrives */
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        /* Producer warpgroup: give registers to the consumers. */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (warp == 0 && lane == 0) {
+            const uint64_t pol = policy_evict_first_sm90();
+            const uint32_t bytes = (uint32_t)(L::X_STAGE + nrb * CB);
+            asm volatile("griddepcontrol.wait;" ::: "memory"); /* X comes from the previous kernel */
+            for (int kc = 0; kc < p.kchunks; kc++) {
+                const int s = kc % STAGES;
+                if (kc >= STAGES) mbar_wait(bar0 + 8 * (STAGES + s), ((kc / STAGES) - 1) & 1);
+                const uint32_t full = bar0 + 8 * s;
+                mbar_expect_tx(full, bytes);
+                const uint32_t xs = smem_addr(smem + L::X_OFF + s * L::X_STAGE);
+                tma_load_2d(xs, &xmap, kc * NBI_CHUNK_K, tm * BN, full);
+                tma_load_2d(xs + BN * 128, &xmap, kc * NBI_CHUNK_K + 64, tm * BN, full);
+                const uint32_t ws = smem_addr(smem + L::W_OFF + s * L::W_STAGE);
+                for (int r = 0; r < nrb; r++)
+                    bulk_load(ws + r * CB, p.w + ((size_t)(rb0 + r) * p.kchunks + kc) * CB, CB, full, pol);
+            }
+        }
+        return;
+    }
+
+    /* Consumers. */
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    const int g = lane >> 2, t = lane & 3;
+    const int rbl = 4 * (wg - 1) + (warp & 3); /* row block within the tile */
+    float acc[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
+
+    /* Two register sets of A fragments: chunk c's wgmmas read one set while
+     * chunk c+1 is dequantized into the other; wgmma.wait_group 1 after
+     * issuing chunk c+1 retires chunk c, which frees its set and its stage.
+     * The loop is unrolled by two so that both sets are plain registers. */
+    uint32_t fa[8][4], fb[8][4];
+    auto chunk = [&](int kc, uint32_t (&a)[8][4]) {
+        const int s = kc % STAGES;
+        mbar_wait(bar0 + 8 * s, (kc / STAGES) & 1);
+        dequant_chunk<FMT, ACT, CB>(smem + L::W_OFF + s * L::W_STAGE + rbl * CB, stab, g, t, a);
+        const uint32_t xs = smem_addr(smem + L::X_OFF + s * L::X_STAGE);
+        wgmma_fence();
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            wgmma_tile<ACT, BN>(acc, a[j][0], a[j][1], a[j][2], a[j][3],
+                                desc_sw128(xs + (j >> 2) * (BN * 128) + (j & 3) * 32), 1);
+        wgmma_commit();
+    };
+    auto retire = [&](int kc) { /* chunk kc's wgmmas are done: release its stage */
+        mbar_arrive(bar0 + 8 * (STAGES + kc % STAGES)); /* each thread, after its own reads */
+    };
+    for (int kc = 0; kc < p.kchunks; kc += 2) {
+        chunk(kc, fa);
+        if (kc > 0) {
+            wgmma_wait<1>();
+            retire(kc - 1);
+        }
+        if (kc + 1 < p.kchunks) {
+            chunk(kc + 1, fb);
+            wgmma_wait<1>();
+            retire(kc);
+        }
+    }
+    wgmma_wait<0>();
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+
+    /* Epilogue: accumulator (row, token) -> Y[token, row]. */
+    const int rb = rb0 + rbl;
+#pragma unroll
+    for (int i = 0; i < BN / 8; i++)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const int tok = tm * BN + 8 * i + 2 * t + j, row = rb * 16 + g + 8 * h;
+                if (tok < p.m && row < p.n) {
+                    float v = ldexpf(acc[4 * i + 2 * h + j], p.exp_shift) * p.ts;
+                    if (p.bias) v += nbc_load(ACT, p.bias, (size_t)row);
+                    nbc_store(ACT, p.y, (size_t)tok * p.ldc + row, v);
+                }
+            }
+#endif
+}
+
+/* ------------------------------------------------------------- dispatch */
+
+typedef void (*sm90_fn)(const CUtensorMap, const Sm90Params);
+
+#define SM90_STAGES(BN) ((BN) == 256 ? 3 : (BN) == 128 ? 4 : 6)
+
+template <int FMT, int ACT>
+static sm90_fn sm90_pick_bn(int bn, size_t *smem) {
+    switch (bn) {
+    case 64: *smem = Sm90Smem<FMT, 64, SM90_STAGES(64)>::BYTES; return gemm_sm90_kernel<FMT, ACT, 64, SM90_STAGES(64)>;
+    case 128: *smem = Sm90Smem<FMT, 128, SM90_STAGES(128)>::BYTES; return gemm_sm90_kernel<FMT, ACT, 128, SM90_STAGES(128)>;
+    case 256: *smem = Sm90Smem<FMT, 256, SM90_STAGES(256)>::BYTES; return gemm_sm90_kernel<FMT, ACT, 256, SM90_STAGES(256)>;
+    }
+    return NULL;
+}
+
+static sm90_fn sm90_pick(int fmt, int act, int bn, size_t *smem) {
+    if (fmt == NB_FORMAT_NVFP4)
+        return act == NB_DTYPE_BF16 ? sm90_pick_bn<NB_FORMAT_NVFP4, NB_DTYPE_BF16>(bn, smem)
+                                    : sm90_pick_bn<NB_FORMAT_NVFP4, NB_DTYPE_F16>(bn, smem);
+    if (fmt == NB_FORMAT_MXFP4)
+        return act == NB_DTYPE_BF16 ? sm90_pick_bn<NB_FORMAT_MXFP4, NB_DTYPE_BF16>(bn, smem)
+                                    : sm90_pick_bn<NB_FORMAT_MXFP4, NB_DTYPE_F16>(bn, smem);
+    return NULL;
+}
+
+/* Whether this build carries the sm_90a kernels (the architecture list has
+ * 90a; plain sm_90 cannot run wgmma). */
+extern "C" int nbi_cuda_has_sm90a(void) {
+#ifdef NB_HAVE_SM90A
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+/* cuTensorMapEncodeTiled through the runtime's driver entry point (no
+ * link-time dependency on libcuda). */
+static PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder(char *err) {
+    static PFN_cuTensorMapEncodeTiled_v12000 fn;
+    if (fn) return fn;
+    void *f = NULL;
+    cudaDriverEntryPointQueryResult q;
+    cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q);
+    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !f) {
+        snprintf(err, NB_ERRBUF, "cuTensorMapEncodeTiled is not available from the driver (%s)", cudaGetErrorString(e));
+        return NULL;
+    }
+    fn = (PFN_cuTensorMapEncodeTiled_v12000)f;
+    return fn;
+}
+
+extern "C" int nbi_cuda_gemm_sm90(const nbi_gemm_plan *pl, const void *x, const void *packed, const void *bias,
+                                  void *y, void *stream, char *err) {
+    size_t smem = 0;
+    sm90_fn f = sm90_pick(pl->fmt, pl->act, pl->bn, &smem);
+    if (!f) return nbc_err(cudaErrorInvalidValue, err, "gemm_sm90: no kernel for this format/dtype/tile");
+    PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder(err);
+    if (!encode) return (int)cudaErrorNotSupported;
+
+    CUtensorMap map;
+    const cuuint64_t dims[2] = {(cuuint64_t)pl->k, (cuuint64_t)pl->m};
+    const cuuint64_t strides[1] = {(cuuint64_t)pl->lda * 2};
+    const cuuint32_t box[2] = {64, (cuuint32_t)pl->bn};
+    const cuuint32_t estr[2] = {1, 1};
+    CUresult r = encode(&map, pl->act == NB_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                        2, (void *)x, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+        snprintf(err, NB_ERRBUF, "gemm_sm90: cuTensorMapEncodeTiled failed (CUresult %d)", (int)r);
+        return (int)cudaErrorInvalidValue;
+    }
+
+    Sm90Params p;
+    p.w = (const uint8_t *)packed;
+    p.y = y;
+    p.bias = bias;
+    p.m = (int)pl->m;
+    p.n = (int)pl->n;
+    p.k = (int)pl->k;
+    p.ldc = pl->ldc;
+    p.row_blocks = (int)pl->row_blocks;
+    p.kchunks = (int)pl->kchunks;
+    p.tiles_n = pl->tiles_n;
+    p.tiles_m = pl->tiles_m;
+    p.group = pl->raster_group;
+    p.exp_shift = pl->exp_shift;
+    p.ts = pl->tensor_scale;
+    memcpy(p.stab, pl->scale_table, sizeof p.stab);
+
+    static int opted_in[3][4][3];
+    const int bi = pl->bn == 64 ? 0 : pl->bn == 128 ? 1 : 2;
+    if (!opted_in[pl->fmt][pl->act][bi]) {
+        NBC_TRY(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                "cudaFuncSetAttribute(max dynamic shared memory)");
+        opted_in[pl->fmt][pl->act][bi] = 1;
+    }
+    cudaLaunchAttribute attr[1];
+    const dim3 grid((unsigned)(pl->tiles_n * pl->tiles_m));
+    cudaLaunchConfig_t cfg = nbc_launch_config(grid, dim3(SM90_THREADS), smem, stream, pl->pdl, attr);
+    NBC_TRY(cudaLaunchKernelEx(&cfg, f, map, p), "gemm_sm90 kernel launch");
+    return 0;
+}
