@@ -730,6 +730,8 @@ def load_quantized(model, path, device=None, dtype=None, dequantize=False, stric
     if device is None:
         device = torch.device("cpu") if dequantize else torch.device("cuda", torch.cuda.current_device())
     device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
     if not dequantize and device.type != "cuda":
         raise ValueError(f"nibble.torch: nibble.torch.Linear runs on CUDA devices only, not {device}; pass "
                          "dequantize=True for a dequantized model on the CPU")
