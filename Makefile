@@ -64,7 +64,7 @@ test-python: deps
 	$(BUILD)-py/bin/pip install -q --upgrade pip
 	$(BUILD)-py/bin/pip install -q numpy pytest
 	NIBBLE_CUDA=OFF $(BUILD)-py/bin/pip install -q ./python
-	cd $(BUILD)-py && ./bin/python -m pytest -q $(CURDIR)/python/tests
+	cd $(BUILD)-py && NIBBLE_REQUIRE_IO=1 ./bin/python -m pytest -q $(CURDIR)/python/tests
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-fuzz $(BUILD)-py

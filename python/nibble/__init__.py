@@ -3,7 +3,9 @@
 This module is the numpy-level API over the host reference functions (no GPU
 needed); nibble._lib is the one-to-one ctypes image of include/nibble.h.
 nibble.torch (imported explicitly: `import nibble.torch`; needs PyTorch) is
-the GPU path: the nibble::gemm custom op, Linear and quantize_model.
+the GPU path: the nibble::gemm custom op, Linear, quantize_model and
+load_quantized.  nibble.checkpoint (open_checkpoint, quantize_checkpoint)
+reads and writes checkpoints through libnibble_io, src/io's C reader.
 
 Arrays
   * Weights and activations are 2-D, row-major: W[n, k] (n = out_features),
@@ -34,6 +36,7 @@ __all__ = [
     "weight_sizes", "version", "version_string", "build_info", "device_count", "to_bf16", "from_bf16",
     "e2m1_to_float", "e4m3_to_float", "e8m0_to_float", "float_to_e2m1", "float_to_e4m3",
     "Status", "DType", "Format", "MxScaleRule", "Layout", "ScaleType", "status_name", "status_string", "last_error",
+    "Checkpoint", "CheckpointLayer", "TensorInfo", "open_checkpoint", "quantize_checkpoint",
 ]
 
 __version__ = _lib.lib.nb_version_string().decode()
@@ -345,3 +348,7 @@ def gemm_reference(x, qw, bias=None, out_dtype=np.float32, ctx=None):
         st = _lib.lib.nb_gemm_host(ctx.ptr, ctypes.byref(g), _ptr(x), _u8(codes), _u8(scales), bptr, _ptr(y))
     ctx.check(st)
     return y
+
+
+# The checkpoint reader (libnibble_io, loaded on first use).
+from .checkpoint import Checkpoint, CheckpointLayer, TensorInfo, open_checkpoint, quantize_checkpoint  # noqa: E402

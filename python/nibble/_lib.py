@@ -298,7 +298,31 @@ def check(status, ctx=None):
 
 # ----------------------------------------------------------------- context
 
-class Context:
+class Handle:
+    """A C object owned by a Python one: close() releases it once (through
+    _release), and so do a `with` block's end and garbage collection."""
+    _ptr = None
+
+    def _release(self, ptr):
+        raise NotImplementedError
+
+    def close(self):
+        ptr = getattr(self, "_ptr", None)
+        if ptr:
+            self._ptr = None
+            self._release(ptr)
+
+    def __del__(self):
+        self.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Context(Handle):
     """An nb_context.  Context() is host-only (NB_DEVICE_NONE); Context(0)
     opens CUDA device 0.  Use one per thread (the C context keeps per-call
     state); close() or a `with` block releases it."""
@@ -315,19 +339,8 @@ class Context:
             raise ValueError("nibble: the context is closed")
         return self._ptr
 
-    def close(self):
-        if getattr(self, "_ptr", None):
-            lib.nb_context_destroy(self._ptr)
-            self._ptr = None
-
-    def __del__(self):
-        self.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+    def _release(self, ptr):
+        lib.nb_context_destroy(ptr)
 
     def check(self, status):
         check(status, self.ptr)
@@ -352,3 +365,188 @@ def default_context():
     if ctx is None:
         ctx = _tls.ctx = Context(NB_DEVICE_NONE)
     return ctx
+
+
+# --------------------------------------------------------------- nibble_io
+# libnibble_io.so: the checkpoint reader of src/io (safetensors.h,
+# checkpoint.h, ckpt_quantize.h), built when cJSON is found and shipped next
+# to libnibble.  Optional: loaded on first use by io_lib(), so `import
+# nibble` works without it.  Its headers are internal, so the mirrors below
+# are checked against the library's own struct sizes (nb_io_struct_size)
+# before any call.
+
+class StTensor(Structure):
+    """nb_st_tensor (safetensors.h)"""
+    _fields_ = [
+        ("name", c_char_p),
+        ("dtype", c_int),           # nb_st_dtype
+        ("rank", c_int),
+        ("shape", c_int64 * 8),     # NB_ST_MAX_RANK
+        ("data", c_void_p),
+        ("bytes", c_size_t),
+        ("offset", ctypes.c_uint64),
+    ]
+
+
+class CkptLayer(Structure):
+    """nb_ckpt_layer (checkpoint.h)"""
+    _fields_ = [
+        ("prefix", c_char_p),
+        ("format", c_int),          # nb_ckpt_format
+        ("n", c_int64),
+        ("k", c_int64),
+        ("experts", c_int64),
+        ("tensor_scale", c_float),
+        ("bytes", ctypes.c_uint64),
+        ("weight_dtype", c_int),    # nb_st_dtype
+        ("decided_by", c_int),      # nb_ckpt_source
+        ("config_mismatch", c_int),
+        ("problem", c_char * 256),
+    ]
+
+
+class CkptConfig(Structure):
+    """nb_ckpt_config (checkpoint.h)"""
+    _fields_ = [
+        ("declared", c_int),
+        ("source", c_int),
+        ("quant_method", c_char_p),
+        ("quant_algo", c_char_p),
+        ("ct_format", c_char_p),
+        ("has_config_json", c_int),
+        ("has_hf_quant_config", c_int),
+    ]
+
+
+CkptQuantizeProgress = ctypes.CFUNCTYPE(None, c_void_p, c_size_t, c_size_t, ctypes.c_uint64, ctypes.c_uint64,
+                                        c_char_p)
+
+
+class CkptQuantizeOpts(Structure):
+    """nb_ckpt_quantize_opts (ckpt_quantize.h)"""
+    _fields_ = [
+        ("format", c_int),
+        ("mx_rule", c_int),
+        ("exclude", POINTER(c_char_p)),
+        ("nexclude", c_size_t),
+        ("no_default_excludes", c_int),
+        ("progress", CkptQuantizeProgress),
+        ("progress_user", c_void_p),
+    ]
+
+
+class CkptQuantizeSummary(Structure):
+    """nb_ckpt_quantize_summary (ckpt_quantize.h)"""
+    _fields_ = [
+        ("tensors_in", c_size_t),
+        ("layers_quantized", c_size_t),
+        ("tensors_copied", c_size_t),
+        ("weights_excluded", c_size_t),
+        ("shards", c_size_t),
+        ("files_copied", c_size_t),
+        ("bytes_in", ctypes.c_uint64),
+        ("bytes_out", ctypes.c_uint64),
+    ]
+
+
+class _Ckpt(Structure):
+    """opaque nb_ckpt"""
+
+
+CkptP = POINTER(_Ckpt)
+
+# nb_st_dtype, nb_ckpt_format, nb_ckpt_source: explicit values, append only.
+ST_DTYPES = {1: "BOOL", 2: "U8", 3: "I8", 4: "F8_E5M2", 5: "F8_E4M3", 6: "F8_E8M0", 7: "F8_E4M3FNUZ",
+             8: "F8_E5M2FNUZ", 9: "I16", 10: "U16", 11: "F16", 12: "BF16", 13: "I32", 14: "U32", 15: "F32",
+             16: "C64", 17: "F64", 18: "I64", 19: "U64", 20: "F4", 21: "F6_E2M3", 22: "F6_E3M2"}
+CKPT_FORMATS = {0: "none", 1: "modelopt-nvfp4", 2: "ct-nvfp4", 3: "ct-mxfp4", 4: "quark-mxfp4", 5: "gptoss-mxfp4",
+                6: "inconsistent"}
+CKPT_SOURCES = {0: "tensors", 1: "hf_quant_config.json", 2: "config.json"}
+
+_errbuf = [c_char_p, c_size_t]
+_IO_PROTOTYPES = [
+    ("nb_io_version", c_int, []),
+    ("nb_io_struct_size", c_int, [c_char_p, POINTER(c_size_t)] + _errbuf),
+    ("nb_ckpt_open", c_int, [c_char_p, POINTER(CkptP)] + _errbuf),
+    ("nb_ckpt_close", c_int, [CkptP]),
+    ("nb_ckpt_file_count", c_int, [CkptP, POINTER(c_size_t)]),
+    ("nb_ckpt_file_at", c_int, [CkptP, c_size_t, POINTER(c_char_p), POINTER(ctypes.c_uint64)]),
+    ("nb_ckpt_tensor_count", c_int, [CkptP, POINTER(c_size_t)]),
+    ("nb_ckpt_tensor_at", c_int, [CkptP, c_size_t, POINTER(StTensor), POINTER(c_int64)]),
+    ("nb_ckpt_layer_count", c_int, [CkptP, POINTER(c_size_t)]),
+    ("nb_ckpt_layer_at", c_int, [CkptP, c_size_t, POINTER(CkptLayer)]),
+    ("nb_ckpt_get_config", c_int, [CkptP, POINTER(CkptConfig)]),
+    ("nb_ckpt_layer_weight", c_int, [CkptP, c_size_t, c_int64, POINTER(WeightDesc), POINTER(_u8p), POINTER(_u8p)]
+     + _errbuf),
+    ("nb_ckpt_quantize_opts_init", None, [POINTER(CkptQuantizeOpts)]),
+    ("nb_ckpt_quantize", c_int, [c_char_p, c_char_p, POINTER(CkptQuantizeOpts), POINTER(CkptQuantizeSummary)]
+     + _errbuf),
+]
+_IO_STRUCTS = {"nb_st_tensor": StTensor, "nb_ckpt_layer": CkptLayer, "nb_ckpt_config": CkptConfig,
+               "nb_ckpt_quantize_opts": CkptQuantizeOpts, "nb_ckpt_quantize_summary": CkptQuantizeSummary,
+               "nb_weight_desc": WeightDesc}
+
+_io = None
+_io_lock = threading.Lock()
+
+
+def _io_candidates():
+    here = os.path.dirname(os.path.abspath(__file__))
+    name = "libnibble_io.dylib" if sys.platform == "darwin" else "libnibble_io.so"
+    yield os.path.join(here, name), "the package directory"
+    env = os.environ.get("NIBBLE_IO_LIBRARY")
+    if env:
+        yield env, "NIBBLE_IO_LIBRARY"
+    # a development build keeps both libraries in one build directory
+    yield os.path.join(os.path.dirname(os.path.abspath(library_path)), name), "next to libnibble"
+
+
+def io_lib():
+    """libnibble_io (the checkpoint reader), loaded on first use.  Raises
+    ImportError when it is missing (the package was built without cJSON:
+    install libcjson-dev and rebuild) or does not match these bindings."""
+    global _io
+    with _io_lock:
+        if _io is not None:
+            return _io
+        tried = []
+        for path, origin in _io_candidates():
+            if not os.path.exists(path):
+                tried.append(f"{path} ({origin}): not there")
+                continue
+            try:
+                io = ctypes.CDLL(path)
+            except OSError as e:
+                tried.append(f"{path} ({origin}): {e}")
+                continue
+            break
+        else:
+            raise ImportError("nibble: the checkpoint reader libnibble_io is not available (" + "; ".join(tried) +
+                              "). It is built with the package when cJSON is found: install libcjson-dev and "
+                              "reinstall, or set NIBBLE_IO_LIBRARY to build/libnibble_io.so.")
+        for name, res, args in _IO_PROTOTYPES:
+            fn = getattr(io, name)
+            fn.restype = res
+            fn.argtypes = args
+        if io.nb_io_version() // 100 != NB_VERSION // 100:
+            raise ImportError(f"nibble: {path} was built against nibble.h version {io.nb_io_version()}, these "
+                              f"bindings mirror {NB_VERSION}; rebuild or reinstall the package.")
+        err = ctypes.create_string_buffer(256)
+        for name, struct in _IO_STRUCTS.items():
+            size = c_size_t(0)
+            if io.nb_io_struct_size(name.encode(), ctypes.byref(size), err, len(err)) != 0:
+                raise ImportError(f"nibble: {path}: {err.value.decode()}")
+            if size.value != ctypes.sizeof(struct):
+                raise ImportError(f"nibble: {path}: struct {name} is {size.value} bytes there but its mirror in "
+                                  f"nibble/_lib.py is {ctypes.sizeof(struct)}; the bindings are out of date.")
+        _io = io
+        return io
+
+
+def io_check(status, err, what):
+    """Raise Error unless status is NB_OK; the message is the (err, errlen)
+    buffer the nibble_io call filled, else a generic one naming `what`."""
+    if status == 0:
+        return
+    msg = err.value.decode("utf-8", "replace") if err is not None and err.value else ""
+    raise Error(status, status_name(status), msg or f"{what} failed: {status_string(status)}")

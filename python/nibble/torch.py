@@ -11,6 +11,7 @@ torch; `import nibble.torch` needs it.
     y = nt.gemm(x, pw, bias)                           # x [..., k] bf16/fp16 CUDA -> y [..., n]
     lin = nt.Linear.from_linear(linear, format="mxfp4")
     nt.quantize_model(model, format="nvfp4", exclude=["lm_head"])
+    nt.load_quantized(model, "Llama-3.1-8B-NVFP4/")    # ModelOpt / Quark / compressed-tensors
 
 The op
   torch.ops.nibble.gemm(x, packed, workspace, bias, n, k, format, tensor_scale,
@@ -40,7 +41,9 @@ Inference only: the op has no autograd formula.
 
 import ctypes
 import fnmatch
+import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Optional
 
@@ -48,15 +51,16 @@ import numpy as np
 import torch
 
 from . import _lib
-from . import QuantizedWeight, quantize as _np_quantize, _FORMATS, _FORMAT_NAMES, _GROUP, _RULES
+from . import QuantizedWeight, quantize as _np_quantize, dequantize as _np_dequantize
+from . import _FORMATS, _FORMAT_NAMES, _GROUP, _RULES
 from ._lib import DType, Error, Format, Layout  # noqa: F401  (Error is part of this module's contract)
 
 if not hasattr(torch, "library") or not hasattr(torch.library, "custom_op"):
     raise ImportError(f"nibble.torch needs torch.library.custom_op (PyTorch 2.4 or newer); found torch "
                       f"{torch.__version__}")
 
-__all__ = ["PackedLinearWeight", "quantize", "pack", "gemm", "Linear", "quantize_model", "last_config",
-           "context", "Error"]
+__all__ = ["PackedLinearWeight", "quantize", "pack", "dequantize_weight", "gemm", "Linear", "quantize_model",
+           "load_quantized", "last_config", "context", "Error"]
 
 _DTYPES = {torch.bfloat16: DType.BF16, torch.float16: DType.F16}
 
@@ -231,6 +235,28 @@ def pack(qw, device=None):
                               scale_exp_max=int(d.scale_exp_max))
 
 
+def _host_array(w):
+    """w as a host numpy array nibble.quantize accepts, without widening:
+    bfloat16 as uint16 bits, float16 and float32 as themselves (the C
+    quantizer reads each exactly, so the codes equal those of a float32
+    copy, at half the transfer)."""
+    w = w.detach()
+    if w.dtype == torch.bfloat16:
+        return w.view(torch.int16).to("cpu").contiguous().numpy().view(np.uint16)
+    return w.to("cpu").contiguous().numpy()
+
+
+def _check_weight(w):
+    if not isinstance(w, torch.Tensor):
+        raise TypeError(f"nibble.torch: w must be a torch.Tensor, got {type(w).__name__}")
+    if w.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        raise TypeError(f"nibble.torch: w has dtype {w.dtype}; expected float32, bfloat16 or float16")
+    if w.dim() != 2:
+        raise ValueError(f"nibble.torch: w must be 2-D [n, k], got shape {tuple(w.shape)}")
+    if w.device.type == "meta":
+        raise ValueError("nibble.torch: w is on the meta device (no values to quantize)")
+
+
 def quantize(w, format="nvfp4", scale_rule=None, tensor_scale=None, device=None):
     """Quantize W[n, k] (a float32, bfloat16 or float16 tensor on any device)
     and pack it on a CUDA device (`device`, default: w's device if it is a
@@ -240,21 +266,50 @@ def quantize(w, format="nvfp4", scale_rule=None, tensor_scale=None, device=None)
     reference, ModelOpt NVFP4 / MXFP4 with `scale_rule`), which is bit-exact
     with the GPU quantizer it stands in for; the upload and nb_pack run on the
     GPU.  Returns a PackedLinearWeight."""
-    if not isinstance(w, torch.Tensor):
-        raise TypeError(f"nibble.torch: w must be a torch.Tensor, got {type(w).__name__}")
-    if w.dtype not in (torch.float32, torch.bfloat16, torch.float16):
-        raise TypeError(f"nibble.torch: w has dtype {w.dtype}; expected float32, bfloat16 or float16")
-    if w.dim() != 2:
-        raise ValueError(f"nibble.torch: w must be 2-D [n, k], got shape {tuple(w.shape)}")
+    _check_weight(w)
     fmt = _format_code(format)
     if device is None:
         device = w.device if w.device.type == "cuda" else None
     dev = _device_index(device)
-    # float32 holds every bf16/fp16 value exactly, so quantizing the float32
-    # copy gives the same codes as quantizing w itself.
-    host = w.detach().to("cpu", torch.float32).contiguous().numpy()
-    qw = _np_quantize(host, format=_FORMAT_NAMES[fmt], scale_rule=scale_rule, tensor_scale=tensor_scale)
+    qw = _np_quantize(_host_array(w), format=_FORMAT_NAMES[fmt], scale_rule=scale_rule, tensor_scale=tensor_scale)
     return pack(qw, dev)
+
+
+_TORCH_OF = {DType.F32: torch.float32, DType.F16: torch.float16, DType.BF16: torch.bfloat16}
+_NB_OF = {v: k for k, v in _TORCH_OF.items()}
+
+
+def dequantize_weight(qw, dtype=torch.bfloat16, device="cpu"):
+    """W[n, k] of a nibble.QuantizedWeight as a torch tensor of `dtype`
+    (bfloat16, float16 or float32) on `device`: nb_dequantize on a CUDA
+    device, nb_dequantize_host on the CPU; both compute e2m1 * scale *
+    tensor_scale in float32 and round once, bit for bit alike (the GEMM
+    kernels multiply by exactly these values)."""
+    if not isinstance(qw, QuantizedWeight):
+        raise TypeError(f"nibble.torch: expected a nibble.QuantizedWeight, got {type(qw).__name__}")
+    if dtype not in _NB_OF:
+        raise TypeError(f"nibble.torch: dtype {dtype}; expected torch.bfloat16, torch.float16 or torch.float32")
+    dev = torch.device(device)
+    if dev.type == "cpu":
+        out = _np_dequantize(qw, dtype="bfloat16" if dtype == torch.bfloat16 else np.dtype(
+            np.float16 if dtype == torch.float16 else np.float32))
+        t = torch.from_numpy(out.view(np.int16) if dtype == torch.bfloat16 else out)
+        return t.view(torch.bfloat16) if dtype == torch.bfloat16 else t
+    if dev.type != "cuda":
+        raise ValueError(f"nibble.torch: device {dev} is neither the CPU nor a CUDA device")
+    d = qw.desc()
+    idx = _device_index(dev)
+    ctx = context(idx)
+    with _on_device(idx):
+        dev = torch.device("cuda", idx)
+        codes = torch.from_numpy(np.ascontiguousarray(qw.codes)).to(dev)
+        scales = torch.from_numpy(np.ascontiguousarray(qw.scales)).to(dev)
+        out = torch.empty((qw.n, qw.k), dtype=dtype, device=dev)
+        stream = torch.cuda.current_stream(dev).cuda_stream
+        ctx.check(_lib.lib.nb_dequantize(ctx.ptr, ctypes.byref(d), ctypes.c_void_p(codes.data_ptr()),
+                                         ctypes.c_void_p(scales.data_ptr()), _NB_OF[dtype],
+                                         ctypes.c_void_p(out.data_ptr()), ctypes.c_void_p(stream)))
+    return out
 
 
 # ----------------------------------------------------------------- the op
@@ -379,6 +434,55 @@ class Linear(torch.nn.Module):
         w = quantize(linear.weight, format=format, scale_rule=scale_rule, device=device)
         return cls(w, linear.bias)
 
+    @classmethod
+    def from_quantized(cls, qw, bias=None, device=None):
+        """A Linear from a nibble.QuantizedWeight (checkpoint layout), packed
+        on a CUDA device (default: the current one)."""
+        return cls(pack(qw, device), bias)
+
+    @classmethod
+    def from_checkpoint_tensors(cls, weight, weight_scale, weight_scale_2=None, bias=None, format=None,
+                                device=None):
+        """A Linear from a checkpoint's tensors for one layer, as ModelOpt
+        (NVFP4) or Quark / compressed-tensors (MXFP4) store them:
+
+          weight          uint8 [n, k/2] E2M1 codes, low nibble = even element
+                          (compressed-tensors calls it weight_packed)
+          weight_scale    [n, k/16] FP8 E4M3 (NVFP4) or [n, k/32] E8M0 (MXFP4)
+                          block scales: uint8 bytes or a torch float8 tensor
+          weight_scale_2  NVFP4 tensor scale (a float or a 1-element tensor);
+                          compressed-tensors stores its reciprocal,
+                          weight_global_scale: pass 1 / weight_global_scale.
+                          None or 1 for MXFP4.
+          bias            None or an [n] tensor
+
+        numpy arrays or torch tensors on any device.  format ("nvfp4" or
+        "mxfp4") is inferred from the number of scale columns when None.
+        Shapes that do not fit together raise ValueError."""
+        codes, scales = _byte_array(weight, "weight"), _byte_array(weight_scale, "weight_scale")
+        if codes.ndim != 2 or scales.ndim != 2 or codes.shape[0] != scales.shape[0]:
+            raise ValueError(f"nibble.torch: weight {codes.shape} and weight_scale {scales.shape} must be 2-D with "
+                             "the same number of rows")
+        n, k = codes.shape[0], codes.shape[1] * 2
+        if format is None:
+            by_group = {16: "nvfp4", 32: "mxfp4"}
+            group = k // scales.shape[1] if scales.shape[1] and k % scales.shape[1] == 0 else 0
+            if group not in by_group:
+                raise ValueError(f"nibble.torch: weight {codes.shape} (k = {k}) and weight_scale {scales.shape} "
+                                 "fit neither NVFP4 (k/16 scale columns) nor MXFP4 (k/32)")
+            format = by_group[group]
+        fmt = _format_code(format)
+        if scales.shape[1] * _GROUP[fmt] != k:
+            raise ValueError(f"nibble.torch: {_FORMAT_NAMES[fmt]} with weight {codes.shape} (k = {k}) needs "
+                             f"weight_scale [{n}, {k // _GROUP[fmt]}], got {scales.shape}")
+        ts = 1.0 if weight_scale_2 is None else _scalar(weight_scale_2, "weight_scale_2")
+        if fmt == Format.MXFP4 and ts != 1.0:
+            raise ValueError(f"nibble.torch: MXFP4 has no tensor scale (weight_scale_2 = {ts})")
+        if fmt == Format.NVFP4 and weight_scale_2 is None:
+            raise ValueError("nibble.torch: NVFP4 needs weight_scale_2 (the tensor scale)")
+        qw = QuantizedWeight(codes=codes, scales=scales, tensor_scale=ts, n=n, k=k, format=_FORMAT_NAMES[fmt])
+        return cls.from_quantized(qw, bias=bias, device=device)
+
     @property
     def weight(self):
         """The PackedLinearWeight this module runs."""
@@ -397,19 +501,53 @@ class Linear(torch.nn.Module):
                 f"format={self.format}")
 
 
+def _byte_array(a, what):
+    """A checkpoint byte tensor (numpy or torch, uint8 or a float8 type) as a
+    C-contiguous numpy uint8 array."""
+    if isinstance(a, torch.Tensor):
+        a = a.detach()
+        if a.element_size() != 1 or a.dtype == torch.bool:
+            raise TypeError(f"nibble.torch: {what} has dtype {a.dtype}; expected uint8 or a float8 type")
+        if a.dtype != torch.uint8:
+            a = a.view(torch.uint8)
+        a = a.to("cpu").contiguous().numpy()
+    elif isinstance(a, np.ndarray):
+        if a.dtype.itemsize != 1 or a.dtype == np.bool_:
+            raise TypeError(f"nibble.torch: {what} has dtype {a.dtype}; expected uint8 bytes")
+        a = a.view(np.uint8)
+    else:
+        raise TypeError(f"nibble.torch: {what} must be a torch.Tensor or numpy array, got {type(a).__name__}")
+    return np.ascontiguousarray(a)
+
+
+def _scalar(v, what):
+    if isinstance(v, (torch.Tensor, np.ndarray)):
+        if (v.size if isinstance(v, np.ndarray) else v.numel()) == 1:
+            return float(v.reshape(-1)[0])
+        raise ValueError(f"nibble.torch: {what} must hold one value, got shape {tuple(v.shape)}")
+    return float(v)
+
+
 def _excluded(name, patterns):
     """fnmatch (case-sensitive) on the qualified name; a pattern also matches
     any dotted suffix, so "lm_head" excludes "lm_head" and "model.lm_head"."""
     return any(fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(name, "*." + p) for p in patterns)
 
 
-def quantize_model(model, format="nvfp4", exclude=("lm_head",), scale_rule=None, device=None):
+def quantize_model(model, format="nvfp4", exclude=("lm_head",), scale_rule=None, device=None, threads=None,
+                   return_weights=False):
     """Replace, in place, every torch.nn.Linear of `model` whose qualified
     name matches no `exclude` pattern by a nibble.torch.Linear (quantized to
     `format` and packed on `device`, default: each layer's own CUDA device,
     else the current one).  Layers whose in_features is not a multiple of the
-    format's group are left alone.  Returns {"quantized": [names],
-    "skipped": {name: reason}}."""
+    format's group are left alone.
+
+    The host quantization (the C reference) of different layers runs on
+    `threads` threads (default: the CPU count, at most 32; ctypes releases
+    the GIL), packing on the GPU in layer order; bfloat16 weights travel to
+    the host as their 16-bit patterns.  Returns {"quantized": [names],
+    "skipped": {name: reason}}, plus "weights": {name: nibble.QuantizedWeight}
+    (checkpoint layout, host memory) when return_weights is true."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"nibble.torch: model must be a torch.nn.Module, got {type(model).__name__}")
     if isinstance(exclude, str):
@@ -419,6 +557,10 @@ def quantize_model(model, format="nvfp4", exclude=("lm_head",), scale_rule=None,
         raise ValueError("nibble.torch: scale_rule applies to MXFP4 only")
     if scale_rule is not None and scale_rule not in _RULES:
         raise ValueError(f"nibble.torch: unknown MXFP4 scale_rule {scale_rule!r}; expected one of {sorted(_RULES)}")
+    if threads is None:
+        threads = min(32, os.cpu_count() or 1)
+    if not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"nibble.torch: threads must be a positive integer, got {threads!r}")
     group = _GROUP[fmt]
     targets, skipped = [], {}
     for name, mod in model.named_modules():
@@ -431,12 +573,284 @@ def quantize_model(model, format="nvfp4", exclude=("lm_head",), scale_rule=None,
         elif mod.in_features % group:
             skipped[name] = f"in_features {mod.in_features} is not a multiple of {group}"
         else:
+            _check_weight(mod.weight)
             targets.append(name)
-    for name in targets:
-        parent_name, _, child = name.rpartition(".")
-        parent = model.get_submodule(parent_name) if parent_name else model
-        old = getattr(parent, child)
-        setattr(parent, child, Linear.from_linear(old, format=_FORMAT_NAMES[fmt], scale_rule=scale_rule,
-                                                  device=device))
-        del old
-    return {"quantized": targets, "skipped": skipped}
+    fname = _FORMAT_NAMES[fmt]
+
+    def host_quantize(w):
+        return _np_quantize(_host_array(w), format=fname, scale_rule=scale_rule)
+
+    weights = {}
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        futures = [(name, pool.submit(host_quantize, model.get_submodule(name).weight)) for name in targets]
+        for name, fut in futures:
+            qw = fut.result()
+            parent_name, _, child = name.rpartition(".")
+            parent = model.get_submodule(parent_name) if parent_name else model
+            old = getattr(parent, child)
+            dev = device if device is not None else (old.weight.device if old.weight.device.type == "cuda" else None)
+            setattr(parent, child, Linear.from_quantized(qw, old.bias, device=dev))
+            if return_weights:
+                weights[name] = qw
+            del old
+    out = {"quantized": targets, "skipped": skipped}
+    if return_weights:
+        out["weights"] = weights
+    return out
+
+
+# ------------------------------------------------------ checkpoint loading
+
+# Tensors a weight-only model has no place for: activation and KV-cache
+# scales (nibble's GEMM quantizes no activations).  Skipped, and listed.
+_IGNORED_SUFFIXES = (".input_scale", ".input_global_scale", ".k_scale", ".v_scale")
+
+_F8 = {"F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "F8_E8M0": "float8_e8m0fnu",
+       "F8_E4M3FNUZ": "float8_e4m3fnuz", "F8_E5M2FNUZ": "float8_e5m2fnuz"}
+
+
+def _torch_tensor(ck, name):
+    """Checkpoint tensor `name` as a CPU torch tensor of its own dtype."""
+    info = ck.tensor_info(name)
+    a = ck.tensor(name)
+    if info.dtype == "BF16":
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    if info.dtype in _F8:
+        dt = getattr(torch, _F8[info.dtype], None)
+        if dt is None:
+            raise TypeError(f"nibble.torch: {name} is {info.dtype}, which this PyTorch has no dtype for")
+        return torch.from_numpy(a).view(dt)
+    if info.dtype == "U16":
+        return torch.from_numpy(a.view(np.int16))  # torch has no uint16 arithmetic; bits kept
+    return torch.from_numpy(a)
+
+
+def _model_slots(model):
+    """{state_dict name: [(module, attribute, is_parameter)]} for every
+    parameter and persistent buffer.  Tied names (one tensor under several
+    names, e.g. lm_head.weight and model.embed_tokens.weight) share one list
+    holding every place of that tensor, so loading any of the names sets all
+    of them."""
+    places, names = {}, {}
+    for mname, mod in model.named_modules(remove_duplicate=False):
+        pre = mname + "." if mname else ""
+        for coll, is_param in ((mod._parameters, True), (mod._buffers, False)):
+            for attr, t in coll.items():
+                if t is None or (not is_param and attr in mod._non_persistent_buffers_set):
+                    continue
+                places.setdefault(id(t), []).append((mod, attr, is_param))
+                names[pre + attr] = id(t)
+    return {name: places[key] for name, key in names.items()}
+
+
+def _slot_tensor(slot):
+    mod, attr, _ = slot[0]
+    return getattr(mod, attr)
+
+
+def _place(slot, value, is_param):
+    """Set every (module, attribute) of a slot to `value` (a new frozen
+    Parameter for parameters), keeping tied names tied."""
+    if is_param:
+        value = torch.nn.Parameter(value, requires_grad=False)
+    for mod, attr, _ in slot:
+        if is_param:
+            mod._parameters[attr] = value
+        else:
+            mod._buffers[attr] = value
+
+
+def _rebuild_meta_buffers(model, device):
+    """Non-persistent buffers (rotary inv_freq, ...) are in no checkpoint: a
+    model built on the meta device gets them by building the module that owns
+    them again from its `config` on the CPU.  Returns the names of buffers
+    still on the meta device."""
+    left = []
+    for mname, mod in model.named_modules():
+        meta = [b for b, t in mod._buffers.items() if t is not None and t.is_meta]
+        if not meta:
+            continue
+        fresh = None
+        if hasattr(mod, "config"):
+            try:
+                with torch.device("cpu"):
+                    fresh = type(mod)(mod.config)
+            except Exception:  # noqa: BLE001 - any failure leaves the buffer listed as meta
+                fresh = None
+        for b in meta:
+            t = getattr(fresh, b, None) if fresh is not None else None
+            if isinstance(t, torch.Tensor) and not t.is_meta and t.shape == mod._buffers[b].shape:
+                mod._buffers[b] = t.to(device)
+            else:
+                left.append((mname + "." if mname else "") + b)
+        if fresh is not None:
+            for attr in ("attention_scaling",):
+                if hasattr(fresh, attr):
+                    setattr(mod, attr, getattr(fresh, attr))
+    return left
+
+
+def load_quantized(model, path, device=None, dtype=None, dequantize=False, strict=True):
+    """Load a 4-bit checkpoint into `model` through nibble's C checkpoint
+    reader (libnibble_io): ModelOpt NVFP4, Quark MXFP4 and compressed-tensors
+    nvfp4/mxfp4-pack-quantized, detected per layer.
+
+    model: a torch.nn.Module whose state_dict names match the checkpoint's
+      tensor names, e.g. a Hugging Face LlamaForCausalLM(config) built on the
+      meta device (`with torch.device("meta"):`) or on the CPU.
+    path: a .safetensors file, a checkpoint directory (model.safetensors or a
+      sharded index) or an index file; or an open nibble.Checkpoint.
+    device: where the model ends up; default the current CUDA device (the CPU
+      when dequantize is true).
+    dtype: the dtype of every floating-point tensor (default: each model
+      tensor's own dtype).
+    dequantize: False replaces every quantized layer by a nibble.torch.Linear
+      (4-bit in GPU memory, nibble's GEMM); True keeps the model's nn.Linear
+      and loads the weights dequantized exactly as nibble's kernels see them
+      (a reference model; also runs on the CPU).
+    strict: raise ValueError when the model has tensors the checkpoint lacks
+      (missing) or the checkpoint has tensors the model has no place for
+      (unexpected), before anything is loaded; False loads what matches.
+
+    Quantized layers must be nn.Linear modules of the checkpoint's shape;
+    any other shape difference raises ValueError, a layer the C reader found
+    inconsistent raises nibble.Error.  Activation and KV-cache scales
+    (input_scale, k_scale, v_scale) are skipped.  Non-persistent buffers left
+    on the meta device (rotary frequencies) are rebuilt from the owning
+    module's config.  Tied weights (lm_head / embed_tokens) stay tied.
+
+    Returns a report: {"quantized": {prefix: checkpoint format}, "loaded":
+    [names], "missing": [names], "unexpected": [names], "ignored": [names],
+    "meta": [buffers still on the meta device]}."""
+    from .checkpoint import Checkpoint, open_checkpoint
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"nibble.torch: model must be a torch.nn.Module, got {type(model).__name__}")
+    if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise TypeError(f"nibble.torch: dtype must be a floating-point torch.dtype, got {dtype!r}")
+    if device is None:
+        device = torch.device("cpu") if dequantize else torch.device("cuda", torch.cuda.current_device())
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    if not dequantize and device.type != "cuda":
+        raise ValueError(f"nibble.torch: nibble.torch.Linear runs on CUDA devices only, not {device}; pass "
+                         "dequantize=True for a dequantized model on the CPU")
+    own = not isinstance(path, Checkpoint)
+    ck = open_checkpoint(path) if own else path
+    try:
+        return _load(model, ck, device, dtype, dequantize, strict)
+    finally:
+        if own:
+            ck.close()
+
+
+def _load(model, ck, device, dtype, dequantize, strict):
+    slots = _model_slots(model)
+    modules = dict(model.named_modules())
+    plan_layers, consumed, problems = [], set(), []
+    for L in ck.layers:
+        if L.format == "inconsistent":
+            raise Error(_lib.Status.ERR_CORRUPT, "NB_ERR_CORRUPT", f"{ck.path}: layer {L.prefix}: {L.problem}")
+        if L.quant_format is None:
+            continue
+        if L.experts:
+            problems.append(f"{L.prefix}: {L.format} expert weights ({L.experts} experts) have no nn.Linear to go "
+                            "into")
+            continue
+        members = [t.name for t in ck.tensors if t.layer == L.prefix]
+        mod = modules.get(L.prefix)
+        if mod is None:
+            continue  # its tensors stay unconsumed: reported as unexpected
+        if not isinstance(mod, (torch.nn.Linear, Linear)):
+            raise ValueError(f"nibble.torch: checkpoint layer {L.prefix} ({L.format}, {L.n} x {L.k}) but the model's "
+                             f"{L.prefix} is a {type(mod).__name__}, not an nn.Linear")
+        if (mod.out_features, mod.in_features) != (L.n, L.k):
+            raise ValueError(f"nibble.torch: {L.prefix}: the checkpoint's weight is {L.n} x {L.k} (out x in) but the "
+                             f"model's layer is {mod.out_features} x {mod.in_features}")
+        bias_name = L.prefix + ".bias"
+        has_bias = getattr(mod, "bias", None) is not None
+        if bias_name in ck:
+            if not has_bias:
+                raise ValueError(f"nibble.torch: the checkpoint has {bias_name} but the model's layer has no bias")
+            members.append(bias_name)
+        plan_layers.append((L, mod, bias_name if bias_name in ck else None))
+        consumed.update(members)
+        consumed.add(L.prefix + ".weight")  # the model's name for it, whatever the checkpoint calls it
+
+    loaded, unexpected, ignored = [], [], []
+    for t in ck.tensors:
+        if t.name in consumed:
+            continue
+        if t.name in slots:
+            model_t = _slot_tensor(slots[t.name])
+            if tuple(model_t.shape) != t.shape:
+                raise ValueError(f"nibble.torch: {t.name}: the checkpoint's tensor has shape {list(t.shape)} "
+                                 f"({t.dtype}) but the model's has {list(model_t.shape)}")
+            loaded.append(t.name)
+        elif t.name.endswith(_IGNORED_SUFFIXES):
+            ignored.append(t.name)
+        else:
+            unexpected.append(t.name)
+    covered = {id(_slot_tensor(slots[n])) for n in loaded}
+    covered |= {id(_slot_tensor(slots[n])) for n in consumed if n in slots}
+    missing = [n for n, sl in slots.items() if id(_slot_tensor(sl)) not in covered and n not in consumed]
+    if problems:
+        raise ValueError("nibble.torch: " + "; ".join(problems))
+    if strict and (missing or unexpected):
+        parts = []
+        if missing:
+            parts.append(f"{len(missing)} model tensors are not in the checkpoint: {_some(missing)}")
+        if unexpected:
+            parts.append(f"{len(unexpected)} checkpoint tensors have no place in the model: {_some(unexpected)}")
+        raise ValueError(f"nibble.torch: {ck.path}: " + "; ".join(parts) + " (strict=False loads what matches)")
+
+    # Quantized layers.
+    report_q = {}
+    for L, mod, bias_name in plan_layers:
+        qw = ck.quantized_weight(L)
+        wdtype = dtype or (mod.weight.dtype if isinstance(mod, torch.nn.Linear) else torch.bfloat16)
+        bias = None
+        if bias_name is not None:
+            bdtype = dtype or mod.bias.dtype
+            bias = _torch_tensor(ck, bias_name).to(device=device, dtype=bdtype)
+        if dequantize:
+            if isinstance(mod, Linear):
+                raise ValueError(f"nibble.torch: {L.prefix} is already a nibble.torch.Linear; dequantize=True needs "
+                                 "an nn.Linear")
+            w = dequantize_weight(qw, wdtype, device)
+            _place([(mod, "weight", True)], w, True)
+            if bias is not None:
+                _place([(mod, "bias", True)], bias, True)
+        else:
+            parent_name, _, child = L.prefix.rpartition(".")
+            parent = model.get_submodule(parent_name) if parent_name else model
+            setattr(parent, child, Linear.from_quantized(qw, bias, device=device))
+        report_q[L.prefix] = L.format
+
+    # Everything else, converted on the host, then moved.
+    for name in loaded:
+        slot = slots[name]
+        model_t = _slot_tensor(slot)
+        t = _torch_tensor(ck, name)
+        if t.is_floating_point():
+            t = t.to(dtype or (model_t.dtype if model_t.is_floating_point() else t.dtype))
+        _place(slot, t.to(device), slot[0][2])
+
+    # The rest of the model (tensors not in the checkpoint, non-strict) to the device.
+    meta_left = _rebuild_meta_buffers(model, device)
+    moved = {}  # id -> moved tensor, so tied tensors stay one tensor
+    for mod in model.modules():
+        for coll in (mod._parameters, mod._buffers):
+            for key, t in coll.items():
+                if t is None or t.is_meta or t.device == device:
+                    continue
+                if id(t) not in moved:
+                    m = t.detach().to(device)
+                    moved[id(t)] = torch.nn.Parameter(m, requires_grad=False) if coll is mod._parameters else m
+                coll[key] = moved[id(t)]
+    return {"quantized": report_q, "loaded": loaded, "missing": missing, "unexpected": unexpected,
+            "ignored": ignored, "meta": meta_left}
+
+
+def _some(names, k=6):
+    return ", ".join(names[:k]) + (f", ... ({len(names) - k} more)" if len(names) > k else "")

@@ -1,0 +1,292 @@
+"""Checkpoint reading through libnibble_io (src/io): open a Hugging Face
+style checkpoint (a .safetensors file, a directory with model.safetensors or
+a sharded index, or the index itself), list its files, tensors and linear
+layers with the format nibble's C reader detected for each (ModelOpt NVFP4,
+compressed-tensors NVFP4/MXFP4, Quark MXFP4, gpt-oss MXFP4, unquantized, or
+inconsistent with the reason), and read tensors and 4-bit weights as numpy
+arrays.
+
+    ck = nibble.open_checkpoint("Llama-3.1-8B-NVFP4/")
+    for layer in ck.layers:                       # CheckpointLayer records
+        print(layer.prefix, layer.format, layer.n, layer.k)
+    qw = ck.quantized_weight("model.layers.0.mlp.down_proj")   # nibble.QuantizedWeight
+    norm = ck.tensor("model.norm.weight")         # numpy; BF16 as uint16 bits
+    ck.close()                                    # or `with nibble.open_checkpoint(...) as ck:`
+
+Arrays are copies: they stay valid after close().  Reading needs
+libnibble_io (built with the package when cJSON is found); without it
+open_checkpoint raises ImportError.  Corrupt or unreadable files raise
+nibble.Error with the reader's message (status NB_ERR_CORRUPT, NB_ERR_IO,
+...); unknown names raise KeyError.
+"""
+
+import ctypes
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+import numpy as np
+
+from . import _lib
+from . import QuantizedWeight, _FORMAT_NAMES, _RULE_NAMES, _RULES, _format
+from ._lib import Error, Status
+
+__all__ = ["Checkpoint", "CheckpointLayer", "TensorInfo", "open_checkpoint", "quantize_checkpoint"]
+
+# safetensors dtype -> numpy dtype of the copy tensor() returns.  BF16 comes
+# back as uint16 bits (the package's BF16 convention), the FP8 types as their
+# raw bytes (uint8).
+_NP_DTYPES = {"BOOL": np.bool_, "U8": np.uint8, "I8": np.int8, "F8_E5M2": np.uint8, "F8_E4M3": np.uint8,
+              "F8_E8M0": np.uint8, "F8_E4M3FNUZ": np.uint8, "F8_E5M2FNUZ": np.uint8, "I16": np.int16,
+              "U16": np.uint16, "F16": np.float16, "BF16": np.uint16, "I32": np.int32, "U32": np.uint32,
+              "F32": np.float32, "C64": np.complex64, "F64": np.float64, "I64": np.int64, "U64": np.uint64}
+
+_ERRLEN = 1024
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One tensor: name, safetensors dtype string ("BF16"), shape, byte size,
+    and the prefix of the linear layer it belongs to (None if none)."""
+    name: str
+    dtype: str
+    shape: Tuple[int, ...]
+    bytes: int
+    layer: Optional[str]
+
+
+@dataclass(frozen=True)
+class CheckpointLayer:
+    """A linear layer as the C reader classified it (nb_ckpt_layer).
+
+    format: "modelopt-nvfp4", "ct-nvfp4", "ct-mxfp4", "quark-mxfp4",
+    "gptoss-mxfp4", "none" (unquantized) or "inconsistent" (see `problem`).
+    quant_format: "nvfp4" / "mxfp4" for the 4-bit layers, else None.
+    n, k: out and in features (per expert); experts: gpt-oss expert count
+    (0 for a dense layer); tensor_scale: NVFP4 weight_scale_2 (or the
+    reciprocal of compressed-tensors' global scale), 1 for MXFP4."""
+    index: int
+    prefix: str
+    format: str
+    n: int
+    k: int
+    experts: int
+    tensor_scale: float
+    bytes: int
+    weight_dtype: str
+    decided_by: str
+    config_mismatch: bool
+    problem: str
+
+    @property
+    def quant_format(self):
+        if self.format in ("modelopt-nvfp4", "ct-nvfp4"):
+            return "nvfp4"
+        if self.format in ("ct-mxfp4", "quark-mxfp4", "gptoss-mxfp4"):
+            return "mxfp4"
+        return None
+
+
+class Checkpoint(_lib.Handle):
+    """An open checkpoint (nb_ckpt).  See the module docstring; close() (or
+    the end of a `with` block) releases the file mappings."""
+
+    def __init__(self, path):
+        io = _lib.io_lib()
+        self._io = io
+        self.path = str(path)
+        err = ctypes.create_string_buffer(_ERRLEN)
+        ptr = _lib.CkptP()
+        _lib.io_check(io.nb_ckpt_open(self.path.encode(), ctypes.byref(ptr), err, _ERRLEN), err, "nb_ckpt_open")
+        self._ptr = ptr
+        try:
+            self._read_tables()
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------ tables
+
+    def _call(self, fn, *args):
+        st = fn(self.ptr, *args)
+        if st != 0:
+            _lib.io_check(st, None, fn.__name__)
+
+    def _read_tables(self):
+        io = self._io
+        count = ctypes.c_size_t(0)
+        self._call(io.nb_ckpt_layer_count, ctypes.byref(count))
+        layers = []
+        for i in range(count.value):
+            L = _lib.CkptLayer()
+            self._call(io.nb_ckpt_layer_at, i, ctypes.byref(L))
+            layers.append(CheckpointLayer(
+                index=i, prefix=L.prefix.decode(), format=_lib.CKPT_FORMATS.get(L.format, "unknown"), n=L.n, k=L.k,
+                experts=L.experts, tensor_scale=float(L.tensor_scale), bytes=L.bytes,
+                weight_dtype=_lib.ST_DTYPES.get(L.weight_dtype, "?"),
+                decided_by=_lib.CKPT_SOURCES.get(L.decided_by, "unknown"), config_mismatch=bool(L.config_mismatch),
+                problem=L.problem.decode("utf-8", "replace")))
+        self.layers = layers
+        self._layer_by_prefix = {L.prefix: L for L in layers}
+
+        self._call(io.nb_ckpt_tensor_count, ctypes.byref(count))
+        tensors, self._tensor_index = [], {}
+        for i in range(count.value):
+            t, li = _lib.StTensor(), ctypes.c_int64(-1)
+            self._call(io.nb_ckpt_tensor_at, i, ctypes.byref(t), ctypes.byref(li))
+            info = TensorInfo(name=t.name.decode(), dtype=_lib.ST_DTYPES.get(t.dtype, "?"),
+                              shape=tuple(int(t.shape[d]) for d in range(t.rank)), bytes=int(t.bytes),
+                              layer=layers[li.value].prefix if li.value >= 0 else None)
+            tensors.append(info)
+            self._tensor_index[info.name] = i
+        self.tensors = tensors
+
+        self._call(io.nb_ckpt_file_count, ctypes.byref(count))
+        files = []
+        for i in range(count.value):
+            p, b = ctypes.c_char_p(), ctypes.c_uint64(0)
+            self._call(io.nb_ckpt_file_at, i, ctypes.byref(p), ctypes.byref(b))
+            files.append((p.value.decode(), int(b.value)))
+        self.files = files
+
+        c = _lib.CkptConfig()
+        self._call(io.nb_ckpt_get_config, ctypes.byref(c))
+
+        def s(v):
+            return v.decode() if v else None
+        self.config = {"declared": _lib.CKPT_FORMATS.get(c.declared, "unknown"),
+                       "declared_by": _lib.CKPT_SOURCES.get(c.source, "unknown"), "quant_method": s(c.quant_method),
+                       "quant_algo": s(c.quant_algo), "ct_format": s(c.ct_format),
+                       "has_config_json": bool(c.has_config_json), "has_hf_quant_config": bool(c.has_hf_quant_config)}
+
+    # ----------------------------------------------------------- queries
+
+    @property
+    def ptr(self):
+        if not self._ptr:
+            raise ValueError(f"nibble: checkpoint {self.path} is closed")
+        return self._ptr
+
+    def layer(self, prefix):
+        """The CheckpointLayer of `prefix` (KeyError if there is none)."""
+        try:
+            return self._layer_by_prefix[prefix]
+        except KeyError:
+            raise KeyError(f"nibble: {self.path} has no linear layer {prefix!r}") from None
+
+    def tensor_info(self, name):
+        try:
+            return self.tensors[self._tensor_index[name]]
+        except KeyError:
+            raise KeyError(f"nibble: {self.path} has no tensor {name!r}") from None
+
+    def __contains__(self, name):
+        return name in self._tensor_index
+
+    def tensor(self, name):
+        """A copy of tensor `name` as a numpy array of its shape: BF16 as
+        uint16 bits, FP8 types as uint8 bytes, the others as their numpy
+        type.  F4/F6 tensors (sub-byte elements) raise nibble.Error
+        (NB_ERR_UNSUPPORTED)."""
+        info = self.tensor_info(name)
+        dt = _NP_DTYPES.get(info.dtype)
+        if dt is None:
+            raise Error(Status.ERR_UNSUPPORTED, "NB_ERR_UNSUPPORTED",
+                        f"{name}: dtype {info.dtype} has no numpy equivalent (sub-byte elements)")
+        t, li = _lib.StTensor(), ctypes.c_int64(-1)
+        self._call(self._io.nb_ckpt_tensor_at, self._tensor_index[name], ctypes.byref(t), ctypes.byref(li))
+        return _copy(t.data, t.bytes, dt, info.shape)
+
+    def quantized_weight(self, layer, expert=0):
+        """The 4-bit weight of a layer (prefix, index or CheckpointLayer) as a
+        nibble.QuantizedWeight in the checkpoint layout (codes [n, k/2],
+        scales [n, k/group], tensor scale), read through nb_ckpt_layer_weight.
+        ModelOpt and compressed-tensors NVFP4 both come back with the ModelOpt
+        tensor scale; `expert` selects a gpt-oss expert.  Unquantized or
+        inconsistent layers raise nibble.Error (NB_ERR_UNSUPPORTED)."""
+        if isinstance(layer, CheckpointLayer):
+            index = layer.index
+        elif isinstance(layer, str):
+            index = self.layer(layer).index
+        elif isinstance(layer, int) and not isinstance(layer, bool):
+            index = layer
+        else:
+            raise TypeError(f"nibble: layer must be a prefix, an index or a CheckpointLayer, got "
+                            f"{type(layer).__name__}")
+        d = _lib.WeightDesc()
+        codes, scales = _lib._u8p(), _lib._u8p()
+        err = ctypes.create_string_buffer(_ERRLEN)
+        st = self._io.nb_ckpt_layer_weight(self.ptr, index, int(expert), ctypes.byref(d), ctypes.byref(codes),
+                                           ctypes.byref(scales), err, _ERRLEN)
+        _lib.io_check(st, err, "nb_ckpt_layer_weight")
+        n, k, g = int(d.n), int(d.k), int(d.group_size)
+        fmt = _FORMAT_NAMES[_lib.Format(d.format)]
+        return QuantizedWeight(codes=_copy(codes, n * (k // 2), np.uint8, (n, k // 2)),
+                               scales=_copy(scales, n * (k // g), np.uint8, (n, k // g)),
+                               tensor_scale=float(d.tensor_scale), n=n, k=k, format=fmt,
+                               scale_rule=_RULE_NAMES.get(_lib.MxScaleRule(d.scale_rule), "ocp"))
+
+    def summary(self):
+        """{format name: number of layers}."""
+        out = {}
+        for L in self.layers:
+            out[L.format] = out.get(L.format, 0) + 1
+        return out
+
+    # ----------------------------------------------------------- lifetime
+
+    def _release(self, ptr):
+        self._io.nb_ckpt_close(ptr)
+
+    def __repr__(self):
+        state = "closed" if not getattr(self, "_ptr", None) else f"{len(self.tensors)} tensors"
+        return f"<nibble.Checkpoint {self.path!r}: {state}, layers {self.summary()}>"
+
+
+def _copy(ptr, nbytes, dtype, shape):
+    """A numpy copy of nbytes at a C pointer (into the file mapping)."""
+    addr = ctypes.cast(ptr, ctypes.c_void_p).value if not isinstance(ptr, int) else ptr
+    out = np.empty(shape, dtype=dtype)
+    if nbytes != out.nbytes:
+        raise Error(Status.ERR_INTERNAL, "NB_ERR_INTERNAL", f"tensor of {nbytes} bytes does not fill shape {shape}")
+    if nbytes:
+        ctypes.memmove(out.ctypes.data, addr, nbytes)
+    return out
+
+
+def open_checkpoint(path):
+    """Open a checkpoint with nibble's C reader; returns a Checkpoint."""
+    return Checkpoint(path)
+
+
+def quantize_checkpoint(src, dst, format="nvfp4", scale_rule="even", exclude=(), default_excludes=True,
+                        progress=None):
+    """`nibble quantize` (nb_ckpt_quantize): write a ModelOpt NVFP4 or Quark
+    MXFP4 checkpoint of the BF16/F16/F32 checkpoint `src` into directory
+    `dst` (new or empty).  exclude: fnmatch patterns on layer prefixes;
+    default_excludes adds "*lm_head" and "*embed*".  progress, if given, is
+    called as progress(i, n, bytes_done, bytes_total, name).  Returns the
+    summary as a dict."""
+    io = _lib.io_lib()
+    fmt = _format(format)
+    if scale_rule not in _RULES:
+        raise ValueError(f"nibble: unknown MXFP4 scale_rule {scale_rule!r}; expected one of {sorted(_RULES)}")
+    if isinstance(exclude, str):
+        exclude = [exclude]
+    opts = _lib.CkptQuantizeOpts()
+    io.nb_ckpt_quantize_opts_init(ctypes.byref(opts))
+    opts.format = fmt
+    opts.mx_rule = _RULES[scale_rule]
+    pats = (ctypes.c_char_p * max(1, len(exclude)))(*[str(p).encode() for p in exclude])
+    opts.exclude = ctypes.cast(pats, ctypes.POINTER(ctypes.c_char_p))
+    opts.nexclude = len(exclude)
+    opts.no_default_excludes = 0 if default_excludes else 1
+    if progress is not None:
+        def cb(_user, i, n, done, total, name):
+            progress(int(i), int(n), int(done), int(total), name.decode() if name else "")
+        opts.progress = _lib.CkptQuantizeProgress(cb)
+    summary = _lib.CkptQuantizeSummary()
+    err = ctypes.create_string_buffer(_ERRLEN)
+    st = io.nb_ckpt_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(opts), ctypes.byref(summary), err,
+                             _ERRLEN)
+    _lib.io_check(st, err, "nb_ckpt_quantize")
+    return {name: int(getattr(summary, name)) for name, _ in summary._fields_}
