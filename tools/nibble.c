@@ -20,6 +20,7 @@
 #include "checkpoint.h" /* nibble_io: internal, static */
 #include "ckpt_convert.h"
 #include "ckpt_quantize.h"
+#include "gguf.h"
 
 #include <unistd.h> /* isatty */
 
@@ -43,7 +44,8 @@ static void usage(FILE *f) {
                "            (GPU when present, C reference otherwise), print errors and time\n"
                "  bench     time the decode GEMM against cuBLAS BF16 (GPU only)\n"
                "  inspect   list a safetensors checkpoint's files, tensors and linear layers with\n"
-               "            their detected 4-bit format (ModelOpt, compressed-tensors, Quark, gpt-oss)\n"
+               "            their detected 4-bit format (ModelOpt, compressed-tensors, Quark, gpt-oss),\n"
+               "            or a GGUF file's metadata and tensors (MXFP4, NVFP4 found)\n"
                "  quantize  write a BF16/F16/F32 checkpoint as a ModelOpt NVFP4 or Quark MXFP4 checkpoint\n"
                "  convert   rewrite a 4-bit checkpoint in another layout (ModelOpt, compressed-tensors,\n"
                "            Quark), codes and block scales unchanged\n\n"
@@ -311,6 +313,137 @@ static void print_json(cJSON *j) {
     cJSON_Delete(j);
 }
 
+/* A GGUF file: header, key/values, tensors with their ggml type and, for
+ * MXFP4 / NVFP4, the weight nibble imports (n x k, experts, tensor scale). */
+static void gguf_value(const nb_gguf_kv *kv, char *buf, size_t n) {
+    const uint8_t *d = kv->data;
+    uint64_t u = 0;
+    int64_t i = 0;
+    double f = 0;
+    switch (kv->type) {
+    case NB_GGUF_STRING: snprintf(buf, n, "\"%.60s%s\"", kv->str, strlen(kv->str) > 60 ? "..." : ""); return;
+    case NB_GGUF_ARRAY: snprintf(buf, n, "[%s x %llu]", nb_gguf_vtype_name(kv->elem_type), (unsigned long long)kv->count); return;
+    case NB_GGUF_FLOAT32: { float x; memcpy(&x, d, 4); f = x; snprintf(buf, n, "%.9g", f); return; }
+    case NB_GGUF_FLOAT64: memcpy(&f, d, 8); snprintf(buf, n, "%.17g", f); return;
+    case NB_GGUF_BOOL: snprintf(buf, n, "%s", d[0] ? "true" : "false"); return;
+    case NB_GGUF_INT8: i = (int8_t)d[0]; break;
+    case NB_GGUF_INT16: { int16_t x; memcpy(&x, d, 2); i = x; break; }
+    case NB_GGUF_INT32: { int32_t x; memcpy(&x, d, 4); i = x; break; }
+    case NB_GGUF_INT64: memcpy(&i, d, 8); break;
+    default:
+        memcpy(&u, d, (size_t)kv->bytes < 8 ? (size_t)kv->bytes : 8);
+        snprintf(buf, n, "%llu", (unsigned long long)u);
+        return;
+    }
+    snprintf(buf, n, "%lld", (long long)i);
+}
+
+static int cmd_inspect_gguf(const char *path, int json, int summary) {
+    char err[1024] = "";
+    nb_gguf_file *g = NULL;
+    nb_status st = nb_gguf_open(path, &g, err, sizeof err);
+    if (st != NB_OK) {
+        fprintf(stderr, "nibble inspect: %s: %s\n", nb_status_name(st), err);
+        return 3;
+    }
+    nb_gguf_header h;
+    nb_gguf_get_header(g, &h);
+    cJSON *root = json ? cJSON_CreateObject() : NULL, *jk = NULL, *jt = NULL;
+    if (json) {
+        cJSON_AddStringToObject(root, "path", path);
+        cJSON_AddStringToObject(root, "container", "gguf");
+        json_add_i64(root, "version", h.version);
+        json_add_i64(root, "alignment", h.alignment);
+        jk = cJSON_AddObjectToObject(root, "metadata");
+        jt = cJSON_AddArrayToObject(root, "tensors");
+    } else {
+        printf("gguf %s\nversion %u, alignment %u, %zu keys, %zu tensors, data at byte %llu\n", path, h.version,
+               h.alignment, h.n_kv, h.n_tensors, (unsigned long long)h.data_offset);
+        if (!summary) printf("\nmetadata (%zu):\n", h.n_kv);
+    }
+    for (size_t i = 0; i < h.n_kv; i++) {
+        nb_gguf_kv kv;
+        nb_gguf_kv_at(g, i, &kv);
+        char v[128];
+        gguf_value(&kv, v, sizeof v);
+        if (json) cJSON_AddStringToObject(jk, kv.key, v);
+        else if (!summary) printf("  %-48s %-8s %s\n", kv.key, nb_gguf_vtype_name(kv.type), v);
+    }
+    if (!json) printf("\ntensors (%zu):\n  %-40s %-8s %-22s %12s  %s\n", h.n_tensors, "name", "type", "shape", "bytes",
+                      "format");
+    size_t nfmt[2] = {0, 0};
+    uint64_t total = 0;
+    for (size_t i = 0; i < h.n_tensors; i++) {
+        nb_gguf_tensor t;
+        nb_gguf_tensor_at(g, i, &t);
+        total += t.bytes;
+        nb_gguf_fp4 f;
+        int fp4 = nb_gguf_fp4_info(g, i, &f, NULL, 0) == NB_OK;
+        const char *fmt = fp4 ? (f.format == NB_FORMAT_NVFP4 ? "gguf-nvfp4" : "gguf-mxfp4") : "none";
+        float ts = 1.0f;
+        if (fp4) {
+            nfmt[f.format == NB_FORMAT_NVFP4]++;
+            if (f.scale_tensor >= 0) {
+                nb_gguf_tensor s;
+                nb_gguf_tensor_at(g, (size_t)f.scale_tensor, &s);
+                memcpy(&ts, s.data, 4);
+            }
+        }
+        if (json) {
+            cJSON *o = cJSON_CreateObject(), *sh = cJSON_CreateArray();
+            cJSON_AddStringToObject(o, "name", t.name);
+            cJSON_AddStringToObject(o, "ggml_type", nb_ggml_type_name(t.type));
+            for (int d = 0; d < t.n_dims; d++) cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)t.shape[d]));
+            cJSON_AddItemToObject(o, "shape", sh);
+            json_add_i64(o, "bytes", (int64_t)t.bytes);
+            cJSON_AddStringToObject(o, "format", fmt);
+            if (fp4) {
+                json_add_i64(o, "n", f.n);
+                json_add_i64(o, "k", f.k);
+                json_add_i64(o, "experts", f.experts);
+                cJSON_AddNumberToObject(o, "tensor_scale", ts);
+            }
+            cJSON_AddItemToArray(jt, o);
+            continue;
+        }
+        if (summary && !fp4) continue;
+        char shape[96] = "[";
+        size_t at = 1;
+        for (int d = 0; d < t.n_dims; d++)
+            at += (size_t)snprintf(shape + at, sizeof shape - at, "%s%lld", d ? ", " : "", (long long)t.shape[d]);
+        snprintf(shape + at, sizeof shape - at, "]");
+        char extra[96] = "";
+        if (fp4)
+            snprintf(extra, sizeof extra, "  %lld x %lld%s%.0lld%s, tensor scale %.6g", (long long)f.n, (long long)f.k,
+                     f.experts ? " x " : "", (long long)f.experts, f.experts ? " exp" : "", (double)ts);
+        printf("  %-40s %-8s %-22s %12llu  %s%s\n", t.name, nb_ggml_type_name(t.type), shape,
+               (unsigned long long)t.bytes, fmt, extra);
+    }
+    if (json) {
+        cJSON *tot = cJSON_AddObjectToObject(root, "totals");
+        json_add_i64(tot, "tensors", (int64_t)h.n_tensors);
+        json_add_i64(tot, "bytes", (int64_t)total);
+        json_add_i64(tot, "gguf_mxfp4", (int64_t)nfmt[0]);
+        json_add_i64(tot, "gguf_nvfp4", (int64_t)nfmt[1]);
+        print_json(root);
+    } else {
+        printf("\ntotals: %zu tensors, %llu bytes; %zu gguf-mxfp4, %zu gguf-nvfp4 (importable into nibble's "
+               "checkpoint layout)\n", h.n_tensors, (unsigned long long)total, nfmt[0], nfmt[1]);
+    }
+    nb_gguf_close(g);
+    return 0;
+}
+
+static int is_gguf(const char *path) {
+    size_t n = strlen(path);
+    if (n > 5 && !strcmp(path + n - 5, ".gguf")) return 1;
+    FILE *f = fopen(path, "rb");
+    char m[4] = {0};
+    int r = f && fread(m, 1, 4, f) == 4 && !memcmp(m, "GGUF", 4);
+    if (f) fclose(f);
+    return r;
+}
+
 static int cmd_inspect(int argc, char **argv) {
     const char *path = NULL;
     int json = 0, summary = 0;
@@ -320,6 +453,9 @@ static int cmd_inspect(int argc, char **argv) {
                    "  PATH is a .safetensors file, a directory (model.safetensors.index.json or\n"
                    "  model.safetensors inside) or an index file; config.json and\n"
                    "  hf_quant_config.json next to it are read when present.\n"
+                   "  A GGUF file (*.gguf, or starting with \"GGUF\") lists its header, metadata,\n"
+                   "  tensors with their ggml type and shape, and the MXFP4 / NVFP4 weights\n"
+                   "  nibble imports (gguf-mxfp4, gguf-nvfp4).\n"
                    "  Prints the files, every tensor (name, dtype, shape, bytes; not with\n"
                    "  --summary), every linear layer with its detected format (modelopt-nvfp4,\n"
                    "  ct-nvfp4, ct-mxfp4, quark-mxfp4, gptoss-mxfp4, none = unquantized,\n"
@@ -340,6 +476,7 @@ static int cmd_inspect(int argc, char **argv) {
         fprintf(stderr, "nibble inspect: a checkpoint path is required (see --help)\n");
         return 1;
     }
+    if (is_gguf(path)) return cmd_inspect_gguf(path, json, summary);
     char err[1024] = "";
     nb_ckpt *c = NULL;
     nb_status st = nb_ckpt_open(path, &c, err, sizeof err);

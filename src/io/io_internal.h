@@ -12,6 +12,13 @@ nb_status nbio_fail(char *err, size_t errlen, nb_status st, const char *fmt, ...
 /* malloc'ed copy of s, NULL when out of memory. */
 char *nbio_strdup(const char *s) __attribute__((visibility("hidden")));
 
+/* Offset of the first byte that breaks strict UTF-8, or n when all is valid. */
+size_t nbio_utf8_bad(const unsigned char *s, size_t n) __attribute__((visibility("hidden")));
+/* Map a regular file read-only (MAP_PRIVATE); files shorter than min_size
+ * (or empty) are not mapped (*map NULL, *size set).  munmap(*map, *size). */
+nb_status nbio_map_file(const char *path, size_t min_size, void **map, size_t *size, char *err, size_t errlen)
+    __attribute__((visibility("hidden")));
+
 /* a + "/" + b, malloc'ed (NULL when out of memory). */
 char *nbio_join(const char *a, const char *b) __attribute__((visibility("hidden")));
 int nbio_ends_with(const char *s, const char *suffix) __attribute__((visibility("hidden")));
