@@ -390,10 +390,11 @@ static nb_status validate(nb_gguf_file *g, char *err, size_t errlen) {
             st = nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: tensor \"%s\" at offset %llu leaves a gap after %llu "
                            "(rule: tensors are contiguous, each padded to the alignment)", L, p->name,
                            (unsigned long long)p->offset, (unsigned long long)expect);
-        p->data = g->base + g->data_offset + p->offset;
+        if (st != NB_OK) break;
+        p->data = g->base + g->data_offset + p->offset; /* offset + bytes <= avail: inside the image */
         uint64_t end = p->offset + p->bytes;
         expect = end + (al - end % al) % al;
-        if (i + 1 == g->nt && st == NB_OK && avail > expect)
+        if (i + 1 == g->nt && avail > expect)
             st = nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: %llu bytes after the last tensor's padding (rule: no "
                            "trailing bytes)", L, (unsigned long long)(avail - expect));
     }

@@ -94,7 +94,7 @@ typedef struct nb_gguf_file nb_gguf_file;
 
 typedef struct nb_gguf_header {
     uint32_t version, alignment;
-    uint64_t data_offset; /* file offset of the data section */
+    uint64_t data_offset; /* file offset of the data section (may be past the end without tensors) */
     size_t n_kv, n_tensors;
 } nb_gguf_header;
 

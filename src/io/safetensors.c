@@ -989,11 +989,10 @@ static nb_status read_small_file(const char *path, char **text, size_t *len, cha
     return NB_OK;
 }
 
-static nb_status index_load(nb_st_index *x, const char *dir, char *err, size_t errlen) {
+/* Validate x->text (len bytes) and build the entry and shard lists. */
+static nb_status index_parse(nb_st_index *x, size_t len, char *err, size_t errlen) {
     const char *L = x->label;
-    size_t len = 0;
-    nb_status st = read_small_file(L, &x->text, &len, err, errlen);
-    if (st) return st;
+    nb_status st;
     size_t bad = nbio_utf8_bad((const unsigned char *)x->text, len);
     if (bad != len)
         return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: invalid UTF-8 at byte %zu (rule: index is UTF-8 JSON)", L,
@@ -1055,6 +1054,15 @@ static nb_status index_load(nb_st_index *x, const char *dir, char *err, size_t e
         st_shard key = {x->e[i].shard, NULL};
         x->e[i].shard_idx = (size_t)((const st_shard *)bsearch(&key, x->s, x->ns, sizeof *x->s, cmp_shard) - x->s);
     }
+    return NB_OK;
+}
+
+static nb_status index_load(nb_st_index *x, const char *dir, char *err, size_t errlen) {
+    const char *L = x->label;
+    size_t len = 0;
+    nb_status st = read_small_file(L, &x->text, &len, err, errlen);
+    if (st) return st;
+    if ((st = index_parse(x, len, err, errlen))) return st;
     size_t dlen = strlen(dir);
     for (size_t k = 0; k < x->ns; k++) {
         size_t sl = strlen(x->s[k].name);
@@ -1130,6 +1138,32 @@ nb_status nb_st_open_index(const char *path, nb_st_index **out, char *err, size_
     }
     *out = x;
     return NB_OK;
+}
+
+nb_status nb_st_index_check_memory(const char *text, size_t len, const char *label, size_t *ntensors,
+                                   size_t *nshards, char *err, size_t errlen) {
+    if (!text && len) return nbio_fail(err, errlen, NB_ERR_NULL_POINTER, "nb_st_index_check_memory: text is NULL");
+    if (len > NB_ST_MAX_HEADER)
+        return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: index of %zu bytes exceeds %llu (rule: size limit)",
+                         label ? label : "<memory>", len, NB_ST_MAX_HEADER);
+    nb_st_index *x = (nb_st_index *)calloc(1, sizeof *x);
+    char *t = (char *)malloc(len + 1);
+    if (x) x->label = nbio_strdup(label ? label : "<memory>");
+    if (!x || !t || !x->label) {
+        free(t);
+        nb_st_index_close(x);
+        return nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    if (len) memcpy(t, text, len);
+    t[len] = 0;
+    x->text = t;
+    nb_status st = index_parse(x, len, err, errlen);
+    if (st == NB_OK) {
+        if (ntensors) *ntensors = x->ne;
+        if (nshards) *nshards = x->ns;
+    }
+    nb_st_index_close(x);
+    return st;
 }
 
 nb_status nb_st_index_count(const nb_st_index *x, size_t *count) {
