@@ -464,7 +464,8 @@ static void test_excludes(void) {
     write_text("excl_ct", "config.json",
                "{\"quantization_config\": {\"quant_method\": \"compressed-tensors\", \"format\": "
                "\"nvfp4-pack-quantized\", \"ignore\": [\"re:.*lm_head\", \"re:model\\\\.layers\\\\.\\\\d+\\\\.mlp\\\\.gate$\", "
-               "\"model.embed_tokens\", \"re:.*down_proj\", \"re:self_attn\", \"re:(?<=x)y\", 5]}}\n");
+               "\"model.embed_tokens\", \"re:.*down_proj\", \"re:self_attn\", \"re:(?<=x)y\", 5, \"re:a+++\", "
+               "\"re:((a{30}){30}){30}\", \"re:(a)\\\\1\", \"re:.*+?x\"]}}\n");
     c = open_sub("excl_ct", NB_OK);
     if (c) {
         check_excl(c, "lm_head", 1, "re:.*lm_head", 0);
@@ -475,8 +476,13 @@ static void test_excludes(void) {
         check_excl(c, "model.layers.0.self_attn.v_proj", 0, NULL, 0); /* re.match anchors at the start */
         nb_ckpt_config cfg;
         nb_ckpt_get_config(c, &cfg);
-        CHECK(cfg.nexclude == 6 && cfg.note && strstr(cfg.note, "(?<=x)y") && strstr(cfg.note, "[6] is not a string"),
+        CHECK(cfg.nexclude == 10 && cfg.note && strstr(cfg.note, "(?<=x)y") && strstr(cfg.note, "[6] is not a string") &&
+                  strstr(cfg.note, "stacked") && strstr(cfg.note, "256 times") && strstr(cfg.note, "backreference"),
               "ct ignore: %zu entries, note %s", cfg.nexclude, cfg.note ? cfg.note : "(none)");
+        int usable = 0;
+        const char *pat = NULL;
+        CHECK(nb_ckpt_exclude_at(c, 9, &pat, NULL, &usable) == NB_OK && usable == 0 && !strcmp(pat, "re:.*+?x"),
+              "stacked quantifiers after a lazy one are refused too");
     }
     nb_ckpt_close(c);
     free_set(&s);

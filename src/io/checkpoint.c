@@ -56,7 +56,7 @@ struct nb_ckpt {
     nb_ckpt_source declared_src;
     excl_rec *ex;             /* exclude / ignore entries of the configs */
     size_t nex;
-    char config_note[256];    /* entries that could not be used; "" when none */
+    char config_note[1024];   /* entries that could not be used; "" when none */
 };
 
 char *nbio_join(const char *a, const char *b) {
@@ -148,29 +148,77 @@ static void config_note(nb_ckpt *c, const char *fmt, ...) {
 }
 
 /* A Python `re` pattern as POSIX ERE: the escapes \d \w \s (and their
- * negations) become bracket expressions and "(?:" a plain group; anything
- * else is handed to regcomp, which rejects what ERE cannot say. */
-static char *py_regex_to_ere(const char *p) {
+ * negations) become bracket expressions, "(?:" a plain group, and a lazy
+ * "?" after a quantifier is dropped (it cannot change whether a match at
+ * the start exists); anything else is handed to regcomp, which rejects what
+ * ERE cannot say.  A config is untrusted input and glibc's regcomp copies
+ * the subtree of every "+" and "{m,n}" (nested ones multiply), so patterns
+ * are refused (*why set, NULL returned) when longer than 256 bytes, with
+ * stacked quantifiers ("a++"), backreferences, or when the product of their
+ * repetition factors exceeds 256.  NULL with *why NULL: out of memory. */
+static char *py_regex_to_ere(const char *p, const char **why) {
+    *why = NULL;
     size_t n = strlen(p);
+    if (n > 256) return *why = "longer than 256 bytes", NULL;
     char *o = (char *)malloc(n * 14 + 4), *q = o;
     if (!o) return NULL;
     *q++ = '^'; /* re.match: anchored at the start, not at the end */
     *q++ = '(';
+    double factor = 1;
+    int prev_quant = 0, in_bracket = 0;
     for (size_t i = 0; i < n; i++) {
         static const char *const cls[6][2] = {{"d", "[0-9]"}, {"D", "[^0-9]"}, {"w", "[[:alnum:]_]"},
                                               {"W", "[^[:alnum:]_]"}, {"s", "[[:space:]]"}, {"S", "[^[:space:]]"}};
+        char c = p[i];
+        if (in_bracket) { /* quantifier characters are literal in a bracket expression */
+            *q++ = c;
+            if (c == ']') in_bracket = 0;
+            continue;
+        }
         const char *rep = NULL;
-        if (p[i] == '\\' && i + 1 < n)
+        if (c == '\\' && i + 1 < n)
             for (int k = 0; k < 6; k++)
                 if (p[i + 1] == cls[k][0][0]) rep = cls[k][1];
+        if (c == '\\' && p[i + 1] >= '0' && p[i + 1] <= '9') { /* exponential to match */
+            free(o);
+            return *why = "uses a backreference", NULL;
+        }
+        int quant = c == '*' || c == '+' || c == '?' || c == '{';
+        if (quant && prev_quant) {
+            if (c == '?') continue; /* lazy */
+            free(o);
+            return *why = "stacked quantifiers", NULL;
+        }
+        if (c == '+') factor *= 2;
+        if (c == '{') {
+            unsigned long lo = strtoul(p + i + 1, NULL, 10), hi = lo;
+            const char *comma = strchr(p + i, ','), *close = strchr(p + i, '}');
+            if (comma && close && comma < close) hi = comma + 1 == close ? lo + 1 : strtoul(comma + 1, NULL, 10);
+            factor *= (double)(hi > lo ? hi : lo) + 1;
+        }
+        if (factor > 256) {
+            free(o);
+            return *why = "repetitions would expand it more than 256 times", NULL;
+        }
+        prev_quant = quant;
         if (rep) {
             q += sprintf(q, "%s", rep);
             i++;
-        } else if (p[i] == '(' && p[i + 1] == '?' && p[i + 2] == ':') {
+        } else if (c == '\\' && i + 1 < n) {
+            *q++ = c;
+            *q++ = p[++i];
+        } else if (c == '(' && p[i + 1] == '?' && p[i + 2] == ':') {
             *q++ = '(';
             i += 2;
         } else {
-            *q++ = p[i];
+            if (c == '[') {
+                in_bracket = 1;
+                *q++ = c;
+                if (p[i + 1] == '^') *q++ = p[++i];
+                if (p[i + 1] == ']') *q++ = p[++i]; /* a leading ']' is literal */
+                continue;
+            }
+            *q++ = c;
         }
     }
     *q++ = ')';
@@ -208,8 +256,14 @@ static nb_status add_excludes(nb_ckpt *c, const cJSON *list, const char *key, nb
         r->usable = 1;
         c->nex++;
         if (r->is_re) {
-            char *ere = py_regex_to_ere(r->pattern + 3);
-            if (!ere) return NB_ERR_OUT_OF_MEMORY;
+            const char *why = NULL;
+            char *ere = py_regex_to_ere(r->pattern + 3, &why);
+            if (!ere && !why) return NB_ERR_OUT_OF_MEMORY;
+            if (!ere) {
+                r->usable = 0;
+                config_note(c, "%s[%d] \"%.64s\": regex %s; ignored", key, i, r->pattern, why);
+                continue;
+            }
             int rc = regcomp(&r->re, ere, REG_EXTENDED);
             free(ere);
             if (rc) {
