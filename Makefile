@@ -39,10 +39,14 @@ test-asan: deps
 	cmake --build $(BUILD)-asan -j $(JOBS)
 	ctest --test-dir $(BUILD)-asan --output-on-failure
 
-# libFuzzer on the safetensors reader for FUZZ_SECONDS, on a copy of the seed
-# corpus (tests/corpus/safetensors/); fails on any crash, leak or sanitizer
-# report.  Needs clang and its fuzzer runtime (installed when missing).
+# libFuzzer on the checkpoint readers for FUZZ_SECONDS in total, split over
+# three targets (half to the safetensors reader, a quarter each to the GGUF
+# reader and to the index/config readers), each on a copy of its seed corpus
+# (tests/corpus/<target>/); fails on any crash, leak or sanitizer report.
+# Needs clang and its fuzzer runtime (installed when missing).
 FUZZ_SECONDS ?= 120
+FUZZ_ST = $(shell echo $$(( $(FUZZ_SECONDS) / 2 > 1 ? $(FUZZ_SECONDS) / 2 : 1 )))
+FUZZ_REST = $(shell echo $$(( $(FUZZ_SECONDS) / 4 > 1 ? $(FUZZ_SECONDS) / 4 : 1 )))
 fuzz: deps
 	@missing=""; command -v clang >/dev/null 2>&1 || missing="$$missing clang"; \
 	ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-*.a >/dev/null 2>&1 || missing="$$missing libclang-rt-14-dev"; \
@@ -52,11 +56,16 @@ fuzz: deps
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
 	CC=clang cmake -S . -B $(BUILD)-fuzz -DNB_FUZZ=ON -DNB_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-	cmake --build $(BUILD)-fuzz -j $(JOBS) --target fuzz_safetensors
-	rm -rf $(BUILD)-fuzz/corpus && mkdir -p $(BUILD)-fuzz/corpus
-	cp tests/corpus/safetensors/* $(BUILD)-fuzz/corpus/
-	cd $(BUILD)-fuzz && ./fuzz_safetensors -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
-	  -dict=$(CURDIR)/tests/corpus/safetensors.dict corpus
+	cmake --build $(BUILD)-fuzz -j $(JOBS) --target fuzz_safetensors fuzz_gguf fuzz_config
+	for t in safetensors gguf config; do \
+	  rm -rf $(BUILD)-fuzz/corpus-$$t && mkdir -p $(BUILD)-fuzz/corpus-$$t && \
+	  cp tests/corpus/$$t/* $(BUILD)-fuzz/corpus-$$t/ || exit 1; \
+	done
+	cd $(BUILD)-fuzz && ./fuzz_safetensors -max_total_time=$(FUZZ_ST) -print_final_stats=1 \
+	  -dict=$(CURDIR)/tests/corpus/safetensors.dict corpus-safetensors
+	cd $(BUILD)-fuzz && ./fuzz_gguf -max_total_time=$(FUZZ_REST) -print_final_stats=1 corpus-gguf
+	cd $(BUILD)-fuzz && ./fuzz_config -max_total_time=$(FUZZ_REST) -print_final_stats=1 \
+	  -dict=$(CURDIR)/tests/corpus/config.dict corpus-config
 
 # The Python package (python/): CPU-only build into a fresh venv, then pytest.
 test-python: deps

@@ -11,84 +11,14 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "checkpoint.h"
-#include "testlib.h"
+#include "ckpt_testlib.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 
-static char g_dir[512];
 
 /* ------------------------------------------------------------ fixture helpers */
-
-typedef struct tset {
-    nb_st_tensor t[48];
-    void *own[48];
-    size_t n;
-} tset;
-
-static uint8_t *rnd_bytes(size_t n, int lo, int hi) {
-    uint8_t *p = (uint8_t *)malloc(n ? n : 1);
-    for (size_t i = 0; i < n; i++) p[i] = (uint8_t)(lo + (int)(rnd_u64() % (uint64_t)(hi - lo + 1)));
-    return p;
-}
-
-/* Add a tensor; data is copied (random bytes in [lo, hi] when src is NULL).
- * Returns the tensor's data. */
-static const uint8_t *add(tset *s, const char *name, nb_st_dtype dt, int rank, const int64_t *shape,
-                          const void *src, int lo, int hi) {
-    nb_st_tensor *t = &s->t[s->n];
-    memset(t, 0, sizeof *t);
-    t->name = name;
-    t->dtype = dt;
-    t->rank = rank;
-    int bits = 8;
-    nb_st_dtype_info(dt, NULL, &bits);
-    size_t e = 1;
-    for (int i = 0; i < rank; i++) {
-        t->shape[i] = shape[i];
-        e *= (size_t)shape[i];
-    }
-    t->bytes = e * (size_t)bits / 8;
-    uint8_t *p = rnd_bytes(t->bytes, lo, hi);
-    if (src) memcpy(p, src, t->bytes);
-    t->data = p;
-    s->own[s->n++] = p;
-    return p;
-}
-
-static void add_f32(tset *s, const char *name, int rank, float v) {
-    int64_t one[1] = {1};
-    add(s, name, NB_ST_F32, rank, one, &v, 0, 0);
-}
-
-static void write_set(tset *s, const char *sub, const char *file) {
-    char path[1024], err[512] = "";
-    snprintf(path, sizeof path, "%s/%s", g_dir, sub);
-    mkdir(path, 0755);
-    snprintf(path, sizeof path, "%s/%s/%s", g_dir, sub, file);
-    nb_status st = nb_st_write(path, s->t, s->n, NULL, 0, err, sizeof err);
-    CHECK(st == NB_OK, "write %s: %s", path, err);
-}
-
-static void free_set(tset *s) {
-    for (size_t i = 0; i < s->n; i++) free(s->own[i]);
-    s->n = 0;
-}
-
-static void write_text(const char *sub, const char *file, const char *text) {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", g_dir, sub);
-    mkdir(path, 0755);
-    snprintf(path, sizeof path, "%s/%s/%s", g_dir, sub, file);
-    FILE *f = fopen(path, "wb");
-    if (!f) {
-        CHECK(0, "cannot write %s", path);
-        return;
-    }
-    fputs(text, f);
-    fclose(f);
-}
 
 static nb_ckpt *open_sub(const char *sub, nb_status want) {
     char path[1024], err[512] = "";
@@ -459,6 +389,119 @@ static void test_inconsistent(void) {
     free_set(&s);
 }
 
+/* Exclude lists: ModelOpt wildcards (both files), compressed-tensors "re:"
+ * entries, gpt-oss modules_to_not_convert; unquantized layers they name are
+ * reported excluded, 4-bit ones they name are flagged. */
+static void check_excl(nb_ckpt *c, const char *prefix, int excluded, const char *by, int mismatch) {
+    nb_ckpt_layer L = get_layer(c, prefix, NULL);
+    CHECK(L.excluded == excluded && (!by || (L.excluded_by && !strcmp(L.excluded_by, by))) &&
+              L.config_mismatch == mismatch,
+          "%s: excluded %d by %s, mismatch %d (%s); want %d by %s, %d", prefix, L.excluded,
+          L.excluded_by ? L.excluded_by : "-", L.config_mismatch, L.problem, excluded, by ? by : "-", mismatch);
+    if (mismatch) CHECK(strstr(L.problem, "excludes it") != NULL, "%s: problem '%s'", prefix, L.problem);
+}
+
+static void test_excludes(void) {
+    tset s = {0};
+    int64_t w[2] = {8, 32}, sc[2] = {8, 4}, bf[2] = {8, 64};
+    add(&s, "model.layers.0.self_attn.q_proj.weight", NB_ST_U8, 2, w, NULL, 0, 255);
+    add(&s, "model.layers.0.self_attn.q_proj.weight_scale", NB_ST_F8_E4M3, 2, sc, NULL, E4M3_LO, E4M3_HI);
+    add_f32(&s, "model.layers.0.self_attn.q_proj.weight_scale_2", 0, 0.5f);
+    add(&s, "model.layers.0.mlp.up_proj.weight", NB_ST_U8, 2, w, NULL, 0, 255);
+    add(&s, "model.layers.0.mlp.up_proj.weight_scale", NB_ST_F8_E4M3, 2, sc, NULL, E4M3_LO, E4M3_HI);
+    add_f32(&s, "model.layers.0.mlp.up_proj.weight_scale_2", 0, 0.5f);
+    add(&s, "model.layers.1.self_attn.o_proj.weight", NB_ST_BF16, 2, bf, NULL, 0, 127);
+    add(&s, "model.layers.1.mlp.gate.weight", NB_ST_BF16, 2, bf, NULL, 0, 127);
+    add(&s, "model.layers.1.mlp.down_proj.weight", NB_ST_BF16, 2, bf, NULL, 0, 127);
+    add(&s, "lm_head.weight", NB_ST_BF16, 2, bf, NULL, 0, 127);
+    write_set(&s, "excl_mo", "model.safetensors");
+    write_text("excl_mo", "hf_quant_config.json",
+               "{\"quantization\": {\"quant_algo\": \"NVFP4\", \"exclude_modules\": [\"lm_head\", "
+               "\"model.layers.*.self_attn\"]}}\n");
+    write_text("excl_mo", "config.json",
+               "{\"quantization_config\": {\"quant_method\": \"modelopt\", \"quant_algo\": \"NVFP4\", "
+               "\"exclude_modules\": [\"*.mlp.gate\"]}}\n");
+    nb_ckpt *c = open_sub("excl_mo", NB_OK);
+    if (c) {
+        check_excl(c, "lm_head", 1, "lm_head", 0);
+        check_excl(c, "model.layers.1.self_attn.o_proj", 1, "model.layers.*.self_attn", 0); /* parent module */
+        check_excl(c, "model.layers.0.self_attn.q_proj", 1, "model.layers.*.self_attn", 1); /* 4-bit, excluded */
+        check_excl(c, "model.layers.1.mlp.gate", 1, "*.mlp.gate", 0);                        /* config.json list */
+        check_excl(c, "model.layers.1.mlp.down_proj", 0, NULL, 0);
+        check_excl(c, "model.layers.0.mlp.up_proj", 0, NULL, 0);
+        nb_ckpt_layer L = get_layer(c, "lm_head", NULL);
+        CHECK(L.decided_by == NB_CKPT_SRC_HF_QUANT_CONFIG && L.excluded_src == NB_CKPT_SRC_HF_QUANT_CONFIG,
+              "lm_head decided by %s", nb_ckpt_source_name(L.decided_by));
+        L = get_layer(c, "model.layers.1.mlp.gate", NULL);
+        CHECK(L.decided_by == NB_CKPT_SRC_CONFIG_JSON, "gate decided by %s", nb_ckpt_source_name(L.decided_by));
+        L = get_layer(c, "model.layers.0.self_attn.q_proj", NULL);
+        CHECK(L.format == NB_CKPT_MODELOPT_NVFP4 && strstr(L.problem, "hf_quant_config.json"),
+              "q_proj still modelopt-nvfp4, problem names the file: %s", L.problem);
+        nb_ckpt_config cfg;
+        nb_ckpt_get_config(c, &cfg);
+        const char *pat = NULL, *where = NULL;
+        int usable = 0;
+        CHECK(cfg.nexclude == 3 && !cfg.note && nb_ckpt_exclude_at(c, 2, &pat, &where, &usable) == NB_OK &&
+                  !strcmp(pat, "*.mlp.gate") && strstr(where, "config.json") && usable &&
+                  nb_ckpt_exclude_at(c, 3, &pat, NULL, NULL) == NB_ERR_NOT_FOUND,
+              "modelopt exclude list: %zu entries", cfg.nexclude);
+    }
+    nb_ckpt_close(c);
+
+    /* compressed-tensors ignore with regexes; the same tensors renamed */
+    free_set(&s);
+    add(&s, "model.layers.0.mlp.down_proj.weight_packed", NB_ST_U8, 2, w, NULL, 0, 255);
+    add(&s, "model.layers.0.mlp.down_proj.weight_scale", NB_ST_F8_E4M3, 2, sc, NULL, E4M3_LO, E4M3_HI);
+    add_f32(&s, "model.layers.0.mlp.down_proj.weight_global_scale", 1, 2.0f);
+    add(&s, "model.layers.0.mlp.gate_proj.weight_packed", NB_ST_U8, 2, w, NULL, 0, 255);
+    add(&s, "model.layers.0.mlp.gate_proj.weight_scale", NB_ST_F8_E4M3, 2, sc, NULL, E4M3_LO, E4M3_HI);
+    add_f32(&s, "model.layers.0.mlp.gate_proj.weight_global_scale", 1, 2.0f);
+    add(&s, "model.layers.12.mlp.gate.weight", NB_ST_BF16, 2, bf, NULL, 0, 127);
+    add(&s, "model.embed_tokens.weight", NB_ST_BF16, 2, bf, NULL, 0, 127);
+    add(&s, "lm_head.weight", NB_ST_BF16, 2, bf, NULL, 0, 127);
+    add(&s, "model.layers.0.self_attn.v_proj.weight", NB_ST_BF16, 2, bf, NULL, 0, 127);
+    write_set(&s, "excl_ct", "model.safetensors");
+    write_text("excl_ct", "config.json",
+               "{\"quantization_config\": {\"quant_method\": \"compressed-tensors\", \"format\": "
+               "\"nvfp4-pack-quantized\", \"ignore\": [\"re:.*lm_head\", \"re:model\\\\.layers\\\\.\\\\d+\\\\.mlp\\\\.gate$\", "
+               "\"model.embed_tokens\", \"re:.*down_proj\", \"re:self_attn\", \"re:(?<=x)y\", 5, \"re:a+++\", "
+               "\"re:((a{30}){30}){30}\", \"re:(a)\\\\1\", \"re:.*+?x\"]}}\n");
+    c = open_sub("excl_ct", NB_OK);
+    if (c) {
+        check_excl(c, "lm_head", 1, "re:.*lm_head", 0);
+        check_excl(c, "model.layers.12.mlp.gate", 1, "re:model\\.layers\\.\\d+\\.mlp\\.gate$", 0);
+        check_excl(c, "model.layers.0.mlp.gate_proj", 0, NULL, 0); /* "$": gate, not gate_proj */
+        check_excl(c, "model.embed_tokens", 1, "model.embed_tokens", 0);
+        check_excl(c, "model.layers.0.mlp.down_proj", 1, "re:.*down_proj", 1);
+        check_excl(c, "model.layers.0.self_attn.v_proj", 0, NULL, 0); /* re.match anchors at the start */
+        nb_ckpt_config cfg;
+        nb_ckpt_get_config(c, &cfg);
+        CHECK(cfg.nexclude == 10 && cfg.note && strstr(cfg.note, "(?<=x)y") && strstr(cfg.note, "[6] is not a string") &&
+                  strstr(cfg.note, "stacked") && strstr(cfg.note, "256 times") && strstr(cfg.note, "backreference"),
+              "ct ignore: %zu entries, note %s", cfg.nexclude, cfg.note ? cfg.note : "(none)");
+        int usable = 0;
+        const char *pat = NULL;
+        CHECK(nb_ckpt_exclude_at(c, 9, &pat, NULL, &usable) == NB_OK && usable == 0 && !strcmp(pat, "re:.*+?x"),
+              "stacked quantifiers after a lazy one are refused too");
+    }
+    nb_ckpt_close(c);
+    free_set(&s);
+
+    /* the in-memory reader: gpt-oss modules_to_not_convert, a list that is not one */
+    const char *cfg = "{\"quantization_config\": {\"quant_method\": \"mxfp4\", \"modules_to_not_convert\": "
+                      "[\"model.layers.*.self_attn\", \"model.layers.*.mlp.router\", \"lm_head\"], \"ignore\": 3}}";
+    const char *pre[5] = {"model.layers.3.self_attn.q_proj", "model.layers.3.mlp.router", "lm_head",
+                          "model.layers.3.mlp.experts.down_proj", "lm_head_2"};
+    int ex[5] = {-1, -1, -1, -1, -1};
+    char err[256] = "";
+    nb_status st = nb_ckpt_config_check_memory(NULL, 0, cfg, strlen(cfg), pre, 5, ex, err, sizeof err);
+    CHECK(st == NB_OK && ex[0] == 1 && ex[1] == 1 && ex[2] == 1 && ex[3] == 0 && ex[4] == 0,
+          "gpt-oss modules_to_not_convert: %s %d %d %d %d %d", err, ex[0], ex[1], ex[2], ex[3], ex[4]);
+    st = nb_ckpt_config_check_memory("{\"quantization\": [", 18, NULL, 0, NULL, 0, NULL, err, sizeof err);
+    CHECK(st == NB_ERR_CORRUPT && strstr(err, "hf_quant_config.json"), "bad JSON in memory: %s", err);
+    CHECK(nb_ckpt_config_check_memory(NULL, 3, NULL, 0, NULL, 0, NULL, NULL, 0) == NB_ERR_NULL_POINTER, "NULL text");
+}
+
 static void test_errors(void) {
     /* corrupt safetensors, missing path, empty directory, bad and huge configs */
     char path[1024];
@@ -500,22 +543,8 @@ static void test_errors(void) {
 }
 
 int main(int argc, char **argv) {
-    int keep = 0;
-    if (argc == 3 && !strcmp(argv[1], "--keep")) {
-        snprintf(g_dir, sizeof g_dir, "%s", argv[2]);
-        if (mkdir(g_dir, 0755) && errno != EEXIST) {
-            printf("cannot create %s\n", g_dir);
-            return 2;
-        }
-        keep = 1;
-    } else {
-        const char *tmp = getenv("TMPDIR");
-        snprintf(g_dir, sizeof g_dir, "%s/nb_ckpt_test.XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
-        if (!mkdtemp(g_dir)) {
-            printf("cannot create a temporary directory\n");
-            return 2;
-        }
-    }
+    int keep = fixture_dir_open(argc, argv, "nb_ckpt_test");
+    if (keep < 0) return 2;
     test_modelopt();
     test_ct();
     test_quark();
@@ -523,16 +552,7 @@ int main(int argc, char **argv) {
     test_bf16();
     test_sharded();
     test_inconsistent();
+    test_excludes();
     test_errors();
-    if (keep) {
-        printf("fixtures kept in %s\n", g_dir);
-    } else if (g_fail == 0) {
-        char cmd[600];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-        if (system(cmd) != 0) printf("note: could not remove %s\n", g_dir);
-    } else {
-        printf("files kept in %s\n", g_dir);
-    }
-    printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail ? 1 : 0;
+    return fixture_dir_close(keep);
 }

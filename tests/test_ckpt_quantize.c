@@ -14,7 +14,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "checkpoint.h"
 #include "ckpt_quantize.h"
-#include "testlib.h"
+#include "ckpt_testlib.h"
 
 #include <cjson/cJSON.h>
 
@@ -23,7 +23,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static char g_dir[512];
 
 /* ------------------------------------------------------------ fixtures */
 
@@ -96,29 +95,6 @@ static void path_of(char *buf, size_t n, const char *sub, const char *file) {
     else snprintf(buf, n, "%s/%s", g_dir, sub);
 }
 
-static void write_text(const char *sub, const char *file, const char *text) {
-    char path[1024];
-    path_of(path, sizeof path, sub, file);
-    FILE *f = fopen(path, "wb");
-    CHECK(f != NULL, "cannot write %s", path);
-    if (!f) return;
-    fputs(text, f);
-    fclose(f);
-}
-
-/* malloc'ed file contents (NULL when unreadable) */
-static char *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *p = (char *)malloc((size_t)sz + 1);
-    *n = fread(p, 1, (size_t)sz, f);
-    p[*n] = 0;
-    fclose(f);
-    return p;
-}
 
 static void fill_tensor(nb_st_tensor *t, size_t i) {
     memset(t, 0, sizeof *t);
@@ -194,7 +170,7 @@ static cJSON *parse_file(const char *sub, const char *file) {
     char path[1024];
     path_of(path, sizeof path, sub, file);
     size_t n = 0;
-    char *txt = read_all(path, &n);
+    char *txt = read_file_all(path, &n);
     CHECK(txt != NULL, "%s missing", path);
     cJSON *j = txt ? cJSON_Parse(txt) : NULL;
     CHECK(!txt || j != NULL, "%s does not parse", path);
@@ -287,7 +263,7 @@ static void check_configs(const char *out, nb_format fmt, nb_mx_scale_rule rule,
     for (int i = 0; i < 2; i++) {
         path_of(path, sizeof path, out, extras[i][0]);
         size_t n = 0;
-        char *p = read_all(path, &n);
+        char *p = read_file_all(path, &n);
         CHECK(p && n == strlen(extras[i][1]) && !memcmp(p, extras[i][1], n), "%s: %s not copied", out, extras[i][0]);
         free(p);
     }
@@ -434,7 +410,7 @@ static void check_input_unchanged(const char *sub, const char *file, const char 
     char p[1024];
     path_of(p, sizeof p, sub, file);
     size_t n = 0;
-    char *now = read_all(p, &n);
+    char *now = read_file_all(p, &n);
     CHECK(now && n == nbefore && !memcmp(now, before, n), "%s/%s was modified", sub, file);
     free(now);
 }
@@ -456,7 +432,7 @@ static void test_errors(void) {
     CHECK(st == NB_ERR_INVALID_ARGUMENT && strstr(err, "not empty"), "OUT non-empty: %s (%s)", nb_status_name(st), err);
     path_of(p, sizeof p, "out_busy", "keep.txt");
     size_t n = 0;
-    char *k = read_all(p, &n);
+    char *k = read_file_all(p, &n);
     CHECK(k && !strcmp(k, "mine\n"), "OUT non-empty: its file was changed");
     free(k);
     path_of(p, sizeof p, "out_busy", "model.safetensors");
@@ -540,34 +516,17 @@ static void test_errors(void) {
 }
 
 int main(int argc, char **argv) {
-    int keep = 0;
-    if (argc == 3 && !strcmp(argv[1], "--keep")) {
-        snprintf(g_dir, sizeof g_dir, "%s", argv[2]);
-        char cmd[700];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir); /* outputs of a previous run */
-        if (system(cmd) != 0) printf("note: could not clear %s\n", g_dir);
-        if (mkdir(g_dir, 0755) && errno != EEXIST) {
-            printf("cannot create %s\n", g_dir);
-            return 2;
-        }
-        keep = 1;
-    } else {
-        const char *tmp = getenv("TMPDIR");
-        snprintf(g_dir, sizeof g_dir, "%s/nb_ckptq_test.XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
-        if (!mkdtemp(g_dir)) {
-            printf("cannot create a temporary directory\n");
-            return 2;
-        }
-    }
+    int keep = fixture_dir_open(argc, argv, "nb_ckptq_test");
+    if (keep < 0) return 2;
     make_data();
     write_ckpt("bf16", 0);
     write_ckpt("sharded", 1);
     char p[1024];
     size_t nb = 0, ni = 0;
     path_of(p, sizeof p, "bf16", "model.safetensors");
-    char *before = read_all(p, &nb);
+    char *before = read_file_all(p, &nb);
     path_of(p, sizeof p, "sharded", "model.safetensors.index.json");
-    char *before_idx = read_all(p, &ni);
+    char *before_idx = read_file_all(p, &ni);
 
     run_case("bf16", "q_nvfp4", 0, NB_FORMAT_NVFP4, NB_MX_SCALE_EVEN, NULL, NULL);
     run_case("sharded", "q_nvfp4_sharded", 1, NB_FORMAT_NVFP4, NB_MX_SCALE_EVEN, "*.k_proj", "k_proj");
@@ -583,15 +542,5 @@ int main(int argc, char **argv) {
     free(before_idx);
     for (size_t i = 0; i < NT; i++) free(g_data[i]);
 
-    if (keep) {
-        printf("fixtures kept in %s\n", g_dir);
-    } else if (g_fail == 0) {
-        char cmd[600];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-        if (system(cmd) != 0) printf("note: could not remove %s\n", g_dir);
-    } else {
-        printf("files kept in %s\n", g_dir);
-    }
-    printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail ? 1 : 0;
+    return fixture_dir_close(keep);
 }

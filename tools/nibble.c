@@ -1,6 +1,6 @@
 /* nibble - command-line tool over the public API.
  *
- *   nibble version | info | demo | bench | inspect | quantize   (each takes --help)
+ *   nibble version | info | demo | bench | inspect | quantize | convert   (each takes --help)
  *
  * Exit codes: 0 success, 1 usage error, 2 a check failed (wrong numbers),
  * 3 a library call failed. */
@@ -18,7 +18,9 @@
 #endif
 #ifdef NB_HAVE_IO
 #include "checkpoint.h" /* nibble_io: internal, static */
+#include "ckpt_convert.h"
 #include "ckpt_quantize.h"
+#include "gguf.h"
 
 #include <unistd.h> /* isatty */
 
@@ -42,8 +44,11 @@ static void usage(FILE *f) {
                "            (GPU when present, C reference otherwise), print errors and time\n"
                "  bench     time the decode GEMM against cuBLAS BF16 (GPU only)\n"
                "  inspect   list a safetensors checkpoint's files, tensors and linear layers with\n"
-               "            their detected 4-bit format (ModelOpt, compressed-tensors, Quark, gpt-oss)\n"
-               "  quantize  write a BF16/F16/F32 checkpoint as a ModelOpt NVFP4 or Quark MXFP4 checkpoint\n\n"
+               "            their detected 4-bit format (ModelOpt, compressed-tensors, Quark, gpt-oss),\n"
+               "            or a GGUF file's metadata and tensors (MXFP4, NVFP4 found)\n"
+               "  quantize  write a BF16/F16/F32 checkpoint as a ModelOpt NVFP4 or Quark MXFP4 checkpoint\n"
+               "  convert   rewrite a 4-bit checkpoint in another layout (ModelOpt, compressed-tensors,\n"
+               "            Quark), codes and block scales unchanged\n\n"
                "'nibble <command> --help' describes each command.\n");
 }
 
@@ -300,6 +305,145 @@ static int cmd_demo(int argc, char **argv) {
 #ifdef NB_HAVE_IO
 static void json_add_i64(cJSON *o, const char *key, int64_t v) { cJSON_AddNumberToObject(o, key, (double)v); }
 
+/* Print a summary object on stdout and free it. */
+static void print_json(cJSON *j) {
+    char *txt = cJSON_Print(j);
+    if (txt) printf("%s\n", txt);
+    free(txt);
+    cJSON_Delete(j);
+}
+
+/* A GGUF file: header, key/values, tensors with their ggml type and, for
+ * MXFP4 / NVFP4, the weight nibble imports (n x k, experts, tensor scale). */
+static void gguf_value(const nb_gguf_kv *kv, char *buf, size_t n) {
+    const uint8_t *d = kv->data;
+    uint64_t u = 0;
+    int64_t i = 0;
+    double f = 0;
+    switch (kv->type) {
+    case NB_GGUF_STRING: snprintf(buf, n, "\"%.60s%s\"", kv->str, strlen(kv->str) > 60 ? "..." : ""); return;
+    case NB_GGUF_ARRAY: snprintf(buf, n, "[%s x %llu]", nb_gguf_vtype_name(kv->elem_type), (unsigned long long)kv->count); return;
+    case NB_GGUF_FLOAT32: { float x; memcpy(&x, d, 4); f = x; snprintf(buf, n, "%.9g", f); return; }
+    case NB_GGUF_FLOAT64: memcpy(&f, d, 8); snprintf(buf, n, "%.17g", f); return;
+    case NB_GGUF_BOOL: snprintf(buf, n, "%s", d[0] ? "true" : "false"); return;
+    case NB_GGUF_INT8: i = (int8_t)d[0]; break;
+    case NB_GGUF_INT16: { int16_t x; memcpy(&x, d, 2); i = x; break; }
+    case NB_GGUF_INT32: { int32_t x; memcpy(&x, d, 4); i = x; break; }
+    case NB_GGUF_INT64: memcpy(&i, d, 8); break;
+    default:
+        memcpy(&u, d, (size_t)kv->bytes < 8 ? (size_t)kv->bytes : 8);
+        snprintf(buf, n, "%llu", (unsigned long long)u);
+        return;
+    }
+    snprintf(buf, n, "%lld", (long long)i);
+}
+
+static int cmd_inspect_gguf(const char *path, int json, int summary) {
+    char err[1024] = "";
+    nb_gguf_file *g = NULL;
+    nb_status st = nb_gguf_open(path, &g, err, sizeof err);
+    if (st != NB_OK) {
+        fprintf(stderr, "nibble inspect: %s: %s\n", nb_status_name(st), err);
+        return 3;
+    }
+    nb_gguf_header h;
+    nb_gguf_get_header(g, &h);
+    cJSON *root = json ? cJSON_CreateObject() : NULL, *jk = NULL, *jt = NULL;
+    if (json) {
+        cJSON_AddStringToObject(root, "path", path);
+        cJSON_AddStringToObject(root, "container", "gguf");
+        json_add_i64(root, "version", h.version);
+        json_add_i64(root, "alignment", h.alignment);
+        jk = cJSON_AddObjectToObject(root, "metadata");
+        jt = cJSON_AddArrayToObject(root, "tensors");
+    } else {
+        printf("gguf %s\nversion %u, alignment %u, %zu keys, %zu tensors, data at byte %llu\n", path, h.version,
+               h.alignment, h.n_kv, h.n_tensors, (unsigned long long)h.data_offset);
+        if (!summary) printf("\nmetadata (%zu):\n", h.n_kv);
+    }
+    for (size_t i = 0; i < h.n_kv; i++) {
+        nb_gguf_kv kv;
+        nb_gguf_kv_at(g, i, &kv);
+        char v[128];
+        gguf_value(&kv, v, sizeof v);
+        if (json) cJSON_AddStringToObject(jk, kv.key, v);
+        else if (!summary) printf("  %-48s %-8s %s\n", kv.key, nb_gguf_vtype_name(kv.type), v);
+    }
+    if (!json) printf("\ntensors (%zu):\n  %-40s %-8s %-22s %12s  %s\n", h.n_tensors, "name", "type", "shape", "bytes",
+                      "format");
+    size_t nfmt[2] = {0, 0};
+    uint64_t total = 0;
+    for (size_t i = 0; i < h.n_tensors; i++) {
+        nb_gguf_tensor t;
+        nb_gguf_tensor_at(g, i, &t);
+        total += t.bytes;
+        nb_gguf_fp4 f;
+        int fp4 = nb_gguf_fp4_info(g, i, &f, NULL, 0) == NB_OK;
+        const char *fmt = fp4 ? (f.format == NB_FORMAT_NVFP4 ? "gguf-nvfp4" : "gguf-mxfp4") : "none";
+        float ts = 1.0f;
+        if (fp4) {
+            nfmt[f.format == NB_FORMAT_NVFP4]++;
+            if (f.scale_tensor >= 0) {
+                nb_gguf_tensor s;
+                nb_gguf_tensor_at(g, (size_t)f.scale_tensor, &s);
+                memcpy(&ts, s.data, 4);
+            }
+        }
+        if (json) {
+            cJSON *o = cJSON_CreateObject(), *sh = cJSON_CreateArray();
+            cJSON_AddStringToObject(o, "name", t.name);
+            cJSON_AddStringToObject(o, "ggml_type", nb_ggml_type_name(t.type));
+            for (int d = 0; d < t.n_dims; d++) cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)t.shape[d]));
+            cJSON_AddItemToObject(o, "shape", sh);
+            json_add_i64(o, "bytes", (int64_t)t.bytes);
+            cJSON_AddStringToObject(o, "format", fmt);
+            if (fp4) {
+                json_add_i64(o, "n", f.n);
+                json_add_i64(o, "k", f.k);
+                json_add_i64(o, "experts", f.experts);
+                cJSON_AddNumberToObject(o, "tensor_scale", ts);
+            }
+            cJSON_AddItemToArray(jt, o);
+            continue;
+        }
+        if (summary && !fp4) continue;
+        char shape[96] = "[";
+        size_t at = 1;
+        for (int d = 0; d < t.n_dims; d++)
+            at += (size_t)snprintf(shape + at, sizeof shape - at, "%s%lld", d ? ", " : "", (long long)t.shape[d]);
+        snprintf(shape + at, sizeof shape - at, "]");
+        char extra[96] = "";
+        if (fp4)
+            snprintf(extra, sizeof extra, "  %lld x %lld%s%.0lld%s, tensor scale %.6g", (long long)f.n, (long long)f.k,
+                     f.experts ? " x " : "", (long long)f.experts, f.experts ? " exp" : "", (double)ts);
+        printf("  %-40s %-8s %-22s %12llu  %s%s\n", t.name, nb_ggml_type_name(t.type), shape,
+               (unsigned long long)t.bytes, fmt, extra);
+    }
+    if (json) {
+        cJSON *tot = cJSON_AddObjectToObject(root, "totals");
+        json_add_i64(tot, "tensors", (int64_t)h.n_tensors);
+        json_add_i64(tot, "bytes", (int64_t)total);
+        json_add_i64(tot, "gguf_mxfp4", (int64_t)nfmt[0]);
+        json_add_i64(tot, "gguf_nvfp4", (int64_t)nfmt[1]);
+        print_json(root);
+    } else {
+        printf("\ntotals: %zu tensors, %llu bytes; %zu gguf-mxfp4, %zu gguf-nvfp4 (importable into nibble's "
+               "checkpoint layout)\n", h.n_tensors, (unsigned long long)total, nfmt[0], nfmt[1]);
+    }
+    nb_gguf_close(g);
+    return 0;
+}
+
+static int is_gguf(const char *path) {
+    size_t n = strlen(path);
+    if (n > 5 && !strcmp(path + n - 5, ".gguf")) return 1;
+    FILE *f = fopen(path, "rb");
+    char m[4] = {0};
+    int r = f && fread(m, 1, 4, f) == 4 && !memcmp(m, "GGUF", 4);
+    if (f) fclose(f);
+    return r;
+}
+
 static int cmd_inspect(int argc, char **argv) {
     const char *path = NULL;
     int json = 0, summary = 0;
@@ -309,11 +453,15 @@ static int cmd_inspect(int argc, char **argv) {
                    "  PATH is a .safetensors file, a directory (model.safetensors.index.json or\n"
                    "  model.safetensors inside) or an index file; config.json and\n"
                    "  hf_quant_config.json next to it are read when present.\n"
+                   "  A GGUF file (*.gguf, or starting with \"GGUF\") lists its header, metadata,\n"
+                   "  tensors with their ggml type and shape, and the MXFP4 / NVFP4 weights\n"
+                   "  nibble imports (gguf-mxfp4, gguf-nvfp4).\n"
                    "  Prints the files, every tensor (name, dtype, shape, bytes; not with\n"
                    "  --summary), every linear layer with its detected format (modelopt-nvfp4,\n"
                    "  ct-nvfp4, ct-mxfp4, quark-mxfp4, gptoss-mxfp4, none = unquantized,\n"
                    "  inconsistent = breaks its layout's rules, with the reason), n x k,\n"
-                   "  experts, tensor scale and what decided it, then totals.\n"
+                   "  experts, tensor scale and what decided it (a layer named by the config's\n"
+                   "  exclude / ignore list says so; a 4-bit layer it names is a WARNING), then totals.\n"
                    "  --json  the same as one JSON object on stdout.\n"
                    "  Exit: 0 read (even with inconsistent layers), 1 usage, 3 unreadable or corrupt.\n");
             return 0;
@@ -328,6 +476,7 @@ static int cmd_inspect(int argc, char **argv) {
         fprintf(stderr, "nibble inspect: a checkpoint path is required (see --help)\n");
         return 1;
     }
+    if (is_gguf(path)) return cmd_inspect_gguf(path, json, summary);
     char err[1024] = "";
     nb_ckpt *c = NULL;
     nb_status st = nb_ckpt_open(path, &c, err, sizeof err);
@@ -390,6 +539,18 @@ static int cmd_inspect(int argc, char **argv) {
         if (cfg.ct_format) cJSON_AddStringToObject(jc, "format", cfg.ct_format);
         cJSON_AddStringToObject(jc, "declared", nb_ckpt_format_name(cfg.declared));
         cJSON_AddStringToObject(jc, "declared_by", nb_ckpt_source_name(cfg.source));
+        cJSON *jx = cJSON_AddArrayToObject(jc, "exclude");
+        for (size_t i = 0; i < cfg.nexclude; i++) {
+            const char *pat, *where;
+            int usable;
+            nb_ckpt_exclude_at(c, i, &pat, &where, &usable);
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "pattern", pat);
+            cJSON_AddStringToObject(o, "from", where);
+            if (!usable) cJSON_AddBoolToObject(o, "unusable", 1);
+            cJSON_AddItemToArray(jx, o);
+        }
+        if (cfg.note) cJSON_AddStringToObject(jc, "note", cfg.note);
         a = cJSON_AddArrayToObject(root, "files");
         for (size_t i = 0; i < nf; i++) {
             const char *p;
@@ -429,6 +590,10 @@ static int cmd_inspect(int argc, char **argv) {
             cJSON_AddNumberToObject(o, "tensor_scale", L.tensor_scale);
             json_add_i64(o, "bytes", (int64_t)L.bytes);
             cJSON_AddStringToObject(o, "decided_by", nb_ckpt_source_name(L.decided_by));
+            if (L.excluded) {
+                cJSON_AddBoolToObject(o, "excluded", 1);
+                cJSON_AddStringToObject(o, "excluded_by", L.excluded_by);
+            }
             if (L.config_mismatch) cJSON_AddBoolToObject(o, "config_mismatch", 1);
             if (L.problem[0]) cJSON_AddStringToObject(o, "problem", L.problem);
             cJSON_AddItemToArray(a, o);
@@ -463,8 +628,10 @@ static int cmd_inspect(int argc, char **argv) {
     if (cfg.quant_method) printf(", quant_method %s", cfg.quant_method);
     if (cfg.quant_algo) printf(", quant_algo %s", cfg.quant_algo);
     if (cfg.ct_format) printf(", format %s", cfg.ct_format);
-    printf("; declares %s (%s)\n", cfg.declared == NB_CKPT_NONE ? "nothing" : nb_ckpt_format_name(cfg.declared),
-           nb_ckpt_source_name(cfg.source));
+    printf("; declares %s (%s); %zu exclude entries\n",
+           cfg.declared == NB_CKPT_NONE ? "nothing" : nb_ckpt_format_name(cfg.declared), nb_ckpt_source_name(cfg.source),
+           cfg.nexclude);
+    if (cfg.note) printf("config WARNING: %s\n", cfg.note);
     printf("\nfiles (%zu):\n", nf);
     for (size_t i = 0; i < nf; i++) {
         const char *p;
@@ -503,8 +670,10 @@ static int cmd_inspect(int argc, char **argv) {
             snprintf(nk, sizeof nk, "%lld x %lld x %lld exp", (long long)L.n, (long long)L.k, (long long)L.experts);
         else
             snprintf(nk, sizeof nk, "%lld x %lld", (long long)L.n, (long long)L.k);
-        printf("  %-*s  %-14s  %-22s  %-12.6g  %12llu  %s%s%s\n", (int)w, L.prefix, nb_ckpt_format_name(L.format), nk,
-               (double)L.tensor_scale, (unsigned long long)L.bytes, nb_ckpt_source_name(L.decided_by),
+        char ex[160] = "";
+        if (L.excluded && !L.config_mismatch) snprintf(ex, sizeof ex, " (excluded: \"%.120s\")", L.excluded_by);
+        printf("  %-*s  %-14s  %-22s  %-12.6g  %12llu  %s%s%s%s\n", (int)w, L.prefix, nb_ckpt_format_name(L.format),
+               nk, (double)L.tensor_scale, (unsigned long long)L.bytes, nb_ckpt_source_name(L.decided_by), ex,
                L.problem[0] ? (L.config_mismatch ? "  WARNING: " : "  PROBLEM: ") : "", L.problem);
     }
     printf("\ntotals: %zu tensors, %llu bytes (", nt, (unsigned long long)total_bytes);
@@ -640,10 +809,7 @@ static int cmd_quantize(int argc, char **argv) {
         json_add_i64(j, "bytes_in", (int64_t)s.bytes_in);
         json_add_i64(j, "bytes_out", (int64_t)s.bytes_out);
         cJSON_AddNumberToObject(j, "seconds", secs);
-        char *txt = cJSON_Print(j);
-        if (txt) printf("%s\n", txt);
-        free(txt);
-        cJSON_Delete(j);
+        print_json(j);
     } else {
         printf("%s -> %s: %zu layers quantized (%s), %zu tensors copied, %zu float weights left unquantized, "
                "%zu files copied; %.1f MB -> %.1f MB in %.1f s\n",
@@ -652,11 +818,123 @@ static int cmd_quantize(int argc, char **argv) {
     }
     return 0;
 }
+
+/* ---------------------------------------------------------------- convert */
+
+static void convert_warn(void *user, const char *msg) {
+    cJSON *arr = (cJSON *)user;
+    if (arr) cJSON_AddItemToArray(arr, cJSON_CreateString(msg));
+    fprintf(stderr, "%s%s\n", isatty(2) ? "\r\033[K" : "", msg);
+}
+
+static int cmd_convert(int argc, char **argv) {
+    const char *in = NULL, *out = NULL, *to = NULL;
+    int json = 0;
+    nb_ckpt_convert_opts o;
+    nb_ckpt_convert_opts_init(&o);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("usage: nibble convert IN OUT --to modelopt|compressed-tensors|quark [--strict] [--json]\n"
+                   "  IN   a 4-bit checkpoint (.safetensors file, directory or index file) in\n"
+                   "       ModelOpt NVFP4, compressed-tensors nvfp4/mxfp4, Quark MXFP4 or gpt-oss\n"
+                   "       MXFP4 layout.  It is only read.\n"
+                   "  OUT  a directory that must not exist or be empty: one file per input file,\n"
+                   "       the index when IN is sharded, config.json / hf_quant_config.json with the\n"
+                   "       target's quantization config, every other file of IN's directory.\n"
+                   "  Codes and block scales are copied byte for byte; tensors are renamed:\n"
+                   "    modelopt            P.weight, P.weight_scale, P.weight_scale_2 [], P.input_scale []\n"
+                   "    compressed-tensors  P.weight_packed, P.weight_scale, P.weight_global_scale [1]\n"
+                   "                        (= 1/weight_scale_2), P.input_global_scale [1]\n"
+                   "    quark               P.weight, P.weight_scale (MXFP4)\n"
+                   "  NVFP4 converts between modelopt and compressed-tensors, MXFP4 between quark\n"
+                   "  and compressed-tensors; gpt-oss MXFP4 experts become one layer per expert\n"
+                   "  (P = ...experts.gate_up_proj -> ...experts.E.gate_up_proj.weight).  Anything\n"
+                   "  else is refused with the reason.\n"
+                   "  A weight_scale_2 whose float reciprocal does not round-trip cannot be held\n"
+                   "  exactly by compressed-tensors: a warning names it (--strict: exit 2).\n"
+                   "  Progress on stderr when it is a terminal; warnings always on stderr;\n"
+                   "  --json prints a summary (with the warnings) on stdout.\n"
+                   "  Exit: 0 written, 1 usage, 2 refused by --strict, 3 unsupported, I/O error,\n"
+                   "  corrupt input or OUT not empty.\n");
+            return 0;
+        } else if (!strcmp(a, "--json")) json = 1;
+        else if (!strcmp(a, "--strict")) o.strict = 1;
+        else if (!strcmp(a, "--to") && i + 1 < argc) to = argv[++i];
+        else if (a[0] == '-' || (in && out)) {
+            fprintf(stderr, "nibble convert: unexpected argument '%s' (see --help)\n", a);
+            return 1;
+        } else if (!in) in = a;
+        else out = a;
+    }
+    if (!in || !out) {
+        fprintf(stderr, "nibble convert: IN and OUT are required (see --help)\n");
+        return 1;
+    }
+    if (!to || nb_ckpt_target_parse(to, &o.target) != NB_OK) {
+        fprintf(stderr, "nibble convert: --to modelopt, --to compressed-tensors or --to quark is required\n");
+        return 1;
+    }
+    cJSON *warnings = json ? cJSON_CreateArray() : NULL;
+    o.warn = convert_warn;
+    o.warn_user = warnings;
+    if (isatty(2)) o.progress = quantize_progress;
+    char err[1024] = "";
+    nb_ckpt_convert_summary s;
+    double t0 = now_s();
+    nb_status st = nb_ckpt_convert(in, out, &o, &s, err, sizeof err);
+    if (st != NB_OK) {
+        if (o.progress) fprintf(stderr, "\n");
+        fprintf(stderr, "nibble convert: %s: %s\n", nb_status_name(st), err);
+        cJSON_Delete(warnings);
+        return o.strict && st == NB_ERR_UNSUPPORTED && strstr(err, "(strict)") ? 2 : 3;
+    }
+    double secs = now_s() - t0;
+    if (json) {
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "input", in);
+        cJSON_AddStringToObject(j, "output", out);
+        cJSON_AddStringToObject(j, "to", nb_ckpt_target_name(o.target));
+        json_add_i64(j, "tensors_in", (int64_t)s.tensors_in);
+        json_add_i64(j, "tensors_out", (int64_t)s.tensors_out);
+        json_add_i64(j, "layers_converted", (int64_t)s.layers_converted);
+        json_add_i64(j, "layers_unchanged", (int64_t)s.layers_unchanged);
+        json_add_i64(j, "experts_split", (int64_t)s.experts_split);
+        json_add_i64(j, "layers_unquantized", (int64_t)s.layers_unquantized);
+        json_add_i64(j, "tensors_copied", (int64_t)s.tensors_copied);
+        cJSON *sc = cJSON_AddObjectToObject(j, "reciprocal_scales");
+        json_add_i64(sc, "exact", (int64_t)s.scales_exact);
+        json_add_i64(sc, "adjusted", (int64_t)s.scales_adjusted);
+        json_add_i64(sc, "inexact", (int64_t)s.scales_inexact);
+        json_add_i64(j, "shards", (int64_t)s.shards);
+        json_add_i64(j, "files_copied", (int64_t)s.files_copied);
+        json_add_i64(j, "bytes_in", (int64_t)s.bytes_in);
+        json_add_i64(j, "bytes_out", (int64_t)s.bytes_out);
+        cJSON_AddItemToObject(j, "warnings", warnings);
+        cJSON_AddNumberToObject(j, "seconds", secs);
+        print_json(j);
+    } else {
+        printf("%s -> %s (%s): %zu layers converted, %zu already in the layout, %zu experts split, %zu unquantized "
+               "layers; reciprocal scales %zu exact, %zu adjusted, %zu inexact; %zu tensors -> %zu, %zu files copied; "
+               "%.1f MB -> %.1f MB in %.1f s\n",
+               in, out, nb_ckpt_target_name(o.target), s.layers_converted, s.layers_unchanged, s.experts_split,
+               s.layers_unquantized, s.scales_exact, s.scales_adjusted, s.scales_inexact, s.tensors_in, s.tensors_out,
+               s.files_copied, s.bytes_in / 1e6, s.bytes_out / 1e6, secs);
+    }
+    return 0;
+}
 #else
 static int cmd_quantize(int argc, char **argv) {
     (void)argc;
     (void)argv;
     fprintf(stderr, "nibble quantize: unavailable: this nibble was built without the checkpoint module "
+                    "(nibble_io needs cJSON: install libcjson-dev and rebuild)\n");
+    return 3;
+}
+static int cmd_convert(int argc, char **argv) {
+    (void)argc;
+    (void)argv;
+    fprintf(stderr, "nibble convert: unavailable: this nibble was built without the checkpoint module "
                     "(nibble_io needs cJSON: install libcjson-dev and rebuild)\n");
     return 3;
 }
@@ -685,6 +963,7 @@ int main(int argc, char **argv) {
     if (!strcmp(c, "bench")) return nb_cli_bench(argc - 1, argv + 1);
     if (!strcmp(c, "inspect")) return cmd_inspect(argc - 1, argv + 1);
     if (!strcmp(c, "quantize")) return cmd_quantize(argc - 1, argv + 1);
+    if (!strcmp(c, "convert")) return cmd_convert(argc - 1, argv + 1);
     fprintf(stderr, "nibble: unknown command '%s'\n", c);
     usage(stderr);
     return 1;

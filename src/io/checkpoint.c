@@ -14,10 +14,12 @@
 #include <cjson/cJSON.h>
 
 #include <errno.h>
+#include <fnmatch.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <regex.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -26,6 +28,15 @@ typedef struct layer_rec {
     char *prefix;
     int64_t codes_t, scales_t; /* tensor indices of the codes and block scales; -1 if none */
 } layer_rec;
+
+/* One exclude-list entry: a shell wildcard or, after "re:", a regex. */
+typedef struct excl_rec {
+    char *pattern; /* as written in the config */
+    char *key;     /* where: "hf_quant_config.json quantization.exclude_modules" */
+    nb_ckpt_source source;
+    int is_re, usable;
+    regex_t re;
+} excl_rec;
 
 struct nb_ckpt {
     nb_st_file *file;
@@ -38,10 +49,14 @@ struct nb_ckpt {
     int64_t *t_layer;
     size_t nlayers, cap;
     layer_rec *layers;
+    char *dir;                 /* directory of the checkpoint */
     char *quant_method, *quant_algo, *ct_format;
     int has_config_json, has_hf_quant_config;
     nb_ckpt_format declared;
     nb_ckpt_source declared_src;
+    excl_rec *ex;             /* exclude / ignore entries of the configs */
+    size_t nex;
+    char config_note[1024];   /* entries that could not be used; "" when none */
 };
 
 char *nbio_join(const char *a, const char *b) {
@@ -96,55 +111,6 @@ const char *nb_ckpt_source_name(nb_ckpt_source s) {
 
 /* ------------------------------------------------------------ config */
 
-/* Read dir/name as JSON into *out (NULL when the file does not exist). */
-static nb_status read_json(const char *dir, const char *name, cJSON **out, char *err, size_t errlen) {
-    *out = NULL;
-    char *path = nbio_join(dir, name);
-    if (!path) return nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
-    nb_status st = NB_OK;
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    if (!f) {
-        if (errno != ENOENT) st = nbio_fail(err, errlen, NB_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-        goto done;
-    }
-    struct stat sb;
-    if (fstat(fileno(f), &sb) || !S_ISREG(sb.st_mode)) {
-        st = nbio_fail(err, errlen, NB_ERR_IO, "%s: not a regular file", path);
-        goto done;
-    }
-    if ((uint64_t)sb.st_size > NB_CKPT_MAX_CONFIG) {
-        st = nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: %lld bytes, over the %u-byte limit for a config file", path,
-                     (long long)sb.st_size, NB_CKPT_MAX_CONFIG);
-        goto done;
-    }
-    size_t n = (size_t)sb.st_size;
-    buf = (char *)malloc(n + 1);
-    if (!buf) {
-        st = nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
-        goto done;
-    }
-    if (fread(buf, 1, n, f) != n) {
-        st = nbio_fail(err, errlen, NB_ERR_IO, "%s: short read", path);
-        goto done;
-    }
-    buf[n] = 0;
-    const char *end = NULL;
-    cJSON *j = cJSON_ParseWithLengthOpts(buf, n, &end, 0);
-    if (!j || !cJSON_IsObject(j)) {
-        cJSON_Delete(j);
-        st = nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: not a JSON object (parse error near byte %lld)", path,
-                     end && j == NULL ? (long long)(end - buf) : 0LL);
-        goto done;
-    }
-    *out = j;
-done:
-    if (f) fclose(f);
-    free(buf);
-    free(path);
-    return st;
-}
-
 static const char *json_str(const cJSON *o, const char *key) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     return cJSON_IsString(v) ? v->valuestring : NULL;
@@ -168,11 +134,182 @@ static nb_ckpt_format algo_format(const char *algo) {
     return NB_CKPT_NONE;
 }
 
-static nb_status read_configs(nb_ckpt *c, const char *dir, char *err, size_t errlen) {
-    cJSON *hf = NULL, *cfg = NULL;
-    nb_status st = read_json(dir, "hf_quant_config.json", &hf, err, errlen);
-    if (st == NB_OK) st = read_json(dir, "config.json", &cfg, err, errlen);
-    if (st != NB_OK) goto done;
+/* ------------------------------------------------------------ exclude lists */
+
+static void config_note(nb_ckpt *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void config_note(nb_ckpt *c, const char *fmt, ...) {
+    size_t n = strlen(c->config_note);
+    if (n + 8 >= sizeof c->config_note) return; /* the first problems are the ones named */
+    if (n) n += (size_t)snprintf(c->config_note + n, sizeof c->config_note - n, "; ");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->config_note + n, sizeof c->config_note - n, fmt, ap);
+    va_end(ap);
+}
+
+/* A Python `re` pattern as POSIX ERE: the escapes \d \w \s (and their
+ * negations) become bracket expressions, "(?:" a plain group, and a lazy
+ * "?" after a quantifier is dropped (it cannot change whether a match at
+ * the start exists); anything else is handed to regcomp, which rejects what
+ * ERE cannot say.  A config is untrusted input and glibc's regcomp copies
+ * the subtree of every "+" and "{m,n}" (nested ones multiply), so patterns
+ * are refused (*why set, NULL returned) when longer than 256 bytes, with
+ * stacked quantifiers ("a++"), backreferences, or when the product of their
+ * repetition factors exceeds 256.  NULL with *why NULL: out of memory. */
+static char *py_regex_to_ere(const char *p, const char **why) {
+    *why = NULL;
+    size_t n = strlen(p);
+    if (n > 256) return *why = "longer than 256 bytes", NULL;
+    char *o = (char *)malloc(n * 14 + 4), *q = o;
+    if (!o) return NULL;
+    *q++ = '^'; /* re.match: anchored at the start, not at the end */
+    *q++ = '(';
+    double factor = 1;
+    int prev_quant = 0, in_bracket = 0;
+    for (size_t i = 0; i < n; i++) {
+        static const char *const cls[6][2] = {{"d", "[0-9]"}, {"D", "[^0-9]"}, {"w", "[[:alnum:]_]"},
+                                              {"W", "[^[:alnum:]_]"}, {"s", "[[:space:]]"}, {"S", "[^[:space:]]"}};
+        char c = p[i];
+        if (in_bracket) { /* quantifier characters are literal in a bracket expression */
+            *q++ = c;
+            if (c == ']') in_bracket = 0;
+            continue;
+        }
+        const char *rep = NULL;
+        if (c == '\\' && i + 1 < n)
+            for (int k = 0; k < 6; k++)
+                if (p[i + 1] == cls[k][0][0]) rep = cls[k][1];
+        if (c == '\\' && p[i + 1] >= '0' && p[i + 1] <= '9') { /* exponential to match */
+            free(o);
+            return *why = "uses a backreference", NULL;
+        }
+        int quant = c == '*' || c == '+' || c == '?' || c == '{';
+        if (quant && prev_quant) {
+            if (c == '?') continue; /* lazy */
+            free(o);
+            return *why = "stacked quantifiers", NULL;
+        }
+        if (c == '+') factor *= 2;
+        if (c == '{') {
+            unsigned long lo = strtoul(p + i + 1, NULL, 10), hi = lo;
+            const char *comma = strchr(p + i, ','), *close = strchr(p + i, '}');
+            if (comma && close && comma < close) hi = comma + 1 == close ? lo + 1 : strtoul(comma + 1, NULL, 10);
+            factor *= (double)(hi > lo ? hi : lo) + 1;
+        }
+        if (factor > 256) {
+            free(o);
+            return *why = "repetitions would expand it more than 256 times", NULL;
+        }
+        prev_quant = quant;
+        if (rep) {
+            q += sprintf(q, "%s", rep);
+            i++;
+        } else if (c == '\\' && i + 1 < n) {
+            *q++ = c;
+            *q++ = p[++i];
+        } else if (c == '(' && p[i + 1] == '?' && p[i + 2] == ':') {
+            *q++ = '(';
+            i += 2;
+        } else {
+            if (c == '[') {
+                in_bracket = 1;
+                *q++ = c;
+                if (p[i + 1] == '^') *q++ = p[++i];
+                if (p[i + 1] == ']') *q++ = p[++i]; /* a leading ']' is literal */
+                continue;
+            }
+            *q++ = c;
+        }
+    }
+    *q++ = ')';
+    *q = 0;
+    return o;
+}
+
+/* Add the string entries of array `list` (may be NULL) found at `key`. */
+static nb_status add_excludes(nb_ckpt *c, const cJSON *list, const char *key, nb_ckpt_source src) {
+    if (!list) return NB_OK;
+    if (!cJSON_IsArray(list)) {
+        config_note(c, "%s is not a list (ignored)", key);
+        return NB_OK;
+    }
+    int i = 0;
+    for (const cJSON *e = list->child; e; e = e->next, i++) {
+        if (!cJSON_IsString(e)) {
+            config_note(c, "%s[%d] is not a string (ignored)", key, i);
+            continue;
+        }
+        excl_rec *r = (excl_rec *)realloc(c->ex, (c->nex + 1) * sizeof *r);
+        if (!r) return NB_ERR_OUT_OF_MEMORY;
+        c->ex = r;
+        r = &c->ex[c->nex];
+        memset(r, 0, sizeof *r);
+        r->pattern = nbio_strdup(e->valuestring);
+        r->key = nbio_strdup(key);
+        if (!r->pattern || !r->key) {
+            free(r->pattern);
+            free(r->key);
+            return NB_ERR_OUT_OF_MEMORY;
+        }
+        r->source = src;
+        r->is_re = !strncmp(r->pattern, "re:", 3);
+        r->usable = 1;
+        c->nex++;
+        if (r->is_re) {
+            const char *why = NULL;
+            char *ere = py_regex_to_ere(r->pattern + 3, &why);
+            if (!ere && !why) return NB_ERR_OUT_OF_MEMORY;
+            if (!ere) {
+                r->usable = 0;
+                config_note(c, "%s[%d] \"%.64s\": regex %s; ignored", key, i, r->pattern, why);
+                continue;
+            }
+            int rc = regcomp(&r->re, ere, REG_EXTENDED);
+            free(ere);
+            if (rc) {
+                char why[96];
+                regerror(rc, &r->re, why, sizeof why);
+                r->usable = 0;
+                config_note(c, "%s[%d] \"%.64s\": not a regex nibble can use (%s); ignored", key, i, r->pattern, why);
+            }
+        }
+    }
+    return NB_OK;
+}
+
+/* The first entry that excludes layer `prefix`: a regex that matches at
+ * its start (Python's re.match, as compressed-tensors and Quark use it), or
+ * a wildcard (fnmatch, ModelOpt and gpt-oss) that matches the prefix or one
+ * of its parent modules ("model.layers.*.self_attn" excludes
+ * "model.layers.0.self_attn.q_proj"). */
+static const excl_rec *excluded_by(const nb_ckpt *c, const char *prefix) {
+    for (size_t i = 0; i < c->nex; i++) {
+        const excl_rec *r = &c->ex[i];
+        if (!r->usable) continue;
+        if (r->is_re) {
+            regmatch_t m;
+            if (regexec(&r->re, prefix, 1, &m, 0) == 0 && m.rm_so == 0) return r;
+            continue;
+        }
+        if (fnmatch(r->pattern, prefix, 0) == 0) return r;
+        size_t n = strlen(prefix);
+        char *p = (char *)malloc(n + 1);
+        if (!p) continue; /* out of memory: only the full-name match is tried */
+        memcpy(p, prefix, n + 1);
+        int hit = 0;
+        for (char *dot = strrchr(p, '.'); dot && !hit; dot = strrchr(p, '.')) {
+            *dot = 0;
+            hit = fnmatch(r->pattern, p, 0) == 0;
+        }
+        free(p);
+        if (hit) return r;
+    }
+    return NULL;
+}
+
+/* Declared format and exclude lists from the parsed configs (either NULL). */
+static nb_status configs_from_json(nb_ckpt *c, const cJSON *hf, const cJSON *cfg, char *err, size_t errlen) {
+    nb_status st = NB_OK;
     c->has_hf_quant_config = hf != NULL;
     c->has_config_json = cfg != NULL;
     const char *hf_algo = NULL;
@@ -207,7 +344,29 @@ static nb_status read_configs(nb_ckpt *c, const char *dir, char *err, size_t err
             c->declared_src = NB_CKPT_SRC_CONFIG_JSON;
         }
     }
+    /* every list a producer writes: ModelOpt exclude_modules (both files) and
+     * ignore, compressed-tensors ignore, Quark exclude, gpt-oss
+     * modules_to_not_convert */
+    static const char *const keys[] = {"exclude_modules", "ignore", "exclude", "modules_to_not_convert"};
+    const cJSON *hq = hf ? cJSON_GetObjectItemCaseSensitive(hf, "quantization") : NULL;
+    if (add_excludes(c, cJSON_GetObjectItemCaseSensitive(hq, "exclude_modules"),
+                     "hf_quant_config.json quantization.exclude_modules", NB_CKPT_SRC_HF_QUANT_CONFIG) != NB_OK)
+        return nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
+    for (int k = 0; k < 4; k++) {
+        char key[96];
+        snprintf(key, sizeof key, "config.json quantization_config.%s", keys[k]);
+        if (add_excludes(c, cJSON_GetObjectItemCaseSensitive(qc, keys[k]), key, NB_CKPT_SRC_CONFIG_JSON) != NB_OK)
+            return nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
+    }
 done:
+    return st;
+}
+
+static nb_status read_configs(nb_ckpt *c, const char *dir, char *err, size_t errlen) {
+    cJSON *hf = NULL, *cfg = NULL;
+    nb_status st = nbio_read_json(dir, "hf_quant_config.json", NB_CKPT_MAX_CONFIG, &hf, err, errlen);
+    if (st == NB_OK) st = nbio_read_json(dir, "config.json", NB_CKPT_MAX_CONFIG, &cfg, err, errlen);
+    if (st == NB_OK) st = configs_from_json(c, hf, cfg, err, errlen);
     cJSON_Delete(hf);
     cJSON_Delete(cfg);
     return st;
@@ -486,6 +645,20 @@ static nb_status classify(nb_ckpt *c) {
         layer_rec *L = &c->layers[i];
         L->pub.prefix = L->prefix;
         nb_ckpt_format f = L->pub.format;
+        const excl_rec *x = excluded_by(c, L->prefix);
+        if (x) {
+            L->pub.excluded = 1;
+            L->pub.excluded_by = x->pattern;
+            L->pub.excluded_src = x->source;
+            if (f == NB_CKPT_NONE) {
+                L->pub.decided_by = x->source;
+            } else if (f != NB_CKPT_INCONSISTENT) {
+                L->pub.config_mismatch = 1;
+                snprintf(L->pub.problem, sizeof L->pub.problem, "%s excludes it (\"%.64s\"), but the tensors are %s",
+                         x->key, x->pattern, nb_ckpt_format_name(f));
+                continue; /* the more specific note; a declared-format mismatch says less */
+            }
+        }
         if (c->declared == NB_CKPT_NONE || f == NB_CKPT_NONE) continue;
         if (f == c->declared) {
             L->pub.decided_by = c->declared_src;
@@ -608,6 +781,8 @@ nb_status nb_ckpt_open(const char *path, nb_ckpt **out, char *err, size_t errlen
         c->t_layer[i] = -1;
     }
     if ((st = read_configs(c, dir, err, errlen)) != NB_OK) goto done;
+    c->dir = dir;
+    dir = NULL;
     if ((st = classify(c)) != NB_OK) {
         nbio_fail(err, errlen, st, "%s: out of memory while classifying layers", path);
         goto done;
@@ -634,6 +809,13 @@ nb_status nb_ckpt_close(nb_ckpt *c) {
     free(c->t_layer);
     for (size_t i = 0; i < c->nlayers; i++) free(c->layers[i].prefix);
     free(c->layers);
+    for (size_t i = 0; i < c->nex; i++) {
+        if (c->ex[i].is_re && c->ex[i].usable) regfree(&c->ex[i].re);
+        free(c->ex[i].pattern);
+        free(c->ex[i].key);
+    }
+    free(c->ex);
+    free(c->dir);
     free(c->quant_method);
     free(c->quant_algo);
     free(c->ct_format);
@@ -671,6 +853,34 @@ nb_status nb_ckpt_tensor_at(const nb_ckpt *c, size_t i, nb_st_tensor *out, int64
     return NB_OK;
 }
 
+nb_status nb_ckpt_tensor_find(const nb_ckpt *c, const char *name, size_t *index) {
+    if (!c || !name || !index) return NB_ERR_NULL_POINTER;
+    int64_t j = find_t(c, name);
+    if (j < 0) return NB_ERR_NOT_FOUND;
+    *index = (size_t)j;
+    return NB_OK;
+}
+
+nb_status nb_ckpt_shard_count(const nb_ckpt *c, size_t *count, int *sharded) {
+    if (!c || !count) return NB_ERR_NULL_POINTER;
+    if (sharded) *sharded = c->index != NULL;
+    if (c->index) return nb_st_index_shard_count(c->index, count);
+    *count = 1;
+    return NB_OK;
+}
+
+nb_status nb_ckpt_shard_at(const nb_ckpt *c, size_t i, const char **name, const nb_st_file **file) {
+    if (!c || !name || !file) return NB_ERR_NULL_POINTER;
+    if (c->index) return nb_st_index_shard_at(c->index, i, name, file, NULL, 0);
+    if (i) return NB_ERR_NOT_FOUND;
+    const char *slash = strrchr(c->files[0], '/');
+    *name = slash ? slash + 1 : c->files[0];
+    *file = c->file;
+    return NB_OK;
+}
+
+const char *nb_ckpt_dir(const nb_ckpt *c) { return c ? c->dir : NULL; }
+
 nb_status nb_ckpt_layer_count(const nb_ckpt *c, size_t *count) {
     if (!c || !count) return NB_ERR_NULL_POINTER;
     *count = c->nlayers;
@@ -703,7 +913,39 @@ nb_status nb_ckpt_get_config(const nb_ckpt *c, nb_ckpt_config *out) {
     out->ct_format = c->ct_format;
     out->has_config_json = c->has_config_json;
     out->has_hf_quant_config = c->has_hf_quant_config;
+    out->nexclude = c->nex;
+    out->note = c->config_note[0] ? c->config_note : NULL;
     return NB_OK;
+}
+
+nb_status nb_ckpt_exclude_at(const nb_ckpt *c, size_t i, const char **pattern, const char **where, int *usable) {
+    if (!c || !pattern) return NB_ERR_NULL_POINTER;
+    if (i >= c->nex) return NB_ERR_NOT_FOUND;
+    *pattern = c->ex[i].pattern;
+    if (where) *where = c->ex[i].key;
+    if (usable) *usable = c->ex[i].usable;
+    return NB_OK;
+}
+
+nb_status nb_ckpt_config_check_memory(const char *hf_json, size_t hf_len, const char *cfg_json, size_t cfg_len,
+                                      const char *const *prefixes, size_t n, int *excluded, char *err,
+                                      size_t errlen) {
+    if ((!hf_json && hf_len) || (!cfg_json && cfg_len) || (n && (!prefixes || !excluded)))
+        return nbio_fail(err, errlen, NB_ERR_NULL_POINTER, "nb_ckpt_config_check_memory: NULL argument");
+    nb_ckpt *c = (nb_ckpt *)calloc(1, sizeof *c);
+    if (!c) return nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
+    cJSON *hf = NULL, *cfg = NULL;
+    nb_status st = hf_json ? nbio_parse_json("hf_quant_config.json", hf_json, hf_len, &hf, err, errlen) : NB_OK;
+    if (st == NB_OK && cfg_json) st = nbio_parse_json("config.json", cfg_json, cfg_len, &cfg, err, errlen);
+    if (st == NB_OK) st = configs_from_json(c, hf, cfg, err, errlen);
+    for (size_t i = 0; st == NB_OK && i < n; i++) {
+        if (!prefixes[i]) st = nbio_fail(err, errlen, NB_ERR_NULL_POINTER, "prefix %zu is NULL", i);
+        else excluded[i] = excluded_by(c, prefixes[i]) != NULL;
+    }
+    cJSON_Delete(hf);
+    cJSON_Delete(cfg);
+    nb_ckpt_close(c);
+    return st;
 }
 
 nb_status nb_ckpt_layer_weight(const nb_ckpt *c, size_t i, int64_t expert, nb_weight_desc *desc,

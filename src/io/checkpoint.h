@@ -88,8 +88,11 @@ typedef struct nb_ckpt_layer {
     uint64_t bytes;           /* bytes of every tensor of the layer */
     nb_st_dtype weight_dtype; /* dtype of the anchor tensor */
     nb_ckpt_source decided_by;
-    int config_mismatch;      /* quantized, and the config declares another format */
+    int config_mismatch;      /* quantized, and the config declares another format or excludes it */
     char problem[256];        /* why INCONSISTENT, or the mismatch note; "" otherwise */
+    int excluded;             /* a config's exclude / ignore list names it */
+    const char *excluded_by;  /* the entry that does (valid until close); NULL otherwise */
+    nb_ckpt_source excluded_src;
 } nb_ckpt_layer;
 
 typedef struct nb_ckpt nb_ckpt;
@@ -110,6 +113,17 @@ nb_status nb_ckpt_file_at(const nb_ckpt *c, size_t i, const char **path, uint64_
 nb_status nb_ckpt_tensor_count(const nb_ckpt *c, size_t *count);
 nb_status nb_ckpt_tensor_at(const nb_ckpt *c, size_t i, nb_st_tensor *out, int64_t *layer);
 
+/* Index of the tensor called `name` (NB_ERR_NOT_FOUND when absent). */
+nb_status nb_ckpt_tensor_find(const nb_ckpt *c, const char *name, size_t *index);
+/* The safetensors files that hold the tensors: one for a single file, the
+ * shards (in order of name) for an index; *name is the base name, *file is
+ * owned by the checkpoint.  *sharded (may be NULL) says whether an index was
+ * opened (nb_ckpt_file_at(c, 0) is then the index file). */
+nb_status nb_ckpt_shard_count(const nb_ckpt *c, size_t *count, int *sharded);
+nb_status nb_ckpt_shard_at(const nb_ckpt *c, size_t i, const char **name, const nb_st_file **file);
+/* The directory the checkpoint (and its configs) lives in; valid until close. */
+const char *nb_ckpt_dir(const nb_ckpt *c);
+
 /* Layers, in order of their anchor tensor's name. */
 nb_status nb_ckpt_layer_count(const nb_ckpt *c, size_t *count);
 nb_status nb_ckpt_layer_at(const nb_ckpt *c, size_t i, nb_ckpt_layer *out);
@@ -125,8 +139,20 @@ typedef struct nb_ckpt_config {
     const char *quant_algo;   /* hf_quant_config.json, else config.json */
     const char *ct_format;    /* config.json quantization_config.format */
     int has_config_json, has_hf_quant_config;
+    size_t nexclude;          /* exclude-list entries read (nb_ckpt_exclude_at) */
+    const char *note;         /* entries that could not be used, or NULL */
 } nb_ckpt_config;
 nb_status nb_ckpt_get_config(const nb_ckpt *c, nb_ckpt_config *out);
+/* Exclude-list entry i: the pattern as written, where it was read
+ * ("config.json quantization_config.ignore"), and whether it is used (a
+ * regex regcomp rejects is not). */
+nb_status nb_ckpt_exclude_at(const nb_ckpt *c, size_t i, const char **pattern, const char **where, int *usable);
+/* The config reading of nb_ckpt_open on texts in memory (either may be NULL
+ * with length 0), then whether each of prefixes[0..n) is excluded (for the
+ * fuzzer and tests).  Same statuses as nb_ckpt_open's config part. */
+nb_status nb_ckpt_config_check_memory(const char *hf_json, size_t hf_len, const char *cfg_json, size_t cfg_len,
+                                      const char *const *prefixes, size_t n, int *excluded, char *err,
+                                      size_t errlen);
 
 /* The weight of layer i (expert `expert` for gpt-oss, else 0) in nibble's
  * checkpoint layout, zero copy: *codes and *scales point into the file

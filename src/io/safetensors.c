@@ -103,7 +103,7 @@ nb_status nb_st_dtype_info(nb_st_dtype t, const char **name, int *bits) {
 
 /* Offset of the first byte that breaks strict UTF-8 (no overlong forms, no
  * surrogates, nothing above U+10FFFF), or n when all is valid. */
-static size_t utf8_bad(const unsigned char *s, size_t n) {
+size_t nbio_utf8_bad(const unsigned char *s, size_t n) {
     size_t i = 0;
     while (i < n) {
         unsigned c = s[i];
@@ -446,7 +446,7 @@ static nb_status validate(nb_st_file *f, char *err, size_t errlen) {
                        "InvalidHeaderLength)", L, (unsigned long long)n, f->size);
     f->hlen = (size_t)n;
     const unsigned char *h = f->base + 8;
-    size_t bad = utf8_bad(h, f->hlen);
+    size_t bad = nbio_utf8_bad(h, f->hlen);
     if (bad != f->hlen)
         return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: header: invalid UTF-8 at byte %zu (rule: header is UTF-8)",
                        L, bad);
@@ -561,6 +561,26 @@ nb_status nb_st_open(const char *path, nb_st_file **out, char *err, size_t errle
     if (!out) return nbio_fail(err, errlen, NB_ERR_NULL_POINTER, "nb_st_open: out is NULL");
     *out = NULL;
     if (!path) return nbio_fail(err, errlen, NB_ERR_NULL_POINTER, "nb_st_open: path is NULL");
+    void *map = NULL;
+    size_t size = 0;
+    nb_status st = nbio_map_file(path, 8, &map, &size, err, errlen);
+    if (st != NB_OK) return st;
+    nb_st_file *f = (nb_st_file *)calloc(1, sizeof *f);
+    if (!f || !(f->label = nbio_strdup(path))) {
+        free(f);
+        if (map) munmap(map, size);
+        return nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
+    }
+    static const unsigned char empty[1] = {0};
+    f->size = size;
+    f->map = map;
+    f->base = map ? (const unsigned char *)map : empty; /* files under 8 bytes are not mapped: validate rejects them */
+    return open_common(f, out, err, errlen);
+}
+
+nb_status nbio_map_file(const char *path, size_t min_size, void **map, size_t *size, char *err, size_t errlen) {
+    *map = NULL;
+    *size = 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return nbio_fail(err, errlen, NB_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
@@ -577,28 +597,18 @@ nb_status nb_st_open(const char *path, nb_st_file **out, char *err, size_t errle
         close(fd);
         return nbio_fail(err, errlen, NB_ERR_OVERFLOW, "%s: file size does not fit in size_t", path);
     }
-    nb_st_file *f = (nb_st_file *)calloc(1, sizeof *f);
-    if (!f || !(f->label = nbio_strdup(path))) {
-        free(f);
-        close(fd);
-        return nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
-    }
-    f->size = (size_t)sb.st_size;
-    static const unsigned char empty[1] = {0};
-    f->base = empty; /* files under 8 bytes are not mapped: validate rejects them on size alone */
-    if (f->size >= 8) {
-        void *m = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    *size = (size_t)sb.st_size;
+    if (*size >= min_size && *size > 0) {
+        void *m = mmap(NULL, *size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (m == MAP_FAILED) {
             int e = errno;
             close(fd);
-            nb_st_close(f);
-            return nbio_fail(err, errlen, NB_ERR_IO, "%s: mmap of %zu bytes: %s", path, (size_t)sb.st_size, strerror(e));
+            return nbio_fail(err, errlen, NB_ERR_IO, "%s: mmap of %zu bytes: %s", path, *size, strerror(e));
         }
-        f->map = m;
-        f->base = (const unsigned char *)m;
+        *map = m;
     }
     close(fd); /* the mapping keeps the file */
-    return open_common(f, out, err, errlen);
+    return NB_OK;
 }
 
 nb_status nb_st_count(const nb_st_file *f, size_t *count) {
@@ -725,7 +735,7 @@ static int write_all(int fd, const void *p, size_t n) {
 
 static int utf8_ok(const char *s) {
     size_t n = strlen(s);
-    return utf8_bad((const unsigned char *)s, n) == n;
+    return nbio_utf8_bad((const unsigned char *)s, n) == n;
 }
 
 nb_status nb_st_write(const char *path, const nb_st_tensor *tensors, size_t count, const char *const *meta,
@@ -979,12 +989,11 @@ static nb_status read_small_file(const char *path, char **text, size_t *len, cha
     return NB_OK;
 }
 
-static nb_status index_load(nb_st_index *x, const char *dir, char *err, size_t errlen) {
+/* Validate x->text (len bytes) and build the entry and shard lists. */
+static nb_status index_parse(nb_st_index *x, size_t len, char *err, size_t errlen) {
     const char *L = x->label;
-    size_t len = 0;
-    nb_status st = read_small_file(L, &x->text, &len, err, errlen);
-    if (st) return st;
-    size_t bad = utf8_bad((const unsigned char *)x->text, len);
+    nb_status st;
+    size_t bad = nbio_utf8_bad((const unsigned char *)x->text, len);
     if (bad != len)
         return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: invalid UTF-8 at byte %zu (rule: index is UTF-8 JSON)", L,
                        bad);
@@ -1045,6 +1054,15 @@ static nb_status index_load(nb_st_index *x, const char *dir, char *err, size_t e
         st_shard key = {x->e[i].shard, NULL};
         x->e[i].shard_idx = (size_t)((const st_shard *)bsearch(&key, x->s, x->ns, sizeof *x->s, cmp_shard) - x->s);
     }
+    return NB_OK;
+}
+
+static nb_status index_load(nb_st_index *x, const char *dir, char *err, size_t errlen) {
+    const char *L = x->label;
+    size_t len = 0;
+    nb_status st = read_small_file(L, &x->text, &len, err, errlen);
+    if (st) return st;
+    if ((st = index_parse(x, len, err, errlen))) return st;
     size_t dlen = strlen(dir);
     for (size_t k = 0; k < x->ns; k++) {
         size_t sl = strlen(x->s[k].name);
@@ -1120,6 +1138,32 @@ nb_status nb_st_open_index(const char *path, nb_st_index **out, char *err, size_
     }
     *out = x;
     return NB_OK;
+}
+
+nb_status nb_st_index_check_memory(const char *text, size_t len, const char *label, size_t *ntensors,
+                                   size_t *nshards, char *err, size_t errlen) {
+    if (!text && len) return nbio_fail(err, errlen, NB_ERR_NULL_POINTER, "nb_st_index_check_memory: text is NULL");
+    if (len > NB_ST_MAX_HEADER)
+        return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: index of %zu bytes exceeds %llu (rule: size limit)",
+                         label ? label : "<memory>", len, NB_ST_MAX_HEADER);
+    nb_st_index *x = (nb_st_index *)calloc(1, sizeof *x);
+    char *t = (char *)malloc(len + 1);
+    if (x) x->label = nbio_strdup(label ? label : "<memory>");
+    if (!x || !t || !x->label) {
+        free(t);
+        nb_st_index_close(x);
+        return nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    if (len) memcpy(t, text, len);
+    t[len] = 0;
+    x->text = t;
+    nb_status st = index_parse(x, len, err, errlen);
+    if (st == NB_OK) {
+        if (ntensors) *ntensors = x->ne;
+        if (nshards) *nshards = x->ns;
+    }
+    nb_st_index_close(x);
+    return st;
 }
 
 nb_status nb_st_index_count(const nb_st_index *x, size_t *count) {

@@ -153,6 +153,11 @@ nb_status nb_st_write(const char *path, const nb_st_tensor *tensors, size_t coun
  * shards, or unlisted: NB_ERR_CORRUPT). */
 nb_status nb_st_open_index(const char *path, nb_st_index **out, char *err, size_t errlen);
 nb_status nb_st_index_close(nb_st_index *x);
+/* The index rules that need no shard (text, JSON, weight_map, shard names,
+ * no name twice) on `len` bytes in memory; the counts of tensors and
+ * distinct shards (either may be NULL).  For the fuzzer and tests. */
+nb_status nb_st_index_check_memory(const char *text, size_t len, const char *label, size_t *ntensors,
+                                   size_t *nshards, char *err, size_t errlen);
 /* Tensors of the whole checkpoint, in order of name. */
 nb_status nb_st_index_count(const nb_st_index *x, size_t *count);
 nb_status nb_st_index_tensor_at(const nb_st_index *x, size_t i, nb_st_tensor *out, char *err, size_t errlen);

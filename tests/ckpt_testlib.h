@@ -1,0 +1,140 @@
+/* ckpt_testlib.h - fixture helpers shared by the checkpoint tests: a set of
+ * tensors written with nb_st_write into g_dir/<sub>/<file>, text files next
+ * to them, and the fixture directory itself (a temporary one removed on
+ * success, or one kept with --keep DIR for the CLI tests ctest runs after).
+ * Includes testlib.h. */
+#ifndef NB_CKPT_TESTLIB_H
+#define NB_CKPT_TESTLIB_H
+
+#include "safetensors.h"
+#include "testlib.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+static char g_dir[512];
+
+typedef struct tset {
+    nb_st_tensor t[48];
+    void *own[48];
+    size_t n;
+} tset;
+
+static inline uint8_t *rnd_bytes(size_t n, int lo, int hi) {
+    uint8_t *p = (uint8_t *)malloc(n ? n : 1);
+    for (size_t i = 0; i < n; i++) p[i] = (uint8_t)(lo + (int)(rnd_u64() % (uint64_t)(hi - lo + 1)));
+    return p;
+}
+
+/* Add a tensor; data is copied (random bytes in [lo, hi] when src is NULL).
+ * Returns the tensor's data. */
+static inline const uint8_t *add(tset *s, const char *name, nb_st_dtype dt, int rank, const int64_t *shape,
+                          const void *src, int lo, int hi) {
+    nb_st_tensor *t = &s->t[s->n];
+    memset(t, 0, sizeof *t);
+    t->name = name;
+    t->dtype = dt;
+    t->rank = rank;
+    int bits = 8;
+    nb_st_dtype_info(dt, NULL, &bits);
+    size_t e = 1;
+    for (int i = 0; i < rank; i++) {
+        t->shape[i] = shape[i];
+        e *= (size_t)shape[i];
+    }
+    t->bytes = e * (size_t)bits / 8;
+    uint8_t *p = rnd_bytes(t->bytes, lo, hi);
+    if (src) memcpy(p, src, t->bytes);
+    t->data = p;
+    s->own[s->n++] = p;
+    return p;
+}
+
+static inline void add_f32(tset *s, const char *name, int rank, float v) {
+    int64_t one[1] = {1};
+    add(s, name, NB_ST_F32, rank, one, &v, 0, 0);
+}
+
+static inline void write_set(tset *s, const char *sub, const char *file) {
+    char path[1024], err[512] = "";
+    snprintf(path, sizeof path, "%s/%s", g_dir, sub);
+    mkdir(path, 0755);
+    snprintf(path, sizeof path, "%s/%s/%s", g_dir, sub, file);
+    nb_status st = nb_st_write(path, s->t, s->n, NULL, 0, err, sizeof err);
+    CHECK(st == NB_OK, "write %s: %s", path, err);
+}
+
+static inline void free_set(tset *s) {
+    for (size_t i = 0; i < s->n; i++) free(s->own[i]);
+    s->n = 0;
+}
+
+static inline void write_text(const char *sub, const char *file, const char *text) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", g_dir, sub);
+    mkdir(path, 0755);
+    snprintf(path, sizeof path, "%s/%s/%s", g_dir, sub, file);
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        CHECK(0, "cannot write %s", path);
+        return;
+    }
+    fputs(text, f);
+    fclose(f);
+}
+
+/* malloc'ed contents of a file (NULL when unreadable); *n its size. */
+static inline char *read_file_all(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *p = (char *)malloc(sz > 0 ? (size_t)sz + 1 : 1);
+    *n = p ? fread(p, 1, sz > 0 ? (size_t)sz : 0, f) : 0;
+    if (p) p[*n] = 0;
+    fclose(f);
+    return p;
+}
+
+/* argv: [--keep DIR] (DIR is emptied first).  Sets g_dir; returns 1 (keep),
+ * 0 (temporary) or -1. */
+static inline int fixture_dir_open(int argc, char **argv, const char *name) {
+    if (argc == 3 && !strcmp(argv[1], "--keep")) {
+        snprintf(g_dir, sizeof g_dir, "%s", argv[2]);
+        char cmd[700];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir); /* outputs of a previous run */
+        if (system(cmd) != 0) printf("note: could not clear %s\n", g_dir);
+        if (mkdir(g_dir, 0755) && errno != EEXIST) {
+            printf("cannot create %s\n", g_dir);
+            return -1;
+        }
+        return 1;
+    }
+    const char *tmp = getenv("TMPDIR");
+    snprintf(g_dir, sizeof g_dir, "%s/%s.XXXXXX", tmp && tmp[0] ? tmp : "/tmp", name);
+    if (!mkdtemp(g_dir)) {
+        printf("cannot create a temporary directory\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* Print the counts, remove a temporary directory when every check passed;
+ * the exit code. */
+static inline int fixture_dir_close(int keep) {
+    if (keep) {
+        printf("fixtures kept in %s\n", g_dir);
+    } else if (g_fail == 0) {
+        char cmd[600];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+        if (system(cmd) != 0) printf("note: could not remove %s\n", g_dir);
+    } else {
+        printf("files kept in %s\n", g_dir);
+    }
+    printf("%d passed, %d failed\n", g_pass, g_fail);
+    return g_fail ? 1 : 0;
+}
+
+#endif
