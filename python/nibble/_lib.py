@@ -402,6 +402,9 @@ class CkptLayer(Structure):
         ("decided_by", c_int),      # nb_ckpt_source
         ("config_mismatch", c_int),
         ("problem", c_char * 256),
+        ("excluded", c_int),            # a config's exclude / ignore list names it
+        ("excluded_by", c_char_p),      # the entry that does, or None
+        ("excluded_src", c_int),        # nb_ckpt_source
     ]
 
 
@@ -415,6 +418,8 @@ class CkptConfig(Structure):
         ("ct_format", c_char_p),
         ("has_config_json", c_int),
         ("has_hf_quant_config", c_int),
+        ("nexclude", c_size_t),         # exclude-list entries read
+        ("note", c_char_p),             # entries that could not be used, or None
     ]
 
 

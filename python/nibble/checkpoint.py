@@ -76,6 +76,8 @@ class CheckpointLayer:
     decided_by: str
     config_mismatch: bool
     problem: str
+    excluded: bool = False          # a config's exclude / ignore list names the layer
+    excluded_by: str = ""           # the entry that does
 
     @property
     def quant_format(self):
@@ -124,7 +126,8 @@ class Checkpoint(_lib.Handle):
                 experts=L.experts, tensor_scale=float(L.tensor_scale), bytes=L.bytes,
                 weight_dtype=_lib.ST_DTYPES.get(L.weight_dtype, "?"),
                 decided_by=_lib.CKPT_SOURCES.get(L.decided_by, "unknown"), config_mismatch=bool(L.config_mismatch),
-                problem=L.problem.decode("utf-8", "replace")))
+                problem=L.problem.decode("utf-8", "replace"), excluded=bool(L.excluded),
+                excluded_by=L.excluded_by.decode("utf-8", "replace") if L.excluded_by else ""))
         self.layers = layers
         self._layer_by_prefix = {L.prefix: L for L in layers}
 
