@@ -27,19 +27,7 @@
 #define HAVE_PTHREAD 1
 #endif
 
-static int g_pass, g_fail;
-
-#define CHECK(cond, ...)                                         \
-    do {                                                         \
-        if (cond) {                                              \
-            g_pass++;                                            \
-        } else {                                                 \
-            g_fail++;                                            \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);          \
-            printf(__VA_ARGS__);                                 \
-            printf("\n");                                        \
-        }                                                        \
-    } while (0)
+#include "check.h"
 
 /* ---------------------------------------------------- fresh-message check */
 

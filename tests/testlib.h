@@ -16,20 +16,9 @@
 #define TESTLIB_SEED 0x9E3779B97F4A7C15ull
 #endif
 
-static int g_pass, g_fail;
-static uint64_t g_rng = TESTLIB_SEED;
+#include "check.h"
 
-#define CHECK(cond, ...)                                         \
-    do {                                                         \
-        if (cond) {                                              \
-            g_pass++;                                            \
-        } else {                                                 \
-            g_fail++;                                            \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);          \
-            printf(__VA_ARGS__);                                 \
-            printf("\n");                                        \
-        }                                                        \
-    } while (0)
+static uint64_t g_rng = TESTLIB_SEED;
 
 /* formats.md section 1, written out; -0.0 is the real negative zero. */
 static const double k_e2m1[16] = {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
