@@ -261,6 +261,19 @@ NB_API nb_status nb_weight_get_sizes(const nb_weight_desc *desc, nb_weight_sizes
  * are rejected with NB_ERR_INVALID_ARGUMENT. */
 NB_API nb_status nb_quantize_host(nb_context *ctx, nb_weight_desc *desc, nb_dtype src_dtype,
                                   const void *src, uint8_t *codes, uint8_t *scales);
+/* Device version: src, codes and scales are device memory (src aligned to its
+ * element size, else NB_ERR_MISALIGNED; codes n*k/2 and scales n*k/group
+ * bytes).  Same contract as nb_quantize_host: identical code and scale bytes
+ * and, when desc->tensor_scale is 0, the identical tensor scale; non-finite
+ * input is NB_ERR_INVALID_ARGUMENT with the same message (the first such
+ * element), codes, scales and *desc then untouched.  The status depends on
+ * the data, so the call reads back 16 bytes (the first non-finite element and
+ * the absolute maximum, from which the tensor scale is computed on the host)
+ * and synchronizes `stream` every time: a load-time call, not for CUDA-graph
+ * capture.  The block pass that writes codes and scales is then enqueued on
+ * `stream` and may still run when the call returns. */
+NB_API nb_status nb_quantize(nb_context *ctx, nb_weight_desc *desc, nb_dtype src_dtype, const void *src,
+                             uint8_t *codes, uint8_t *scales, void *stream);
 
 /* Dequantize checkpoint-layout codes and scales to a row-major [n, k] matrix
  * (F32, F16 or BF16).  Exact: value = e2m1(code) * scale * tensor_scale,

@@ -29,6 +29,16 @@ int nbi_cuda_pack(const nb_weight_desc *d, const uint8_t *codes, const uint8_t *
     (void)d, (void)codes, (void)scales, (void)packed, (void)emin, (void)emax, (void)stream;
     return no_cuda(err);
 }
+int nbi_cuda_quantize_scan(const nb_weight_desc *d, nb_dtype src_dtype, const void *src, int64_t *bad, float *amax,
+                           void *stream, char *err) {
+    (void)d, (void)src_dtype, (void)src, (void)bad, (void)amax, (void)stream;
+    return no_cuda(err);
+}
+int nbi_cuda_quantize(const nb_weight_desc *d, nb_dtype src_dtype, const void *src, uint8_t *codes, uint8_t *scales,
+                      void *stream, char *err) {
+    (void)d, (void)src_dtype, (void)src, (void)codes, (void)scales, (void)stream;
+    return no_cuda(err);
+}
 int nbi_cuda_gemm(const nbi_gemm_plan *p, const void *x, const void *packed, const void *bias, void *y,
                   void *workspace, void *stream, char *err) {
     (void)p, (void)x, (void)packed, (void)bias, (void)y, (void)workspace, (void)stream;

@@ -1,6 +1,8 @@
 /* formats.c - the plain-C reference for every format: scalar codecs,
  * quantize, dequantize and the packed-layout repack.  Semantics follow
- * docs/formats.md (NVIDIA ModelOpt for NVFP4, OCP MX v1.0 for MXFP4). */
+ * docs/formats.md (NVIDIA ModelOpt for NVFP4, OCP MX v1.0 for MXFP4).
+ * nb_quantize (the device quantizer) is here too: it shares the host's
+ * argument checks, status messages and tensor-scale expression. */
 #include "internal.h"
 
 #include <math.h>
@@ -210,17 +212,14 @@ static uint8_t mx_scale_byte(float amax, nb_mx_scale_rule rule) {
     }
 }
 
-static nb_status quantize_rows(nb_context *ctx, nb_weight_desc *d, nb_dtype st, const void *src, uint8_t *codes,
-                               uint8_t *scales) {
-    const int64_t n = d->n, k = d->k, g = d->group_size, ng = k / g;
-    float amax = 0.0f;
-    for (int64_t i = 0; i < n * k; i++) {
-        float v = nbi_load(st, src, (size_t)i);
-        if (!isfinite(v))
-            return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "quantize: element [%lld, %lld] is not finite",
-                            (long long)(i / k), (long long)(i % k));
-        if (fabsf(v) > amax) amax = fabsf(v);
-    }
+/* After the scan over the whole input (first non-finite element, absolute
+ * maximum): the status and the tensor scale.  nb_quantize_host and
+ * nb_quantize share it, so both report the same element and compute the same
+ * tensor scale by the same expression. */
+static nb_status quantize_finish_scan(nb_context *ctx, nb_weight_desc *d, int64_t bad, float amax) {
+    if (bad >= 0)
+        return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "quantize: element [%lld, %lld] is not finite",
+                        (long long)(bad / d->k), (long long)(bad % d->k));
     if (d->format == NB_FORMAT_NVFP4 && d->tensor_scale == 0.0f) d->tensor_scale = amax / (6.0f * 448.0f);
     if (d->format == NB_FORMAT_MXFP4 && d->tensor_scale == 0.0f) d->tensor_scale = 1.0f;
     if (d->format == NB_FORMAT_MXFP4 && d->tensor_scale != 1.0f)
@@ -229,6 +228,23 @@ static nb_status quantize_rows(nb_context *ctx, nb_weight_desc *d, nb_dtype st, 
     if (!isfinite(d->tensor_scale) || (d->format == NB_FORMAT_NVFP4 && d->tensor_scale < 0.0f))
         return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "quantize: tensor_scale %g is not a finite non-negative value",
                         (double)d->tensor_scale);
+    return NB_OK;
+}
+
+/* The arithmetic below is mirrored operation for operation by the device
+ * kernel (src/cuda/quantize.cu): change both or neither. */
+static nb_status quantize_rows(nb_context *ctx, nb_weight_desc *d, nb_dtype st, const void *src, uint8_t *codes,
+                               uint8_t *scales) {
+    const int64_t n = d->n, k = d->k, g = d->group_size, ng = k / g;
+    float amax = 0.0f;
+    int64_t bad = -1;
+    for (int64_t i = 0; i < n * k && bad < 0; i++) {
+        float v = nbi_load(st, src, (size_t)i);
+        if (!isfinite(v)) bad = i;
+        else if (fabsf(v) > amax) amax = fabsf(v);
+    }
+    nb_status status = quantize_finish_scan(ctx, d, bad, amax);
+    if (status) return status;
     const float ts = d->tensor_scale;
     memset(codes, 0, (size_t)(n * k / 2));
     for (int64_t r = 0; r < n; r++) {
@@ -265,24 +281,59 @@ static nb_status quantize_rows(nb_context *ctx, nb_weight_desc *d, nb_dtype st, 
     return NB_OK;
 }
 
-nb_status nb_quantize_host(nb_context *ctx, nb_weight_desc *desc, nb_dtype src_dtype, const void *src,
-                           uint8_t *codes, uint8_t *scales) {
-    if (!ctx) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_quantize_host: ctx is NULL");
+/* Checks shared by nb_quantize_host and nb_quantize (after the context). */
+static nb_status quantize_args(nb_context *ctx, const nb_weight_desc *desc, nb_dtype src_dtype, const void *src,
+                               const uint8_t *codes, const uint8_t *scales, const char *fn) {
     nb_status st = nbi_check_desc(ctx, desc, NB_LAYOUT_CHECKPOINT);
     if (st) return st;
     if (!src || !codes || !scales)
-        return nbi_fail(ctx, NB_ERR_NULL_POINTER, "nb_quantize_host: src, codes and scales must not be NULL");
+        return nbi_fail(ctx, NB_ERR_NULL_POINTER, "%s: src, codes and scales must not be NULL", fn);
     if (!nbi_dtype_size(src_dtype))
-        return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_quantize_host: unknown source dtype %d", (int)src_dtype);
+        return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s: unknown source dtype %d", fn, (int)src_dtype);
     if (desc->format == NB_FORMAT_MXFP4 &&
         (desc->scale_rule < NB_MX_SCALE_OCP || desc->scale_rule > NB_MX_SCALE_EVEN))
-        return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "nb_quantize_host: unknown MXFP4 scale rule %d",
-                        (int)desc->scale_rule);
+        return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "%s: unknown MXFP4 scale rule %d", fn, (int)desc->scale_rule);
+    return NB_OK;
+}
+
+nb_status nb_quantize_host(nb_context *ctx, nb_weight_desc *desc, nb_dtype src_dtype, const void *src,
+                           uint8_t *codes, uint8_t *scales) {
+    if (!ctx) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_quantize_host: ctx is NULL");
+    nb_status st = quantize_args(ctx, desc, src_dtype, src, codes, scales, "nb_quantize_host");
+    if (st) return st;
     /* Work on a copy of the descriptor: on failure the caller's is unchanged. */
     nb_weight_desc d = *desc;
     st = quantize_rows(ctx, &d, src_dtype, src, codes, scales);
     if (st == NB_OK) *desc = d;
     return st;
+}
+
+/* The device version: the scan (a max reduction and the first non-finite
+ * index, read back) and the block loop run on the GPU; the status and the
+ * tensor scale come from quantize_finish_scan, as on the host. */
+nb_status nb_quantize(nb_context *ctx, nb_weight_desc *desc, nb_dtype src_dtype, const void *src, uint8_t *codes,
+                      uint8_t *scales, void *stream) {
+    if (!ctx) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_quantize: ctx is NULL");
+    if (!nbi_cuda_available())
+        return nbi_fail(ctx, NB_ERR_NO_DEVICE, "nb_quantize: libnibble was built without CUDA");
+    if (!ctx->has_device)
+        return nbi_fail(ctx, NB_ERR_NO_DEVICE, "nb_quantize: the context is host-only (created with NB_DEVICE_NONE)");
+    nb_status st = quantize_args(ctx, desc, src_dtype, src, codes, scales, "nb_quantize");
+    if (st) return st;
+    if ((uintptr_t)src % nbi_dtype_size(src_dtype))
+        return nbi_fail(ctx, NB_ERR_MISALIGNED, "nb_quantize: src must be aligned to its element size (%zu bytes)",
+                        nbi_dtype_size(src_dtype));
+    nb_weight_desc d = *desc;
+    char err[NB_ERRBUF] = "";
+    int64_t bad = -1;
+    float amax = 0.0f;
+    if (nbi_cuda_quantize_scan(&d, src_dtype, src, &bad, &amax, stream, err))
+        return nbi_fail(ctx, NB_ERR_CUDA, "nb_quantize: %s", err);
+    if ((st = quantize_finish_scan(ctx, &d, bad, amax))) return st;
+    if (nbi_cuda_quantize(&d, src_dtype, src, codes, scales, stream, err))
+        return nbi_fail(ctx, NB_ERR_CUDA, "nb_quantize: %s", err);
+    *desc = d;
+    return NB_OK;
 }
 
 /* ----------------------------------------------------------- dequantize */

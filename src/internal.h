@@ -124,6 +124,13 @@ NB_INTERNAL int nbi_cuda_dequantize(const nb_weight_desc *d, const uint8_t *code
                                     nb_dtype dst_dtype, void *dst, void *stream, char *err);
 NB_INTERNAL int nbi_cuda_pack(const nb_weight_desc *d, const uint8_t *codes, const uint8_t *scales,
                               void *packed, int32_t *emin, int32_t *emax, void *stream, char *err);
+/* Quantize (quantize.cu): the scan reads back the first non-finite element
+ * index (-1 when none) and the absolute maximum, synchronizing `stream`; the
+ * block pass is asynchronous.  d->tensor_scale is final for the block pass. */
+NB_INTERNAL int nbi_cuda_quantize_scan(const nb_weight_desc *d, nb_dtype src_dtype, const void *src, int64_t *bad,
+                                       float *amax, void *stream, char *err);
+NB_INTERNAL int nbi_cuda_quantize(const nb_weight_desc *d, nb_dtype src_dtype, const void *src, uint8_t *codes,
+                                  uint8_t *scales, void *stream, char *err);
 NB_INTERNAL int nbi_cuda_gemm(const nbi_gemm_plan *p, const void *x, const void *packed, const void *bias,
                               void *y, void *workspace, void *stream, char *err);
 NB_INTERNAL int nbi_cuda_gemm_sm90(const nbi_gemm_plan *p, const void *x, const void *packed, const void *bias,

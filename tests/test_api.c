@@ -334,6 +334,10 @@ static void test_quantize_dequantize(nb_context *ctx) {
     /* device versions on a host-only context */
     EXPECT(NULL, NB_ERR_NULL_POINTER, nb_dequantize(NULL, &q, codes, scales, NB_DTYPE_BF16, out, NULL));
     EXPECT(ctx, NB_ERR_NO_DEVICE, nb_dequantize(ctx, &q, codes, scales, NB_DTYPE_BF16, out, NULL));
+    d = ok, before = d;
+    EXPECT(NULL, NB_ERR_NULL_POINTER, nb_quantize(NULL, &d, NB_DTYPE_F32, w, codes, scales, NULL));
+    EXPECT(ctx, NB_ERR_NO_DEVICE, nb_quantize(ctx, &d, NB_DTYPE_F32, w, codes, scales, NULL));
+    CHECK(!memcmp(&d, &before, sizeof d), "a failed nb_quantize modified the descriptor");
 }
 
 static void test_pack(nb_context *ctx) {

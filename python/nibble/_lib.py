@@ -184,6 +184,7 @@ _PROTOTYPES = [
     ("nb_weight_desc_validate", c_int, [POINTER(WeightDesc)]),
     ("nb_weight_get_sizes", c_int, [POINTER(WeightDesc), POINTER(WeightSizes)]),
     ("nb_quantize_host", c_int, [ContextP, POINTER(WeightDesc), c_int, c_void_p, _u8p, _u8p]),
+    ("nb_quantize", c_int, [ContextP, POINTER(WeightDesc), c_int, c_void_p, c_void_p, c_void_p, c_void_p]),
     ("nb_dequantize_host", c_int, [ContextP, POINTER(WeightDesc), _u8p, _u8p, c_int, c_void_p]),
     ("nb_dequantize", c_int, [ContextP, POINTER(WeightDesc), c_void_p, c_void_p, c_int, c_void_p, c_void_p]),
     ("nb_pack_host", c_int, [ContextP, POINTER(WeightDesc), _u8p, _u8p, c_void_p, c_size_t]),

@@ -5,6 +5,7 @@ section 1 (E2M1), 2.1 (NVFP4, ModelOpt) and 3.1/3.2 (MXFP4, OCP rule).
 Run:  pip install ./python && python3 -m pytest python/tests
 """
 
+import ctypes
 import math
 import os
 import re
@@ -402,3 +403,14 @@ def test_device_context_without_device_raises():
         nibble.Context(0)
     assert e.value.status in (nibble.Status.ERR_NO_DEVICE, nibble.Status.ERR_INVALID_ARGUMENT, nibble.Status.ERR_CUDA)
     assert e.value.message
+
+
+def test_device_quantize_on_host_context_is_no_device():
+    """nb_quantize is bound; on a host-only context it reports NB_ERR_NO_DEVICE."""
+    desc = _lib.WeightDesc()
+    assert _lib.lib.nb_weight_desc_init(ctypes.byref(desc), int(nibble.Format.NVFP4), 4, 32) == 0
+    buf = ctypes.create_string_buffer(4 * 32 * 4)
+    with nibble.Context() as ctx:
+        st = _lib.lib.nb_quantize(ctx.ptr, ctypes.byref(desc), int(nibble.DType.F32), buf, buf, buf, None)
+        assert st == nibble.Status.ERR_NO_DEVICE
+        assert "host-only" in ctx.last_error or "without CUDA" in ctx.last_error
