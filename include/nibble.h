@@ -326,7 +326,10 @@ NB_API nb_status nb_gemm_host_f64(nb_context *ctx, const nb_gemm_desc *g, const 
 /* NB_OK if nb_gemm can run this problem on the context's device, otherwise
  * the status and message nb_gemm would return. */
 NB_API nb_status nb_gemm_can_implement(nb_context *ctx, const nb_gemm_desc *g);
-/* Bytes of device workspace nb_gemm needs for this layer at any m (may be 0). */
+/* Bytes of device workspace nb_gemm needs for this layer at any m (may be 0),
+ * under the context's tuning table as it is now (a tuned configuration may
+ * split k more than the heuristic does): load a tuning cache before sizing
+ * workspaces. */
 NB_API nb_status nb_gemm_workspace_size(nb_context *ctx, const nb_gemm_desc *g, size_t *bytes);
 
 /* Y = X . W^T (+ bias) on the device.  W is packed (nb_pack).  X rows must be
@@ -351,6 +354,75 @@ NB_API nb_status nb_gemm_last_config(const nb_context *ctx, char *buf, size_t bu
 NB_API nb_status nb_gemm_reference_device(nb_context *ctx, const nb_gemm_desc *g, const void *x,
                                           const uint8_t *codes, const uint8_t *scales, const void *bias,
                                           float *y, void *stream);
+
+/* ----------------------------------------------------------------- tuning */
+
+/* nb_gemm picks a kernel configuration per call, in this order of precedence:
+ *   1. the NIBBLE_* environment knobs read at context creation (NIBBLE_PATH,
+ *      NIBBLE_KW, NIBBLE_SPLITS, NIBBLE_XSH, NIBBLE_BN, NIBBLE_RASTER): when
+ *      any of them is set, the tuning table is not consulted at all;
+ *   2. the context's tuning table: one entry per (GPU name, format,
+ *      activation dtype, n, k, m bucket), loaded from a JSON cache written by
+ *      `nibble tune` (nb_context_load_tuning, or the file named by the
+ *      NIBBLE_TUNE_CACHE environment variable at context creation);
+ *   3. the built-in heuristic (src/device.c).
+ * nb_gemm_last_config ends in " tuned" when a table entry decided.  Tuning
+ * (timing candidates) never happens inside nb_gemm: `nibble tune` does it
+ * ahead of time.
+ *
+ * m buckets (an entry tuned at one m serves every m of its bucket): 1, 2,
+ * 3-4, 5-8, 9-16, 17-32, 33-64, 65-128, 129-256, 257-512, 513-1024,
+ * 1025-2048, 2049-4096, 4097+. */
+
+typedef enum nb_gemm_path {
+    NB_GEMM_PATH_DECODE = 1,     /* gemv_fp4.cu: every GPU; one launch per 32 rows of X */
+    NB_GEMM_PATH_TENSOR_CORE = 2 /* gemm_sm90.cu: Hopper (sm_90a build, compute capability 9.0) */
+} nb_gemm_path;
+
+/* One kernel configuration.  Fields of the other path are 0. */
+typedef struct nb_gemm_config {
+    int32_t path;    /* nb_gemm_path */
+    int32_t kw;      /* decode: warps of a CTA that split one 16-row block's k range: 1, 2, 4 or 8 */
+    int32_t splits;  /* decode: CTAs along k, 1..64 (more than 1 uses the workspace) */
+    int32_t variant; /* decode: 0 "plain", activations loaded per warp; 1 "staged", loaded once
+                      * per CTA into shared memory (m >= 9 only; kw = 1) */
+    int32_t rpw;     /* decode, staged: 16-row blocks per warp, 1 or 2 (0 for plain) */
+    int32_t bn;      /* tensor core: tokens per tile, 64, 128 or 256 */
+    int32_t raster;  /* tensor core: n tiles walked together per raster group, 1..1024 */
+    int32_t reserved[5];
+} nb_gemm_config;
+
+/* The m bucket [*lo, *hi] of m >= 1 (*hi = INT64_MAX for the last one). */
+NB_API nb_status nb_tuning_m_bucket(int64_t m, int64_t *lo, int64_t *hi);
+
+/* Replace the context's tuning table with the JSON cache at `path`.  The file
+ * is untrusted: every entry is validated (known format, dtype, path and
+ * variant names; n, k, kw, splits, bn, raster in range; version 1), and any
+ * invalid entry rejects the whole file, leaving the table as it was.  Entries
+ * for other GPU names are kept (nb_context_save_tuning writes them back) but
+ * never used.  NB_ERR_IO: missing or unreadable file; NB_ERR_CORRUPT:
+ * malformed JSON or an invalid entry; NB_ERR_UNSUPPORTED: another version,
+ * or a library built without cJSON.  The message names the file, the entry
+ * and the problem. */
+NB_API nb_status nb_context_load_tuning(nb_context *ctx, const char *path);
+/* Write the context's whole table to `path` as JSON, atomically (a
+ * temporary file in the same directory, then rename).  NB_ERR_UNSUPPORTED
+ * without cJSON. */
+NB_API nb_status nb_context_save_tuning(nb_context *ctx, const char *path);
+/* Set the entry for g's format, activation dtype, n, k and m bucket on the
+ * context's GPU to `cfg` (validated as a loaded entry is), measured at `us`
+ * microseconds (>= 0; 0 when unknown); cfg NULL removes it.  Takes effect on
+ * the next nb_gemm; size workspaces after it. */
+NB_API nb_status nb_context_set_tuning(nb_context *ctx, const nb_gemm_desc *g, const nb_gemm_config *cfg, double us);
+/* Entries in the table, and how many of them are for the context's GPU. */
+NB_API nb_status nb_context_tuning_count(const nb_context *ctx, size_t *entries, size_t *for_device);
+/* The configurations nb_gemm can run for this problem on the context's
+ * device, as `nibble tune` tries them: configs[0] is what the heuristic picks
+ * (knobs and table aside), the rest are distinct alternatives.  *count
+ * receives how many there are; at most `max` are written (configs may be
+ * NULL when max is 0).  Needs a device and a packed weight, like nb_gemm. */
+NB_API nb_status nb_gemm_list_configs(nb_context *ctx, const nb_gemm_desc *g, nb_gemm_config *configs, size_t max,
+                                      size_t *count);
 
 /* ---------------------------------------------------- scalar conversions */
 

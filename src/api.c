@@ -104,11 +104,18 @@ nb_status nb_context_create(int device, nb_context **out) {
         const char *fg = getenv("NIBBLE_RASTER"); /* tuning knob: n tiles per raster group */
         if (fg) c->force_group = atoi(fg);
     }
+    nb_status st = nbi_tune_load_env(c); /* NIBBLE_TUNE_CACHE, when set and the file exists */
+    if (st) { /* (the message is in the thread's buffer) */
+        nbi_tune_free(c);
+        free(c);
+        return st;
+    }
     *out = c;
     return NB_OK;
 }
 
 nb_status nb_context_destroy(nb_context *ctx) {
+    if (ctx) nbi_tune_free(ctx);
     free(ctx);
     return NB_OK;
 }

@@ -136,7 +136,7 @@ static int choose_tc(nb_context *ctx, const nb_gemm_desc *g, nbi_gemm_plan *p) {
     return 1;
 }
 
-nb_status nbi_gemm_make_plan(nb_context *ctx, const nb_gemm_desc *g, nbi_gemm_plan *p) {
+nb_status nbi_gemm_make_plan_knobs(nb_context *ctx, const nb_gemm_desc *g, nbi_gemm_plan *p) {
     nb_status st = need_device(ctx, "nb_gemm");
     if (st) return st;
     if ((st = nbi_check_gemm(ctx, g, NB_LAYOUT_PACKED, false))) return st;
@@ -220,20 +220,21 @@ nb_status nb_gemm_can_implement(nb_context *ctx, const nb_gemm_desc *g) {
 
 nb_status nb_gemm_workspace_size(nb_context *ctx, const nb_gemm_desc *g, size_t *bytes) {
     if (!bytes) return nbi_fail(ctx, NB_ERR_NULL_POINTER, "nb_gemm_workspace_size: bytes is NULL");
-    /* The largest need over every m: one workspace then serves a layer at any
-     * batch size (the split count depends on the kernel chosen for m). */
-    size_t most = 0;
-    for (int64_t m = 1; m <= 32; m += 8) {
-        nb_gemm_desc h = *g;
-        h.m = m;
-        nbi_gemm_plan p;
-        nb_status st = nbi_gemm_make_plan(ctx, &h, &p);
-        if (st) return st;
-        if (p.ws_partial_bytes + p.ws_counter_bytes > most) most = p.ws_partial_bytes + p.ws_counter_bytes;
-    }
     nbi_gemm_plan p;
     nb_status st = nbi_gemm_make_plan(ctx, g, &p); /* the real m: report its own errors */
     if (st) return st;
+    /* The largest need over every m: one workspace then serves a layer at any
+     * batch size (the split count depends on the kernel chosen for m, and a
+     * tuning-table entry may choose per m bucket). */
+    size_t most = p.ws_partial_bytes + p.ws_counter_bytes;
+    int64_t ms[64];
+    const int count = nbi_tune_workspace_ms(ms, 64);
+    for (int i = 0; i < count; i++) {
+        nb_gemm_desc h = *g;
+        h.m = ms[i];
+        if (nbi_gemm_make_plan(ctx, &h, &p) == NB_OK && p.ws_partial_bytes + p.ws_counter_bytes > most)
+            most = p.ws_partial_bytes + p.ws_counter_bytes;
+    }
     *bytes = most;
     return NB_OK;
 }
@@ -263,6 +264,7 @@ nb_status nb_gemm(nb_context *ctx, const nb_gemm_desc *g, const void *x, const v
         snprintf(ctx->last_config, sizeof ctx->last_config,
                  "gemm_sm90<%s,%s,128x%d> tiles=%dx%d raster=%d launches=1", fmt_name(p.fmt),
                  nbi_dtype_name(g->act_dtype), p.bn, p.tiles_n, p.tiles_m, p.raster_group);
+        nbi_tune_label(ctx, &p);
         return NB_OK;
     }
     /* m > 32: the decode kernel runs once per slice of 32 rows (the weights
@@ -280,6 +282,7 @@ nb_status nb_gemm(nb_context *ctx, const nb_gemm_desc *g, const void *x, const v
              "gemv_fp4<%s,%s,mt=%d%s> grid=%dx%d warps=%d k-split=%dx%d chunks/warp=%d launches=%lld",
              fmt_name(p.fmt), nbi_dtype_name(g->act_dtype), p.mt, p.xsh ? ",staged-x" : "", p.grid_x, p.splits, p.warps, p.kw, p.splits,
              (p.chunks_per_split + p.kw - 1) / p.kw, (long long)((g->m + 31) / 32));
+    nbi_tune_label(ctx, &p);
     return NB_OK;
 }
 

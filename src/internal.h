@@ -25,9 +25,12 @@ struct nb_context {
     uint32_t table[3][4][128];   /* cached adjusted scale tables (see gemv_fp4.cu) */
     int force_splits;            /* NIBBLE_SPLITS environment variable, 0 = heuristic */
     int force_kw;                /* NIBBLE_KW environment variable, 0 = heuristic */
+    int force_xs;                /* NIBBLE_XS: 0 heuristic, 1 kernel 1 only, 2 staged-activation kernel for mt >= 2 */
+    int force_rpw;               /* NIBBLE_RPW: row blocks per warp of that kernel (1, 2), 0 = heuristic */
     int force_path;              /* NIBBLE_PATH: 0 heuristic, 1 decode kernel, 2 tensor-core kernel */
     int force_bn;                /* NIBBLE_BN: tensor-core tile width in tokens (64, 128, 256), 0 = heuristic */
     int force_group;             /* NIBBLE_RASTER: n tiles per raster group, 0 = heuristic */
+    struct nbi_tune_table *tune; /* tuning table (tune.c), NULL when empty */
 };
 
 /* Record a failure (context buffer when ctx != NULL, and the thread-local
@@ -89,7 +92,8 @@ typedef struct nbi_gemm_plan {
     int mt;             /* token tiles of 8: 1..4 */
     int warps;          /* warps per CTA */
     int kw;             /* warps sharing one 16-row block (in-CTA split of k) */
-    int xsh;            /* activations staged per CTA in shared memory (mt >= 2; forces kw = 1) */
+    int xsh;            /* kernel 2: activations staged per CTA in shared memory (mt >= 2; kw = 1) */
+    int rpw;            /* kernel 2: row blocks per warp (1 or 2), sharing the activation fragments */
     int64_t m, n, k;
     int64_t lda, ldc;
     int64_t row_blocks; /* ceil(n / 16) */
@@ -105,6 +109,7 @@ typedef struct nbi_gemm_plan {
     int path;           /* NBI_PATH_GEMV or NBI_PATH_SM90 */
     int bn;             /* tokens per CTA tile: 64, 128 or 256 */
     int tiles_n, tiles_m, raster_group;
+    int tuned;          /* a tuning-table entry chose this configuration (tune.c) */
     uint32_t scale_table[128]; /* 256 adjusted 16-bit scales, two per word */
     size_t ws_partial_bytes;
     size_t ws_counter_bytes;
@@ -112,7 +117,31 @@ typedef struct nbi_gemm_plan {
 
 enum { NBI_PATH_GEMV = 0, NBI_PATH_SM90 = 1 };
 
+/* The plan nb_gemm runs: the tuning table's entry for the problem when there
+ * is one and no NIBBLE_* knob is set, else the knobs and the heuristic
+ * (tune.c). */
 NB_INTERNAL nb_status nbi_gemm_make_plan(nb_context *ctx, const nb_gemm_desc *g, nbi_gemm_plan *p);
+/* The plan the ctx->force_* knobs and the heuristic give (device.c). */
+NB_INTERNAL nb_status nbi_gemm_make_plan_knobs(nb_context *ctx, const nb_gemm_desc *g, nbi_gemm_plan *p);
+
+/* ------------------------------------------------- tuning table (tune.c) */
+typedef struct nbi_tune_table nbi_tune_table;
+/* The entry for this problem on the context's GPU: 1 and *out, or 0. */
+NB_INTERNAL int nbi_tune_lookup(const nb_context *ctx, int fmt, int act, int64_t n, int64_t k, int64_t m,
+                                nb_gemm_config *out);
+/* Append " tuned" to ctx->last_config when a table entry chose plan p. */
+NB_INTERNAL void nbi_tune_label(nb_context *ctx, const nbi_gemm_plan *p);
+/* The m values whose plans cover every m (1..32, then one per bucket): the
+ * workspace must fit them all.  Returns how many were written (at most max). */
+NB_INTERNAL int nbi_tune_workspace_ms(int64_t *ms, int max);
+/* Context creation: load the file NIBBLE_TUNE_CACHE names, if it exists. */
+NB_INTERNAL nb_status nbi_tune_load_env(nb_context *ctx);
+NB_INTERNAL void nbi_tune_free(nb_context *ctx);
+/* Parse a cache from memory (`name` for messages) into a new table; the
+ * reason in err (NB_ERRBUF bytes) on failure. */
+NB_INTERNAL nb_status nbi_tune_parse(const char *text, size_t len, const char *name, nbi_tune_table **out,
+                                     char *err);
+NB_INTERNAL void nbi_tune_table_free(nbi_tune_table *t);
 
 /* ------------------------------------------ CUDA side (device.c stubs) */
 /* Each returns 0 on success or a cudaError_t value; on failure `err`

@@ -4,15 +4,17 @@
  * declared format and exclude lists, with "re:" regexes compiled and matched).
  *
  * The first byte picks the reader (0: config.json, 1: hf_quant_config.json,
- * 2: the index, 3: both configs split at the first NUL byte); the rest is
- * the text.  A failure must come with a message; an accepted config is
- * matched against a few layer prefixes.
+ * 2: the index, 3: both configs split at the first NUL byte, 4: a tuning
+ * cache of `nibble tune`, src/tune.c; other values as their low two bits);
+ * the rest is the text.  A failure must come with a message; an accepted
+ * config is matched against a few layer prefixes.
  *
  * Build and run: make fuzz (all targets), or
  *   CC=clang cmake -S . -B build-fuzz -DNB_FUZZ=ON -DNB_CUDA=OFF
  *   cmake --build build-fuzz --target fuzz_config
  *   build-fuzz/fuzz_config CORPUS_DIR   (seeds: tests/corpus/config/) */
 #include "checkpoint.h"
+#include "internal.h" /* nbi_tune_parse: src/tune.c is compiled into this target */
 #include "safetensors.h"
 
 #include <stdint.h>
@@ -29,6 +31,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static const char *const prefixes[4] = {"lm_head", "model.layers.0.mlp.gate", "model.layers.12.self_attn.q_proj",
                                             "model.embed_tokens"};
     int ex[4];
+    if ((data[0] & 7) == 4) {
+        nbi_tune_table *t = NULL;
+        char terr[NB_ERRBUF] = "";
+        st = nbi_tune_parse(text, n, "fuzz.json", &t, terr);
+        if ((st == NB_OK) != (t != NULL) || (st != NB_OK && terr[0] == 0)) __builtin_trap();
+        nbi_tune_table_free(t);
+        return 0;
+    }
     switch (data[0] & 3) {
     case 2: {
         size_t nt = 0, ns = 0;

@@ -33,25 +33,10 @@ int nb_cli_bench(int argc, char **argv) {
     return 3;
 }
 #else
-#include <cublas_v2.h>
-#include <cuda_runtime.h>
+#include "benchlib.h"
 
-#define CK(call)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "nibble bench: %s failed: %s\n", #call, cudaGetErrorString(e_));       \
-            exit(3);                                                                               \
-        }                                                                                          \
-    } while (0)
-#define NB(call)                                                                                   \
-    do {                                                                                           \
-        nb_status s_ = (call);                                                                     \
-        if (s_ != NB_OK) {                                                                         \
-            fprintf(stderr, "nibble bench: %s: %s\n", nb_status_name(s_), nb_last_error());        \
-            exit(3);                                                                               \
-        }                                                                                          \
-    } while (0)
+#include <cublas_v2.h>
+
 #define BL(call)                                                                                   \
     do {                                                                                           \
         cublasStatus_t s_ = (call);                                                                \
@@ -60,52 +45,6 @@ int nb_cli_bench(int argc, char **argv) {
             exit(3);                                                                               \
         }                                                                                          \
     } while (0)
-
-static uint64_t brng = 0x243F6A8885A308D3ull;
-static uint32_t brnd(void) {
-    brng ^= brng << 13;
-    brng ^= brng >> 7;
-    brng ^= brng << 17;
-    return (uint32_t)(brng >> 32);
-}
-static uint16_t bf16_of(float v) {
-    uint32_t u;
-    memcpy(&u, &v, 4);
-    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
-static float f_of_bf16(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-
-/* Median microseconds per call of a captured graph of `calls` calls. */
-static double time_graph(cudaGraphExec_t exec, cudaStream_t s, int calls, int reps) {
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    CK(cudaGraphLaunch(exec, s)); /* warm-up */
-    CK(cudaStreamSynchronize(s));
-    float t[32];
-    if (reps > 32) reps = 32;
-    for (int r = 0; r < reps; r++) {
-        CK(cudaEventRecord(e0, s));
-        CK(cudaGraphLaunch(exec, s));
-        CK(cudaEventRecord(e1, s));
-        CK(cudaEventSynchronize(e1));
-        CK(cudaEventElapsedTime(&t[r], e0, e1));
-    }
-    qsort(t, (size_t)reps, sizeof t[0], cmp_float);
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
-    return (double)t[reps / 2] * 1000.0 / calls;
-}
 
 static double copy_bandwidth(void) {
     const size_t bytes = (size_t)1 << 30;
@@ -134,88 +73,58 @@ static double copy_bandwidth(void) {
     return 2.0 * (double)bytes / (best * 1e-3) / 1e9; /* read + write */
 }
 
-static int parse_list(const char *s, int64_t *out, int max) {
-    int n = 0;
-    while (*s && n < max) {
-        char *end;
-        long long v = strtoll(s, &end, 10);
-        if (end == s || v <= 0) return -1;
-        out[n++] = v;
-        s = *end ? end + 1 : end;
-    }
-    return n;
-}
-
 static void help(void) {
     printf("usage: nibble bench [--shapes KxN,...] [--m 1,2,...] [--formats nvfp4,mxfp4] [--dtype bf16|f16]\n"
-           "                    [--csv FILE] [--json FILE] [--min-bytes MB]\n"
+           "                    [--csv FILE] [--json FILE] [--min-bytes MB] [--tune-cache FILE]\n"
            "  Times Y[m,n] = X[m,k] . W[n,k]^T for each layer k -> n and each m, nibble's kernel vs\n"
            "  cuBLAS BF16 in the same run (CUDA graphs, weights rotated past L2, median of replays).\n"
            "  Prints us per call, GB/s (weights + scales + activations + output), fraction of\n"
            "  the measured copy bandwidth, TFLOP/s (2mnk), speedup over cuBLAS, and the\n"
-           "  configuration nb_gemm ran.  m up to 16384.\n"
+           "  configuration nb_gemm ran.  m up to 16384.  --tune-cache loads a cache written by\n"
+           "  `nibble tune` (nb_context_load_tuning), as NIBBLE_TUNE_CACHE would: configurations\n"
+           "  it chose say \"tuned\".\n"
            "  defaults: --shapes 8192x8192,8192x57344,28672x8192,4096x6144,4096x4096\n"
            "            --m 1,2,4,8,16,32 --formats nvfp4,mxfp4 --dtype bf16 --min-bytes 240\n");
 }
 
 int nb_cli_bench(int argc, char **argv) {
-    const char *shapes_s = "8192x8192,8192x57344,28672x8192,4096x6144,4096x4096";
-    const char *m_s = "1,2,4,8,16,32", *fmts_s = "nvfp4,mxfp4", *csv = NULL, *json = NULL;
-    nb_dtype act = NB_DTYPE_BF16;
-    double min_mb = 240; /* rotate at least this much weight memory: 4x the H200's 60 MB L2 */
+    nbt_tool = "nibble bench";
+    /* weights rotated over at least 240 MB: 4x the H200's 60 MB L2 */
+    nbt_sweep sw = {.shapes = "8192x8192,8192x57344,28672x8192,4096x6144,4096x4096", .m = "1,2,4,8,16,32",
+                    .formats = "nvfp4,mxfp4", .act = NB_DTYPE_BF16, .min_mb = 240};
+    const char *csv = NULL, *json = NULL, *tune_cache = NULL;
     for (int i = 1; i < argc; i++) {
+        const int taken = nbt_sweep_arg(&sw, "--dtype", argc, argv, &i);
+        if (taken < 0) return 1;
+        if (taken) continue;
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             help();
             return 0;
-        } else if (i + 1 < argc && !strcmp(argv[i], "--shapes")) shapes_s = argv[++i];
-        else if (i + 1 < argc && !strcmp(argv[i], "--m")) m_s = argv[++i];
-        else if (i + 1 < argc && !strcmp(argv[i], "--formats")) fmts_s = argv[++i];
-        else if (i + 1 < argc && !strcmp(argv[i], "--csv")) csv = argv[++i];
+        } else if (i + 1 < argc && !strcmp(argv[i], "--csv")) csv = argv[++i];
         else if (i + 1 < argc && !strcmp(argv[i], "--json")) json = argv[++i];
-        else if (i + 1 < argc && !strcmp(argv[i], "--min-bytes")) min_mb = atof(argv[++i]);
-        else if (i + 1 < argc && !strcmp(argv[i], "--dtype")) {
-            const char *d = argv[++i];
-            if (!strcmp(d, "bf16")) act = NB_DTYPE_BF16;
-            else if (!strcmp(d, "f16")) act = NB_DTYPE_F16;
-            else {
-                fprintf(stderr, "nibble bench: --dtype must be bf16 or f16\n");
-                return 1;
-            }
-        } else {
+        else if (i + 1 < argc && !strcmp(argv[i], "--tune-cache")) tune_cache = argv[++i];
+        else {
             fprintf(stderr, "nibble bench: unknown option '%s' (see --help)\n", argv[i]);
             return 1;
         }
     }
-    int64_t ms[64], kn[64];
-    int nm = parse_list(m_s, ms, 64);
-    int nkn = parse_list(shapes_s, kn, 64); /* "KxN": strtoll stops at 'x' */
-    if (nm <= 0 || nkn <= 0 || nkn % 2) {
-        fprintf(stderr, "nibble bench: bad --m or --shapes list\n");
-        return 1;
-    }
-    for (int i = 0; i < nm; i++)
-        if (ms[i] < 1 || ms[i] > 16384) {
-            fprintf(stderr, "nibble bench: m must be in 1..16384\n");
-            return 1;
-        }
-    nb_format fmts[2];
-    int nf = 0;
-    if (strstr(fmts_s, "nvfp4")) fmts[nf++] = NB_FORMAT_NVFP4;
-    if (strstr(fmts_s, "mxfp4")) fmts[nf++] = NB_FORMAT_MXFP4;
-    if (!nf) {
-        fprintf(stderr, "nibble bench: --formats must name nvfp4 and/or mxfp4\n");
-        return 1;
-    }
-    int count = 0;
-    nb_device_count(&count);
-    if (!count) {
-        fprintf(stderr, "nibble bench: no CUDA device\n");
-        return 3;
-    }
+    if (!nbt_sweep_parse(&sw)) return 1;
+    if (!nbt_have_device()) return 3;
+    const nb_dtype act = sw.act;
+    const int nm = sw.nm, nkn = sw.nkn, nf = sw.nf;
+    const int64_t *ms = sw.ms, *kn = sw.kn, mmax = sw.mmax;
+    const nb_format *fmts = sw.fmts;
+    const double min_mb = sw.min_mb;
     nb_context *ctx;
     NB(nb_context_create(0, &ctx));
     nb_device_info info;
     NB(nb_context_device_info(ctx, &info));
+    if (tune_cache) {
+        NB(nb_context_load_tuning(ctx, tune_cache));
+        size_t all, mine;
+        NB(nb_context_tuning_count(ctx, &all, &mine));
+        printf("nibble bench: tuning cache %s: %zu entries, %zu for this GPU\n", tune_cache, all, mine);
+    }
     cublasHandle_t blas;
     BL(cublasCreate(&blas));
     cudaStream_t s;
@@ -243,33 +152,11 @@ int nb_cli_bench(int argc, char **argv) {
     if (fj) fprintf(fj, "{\"gpu\": \"%s\", \"commit\": \"%s\", \"date\": \"%s\", \"copy_gbps\": %.1f, \"results\": [",
                     info.name, NB_GIT_COMMIT, date, bw);
     int first = 1, rc = 0;
-    int64_t mmax = 1;
-    for (int i = 0; i < nm; i++) mmax = ms[i] > mmax ? ms[i] : mmax;
 
     for (int si = 0; si < nkn; si += 2) {
         const int64_t k = kn[si], n = kn[si + 1];
         /* activations (shared by both libraries), random, BF16/FP16 */
-        uint16_t *hx = malloc(2 * (size_t)(mmax * k));
-        for (int64_t i = 0; i < mmax * k; i++) {
-            float v = ((float)brnd() / 4294967296.0f) * 2.0f - 1.0f;
-            hx[i] = act == NB_DTYPE_BF16 ? bf16_of(v) : 0; /* replaced below for f16 */
-            if (act == NB_DTYPE_F16) {
-                /* |v| < 1: a simple exact-enough f16 encoding via the reference path is not
-                 * exposed; use 1/1024 steps, exactly representable */
-                int q = (int)lrintf(v * 1024.0f);
-                float fv = (float)q / 1024.0f;
-                /* encode fv as f16 */
-                uint16_t h = 0;
-                if (q != 0) {
-                    int e;
-                    float f = frexpf(fabsf(fv), &e); /* fv = f * 2^e */
-                    int mant = (int)lrintf((f * 2.0f - 1.0f) * 1024.0f);
-                    h = (uint16_t)(((e - 1 + 15) << 10) | mant);
-                    if (fv < 0) h |= 0x8000;
-                }
-                hx[i] = h;
-            }
-        }
+        uint16_t *hx = nbt_random_activations(act, (size_t)(mmax * k));
         void *dx, *dy, *dyb;
         float *dref;
         CK(cudaMalloc(&dx, 2 * (size_t)(mmax * k)));
@@ -278,35 +165,18 @@ int nb_cli_bench(int argc, char **argv) {
         CK(cudaMalloc((void **)&dref, 4 * (size_t)(mmax * n)));
         CK(cudaMemcpy(dx, hx, 2 * (size_t)(mmax * k), cudaMemcpyHostToDevice));
         for (int fi = 0; fi < nf; fi++) {
-            nb_weight_desc d;
-            NB(nb_weight_desc_init(&d, fmts[fi], n, k));
-            d.tensor_scale = fmts[fi] == NB_FORMAT_NVFP4 ? 0.0087f : 1.0f;
-            nb_weight_sizes sz;
-            NB(nb_weight_get_sizes(&d, &sz));
-            uint8_t *hc = malloc(sz.codes_bytes), *hs = malloc(sz.scales_bytes);
-            for (size_t i = 0; i < sz.codes_bytes; i++) hc[i] = (uint8_t)brnd();
-            for (size_t i = 0; i < sz.scales_bytes; i++)
-                hs[i] = fmts[fi] == NB_FORMAT_NVFP4 ? (uint8_t)(0x28 + brnd() % 0x28) : (uint8_t)(118 + brnd() % 10);
-            uint8_t *dc, *ds;
-            CK(cudaMalloc((void **)&dc, sz.codes_bytes));
-            CK(cudaMalloc((void **)&ds, sz.scales_bytes));
-            CK(cudaMemcpy(dc, hc, sz.codes_bytes, cudaMemcpyHostToDevice));
-            CK(cudaMemcpy(ds, hs, sz.scales_bytes, cudaMemcpyHostToDevice));
-            /* rotated copies: packed for nibble, BF16 for cuBLAS */
+            nbt_layer L;
+            nbt_layer_make(ctx, fmts[fi], n, k, min_mb, s, &L);
+            const nb_weight_desc d = L.desc, pd = L.packed;
+            const nb_weight_sizes sz = L.sz;
+            const int rot = L.rot;
+            /* rotated BF16 copies of the dequantized weights for cuBLAS */
             const size_t wbytes_b = 2 * (size_t)(n * k);
-            int rot = (int)ceil(min_mb * 1e6 / (double)sz.packed_bytes);
             int rot_b = (int)ceil(min_mb * 1e6 / (double)wbytes_b);
-            if (rot < 2) rot = 2;
             if (rot_b < 2) rot_b = 2;
-            void **pk = calloc((size_t)rot, sizeof *pk), **wb = calloc((size_t)rot_b, sizeof *wb);
-            nb_weight_desc pd = d;
-            for (int r = 0; r < rot; r++) {
-                CK(cudaMalloc(&pk[r], sz.packed_bytes));
-                pd = d;
-                NB(nb_pack(ctx, &pd, dc, ds, pk[r], sz.packed_bytes, s));
-            }
+            void **wb = calloc((size_t)rot_b, sizeof *wb);
             CK(cudaMalloc(&wb[0], wbytes_b));
-            NB(nb_dequantize(ctx, &d, dc, ds, act, wb[0], s));
+            NB(nb_dequantize(ctx, &d, L.dc, L.ds, act, wb[0], s));
             for (int r = 1; r < rot_b; r++) {
                 CK(cudaMalloc(&wb[r], wbytes_b));
                 CK(cudaMemcpyAsync(wb[r], wb[0], wbytes_b, cudaMemcpyDeviceToDevice, s));
@@ -314,7 +184,7 @@ int nb_cli_bench(int argc, char **argv) {
             /* reference output for correctness (all mmax rows) */
             nb_gemm_desc rg;
             NB(nb_gemm_desc_init(&rg, &d, mmax, act, act));
-            NB(nb_gemm_reference_device(ctx, &rg, dx, dc, ds, NULL, dref, s));
+            NB(nb_gemm_reference_device(ctx, &rg, dx, L.dc, L.ds, NULL, dref, s));
             float *href = malloc(4 * (size_t)(mmax * n));
             uint16_t *hy = malloc(2 * (size_t)(mmax * n));
             CK(cudaMemcpyAsync(href, dref, 4 * (size_t)(mmax * n), cudaMemcpyDeviceToHost, s));
@@ -333,18 +203,12 @@ int nb_cli_bench(int argc, char **argv) {
                 NB(nb_gemm_desc_init(&g, &pd, m, act, act));
                 /* correctness first */
                 CK(cudaMemsetAsync(dy, 0xFF, 2 * (size_t)(m * n), s));
-                NB(nb_gemm(ctx, &g, dx, pk[0], NULL, dy, dws, ws, s));
+                NB(nb_gemm(ctx, &g, dx, L.pk[0], NULL, dy, dws, ws, s));
                 CK(cudaMemcpyAsync(hy, dy, 2 * (size_t)(m * n), cudaMemcpyDeviceToHost, s));
                 CK(cudaStreamSynchronize(s));
                 double e2 = 0, r2 = 0;
                 for (int64_t i = 0; i < m * n; i++) {
-                    float v = act == NB_DTYPE_BF16 ? f_of_bf16(hy[i]) : 0.0f;
-                    if (act == NB_DTYPE_F16) {
-                        int e = (hy[i] >> 10) & 31;
-                        uint32_t mt = hy[i] & 0x3FF;
-                        v = e == 0 ? ldexpf((float)mt, -24) : e == 31 ? NAN : ldexpf((float)(mt | 0x400), e - 25);
-                        if (hy[i] & 0x8000) v = -v;
-                    }
+                    const float v = nbt_float_of(act, hy[i]);
                     e2 += ((double)v - href[i]) * ((double)v - href[i]);
                     r2 += (double)href[i] * href[i];
                 }
@@ -356,23 +220,13 @@ int nb_cli_bench(int argc, char **argv) {
                 }
                 char cfg[256];
                 NB(nb_gemm_last_config(ctx, cfg, sizeof cfg));
-                /* nibble graph */
-                /* about 20 ms of work per graph, at least one pass over the copies */
-                const double est_us = fmax(2.0 * m * n * k / 600e12, (double)sz.packed_bytes / 3e12) * 1e6;
-                int want = (int)(20000.0 / est_us);
-                want = want < 4 ? 4 : want > 40 ? 40 : want;
-                int calls = rot * ((want + rot - 1) / rot);
+                /* nibble graph: about 20 ms of work, at least one pass over the copies */
+                const int calls = nbt_graph_calls(m, n, k, sz.packed_bytes, rot, 20000.0, 4, 40);
+                const double t_nb = nbt_time_gemm(ctx, &g, dx, &L, dy, dws, ws, s, calls, 9);
+                /* cuBLAS graph: Y^T[n,m] = W[n,k] . X^T[k,m] in column-major terms */
+                const int calls_b = nbt_graph_calls(m, n, k, sz.packed_bytes, rot_b, 20000.0, 4, 40);
                 cudaGraph_t gr;
                 cudaGraphExec_t ex;
-                CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-                for (int c = 0; c < calls; c++) NB(nb_gemm(ctx, &g, dx, pk[c % rot], NULL, dy, dws, ws, s));
-                CK(cudaStreamEndCapture(s, &gr));
-                CK(cudaGraphInstantiate(&ex, gr, 0));
-                double t_nb = time_graph(ex, s, calls, 9);
-                CK(cudaGraphExecDestroy(ex));
-                CK(cudaGraphDestroy(gr));
-                /* cuBLAS graph: Y^T[n,m] = W[n,k] . X^T[k,m] in column-major terms */
-                int calls_b = rot_b * ((want + rot_b - 1) / rot_b);
                 float one = 1.0f, zero = 0.0f;
                 cudaDataType dt = act == NB_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
                 BL(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)m, (int)k, &one, wb[0], dt, (int)k, dx, dt,
@@ -383,7 +237,7 @@ int nb_cli_bench(int argc, char **argv) {
                                     dx, dt, (int)k, &zero, dyb, dt, (int)n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
                 CK(cudaStreamEndCapture(s, &gr));
                 CK(cudaGraphInstantiate(&ex, gr, 0));
-                double t_bl = time_graph(ex, s, calls_b, 9);
+                double t_bl = nbt_time_graph(ex, s, calls_b, 9);
                 CK(cudaGraphExecDestroy(ex));
                 CK(cudaGraphDestroy(gr));
                 /* bytes: weights + scales (unpadded), activations read, output written */
@@ -409,16 +263,11 @@ int nb_cli_bench(int argc, char **argv) {
                             (long long)m, t_nb, t_bl, gbps, gbps / bw, tf, tf_b, t_bl / t_nb, cfg);
                 first = 0;
             }
-            for (int r = 0; r < rot; r++) CK(cudaFree(pk[r]));
+            nbt_layer_free(&L);
             for (int r = 0; r < rot_b; r++) CK(cudaFree(wb[r]));
-            free(pk);
             free(wb);
-            free(hc);
-            free(hs);
             free(href);
             free(hy);
-            CK(cudaFree(dc));
-            CK(cudaFree(ds));
             if (dws) CK(cudaFree(dws));
         }
         free(hx);

@@ -1,6 +1,6 @@
 /* nibble - command-line tool over the public API.
  *
- *   nibble version | info | demo | bench | inspect | quantize | convert   (each takes --help)
+ *   nibble version | info | demo | bench | tune | inspect | quantize | convert   (each takes --help)
  *
  * Exit codes: 0 success, 1 usage error, 2 a check failed (wrong numbers),
  * 3 a library call failed. */
@@ -28,6 +28,7 @@
 #endif
 
 int nb_cli_bench(int argc, char **argv); /* bench.c */
+int nb_cli_tune(int argc, char **argv);  /* tune.c */
 
 static int wants_help(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
@@ -43,6 +44,8 @@ static void usage(FILE *f) {
                "  demo      quantize a built-in Llama-shaped layer to NVFP4 and MXFP4, run the GEMM\n"
                "            (GPU when present, C reference otherwise), print errors and time\n"
                "  bench     time the decode GEMM against cuBLAS BF16 (GPU only)\n"
+               "  tune      measure every kernel configuration per layer and m, write the fastest to a\n"
+               "            tuning cache that nb_gemm follows (GPU only)\n"
                "  inspect   list a safetensors checkpoint's files, tensors and linear layers with\n"
                "            their detected 4-bit format (ModelOpt, compressed-tensors, Quark, gpt-oss),\n"
                "            or a GGUF file's metadata and tensors (MXFP4, NVFP4 found)\n"
@@ -961,6 +964,7 @@ int main(int argc, char **argv) {
     if (!strcmp(c, "info")) return cmd_info(argc - 1, argv + 1);
     if (!strcmp(c, "demo")) return cmd_demo(argc - 1, argv + 1);
     if (!strcmp(c, "bench")) return nb_cli_bench(argc - 1, argv + 1);
+    if (!strcmp(c, "tune")) return nb_cli_tune(argc - 1, argv + 1);
     if (!strcmp(c, "inspect")) return cmd_inspect(argc - 1, argv + 1);
     if (!strcmp(c, "quantize")) return cmd_quantize(argc - 1, argv + 1);
     if (!strcmp(c, "convert")) return cmd_convert(argc - 1, argv + 1);

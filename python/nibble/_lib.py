@@ -160,6 +160,20 @@ class GemmDesc(Structure):
     ]
 
 
+class GemmConfig(Structure):
+    """nb_gemm_config: one kernel configuration (tuning)"""
+    _fields_ = [
+        ("path", c_int32),          # nb_gemm_path: 1 decode, 2 tensor core
+        ("kw", c_int32),
+        ("splits", c_int32),
+        ("variant", c_int32),       # decode: 0 plain, 1 staged
+        ("rpw", c_int32),
+        ("bn", c_int32),
+        ("raster", c_int32),
+        ("reserved", c_int32 * 5),
+    ]
+
+
 class _Context(Structure):
     """opaque nb_context"""
 
@@ -199,6 +213,12 @@ _PROTOTYPES = [
     ("nb_gemm_last_config", c_int, [ContextP, POINTER(c_char), c_size_t]),
     ("nb_gemm_reference_device", c_int, [ContextP, POINTER(GemmDesc), c_void_p, c_void_p, c_void_p, c_void_p,
                                          c_void_p, c_void_p]),
+    ("nb_tuning_m_bucket", c_int, [c_int64, POINTER(c_int64), POINTER(c_int64)]),
+    ("nb_context_load_tuning", c_int, [ContextP, c_char_p]),
+    ("nb_context_save_tuning", c_int, [ContextP, c_char_p]),
+    ("nb_context_set_tuning", c_int, [ContextP, POINTER(GemmDesc), POINTER(GemmConfig), c_double]),
+    ("nb_context_tuning_count", c_int, [ContextP, POINTER(c_size_t), POINTER(c_size_t)]),
+    ("nb_gemm_list_configs", c_int, [ContextP, POINTER(GemmDesc), POINTER(GemmConfig), c_size_t, POINTER(c_size_t)]),
     ("nb_e2m1_to_float", c_float, [c_uint8]),
     ("nb_e4m3_to_float", c_float, [c_uint8]),
     ("nb_e8m0_to_float", c_float, [c_uint8]),
@@ -355,6 +375,17 @@ class Context(Handle):
         info = DeviceInfo()
         self.check(lib.nb_context_device_info(self.ptr, ctypes.byref(info)))
         return info.to_dict()
+
+    def load_tuning(self, path):
+        """nb_context_load_tuning: follow the tuning cache `nibble tune` wrote
+        (replaces the context's table; NIBBLE_TUNE_CACHE does this at creation)."""
+        self.check(lib.nb_context_load_tuning(self.ptr, os.fsencode(path)))
+
+    def tuning_count(self):
+        """(entries, entries for this context's GPU) of the tuning table."""
+        total, mine = c_size_t(), c_size_t()
+        self.check(lib.nb_context_tuning_count(self.ptr, ctypes.byref(total), ctypes.byref(mine)))
+        return total.value, mine.value
 
 
 _tls = threading.local()

@@ -170,7 +170,7 @@ def test_struct_layout_matches_c(tmp_path):
     """Every ctypes Structure has the C compiler's size and field offsets."""
     structs = {"nb_device_info": _lib.DeviceInfo, "nb_build_info": _lib.BuildInfo,
                "nb_weight_desc": _lib.WeightDesc, "nb_weight_sizes": _lib.WeightSizes,
-               "nb_gemm_desc": _lib.GemmDesc}
+               "nb_gemm_desc": _lib.GemmDesc, "nb_gemm_config": _lib.GemmConfig}
     lines = ["#include <stdio.h>", "#include <stddef.h>", '#include "nibble.h"', "int main(void) {"]
     expect = []
     for cname, py in structs.items():
@@ -187,6 +187,32 @@ def test_struct_layout_matches_c(tmp_path):
     subprocess.run(["cc", "-std=c11", "-I", os.path.dirname(HEADER), str(src), "-o", str(exe)], check=True)
     got = [int(v) for v in subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split()]
     assert got == expect
+
+
+def test_tuning_cache(tmp_path):
+    """Context.load_tuning: a cache for this GPU name ("host" for a host-only
+    context) is loaded; a malformed one raises with the file and the field."""
+    entry = ('{"gpu": "host", "format": "nvfp4", "act": "bf16", "k": 4096, "n": 4096, "m": "1", '
+             '"path": "decode", "kw": %s, "splits": 1, "variant": "plain", "us": 3.5}')
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text('{"version": 1, "entries": [%s]}' % (entry % 4))
+    bad.write_text('{"version": 1, "entries": [%s]}' % (entry % 3))
+    with nibble.Context() as ctx:
+        try:
+            ctx.load_tuning(good)
+        except nibble.Error as e:
+            if e.status == nibble.Status.ERR_UNSUPPORTED:
+                pytest.skip("libnibble built without cJSON")
+            raise
+        assert ctx.tuning_count() == (1, 1)
+        with pytest.raises(nibble.Error) as err:
+            ctx.load_tuning(bad)
+        assert err.value.status == nibble.Status.ERR_CORRUPT
+        assert str(bad) in err.value.message and "kw = 3" in err.value.message
+        assert ctx.tuning_count() == (1, 1)          # a failed load leaves the table
+        with pytest.raises(nibble.Error) as err:
+            ctx.load_tuning(tmp_path / "missing.json")
+        assert err.value.status == nibble.Status.ERR_IO
 
 
 def ctypes_sizeof(t):

@@ -1,0 +1,214 @@
+/* benchlib.c - see benchlib.h. */
+#include "benchlib.h"
+
+#include <math.h>
+#include <string.h>
+
+const char *nbt_tool = "nibble";
+
+static uint64_t rng = 0x243F6A8885A308D3ull;
+uint32_t nbt_rand(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 32);
+}
+
+uint16_t nbt_bf16(float v) {
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+float nbt_float_of(nb_dtype t, uint16_t h) {
+    if (t == NB_DTYPE_BF16) {
+        uint32_t u = (uint32_t)h << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    const int e = (h >> 10) & 31;
+    const uint32_t mt = h & 0x3FF;
+    float v = e == 0 ? ldexpf((float)mt, -24) : e == 31 ? (mt ? NAN : INFINITY) : ldexpf((float)(mt | 0x400), e - 25);
+    return h & 0x8000 ? -v : v;
+}
+
+uint16_t *nbt_random_activations(nb_dtype t, size_t count) {
+    uint16_t *x = malloc(2 * count);
+    if (!x) {
+        fprintf(stderr, "%s: out of host memory\n", nbt_tool);
+        exit(3);
+    }
+    for (size_t i = 0; i < count; i++) {
+        const float v = ((float)nbt_rand() / 4294967296.0f) * 2.0f - 1.0f;
+        if (t == NB_DTYPE_BF16) {
+            x[i] = nbt_bf16(v);
+            continue;
+        }
+        /* FP16 on a 1/1024 grid: |v| < 1, so every value is exact */
+        const int q = (int)lrintf(v * 1024.0f);
+        const float fv = (float)q / 1024.0f;
+        uint16_t h = 0;
+        if (q != 0) {
+            int e;
+            const float f = frexpf(fabsf(fv), &e); /* fv = f * 2^e */
+            const int mant = (int)lrintf((f * 2.0f - 1.0f) * 1024.0f);
+            h = (uint16_t)(((e - 1 + 15) << 10) | mant);
+            if (fv < 0) h |= 0x8000;
+        }
+        x[i] = h;
+    }
+    return x;
+}
+
+void nbt_layer_make(nb_context *ctx, nb_format fmt, int64_t n, int64_t k, double min_mb, cudaStream_t s,
+                    nbt_layer *l) {
+    memset(l, 0, sizeof *l);
+    NB(nb_weight_desc_init(&l->desc, fmt, n, k));
+    l->desc.tensor_scale = fmt == NB_FORMAT_NVFP4 ? 0.0087f : 1.0f;
+    NB(nb_weight_get_sizes(&l->desc, &l->sz));
+    uint8_t *hc = malloc(l->sz.codes_bytes), *hs = malloc(l->sz.scales_bytes);
+    if (!hc || !hs) {
+        fprintf(stderr, "%s: out of host memory\n", nbt_tool);
+        exit(3);
+    }
+    for (size_t i = 0; i < l->sz.codes_bytes; i++) hc[i] = (uint8_t)nbt_rand();
+    /* scales spanning a few binades, as in real checkpoints */
+    for (size_t i = 0; i < l->sz.scales_bytes; i++)
+        hs[i] = fmt == NB_FORMAT_NVFP4 ? (uint8_t)(0x28 + nbt_rand() % 0x28) : (uint8_t)(118 + nbt_rand() % 10);
+    CK(cudaMalloc((void **)&l->dc, l->sz.codes_bytes));
+    CK(cudaMalloc((void **)&l->ds, l->sz.scales_bytes));
+    CK(cudaMemcpy(l->dc, hc, l->sz.codes_bytes, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(l->ds, hs, l->sz.scales_bytes, cudaMemcpyHostToDevice));
+    free(hc);
+    free(hs);
+    l->rot = (int)ceil(min_mb * 1e6 / (double)l->sz.packed_bytes);
+    if (l->rot < 2) l->rot = 2;
+    l->pk = calloc((size_t)l->rot, sizeof *l->pk);
+    for (int r = 0; r < l->rot; r++) {
+        CK(cudaMalloc(&l->pk[r], l->sz.packed_bytes));
+        l->packed = l->desc;
+        NB(nb_pack(ctx, &l->packed, l->dc, l->ds, l->pk[r], l->sz.packed_bytes, s));
+    }
+}
+
+void nbt_layer_free(nbt_layer *l) {
+    for (int r = 0; r < l->rot; r++) CK(cudaFree(l->pk[r]));
+    free(l->pk);
+    CK(cudaFree(l->dc));
+    CK(cudaFree(l->ds));
+    memset(l, 0, sizeof *l);
+}
+
+int nbt_graph_calls(int64_t m, int64_t n, int64_t k, size_t weight_bytes, int rot, double target_us, int lo, int hi) {
+    const double est_us = fmax(2.0 * m * n * k / 600e12, (double)weight_bytes / 3e12) * 1e6;
+    int want = (int)(target_us / est_us);
+    want = want < lo ? lo : want > hi ? hi : want;
+    return rot * ((want + rot - 1) / rot);
+}
+
+static int cmp_float(const void *a, const void *b) {
+    const float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+double nbt_time_graph(cudaGraphExec_t exec, cudaStream_t s, int calls, int reps) {
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    CK(cudaGraphLaunch(exec, s)); /* warm-up */
+    CK(cudaStreamSynchronize(s));
+    float t[32];
+    if (reps > 32) reps = 32;
+    for (int r = 0; r < reps; r++) {
+        CK(cudaEventRecord(e0, s));
+        CK(cudaGraphLaunch(exec, s));
+        CK(cudaEventRecord(e1, s));
+        CK(cudaEventSynchronize(e1));
+        CK(cudaEventElapsedTime(&t[r], e0, e1));
+    }
+    qsort(t, (size_t)reps, sizeof t[0], cmp_float);
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    return (double)t[reps / 2] * 1000.0 / calls;
+}
+
+double nbt_time_gemm(nb_context *ctx, const nb_gemm_desc *g, const void *x, const nbt_layer *l, void *y, void *ws,
+                     size_t ws_bytes, cudaStream_t s, int calls, int reps) {
+    cudaGraph_t gr;
+    cudaGraphExec_t ex;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (int c = 0; c < calls; c++) NB(nb_gemm(ctx, g, x, l->pk[c % l->rot], NULL, y, ws, ws_bytes, s));
+    CK(cudaStreamEndCapture(s, &gr));
+    CK(cudaGraphInstantiate(&ex, gr, 0));
+    const double us = nbt_time_graph(ex, s, calls, reps);
+    CK(cudaGraphExecDestroy(ex));
+    CK(cudaGraphDestroy(gr));
+    return us;
+}
+
+/* Comma list of positive integers ("1,2,4"; "KxN,KxN" gives K, N pairs:
+ * strtoll stops at the 'x'): how many were read, or -1. */
+static int parse_list(const char *s, int64_t *out, int max) {
+    int n = 0;
+    while (*s && n < max) {
+        char *end;
+        long long v = strtoll(s, &end, 10);
+        if (end == s || v <= 0) return -1;
+        out[n++] = v;
+        s = *end ? end + 1 : end;
+    }
+    return n;
+}
+
+int nbt_sweep_arg(nbt_sweep *sw, const char *act_flag, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    if (*i + 1 >= argc) return 0;
+    const char *v = argv[*i + 1];
+    if (!strcmp(a, "--shapes")) sw->shapes = v;
+    else if (!strcmp(a, "--m")) sw->m = v;
+    else if (!strcmp(a, "--formats")) sw->formats = v;
+    else if (!strcmp(a, "--min-bytes")) sw->min_mb = atof(v);
+    else if (!strcmp(a, act_flag)) {
+        if (!strcmp(v, "bf16")) sw->act = NB_DTYPE_BF16;
+        else if (!strcmp(v, "f16")) sw->act = NB_DTYPE_F16;
+        else {
+            fprintf(stderr, "%s: %s must be bf16 or f16\n", nbt_tool, act_flag);
+            return -1;
+        }
+    } else return 0;
+    ++*i;
+    return 1;
+}
+
+int nbt_sweep_parse(nbt_sweep *sw) {
+    sw->nm = parse_list(sw->m, sw->ms, 64);
+    sw->nkn = parse_list(sw->shapes, sw->kn, 64);
+    if (sw->nm <= 0 || sw->nkn <= 0 || sw->nkn % 2) {
+        fprintf(stderr, "%s: bad --m or --shapes list\n", nbt_tool);
+        return 0;
+    }
+    sw->mmax = 1;
+    for (int i = 0; i < sw->nm; i++) {
+        if (sw->ms[i] > 16384) {
+            fprintf(stderr, "%s: m must be in 1..16384\n", nbt_tool);
+            return 0;
+        }
+        sw->mmax = sw->ms[i] > sw->mmax ? sw->ms[i] : sw->mmax;
+    }
+    sw->nf = 0;
+    if (strstr(sw->formats, "nvfp4")) sw->fmts[sw->nf++] = NB_FORMAT_NVFP4;
+    if (strstr(sw->formats, "mxfp4")) sw->fmts[sw->nf++] = NB_FORMAT_MXFP4;
+    if (!sw->nf) {
+        fprintf(stderr, "%s: --formats must name nvfp4 and/or mxfp4\n", nbt_tool);
+        return 0;
+    }
+    return 1;
+}
+
+int nbt_have_device(void) {
+    int count = 0;
+    nb_device_count(&count);
+    if (!count) fprintf(stderr, "%s: no CUDA device\n", nbt_tool);
+    return count > 0;
+}

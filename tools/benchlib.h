@@ -1,0 +1,92 @@
+/* benchlib.h - what `nibble bench` and `nibble tune` share: random layers
+ * and activations, rotated weight copies past L2, CUDA-graph timing with
+ * events.  Built with CUDA only (both commands need a GPU).
+ *
+ * Timing method (bench.c's, used by both): every timed region is a CUDA
+ * graph of back-to-back calls, each call on the next of `rot` packed copies
+ * of the weights (together more than min-bytes, several times L2, so each
+ * call reads cold weights as a model's layers do); one warm-up replay, then
+ * the median of `reps` replays measured with CUDA events. */
+#ifndef NB_TOOLS_BENCHLIB_H
+#define NB_TOOLS_BENCHLIB_H
+
+#include "nibble.h"
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* The command name in failure messages ("nibble bench"). */
+extern const char *nbt_tool;
+
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "%s: %s failed: %s\n", nbt_tool, #call, cudaGetErrorString(e_));      \
+            exit(3);                                                                               \
+        }                                                                                          \
+    } while (0)
+#define NB(call)                                                                                   \
+    do {                                                                                           \
+        nb_status s_ = (call);                                                                     \
+        if (s_ != NB_OK) {                                                                         \
+            fprintf(stderr, "%s: %s: %s\n", nbt_tool, nb_status_name(s_), nb_last_error());       \
+            exit(3);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+/* Deterministic data (xorshift; the same sequence on every machine). */
+uint32_t nbt_rand(void);
+/* 16-bit storage of float v (round to nearest even) and back. */
+uint16_t nbt_bf16(float v);
+float nbt_float_of(nb_dtype t, uint16_t h);
+/* count random activations in (-1, 1), BF16 or FP16 (FP16 on a 1/1024 grid). */
+uint16_t *nbt_random_activations(nb_dtype t, size_t count);
+
+/* A random layer k -> n in `fmt` on the device: checkpoint codes and scales
+ * (dc, ds; desc) and `rot` packed copies (pk; packed is the descriptor
+ * nb_pack left), at least two and together at least min_mb megabytes. */
+typedef struct nbt_layer {
+    nb_weight_desc desc, packed;
+    nb_weight_sizes sz;
+    uint8_t *dc, *ds;
+    void **pk;
+    int rot;
+} nbt_layer;
+void nbt_layer_make(nb_context *ctx, nb_format fmt, int64_t n, int64_t k, double min_mb, cudaStream_t s,
+                    nbt_layer *out);
+void nbt_layer_free(nbt_layer *l);
+
+/* Calls per graph: about target_us of work (an estimate at 600 TFLOP/s or
+ * 3 TB/s, whichever is slower), clamped to [lo, hi], rounded up to whole
+ * passes over the rot copies. */
+int nbt_graph_calls(int64_t m, int64_t n, int64_t k, size_t weight_bytes, int rot, double target_us, int lo, int hi);
+/* Median microseconds per call of a captured graph of `calls` calls. */
+double nbt_time_graph(cudaGraphExec_t exec, cudaStream_t s, int calls, int reps);
+/* nb_gemm on the layer's rotated copies, `calls` per graph: median us per call. */
+double nbt_time_gemm(nb_context *ctx, const nb_gemm_desc *g, const void *x, const nbt_layer *l, void *y, void *ws,
+                     size_t ws_bytes, cudaStream_t s, int calls, int reps);
+
+/* The options both commands take: --shapes KxN,... --m LIST --formats
+ * nvfp4,mxfp4 --min-bytes MB and a dtype option (bench --dtype, tune --act). */
+typedef struct nbt_sweep {
+    const char *shapes, *m, *formats; /* comma lists as given (the caller sets defaults) */
+    nb_dtype act;
+    double min_mb;
+    /* filled by nbt_sweep_parse */
+    int64_t ms[64], kn[64], mmax; /* kn: K, N pairs */
+    int nm, nkn, nf;
+    nb_format fmts[2];
+} nbt_sweep;
+/* argv[*i] when it is one of those options (act_flag names the dtype one):
+ * 1 taken (*i then on its value), 0 not one of them, -1 a bad value (said
+ * on stderr). */
+int nbt_sweep_arg(nbt_sweep *sw, const char *act_flag, int argc, char **argv, int *i);
+/* Read the lists (m in 1..16384): 1, or 0 after a usage message. */
+int nbt_sweep_parse(nbt_sweep *sw);
+/* 1 when a CUDA device is present, else 0 after a message. */
+int nbt_have_device(void);
+
+#endif
