@@ -274,6 +274,15 @@ NB_API nb_status nb_quantize_host(nb_context *ctx, nb_weight_desc *desc, nb_dtyp
  * `stream` and may still run when the call returns. */
 NB_API nb_status nb_quantize(nb_context *ctx, nb_weight_desc *desc, nb_dtype src_dtype, const void *src,
                              uint8_t *codes, uint8_t *scales, void *stream);
+/* nb_quantize for host buffers (src, codes, scales as nb_quantize_host takes
+ * them, any alignment): they are staged through device memory allocated for
+ * the call (the input plus its codes and scales: 2.6 bytes per element for
+ * BF16/F16 input, 4.6 for F32) and freed before it returns, so it
+ * synchronizes `stream`.  Same bytes, tensor scale, statuses and messages as
+ * nb_quantize_host; NB_ERR_OUT_OF_MEMORY when the device memory cannot be
+ * had.  For loaders that read weights into host memory (nibble quantize). */
+NB_API nb_status nb_quantize_staged(nb_context *ctx, nb_weight_desc *desc, nb_dtype src_dtype, const void *src,
+                                    uint8_t *codes, uint8_t *scales, void *stream);
 
 /* Dequantize checkpoint-layout codes and scales to a row-major [n, k] matrix
  * (F32, F16 or BF16).  Exact: value = e2m1(code) * scale * tensor_scale,

@@ -39,6 +39,16 @@ int nbi_cuda_quantize(const nb_weight_desc *d, nb_dtype src_dtype, const void *s
     (void)d, (void)src_dtype, (void)src, (void)codes, (void)scales, (void)stream;
     return no_cuda(err);
 }
+int nbi_cuda_malloc(void **p, size_t bytes, char *err) {
+    (void)bytes;
+    *p = NULL;
+    return no_cuda(err);
+}
+void nbi_cuda_free(void *p) { (void)p; }
+int nbi_cuda_copy(void *dst, const void *src, size_t bytes, int to_device, void *stream, char *err) {
+    (void)dst, (void)src, (void)bytes, (void)to_device, (void)stream;
+    return no_cuda(err);
+}
 int nbi_cuda_gemm(const nbi_gemm_plan *p, const void *x, const void *packed, const void *bias, void *y,
                   void *workspace, void *stream, char *err) {
     (void)p, (void)x, (void)packed, (void)bias, (void)y, (void)workspace, (void)stream;

@@ -160,6 +160,11 @@ NB_INTERNAL int nbi_cuda_quantize_scan(const nb_weight_desc *d, nb_dtype src_dty
                                        float *amax, void *stream, char *err);
 NB_INTERNAL int nbi_cuda_quantize(const nb_weight_desc *d, nb_dtype src_dtype, const void *src, uint8_t *codes,
                                   uint8_t *scales, void *stream, char *err);
+/* Device memory for nb_quantize_staged (quantize.cu).  nbi_cuda_copy copies
+ * host -> device (to_device 1) or device -> host on `stream` and waits. */
+NB_INTERNAL int nbi_cuda_malloc(void **p, size_t bytes, char *err);
+NB_INTERNAL void nbi_cuda_free(void *p);
+NB_INTERNAL int nbi_cuda_copy(void *dst, const void *src, size_t bytes, int to_device, void *stream, char *err);
 NB_INTERNAL int nbi_cuda_gemm(const nbi_gemm_plan *p, const void *x, const void *packed, const void *bias,
                               void *y, void *workspace, void *stream, char *err);
 NB_INTERNAL int nbi_cuda_gemm_sm90(const nbi_gemm_plan *p, const void *x, const void *packed, const void *bias,

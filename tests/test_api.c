@@ -337,6 +337,8 @@ static void test_quantize_dequantize(nb_context *ctx) {
     d = ok, before = d;
     EXPECT(NULL, NB_ERR_NULL_POINTER, nb_quantize(NULL, &d, NB_DTYPE_F32, w, codes, scales, NULL));
     EXPECT(ctx, NB_ERR_NO_DEVICE, nb_quantize(ctx, &d, NB_DTYPE_F32, w, codes, scales, NULL));
+    EXPECT(NULL, NB_ERR_NULL_POINTER, nb_quantize_staged(NULL, &d, NB_DTYPE_F32, w, codes, scales, NULL));
+    EXPECT(ctx, NB_ERR_NO_DEVICE, nb_quantize_staged(ctx, &d, NB_DTYPE_F32, w, codes, scales, NULL));
     CHECK(!memcmp(&d, &before, sizeof d), "a failed nb_quantize modified the descriptor");
 }
 

@@ -7,6 +7,9 @@
  * what nb_quantize_host gives on the same source tensor in memory; every
  * other tensor must be a byte-identical copy; extra files copied; configs
  * parse and hold the documented fields; error cases leave no output behind.
+ * Devices: AUTO (the GPU when there is one), CPU and GPU give the same bytes
+ * (each compared with nb_quantize_host); without a GPU, device GPU is
+ * NB_ERR_NO_DEVICE before OUT is created.
  *
  *   test_ckpt_quantize               fixtures in a temporary directory, removed on success
  *   test_ckpt_quantize --keep DIR    fixtures kept in DIR (ctest then runs the CLI on DIR/bf16)
@@ -270,8 +273,10 @@ static void check_configs(const char *out, nb_format fmt, nb_mx_scale_rule rule,
 }
 
 /* Quantize sub -> out and check everything against the in-memory sources. */
+static int g_have_gpu; /* libnibble has CUDA and a device is present */
+
 static void run_case(const char *sub, const char *out, int sharded, nb_format fmt, nb_mx_scale_rule rule,
-                     const char *extra_pattern, const char *extra_substr) {
+                     const char *extra_pattern, const char *extra_substr, nb_ckpt_device dev) {
     char in_path[1024], out_path[1024], err[1024] = "";
     path_of(in_path, sizeof in_path, sub, NULL);
     path_of(out_path, sizeof out_path, out, NULL);
@@ -279,6 +284,7 @@ static void run_case(const char *sub, const char *out, int sharded, nb_format fm
     nb_ckpt_quantize_opts_init(&o);
     o.format = fmt;
     o.mx_rule = rule;
+    o.device = dev;
     const char *pats[1] = {extra_pattern};
     if (extra_pattern) {
         o.exclude = pats;
@@ -296,6 +302,10 @@ static void run_case(const char *sub, const char *out, int sharded, nb_format fm
           s.tensors_copied, (size_t)NT, nq);
     CHECK(s.shards == (sharded ? 2u : 1u) && s.files_copied == 2, "%s: %zu shards, %zu files copied", out, s.shards,
           s.files_copied);
+    nb_ckpt_device wdev = dev == NB_CKPT_DEVICE_AUTO ? (g_have_gpu ? NB_CKPT_DEVICE_GPU : NB_CKPT_DEVICE_CPU) : dev;
+    CHECK(s.device == wdev && s.device_name[0] && (wdev == NB_CKPT_DEVICE_GPU) == !!strcmp(s.device_name, "host"),
+          "%s: ran on %s (%s), want %s", out, nb_ckpt_device_name(s.device), s.device_name,
+          nb_ckpt_device_name(wdev));
 
     nb_ckpt *c = NULL;
     st = nb_ckpt_open(out_path, &c, err, sizeof err);
@@ -513,6 +523,32 @@ static void test_errors(void) {
     st = nb_ckpt_quantize(in, out, &o, NULL, err, sizeof err);
     CHECK(st == NB_ERR_INVALID_ARGUMENT, "bad format: %s", nb_status_name(st));
     CHECK(nb_ckpt_quantize(NULL, out, &o, NULL, err, sizeof err) == NB_ERR_NULL_POINTER, "NULL in");
+    nb_ckpt_quantize_opts_init(&o);
+    o.device = (nb_ckpt_device)3;
+    st = nb_ckpt_quantize(in, out, &o, NULL, err, sizeof err);
+    CHECK(st == NB_ERR_INVALID_ARGUMENT && strstr(err, "device"), "bad device: %s (%s)", nb_status_name(st), err);
+    /* device GPU: without one, refused before OUT exists; with one, the
+     * non-finite weight is reported like on the CPU */
+    o.device = NB_CKPT_DEVICE_GPU;
+    path_of(out, sizeof out, "out_gpu", NULL);
+    st = nb_ckpt_quantize(in, out, &o, NULL, err, sizeof err);
+    if (g_have_gpu) {
+        CHECK(st == NB_OK, "device gpu: %s (%s)", nb_status_name(st), err);
+        path_of(in, sizeof in, "nonfinite", NULL);
+        path_of(out, sizeof out, "out_gpu_inf", NULL);
+        st = nb_ckpt_quantize(in, out, &o, NULL, err, sizeof err);
+        CHECK(st == NB_ERR_INVALID_ARGUMENT && strstr(err, "q_proj") && strstr(err, "[1, 13] is not finite"),
+              "Inf weight on the GPU: %s (%s)", nb_status_name(st), err);
+    } else {
+        CHECK(st == NB_ERR_NO_DEVICE && strstr(err, "device gpu"), "device gpu without a GPU: %s (%s)",
+              nb_status_name(st), err);
+    }
+    CHECK(access(out, F_OK) != 0 || g_have_gpu, "device gpu without a GPU: OUT created");
+    nb_ckpt_device dv;
+    CHECK(nb_ckpt_device_parse("gpu", &dv) == NB_OK && dv == NB_CKPT_DEVICE_GPU &&
+              nb_ckpt_device_parse("cuda", &dv) == NB_ERR_NOT_FOUND &&
+              !strcmp(nb_ckpt_device_name(NB_CKPT_DEVICE_AUTO), "auto") && !nb_ckpt_device_name((nb_ckpt_device)9),
+          "device names");
 }
 
 int main(int argc, char **argv) {
@@ -528,12 +564,27 @@ int main(int argc, char **argv) {
     path_of(p, sizeof p, "sharded", "model.safetensors.index.json");
     char *before_idx = read_file_all(p, &ni);
 
-    run_case("bf16", "q_nvfp4", 0, NB_FORMAT_NVFP4, NB_MX_SCALE_EVEN, NULL, NULL);
-    run_case("sharded", "q_nvfp4_sharded", 1, NB_FORMAT_NVFP4, NB_MX_SCALE_EVEN, "*.k_proj", "k_proj");
-    run_case("bf16", "q_mxfp4_even", 0, NB_FORMAT_MXFP4, NB_MX_SCALE_EVEN, NULL, NULL);
-    run_case("sharded", "q_mxfp4_ocp_sharded", 1, NB_FORMAT_MXFP4, NB_MX_SCALE_OCP, NULL, NULL);
+    nb_build_info b;
+    nb_get_build_info(&b);
+    int count = 0;
+    nb_device_count(&count);
+    g_have_gpu = b.cuda && count > 0;
+    const nb_ckpt_device A = NB_CKPT_DEVICE_AUTO;
+    run_case("bf16", "q_nvfp4", 0, NB_FORMAT_NVFP4, NB_MX_SCALE_EVEN, NULL, NULL, A);
+    run_case("sharded", "q_nvfp4_sharded", 1, NB_FORMAT_NVFP4, NB_MX_SCALE_EVEN, "*.k_proj", "k_proj", A);
+    run_case("bf16", "q_mxfp4_even", 0, NB_FORMAT_MXFP4, NB_MX_SCALE_EVEN, NULL, NULL, A);
+    run_case("sharded", "q_mxfp4_ocp_sharded", 1, NB_FORMAT_MXFP4, NB_MX_SCALE_OCP, NULL, NULL, A);
     run_case("bf16", "q_mxfp4_roundup", 0, NB_FORMAT_MXFP4, NB_MX_SCALE_ROUND_UP, "model.layers.?.self_attn.k*",
-             "k_proj");
+             "k_proj", A);
+    /* each device explicitly (the GPU only when there is one) */
+    run_case("sharded", "q_nvfp4_cpu", 1, NB_FORMAT_NVFP4, NB_MX_SCALE_EVEN, NULL, NULL, NB_CKPT_DEVICE_CPU);
+    run_case("bf16", "q_mxfp4_cpu", 0, NB_FORMAT_MXFP4, NB_MX_SCALE_OCP, NULL, NULL, NB_CKPT_DEVICE_CPU);
+    if (g_have_gpu) {
+        run_case("sharded", "q_nvfp4_gpu", 1, NB_FORMAT_NVFP4, NB_MX_SCALE_EVEN, NULL, NULL, NB_CKPT_DEVICE_GPU);
+        for (int r = NB_MX_SCALE_OCP; r <= NB_MX_SCALE_EVEN; r++)
+            run_case("bf16", r == 0 ? "q_mxfp4_gpu0" : r == 1 ? "q_mxfp4_gpu1" : "q_mxfp4_gpu2", 0, NB_FORMAT_MXFP4,
+                     (nb_mx_scale_rule)r, NULL, NULL, NB_CKPT_DEVICE_GPU);
+    }
     test_errors();
     check_input_unchanged("bf16", "model.safetensors", before, nb);
     check_input_unchanged("sharded", "model.safetensors.index.json", before_idx, ni);

@@ -6,8 +6,9 @@
  * For NVFP4 (computed and given tensor scales) and MXFP4 (rules OCP,
  * ROUND_UP, EVEN), each with F32, F16 and BF16 input, on ragged shapes (n =
  * 1, 3, 17, 1000; k an odd multiple of the group) and Llama shapes (4096 x
- * 4096, and 4096 x 14336 without --quick), the device's code bytes, scale
- * bytes and tensor scale must equal the host's.  The data:
+ * 4096, and 4096 x 14336 without --quick), the code bytes, scale bytes and
+ * tensor scale of nb_quantize (device buffers) and nb_quantize_staged (host
+ * buffers) must equal nb_quantize_host's.  The data:
  *   - Gaussian with several seeds; heavy-tailed (Gaussian times e^(3 g));
  *   - values exactly on the E2M1 tie points of their block (0.25, 0.75,
  *     1.25, 1.75, 2.5, 3.5, 5 times the block's scale, both signs), with a
@@ -126,8 +127,13 @@ enum {
 static const char *const k_data_name[D_COUNT] = {"gaussian", "heavy-tailed", "ties", "zero blocks", "all zero",
                                                 "subnormals", "subnormals only", "huge", "random bits"};
 
-static float dtype_max(nb_dtype t) { return t == NB_DTYPE_F32 ? FLT_MAX : t == NB_DTYPE_F16 ? 65504.0f : 0x1.FEp127f; }
-static float dtype_min_sub(nb_dtype t) { return t == NB_DTYPE_F32 ? 0x1p-149f : t == NB_DTYPE_F16 ? 0x1p-24f : 0x1p-133f; }
+/* the largest finite value and the smallest subnormal of each dtype */
+static float dtype_max(nb_dtype t) {
+    return t == NB_DTYPE_F32 ? FLT_MAX : t == NB_DTYPE_F16 ? 65504.0f : 0x1.FEp127f;
+}
+static float dtype_min_sub(nb_dtype t) {
+    return t == NB_DTYPE_F32 ? 0x1p-149f : t == NB_DTYPE_F16 ? 0x1p-24f : 0x1p-133f;
+}
 
 /* Fill src (n x k of dtype t) with data set `kind`.  D_TIES puts each
  * block's maximum at 6 times a chosen scale and the other elements at tie
@@ -225,15 +231,24 @@ static void compare(env *e, nb_format fmt, nb_mx_scale_rule rule, nb_dtype t, in
     char hmsg[512];
     snprintf(hmsg, sizeof hmsg, "%s", nb_context_last_error(e->ctx));
     nb_status gst = nb_quantize(e->ctx, &gd, t, dsrc, dc, ds, e->stream);
+    char gmsg[512];
+    snprintf(gmsg, sizeof gmsg, "%s", nb_context_last_error(e->ctx));
     CK(cudaStreamSynchronize(e->stream));
     CK(cudaMemcpy(gc, dc, sz.codes_bytes, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(gs, ds, sz.scales_bytes, cudaMemcpyDeviceToHost));
+    /* the same through host buffers (nb_quantize_staged) */
+    uint8_t *sc = malloc(sz.codes_bytes), *ss = malloc(sz.scales_bytes);
+    memset(sc, 0xA5, sz.codes_bytes);
+    memset(ss, 0xA5, sz.scales_bytes);
+    nb_weight_desc sd = d;
+    nb_status sst = nb_quantize_staged(e->ctx, &sd, t, src, sc, ss, e->stream);
     snprintf(what, sizeof what, "%s %s %s %lldx%lld ts=%g (%s)", fmt == NB_FORMAT_NVFP4 ? "nvfp4" : "mxfp4",
              fmt == NB_FORMAT_MXFP4 ? rule_name(rule) : "-", dname(t), (long long)n, (long long)k, (double)given_ts,
              label);
-    if (hst != gst || (hst != NB_OK && strcmp(hmsg, nb_context_last_error(e->ctx)))) {
-        fprintf(stderr, "  %s: host %s \"%s\", device %s \"%s\"\n", what, nb_status_name(hst), hmsg,
-                nb_status_name(gst), nb_context_last_error(e->ctx));
+    const char *smsg = nb_context_last_error(e->ctx);
+    if (hst != gst || hst != sst || (hst != NB_OK && (strcmp(hmsg, gmsg) || strcmp(hmsg, smsg)))) {
+        fprintf(stderr, "  %s: host %s \"%s\", device %s \"%s\", staged %s \"%s\"\n", what, nb_status_name(hst), hmsg,
+                nb_status_name(gst), gmsg, nb_status_name(sst), smsg);
         CHECK(0, "%s", what);
     } else {
         size_t bad_c = 0, bad_s = 0, first_c = 0, first_s = 0;
@@ -241,15 +256,19 @@ static void compare(env *e, nb_format fmt, nb_mx_scale_rule rule, nb_dtype t, in
             if (hc[i] != gc[i] && !bad_c++) first_c = i;
         for (size_t i = 0; i < sz.scales_bytes; i++)
             if (hs[i] != gs[i] && !bad_s++) first_s = i;
-        int ts_ok = !memcmp(&hd, &gd, sizeof hd);
+        int ts_ok = !memcmp(&hd, &gd, sizeof hd) && !memcmp(&hd, &sd, sizeof hd);
+        int staged_ok = !memcmp(hc, sc, sz.codes_bytes) && !memcmp(hs, ss, sz.scales_bytes);
+        if (!staged_ok) fprintf(stderr, "  %s: nb_quantize_staged bytes differ from the host's\n", what);
         if (bad_c || bad_s || !ts_ok) {
             fprintf(stderr, "  %s: %zu code bytes differ (first %zu: host %02x device %02x), %zu scale bytes differ "
                             "(first %zu: host %02x device %02x), tensor scale host %.9g device %.9g\n",
                     what, bad_c, first_c, hc[first_c], gc[first_c], bad_s, first_s, hs[first_s], gs[first_s],
                     (double)hd.tensor_scale, (double)gd.tensor_scale);
         }
-        CHECK(!bad_c && !bad_s && ts_ok, "%s", what);
+        CHECK(!bad_c && !bad_s && ts_ok && staged_ok, "%s", what);
     }
+    free(sc);
+    free(ss);
     free(hc);
     free(hs);
     free(gc);
@@ -322,6 +341,12 @@ static void test_errors(env *e) {
     EXPECT(NB_ERR_UNSUPPORTED, nb_quantize(e->ctx, &d, (nb_dtype)7, dw, dc, ds, NULL), "unknown dtype");
     EXPECT(NB_ERR_MISALIGNED, nb_quantize(e->ctx, &d, NB_DTYPE_F32, (char *)dw + 2, dc, ds, NULL), "F32 src + 2");
     EXPECT(NB_ERR_MISALIGNED, nb_quantize(e->ctx, &d, NB_DTYPE_BF16, (char *)dw + 1, dc, ds, NULL), "BF16 src + 1");
+    EXPECT(NB_ERR_NULL_POINTER, nb_quantize_staged(NULL, &d, NB_DTYPE_F32, w, (uint8_t *)w, (uint8_t *)w, NULL),
+           "staged: ctx NULL");
+    EXPECT(NB_ERR_NO_DEVICE, nb_quantize_staged(host, &d, NB_DTYPE_F32, w, (uint8_t *)w, (uint8_t *)w, NULL),
+           "staged: host-only context");
+    EXPECT(NB_ERR_NULL_POINTER, nb_quantize_staged(e->ctx, &d, NB_DTYPE_F32, NULL, (uint8_t *)w, (uint8_t *)w, NULL),
+           "staged: src NULL");
     d = ok, d.layout = NB_LAYOUT_PACKED;
     EXPECT(NB_ERR_INVALID_ARGUMENT, nb_quantize(e->ctx, &d, NB_DTYPE_F32, dw, dc, ds, NULL), "packed layout");
     d = ok, d.k = 40;

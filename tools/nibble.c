@@ -713,7 +713,7 @@ static void quantize_progress(void *user, size_t i, size_t n, uint64_t done, uin
 }
 
 static int cmd_quantize(int argc, char **argv) {
-    const char *in = NULL, *out = NULL, *fmt = NULL, *rule = NULL;
+    const char *in = NULL, *out = NULL, *fmt = NULL, *rule = NULL, *device = NULL;
     int json = 0;
     nb_ckpt_quantize_opts o;
     nb_ckpt_quantize_opts_init(&o);
@@ -724,7 +724,8 @@ static int cmd_quantize(int argc, char **argv) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: nibble quantize IN OUT --format nvfp4|mxfp4 [--exclude PATTERN]...\n"
-                   "                       [--mx-rule ocp|even|round-up] [--no-default-excludes] [--json]\n"
+                   "                       [--mx-rule ocp|even|round-up] [--no-default-excludes]\n"
+                   "                       [--device auto|cpu|gpu] [--json]\n"
                    "  IN   a BF16/F16/F32 checkpoint: .safetensors file, directory (index or\n"
                    "       model.safetensors) or index file.  It is only read.\n"
                    "  OUT  a directory that must not exist or be empty.  It receives, per input\n"
@@ -741,17 +742,25 @@ static int cmd_quantize(int argc, char **argv) {
                    "  F32 [] (ModelOpt numerics; no input_scale).  mxfp4: P.weight U8 [N,K/2],\n"
                    "  P.weight_scale U8 [N,K/32] (E8M0); --mx-rule picks the block exponent\n"
                    "  (default even, as Quark; ocp = floor(log2 amax)-2; round-up = triton).\n"
+                   "  --device: where the weights are quantized: gpu (CUDA device 0: each tensor\n"
+                   "  is copied to the GPU, quantized by nb_quantize and copied back), cpu (the C\n"
+                   "  reference), or auto (default: the GPU when there is one).  The bytes are\n"
+                   "  the same either way; the summary says which ran.\n"
                    "  Tensors are streamed one at a time.  Progress on stderr when it is a\n"
                    "  terminal; --json prints a summary on stdout.\n"
-                   "  Exit: 0 written, 1 usage, 3 I/O error, corrupt input or OUT not empty.\n");
+                   "  Exit: 0 written, 1 usage, 3 I/O error, corrupt input, OUT not empty or\n"
+                   "  --device gpu without a GPU.\n");
             free(excl);
             return 0;
         } else if (!strcmp(a, "--json")) json = 1;
         else if (!strcmp(a, "--no-default-excludes")) o.no_default_excludes = 1;
-        else if ((!strcmp(a, "--format") || !strcmp(a, "--exclude") || !strcmp(a, "--mx-rule")) && i + 1 < argc) {
+        else if ((!strcmp(a, "--format") || !strcmp(a, "--exclude") || !strcmp(a, "--mx-rule") ||
+                  !strcmp(a, "--device")) &&
+                 i + 1 < argc) {
             const char *v = argv[++i];
             if (!strcmp(a, "--format")) fmt = v;
             else if (!strcmp(a, "--mx-rule")) rule = v;
+            else if (!strcmp(a, "--device")) device = v;
             else excl[nexcl++] = v;
         } else if (a[0] == '-' || (in && out)) {
             fprintf(stderr, "nibble quantize: unexpected argument '%s' (see --help)\n", a);
@@ -772,6 +781,9 @@ static int cmd_quantize(int argc, char **argv) {
         bad = 1;
     } else if (rule && strcmp(rule, "ocp") && strcmp(rule, "even") && strcmp(rule, "round-up")) {
         fprintf(stderr, "nibble quantize: --mx-rule must be ocp, even or round-up\n");
+        bad = 1;
+    } else if (device && nb_ckpt_device_parse(device, &o.device) != NB_OK) {
+        fprintf(stderr, "nibble quantize: --device must be auto, cpu or gpu\n");
         bad = 1;
     }
     if (bad) {
@@ -811,13 +823,17 @@ static int cmd_quantize(int argc, char **argv) {
         json_add_i64(j, "files_copied", (int64_t)s.files_copied);
         json_add_i64(j, "bytes_in", (int64_t)s.bytes_in);
         json_add_i64(j, "bytes_out", (int64_t)s.bytes_out);
+        cJSON_AddStringToObject(j, "device", nb_ckpt_device_name(s.device));
+        cJSON_AddStringToObject(j, "device_name", s.device_name);
         cJSON_AddNumberToObject(j, "seconds", secs);
         print_json(j);
     } else {
         printf("%s -> %s: %zu layers quantized (%s), %zu tensors copied, %zu float weights left unquantized, "
-               "%zu files copied; %.1f MB -> %.1f MB in %.1f s\n",
+               "%zu files copied; %.1f MB -> %.1f MB in %.1f s on %s%s%s\n",
                in, out, s.layers_quantized, fmt, s.tensors_copied, s.weights_excluded, s.files_copied,
-               s.bytes_in / 1e6, s.bytes_out / 1e6, secs);
+               s.bytes_in / 1e6, s.bytes_out / 1e6, secs,
+               s.device == NB_CKPT_DEVICE_GPU ? "the GPU (" : "the CPU (C reference)",
+               s.device == NB_CKPT_DEVICE_GPU ? s.device_name : "", s.device == NB_CKPT_DEVICE_GPU ? ")" : "");
     }
     return 0;
 }

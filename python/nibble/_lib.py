@@ -199,6 +199,7 @@ _PROTOTYPES = [
     ("nb_weight_get_sizes", c_int, [POINTER(WeightDesc), POINTER(WeightSizes)]),
     ("nb_quantize_host", c_int, [ContextP, POINTER(WeightDesc), c_int, c_void_p, _u8p, _u8p]),
     ("nb_quantize", c_int, [ContextP, POINTER(WeightDesc), c_int, c_void_p, c_void_p, c_void_p, c_void_p]),
+    ("nb_quantize_staged", c_int, [ContextP, POINTER(WeightDesc), c_int, c_void_p, _u8p, _u8p, c_void_p]),
     ("nb_dequantize_host", c_int, [ContextP, POINTER(WeightDesc), _u8p, _u8p, c_int, c_void_p]),
     ("nb_dequantize", c_int, [ContextP, POINTER(WeightDesc), c_void_p, c_void_p, c_int, c_void_p, c_void_p]),
     ("nb_pack_host", c_int, [ContextP, POINTER(WeightDesc), _u8p, _u8p, c_void_p, c_size_t]),
@@ -469,6 +470,7 @@ class CkptQuantizeOpts(Structure):
         ("no_default_excludes", c_int),
         ("progress", CkptQuantizeProgress),
         ("progress_user", c_void_p),
+        ("device", c_int),          # nb_ckpt_device
     ]
 
 
@@ -483,6 +485,8 @@ class CkptQuantizeSummary(Structure):
         ("files_copied", c_size_t),
         ("bytes_in", ctypes.c_uint64),
         ("bytes_out", ctypes.c_uint64),
+        ("device", c_int),          # nb_ckpt_device: where the weights were quantized
+        ("device_name", c_char * 256),
     ]
 
 
@@ -499,6 +503,7 @@ ST_DTYPES = {1: "BOOL", 2: "U8", 3: "I8", 4: "F8_E5M2", 5: "F8_E4M3", 6: "F8_E8M
 CKPT_FORMATS = {0: "none", 1: "modelopt-nvfp4", 2: "ct-nvfp4", 3: "ct-mxfp4", 4: "quark-mxfp4", 5: "gptoss-mxfp4",
                 6: "inconsistent"}
 CKPT_SOURCES = {0: "tensors", 1: "hf_quant_config.json", 2: "config.json"}
+CKPT_DEVICES = {"auto": 0, "cpu": 1, "gpu": 2}
 
 _errbuf = [c_char_p, c_size_t]
 _IO_PROTOTYPES = [

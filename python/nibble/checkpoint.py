@@ -262,17 +262,21 @@ def open_checkpoint(path):
 
 
 def quantize_checkpoint(src, dst, format="nvfp4", scale_rule="even", exclude=(), default_excludes=True,
-                        progress=None):
+                        progress=None, device="auto"):
     """`nibble quantize` (nb_ckpt_quantize): write a ModelOpt NVFP4 or Quark
     MXFP4 checkpoint of the BF16/F16/F32 checkpoint `src` into directory
     `dst` (new or empty).  exclude: fnmatch patterns on layer prefixes;
     default_excludes adds "*lm_head" and "*embed*".  progress, if given, is
-    called as progress(i, n, bytes_done, bytes_total, name).  Returns the
-    summary as a dict."""
+    called as progress(i, n, bytes_done, bytes_total, name).  device: "gpu"
+    (CUDA device 0, nb_quantize), "cpu" (the C reference) or "auto" (the GPU
+    when there is one); the bytes are the same.  Returns the summary as a
+    dict ("device" says "cpu" or "gpu", "device_name" which)."""
     io = _lib.io_lib()
     fmt = _format(format)
     if scale_rule not in _RULES:
         raise ValueError(f"nibble: unknown MXFP4 scale_rule {scale_rule!r}; expected one of {sorted(_RULES)}")
+    if device not in _lib.CKPT_DEVICES:
+        raise ValueError(f"nibble: unknown device {device!r}; expected one of {sorted(_lib.CKPT_DEVICES)}")
     if isinstance(exclude, str):
         exclude = [exclude]
     opts = _lib.CkptQuantizeOpts()
@@ -283,6 +287,7 @@ def quantize_checkpoint(src, dst, format="nvfp4", scale_rule="even", exclude=(),
     opts.exclude = ctypes.cast(pats, ctypes.POINTER(ctypes.c_char_p))
     opts.nexclude = len(exclude)
     opts.no_default_excludes = 0 if default_excludes else 1
+    opts.device = _lib.CKPT_DEVICES[device]
     if progress is not None:
         def cb(_user, i, n, done, total, name):
             progress(int(i), int(n), int(done), int(total), name.decode() if name else "")
@@ -292,4 +297,7 @@ def quantize_checkpoint(src, dst, format="nvfp4", scale_rule="even", exclude=(),
     st = io.nb_ckpt_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(opts), ctypes.byref(summary), err,
                              _ERRLEN)
     _lib.io_check(st, err, "nb_ckpt_quantize")
-    return {name: int(getattr(summary, name)) for name, _ in summary._fields_}
+    out = {name: int(getattr(summary, name)) for name, _ in summary._fields_ if name not in ("device", "device_name")}
+    out["device"] = {v: k for k, v in _lib.CKPT_DEVICES.items()}[summary.device]
+    out["device_name"] = summary.device_name.decode("utf-8", "replace")
+    return out

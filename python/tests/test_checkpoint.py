@@ -93,6 +93,7 @@ def test_quantize_checkpoint_then_open_matches_nibble_quantize(tmp_path, fmt, ru
     summary = nibble.quantize_checkpoint(str(tmp_path / "bf16"), out, format=fmt, scale_rule=rule,
                                          progress=lambda *a: seen.append(a))
     assert summary["layers_quantized"] == 2 and summary["weights_excluded"] == 1   # lm_head excluded by default
+    assert summary["device"] == ("gpu" if nibble.device_count() > 0 else "cpu") and summary["device_name"]
     assert seen and seen[-1][0] == seen[-1][1]                                      # the final call: i == n
     with nibble.open_checkpoint(out) as ck:
         expect = "modelopt-nvfp4" if fmt == "nvfp4" else "quark-mxfp4"
@@ -226,6 +227,15 @@ def test_errors(tmp_path):
         nibble.quantize_checkpoint(str(tmp_path / "bf16"), str(tmp_path / "o"), format="mxfp4", scale_rule="up")
     with pytest.raises(ValueError, match="format"):
         nibble.quantize_checkpoint(str(tmp_path / "bf16"), str(tmp_path / "o"), format="int4")
+    with pytest.raises(ValueError, match="device"):
+        nibble.quantize_checkpoint(str(tmp_path / "bf16"), str(tmp_path / "o"), device="tpu")
+    if nibble.device_count() == 0:
+        with pytest.raises(nibble.Error) as e:
+            nibble.quantize_checkpoint(str(tmp_path / "bf16"), str(tmp_path / "o"), device="gpu")
+        assert e.value.status == nibble.Status.ERR_NO_DEVICE and "device gpu" in e.value.message
+        assert not (tmp_path / "o").exists()
+    cpu = nibble.quantize_checkpoint(str(tmp_path / "bf16"), str(tmp_path / "c"), device="cpu")
+    assert cpu["device"] == "cpu" and cpu["device_name"] == "host"
 
 
 def test_sub_byte_tensors_are_refused(tmp_path):

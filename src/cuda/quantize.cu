@@ -211,3 +211,28 @@ extern "C" int nbi_cuda_quantize(const nb_weight_desc *d, nb_dtype src_dtype, co
     NBC_LAUNCHED("quantize: block kernel launch");
     return 0;
 }
+
+/* Device memory and copies for nb_quantize_staged. */
+extern "C" int nbi_cuda_malloc(void **p, size_t bytes, char *err) {
+    *p = NULL;
+    cudaError_t e = cudaMalloc(p, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        cudaGetLastError(); /* not sticky: clear it, or a later launch check would report it */
+        char what[64];
+        snprintf(what, sizeof what, "cudaMalloc(%zu bytes)", bytes);
+        return nbc_err(e, err, what);
+    }
+    return 0;
+}
+
+extern "C" void nbi_cuda_free(void *p) {
+    if (p) cudaFree(p);
+}
+
+extern "C" int nbi_cuda_copy(void *dst, const void *src, size_t bytes, int to_device, void *stream, char *err) {
+    cudaStream_t s = (cudaStream_t)stream;
+    NBC_TRY(cudaMemcpyAsync(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, s),
+            to_device ? "copy to the device" : "copy from the device");
+    NBC_TRY(cudaStreamSynchronize(s), "synchronize");
+    return 0;
+}

@@ -10,6 +10,8 @@
  * their offsets and freed; a copied one is written from the mapping.  The
  * source pages are dropped after use, so the resident set stays near one
  * source tensor plus its outputs instead of growing with the checkpoint.
+ * On the GPU path nb_quantize_staged reads the tensor from the mapping
+ * instead (through device memory); everything else is the same.
  */
 #define _DEFAULT_SOURCE
 #include "ckpt_quantize.h"
@@ -28,7 +30,8 @@ enum { ROLE_COPY = 0, ROLE_CODES = 1, ROLE_SCALES = 2, ROLE_TSCALE = 3 };
 
 typedef struct qstate {
     const nb_ckpt_quantize_opts *o;
-    nb_context *ctx;
+    nb_context *ctx; /* host-only, or CUDA device 0 when gpu */
+    int gpu;
     nbio_out out;
     const char *dir; /* input directory */
     nb_st_file *single;
@@ -49,6 +52,26 @@ void nb_ckpt_quantize_opts_init(nb_ckpt_quantize_opts *o) {
     memset(o, 0, sizeof *o);
     o->format = NB_FORMAT_NVFP4;
     o->mx_rule = NB_MX_SCALE_EVEN;
+    o->device = NB_CKPT_DEVICE_AUTO;
+}
+
+const char *nb_ckpt_device_name(nb_ckpt_device d) {
+    switch (d) {
+    case NB_CKPT_DEVICE_AUTO: return "auto";
+    case NB_CKPT_DEVICE_CPU: return "cpu";
+    case NB_CKPT_DEVICE_GPU: return "gpu";
+    }
+    return NULL;
+}
+
+nb_status nb_ckpt_device_parse(const char *s, nb_ckpt_device *out) {
+    if (!s || !out) return NB_ERR_NULL_POINTER;
+    for (int d = NB_CKPT_DEVICE_AUTO; d <= NB_CKPT_DEVICE_GPU; d++)
+        if (!strcmp(s, nb_ckpt_device_name((nb_ckpt_device)d))) {
+            *out = (nb_ckpt_device)d;
+            return NB_OK;
+        }
+    return NB_ERR_NOT_FOUND;
 }
 
 /* ------------------------------------------------------------ small helpers */
@@ -113,11 +136,12 @@ static nb_status quantize_one(qstate *q, nbio_shard *sh, const nb_st_tensor *t, 
     nb_status st = nb_weight_get_sizes(&d, &sz);
     if (st != NB_OK) return nbio_fail(q->err, q->errlen, st, "%s: %s", t->name, nb_last_error());
     /* nb_quantize_host loads elements with aligned accesses; the writer of
-     * any sane file aligns tensors naturally, otherwise take an aligned copy. */
+     * any sane file aligns tensors naturally, otherwise take an aligned copy
+     * (nb_quantize_staged copies bytes: any alignment). */
     const void *src = t->data;
     void *copy = NULL;
     size_t esz = t->dtype == NB_ST_F32 ? 4 : 2;
-    if ((uintptr_t)src % esz) {
+    if (!q->gpu && (uintptr_t)src % esz) {
         copy = malloc(t->bytes);
         if (!copy) return nbio_fail(q->err, q->errlen, NB_ERR_OUT_OF_MEMORY, "%s: out of memory", t->name);
         memcpy(copy, src, t->bytes);
@@ -127,7 +151,8 @@ static nb_status quantize_one(qstate *q, nbio_shard *sh, const nb_st_tensor *t, 
     if (!codes || !scales) {
         st = nbio_fail(q->err, q->errlen, NB_ERR_OUT_OF_MEMORY, "%s: out of memory (%zu bytes of codes)", t->name,
                        sz.codes_bytes);
-    } else if ((st = nb_quantize_host(q->ctx, &d, nb_dt(t->dtype), src, codes, scales)) != NB_OK) {
+    } else if ((st = q->gpu ? nb_quantize_staged(q->ctx, &d, nb_dt(t->dtype), src, codes, scales, NULL)
+                            : nb_quantize_host(q->ctx, &d, nb_dt(t->dtype), src, codes, scales)) != NB_OK) {
         st = nbio_fail(q->err, q->errlen, st, "%s: %s", t->name, nb_context_last_error(q->ctx));
     } else if ((st = nbio_shard_write(sh, e[0], codes, sz.codes_bytes, 0)) == NB_OK &&
                (st = nbio_shard_write(sh, e[1], scales, sz.scales_bytes, 0)) == NB_OK && e[2]) {
@@ -272,6 +297,35 @@ static nb_status write_configs(qstate *q, cJSON *config) {
     return nbio_out_write_json(&q->out, "config.json", config);
 }
 
+/* ------------------------------------------------------------ device */
+
+/* q->ctx and q->gpu for opts->device (see ckpt_quantize.h). */
+static nb_status open_device(qstate *q, nb_ckpt_device want) {
+    int count = 0;
+    nb_build_info b;
+    nb_get_build_info(&b);
+    if (want != NB_CKPT_DEVICE_CPU && b.cuda) nb_device_count(&count);
+    if (want == NB_CKPT_DEVICE_GPU && !count)
+        return nbio_fail(q->err, q->errlen, NB_ERR_NO_DEVICE, "device gpu: %s; use device cpu (or auto) for the C "
+                         "reference", b.cuda ? "no CUDA device found" : "libnibble was built without CUDA");
+    if (count) {
+        nb_status st = nb_context_create(0, &q->ctx);
+        if (st == NB_OK) {
+            q->gpu = 1;
+            nb_device_info info;
+            nb_context_device_info(q->ctx, &info);
+            snprintf(q->sum.device_name, sizeof q->sum.device_name, "%s", info.name);
+            return NB_OK;
+        }
+        if (want == NB_CKPT_DEVICE_GPU)
+            return nbio_fail(q->err, q->errlen, st, "device gpu: %s", nb_last_error());
+    }
+    nb_status st = nb_context_create(NB_DEVICE_NONE, &q->ctx);
+    if (st != NB_OK) return nbio_fail(q->err, q->errlen, st, "nb_context_create: %s", nb_last_error());
+    snprintf(q->sum.device_name, sizeof q->sum.device_name, "host");
+    return NB_OK;
+}
+
 /* ------------------------------------------------------------ entry point */
 
 nb_status nb_ckpt_quantize(const char *in, const char *out, const nb_ckpt_quantize_opts *opts,
@@ -284,6 +338,9 @@ nb_status nb_ckpt_quantize(const char *in, const char *out, const nb_ckpt_quanti
                          (int)opts->mx_rule);
     if (opts->nexclude && !opts->exclude)
         return nbio_fail(err, errlen, NB_ERR_NULL_POINTER, "nb_ckpt_quantize: exclude is NULL");
+    if (!nb_ckpt_device_name(opts->device))
+        return nbio_fail(err, errlen, NB_ERR_INVALID_ARGUMENT, "nb_ckpt_quantize: unknown device %d",
+                         (int)opts->device);
     if (summary) memset(summary, 0, sizeof *summary);
     qstate q;
     memset(&q, 0, sizeof q);
@@ -336,10 +393,8 @@ nb_status nb_ckpt_quantize(const char *in, const char *out, const nb_ckpt_quanti
         q.pat[opts->nexclude] = defaults[0];
         q.pat[opts->nexclude + 1] = defaults[1];
     }
-    if ((st = nb_context_create(NB_DEVICE_NONE, &q.ctx)) != NB_OK) {
-        st = nbio_fail(err, errlen, st, "nb_context_create: %s", nb_last_error());
-        goto done;
-    }
+    if ((st = open_device(&q, opts->device)) != NB_OK) goto done;
+    q.sum.device = q.gpu ? NB_CKPT_DEVICE_GPU : NB_CKPT_DEVICE_CPU;
 
     /* 2. OUT, then the tensors file by file, then the other files */
     if ((st = nbio_out_open(&q.out, out, err, errlen)) != NB_OK) goto done;

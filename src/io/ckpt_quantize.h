@@ -34,6 +34,15 @@
  * quantized (or copied) from the input mapping and pwrite'n at its offset, so
  * at most one source tensor's codes and scales are held; the source pages are
  * dropped from the mapping after use.
+ *
+ * DEVICE: opts.device picks where each weight is quantized: the C reference
+ * (nb_quantize_host) on the CPU, or CUDA device 0 (nb_quantize_staged: the
+ * tensor is copied from the mapping to device memory, quantized by
+ * nb_quantize, and its codes and scales copied back; device memory for one
+ * tensor at a time).  Both write the same bytes (tests/test_gpu_quantize.c).
+ * AUTO takes the GPU when libnibble was built with CUDA and a device can be
+ * opened, the CPU otherwise; GPU without one is NB_ERR_NO_DEVICE before OUT
+ * is touched.  summary.device says which ran.
  */
 #ifndef NB_IO_CKPT_QUANTIZE_H
 #define NB_IO_CKPT_QUANTIZE_H
@@ -52,6 +61,18 @@ extern "C" {
 typedef void (*nb_ckpt_quantize_progress)(void *user, size_t i, size_t n, uint64_t bytes_done,
                                           uint64_t bytes_total, const char *name);
 
+/* Where nb_ckpt_quantize quantizes (explicit values, append only). */
+typedef enum nb_ckpt_device {
+    NB_CKPT_DEVICE_AUTO = 0, /* CUDA device 0 when there is one (and libnibble has CUDA), else the CPU */
+    NB_CKPT_DEVICE_CPU = 1,  /* nb_quantize_host, the C reference */
+    NB_CKPT_DEVICE_GPU = 2   /* nb_quantize_staged on CUDA device 0, or NB_ERR_NO_DEVICE */
+} nb_ckpt_device;
+
+/* "auto", "cpu", "gpu" (NULL for another value); parse: NB_ERR_NOT_FOUND for
+ * another string. */
+const char *nb_ckpt_device_name(nb_ckpt_device d);
+nb_status nb_ckpt_device_parse(const char *s, nb_ckpt_device *out);
+
 typedef struct nb_ckpt_quantize_opts {
     nb_format format;              /* NB_FORMAT_NVFP4 or NB_FORMAT_MXFP4 */
     nb_mx_scale_rule mx_rule;      /* MXFP4 only; NB_MX_SCALE_EVEN is Quark's default */
@@ -60,9 +81,11 @@ typedef struct nb_ckpt_quantize_opts {
     int no_default_excludes;       /* 1: do not add "*lm_head" and "*embed*" */
     nb_ckpt_quantize_progress progress; /* may be NULL */
     void *progress_user;
+    nb_ckpt_device device;         /* where to quantize (AUTO) */
 } nb_ckpt_quantize_opts;
 
-/* format NVFP4, mx_rule EVEN, no extra excludes, defaults on, no progress. */
+/* format NVFP4, mx_rule EVEN, no extra excludes, defaults on, no progress,
+ * device AUTO. */
 void nb_ckpt_quantize_opts_init(nb_ckpt_quantize_opts *o);
 
 typedef struct nb_ckpt_quantize_summary {
@@ -74,6 +97,8 @@ typedef struct nb_ckpt_quantize_summary {
     size_t files_copied;      /* other files copied byte for byte */
     uint64_t bytes_in;        /* tensor data bytes read */
     uint64_t bytes_out;       /* bytes of the safetensors files written */
+    nb_ckpt_device device;    /* where the weights were quantized: CPU or GPU */
+    char device_name[256];    /* "host" or the GPU's name */
 } nb_ckpt_quantize_summary;
 
 /* Quantize checkpoint `in` (a .safetensors file, a directory holding
@@ -81,9 +106,11 @@ typedef struct nb_ckpt_quantize_summary {
  * directory `out`.  Errors (message in err):
  *   NB_ERR_INVALID_ARGUMENT  bad options, `out` exists and is not an empty
  *                            directory, a tensor with a non-finite value;
+ *   NB_ERR_NO_DEVICE         device GPU without a usable CUDA device;
+ *   NB_ERR_CUDA              a CUDA failure on the GPU path;
  *   NB_ERR_IO / NB_ERR_NOT_FOUND  `in` missing or unreadable, `out` not writable;
  *   NB_ERR_CORRUPT / NB_ERR_OVERFLOW  malformed input (safetensors or config.json);
- *   NB_ERR_OUT_OF_MEMORY.
+ *   NB_ERR_OUT_OF_MEMORY     host memory, or device memory for one tensor.
  * summary may be NULL. */
 nb_status nb_ckpt_quantize(const char *in, const char *out, const nb_ckpt_quantize_opts *opts,
                            nb_ckpt_quantize_summary *summary, char *err, size_t errlen);
