@@ -10,16 +10,29 @@
  *     tensor; the remapped UE4M3 bytes (0x7F, bit 7) and the refused 0xFF;
  *   - every rule of gguf.h broken once, each rejected with its status and a
  *     message naming the file;
+ *   - GGUF -> safetensors (nb_ckpt_convert): NVFP4 files to ModelOpt and
+ *     compressed-tensors, MXFP4 files to Quark and compressed-tensors (2-D and
+ *     expert tensors, per-expert tensor scales, input scales, remapped UE4M3
+ *     bytes); the output reopened with nb_ckpt_open, every layer detected and
+ *     dequantized bit for bit like the GGUF tensor, copied tensors byte for
+ *     byte with row-major shapes; refusals (other quantized types unless
+ *     skipped, wrong target, both formats to compressed-tensors, no 4-bit
+ *     tensor, inexact reciprocal with --strict, 0xFF scale) leave no OUT;
+ *     `test_gguf --keep DIR` leaves DIR/nv.gguf and DIR/nv_q8.gguf (with a
+ *     Q8_0 tensor) for the CLI tests;
  *   - with --crosscheck FILE.gguf EXPECTED.f32 (tests/gguf_crosscheck.py,
  *     run when the gguf Python package is installed): every FP4 tensor of a
  *     file written by that package dequantizes bit for bit like
  *     gguf.quants.dequantize.
  */
 #define _POSIX_C_SOURCE 200809L
+#include "checkpoint.h"
+#include "ckpt_convert.h"
 #include "gguf.h"
 #include "testlib.h"
 
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------------ image builder */
@@ -509,6 +522,356 @@ static void test_malformed(void) {
           "type names");
 }
 
+/* ------------------------------------------------------------ conversion */
+
+static char g_dir[512]; /* where the GGUF files and the outputs go */
+
+static void write_img(const gb *b, const char *name, char *path, size_t n) {
+    snprintf(path, n, "%s/%s", g_dir, name);
+    FILE *f = fopen(path, "wb");
+    CHECK(f && fwrite(b->p, 1, b->n, f) == b->n, "write %s", path);
+    if (f) fclose(f);
+}
+
+static void rm_tree(const char *dir) {
+    const char *files[] = {"model.safetensors", "hf_quant_config.json"};
+    char p[2048];
+    for (int i = 0; i < 2; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, files[i]);
+        remove(p);
+    }
+    rmdir(dir);
+}
+
+typedef struct conv_log {
+    int skipped, warnings, remap_note, metadata_note;
+    char skipped_name[128];
+} conv_log;
+
+static void log_warn(void *user, const char *msg) {
+    conv_log *l = (conv_log *)user;
+    l->warnings++;
+    if (strstr(msg, "rewritten from ggml's unsigned E4M3")) l->remap_note++;
+    if (strstr(msg, "GGUF metadata")) l->metadata_note++;
+}
+static void log_skip(void *user, const char *name, const char *type) {
+    conv_log *l = (conv_log *)user;
+    l->skipped++;
+    snprintf(l->skipped_name, sizeof l->skipped_name, "%s:%s", name, type);
+}
+
+static nb_status convert(const char *gguf, const char *out_name, nb_ckpt_target tg, int skip, int strict,
+                         nb_ckpt_convert_summary *sum, conv_log *log, char *err, size_t errlen) {
+    char out[1024];
+    snprintf(out, sizeof out, "%s/%s", g_dir, out_name);
+    rm_tree(out);
+    nb_ckpt_convert_opts o;
+    nb_ckpt_convert_opts_init(&o);
+    o.target = tg;
+    o.skip_unsupported = skip;
+    o.strict = strict;
+    memset(log, 0, sizeof *log);
+    o.warn = log_warn;
+    o.warn_user = log;
+    o.skipped = log_skip;
+    o.skipped_user = log;
+    return nb_ckpt_convert(gguf, out, &o, sum, err, errlen);
+}
+
+static int exists(const char *out_name, const char *file) {
+    char p[1024];
+    snprintf(p, sizeof p, "%s/%s%s%s", g_dir, out_name, file ? "/" : "", file ? file : "");
+    return access(p, F_OK) == 0;
+}
+
+/* Every expert of GGUF tensor `name` against layer(s) of the converted
+ * checkpoint: detected as `want`, dequantized bit for bit alike. */
+static void check_layer(const nb_gguf_file *g, nb_ckpt *c, const char *name, const char *prefix, nb_ckpt_format want) {
+    size_t ti;
+    nb_gguf_fp4 f;
+    char err[512] = "";
+    if (nb_gguf_tensor_find(g, name, &ti) != NB_OK || nb_gguf_fp4_info(g, ti, &f, err, sizeof err) != NB_OK) {
+        CHECK(0, "%s: not a GGUF FP4 tensor (%s)", name, err);
+        return;
+    }
+    nb_context *ctx = NULL;
+    nb_context_create(NB_DEVICE_NONE, &ctx);
+    const size_t nel = (size_t)(f.n * f.k);
+    float *a = (float *)malloc(nel * 4), *b = (float *)malloc(nel * 4);
+    uint8_t *gc = (uint8_t *)malloc(f.codes_bytes), *gs = (uint8_t *)malloc(f.scales_bytes);
+    for (int64_t e = 0; e < (f.experts ? f.experts : 1); e++) {
+        char lp[256];
+        if (f.experts) snprintf(lp, sizeof lp, "%s.%lld", prefix, (long long)e);
+        else snprintf(lp, sizeof lp, "%s", prefix);
+        size_t li;
+        nb_ckpt_layer L;
+        memset(&L, 0, sizeof L);
+        nb_status st = nb_ckpt_layer_find(c, lp, &li);
+        if (st == NB_OK) nb_ckpt_layer_at(c, li, &L);
+        CHECK(st == NB_OK && L.format == want && L.n == f.n && L.k == f.k, "%s: layer %s, %s, %lld x %lld (want %s)",
+              name, lp, nb_ckpt_format_name(L.format), (long long)L.n, (long long)L.k, nb_ckpt_format_name(want));
+        if (st != NB_OK || L.format != want) continue;
+        nb_weight_desc dg, dc;
+        const uint8_t *cc, *cs;
+        CHECK(nb_gguf_fp4_to_checkpoint(g, ti, e, &dg, gc, f.codes_bytes, gs, f.scales_bytes, NULL, err, sizeof err) ==
+                      NB_OK &&
+                  nb_ckpt_layer_weight(c, li, 0, &dc, &cc, &cs, err, sizeof err) == NB_OK,
+              "%s: %s", lp, err);
+        CHECK(nb_dequantize_host(ctx, &dg, gc, gs, NB_DTYPE_F32, a) == NB_OK &&
+                  nb_dequantize_host(ctx, &dc, cc, cs, NB_DTYPE_F32, b) == NB_OK,
+              "%s: dequantize", lp);
+        size_t bad = 0, first = 0;
+        for (size_t j = 0; j < nel; j++)
+            if (memcmp(&a[j], &b[j], 4) && !bad++) first = j;
+        CHECK(bad == 0 && dg.tensor_scale == dc.tensor_scale, "%s: %zu of %zu values differ (first %zu: %g vs %g), "
+              "tensor scale %g vs %g", lp, bad, nel, first, (double)a[first], (double)b[first],
+              (double)dg.tensor_scale, (double)dc.tensor_scale);
+    }
+    free(a);
+    free(b);
+    free(gc);
+    free(gs);
+    nb_context_destroy(ctx);
+}
+
+/* A copied tensor: same bytes, dtype, row-major shape. */
+static void check_copy(const nb_gguf_file *g, nb_ckpt *c, const char *name, nb_st_dtype dt) {
+    size_t gi, ci;
+    nb_gguf_tensor t;
+    nb_st_tensor s;
+    int ok = nb_gguf_tensor_find(g, name, &gi) == NB_OK && nb_ckpt_tensor_find(c, name, &ci) == NB_OK;
+    if (ok) {
+        nb_gguf_tensor_at(g, gi, &t);
+        nb_ckpt_tensor_at(c, ci, &s, NULL);
+        ok = s.dtype == dt && s.rank == t.n_dims && s.bytes == t.bytes && !memcmp(s.data, t.data, s.bytes);
+        for (int d = 0; ok && d < t.n_dims; d++) ok = s.shape[d] == t.ne[t.n_dims - 1 - d];
+    }
+    CHECK(ok, "%s: not copied byte for byte with a row-major shape", name);
+}
+
+static nb_ckpt *open_out(const char *out_name) {
+    char p[1024], err[512] = "";
+    snprintf(p, sizeof p, "%s/%s", g_dir, out_name);
+    nb_ckpt *c = NULL;
+    CHECK(nb_ckpt_open(p, &c, err, sizeof err) == NB_OK, "open %s: %s", p, err);
+    return c;
+}
+
+static float f32_of(nb_ckpt *c, const char *name, int *rank) {
+    size_t i;
+    nb_st_tensor t;
+    float v = -1.0f;
+    *rank = -1;
+    if (nb_ckpt_tensor_find(c, name, &i) == NB_OK) {
+        nb_ckpt_tensor_at(c, i, &t, NULL);
+        memcpy(&v, t.data, 4);
+        *rank = t.rank;
+    }
+    return v;
+}
+
+static void test_convert(void) {
+    /* NVFP4: a 2-D weight with a tensor and an input scale, a 3-D one with
+     * one tensor scale per expert, float and integer tensors, a Q8_0 one */
+    enum { QN = 3, QK = 128, XE = 3, XN = 2, XK = 64 };
+    static uint8_t qc[QN * QK], qd[QN * QK / 16], xc[XE * XN * XK], xd[XE * XN * XK / 16];
+    static uint8_t qb[QN * QK / 64 * 36], xb[XE * XN * XK / 64 * 36], mb[QN * QK / 32 * 17], eb[XE * XN * XK / 32 * 17];
+    static uint8_t me[QN * QK / 32], ee[XE * XN * XK / 32];
+    for (size_t i = 0; i < sizeof qc; i++) qc[i] = (uint8_t)(rnd_u64() & 15);
+    for (size_t i = 0; i < sizeof xc; i++) xc[i] = (uint8_t)(rnd_u64() & 15);
+    for (size_t i = 0; i < sizeof qd; i++) qd[i] = (uint8_t)(0x20 + rnd_u64() % 0x38);
+    for (size_t i = 0; i < sizeof xd; i++) xd[i] = (uint8_t)(0x28 + rnd_u64() % 0x30);
+    for (size_t i = 0; i < sizeof me; i++) me[i] = (uint8_t)(118 + rnd_u64() % 17);
+    for (size_t i = 0; i < sizeof ee; i++) ee[i] = (uint8_t)(120 + rnd_u64() % 13);
+    qd[1] = 0x7F; /* ggml zero */
+    qd[5] = 0x9A; /* bit 7 ignored by ggml */
+    xd[2] = 0xC0;
+    nv_blocks(qc, qd, sizeof qd / 4, qb);
+    nv_blocks(xc, xd, sizeof xd / 4, xb);
+    mx_blocks(qc, me, sizeof me, mb);
+    mx_blocks(xc, ee, sizeof ee, eb);
+    float ts = 0.375f, is = 0.5f, xts[XE] = {0.25f, 0.125f, 2.0f}, norm[XK];
+    for (int i = 0; i < XK; i++) norm[i] = 1.0f + (float)i / 64.0f;
+    uint16_t emb[5 * XK], out[4 * XK];
+    for (size_t i = 0; i < 5 * XK; i++) emb[i] = (uint16_t)(0x3C00 + i);
+    for (size_t i = 0; i < 4 * XK; i++) out[i] = (uint16_t)(0x3F80 + i);
+    int32_t pos[3] = {7, -1, 42};
+    uint8_t q8[2 * 34];
+    memset(q8, 0x11, sizeof q8);
+    const tspec nvt[9] = {
+        {"blk.0.attn_q.weight", 2, {QK, QN, 1, 1}, NB_GGML_TYPE_NVFP4, qb, sizeof qb},
+        {"blk.0.attn_q.scale", 1, {1, 1, 1, 1}, NB_GGML_TYPE_F32, (const uint8_t *)&ts, 4},
+        {"blk.0.attn_q.input_scale", 1, {1, 1, 1, 1}, NB_GGML_TYPE_F32, (const uint8_t *)&is, 4},
+        {"blk.0.ffn_down_exps.weight", 3, {XK, XN, XE, 1}, NB_GGML_TYPE_NVFP4, xb, sizeof xb},
+        {"blk.0.ffn_down_exps.scale", 1, {XE, 1, 1, 1}, NB_GGML_TYPE_F32, (const uint8_t *)xts, sizeof xts},
+        {"blk.0.ffn_norm.weight", 1, {XK, 1, 1, 1}, NB_GGML_TYPE_F32, (const uint8_t *)norm, sizeof norm},
+        {"token_embd.weight", 2, {XK, 5, 1, 1}, NB_GGML_TYPE_F16, (const uint8_t *)emb, sizeof emb},
+        {"output.weight", 2, {XK, 4, 1, 1}, NB_GGML_TYPE_BF16, (const uint8_t *)out, sizeof out},
+        {"blk.0.attn_k.weight", 2, {32, 2, 1, 1}, 8 /* Q8_0 */, q8, sizeof q8},
+    };
+    const tspec pos_t = {"blk.0.pos", 1, {3, 1, 1, 1}, 26 /* I32 */, (const uint8_t *)pos, sizeof pos};
+    tspec nvall[10];
+    memcpy(nvall, nvt, sizeof nvt);
+    nvall[9] = pos_t;
+    char nvp[1024], nvq8p[1024], mxp[1024], mixp[1024], inexp[1024], ffp[1024], f16p[1024];
+    gb b = build(nvall, 10, 32);
+    write_img(&b, "nv_q8.gguf", nvq8p, sizeof nvq8p);
+    free(b.p);
+    b = build(nvall, 8, 32); /* without the Q8_0 tensor: the CLI fixture */
+    write_img(&b, "nv.gguf", nvp, sizeof nvp);
+    free(b.p);
+    const tspec mxt[3] = {
+        {"blk.0.ffn_up.weight", 2, {QK, QN, 1, 1}, NB_GGML_TYPE_MXFP4, mb, sizeof mb},
+        {"blk.0.ffn_gate_exps.weight", 3, {XK, XN, XE, 1}, NB_GGML_TYPE_MXFP4, eb, sizeof eb},
+        {"output_norm.weight", 1, {XK, 1, 1, 1}, NB_GGML_TYPE_F32, (const uint8_t *)norm, sizeof norm},
+    };
+    b = build(mxt, 3, 32);
+    write_img(&b, "mx.gguf", mxp, sizeof mxp);
+    free(b.p);
+    const tspec mixt[2] = {nvt[0], mxt[0]};
+    b = build(mixt, 2, 32);
+    write_img(&b, "mix.gguf", mixp, sizeof mixp);
+    free(b.p);
+    float bad_ts = 0.0123f; /* no float g has 1/g == 0.0123f */
+    const tspec inext[2] = {nvt[0], {"blk.0.attn_q.scale", 1, {1, 1, 1, 1}, NB_GGML_TYPE_F32,
+                                     (const uint8_t *)&bad_ts, 4}};
+    b = build(inext, 2, 32);
+    write_img(&b, "inexact.gguf", inexp, sizeof inexp);
+    free(b.p);
+    qd[7] = 0xFF; /* 480 to ggml: refused */
+    nv_blocks(qc, qd, sizeof qd / 4, qb);
+    b = build(nvt, 1, 32);
+    write_img(&b, "ff.gguf", ffp, sizeof ffp);
+    free(b.p);
+    qd[7] = 0x30;
+    nv_blocks(qc, qd, sizeof qd / 4, qb);
+    b = build(nvt + 5, 3, 32); /* floats only */
+    write_img(&b, "f16.gguf", f16p, sizeof f16p);
+    free(b.p);
+
+    char err[1024] = "";
+    nb_ckpt_convert_summary sum;
+    conv_log log;
+    nb_gguf_file *g = NULL;
+    CHECK(nb_gguf_open(nvq8p, &g, err, sizeof err) == NB_OK, "open %s: %s", nvq8p, err);
+
+    /* Q8_0 refused by name, then skipped */
+    nb_status st = convert(nvq8p, "o_mo", NB_CKPT_TARGET_MODELOPT, 0, 0, &sum, &log, err, sizeof err);
+    CHECK(st == NB_ERR_UNSUPPORTED && strstr(err, "blk.0.attn_k.weight") && strstr(err, "Q8_0") &&
+              !exists("o_mo", NULL),
+          "Q8_0 refused: %s (%s)", nb_status_name(st), err);
+    st = convert(nvq8p, "o_mo", NB_CKPT_TARGET_MODELOPT, 1, 0, &sum, &log, err, sizeof err);
+    CHECK(st == NB_OK && sum.gguf && sum.tensors_skipped == 1 && log.skipped == 1 &&
+              !strcmp(log.skipped_name, "blk.0.attn_k.weight:Q8_0"),
+          "Q8_0 skipped: %s (%s) %zu %s", nb_status_name(st), err, sum.tensors_skipped, log.skipped_name);
+    CHECK(st == NB_OK && sum.tensors_in == 10 && sum.layers_converted == 2 && sum.experts_split == 3 &&
+              sum.layers_unquantized == 2 && sum.tensors_copied == 4 && sum.scale_bytes_remapped == 3 &&
+              log.remap_note == 1 && log.metadata_note == 1 && exists("o_mo", "hf_quant_config.json") &&
+              sum.tensors_out == 4 + 3 * 3 + 4, /* attn_q 4, 3 experts x 3, 4 copies */
+          "modelopt summary: in %zu conv %zu exp %zu unq %zu copied %zu remapped %zu out %zu", sum.tensors_in,
+          sum.layers_converted, sum.experts_split, sum.layers_unquantized, sum.tensors_copied,
+          sum.scale_bytes_remapped, sum.tensors_out);
+    nb_ckpt *c = st == NB_OK ? open_out("o_mo") : NULL;
+    if (c) {
+        check_layer(g, c, "blk.0.attn_q.weight", "blk.0.attn_q", NB_CKPT_MODELOPT_NVFP4);
+        check_layer(g, c, "blk.0.ffn_down_exps.weight", "blk.0.ffn_down_exps", NB_CKPT_MODELOPT_NVFP4);
+        check_copy(g, c, "blk.0.ffn_norm.weight", NB_ST_F32);
+        check_copy(g, c, "token_embd.weight", NB_ST_F16);
+        check_copy(g, c, "output.weight", NB_ST_BF16);
+        check_copy(g, c, "blk.0.pos", NB_ST_I32);
+        int r1, r2, r3;
+        CHECK(f32_of(c, "blk.0.attn_q.input_scale", &r1) == is && r1 == 0 &&
+                  f32_of(c, "blk.0.ffn_down_exps.2.weight_scale_2", &r2) == xts[2] && r2 == 0 &&
+                  f32_of(c, "blk.0.attn_q.scale", &r3) == -1.0f,
+              "modelopt scalars (input scale, expert tensor scale, .scale folded in)");
+        size_t li;
+        nb_ckpt_layer L;
+        CHECK(nb_ckpt_layer_find(c, "token_embd", &li) == NB_OK && nb_ckpt_layer_at(c, li, &L) == NB_OK &&
+                  L.format == NB_CKPT_NONE,
+              "token_embd: an unquantized layer");
+        nb_ckpt_config cfg;
+        nb_ckpt_get_config(c, &cfg);
+        CHECK(cfg.declared == NB_CKPT_MODELOPT_NVFP4 && cfg.nexclude == 2, "hf_quant_config.json: declared %s, %zu "
+              "excluded", nb_ckpt_format_name(cfg.declared), cfg.nexclude);
+        nb_ckpt_close(c);
+    }
+    nb_gguf_close(g);
+    g = NULL;
+    CHECK(nb_gguf_open(nvp, &g, err, sizeof err) == NB_OK, "open %s: %s", nvp, err);
+    /* NVFP4 to compressed-tensors: reciprocal scales, all exact here */
+    st = convert(nvp, "o_ct", NB_CKPT_TARGET_CT, 0, 0, &sum, &log, err, sizeof err);
+    CHECK(st == NB_OK && sum.scales_exact == 1 + 1 + 3 && !sum.scales_inexact && !sum.scales_adjusted,
+          "nvfp4 -> ct: %s (%s), %zu exact", nb_status_name(st), err, sum.scales_exact);
+    c = st == NB_OK ? open_out("o_ct") : NULL;
+    if (c) {
+        check_layer(g, c, "blk.0.attn_q.weight", "blk.0.attn_q", NB_CKPT_CT_NVFP4);
+        check_layer(g, c, "blk.0.ffn_down_exps.weight", "blk.0.ffn_down_exps", NB_CKPT_CT_NVFP4);
+        int r;
+        CHECK(f32_of(c, "blk.0.attn_q.input_global_scale", &r) == 2.0f && r == 1 &&
+                  !exists("o_ct", "hf_quant_config.json"),
+              "ct input_global_scale = 1 / input_scale, shape [1]");
+        nb_ckpt_close(c);
+    }
+    st = convert(nvp, "o_quark", NB_CKPT_TARGET_QUARK, 0, 0, &sum, &log, err, sizeof err);
+    CHECK(st == NB_ERR_UNSUPPORTED && strstr(err, "NVFP4") && !exists("o_quark", NULL), "nvfp4 -> quark: %s (%s)",
+          nb_status_name(st), err);
+    nb_gguf_close(g);
+    /* MXFP4 to Quark and compressed-tensors; not to ModelOpt */
+    g = NULL;
+    CHECK(nb_gguf_open(mxp, &g, err, sizeof err) == NB_OK, "open %s: %s", mxp, err);
+    const nb_ckpt_target mt[2] = {NB_CKPT_TARGET_QUARK, NB_CKPT_TARGET_CT};
+    const nb_ckpt_format mf[2] = {NB_CKPT_QUARK_MXFP4, NB_CKPT_CT_MXFP4};
+    for (int i = 0; i < 2; i++) {
+        st = convert(mxp, i ? "o_mx_ct" : "o_mx_quark", mt[i], 0, 0, &sum, &log, err, sizeof err);
+        CHECK(st == NB_OK && sum.layers_converted == 2 && sum.experts_split == 3 && sum.scale_bytes_remapped == 0 &&
+                  !log.remap_note,
+              "mxfp4 -> %s: %s (%s)", nb_ckpt_target_name(mt[i]), nb_status_name(st), err);
+        c = st == NB_OK ? open_out(i ? "o_mx_ct" : "o_mx_quark") : NULL;
+        if (c) {
+            check_layer(g, c, "blk.0.ffn_up.weight", "blk.0.ffn_up", mf[i]);
+            check_layer(g, c, "blk.0.ffn_gate_exps.weight", "blk.0.ffn_gate_exps", mf[i]);
+            check_copy(g, c, "output_norm.weight", NB_ST_F32);
+            nb_ckpt_close(c);
+        }
+    }
+    nb_gguf_close(g);
+    /* refusals: NB_ERR_UNSUPPORTED with the reason, nothing left in OUT */
+    static const struct {
+        int file; /* 0 mx, 1 mix, 2 floats only, 3 0xFF scale, 4 inexact reciprocal */
+        nb_ckpt_target tg;
+        int strict;
+        const char *reason, *what;
+    } refusals[] = {
+        {0, NB_CKPT_TARGET_MODELOPT, 0, "MXFP4", "mxfp4 -> modelopt"},
+        {1, NB_CKPT_TARGET_CT, 0, "both", "nvfp4 + mxfp4 -> ct"},
+        {2, NB_CKPT_TARGET_CT, 0, "no MXFP4 or NVFP4", "no 4-bit tensor"},
+        {3, NB_CKPT_TARGET_MODELOPT, 0, "0xFF", "0xFF scale"},
+        {4, NB_CKPT_TARGET_CT, 1, "(strict)", "inexact reciprocal, strict"},
+    };
+    const char *const files[5] = {mxp, mixp, f16p, ffp, inexp};
+    for (size_t i = 0; i < sizeof refusals / sizeof refusals[0]; i++) {
+        st = convert(files[refusals[i].file], "o_refused", refusals[i].tg, 0, refusals[i].strict, &sum, &log, err,
+                     sizeof err);
+        CHECK(st == NB_ERR_UNSUPPORTED && strstr(err, refusals[i].reason) && !exists("o_refused", NULL),
+              "%s: %s (%s)", refusals[i].what, nb_status_name(st), err);
+    }
+    st = convert(inexp, "o_inexact", NB_CKPT_TARGET_CT, 0, 0, &sum, &log, err, sizeof err);
+    CHECK(st == NB_OK && sum.scales_inexact + sum.scales_adjusted == 1 && log.warnings >= 2,
+          "inexact reciprocal: %s (%s), %zu inexact, %zu adjusted", nb_status_name(st), err, sum.scales_inexact,
+          sum.scales_adjusted);
+    const char *outs[] = {"o_mo", "o_ct", "o_mx_quark", "o_mx_ct", "o_inexact"};
+    for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++) {
+        char p[1024];
+        snprintf(p, sizeof p, "%s/%s", g_dir, outs[i]);
+        rm_tree(p);
+    }
+    remove(mxp);
+    remove(mixp);
+    remove(inexp);
+    remove(ffp);
+    remove(f16p);
+}
+
 /* ------------------------------------------------------------ cross-check */
 
 /* Every MXFP4/NVFP4 tensor of `path` (a file written by the gguf Python
@@ -568,8 +931,26 @@ static int crosscheck(const char *path, const char *want_path) {
 
 int main(int argc, char **argv) {
     if (argc == 4 && !strcmp(argv[1], "--crosscheck")) return crosscheck(argv[2], argv[3]);
+    const char *keep = argc == 3 && !strcmp(argv[1], "--keep") ? argv[2] : NULL;
+    if (keep) {
+        mkdir(keep, 0755);
+        snprintf(g_dir, sizeof g_dir, "%s", keep);
+    } else {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(g_dir, sizeof g_dir, "%s/nb_gguf_conv_%d", tmp && tmp[0] ? tmp : "/tmp", (int)getpid());
+        mkdir(g_dir, 0755);
+    }
     test_known_answers();
     test_malformed();
+    test_convert();
+    if (!keep) { /* nv.gguf and nv_q8.gguf stay for the CLI tests when kept */
+        char p[1024];
+        snprintf(p, sizeof p, "%s/nv.gguf", g_dir);
+        remove(p);
+        snprintf(p, sizeof p, "%s/nv_q8.gguf", g_dir);
+        remove(p);
+        rmdir(g_dir);
+    }
     printf("%d passed, %d failed\n", g_pass, g_fail);
     return g_fail ? 1 : 0;
 }

@@ -846,6 +846,18 @@ static void convert_warn(void *user, const char *msg) {
     fprintf(stderr, "%s%s\n", isatty(2) ? "\r\033[K" : "", msg);
 }
 
+/* A GGUF tensor left out by --skip-unsupported: listed on stderr and in --json. */
+static void convert_skipped(void *user, const char *name, const char *type) {
+    cJSON *arr = (cJSON *)user;
+    if (arr) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", name);
+        cJSON_AddStringToObject(o, "type", type);
+        cJSON_AddItemToArray(arr, o);
+    }
+    fprintf(stderr, "%sskipped: %s (%s)\n", isatty(2) ? "\r\033[K" : "", name, type);
+}
+
 static int cmd_convert(int argc, char **argv) {
     const char *in = NULL, *out = NULL, *to = NULL;
     int json = 0;
@@ -854,10 +866,11 @@ static int cmd_convert(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: nibble convert IN OUT --to modelopt|compressed-tensors|quark [--strict] [--json]\n"
+            printf("usage: nibble convert IN OUT --to modelopt|compressed-tensors|quark [--strict]\n"
+                   "                      [--skip-unsupported] [--json]\n"
                    "  IN   a 4-bit checkpoint (.safetensors file, directory or index file) in\n"
                    "       ModelOpt NVFP4, compressed-tensors nvfp4/mxfp4, Quark MXFP4 or gpt-oss\n"
-                   "       MXFP4 layout.  It is only read.\n"
+                   "       MXFP4 layout, or a GGUF file with MXFP4 / NVFP4 tensors.  It is only read.\n"
                    "  OUT  a directory that must not exist or be empty: one file per input file,\n"
                    "       the index when IN is sharded, config.json / hf_quant_config.json with the\n"
                    "       target's quantization config, every other file of IN's directory.\n"
@@ -870,6 +883,12 @@ static int cmd_convert(int argc, char **argv) {
                    "  and compressed-tensors; gpt-oss MXFP4 experts become one layer per expert\n"
                    "  (P = ...experts.gate_up_proj -> ...experts.E.gate_up_proj.weight).  Anything\n"
                    "  else is refused with the reason.\n"
+                   "  GGUF: OUT/model.safetensors with GGUF's tensor names (shapes row-major); a\n"
+                   "  4-bit tensor T becomes layer P = T without \".weight\" (P.E per expert of a\n"
+                   "  3-D tensor), NVFP4's P.scale / P.input_scale become its tensor / input\n"
+                   "  scale; F32/F16/BF16/F64/integer tensors are copied; any other GGUF type\n"
+                   "  (Q4_0, Q8_0, K-quants...) is refused with its name, or left out and listed\n"
+                   "  with --skip-unsupported.  The GGUF metadata is not converted.\n"
                    "  A weight_scale_2 whose float reciprocal does not round-trip cannot be held\n"
                    "  exactly by compressed-tensors: a warning names it (--strict: exit 2).\n"
                    "  Progress on stderr when it is a terminal; warnings always on stderr;\n"
@@ -879,6 +898,7 @@ static int cmd_convert(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--json")) json = 1;
         else if (!strcmp(a, "--strict")) o.strict = 1;
+        else if (!strcmp(a, "--skip-unsupported")) o.skip_unsupported = 1;
         else if (!strcmp(a, "--to") && i + 1 < argc) to = argv[++i];
         else if (a[0] == '-' || (in && out)) {
             fprintf(stderr, "nibble convert: unexpected argument '%s' (see --help)\n", a);
@@ -894,9 +914,11 @@ static int cmd_convert(int argc, char **argv) {
         fprintf(stderr, "nibble convert: --to modelopt, --to compressed-tensors or --to quark is required\n");
         return 1;
     }
-    cJSON *warnings = json ? cJSON_CreateArray() : NULL;
+    cJSON *warnings = json ? cJSON_CreateArray() : NULL, *skipped = json ? cJSON_CreateArray() : NULL;
     o.warn = convert_warn;
     o.warn_user = warnings;
+    o.skipped = convert_skipped;
+    o.skipped_user = skipped;
     if (isatty(2)) o.progress = quantize_progress;
     char err[1024] = "";
     nb_ckpt_convert_summary s;
@@ -906,6 +928,7 @@ static int cmd_convert(int argc, char **argv) {
         if (o.progress) fprintf(stderr, "\n");
         fprintf(stderr, "nibble convert: %s: %s\n", nb_status_name(st), err);
         cJSON_Delete(warnings);
+        cJSON_Delete(skipped);
         return o.strict && st == NB_ERR_UNSUPPORTED && strstr(err, "(strict)") ? 2 : 3;
     }
     double secs = now_s() - t0;
@@ -914,6 +937,7 @@ static int cmd_convert(int argc, char **argv) {
         cJSON_AddStringToObject(j, "input", in);
         cJSON_AddStringToObject(j, "output", out);
         cJSON_AddStringToObject(j, "to", nb_ckpt_target_name(o.target));
+        cJSON_AddStringToObject(j, "source", s.gguf ? "gguf" : "safetensors");
         json_add_i64(j, "tensors_in", (int64_t)s.tensors_in);
         json_add_i64(j, "tensors_out", (int64_t)s.tensors_out);
         json_add_i64(j, "layers_converted", (int64_t)s.layers_converted);
@@ -929,6 +953,12 @@ static int cmd_convert(int argc, char **argv) {
         json_add_i64(j, "files_copied", (int64_t)s.files_copied);
         json_add_i64(j, "bytes_in", (int64_t)s.bytes_in);
         json_add_i64(j, "bytes_out", (int64_t)s.bytes_out);
+        if (s.gguf) {
+            json_add_i64(j, "scale_bytes_remapped", (int64_t)s.scale_bytes_remapped);
+            json_add_i64(j, "tensors_skipped", (int64_t)s.tensors_skipped);
+            cJSON_AddItemToObject(j, "skipped", skipped);
+            skipped = NULL;
+        }
         cJSON_AddItemToObject(j, "warnings", warnings);
         cJSON_AddNumberToObject(j, "seconds", secs);
         print_json(j);
@@ -939,7 +969,11 @@ static int cmd_convert(int argc, char **argv) {
                in, out, nb_ckpt_target_name(o.target), s.layers_converted, s.layers_unchanged, s.experts_split,
                s.layers_unquantized, s.scales_exact, s.scales_adjusted, s.scales_inexact, s.tensors_in, s.tensors_out,
                s.files_copied, s.bytes_in / 1e6, s.bytes_out / 1e6, secs);
+        if (s.gguf)
+            printf("  from GGUF: %zu tensors left out (--skip-unsupported), %zu NVFP4 scale bytes remapped\n",
+                   s.tensors_skipped, s.scale_bytes_remapped);
     }
+    cJSON_Delete(skipped);
     return 0;
 }
 #else

@@ -85,15 +85,14 @@ void nb_ckpt_convert_opts_init(nb_ckpt_convert_opts *o) {
     o->target = NB_CKPT_TARGET_CT;
 }
 
-static void warn(cstate *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void warn(cstate *s, const char *fmt, ...) {
+void nbio_convert_warn(const nb_ckpt_convert_opts *o, nb_ckpt_convert_summary *sum, const char *fmt, ...) {
     char msg[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    s->sum.warnings++;
-    if (s->o->warn) s->o->warn(s->o->warn_user, msg);
+    sum->warnings++;
+    if (o->warn) o->warn(o->warn_user, msg);
 }
 
 static int is_nvfp4(nb_ckpt_format f) { return f == NB_CKPT_MODELOPT_NVFP4 || f == NB_CKPT_CT_NVFP4; }
@@ -151,6 +150,31 @@ static int recip_to_mo(float g, float *s) {
     return recip_to_ct(*s, &back) != SC_INVALID && !memcmp(&back, &g, 4) ? SC_EXACT : SC_ADJUSTED;
 }
 
+nb_status nbio_convert_recip(const nb_ckpt_convert_opts *o, nb_ckpt_convert_summary *sum, const char *name, float v,
+                             int to_ct, float *r, char *err, size_t errlen) {
+    int k = to_ct ? recip_to_ct(v, r) : recip_to_mo(v, r);
+    if (k == SC_INVALID)
+        return nbio_fail(err, errlen, NB_ERR_UNSUPPORTED, "%s = %g has no finite non-zero reciprocal (the %s layout "
+                         "stores 1/x)", name, (double)v, to_ct ? "compressed-tensors" : "ModelOpt");
+    if (k == SC_EXACT) {
+        sum->scales_exact++;
+    } else if (k == SC_ADJUSTED) {
+        sum->scales_adjusted++;
+        nbio_convert_warn(o, sum, "note: %s = %.9g -> %.9g: dequantization identical; %s", name, (double)v, (double)*r,
+                          to_ct ? "not the plain float reciprocal (that one would change the scale)"
+                                : "converting back would store a different, equivalent value");
+    } else {
+        sum->scales_inexact++;
+        if (o->strict)
+            return nbio_fail(err, errlen, NB_ERR_UNSUPPORTED, "%s = %.9g: no float g has 1/g == %.9g, so "
+                             "compressed-tensors cannot hold it exactly (strict)", name, (double)v, (double)v);
+        nbio_convert_warn(o, sum, "warning: %s = %.9g: no float g has 1/g equal to it; writing %.9g, whose reciprocal "
+                          "%.9g differs in the last place (dequantized values may differ by that rounding)",
+                          name, (double)v, (double)*r, (double)(1.0f / *r));
+    }
+    return NB_OK;
+}
+
 /* Classify the reciprocal of tensor `name` (if present); counts and warns. */
 static nb_status classify_recip(cstate *s, const char *prefix, const char *suffix, int to_ct) {
     char *name = nbio_concat(prefix, suffix);
@@ -160,28 +184,8 @@ static nb_status classify_recip(cstate *s, const char *prefix, const char *suffi
     if (nb_ckpt_tensor_find(s->c, name, &ti) == NB_OK) {
         nb_st_tensor t;
         nb_ckpt_tensor_at(s->c, ti, &t, NULL);
-        float v = f32_at(t.data), r = 0.0f;
-        int k = to_ct ? recip_to_ct(v, &r) : recip_to_mo(v, &r);
-        if (k == SC_INVALID) {
-            st = nbio_fail(s->err, s->errlen, NB_ERR_UNSUPPORTED, "%s = %g has no finite non-zero reciprocal (the %s "
-                           "layout stores 1/x)", name, (double)v, to_ct ? "compressed-tensors" : "ModelOpt");
-        } else if (k == SC_EXACT) {
-            s->sum.scales_exact++;
-        } else if (k == SC_ADJUSTED) {
-            s->sum.scales_adjusted++;
-            warn(s, "note: %s = %.9g -> %.9g: dequantization identical; %s", name, (double)v, (double)r,
-                 to_ct ? "not the plain float reciprocal (that one would change the scale)"
-                       : "converting back would store a different, equivalent value");
-        } else {
-            s->sum.scales_inexact++;
-            if (s->o->strict)
-                st = nbio_fail(s->err, s->errlen, NB_ERR_UNSUPPORTED, "%s = %.9g: no float g has 1/g == %.9g, so "
-                               "compressed-tensors cannot hold it exactly (strict)", name, (double)v, (double)v);
-            else
-                warn(s, "warning: %s = %.9g: no float g has 1/g equal to it; writing %.9g, whose reciprocal %.9g "
-                     "differs in the last place (dequantized values may differ by that rounding)",
-                     name, (double)v, (double)r, (double)(1.0f / r));
-        }
+        float r = 0.0f;
+        st = nbio_convert_recip(s->o, &s->sum, name, f32_at(t.data), to_ct, &r, s->err, s->errlen);
     }
     free(name);
     return st;
@@ -482,8 +486,8 @@ static nb_status write_configs(cstate *s, const char *dir, int *regenerated) {
     const cJSON *qc0 = cJSON_GetObjectItemCaseSensitive(config, "quantization_config");
     const cJSON *kvs = cJSON_GetObjectItemCaseSensitive(qc0, "kv_cache_scheme");
     if ((kv && !cJSON_IsNull(kv)) || (kvs && !cJSON_IsNull(kvs)))
-        warn(s, "warning: the source declares a quantized KV cache; the setting is not translated (k_scale / v_scale "
-             "tensors are copied unchanged)");
+        nbio_convert_warn(s->o, &s->sum, "warning: the source declares a quantized KV cache; the setting is not "
+                          "translated (k_scale / v_scale tensors are copied unchanged)");
     if (s->nunq) qsort(s->unq, s->nunq, sizeof *s->unq, cmp_cstr);
     const char *const *ex = (const char *const *)s->unq;
     if (s->o->target == NB_CKPT_TARGET_MODELOPT) {
@@ -514,6 +518,7 @@ nb_status nb_ckpt_convert(const char *in, const char *out, const nb_ckpt_convert
     if (!nb_ckpt_target_name(opts->target))
         return nbio_fail(err, errlen, NB_ERR_INVALID_ARGUMENT, "nb_ckpt_convert: unknown target %d", (int)opts->target);
     if (summary) memset(summary, 0, sizeof *summary);
+    if (nbio_is_gguf(in)) return nbio_convert_gguf(in, out, opts, summary, err, errlen);
     cstate s;
     memset(&s, 0, sizeof s);
     s.o = opts;
