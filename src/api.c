@@ -97,6 +97,10 @@ nb_status nb_context_create(int device, nb_context **out) {
         if (fs) c->force_splits = atoi(fs);
         const char *fk = getenv("NIBBLE_KW"); /* tuning knob: force the in-CTA k split (1, 2, 4, 8) */
         if (fk) c->force_kw = atoi(fk);
+        const char *fx = getenv("NIBBLE_XS"); /* tuning knob: staged-activation kernel for 9..32 tokens (0 or 1) */
+        if (fx) c->force_xs = !strcmp(fx, "0") ? 1 : !strcmp(fx, "1") ? 2 : 0;
+        const char *fr = getenv("NIBBLE_RPW"); /* tuning knob: its row blocks per warp (1 or 2) */
+        if (fr) c->force_rpw = atoi(fr);
         const char *fp = getenv("NIBBLE_PATH"); /* tuning knob: "decode" or "tc" */
         if (fp) c->force_path = !strcmp(fp, "decode") ? 1 : !strcmp(fp, "tc") ? 2 : 0;
         const char *fb = getenv("NIBBLE_BN"); /* tuning knob: tensor-core tile width (64, 128, 256) */

@@ -59,40 +59,71 @@ nb_status nb_pack(nb_context *ctx, nb_weight_desc *desc, const uint8_t *codes, c
     return NB_OK;
 }
 
-/* Spread the work so the GPU fills.  kw warps of a CTA share one row block
- * and split its k range (summed in shared memory, cheap); `splits` CTAs
- * share a row block along k (summed through the workspace by the last CTA,
- * which costs a global round trip).  Measured on an H100 (bench/RESULTS.md,
- * sweep of kw x splits on five Llama layers, m = 1 and 16): a global split
- * never paid once the grid had about one CTA per SM, kw = 4 was best or
- * within 3% everywhere, and kw = 8 won when kw = 4 left fewer than about
- * 1.4 CTAs per SM.  The rule below encodes exactly that; NIBBLE_KW and
- * NIBBLE_SPLITS override it for tuning. */
-static void choose_split(int64_t row_blocks, int64_t kchunks, int warps, int mt, int sm_count, int force_splits,
-                         int force_kw, int *kw_out, int *splits_out, int *xsh_out) {
-    const double want = 1.4 * (double)sm_count; /* CTAs */
-    int kw = warps / 2;
-    if ((double)row_blocks * kw / warps < want) kw = warps;
-    if (force_kw == 1 || force_kw == 2 || force_kw == 4 || force_kw == 8) kw = force_kw <= warps ? force_kw : warps;
-    /* Staged activations (9..32 tokens) need the CTA's warps on one k range
-     * (kw = 1), so a CTA covers 8 row blocks and narrow layers need a global
-     * split.  Measured (H100, bench/RESULTS.md): worth it at m = 9..16 only
-     * when the layer alone fills the GPU (8192 -> 57344: 169 vs 182 us at
-     * m = 16; 28672 -> 8192: 100 vs 85 us), and at m = 17..32 unless the
-     * layer is tiny (4096 -> 4096 at m = 32: 23 vs 18 us). */
-    const double ctas_kw1 = (double)row_blocks / warps;
-    *xsh_out = mt >= 3 ? ctas_kw1 >= 0.3 * sm_count : mt == 2 ? ctas_kw1 >= want : 0;
-    if (*xsh_out) kw = 1;
-    const int64_t grid_x = (row_blocks * kw + warps - 1) / warps;
-    int64_t s = 1;
-    if ((double)grid_x < 0.5 * sm_count) s = (int64_t)ceil(want / (double)grid_x); /* narrow layer */
-    if (force_splits > 0) s = force_splits;
+/* Spread the work so the GPU fills.
+ *
+ * Kernel 1 (per-warp streams; every m = 1..8, and 9..32 where kernel 2
+ * does not fit): kw warps of a CTA share one row block and split its k
+ * range (summed in shared memory, cheap); `splits` CTAs share a row block
+ * along k (summed through the workspace by the last CTA, which costs a
+ * global round trip).  Measured on an H100 (bench/RESULTS.md, sweep of kw x
+ * splits on five Llama layers, m = 1 and 16): a global split never paid
+ * once the grid had about one CTA per SM, kw = 4 was best or within 3%
+ * everywhere, and kw = 8 won when kw = 4 left fewer than about 1.4 CTAs per
+ * SM.
+ *
+ * Kernel 2 (staged activations, 9..32 tokens): the CTA's 8 warps walk one
+ * k range (kw = 1) and each owns rpw row blocks, so a CTA covers 8 * rpw
+ * row blocks; narrow layers are split along k until one resident wave of
+ * CTAs fills the GPU (the partial sums stay in L2).
+ *
+ * NIBBLE_KW, NIBBLE_SPLITS, NIBBLE_XS and NIBBLE_RPW override the rules for
+ * tuning. */
+static void choose_split(const nb_context *ctx, nbi_gemm_plan *p, int warps) {
+    const int sms = ctx->info.sm_count;
+    int xs = p->mt >= 2 && ctx->force_xs != 1;
+    int rpw = ctx->force_rpw == 1 || ctx->force_rpw == 2 ? ctx->force_rpw : 2;
+    size_t smem = 0;
+    if (xs) {
+        smem = nbi_cuda_gemv_smem(p->fmt, 1, rpw, p->mt, 8 * p->mt);
+        if (smem > ctx->info.smem_per_block_optin && rpw == 2)
+            smem = nbi_cuda_gemv_smem(p->fmt, 1, rpw = 1, p->mt, 8 * p->mt);
+        if (smem > ctx->info.smem_per_block_optin) xs = 0; /* (smaller GPUs) */
+    }
+    int64_t grid_x, s = 1;
+    if (xs) {
+        int per_sm = (int)(ctx->info.smem_per_sm / (smem + 1024)); /* + the runtime's reserve per CTA */
+        per_sm = per_sm < 1 ? 1 : per_sm > 2 ? 2 : per_sm;         /* registers allow two (launch bounds) */
+        const int64_t resident = (int64_t)sms * per_sm;
+        p->kw = 1;
+        p->rpw = rpw;
+        grid_x = (p->row_blocks + warps * rpw - 1) / (warps * rpw);
+        if (grid_x < resident) s = resident / grid_x;
+        /* A CTA needs a run of chunks to fill its pipelines: with fewer than
+         * 6 per split (narrow layers with short k, e.g. 4096 -> 4096) kernel
+         * 1 with its in-CTA k split was faster in every case measured. */
+        if (p->kchunks / s < 6 && ctx->force_xs != 2) xs = 0;
+    }
+    if (!xs) {
+        s = 1;
+        const double want = 1.4 * (double)sms; /* CTAs */
+        int kw = warps / 2;
+        if ((double)p->row_blocks * kw / warps < want) kw = warps;
+        const int fk = ctx->force_kw;
+        if (fk == 1 || fk == 2 || fk == 4 || fk == 8) kw = fk <= warps ? fk : warps;
+        p->kw = kw;
+        p->rpw = 1;
+        grid_x = (p->row_blocks * kw + warps - 1) / warps;
+        if ((double)grid_x < 0.5 * sms) s = (int64_t)ceil(want / (double)grid_x); /* narrow layer */
+    }
+    p->xsh = xs;
+    if (ctx->force_splits > 0) s = ctx->force_splits;
     if (grid_x > NBI_MAX_SPLIT_COLUMNS) s = 1;
-    if (s > kchunks / kw) s = kchunks / kw > 1 ? kchunks / kw : 1; /* at least one chunk per warp */
+    const int64_t per_split_min = p->kw; /* at least one chunk per warp */
+    if (s > p->kchunks / per_split_min) s = p->kchunks / per_split_min > 1 ? p->kchunks / per_split_min : 1;
     if (s > 64) s = 64;
-    const int64_t cps = (kchunks + s - 1) / s;
-    *kw_out = kw;
-    *splits_out = (int)((kchunks + cps - 1) / cps); /* every split gets work */
+    const int64_t cps = (p->kchunks + s - 1) / s;
+    p->splits = (int)((p->kchunks + cps - 1) / cps); /* every split gets work */
+    p->grid_x64 = grid_x;
 }
 
 /* The tensor-core path (gemm_sm90.cu) on Hopper for batches past the decode
@@ -199,12 +230,10 @@ nb_status nbi_gemm_make_plan_knobs(nb_context *ctx, const nb_gemm_desc *g, nbi_g
     /* The split-K arrival counters live at a fixed place (the first
      * NBI_MAX_SPLIT_COLUMNS ints of the workspace), so one workspace serves
      * layers of every shape: each call leaves them zero. */
-    choose_split(p->row_blocks, p->kchunks, warps, p->mt, ctx->info.sm_count, ctx->force_splits, ctx->force_kw,
-                 &p->kw, &p->splits, &p->xsh);
-    const int64_t grid_x = (p->row_blocks + warps / p->kw - 1) / (warps / p->kw);
-    if (grid_x > 0x7FFFFFFF)
+    choose_split(ctx, p, warps);
+    if (p->grid_x64 > 0x7FFFFFFF)
         return nbi_fail(ctx, NB_ERR_BAD_SHAPE, "nb_gemm: n = %lld needs too many CTAs", (long long)d->n);
-    p->grid_x = (int)grid_x;
+    p->grid_x = (int)p->grid_x64;
     p->chunks_per_split = (int)((p->kchunks + p->splits - 1) / p->splits);
     if (p->splits > 1) {
         p->ws_counter_bytes = NBI_MAX_SPLIT_COLUMNS * sizeof(int);
@@ -271,17 +300,27 @@ nb_status nb_gemm(nb_context *ctx, const nb_gemm_desc *g, const void *x, const v
      * are re-read per slice; the tensor-core path is the right tool there). */
     for (int64_t m0 = 0; m0 < g->m; m0 += 32) {
         nbi_gemm_plan q = p;
-        q.m = g->m - m0 < 32 ? g->m - m0 : 32;
-        q.mt = (int)((q.m + 7) / 8);
-        if (q.mt < 2) q.xsh = 0; /* a short last slice runs the plain kernel (kw stays as planned) */
+        if (g->m - m0 < 32) { /* a short last slice gets its own plan (kernel and split depend on m) */
+            nb_gemm_desc h = *g;
+            h.m = g->m - m0;
+            if ((st = nbi_gemm_make_plan(ctx, &h, &q))) return st;
+            q.lda = p.lda;
+            q.ldc = p.ldc;
+        }
         if (nbi_cuda_gemm(&q, (const char *)x + (size_t)(m0 * p.lda) * es, packed, bias,
                           (char *)y + (size_t)(m0 * p.ldc) * es, workspace, stream, err))
             return cuda_failed(ctx, "nb_gemm", err);
     }
-    snprintf(ctx->last_config, sizeof ctx->last_config,
-             "gemv_fp4<%s,%s,mt=%d%s> grid=%dx%d warps=%d k-split=%dx%d chunks/warp=%d launches=%lld",
-             fmt_name(p.fmt), nbi_dtype_name(g->act_dtype), p.mt, p.xsh ? ",staged-x" : "", p.grid_x, p.splits, p.warps, p.kw, p.splits,
-             (p.chunks_per_split + p.kw - 1) / p.kw, (long long)((g->m + 31) / 32));
+    if (p.xsh)
+        snprintf(ctx->last_config, sizeof ctx->last_config,
+                 "gemv_fp4_xs<%s,%s,mt=%d,rows/warp=%d> grid=%dx%d warps=%d k-split=1x%d chunks/cta=%d launches=%lld",
+                 fmt_name(p.fmt), nbi_dtype_name(g->act_dtype), p.mt, p.rpw * 16, p.grid_x, p.splits, p.warps,
+                 p.splits, p.chunks_per_split, (long long)((g->m + 31) / 32));
+    else
+        snprintf(ctx->last_config, sizeof ctx->last_config,
+                 "gemv_fp4<%s,%s,mt=%d> grid=%dx%d warps=%d k-split=%dx%d chunks/warp=%d launches=%lld",
+                 fmt_name(p.fmt), nbi_dtype_name(g->act_dtype), p.mt, p.grid_x, p.splits, p.warps, p.kw,
+                 p.splits, (p.chunks_per_split + p.kw - 1) / p.kw, (long long)((g->m + 31) / 32));
     nbi_tune_label(ctx, &p);
     return NB_OK;
 }

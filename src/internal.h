@@ -98,7 +98,8 @@ typedef struct nbi_gemm_plan {
     int64_t lda, ldc;
     int64_t row_blocks; /* ceil(n / 16) */
     int64_t kchunks;    /* ceil(k / 128) */
-    int grid_x;         /* ceil(row_blocks / (warps / kw)) */
+    int grid_x;         /* CTAs along n */
+    int64_t grid_x64;   /* (before the range check) */
     int splits;         /* CTAs along k */
     int chunks_per_split;
     int exp_shift;      /* epilogue multiplies by 2^exp_shift ... */
@@ -174,6 +175,8 @@ NB_INTERNAL int nbi_cuda_gemm_naive(const nb_gemm_desc *g, const void *x, const 
                                     const uint8_t *scales, const void *bias, float *y, void *stream, char *err);
 NB_INTERNAL const char *nbi_cuda_archs(void);
 NB_INTERNAL int nbi_cuda_gemv_shape(int *warps, int *stages);
+/* Shared memory per CTA of a decode kernel (static + dynamic), for occupancy. */
+NB_INTERNAL size_t nbi_cuda_gemv_smem(int fmt, int xs, int rpw, int mt, int m);
 
 
 #ifdef __cplusplus

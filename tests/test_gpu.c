@@ -438,15 +438,15 @@ static void test_mx_range(env_t *e) {
 /* Device entry points reject bad input with their documented status. */
 static void test_device_errors(env_t *e) {
     weight_t w;
-    make_weight(e->ctx, &w, NB_FORMAT_NVFP4, 64, 256, 0, 0);
+    make_weight(e->ctx, &w, NB_FORMAT_NVFP4, 64, 4096, 0, 0); /* narrow: split-K, so a workspace */
     nb_gemm_desc g;
     NB(nb_gemm_desc_init(&g, &w.desc, 4, NB_DTYPE_BF16, NB_DTYPE_BF16));
     size_t ws = 0;
     NB(nb_gemm_workspace_size(e->ctx, &g, &ws));
     ensure_ws(e, ws);
     char *dx, *dy;
-    CK(cudaMalloc((void **)&dx, 4 * 256 * 2 + 64));
-    CK(cudaMalloc((void **)&dy, 4 * 64 * 2 + 64));
+    CK(cudaMalloc((void **)&dx, 32 * 4096 * 2 + 64)); /* room for m = 32 */
+    CK(cudaMalloc((void **)&dy, 32 * 64 * 2 + 64));
     check(nb_gemm(e->ctx, &g, dx + 2, w.d_packed, NULL, dy, e->ws, e->ws_bytes, NULL) == NB_ERR_MISALIGNED,
           "nb_gemm: x not 16-byte aligned -> NB_ERR_MISALIGNED");
     check(nb_gemm(e->ctx, &g, dx, (char *)w.d_packed + 8, NULL, dy, e->ws, e->ws_bytes, NULL) == NB_ERR_MISALIGNED,
@@ -455,11 +455,22 @@ static void test_device_errors(env_t *e) {
           "nb_gemm: y not 2-byte aligned -> NB_ERR_MISALIGNED");
     check(nb_gemm(e->ctx, &g, NULL, w.d_packed, NULL, dy, e->ws, e->ws_bytes, NULL) == NB_ERR_NULL_POINTER,
           "nb_gemm: x NULL -> NB_ERR_NULL_POINTER");
-    if (ws) /* this shape needs a split-K workspace on most GPUs */
-        check(nb_gemm(e->ctx, &g, dx, w.d_packed, NULL, dy, e->ws, ws - 1, NULL) == NB_ERR_WORKSPACE,
+    /* The workspace size covers every m; m = 32 on this narrow layer needs
+     * all of it on most GPUs. */
+    nb_gemm_desc g32;
+    NB(nb_gemm_desc_init(&g32, &w.desc, 32, NB_DTYPE_BF16, NB_DTYPE_BF16));
+    size_t ws32 = 0;
+    NB(nb_gemm_workspace_size(e->ctx, &g32, &ws32));
+    check(ws > 0, "a 64-row layer with k = 4096 is planned with a k split (workspace > 0)");
+    check(ws32 == ws, "nb_gemm_workspace_size does not depend on m");
+    if (ws) {
+        check(nb_gemm(e->ctx, &g32, dx, w.d_packed, NULL, dy, e->ws, ws, NULL) == NB_OK,
+              "nb_gemm: m = 32 runs in the reported workspace");
+        check(nb_gemm(e->ctx, &g32, dx, w.d_packed, NULL, dy, e->ws, ws - 1, NULL) == NB_ERR_WORKSPACE,
               "nb_gemm: workspace one byte short -> NB_ERR_WORKSPACE");
+    }
     nb_gemm_desc h = g;
-    h.lda = 260; /* rows no longer 16-byte aligned */
+    h.lda = 4100; /* rows no longer 16-byte aligned */
     check(nb_gemm(e->ctx, &h, dx, w.d_packed, NULL, dy, e->ws, e->ws_bytes, NULL) == NB_ERR_MISALIGNED,
           "nb_gemm: lda not a multiple of 8 -> NB_ERR_MISALIGNED");
     h = g;
@@ -525,7 +536,9 @@ int main(int argc, char **argv) {
             test_shape(&e, fmts[f], acts[a], 17, fmts[f] == NB_FORMAT_NVFP4 ? 16 * 37 : 32 * 7, few_m, 8, 1);
             test_shape(&e, fmts[f], acts[a], 1000, 4096 + 96, few_m, 8, 1);
             test_shape(&e, fmts[f], acts[a], 300, 64 * 3 * 16, all_m, 34, 1);
-            /* wide and short: the staged-activation kernels (m = 9..32) and a ragged k tail */
+            /* wide and short: the staged-activation kernel (m = 9..32; k long
+             * enough for it, with a ragged tail) and kernel 1 (k too short) */
+            test_shape(&e, fmts[f], acts[a], 24000 + 8, 1536 + 64, few_m, 8, 0);
             test_shape(&e, fmts[f], acts[a], 24000 + 8, 256 + 64, few_m, 8, 0);
             test_shape(&e, fmts[f], acts[a], 1000 + 24, 4096 + 96, tc_m, 9, 1);
             test_shape(&e, fmts[f], acts[a], 129, 16 * 9 * (fmts[f] == NB_FORMAT_NVFP4 ? 1 : 2), tc_m, 9, 0);

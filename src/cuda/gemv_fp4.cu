@@ -6,16 +6,20 @@
  *   registers.  The tensor cores run mma.sync.m16n8k16 with the operands
  *   swapped: the dequantized weights are the 16-row A operand and the tokens
  *   the 8-wide B operand, so m = 1..8 costs one MMA per 16x16 weight tile and
- *   m = 32 four.  A CTA has 8 warps; each warp streams one 16-row block's
- *   chunks through its own shared-memory ring (cp.async, STAGES deep).  kw
- *   warps may share a row block and split its k range (summed in shared
- *   memory), and CTAs along grid.y may split k further (partials in the
- *   workspace, summed in split order by the last CTA to arrive: the result
- *   does not depend on timing).  For 9..32 tokens on layers wide enough, the
- *   XSH variant stages each chunk's activations once per CTA in a second
- *   shared ring and all 8 warps walk the same k range; otherwise each lane
- *   loads its activations through L1.  The host (src/device.c) picks kw, the
- *   split and XSH from the shape and the SM count.
+ *   m = 32 four.  Two kernels:
+ *   - kernel 1 (gemv_fp4_kernel; m = 1..8, and 9..32 on layers too narrow
+ *     for kernel 2): a CTA has 8 warps; each warp streams one 16-row block's
+ *     chunks through its own shared-memory ring (cp.async, STAGES deep) and
+ *     each lane loads its activations through L1.  kw warps may share a row
+ *     block and split its k range (summed in shared memory);
+ *   - kernel 2 (gemv_fp4_xs_kernel; m = 9..32): 8 consumer warps walk one k
+ *     range, each owning RPW = 2 row blocks that share its B fragments, and a
+ *     ninth warp stages each chunk's activations once per CTA in a shared
+ *     ring synchronized by mbarriers (no CTA-wide barrier in the loop).
+ *   CTAs along grid.y may split k further (partials in the workspace, summed
+ *   in split order by the last CTA to arrive: the result does not depend on
+ *   timing).  The host (src/device.c) picks the kernel, kw, RPW and the
+ *   split from the shape and the device.
  *
  * PACKED LAYOUT (nb_pack; src/formats.c nb_pack_host is the specification)
  *   The weight is cut into chunks of 16 rows x 128 k, stored row-block major:
@@ -71,7 +75,8 @@
 #ifndef NB_MINB
 #define NB_MINB 1
 #endif
-#define XROW 20 /* uint4 per staged activation row: 256 bytes + 64 of padding */
+#define NB_GEMV_WARPS 8
+#define XROW 20 /* uint4 per staged activation row of a chunk: 256 bytes + 64 of padding */
 
 struct GemvParams {
     const uint8_t *w;
@@ -129,9 +134,12 @@ __device__ __forceinline__ void cp_async16_zfill(void *smem, const void *gmem, b
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(sa), "l"(gmem), "r"(in ? 16 : 0));
 }
 
-/* 16-byte global -> shared copy that bypasses registers, with an L2 policy. */
-__device__ __forceinline__ void cp_async16_hint(void *smem, const void *gmem, uint64_t pol) {
-    const uint32_t sa = (uint32_t)__cvta_generic_to_shared(smem);
+__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+/* 16-byte global -> shared copy that bypasses registers, with an L2 policy;
+ * a 32-bit shared-memory address (callers keep one base register and add
+ * constant offsets). */
+__device__ __forceinline__ void cp_async16_s(uint32_t sa, const void *gmem, uint64_t pol) {
     asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(sa), "l"(gmem), "l"(pol));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
@@ -193,250 +201,50 @@ __device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1
     }
 }
 
-/* ----------------------------------------------------------------- kernel */
+/* ------------------------------------------------- pieces of both kernels */
 
-template <int FMT, int ACT, int MT, int WARPS, int STAGES, bool XSH>
-__global__ void __launch_bounds__(WARPS * 32, NB_MINB) gemv_fp4_kernel(const GemvParams p) {
-    constexpr int SB = FMT == NB_FORMAT_NVFP4 ? 4 : 2; /* scale bytes per lane */
-    constexpr int CB = NBI_CHUNK_CODE_BYTES + 32 * SB;  /* bytes per chunk */
-    __shared__ uint32_t stab[256];                       /* scale byte -> adjusted 16-bit pair */
-    __shared__ int is_last;
-
-    for (int i = threadIdx.x; i < 128; i += WARPS * 32) {
+/* Each CTA copies the host-built scale table to shared memory, every 16-bit
+ * entry broadcast to both halves of a word (the HMUL2 operand). */
+__device__ __forceinline__ void load_scale_table(uint32_t *stab, const GemvParams &p, int nthreads) {
+    for (int i = threadIdx.x; i < 128; i += nthreads) {
         const uint32_t v = p.stab[i];
-        stab[2 * i] = (v & 0xFFFFu) * 0x10001u; /* broadcast to both halves */
+        stab[2 * i] = (v & 0xFFFFu) * 0x10001u;
         stab[2 * i + 1] = (v >> 16) * 0x10001u;
     }
-    /* (the barrier that publishes stab comes after the weight prologue) */
+}
 
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int g = lane >> 2, t = lane & 3;
-    /* warp -> (row block, k slice): the kw warps of a row block split the
-     * CTA's k range and are summed through shared memory at the end. */
-    const int ks = warp % p.kw;
-    const int rb = blockIdx.x * (WARPS / p.kw) + warp / p.kw;
-    const bool valid = rb < p.row_blocks;
-    const int cta_begin = blockIdx.y * p.cps, cta_end = min(cta_begin + p.cps, p.kchunks);
-    const int per_warp = (cta_end - cta_begin + p.kw - 1) / p.kw;
-    const int c_begin = cta_begin + ks * per_warp;
-    const int c_end = min(c_begin + per_warp, cta_end);
-    const int nchunks = valid ? max(c_end - c_begin, 0) : 0;
-    /* XSH (9..32 tokens on layers wide enough): activations are staged once
-     * per CTA in shared memory; the CTA's warps then walk the same k range
-     * (kw = 1) in step. */
-    static_assert(!XSH || MT >= 2, "staged activations are for two or more token tiles");
-    const int cta_n = max(cta_end - cta_begin, 0);
-
-    /* Two accumulator sets (even and odd tiles) so consecutive MMAs do not
-     * wait on each other. */
-    float acc[MT][4], acc2[MT][4];
-#pragma unroll
-    for (int i = 0; i < MT; i++)
-#pragma unroll
-        for (int j = 0; j < 4; j++) acc[i][j] = acc2[i][j] = 0.0f;
-
-    /* Weights stream through a per-warp ring of STAGES chunks in shared
-     * memory, filled by cp.async STAGES-1 chunks ahead: many bytes in flight
-     * per warp without holding them in registers.  Each lane copies 16-byte
-     * segments lane, lane+32, ... of a chunk; cp.async.wait_group plus
-     * __syncwarp make the whole chunk visible to every lane.  The chunks of
-     * one row block are contiguous, so a warp reads one sequential stream.
-     * The weights do not depend on the previous kernel in the stream, so the
-     * prologue runs before griddepcontrol.wait (programmatic dependent
-     * launch). */
-    extern __shared__ uint4 ring_all[];
-    uint4 *ring = ring_all + (size_t)warp * STAGES * (CB / 16);
-    const uint64_t pol = policy_evict_first();
-    const uint4 *wsrc = (const uint4 *)(p.w + ((size_t)(valid ? rb : 0) * p.kchunks + c_begin) * CB);
-    auto fetch = [&](int i, int slot) { /* chunk i of this warp's range into slot (== i % STAGES) */
-        if (i < nchunks) {
-            uint4 *dst = ring + slot * (CB / 16);
-            const uint4 *src = wsrc + (size_t)i * (CB / 16);
-#pragma unroll
-            for (int j = 0; j < (CB / 16 + 31) / 32; j++)
-                if (lane + 32 * j < CB / 16) cp_async16_hint(dst + lane + 32 * j, src + lane + 32 * j, pol);
-        }
-    };
-    /* XSH: the activation ring follows the weight rings.  Slot = m_rows rows
-     * of 320 bytes (256 of data, 64 of padding); within a row the 16-byte
-     * segment holding k = 32t + 8w .. +7 sits at position 4w + t, so a
-     * quarter-warp (two tokens x four lanes) reads eight distinct bank
-     * groups.  k past the end is zero-filled. */
-    uint4 *xring = ring_all + (size_t)WARPS * STAGES * (CB / 16);
-    const int m_rows = min(p.m, 8 * MT);
-    const __nv_bfloat16 *xg = (const __nv_bfloat16 *)p.x;
-    auto fetch_x = [&](int i, int slot) {
-        if (XSH && i < cta_n) {
-            for (int q = threadIdx.x; q < m_rows * 16; q += WARPS * 32) {
-                const int row = q >> 4, seg = q & 15, kk = (cta_begin + i) * NBI_CHUNK_K + 8 * seg;
-                const bool in = kk < p.k;
-                cp_async16_zfill(xring + (size_t)(slot * m_rows + row) * XROW + (seg & 3) * 4 + (seg >> 2),
-                                 in ? xg + (size_t)row * p.lda + kk : xg, in);
-            }
-        }
-    };
-    if (XSH) grid_dependency_wait(); /* activations are read from the first copy on */
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; s++) {
-        fetch(s, s);
-        fetch_x(s, s);
-        cp_async_commit();
+/* Adjusted scales of a lane's share of a chunk: rows g (sg) and g+8 (sh),
+ * for its first and second 16 k. */
+template <int FMT>
+__device__ __forceinline__ void chunk_scales(uint32_t S, const uint32_t *stab, uint32_t (&sg)[2], uint32_t (&sh)[2]) {
+    if (FMT == NB_FORMAT_NVFP4) {
+        sg[0] = stab[S & 0xFF];
+        sg[1] = stab[(S >> 8) & 0xFF];
+        sh[0] = stab[(S >> 16) & 0xFF];
+        sh[1] = stab[S >> 24];
+    } else {
+        sg[0] = sg[1] = stab[S & 0xFF];
+        sh[0] = sh[1] = stab[(S >> 8) & 0xFF];
     }
-    if (!XSH) grid_dependency_wait();
-    __syncthreads(); /* scale table ready */
+}
 
-    /* X rows of this lane's tokens */
-    const __nv_bfloat16 *xp[MT];
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-        xp[mt] = (const __nv_bfloat16 *)p.x + (size_t)(mt * 8 + g < p.m ? mt * 8 + g : 0) * p.lda +
-                 (size_t)c_begin * NBI_CHUNK_K + 32 * t;
+/* The A fragment (PTX ISA, mma.m16n8k16 fragments: a0..a3 = rows g, g+8
+ * at k-slots 2t..2t+1, then 2t+8..2t+9) built from pairs I and I+1 of word
+ * ql (row g) and qh (row g+8). */
+template <int ACT, int I>
+__device__ __forceinline__ void a_frag(uint32_t ql, uint32_t qh, uint32_t sg, uint32_t sh, uint32_t (&a)[4]) {
+    a[0] = hmul2<ACT>(decode_pair<ACT, I>(ql), sg);
+    a[1] = hmul2<ACT>(decode_pair<ACT, I>(qh), sh);
+    a[2] = hmul2<ACT>(decode_pair<ACT, I + 1>(ql), sg);
+    a[3] = hmul2<ACT>(decode_pair<ACT, I + 1>(qh), sh);
+}
 
-    bool tok_ok[MT]; /* this lane's token rows exist */
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++) tok_ok[mt] = mt * 8 + g < p.m;
+__device__ __forceinline__ uint32_t word(const uint4 &v, int w) { return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w; }
 
-    /* The loop is unrolled by the ring depth so every slot address is a
-     * constant offset. */
-    const int loop_n = XSH ? cta_n : nchunks; /* XSH: every warp joins every barrier */
-    for (int i0 = 0; i0 < loop_n; i0 += STAGES)
-#pragma unroll
-    for (int s = 0; s < STAGES; s++) {
-        const int i = i0 + s;
-        if (i >= loop_n) break;
-        uint4 L, H;
-        uint32_t S;
-        const uint4 *xslot = xring + (size_t)s * m_rows * XROW;
-        if (XSH) {
-            cp_async_wait<STAGES - 2>(); /* chunk i's copies by this thread have landed */
-            __syncthreads();             /* everyone's; and slot s-1 is free everywhere */
-            fetch(i + STAGES - 1, (s + STAGES - 1) % STAGES);
-            fetch_x(i + STAGES - 1, (s + STAGES - 1) % STAGES);
-            cp_async_commit();
-            if (!valid) continue;
-            const uint4 *slot = ring + s * (CB / 16);
-            L = slot[lane];
-            H = slot[32 + lane];
-            S = SB == 4 ? ((const uint32_t *)(slot + 64))[lane] : ((const uint16_t *)(slot + 64))[lane];
-        } else {
-            fetch(i + STAGES - 1, (s + STAGES - 1) % STAGES); /* slot released by the __syncwarp of chunk i-1 */
-            cp_async_commit();
-            cp_async_wait<STAGES - 1>(); /* this lane's part of chunk i has landed */
-            __syncwarp();                /* ... and every other lane's */
-            const uint4 *slot = ring + s * (CB / 16);
-            L = slot[lane];
-            H = slot[32 + lane];
-            S = SB == 4 ? ((const uint32_t *)(slot + 64))[lane] : ((const uint16_t *)(slot + 64))[lane];
-            __syncwarp(); /* slot s may now be refilled */
-        }
-        const int kbase = (c_begin + i) * NBI_CHUNK_K + 32 * t;
-        /* adjusted scales: rows g and g+8, first and second 16 k of the lane */
-        uint32_t sg0, sg1, sh0, sh1;
-        if (FMT == NB_FORMAT_NVFP4) {
-            sg0 = stab[S & 0xFF];
-            sg1 = stab[(S >> 8) & 0xFF];
-            sh0 = stab[(S >> 16) & 0xFF];
-            sh1 = stab[S >> 24];
-        } else {
-            sg0 = sg1 = stab[S & 0xFF];
-            sh0 = sh1 = stab[(S >> 8) & 0xFF];
-        }
-        const uint32_t ql[4] = {L.x, L.y, L.z, L.w}, qh[4] = {H.x, H.y, H.z, H.w};
-#pragma unroll
-        for (int w = 0; w < 4; w++) {
-            uint4 xv[MT];
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++) {
-                if (XSH)
-                    xv[mt] = tok_ok[mt] ? xslot[(mt * 8 + g) * XROW + 4 * w + t] : make_uint4(0, 0, 0, 0);
-                else
-                    xv[mt] = tok_ok[mt] && kbase + 8 * w < p.k ? __ldg((const uint4 *)(xp[mt] + i * NBI_CHUNK_K) + w)
-                                                               : make_uint4(0, 0, 0, 0);
-            }
-            const uint32_t sg = w < 2 ? sg0 : sg1, sh = w < 2 ? sh0 : sh1;
-            /* tile 2w: elements 0..3 of the word */
-            uint32_t a0 = hmul2<ACT>(decode_pair<ACT, 0>(ql[w]), sg);
-            uint32_t a1 = hmul2<ACT>(decode_pair<ACT, 0>(qh[w]), sh);
-            uint32_t a2 = hmul2<ACT>(decode_pair<ACT, 1>(ql[w]), sg);
-            uint32_t a3 = hmul2<ACT>(decode_pair<ACT, 1>(qh[w]), sh);
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++) mma16816<ACT>(acc[mt], a0, a1, a2, a3, xv[mt].x, xv[mt].y);
-            /* tile 2w+1: elements 4..7 */
-            a0 = hmul2<ACT>(decode_pair<ACT, 2>(ql[w]), sg);
-            a1 = hmul2<ACT>(decode_pair<ACT, 2>(qh[w]), sh);
-            a2 = hmul2<ACT>(decode_pair<ACT, 3>(ql[w]), sg);
-            a3 = hmul2<ACT>(decode_pair<ACT, 3>(qh[w]), sh);
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++) mma16816<ACT>(acc2[mt], a0, a1, a2, a3, xv[mt].z, xv[mt].w);
-        }
-    }
-    cp_async_wait<0>();
-#pragma unroll
-    for (int i = 0; i < MT; i++)
-#pragma unroll
-        for (int j = 0; j < 4; j++) acc[i][j] += acc2[i][j];
-
-    if (p.kw > 1) { /* in-CTA split-K: slices 1..kw-1 hand their sums to slice 0, in order */
-        float *red = (float *)ring_all; /* the rings are idle now */
-        __syncthreads();
-        if (ks) {
-#pragma unroll
-            for (int i = 0; i < MT; i++)
-#pragma unroll
-                for (int j = 0; j < 4; j++) red[((warp * MT + i) * 4 + j) * 32 + lane] = acc[i][j];
-        }
-        __syncthreads();
-        if (!ks) {
-            for (int o = 1; o < p.kw; o++)
-#pragma unroll
-                for (int i = 0; i < MT; i++)
-#pragma unroll
-                    for (int j = 0; j < 4; j++) acc[i][j] += red[(((warp + o) * MT + i) * 4 + j) * 32 + lane];
-        }
-    }
-    const bool owner = valid && ks == 0; /* this warp writes the row block's result */
-
-    grid_dependents_launch();
-    const int rows_pad = p.row_blocks * 16;
-    if (p.splits > 1) {
-        /* Deterministic split-K: every CTA stores its partial tile; the last
-         * to arrive (per column of CTAs) sums all partials in split order. */
-        if (owner) {
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const size_t idx = ((size_t)blockIdx.y * rows_pad + rb * 16 + g + 8 * h) * (MT * 8) + mt * 8 + 2 * t;
-                    __stcg((float2 *)(p.partial + idx), make_float2(acc[mt][2 * h], acc[mt][2 * h + 1]));
-                }
-        }
-        __threadfence();
-        __syncthreads();
-        if (threadIdx.x == 0) is_last = atomicAdd(&p.counters[blockIdx.x], 1) == p.splits - 1;
-        __syncthreads();
-        if (!is_last) return;
-        __threadfence();
-        if (owner) {
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    float s0 = 0.0f, s1 = 0.0f;
-                    for (int s = 0; s < p.splits; s++) {
-                        const size_t idx = ((size_t)s * rows_pad + rb * 16 + g + 8 * h) * (MT * 8) + mt * 8 + 2 * t;
-                        const float2 v = __ldcg((const float2 *)(p.partial + idx));
-                        s0 += v.x;
-                        s1 += v.y;
-                    }
-                    acc[mt][2 * h] = s0;
-                    acc[mt][2 * h + 1] = s1;
-                }
-        }
-        if (threadIdx.x == 0) p.counters[blockIdx.x] = 0; /* leave the workspace zeroed for the next call */
-    }
-    if (!owner) return;
-
-    /* Epilogue: accumulator (row, token) -> Y[token, row]. */
+/* Epilogue of one 16-row block: accumulator (row, token) -> Y[token, row],
+ * times 2^exp_shift * tensor_scale, plus bias. */
+template <int ACT, int MT>
+__device__ __forceinline__ void store_block(const GemvParams &p, const float (&acc)[MT][4], int rb, int g, int t) {
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -452,40 +260,459 @@ __global__ void __launch_bounds__(WARPS * 32, NB_MINB) gemv_fp4_kernel(const Gem
             }
 }
 
-/* ------------------------------------------------------------- dispatch */
+/* Deterministic split-K over the CTAs of one grid column (grid.y): every
+ * CTA stores its partial tiles in the workspace; the last to arrive sums
+ * all partials in split order (so the result does not depend on timing),
+ * resets the column's counter (one zeroed workspace serves every call) and
+ * returns true with acc holding the sums; the others return false.  Every
+ * thread of the CTA must call it.  own[r]: this warp holds row block rb[r]. */
+template <int MT, int R>
+__device__ __forceinline__ bool split_k_reduce(const GemvParams &p, float (&acc)[R][MT][4], const int (&rb)[R],
+                                               const bool (&own)[R], int g, int t, int *is_last) {
+    const size_t rows_pad = (size_t)p.row_blocks * 16;
+#pragma unroll
+    for (int r = 0; r < R; r++)
+        if (own[r]) {
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const size_t idx = ((size_t)blockIdx.y * rows_pad + rb[r] * 16 + g + 8 * h) * (MT * 8) + mt * 8 + 2 * t;
+                    __stcg((float2 *)(p.partial + idx), make_float2(acc[r][mt][2 * h], acc[r][mt][2 * h + 1]));
+                }
+        }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) *is_last = atomicAdd(&p.counters[blockIdx.x], 1) == p.splits - 1;
+    __syncthreads();
+    if (!*is_last) return false;
+    __threadfence();
+#pragma unroll
+    for (int r = 0; r < R; r++)
+        if (own[r]) {
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    float s0 = 0.0f, s1 = 0.0f;
+                    for (int s = 0; s < p.splits; s++) {
+                        const size_t idx = ((size_t)s * rows_pad + rb[r] * 16 + g + 8 * h) * (MT * 8) + mt * 8 + 2 * t;
+                        const float2 v = __ldcg((const float2 *)(p.partial + idx));
+                        s0 += v.x;
+                        s1 += v.y;
+                    }
+                    acc[r][mt][2 * h] = s0;
+                    acc[r][mt][2 * h + 1] = s1;
+                }
+        }
+    if (threadIdx.x == 0) p.counters[blockIdx.x] = 0;
+    return true;
+}
 
-#define NB_GEMV_WARPS 8
+/* ------------------------------------------- kernel 1: per-warp streams */
+
+/* m = 1..32 with each lane loading its activations through L1: the kernel
+ * for 1..8 tokens, and for more tokens on layers too narrow for kernel 2. */
+template <int FMT, int ACT, int MT, int WARPS, int STAGES>
+__global__ void __launch_bounds__(WARPS * 32, NB_MINB) gemv_fp4_kernel(const GemvParams p) {
+    constexpr int SB = FMT == NB_FORMAT_NVFP4 ? 4 : 2; /* scale bytes per lane */
+    constexpr int CB = NBI_CHUNK_CODE_BYTES + 32 * SB;  /* bytes per chunk */
+    __shared__ uint32_t stab[256];                       /* scale byte -> adjusted 16-bit pair */
+    __shared__ int is_last;
+    load_scale_table(stab, p, WARPS * 32); /* (published by the barrier after the weight prologue) */
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    /* warp -> (row block, k slice): the kw warps of a row block split the
+     * CTA's k range and are summed through shared memory at the end. */
+    const int ks = warp % p.kw;
+    const int rb = blockIdx.x * (WARPS / p.kw) + warp / p.kw;
+    const bool valid = rb < p.row_blocks;
+    const int cta_begin = blockIdx.y * p.cps, cta_end = min(cta_begin + p.cps, p.kchunks);
+    const int per_warp = (cta_end - cta_begin + p.kw - 1) / p.kw;
+    const int c_begin = cta_begin + ks * per_warp;
+    const int c_end = min(c_begin + per_warp, cta_end);
+    const int nchunks = valid ? max(c_end - c_begin, 0) : 0;
+
+    /* Two accumulator sets (even and odd tiles) so consecutive MMAs do not
+     * wait on each other. */
+    float acc[1][MT][4], acc2[MT][4];
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[0][i][j] = acc2[i][j] = 0.0f;
+
+    /* Weights stream through a per-warp ring of STAGES chunks in shared
+     * memory, filled by cp.async STAGES-1 chunks ahead: many bytes in flight
+     * per warp without holding them in registers.  Each lane copies 16-byte
+     * segments lane, lane+32, ... of a chunk; cp.async.wait_group plus
+     * __syncwarp make the whole chunk visible to every lane.  The chunks of
+     * one row block are contiguous, so a warp reads one sequential stream.
+     * The weights do not depend on the previous kernel in the stream, so the
+     * prologue runs before griddepcontrol.wait (programmatic dependent
+     * launch). */
+    extern __shared__ uint4 ring_all[];
+    uint4 *ring = ring_all + (size_t)warp * STAGES * (CB / 16);
+    const uint64_t pol = policy_evict_first();
+    /* this lane's 16 bytes of the next chunk to fetch, and of slot 0 (a
+     * shared address: every copy is one base register plus a constant) */
+    const uint8_t *gnext = p.w + ((size_t)(valid ? rb : 0) * p.kchunks + c_begin) * CB + 16 * lane;
+    const uint32_t ring_s = smem_u32(ring) + 16 * lane;
+    auto fetch = [&](int slot) { /* the next chunk of this warp's range into slot */
+        const uint32_t d = ring_s + slot * CB;
+        cp_async16_s(d, gnext, pol);
+        cp_async16_s(d + 512, gnext + 512, pol);
+        if (lane < (CB - 1024) / 16) cp_async16_s(d + 1024, gnext + 1024, pol);
+        gnext += CB;
+    };
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; s++) {
+        if (s < nchunks) fetch(s);
+        cp_async_commit();
+    }
+    grid_dependency_wait();
+    __syncthreads(); /* scale table ready */
+
+    /* X rows of this lane's tokens */
+    const __nv_bfloat16 *xp[MT];
+    bool tok_ok[MT]; /* this lane's token rows exist */
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        tok_ok[mt] = mt * 8 + g < p.m;
+        xp[mt] = (const __nv_bfloat16 *)p.x + (size_t)(tok_ok[mt] ? mt * 8 + g : 0) * p.lda +
+                 (size_t)c_begin * NBI_CHUNK_K + 32 * t;
+    }
+
+    /* The loop is unrolled by the ring depth so every slot address is a
+     * constant offset. */
+    for (int i0 = 0; i0 < nchunks; i0 += STAGES)
+#pragma unroll
+    for (int s = 0; s < STAGES; s++) {
+        const int i = i0 + s;
+        if (i >= nchunks) break;
+        if (i + STAGES - 1 < nchunks) fetch((s + STAGES - 1) % STAGES); /* slot released by the __syncwarp of chunk i-1 */
+        cp_async_commit();
+        cp_async_wait<STAGES - 1>(); /* this lane's part of chunk i has landed */
+        __syncwarp();                /* ... and every other lane's */
+        const uint4 *slot = ring + s * (CB / 16);
+        const uint4 L = slot[lane], H = slot[32 + lane];
+        const uint32_t S = SB == 4 ? ((const uint32_t *)(slot + 64))[lane] : ((const uint16_t *)(slot + 64))[lane];
+        __syncwarp(); /* slot s may now be refilled */
+        const int kbase = (c_begin + i) * NBI_CHUNK_K + 32 * t;
+        uint32_t sg[2], sh[2];
+        chunk_scales<FMT>(S, stab, sg, sh);
+#pragma unroll
+        for (int w = 0; w < 4; w++) {
+            uint4 xv[MT];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+                xv[mt] = tok_ok[mt] && kbase + 8 * w < p.k ? __ldg((const uint4 *)(xp[mt] + i * NBI_CHUNK_K) + w)
+                                                           : make_uint4(0, 0, 0, 0);
+            uint32_t a[4];
+            a_frag<ACT, 0>(word(L, w), word(H, w), sg[w >> 1], sh[w >> 1], a); /* tile 2w: elements 0..3 */
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) mma16816<ACT>(acc[0][mt], a[0], a[1], a[2], a[3], xv[mt].x, xv[mt].y);
+            a_frag<ACT, 2>(word(L, w), word(H, w), sg[w >> 1], sh[w >> 1], a); /* tile 2w+1: elements 4..7 */
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) mma16816<ACT>(acc2[mt], a[0], a[1], a[2], a[3], xv[mt].z, xv[mt].w);
+        }
+    }
+    cp_async_wait<0>();
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[0][i][j] += acc2[i][j];
+
+    if (p.kw > 1) { /* in-CTA split-K: slices 1..kw-1 hand their sums to slice 0, in order */
+        float *red = (float *)ring_all; /* the rings are idle now */
+        __syncthreads();
+        if (ks) {
+#pragma unroll
+            for (int i = 0; i < MT; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) red[((warp * MT + i) * 4 + j) * 32 + lane] = acc[0][i][j];
+        }
+        __syncthreads();
+        if (!ks) {
+            for (int o = 1; o < p.kw; o++)
+#pragma unroll
+                for (int i = 0; i < MT; i++)
+#pragma unroll
+                    for (int j = 0; j < 4; j++) acc[0][i][j] += red[(((warp + o) * MT + i) * 4 + j) * 32 + lane];
+        }
+    }
+    const int rbs[1] = {rb};
+    const bool own[1] = {valid && ks == 0}; /* this warp writes the row block's result */
+    grid_dependents_launch();
+    if (p.splits > 1 && !split_k_reduce<MT, 1>(p, acc, rbs, own, g, t, &is_last)) return;
+    if (own[0]) store_block<ACT, MT>(p, acc[0], rb, g, t);
+}
+
+/* ------------------------------------ kernel 2: staged activations, 9..32 */
+
+/* Build-time shape of kernel 2 (scripts/device-check sweeps them):
+ * NB_XS_STAGES weight ring depth per warp, in steps of RPW chunks;
+ * NB_XS_SEG chunks per activation segment; NB_XS_XSEGS segments in the
+ * activation ring. */
+#ifndef NB_XS_STAGES
+#define NB_XS_STAGES 3
+#endif
+#ifndef NB_XS_SEG
+#define NB_XS_SEG 1
+#endif
+#ifndef NB_XS_XSEGS
+#define NB_XS_XSEGS 5
+#endif
+#ifndef NB_XS_MINB
+#define NB_XS_MINB 2
+#endif
+#define NB_XS_THREADS ((NB_GEMV_WARPS + 1) * 32) /* + the activation producer warp */
+
+/* mbarrier helpers (PTX ISA "Parallel Synchronization and Communication
+ * Instructions: mbarrier"), sm_80+.  A phase completes when its expected
+ * number of arrivals has happened; waiters test the phase parity. */
+__device__ __forceinline__ void mbar_init(uint64_t *bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
+    asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared.b64 st, [%0];\n}" ::"r"(smem_u32(bar)) : "memory");
+}
+/* Arrive once this thread's earlier cp.async copies have landed (the
+ * arrival is counted in the barrier's expected count: .noinc). */
+__device__ __forceinline__ void mbar_arrive_cp_async(uint64_t *bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];" ::"r"(smem_u32(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
+    uint32_t done;
+    do {
+        asm volatile("{\n .reg .pred p;\n mbarrier.test_wait.parity.shared.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+                     : "=r"(done)
+                     : "r"(smem_u32(bar)), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+
+/* 9..32 tokens.  The CTA's 8 consumer warps walk one k range; each owns RPW
+ * row blocks, streams their chunks through its own cp.async ring (no CTA
+ * barrier for weights) and multiplies them with the same B fragments (RPW
+ * = 2 halves the shared-memory reads of activations per weight).  A ninth
+ * warp stages each segment of SEG chunks of activations (m x 128 per chunk,
+ * BF16/FP16) once per CTA into a ring of XSEGS segments: it signals a
+ * segment's "full" mbarrier through cp.async.mbarrier.arrive, and every
+ * consumer thread arrives on the segment's "empty" mbarrier when done with
+ * it (one arrival per warp after __syncwarp would do, but then
+ * compute-sanitizer's racecheck cannot see the ordering).  No CTA-wide barrier in the main loop: a warp delayed by its weights
+ * holds up nobody until the activation ring runs dry.  Staged token row r of
+ * a chunk: XROW uint4 (256 bytes of data, 64 of padding so the two tokens
+ * of a quarter-warp land in different bank halves), the uint4 holding
+ * k = 32t + 8w .. +7 at position 4w + t.
+ *
+ * The loop is written for few instructions outside the decode: every
+ * shared address is one base register plus a constant, global pointers
+ * advance by a chunk per step, and out-of-range row blocks and tokens read
+ * valid data (row block n-1, token row g) that is never stored instead of
+ * branching. */
+template <int FMT, int ACT, int MT, int RPW, int STAGES, int SEG, int XSEGS>
+__global__ void __launch_bounds__(NB_XS_THREADS, NB_XS_MINB) gemv_fp4_xs_kernel(const GemvParams p) {
+    constexpr int WARPS = NB_GEMV_WARPS; /* consumer warps; warp WARPS is the producer */
+    constexpr int SB = FMT == NB_FORMAT_NVFP4 ? 4 : 2;
+    constexpr int CB = NBI_CHUNK_CODE_BYTES + 32 * SB; /* bytes per packed chunk */
+    constexpr int TAIL = (CB - 1024) / 16;             /* lanes that copy the chunk's scale bytes */
+    static_assert(MT >= 2 && MT <= 4, "kernel 2 serves 9..32 tokens");
+    __shared__ uint32_t stab[256];
+    __shared__ uint64_t full[XSEGS], empty[XSEGS];
+    __shared__ int is_last;
+    load_scale_table(stab, p, NB_XS_THREADS);
+    if (threadIdx.x < XSEGS) {
+        mbar_init(&full[threadIdx.x], 32);     /* the producer warp's lanes */
+        mbar_init(&empty[threadIdx.x], WARPS * 32); /* every consumer thread (so each read is ordered) */
+    }
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const bool producer = warp == WARPS;
+    const int rb0 = (blockIdx.x * WARPS + (producer ? 0 : warp)) * RPW;
+    const int c0 = blockIdx.y * p.cps;
+    const int nch = max(min(c0 + p.cps, p.kchunks) - c0, 0);
+    const int m_rows = min(p.m, 8 * MT);
+    const int xchunk = m_rows * XROW; /* uint4 per staged chunk of activations */
+
+    extern __shared__ uint4 smem[];
+    uint4 *xring = smem + (size_t)WARPS * STAGES * RPW * (CB / 16);
+    const uint64_t pol = policy_evict_first();
+    bool rvalid[RPW];
+    const uint8_t *gw[RPW]; /* this lane's 16 bytes of the next chunk to fetch, per row block */
+#pragma unroll
+    for (int r = 0; r < RPW; r++) {
+        rvalid[r] = !producer && rb0 + r < p.row_blocks;
+        const int rb = min(rb0 + r, p.row_blocks - 1);
+        gw[r] = p.w + ((size_t)rb * p.kchunks + c0) * CB + 16 * lane;
+    }
+    /* this lane's 16 bytes of slot 0 (shared address), and the slot being filled / read */
+    const uint32_t ring_s = smem_u32(smem) + (uint32_t)(warp * STAGES * RPW * CB + 16 * lane);
+    uint32_t fill = 0, read = 0;
+    auto fetch = [&]() { /* the next step's chunks into slot `fill` */
+#pragma unroll
+        for (int r = 0; r < RPW; r++) {
+            const uint32_t d = ring_s + fill + r * CB;
+            cp_async16_s(d, gw[r], pol);
+            cp_async16_s(d + 512, gw[r] + 512, pol);
+            if (lane < TAIL) cp_async16_s(d + 1024, gw[r] + 1024, pol);
+            gw[r] += CB;
+        }
+        fill = fill == (STAGES - 1) * RPW * CB ? 0 : fill + RPW * CB;
+    };
+    float acc[RPW][MT][4];
+#pragma unroll
+    for (int r = 0; r < RPW; r++)
+#pragma unroll
+        for (int i = 0; i < MT; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) acc[r][i][j] = 0.0f;
+
+    if (!producer) { /* weights do not depend on the previous kernel: prefetch before griddepcontrol.wait */
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; s++) {
+            if (s < nch) fetch();
+            cp_async_commit();
+        }
+    }
+    grid_dependency_wait();
+    __syncthreads(); /* scale table and barriers initialized */
+
+    if (producer) {
+        /* Segment s into slot s % XSEGS once every consumer warp has
+         * released the slot's previous segment; k past the end zero-filled. */
+        const __nv_bfloat16 *xg = (const __nv_bfloat16 *)p.x;
+        for (int s = 0; s < (nch + SEG - 1) / SEG; s++) {
+            const int slot = s % XSEGS;
+            if (s >= XSEGS) mbar_wait(&empty[slot], (uint32_t)((s / XSEGS - 1) & 1));
+            for (int c = 0; c < SEG; c++) {
+                const int ch = s * SEG + c;
+                if (ch >= nch) break;
+                uint4 *dst = xring + (size_t)(slot * SEG + c) * xchunk;
+                for (int q = lane; q < m_rows * 16; q += 32) {
+                    const int row = q >> 4, pos = q & 15; /* pos = 4w + t holds k = 32t + 8w */
+                    const int kk = (c0 + ch) * NBI_CHUNK_K + 8 * (4 * (pos & 3) + (pos >> 2));
+                    const bool in = kk < p.k;
+                    cp_async16_zfill(dst + row * XROW + pos, in ? xg + (size_t)row * p.lda + kk : xg, in);
+                }
+            }
+            mbar_arrive_cp_async(&full[slot]);
+        }
+        cp_async_wait<0>();
+    } else {
+        /* token rows past m read row g (valid, never stored) */
+        int xrow[MT];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) xrow[mt] = (mt * 8 + g < m_rows ? mt * 8 + g : g) * XROW + t;
+        const uint4 *wring = smem + (size_t)warp * STAGES * RPW * (CB / 16);
+        int c = 0, seg = 0, xs = 0;
+        for (int i = 0; i < nch; i++) {
+            if (i + STAGES - 1 < nch) fetch(); /* into the slot released by step i-1 */
+            cp_async_commit();
+            cp_async_wait<STAGES - 1>(); /* this lane's part of step i has landed */
+            if (c == 0) mbar_wait(&full[xs], (uint32_t)((seg / XSEGS) & 1));
+            __syncwarp(); /* ... and every other lane's */
+            const uint4 *wsl = wring + read / 16;
+            uint4 L[RPW], H[RPW];
+            uint32_t S[RPW];
+#pragma unroll
+            for (int r = 0; r < RPW; r++) {
+                L[r] = wsl[r * (CB / 16) + lane];
+                H[r] = wsl[r * (CB / 16) + 32 + lane];
+                S[r] = SB == 4 ? ((const uint32_t *)(wsl + r * (CB / 16) + 64))[lane]
+                               : ((const uint16_t *)(wsl + r * (CB / 16) + 64))[lane];
+            }
+            const uint4 *xsl = xring + (size_t)(xs * SEG + c) * xchunk;
+            uint32_t sg[RPW][2], sh[RPW][2];
+#pragma unroll
+            for (int r = 0; r < RPW; r++) chunk_scales<FMT>(S[r], stab, sg[r], sh[r]);
+#pragma unroll
+            for (int w = 0; w < 4; w++) {
+                uint4 xv[MT];
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) xv[mt] = xsl[xrow[mt] + 4 * w];
+#pragma unroll
+                for (int r = 0; r < RPW; r++) {
+                    uint32_t a[4];
+                    a_frag<ACT, 0>(word(L[r], w), word(H[r], w), sg[r][w >> 1], sh[r][w >> 1], a);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) mma16816<ACT>(acc[r][mt], a[0], a[1], a[2], a[3], xv[mt].x, xv[mt].y);
+                    a_frag<ACT, 2>(word(L[r], w), word(H[r], w), sg[r][w >> 1], sh[r][w >> 1], a);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) mma16816<ACT>(acc[r][mt], a[0], a[1], a[2], a[3], xv[mt].z, xv[mt].w);
+                }
+            }
+            __syncwarp(); /* weight slot and (at a segment's end) activation slot read by every lane */
+            read = read == (STAGES - 1) * RPW * CB ? 0 : read + RPW * CB;
+            if (++c == SEG || i == nch - 1) {
+                mbar_arrive(&empty[xs]);
+                c = 0;
+                seg++;
+                xs = xs == XSEGS - 1 ? 0 : xs + 1;
+            }
+        }
+        cp_async_wait<0>();
+    }
+
+    int rbs[RPW];
+#pragma unroll
+    for (int r = 0; r < RPW; r++) rbs[r] = rb0 + r;
+    grid_dependents_launch();
+    if (p.splits > 1 && !split_k_reduce<MT, RPW>(p, acc, rbs, rvalid, g, t, &is_last)) return;
+#pragma unroll
+    for (int r = 0; r < RPW; r++)
+        if (rvalid[r]) store_block<ACT, MT>(p, acc[r], rbs[r], g, t);
+}
+
+/* ------------------------------------------------------------- dispatch */
 
 typedef void (*gemv_fn)(const GemvParams);
 
-/* Dynamic shared memory: one ring of NB_GEMV_STAGES chunks per warp (4
- * stages, 8 warps: 36 KB for NVFP4, under the 48 KB default limit; it also
- * holds the in-CTA split-K exchange, at most 8 x 32 x 16 floats). */
-static size_t gemv_smem_bytes(int fmt, int mt, int xsh, int m) {
-    const size_t cb = NBI_CHUNK_CODE_BYTES + 32 * (fmt == NB_FORMAT_NVFP4 ? 4 : 2);
-    const size_t rows = xsh ? (size_t)(m < 8 * mt ? m : 8 * mt) : 0; /* staged activation rows */
-    return (size_t)NB_GEMV_WARPS * NB_GEMV_STAGES * cb + (size_t)NB_GEMV_STAGES * rows * XROW * 16;
+static size_t chunk_bytes(int fmt) { return NBI_CHUNK_CODE_BYTES + 32 * (fmt == NB_FORMAT_NVFP4 ? 4 : 2); }
+
+/* Dynamic shared memory.  Kernel 1: one ring of NB_GEMV_STAGES chunks per
+ * warp (8 warps x 4 stages: 36 KB for NVFP4, under the 48 KB default; it
+ * also holds the in-CTA split-K exchange, at most 8 x 32 x 16 floats).
+ * Kernel 2: the weight rings (RPW chunks per stage) and the activation
+ * segments (m rows x 256 bytes per chunk). */
+static size_t gemv_smem_bytes(int fmt, int xs, int rpw, int mt, int m) {
+    if (!xs) return (size_t)NB_GEMV_WARPS * NB_GEMV_STAGES * chunk_bytes(fmt);
+    const size_t rows = (size_t)(m < 8 * mt ? m : 8 * mt);
+    return (size_t)NB_GEMV_WARPS * NB_XS_STAGES * rpw * chunk_bytes(fmt) +
+           (size_t)NB_XS_XSEGS * NB_XS_SEG * rows * XROW * 16;
 }
 
 template <int FMT, int ACT>
-static gemv_fn pick_mt(int mt, int xsh) {
-    switch (mt * 2 + (xsh ? 1 : 0)) {
-    case 2: return gemv_fp4_kernel<FMT, ACT, 1, NB_GEMV_WARPS, NB_GEMV_STAGES, false>;
-    case 4: return gemv_fp4_kernel<FMT, ACT, 2, NB_GEMV_WARPS, NB_GEMV_STAGES, false>;
-    case 5: return gemv_fp4_kernel<FMT, ACT, 2, NB_GEMV_WARPS, NB_GEMV_STAGES, true>;
-    case 6: return gemv_fp4_kernel<FMT, ACT, 3, NB_GEMV_WARPS, NB_GEMV_STAGES, false>;
-    case 7: return gemv_fp4_kernel<FMT, ACT, 3, NB_GEMV_WARPS, NB_GEMV_STAGES, true>;
-    case 8: return gemv_fp4_kernel<FMT, ACT, 4, NB_GEMV_WARPS, NB_GEMV_STAGES, false>;
-    case 9: return gemv_fp4_kernel<FMT, ACT, 4, NB_GEMV_WARPS, NB_GEMV_STAGES, true>;
+static gemv_fn pick_mt(int mt, int xs, int rpw) {
+    if (!xs) {
+        switch (mt) {
+        case 1: return gemv_fp4_kernel<FMT, ACT, 1, NB_GEMV_WARPS, NB_GEMV_STAGES>;
+        case 2: return gemv_fp4_kernel<FMT, ACT, 2, NB_GEMV_WARPS, NB_GEMV_STAGES>;
+        case 3: return gemv_fp4_kernel<FMT, ACT, 3, NB_GEMV_WARPS, NB_GEMV_STAGES>;
+        case 4: return gemv_fp4_kernel<FMT, ACT, 4, NB_GEMV_WARPS, NB_GEMV_STAGES>;
+        }
+        return NULL;
     }
-    return NULL; /* mt = 1 has no staged variant */
+#define NB_XS(MT, R) gemv_fp4_xs_kernel<FMT, ACT, MT, R, NB_XS_STAGES, NB_XS_SEG, NB_XS_XSEGS>
+    switch (mt * 4 + rpw) {
+    case 9: return NB_XS(2, 1);
+    case 10: return NB_XS(2, 2);
+    case 13: return NB_XS(3, 1);
+    case 14: return NB_XS(3, 2);
+    case 17: return NB_XS(4, 1);
+    case 18: return NB_XS(4, 2);
+    }
+#undef NB_XS
+    return NULL; /* kernel 2 needs mt >= 2 and rpw 1 or 2 */
 }
 
-static gemv_fn pick_kernel(int fmt, int act, int mt, int xsh) {
-    if (fmt == NB_FORMAT_NVFP4) return act == NB_DTYPE_BF16 ? pick_mt<NB_FORMAT_NVFP4, NB_DTYPE_BF16>(mt, xsh)
-                                                             : pick_mt<NB_FORMAT_NVFP4, NB_DTYPE_F16>(mt, xsh);
-    if (fmt == NB_FORMAT_MXFP4) return act == NB_DTYPE_BF16 ? pick_mt<NB_FORMAT_MXFP4, NB_DTYPE_BF16>(mt, xsh)
-                                                             : pick_mt<NB_FORMAT_MXFP4, NB_DTYPE_F16>(mt, xsh);
+static gemv_fn pick_kernel(int fmt, int act, int mt, int xs, int rpw) {
+    if (fmt == NB_FORMAT_NVFP4) return act == NB_DTYPE_BF16 ? pick_mt<NB_FORMAT_NVFP4, NB_DTYPE_BF16>(mt, xs, rpw)
+                                                             : pick_mt<NB_FORMAT_NVFP4, NB_DTYPE_F16>(mt, xs, rpw);
+    if (fmt == NB_FORMAT_MXFP4) return act == NB_DTYPE_BF16 ? pick_mt<NB_FORMAT_MXFP4, NB_DTYPE_BF16>(mt, xs, rpw)
+                                                             : pick_mt<NB_FORMAT_MXFP4, NB_DTYPE_F16>(mt, xs, rpw);
     return NULL;
 }
 
@@ -495,10 +722,14 @@ extern "C" int nbi_cuda_gemv_shape(int *warps, int *stages) {
     return 0;
 }
 
+extern "C" size_t nbi_cuda_gemv_smem(int fmt, int xs, int rpw, int mt, int m) {
+    return gemv_smem_bytes(fmt, xs, rpw, mt, m) + 256 * 4 + 16 * NB_XS_XSEGS + 16; /* + static: scale table, barriers */
+}
+
 extern "C" int nbi_cuda_gemm(const nbi_gemm_plan *pl, const void *x, const void *packed, const void *bias, void *y,
                              void *workspace, void *stream, char *err) {
-    gemv_fn f = pick_kernel(pl->fmt, pl->act, pl->mt, pl->xsh);
-    if (!f) return nbc_err(cudaErrorInvalidValue, err, "gemv: no kernel for this format/dtype/m");
+    gemv_fn f = pick_kernel(pl->fmt, pl->act, pl->mt, pl->xsh, pl->rpw);
+    if (!f) return nbc_err(cudaErrorInvalidValue, err, "gemv: no kernel for this format/dtype/m/rows per warp");
     GemvParams p;
     p.w = (const uint8_t *)packed;
     p.x = x;
@@ -520,18 +751,19 @@ extern "C" int nbi_cuda_gemm(const nbi_gemm_plan *pl, const void *x, const void 
     memcpy(p.stab, pl->scale_table, sizeof p.stab);
     p.ts = pl->tensor_scale;
     dim3 grid((unsigned)pl->grid_x, (unsigned)pl->splits);
-    const size_t smem = gemv_smem_bytes(pl->fmt, pl->mt, pl->xsh, (int)pl->m);
-    /* With staged activations the CTA can exceed the 48 KB default (static +
-     * dynamic): opt in once per kernel, for its largest launch. */
-    static int opted_in[3][4][5];
-    if (pl->xsh && !opted_in[pl->fmt][pl->act][pl->mt]) {
+    const size_t smem = gemv_smem_bytes(pl->fmt, pl->xsh, pl->rpw, pl->mt, (int)pl->m);
+    /* Kernel 2 can exceed the 48 KB default (static + dynamic): opt in once
+     * per kernel, for its largest launch. */
+    static int opted_in[3][4][5][3];
+    if (pl->xsh && !opted_in[pl->fmt][pl->act][pl->mt][pl->rpw]) {
         NBC_TRY(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     (int)gemv_smem_bytes(pl->fmt, pl->mt, 1, 8 * pl->mt)),
+                                     (int)gemv_smem_bytes(pl->fmt, 1, pl->rpw, pl->mt, 8 * pl->mt)),
                 "cudaFuncSetAttribute(max dynamic shared memory)");
-        opted_in[pl->fmt][pl->act][pl->mt] = 1; /* idempotent: a race only repeats the call */
+        opted_in[pl->fmt][pl->act][pl->mt][pl->rpw] = 1; /* idempotent: a race only repeats the call */
     }
     cudaLaunchAttribute attr[1];
-    cudaLaunchConfig_t cfg = nbc_launch_config(grid, dim3(NB_GEMV_WARPS * 32), smem, stream, pl->pdl, attr);
+    cudaLaunchConfig_t cfg =
+        nbc_launch_config(grid, dim3(pl->xsh ? NB_XS_THREADS : NB_GEMV_WARPS * 32), smem, stream, pl->pdl, attr);
     NBC_TRY(cudaLaunchKernelEx(&cfg, f, p), "gemv kernel launch");
     return 0;
 }
