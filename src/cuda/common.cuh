@@ -85,4 +85,29 @@ __device__ __forceinline__ float nbc_load(int dtype, const void *p, size_t i) {
     return __half2float(((const __half *)p)[i]);
 }
 
+/* An L2 policy that evicts streamed weights first: they are read once, while
+ * activations and partial sums should stay in L2. */
+__device__ __forceinline__ uint64_t nbc_policy_evict_first() {
+    uint64_t p;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+    return p;
+}
+
+/* Two 16-bit products in one instruction (HMUL2): a dequantized weight pair
+ * times its adjusted block scale, BF16 or FP16 (ACT is the nb_dtype). */
+template <int ACT>
+__device__ __forceinline__ uint32_t nbc_hmul2(uint32_t a, uint32_t b) {
+    uint32_t r;
+    if (ACT == NB_DTYPE_BF16) {
+        __nv_bfloat162 x = *reinterpret_cast<__nv_bfloat162 *>(&a), y = *reinterpret_cast<__nv_bfloat162 *>(&b);
+        __nv_bfloat162 z = __hmul2(x, y);
+        r = *reinterpret_cast<uint32_t *>(&z);
+    } else {
+        __half2 x = *reinterpret_cast<__half2 *>(&a), y = *reinterpret_cast<__half2 *>(&b);
+        __half2 z = __hmul2(x, y);
+        r = *reinterpret_cast<uint32_t *>(&z);
+    }
+    return r;
+}
+
 #endif

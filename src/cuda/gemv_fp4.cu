@@ -96,24 +96,6 @@ struct GemvParams {
 
 /* ------------------------------------------------------------ PTX helpers */
 
-/* An L2 policy that evicts the streamed weights first: they are read once,
- * while activations and partial sums should stay in L2. */
-__device__ __forceinline__ uint64_t policy_evict_first() {
-    uint64_t p;
-    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
-    return p;
-}
-
-/* 16-byte weight load: read-only path, no L1 allocation (no reuse), L2
- * evict-first. */
-__device__ __forceinline__ uint4 ld_weights16(const void *ptr, uint64_t pol) {
-    uint4 r;
-    asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
-        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-        : "l"(ptr), "l"(pol));
-    return r;
-}
-
 /* Programmatic dependent launch (sm_90): wait until the previous grid in
  * the stream has finished and its writes are visible; let the next grid
  * start its prologue early. */
@@ -146,19 +128,6 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
-template <int SB>
-__device__ __forceinline__ uint32_t ld_scales(const void *ptr, uint64_t pol) {
-    uint32_t r;
-    if (SB == 4) {
-        asm("ld.global.nc.L1::no_allocate.L2::cache_hint.u32 %0, [%1], %2;" : "=r"(r) : "l"(ptr), "l"(pol));
-    } else {
-        unsigned short h;
-        asm("ld.global.nc.L1::no_allocate.L2::cache_hint.u16 %0, [%1], %2;" : "=h"(h) : "l"(ptr), "l"(pol));
-        r = h;
-    }
-    return r;
-}
-
 /* Elements 2i, 2i+1 of a packed word as a 16-bit pair, unscaled: sign to
  * bit 15, e1e0m to bits 8..6 (BF16) or 11..9 (FP16) of each half. */
 template <int ACT, int I>
@@ -166,21 +135,6 @@ __device__ __forceinline__ uint32_t decode_pair(uint32_t q) {
     const uint32_t t = q >> (4 * I);
     if (ACT == NB_DTYPE_BF16) return ((t << 12) & 0x80008000u) | ((t << 6) & 0x01C001C0u);
     return ((t << 12) & 0x80008000u) | ((t << 9) & 0x0E000E00u);
-}
-
-template <int ACT>
-__device__ __forceinline__ uint32_t hmul2(uint32_t a, uint32_t b) {
-    uint32_t r;
-    if (ACT == NB_DTYPE_BF16) {
-        __nv_bfloat162 x = *reinterpret_cast<__nv_bfloat162 *>(&a), y = *reinterpret_cast<__nv_bfloat162 *>(&b);
-        __nv_bfloat162 z = __hmul2(x, y);
-        r = *reinterpret_cast<uint32_t *>(&z);
-    } else {
-        __half2 x = *reinterpret_cast<__half2 *>(&a), y = *reinterpret_cast<__half2 *>(&b);
-        __half2 z = __hmul2(x, y);
-        r = *reinterpret_cast<uint32_t *>(&z);
-    }
-    return r;
 }
 
 /* D += A . B, m16n8k16, FP32 accumulate (PTX ISA "Matrix Fragments for
@@ -233,10 +187,10 @@ __device__ __forceinline__ void chunk_scales(uint32_t S, const uint32_t *stab, u
  * ql (row g) and qh (row g+8). */
 template <int ACT, int I>
 __device__ __forceinline__ void a_frag(uint32_t ql, uint32_t qh, uint32_t sg, uint32_t sh, uint32_t (&a)[4]) {
-    a[0] = hmul2<ACT>(decode_pair<ACT, I>(ql), sg);
-    a[1] = hmul2<ACT>(decode_pair<ACT, I>(qh), sh);
-    a[2] = hmul2<ACT>(decode_pair<ACT, I + 1>(ql), sg);
-    a[3] = hmul2<ACT>(decode_pair<ACT, I + 1>(qh), sh);
+    a[0] = nbc_hmul2<ACT>(decode_pair<ACT, I>(ql), sg);
+    a[1] = nbc_hmul2<ACT>(decode_pair<ACT, I>(qh), sh);
+    a[2] = nbc_hmul2<ACT>(decode_pair<ACT, I + 1>(ql), sg);
+    a[3] = nbc_hmul2<ACT>(decode_pair<ACT, I + 1>(qh), sh);
 }
 
 __device__ __forceinline__ uint32_t word(const uint4 &v, int w) { return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w; }
@@ -353,7 +307,7 @@ __global__ void __launch_bounds__(WARPS * 32, NB_MINB) gemv_fp4_kernel(const Gem
      * launch). */
     extern __shared__ uint4 ring_all[];
     uint4 *ring = ring_all + (size_t)warp * STAGES * (CB / 16);
-    const uint64_t pol = policy_evict_first();
+    const uint64_t pol = nbc_policy_evict_first();
     /* this lane's 16 bytes of the next chunk to fetch, and of slot 0 (a
      * shared address: every copy is one base register plus a constant) */
     const uint8_t *gnext = p.w + ((size_t)(valid ? rb : 0) * p.kchunks + c_begin) * CB + 16 * lane;
@@ -539,7 +493,7 @@ __global__ void __launch_bounds__(NB_XS_THREADS, NB_XS_MINB) gemv_fp4_xs_kernel(
 
     extern __shared__ uint4 smem[];
     uint4 *xring = smem + (size_t)WARPS * STAGES * RPW * (CB / 16);
-    const uint64_t pol = policy_evict_first();
+    const uint64_t pol = nbc_policy_evict_first();
     bool rvalid[RPW];
     const uint8_t *gw[RPW]; /* this lane's 16 bytes of the next chunk to fetch, per row block */
 #pragma unroll
