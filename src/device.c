@@ -78,7 +78,7 @@ nb_status nb_pack(nb_context *ctx, nb_weight_desc *desc, const uint8_t *codes, c
  *
  * NIBBLE_KW, NIBBLE_SPLITS, NIBBLE_XS and NIBBLE_RPW override the rules for
  * tuning. */
-static void choose_split(const nb_context *ctx, nbi_gemm_plan *p, int warps) {
+static int64_t choose_split(const nb_context *ctx, nbi_gemm_plan *p, int warps) {
     const int sms = ctx->info.sm_count;
     int xs = p->mt >= 2 && ctx->force_xs != 1;
     int rpw = ctx->force_rpw == 1 || ctx->force_rpw == 2 ? ctx->force_rpw : 2;
@@ -123,7 +123,7 @@ static void choose_split(const nb_context *ctx, nbi_gemm_plan *p, int warps) {
     if (s > 64) s = 64;
     const int64_t cps = (p->kchunks + s - 1) / s;
     p->splits = (int)((p->kchunks + cps - 1) / cps); /* every split gets work */
-    p->grid_x64 = grid_x;
+    return grid_x; /* CTAs along n (range-checked by the caller) */
 }
 
 /* The tensor-core path (gemm_sm90.cu) on Hopper for batches past the decode
@@ -230,10 +230,10 @@ nb_status nbi_gemm_make_plan_knobs(nb_context *ctx, const nb_gemm_desc *g, nbi_g
     /* The split-K arrival counters live at a fixed place (the first
      * NBI_MAX_SPLIT_COLUMNS ints of the workspace), so one workspace serves
      * layers of every shape: each call leaves them zero. */
-    choose_split(ctx, p, warps);
-    if (p->grid_x64 > 0x7FFFFFFF)
+    const int64_t grid_x = choose_split(ctx, p, warps);
+    if (grid_x > 0x7FFFFFFF)
         return nbi_fail(ctx, NB_ERR_BAD_SHAPE, "nb_gemm: n = %lld needs too many CTAs", (long long)d->n);
-    p->grid_x = (int)p->grid_x64;
+    p->grid_x = (int)grid_x;
     p->chunks_per_split = (int)((p->kchunks + p->splits - 1) / p->splits);
     if (p->splits > 1) {
         p->ws_counter_bytes = NBI_MAX_SPLIT_COLUMNS * sizeof(int);

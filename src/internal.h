@@ -99,7 +99,6 @@ typedef struct nbi_gemm_plan {
     int64_t row_blocks; /* ceil(n / 16) */
     int64_t kchunks;    /* ceil(k / 128) */
     int grid_x;         /* CTAs along n */
-    int64_t grid_x64;   /* (before the range check) */
     int splits;         /* CTAs along k */
     int chunks_per_split;
     int exp_shift;      /* epilogue multiplies by 2^exp_shift ... */
