@@ -392,9 +392,10 @@ typedef enum nb_gemm_path {
 typedef struct nb_gemm_config {
     int32_t path;    /* nb_gemm_path */
     int32_t kw;      /* decode: warps of a CTA that split one 16-row block's k range: 1, 2, 4 or 8 */
-    int32_t splits;  /* decode: CTAs along k, 1..64 (more than 1 uses the workspace) */
+    int32_t splits;  /* CTAs along k (more than 1 sums through the workspace): decode 1..64;
+                      * tensor core 1..8, at most one CTA per SM in all (0 in a cache reads as 1) */
     int32_t variant; /* decode: 0 "plain", activations loaded per warp; 1 "staged", loaded once
-                      * per CTA into shared memory (m >= 9 only; kw = 1) */
+                      * per CTA into shared memory (m >= 5 only; kw = 1) */
     int32_t rpw;     /* decode, staged: 16-row blocks per warp, 1 or 2 (0 for plain) */
     int32_t bn;      /* tensor core: tokens per tile, 64, 128 or 256 */
     int32_t raster;  /* tensor core: n tiles walked together per raster group, 1..1024 */

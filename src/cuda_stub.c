@@ -55,8 +55,8 @@ int nbi_cuda_gemm(const nbi_gemm_plan *p, const void *x, const void *packed, con
     return no_cuda(err);
 }
 int nbi_cuda_gemm_sm90(const nbi_gemm_plan *p, const void *x, const void *packed, const void *bias, void *y,
-                       void *stream, char *err) {
-    (void)p, (void)x, (void)packed, (void)bias, (void)y, (void)stream;
+                       void *workspace, void *stream, char *err) {
+    (void)p, (void)x, (void)packed, (void)bias, (void)y, (void)workspace, (void)stream;
     return no_cuda(err);
 }
 int nbi_cuda_has_sm90a(void) { return 0; }

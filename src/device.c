@@ -71,16 +71,17 @@ nb_status nb_pack(nb_context *ctx, nb_weight_desc *desc, const uint8_t *codes, c
  * everywhere, and kw = 8 won when kw = 4 left fewer than about 1.4 CTAs per
  * SM.
  *
- * Kernel 2 (staged activations, 9..32 tokens): the CTA's 8 warps walk one
- * k range (kw = 1) and each owns rpw row blocks, so a CTA covers 8 * rpw
- * row blocks; narrow layers are split along k until one resident wave of
+ * Kernel 2 (staged activations, 9..32 tokens, and 8 on wide layers): the
+ * CTA's 8 warps walk one k range (kw = 1) and each owns rpw row blocks, so
+ * a CTA covers 8 * rpw row blocks; narrow layers are split along k until one resident wave of
  * CTAs fills the GPU (the partial sums stay in L2).
  *
  * NIBBLE_KW, NIBBLE_SPLITS, NIBBLE_XS and NIBBLE_RPW override the rules for
  * tuning. */
 static int64_t choose_split(const nb_context *ctx, nbi_gemm_plan *p, int warps) {
     const int sms = ctx->info.sm_count;
-    int xs = p->mt >= 2 && ctx->force_xs != 1;
+    /* kernel 2 at 8 tokens too, on layers wide enough for no k split (below) */
+    int xs = ctx->force_xs == 2 || (ctx->force_xs != 1 && (p->mt >= 2 || p->m == 8));
     int rpw = ctx->force_rpw == 1 || ctx->force_rpw == 2 ? ctx->force_rpw : 2;
     size_t smem = 0;
     if (xs) {
@@ -102,6 +103,10 @@ static int64_t choose_split(const nb_context *ctx, nbi_gemm_plan *p, int warps) 
          * 6 per split (narrow layers with short k, e.g. 4096 -> 4096) kernel
          * 1 with its in-CTA k split was faster in every case measured. */
         if (p->kchunks / s < 6 && ctx->force_xs != 2) xs = 0;
+        /* 8 tokens: kernel 1 costs 13-18% more than at 7 on 8192 -> 57344
+         * (121 vs 107 us, H100), kernel 2 110 us; with a k split kernel 2
+         * lost (8192 -> 8192: 23.8 vs 21.5 us). */
+        if (p->mt == 1 && s > 1 && ctx->force_xs != 2) xs = 0;
     }
     if (!xs) {
         s = 1;
@@ -136,25 +141,41 @@ static int choose_tc(nb_context *ctx, const nb_gemm_desc *g, nbi_gemm_plan *p) {
     if (ctx->force_path == 1) use = 0;
     if (ctx->force_path == 2) use = can;
     if (!use) return 0;
-    /* Tile width: the one with the least waves x time per k chunk.  Time
-     * per chunk measured on an H100 (bench/RESULTS.md, 8192 -> 8192 and
-     * 8192 -> 57344): about 0.75, 0.9 and 1.5 us for 64, 128 and 256 tokens.  Narrow tiles win while the
+    /* Tile width and k split: the pair with the least waves x time per k
+     * chunk x chunks per CTA.  Time per chunk measured on an H100
+     * (bench/RESULTS.md, 8192 -> 8192 and 8192 -> 57344): about 0.75, 0.9
+     * and 1.5 us for 64, 128 and 256 tokens.  Narrow tiles win while the
      * wider ones leave SMs idle (m = 128: 48 us with 64, 58 us with 128),
      * wide ones once every SM has work (m = 1024: 204 us with 256, 259 us
-     * with 128). */
+     * with 128).  A k split fills the SMs the tiles leave idle (m <= 256 on
+     * 8192-wide layers: 64 tiles of 128 rows for 132 SMs), never past one
+     * CTA per SM, which bounds the workspace (sm90_workspace_bound);
+     * its CTAs sum through the workspace (in L2), charged here as 5% per
+     * extra split. */
     const int64_t tn = (p->row_blocks + 7) / 8;
     static const int widths[3] = {64, 128, 256};
     static const double chunk_us[3] = {0.75, 0.9, 1.5};
-    int bn = 64;
+    const int fb = ctx->force_bn == 64 || ctx->force_bn == 128 || ctx->force_bn == 256 ? ctx->force_bn : 0;
+    int bn = 64, splits = 1;
     double best = 0.0;
     for (int i = 0; i < 3; i++) {
+        if (fb && fb != widths[i]) continue;
         const int64_t tiles = tn * ((g->m + widths[i] - 1) / widths[i]);
-        const double cost = (double)((tiles + ctx->info.sm_count - 1) / ctx->info.sm_count) * chunk_us[i];
-        if (i == 0 || cost < best) best = cost, bn = widths[i];
+        int64_t most = tiles > NBI_MAX_SPLIT_COLUMNS ? 1 : ctx->info.sm_count / tiles;
+        if (most > NBI_SM90_MAX_SPLITS) most = NBI_SM90_MAX_SPLITS;
+        if (most > p->kchunks) most = p->kchunks;
+        for (int64_t s = 1; s <= (most > 1 ? most : 1); s++) {
+            if (ctx->force_splits > 0 && s != (ctx->force_splits < most ? ctx->force_splits : most)) continue;
+            const int64_t cps = (p->kchunks + s - 1) / s;
+            const double cost = (double)((tiles * s + ctx->info.sm_count - 1) / ctx->info.sm_count) *
+                                chunk_us[i] * (double)cps * (1.0 + 0.05 * (double)(s - 1));
+            if (best == 0.0 || cost < best) best = cost, bn = widths[i], splits = (int)s;
+        }
     }
-    if (ctx->force_bn == 64 || ctx->force_bn == 128 || ctx->force_bn == 256) bn = ctx->force_bn;
     const int64_t tm = (g->m + bn - 1) / bn;
-    if (tn * tm > INT32_MAX) return 0;
+    if (tn * tm > INT32_MAX / NBI_SM90_MAX_SPLITS) return 0;
+    const int64_t cps = (p->kchunks + splits - 1) / splits;
+    splits = (int)((p->kchunks + cps - 1) / cps); /* every split gets work */
     p->path = NBI_PATH_SM90;
     p->m = g->m;
     p->mt = 0;
@@ -162,9 +183,20 @@ static int choose_tc(nb_context *ctx, const nb_gemm_desc *g, nbi_gemm_plan *p) {
     p->tiles_n = (int)tn;
     p->tiles_m = (int)tm;
     p->raster_group = ctx->force_group > 0 ? ctx->force_group : 16;
-    p->splits = 1;
+    p->splits = splits;
+    p->chunks_per_split = (int)cps;
     p->grid_x = (int)(tn * tm);
+    if (splits > 1) {
+        p->ws_counter_bytes = NBI_MAX_SPLIT_COLUMNS * sizeof(int);
+        p->ws_partial_bytes = (size_t)splits * (size_t)(tn * tm) * 128 * (size_t)bn * sizeof(float);
+    }
     return 1;
+}
+
+/* The most workspace the tensor-core path takes for any m: splits x tiles
+ * stays within one CTA per SM, each 128 x 256 FP32 partials at most. */
+static size_t sm90_workspace_bound(const nb_context *ctx) {
+    return NBI_MAX_SPLIT_COLUMNS * sizeof(int) + (size_t)ctx->info.sm_count * 128 * 256 * sizeof(float);
 }
 
 nb_status nbi_gemm_make_plan_knobs(nb_context *ctx, const nb_gemm_desc *g, nbi_gemm_plan *p) {
@@ -261,8 +293,10 @@ nb_status nb_gemm_workspace_size(nb_context *ctx, const nb_gemm_desc *g, size_t 
     for (int i = 0; i < count; i++) {
         nb_gemm_desc h = *g;
         h.m = ms[i];
-        if (nbi_gemm_make_plan(ctx, &h, &p) == NB_OK && p.ws_partial_bytes + p.ws_counter_bytes > most)
-            most = p.ws_partial_bytes + p.ws_counter_bytes;
+        if (nbi_gemm_make_plan(ctx, &h, &p) != NB_OK) continue;
+        size_t need = p.ws_partial_bytes + p.ws_counter_bytes;
+        if (p.path == NBI_PATH_SM90) need = sm90_workspace_bound(ctx); /* (its split depends on m within a bucket) */
+        if (need > most) most = need;
     }
     *bytes = most;
     return NB_OK;
@@ -289,10 +323,11 @@ nb_status nb_gemm(nb_context *ctx, const nb_gemm_desc *g, const void *x, const v
     const size_t es = nbi_dtype_size(g->act_dtype);
     char err[NB_ERRBUF] = "";
     if (p.path == NBI_PATH_SM90) {
-        if (nbi_cuda_gemm_sm90(&p, x, packed, bias, y, stream, err)) return cuda_failed(ctx, "nb_gemm", err);
+        if (nbi_cuda_gemm_sm90(&p, x, packed, bias, y, workspace, stream, err))
+            return cuda_failed(ctx, "nb_gemm", err);
         snprintf(ctx->last_config, sizeof ctx->last_config,
-                 "gemm_sm90<%s,%s,128x%d> tiles=%dx%d raster=%d launches=1", fmt_name(p.fmt),
-                 nbi_dtype_name(g->act_dtype), p.bn, p.tiles_n, p.tiles_m, p.raster_group);
+                 "gemm_sm90<%s,%s,128x%d> tiles=%dx%d k-split=%d raster=%d launches=1", fmt_name(p.fmt),
+                 nbi_dtype_name(g->act_dtype), p.bn, p.tiles_n, p.tiles_m, p.splits, p.raster_group);
         nbi_tune_label(ctx, &p);
         return NB_OK;
     }

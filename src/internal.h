@@ -57,6 +57,7 @@ NB_INTERNAL const nbi_format_traits *nbi_traits(nb_format f);
 #define NBI_CHUNK_CODE_BYTES 1024
 /* Split-K arrival counters at the start of the gemm workspace. */
 #define NBI_MAX_SPLIT_COLUMNS 4096
+#define NBI_SM90_MAX_SPLITS 8 /* tensor-core path: CTAs per tile along k */
 
 NB_INTERNAL size_t nbi_chunk_bytes(const nbi_format_traits *t);
 
@@ -99,7 +100,7 @@ typedef struct nbi_gemm_plan {
     int64_t row_blocks; /* ceil(n / 16) */
     int64_t kchunks;    /* ceil(k / 128) */
     int grid_x;         /* CTAs along n */
-    int splits;         /* CTAs along k */
+    int splits;         /* CTAs along k (both paths) */
     int chunks_per_split;
     int exp_shift;      /* epilogue multiplies by 2^exp_shift ... */
     float tensor_scale; /* ... and by tensor_scale */
@@ -168,7 +169,7 @@ NB_INTERNAL int nbi_cuda_copy(void *dst, const void *src, size_t bytes, int to_d
 NB_INTERNAL int nbi_cuda_gemm(const nbi_gemm_plan *p, const void *x, const void *packed, const void *bias,
                               void *y, void *workspace, void *stream, char *err);
 NB_INTERNAL int nbi_cuda_gemm_sm90(const nbi_gemm_plan *p, const void *x, const void *packed, const void *bias,
-                                   void *y, void *stream, char *err);
+                                   void *y, void *workspace, void *stream, char *err);
 NB_INTERNAL int nbi_cuda_has_sm90a(void);
 NB_INTERNAL int nbi_cuda_gemm_naive(const nb_gemm_desc *g, const void *x, const uint8_t *codes,
                                     const uint8_t *scales, const void *bias, float *y, void *stream, char *err);

@@ -17,7 +17,7 @@
  *     {"gpu": "NVIDIA H100 80GB HBM3", "format": "nvfp4", "act": "bf16",
  *      "k": 8192, "n": 57344, "m": "1", "m_tuned": 1, "path": "decode",
  *      "kw": 4, "splits": 1, "variant": "plain", "us": 101.3},
- *     {..., "m": "513-1024", "path": "tc", "bn": 256, "raster": 16, ...}]}
+ *     {..., "m": "513-1024", "path": "tc", "bn": 256, "raster": 16, "splits": 1, ...}]}
  *
  * It is untrusted input: every field is type- and range-checked, the fields
  * of the other path must be absent, duplicate keys are refused, and one bad
@@ -182,8 +182,8 @@ static int check_config(const nb_gemm_config *c, int b, char *why, size_t wn) {
         if (c->splits < 1 || c->splits > 64) return snprintf(why, wn, "splits = %d is not in 1..64", (int)c->splits), 0;
         if (c->variant != 0 && c->variant != 1)
             return snprintf(why, wn, "variant = %d is not 0 (plain) or 1 (staged)", (int)c->variant), 0;
-        if (c->variant == 1 && k_bucket_lo[b] < 9)
-            return snprintf(why, wn, "the staged variant needs m >= 9 (bucket %s)", k_bucket_name[b]), 0;
+        if (c->variant == 1 && k_bucket_lo[b] < 5)
+            return snprintf(why, wn, "the staged variant needs m >= 5 (bucket %s)", k_bucket_name[b]), 0;
         if (c->variant == 1 && c->kw != 1) return snprintf(why, wn, "the staged variant needs kw = 1, not %d", (int)c->kw), 0;
         if (c->variant == 1 && c->rpw != 1 && c->rpw != 2)
             return snprintf(why, wn, "rpw = %d is not 1 or 2 (the staged variant's row blocks per warp)", (int)c->rpw), 0;
@@ -196,8 +196,10 @@ static int check_config(const nb_gemm_config *c, int b, char *why, size_t wn) {
             return snprintf(why, wn, "bn = %d is not 64, 128 or 256", (int)c->bn), 0;
         if (c->raster < 1 || c->raster > 1024)
             return snprintf(why, wn, "raster = %d is not in 1..1024", (int)c->raster), 0;
-        if (c->kw || c->splits || c->variant || c->rpw)
-            return snprintf(why, wn, "kw, splits, variant and rpw are for path decode, not tc"), 0;
+        if (c->splits < 0 || c->splits > NBI_SM90_MAX_SPLITS) /* 0: a cache from before the split (read as 1) */
+            return snprintf(why, wn, "splits = %d is not in 1..%d", (int)c->splits, NBI_SM90_MAX_SPLITS), 0;
+        if (c->kw || c->variant || c->rpw)
+            return snprintf(why, wn, "kw, variant and rpw are for path decode, not tc"), 0;
         return 1;
     }
     return snprintf(why, wn, "path = %d is not %d (decode) or %d (tc)", (int)c->path, NB_GEMM_PATH_DECODE,
@@ -234,6 +236,7 @@ static knobs knobs_of(const nb_gemm_config *c) {
         k.path = 2;
         k.bn = c->bn;
         k.group = c->raster;
+        k.splits = c->splits ? c->splits : 1;
     } else {
         k.path = 1;
         k.kw = c->kw;
@@ -252,6 +255,7 @@ static nb_gemm_config config_of(const nbi_gemm_plan *p) {
         c.path = NB_GEMM_PATH_TENSOR_CORE;
         c.bn = p->bn;
         c.raster = p->raster_group;
+        c.splits = p->splits;
     } else {
         c.path = NB_GEMM_PATH_DECODE;
         c.kw = p->kw;
@@ -301,8 +305,8 @@ static const struct cand_row {
     int kw[5], rpw[3], splits[7], bn[4], raster[5];
 } k_rows[] = {
     {NB_GEMM_PATH_DECODE, 0, 1, 64, {1, 2, 4, 8}, {0}, {1, 2, 4, 8, 16}, {0}, {0}},
-    {NB_GEMM_PATH_DECODE, 1, 9, 64, {1}, {1, 2}, {1, 2, 4, 8, 16}, {0}, {0}},
-    {NB_GEMM_PATH_TENSOR_CORE, 0, 17, INT64_MAX, {0}, {0}, {0}, {64, 128, 256}, {16, 4, 8, 32}},
+    {NB_GEMM_PATH_DECODE, 1, 5, 64, {1}, {1, 2}, {1, 2, 4, 8, 16}, {0}, {0}},
+    {NB_GEMM_PATH_TENSOR_CORE, 0, 17, INT64_MAX, {0}, {0}, {1, 2, 3, 4}, {64, 128, 256}, {16, 4, 8, 32}},
 };
 #define MAX_CANDS 64
 
@@ -318,7 +322,7 @@ static int same_run(const nb_gemm_config *a, const nb_gemm_config *b, const nbi_
     if (a->path != b->path) return 0;
     if (a->path == NB_GEMM_PATH_DECODE)
         return a->kw == b->kw && a->splits == b->splits && a->variant == b->variant && a->rpw == b->rpw;
-    if (a->bn != b->bn) return 0;
+    if (a->bn != b->bn || a->splits != b->splits) return 0;
     if (pb->tiles_m == 1) return 1;
     const int ra = a->raster < pb->tiles_n ? a->raster : pb->tiles_n, rb = b->raster < pb->tiles_n ? b->raster : pb->tiles_n;
     return ra == rb;
@@ -413,6 +417,7 @@ nb_status nb_context_set_tuning(nb_context *ctx, const nb_gemm_desc *g, const nb
     if (!ctx->tune && !(ctx->tune = calloc(1, sizeof *ctx->tune)))
         return nbi_fail(ctx, NB_ERR_OUT_OF_MEMORY, "nb_context_set_tuning: out of host memory");
     e.cfg = *cfg;
+    if (e.cfg.path == NB_GEMM_PATH_TENSOR_CORE && !e.cfg.splits) e.cfg.splits = 1;
     e.us = us;
     if ((e.gpu = add_name(ctx->tune, ctx->info.name)) < 0 || !put(ctx->tune, &e))
         return nbi_fail(ctx, NB_ERR_OUT_OF_MEMORY, "nb_context_set_tuning: out of host memory");
@@ -508,9 +513,10 @@ static int parse_entry(const cJSON *o, entry *e, const char **gpu, char *why, si
     if (path < 0) return 0;
     e->cfg.path = path;
     /* the path's own fields are required, the other path's absent */
-    static const int decode_f[] = {F_KW, F_SPLITS, F_VARIANT}, tc_f[] = {F_BN, F_RASTER};
-    const int *mine = path == NB_GEMM_PATH_DECODE ? decode_f : tc_f, *other = path == NB_GEMM_PATH_DECODE ? tc_f : decode_f;
-    const int nmine = path == NB_GEMM_PATH_DECODE ? 3 : 2, nother = path == NB_GEMM_PATH_DECODE ? 2 : 3;
+    /* ("splits" is optional for tc: caches from before its k split omit it) */
+    static const int decode_f[] = {F_KW, F_SPLITS, F_VARIANT}, tc_f[] = {F_BN, F_RASTER}, decode_only[] = {F_KW, F_VARIANT};
+    const int *mine = path == NB_GEMM_PATH_DECODE ? decode_f : tc_f, *other = path == NB_GEMM_PATH_DECODE ? tc_f : decode_only;
+    const int nmine = path == NB_GEMM_PATH_DECODE ? 3 : 2, nother = 2;
     for (int i = 0; i < nmine; i++)
         if (!f[mine[i]]) return snprintf(why, wn, "\"%s\" is missing (path %s)", k_field[mine[i]], k_path_name[path]), 0;
     for (int i = 0; i < nother; i++)
@@ -532,8 +538,13 @@ static int parse_entry(const cJSON *o, entry *e, const char **gpu, char *why, si
         e->cfg.bn = (int32_t)v;
         if (!int_field(f[F_RASTER], F_RASTER, 0, INT32_MAX, &v, why, wn)) return 0;
         e->cfg.raster = (int32_t)v;
+        if (f[F_SPLITS]) {
+            if (!int_field(f[F_SPLITS], F_SPLITS, 0, INT32_MAX, &v, why, wn)) return 0;
+            e->cfg.splits = (int32_t)v;
+        }
     }
     if (!check_config(&e->cfg, e->bucket, why, wn)) return 0;
+    if (e->cfg.path == NB_GEMM_PATH_TENSOR_CORE && !e->cfg.splits) e->cfg.splits = 1;
     if (!cJSON_IsNumber(f[F_US]) || !(f[F_US]->valuedouble >= 0.0 && f[F_US]->valuedouble <= 1e12))
         return snprintf(why, wn, "\"us\" must be a number in [0, 1e12]"), 0;
     e->us = f[F_US]->valuedouble;
@@ -686,7 +697,8 @@ static cJSON *entry_json(const nbi_tune_table *t, const entry *e) {
              cJSON_AddStringToObject(o, "variant", k_variant_name[c->variant]) &&
              (!c->variant || cJSON_AddNumberToObject(o, "rpw", c->rpw));
     else if (ok)
-        ok = cJSON_AddNumberToObject(o, "bn", c->bn) && cJSON_AddNumberToObject(o, "raster", c->raster);
+        ok = cJSON_AddNumberToObject(o, "bn", c->bn) && cJSON_AddNumberToObject(o, "raster", c->raster) &&
+             cJSON_AddNumberToObject(o, "splits", c->splits);
     ok = ok && cJSON_AddNumberToObject(o, "us", round(e->us * 1000.0) / 1000.0);
     if (!ok) {
         cJSON_Delete(o);

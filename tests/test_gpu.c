@@ -26,6 +26,7 @@
 #include <string.h>
 
 static int g_fail = 0, g_pass = 0;
+static int g_tc_runs = 0, g_tc_split_runs = 0; /* tensor-core path calls, and those with a k split */
 static int g_no_cublas = 0; /* --no-cublas: racecheck reports hazards inside cuBLAS itself */
 
 #define CK(call)                                                                                   \
@@ -320,6 +321,10 @@ static void test_shape(env_t *e, nb_format fmt, nb_dtype act, int64_t n, int64_t
     for (int i = 0; i < nms; i++) {
         int64_t m = ms[i];
         run_gemm(e, &w, act, m, dx, use_bias ? db : NULL, dy, hy, n);
+        char cfg[256] = "";
+        nb_gemm_last_config(e->ctx, cfg, sizeof cfg);
+        g_tc_runs += strstr(cfg, "gemm_sm90") != NULL;
+        g_tc_split_runs += strstr(cfg, "gemm_sm90") && !strstr(cfg, "k-split=1 ");
         snprintf(what, sizeof what, "gemm %s %s n=%lld k=%lld m=%lld%s vs GPU reference", fn, an, (long long)n,
                  (long long)k, (long long)m, use_bias ? " +bias" : "");
         compare(what, act, hy, href, m, n, n);
@@ -466,8 +471,8 @@ static void test_device_errors(env_t *e) {
     if (ws) {
         check(nb_gemm(e->ctx, &g32, dx, w.d_packed, NULL, dy, e->ws, ws, NULL) == NB_OK,
               "nb_gemm: m = 32 runs in the reported workspace");
-        check(nb_gemm(e->ctx, &g32, dx, w.d_packed, NULL, dy, e->ws, ws - 1, NULL) == NB_ERR_WORKSPACE,
-              "nb_gemm: workspace one byte short -> NB_ERR_WORKSPACE");
+        check(nb_gemm(e->ctx, &g32, dx, w.d_packed, NULL, dy, e->ws, 64, NULL) == NB_ERR_WORKSPACE,
+              "nb_gemm: a 64-byte workspace where the k split needs more -> NB_ERR_WORKSPACE");
     }
     nb_gemm_desc h = g;
     h.lda = 4100; /* rows no longer 16-byte aligned */
@@ -553,6 +558,8 @@ int main(int argc, char **argv) {
     }
     test_mx_range(&e);
     test_device_errors(&e);
+    printf("tensor-core path: %d calls, %d with a k split\n", g_tc_runs, g_tc_split_runs);
+    if (g_tc_runs) check(g_tc_split_runs > 0, "the tensor-core path ran with a k split (small layers at m = 64)");
     char cfg[256];
     NB(nb_gemm_last_config(e.ctx, cfg, sizeof cfg));
     printf("last config: %s\n", cfg);

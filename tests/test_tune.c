@@ -67,10 +67,10 @@ static nb_gemm_config decode_cfg(int kw, int splits, int variant, int rpw) {
     return c;
 }
 
-static nb_gemm_config tc_cfg(int bn, int raster) {
+static nb_gemm_config tc_cfg(int bn, int raster, int splits) {
     nb_gemm_config c;
     memset(&c, 0, sizeof c);
-    c.path = NB_GEMM_PATH_TENSOR_CORE, c.bn = bn, c.raster = raster;
+    c.path = NB_GEMM_PATH_TENSOR_CORE, c.bn = bn, c.raster = raster, c.splits = splits;
     return c;
 }
 
@@ -134,7 +134,7 @@ static void test_round_trip(void) {
     const nb_gemm_desc g16 = problem(NB_FORMAT_NVFP4, NB_DTYPE_BF16, 57344, 8192, 16);
     const nb_gemm_desc g1 = problem(NB_FORMAT_NVFP4, NB_DTYPE_BF16, 57344, 8192, 1);
     const nb_gemm_desc g1k = problem(NB_FORMAT_MXFP4, NB_DTYPE_F16, 8192, 8192, 1000);
-    const nb_gemm_config c16 = decode_cfg(1, 4, 1, 2), c1 = decode_cfg(8, 2, 0, 0), c1k = tc_cfg(128, 8);
+    const nb_gemm_config c16 = decode_cfg(1, 4, 1, 2), c1 = decode_cfg(8, 2, 0, 0), c1k = tc_cfg(128, 8, 2);
     CHECK(nb_context_set_tuning(a, &g16, &c16, 167.25) == NB_OK, "set: %s", nb_last_error());
     CHECK(nb_context_set_tuning(a, &g1, &c1, 101.5) == NB_OK, "set: %s", nb_last_error());
     CHECK(nb_context_set_tuning(a, &g1k, &c1k, 512.125) == NB_OK, "set: %s", nb_last_error());
@@ -190,7 +190,7 @@ static void test_round_trip(void) {
     CHECK(nb_context_load_tuning(c, file) == NB_OK, "load: %s", nb_last_error());
     CHECK(count_of(c, &mine) == 3 && mine == 0, "another GPU: %zu entries, %zu for it", count_of(c, NULL), mine);
     CHECK(!lookup(c, NB_FORMAT_NVFP4, NB_DTYPE_BF16, 57344, 8192, 16, NULL), "an entry for \"host\" hit on an H100");
-    const nb_gemm_config own = tc_cfg(256, 16);
+    const nb_gemm_config own = tc_cfg(256, 16, 1);
     const nb_gemm_desc gown = problem(NB_FORMAT_NVFP4, NB_DTYPE_BF16, 57344, 8192, 4096);
     CHECK(nb_context_set_tuning(c, &gown, &own, 2500) == NB_OK, "set: %s", nb_last_error());
     const char *file2 = path_of("cache2.json");
@@ -329,7 +329,7 @@ static void test_malformed(void) {
     expect_entry("staged_kw4.json", GOOD_HEAD "\"m\": \"17-32\", \"path\": \"decode\", \"kw\": 4, \"splits\": 1, "
                  "\"variant\": \"staged\", \"rpw\": 1, \"us\": 1", NB_ERR_CORRUPT, "needs kw = 1");
     expect_entry("staged_m1.json", GOOD_HEAD "\"m\": \"1\", \"path\": \"decode\", \"kw\": 1, \"splits\": 1, "
-                 "\"variant\": \"staged\", \"rpw\": 1, \"us\": 1", NB_ERR_CORRUPT, "needs m >= 9");
+                 "\"variant\": \"staged\", \"rpw\": 1, \"us\": 1", NB_ERR_CORRUPT, "needs m >= 5");
     expect_entry("staged_no_rpw.json", GOOD_HEAD "\"m\": \"17-32\", \"path\": \"decode\", \"kw\": 1, \"splits\": 1, "
                  "\"variant\": \"staged\", \"us\": 1", NB_ERR_CORRUPT, "\"rpw\" is missing");
     expect_entry("us_negative.json", GOOD_HEAD "\"m\": \"1\", \"path\": \"decode\", \"kw\": 4, \"splits\": 1, "
@@ -379,6 +379,10 @@ static void test_malformed(void) {
                  "\"variant\": \"plain\", \"bn\": 64, \"us\": 1", NB_ERR_CORRUPT, "\"bn\" is not a field of path decode");
     expect_entry("kw_on_tc.json", GOOD_HEAD "\"m\": \"65-128\", \"path\": \"tc\", \"bn\": 64, \"raster\": 8, \"kw\": 4, "
                  "\"us\": 1", NB_ERR_CORRUPT, "\"kw\" is not a field of path tc");
+    expect_entry("ok_tc_split.json", GOOD_HEAD "\"m\": \"33-64\", \"path\": \"tc\", \"bn\": 64, \"raster\": 16, "
+                 "\"splits\": 2, \"us\": 1", NB_OK, "");
+    expect_entry("tc_split_9.json", GOOD_HEAD "\"m\": \"33-64\", \"path\": \"tc\", \"bn\": 64, \"raster\": 16, "
+                 "\"splits\": 9, \"us\": 1", NB_ERR_CORRUPT, "splits = 9 is not in 1..8");
     expect_entry("tc_no_raster.json", GOOD_HEAD "\"m\": \"65-128\", \"path\": \"tc\", \"bn\": 64, \"us\": 1",
                  NB_ERR_CORRUPT, "\"raster\" is missing");
     expect_entry("no_us.json", GOOD_HEAD "\"m\": \"1\", \"path\": \"decode\", \"kw\": 4, \"splits\": 1, "
@@ -470,13 +474,14 @@ static void test_arguments(void) {
     CHECK(strstr(nb_last_error(), "kw = 3") != NULL, "set: kw 3: %s", nb_last_error());
     c = decode_cfg(1, 1, 1, 2); /* staged at m = 4 */
     EXPECT_FAIL(NB_ERR_INVALID_ARGUMENT, nb_context_set_tuning(ctx, &g, &c, 1));
-    CHECK(strstr(nb_last_error(), "m >= 9") != NULL, "set: staged at m = 4: %s", nb_last_error());
-    c = tc_cfg(64, 16);
+    CHECK(strstr(nb_last_error(), "m >= 5") != NULL, "set: staged at m = 4: %s", nb_last_error());
+    c = tc_cfg(64, 16, 1);
     c.reserved[2] = 1;
     EXPECT_FAIL(NB_ERR_INVALID_ARGUMENT, nb_context_set_tuning(ctx, &g, &c, 1));
-    c = tc_cfg(64, 16);
-    c.splits = 2;
+    c = tc_cfg(64, 16, 1);
+    c.splits = 9;
     EXPECT_FAIL(NB_ERR_INVALID_ARGUMENT, nb_context_set_tuning(ctx, &g, &c, 1));
+    CHECK(strstr(nb_last_error(), "splits = 9") != NULL, "set: tc splits 9: %s", nb_last_error());
     c.splits = 0;
     c.path = 3;
     EXPECT_FAIL(NB_ERR_INVALID_ARGUMENT, nb_context_set_tuning(ctx, &g, &c, 1));
@@ -513,7 +518,7 @@ static void test_without_cjson(void) {
           "save without cJSON: %s", nb_last_error());
     /* the table itself works */
     const nb_gemm_desc g = problem(NB_FORMAT_MXFP4, NB_DTYPE_BF16, 4096, 4096, 100);
-    const nb_gemm_config c = tc_cfg(128, 16);
+    const nb_gemm_config c = tc_cfg(128, 16, 1);
     CHECK(nb_context_set_tuning(ctx, &g, &c, 5) == NB_OK && lookup(ctx, NB_FORMAT_MXFP4, NB_DTYPE_BF16, 4096, 4096, 128, NULL),
           "set and look up without cJSON: %s", nb_last_error());
     setenv("NIBBLE_TUNE_CACHE", file, 1);

@@ -77,7 +77,7 @@ static int same_output(nb_dtype t, const uint16_t *a, const uint16_t *b, size_t 
 }
 
 static void config_text(const nb_gemm_config *c, char *buf, size_t n) {
-    if (c->path == NB_GEMM_PATH_TENSOR_CORE) snprintf(buf, n, "tc bn=%d raster=%d", c->bn, c->raster);
+    if (c->path == NB_GEMM_PATH_TENSOR_CORE) snprintf(buf, n, "tc bn=%d splits=%d raster=%d", c->bn, c->splits ? c->splits : 1, c->raster);
     else if (c->variant) snprintf(buf, n, "decode staged rpw=%d splits=%d", c->rpw, c->splits);
     else snprintf(buf, n, "decode kw=%d splits=%d", c->kw, c->splits);
 }

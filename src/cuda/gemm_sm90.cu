@@ -18,6 +18,10 @@
  *         After a chunk's last wgmma has retired every consumer thread
  *         arrives on the stage's "empty" mbarrier, which frees it for the
  *         producer.
+ *   When the tiles leave SMs idle (m <= 256 on 8192-row layers), `splits`
+ *   CTAs share a tile, each walking its own range of chunks; they store FP32
+ *   partials in the workspace and the last to arrive sums them in split
+ *   order (deterministic) and runs the epilogue.
  *   The epilogue multiplies by 2^exp_shift * tensor_scale, adds the bias and
  *   stores BF16/FP16 (rows past n and tokens past m are not stored).
  *
@@ -58,6 +62,9 @@ struct Sm90Params {
     int64_t ldc;
     int row_blocks, kchunks;
     int tiles_n, tiles_m, group; /* tile grid and its raster (group of n tiles walked together) */
+    int splits, cps;             /* CTAs per tile along k, chunks per split */
+    float *partial;              /* split-K: per split and tile, the consumers' accumulators */
+    int *counters;               /* split-K: arrivals per tile (left zero) */
     int exp_shift;
     float ts;
     uint32_t stab[128];
@@ -210,7 +217,8 @@ struct Sm90Smem {
     static constexpr int W_OFF = STAGES * X_STAGE;
     static constexpr int TAB_OFF = W_OFF + STAGES * W_STAGE;
     static constexpr int BAR_OFF = TAB_OFF + 1024;
-    static constexpr int BYTES = BAR_OFF + 16 * STAGES + 1024;
+    static constexpr int FLAG_OFF = BAR_OFF + 16 * STAGES; /* split-K: "this CTA sums the tile" */
+    static constexpr int BYTES = FLAG_OFF + 16 + 1024;
 };
 
 template <int FMT, int ACT, int BN, int STAGES>
@@ -231,13 +239,16 @@ __global__ void __launch_bounds__(SM90_THREADS, 1)
 
     /* tile: groups of `group` n tiles walk every m tile, so the weights of a
      * group and the activations of an m tile stay in L2 together. */
+    const int tile = blockIdx.x / p.splits, split = blockIdx.x % p.splits;
     const int per_group = p.group * p.tiles_m;
-    const int gi = blockIdx.x / per_group, gr = blockIdx.x % per_group;
+    const int gi = tile / per_group, gr = tile % per_group;
     const int first_n = gi * p.group;
     const int gsize = min(p.group, p.tiles_n - first_n);
     const int tn = first_n + gr % gsize, tm = gr / gsize;
     const int rb0 = tn * 8;
     const int nrb = min(8, p.row_blocks - rb0);
+    /* this CTA's k chunks (the planner gives each split at least one) */
+    const int c0 = split * p.cps, nch = min(p.cps, p.kchunks - c0);
 
     for (int i = threadIdx.x; i < 128; i += SM90_THREADS) {
         const uint32_t v = p.stab[i];
@@ -260,9 +271,9 @@ __global__ void __launch_bounds__(SM90_THREADS, 1)
             const uint64_t pol = nbc_policy_evict_first();
             const uint32_t bytes = (uint32_t)(L::X_STAGE + nrb * CB);
             asm volatile("griddepcontrol.wait;" ::: "memory"); /* X comes from the previous kernel */
-            for (int kc = 0; kc < p.kchunks; kc++) {
-                const int s = kc % STAGES;
-                if (kc >= STAGES) mbar_wait(bar0 + 8 * (STAGES + s), ((kc / STAGES) - 1) & 1);
+            for (int i = 0; i < nch; i++) {
+                const int s = i % STAGES, kc = c0 + i;
+                if (i >= STAGES) mbar_wait(bar0 + 8 * (STAGES + s), ((i / STAGES) - 1) & 1);
                 const uint32_t full = bar0 + 8 * s;
                 mbar_expect_tx(full, bytes);
                 const uint32_t xs = smem_addr(smem + L::X_OFF + s * L::X_STAGE);
@@ -289,9 +300,9 @@ __global__ void __launch_bounds__(SM90_THREADS, 1)
      * issuing chunk c+1 retires chunk c, which frees its set and its stage.
      * The loop is unrolled by two so that both sets are plain registers. */
     uint32_t fa[8][4], fb[8][4];
-    auto chunk = [&](int kc, uint32_t (&a)[8][4]) {
-        const int s = kc % STAGES;
-        mbar_wait(bar0 + 8 * s, (kc / STAGES) & 1);
+    auto chunk = [&](int i, uint32_t (&a)[8][4]) { /* the CTA's chunk i (stage i % STAGES) */
+        const int s = i % STAGES;
+        mbar_wait(bar0 + 8 * s, (i / STAGES) & 1);
         dequant_chunk<FMT, ACT, CB>(smem + L::W_OFF + s * L::W_STAGE + rbl * CB, stab, g, t, a);
         const uint32_t xs = smem_addr(smem + L::X_OFF + s * L::X_STAGE);
         wgmma_fence();
@@ -301,23 +312,53 @@ __global__ void __launch_bounds__(SM90_THREADS, 1)
                                 desc_sw128(xs + (j >> 2) * (BN * 128) + (j & 3) * 32), 1);
         wgmma_commit();
     };
-    auto retire = [&](int kc) { /* chunk kc's wgmmas are done: release its stage */
-        mbar_arrive(bar0 + 8 * (STAGES + kc % STAGES)); /* each thread, after its own reads */
+    auto retire = [&](int i) { /* chunk i's wgmmas are done: release its stage */
+        mbar_arrive(bar0 + 8 * (STAGES + i % STAGES)); /* each thread, after its own reads */
     };
-    for (int kc = 0; kc < p.kchunks; kc += 2) {
-        chunk(kc, fa);
-        if (kc > 0) {
+    for (int i = 0; i < nch; i += 2) {
+        chunk(i, fa);
+        if (i > 0) {
             wgmma_wait<1>();
-            retire(kc - 1);
+            retire(i - 1);
         }
-        if (kc + 1 < p.kchunks) {
-            chunk(kc + 1, fb);
+        if (i + 1 < nch) {
+            chunk(i + 1, fb);
             wgmma_wait<1>();
-            retire(kc);
+            retire(i);
         }
     }
     wgmma_wait<0>();
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+
+    /* Split-K: each CTA of the tile stores its accumulators (float4 i of
+     * consumer thread c at 4 (256 i + c): coalesced), and the last to arrive
+     * sums them in split order, so the result does not depend on timing. */
+    if (p.splits > 1) {
+        const int c = threadIdx.x - 128;
+        const int ntiles = p.tiles_n * p.tiles_m;
+        float4 *mine = (float4 *)p.partial + ((size_t)split * ntiles + tile) * (32 * BN) + c;
+#pragma unroll
+        for (int i = 0; i < BN / 8; i++)
+            __stcg(mine + 256 * i, make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
+        __threadfence();
+        int *last = (int *)(smem + L::FLAG_OFF);
+        asm volatile("bar.sync 1, 256;" ::: "memory"); /* the consumer warpgroups */
+        if (c == 0) *last = atomicAdd(&p.counters[tile], 1) == p.splits - 1;
+        asm volatile("bar.sync 1, 256;" ::: "memory");
+        if (!*last) return;
+        __threadfence();
+#pragma unroll
+        for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
+        for (int s = 0; s < p.splits; s++) {
+            const float4 *part = (const float4 *)p.partial + ((size_t)s * ntiles + tile) * (32 * BN) + c;
+#pragma unroll
+            for (int i = 0; i < BN / 8; i++) {
+                const float4 v = __ldcg(part + 256 * i);
+                acc[4 * i] += v.x, acc[4 * i + 1] += v.y, acc[4 * i + 2] += v.z, acc[4 * i + 3] += v.w;
+            }
+        }
+        if (c == 0) p.counters[tile] = 0; /* ready for the next call */
+    }
 
     /* Epilogue: accumulator (row, token) -> Y[token, row]. */
     const int rb = rb0 + rbl;
@@ -342,13 +383,14 @@ __global__ void __launch_bounds__(SM90_THREADS, 1)
 typedef void (*sm90_fn)(const CUtensorMap, const Sm90Params);
 
 #define SM90_STAGES(BN) ((BN) == 256 ? 3 : (BN) == 128 ? 4 : 6)
+#define SM90_K(BN) gemm_sm90_kernel<FMT, ACT, BN, SM90_STAGES(BN)>
 
 template <int FMT, int ACT>
 static sm90_fn sm90_pick_bn(int bn, size_t *smem) {
     switch (bn) {
-    case 64: *smem = Sm90Smem<FMT, 64, SM90_STAGES(64)>::BYTES; return gemm_sm90_kernel<FMT, ACT, 64, SM90_STAGES(64)>;
-    case 128: *smem = Sm90Smem<FMT, 128, SM90_STAGES(128)>::BYTES; return gemm_sm90_kernel<FMT, ACT, 128, SM90_STAGES(128)>;
-    case 256: *smem = Sm90Smem<FMT, 256, SM90_STAGES(256)>::BYTES; return gemm_sm90_kernel<FMT, ACT, 256, SM90_STAGES(256)>;
+    case 64: *smem = Sm90Smem<FMT, 64, SM90_STAGES(64)>::BYTES; return SM90_K(64);
+    case 128: *smem = Sm90Smem<FMT, 128, SM90_STAGES(128)>::BYTES; return SM90_K(128);
+    case 256: *smem = Sm90Smem<FMT, 256, SM90_STAGES(256)>::BYTES; return SM90_K(256);
     }
     return NULL;
 }
@@ -390,7 +432,7 @@ static PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder(char *err) {
 }
 
 extern "C" int nbi_cuda_gemm_sm90(const nbi_gemm_plan *pl, const void *x, const void *packed, const void *bias,
-                                  void *y, void *stream, char *err) {
+                                  void *y, void *workspace, void *stream, char *err) {
     size_t smem = 0;
     sm90_fn f = sm90_pick(pl->fmt, pl->act, pl->bn, &smem);
     if (!f) return nbc_err(cudaErrorInvalidValue, err, "gemm_sm90: no kernel for this format/dtype/tile");
@@ -424,6 +466,10 @@ extern "C" int nbi_cuda_gemm_sm90(const nbi_gemm_plan *pl, const void *x, const 
     p.tiles_n = pl->tiles_n;
     p.tiles_m = pl->tiles_m;
     p.group = pl->raster_group;
+    p.splits = pl->splits;
+    p.cps = pl->chunks_per_split;
+    p.counters = (int *)workspace;
+    p.partial = (float *)((char *)workspace + pl->ws_counter_bytes);
     p.exp_shift = pl->exp_shift;
     p.ts = pl->tensor_scale;
     memcpy(p.stab, pl->scale_table, sizeof p.stab);
@@ -436,7 +482,7 @@ extern "C" int nbi_cuda_gemm_sm90(const nbi_gemm_plan *pl, const void *x, const 
         opted_in[pl->fmt][pl->act][bi] = 1;
     }
     cudaLaunchAttribute attr[1];
-    const dim3 grid((unsigned)(pl->tiles_n * pl->tiles_m));
+    const dim3 grid((unsigned)(pl->tiles_n * pl->tiles_m * pl->splits));
     cudaLaunchConfig_t cfg = nbc_launch_config(grid, dim3(SM90_THREADS), smem, stream, pl->pdl, attr);
     NBC_TRY(cudaLaunchKernelEx(&cfg, f, map, p), "gemm_sm90 kernel launch");
     return 0;

@@ -12,10 +12,11 @@
  *     chunks through its own shared-memory ring (cp.async, STAGES deep) and
  *     each lane loads its activations through L1.  kw warps may share a row
  *     block and split its k range (summed in shared memory);
- *   - kernel 2 (gemv_fp4_xs_kernel; m = 9..32): 8 consumer warps walk one k
- *     range, each owning RPW = 2 row blocks that share its B fragments, and a
- *     ninth warp stages each chunk's activations once per CTA in a shared
- *     ring synchronized by mbarriers (no CTA-wide barrier in the loop).
+ *   - kernel 2 (gemv_fp4_xs_kernel; m = 9..32, and 8 on wide layers): 8
+ *     consumer warps walk one k range, each owning RPW = 2 row blocks that
+ *     share its B fragments, and a ninth warp stages each chunk's
+ *     activations once per CTA in a shared ring synchronized by mbarriers
+ *     (no CTA-wide barrier in the loop).
  *   CTAs along grid.y may split k further (partials in the workspace, summed
  *   in split order by the last CTA to arrive: the result does not depend on
  *   timing).  The host (src/device.c) picks the kernel, kw, RPW and the
@@ -402,7 +403,7 @@ __global__ void __launch_bounds__(WARPS * 32, NB_MINB) gemv_fp4_kernel(const Gem
     if (own[0]) store_block<ACT, MT>(p, acc[0], rb, g, t);
 }
 
-/* ------------------------------------ kernel 2: staged activations, 9..32 */
+/* ------------------------------------ kernel 2: staged activations, 8..32 */
 
 /* Build-time shape of kernel 2 (scripts/device-check sweeps them):
  * NB_XS_STAGES weight ring depth per warp, in steps of RPW chunks;
@@ -446,8 +447,8 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
     } while (!done);
 }
 
-/* 9..32 tokens.  The CTA's 8 consumer warps walk one k range; each owns RPW
- * row blocks, streams their chunks through its own cp.async ring (no CTA
+/* 9..32 tokens (and 8 where the dispatcher says; any m <= 32 works).  The
+ * CTA's 8 consumer warps walk one k range; each owns RPW row blocks, streams their chunks through its own cp.async ring (no CTA
  * barrier for weights) and multiplies them with the same B fragments (RPW
  * = 2 halves the shared-memory reads of activations per weight).  A ninth
  * warp stages each segment of SEG chunks of activations (m x 128 per chunk,
@@ -472,7 +473,7 @@ __global__ void __launch_bounds__(NB_XS_THREADS, NB_XS_MINB) gemv_fp4_xs_kernel(
     constexpr int SB = FMT == NB_FORMAT_NVFP4 ? 4 : 2;
     constexpr int CB = NBI_CHUNK_CODE_BYTES + 32 * SB; /* bytes per packed chunk */
     constexpr int TAIL = (CB - 1024) / 16;             /* lanes that copy the chunk's scale bytes */
-    static_assert(MT >= 2 && MT <= 4, "kernel 2 serves 9..32 tokens");
+    static_assert(MT >= 1 && MT <= 4, "kernel 2 serves up to 32 tokens");
     __shared__ uint32_t stab[256];
     __shared__ uint64_t full[XSEGS], empty[XSEGS];
     __shared__ int is_last;
@@ -556,10 +557,11 @@ __global__ void __launch_bounds__(NB_XS_THREADS, NB_XS_MINB) gemv_fp4_xs_kernel(
         }
         cp_async_wait<0>();
     } else {
-        /* token rows past m read row g (valid, never stored) */
+        /* token rows past m read a staged row (row g when m > 8, else row 0: valid, never stored) */
         int xrow[MT];
 #pragma unroll
-        for (int mt = 0; mt < MT; mt++) xrow[mt] = (mt * 8 + g < m_rows ? mt * 8 + g : g) * XROW + t;
+        for (int mt = 0; mt < MT; mt++)
+            xrow[mt] = (mt * 8 + g < m_rows ? mt * 8 + g : g < m_rows ? g : 0) * XROW + t;
         const uint4 *wring = smem + (size_t)warp * STAGES * RPW * (CB / 16);
         int c = 0, seg = 0, xs = 0;
         for (int i = 0; i < nch; i++) {
@@ -651,6 +653,8 @@ static gemv_fn pick_mt(int mt, int xs, int rpw) {
     }
 #define NB_XS(MT, R) gemv_fp4_xs_kernel<FMT, ACT, MT, R, NB_XS_STAGES, NB_XS_SEG, NB_XS_XSEGS>
     switch (mt * 4 + rpw) {
+    case 5: return NB_XS(1, 1);
+    case 6: return NB_XS(1, 2);
     case 9: return NB_XS(2, 1);
     case 10: return NB_XS(2, 2);
     case 13: return NB_XS(3, 1);
@@ -659,7 +663,7 @@ static gemv_fn pick_mt(int mt, int xs, int rpw) {
     case 18: return NB_XS(4, 2);
     }
 #undef NB_XS
-    return NULL; /* kernel 2 needs mt >= 2 and rpw 1 or 2 */
+    return NULL; /* kernel 2 needs rpw 1 or 2 */
 }
 
 static gemv_fn pick_kernel(int fmt, int act, int mt, int xs, int rpw) {
