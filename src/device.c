@@ -133,11 +133,21 @@ static int64_t choose_split(const nb_context *ctx, nbi_gemm_plan *p, int warps) 
 
 /* The tensor-core path (gemm_sm90.cu) on Hopper for batches past the decode
  * range: one launch for every m, weights read once per 128-row x bn-token
- * tile.  Returns 1 when it takes the call (p filled). */
+ * tile.  Returns 1 when it takes the call (p filled).
+ *
+ * It also takes 17..32 tokens on layers with fewer 128-row tiles than SMs
+ * (it then splits k to fill the GPU): its time does not grow with m below
+ * 64 while the decode kernels' does.  Measured on an H100 (nvfp4, us,
+ * decode / tensor core): m = 32: 8192 -> 8192 36.3 / 28.5, 28672 -> 8192
+ * 90.0 / 82.9, 4096 -> 4096 18.1 / 12.0, 14336 -> 4096 43.1 / 25.8; m = 24:
+ * the same layers 29.6 / 28.4, 73.3 / 83.1, 13.1 / 12.0, 29.1 / 25.7, so at
+ * 17..24 tokens only layers with k < 16384 switch; m = 16 and 8192 -> 57344
+ * (448 tiles) stay with the decode kernels at every m <= 32. */
 static int choose_tc(nb_context *ctx, const nb_gemm_desc *g, nbi_gemm_plan *p) {
     const int can = nbi_cuda_has_sm90a() && ctx->info.cc_major == 9 && ctx->info.cc_minor == 0 && g->m <= INT32_MAX &&
                     ctx->info.smem_per_block_optin >= 227 * 1024;
-    int use = can && g->m > 32;
+    const int small_grid = (p->row_blocks + 7) / 8 < ctx->info.sm_count;
+    int use = can && (g->m > 32 || (g->m > 16 && small_grid && (g->m > 24 || g->weight.k < 16384)));
     if (ctx->force_path == 1) use = 0;
     if (ctx->force_path == 2) use = can;
     if (!use) return 0;

@@ -527,7 +527,7 @@ int main(int argc, char **argv) {
     static const int all_m[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22,
                                 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 64};
     static const int few_m[] = {1, 3, 8, 9, 16, 17, 32, 33};
-    /* the tensor-core path on Hopper (m > 32; decode slices elsewhere) */
+    /* the tensor-core path on Hopper (m > 32, and 17..32 on narrow layers; decode slices elsewhere) */
     static const int tc_m[] = {1, 17, 32, 33, 64, 100, 128, 256, 1000};
     static const int big_m[] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13,  14,  15,   16,   17,  18,  19,
                                 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 64, 100, 128, 256, 1000, 1024, 4096};
