@@ -84,8 +84,9 @@
  *         m < 2^31 - 256.  Shared memory: 64 x 3 stages 78 KB (NVFP4), 128 x 2
  *         85 KB, 128 x 3 127 KB; the host picks the deepest that fits.
  * TEST    NIBBLE_PATH=mma build/tests/test_gpu --quick (scripts/device-check
- *         quick runs it, and under compute-sanitizer memcheck and racecheck).
- * BENCH   NIBBLE_PATH=mma nibble bench (scripts/device-check bench).
+ *         quick or mma runs it, and under compute-sanitizer memcheck and
+ *         racecheck).
+ * BENCH   NIBBLE_PATH=mma nibble bench (scripts/device-check bench or mma).
  */
 #include "common.cuh"
 #include "tc_dequant.cuh"
