@@ -367,9 +367,10 @@ NB_API nb_status nb_gemm_reference_device(nb_context *ctx, const nb_gemm_desc *g
 /* ----------------------------------------------------------------- tuning */
 
 /* nb_gemm picks a kernel configuration per call, in this order of precedence:
- *   1. the NIBBLE_* environment knobs read at context creation (NIBBLE_PATH,
- *      NIBBLE_KW, NIBBLE_SPLITS, NIBBLE_XSH, NIBBLE_BN, NIBBLE_RASTER): when
- *      any of them is set, the tuning table is not consulted at all;
+ *   1. the NIBBLE_* environment knobs read at context creation (NIBBLE_PATH
+ *      = decode, tc or mma, NIBBLE_KW, NIBBLE_SPLITS, NIBBLE_XS, NIBBLE_RPW,
+ *      NIBBLE_BN, NIBBLE_RASTER, NIBBLE_STAGES): when any of them is set,
+ *      the tuning table is not consulted at all;
  *   2. the context's tuning table: one entry per (GPU name, format,
  *      activation dtype, n, k, m bucket), loaded from a JSON cache written by
  *      `nibble tune` (nb_context_load_tuning, or the file named by the
@@ -384,8 +385,10 @@ NB_API nb_status nb_gemm_reference_device(nb_context *ctx, const nb_gemm_desc *g
  * 1025-2048, 2049-4096, 4097+. */
 
 typedef enum nb_gemm_path {
-    NB_GEMM_PATH_DECODE = 1,     /* gemv_fp4.cu: every GPU; one launch per 32 rows of X */
-    NB_GEMM_PATH_TENSOR_CORE = 2 /* gemm_sm90.cu: Hopper (sm_90a build, compute capability 9.0) */
+    NB_GEMM_PATH_DECODE = 1,      /* gemv_fp4.cu: every GPU; one launch per 32 rows of X */
+    NB_GEMM_PATH_TENSOR_CORE = 2, /* gemm_sm90.cu: Hopper (sm_90a build, compute capability 9.0) */
+    NB_GEMM_PATH_MMA = 3          /* gemm_sm80.cu: mma.sync, compute capability 8.0 and later (the
+                                   * prefill path of A100, L40S, ...; on Hopper only when forced) */
 } nb_gemm_path;
 
 /* One kernel configuration.  Fields of the other path are 0. */
@@ -397,8 +400,8 @@ typedef struct nb_gemm_config {
     int32_t variant; /* decode: 0 "plain", activations loaded per warp; 1 "staged", loaded once
                       * per CTA into shared memory (m >= 5 only; kw = 1) */
     int32_t rpw;     /* decode, staged: 16-row blocks per warp, 1 or 2 (0 for plain) */
-    int32_t bn;      /* tensor core: tokens per tile, 64, 128 or 256 */
-    int32_t raster;  /* tensor core: n tiles walked together per raster group, 1..1024 */
+    int32_t bn;      /* tensor core: tokens per tile, 64, 128 or 256 (mma: 64 or 128) */
+    int32_t raster;  /* tensor core, mma: n tiles walked together per raster group, 1..1024 */
     int32_t reserved[5];
 } nb_gemm_config;
 

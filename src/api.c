@@ -101,10 +101,12 @@ nb_status nb_context_create(int device, nb_context **out) {
         if (fx) c->force_xs = !strcmp(fx, "0") ? 1 : !strcmp(fx, "1") ? 2 : 0;
         const char *fr = getenv("NIBBLE_RPW"); /* tuning knob: its row blocks per warp (1 or 2) */
         if (fr) c->force_rpw = atoi(fr);
-        const char *fp = getenv("NIBBLE_PATH"); /* tuning knob: "decode" or "tc" */
-        if (fp) c->force_path = !strcmp(fp, "decode") ? 1 : !strcmp(fp, "tc") ? 2 : 0;
+        const char *fp = getenv("NIBBLE_PATH"); /* tuning knob: "decode", "tc" (Hopper) or "mma" */
+        if (fp) c->force_path = !strcmp(fp, "decode") ? 1 : !strcmp(fp, "tc") ? 2 : !strcmp(fp, "mma") ? 3 : 0;
         const char *fb = getenv("NIBBLE_BN"); /* tuning knob: tensor-core tile width (64, 128, 256) */
         if (fb) c->force_bn = atoi(fb);
+        const char *fd = getenv("NIBBLE_STAGES"); /* tuning knob: the mma kernel's pipeline depth (2, 3) */
+        if (fd) c->force_stages = atoi(fd);
         const char *fg = getenv("NIBBLE_RASTER"); /* tuning knob: n tiles per raster group */
         if (fg) c->force_group = atoi(fg);
     }

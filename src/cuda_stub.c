@@ -60,6 +60,16 @@ int nbi_cuda_gemm_sm90(const nbi_gemm_plan *p, const void *x, const void *packed
     return no_cuda(err);
 }
 int nbi_cuda_has_sm90a(void) { return 0; }
+int nbi_cuda_gemm_sm80(const nbi_gemm_plan *p, const void *x, const void *packed, const void *bias, void *y,
+                       void *stream, char *err) {
+    (void)p, (void)x, (void)packed, (void)bias, (void)y, (void)stream;
+    return no_cuda(err);
+}
+int nbi_cuda_gemm_sm80_stages(int fmt, int bn, int want, size_t smem_limit, size_t *smem) {
+    (void)fmt, (void)bn, (void)want, (void)smem_limit;
+    *smem = 0;
+    return 0;
+}
 int nbi_cuda_gemm_naive(const nb_gemm_desc *g, const void *x, const uint8_t *codes, const uint8_t *scales,
                         const void *bias, float *y, void *stream, char *err) {
     (void)g, (void)x, (void)codes, (void)scales, (void)bias, (void)y, (void)stream;

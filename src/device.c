@@ -148,7 +148,7 @@ static int choose_tc(nb_context *ctx, const nb_gemm_desc *g, nbi_gemm_plan *p) {
                     ctx->info.smem_per_block_optin >= 227 * 1024;
     const int small_grid = (p->row_blocks + 7) / 8 < ctx->info.sm_count;
     int use = can && (g->m > 32 || (g->m > 16 && small_grid && (g->m > 24 || g->weight.k < 16384)));
-    if (ctx->force_path == 1) use = 0;
+    if (ctx->force_path == 1 || ctx->force_path == 3) use = 0;
     if (ctx->force_path == 2) use = can;
     if (!use) return 0;
     /* Tile width and k split: the pair with the least waves x time per k
@@ -209,6 +209,60 @@ static size_t sm90_workspace_bound(const nb_context *ctx) {
     return NBI_MAX_SPLIT_COLUMNS * sizeof(int) + (size_t)ctx->info.sm_count * 128 * 256 * sizeof(float);
 }
 
+/* The mma.sync tensor-core path (gemm_sm80.cu) for batches past the decode
+ * range where the Hopper kernel does not run: compute capability 8.x (A100,
+ * A10/A40, L40S, RTX 30/40) and 9.x without it (a build without sm_90a).
+ * NIBBLE_PATH=mma forces it on any GPU from compute capability 8.0, Hopper
+ * included (that is how it is tested), for every m.  Returns 1 when it takes
+ * the call (p filled). */
+static int choose_mma(nb_context *ctx, const nb_gemm_desc *g, nbi_gemm_plan *p) {
+    const int cc = ctx->info.cc_major;
+    int use = (cc == 8 || cc == 9) && g->m > 32;
+    if (ctx->force_path == 1 || ctx->force_path == 2) use = 0;
+    if (ctx->force_path == 3) use = cc >= 8;
+    if (!use || g->m > INT32_MAX - 256) return 0;
+    /* Tile width: the one with the least waves x time per k chunk.  Time per
+     * chunk predicted for an A100 (gemm_sm80.cu, NOTES.md; to be replaced by
+     * measurements): 0.95 us for 64 tokens (shared-memory bound: 2.5 cycles
+     * per MMA where the tensor cores need 2), 1.7 us for 128 (tensor-bound,
+     * at about 85%). */
+    const int64_t tn = (p->row_blocks + 7) / 8;
+    static const int widths[2] = {64, 128};
+    static const double chunk_us[2] = {0.95, 1.7};
+    int bn = 64;
+    double best = 0.0;
+    for (int i = 0; i < 2; i++) {
+        const int64_t tiles = tn * ((g->m + widths[i] - 1) / widths[i]);
+        const double cost = (double)((tiles + ctx->info.sm_count - 1) / ctx->info.sm_count) * chunk_us[i];
+        if (i == 0 || cost < best) best = cost, bn = widths[i];
+    }
+    if (ctx->force_bn == 64 || ctx->force_bn == 128) bn = ctx->force_bn;
+    /* the deepest pipeline whose shared memory fits (NIBBLE_STAGES: that
+     * depth if it fits); the narrow tile when the wide one fits no depth */
+    const size_t limit = ctx->info.smem_per_block_optin;
+    const int want = ctx->force_stages == 2 || ctx->force_stages == 3 ? ctx->force_stages : 0;
+    size_t smem = 0;
+    int stages = nbi_cuda_gemm_sm80_stages(p->fmt, bn, want, limit, &smem);
+    if (!stages) stages = nbi_cuda_gemm_sm80_stages(p->fmt, bn, 0, limit, &smem);
+    if (!stages && bn == 128) stages = nbi_cuda_gemm_sm80_stages(p->fmt, bn = 64, 0, limit, &smem);
+    const int64_t tm = (g->m + bn - 1) / bn;
+    if (!stages || tn * tm > INT32_MAX) return 0;
+    p->path = NBI_PATH_SM80;
+    p->m = g->m;
+    p->mt = 0;
+    p->bn = bn;
+    p->stages = stages;
+    p->tiles_n = (int)tn;
+    p->tiles_m = (int)tm;
+    /* a group wider than the tile grid walks it the same way (and keeps
+     * group x tiles_m within an int) */
+    p->raster_group = ctx->force_group > 0 ? ctx->force_group : 16;
+    if (p->raster_group > p->tiles_n) p->raster_group = p->tiles_n;
+    p->splits = 1;
+    p->grid_x = (int)(tn * tm);
+    return 1;
+}
+
 nb_status nbi_gemm_make_plan_knobs(nb_context *ctx, const nb_gemm_desc *g, nbi_gemm_plan *p) {
     nb_status st = need_device(ctx, "nb_gemm");
     if (st) return st;
@@ -265,7 +319,7 @@ nb_status nbi_gemm_make_plan_knobs(nb_context *ctx, const nb_gemm_desc *g, nbi_g
     p->pdl = ctx->info.cc_major >= 9;
     p->row_blocks = (d->n + 15) / 16;
     p->kchunks = (d->k + NBI_CHUNK_K - 1) / NBI_CHUNK_K;
-    if (choose_tc(ctx, g, p)) return NB_OK;
+    if (choose_tc(ctx, g, p) || choose_mma(ctx, g, p)) return NB_OK;
     int warps = 8, stages = 4;
     nbi_cuda_gemv_shape(&warps, &stages);
     p->warps = warps;
@@ -332,6 +386,14 @@ nb_status nb_gemm(nb_context *ctx, const nb_gemm_desc *g, const void *x, const v
         return nbi_fail(ctx, NB_ERR_MISALIGNED, "nb_gemm: workspace must be 16-byte aligned");
     const size_t es = nbi_dtype_size(g->act_dtype);
     char err[NB_ERRBUF] = "";
+    if (p.path == NBI_PATH_SM80) {
+        if (nbi_cuda_gemm_sm80(&p, x, packed, bias, y, stream, err)) return cuda_failed(ctx, "nb_gemm", err);
+        snprintf(ctx->last_config, sizeof ctx->last_config,
+                 "gemm_sm80<%s,%s,128x%d,stages=%d> tiles=%dx%d raster=%d launches=1", fmt_name(p.fmt),
+                 nbi_dtype_name(g->act_dtype), p.bn, p.stages, p.tiles_n, p.tiles_m, p.raster_group);
+        nbi_tune_label(ctx, &p);
+        return NB_OK;
+    }
     if (p.path == NBI_PATH_SM90) {
         if (nbi_cuda_gemm_sm90(&p, x, packed, bias, y, workspace, stream, err))
             return cuda_failed(ctx, "nb_gemm", err);

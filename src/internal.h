@@ -27,8 +27,10 @@ struct nb_context {
     int force_kw;                /* NIBBLE_KW environment variable, 0 = heuristic */
     int force_xs;                /* NIBBLE_XS: 0 heuristic, 1 kernel 1 only, 2 staged-activation kernel for mt >= 2 */
     int force_rpw;               /* NIBBLE_RPW: row blocks per warp of that kernel (1, 2), 0 = heuristic */
-    int force_path;              /* NIBBLE_PATH: 0 heuristic, 1 decode kernel, 2 tensor-core kernel */
+    int force_path;              /* NIBBLE_PATH: 0 heuristic, 1 decode kernel, 2 tensor-core kernel (Hopper),
+                                  * 3 mma.sync tensor-core kernel (gemm_sm80.cu) */
     int force_bn;                /* NIBBLE_BN: tensor-core tile width in tokens (64, 128, 256), 0 = heuristic */
+    int force_stages;            /* NIBBLE_STAGES: pipeline depth of the mma kernel (2, 3), 0 = deepest that fits */
     int force_group;             /* NIBBLE_RASTER: n tiles per raster group, 0 = heuristic */
     struct nbi_tune_table *tune; /* tuning table (tune.c), NULL when empty */
 };
@@ -106,9 +108,10 @@ typedef struct nbi_gemm_plan {
     float tensor_scale; /* ... and by tensor_scale */
     int table_shift;    /* scale table entries are ldexp(scale, table_shift) */
     int pdl;            /* launch with programmatic dependent launch (sm_90+) */
-    /* Tensor-core path (gemm_sm90.cu), when path == NBI_PATH_SM90: */
-    int path;           /* NBI_PATH_GEMV or NBI_PATH_SM90 */
-    int bn;             /* tokens per CTA tile: 64, 128 or 256 */
+    /* Tensor-core paths (gemm_sm90.cu, gemm_sm80.cu), when path != NBI_PATH_GEMV: */
+    int path;           /* NBI_PATH_GEMV, NBI_PATH_SM90 or NBI_PATH_SM80 */
+    int bn;             /* tokens per CTA tile: 64, 128 or 256 (sm80: 64, 128) */
+    int stages;         /* sm80: chunks in the cp.async ring (chosen by the shared-memory limit) */
     int tiles_n, tiles_m, raster_group;
     int tuned;          /* a tuning-table entry chose this configuration (tune.c) */
     uint32_t scale_table[128]; /* 256 adjusted 16-bit scales, two per word */
@@ -116,7 +119,7 @@ typedef struct nbi_gemm_plan {
     size_t ws_counter_bytes;
 } nbi_gemm_plan;
 
-enum { NBI_PATH_GEMV = 0, NBI_PATH_SM90 = 1 };
+enum { NBI_PATH_GEMV = 0, NBI_PATH_SM90 = 1, NBI_PATH_SM80 = 2 };
 
 /* The plan nb_gemm runs: the tuning table's entry for the problem when there
  * is one and no NIBBLE_* knob is set, else the knobs and the heuristic
@@ -171,6 +174,12 @@ NB_INTERNAL int nbi_cuda_gemm(const nbi_gemm_plan *p, const void *x, const void 
 NB_INTERNAL int nbi_cuda_gemm_sm90(const nbi_gemm_plan *p, const void *x, const void *packed, const void *bias,
                                    void *y, void *workspace, void *stream, char *err);
 NB_INTERNAL int nbi_cuda_has_sm90a(void);
+NB_INTERNAL int nbi_cuda_gemm_sm80(const nbi_gemm_plan *p, const void *x, const void *packed, const void *bias,
+                                   void *y, void *stream, char *err);
+/* The mma.sync kernel (gemm_sm80.cu): the pipeline depth of the deepest
+ * instance of tile width bn (and depth `want` when not 0) whose shared
+ * memory fits smem_limit, its bytes in *smem; 0 when none does. */
+NB_INTERNAL int nbi_cuda_gemm_sm80_stages(int fmt, int bn, int want, size_t smem_limit, size_t *smem);
 NB_INTERNAL int nbi_cuda_gemm_naive(const nb_gemm_desc *g, const void *x, const uint8_t *codes,
                                     const uint8_t *scales, const void *bias, float *y, void *stream, char *err);
 NB_INTERNAL const char *nbi_cuda_archs(void);

@@ -17,7 +17,8 @@
  *     {"gpu": "NVIDIA H100 80GB HBM3", "format": "nvfp4", "act": "bf16",
  *      "k": 8192, "n": 57344, "m": "1", "m_tuned": 1, "path": "decode",
  *      "kw": 4, "splits": 1, "variant": "plain", "us": 101.3},
- *     {..., "m": "513-1024", "path": "tc", "bn": 256, "raster": 16, "splits": 1, ...}]}
+ *     {..., "m": "513-1024", "path": "tc", "bn": 256, "raster": 16, "splits": 1, ...},
+ *     {..., "m": "513-1024", "path": "mma", "bn": 128, "raster": 16, ...}]}
  *
  * It is untrusted input: every field is type- and range-checked, the fields
  * of the other path must be absent, duplicate keys are refused, and one bad
@@ -188,36 +189,39 @@ static int check_config(const nb_gemm_config *c, int b, char *why, size_t wn) {
         if (c->variant == 1 && c->rpw != 1 && c->rpw != 2)
             return snprintf(why, wn, "rpw = %d is not 1 or 2 (the staged variant's row blocks per warp)", (int)c->rpw), 0;
         if (c->variant == 0 && c->rpw) return snprintf(why, wn, "rpw = %d is for the staged variant only", (int)c->rpw), 0;
-        if (c->bn || c->raster) return snprintf(why, wn, "bn and raster are for path tc, not decode"), 0;
+        if (c->bn || c->raster) return snprintf(why, wn, "bn and raster are for paths tc and mma, not decode"), 0;
         return 1;
     }
-    if (c->path == NB_GEMM_PATH_TENSOR_CORE) {
-        if (c->bn != 64 && c->bn != 128 && c->bn != 256)
-            return snprintf(why, wn, "bn = %d is not 64, 128 or 256", (int)c->bn), 0;
+    if (c->path == NB_GEMM_PATH_TENSOR_CORE || c->path == NB_GEMM_PATH_MMA) {
+        const int mma = c->path == NB_GEMM_PATH_MMA;
+        if (c->bn != 64 && c->bn != 128 && (mma || c->bn != 256))
+            return snprintf(why, wn, "bn = %d is not 64, 128%s", (int)c->bn, mma ? " (path mma)" : " or 256"), 0;
         if (c->raster < 1 || c->raster > 1024)
             return snprintf(why, wn, "raster = %d is not in 1..1024", (int)c->raster), 0;
-        if (c->splits < 0 || c->splits > NBI_SM90_MAX_SPLITS) /* 0: a cache from before the split (read as 1) */
-            return snprintf(why, wn, "splits = %d is not in 1..%d", (int)c->splits, NBI_SM90_MAX_SPLITS), 0;
+        if (c->splits < 0 || c->splits > (mma ? 1 : NBI_SM90_MAX_SPLITS)) /* 0: read as 1 (caches from before the tc split) */
+            return snprintf(why, wn, "splits = %d is not in 1..%d (path %s)", (int)c->splits,
+                            mma ? 1 : NBI_SM90_MAX_SPLITS, mma ? "mma" : "tc"), 0;
         if (c->kw || c->variant || c->rpw)
-            return snprintf(why, wn, "kw, variant and rpw are for path decode, not tc"), 0;
+            return snprintf(why, wn, "kw, variant and rpw are for path decode, not %s", mma ? "mma" : "tc"), 0;
         return 1;
     }
-    return snprintf(why, wn, "path = %d is not %d (decode) or %d (tc)", (int)c->path, NB_GEMM_PATH_DECODE,
-                    NB_GEMM_PATH_TENSOR_CORE), 0;
+    return snprintf(why, wn, "path = %d is not %d (decode), %d (tc) or %d (mma)", (int)c->path, NB_GEMM_PATH_DECODE,
+                    NB_GEMM_PATH_TENSOR_CORE, NB_GEMM_PATH_MMA), 0;
 }
 
 /* The planner's knobs (device.c reads them; the environment sets them at
  * context creation).  A new knob is a new field here and in the three
  * functions below. */
 typedef struct knobs {
-    int path, kw, splits, xs, rpw, bn, group;
+    int path, kw, splits, xs, rpw, bn, group, stages;
 } knobs;
 
 static knobs knobs_get(const nb_context *c) {
-    return (knobs){c->force_path, c->force_kw, c->force_splits, c->force_xs, c->force_rpw, c->force_bn, c->force_group};
+    return (knobs){c->force_path, c->force_kw, c->force_splits, c->force_xs, c->force_rpw, c->force_bn, c->force_group,
+                   c->force_stages};
 }
 
-static int knobs_any(knobs k) { return k.path || k.kw || k.splits || k.xs || k.rpw || k.bn || k.group; }
+static int knobs_any(knobs k) { return k.path || k.kw || k.splits || k.xs || k.rpw || k.bn || k.group || k.stages; }
 
 static void knobs_put(nb_context *c, knobs k) {
     c->force_path = k.path;
@@ -227,13 +231,14 @@ static void knobs_put(nb_context *c, knobs k) {
     c->force_rpw = k.rpw;
     c->force_bn = k.bn;
     c->force_group = k.group;
+    c->force_stages = k.stages;
 }
 
 /* The knobs under which the planner chooses `c`. */
 static knobs knobs_of(const nb_gemm_config *c) {
     knobs k = {0};
-    if (c->path == NB_GEMM_PATH_TENSOR_CORE) {
-        k.path = 2;
+    if (c->path == NB_GEMM_PATH_TENSOR_CORE || c->path == NB_GEMM_PATH_MMA) {
+        k.path = c->path == NB_GEMM_PATH_MMA ? 3 : 2;
         k.bn = c->bn;
         k.group = c->raster;
         k.splits = c->splits ? c->splits : 1;
@@ -251,8 +256,8 @@ static knobs knobs_of(const nb_gemm_config *c) {
 static nb_gemm_config config_of(const nbi_gemm_plan *p) {
     nb_gemm_config c;
     memset(&c, 0, sizeof c);
-    if (p->path == NBI_PATH_SM90) {
-        c.path = NB_GEMM_PATH_TENSOR_CORE;
+    if (p->path == NBI_PATH_SM90 || p->path == NBI_PATH_SM80) {
+        c.path = p->path == NBI_PATH_SM80 ? NB_GEMM_PATH_MMA : NB_GEMM_PATH_TENSOR_CORE;
         c.bn = p->bn;
         c.raster = p->raster_group;
         c.splits = p->splits;
@@ -294,9 +299,11 @@ void nbi_tune_label(nb_context *ctx, const nbi_gemm_plan *p) {
 
 /* The configurations `nibble tune` tries, one row per kernel and parameter
  * sweep: a new decode variant or tile is a new row.  Each row is tried for
- * m_min <= m <= m_max (decode rows stop at 64 where the tensor-core path
+ * m_min <= m <= m_max (decode rows stop at 64 where a tensor-core path
  * exists: past that it is the faster path and the decode kernel runs once
  * per 32 rows), over every combination of its non-empty lists (0-ended).
+ * The mma row applies where the heuristic itself may choose that path (GPUs
+ * without the Hopper kernel); on Hopper it runs only when forced.
  * Kept small: about 40 candidates at most, so that tuning 5 layers x 8 m
  * takes minutes. */
 static const struct cand_row {
@@ -307,6 +314,7 @@ static const struct cand_row {
     {NB_GEMM_PATH_DECODE, 0, 1, 64, {1, 2, 4, 8}, {0}, {1, 2, 4, 8, 16}, {0}, {0}},
     {NB_GEMM_PATH_DECODE, 1, 5, 64, {1}, {1, 2}, {1, 2, 4, 8, 16}, {0}, {0}},
     {NB_GEMM_PATH_TENSOR_CORE, 0, 17, INT64_MAX, {0}, {0}, {1, 2, 3, 4}, {64, 128, 256}, {16, 4, 8, 32}},
+    {NB_GEMM_PATH_MMA, 0, 17, INT64_MAX, {0}, {0}, {1}, {64, 128}, {16, 4, 8, 32}},
 };
 #define MAX_CANDS 64
 
@@ -340,13 +348,17 @@ nb_status nb_gemm_list_configs(nb_context *ctx, const nb_gemm_desc *g, nb_gemm_c
     if (st) return st;
     int n = 0;
     c[n++] = config_of(&p);
-    const knobs tc_only = {.path = 2};
+    const knobs tc_only = {.path = 2}, mma_only = {.path = 3};
     const int tc_ok = plan_with(ctx, g, tc_only, &tc) == NB_OK && tc.path == NBI_PATH_SM90;
+    const int mma_ok = !tc_ok && plan_with(ctx, g, mma_only, &tc) == NB_OK && tc.path == NBI_PATH_SM80;
     const int sms = ctx->info.sm_count;
     for (size_t r = 0; r < sizeof k_rows / sizeof k_rows[0]; r++) {
         const struct cand_row *row = &k_rows[r];
-        if (g->m < row->m_min || (row->path == NB_GEMM_PATH_TENSOR_CORE && !tc_ok)) continue;
-        if (g->m > row->m_max && (row->path == NB_GEMM_PATH_TENSOR_CORE || tc_ok)) continue;
+        const int fast = row->path == NB_GEMM_PATH_TENSOR_CORE || row->path == NB_GEMM_PATH_MMA;
+        if (g->m < row->m_min || (row->path == NB_GEMM_PATH_TENSOR_CORE && !tc_ok) ||
+            (row->path == NB_GEMM_PATH_MMA && !mma_ok))
+            continue;
+        if (g->m > row->m_max && (fast || tc_ok || mma_ok)) continue;
         const int nkw = list_len(row->kw, 5), nrpw = list_len(row->rpw, 3), ns = list_len(row->splits, 7),
                   nbn = list_len(row->bn, 4), nr = list_len(row->raster, 5);
         for (int a = 0; a < nkw; a++)
@@ -417,7 +429,7 @@ nb_status nb_context_set_tuning(nb_context *ctx, const nb_gemm_desc *g, const nb
     if (!ctx->tune && !(ctx->tune = calloc(1, sizeof *ctx->tune)))
         return nbi_fail(ctx, NB_ERR_OUT_OF_MEMORY, "nb_context_set_tuning: out of host memory");
     e.cfg = *cfg;
-    if (e.cfg.path == NB_GEMM_PATH_TENSOR_CORE && !e.cfg.splits) e.cfg.splits = 1;
+    if (e.cfg.path != NB_GEMM_PATH_DECODE && !e.cfg.splits) e.cfg.splits = 1;
     e.us = us;
     if ((e.gpu = add_name(ctx->tune, ctx->info.name)) < 0 || !put(ctx->tune, &e))
         return nbi_fail(ctx, NB_ERR_OUT_OF_MEMORY, "nb_context_set_tuning: out of host memory");
@@ -439,7 +451,7 @@ nb_status nb_context_tuning_count(const nb_context *ctx, size_t *entries, size_t
 
 #ifdef NB_HAVE_CJSON
 
-static const char *const k_path_name[3] = {"", "decode", "tc"};
+static const char *const k_path_name[4] = {"", "decode", "tc", "mma"};
 static const char *const k_variant_name[2] = {"plain", "staged"};
 
 enum { F_GPU, F_FORMAT, F_ACT, F_N, F_K, F_M, F_M_TUNED, F_PATH, F_KW, F_SPLITS, F_VARIANT, F_RPW, F_BN, F_RASTER,
@@ -509,11 +521,11 @@ static int parse_entry(const cJSON *o, entry *e, const char **gpu, char *why, si
     if (f[F_M_TUNED] &&
         !int_field(f[F_M_TUNED], F_M_TUNED, k_bucket_lo[e->bucket], bucket_hi(e->bucket), &e->m_tuned, why, wn))
         return 0;
-    const int path = str_field(f[F_PATH], F_PATH, k_path_name, 3, why, wn);
+    const int path = str_field(f[F_PATH], F_PATH, k_path_name, 4, why, wn);
     if (path < 0) return 0;
     e->cfg.path = path;
     /* the path's own fields are required, the other path's absent */
-    /* ("splits" is optional for tc: caches from before its k split omit it) */
+    /* ("splits" is optional for tc and mma: caches from before the tc k split omit it) */
     static const int decode_f[] = {F_KW, F_SPLITS, F_VARIANT}, tc_f[] = {F_BN, F_RASTER}, decode_only[] = {F_KW, F_VARIANT};
     const int *mine = path == NB_GEMM_PATH_DECODE ? decode_f : tc_f, *other = path == NB_GEMM_PATH_DECODE ? tc_f : decode_only;
     const int nmine = path == NB_GEMM_PATH_DECODE ? 3 : 2, nother = 2;
@@ -521,7 +533,8 @@ static int parse_entry(const cJSON *o, entry *e, const char **gpu, char *why, si
         if (!f[mine[i]]) return snprintf(why, wn, "\"%s\" is missing (path %s)", k_field[mine[i]], k_path_name[path]), 0;
     for (int i = 0; i < nother; i++)
         if (f[other[i]]) return snprintf(why, wn, "\"%s\" is not a field of path %s", k_field[other[i]], k_path_name[path]), 0;
-    if (path == NB_GEMM_PATH_TENSOR_CORE && f[F_RPW]) return snprintf(why, wn, "\"rpw\" is not a field of path tc"), 0;
+    if (path != NB_GEMM_PATH_DECODE && f[F_RPW])
+        return snprintf(why, wn, "\"rpw\" is not a field of path %s", k_path_name[path]), 0;
     if (path == NB_GEMM_PATH_DECODE) {
         if (!int_field(f[F_KW], F_KW, 0, INT32_MAX, &v, why, wn)) return 0;
         e->cfg.kw = (int32_t)v;
@@ -544,7 +557,7 @@ static int parse_entry(const cJSON *o, entry *e, const char **gpu, char *why, si
         }
     }
     if (!check_config(&e->cfg, e->bucket, why, wn)) return 0;
-    if (e->cfg.path == NB_GEMM_PATH_TENSOR_CORE && !e->cfg.splits) e->cfg.splits = 1;
+    if (e->cfg.path != NB_GEMM_PATH_DECODE && !e->cfg.splits) e->cfg.splits = 1;
     if (!cJSON_IsNumber(f[F_US]) || !(f[F_US]->valuedouble >= 0.0 && f[F_US]->valuedouble <= 1e12))
         return snprintf(why, wn, "\"us\" must be a number in [0, 1e12]"), 0;
     e->us = f[F_US]->valuedouble;

@@ -1,6 +1,7 @@
 /* test_gpu.c - correctness of the device path on a real GPU.
  *
- *   test_gpu [--quick]      exit 0 pass, 1 fail, 77 no device (skipped)
+ *   test_gpu [--quick] [--no-cublas] [--max-m N]
+ *                           exit 0 pass, 1 fail, 77 no device (skipped)
  *
  * For every format (NVFP4, MXFP4) and activation type (BF16, FP16):
  *   - nb_pack on the device produces the same bytes as nb_pack_host;
@@ -14,8 +15,16 @@
  *   - NaN scales give NaN rows and only those; negative scales; bias;
  *   - two runs are bitwise identical and a CUDA-graph replay equals a direct
  *     call (split-K reduction is deterministic, workspace left zeroed).
+ * With NIBBLE_PATH=mma in the environment every call runs the mma.sync
+ * kernel (gemm_sm80.cu), whatever the GPU, and the test adds m in {32, 33,
+ * 64, 100, 128, 256, 1000, 1024, 4096} on a ragged layer (n = 1000, k = 4192)
+ * and on a Llama layer (4096 -> 4096), and the ragged layer again on a
+ * context held to the configuration that fits 99 KB of shared memory
+ * (NIBBLE_BN=128 NIBBLE_STAGES=2, what an L40S runs).  --max-m leaves out
+ * larger m (the compute-sanitizer runs).
  * Error rule: |y - ref| <= ulp_out(|ref|) + 2^-14 * max|ref| per element
  * (output rounding plus float accumulation over k in another order). */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include "nibble.h"
 
 #include <cublas_v2.h>
@@ -28,6 +37,8 @@
 static int g_fail = 0, g_pass = 0;
 static int g_tc_runs = 0, g_tc_split_runs = 0; /* tensor-core path calls, and those with a k split */
 static int g_no_cublas = 0; /* --no-cublas: racecheck reports hazards inside cuBLAS itself */
+static int g_max_m = 0;      /* --max-m: leave out larger m (0: none left out) */
+static int g_mma = 0;        /* NIBBLE_PATH=mma: every call runs the mma.sync kernel */
 
 #define CK(call)                                                                                   \
     do {                                                                                           \
@@ -286,9 +297,46 @@ static void check_cublas_graph(env_t *e, weight_t *w, nb_format fmt, nb_dtype ac
     cudaFree(dc);
 }
 
-/* One shape: weights, all m in ms[], references. */
-static void test_shape(env_t *e, nb_format fmt, nb_dtype act, int64_t n, int64_t k, const int *ms, int nms, int full_checks) {
+/* The reference Y[m, n] (float) for problems too large for the naive kernel
+ * (minutes at m = 4096 on a Llama layer): the weights dequantized on the
+ * device with tensor scale 1 to the activation type, which is exact (an
+ * E2M1 value times a block scale has at most 6 significant bits, and the
+ * test's scales keep it in range), then cuBLAS with FP32 accumulation and
+ * alpha = the tensor scale; the bias added here. */
+static void reference_blas(env_t *e, const weight_t *w, nb_dtype act, int64_t m, const void *dx, const uint16_t *hb,
+                           float *href) {
+    const int64_t n = w->n, k = w->k;
+    nb_weight_desc cd = w->desc;
+    cd.layout = NB_LAYOUT_CHECKPOINT;
+    cd.tensor_scale = 1.0f;
+    void *dw;
+    float *dc;
+    CK(cudaMalloc(&dw, (size_t)(n * k) * 2));
+    CK(cudaMalloc((void **)&dc, (size_t)(m * n) * 4));
+    NB(nb_dequantize(e->ctx, &cd, w->d_codes, w->d_scales, act, dw, NULL));
+    const float alpha = w->desc.tensor_scale, zero = 0.0f;
+    const cudaDataType dt = act == NB_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    cublasStatus_t bs = cublasGemmEx(e->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)m, (int)k, &alpha, dw, dt, (int)k,
+                                     dx, dt, (int)k, &zero, dc, CUDA_R_32F, (int)n, CUBLAS_COMPUTE_32F,
+                                     CUBLAS_GEMM_DEFAULT);
+    check(bs == CUBLAS_STATUS_SUCCESS, "cublasGemmEx (reference)");
+    CK(cudaMemcpy(href, dc, (size_t)(m * n) * 4, cudaMemcpyDeviceToHost));
+    if (hb)
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) href[i * n + j] += from16(act, hb[j]);
+    cudaFree(dw);
+    cudaFree(dc);
+}
+
+/* One shape: weights, all m in ms[] (those up to --max-m), references: the
+ * naive GPU kernel, or with blas_ref (and cuBLAS allowed) reference_blas. */
+static void test_shape_ref(env_t *e, nb_format fmt, nb_dtype act, int64_t n, int64_t k, const int *ms_all,
+                           int nms_all, int full_checks, int blas_ref) {
     char what[256];
+    int ms[64], nms = 0;
+    for (int i = 0; i < nms_all && nms < 64; i++)
+        if (!g_max_m || ms_all[i] <= g_max_m) ms[nms++] = ms_all[i];
+    if (!nms) return;
     const char *fn = fmt == NB_FORMAT_NVFP4 ? "nvfp4" : "mxfp4", *an = act == NB_DTYPE_BF16 ? "bf16" : "f16";
     weight_t w;
     int small = n * k <= (int64_t)4096 * 4096;
@@ -308,15 +356,19 @@ static void test_shape(env_t *e, nb_format fmt, nb_dtype act, int64_t n, int64_t
     CK(cudaMalloc((void **)&dref, (size_t)(mmax * n) * 4));
     CK(cudaMemcpy(dx, hx, (size_t)(mmax * k) * 2, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(db, hb, (size_t)n * 2, cudaMemcpyHostToDevice));
-    /* naive GPU reference over all mmax rows (rows are independent) */
+    /* GPU reference over all mmax rows (rows are independent) */
     nb_weight_desc cd = w.desc;
     cd.layout = NB_LAYOUT_CHECKPOINT;
     nb_gemm_desc rg;
     NB(nb_gemm_desc_init(&rg, &cd, mmax, act, act));
     int use_bias = full_checks;
-    NB(nb_gemm_reference_device(e->ctx, &rg, dx, w.d_codes, w.d_scales, use_bias ? db : NULL, dref, NULL));
     float *href = malloc((size_t)(mmax * n) * 4);
-    CK(cudaMemcpy(href, dref, (size_t)(mmax * n) * 4, cudaMemcpyDeviceToHost));
+    if (blas_ref && !g_no_cublas) {
+        reference_blas(e, &w, act, mmax, dx, use_bias ? hb : NULL, href);
+    } else {
+        NB(nb_gemm_reference_device(e->ctx, &rg, dx, w.d_codes, w.d_scales, use_bias ? db : NULL, dref, NULL));
+        CK(cudaMemcpy(href, dref, (size_t)(mmax * n) * 4, cudaMemcpyDeviceToHost));
+    }
     uint16_t *hy = malloc((size_t)(mmax * n) * 2);
     for (int i = 0; i < nms; i++) {
         int64_t m = ms[i];
@@ -356,6 +408,40 @@ static void test_shape(env_t *e, nb_format fmt, nb_dtype act, int64_t n, int64_t
     cudaFree(dy);
     cudaFree(dref);
     free_weight(&w);
+}
+
+static void test_shape(env_t *e, nb_format fmt, nb_dtype act, int64_t n, int64_t k, const int *ms, int nms,
+                       int full_checks) {
+    test_shape_ref(e, fmt, act, n, k, ms, nms, full_checks, 0);
+}
+
+/* The configuration the last nb_gemm on ctx ran contains `want`. */
+static void check_config(nb_context *ctx, const char *want, const char *what) {
+    char cfg[256], msg[512];
+    NB(nb_gemm_last_config(ctx, cfg, sizeof cfg));
+    snprintf(msg, sizeof msg, "%s: the last call ran %s (%s)", what, want, cfg);
+    check(strstr(cfg, want) != NULL, msg);
+}
+
+/* NIBBLE_PATH=mma: the mma kernel on the configuration that fits 99 KB of
+ * shared memory (sm_86, sm_89: 128-token tiles, two stages), which a GPU
+ * with more picks only when told, on a context of its own. */
+static void test_mma_small_smem(env_t *e) {
+    setenv("NIBBLE_BN", "128", 1);
+    setenv("NIBBLE_STAGES", "2", 1);
+    env_t e2 = *e;
+    NB(nb_context_create(0, &e2.ctx));
+    unsetenv("NIBBLE_BN");
+    unsetenv("NIBBLE_STAGES");
+    static const int ms[] = {1, 33, 100, 256};
+    const nb_format fmts[2] = {NB_FORMAT_NVFP4, NB_FORMAT_MXFP4};
+    const nb_dtype acts[2] = {NB_DTYPE_BF16, NB_DTYPE_F16};
+    for (int f = 0; f < 2; f++)
+        for (int a = 0; a < 2; a++) test_shape(&e2, fmts[f], acts[a], 1000, 4096 + 96, ms, 4, a == 0);
+    check_config(e2.ctx, "128x128,stages=2", "NIBBLE_BN=128 NIBBLE_STAGES=2");
+    nb_context_destroy(e2.ctx);
+    e->ws = e2.ws; /* (test_shape may have grown it) */
+    e->ws_bytes = e2.ws_bytes;
 }
 
 /* Device dequantize equals the host reference, bit for bit, every dtype. */
@@ -466,7 +552,7 @@ static void test_device_errors(env_t *e) {
     NB(nb_gemm_desc_init(&g32, &w.desc, 32, NB_DTYPE_BF16, NB_DTYPE_BF16));
     size_t ws32 = 0;
     NB(nb_gemm_workspace_size(e->ctx, &g32, &ws32));
-    check(ws > 0, "a 64-row layer with k = 4096 is planned with a k split (workspace > 0)");
+    if (!g_mma) check(ws > 0, "a 64-row layer with k = 4096 is planned with a k split (workspace > 0)");
     check(ws32 == ws, "nb_gemm_workspace_size does not depend on m");
     if (ws) {
         check(nb_gemm(e->ctx, &g32, dx, w.d_packed, NULL, dy, e->ws, ws, NULL) == NB_OK,
@@ -504,8 +590,9 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--no-cublas")) g_no_cublas = 1;
+        else if (i + 1 < argc && !strcmp(argv[i], "--max-m")) g_max_m = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: test_gpu [--quick] [--no-cublas]\n");
+            fprintf(stderr, "usage: test_gpu [--quick] [--no-cublas] [--max-m N]\n");
             return 1;
         }
     }
@@ -514,12 +601,14 @@ int main(int argc, char **argv) {
         printf("test_gpu: no CUDA device, skipped\n");
         return 77;
     }
+    const char *path = getenv("NIBBLE_PATH");
+    g_mma = path && !strcmp(path, "mma");
     env_t e = {0};
     NB(nb_context_create(0, &e.ctx));
     nb_device_info info;
     NB(nb_context_device_info(e.ctx, &info));
-    printf("test_gpu on %s (sm_%d%d, %d SMs)%s\n", info.name, info.cc_major, info.cc_minor, info.sm_count,
-           quick ? " quick" : "");
+    printf("test_gpu on %s (sm_%d%d, %d SMs)%s%s\n", info.name, info.cc_major, info.cc_minor, info.sm_count,
+           quick ? " quick" : "", g_mma ? ", NIBBLE_PATH=mma" : "");
     if (cublasCreate(&e.blas) != CUBLAS_STATUS_SUCCESS) {
         fprintf(stderr, "cublasCreate failed\n");
         return 1;
@@ -531,6 +620,9 @@ int main(int argc, char **argv) {
     static const int tc_m[] = {1, 17, 32, 33, 64, 100, 128, 256, 1000};
     static const int big_m[] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13,  14,  15,   16,   17,  18,  19,
                                 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 64, 100, 128, 256, 1000, 1024, 4096};
+    /* NIBBLE_PATH=mma: the mma kernel's tile edges (64 / 128 tokens, 128 rows) */
+    static const int mma_m[] = {32, 33, 64, 100, 128, 256, 1000, 1024, 4096};
+    static const int llama_m[] = {33, 256, 1024, 4096};
     const nb_format fmts[2] = {NB_FORMAT_NVFP4, NB_FORMAT_MXFP4};
     const nb_dtype acts[2] = {NB_DTYPE_BF16, NB_DTYPE_F16};
     for (int f = 0; f < 2; f++) {
@@ -547,6 +639,11 @@ int main(int argc, char **argv) {
             test_shape(&e, fmts[f], acts[a], 24000 + 8, 256 + 64, few_m, 8, 0);
             test_shape(&e, fmts[f], acts[a], 1000 + 24, 4096 + 96, tc_m, 9, 1);
             test_shape(&e, fmts[f], acts[a], 129, 16 * 9 * (fmts[f] == NB_FORMAT_NVFP4 ? 1 : 2), tc_m, 9, 0);
+            if (g_mma) { /* a ragged layer and a Llama layer (4096 -> 4096) up to m = 4096 */
+                test_shape_ref(&e, fmts[f], acts[a], 1000, 4096 + 96, mma_m, 9, 1, 1);
+                if (quick && !g_no_cublas) test_shape_ref(&e, fmts[f], acts[a], 4096, 4096, llama_m, 4, a == 0, 1);
+                check_config(e.ctx, "gemm_sm80<", "NIBBLE_PATH=mma");
+            }
             if (!quick) {
                 static const int64_t shapes[][2] = {{4096, 4096}, {6144, 4096},  {28672, 4096}, {4096, 14336},
                                                     {8192, 8192}, {10240, 8192}, {57344, 8192}, {8192, 28672}};
@@ -556,6 +653,7 @@ int main(int argc, char **argv) {
             }
         }
     }
+    if (g_mma) test_mma_small_smem(&e);
     test_mx_range(&e);
     test_device_errors(&e);
     printf("tensor-core path: %d calls, %d with a k split\n", g_tc_runs, g_tc_split_runs);

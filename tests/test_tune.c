@@ -5,7 +5,8 @@
  *   test_tune DIR     (scratch files go to DIR; exit 0 pass, 1 fail)
  *
  * - the m buckets cover every m once, in order;
- * - round trip: entries set through nb_context_set_tuning, written by
+ * - round trip: entries of each path (decode, tc, mma) set through
+ *   nb_context_set_tuning, written by
  *   nb_context_save_tuning (what `nibble tune` writes with), loaded into a
  *   fresh context: lookups hit for every m of the right bucket and miss for
  *   another bucket, shape, format, dtype or GPU name; other GPUs' entries
@@ -74,6 +75,12 @@ static nb_gemm_config tc_cfg(int bn, int raster, int splits) {
     return c;
 }
 
+static nb_gemm_config mma_cfg(int bn, int raster) {
+    nb_gemm_config c = tc_cfg(bn, raster, 1); /* (the mma path does not split k) */
+    c.path = NB_GEMM_PATH_MMA;
+    return c;
+}
+
 static size_t count_of(const nb_context *ctx, size_t *mine) {
     size_t all = 0, dev = 0;
     nb_context_tuning_count(ctx, &all, &dev);
@@ -134,14 +141,17 @@ static void test_round_trip(void) {
     const nb_gemm_desc g16 = problem(NB_FORMAT_NVFP4, NB_DTYPE_BF16, 57344, 8192, 16);
     const nb_gemm_desc g1 = problem(NB_FORMAT_NVFP4, NB_DTYPE_BF16, 57344, 8192, 1);
     const nb_gemm_desc g1k = problem(NB_FORMAT_MXFP4, NB_DTYPE_F16, 8192, 8192, 1000);
-    const nb_gemm_config c16 = decode_cfg(1, 4, 1, 2), c1 = decode_cfg(8, 2, 0, 0), c1k = tc_cfg(128, 8, 2);
+    const nb_gemm_desc g300 = problem(NB_FORMAT_NVFP4, NB_DTYPE_F16, 28672, 8192, 300);
+    const nb_gemm_config c16 = decode_cfg(1, 4, 1, 2), c1 = decode_cfg(8, 2, 0, 0), c1k = tc_cfg(128, 8, 2),
+                         c300 = mma_cfg(64, 4);
     CHECK(nb_context_set_tuning(a, &g16, &c16, 167.25) == NB_OK, "set: %s", nb_last_error());
     CHECK(nb_context_set_tuning(a, &g1, &c1, 101.5) == NB_OK, "set: %s", nb_last_error());
     CHECK(nb_context_set_tuning(a, &g1k, &c1k, 512.125) == NB_OK, "set: %s", nb_last_error());
-    CHECK(count_of(a, NULL) == 3, "3 entries, got %zu", count_of(a, NULL));
+    CHECK(nb_context_set_tuning(a, &g300, &c300, 95.0) == NB_OK, "set: %s", nb_last_error());
+    CHECK(count_of(a, NULL) == 4, "4 entries, got %zu", count_of(a, NULL));
     const nb_gemm_config c16b = decode_cfg(2, 1, 0, 0);
     CHECK(nb_context_set_tuning(a, &g16, &c16b, 170.0) == NB_OK, "replace: %s", nb_last_error());
-    CHECK(count_of(a, NULL) == 3, "a second set for the same bucket replaces: %zu entries", count_of(a, NULL));
+    CHECK(count_of(a, NULL) == 4, "a second set for the same bucket replaces: %zu entries", count_of(a, NULL));
     nb_gemm_config got;
     CHECK(lookup(a, NB_FORMAT_NVFP4, NB_DTYPE_BF16, 57344, 8192, 12, &got) && got.kw == 2 && got.variant == 0,
           "replaced entry not found");
@@ -160,7 +170,7 @@ static void test_round_trip(void) {
     nb_context_create(NB_DEVICE_NONE, &b);
     CHECK(nb_context_load_tuning(b, file) == NB_OK, "load: %s", nb_last_error());
     size_t mine;
-    CHECK(count_of(b, &mine) == 3 && mine == 3, "loaded %zu entries, %zu for this GPU", count_of(b, NULL), mine);
+    CHECK(count_of(b, &mine) == 4 && mine == 4, "loaded %zu entries, %zu for this GPU", count_of(b, NULL), mine);
     /* every m of the bucket 9-16 hits, its neighbours do not */
     for (int64_t m = 9; m <= 16; m++) {
         memset(&got, 0, sizeof got);
@@ -177,6 +187,8 @@ static void test_round_trip(void) {
           "tensor-core entry at m = 513");
     CHECK(lookup(b, NB_FORMAT_MXFP4, NB_DTYPE_F16, 8192, 8192, 1024, NULL), "m = 1024");
     CHECK(!lookup(b, NB_FORMAT_MXFP4, NB_DTYPE_F16, 8192, 8192, 1025, NULL), "m = 1025 hit the 513-1024 entry");
+    CHECK(lookup(b, NB_FORMAT_NVFP4, NB_DTYPE_F16, 28672, 8192, 257, &got) && !memcmp(&got, &c300, sizeof got),
+          "mma entry at m = 257 (path %d bn %d raster %d)", got.path, got.bn, got.raster);
     /* other shape, format, dtype */
     CHECK(!lookup(b, NB_FORMAT_NVFP4, NB_DTYPE_BF16, 8192, 57344, 16, NULL), "n and k swapped hit");
     CHECK(!lookup(b, NB_FORMAT_MXFP4, NB_DTYPE_BF16, 57344, 8192, 16, NULL), "other format hit");
@@ -188,7 +200,7 @@ static void test_round_trip(void) {
     nb_context_create(NB_DEVICE_NONE, &c);
     snprintf(c->info.name, sizeof c->info.name, "NVIDIA H100 80GB HBM3");
     CHECK(nb_context_load_tuning(c, file) == NB_OK, "load: %s", nb_last_error());
-    CHECK(count_of(c, &mine) == 3 && mine == 0, "another GPU: %zu entries, %zu for it", count_of(c, NULL), mine);
+    CHECK(count_of(c, &mine) == 4 && mine == 0, "another GPU: %zu entries, %zu for it", count_of(c, NULL), mine);
     CHECK(!lookup(c, NB_FORMAT_NVFP4, NB_DTYPE_BF16, 57344, 8192, 16, NULL), "an entry for \"host\" hit on an H100");
     const nb_gemm_config own = tc_cfg(256, 16, 1);
     const nb_gemm_desc gown = problem(NB_FORMAT_NVFP4, NB_DTYPE_BF16, 57344, 8192, 4096);
@@ -196,7 +208,7 @@ static void test_round_trip(void) {
     const char *file2 = path_of("cache2.json");
     CHECK(nb_context_save_tuning(c, file2) == NB_OK, "save: %s", nb_last_error());
     CHECK(nb_context_load_tuning(b, file2) == NB_OK, "load: %s", nb_last_error());
-    CHECK(count_of(b, &mine) == 4 && mine == 3, "merged file: %zu entries, %zu for host", count_of(b, NULL), mine);
+    CHECK(count_of(b, &mine) == 5 && mine == 4, "merged file: %zu entries, %zu for host", count_of(b, NULL), mine);
     CHECK(!lookup(b, NB_FORMAT_NVFP4, NB_DTYPE_BF16, 57344, 8192, 4096, NULL), "the H100 entry hit on host");
     CHECK(lookup(c, NB_FORMAT_NVFP4, NB_DTYPE_BF16, 57344, 8192, 3000, &got) && got.bn == 256, "H100 entry");
     /* save is a replacement: the same table written twice gives the same bytes */
@@ -210,12 +222,13 @@ static void test_round_trip(void) {
     if (f3) fclose(f3);
     CHECK(t2[0] && !strcmp(t2, t3), "saving the same table twice differs");
     CHECK(strstr(t2, "\"version\": 1") && strstr(t2, "\"m\":\"9-16\"") && strstr(t2, "\"variant\":\"staged\"") &&
-              strstr(t2, "\"us\":167.25") && strstr(t2, "\"path\":\"tc\""),
+              strstr(t2, "\"us\":167.25") && strstr(t2, "\"path\":\"tc\"") &&
+              strstr(t2, "\"path\":\"mma\",\"bn\":64,\"raster\":4"),
           "file text:\n%s", t2);
 
     /* removing an entry */
     CHECK(nb_context_set_tuning(b, &g16, NULL, 0) == NB_OK, "remove: %s", nb_last_error());
-    CHECK(!lookup(b, NB_FORMAT_NVFP4, NB_DTYPE_BF16, 57344, 8192, 16, NULL) && count_of(b, NULL) == 3, "removed");
+    CHECK(!lookup(b, NB_FORMAT_NVFP4, NB_DTYPE_BF16, 57344, 8192, 16, NULL) && count_of(b, NULL) == 4, "removed");
     CHECK(nb_context_set_tuning(b, &g16, NULL, 0) == NB_OK, "removing twice");
 
     /* without a device the planner still refuses cleanly, table or not */
@@ -266,6 +279,8 @@ static void test_malformed(void) {
                  "\"variant\": \"plain\", \"us\": 19.5, \"note\": \"unknown keys are ignored\"", NB_OK, "");
     expect_entry("ok_tc.json", GOOD_HEAD "\"m\": \"4097+\", \"m_tuned\": 8192, \"path\": \"tc\", \"bn\": 256, "
                  "\"raster\": 1024, \"us\": 0", NB_OK, "");
+    expect_entry("ok_mma.json", GOOD_HEAD "\"m\": \"257-512\", \"path\": \"mma\", \"bn\": 128, \"raster\": 16, "
+                 "\"us\": 40", NB_OK, "");
     expect_load("ok_empty.json", "{\"version\": 1, \"entries\": []}", NB_OK, "");
 
     {
@@ -318,6 +333,14 @@ static void test_malformed(void) {
                  "\"variant\": \"plain\", \"us\": 1", NB_ERR_CORRUPT, "splits = 0 is not in 1..64");
     expect_entry("splits65.json", GOOD_HEAD "\"m\": \"1\", \"path\": \"decode\", \"kw\": 4, \"splits\": 65, "
                  "\"variant\": \"plain\", \"us\": 1", NB_ERR_CORRUPT, "splits = 65");
+    expect_entry("mma_bn256.json", GOOD_HEAD "\"m\": \"65-128\", \"path\": \"mma\", \"bn\": 256, \"raster\": 16, "
+                 "\"us\": 1", NB_ERR_CORRUPT, "bn = 256 is not 64, 128 (path mma)");
+    expect_entry("mma_kw.json", GOOD_HEAD "\"m\": \"65-128\", \"path\": \"mma\", \"bn\": 64, \"raster\": 16, \"kw\": 4, "
+                 "\"us\": 1", NB_ERR_CORRUPT, "\"kw\" is not a field of path mma");
+    expect_entry("mma_rpw.json", GOOD_HEAD "\"m\": \"65-128\", \"path\": \"mma\", \"bn\": 64, \"raster\": 16, \"rpw\": 1, "
+                 "\"us\": 1", NB_ERR_CORRUPT, "\"rpw\" is not a field of path mma");
+    expect_entry("mma_no_bn.json", GOOD_HEAD "\"m\": \"65-128\", \"path\": \"mma\", \"raster\": 16, \"us\": 1",
+                 NB_ERR_CORRUPT, "\"bn\" is missing (path mma)");
     expect_entry("bn96.json", GOOD_HEAD "\"m\": \"65-128\", \"path\": \"tc\", \"bn\": 96, \"raster\": 16, \"us\": 1",
                  NB_ERR_CORRUPT, "bn = 96 is not 64, 128 or 256");
     expect_entry("raster0.json", GOOD_HEAD "\"m\": \"65-128\", \"path\": \"tc\", \"bn\": 64, \"raster\": 0, \"us\": 1",
@@ -483,8 +506,16 @@ static void test_arguments(void) {
     EXPECT_FAIL(NB_ERR_INVALID_ARGUMENT, nb_context_set_tuning(ctx, &g, &c, 1));
     CHECK(strstr(nb_last_error(), "splits = 9") != NULL, "set: tc splits 9: %s", nb_last_error());
     c.splits = 0;
-    c.path = 3;
+    c.path = 4;
     EXPECT_FAIL(NB_ERR_INVALID_ARGUMENT, nb_context_set_tuning(ctx, &g, &c, 1));
+    CHECK(strstr(nb_last_error(), "or 3 (mma)") != NULL, "set: path 4: %s", nb_last_error());
+    c = mma_cfg(256, 16);
+    EXPECT_FAIL(NB_ERR_INVALID_ARGUMENT, nb_context_set_tuning(ctx, &g, &c, 1));
+    CHECK(strstr(nb_last_error(), "bn = 256") != NULL, "set: mma bn 256: %s", nb_last_error());
+    c = mma_cfg(64, 16);
+    c.kw = 4;
+    EXPECT_FAIL(NB_ERR_INVALID_ARGUMENT, nb_context_set_tuning(ctx, &g, &c, 1));
+    CHECK(strstr(nb_last_error(), "not mma") != NULL, "set: mma with kw: %s", nb_last_error());
     const nb_gemm_desc g32 = problem(NB_FORMAT_NVFP4, NB_DTYPE_F32, 4096, 4096, 4);
     c = decode_cfg(4, 1, 0, 0);
     EXPECT_FAIL(NB_ERR_UNSUPPORTED, nb_context_set_tuning(ctx, &g32, &c, 1));

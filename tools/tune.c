@@ -47,10 +47,11 @@ static void help(void) {
            "                   [--out FILE] [--min-bytes MB]\n"
            "  For each layer k -> n, format and m: times every kernel configuration nb_gemm can run\n"
            "  (decode kernel: warps per row block, k splits, staged activations; Hopper tensor-core\n"
-           "  kernel: tile width, raster group), each checked against the heuristic's output first,\n"
-           "  and writes the fastest per (GPU, format, dtype, n, k, m bucket) to FILE, merged with\n"
-           "  the entries already there.  nb_gemm follows the file when NIBBLE_TUNE_CACHE names it\n"
-           "  or after nb_context_load_tuning; `nibble bench --tune-cache FILE` shows the effect.\n"
+           "  kernel, or the mma.sync kernel on other GPUs: tile width, raster group), each checked\n"
+           "  against the heuristic's output first, and writes the fastest per (GPU, format, dtype,\n"
+           "  n, k, m bucket) to FILE, merged with the entries already there.  nb_gemm follows the\n"
+           "  file when NIBBLE_TUNE_CACHE names it or after nb_context_load_tuning; `nibble bench\n"
+           "  --tune-cache FILE` shows the effect.\n"
            "  An entry serves its whole m bucket: 1, 2, 3-4, 5-8, ..., 2049-4096, 4097+.\n"
            "  defaults: --shapes 8192x8192,8192x57344,28672x8192,4096x6144,4096x4096\n"
            "            --m 1,4,16,32,64,128,256,1024 --formats nvfp4,mxfp4 --act bf16 --min-bytes 240\n"
@@ -77,7 +78,9 @@ static int same_output(nb_dtype t, const uint16_t *a, const uint16_t *b, size_t 
 }
 
 static void config_text(const nb_gemm_config *c, char *buf, size_t n) {
-    if (c->path == NB_GEMM_PATH_TENSOR_CORE) snprintf(buf, n, "tc bn=%d splits=%d raster=%d", c->bn, c->splits ? c->splits : 1, c->raster);
+    if (c->path == NB_GEMM_PATH_TENSOR_CORE || c->path == NB_GEMM_PATH_MMA)
+        snprintf(buf, n, "%s bn=%d splits=%d raster=%d", c->path == NB_GEMM_PATH_MMA ? "mma" : "tc", c->bn,
+                 c->splits ? c->splits : 1, c->raster);
     else if (c->variant) snprintf(buf, n, "decode staged rpw=%d splits=%d", c->rpw, c->splits);
     else snprintf(buf, n, "decode kw=%d splits=%d", c->kw, c->splits);
 }
@@ -113,8 +116,8 @@ int nb_cli_tune(int argc, char **argv) {
                 return 1;
             }
         }
-    static const char *const knobs[] = {"NIBBLE_PATH", "NIBBLE_KW", "NIBBLE_SPLITS", "NIBBLE_XS", "NIBBLE_RPW",
-                                        "NIBBLE_BN", "NIBBLE_RASTER", "NIBBLE_TUNE_CACHE"};
+    static const char *const knobs[] = {"NIBBLE_PATH", "NIBBLE_KW",     "NIBBLE_SPLITS", "NIBBLE_XS",        "NIBBLE_RPW",
+                                        "NIBBLE_BN",   "NIBBLE_RASTER", "NIBBLE_STAGES", "NIBBLE_TUNE_CACHE"};
     for (size_t i = 0; i < sizeof knobs / sizeof knobs[0]; i++)
         if (getenv(knobs[i])) {
             if (i + 1 < sizeof knobs / sizeof knobs[0])

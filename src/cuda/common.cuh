@@ -1,5 +1,6 @@
 /* common.cuh - helpers shared by the kernel files: error reporting, the
- * scalar codecs (identical arithmetic to src/formats.c), cache-hinted loads. */
+ * scalar codecs (identical arithmetic to src/formats.c), cache-hinted loads,
+ * cp.async copies, programmatic dependent launch, mma.sync. */
 #ifndef NB_COMMON_CUH
 #define NB_COMMON_CUH
 
@@ -108,6 +109,62 @@ __device__ __forceinline__ uint32_t nbc_hmul2(uint32_t a, uint32_t b) {
         r = *reinterpret_cast<uint32_t *>(&z);
     }
     return r;
+}
+
+/* ------------------------------------------------ PTX shared by the kernels */
+
+__device__ __forceinline__ uint32_t nbc_smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+/* Programmatic dependent launch (sm_90): wait until the previous grid in
+ * the stream has finished and its writes are visible; let the next grid
+ * start its prologue early.  No-ops before sm_90 (the host launches without
+ * the attribute there). */
+__device__ __forceinline__ void nbc_grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void nbc_grid_dependents_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* 16-byte global -> shared copy (sa: shared address); src_size 0 writes
+ * zeros and reads nothing (k past the end). */
+__device__ __forceinline__ void nbc_cp_async16_zfill(uint32_t sa, const void *gmem, bool in) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(sa), "l"(gmem), "r"(in ? 16 : 0));
+}
+
+/* 16-byte global -> shared copy that bypasses registers, with an L2 policy;
+ * a 32-bit shared-memory address (callers keep one base register and add
+ * constant offsets). */
+__device__ __forceinline__ void nbc_cp_async16_s(uint32_t sa, const void *gmem, uint64_t pol) {
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(sa), "l"(gmem), "l"(pol));
+}
+__device__ __forceinline__ void nbc_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void nbc_cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+/* D += A . B, m16n8k16, FP32 accumulate, A row-major (16 x 16), B
+ * column-major (16 x 8) (PTX ISA "Matrix Fragments for mma.m16n8k16":
+ * a0..a3 rows g/g+8, k-slots 2t..2t+1 and 2t+8..2t+9; b0, b1 column g,
+ * k-slots 2t..2t+1 and 2t+8..2t+9; d0, d1 row g, columns 2t, 2t+1; d2, d3
+ * row g+8). */
+template <int ACT>
+__device__ __forceinline__ void nbc_mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                             uint32_t b0, uint32_t b1) {
+    if (ACT == NB_DTYPE_BF16) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    } else {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    }
 }
 
 #endif

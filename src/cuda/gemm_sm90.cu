@@ -47,6 +47,7 @@
  * TEST    build/tests/test_gpu (m in 33..4096).  BENCH  nibble bench.
  */
 #include "common.cuh"
+#include "tc_dequant.cuh"
 #include "wgmma_ops.cuh"
 
 #include <cudaTypedefs.h>
@@ -138,71 +139,6 @@ __device__ __forceinline__ void wgmma_tile(float (&d)[BN / 2], uint32_t a0, uint
     }
 }
 
-/* One pair of E2M1 codes as a 16-bit pair with sign at bit 15 and e1e0m at
- * the low exponent bits (gemv_fp4.cu "DEQUANTIZATION").  The codes arrive
- * already at bits 12..15 and 28..31 (the word shifted left by 12 - 4t puts
- * nibbles t and t+4 there): the sign is in place, the magnitude moves down
- * by 6 (BF16) or 3 (FP16).  Two masks and two shifts per pair in all. */
-template <int ACT>
-__device__ __forceinline__ uint32_t decode_pair_sm90(uint32_t a) {
-    if (ACT == NB_DTYPE_BF16) return (a & 0x80008000u) | ((a >> 6) & 0x01C001C0u);
-    return (a & 0x80008000u) | ((a >> 3) & 0x0E000E00u);
-}
-/* bf16x2 / f16x2 multiply as PTX (not common.cuh's nbc_hmul2 intrinsic,
- * which compiles to the same HMUL2 but lets the scheduler reorder this
- * kernel's measured code: unify after the next GPU measurement). */
-template <int ACT>
-__device__ __forceinline__ uint32_t hmul2_sm90(uint32_t a, uint32_t b) {
-    uint32_t r;
-    if (ACT == NB_DTYPE_BF16)
-        asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-    else
-        asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-    return r;
-}
-#endif
-
-#ifdef NB_SM90_DEVICE
-/* A fragments of the eight k16 tiles of one packed chunk for rows g, g+8 of
- * this warp's row block (see "HOW THE DECODE LAYOUT FEEDS WGMMA"). */
-template <int FMT, int ACT, int CB>
-__device__ __forceinline__ void dequant_chunk(const uint8_t *wsm, const uint32_t *stab, int g, int t,
-                                              uint32_t (&a)[8][4]) {
-    uint32_t sc[2][2]; /* scale bytes: NVFP4 16 (two words per half), MXFP4 8 */
-    if (FMT == NB_FORMAT_NVFP4) {
-        const uint4 v = *(const uint4 *)(wsm + 1024 + 16 * g);
-        sc[0][0] = v.x, sc[0][1] = v.y, sc[1][0] = v.z, sc[1][1] = v.w;
-    } else {
-        const uint2 v = *(const uint2 *)(wsm + 1024 + 8 * g);
-        sc[0][0] = v.x, sc[0][1] = v.y, sc[1][0] = sc[1][1] = 0;
-    }
-    const int sh = 12 - 4 * t; /* nibbles t, t+4 to bits 12..15, 28..31 */
-#pragma unroll
-    for (int q = 0; q < 4; q++) { /* tiles 2q, 2q+1: words 4q .. 4q+3 of rows g, g+8 */
-        const uint4 lo = *(const uint4 *)(wsm + 64 * g + 16 * q);
-        const uint4 hi = *(const uint4 *)(wsm + 512 + 64 * g + 16 * q);
-        const uint32_t wl[4] = {lo.x << sh, lo.y << sh, lo.z << sh, lo.w << sh};
-        const uint32_t wh[4] = {hi.x << sh, hi.y << sh, hi.z << sh, hi.w << sh};
-#pragma unroll
-        for (int jj = 0; jj < 2; jj++) {
-            const int j = 2 * q + jj;
-            uint32_t sg, sh8; /* adjusted scales of rows g and g+8 for tile j */
-            if (FMT == NB_FORMAT_NVFP4) { /* group j: byte 4(j/2) + (j&1), +2 for row g+8 */
-                const uint32_t w = sc[j >> 2][(j >> 1) & 1];
-                sg = stab[(w >> (8 * (j & 1))) & 0xFF];
-                sh8 = stab[(w >> (8 * (2 + (j & 1)))) & 0xFF];
-            } else { /* group j/2 = q: bytes 2q, 2q+1 */
-                const uint32_t w = sc[0][q >> 1];
-                sg = stab[(w >> (16 * (q & 1))) & 0xFF];
-                sh8 = stab[(w >> (16 * (q & 1) + 8)) & 0xFF];
-            }
-            a[j][0] = hmul2_sm90<ACT>(decode_pair_sm90<ACT>(wl[2 * jj]), sg);
-            a[j][1] = hmul2_sm90<ACT>(decode_pair_sm90<ACT>(wh[2 * jj]), sh8);
-            a[j][2] = hmul2_sm90<ACT>(decode_pair_sm90<ACT>(wl[2 * jj + 1]), sg);
-            a[j][3] = hmul2_sm90<ACT>(decode_pair_sm90<ACT>(wh[2 * jj + 1]), sh8);
-        }
-    }
-}
 #endif
 
 /* Shared memory: STAGES activation tiles (two 128-byte-swizzled halves of
@@ -303,7 +239,7 @@ __global__ void __launch_bounds__(SM90_THREADS, 1)
     auto chunk = [&](int i, uint32_t (&a)[8][4]) { /* the CTA's chunk i (stage i % STAGES) */
         const int s = i % STAGES;
         mbar_wait(bar0 + 8 * s, (i / STAGES) & 1);
-        dequant_chunk<FMT, ACT, CB>(smem + L::W_OFF + s * L::W_STAGE + rbl * CB, stab, g, t, a);
+        nbc_dequant_chunk<FMT, ACT>(smem + L::W_OFF + s * L::W_STAGE + rbl * CB, stab, g, t, a);
         const uint32_t xs = smem_addr(smem + L::X_OFF + s * L::X_STAGE);
         wgmma_fence();
 #pragma unroll

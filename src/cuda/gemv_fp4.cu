@@ -95,39 +95,7 @@ struct GemvParams {
     uint32_t stab[128]; /* scale byte b -> adjusted 16-bit scale, two per word (built on the host) */
 };
 
-/* ------------------------------------------------------------ PTX helpers */
-
-/* Programmatic dependent launch (sm_90): wait until the previous grid in
- * the stream has finished and its writes are visible; let the next grid
- * start its prologue early. */
-__device__ __forceinline__ void grid_dependency_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void grid_dependents_launch() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
-/* 16-byte global -> shared copy; src_size 0 writes zeros (k past the end). */
-__device__ __forceinline__ void cp_async16_zfill(void *smem, const void *gmem, bool in) {
-    const uint32_t sa = (uint32_t)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(sa), "l"(gmem), "r"(in ? 16 : 0));
-}
-
-__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-/* 16-byte global -> shared copy that bypasses registers, with an L2 policy;
- * a 32-bit shared-memory address (callers keep one base register and add
- * constant offsets). */
-__device__ __forceinline__ void cp_async16_s(uint32_t sa, const void *gmem, uint64_t pol) {
-    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(sa), "l"(gmem), "l"(pol));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+/* ---------------------------------------------------------- decode step */
 
 /* Elements 2i, 2i+1 of a packed word as a 16-bit pair, unscaled: sign to
  * bit 15, e1e0m to bits 8..6 (BF16) or 11..9 (FP16) of each half. */
@@ -136,24 +104,6 @@ __device__ __forceinline__ uint32_t decode_pair(uint32_t q) {
     const uint32_t t = q >> (4 * I);
     if (ACT == NB_DTYPE_BF16) return ((t << 12) & 0x80008000u) | ((t << 6) & 0x01C001C0u);
     return ((t << 12) & 0x80008000u) | ((t << 9) & 0x0E000E00u);
-}
-
-/* D += A . B, m16n8k16, FP32 accumulate (PTX ISA "Matrix Fragments for
- * mma.m16n8k16": a0..a3 rows g/g+8, k-slots 2t..2t+1 and 2t+8..2t+9). */
-template <int ACT>
-__device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-    if (ACT == NB_DTYPE_BF16) {
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                     "{%0,%1,%2,%3};"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-    } else {
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                     "{%0,%1,%2,%3};"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-    }
 }
 
 /* ------------------------------------------------- pieces of both kernels */
@@ -312,20 +262,20 @@ __global__ void __launch_bounds__(WARPS * 32, NB_MINB) gemv_fp4_kernel(const Gem
     /* this lane's 16 bytes of the next chunk to fetch, and of slot 0 (a
      * shared address: every copy is one base register plus a constant) */
     const uint8_t *gnext = p.w + ((size_t)(valid ? rb : 0) * p.kchunks + c_begin) * CB + 16 * lane;
-    const uint32_t ring_s = smem_u32(ring) + 16 * lane;
+    const uint32_t ring_s = nbc_smem_u32(ring) + 16 * lane;
     auto fetch = [&](int slot) { /* the next chunk of this warp's range into slot */
         const uint32_t d = ring_s + slot * CB;
-        cp_async16_s(d, gnext, pol);
-        cp_async16_s(d + 512, gnext + 512, pol);
-        if (lane < (CB - 1024) / 16) cp_async16_s(d + 1024, gnext + 1024, pol);
+        nbc_cp_async16_s(d, gnext, pol);
+        nbc_cp_async16_s(d + 512, gnext + 512, pol);
+        if (lane < (CB - 1024) / 16) nbc_cp_async16_s(d + 1024, gnext + 1024, pol);
         gnext += CB;
     };
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
         if (s < nchunks) fetch(s);
-        cp_async_commit();
+        nbc_cp_async_commit();
     }
-    grid_dependency_wait();
+    nbc_grid_dependency_wait();
     __syncthreads(); /* scale table ready */
 
     /* X rows of this lane's tokens */
@@ -346,8 +296,8 @@ __global__ void __launch_bounds__(WARPS * 32, NB_MINB) gemv_fp4_kernel(const Gem
         const int i = i0 + s;
         if (i >= nchunks) break;
         if (i + STAGES - 1 < nchunks) fetch((s + STAGES - 1) % STAGES); /* slot released by the __syncwarp of chunk i-1 */
-        cp_async_commit();
-        cp_async_wait<STAGES - 1>(); /* this lane's part of chunk i has landed */
+        nbc_cp_async_commit();
+        nbc_cp_async_wait<STAGES - 1>(); /* this lane's part of chunk i has landed */
         __syncwarp();                /* ... and every other lane's */
         const uint4 *slot = ring + s * (CB / 16);
         const uint4 L = slot[lane], H = slot[32 + lane];
@@ -366,13 +316,13 @@ __global__ void __launch_bounds__(WARPS * 32, NB_MINB) gemv_fp4_kernel(const Gem
             uint32_t a[4];
             a_frag<ACT, 0>(word(L, w), word(H, w), sg[w >> 1], sh[w >> 1], a); /* tile 2w: elements 0..3 */
 #pragma unroll
-            for (int mt = 0; mt < MT; mt++) mma16816<ACT>(acc[0][mt], a[0], a[1], a[2], a[3], xv[mt].x, xv[mt].y);
+            for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(acc[0][mt], a[0], a[1], a[2], a[3], xv[mt].x, xv[mt].y);
             a_frag<ACT, 2>(word(L, w), word(H, w), sg[w >> 1], sh[w >> 1], a); /* tile 2w+1: elements 4..7 */
 #pragma unroll
-            for (int mt = 0; mt < MT; mt++) mma16816<ACT>(acc2[mt], a[0], a[1], a[2], a[3], xv[mt].z, xv[mt].w);
+            for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(acc2[mt], a[0], a[1], a[2], a[3], xv[mt].z, xv[mt].w);
         }
     }
-    cp_async_wait<0>();
+    nbc_cp_async_wait<0>();
 #pragma unroll
     for (int i = 0; i < MT; i++)
 #pragma unroll
@@ -398,7 +348,7 @@ __global__ void __launch_bounds__(WARPS * 32, NB_MINB) gemv_fp4_kernel(const Gem
     }
     const int rbs[1] = {rb};
     const bool own[1] = {valid && ks == 0}; /* this warp writes the row block's result */
-    grid_dependents_launch();
+    nbc_grid_dependents_launch();
     if (p.splits > 1 && !split_k_reduce<MT, 1>(p, acc, rbs, own, g, t, &is_last)) return;
     if (own[0]) store_block<ACT, MT>(p, acc[0], rb, g, t);
 }
@@ -427,22 +377,22 @@ __global__ void __launch_bounds__(WARPS * 32, NB_MINB) gemv_fp4_kernel(const Gem
  * Instructions: mbarrier"), sm_80+.  A phase completes when its expected
  * number of arrivals has happened; waiters test the phase parity. */
 __device__ __forceinline__ void mbar_init(uint64_t *bar, uint32_t count) {
-    asm volatile("mbarrier.init.shared.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+    asm volatile("mbarrier.init.shared.b64 [%0], %1;" ::"r"(nbc_smem_u32(bar)), "r"(count) : "memory");
 }
 __device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
-    asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared.b64 st, [%0];\n}" ::"r"(smem_u32(bar)) : "memory");
+    asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared.b64 st, [%0];\n}" ::"r"(nbc_smem_u32(bar)) : "memory");
 }
 /* Arrive once this thread's earlier cp.async copies have landed (the
  * arrival is counted in the barrier's expected count: .noinc). */
 __device__ __forceinline__ void mbar_arrive_cp_async(uint64_t *bar) {
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];" ::"r"(smem_u32(bar)) : "memory");
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];" ::"r"(nbc_smem_u32(bar)) : "memory");
 }
 __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
     uint32_t done;
     do {
         asm volatile("{\n .reg .pred p;\n mbarrier.test_wait.parity.shared.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
                      : "=r"(done)
-                     : "r"(smem_u32(bar)), "r"(parity)
+                     : "r"(nbc_smem_u32(bar)), "r"(parity)
                      : "memory");
     } while (!done);
 }
@@ -504,15 +454,15 @@ __global__ void __launch_bounds__(NB_XS_THREADS, NB_XS_MINB) gemv_fp4_xs_kernel(
         gw[r] = p.w + ((size_t)rb * p.kchunks + c0) * CB + 16 * lane;
     }
     /* this lane's 16 bytes of slot 0 (shared address), and the slot being filled / read */
-    const uint32_t ring_s = smem_u32(smem) + (uint32_t)(warp * STAGES * RPW * CB + 16 * lane);
+    const uint32_t ring_s = nbc_smem_u32(smem) + (uint32_t)(warp * STAGES * RPW * CB + 16 * lane);
     uint32_t fill = 0, read = 0;
     auto fetch = [&]() { /* the next step's chunks into slot `fill` */
 #pragma unroll
         for (int r = 0; r < RPW; r++) {
             const uint32_t d = ring_s + fill + r * CB;
-            cp_async16_s(d, gw[r], pol);
-            cp_async16_s(d + 512, gw[r] + 512, pol);
-            if (lane < TAIL) cp_async16_s(d + 1024, gw[r] + 1024, pol);
+            nbc_cp_async16_s(d, gw[r], pol);
+            nbc_cp_async16_s(d + 512, gw[r] + 512, pol);
+            if (lane < TAIL) nbc_cp_async16_s(d + 1024, gw[r] + 1024, pol);
             gw[r] += CB;
         }
         fill = fill == (STAGES - 1) * RPW * CB ? 0 : fill + RPW * CB;
@@ -529,10 +479,10 @@ __global__ void __launch_bounds__(NB_XS_THREADS, NB_XS_MINB) gemv_fp4_xs_kernel(
 #pragma unroll
         for (int s = 0; s < STAGES - 1; s++) {
             if (s < nch) fetch();
-            cp_async_commit();
+            nbc_cp_async_commit();
         }
     }
-    grid_dependency_wait();
+    nbc_grid_dependency_wait();
     __syncthreads(); /* scale table and barriers initialized */
 
     if (producer) {
@@ -550,12 +500,12 @@ __global__ void __launch_bounds__(NB_XS_THREADS, NB_XS_MINB) gemv_fp4_xs_kernel(
                     const int row = q >> 4, pos = q & 15; /* pos = 4w + t holds k = 32t + 8w */
                     const int kk = (c0 + ch) * NBI_CHUNK_K + 8 * (4 * (pos & 3) + (pos >> 2));
                     const bool in = kk < p.k;
-                    cp_async16_zfill(dst + row * XROW + pos, in ? xg + (size_t)row * p.lda + kk : xg, in);
+                    nbc_cp_async16_zfill(nbc_smem_u32(dst + row * XROW + pos), in ? xg + (size_t)row * p.lda + kk : xg, in);
                 }
             }
             mbar_arrive_cp_async(&full[slot]);
         }
-        cp_async_wait<0>();
+        nbc_cp_async_wait<0>();
     } else {
         /* token rows past m read a staged row (row g when m > 8, else row 0: valid, never stored) */
         int xrow[MT];
@@ -566,8 +516,8 @@ __global__ void __launch_bounds__(NB_XS_THREADS, NB_XS_MINB) gemv_fp4_xs_kernel(
         int c = 0, seg = 0, xs = 0;
         for (int i = 0; i < nch; i++) {
             if (i + STAGES - 1 < nch) fetch(); /* into the slot released by step i-1 */
-            cp_async_commit();
-            cp_async_wait<STAGES - 1>(); /* this lane's part of step i has landed */
+            nbc_cp_async_commit();
+            nbc_cp_async_wait<STAGES - 1>(); /* this lane's part of step i has landed */
             if (c == 0) mbar_wait(&full[xs], (uint32_t)((seg / XSEGS) & 1));
             __syncwarp(); /* ... and every other lane's */
             const uint4 *wsl = wring + read / 16;
@@ -594,10 +544,10 @@ __global__ void __launch_bounds__(NB_XS_THREADS, NB_XS_MINB) gemv_fp4_xs_kernel(
                     uint32_t a[4];
                     a_frag<ACT, 0>(word(L[r], w), word(H[r], w), sg[r][w >> 1], sh[r][w >> 1], a);
 #pragma unroll
-                    for (int mt = 0; mt < MT; mt++) mma16816<ACT>(acc[r][mt], a[0], a[1], a[2], a[3], xv[mt].x, xv[mt].y);
+                    for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(acc[r][mt], a[0], a[1], a[2], a[3], xv[mt].x, xv[mt].y);
                     a_frag<ACT, 2>(word(L[r], w), word(H[r], w), sg[r][w >> 1], sh[r][w >> 1], a);
 #pragma unroll
-                    for (int mt = 0; mt < MT; mt++) mma16816<ACT>(acc[r][mt], a[0], a[1], a[2], a[3], xv[mt].z, xv[mt].w);
+                    for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(acc[r][mt], a[0], a[1], a[2], a[3], xv[mt].z, xv[mt].w);
                 }
             }
             __syncwarp(); /* weight slot and (at a segment's end) activation slot read by every lane */
@@ -609,13 +559,13 @@ __global__ void __launch_bounds__(NB_XS_THREADS, NB_XS_MINB) gemv_fp4_xs_kernel(
                 xs = xs == XSEGS - 1 ? 0 : xs + 1;
             }
         }
-        cp_async_wait<0>();
+        nbc_cp_async_wait<0>();
     }
 
     int rbs[RPW];
 #pragma unroll
     for (int r = 0; r < RPW; r++) rbs[r] = rb0 + r;
-    grid_dependents_launch();
+    nbc_grid_dependents_launch();
     if (p.splits > 1 && !split_k_reduce<MT, RPW>(p, acc, rbs, rvalid, g, t, &is_last)) return;
 #pragma unroll
     for (int r = 0; r < RPW; r++)
