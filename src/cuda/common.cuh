@@ -44,6 +44,24 @@ static inline cudaLaunchConfig_t nbc_launch_config(dim3 grid, dim3 block, size_t
     return cfg;
 }
 
+/* The fields every GEMM kernel's parameter block shares (the decode kernels,
+ * gemm_sm90, gemm_sm80), filled from the plan on the host. */
+#define NBC_SET_GEMM_PARAMS(p, pl, packed, y_, bias_)          \
+    do {                                                       \
+        (p).w = (const uint8_t *)(packed);                     \
+        (p).y = (y_);                                          \
+        (p).bias = (bias_);                                    \
+        (p).m = (int)(pl)->m;                                  \
+        (p).n = (int)(pl)->n;                                  \
+        (p).k = (int)(pl)->k;                                  \
+        (p).ldc = (pl)->ldc;                                   \
+        (p).row_blocks = (int)(pl)->row_blocks;                \
+        (p).kchunks = (int)(pl)->kchunks;                      \
+        (p).exp_shift = (pl)->exp_shift;                       \
+        (p).ts = (pl)->tensor_scale;                           \
+        memcpy((p).stab, (pl)->scale_table, sizeof (p).stab);  \
+    } while (0)
+
 #define NBC_NAN_BITS 0x7FC00000u
 
 __device__ __forceinline__ float nbc_e2m1(uint32_t c) {

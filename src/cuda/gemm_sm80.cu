@@ -380,23 +380,12 @@ extern "C" int nbi_cuda_gemm_sm80(const nbi_gemm_plan *pl, const void *x, const 
     sm80_fn f = shape < 0 ? NULL : sm80_pick(pl->fmt, pl->act, shape, &smem);
     if (!f) return nbc_err(cudaErrorInvalidValue, err, "gemm_sm80: no kernel for this format/dtype/tile/stages");
     Sm80Params p;
-    p.w = (const uint8_t *)packed;
+    NBC_SET_GEMM_PARAMS(p, pl, packed, y, bias);
     p.x = (const uint16_t *)x;
-    p.y = y;
-    p.bias = bias;
-    p.m = (int)pl->m;
-    p.n = (int)pl->n;
-    p.k = (int)pl->k;
     p.lda = pl->lda;
-    p.ldc = pl->ldc;
-    p.row_blocks = (int)pl->row_blocks;
-    p.kchunks = (int)pl->kchunks;
     p.tiles_n = pl->tiles_n;
     p.tiles_m = pl->tiles_m;
     p.group = pl->raster_group;
-    p.exp_shift = pl->exp_shift;
-    p.ts = pl->tensor_scale;
-    memcpy(p.stab, pl->scale_table, sizeof p.stab);
 
     static int opted_in[3][4][3];
     if (!opted_in[pl->fmt][pl->act][shape]) {

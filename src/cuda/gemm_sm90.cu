@@ -390,15 +390,7 @@ extern "C" int nbi_cuda_gemm_sm90(const nbi_gemm_plan *pl, const void *x, const 
     }
 
     Sm90Params p;
-    p.w = (const uint8_t *)packed;
-    p.y = y;
-    p.bias = bias;
-    p.m = (int)pl->m;
-    p.n = (int)pl->n;
-    p.k = (int)pl->k;
-    p.ldc = pl->ldc;
-    p.row_blocks = (int)pl->row_blocks;
-    p.kchunks = (int)pl->kchunks;
+    NBC_SET_GEMM_PARAMS(p, pl, packed, y, bias);
     p.tiles_n = pl->tiles_n;
     p.tiles_m = pl->tiles_m;
     p.group = pl->raster_group;
@@ -406,9 +398,6 @@ extern "C" int nbi_cuda_gemm_sm90(const nbi_gemm_plan *pl, const void *x, const 
     p.cps = pl->chunks_per_split;
     p.counters = (int *)workspace;
     p.partial = (float *)((char *)workspace + pl->ws_counter_bytes);
-    p.exp_shift = pl->exp_shift;
-    p.ts = pl->tensor_scale;
-    memcpy(p.stab, pl->scale_table, sizeof p.stab);
 
     static int opted_in[3][4][3];
     const int bi = pl->bn == 64 ? 0 : pl->bn == 128 ? 1 : 2;

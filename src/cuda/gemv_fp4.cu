@@ -639,25 +639,14 @@ extern "C" int nbi_cuda_gemm(const nbi_gemm_plan *pl, const void *x, const void 
     gemv_fn f = pick_kernel(pl->fmt, pl->act, pl->mt, pl->xsh, pl->rpw);
     if (!f) return nbc_err(cudaErrorInvalidValue, err, "gemv: no kernel for this format/dtype/m/rows per warp");
     GemvParams p;
-    p.w = (const uint8_t *)packed;
+    NBC_SET_GEMM_PARAMS(p, pl, packed, y, bias);
     p.x = x;
-    p.y = y;
-    p.bias = bias;
     p.counters = (int *)workspace;
     p.partial = (float *)((char *)workspace + pl->ws_counter_bytes);
-    p.m = (int)pl->m;
-    p.n = (int)pl->n;
-    p.k = (int)pl->k;
     p.lda = pl->lda;
-    p.ldc = pl->ldc;
-    p.row_blocks = (int)pl->row_blocks;
-    p.kchunks = (int)pl->kchunks;
     p.cps = pl->chunks_per_split;
     p.splits = pl->splits;
     p.kw = pl->kw;
-    p.exp_shift = pl->exp_shift;
-    memcpy(p.stab, pl->scale_table, sizeof p.stab);
-    p.ts = pl->tensor_scale;
     dim3 grid((unsigned)pl->grid_x, (unsigned)pl->splits);
     const size_t smem = gemv_smem_bytes(pl->fmt, pl->xsh, pl->rpw, pl->mt, (int)pl->m);
     /* Kernel 2 can exceed the 48 KB default (static + dynamic): opt in once
