@@ -318,7 +318,15 @@ __global__ void __launch_bounds__(SM90_THREADS, 1)
 
 typedef void (*sm90_fn)(const CUtensorMap, const Sm90Params);
 
-#define SM90_STAGES(BN) ((BN) == 256 ? 3 : (BN) == 128 ? 4 : 6)
+/* Pipeline depth per tile width (build-time, for scripts/device-check
+ * variants); 3 is the most the 256-token tile's 74 KB stages allow. */
+#ifndef NB_SM90_STAGES64
+#define NB_SM90_STAGES64 6
+#endif
+#ifndef NB_SM90_STAGES128
+#define NB_SM90_STAGES128 4
+#endif
+#define SM90_STAGES(BN) ((BN) == 256 ? 3 : (BN) == 128 ? NB_SM90_STAGES128 : NB_SM90_STAGES64)
 #define SM90_K(BN) gemm_sm90_kernel<FMT, ACT, BN, SM90_STAGES(BN)>
 
 template <int FMT, int ACT>
