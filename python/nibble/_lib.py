@@ -163,9 +163,9 @@ class GemmDesc(Structure):
 class GemmConfig(Structure):
     """nb_gemm_config: one kernel configuration (tuning)"""
     _fields_ = [
-        ("path", c_int32),          # nb_gemm_path: 1 decode, 2 tensor core
+        ("path", c_int32),          # nb_gemm_path: 1 decode, 2 tensor core (Hopper), 3 mma (sm_80+)
         ("kw", c_int32),
-        ("splits", c_int32),
+        ("splits", c_int32),        # CTAs along k: decode 1..64, tensor core 1..8, mma 1
         ("variant", c_int32),       # decode: 0 plain, 1 staged
         ("rpw", c_int32),
         ("bn", c_int32),
