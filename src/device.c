@@ -59,6 +59,15 @@ nb_status nb_pack(nb_context *ctx, nb_weight_desc *desc, const uint8_t *codes, c
     return NB_OK;
 }
 
+/* Split the plan's k chunks about s ways (s >= 1) so that every split gets
+ * work: as many splits as ceil(kchunks / s) chunks each need, then the
+ * chunks spread evenly over them. */
+static void set_splits(nbi_gemm_plan *p, int64_t s) {
+    const int64_t cps = (p->kchunks + s - 1) / s;
+    p->splits = (int)((p->kchunks + cps - 1) / cps);
+    p->chunks_per_split = (int)((p->kchunks + p->splits - 1) / p->splits);
+}
+
 /* Spread the work so the GPU fills.
  *
  * Kernel 1 (per-warp streams; every m = 1..8, and 9..32 where kernel 2
@@ -73,8 +82,8 @@ nb_status nb_pack(nb_context *ctx, nb_weight_desc *desc, const uint8_t *codes, c
  *
  * Kernel 2 (staged activations, 9..32 tokens, and 8 on wide layers): the
  * CTA's 8 warps walk one k range (kw = 1) and each owns rpw row blocks, so
- * a CTA covers 8 * rpw row blocks; narrow layers are split along k until one resident wave of
- * CTAs fills the GPU (the partial sums stay in L2).
+ * a CTA covers 8 * rpw row blocks; narrow layers are split along k until
+ * one resident wave of CTAs fills the GPU (the partial sums stay in L2).
  *
  * NIBBLE_KW, NIBBLE_SPLITS, NIBBLE_XS and NIBBLE_RPW override the rules for
  * tuning. */
@@ -126,8 +135,7 @@ static int64_t choose_split(const nb_context *ctx, nbi_gemm_plan *p, int warps) 
     const int64_t per_split_min = p->kw; /* at least one chunk per warp */
     if (s > p->kchunks / per_split_min) s = p->kchunks / per_split_min > 1 ? p->kchunks / per_split_min : 1;
     if (s > 64) s = 64;
-    const int64_t cps = (p->kchunks + s - 1) / s;
-    p->splits = (int)((p->kchunks + cps - 1) / cps); /* every split gets work */
+    set_splits(p, s);
     return grid_x; /* CTAs along n (range-checked by the caller) */
 }
 
@@ -146,7 +154,8 @@ static int64_t choose_split(const nb_context *ctx, nbi_gemm_plan *p, int warps) 
 static int choose_tc(nb_context *ctx, const nb_gemm_desc *g, nbi_gemm_plan *p) {
     const int can = nbi_cuda_has_sm90a() && ctx->info.cc_major == 9 && ctx->info.cc_minor == 0 && g->m <= INT32_MAX &&
                     ctx->info.smem_per_block_optin >= 227 * 1024;
-    const int small_grid = (p->row_blocks + 7) / 8 < ctx->info.sm_count;
+    const int64_t tn = (p->row_blocks + 7) / 8; /* 128-row tiles */
+    const int small_grid = tn < ctx->info.sm_count;
     int use = can && (g->m > 32 || (g->m > 16 && small_grid && (g->m > 24 || g->weight.k < 16384)));
     if (ctx->force_path == 1 || ctx->force_path == 3) use = 0;
     if (ctx->force_path == 2) use = can;
@@ -162,7 +171,6 @@ static int choose_tc(nb_context *ctx, const nb_gemm_desc *g, nbi_gemm_plan *p) {
      * CTA per SM, which bounds the workspace (sm90_workspace_bound);
      * its CTAs sum through the workspace (in L2), charged here as 5% per
      * extra split. */
-    const int64_t tn = (p->row_blocks + 7) / 8;
     static const int widths[3] = {64, 128, 256};
     static const double chunk_us[3] = {0.75, 0.9, 1.5};
     const int fb = ctx->force_bn == 64 || ctx->force_bn == 128 || ctx->force_bn == 256 ? ctx->force_bn : 0;
@@ -174,7 +182,8 @@ static int choose_tc(nb_context *ctx, const nb_gemm_desc *g, nbi_gemm_plan *p) {
         int64_t most = tiles > NBI_MAX_SPLIT_COLUMNS ? 1 : ctx->info.sm_count / tiles;
         if (most > NBI_SM90_MAX_SPLITS) most = NBI_SM90_MAX_SPLITS;
         if (most > p->kchunks) most = p->kchunks;
-        for (int64_t s = 1; s <= (most > 1 ? most : 1); s++) {
+        if (most < 1) most = 1; /* (a forced split is clamped to this too) */
+        for (int64_t s = 1; s <= most; s++) {
             if (ctx->force_splits > 0 && s != (ctx->force_splits < most ? ctx->force_splits : most)) continue;
             const int64_t cps = (p->kchunks + s - 1) / s;
             const double cost = (double)((tiles * s + ctx->info.sm_count - 1) / ctx->info.sm_count) *
@@ -184,8 +193,7 @@ static int choose_tc(nb_context *ctx, const nb_gemm_desc *g, nbi_gemm_plan *p) {
     }
     const int64_t tm = (g->m + bn - 1) / bn;
     if (tn * tm > INT32_MAX / NBI_SM90_MAX_SPLITS) return 0;
-    const int64_t cps = (p->kchunks + splits - 1) / splits;
-    splits = (int)((p->kchunks + cps - 1) / cps); /* every split gets work */
+    set_splits(p, splits);
     p->path = NBI_PATH_SM90;
     p->m = g->m;
     p->mt = 0;
@@ -193,12 +201,10 @@ static int choose_tc(nb_context *ctx, const nb_gemm_desc *g, nbi_gemm_plan *p) {
     p->tiles_n = (int)tn;
     p->tiles_m = (int)tm;
     p->raster_group = ctx->force_group > 0 ? ctx->force_group : 16;
-    p->splits = splits;
-    p->chunks_per_split = (int)cps;
     p->grid_x = (int)(tn * tm);
-    if (splits > 1) {
+    if (p->splits > 1) {
         p->ws_counter_bytes = NBI_MAX_SPLIT_COLUMNS * sizeof(int);
-        p->ws_partial_bytes = (size_t)splits * (size_t)(tn * tm) * 128 * (size_t)bn * sizeof(float);
+        p->ws_partial_bytes = (size_t)p->splits * (size_t)(tn * tm) * 128 * (size_t)bn * sizeof(float);
     }
     return 1;
 }
@@ -330,7 +336,6 @@ nb_status nbi_gemm_make_plan_knobs(nb_context *ctx, const nb_gemm_desc *g, nbi_g
     if (grid_x > 0x7FFFFFFF)
         return nbi_fail(ctx, NB_ERR_BAD_SHAPE, "nb_gemm: n = %lld needs too many CTAs", (long long)d->n);
     p->grid_x = (int)grid_x;
-    p->chunks_per_split = (int)((p->kchunks + p->splits - 1) / p->splits);
     if (p->splits > 1) {
         p->ws_counter_bytes = NBI_MAX_SPLIT_COLUMNS * sizeof(int);
         p->ws_partial_bytes = (size_t)p->splits * (size_t)p->row_blocks * 16 * 32 * sizeof(float);
