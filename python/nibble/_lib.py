@@ -170,7 +170,8 @@ class GemmConfig(Structure):
         ("rpw", c_int32),
         ("bn", c_int32),
         ("raster", c_int32),
-        ("reserved", c_int32 * 5),
+        ("sched", c_int32),
+        ("reserved", c_int32 * 4),
     ]
 
 
