@@ -402,10 +402,7 @@ typedef struct nb_gemm_config {
     int32_t rpw;     /* decode, staged: 16-row blocks per warp, 1 or 2 (0 for plain) */
     int32_t bn;      /* tensor core: tokens per tile, 64, 128 or 256 (mma: 64 or 128) */
     int32_t raster;  /* tensor core, mma: n tiles walked together per raster group, 1..1024 */
-    int32_t sched;   /* tensor core (Hopper), splits = 1: how the grid walks the tiles: 0 "tiles", one
-                      * CTA per tile; 1 "persistent", one CTA per SM looping over tiles; 2 "streamk",
-                      * persistent with the last partial wave cut along k over every SM */
-    int32_t reserved[4];
+    int32_t reserved[5];
 } nb_gemm_config;
 
 /* The m bucket [*lo, *hi] of m >= 1 (*hi = INT64_MAX for the last one). */

@@ -109,8 +109,6 @@ nb_status nb_context_create(int device, nb_context **out) {
         if (fd) c->force_stages = atoi(fd);
         const char *fg = getenv("NIBBLE_RASTER"); /* tuning knob: n tiles per raster group */
         if (fg) c->force_group = atoi(fg);
-        const char *fsc = getenv("NIBBLE_SCHED"); /* tuning knob: tensor-core schedule (tiles, persistent, streamk) */
-        if (fsc) c->force_sched = !strcmp(fsc, "tiles") ? 1 : !strcmp(fsc, "persistent") ? 2 : !strcmp(fsc, "streamk") ? 3 : 0;
     }
     nb_status st = nbi_tune_load_env(c); /* NIBBLE_TUNE_CACHE, when set and the file exists */
     if (st) { /* (the message is in the thread's buffer) */

@@ -151,7 +151,6 @@ static int64_t choose_split(const nb_context *ctx, nbi_gemm_plan *p, int warps) 
  * the same layers 29.6 / 28.4, 73.3 / 83.1, 13.1 / 12.0, 29.1 / 25.7, so at
  * 17..24 tokens only layers with k < 16384 switch; m = 16 and 8192 -> 57344
  * (448 tiles) stay with the decode kernels at every m <= 32. */
-static void sm90_schedule(const nb_context *ctx, nbi_gemm_plan *p);
 static int choose_tc(nb_context *ctx, const nb_gemm_desc *g, nbi_gemm_plan *p) {
     const int can = nbi_cuda_has_sm90a() && ctx->info.cc_major == 9 && ctx->info.cc_minor == 0 && g->m <= INT32_MAX &&
                     ctx->info.smem_per_block_optin >= 227 * 1024;
@@ -183,8 +182,7 @@ static int choose_tc(nb_context *ctx, const nb_gemm_desc *g, nbi_gemm_plan *p) {
         int64_t most = tiles > NBI_MAX_SPLIT_COLUMNS ? 1 : ctx->info.sm_count / tiles;
         if (most > NBI_SM90_MAX_SPLITS) most = NBI_SM90_MAX_SPLITS;
         if (most > p->kchunks) most = p->kchunks;
-        if (most < 1 || ctx->force_sched >= 2) most = 1; /* (a forced split is clamped to this too; a
-                                                           * forced persistent or stream-K grid has none) */
+        if (most < 1) most = 1; /* (a forced split is clamped to this too) */
         for (int64_t s = 1; s <= most; s++) {
             if (ctx->force_splits > 0 && s != (ctx->force_splits < most ? ctx->force_splits : most)) continue;
             const int64_t cps = (p->kchunks + s - 1) / s;
@@ -203,66 +201,18 @@ static int choose_tc(nb_context *ctx, const nb_gemm_desc *g, nbi_gemm_plan *p) {
     p->tiles_n = (int)tn;
     p->tiles_m = (int)tm;
     p->raster_group = ctx->force_group > 0 ? ctx->force_group : 16;
-    sm90_schedule(ctx, p);
+    p->grid_x = (int)(tn * tm);
+    if (p->splits > 1) {
+        p->ws_counter_bytes = NBI_MAX_SPLIT_COLUMNS * sizeof(int);
+        p->ws_partial_bytes = (size_t)p->splits * (size_t)(tn * tm) * 128 * (size_t)bn * sizeof(float);
+    }
     return 1;
 }
 
-/* How the tensor-core grid walks its tiles (gemm_sm90.cu "schedule"), and
- * the workspace that takes.  By default one CTA per tile, or with a k split
- * (splits > 1, small grids) one per piece: every tile cut, the grid a
- * multiple of the tile count.  Two more schedules are for NIBBLE_SCHED and
- * `nibble tune` (a tuned entry's "sched"); neither beat the default beyond
- * the run-to-run noise of the H100 measured (about 5%), so the default stays:
- *   persistent: one CTA per SM loops over the tiles, the producer loading a
- *     tile's first chunks while the consumers store the last one (8192 ->
- *     57344, nvfp4, speedup over cuBLAS 0.86 / 0.85x at m = 1024 / 4096
- *     against 0.81 / 0.84x one CTA per tile in one run, 0.83 / 0.83x against
- *     0.88 / 0.88x in another);
- *   streamk: persistent, and the last R + SMs tiles (R = tiles mod SMs; a
- *     small grid: every tile) cut along k evenly over up to one CTA per SM,
- *     a tile's CTAs summing through the workspace (two slots per CTA).  It
- *     is slower: its CTAs start at unrelated k, so each streams its own
- *     activations from HBM where the CTAs of one m tile otherwise share them
- *     through L2 (28672 -> 8192 at m = 4096: 3518 us against 3128 us). */
-static void sm90_schedule(const nb_context *ctx, nbi_gemm_plan *p) {
-    const int64_t tiles = (int64_t)p->tiles_n * p->tiles_m, sms = ctx->info.sm_count, K = p->kchunks;
-    int sched = NBI_SCHED_TILES;
-    if (ctx->force_sched >= 1 && ctx->force_sched <= 3 && p->splits == 1) sched = ctx->force_sched - 1;
-    p->sched = sched;
-    p->dp_tiles = (int)tiles;
-    p->sk_chunks = 0;
-    p->grid_x = (int)tiles;
-    p->ws_counter_bytes = p->ws_partial_bytes = 0;
-    int64_t slots = 0;
-    if (p->splits > 1) { /* every tile cut in `splits` pieces */
-        p->dp_tiles = 0;
-        p->sk_chunks = tiles * K;
-        p->grid_x = (int)(tiles * p->splits);
-        slots = p->grid_x;
-    } else if (sched != NBI_SCHED_TILES) {
-        p->grid_x = (int)(tiles < sms ? tiles : sms);
-        const int64_t r = tiles % sms, cut = r ? r + (tiles > sms ? sms : 0) : 0;
-        if (sched == NBI_SCHED_STREAMK && cut && cut <= NBI_MAX_SPLIT_COLUMNS) { /* (a counter per cut tile) */
-            const int64_t grid = cut * K < sms ? cut * K : sms;                  /* (every CTA gets chunks) */
-            p->grid_x = (int)grid;
-            p->dp_tiles = (int)(tiles - cut);
-            p->sk_chunks = cut * K;
-            slots = 2 * grid;
-        }
-    }
-    if (p->splits == 1 && p->grid_x == tiles && !p->sk_chunks) p->sched = NBI_SCHED_TILES; /* (the same run) */
-    if (p->sched == NBI_SCHED_STREAMK && !p->sk_chunks) p->sched = NBI_SCHED_PERSISTENT;
-    if (slots) {
-        p->ws_counter_bytes = NBI_MAX_SPLIT_COLUMNS * sizeof(int);
-        p->ws_partial_bytes = (size_t)slots * 128 * (size_t)p->bn * sizeof(float);
-    }
-}
-
-/* The most workspace the tensor-core path takes for any m: a k split stays
- * within one CTA per SM and stream-K uses two slots per SM, each 128 x 256
- * FP32 partials at most. */
+/* The most workspace the tensor-core path takes for any m: splits x tiles
+ * stays within one CTA per SM, each 128 x 256 FP32 partials at most. */
 static size_t sm90_workspace_bound(const nb_context *ctx) {
-    return NBI_MAX_SPLIT_COLUMNS * sizeof(int) + 2 * (size_t)ctx->info.sm_count * 128 * 256 * sizeof(float);
+    return NBI_MAX_SPLIT_COLUMNS * sizeof(int) + (size_t)ctx->info.sm_count * 128 * 256 * sizeof(float);
 }
 
 /* The mma.sync tensor-core path (gemm_sm80.cu) for batches past the decode
@@ -453,10 +403,8 @@ nb_status nb_gemm(nb_context *ctx, const nb_gemm_desc *g, const void *x, const v
         if (nbi_cuda_gemm_sm90(&p, x, packed, bias, y, workspace, stream, err))
             return cuda_failed(ctx, "nb_gemm", err);
         snprintf(ctx->last_config, sizeof ctx->last_config,
-                 "gemm_sm90<%s,%s,128x%d> tiles=%dx%d k-split=%d raster=%d sched=%s grid=%d launches=1",
-                 fmt_name(p.fmt), nbi_dtype_name(g->act_dtype), p.bn, p.tiles_n, p.tiles_m, p.splits, p.raster_group,
-                 p.sched == NBI_SCHED_STREAMK ? "streamk" : p.sched == NBI_SCHED_PERSISTENT ? "persistent" : "tiles",
-                 p.grid_x);
+                 "gemm_sm90<%s,%s,128x%d> tiles=%dx%d k-split=%d raster=%d launches=1", fmt_name(p.fmt),
+                 nbi_dtype_name(g->act_dtype), p.bn, p.tiles_n, p.tiles_m, p.splits, p.raster_group);
         nbi_tune_label(ctx, &p);
         return NB_OK;
     }

@@ -32,7 +32,6 @@ struct nb_context {
     int force_bn;                /* NIBBLE_BN: tensor-core tile width in tokens (64, 128, 256), 0 = heuristic */
     int force_stages;            /* NIBBLE_STAGES: pipeline depth of the mma kernel (2, 3), 0 = deepest that fits */
     int force_group;             /* NIBBLE_RASTER: n tiles per raster group, 0 = heuristic */
-    int force_sched;             /* NIBBLE_SCHED: 1 tiles, 2 persistent, 3 streamk (NBI_SCHED_* + 1), 0 = heuristic */
     struct nbi_tune_table *tune; /* tuning table (tune.c), NULL when empty */
 };
 
@@ -114,9 +113,6 @@ typedef struct nbi_gemm_plan {
     int bn;             /* tokens per CTA tile: 64, 128 or 256 (sm80: 64, 128) */
     int stages;         /* sm80: chunks in the cp.async ring (chosen by the shared-memory limit) */
     int tiles_n, tiles_m, raster_group;
-    int sched;          /* sm90: NBI_SCHED_* (how the grid walks the tiles) */
-    int dp_tiles;       /* sm90: tiles taken whole, round robin over the grid_x CTAs */
-    int64_t sk_chunks;  /* sm90: chunks of the other tiles, cut evenly over the grid ("stream-K") */
     int tuned;          /* a tuning-table entry chose this configuration (tune.c) */
     uint32_t scale_table[128]; /* 256 adjusted 16-bit scales, two per word */
     size_t ws_partial_bytes;
@@ -124,10 +120,6 @@ typedef struct nbi_gemm_plan {
 } nbi_gemm_plan;
 
 enum { NBI_PATH_GEMV = 0, NBI_PATH_SM90 = 1, NBI_PATH_SM80 = 2 };
-/* How gemm_sm90's grid walks the tiles: one CTA per tile (or per piece of
- * a k-split tile); persistent CTAs, one per SM; persistent with the last
- * partial wave cut along k over every SM ("stream-K"). */
-enum { NBI_SCHED_TILES = 0, NBI_SCHED_PERSISTENT = 1, NBI_SCHED_STREAMK = 2 };
 
 /* The plan nb_gemm runs: the tuning table's entry for the problem when there
  * is one and no NIBBLE_* knob is set, else the knobs and the heuristic

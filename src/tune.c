@@ -175,7 +175,7 @@ int nbi_tune_lookup(const nb_context *ctx, int fmt, int act, int64_t n, int64_t 
 /* Whether `c` is one the dispatcher can run for m in bucket b; else 0 and
  * the reason in `why`. */
 static int check_config(const nb_gemm_config *c, int b, char *why, size_t wn) {
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         if (c->reserved[i]) return snprintf(why, wn, "reserved[%d] = %d must be 0", i, (int)c->reserved[i]), 0;
     if (c->path == NB_GEMM_PATH_DECODE) {
         if (c->kw != 1 && c->kw != 2 && c->kw != 4 && c->kw != 8)
@@ -190,7 +190,6 @@ static int check_config(const nb_gemm_config *c, int b, char *why, size_t wn) {
             return snprintf(why, wn, "rpw = %d is not 1 or 2 (the staged variant's row blocks per warp)", (int)c->rpw), 0;
         if (c->variant == 0 && c->rpw) return snprintf(why, wn, "rpw = %d is for the staged variant only", (int)c->rpw), 0;
         if (c->bn || c->raster) return snprintf(why, wn, "bn and raster are for paths tc and mma, not decode"), 0;
-        if (c->sched) return snprintf(why, wn, "sched is for path tc, not decode"), 0;
         return 1;
     }
     if (c->path == NB_GEMM_PATH_TENSOR_CORE || c->path == NB_GEMM_PATH_MMA) {
@@ -204,10 +203,6 @@ static int check_config(const nb_gemm_config *c, int b, char *why, size_t wn) {
                             mma ? 1 : NBI_SM90_MAX_SPLITS, mma ? "mma" : "tc"), 0;
         if (c->kw || c->variant || c->rpw)
             return snprintf(why, wn, "kw, variant and rpw are for path decode, not %s", mma ? "mma" : "tc"), 0;
-        if (c->sched < 0 || c->sched > (mma ? 0 : 2))
-            return snprintf(why, wn, "sched = %d is not %s", (int)c->sched, mma ? "0 (path mma)" : "0, 1 or 2"), 0;
-        if (c->sched && c->splits > 1)
-            return snprintf(why, wn, "sched = %d needs splits = 1, not %d", (int)c->sched, (int)c->splits), 0;
         return 1;
     }
     return snprintf(why, wn, "path = %d is not %d (decode), %d (tc) or %d (mma)", (int)c->path, NB_GEMM_PATH_DECODE,
@@ -218,17 +213,15 @@ static int check_config(const nb_gemm_config *c, int b, char *why, size_t wn) {
  * context creation).  A new knob is a new field here and in the three
  * functions below. */
 typedef struct knobs {
-    int path, kw, splits, xs, rpw, bn, group, stages, sched;
+    int path, kw, splits, xs, rpw, bn, group, stages;
 } knobs;
 
 static knobs knobs_get(const nb_context *c) {
     return (knobs){c->force_path, c->force_kw, c->force_splits, c->force_xs, c->force_rpw, c->force_bn, c->force_group,
-                   c->force_stages, c->force_sched};
+                   c->force_stages};
 }
 
-static int knobs_any(knobs k) {
-    return k.path || k.kw || k.splits || k.xs || k.rpw || k.bn || k.group || k.stages || k.sched;
-}
+static int knobs_any(knobs k) { return k.path || k.kw || k.splits || k.xs || k.rpw || k.bn || k.group || k.stages; }
 
 static void knobs_put(nb_context *c, knobs k) {
     c->force_path = k.path;
@@ -239,7 +232,6 @@ static void knobs_put(nb_context *c, knobs k) {
     c->force_bn = k.bn;
     c->force_group = k.group;
     c->force_stages = k.stages;
-    c->force_sched = k.sched;
 }
 
 /* The knobs under which the planner chooses `c`. */
@@ -250,7 +242,6 @@ static knobs knobs_of(const nb_gemm_config *c) {
         k.bn = c->bn;
         k.group = c->raster;
         k.splits = c->splits ? c->splits : 1;
-        k.sched = c->path == NB_GEMM_PATH_TENSOR_CORE ? c->sched + 1 : 0;
     } else {
         k.path = 1;
         k.kw = c->kw;
@@ -270,7 +261,6 @@ static nb_gemm_config config_of(const nbi_gemm_plan *p) {
         c.bn = p->bn;
         c.raster = p->raster_group;
         c.splits = p->splits;
-        c.sched = p->path == NBI_PATH_SM90 ? p->sched : 0;
     } else {
         c.path = NB_GEMM_PATH_DECODE;
         c.kw = p->kw;
@@ -314,7 +304,6 @@ void nbi_tune_label(nb_context *ctx, const nbi_gemm_plan *p) {
  * per 32 rows), over every combination of its non-empty lists (0-ended).
  * The mma row applies where the heuristic itself may choose that path (GPUs
  * without the Hopper kernel); on Hopper it runs only when forced.
- * The tc row also tries the three schedules (sched) where splits = 1.
  * Kept small: about 40 candidates at most, so that tuning 5 layers x 8 m
  * takes minutes. */
 static const struct cand_row {
@@ -341,7 +330,7 @@ static int same_run(const nb_gemm_config *a, const nb_gemm_config *b, const nbi_
     if (a->path != b->path) return 0;
     if (a->path == NB_GEMM_PATH_DECODE)
         return a->kw == b->kw && a->splits == b->splits && a->variant == b->variant && a->rpw == b->rpw;
-    if (a->bn != b->bn || a->splits != b->splits || a->sched != b->sched) return 0;
+    if (a->bn != b->bn || a->splits != b->splits) return 0;
     if (pb->tiles_m == 1) return 1;
     const int ra = a->raster < pb->tiles_n ? a->raster : pb->tiles_n, rb = b->raster < pb->tiles_n ? b->raster : pb->tiles_n;
     return ra == rb;
@@ -372,19 +361,17 @@ nb_status nb_gemm_list_configs(nb_context *ctx, const nb_gemm_desc *g, nb_gemm_c
         if (g->m > row->m_max && (fast || tc_ok || mma_ok)) continue;
         const int nkw = list_len(row->kw, 5), nrpw = list_len(row->rpw, 3), ns = list_len(row->splits, 7),
                   nbn = list_len(row->bn, 4), nr = list_len(row->raster, 5);
-        const int nsched = row->path == NB_GEMM_PATH_TENSOR_CORE ? 3 : 1; /* tiles, persistent, streamk */
         for (int a = 0; a < nkw; a++)
             for (int b = 0; b < nrpw; b++)
                 for (int s = 0; s < ns; s++)
                     for (int w = 0; w < nbn; w++)
-                        for (int q = 0; q < nr * nsched; q++) {
+                        for (int q = 0; q < nr; q++) {
                             nb_gemm_config want;
                             memset(&want, 0, sizeof want);
                             want.path = row->path;
                             want.variant = row->variant;
                             want.kw = row->kw[a], want.rpw = row->rpw[b], want.splits = row->splits[s];
-                            want.bn = row->bn[w], want.raster = row->raster[q % nr], want.sched = q / nr;
-                            if (want.sched && want.splits > 1) continue;
+                            want.bn = row->bn[w], want.raster = row->raster[q];
                             /* a tile at most half empty */
                             if (want.bn > 64 && want.bn >= 2 * g->m) continue;
                             if (plan_with(ctx, g, knobs_of(&want), &p) != NB_OK) continue;
@@ -466,12 +453,11 @@ nb_status nb_context_tuning_count(const nb_context *ctx, size_t *entries, size_t
 
 static const char *const k_path_name[4] = {"", "decode", "tc", "mma"};
 static const char *const k_variant_name[2] = {"plain", "staged"};
-static const char *const k_sched_name[3] = {"tiles", "persistent", "streamk"};
 
 enum { F_GPU, F_FORMAT, F_ACT, F_N, F_K, F_M, F_M_TUNED, F_PATH, F_KW, F_SPLITS, F_VARIANT, F_RPW, F_BN, F_RASTER,
-       F_SCHED, F_US, NFIELDS };
-static const char *const k_field[NFIELDS] = {"gpu",  "format", "act", "n",  "k",      "m",     "m_tuned", "path",
-                                             "kw",   "splits", "variant", "rpw", "bn", "raster", "sched", "us"};
+       F_US, NFIELDS };
+static const char *const k_field[NFIELDS] = {"gpu",  "format", "act",     "n",   "k",  "m",      "m_tuned", "path",
+                                             "kw",   "splits", "variant", "rpw", "bn", "raster", "us"};
 
 /* A string field that must be one of names[0..count) (NULL = any name of
  * 1..255 bytes); its index, or -1 with the reason in `why`. */
@@ -549,10 +535,6 @@ static int parse_entry(const cJSON *o, entry *e, const char **gpu, char *why, si
         if (f[other[i]]) return snprintf(why, wn, "\"%s\" is not a field of path %s", k_field[other[i]], k_path_name[path]), 0;
     if (path != NB_GEMM_PATH_DECODE && f[F_RPW])
         return snprintf(why, wn, "\"rpw\" is not a field of path %s", k_path_name[path]), 0;
-    /* ("sched" is optional for tc: caches from before it read as "tiles") */
-    if (path != NB_GEMM_PATH_TENSOR_CORE && f[F_SCHED])
-        return snprintf(why, wn, "\"sched\" is not a field of path %s", k_path_name[path]), 0;
-    if (f[F_SCHED] && (e->cfg.sched = str_field(f[F_SCHED], F_SCHED, k_sched_name, 3, why, wn)) < 0) return 0;
     if (path == NB_GEMM_PATH_DECODE) {
         if (!int_field(f[F_KW], F_KW, 0, INT32_MAX, &v, why, wn)) return 0;
         e->cfg.kw = (int32_t)v;
@@ -729,8 +711,7 @@ static cJSON *entry_json(const nbi_tune_table *t, const entry *e) {
              (!c->variant || cJSON_AddNumberToObject(o, "rpw", c->rpw));
     else if (ok)
         ok = cJSON_AddNumberToObject(o, "bn", c->bn) && cJSON_AddNumberToObject(o, "raster", c->raster) &&
-             cJSON_AddNumberToObject(o, "splits", c->splits) &&
-             (c->path != NB_GEMM_PATH_TENSOR_CORE || cJSON_AddStringToObject(o, "sched", k_sched_name[c->sched]));
+             cJSON_AddNumberToObject(o, "splits", c->splits);
     ok = ok && cJSON_AddNumberToObject(o, "us", round(e->us * 1000.0) / 1000.0);
     if (!ok) {
         cJSON_Delete(o);

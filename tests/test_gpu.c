@@ -35,8 +35,7 @@
 #include <string.h>
 
 static int g_fail = 0, g_pass = 0;
-/* tensor-core path calls, those with a k split, persistent ones and stream-K ones */
-static int g_tc_runs = 0, g_tc_split_runs = 0, g_tc_persistent_runs = 0, g_tc_streamk_runs = 0;
+static int g_tc_runs = 0, g_tc_split_runs = 0; /* tensor-core path calls, and those with a k split */
 static int g_no_cublas = 0; /* --no-cublas: racecheck reports hazards inside cuBLAS itself */
 static int g_max_m = 0;      /* --max-m: leave out larger m (0: none left out) */
 static int g_mma = 0;        /* NIBBLE_PATH=mma: every call runs the mma.sync kernel */
@@ -378,8 +377,6 @@ static void test_shape_ref(env_t *e, nb_format fmt, nb_dtype act, int64_t n, int
         nb_gemm_last_config(e->ctx, cfg, sizeof cfg);
         g_tc_runs += strstr(cfg, "gemm_sm90") != NULL;
         g_tc_split_runs += strstr(cfg, "gemm_sm90") && !strstr(cfg, "k-split=1 ");
-        g_tc_persistent_runs += strstr(cfg, "sched=persistent") != NULL;
-        g_tc_streamk_runs += strstr(cfg, "sched=streamk") != NULL;
         snprintf(what, sizeof what, "gemm %s %s n=%lld k=%lld m=%lld%s vs GPU reference", fn, an, (long long)n,
                  (long long)k, (long long)m, use_bias ? " +bias" : "");
         compare(what, act, hy, href, m, n, n);
@@ -560,9 +557,7 @@ static void test_device_errors(env_t *e) {
     if (ws) {
         check(nb_gemm(e->ctx, &g32, dx, w.d_packed, NULL, dy, e->ws, ws, NULL) == NB_OK,
               "nb_gemm: m = 32 runs in the reported workspace");
-        const char *sched = getenv("NIBBLE_SCHED"); /* (a forced persistent grid of one tile has no split) */
-        if (!(sched && !strcmp(sched, "persistent")))
-            check(nb_gemm(e->ctx, &g32, dx, w.d_packed, NULL, dy, e->ws, 64, NULL) == NB_ERR_WORKSPACE,
+        check(nb_gemm(e->ctx, &g32, dx, w.d_packed, NULL, dy, e->ws, 64, NULL) == NB_ERR_WORKSPACE,
               "nb_gemm: a 64-byte workspace where the k split needs more -> NB_ERR_WORKSPACE");
     }
     nb_gemm_desc h = g;
@@ -628,7 +623,6 @@ int main(int argc, char **argv) {
     /* NIBBLE_PATH=mma: the mma kernel's tile edges (64 / 128 tokens, 128 rows) */
     static const int mma_m[] = {32, 33, 64, 100, 128, 256, 1000, 1024, 4096};
     static const int llama_m[] = {33, 256, 1024, 4096};
-    static const int wave_m[] = {700, 1000};
     const nb_format fmts[2] = {NB_FORMAT_NVFP4, NB_FORMAT_MXFP4};
     const nb_dtype acts[2] = {NB_DTYPE_BF16, NB_DTYPE_F16};
     for (int f = 0; f < 2; f++) {
@@ -645,9 +639,6 @@ int main(int argc, char **argv) {
             test_shape(&e, fmts[f], acts[a], 24000 + 8, 256 + 64, few_m, 8, 0);
             test_shape(&e, fmts[f], acts[a], 1000 + 24, 4096 + 96, tc_m, 9, 1);
             test_shape(&e, fmts[f], acts[a], 129, 16 * 9 * (fmts[f] == NB_FORMAT_NVFP4 ? 1 : 2), tc_m, 9, 0);
-            /* more tiles than SMs, a ragged last row tile: with NIBBLE_SCHED=persistent 2.5 tiles per CTA, with
-             * streamk the last partial wave cut along k */
-            test_shape(&e, fmts[f], acts[a], 5120 + 16, 4096, wave_m, 2, 0);
             if (g_mma) { /* a ragged layer and a Llama layer (4096 -> 4096) up to m = 4096 */
                 test_shape_ref(&e, fmts[f], acts[a], 1000, 4096 + 96, mma_m, 9, 1, 1);
                 if (quick && !g_no_cublas) test_shape_ref(&e, fmts[f], acts[a], 4096, 4096, llama_m, 4, a == 0, 1);
@@ -665,16 +656,8 @@ int main(int argc, char **argv) {
     if (g_mma) test_mma_small_smem(&e);
     test_mx_range(&e);
     test_device_errors(&e);
-    printf("tensor-core path: %d calls, %d with a k split, %d persistent, %d stream-K\n", g_tc_runs, g_tc_split_runs,
-           g_tc_persistent_runs, g_tc_streamk_runs);
-    const char *sched = getenv("NIBBLE_SCHED"); /* (a forced persistent or stream-K grid has no k split) */
-    if (g_tc_runs && !(sched && (!strcmp(sched, "persistent") || !strcmp(sched, "streamk"))))
-        check(g_tc_split_runs > 0, "the tensor-core path ran with a k split (small layers at m = 64)");
-    /* each schedule, forced, ran (the default takes persistent CTAs from four
-     * waves of tiles on: only the full set's largest layers) */
-    if (g_tc_runs && sched && !strcmp(sched, "persistent"))
-        check(g_tc_persistent_runs > 0, "the tensor-core path ran persistent CTAs");
-    if (g_tc_runs && sched && !strcmp(sched, "streamk")) check(g_tc_streamk_runs > 0, "the tensor-core path ran stream-K");
+    printf("tensor-core path: %d calls, %d with a k split\n", g_tc_runs, g_tc_split_runs);
+    if (g_tc_runs) check(g_tc_split_runs > 0, "the tensor-core path ran with a k split (small layers at m = 64)");
     char cfg[256];
     NB(nb_gemm_last_config(e.ctx, cfg, sizeof cfg));
     printf("last config: %s\n", cfg);

@@ -47,8 +47,7 @@ static void help(void) {
            "                   [--out FILE] [--min-bytes MB]\n"
            "  For each layer k -> n, format and m: times every kernel configuration nb_gemm can run\n"
            "  (decode kernel: warps per row block, k splits, staged activations; Hopper tensor-core\n"
-           "  kernel: tile width, k split, raster group, schedule; the mma.sync kernel on other GPUs:\n"
-           "  tile width, raster group), each checked\n"
+           "  kernel, or the mma.sync kernel on other GPUs: tile width, raster group), each checked\n"
            "  against the heuristic's output first, and writes the fastest per (GPU, format, dtype,\n"
            "  n, k, m bucket) to FILE, merged with the entries already there.  nb_gemm follows the\n"
            "  file when NIBBLE_TUNE_CACHE names it or after nb_context_load_tuning; `nibble bench\n"
@@ -80,9 +79,8 @@ static int same_output(nb_dtype t, const uint16_t *a, const uint16_t *b, size_t 
 
 static void config_text(const nb_gemm_config *c, char *buf, size_t n) {
     if (c->path == NB_GEMM_PATH_TENSOR_CORE || c->path == NB_GEMM_PATH_MMA)
-        snprintf(buf, n, "%s bn=%d splits=%d raster=%d%s", c->path == NB_GEMM_PATH_MMA ? "mma" : "tc", c->bn,
-                 c->splits ? c->splits : 1, c->raster,
-                 c->sched == 2 ? " streamk" : c->sched == 1 ? " persistent" : "");
+        snprintf(buf, n, "%s bn=%d splits=%d raster=%d", c->path == NB_GEMM_PATH_MMA ? "mma" : "tc", c->bn,
+                 c->splits ? c->splits : 1, c->raster);
     else if (c->variant) snprintf(buf, n, "decode staged rpw=%d splits=%d", c->rpw, c->splits);
     else snprintf(buf, n, "decode kw=%d splits=%d", c->kw, c->splits);
 }

@@ -170,8 +170,7 @@ class GemmConfig(Structure):
         ("rpw", c_int32),
         ("bn", c_int32),
         ("raster", c_int32),
-        ("sched", c_int32),
-        ("reserved", c_int32 * 4),
+        ("reserved", c_int32 * 5),
     ]
 
 

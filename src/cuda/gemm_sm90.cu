@@ -53,11 +53,6 @@
 #include <cudaTypedefs.h>
 
 #define SM90_THREADS 384 /* producer warpgroup + two consumer warpgroups */
-/* Build knob (scripts/device-check variants): release each stage's two
- * 64-k halves separately. */
-#ifndef NB_SM90_HALF
-#define NB_SM90_HALF 0
-#endif
 #define SM90_ROWS 128    /* weight rows per CTA: 8 row blocks */
 
 struct Sm90Params {
@@ -68,10 +63,9 @@ struct Sm90Params {
     int64_t ldc;
     int row_blocks, kchunks;
     int tiles_n, tiles_m, group; /* tile grid and its raster (group of n tiles walked together) */
-    int dp_tiles;                /* tiles 0 .. dp_tiles-1 are whole, one CTA each (round robin) */
-    int64_t sk_chunks;           /* the rest: (tiles - dp_tiles) x kchunks, cut evenly over the grid */
-    float *partial;              /* the consumers' accumulators of partial tiles: two slots per CTA */
-    int *counters;               /* arrivals per stream-K tile (left zero) */
+    int splits, cps;             /* CTAs per tile along k, chunks per split */
+    float *partial;              /* split-K: per split and tile, the consumers' accumulators */
+    int *counters;               /* split-K: arrivals per tile (left zero) */
     int exp_shift;
     float ts;
     uint32_t stab[128];
@@ -147,68 +141,6 @@ __device__ __forceinline__ void wgmma_tile(float (&d)[BN / 2], uint32_t a0, uint
 
 #endif
 
-/* ------------------------------------------------------------ schedule
- *
- * The grid walks tiles in raster order (tile_coords): groups of `group` n
- * tiles walk every m tile, so the weights of a group and the activations of
- * an m tile stay in L2 together.  Tiles below dp_tiles are whole and go
- * round robin (CTA b takes b, b + G, ... for a grid of G; G below the tile
- * count makes the CTAs persistent, and the producer loads the next tile
- * while the consumers store this one).  The chunks of the tiles past
- * dp_tiles (sk_chunks of them, tile by tile) are cut evenly over the grid
- * ("stream-K"): CTA b takes [b S / G, (b + 1) S / G).  That serves both the
- * k split of small grids (every tile there, G a multiple of the tile count:
- * each CTA one piece of one tile) and the last, partial wave of large ones.
- * A piece shorter than its tile is partial: its CTA stores its accumulators
- * in a workspace slot (b for the CTA's first piece, G + b for its last) and
- * the last of the tile's CTAs to arrive sums the slots in CTA order, so the
- * result does not depend on timing. */
-struct Sm90Seg {
-    int tile, c0, c1; /* chunks [c0, c1) of tile */
-    int slot;         /* workspace slot of a partial tile; -1 for a whole one */
-};
-struct Sm90Sched {
-    int next_dp;
-    int64_t pos, end, first; /* this CTA's stream-K chunks: [first, end), next at pos */
-};
-
-#ifdef NB_SM90_DEVICE
-__device__ __forceinline__ void tile_coords(const Sm90Params &p, int tile, int &tn, int &tm) {
-    const int per_group = p.group * p.tiles_m;
-    const int gi = tile / per_group, gr = tile % per_group;
-    const int first_n = gi * p.group;
-    const int gsize = min(p.group, p.tiles_n - first_n);
-    tn = first_n + gr % gsize;
-    tm = gr / gsize;
-}
-/* First stream-K chunk of CTA b, and the CTA that holds chunk x. */
-__device__ __forceinline__ int64_t sk_begin(const Sm90Params &p, int64_t b) { return b * p.sk_chunks / gridDim.x; }
-__device__ __forceinline__ int sk_owner(const Sm90Params &p, int64_t x) {
-    return (int)(((x + 1) * gridDim.x - 1) / p.sk_chunks);
-}
-__device__ __forceinline__ void sched_init(const Sm90Params &p, Sm90Sched &s) {
-    s.next_dp = blockIdx.x;
-    s.first = s.pos = sk_begin(p, blockIdx.x);
-    s.end = sk_begin(p, blockIdx.x + 1);
-}
-/* The CTA's next piece of work: false when there is none. */
-__device__ __forceinline__ bool sched_next(const Sm90Params &p, Sm90Sched &s, Sm90Seg &g) {
-    if (s.next_dp < p.dp_tiles) {
-        g.tile = s.next_dp, g.c0 = 0, g.c1 = p.kchunks, g.slot = -1;
-        s.next_dp += gridDim.x;
-        return true;
-    }
-    if (s.pos >= s.end) return false;
-    const int64_t u = s.pos / p.kchunks;
-    g.tile = p.dp_tiles + (int)u;
-    g.c0 = (int)(s.pos - u * p.kchunks);
-    g.c1 = (int)min((int64_t)p.kchunks, s.end - u * p.kchunks);
-    g.slot = g.c0 == 0 && g.c1 == p.kchunks ? -1 : s.pos == s.first ? (int)blockIdx.x : (int)(gridDim.x + blockIdx.x);
-    s.pos = u * p.kchunks + g.c1;
-    return true;
-}
-#endif
-
 /* Shared memory: STAGES activation tiles (two 128-byte-swizzled halves of
  * BN x 64 each; 1024-byte aligned as the swizzle requires), STAGES x 8
  * packed chunks, the scale table, the mbarriers; plus 1 KB to align. */
@@ -221,7 +153,7 @@ struct Sm90Smem {
     static constexpr int W_OFF = STAGES * X_STAGE;
     static constexpr int TAB_OFF = W_OFF + STAGES * W_STAGE;
     static constexpr int BAR_OFF = TAB_OFF + 1024;
-    static constexpr int FLAG_OFF = BAR_OFF + 32 * STAGES; /* partial tile: "this CTA sums it" */
+    static constexpr int FLAG_OFF = BAR_OFF + 16 * STAGES; /* split-K: "this CTA sums the tile" */
     static constexpr int BYTES = FLAG_OFF + 16 + 1024;
 };
 
@@ -236,15 +168,23 @@ __global__ void __launch_bounds__(SM90_THREADS, 1)
      * every access is to shared memory (LDS, not generic loads). */
     uint8_t *smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
     uint32_t *stab = (uint32_t *)(smem + L::TAB_OFF);
-    /* Stage s fills on full[h][s] and empties on empty[h][s]: h = 0 for the
-     * whole stage, or with NB_SM90_HALF each 64-k half on its own (h = 0
-     * with the weights). */
-    const uint32_t bar0 = smem_addr(smem + L::BAR_OFF);
-    auto full = [&](int h, int s) { return bar0 + 8 * (h * STAGES + s); };
-    auto empty = [&](int h, int s) { return bar0 + 8 * ((2 + h) * STAGES + s); };
+    const uint32_t bar0 = smem_addr(smem + L::BAR_OFF); /* full[s] at bar0 + 8s, empty[s] at bar0 + 8(STAGES + s) */
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int wg = warp >> 2;
+
+    /* tile: groups of `group` n tiles walk every m tile, so the weights of a
+     * group and the activations of an m tile stay in L2 together. */
+    const int tile = blockIdx.x / p.splits, split = blockIdx.x % p.splits;
+    const int per_group = p.group * p.tiles_m;
+    const int gi = tile / per_group, gr = tile % per_group;
+    const int first_n = gi * p.group;
+    const int gsize = min(p.group, p.tiles_n - first_n);
+    const int tn = first_n + gr % gsize, tm = gr / gsize;
+    const int rb0 = tn * 8;
+    const int nrb = min(8, p.row_blocks - rb0);
+    /* this CTA's k chunks (the planner gives each split at least one) */
+    const int c0 = split * p.cps, nch = min(p.cps, p.kchunks - c0);
 
     for (int i = threadIdx.x; i < 128; i += SM90_THREADS) {
         const uint32_t v = p.stab[i];
@@ -252,46 +192,32 @@ __global__ void __launch_bounds__(SM90_THREADS, 1)
         stab[2 * i + 1] = (v >> 16) * 0x10001u;
     }
     if (threadIdx.x == 0) {
-        for (int s = 0; s < STAGES; s++)
-            for (int h = 0; h < 2; h++) {
-                mbar_init(full(h, s), 1);    /* the producer's arrive + the copy bytes */
-                mbar_init(empty(h, s), 256); /* every consumer thread arrives */
-            }
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(bar0 + 8 * s, 1);                 /* the producer's arrive + the copy bytes */
+            mbar_init(bar0 + 8 * (STAGES + s), 256);    /* every consumer thread arrives */
+        }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
 
-    Sm90Sched sc;
-    sched_init(p, sc);
     if (wg == 0) {
         /* Producer warpgroup: give registers to the consumers. */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
         if (warp == 0 && lane == 0) {
             const uint64_t pol = nbc_policy_evict_first();
+            const uint32_t bytes = (uint32_t)(L::X_STAGE + nrb * CB);
             asm volatile("griddepcontrol.wait;" ::: "memory"); /* X comes from the previous kernel */
-            Sm90Seg sg;
-            int it = 0; /* chunks loaded so far: stage it % STAGES */
-            while (sched_next(p, sc, sg)) {
-                int tn, tm;
-                tile_coords(p, sg.tile, tn, tm);
-                const int rb0 = tn * 8, nrb = min(8, p.row_blocks - rb0);
-                const uint32_t bytes = (uint32_t)(L::X_STAGE + nrb * CB);
-                for (int kc = sg.c0; kc < sg.c1; kc++, it++) {
-                    const int s = it % STAGES;
-                    const uint32_t ph = ((it / STAGES) - 1) & 1;
-                    const uint32_t xs = smem_addr(smem + L::X_OFF + s * L::X_STAGE);
-                    if (it >= STAGES) mbar_wait(empty(0, s), ph);
-                    mbar_expect_tx(full(0, s), NB_SM90_HALF ? bytes - L::X_STAGE / 2 : bytes);
-                    tma_load_2d(xs, &xmap, kc * NBI_CHUNK_K, tm * BN, full(0, s));
-                    const uint32_t ws = smem_addr(smem + L::W_OFF + s * L::W_STAGE);
-                    for (int r = 0; r < nrb; r++)
-                        bulk_load(ws + r * CB, p.w + ((size_t)(rb0 + r) * p.kchunks + kc) * CB, CB, full(0, s), pol);
-                    if (NB_SM90_HALF) {
-                        if (it >= STAGES) mbar_wait(empty(1, s), ph);
-                        mbar_expect_tx(full(1, s), L::X_STAGE / 2);
-                    }
-                    tma_load_2d(xs + BN * 128, &xmap, kc * NBI_CHUNK_K + 64, tm * BN, full(NB_SM90_HALF, s));
-                }
+            for (int i = 0; i < nch; i++) {
+                const int s = i % STAGES, kc = c0 + i;
+                if (i >= STAGES) mbar_wait(bar0 + 8 * (STAGES + s), ((i / STAGES) - 1) & 1);
+                const uint32_t full = bar0 + 8 * s;
+                mbar_expect_tx(full, bytes);
+                const uint32_t xs = smem_addr(smem + L::X_OFF + s * L::X_STAGE);
+                tma_load_2d(xs, &xmap, kc * NBI_CHUNK_K, tm * BN, full);
+                tma_load_2d(xs + BN * 128, &xmap, kc * NBI_CHUNK_K + 64, tm * BN, full);
+                const uint32_t ws = smem_addr(smem + L::W_OFF + s * L::W_STAGE);
+                for (int r = 0; r < nrb; r++)
+                    bulk_load(ws + r * CB, p.w + ((size_t)(rb0 + r) * p.kchunks + kc) * CB, CB, full, pol);
             }
         }
         return;
@@ -299,129 +225,92 @@ __global__ void __launch_bounds__(SM90_THREADS, 1)
 
     /* Consumers. */
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-    const int g = lane >> 2, t = lane & 3, c = threadIdx.x - 128;
+    const int g = lane >> 2, t = lane & 3;
     const int rbl = 4 * (wg - 1) + (warp & 3); /* row block within the tile */
     float acc[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
 
     /* Two register sets of A fragments: chunk c's wgmmas read one set while
      * chunk c+1 is dequantized into the other; wgmma.wait_group 1 after
      * issuing chunk c+1 retires chunk c, which frees its set and its stage.
-     * The loop is unrolled by two so that both sets are plain registers.
-     * Chunks are counted over the CTA's whole work (it): stage it % STAGES. */
+     * The loop is unrolled by two so that both sets are plain registers. */
     uint32_t fa[8][4], fb[8][4];
-    auto retire = [&](int i, int h) { /* chunk i's wgmmas (of half h) are done: release them */
-        mbar_arrive(empty(h, i % STAGES)); /* each thread, after its own reads */
-    };
-    /* Chunk i into register set a; `prev`: chunk i - 1 is in flight.  With
-     * NB_SM90_HALF each 64-k half is a wgmma group of its own, and after
-     * issuing half h, wgmma.wait_group 2 retires chunk i - 1's half h, so
-     * the producer refills half 0 (with the weights) half a chunk sooner. */
-    auto chunk = [&](int i, uint32_t (&a)[8][4], bool prev) {
+    auto chunk = [&](int i, uint32_t (&a)[8][4]) { /* the CTA's chunk i (stage i % STAGES) */
         const int s = i % STAGES;
-        const uint32_t ph = (i / STAGES) & 1;
-        mbar_wait(full(0, s), ph);
+        mbar_wait(bar0 + 8 * s, (i / STAGES) & 1);
         nbc_dequant_chunk<FMT, ACT>(smem + L::W_OFF + s * L::W_STAGE + rbl * CB, stab, g, t, a);
         const uint32_t xs = smem_addr(smem + L::X_OFF + s * L::X_STAGE);
-        if (NB_SM90_HALF) {
+        wgmma_fence();
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                if (h == 1) mbar_wait(full(1, s), ph);
-                wgmma_fence();
-#pragma unroll
-                for (int j = 4 * h; j < 4 * h + 4; j++)
-                    wgmma_tile<ACT, BN>(acc, a[j][0], a[j][1], a[j][2], a[j][3],
-                                        desc_sw128(xs + h * (BN * 128) + (j & 3) * 32), 1);
-                wgmma_commit();
-                if (prev) {
-                    wgmma_wait<2>();
-                    retire(i - 1, h);
-                }
-            }
-        } else {
-            wgmma_fence();
-#pragma unroll
-            for (int j = 0; j < 8; j++)
-                wgmma_tile<ACT, BN>(acc, a[j][0], a[j][1], a[j][2], a[j][3],
-                                    desc_sw128(xs + (j >> 2) * (BN * 128) + (j & 3) * 32), 1);
-            wgmma_commit();
-            if (prev) {
-                wgmma_wait<1>();
-                retire(i - 1, 0);
-            }
-        }
+        for (int j = 0; j < 8; j++)
+            wgmma_tile<ACT, BN>(acc, a[j][0], a[j][1], a[j][2], a[j][3],
+                                desc_sw128(xs + (j >> 2) * (BN * 128) + (j & 3) * 32), 1);
+        wgmma_commit();
     };
-
-    Sm90Seg cur, nxt;
-    bool have = sched_next(p, sc, cur);
-    int it = 0;
-    while (have) {
-        const bool more = sched_next(p, sc, nxt);
-#pragma unroll
-        for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
-        const int end = it + cur.c1 - cur.c0;
-        for (int i = it; i < end; i += 2) {
-            chunk(i, fa, i > it);
-            if (i + 1 < end) chunk(i + 1, fb, true);
+    auto retire = [&](int i) { /* chunk i's wgmmas are done: release its stage */
+        mbar_arrive(bar0 + 8 * (STAGES + i % STAGES)); /* each thread, after its own reads */
+    };
+    for (int i = 0; i < nch; i += 2) {
+        chunk(i, fa);
+        if (i > 0) {
+            wgmma_wait<1>();
+            retire(i - 1);
         }
-        wgmma_wait<0>();
-        retire(end - 1, 0);
-        if (NB_SM90_HALF) retire(end - 1, 1);
-        it = end;
-        if (!more) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-
-        int tn, tm;
-        tile_coords(p, cur.tile, tn, tm);
-        if (cur.slot >= 0) {
-            /* A partial tile: store the accumulators (float4 i of consumer
-             * thread c at 4 (256 i + c): coalesced); the last CTA of the
-             * tile to arrive sums every CTA's slot in CTA order. */
-            float4 *mine = (float4 *)p.partial + (size_t)cur.slot * (32 * BN) + c;
-#pragma unroll
-            for (int i = 0; i < BN / 8; i++)
-                __stcg(mine + 256 * i, make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
-            __threadfence();
-            const int u = cur.tile - p.dp_tiles;
-            const int b0 = sk_owner(p, (int64_t)u * p.kchunks), b1 = sk_owner(p, (int64_t)(u + 1) * p.kchunks - 1);
-            int *last = (int *)(smem + L::FLAG_OFF);
-            asm volatile("bar.sync 1, 256;" ::: "memory"); /* the consumer warpgroups */
-            if (c == 0) *last = atomicAdd(&p.counters[u], 1) == b1 - b0;
-            asm volatile("bar.sync 1, 256;" ::: "memory");
-            if (!*last) {
-                cur = nxt, have = more;
-                continue;
-            }
-            __threadfence();
-#pragma unroll
-            for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
-            for (int b = b0; b <= b1; b++) {
-                const int slot = sk_begin(p, b) / p.kchunks == u ? b : (int)gridDim.x + b;
-                const float4 *part = (const float4 *)p.partial + (size_t)slot * (32 * BN) + c;
-#pragma unroll
-                for (int i = 0; i < BN / 8; i++) {
-                    const float4 v = __ldcg(part + 256 * i);
-                    acc[4 * i] += v.x, acc[4 * i + 1] += v.y, acc[4 * i + 2] += v.z, acc[4 * i + 3] += v.w;
-                }
-            }
-            if (c == 0) p.counters[u] = 0; /* ready for the next call */
+        if (i + 1 < nch) {
+            chunk(i + 1, fb);
+            wgmma_wait<1>();
+            retire(i);
         }
+    }
+    wgmma_wait<0>();
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 
-        /* Epilogue: accumulator (row, token) -> Y[token, row]. */
-        const int rb = tn * 8 + rbl;
+    /* Split-K: each CTA of the tile stores its accumulators (float4 i of
+     * consumer thread c at 4 (256 i + c): coalesced), and the last to arrive
+     * sums them in split order, so the result does not depend on timing. */
+    if (p.splits > 1) {
+        const int c = threadIdx.x - 128;
+        const int ntiles = p.tiles_n * p.tiles_m;
+        float4 *mine = (float4 *)p.partial + ((size_t)split * ntiles + tile) * (32 * BN) + c;
 #pragma unroll
         for (int i = 0; i < BN / 8; i++)
+            __stcg(mine + 256 * i, make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
+        __threadfence();
+        int *last = (int *)(smem + L::FLAG_OFF);
+        asm volatile("bar.sync 1, 256;" ::: "memory"); /* the consumer warpgroups */
+        if (c == 0) *last = atomicAdd(&p.counters[tile], 1) == p.splits - 1;
+        asm volatile("bar.sync 1, 256;" ::: "memory");
+        if (!*last) return;
+        __threadfence();
 #pragma unroll
-            for (int h = 0; h < 2; h++)
+        for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
+        for (int s = 0; s < p.splits; s++) {
+            const float4 *part = (const float4 *)p.partial + ((size_t)s * ntiles + tile) * (32 * BN) + c;
 #pragma unroll
-                for (int j = 0; j < 2; j++) {
-                    const int tok = tm * BN + 8 * i + 2 * t + j, row = rb * 16 + g + 8 * h;
-                    if (tok < p.m && row < p.n) {
-                        float v = ldexpf(acc[4 * i + 2 * h + j], p.exp_shift) * p.ts;
-                        if (p.bias) v += nbc_load(ACT, p.bias, (size_t)row);
-                        nbc_store(ACT, p.y, (size_t)tok * p.ldc + row, v);
-                    }
-                }
-        cur = nxt, have = more;
+            for (int i = 0; i < BN / 8; i++) {
+                const float4 v = __ldcg(part + 256 * i);
+                acc[4 * i] += v.x, acc[4 * i + 1] += v.y, acc[4 * i + 2] += v.z, acc[4 * i + 3] += v.w;
+            }
+        }
+        if (c == 0) p.counters[tile] = 0; /* ready for the next call */
     }
+
+    /* Epilogue: accumulator (row, token) -> Y[token, row]. */
+    const int rb = rb0 + rbl;
+#pragma unroll
+    for (int i = 0; i < BN / 8; i++)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const int tok = tm * BN + 8 * i + 2 * t + j, row = rb * 16 + g + 8 * h;
+                if (tok < p.m && row < p.n) {
+                    float v = ldexpf(acc[4 * i + 2 * h + j], p.exp_shift) * p.ts;
+                    if (p.bias) v += nbc_load(ACT, p.bias, (size_t)row);
+                    nbc_store(ACT, p.y, (size_t)tok * p.ldc + row, v);
+                }
+            }
 #endif
 }
 
@@ -513,8 +402,8 @@ extern "C" int nbi_cuda_gemm_sm90(const nbi_gemm_plan *pl, const void *x, const 
     p.tiles_n = pl->tiles_n;
     p.tiles_m = pl->tiles_m;
     p.group = pl->raster_group;
-    p.dp_tiles = pl->dp_tiles;
-    p.sk_chunks = pl->sk_chunks;
+    p.splits = pl->splits;
+    p.cps = pl->chunks_per_split;
     p.counters = (int *)workspace;
     p.partial = (float *)((char *)workspace + pl->ws_counter_bytes);
 
@@ -526,7 +415,7 @@ extern "C" int nbi_cuda_gemm_sm90(const nbi_gemm_plan *pl, const void *x, const 
         opted_in[pl->fmt][pl->act][bi] = 1;
     }
     cudaLaunchAttribute attr[1];
-    const dim3 grid((unsigned)pl->grid_x);
+    const dim3 grid((unsigned)(pl->tiles_n * pl->tiles_m * pl->splits));
     cudaLaunchConfig_t cfg = nbc_launch_config(grid, dim3(SM90_THREADS), smem, stream, pl->pdl, attr);
     NBC_TRY(cudaLaunchKernelEx(&cfg, f, map, p), "gemm_sm90 kernel launch");
     return 0;
