@@ -53,6 +53,18 @@
 #include <cudaTypedefs.h>
 
 #define SM90_THREADS 384 /* producer warpgroup + two consumer warpgroups */
+/* Whether a tile width releases each stage's two 64-k halves on barriers
+ * of their own, so the producer refills half 0 (with the weights) half a
+ * chunk sooner: the 256-token tile, whose 74 KB stages leave room for only
+ * three (H100, nvfp4, 8192 -> 8192, interleaved runs: m = 256 62.1 -> 58.8
+ * us, 1024 193.7 -> 184.6, 4096 855.1 -> 813.6).  The 64- and 128-token
+ * tiles have six and four stages and lost with it (m = 64: 8192 -> 8192
+ * 29.5 -> 30.8 us, 28672 -> 8192 85.2 -> 91.3).  Build knob
+ * NB_SM90_HALF: -1 as measured, 0 never, 1 always. */
+#ifndef NB_SM90_HALF
+#define NB_SM90_HALF -1
+#endif
+#define SM90_HALF(BN) (NB_SM90_HALF < 0 ? (BN) == 256 : NB_SM90_HALF != 0)
 #define SM90_ROWS 128    /* weight rows per CTA: 8 row blocks */
 
 struct Sm90Params {
@@ -153,7 +165,7 @@ struct Sm90Smem {
     static constexpr int W_OFF = STAGES * X_STAGE;
     static constexpr int TAB_OFF = W_OFF + STAGES * W_STAGE;
     static constexpr int BAR_OFF = TAB_OFF + 1024;
-    static constexpr int FLAG_OFF = BAR_OFF + 16 * STAGES; /* split-K: "this CTA sums the tile" */
+    static constexpr int FLAG_OFF = BAR_OFF + 16 * STAGES * (SM90_HALF(BN) ? 2 : 1); /* split-K: "this CTA sums the tile" */
     static constexpr int BYTES = FLAG_OFF + 16 + 1024;
 };
 
@@ -163,6 +175,7 @@ __global__ void __launch_bounds__(SM90_THREADS, 1)
 #ifdef NB_SM90_DEVICE
     typedef Sm90Smem<FMT, BN, STAGES> L;
     constexpr int CB = L::CB;
+    constexpr bool HALF = SM90_HALF(BN);
     extern __shared__ uint8_t smem_raw[];
     /* Align by offsetting smem_raw itself, so that the compiler still knows
      * every access is to shared memory (LDS, not generic loads). */
@@ -192,9 +205,13 @@ __global__ void __launch_bounds__(SM90_THREADS, 1)
         stab[2 * i + 1] = (v >> 16) * 0x10001u;
     }
     if (threadIdx.x == 0) {
-        for (int s = 0; s < STAGES; s++) {
-            mbar_init(bar0 + 8 * s, 1);                 /* the producer's arrive + the copy bytes */
-            mbar_init(bar0 + 8 * (STAGES + s), 256);    /* every consumer thread arrives */
+        if constexpr (HALF) { /* full[h][s] at bar0 + 8(h STAGES + s), empty[h][s] at bar0 + 8((2 + h) STAGES + s) */
+            for (int s = 0; s < 4 * STAGES; s++) mbar_init(bar0 + 8 * s, s < 2 * STAGES ? 1 : 256);
+        } else {
+            for (int s = 0; s < STAGES; s++) {
+                mbar_init(bar0 + 8 * s, 1);                 /* the producer's arrive + the copy bytes */
+                mbar_init(bar0 + 8 * (STAGES + s), 256);    /* every consumer thread arrives */
+            }
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -207,7 +224,25 @@ __global__ void __launch_bounds__(SM90_THREADS, 1)
             const uint64_t pol = nbc_policy_evict_first();
             const uint32_t bytes = (uint32_t)(L::X_STAGE + nrb * CB);
             asm volatile("griddepcontrol.wait;" ::: "memory"); /* X comes from the previous kernel */
-            for (int i = 0; i < nch; i++) {
+            if constexpr (HALF) for (int i = 0; i < nch; i++) {
+                const int s = i % STAGES, kc = c0 + i;
+                const uint32_t ph = ((i / STAGES) - 1) & 1;
+                const uint32_t xs = smem_addr(smem + L::X_OFF + s * L::X_STAGE);
+                /* half 0: the weights and k 0..63 of the activations */
+                if (i >= STAGES) mbar_wait(bar0 + 8 * (2 * STAGES + s), ph);
+                const uint32_t full0 = bar0 + 8 * s;
+                mbar_expect_tx(full0, (uint32_t)(L::X_STAGE / 2 + nrb * CB));
+                tma_load_2d(xs, &xmap, kc * NBI_CHUNK_K, tm * BN, full0);
+                const uint32_t ws = smem_addr(smem + L::W_OFF + s * L::W_STAGE);
+                for (int r = 0; r < nrb; r++)
+                    bulk_load(ws + r * CB, p.w + ((size_t)(rb0 + r) * p.kchunks + kc) * CB, CB, full0, pol);
+                /* half 1: k 64..127 */
+                if (i >= STAGES) mbar_wait(bar0 + 8 * (3 * STAGES + s), ph);
+                const uint32_t full1 = bar0 + 8 * (STAGES + s);
+                mbar_expect_tx(full1, (uint32_t)(L::X_STAGE / 2));
+                tma_load_2d(xs + BN * 128, &xmap, kc * NBI_CHUNK_K + 64, tm * BN, full1);
+            }
+            else for (int i = 0; i < nch; i++) {
                 const int s = i % STAGES, kc = c0 + i;
                 if (i >= STAGES) mbar_wait(bar0 + 8 * (STAGES + s), ((i / STAGES) - 1) & 1);
                 const uint32_t full = bar0 + 8 * s;
@@ -236,31 +271,62 @@ __global__ void __launch_bounds__(SM90_THREADS, 1)
      * issuing chunk c+1 retires chunk c, which frees its set and its stage.
      * The loop is unrolled by two so that both sets are plain registers. */
     uint32_t fa[8][4], fb[8][4];
-    auto chunk = [&](int i, uint32_t (&a)[8][4]) { /* the CTA's chunk i (stage i % STAGES) */
-        const int s = i % STAGES;
-        mbar_wait(bar0 + 8 * s, (i / STAGES) & 1);
-        nbc_dequant_chunk<FMT, ACT>(smem + L::W_OFF + s * L::W_STAGE + rbl * CB, stab, g, t, a);
-        const uint32_t xs = smem_addr(smem + L::X_OFF + s * L::X_STAGE);
-        wgmma_fence();
+    if constexpr (HALF) {
+        /* Each chunk issues two wgmma groups, one per 64-k half; after issuing
+         * half h, wgmma.wait_group 2 retires the previous chunk's half h, which
+         * frees that half of its stage. */
+        auto chunk = [&](int i, uint32_t (&a)[8][4]) { /* the CTA's chunk i (stage i % STAGES) */
+            const int s = i % STAGES, prev = (i + STAGES - 1) % STAGES;
+            const uint32_t ph = (i / STAGES) & 1;
+            mbar_wait(bar0 + 8 * s, ph);
+            nbc_dequant_chunk<FMT, ACT>(smem + L::W_OFF + s * L::W_STAGE + rbl * CB, stab, g, t, a);
+            const uint32_t xs = smem_addr(smem + L::X_OFF + s * L::X_STAGE);
 #pragma unroll
-        for (int j = 0; j < 8; j++)
-            wgmma_tile<ACT, BN>(acc, a[j][0], a[j][1], a[j][2], a[j][3],
-                                desc_sw128(xs + (j >> 2) * (BN * 128) + (j & 3) * 32), 1);
-        wgmma_commit();
-    };
-    auto retire = [&](int i) { /* chunk i's wgmmas are done: release its stage */
-        mbar_arrive(bar0 + 8 * (STAGES + i % STAGES)); /* each thread, after its own reads */
-    };
-    for (int i = 0; i < nch; i += 2) {
-        chunk(i, fa);
-        if (i > 0) {
-            wgmma_wait<1>();
-            retire(i - 1);
+            for (int h = 0; h < 2; h++) {
+                if (h == 1) mbar_wait(bar0 + 8 * (STAGES + s), ph);
+                wgmma_fence();
+#pragma unroll
+                for (int j = 4 * h; j < 4 * h + 4; j++)
+                    wgmma_tile<ACT, BN>(acc, a[j][0], a[j][1], a[j][2], a[j][3],
+                                        desc_sw128(xs + h * (BN * 128) + (j & 3) * 32), 1);
+                wgmma_commit();
+                if (i > 0) { /* the previous chunk's half h is done: release it (each thread, after its reads) */
+                    wgmma_wait<2>();
+                    mbar_arrive(bar0 + 8 * ((2 + h) * STAGES + prev));
+                }
+            }
+        };
+        for (int i = 0; i < nch; i += 2) {
+            chunk(i, fa);
+            if (i + 1 < nch) chunk(i + 1, fb);
         }
-        if (i + 1 < nch) {
-            chunk(i + 1, fb);
-            wgmma_wait<1>();
-            retire(i);
+    } else {
+        auto chunk = [&](int i, uint32_t (&a)[8][4]) { /* the CTA's chunk i (stage i % STAGES) */
+            const int s = i % STAGES;
+            mbar_wait(bar0 + 8 * s, (i / STAGES) & 1);
+            nbc_dequant_chunk<FMT, ACT>(smem + L::W_OFF + s * L::W_STAGE + rbl * CB, stab, g, t, a);
+            const uint32_t xs = smem_addr(smem + L::X_OFF + s * L::X_STAGE);
+            wgmma_fence();
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                wgmma_tile<ACT, BN>(acc, a[j][0], a[j][1], a[j][2], a[j][3],
+                                    desc_sw128(xs + (j >> 2) * (BN * 128) + (j & 3) * 32), 1);
+            wgmma_commit();
+        };
+        auto retire = [&](int i) { /* chunk i's wgmmas are done: release its stage */
+            mbar_arrive(bar0 + 8 * (STAGES + i % STAGES)); /* each thread, after its own reads */
+        };
+        for (int i = 0; i < nch; i += 2) {
+            chunk(i, fa);
+            if (i > 0) {
+                wgmma_wait<1>();
+                retire(i - 1);
+            }
+            if (i + 1 < nch) {
+                chunk(i + 1, fb);
+                wgmma_wait<1>();
+                retire(i);
+            }
         }
     }
     wgmma_wait<0>();
