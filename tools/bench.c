@@ -262,6 +262,10 @@ int nb_cli_bench(int argc, char **argv) {
                             first ? "" : ",", fname, act == NB_DTYPE_BF16 ? "bf16" : "f16", (long long)k, (long long)n,
                             (long long)m, t_nb, t_bl, gbps, gbps / bw, tf, tf_b, t_bl / t_nb, cfg);
                 first = 0;
+                /* each row reaches the files as it is measured: a run stopped
+                 * part-way (a time limit) keeps the rows it finished */
+                if (fc) fflush(fc);
+                if (fj) fflush(fj);
             }
             nbt_layer_free(&L);
             for (int r = 0; r < rot_b; r++) CK(cudaFree(wb[r]));
