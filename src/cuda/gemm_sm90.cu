@@ -17,7 +17,8 @@
  *         wgmma is asynchronous: the next tile's dequantization overlaps it.
  *         After a chunk's last wgmma has retired every consumer thread
  *         arrives on the stage's "empty" mbarrier, which frees it for the
- *         producer.
+ *         producer.  The 256-token tile (three stages) fills and frees each
+ *         64-k half of a stage on barriers of its own (SM90_HALF).
  *   When the tiles leave SMs idle (m <= 256 on 8192-row layers), `splits`
  *   CTAs share a tile, each walking its own range of chunks; they store FP32
  *   partials in the workspace and the last to arrive sums them in split
@@ -53,6 +54,7 @@
 #include <cudaTypedefs.h>
 
 #define SM90_THREADS 384 /* producer warpgroup + two consumer warpgroups */
+#define SM90_ROWS 128    /* weight rows per CTA: 8 row blocks */
 /* Whether a tile width releases each stage's two 64-k halves on barriers
  * of their own, so the producer refills half 0 (with the weights) half a
  * chunk sooner: the 256-token tile, whose 74 KB stages leave room for only
@@ -65,7 +67,6 @@
 #define NB_SM90_HALF -1
 #endif
 #define SM90_HALF(BN) (NB_SM90_HALF < 0 ? (BN) == 256 : NB_SM90_HALF != 0)
-#define SM90_ROWS 128    /* weight rows per CTA: 8 row blocks */
 
 struct Sm90Params {
     const uint8_t *w;
