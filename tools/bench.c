@@ -22,17 +22,6 @@
 #define NB_GIT_COMMIT "unknown"
 #endif
 
-#ifndef NB_HAVE_CUDA
-int nb_cli_bench(int argc, char **argv) {
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--help")) {
-            printf("usage: nibble bench [options]  (needs a CUDA build and a GPU)\n");
-            return 0;
-        }
-    fprintf(stderr, "nibble bench: this build has no CUDA kernels (%s)\n", nb_status_string(NB_ERR_NO_DEVICE));
-    return 3;
-}
-#else
 #include "benchlib.h"
 
 #include <cublas_v2.h>
@@ -291,4 +280,3 @@ int nb_cli_bench(int argc, char **argv) {
     nb_context_destroy(ctx);
     return rc;
 }
-#endif

@@ -27,8 +27,23 @@
 #include <cjson/cJSON.h>
 #endif
 
+#ifdef NB_HAVE_CUDA
 int nb_cli_bench(int argc, char **argv); /* bench.c */
 int nb_cli_tune(int argc, char **argv);  /* tune.c */
+#else
+/* `nibble bench` and `nibble tune` in a build without the CUDA kernels. */
+static int cmd_needs_cuda(const char *cmd, int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help")) {
+            printf("usage: nibble %s [options]  (needs a CUDA build and a GPU)\n", cmd);
+            return 0;
+        }
+    fprintf(stderr, "nibble %s: this build has no CUDA kernels (%s)\n", cmd, nb_status_string(NB_ERR_NO_DEVICE));
+    return 3;
+}
+#define nb_cli_bench(argc, argv) cmd_needs_cuda("bench", argc, argv)
+#define nb_cli_tune(argc, argv) cmd_needs_cuda("tune", argc, argv)
+#endif
 
 static int wants_help(int argc, char **argv) {
     for (int i = 1; i < argc; i++)

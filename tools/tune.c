@@ -26,17 +26,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifndef NB_HAVE_CUDA
-int nb_cli_tune(int argc, char **argv) {
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--help")) {
-            printf("usage: nibble tune [options]  (needs a CUDA build and a GPU)\n");
-            return 0;
-        }
-    fprintf(stderr, "nibble tune: this build has no CUDA kernels (%s)\n", nb_status_string(NB_ERR_NO_DEVICE));
-    return 3;
-}
-#else
 #include "benchlib.h"
 
 #include <time.h>
@@ -267,4 +256,3 @@ int nb_cli_tune(int argc, char **argv) {
     nb_context_destroy(ctx);
     return rc;
 }
-#endif
