@@ -150,16 +150,65 @@ typedef enum nb_dtype {
     NB_DTYPE_BF16 = 3
 } nb_dtype;
 
-typedef enum nb_format {
-    NB_FORMAT_NVFP4 = 1, /* E2M1, group 16, E4M3 scales, FP32 tensor scale */
-    NB_FORMAT_MXFP4 = 2  /* E2M1, group 32, E8M0 scales */
-    /* values 3.. reserved for NF4, bitsandbytes FP4, INT4/INT8/INT2 groups */
-} nb_format;
+/* The 4-bit element codes a format stores (docs/formats.md section 1). */
+typedef enum nb_element_type {
+    NB_ELEMENT_E2M1 = 1 /* FP4: sign, 2 exponent bits, 1 mantissa bit: 0 .5 1 1.5 2 3 4 6 */
+} nb_element_type;
 
 typedef enum nb_scale_type {
     NB_SCALE_E4M3 = 1, /* FP8 E4M3FN byte: any sign, 0x7F/0xFF are NaN */
     NB_SCALE_E8M0 = 2  /* 2^(byte-127), 0xFF is NaN */
 } nb_scale_type;
+
+/* The weight formats, one row each: everything the library knows about a
+ * format's storage follows from its row (nb_format_get_info returns it).
+ *   X(NAME, value, "name", element, element_bits, group, scale_type,
+ *     scale_bytes, tensor_scale, zero_point)
+ *   element       nb_element_type of the codes, element_bits bits each (two
+ *                 codes per byte, the even element in the low nibble);
+ *   group         consecutive elements of a row (along k) sharing a scale;
+ *   scale_type    nb_scale_type of the block scales, scale_bytes bytes each;
+ *   tensor_scale  1: one FP32 scale multiplies every value (NVFP4's
+ *                 weight_scale_2, nb_weight_desc.tensor_scale); 0: none
+ *                 (tensor_scale is 1);
+ *   zero_point    1: blocks carry a zero point (none of these formats).
+ * Values are append-only; 3.. are reserved for NF4, bitsandbytes FP4 and
+ * group-wise INT4/INT8/INT2. */
+#define NB_FORMAT_LIST(X)                                                \
+    X(NVFP4, 1, "nvfp4", NB_ELEMENT_E2M1, 4, 16, NB_SCALE_E4M3, 1, 1, 0) \
+    X(MXFP4, 2, "mxfp4", NB_ELEMENT_E2M1, 4, 32, NB_SCALE_E8M0, 1, 0, 0)
+
+typedef enum nb_format {
+#define NB_X_FORMAT(NAME, value, ...) NB_FORMAT_##NAME = value,
+    NB_FORMAT_LIST(NB_X_FORMAT)
+#undef NB_X_FORMAT
+} nb_format;
+
+/* One row of NB_FORMAT_LIST, and whether this build's kernels serve it. */
+typedef struct nb_format_info {
+    nb_format format;
+    char name[16];        /* "nvfp4" */
+    int32_t element;      /* nb_element_type */
+    int32_t element_bits;
+    int32_t group_size;
+    int32_t scale_type;   /* nb_scale_type */
+    int32_t scale_bytes;
+    int32_t tensor_scale; /* 1 when the format has a per-tensor FP32 scale */
+    int32_t zero_point;   /* 1 when blocks carry a zero point */
+    int32_t kernels;      /* 1 when the GPU kernels (nb_pack, nb_gemm) serve it */
+    int32_t reserved[6];
+} nb_format_info;
+
+/* The row of `format`; NB_ERR_UNSUPPORTED for a value that is not a format
+ * of this library. */
+NB_API nb_status nb_format_get_info(nb_format format, nb_format_info *out);
+/* The formats of this library in NB_FORMAT_LIST order: *count receives how
+ * many there are; at most `max` are written (formats may be NULL when max
+ * is 0). */
+NB_API nb_status nb_format_list(nb_format *formats, size_t max, size_t *count);
+/* The format named `name` (exact and lower case: "nvfp4", "mxfp4");
+ * NB_ERR_NOT_FOUND, with the known names in the message, otherwise. */
+NB_API nb_status nb_format_from_name(const char *name, nb_format *out);
 
 /* How nb_quantize picks an MXFP4 block exponent (formats.md 3.2). */
 typedef enum nb_mx_scale_rule {

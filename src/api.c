@@ -139,7 +139,12 @@ nb_status nb_get_build_info(nb_build_info *out) {
     memset(out, 0, sizeof *out);
     out->cuda = nbi_cuda_available();
     snprintf(out->cuda_archs, sizeof out->cuda_archs, "%s", nbi_cuda_archs());
-    snprintf(out->formats, sizeof out->formats, "nvfp4,mxfp4");
+    nb_format all[NBI_FORMAT_COUNT];
+    size_t count = 0, used = 0;
+    nb_format_list(all, NBI_FORMAT_COUNT, &count);
+    for (size_t i = 0; i < count && used < sizeof out->formats; i++)
+        used += (size_t)snprintf(out->formats + used, sizeof out->formats - used, "%s%s", i ? "," : "",
+                                 nbi_traits(all[i])->name);
     snprintf(out->version, sizeof out->version, "%s", nb_version_string());
     return NB_OK;
 }
@@ -161,7 +166,7 @@ nb_status nb_weight_desc_init(nb_weight_desc *d, nb_format format, int64_t n, in
     d->group_size = t->group;
     d->scale_type = t->scale_type;
     d->scale_rule = NB_MX_SCALE_OCP;
-    d->tensor_scale = format == NB_FORMAT_NVFP4 ? 0.0f : 1.0f;
+    d->tensor_scale = t->tensor_scale ? 0.0f : 1.0f;
     d->scale_exp_min = d->scale_exp_max = -1;
     return nb_weight_desc_validate(d);
 }
@@ -207,14 +212,27 @@ nb_status nb_weight_get_sizes(const nb_weight_desc *d, nb_weight_sizes *out) {
     /* n, k <= 2^31 and n*k <= 2^50 (checked), so none of these overflow 64 bits. */
     uint64_t nk = (uint64_t)d->n * (uint64_t)d->k;
     uint64_t chunks = (uint64_t)((d->n + 15) / 16) * (uint64_t)((d->k + NBI_CHUNK_K - 1) / NBI_CHUNK_K);
-    uint64_t packed = chunks * nbi_chunk_bytes(t);
+    uint64_t packed = t->kernels ? chunks * nbi_chunk_bytes(t) : 0; /* (no packed layout without kernels) */
     if (packed > (uint64_t)SIZE_MAX || nk > (uint64_t)SIZE_MAX)
         return nbi_fail(NULL, NB_ERR_OVERFLOW, "weight [%lld, %lld] does not fit this address space",
                         (long long)d->n, (long long)d->k);
-    out->codes_bytes = (size_t)(nk / 2);
+    out->codes_bytes = (size_t)((nk * (uint64_t)t->element_bits + 7) / 8);
     out->scales_bytes = (size_t)(nk / (uint64_t)d->group_size);
     out->packed_bytes = (size_t)packed;
     out->dense_elements = (size_t)nk;
+    return NB_OK;
+}
+
+nb_status nbi_packed_size(nb_context *ctx, const nb_weight_desc *d, size_t packed_bytes, nb_weight_sizes *sz,
+                          const char *fn) {
+    const nbi_format_traits *t = nbi_traits(d->format);
+    if (!t->kernels)
+        return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s: %s has no packed layout (no GPU kernels serve it)", fn, t->name);
+    nb_status st = nb_weight_get_sizes(d, sz);
+    if (st) return nbi_fail(ctx, st, "%s: %s", fn, nb_last_error());
+    if (packed_bytes < sz->packed_bytes)
+        return nbi_fail(ctx, NB_ERR_BUFFER_TOO_SMALL, "%s: packed buffer has %zu bytes, needs %zu", fn, packed_bytes,
+                        sz->packed_bytes);
     return NB_OK;
 }
 

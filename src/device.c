@@ -44,10 +44,7 @@ nb_status nb_pack(nb_context *ctx, nb_weight_desc *desc, const uint8_t *codes, c
     if ((uintptr_t)packed % 16)
         return nbi_fail(ctx, NB_ERR_MISALIGNED, "nb_pack: packed must be 16-byte aligned");
     nb_weight_sizes sz;
-    if ((st = nb_weight_get_sizes(desc, &sz))) return nbi_fail(ctx, st, "%s", nb_last_error());
-    if (packed_bytes < sz.packed_bytes)
-        return nbi_fail(ctx, NB_ERR_BUFFER_TOO_SMALL, "nb_pack: packed buffer has %zu bytes, needs %zu",
-                        packed_bytes, sz.packed_bytes);
+    if ((st = nbi_packed_size(ctx, desc, packed_bytes, &sz, "nb_pack"))) return st;
     char err[NB_ERRBUF] = "";
     int32_t emin = -1, emax = -1;
     if (nbi_cuda_pack(desc, codes, scales, packed, &emin, &emax, stream, err)) return cuda_failed(ctx, "nb_pack", err);

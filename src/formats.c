@@ -6,25 +6,78 @@
 #include "internal.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* ----------------------------------------------------------- traits table */
 
-static const nbi_format_traits k_traits[] = {
-    /* format           name     group scale type      scale bytes per 16x128 chunk */
-    {NB_FORMAT_NVFP4, "nvfp4", 16, NB_SCALE_E4M3, 16 * 128 / 16},
-    {NB_FORMAT_MXFP4, "mxfp4", 32, NB_SCALE_E8M0, 16 * 128 / 32},
+static const nbi_format_traits k_traits[NBI_FORMAT_COUNT] = {
+#define NBI_X_ROW(NAME, value, str, elem, bits, grp, st, sbytes, ts, zp)                                    \
+    {.format = NB_FORMAT_##NAME, .name = str, .element = elem, .element_bits = bits, .group = grp,             \
+     .scale_type = st, .scale_bytes = sbytes, .tensor_scale = ts, .zero_point = zp,                            \
+     .index = NBI_FORMAT_INDEX_##NAME, .kernels = 0 NBI_KERNEL_FORMATS(NBI_X_IS, NAME),                       \
+     .chunk_scale_bytes = NBI_CHUNK_ROWS * NBI_CHUNK_K / (grp) * (sbytes)},
+#define NBI_X_IS(K, NAME) || NBI_FORMAT_INDEX_##K == NBI_FORMAT_INDEX_##NAME
+    NB_FORMAT_LIST(NBI_X_ROW)
+#undef NBI_X_IS
+#undef NBI_X_ROW
 };
 
 const nbi_format_traits *nbi_traits(nb_format f) {
-    for (size_t i = 0; i < sizeof k_traits / sizeof k_traits[0]; i++)
+    for (size_t i = 0; i < NBI_FORMAT_COUNT; i++)
         if (k_traits[i].format == f) return &k_traits[i];
     return NULL;
 }
 
 size_t nbi_chunk_bytes(const nbi_format_traits *t) {
-    return NBI_CHUNK_CODE_BYTES + (size_t)t->scale_bytes_per_chunk;
+    return NBI_CHUNK_CODE_BYTES + (size_t)t->chunk_scale_bytes;
+}
+
+nb_status nb_format_get_info(nb_format format, nb_format_info *out) {
+    const nbi_format_traits *t = nbi_traits(format);
+    if (!t) return nbi_fail(NULL, NB_ERR_UNSUPPORTED, "nb_format_get_info: %d is not a weight format of this library",
+                            (int)format);
+    if (!out) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_format_get_info: out is NULL");
+    memset(out, 0, sizeof *out);
+    out->format = t->format;
+    snprintf(out->name, sizeof out->name, "%s", t->name);
+    out->element = t->element;
+    out->element_bits = t->element_bits;
+    out->group_size = t->group;
+    out->scale_type = t->scale_type;
+    out->scale_bytes = t->scale_bytes;
+    out->tensor_scale = t->tensor_scale;
+    out->zero_point = t->zero_point;
+    out->kernels = t->kernels;
+    return NB_OK;
+}
+
+nb_status nb_format_list(nb_format *formats, size_t max, size_t *count) {
+    if (!count || (!formats && max))
+        return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_format_list: count (and formats when max > 0) must not be NULL");
+    for (size_t i = 0; i < NBI_FORMAT_COUNT && i < max; i++) formats[i] = k_traits[i].format;
+    *count = NBI_FORMAT_COUNT;
+    return NB_OK;
+}
+
+void nbi_format_names(char *buf, size_t len) {
+    size_t used = 0;
+    buf[0] = 0;
+    for (size_t i = 0; i < NBI_FORMAT_COUNT && used < len; i++)
+        used += (size_t)snprintf(buf + used, len - used, "%s%s", i ? ", " : "", k_traits[i].name);
+}
+
+nb_status nb_format_from_name(const char *name, nb_format *out) {
+    if (!name || !out) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_format_from_name: name and out must not be NULL");
+    for (size_t i = 0; i < NBI_FORMAT_COUNT; i++)
+        if (!strcmp(k_traits[i].name, name)) {
+            *out = k_traits[i].format;
+            return NB_OK;
+        }
+    char names[128];
+    nbi_format_names(names, sizeof names);
+    return nbi_fail(NULL, NB_ERR_NOT_FOUND, "nb_format_from_name: no format named \"%.64s\" (formats: %s)", name, names);
 }
 
 /* ---------------------------------------------------------- scalar codecs */
@@ -48,7 +101,49 @@ float nbi_e8m0(uint8_t b) {
     return ldexpf(1.0f, (int)b - 127);       /* 2^-127 is a float subnormal: exact */
 }
 
-float nbi_scale(nb_scale_type t, uint8_t b) { return t == NB_SCALE_E4M3 ? nbi_e4m3(b) : nbi_e8m0(b); }
+float nbi_scale(nb_scale_type t, uint8_t b) {
+    switch (t) {
+    case NB_SCALE_E4M3: return nbi_e4m3(b);
+    case NB_SCALE_E8M0: return nbi_e8m0(b);
+    }
+    return NAN; /* (no row has another scale type) */
+}
+
+float nbi_scale_max(nb_scale_type t) {
+    switch (t) {
+    case NB_SCALE_E4M3: return 448.0f;
+    case NB_SCALE_E8M0: return 0x1p127f;
+    }
+    return NAN;
+}
+
+size_t nbi_codes_bytes(const nbi_format_traits *t, int64_t elements) {
+    return (size_t)((elements * t->element_bits + 7) / 8);
+}
+
+uint8_t nbi_code_get(const nbi_format_traits *t, const uint8_t *codes, int64_t i) {
+    const int per = 8 / t->element_bits;
+    return (uint8_t)((codes[i / per] >> ((i % per) * t->element_bits)) & ((1u << t->element_bits) - 1u));
+}
+
+void nbi_code_put(const nbi_format_traits *t, uint8_t *codes, int64_t i, uint8_t c) {
+    const int per = 8 / t->element_bits;
+    codes[i / per] |= (uint8_t)(c << ((i % per) * t->element_bits));
+}
+
+float nbi_element(nb_element_type t, uint8_t code) {
+    switch (t) {
+    case NB_ELEMENT_E2M1: return nbi_e2m1(code);
+    }
+    return NAN;
+}
+
+float nbi_element_max(nb_element_type t) {
+    switch (t) {
+    case NB_ELEMENT_E2M1: return 6.0f;
+    }
+    return NAN;
+}
 
 /* E2M1 round to nearest, ties to even, saturating at 6.  The tie points are
  * the midpoints 0.25 0.75 1.25 1.75 2.5 3.5 5; at a tie the code with an even
@@ -67,6 +162,13 @@ uint8_t nbi_to_e2m1(float x) {
     else if (a <= 5.0f) c = 6;
     else c = 7;
     return (uint8_t)(c | (x < 0.0f ? 8 : 0));
+}
+
+uint8_t nbi_to_element(nb_element_type t, float x) {
+    switch (t) {
+    case NB_ELEMENT_E2M1: return nbi_to_e2m1(x);
+    }
+    return 0;
 }
 
 /* E4M3FN round to nearest even with saturation to +-448; NaN -> 0x7F. */
@@ -215,26 +317,57 @@ static uint8_t mx_scale_byte(float amax, nb_mx_scale_rule rule) {
 /* After the scan over the whole input (first non-finite element, absolute
  * maximum): the status and the tensor scale.  nb_quantize_host and
  * nb_quantize share it, so both report the same element and compute the same
- * tensor scale by the same expression. */
-static nb_status quantize_finish_scan(nb_context *ctx, nb_weight_desc *d, int64_t bad, float amax) {
+ * tensor scale by the same expression.  A format with a tensor scale gets
+ * amax / (largest element x largest block scale) when it is 0 on entry
+ * (ModelOpt: amax / (6 * 448) for NVFP4); one without must have 1. */
+static nb_status quantize_finish_scan(nb_context *ctx, const nbi_format_traits *t, nb_weight_desc *d, int64_t bad,
+                                      float amax) {
     if (bad >= 0)
         return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "quantize: element [%lld, %lld] is not finite",
                         (long long)(bad / d->k), (long long)(bad % d->k));
-    if (d->format == NB_FORMAT_NVFP4 && d->tensor_scale == 0.0f) d->tensor_scale = amax / (6.0f * 448.0f);
-    if (d->format == NB_FORMAT_MXFP4 && d->tensor_scale == 0.0f) d->tensor_scale = 1.0f;
-    if (d->format == NB_FORMAT_MXFP4 && d->tensor_scale != 1.0f)
-        return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "quantize: MXFP4 has no tensor scale; tensor_scale must be 1 "
-                        "(or 0), got %g", (double)d->tensor_scale);
-    if (!isfinite(d->tensor_scale) || (d->format == NB_FORMAT_NVFP4 && d->tensor_scale < 0.0f))
+    if (t->tensor_scale) {
+        if (d->tensor_scale == 0.0f) d->tensor_scale = amax / (nbi_element_max(t->element) * nbi_scale_max(t->scale_type));
+    } else {
+        if (d->tensor_scale == 0.0f) d->tensor_scale = 1.0f;
+        if (d->tensor_scale != 1.0f)
+            return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "quantize: %s has no tensor scale; tensor_scale must be 1 "
+                            "(or 0), got %g", t->name, (double)d->tensor_scale);
+    }
+    if (!isfinite(d->tensor_scale) || d->tensor_scale < 0.0f)
         return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "quantize: tensor_scale %g is not a finite non-negative value",
                         (double)d->tensor_scale);
     return NB_OK;
 }
 
+/* The scale byte of a block whose largest magnitude is bmax, and in *denom
+ * the divisor that maps its values onto element codes. */
+static uint8_t block_scale(const nbi_format_traits *t, const nb_weight_desc *d, float bmax, float *denom) {
+    const float ts = d->tensor_scale;
+    uint8_t sb = 0;
+    switch (t->scale_type) {
+    case NB_SCALE_E4M3: {
+        /* ModelOpt: s = block_amax / (6 * ts); 0 -> 1; clamp [2^-9, 448]; E4M3 RNE.
+         * An all-zero tensor (ts == 0) gets scale 1 and zero codes. */
+        float s = ts > 0.0f ? bmax / (nbi_element_max(t->element) * ts) : 1.0f;
+        if (s == 0.0f) s = 1.0f;
+        if (s < 0x1p-9f) s = 0x1p-9f;
+        if (s > 448.0f) s = 448.0f;
+        sb = nbi_to_e4m3(s);
+        *denom = nbi_e4m3(sb) * ts;
+        break;
+    }
+    case NB_SCALE_E8M0:
+        sb = mx_scale_byte(bmax, d->scale_rule);
+        *denom = nbi_e8m0(sb);
+        break;
+    }
+    return sb;
+}
+
 /* The arithmetic below is mirrored operation for operation by the device
  * kernel (src/cuda/quantize.cu): change both or neither. */
-static nb_status quantize_rows(nb_context *ctx, nb_weight_desc *d, nb_dtype st, const void *src, uint8_t *codes,
-                               uint8_t *scales) {
+static nb_status quantize_rows(nb_context *ctx, const nbi_format_traits *t, nb_weight_desc *d, nb_dtype st,
+                               const void *src, uint8_t *codes, uint8_t *scales) {
     const int64_t n = d->n, k = d->k, g = d->group_size, ng = k / g;
     float amax = 0.0f;
     int64_t bad = -1;
@@ -243,38 +376,22 @@ static nb_status quantize_rows(nb_context *ctx, nb_weight_desc *d, nb_dtype st, 
         if (!isfinite(v)) bad = i;
         else if (fabsf(v) > amax) amax = fabsf(v);
     }
-    nb_status status = quantize_finish_scan(ctx, d, bad, amax);
+    nb_status status = quantize_finish_scan(ctx, t, d, bad, amax);
     if (status) return status;
-    const float ts = d->tensor_scale;
-    memset(codes, 0, (size_t)(n * k / 2));
+    memset(codes, 0, nbi_codes_bytes(t, n * k));
     for (int64_t r = 0; r < n; r++) {
         for (int64_t b = 0; b < ng; b++) {
-            float blk[32];
+            const int64_t first = r * k + b * g;
             float bmax = 0.0f;
             for (int64_t j = 0; j < g; j++) {
-                blk[j] = nbi_load(st, src, (size_t)(r * k + b * g + j));
-                if (fabsf(blk[j]) > bmax) bmax = fabsf(blk[j]);
+                const float v = nbi_load(st, src, (size_t)(first + j));
+                if (fabsf(v) > bmax) bmax = fabsf(v);
             }
-            uint8_t sb;
-            float denom;
-            if (d->format == NB_FORMAT_NVFP4) {
-                /* ModelOpt: s = block_amax / (6 * ts); 0 -> 1; clamp [2^-9, 448]; E4M3 RNE.
-                 * An all-zero tensor (ts == 0) gets scale 1 and zero codes. */
-                float s = ts > 0.0f ? bmax / (6.0f * ts) : 1.0f;
-                if (s == 0.0f) s = 1.0f;
-                if (s < 0x1p-9f) s = 0x1p-9f;
-                if (s > 448.0f) s = 448.0f;
-                sb = nbi_to_e4m3(s);
-                denom = nbi_e4m3(sb) * ts;
-            } else {
-                sb = mx_scale_byte(bmax, d->scale_rule);
-                denom = nbi_e8m0(sb);
-            }
-            scales[r * ng + b] = sb;
+            float denom = 0.0f;
+            scales[r * ng + b] = block_scale(t, d, bmax, &denom);
             for (int64_t j = 0; j < g; j++) {
-                uint8_t c = denom > 0.0f ? nbi_to_e2m1(blk[j] / denom) : 0;
-                int64_t idx = r * k + b * g + j;
-                codes[idx / 2] |= (uint8_t)(c << ((idx & 1) * 4)); /* low nibble = even element */
+                const uint8_t c = denom > 0.0f ? nbi_to_element(t->element, nbi_load(st, src, (size_t)(first + j)) / denom) : 0;
+                nbi_code_put(t, codes, first + j, c);
             }
         }
     }
@@ -290,9 +407,9 @@ static nb_status quantize_args(nb_context *ctx, const nb_weight_desc *desc, nb_d
         return nbi_fail(ctx, NB_ERR_NULL_POINTER, "%s: src, codes and scales must not be NULL", fn);
     if (!nbi_dtype_size(src_dtype))
         return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s: unknown source dtype %d", fn, (int)src_dtype);
-    if (desc->format == NB_FORMAT_MXFP4 &&
+    if (desc->scale_type == NB_SCALE_E8M0 &&
         (desc->scale_rule < NB_MX_SCALE_OCP || desc->scale_rule > NB_MX_SCALE_EVEN))
-        return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "%s: unknown MXFP4 scale rule %d", fn, (int)desc->scale_rule);
+        return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "%s: unknown E8M0 scale rule %d", fn, (int)desc->scale_rule);
     return NB_OK;
 }
 
@@ -303,7 +420,7 @@ nb_status nb_quantize_host(nb_context *ctx, nb_weight_desc *desc, nb_dtype src_d
     if (st) return st;
     /* Work on a copy of the descriptor: on failure the caller's is unchanged. */
     nb_weight_desc d = *desc;
-    st = quantize_rows(ctx, &d, src_dtype, src, codes, scales);
+    st = quantize_rows(ctx, nbi_traits(d.format), &d, src_dtype, src, codes, scales);
     if (st == NB_OK) *desc = d;
     return st;
 }
@@ -340,7 +457,7 @@ nb_status nb_quantize(nb_context *ctx, nb_weight_desc *desc, nb_dtype src_dtype,
     float amax = 0.0f;
     int rc = nbi_cuda_quantize_scan(&d, src_dtype, src, &bad, &amax, stream, err);
     if (rc) return cuda_fail(ctx, rc, "nb_quantize", err);
-    if ((st = quantize_finish_scan(ctx, &d, bad, amax))) return st;
+    if ((st = quantize_finish_scan(ctx, nbi_traits(d.format), &d, bad, amax))) return st;
     if ((rc = nbi_cuda_quantize(&d, src_dtype, src, codes, scales, stream, err)))
         return cuda_fail(ctx, rc, "nb_quantize", err);
     *desc = d;
@@ -391,14 +508,15 @@ nb_status nb_dequantize_host(nb_context *ctx, const nb_weight_desc *desc, const 
     if (!nbi_dtype_size(dst_dtype))
         return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_dequantize_host: unknown destination dtype %d",
                         (int)dst_dtype);
+    const nbi_format_traits *t = nbi_traits(desc->format);
     const int64_t n = desc->n, k = desc->k, g = desc->group_size;
     for (int64_t r = 0; r < n; r++)
         for (int64_t j = 0; j < k; j++) {
             int64_t idx = r * k + j;
-            uint8_t c = (uint8_t)(codes[idx / 2] >> ((idx & 1) * 4));
-            float s = nbi_scale(desc->scale_type, scales[r * (k / g) + j / g]);
-            /* e2m1 * scale is exact in float; one rounding for the tensor scale. */
-            float v = (nbi_e2m1(c) * s) * desc->tensor_scale;
+            const uint8_t c = nbi_code_get(t, codes, idx);
+            const float s = nbi_scale(desc->scale_type, scales[r * (k / g) + j / g]);
+            /* element * scale is exact in float; one rounding for the tensor scale. */
+            const float v = (nbi_element(t->element, c) * s) * desc->tensor_scale;
             nbi_store(dst_dtype, dst, (size_t)idx, v);
         }
     return NB_OK;
@@ -428,10 +546,7 @@ nb_status nb_pack_host(nb_context *ctx, nb_weight_desc *desc, const uint8_t *cod
     if (!codes || !scales || !packed)
         return nbi_fail(ctx, NB_ERR_NULL_POINTER, "nb_pack_host: codes, scales and packed must not be NULL");
     nb_weight_sizes sz;
-    if ((st = nb_weight_get_sizes(desc, &sz))) return nbi_fail(ctx, st, "%s", nb_last_error());
-    if (packed_bytes < sz.packed_bytes)
-        return nbi_fail(ctx, NB_ERR_BUFFER_TOO_SMALL, "nb_pack_host: packed buffer has %zu bytes, needs %zu",
-                        packed_bytes, sz.packed_bytes);
+    if ((st = nbi_packed_size(ctx, desc, packed_bytes, &sz, "nb_pack_host"))) return st;
     const nbi_format_traits *t = nbi_traits(desc->format);
     const int64_t n = desc->n, k = desc->k, g = desc->group_size, ng = k / g;
     const int64_t rb_count = (n + 15) / 16, kc_count = (k + NBI_CHUNK_K - 1) / NBI_CHUNK_K;
@@ -454,16 +569,13 @@ nb_status nb_pack_host(nb_context *ctx, nb_weight_desc *desc, const uint8_t *cod
                             int e = p < 4 ? 2 * p : 2 * (p - 4) + 1;
                             int64_t col = kc * NBI_CHUNK_K + 32 * ti + 8 * w + e;
                             uint32_t c = 0;
-                            if (row < n && col < k) {
-                                int64_t idx = row * k + col;
-                                c = (codes[idx / 2] >> ((idx & 1) * 4)) & 15u;
-                            }
+                            if (row < n && col < k) c = nbi_code_get(t, codes, row * k + col);
                             word |= c << (4 * p);
                         }
                         for (int b = 0; b < 4; b++) dst[4 * w + b] = (uint8_t)(word >> (8 * b));
                     }
                 }
-                /* scales: NVFP4 4 bytes per lane, MXFP4 2 bytes per lane */
+                /* scales: 4 bytes per lane for groups of 16, 2 for groups of 32 */
                 const int spl = gpc / 4 * 2; /* scale bytes per lane */
                 uint8_t *sdst = chunk + NBI_CHUNK_CODE_BYTES + lane * spl;
                 for (int half = 0; half < 2; half++)
@@ -477,7 +589,7 @@ nb_status nb_pack_host(nb_context *ctx, nb_weight_desc *desc, const uint8_t *cod
             }
         }
     desc->layout = NB_LAYOUT_PACKED;
-    if (desc->format == NB_FORMAT_MXFP4) nbi_scale_exp_range(scales, (size_t)(n * ng), &desc->scale_exp_min,
-                                                             &desc->scale_exp_max);
+    if (t->scale_type == NB_SCALE_E8M0)
+        nbi_scale_exp_range(scales, (size_t)(n * ng), &desc->scale_exp_min, &desc->scale_exp_max);
     return NB_OK;
 }

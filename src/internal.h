@@ -41,16 +41,40 @@ NB_INTERNAL nb_status nbi_fail(nb_context *ctx, nb_status st, const char *fmt, .
     __attribute__((format(printf, 3, 4)));
 
 /* -------------------------------------------------------- format traits */
-/* One row per format: a new format is a new row, not a new code path. */
+/* One row per format, generated from NB_FORMAT_LIST (nibble.h): a new format
+ * is a new row there, its codec (formats.c), its kernels' instances
+ * (NBI_KERNEL_FORMATS) and its tests -- not a new code path. */
+
+/* Position of each format in NB_FORMAT_LIST: array sizes and caches. */
+enum {
+#define NBI_X_INDEX(NAME, ...) NBI_FORMAT_INDEX_##NAME,
+    NB_FORMAT_LIST(NBI_X_INDEX)
+#undef NBI_X_INDEX
+    NBI_FORMAT_COUNT
+};
+
+/* The formats and activation dtypes the GPU kernels are instantiated for
+ * (pack, the decode and tensor-core paths): X(NAME, A) for each, A passed
+ * through.  A format outside this list is NB_ERR_UNSUPPORTED on the device. */
+#define NBI_KERNEL_FORMATS(X, A) X(NVFP4, A) X(MXFP4, A)
+#define NBI_KERNEL_DTYPES(X, A) X(BF16, A) X(F16, A)
+
 typedef struct nbi_format_traits {
     nb_format format;
     const char *name;
+    nb_element_type element;
+    int element_bits;
     int group;             /* elements per block scale */
     nb_scale_type scale_type;
-    int scale_bytes_per_chunk; /* scale bytes in one packed chunk (16 x 128) */
+    int scale_bytes;       /* bytes per block scale */
+    int tensor_scale;      /* 1: a per-tensor FP32 scale (computed by quantize when 0) */
+    int zero_point;        /* 1: blocks carry a zero point */
+    int index;             /* position in NB_FORMAT_LIST */
+    int kernels;           /* in NBI_KERNEL_FORMATS */
+    int chunk_scale_bytes; /* scale bytes in one packed chunk (16 rows x 128 k) */
 } nbi_format_traits;
 
-/* NULL for an unknown or unsupported format. */
+/* NULL for a value that is not a format of this library. */
 NB_INTERNAL const nbi_format_traits *nbi_traits(nb_format f);
 
 /* Packed (kernel) layout: chunks of 16 rows x 128 k; see gemv_fp4.cu. */
@@ -64,10 +88,21 @@ NB_INTERNAL const nbi_format_traits *nbi_traits(nb_format f);
 NB_INTERNAL size_t nbi_chunk_bytes(const nbi_format_traits *t);
 
 /* Scalar codecs (formats.c). */
+NB_INTERNAL float nbi_element(nb_element_type t, uint8_t code);       /* the value of a code */
+NB_INTERNAL uint8_t nbi_to_element(nb_element_type t, float x);       /* round to nearest even, saturating */
+NB_INTERNAL float nbi_element_max(nb_element_type t);                 /* largest magnitude */
 NB_INTERNAL float nbi_e2m1(uint8_t code);
 NB_INTERNAL float nbi_e4m3(uint8_t b);
 NB_INTERNAL float nbi_e8m0(uint8_t b);
 NB_INTERNAL float nbi_scale(nb_scale_type t, uint8_t b);
+NB_INTERNAL float nbi_scale_max(nb_scale_type t);                    /* largest finite scale */
+/* Checkpoint codes: element_bits per code, packed little-end first in each
+ * byte (two 4-bit codes: the even element in the low nibble). */
+NB_INTERNAL size_t nbi_codes_bytes(const nbi_format_traits *t, int64_t elements);
+NB_INTERNAL uint8_t nbi_code_get(const nbi_format_traits *t, const uint8_t *codes, int64_t i);
+NB_INTERNAL void nbi_code_put(const nbi_format_traits *t, uint8_t *codes, int64_t i, uint8_t c); /* ORs into zeroed bytes */
+/* "nvfp4, mxfp4": the names of every format, for messages. */
+NB_INTERNAL void nbi_format_names(char *buf, size_t len);
 NB_INTERNAL uint8_t nbi_to_e2m1(float x);
 NB_INTERNAL uint8_t nbi_to_e4m3(float x);
 
@@ -84,6 +119,11 @@ NB_INTERNAL void nbi_store(nb_dtype t, void *p, size_t i, float v);
 /* Validation shared by host and device entry points (ctx may be NULL). */
 NB_INTERNAL nb_status nbi_check_desc(nb_context *ctx, const nb_weight_desc *d, nb_layout want);
 NB_INTERNAL nb_status nbi_check_gemm(nb_context *ctx, const nb_gemm_desc *g, nb_layout want, bool host);
+
+/* nb_pack and nb_pack_host: the format has a packed layout, *sz its sizes,
+ * and packed_bytes holds it (the descriptor was checked). */
+NB_INTERNAL nb_status nbi_packed_size(nb_context *ctx, const nb_weight_desc *d, size_t packed_bytes,
+                                      nb_weight_sizes *sz, const char *fn);
 
 /* MXFP4 scale-exponent range of checkpoint scales (bytes != 0xFF). */
 NB_INTERNAL void nbi_scale_exp_range(const uint8_t *scales, size_t count, int32_t *emin, int32_t *emax);

@@ -165,6 +165,59 @@ static void test_context(void) {
     nb_context_destroy(ctx);
 }
 
+/* The format table: every row of NB_FORMAT_LIST through nb_format_get_info,
+ * nb_format_list and nb_format_from_name, the descriptor defaults it implies,
+ * and unknown values and names refused. */
+static void test_format_table(void) {
+    size_t count = 0;
+    EXPECT(NULL, NB_OK, nb_format_list(NULL, 0, &count));
+    nb_format all[16];
+    CHECK(count >= 2 && count <= 16, "nb_format_list count = %zu", count);
+    EXPECT(NULL, NB_OK, nb_format_list(all, 16, &count));
+    size_t row = 0;
+#define X(NAME, value, str, elem, bits, grp, st, sbytes, ts, zp)                                                   \
+    {                                                                                                              \
+        nb_format_info fi;                                                                                         \
+        nb_format f = (nb_format)0;                                                                                \
+        EXPECT(NULL, NB_OK, nb_format_get_info(NB_FORMAT_##NAME, &fi));                                            \
+        CHECK(fi.format == NB_FORMAT_##NAME && !strcmp(fi.name, str) && fi.element == (elem) &&                    \
+                  fi.element_bits == (bits) && fi.group_size == (grp) && fi.scale_type == (st) &&                  \
+                  fi.scale_bytes == (sbytes) && fi.tensor_scale == (ts) && fi.zero_point == (zp),                  \
+              "nb_format_get_info(" #NAME ") differs from its row");                                               \
+        CHECK(row < count && all[row] == NB_FORMAT_##NAME, "nb_format_list[%zu] is not " #NAME, row);              \
+        EXPECT(NULL, NB_OK, nb_format_from_name(str, &f));                                                         \
+        CHECK(f == NB_FORMAT_##NAME, "nb_format_from_name(\"%s\") = %d", str, (int)f);                             \
+        nb_weight_desc d;                                                                                          \
+        EXPECT(NULL, NB_OK, nb_weight_desc_init(&d, NB_FORMAT_##NAME, 16, 4 * (grp)));                             \
+        CHECK(d.group_size == (grp) && (int)d.scale_type == (st) && d.tensor_scale == ((ts) ? 0.0f : 1.0f),        \
+              #NAME " descriptor defaults follow its row");                                                        \
+        row++;                                                                                                     \
+    }
+    NB_FORMAT_LIST(X)
+#undef X
+    CHECK(row == count, "NB_FORMAT_LIST has %zu rows, nb_format_list %zu", row, count);
+    nb_format two[1];
+    EXPECT(NULL, NB_OK, nb_format_list(two, 1, &count)); /* max below the count: one written, count still all */
+    CHECK(count == row && two[0] == all[0], "nb_format_list(max 1): count %zu, first %d", count, (int)two[0]);
+    nb_format_info fi;
+    nb_format f;
+    EXPECT(NULL, NB_ERR_UNSUPPORTED, nb_format_get_info((nb_format)0, &fi));
+    EXPECT(NULL, NB_ERR_UNSUPPORTED, nb_format_get_info((nb_format)99, &fi));
+    EXPECT(NULL, NB_ERR_NULL_POINTER, nb_format_get_info(NB_FORMAT_NVFP4, NULL));
+    EXPECT(NULL, NB_ERR_NULL_POINTER, nb_format_list(NULL, 2, &count));
+    EXPECT(NULL, NB_ERR_NULL_POINTER, nb_format_list(all, 2, NULL));
+    EXPECT(NULL, NB_ERR_NOT_FOUND, nb_format_from_name("NVFP4", &f)); /* exact, lower case */
+    EXPECT(NULL, NB_ERR_NOT_FOUND, nb_format_from_name("nvfp5", &f));
+    EXPECT(NULL, NB_ERR_NOT_FOUND, nb_format_from_name("", &f));
+    CHECK(strstr(nb_last_error(), "nvfp4") && strstr(nb_last_error(), "mxfp4"),
+          "the not-found message lists the formats: \"%s\"", nb_last_error());
+    EXPECT(NULL, NB_ERR_NULL_POINTER, nb_format_from_name(NULL, &f));
+    EXPECT(NULL, NB_ERR_NULL_POINTER, nb_format_from_name("nvfp4", NULL));
+    nb_build_info bi;
+    EXPECT(NULL, NB_OK, nb_get_build_info(&bi));
+    CHECK(!strcmp(bi.formats, "nvfp4,mxfp4"), "build info formats \"%s\"", bi.formats);
+}
+
 static void test_weight_desc(void) {
     nb_weight_desc d;
     const int64_t big = ((int64_t)1 << 31);
@@ -534,6 +587,7 @@ int main(void) {
     test_status_and_version();
     test_thread_local();
     test_context();
+    test_format_table();
     test_weight_desc();
 
     nb_context *ctx = NULL;
