@@ -13,8 +13,8 @@
  *     NB_LAYOUT_CHECKPOINT  what checkpoints store: codes [n, k/2] bytes, low
  *                           nibble = even element; scales [n, k/group] bytes;
  *     NB_LAYOUT_PACKED      what the GPU kernels read: one buffer produced by
- *                           nb_pack() from the checkpoint layout (see
- *                           src/cuda/gemv_fp4.cu for the byte layout).
+ *                           nb_pack() from the checkpoint layout (byte
+ *                           layout: docs/formats.md section 8).
  *   Every operation has a plain-C reference (functions ending in _host, host
  *   memory) and, where it makes sense, a CUDA version (device memory, takes a
  *   stream).  The reference is the specification: dequantization and packing
@@ -415,19 +415,23 @@ NB_API nb_status nb_gemm_reference_device(nb_context *ctx, const nb_gemm_desc *g
 
 /* ----------------------------------------------------------------- tuning */
 
-/* nb_gemm picks a kernel configuration per call, in this order of precedence:
- *   1. the NIBBLE_* environment knobs read at context creation (NIBBLE_PATH
- *      = decode, tc or mma, NIBBLE_KW, NIBBLE_SPLITS, NIBBLE_XS, NIBBLE_RPW,
- *      NIBBLE_BN, NIBBLE_RASTER, NIBBLE_STAGES): when any of them is set,
- *      the tuning table is not consulted at all;
- *   2. the context's tuning table: one entry per (GPU name, format,
+/* nb_gemm picks a kernel configuration per call from one source, the first
+ * that applies:
+ *   1. a configuration given with the call (nb_gemm_ex);
+ *   2. the NIBBLE_PATH environment variable read at context creation
+ *      ("decode", "tc" or "mma": that path for every call, the rest of the
+ *      configuration by the heuristic; another value fails
+ *      nb_context_create with NB_ERR_INVALID_ARGUMENT);
+ *   3. the context's tuning table: one entry per (GPU name, format,
  *      activation dtype, n, k, m bucket), loaded from a JSON cache written by
  *      `nibble tune` (nb_context_load_tuning, or the file named by the
- *      NIBBLE_TUNE_CACHE environment variable at context creation);
- *   3. the built-in heuristic (src/device.c).
- * nb_gemm_last_config ends in " tuned" when a table entry decided.  Tuning
- * (timing candidates) never happens inside nb_gemm: `nibble tune` does it
- * ahead of time.
+ *      NIBBLE_TUNE_CACHE environment variable at context creation); an entry
+ *      this device or build cannot run is passed over;
+ *   4. the built-in heuristic (src/plan.c).
+ * nb_gemm_last_config ends in " tuned" when a table entry decided, in
+ * " (NIBBLE_PATH)" or " (given)" for sources 2 and 1.  Tuning (timing
+ * candidates) never happens inside nb_gemm: `nibble tune` does it ahead of
+ * time.
  *
  * m buckets (an entry tuned at one m serves every m of its bucket): 1, 2,
  * 3-4, 5-8, 9-16, 17-32, 33-64, 65-128, 129-256, 257-512, 513-1024,
@@ -440,19 +444,39 @@ typedef enum nb_gemm_path {
                                    * prefill path of A100, L40S, ...; on Hopper only when forced) */
 } nb_gemm_path;
 
-/* One kernel configuration.  Fields of the other path are 0. */
+/* One kernel configuration.  Fields of the other path are 0.  A tuning
+ * entry gives every field of its path; a configuration passed to nb_gemm_ex
+ * may leave kw, rpw, splits, bn, raster and stages 0 for the heuristic to
+ * choose (path and, for decode, variant are always as given). */
 typedef struct nb_gemm_config {
     int32_t path;    /* nb_gemm_path */
     int32_t kw;      /* decode: warps of a CTA that split one 16-row block's k range: 1, 2, 4 or 8 */
     int32_t splits;  /* CTAs along k (more than 1 sums through the workspace): decode 1..64;
-                      * tensor core 1..8, at most one CTA per SM in all (0 in a cache reads as 1) */
+                      * tensor core 1..8, at most one CTA per SM in all (0 in a cache reads as 1);
+                      * mma 1 */
     int32_t variant; /* decode: 0 "plain", activations loaded per warp; 1 "staged", loaded once
                       * per CTA into shared memory (m >= 5 only; kw = 1) */
     int32_t rpw;     /* decode, staged: 16-row blocks per warp, 1 or 2 (0 for plain) */
     int32_t bn;      /* tensor core: tokens per tile, 64, 128 or 256 (mma: 64 or 128) */
     int32_t raster;  /* tensor core, mma: n tiles walked together per raster group, 1..1024 */
-    int32_t reserved[5];
+    int32_t stages;  /* mma: pipeline depth, 2 or 3 (0: the deepest whose shared memory fits) */
+    int32_t reserved[4];
 } nb_gemm_config;
+
+/* nb_gemm with the configuration `cfg` instead of NIBBLE_PATH, the tuning
+ * table and the heuristic (cfg NULL: exactly nb_gemm).  cfg is checked as a
+ * tuning entry is, with open fields allowed (NB_ERR_INVALID_ARGUMENT and the
+ * field named otherwise); a configuration this device or build cannot run
+ * is NB_ERR_UNSUPPORTED.  Size the workspace with nb_gemm_workspace_size_ex
+ * for the same cfg.  For tests, benchmarks and tuning; serving code calls
+ * nb_gemm. */
+NB_API nb_status nb_gemm_ex(nb_context *ctx, const nb_gemm_desc *g, const nb_gemm_config *cfg, const void *x,
+                            const void *packed, const void *bias, void *y, void *workspace, size_t workspace_bytes,
+                            void *stream);
+/* The workspace nb_gemm_ex needs for g under cfg: with cfg NULL,
+ * nb_gemm_workspace_size (every m); otherwise g->m itself. */
+NB_API nb_status nb_gemm_workspace_size_ex(nb_context *ctx, const nb_gemm_desc *g, const nb_gemm_config *cfg,
+                                           size_t *bytes);
 
 /* The m bucket [*lo, *hi] of m >= 1 (*hi = INT64_MAX for the last one). */
 NB_API nb_status nb_tuning_m_bucket(int64_t m, int64_t *lo, int64_t *hi);

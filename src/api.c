@@ -52,15 +52,55 @@ nb_status nbi_fail(nb_context *ctx, nb_status st, const char *fmt, ...) {
     return st;
 }
 
+/* ------------------------------------------------- CUDA failures, devices */
+
+nb_status nbi_cuda_status(int cuda_error) {
+    switch (cuda_error) {
+    case 2:   /* cudaErrorMemoryAllocation */
+        return NB_ERR_OUT_OF_MEMORY;
+    case 35:  /* cudaErrorInsufficientDriver */
+    case 100: /* cudaErrorNoDevice */
+        return NB_ERR_NO_DEVICE;
+    }
+    return NB_ERR_CUDA;
+}
+
+nb_status nbi_reraise(nb_context *ctx, nb_status st, const char *fn) {
+    return nbi_fail(ctx, st, "%s: %s", fn, nb_last_error());
+}
+
+nb_status nbi_need_device(nb_context *ctx, const char *fn) {
+    if (!ctx) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "%s: ctx is NULL", fn);
+    if (!nbi_cuda_available()) return nbi_fail(ctx, NB_ERR_NO_DEVICE, "%s: libnibble was built without CUDA", fn);
+    if (!ctx->has_device)
+        return nbi_fail(ctx, NB_ERR_NO_DEVICE, "%s: the context is host-only (created with NB_DEVICE_NONE)", fn);
+    return NB_OK;
+}
+
 /* ----------------------------------------------------------- context */
 
 nb_status nb_device_count(int *count) {
     if (!count) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_device_count: count is NULL");
-    char err[NB_ERRBUF] = "";
     *count = 0;
     if (!nbi_cuda_available()) return NB_OK;
-    if (nbi_cuda_device_count(count, err)) *count = 0; /* no driver: zero devices, not an error */
+    if (nbi_cuda_device_count(count)) *count = 0; /* no driver: zero devices, not an error */
     return NB_OK;
+}
+
+/* NIBBLE_PATH: the one planner choice the environment may fix (nibble.h,
+ * "tuning"); anything but decode, tc or mma is refused, not ignored. */
+static nb_status read_env_path(int *path) {
+    const char *v = getenv("NIBBLE_PATH");
+    *path = 0;
+    if (!v || !v[0]) return NB_OK;
+    static const char *const names[4] = {"", "decode", "tc", "mma"};
+    for (int i = 1; i < 4; i++)
+        if (!strcmp(v, names[i])) {
+            *path = i; /* NB_GEMM_PATH_DECODE, _TENSOR_CORE, _MMA */
+            return NB_OK;
+        }
+    return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_context_create: NIBBLE_PATH=\"%.64s\" is not decode, tc or "
+                    "mma (unset it for the automatic choice)", v);
 }
 
 nb_status nb_context_create(int device, nb_context **out) {
@@ -69,6 +109,9 @@ nb_status nb_context_create(int device, nb_context **out) {
     if (device < NB_DEVICE_NONE)
         return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_context_create: device %d is not an ordinal or "
                         "NB_DEVICE_NONE", device);
+    int env_path = 0;
+    nb_status st = device == NB_DEVICE_NONE ? NB_OK : read_env_path(&env_path);
+    if (st) return st;
     nb_context *c = (nb_context *)calloc(1, sizeof *c);
     if (!c) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "nb_context_create: out of host memory");
     c->info.device = NB_DEVICE_NONE;
@@ -79,38 +122,22 @@ nb_status nb_context_create(int device, nb_context **out) {
             return nbi_fail(NULL, NB_ERR_NO_DEVICE, "nb_context_create: device %d requested but libnibble was "
                             "built without CUDA", device);
         }
-        char err[NB_ERRBUF] = "";
         int count = 0;
-        if (nbi_cuda_device_count(&count, err) || device >= count) {
+        if ((st = nbi_cuda_device_count(&count)) || device >= count) {
             free(c);
             return nbi_fail(NULL, NB_ERR_NO_DEVICE, "nb_context_create: device %d not available (%d found)%s%s",
-                            device, count, err[0] ? ": " : "", err);
+                            device, count, st ? ": " : "", st ? nb_last_error() : "");
         }
-        if (nbi_cuda_device_info(device, &c->info, err)) {
+        if ((st = nbi_cuda_device_info(device, &c->info))) {
             free(c);
-            return nbi_fail(NULL, NB_ERR_CUDA, "nb_context_create: %s", err);
+            return nbi_reraise(NULL, st, "nb_context_create");
         }
         c->has_device = 1;
-        for (int f = 0; f < 3; f++)
+        c->env_path = env_path;
+        for (int f = 0; f < NBI_FORMAT_COUNT; f++)
             for (int t = 0; t < 4; t++) c->table_shift[f][t] = INT32_MIN;
-        const char *fs = getenv("NIBBLE_SPLITS"); /* tuning knob: force the split-K factor */
-        if (fs) c->force_splits = atoi(fs);
-        const char *fk = getenv("NIBBLE_KW"); /* tuning knob: force the in-CTA k split (1, 2, 4, 8) */
-        if (fk) c->force_kw = atoi(fk);
-        const char *fx = getenv("NIBBLE_XS"); /* tuning knob: staged-activation kernel for 9..32 tokens (0 or 1) */
-        if (fx) c->force_xs = !strcmp(fx, "0") ? 1 : !strcmp(fx, "1") ? 2 : 0;
-        const char *fr = getenv("NIBBLE_RPW"); /* tuning knob: its row blocks per warp (1 or 2) */
-        if (fr) c->force_rpw = atoi(fr);
-        const char *fp = getenv("NIBBLE_PATH"); /* tuning knob: "decode", "tc" (Hopper) or "mma" */
-        if (fp) c->force_path = !strcmp(fp, "decode") ? 1 : !strcmp(fp, "tc") ? 2 : !strcmp(fp, "mma") ? 3 : 0;
-        const char *fb = getenv("NIBBLE_BN"); /* tuning knob: tensor-core tile width (64, 128, 256) */
-        if (fb) c->force_bn = atoi(fb);
-        const char *fd = getenv("NIBBLE_STAGES"); /* tuning knob: the mma kernel's pipeline depth (2, 3) */
-        if (fd) c->force_stages = atoi(fd);
-        const char *fg = getenv("NIBBLE_RASTER"); /* tuning knob: n tiles per raster group */
-        if (fg) c->force_group = atoi(fg);
     }
-    nb_status st = nbi_tune_load_env(c); /* NIBBLE_TUNE_CACHE, when set and the file exists */
+    st = nbi_tune_load_env(c); /* NIBBLE_TUNE_CACHE, when set and the file exists */
     if (st) { /* (the message is in the thread's buffer) */
         nbi_tune_free(c);
         free(c);

@@ -30,6 +30,10 @@ const nbi_format_traits *nbi_traits(nb_format f) {
     return NULL;
 }
 
+const nbi_format_traits *nbi_traits_at(int index) {
+    return index >= 0 && index < NBI_FORMAT_COUNT ? &k_traits[index] : NULL;
+}
+
 size_t nbi_chunk_bytes(const nbi_format_traits *t) {
     return NBI_CHUNK_CODE_BYTES + (size_t)t->chunk_scale_bytes;
 }
@@ -425,41 +429,26 @@ nb_status nb_quantize_host(nb_context *ctx, nb_weight_desc *desc, nb_dtype src_d
     return st;
 }
 
-/* NB_OK when device calls can run on ctx. */
-static nb_status device_ready(nb_context *ctx, const char *fn) {
-    if (!ctx) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "%s: ctx is NULL", fn);
-    if (!nbi_cuda_available()) return nbi_fail(ctx, NB_ERR_NO_DEVICE, "%s: libnibble was built without CUDA", fn);
-    if (!ctx->has_device)
-        return nbi_fail(ctx, NB_ERR_NO_DEVICE, "%s: the context is host-only (created with NB_DEVICE_NONE)", fn);
-    return NB_OK;
-}
-
-/* A failed CUDA call: out of device memory, or any other CUDA error. */
-static nb_status cuda_fail(nb_context *ctx, int rc, const char *fn, const char *err) {
-    return nbi_fail(ctx, rc == 2 /* cudaErrorMemoryAllocation */ ? NB_ERR_OUT_OF_MEMORY : NB_ERR_CUDA, "%s: %s", fn,
-                    err);
-}
-
 /* The device version: the scan (a max reduction and the first non-finite
  * index, read back) and the block loop run on the GPU; the status and the
  * tensor scale come from quantize_finish_scan, as on the host. */
 nb_status nb_quantize(nb_context *ctx, nb_weight_desc *desc, nb_dtype src_dtype, const void *src, uint8_t *codes,
                       uint8_t *scales, void *stream) {
-    nb_status st = device_ready(ctx, "nb_quantize");
+    static const char fn[] = "nb_quantize";
+    nb_status st = nbi_need_device(ctx, fn);
     if (st) return st;
-    if ((st = quantize_args(ctx, desc, src_dtype, src, codes, scales, "nb_quantize"))) return st;
+    if ((st = quantize_args(ctx, desc, src_dtype, src, codes, scales, fn))) return st;
     if ((uintptr_t)src % nbi_dtype_size(src_dtype))
         return nbi_fail(ctx, NB_ERR_MISALIGNED, "nb_quantize: src must be aligned to its element size (%zu bytes)",
                         nbi_dtype_size(src_dtype));
+    const nbi_format_traits *t = nbi_traits(desc->format);
+    if (!t->kernels) return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_quantize: no GPU kernel serves %s weights", t->name);
     nb_weight_desc d = *desc;
-    char err[NB_ERRBUF] = "";
     int64_t bad = -1;
     float amax = 0.0f;
-    int rc = nbi_cuda_quantize_scan(&d, src_dtype, src, &bad, &amax, stream, err);
-    if (rc) return cuda_fail(ctx, rc, "nb_quantize", err);
-    if ((st = quantize_finish_scan(ctx, nbi_traits(d.format), &d, bad, amax))) return st;
-    if ((rc = nbi_cuda_quantize(&d, src_dtype, src, codes, scales, stream, err)))
-        return cuda_fail(ctx, rc, "nb_quantize", err);
+    if ((st = nbi_cuda_quantize_scan(ctx, &d, src_dtype, src, &bad, &amax, stream))) return nbi_reraise(ctx, st, fn);
+    if ((st = quantize_finish_scan(ctx, t, &d, bad, amax))) return st;
+    if ((st = nbi_cuda_quantize(ctx, &d, src_dtype, src, codes, scales, stream))) return nbi_reraise(ctx, st, fn);
     *desc = d;
     return NB_OK;
 }
@@ -467,28 +456,27 @@ nb_status nb_quantize(nb_context *ctx, nb_weight_desc *desc, nb_dtype src_dtype,
 /* Host buffers through device memory: upload, nb_quantize, download. */
 nb_status nb_quantize_staged(nb_context *ctx, nb_weight_desc *desc, nb_dtype src_dtype, const void *src,
                              uint8_t *codes, uint8_t *scales, void *stream) {
-    const char *fn = "nb_quantize_staged";
-    nb_status st = device_ready(ctx, fn);
+    static const char fn[] = "nb_quantize_staged";
+    nb_status st = nbi_need_device(ctx, fn);
     if (st) return st;
     if ((st = quantize_args(ctx, desc, src_dtype, src, codes, scales, fn))) return st;
     nb_weight_sizes sz;
     nb_weight_get_sizes(desc, &sz); /* cannot fail: the descriptor was checked */
     const size_t src_bytes = sz.dense_elements * nbi_dtype_size(src_dtype);
     void *dsrc = NULL, *dcodes = NULL, *dscales = NULL;
-    char err[NB_ERRBUF] = "";
-    int rc = nbi_cuda_malloc(&dsrc, src_bytes, err);
-    if (!rc) rc = nbi_cuda_malloc(&dcodes, sz.codes_bytes, err);
-    if (!rc) rc = nbi_cuda_malloc(&dscales, sz.scales_bytes, err);
-    if (!rc) rc = nbi_cuda_copy(dsrc, src, src_bytes, 1, stream, err);
-    if (rc) {
-        st = cuda_fail(ctx, rc, fn, err);
+    if ((st = nbi_cuda_malloc(ctx, &dsrc, src_bytes)) || (st = nbi_cuda_malloc(ctx, &dcodes, sz.codes_bytes)) ||
+        (st = nbi_cuda_malloc(ctx, &dscales, sz.scales_bytes)) || (st = nbi_cuda_copy(ctx, dsrc, src, src_bytes, 1, stream))) {
+        st = nbi_reraise(ctx, st, fn);
     } else {
         nb_weight_desc d = *desc;
-        st = nb_quantize(ctx, &d, src_dtype, dsrc, (uint8_t *)dcodes, (uint8_t *)dscales, stream);
-        if (st == NB_OK && ((rc = nbi_cuda_copy(codes, dcodes, sz.codes_bytes, 0, stream, err)) ||
-                            (rc = nbi_cuda_copy(scales, dscales, sz.scales_bytes, 0, stream, err))))
-            st = cuda_fail(ctx, rc, fn, err);
-        else if (st == NB_OK) *desc = d;
+        st = nb_quantize(ctx, &d, src_dtype, dsrc, (uint8_t *)dcodes, (uint8_t *)dscales, stream); /* (its own message) */
+        if (st == NB_OK) {
+            if ((st = nbi_cuda_copy(ctx, codes, dcodes, sz.codes_bytes, 0, stream)) ||
+                (st = nbi_cuda_copy(ctx, scales, dscales, sz.scales_bytes, 0, stream)))
+                st = nbi_reraise(ctx, st, fn);
+            else
+                *desc = d;
+        }
     }
     nbi_cuda_free(dsrc);
     nbi_cuda_free(dcodes);

@@ -15,31 +15,6 @@ extern "C" {
 #define NB_INTERNAL __attribute__((visibility("hidden")))
 #define NB_ERRBUF 512
 
-/* ------------------------------------------------------------ context */
-struct nb_context {
-    nb_device_info info;
-    int has_device;
-    char last_error[NB_ERRBUF];
-    char last_config[256];
-    int table_shift[3][4];       /* [format][dtype]: shift of the cached table, INT32_MIN = none */
-    uint32_t table[3][4][128];   /* cached adjusted scale tables (see gemv_fp4.cu) */
-    int force_splits;            /* NIBBLE_SPLITS environment variable, 0 = heuristic */
-    int force_kw;                /* NIBBLE_KW environment variable, 0 = heuristic */
-    int force_xs;                /* NIBBLE_XS: 0 heuristic, 1 kernel 1 only, 2 staged-activation kernel for mt >= 2 */
-    int force_rpw;               /* NIBBLE_RPW: row blocks per warp of that kernel (1, 2), 0 = heuristic */
-    int force_path;              /* NIBBLE_PATH: 0 heuristic, 1 decode kernel, 2 tensor-core kernel (Hopper),
-                                  * 3 mma.sync tensor-core kernel (gemm_sm80.cu) */
-    int force_bn;                /* NIBBLE_BN: tensor-core tile width in tokens (64, 128, 256), 0 = heuristic */
-    int force_stages;            /* NIBBLE_STAGES: pipeline depth of the mma kernel (2, 3), 0 = deepest that fits */
-    int force_group;             /* NIBBLE_RASTER: n tiles per raster group, 0 = heuristic */
-    struct nbi_tune_table *tune; /* tuning table (tune.c), NULL when empty */
-};
-
-/* Record a failure (context buffer when ctx != NULL, and the thread-local
- * buffer) and return `st`. */
-NB_INTERNAL nb_status nbi_fail(nb_context *ctx, nb_status st, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
 /* -------------------------------------------------------- format traits */
 /* One row per format, generated from NB_FORMAT_LIST (nibble.h): a new format
  * is a new row there, its codec (formats.c), its kernels' instances
@@ -76,14 +51,37 @@ typedef struct nbi_format_traits {
 
 /* NULL for a value that is not a format of this library. */
 NB_INTERNAL const nbi_format_traits *nbi_traits(nb_format f);
+/* The row at position index of NB_FORMAT_LIST; NULL past the end. */
+NB_INTERNAL const nbi_format_traits *nbi_traits_at(int index);
 
-/* Packed (kernel) layout: chunks of 16 rows x 128 k; see gemv_fp4.cu. */
+/* ------------------------------------------------------------ context */
+struct nb_context {
+    nb_device_info info;
+    int has_device;
+    char last_error[NB_ERRBUF];
+    char last_config[256];
+    /* the adjusted scale table of the last plan per format and dtype (plan.c):
+     * its shift (INT32_MIN = none) and its 128 words */
+    int table_shift[NBI_FORMAT_COUNT][4];
+    uint32_t table[NBI_FORMAT_COUNT][4][128];
+    int env_path;                /* NIBBLE_PATH at creation: an nb_gemm_path, 0 when unset */
+    struct nbi_tune_table *tune; /* tuning table (tune.c), NULL when empty */
+};
+
+/* Record a failure (context buffer when ctx != NULL, and the thread-local
+ * buffer) and return `st`. */
+NB_INTERNAL nb_status nbi_fail(nb_context *ctx, nb_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Packed (kernel) layout: chunks of 16 rows x 128 k (docs/formats.md
+ * section 8, the comment at the top of gemv_fp4.cu). */
 #define NBI_CHUNK_ROWS 16
 #define NBI_CHUNK_K 128
 #define NBI_CHUNK_CODE_BYTES 1024
 /* Split-K arrival counters at the start of the gemm workspace. */
 #define NBI_MAX_SPLIT_COLUMNS 4096
 #define NBI_SM90_MAX_SPLITS 8 /* tensor-core path: CTAs per tile along k */
+#define NBI_GEMV_WARPS 8      /* decode kernels: (consumer) warps per CTA */
 
 NB_INTERNAL size_t nbi_chunk_bytes(const nbi_format_traits *t);
 
@@ -153,30 +151,52 @@ typedef struct nbi_gemm_plan {
     int bn;             /* tokens per CTA tile: 64, 128 or 256 (sm80: 64, 128) */
     int stages;         /* sm80: chunks in the cp.async ring (chosen by the shared-memory limit) */
     int tiles_n, tiles_m, raster_group;
-    int tuned;          /* a tuning-table entry chose this configuration (tune.c) */
+    int source;         /* who chose: NBI_FROM_* (device.c) */
     uint32_t scale_table[128]; /* 256 adjusted 16-bit scales, two per word */
     size_t ws_partial_bytes;
     size_t ws_counter_bytes;
 } nbi_gemm_plan;
 
 enum { NBI_PATH_GEMV = 0, NBI_PATH_SM90 = 1, NBI_PATH_SM80 = 2 };
+enum { NBI_FROM_HEURISTIC = 0, NBI_FROM_TABLE = 1, NBI_FROM_ENV = 2, NBI_FROM_CALL = 3 };
 
-/* The plan nb_gemm runs: the tuning table's entry for the problem when there
- * is one and no NIBBLE_* knob is set, else the knobs and the heuristic
- * (tune.c). */
-NB_INTERNAL nb_status nbi_gemm_make_plan(nb_context *ctx, const nb_gemm_desc *g, nbi_gemm_plan *p);
-/* The plan the ctx->force_* knobs and the heuristic give (device.c). */
-NB_INTERNAL nb_status nbi_gemm_make_plan_knobs(nb_context *ctx, const nb_gemm_desc *g, nbi_gemm_plan *p);
+/* ------------------------------------------------------- planner (plan.c) */
+/* What a caller asks of the planner: 0 in a field leaves the choice to the
+ * heuristic.  nb_gemm builds it from one source, in this order: a per-call
+ * configuration (nb_gemm_ex), NIBBLE_PATH, the tuning table's entry. */
+typedef struct nbi_request {
+    int path;    /* nb_gemm_path */
+    int variant; /* decode: 1 plain, 2 staged (nb_gemm_config.variant + 1) */
+    int kw, rpw, splits, bn, raster, stages;
+} nbi_request;
+
+/* The request for a configuration (complete or partial: 0 fields open). */
+NB_INTERNAL nbi_request nbi_request_of(const nb_gemm_config *c);
+/* The plan for problem g on ctx's device under request rq (NULL: the
+ * heuristic alone).  Validates g (packed weight, device dtypes, lda); a
+ * request the device or build cannot run is NB_ERR_UNSUPPORTED. */
+NB_INTERNAL nb_status nbi_plan(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq, nbi_gemm_plan *p);
+/* What a plan runs, as a configuration. */
+NB_INTERNAL nb_gemm_config nbi_config_of(const nbi_gemm_plan *p);
+/* Whether c is a configuration the planner can take for m >= m_lo (a tuning
+ * entry's bucket; 0: any m, as a per-call configuration is taken); with
+ * `complete` every field of its path must be given (a tuning entry), else 0
+ * leaves a field to the heuristic.  0 with the reason in why otherwise. */
+NB_INTERNAL int nbi_config_check(const nb_gemm_config *c, int64_t m_lo, int complete, char *why, size_t wn);
+/* Workspace bytes plan p needs, enough for every m that shares its tiles
+ * and splits rule (the tensor-core bound covers any m). */
+NB_INTERNAL size_t nbi_plan_workspace(const nb_context *ctx, const nbi_gemm_plan *p);
 
 /* ------------------------------------------------- tuning table (tune.c) */
 typedef struct nbi_tune_table nbi_tune_table;
 /* The entry for this problem on the context's GPU: 1 and *out, or 0. */
 NB_INTERNAL int nbi_tune_lookup(const nb_context *ctx, int fmt, int act, int64_t n, int64_t k, int64_t m,
                                 nb_gemm_config *out);
-/* Append " tuned" to ctx->last_config when a table entry chose plan p. */
-NB_INTERNAL void nbi_tune_label(nb_context *ctx, const nbi_gemm_plan *p);
-/* The m values whose plans cover every m (1..32, then one per bucket): the
- * workspace must fit them all.  Returns how many were written (at most max). */
+/* The first m of the bucket holding m. */
+NB_INTERNAL int64_t nbi_tune_bucket_lo(int64_t m);
+/* The m values whose plans cover every m (1..32, then the first of each
+ * bucket past 32): a workspace for every m must fit them all.  Returns how
+ * many were written (at most max). */
 NB_INTERNAL int nbi_tune_workspace_ms(int64_t *ms, int max);
 /* Context creation: load the file NIBBLE_TUNE_CACHE names, if it exists. */
 NB_INTERNAL nb_status nbi_tune_load_env(nb_context *ctx);
@@ -187,46 +207,63 @@ NB_INTERNAL nb_status nbi_tune_parse(const char *text, size_t len, const char *n
                                      char *err);
 NB_INTERNAL void nbi_tune_table_free(nbi_tune_table *t);
 
-/* ------------------------------------------ CUDA side (device.c stubs) */
-/* Each returns 0 on success or a cudaError_t value; on failure `err`
- * (NB_ERRBUF bytes) holds a message. */
+/* ------------------------------------------------ CUDA side (src/cuda) */
+/* Linked from the src/cuda files, or from cuda_stub.c in a build without CUDA
+ * (every call then fails with NB_ERR_NO_DEVICE).  Each returns NB_OK or the
+ * failure, already recorded with nbi_fail(ctx, ...): the status comes from
+ * nbi_cuda_status and the message names the CUDA call and its error.  The
+ * public entry point prefixes its own name (nbi_reraise). */
+
+/* The one map from a cudaError_t value to a status: out of device memory is
+ * NB_ERR_OUT_OF_MEMORY, no device or driver NB_ERR_NO_DEVICE, anything else
+ * NB_ERR_CUDA. */
+NB_INTERNAL nb_status nbi_cuda_status(int cuda_error);
+/* Record "fn: <the message just recorded>" and return st. */
+NB_INTERNAL nb_status nbi_reraise(nb_context *ctx, nb_status st, const char *fn);
+/* NB_OK when device calls can run on ctx (a CUDA build and a device context). */
+NB_INTERNAL nb_status nbi_need_device(nb_context *ctx, const char *fn);
+
 NB_INTERNAL int nbi_cuda_available(void);
-NB_INTERNAL int nbi_cuda_device_count(int *count, char *err);
-NB_INTERNAL int nbi_cuda_device_info(int device, nb_device_info *info, char *err);
-NB_INTERNAL int nbi_cuda_dequantize(const nb_weight_desc *d, const uint8_t *codes, const uint8_t *scales,
-                                    nb_dtype dst_dtype, void *dst, void *stream, char *err);
-NB_INTERNAL int nbi_cuda_pack(const nb_weight_desc *d, const uint8_t *codes, const uint8_t *scales,
-                              void *packed, int32_t *emin, int32_t *emax, void *stream, char *err);
+NB_INTERNAL const char *nbi_cuda_archs(void);
+NB_INTERNAL int nbi_cuda_has_sm90a(void); /* the build carries the Hopper kernels */
+NB_INTERNAL nb_status nbi_cuda_device_count(int *count);
+NB_INTERNAL nb_status nbi_cuda_device_info(int device, nb_device_info *info);
+/* Device memory for nb_quantize_staged.  nbi_cuda_copy copies host ->
+ * device (to_device 1) or device -> host on `stream` and waits. */
+NB_INTERNAL nb_status nbi_cuda_malloc(nb_context *ctx, void **p, size_t bytes);
+NB_INTERNAL void nbi_cuda_free(void *p);
+NB_INTERNAL nb_status nbi_cuda_copy(nb_context *ctx, void *dst, const void *src, size_t bytes, int to_device,
+                                    void *stream);
+
+NB_INTERNAL nb_status nbi_cuda_dequantize(nb_context *ctx, const nb_weight_desc *d, const uint8_t *codes,
+                                          const uint8_t *scales, nb_dtype dst_dtype, void *dst, void *stream);
+NB_INTERNAL nb_status nbi_cuda_pack(nb_context *ctx, const nb_weight_desc *d, const uint8_t *codes,
+                                    const uint8_t *scales, void *packed, int32_t *emin, int32_t *emax, void *stream);
 /* Quantize (quantize.cu): the scan reads back the first non-finite element
  * index (-1 when none) and the absolute maximum, synchronizing `stream`; the
  * block pass is asynchronous.  d->tensor_scale is final for the block pass. */
-NB_INTERNAL int nbi_cuda_quantize_scan(const nb_weight_desc *d, nb_dtype src_dtype, const void *src, int64_t *bad,
-                                       float *amax, void *stream, char *err);
-NB_INTERNAL int nbi_cuda_quantize(const nb_weight_desc *d, nb_dtype src_dtype, const void *src, uint8_t *codes,
-                                  uint8_t *scales, void *stream, char *err);
-/* Device memory for nb_quantize_staged (quantize.cu).  nbi_cuda_copy copies
- * host -> device (to_device 1) or device -> host on `stream` and waits. */
-NB_INTERNAL int nbi_cuda_malloc(void **p, size_t bytes, char *err);
-NB_INTERNAL void nbi_cuda_free(void *p);
-NB_INTERNAL int nbi_cuda_copy(void *dst, const void *src, size_t bytes, int to_device, void *stream, char *err);
-NB_INTERNAL int nbi_cuda_gemm(const nbi_gemm_plan *p, const void *x, const void *packed, const void *bias,
-                              void *y, void *workspace, void *stream, char *err);
-NB_INTERNAL int nbi_cuda_gemm_sm90(const nbi_gemm_plan *p, const void *x, const void *packed, const void *bias,
-                                   void *y, void *workspace, void *stream, char *err);
-NB_INTERNAL int nbi_cuda_has_sm90a(void);
-NB_INTERNAL int nbi_cuda_gemm_sm80(const nbi_gemm_plan *p, const void *x, const void *packed, const void *bias,
-                                   void *y, void *stream, char *err);
-/* The mma.sync kernel (gemm_sm80.cu): the pipeline depth of the deepest
- * instance of tile width bn (and depth `want` when not 0) whose shared
- * memory fits smem_limit, its bytes in *smem; 0 when none does. */
-NB_INTERNAL int nbi_cuda_gemm_sm80_stages(int fmt, int bn, int want, size_t smem_limit, size_t *smem);
-NB_INTERNAL int nbi_cuda_gemm_naive(const nb_gemm_desc *g, const void *x, const uint8_t *codes,
-                                    const uint8_t *scales, const void *bias, float *y, void *stream, char *err);
-NB_INTERNAL const char *nbi_cuda_archs(void);
-NB_INTERNAL int nbi_cuda_gemv_shape(int *warps, int *stages);
-/* Shared memory per CTA of a decode kernel (static + dynamic), for occupancy. */
-NB_INTERNAL size_t nbi_cuda_gemv_smem(int fmt, int xs, int rpw, int mt, int m);
+NB_INTERNAL nb_status nbi_cuda_quantize_scan(nb_context *ctx, const nb_weight_desc *d, nb_dtype src_dtype,
+                                             const void *src, int64_t *bad, float *amax, void *stream);
+NB_INTERNAL nb_status nbi_cuda_quantize(nb_context *ctx, const nb_weight_desc *d, nb_dtype src_dtype,
+                                        const void *src, uint8_t *codes, uint8_t *scales, void *stream);
+/* The naive reference GEMM (gemm_naive.cu), F32 output. */
+NB_INTERNAL nb_status nbi_cuda_gemm_naive(nb_context *ctx, const nb_gemm_desc *g, const void *x,
+                                          const uint8_t *codes, const uint8_t *scales, const void *bias, float *y,
+                                          void *stream);
 
+/* The three GEMM kernel families, each running a plan (plan.c). */
+NB_INTERNAL nb_status nbi_cuda_gemv(nb_context *ctx, const nbi_gemm_plan *p, const void *x, const void *packed,
+                                    const void *bias, void *y, void *workspace, void *stream);
+NB_INTERNAL nb_status nbi_cuda_gemm_sm90(nb_context *ctx, const nbi_gemm_plan *p, const void *x, const void *packed,
+                                         const void *bias, void *y, void *workspace, void *stream);
+NB_INTERNAL nb_status nbi_cuda_gemm_sm80(nb_context *ctx, const nbi_gemm_plan *p, const void *x, const void *packed,
+                                         const void *bias, void *y, void *stream);
+/* What the planner asks of the kernels' shapes.  Shared memory per CTA of a
+ * decode kernel (static + dynamic), for occupancy; the pipeline depth of the
+ * deepest mma.sync instance of tile width bn (and depth `want` when not 0)
+ * whose shared memory fits smem_limit, its bytes in *smem, 0 when none does. */
+NB_INTERNAL size_t nbi_cuda_gemv_smem(int fmt, int xs, int rpw, int mt, int m);
+NB_INTERNAL int nbi_cuda_gemm_sm80_stages(int fmt, int bn, int want, size_t smem_limit, size_t *smem);
 
 #ifdef __cplusplus
 }

@@ -1,13 +1,12 @@
 /* tune.c - the tuning table: kernel configurations measured ahead of time
- * (`nibble tune`) that override the heuristic of device.c per problem.
+ * (`nibble tune`) that override the planner's heuristic per problem.
  *
  * An entry is keyed by (GPU name, format, activation dtype, n, k, m bucket)
  * and holds one nb_gemm_config plus the microseconds it was measured at.
- * nbi_gemm_make_plan looks the problem up and, when no NIBBLE_* knob is set,
- * applies the entry through the very ctx->force_* fields the environment
- * knobs set, for the duration of the planning: the planner stays the one
- * place that knows what a knob means and clamps it to what can run.
- * Contexts are single-threaded by contract, so this is safe.
+ * nb_gemm (device.c) looks the problem up and hands the entry to the planner
+ * (plan.c) as its request; whether a configuration is valid is the
+ * planner's to say (nbi_config_check).  This file keeps the table and its
+ * file, nothing else.
  *
  * The cache file is JSON (cJSON, optional: without it load and save return
  * NB_ERR_UNSUPPORTED and everything else works):
@@ -18,7 +17,7 @@
  *      "k": 8192, "n": 57344, "m": "1", "m_tuned": 1, "path": "decode",
  *      "kw": 4, "splits": 1, "variant": "plain", "us": 101.3},
  *     {..., "m": "513-1024", "path": "tc", "bn": 256, "raster": 16, "splits": 1, ...},
- *     {..., "m": "513-1024", "path": "mma", "bn": 128, "raster": 16, ...}]}
+ *     {..., "m": "513-1024", "path": "mma", "bn": 128, "raster": 16, "stages": 3, ...}]}
  *
  * It is untrusted input: every field is type- and range-checked, the fields
  * of the other path must be absent, duplicate keys are refused, and one bad
@@ -47,15 +46,12 @@
  * one. */
 #define NBUCKETS 14
 static const int64_t k_bucket_lo[NBUCKETS] = {1, 2, 3, 5, 9, 17, 33, 65, 129, 257, 513, 1025, 2049, 4097};
-static const char *const k_bucket_name[NBUCKETS] = {"1",       "2",        "3-4",       "5-8",       "9-16",
-                                                    "17-32",   "33-64",    "65-128",    "129-256",   "257-512",
-                                                    "513-1024", "1025-2048", "2049-4096", "4097+"};
-
 static int bucket_of(int64_t m) {
     int b = 0;
     while (b + 1 < NBUCKETS && m >= k_bucket_lo[b + 1]) b++;
     return b;
 }
+
 static int64_t bucket_hi(int b) { return b + 1 < NBUCKETS ? k_bucket_lo[b + 1] - 1 : INT64_MAX; }
 
 nb_status nb_tuning_m_bucket(int64_t m, int64_t *lo, int64_t *hi) {
@@ -66,6 +62,8 @@ nb_status nb_tuning_m_bucket(int64_t m, int64_t *lo, int64_t *hi) {
     *hi = bucket_hi(b);
     return NB_OK;
 }
+
+int64_t nbi_tune_bucket_lo(int64_t m) { return k_bucket_lo[bucket_of(m)]; }
 
 int nbi_tune_workspace_ms(int64_t *ms, int max) {
     int n = 0;
@@ -170,228 +168,6 @@ int nbi_tune_lookup(const nb_context *ctx, int fmt, int act, int64_t n, int64_t 
     return e != NULL;
 }
 
-/* ------------------------------------------------------- configurations */
-
-/* Whether `c` is one the dispatcher can run for m in bucket b; else 0 and
- * the reason in `why`. */
-static int check_config(const nb_gemm_config *c, int b, char *why, size_t wn) {
-    for (int i = 0; i < 5; i++)
-        if (c->reserved[i]) return snprintf(why, wn, "reserved[%d] = %d must be 0", i, (int)c->reserved[i]), 0;
-    if (c->path == NB_GEMM_PATH_DECODE) {
-        if (c->kw != 1 && c->kw != 2 && c->kw != 4 && c->kw != 8)
-            return snprintf(why, wn, "kw = %d is not 1, 2, 4 or 8", (int)c->kw), 0;
-        if (c->splits < 1 || c->splits > 64) return snprintf(why, wn, "splits = %d is not in 1..64", (int)c->splits), 0;
-        if (c->variant != 0 && c->variant != 1)
-            return snprintf(why, wn, "variant = %d is not 0 (plain) or 1 (staged)", (int)c->variant), 0;
-        if (c->variant == 1 && k_bucket_lo[b] < 5)
-            return snprintf(why, wn, "the staged variant needs m >= 5 (bucket %s)", k_bucket_name[b]), 0;
-        if (c->variant == 1 && c->kw != 1) return snprintf(why, wn, "the staged variant needs kw = 1, not %d", (int)c->kw), 0;
-        if (c->variant == 1 && c->rpw != 1 && c->rpw != 2)
-            return snprintf(why, wn, "rpw = %d is not 1 or 2 (the staged variant's row blocks per warp)", (int)c->rpw), 0;
-        if (c->variant == 0 && c->rpw) return snprintf(why, wn, "rpw = %d is for the staged variant only", (int)c->rpw), 0;
-        if (c->bn || c->raster) return snprintf(why, wn, "bn and raster are for paths tc and mma, not decode"), 0;
-        return 1;
-    }
-    if (c->path == NB_GEMM_PATH_TENSOR_CORE || c->path == NB_GEMM_PATH_MMA) {
-        const int mma = c->path == NB_GEMM_PATH_MMA;
-        if (c->bn != 64 && c->bn != 128 && (mma || c->bn != 256))
-            return snprintf(why, wn, "bn = %d is not 64, 128%s", (int)c->bn, mma ? " (path mma)" : " or 256"), 0;
-        if (c->raster < 1 || c->raster > 1024)
-            return snprintf(why, wn, "raster = %d is not in 1..1024", (int)c->raster), 0;
-        if (c->splits < 0 || c->splits > (mma ? 1 : NBI_SM90_MAX_SPLITS)) /* 0: read as 1 (caches from before the tc split) */
-            return snprintf(why, wn, "splits = %d is not in 1..%d (path %s)", (int)c->splits,
-                            mma ? 1 : NBI_SM90_MAX_SPLITS, mma ? "mma" : "tc"), 0;
-        if (c->kw || c->variant || c->rpw)
-            return snprintf(why, wn, "kw, variant and rpw are for path decode, not %s", mma ? "mma" : "tc"), 0;
-        return 1;
-    }
-    return snprintf(why, wn, "path = %d is not %d (decode), %d (tc) or %d (mma)", (int)c->path, NB_GEMM_PATH_DECODE,
-                    NB_GEMM_PATH_TENSOR_CORE, NB_GEMM_PATH_MMA), 0;
-}
-
-/* The planner's knobs (device.c reads them; the environment sets them at
- * context creation).  A new knob is a new field here and in the three
- * functions below. */
-typedef struct knobs {
-    int path, kw, splits, xs, rpw, bn, group, stages;
-} knobs;
-
-static knobs knobs_get(const nb_context *c) {
-    return (knobs){c->force_path, c->force_kw, c->force_splits, c->force_xs, c->force_rpw, c->force_bn, c->force_group,
-                   c->force_stages};
-}
-
-static int knobs_any(knobs k) { return k.path || k.kw || k.splits || k.xs || k.rpw || k.bn || k.group || k.stages; }
-
-static void knobs_put(nb_context *c, knobs k) {
-    c->force_path = k.path;
-    c->force_kw = k.kw;
-    c->force_splits = k.splits;
-    c->force_xs = k.xs;
-    c->force_rpw = k.rpw;
-    c->force_bn = k.bn;
-    c->force_group = k.group;
-    c->force_stages = k.stages;
-}
-
-/* The knobs under which the planner chooses `c`. */
-static knobs knobs_of(const nb_gemm_config *c) {
-    knobs k = {0};
-    if (c->path == NB_GEMM_PATH_TENSOR_CORE || c->path == NB_GEMM_PATH_MMA) {
-        k.path = c->path == NB_GEMM_PATH_MMA ? 3 : 2;
-        k.bn = c->bn;
-        k.group = c->raster;
-        k.splits = c->splits ? c->splits : 1;
-    } else {
-        k.path = 1;
-        k.kw = c->kw;
-        k.splits = c->splits;
-        k.xs = c->variant ? 2 : 1;
-        k.rpw = c->variant ? c->rpw : 0;
-    }
-    return k;
-}
-
-/* What a plan runs, as a configuration. */
-static nb_gemm_config config_of(const nbi_gemm_plan *p) {
-    nb_gemm_config c;
-    memset(&c, 0, sizeof c);
-    if (p->path == NBI_PATH_SM90 || p->path == NBI_PATH_SM80) {
-        c.path = p->path == NBI_PATH_SM80 ? NB_GEMM_PATH_MMA : NB_GEMM_PATH_TENSOR_CORE;
-        c.bn = p->bn;
-        c.raster = p->raster_group;
-        c.splits = p->splits;
-    } else {
-        c.path = NB_GEMM_PATH_DECODE;
-        c.kw = p->kw;
-        c.splits = p->splits;
-        c.variant = p->xsh ? 1 : 0;
-        c.rpw = p->xsh ? (p->rpw ? p->rpw : 1) : 0; /* (a planner that leaves it 0 runs one) */
-    }
-    return c;
-}
-
-static nb_status plan_with(nb_context *ctx, const nb_gemm_desc *g, knobs k, nbi_gemm_plan *p) {
-    const knobs saved = knobs_get(ctx);
-    knobs_put(ctx, k);
-    const nb_status st = nbi_gemm_make_plan_knobs(ctx, g, p);
-    knobs_put(ctx, saved);
-    return st;
-}
-
-nb_status nbi_gemm_make_plan(nb_context *ctx, const nb_gemm_desc *g, nbi_gemm_plan *p) {
-    nb_gemm_config c;
-    /* any NIBBLE_* knob set: the environment decides, not the table */
-    if (!ctx || !g || knobs_any(knobs_get(ctx)) ||
-        !nbi_tune_lookup(ctx, g->weight.format, g->act_dtype, g->weight.n, g->weight.k, g->m, &c))
-        return nbi_gemm_make_plan_knobs(ctx, g, p);
-    const nb_status st = plan_with(ctx, g, knobs_of(&c), p);
-    /* A tensor-core entry on a build or device without that path plans as
-     * the heuristic would (its other knobs are 0): not "tuned". */
-    if (st == NB_OK) p->tuned = config_of(p).path == c.path;
-    return st;
-}
-
-void nbi_tune_label(nb_context *ctx, const nbi_gemm_plan *p) {
-    const size_t len = strlen(ctx->last_config);
-    if (p->tuned) snprintf(ctx->last_config + len, sizeof ctx->last_config - len, " tuned");
-}
-
-/* The configurations `nibble tune` tries, one row per kernel and parameter
- * sweep: a new decode variant or tile is a new row.  Each row is tried for
- * m_min <= m <= m_max (decode rows stop at 64 where a tensor-core path
- * exists: past that it is the faster path and the decode kernel runs once
- * per 32 rows), over every combination of its non-empty lists (0-ended).
- * The mma row applies where the heuristic itself may choose that path (GPUs
- * without the Hopper kernel); on Hopper it runs only when forced.
- * Kept small: about 40 candidates at most, so that tuning 5 layers x 8 m
- * takes minutes. */
-static const struct cand_row {
-    int path, variant;
-    int64_t m_min, m_max;
-    int kw[5], rpw[3], splits[7], bn[4], raster[5];
-} k_rows[] = {
-    {NB_GEMM_PATH_DECODE, 0, 1, 64, {1, 2, 4, 8}, {0}, {1, 2, 4, 8, 16}, {0}, {0}},
-    {NB_GEMM_PATH_DECODE, 1, 5, 64, {1}, {1, 2}, {1, 2, 4, 8, 16}, {0}, {0}},
-    {NB_GEMM_PATH_TENSOR_CORE, 0, 17, INT64_MAX, {0}, {0}, {1, 2, 3, 4}, {64, 128, 256}, {16, 4, 8, 32}},
-    {NB_GEMM_PATH_MMA, 0, 17, INT64_MAX, {0}, {0}, {1}, {64, 128}, {16, 4, 8, 32}},
-};
-#define MAX_CANDS 64
-
-static int list_len(const int *v, int cap) {
-    int n = 0;
-    while (n < cap && v[n]) n++;
-    return n ? n : 1; /* an empty list is the single value 0 */
-}
-
-/* Equal as far as the kernel can tell: a raster group wider than the tile
- * grid, or any group when there is one m tile, walks the tiles the same way. */
-static int same_run(const nb_gemm_config *a, const nb_gemm_config *b, const nbi_gemm_plan *pb) {
-    if (a->path != b->path) return 0;
-    if (a->path == NB_GEMM_PATH_DECODE)
-        return a->kw == b->kw && a->splits == b->splits && a->variant == b->variant && a->rpw == b->rpw;
-    if (a->bn != b->bn || a->splits != b->splits) return 0;
-    if (pb->tiles_m == 1) return 1;
-    const int ra = a->raster < pb->tiles_n ? a->raster : pb->tiles_n, rb = b->raster < pb->tiles_n ? b->raster : pb->tiles_n;
-    return ra == rb;
-}
-
-nb_status nb_gemm_list_configs(nb_context *ctx, const nb_gemm_desc *g, nb_gemm_config *configs, size_t max,
-                               size_t *count) {
-    if (!ctx) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_gemm_list_configs: ctx is NULL");
-    if (!count || (!configs && max))
-        return nbi_fail(ctx, NB_ERR_NULL_POINTER, "nb_gemm_list_configs: count (and configs when max > 0) must not be NULL");
-    nb_gemm_config c[MAX_CANDS];
-    nbi_gemm_plan p, tc;
-    static const knobs heuristic;
-    nb_status st = plan_with(ctx, g, heuristic, &p);
-    if (st) return st;
-    int n = 0;
-    c[n++] = config_of(&p);
-    const knobs tc_only = {.path = 2}, mma_only = {.path = 3};
-    const int tc_ok = plan_with(ctx, g, tc_only, &tc) == NB_OK && tc.path == NBI_PATH_SM90;
-    const int mma_ok = !tc_ok && plan_with(ctx, g, mma_only, &tc) == NB_OK && tc.path == NBI_PATH_SM80;
-    const int sms = ctx->info.sm_count;
-    for (size_t r = 0; r < sizeof k_rows / sizeof k_rows[0]; r++) {
-        const struct cand_row *row = &k_rows[r];
-        const int fast = row->path == NB_GEMM_PATH_TENSOR_CORE || row->path == NB_GEMM_PATH_MMA;
-        if (g->m < row->m_min || (row->path == NB_GEMM_PATH_TENSOR_CORE && !tc_ok) ||
-            (row->path == NB_GEMM_PATH_MMA && !mma_ok))
-            continue;
-        if (g->m > row->m_max && (fast || tc_ok || mma_ok)) continue;
-        const int nkw = list_len(row->kw, 5), nrpw = list_len(row->rpw, 3), ns = list_len(row->splits, 7),
-                  nbn = list_len(row->bn, 4), nr = list_len(row->raster, 5);
-        for (int a = 0; a < nkw; a++)
-            for (int b = 0; b < nrpw; b++)
-                for (int s = 0; s < ns; s++)
-                    for (int w = 0; w < nbn; w++)
-                        for (int q = 0; q < nr; q++) {
-                            nb_gemm_config want;
-                            memset(&want, 0, sizeof want);
-                            want.path = row->path;
-                            want.variant = row->variant;
-                            want.kw = row->kw[a], want.rpw = row->rpw[b], want.splits = row->splits[s];
-                            want.bn = row->bn[w], want.raster = row->raster[q];
-                            /* a tile at most half empty */
-                            if (want.bn > 64 && want.bn >= 2 * g->m) continue;
-                            if (plan_with(ctx, g, knobs_of(&want), &p) != NB_OK) continue;
-                            const nb_gemm_config got = config_of(&p);
-                            if (got.path != want.path) continue;
-                            /* a global split only while the grid is small: past a few CTAs
-                             * per SM it only adds the workspace round trip */
-                            if (got.path == NB_GEMM_PATH_DECODE && got.splits > 1 &&
-                                (int64_t)p.grid_x * got.splits > 4 * (int64_t)sms)
-                                continue;
-                            int dup = 0;
-                            for (int i = 0; i < n && !dup; i++) dup = same_run(&c[i], &got, &p);
-                            if (!dup && n < MAX_CANDS) c[n++] = got;
-                        }
-    }
-    *count = (size_t)n;
-    for (int i = 0; i < n && (size_t)i < max; i++) configs[i] = c[i];
-    return NB_OK;
-}
-
 /* ----------------------------------------------------- table operations */
 
 static nb_status check_us(nb_context *ctx, double us, const char *fn) {
@@ -423,7 +199,7 @@ nb_status nb_context_set_tuning(nb_context *ctx, const nb_gemm_desc *g, const nb
         return NB_OK;
     }
     char why[200];
-    if (!check_config(cfg, e.bucket, why, sizeof why))
+    if (!nbi_config_check(cfg, k_bucket_lo[e.bucket], 1, why, sizeof why))
         return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "nb_context_set_tuning: %s", why);
     if ((st = check_us(ctx, us, "nb_context_set_tuning"))) return st;
     if (!ctx->tune && !(ctx->tune = calloc(1, sizeof *ctx->tune)))
@@ -453,11 +229,14 @@ nb_status nb_context_tuning_count(const nb_context *ctx, size_t *entries, size_t
 
 static const char *const k_path_name[4] = {"", "decode", "tc", "mma"};
 static const char *const k_variant_name[2] = {"plain", "staged"};
+static const char *const k_bucket_name[NBUCKETS] = {"1",       "2",        "3-4",       "5-8",       "9-16",
+                                                    "17-32",   "33-64",    "65-128",    "129-256",   "257-512",
+                                                    "513-1024", "1025-2048", "2049-4096", "4097+"};
 
 enum { F_GPU, F_FORMAT, F_ACT, F_N, F_K, F_M, F_M_TUNED, F_PATH, F_KW, F_SPLITS, F_VARIANT, F_RPW, F_BN, F_RASTER,
-       F_US, NFIELDS };
+       F_STAGES, F_US, NFIELDS };
 static const char *const k_field[NFIELDS] = {"gpu",  "format", "act",     "n",   "k",  "m",      "m_tuned", "path",
-                                             "kw",   "splits", "variant", "rpw", "bn", "raster", "us"};
+                                             "kw",   "splits", "variant", "rpw", "bn", "raster", "stages",  "us"};
 
 /* A string field that must be one of names[0..count) (NULL = any name of
  * 1..255 bytes); its index, or -1 with the reason in `why`. */
@@ -506,12 +285,15 @@ static int parse_entry(const cJSON *o, entry *e, const char **gpu, char *why, si
     for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
         if (!f[required[i]]) return snprintf(why, wn, "\"%s\" is missing", k_field[required[i]]), 0;
     memset(e, 0, sizeof *e);
-    static const char *const formats[3] = {"", "nvfp4", "mxfp4"};
+    const char *formats[NBI_FORMAT_COUNT];
+    for (int i = 0; i < NBI_FORMAT_COUNT; i++) formats[i] = nbi_traits_at(i)->name;
     static const char *const acts[4] = {"", "", "f16", "bf16"};
     int64_t v;
     if (str_field(f[F_GPU], F_GPU, NULL, 0, why, wn) < 0) return 0;
     *gpu = f[F_GPU]->valuestring;
-    if ((e->fmt = str_field(f[F_FORMAT], F_FORMAT, formats, 3, why, wn)) < 0) return 0;
+    const int fi = str_field(f[F_FORMAT], F_FORMAT, formats, NBI_FORMAT_COUNT, why, wn);
+    if (fi < 0) return 0;
+    e->fmt = nbi_traits_at(fi)->format;
     if ((e->act = str_field(f[F_ACT], F_ACT, acts, 4, why, wn)) < 0) return 0;
     if ((e->bucket = str_field(f[F_M], F_M, k_bucket_name, NBUCKETS, why, wn)) < 0) return 0;
     if (!int_field(f[F_N], F_N, 1, (int64_t)1 << 31, &e->n, why, wn)) return 0;
@@ -535,6 +317,8 @@ static int parse_entry(const cJSON *o, entry *e, const char **gpu, char *why, si
         if (f[other[i]]) return snprintf(why, wn, "\"%s\" is not a field of path %s", k_field[other[i]], k_path_name[path]), 0;
     if (path != NB_GEMM_PATH_DECODE && f[F_RPW])
         return snprintf(why, wn, "\"rpw\" is not a field of path %s", k_path_name[path]), 0;
+    if (path != NB_GEMM_PATH_MMA && f[F_STAGES])
+        return snprintf(why, wn, "\"stages\" is not a field of path %s", k_path_name[path]), 0;
     if (path == NB_GEMM_PATH_DECODE) {
         if (!int_field(f[F_KW], F_KW, 0, INT32_MAX, &v, why, wn)) return 0;
         e->cfg.kw = (int32_t)v;
@@ -555,8 +339,12 @@ static int parse_entry(const cJSON *o, entry *e, const char **gpu, char *why, si
             if (!int_field(f[F_SPLITS], F_SPLITS, 0, INT32_MAX, &v, why, wn)) return 0;
             e->cfg.splits = (int32_t)v;
         }
+        if (f[F_STAGES]) { /* optional: 0 or absent is the deepest that fits */
+            if (!int_field(f[F_STAGES], F_STAGES, 0, INT32_MAX, &v, why, wn)) return 0;
+            e->cfg.stages = (int32_t)v;
+        }
     }
-    if (!check_config(&e->cfg, e->bucket, why, wn)) return 0;
+    if (!nbi_config_check(&e->cfg, k_bucket_lo[e->bucket], 1, why, wn)) return 0;
     if (e->cfg.path != NB_GEMM_PATH_DECODE && !e->cfg.splits) e->cfg.splits = 1;
     if (!cJSON_IsNumber(f[F_US]) || !(f[F_US]->valuedouble >= 0.0 && f[F_US]->valuedouble <= 1e12))
         return snprintf(why, wn, "\"us\" must be a number in [0, 1e12]"), 0;
@@ -711,7 +499,8 @@ static cJSON *entry_json(const nbi_tune_table *t, const entry *e) {
              (!c->variant || cJSON_AddNumberToObject(o, "rpw", c->rpw));
     else if (ok)
         ok = cJSON_AddNumberToObject(o, "bn", c->bn) && cJSON_AddNumberToObject(o, "raster", c->raster) &&
-             cJSON_AddNumberToObject(o, "splits", c->splits);
+             cJSON_AddNumberToObject(o, "splits", c->splits) &&
+             (!c->stages || cJSON_AddNumberToObject(o, "stages", c->stages));
     ok = ok && cJSON_AddNumberToObject(o, "us", round(e->us * 1000.0) / 1000.0);
     if (!ok) {
         cJSON_Delete(o);

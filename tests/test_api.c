@@ -14,6 +14,7 @@
  * not modified by a failed quantize or pack.
  *
  * Output: one line per failed check, then "N passed, M failed". */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <nibble.h>
 
 #include <math.h>
@@ -149,6 +150,20 @@ static void test_context(void) {
         EXPECT(NULL, NB_ERR_NO_DEVICE, nb_context_create(0, &c));
     }
     EXPECT(NULL, NB_OK, nb_context_destroy(NULL));
+    /* NIBBLE_PATH: decode, tc or mma; anything else refused for a device
+     * context, with the value named (a host context ignores it) */
+    setenv("NIBBLE_PATH", "fast", 1);
+    EXPECT(NULL, NB_ERR_INVALID_ARGUMENT, nb_context_create(0, &c));
+    CHECK(strstr(nb_last_error(), "NIBBLE_PATH=\"fast\"") != NULL, "the message names the value: \"%s\"",
+          nb_last_error());
+    nb_context *h = NULL;
+    EXPECT(NULL, NB_OK, nb_context_create(NB_DEVICE_NONE, &h));
+    nb_context_destroy(h);
+    if (count == 0) {
+        setenv("NIBBLE_PATH", "mma", 1);
+        EXPECT(NULL, NB_ERR_NO_DEVICE, nb_context_create(0, &c)); /* a valid value: on to the device check */
+    }
+    unsetenv("NIBBLE_PATH");
 
     nb_context *ctx = NULL;
     EXPECT(NULL, NB_OK, nb_context_create(NB_DEVICE_NONE, &ctx));
@@ -553,6 +568,13 @@ static void test_gemm(nb_context *ctx) {
     EXPECT(ctx, NB_ERR_NO_DEVICE, nb_gemm_workspace_size(ctx, &gd, &bytes));
     EXPECT(NULL, NB_ERR_NULL_POINTER, nb_gemm(NULL, &gd, x, codes, NULL, y, NULL, 0, NULL));
     EXPECT(ctx, NB_ERR_NO_DEVICE, nb_gemm(ctx, &gd, x, codes, NULL, y, NULL, 0, NULL));
+    nb_gemm_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.path = NB_GEMM_PATH_DECODE;
+    EXPECT(ctx, NB_ERR_NO_DEVICE, nb_gemm_ex(ctx, &gd, &cfg, x, codes, NULL, y, NULL, 0, NULL));
+    EXPECT(NULL, NB_ERR_NULL_POINTER, nb_gemm_ex(NULL, &gd, &cfg, x, codes, NULL, y, NULL, 0, NULL));
+    EXPECT(ctx, NB_ERR_NULL_POINTER, nb_gemm_workspace_size_ex(ctx, &gd, &cfg, NULL));
+    EXPECT(ctx, NB_ERR_NO_DEVICE, nb_gemm_workspace_size_ex(ctx, &gd, &cfg, &bytes));
     EXPECT(NULL, NB_ERR_NULL_POINTER, nb_gemm_reference_device(NULL, &ok, x, codes, scales, NULL, yf, NULL));
     EXPECT(ctx, NB_ERR_NO_DEVICE, nb_gemm_reference_device(ctx, &ok, x, codes, scales, NULL, yf, NULL));
 

@@ -1,6 +1,6 @@
 /* test_gpu.c - correctness of the device path on a real GPU.
  *
- *   test_gpu [--quick] [--no-cublas] [--max-m N]
+ *   test_gpu [--quick] [--no-cublas] [--max-m N] [--staged]
  *                           exit 0 pass, 1 fail, 77 no device (skipped)
  *
  * For every format (NVFP4, MXFP4) and activation type (BF16, FP16):
@@ -19,9 +19,11 @@
  * kernel (gemm_sm80.cu), whatever the GPU, and the test adds m in {32, 33,
  * 64, 100, 128, 256, 1000, 1024, 4096} on a ragged layer (n = 1000, k = 4192)
  * and on a Llama layer (4096 -> 4096), and the ragged layer again on a
- * context held to the configuration that fits 99 KB of shared memory
- * (NIBBLE_BN=128 NIBBLE_STAGES=2, what an L40S runs).  --max-m leaves out
- * larger m (the compute-sanitizer runs).
+ * configuration that fits 99 KB of shared memory ({mma, bn 128, stages 2},
+ * what an L40S runs) given with each call.  --staged gives every call of
+ * m <= 32 the staged decode kernel ({decode, variant 1}: every shape through
+ * it, split-K included).  --max-m leaves out larger m (the compute-sanitizer
+ * runs).
  * Error rule: |y - ref| <= ulp_out(|ref|) + 2^-14 * max|ref| per element
  * (output rounding plus float accumulation over k in another order). */
 #define _POSIX_C_SOURCE 200809L /* setenv */
@@ -39,6 +41,12 @@ static int g_tc_runs = 0, g_tc_split_runs = 0; /* tensor-core path calls, and th
 static int g_no_cublas = 0; /* --no-cublas: racecheck reports hazards inside cuBLAS itself */
 static int g_max_m = 0;      /* --max-m: leave out larger m (0: none left out) */
 static int g_mma = 0;        /* NIBBLE_PATH=mma: every call runs the mma.sync kernel */
+/* A configuration given with every call of m <= g_force_max_m (nb_gemm_ex):
+ * --staged (the staged decode kernel for m <= 32), test_mma_small_smem. */
+static nb_gemm_config g_force;
+static int64_t g_force_max_m = -1;
+
+static const nb_gemm_config *forced(int64_t m) { return m <= g_force_max_m ? &g_force : NULL; }
 
 #define CK(call)                                                                                   \
     do {                                                                                           \
@@ -221,10 +229,10 @@ static void run_gemm(env_t *e, weight_t *w, nb_dtype act, int64_t m, const void 
     nb_gemm_desc g;
     NB(nb_gemm_desc_init(&g, &w->desc, m, act, act));
     size_t ws = 0;
-    NB(nb_gemm_workspace_size(e->ctx, &g, &ws));
+    NB(nb_gemm_workspace_size_ex(e->ctx, &g, forced(m), &ws));
     ensure_ws(e, ws);
     CK(cudaMemset(d_y, 0xFF, (size_t)(m * n) * 2)); /* poison: 0xFFFF is NaN in BF16 and FP16 */
-    NB(nb_gemm(e->ctx, &g, d_x, w->d_packed, d_bias, d_y, e->ws, e->ws_bytes, NULL));
+    NB(nb_gemm_ex(e->ctx, &g, forced(m), d_x, w->d_packed, d_bias, d_y, e->ws, e->ws_bytes, NULL));
     CK(cudaDeviceSynchronize());
     CK(cudaMemcpy(h_y, d_y, (size_t)(m * n) * 2, cudaMemcpyDeviceToHost));
 }
@@ -278,7 +286,7 @@ static void check_cublas_graph(env_t *e, weight_t *w, nb_format fmt, nb_dtype ac
     cudaGraphExec_t exec;
     CK(cudaMemset(dy, 0xFF, (size_t)(m * n) * 2));
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-    nb_status st = nb_gemm(e->ctx, &g, dx, w->d_packed, use_bias ? db : NULL, dy, e->ws, e->ws_bytes, s);
+    nb_status st = nb_gemm_ex(e->ctx, &g, forced(m), dx, w->d_packed, use_bias ? db : NULL, dy, e->ws, e->ws_bytes, s);
     CK(cudaStreamEndCapture(s, &graph));
     check(st == NB_OK, "nb_gemm under stream capture");
     CK(cudaGraphInstantiate(&exec, graph, 0));
@@ -415,6 +423,67 @@ static void test_shape(env_t *e, nb_format fmt, nb_dtype act, int64_t n, int64_t
     test_shape_ref(e, fmt, act, n, k, ms, nms, full_checks, 0);
 }
 
+/* Every configuration nb_gemm_list_configs offers for a ragged layer (the
+ * candidates `nibble tune` times: each decode variant, kw, rows per warp and
+ * split, each tensor-core tile, split and raster) given with the call
+ * (nb_gemm_ex), against the GPU reference, and labelled " (given)". */
+static void test_every_config(env_t *e, nb_format fmt, nb_dtype act) {
+    static const int ms[] = {1, 5, 16, 24, 33, 100};
+    const int64_t n = 1000, k = 4096 + 96, mmax = 100;
+    weight_t w;
+    make_weight(e->ctx, &w, fmt, n, k, 0, 0);
+    uint16_t *hx = malloc((size_t)(mmax * k) * 2), *hy = malloc((size_t)(mmax * n) * 2);
+    for (int64_t i = 0; i < mmax * k; i++) hx[i] = to16(act, frand());
+    void *dx;
+    uint16_t *dy;
+    float *dref, *href = malloc((size_t)(mmax * n) * 4);
+    CK(cudaMalloc(&dx, (size_t)(mmax * k) * 2));
+    CK(cudaMalloc((void **)&dy, (size_t)(mmax * n) * 2));
+    CK(cudaMalloc((void **)&dref, (size_t)(mmax * n) * 4));
+    CK(cudaMemcpy(dx, hx, (size_t)(mmax * k) * 2, cudaMemcpyHostToDevice));
+    nb_weight_desc cd = w.desc;
+    cd.layout = NB_LAYOUT_CHECKPOINT;
+    nb_gemm_desc rg;
+    NB(nb_gemm_desc_init(&rg, &cd, mmax, act, act));
+    NB(nb_gemm_reference_device(e->ctx, &rg, dx, w.d_codes, w.d_scales, NULL, dref, NULL));
+    CK(cudaMemcpy(href, dref, (size_t)(mmax * n) * 4, cudaMemcpyDeviceToHost));
+    const nb_gemm_config saved = g_force;
+    const int64_t saved_max = g_force_max_m;
+    int tried = 0;
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
+        nb_gemm_desc g;
+        NB(nb_gemm_desc_init(&g, &w.desc, ms[i], act, act));
+        nb_gemm_config cfgs[64];
+        size_t count = 0;
+        NB(nb_gemm_list_configs(e->ctx, &g, cfgs, 64, &count));
+        check(count >= 1, "nb_gemm_list_configs offers at least the heuristic's configuration");
+        for (size_t c = 0; c < count && c < 64; c++) {
+            g_force = cfgs[c];
+            g_force_max_m = INT64_MAX;
+            run_gemm(e, &w, act, ms[i], dx, NULL, dy, hy, n);
+            char cfg[256] = "", what[512];
+            nb_gemm_last_config(e->ctx, cfg, sizeof cfg);
+            snprintf(what, sizeof what, "gemm %s %s n=%lld k=%lld m=%d, configuration %zu of %zu (%s) vs GPU reference",
+                     fmt == NB_FORMAT_NVFP4 ? "nvfp4" : "mxfp4", act == NB_DTYPE_BF16 ? "bf16" : "f16", (long long)n,
+                     (long long)k, ms[i], c, count, cfg);
+            compare(what, act, hy, href, ms[i], n, n);
+            check(strstr(cfg, " (given)") != NULL, "a configuration given with the call is labelled \" (given)\"");
+            tried++;
+        }
+    }
+    printf("every offered configuration: %d runs (%s, %s)\n", tried, fmt == NB_FORMAT_NVFP4 ? "nvfp4" : "mxfp4",
+           act == NB_DTYPE_BF16 ? "bf16" : "f16");
+    g_force = saved;
+    g_force_max_m = saved_max;
+    free(hx);
+    free(hy);
+    free(href);
+    cudaFree(dx);
+    cudaFree(dy);
+    cudaFree(dref);
+    free_weight(&w);
+}
+
 /* The configuration the last nb_gemm on ctx ran contains `want`. */
 static void check_config(nb_context *ctx, const char *want, const char *what) {
     char cfg[256], msg[512];
@@ -425,23 +494,24 @@ static void check_config(nb_context *ctx, const char *want, const char *what) {
 
 /* NIBBLE_PATH=mma: the mma kernel on the configuration that fits 99 KB of
  * shared memory (sm_86, sm_89: 128-token tiles, two stages), which a GPU
- * with more picks only when told, on a context of its own. */
+ * with more picks only when told: given with every call (nb_gemm_ex). */
 static void test_mma_small_smem(env_t *e) {
-    setenv("NIBBLE_BN", "128", 1);
-    setenv("NIBBLE_STAGES", "2", 1);
-    env_t e2 = *e;
-    NB(nb_context_create(0, &e2.ctx));
-    unsetenv("NIBBLE_BN");
-    unsetenv("NIBBLE_STAGES");
+    const nb_gemm_config saved = g_force;
+    const int64_t saved_max = g_force_max_m;
+    memset(&g_force, 0, sizeof g_force);
+    g_force.path = NB_GEMM_PATH_MMA;
+    g_force.bn = 128;
+    g_force.stages = 2;
+    g_force_max_m = INT64_MAX;
     static const int ms[] = {1, 33, 100, 256};
     const nb_format fmts[2] = {NB_FORMAT_NVFP4, NB_FORMAT_MXFP4};
     const nb_dtype acts[2] = {NB_DTYPE_BF16, NB_DTYPE_F16};
     for (int f = 0; f < 2; f++)
-        for (int a = 0; a < 2; a++) test_shape(&e2, fmts[f], acts[a], 1000, 4096 + 96, ms, 4, a == 0);
-    check_config(e2.ctx, "128x128,stages=2", "NIBBLE_BN=128 NIBBLE_STAGES=2");
-    nb_context_destroy(e2.ctx);
-    e->ws = e2.ws; /* (test_shape may have grown it) */
-    e->ws_bytes = e2.ws_bytes;
+        for (int a = 0; a < 2; a++) test_shape(e, fmts[f], acts[a], 1000, 4096 + 96, ms, 4, a == 0);
+    check_config(e->ctx, "128x128,stages=2", "a configuration {mma, bn 128, stages 2} given with the call");
+    check_config(e->ctx, " (given)", "a configuration given with the call is labelled so");
+    g_force = saved;
+    g_force_max_m = saved_max;
 }
 
 /* Device dequantize equals the host reference, bit for bit, every dtype. */
@@ -546,6 +616,44 @@ static void test_device_errors(env_t *e) {
           "nb_gemm: y not 2-byte aligned -> NB_ERR_MISALIGNED");
     check(nb_gemm(e->ctx, &g, NULL, w.d_packed, NULL, dy, e->ws, e->ws_bytes, NULL) == NB_ERR_NULL_POINTER,
           "nb_gemm: x NULL -> NB_ERR_NULL_POINTER");
+    /* configurations given with the call: checked like tuning entries */
+    nb_gemm_config bad;
+    memset(&bad, 0, sizeof bad);
+    bad.path = NB_GEMM_PATH_DECODE, bad.kw = 3;
+    check(nb_gemm_ex(e->ctx, &g, &bad, dx, w.d_packed, NULL, dy, e->ws, e->ws_bytes, NULL) == NB_ERR_INVALID_ARGUMENT &&
+              strstr(nb_last_error(), "kw = 3"),
+          "nb_gemm_ex: kw = 3 -> NB_ERR_INVALID_ARGUMENT naming the field");
+    memset(&bad, 0, sizeof bad);
+    bad.path = NB_GEMM_PATH_TENSOR_CORE, bad.bn = 512;
+    check(nb_gemm_ex(e->ctx, &g, &bad, dx, w.d_packed, NULL, dy, e->ws, e->ws_bytes, NULL) == NB_ERR_INVALID_ARGUMENT,
+          "nb_gemm_ex: bn = 512 -> NB_ERR_INVALID_ARGUMENT");
+    memset(&bad, 0, sizeof bad);
+    bad.path = 9;
+    check(nb_gemm_ex(e->ctx, &g, &bad, dx, w.d_packed, NULL, dy, e->ws, e->ws_bytes, NULL) == NB_ERR_INVALID_ARGUMENT,
+          "nb_gemm_ex: path 9 -> NB_ERR_INVALID_ARGUMENT");
+    memset(&bad, 0, sizeof bad);
+    bad.path = NB_GEMM_PATH_DECODE, bad.variant = 0, bad.rpw = 2;
+    check(nb_gemm_ex(e->ctx, &g, &bad, dx, w.d_packed, NULL, dy, e->ws, e->ws_bytes, NULL) == NB_ERR_INVALID_ARGUMENT,
+          "nb_gemm_ex: rpw on the plain decode kernel -> NB_ERR_INVALID_ARGUMENT");
+    memset(&bad, 0, sizeof bad);
+    bad.path = NB_GEMM_PATH_DECODE, bad.stages = 2;
+    check(nb_gemm_ex(e->ctx, &g, &bad, dx, w.d_packed, NULL, dy, e->ws, e->ws_bytes, NULL) == NB_ERR_INVALID_ARGUMENT,
+          "nb_gemm_ex: stages on the decode path -> NB_ERR_INVALID_ARGUMENT");
+    nb_device_info di;
+    NB(nb_context_device_info(e->ctx, &di));
+    if (!(di.cc_major == 9 && di.cc_minor == 0)) {
+        memset(&bad, 0, sizeof bad);
+        bad.path = NB_GEMM_PATH_TENSOR_CORE;
+        check(nb_gemm_ex(e->ctx, &g, &bad, dx, w.d_packed, NULL, dy, e->ws, e->ws_bytes, NULL) == NB_ERR_UNSUPPORTED,
+              "nb_gemm_ex: path tc off Hopper -> NB_ERR_UNSUPPORTED");
+    }
+    size_t wsx = 0;
+    check(nb_gemm_workspace_size_ex(e->ctx, &g, NULL, NULL) == NB_ERR_NULL_POINTER,
+          "nb_gemm_workspace_size_ex: bytes NULL -> NB_ERR_NULL_POINTER");
+    memset(&bad, 0, sizeof bad);
+    bad.path = NB_GEMM_PATH_DECODE, bad.kw = 1, bad.splits = 64;
+    check(nb_gemm_workspace_size_ex(e->ctx, &g, &bad, &wsx) == NB_OK && wsx > 0,
+          "nb_gemm_workspace_size_ex: a 64-way split needs a workspace");
     /* The workspace size covers every m; m = 32 on this narrow layer needs
      * all of it on most GPUs. */
     nb_gemm_desc g32;
@@ -591,8 +699,12 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--no-cublas")) g_no_cublas = 1;
         else if (i + 1 < argc && !strcmp(argv[i], "--max-m")) g_max_m = atoi(argv[++i]);
-        else {
-            fprintf(stderr, "usage: test_gpu [--quick] [--no-cublas] [--max-m N]\n");
+        else if (!strcmp(argv[i], "--staged")) {
+            g_force.path = NB_GEMM_PATH_DECODE;
+            g_force.variant = 1; /* the staged-activation kernel; rows per warp and splits by the planner */
+            g_force_max_m = 32;
+        } else {
+            fprintf(stderr, "usage: test_gpu [--quick] [--no-cublas] [--max-m N] [--staged]\n");
             return 1;
         }
     }
@@ -607,8 +719,9 @@ int main(int argc, char **argv) {
     NB(nb_context_create(0, &e.ctx));
     nb_device_info info;
     NB(nb_context_device_info(e.ctx, &info));
-    printf("test_gpu on %s (sm_%d%d, %d SMs)%s%s\n", info.name, info.cc_major, info.cc_minor, info.sm_count,
-           quick ? " quick" : "", g_mma ? ", NIBBLE_PATH=mma" : "");
+    printf("test_gpu on %s (sm_%d%d, %d SMs)%s%s%s\n", info.name, info.cc_major, info.cc_minor, info.sm_count,
+           quick ? " quick" : "", g_mma ? ", NIBBLE_PATH=mma" : "",
+           g_force_max_m >= 0 ? ", the staged decode kernel given with every call of m <= 32" : "");
     if (cublasCreate(&e.blas) != CUBLAS_STATUS_SUCCESS) {
         fprintf(stderr, "cublasCreate failed\n");
         return 1;
@@ -639,6 +752,7 @@ int main(int argc, char **argv) {
             test_shape(&e, fmts[f], acts[a], 24000 + 8, 256 + 64, few_m, 8, 0);
             test_shape(&e, fmts[f], acts[a], 1000 + 24, 4096 + 96, tc_m, 9, 1);
             test_shape(&e, fmts[f], acts[a], 129, 16 * 9 * (fmts[f] == NB_FORMAT_NVFP4 ? 1 : 2), tc_m, 9, 0);
+            if (g_force_max_m < 0 && !g_mma) test_every_config(&e, fmts[f], acts[a]);
             if (g_mma) { /* a ragged layer and a Llama layer (4096 -> 4096) up to m = 4096 */
                 test_shape_ref(&e, fmts[f], acts[a], 1000, 4096 + 96, mma_m, 9, 1, 1);
                 if (quick && !g_no_cublas) test_shape_ref(&e, fmts[f], acts[a], 4096, 4096, llama_m, 4, a == 0, 1);

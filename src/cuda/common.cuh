@@ -1,6 +1,8 @@
-/* common.cuh - helpers shared by the kernel files: error reporting, the
- * scalar codecs (identical arithmetic to src/formats.c), cache-hinted loads,
- * cp.async copies, programmatic dependent launch, mma.sync. */
+/* common.cuh - what the kernel files share, one copy each: failures, the
+ * format traits and the dispatch ladder, the scalar codecs (identical
+ * arithmetic to src/formats.c), the scale table, the GEMM epilogue, the
+ * raster order of tiles, split-K arrival, cache-hinted loads, cp.async
+ * copies, mbarriers, programmatic dependent launch, mma.sync. */
 #ifndef NB_COMMON_CUH
 #define NB_COMMON_CUH
 
@@ -13,18 +15,92 @@
 
 #include "../internal.h"
 
-/* Record a CUDA failure into err (NB_ERRBUF bytes) and return its code. */
-static inline int nbc_err(cudaError_t e, char *err, const char *what) {
-    if (e != cudaSuccess && err) snprintf(err, NB_ERRBUF, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
-    return (int)e;
+/* ------------------------------------------------------------ failures */
+
+/* A failed CUDA call: the status from the one map (nbi_cuda_status) and a
+ * message naming the call, recorded in ctx (and the thread's buffer).  An
+ * allocation failure does not stick to the context: clear it, or the next
+ * launch check would report it again. */
+static inline nb_status nbc_fail(nb_context *ctx, cudaError_t e, const char *what) {
+    if (e == cudaErrorMemoryAllocation) cudaGetLastError();
+    return nbi_fail(ctx, nbi_cuda_status((int)e), "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
 }
-#define NBC_TRY(call, what)                                  \
-    do {                                                     \
-        cudaError_t e_ = (call);                             \
-        if (e_ != cudaSuccess) return nbc_err(e_, err, what); \
+/* Return the failure of `call` (in a function with a `ctx` in scope). */
+#define NBC_TRY(call, what)                                   \
+    do {                                                      \
+        cudaError_t e_ = (call);                              \
+        if (e_ != cudaSuccess) return nbc_fail(ctx, e_, what); \
     } while (0)
 /* After a launch: configuration errors surface here. */
 #define NBC_LAUNCHED(what) NBC_TRY(cudaGetLastError(), what)
+
+/* Opt kernel `fn` into `bytes` of dynamic shared memory on the context's
+ * device, once per (kernel, device) (runtime.cu keeps the record). */
+extern "C" nb_status nbc_smem_opt_in(nb_context *ctx, const void *fn, size_t bytes);
+
+/* ------------------------------------------------------- format traits */
+
+/* nbc_fmt<FMT>: the row of NB_FORMAT_LIST (nibble.h) as compile-time
+ * constants, and the sizes of its packed chunk (16 rows x 128 k: 1024 code
+ * bytes, then the scales).  Declared only for the formats of the list, so an
+ * unknown format does not compile. */
+template <int FMT>
+struct nbc_fmt;
+#define NBC_X_FMT(NAME, value, str, elem, bits, grp, st, sbytes, ts, zp)                          \
+    template <>                                                                                   \
+    struct nbc_fmt<value> {                                                                       \
+        static constexpr int element = elem, element_bits = bits, group = grp, scale_type = st;   \
+        static constexpr int scale_bytes = sbytes, tensor_scale = ts, zero_point = zp;           \
+        static constexpr int chunk_scale_bytes = NBI_CHUNK_ROWS * NBI_CHUNK_K / grp * sbytes;     \
+        static constexpr int lane_scale_bytes = chunk_scale_bytes / 32; /* per lane of a warp */ \
+        static constexpr int chunk_bytes = NBI_CHUNK_CODE_BYTES + chunk_scale_bytes;              \
+    };
+NB_FORMAT_LIST(NBC_X_FMT)
+#undef NBC_X_FMT
+
+/* What the packed chunk and the GEMM kernels' dequantization handle: E2M1
+ * codes and one-byte block scales in groups of 16 (a lane's 32 k hold two
+ * groups) or 32 (one).  A format outside this fails to compile where a
+ * kernel is instantiated for it. */
+#define NBC_CHECK_KERNEL_FORMAT(FMT)                                                                   \
+    static_assert(nbc_fmt<FMT>::element == NB_ELEMENT_E2M1 && nbc_fmt<FMT>::scale_bytes == 1 &&        \
+                      (nbc_fmt<FMT>::group == 16 || nbc_fmt<FMT>::group == 32),                         \
+                  "the GEMM kernels decode E2M1 codes with one-byte scales in groups of 16 or 32")
+
+/* --------------------------------------------------- the dispatch ladder */
+
+/* The one ladder from run-time (format, activation dtype) to compile-time
+ * template arguments: `switch` cases over every pair of NBI_KERNEL_FORMATS x
+ * NBI_KERNEL_DTYPES (internal.h), case (F, A) running RUNG(F, A) with both
+ * constants.  RUNG is a macro the caller defines (it returns); a pair
+ * outside the lists falls through, after the switch, to the caller's
+ * failure.  Every kernel family dispatches through it, so adding a format
+ * to the list instantiates every family for it. */
+#define NBC_LADDER(fmt, act, RUNG)                                      \
+    switch ((int)(fmt) * 16 + (int)(act)) {                             \
+        NBI_KERNEL_FORMATS(NBC_LADDER_FMT_, RUNG)                       \
+    default:                                                            \
+        break;                                                          \
+    }
+#define NBC_UNPAREN_(...) __VA_ARGS__
+#define NBC_LADDER_FMT_(F, RUNG) NBI_KERNEL_DTYPES(NBC_LADDER_ACT_, (F, RUNG))
+#define NBC_LADDER_ACT_(A, FR) NBC_LADDER_CASE_(A, NBC_UNPAREN_ FR)
+#define NBC_LADDER_CASE_(...) NBC_LADDER_CASE2_(__VA_ARGS__)
+#define NBC_LADDER_CASE2_(A, F, RUNG)                                   \
+    case NB_FORMAT_##F * 16 + NB_DTYPE_##A: {                           \
+        RUNG(NB_FORMAT_##F, NB_DTYPE_##A)                               \
+    }
+/* The same over formats alone (kernels without an activation dtype). */
+#define NBC_FORMAT_LADDER(fmt, RUNG)                                    \
+    switch ((int)(fmt)) {                                               \
+        NBI_KERNEL_FORMATS(NBC_FLADDER_CASE_, RUNG)                     \
+    default:                                                            \
+        break;                                                          \
+    }
+#define NBC_FLADDER_CASE_(F, RUNG)                                      \
+    case NB_FORMAT_##F: {                                               \
+        RUNG(NB_FORMAT_##F)                                             \
+    }
 
 /* Launch settings shared by the kernels; `pdl` adds programmatic dependent
  * launch (sm_90+: the kernel's prologue may overlap the previous kernel,
@@ -82,8 +158,9 @@ __device__ __forceinline__ float nbc_e8m0(uint32_t b) {
     return b == 0xFF ? __int_as_float(NBC_NAN_BITS) : ldexpf(1.0f, (int)b - 127);
 }
 
-__device__ __forceinline__ float nbc_scale(int fmt, uint32_t b) {
-    return fmt == NB_FORMAT_NVFP4 ? nbc_e4m3(b) : nbc_e8m0(b);
+/* A block scale byte of scale type st (nb_scale_type). */
+__device__ __forceinline__ float nbc_scale(int st, uint32_t b) {
+    return st == NB_SCALE_E4M3 ? nbc_e4m3(b) : nbc_e8m0(b);
 }
 
 /* Store a float as dtype with the same rounding as the C reference (RNE) and
@@ -102,6 +179,117 @@ __device__ __forceinline__ float nbc_load(int dtype, const void *p, size_t i) {
     if (dtype == NB_DTYPE_F32) return ((const float *)p)[i];
     if (dtype == NB_DTYPE_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
     return __half2float(((const __half *)p)[i]);
+}
+
+/* ------------------------------------------------- pieces of every GEMM */
+
+/* Each CTA copies the host-built scale table (plan.c: 256 adjusted 16-bit
+ * scales, two per word) to shared memory, every entry broadcast to both
+ * halves of a word (the HMUL2 operand).  NTHREADS threads take part. */
+template <int NTHREADS>
+__device__ __forceinline__ void nbc_load_scale_table(uint32_t *stab, const uint32_t *src) {
+    for (int i = threadIdx.x; i < 128; i += NTHREADS) {
+        const uint32_t v = src[i];
+        stab[2 * i] = (v & 0xFFFFu) * 0x10001u;
+        stab[2 * i + 1] = (v >> 16) * 0x10001u;
+    }
+}
+
+/* The epilogue of a warp's 16-row block over NT tiles of 8 tokens whose
+ * FP32 accumulators are in the mma m16n8 C layout (PTX ISA "Matrix
+ * Fragments for mma.m16n8k16"; the wgmma m64nN D fragment repeats it per
+ * warp): element 4i + 2h + j is row row0 + g + 8h, token tok0 + 8i + 2t + j.
+ * Y[token, row] = acc * 2^exp_shift * tensor_scale (+ bias[row]), rounded
+ * once to ACT; rows >= n and tokens >= m are not stored. */
+template <int ACT, int NT>
+__device__ __forceinline__ void nbc_store_block(const float *acc, int row0, int tok0, int g, int t, int m, int n,
+                                                int64_t ldc, void *y, const void *bias, int exp_shift, float ts) {
+#pragma unroll
+    for (int i = 0; i < NT; i++)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const int tok = tok0 + 8 * i + 2 * t + j, row = row0 + g + 8 * h;
+                if (tok < m && row < n) {
+                    float v = ldexpf(acc[4 * i + 2 * h + j], exp_shift) * ts;
+                    if (bias) v += nbc_load(ACT, bias, (size_t)row);
+                    nbc_store(ACT, y, (size_t)tok * ldc + row, v);
+                }
+            }
+}
+
+/* Raster order of the tensor-core kernels' tiles: groups of `group` n tiles
+ * walk every m tile, so the weights of a group and the activations of an m
+ * tile stay in L2 together.  Tile index -> (n tile, m tile); the index
+ * divides unsigned, which is cheaper. */
+__device__ __forceinline__ void nbc_raster(unsigned tile, int group, int tiles_n, int tiles_m, int &tn, int &tm) {
+    const int per_group = group * tiles_m;
+    const int first_n = tile / per_group * group, in_group = tile % per_group;
+    const int width = min(group, tiles_n - first_n);
+    tn = first_n + in_group % width;
+    tm = in_group / width;
+}
+
+/* A barrier of the NTHREADS threads that share the split-K work: the whole
+ * CTA (0), or named barrier 1 of NTHREADS threads (warp-aligned). */
+template <int NTHREADS>
+__device__ __forceinline__ void nbc_split_barrier() {
+    if (NTHREADS == 0) __syncthreads();
+    else asm volatile("bar.sync 1, %0;" ::"n"(NTHREADS) : "memory");
+}
+
+/* Deterministic split-K, the arrival: after a CTA's `splits`-way partial
+ * sums are stored (with __stcg), every one of its NTHREADS threads calls
+ * this; `leader` is one of them.  Returns true in the last CTA to arrive at
+ * *counter, which then sums every split's partials in split order (so the
+ * result does not depend on timing) and resets *counter (nbc_split_done):
+ * one zeroed workspace serves every call. */
+template <int NTHREADS>
+__device__ __forceinline__ bool nbc_split_last(int *counter, int splits, int *flag, bool leader) {
+    __threadfence();
+    nbc_split_barrier<NTHREADS>();
+    if (leader) *flag = atomicAdd(counter, 1) == splits - 1;
+    nbc_split_barrier<NTHREADS>();
+    if (!*flag) return false;
+    __threadfence();
+    return true;
+}
+
+/* ------------------------------------------------------------- mbarriers */
+/* PTX ISA "Parallel Synchronization and Communication Instructions:
+ * mbarrier", on 32-bit shared-memory addresses.  A phase completes when its
+ * expected number of arrivals (and, with expect_tx, bytes) has happened;
+ * waiters test the phase parity. */
+
+__device__ __forceinline__ void nbc_mbar_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void nbc_mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+/* Arrive once this thread's earlier cp.async copies have landed (counted
+ * in the barrier's expected arrivals: .noinc). */
+__device__ __forceinline__ void nbc_mbar_arrive_cp_async(uint32_t bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+/* Wait until the phase of parity `parity` has completed: try_wait (which
+ * may suspend the thread a while) on sm_90, test_wait before it. */
+__device__ __forceinline__ void nbc_mbar_wait(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    do {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+#else
+        asm volatile("{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+#endif
+    } while (!done);
 }
 
 /* An L2 policy that evicts streamed weights first: they are read once, while

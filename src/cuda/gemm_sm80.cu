@@ -92,14 +92,10 @@
 #include "tc_dequant.cuh"
 
 #define SM80_THREADS 256 /* 8 warps: 4 row-block pairs x 2 halves of each chunk's k */
-/* Build-time variant, for measuring: CTAs per SM asked of the register
- * allocator for the 64-token tile.  2 would let two CTAs share an A100 SM
- * (shared memory allows it), but caps registers at 128 where the loop
- * wants 142: ptxas then spills a loop-invariant pointer (8 bytes, reloaded
- * once per chunk).  1 by default: no spills. */
-#ifndef NB_SM80_MINB64
-#define NB_SM80_MINB64 1
-#endif
+/* One CTA per SM asked of the register allocator, for every tile: two
+ * would let two 64-token CTAs share an A100 SM (shared memory allows it),
+ * but cap registers at 128 where the loop wants 142, and ptxas then spills
+ * a loop-invariant pointer (reloaded once per chunk). */
 
 struct Sm80Params {
     const uint8_t *w;
@@ -121,7 +117,7 @@ struct Sm80Params {
  * at the end reuses the stages. */
 template <int FMT, int BN, int STAGES>
 struct Sm80Smem {
-    static constexpr int CB = NBI_CHUNK_CODE_BYTES + 32 * (FMT == NB_FORMAT_NVFP4 ? 4 : 2);
+    static constexpr int CB = nbc_fmt<FMT>::chunk_bytes;
     static constexpr int X_STAGE = BN * 256; /* BN tokens x 128 k, 16-bit */
     static constexpr int W_STAGE = 8 * CB;
     static constexpr int X_OFF = 0;
@@ -140,8 +136,80 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
                  : "r"(addr));
 }
 
+/* One chunk of a warp's work: its 2 row blocks x 4 k16 tiles (half kh of
+ * the chunk's k), dequantized from the packed bytes of the stage (wst: row
+ * block 2rp) into A fragments, times the B fragments of all BN tokens
+ * loaded with ldmatrix from the staged activations (xst: this lane's row
+ * address), into acc[row block][n8 tile]. */
+template <int FMT, int ACT, int BN>
+__device__ __forceinline__ void sm80_mma_chunk(const uint8_t *wst, uint32_t xst, const uint32_t *stab, int g, int sh,
+                                               int kh, float (&acc)[2][BN / 8][4]) {
+    constexpr int CB = nbc_fmt<FMT>::chunk_bytes;
+    uint32_t sw[2][2]; /* scale words of this half: row block r, tiles 2qq, 2qq+1 */
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        if (nbc_fmt<FMT>::group == 16) { /* words 2kh, 2kh+1 of the 16 bytes at 1024 + 16g */
+            const uint2 v = *(const uint2 *)(wst + r * CB + 1024 + 16 * g + 8 * kh);
+            sw[r][0] = v.x, sw[r][1] = v.y;
+        } else { /* word kh of the 8 bytes at 1024 + 8g */
+            sw[r][0] = sw[r][1] = *(const uint32_t *)(wst + r * CB + 1024 + 8 * g + 4 * kh);
+        }
+    }
+    uint32_t a[2][4][4];
+#pragma unroll
+    for (int qq = 0; qq < 2; qq++) {
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+            nbc_dequant_tiles<FMT, ACT>(wst + r * CB + 32 * kh, stab, g, sh, qq, sw[r][qq], a[r]);
+#pragma unroll
+        for (int jj = 2 * qq; jj < 2 * qq + 2; jj++) {
+            const uint32_t xa = xst ^ (32u * jj);
+#pragma unroll
+            for (int nb = 0; nb < BN / 16; nb++) {
+                uint32_t b[4];
+                ldmatrix_x4(b, xa + nb * 4096);
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    nbc_mma16816<ACT>(acc[r][2 * nb], a[r][jj][0], a[r][jj][1], a[r][jj][2], a[r][jj][3], b[0], b[1]);
+                    nbc_mma16816<ACT>(acc[r][2 * nb + 1], a[r][jj][0], a[r][jj][1], a[r][jj][2], a[r][jj][3], b[2],
+                                      b[3]);
+                }
+            }
+        }
+    }
+}
+
+/* Warp (rp, kh) finishes row block 2rp + kh: acc[0] becomes that block's
+ * partial sums, acc[1] the other block's, which the partner warp (rp,
+ * 1 - kh) receives through shared memory (xch: the idle stages); after the
+ * exchange acc[0] holds the block's whole sums (a sum of two terms, the
+ * same whichever warp adds). */
+template <int NT>
+__device__ __forceinline__ void sm80_exchange(float (&acc)[2][NT][4], float4 *xch, int warp, int lane, int kh) {
+    if (kh) {
+#pragma unroll
+        for (int i = 0; i < NT; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float v = acc[0][i][e];
+                acc[0][i][e] = acc[1][i][e];
+                acc[1][i][e] = v;
+            }
+    }
+#pragma unroll
+    for (int i = 0; i < NT; i++)
+        xch[(warp * NT + i) * 32 + lane] = make_float4(acc[1][i][0], acc[1][i][1], acc[1][i][2], acc[1][i][3]);
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < NT; i++) {
+        const float4 v = xch[((warp ^ 4) * NT + i) * 32 + lane];
+        acc[0][i][0] += v.x, acc[0][i][1] += v.y, acc[0][i][2] += v.z, acc[0][i][3] += v.w;
+    }
+}
+
 template <int FMT, int ACT, int BN, int STAGES>
-__global__ void __launch_bounds__(SM80_THREADS, BN == 64 ? NB_SM80_MINB64 : 1) gemm_sm80_kernel(const Sm80Params p) {
+__global__ void __launch_bounds__(SM80_THREADS, 1) gemm_sm80_kernel(const Sm80Params p) {
+    NBC_CHECK_KERNEL_FORMAT(FMT);
     typedef Sm80Smem<FMT, BN, STAGES> L;
     constexpr int CB = L::CB;
     constexpr int NT = BN / 8; /* n8 tiles per warp */
@@ -154,18 +222,10 @@ __global__ void __launch_bounds__(SM80_THREADS, BN == 64 ? NB_SM80_MINB64 : 1) g
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, t = lane & 3;
 
-    /* tile: groups of `group` n tiles walk every m tile, so the weights of a
-     * group and the activations of an m tile stay in L2 together */
-    const int per_group = p.group * p.tiles_m;
-    const int first_n = blockIdx.x / per_group * p.group, in_group = blockIdx.x % per_group;
-    const int width = min(p.group, p.tiles_n - first_n);
-    const int rb0 = (first_n + in_group % width) * 8, tok0 = in_group / width * BN;
-
-    for (int i = tid; i < 128; i += SM80_THREADS) { /* published by the first barrier of the loop */
-        const uint32_t v = p.stab[i];
-        stab[2 * i] = (v & 0xFFFFu) * 0x10001u;
-        stab[2 * i + 1] = (v >> 16) * 0x10001u;
-    }
+    int tn, tm;
+    nbc_raster(blockIdx.x, p.group, p.tiles_n, p.tiles_m, tn, tm);
+    const int rb0 = tn * 8, tok0 = tm * BN;
+    nbc_load_scale_table<SM80_THREADS>(stab, p.stab); /* (published by the first barrier of the loop) */
 
     /* Weights: warp w copies row block rb0 + w of each chunk, lane L its
      * pieces L and L + 32 and (first lanes) the scale bytes: one contiguous
@@ -243,86 +303,16 @@ __global__ void __launch_bounds__(SM80_THREADS, BN == 64 ? NB_SM80_MINB64 : 1) g
         const uint8_t *wst = smem + L::W_OFF + rs * L::W_STAGE + 2 * rp * CB;
         const uint32_t xst = xlane + rs * L::X_STAGE;
         rs = rs == STAGES - 1 ? 0 : rs + 1;
-        uint32_t sw[2][2]; /* scale words of this half: row block r, tiles 2qq, 2qq+1 */
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            if (FMT == NB_FORMAT_NVFP4) { /* words 2kh, 2kh+1 of the 16 bytes at 1024 + 16g */
-                const uint2 v = *(const uint2 *)(wst + r * CB + 1024 + 16 * g + 8 * kh);
-                sw[r][0] = v.x, sw[r][1] = v.y;
-            } else { /* word kh of the 8 bytes at 1024 + 8g */
-                sw[r][0] = sw[r][1] = *(const uint32_t *)(wst + r * CB + 1024 + 8 * g + 4 * kh);
-            }
-        }
-        uint32_t a[2][4][4];
-#pragma unroll
-        for (int qq = 0; qq < 2; qq++) {
-#pragma unroll
-            for (int r = 0; r < 2; r++)
-                nbc_dequant_tiles<FMT, ACT>(wst + r * CB + 32 * kh, stab, g, sh, qq, sw[r][qq], a[r]);
-#pragma unroll
-            for (int jj = 2 * qq; jj < 2 * qq + 2; jj++) {
-                const uint32_t xa = xst ^ (32u * jj);
-#pragma unroll
-                for (int nb = 0; nb < BN / 16; nb++) {
-                    uint32_t b[4];
-                    ldmatrix_x4(b, xa + nb * 4096);
-#pragma unroll
-                    for (int r = 0; r < 2; r++) {
-                        nbc_mma16816<ACT>(acc[r][2 * nb], a[r][jj][0], a[r][jj][1], a[r][jj][2], a[r][jj][3], b[0], b[1]);
-                        nbc_mma16816<ACT>(acc[r][2 * nb + 1], a[r][jj][0], a[r][jj][1], a[r][jj][2], a[r][jj][3], b[2],
-                                          b[3]);
-                    }
-                }
-            }
-        }
+        sm80_mma_chunk<FMT, ACT, BN>(wst, xst, stab, g, sh, kh, acc);
     }
     nbc_cp_async_wait<0>();
     __syncthreads(); /* every warp is past its last read of the stages */
     nbc_grid_dependents_launch();
 
-    /* Warp (rp, kh) finishes row block 2rp + kh: acc[0] becomes that block's
-     * partial sums, acc[1] the other block's, which the partner warp (rp,
-     * 1 - kh) receives through shared memory. */
-    if (kh) {
-#pragma unroll
-        for (int i = 0; i < NT; i++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const float v = acc[0][i][e];
-                acc[0][i][e] = acc[1][i][e];
-                acc[1][i][e] = v;
-            }
-    }
-    float4 *xch = (float4 *)smem;
-#pragma unroll
-    for (int i = 0; i < NT; i++)
-        xch[(warp * NT + i) * 32 + lane] = make_float4(acc[1][i][0], acc[1][i][1], acc[1][i][2], acc[1][i][3]);
-    __syncthreads();
-#pragma unroll
-    for (int i = 0; i < NT; i++) {
-        const float4 v = xch[((warp ^ 4) * NT + i) * 32 + lane];
-        acc[0][i][0] += v.x, acc[0][i][1] += v.y, acc[0][i][2] += v.z, acc[0][i][3] += v.w;
-    }
-
+    sm80_exchange<NT>(acc, (float4 *)smem, warp, lane, kh);
     /* Epilogue: accumulator (row, token) -> Y[token, row]. */
-    const int row0 = (rb0 + 2 * rp + kh) * 16 + g;
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int row = row0 + 8 * h;
-        if (row >= p.n) continue;
-        const float b = p.bias ? nbc_load(ACT, p.bias, (size_t)row) : 0.0f;
-#pragma unroll
-        for (int i = 0; i < NT; i++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int tok = tok0 + 8 * i + 2 * t + e;
-                if (tok < p.m) {
-                    float v = ldexpf(acc[0][i][2 * h + e], p.exp_shift) * p.ts;
-                    if (p.bias) v += b;
-                    nbc_store(ACT, p.y, (size_t)tok * p.ldc + row, v);
-                }
-            }
-    }
+    nbc_store_block<ACT, NT>(&acc[0][0][0], (rb0 + 2 * rp + kh) * 16, tok0, g, t, p.m, p.n, p.ldc, p.y, p.bias,
+                             p.exp_shift, p.ts);
 }
 
 /* ------------------------------------------------------------- dispatch */
@@ -345,12 +335,9 @@ static sm80_fn sm80_pick_shape(int shape, size_t *smem) {
 }
 
 static sm80_fn sm80_pick(int fmt, int act, int shape, size_t *smem) {
-    if (fmt == NB_FORMAT_NVFP4)
-        return act == NB_DTYPE_BF16 ? sm80_pick_shape<NB_FORMAT_NVFP4, NB_DTYPE_BF16>(shape, smem)
-                                    : sm80_pick_shape<NB_FORMAT_NVFP4, NB_DTYPE_F16>(shape, smem);
-    if (fmt == NB_FORMAT_MXFP4)
-        return act == NB_DTYPE_BF16 ? sm80_pick_shape<NB_FORMAT_MXFP4, NB_DTYPE_BF16>(shape, smem)
-                                    : sm80_pick_shape<NB_FORMAT_MXFP4, NB_DTYPE_F16>(shape, smem);
+#define SM80_RUNG(F, A) return sm80_pick_shape<F, A>(shape, smem);
+    NBC_LADDER(fmt, act, SM80_RUNG)
+#undef SM80_RUNG
     return NULL;
 }
 
@@ -373,12 +360,14 @@ extern "C" int nbi_cuda_gemm_sm80_stages(int fmt, int bn, int want, size_t smem_
     return 0;
 }
 
-extern "C" int nbi_cuda_gemm_sm80(const nbi_gemm_plan *pl, const void *x, const void *packed, const void *bias,
-                                  void *y, void *stream, char *err) {
+extern "C" nb_status nbi_cuda_gemm_sm80(nb_context *ctx, const nbi_gemm_plan *pl, const void *x, const void *packed,
+                                        const void *bias, void *y, void *stream) {
     size_t smem = 0;
     const int shape = shape_of(pl->bn, pl->stages);
     sm80_fn f = shape < 0 ? NULL : sm80_pick(pl->fmt, pl->act, shape, &smem);
-    if (!f) return nbc_err(cudaErrorInvalidValue, err, "gemm_sm80: no kernel for this format/dtype/tile/stages");
+    if (!f)
+        return nbi_fail(ctx, NB_ERR_INTERNAL, "gemm_sm80: no kernel for %s, %s, %d-token tiles, %d stages",
+                        nbi_traits((nb_format)pl->fmt)->name, nbi_dtype_name((nb_dtype)pl->act), pl->bn, pl->stages);
     Sm80Params p;
     NBC_SET_GEMM_PARAMS(p, pl, packed, y, bias);
     p.x = (const uint16_t *)x;
@@ -386,16 +375,11 @@ extern "C" int nbi_cuda_gemm_sm80(const nbi_gemm_plan *pl, const void *x, const 
     p.tiles_n = pl->tiles_n;
     p.tiles_m = pl->tiles_m;
     p.group = pl->raster_group;
-
-    static int opted_in[3][4][3];
-    if (!opted_in[pl->fmt][pl->act][shape]) {
-        NBC_TRY(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
-                "cudaFuncSetAttribute(max dynamic shared memory)");
-        opted_in[pl->fmt][pl->act][shape] = 1; /* idempotent: a race only repeats the call */
-    }
+    nb_status st = nbc_smem_opt_in(ctx, (const void *)f, smem);
+    if (st) return st;
     cudaLaunchAttribute attr[1];
     const dim3 grid((unsigned)(pl->tiles_n * pl->tiles_m));
     cudaLaunchConfig_t cfg = nbc_launch_config(grid, dim3(SM80_THREADS), smem, stream, pl->pdl, attr);
     NBC_TRY(cudaLaunchKernelEx(&cfg, f, p), "gemm_sm80 kernel launch");
-    return 0;
+    return NB_OK;
 }

@@ -61,12 +61,8 @@
  * three (H100, nvfp4, 8192 -> 8192, interleaved runs: m = 256 62.1 -> 58.8
  * us, 1024 193.7 -> 184.6, 4096 855.1 -> 813.6).  The 64- and 128-token
  * tiles have six and four stages and lost with it (m = 64: 8192 -> 8192
- * 29.5 -> 30.8 us, 28672 -> 8192 85.2 -> 91.3).  Build knob
- * NB_SM90_HALF: -1 as measured, 0 never, 1 always. */
-#ifndef NB_SM90_HALF
-#define NB_SM90_HALF -1
-#endif
-#define SM90_HALF(BN) (NB_SM90_HALF < 0 ? (BN) == 256 : NB_SM90_HALF != 0)
+ * 29.5 -> 30.8 us, 28672 -> 8192 85.2 -> 91.3). */
+#define SM90_HALF(BN) ((BN) == 256)
 
 struct Sm90Params {
     const uint8_t *w;
@@ -90,26 +86,9 @@ struct Sm90Params {
 
 /* ------------------------------------------------------------ PTX helpers */
 #ifdef NB_SM90_DEVICE
-__device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
 /* Arrive and announce the bytes the copy engine will deliver for this phase. */
 __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-    uint32_t done;
-    do {
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
-                     : "=r"(done)
-                     : "r"(bar), "r"(parity)
-                     : "memory");
-    } while (!done);
 }
 
 /* TMA: a 2-D box of the activation tensor map into shared memory. */
@@ -159,7 +138,7 @@ __device__ __forceinline__ void wgmma_tile(float (&d)[BN / 2], uint32_t a0, uint
  * packed chunks, the scale table, the mbarriers; plus 1 KB to align. */
 template <int FMT, int BN, int STAGES>
 struct Sm90Smem {
-    static constexpr int CB = NBI_CHUNK_CODE_BYTES + 32 * (FMT == NB_FORMAT_NVFP4 ? 4 : 2);
+    static constexpr int CB = nbc_fmt<FMT>::chunk_bytes;
     static constexpr int X_STAGE = BN * 256;
     static constexpr int W_STAGE = 8 * CB;
     static constexpr int X_OFF = 0;
@@ -170,121 +149,79 @@ struct Sm90Smem {
     static constexpr int BYTES = FLAG_OFF + 16 + 1024;
 };
 
-template <int FMT, int ACT, int BN, int STAGES>
-__global__ void __launch_bounds__(SM90_THREADS, 1)
-    gemm_sm90_kernel(const __grid_constant__ CUtensorMap xmap, const Sm90Params p) {
 #ifdef NB_SM90_DEVICE
+/* The producer (one thread): per chunk i of the CTA's range, wait until its
+ * stage is free, announce the bytes, and issue the TMA loads of the
+ * activation tile and the bulk copies of the tile's nrb packed chunks, all
+ * completing on the stage's "full" barrier.  Barriers: full[s] at bar0 + 8s,
+ * empty[s] at bar0 + 8(STAGES + s); with HALF, full[h][s] at
+ * bar0 + 8(h STAGES + s) and empty[h][s] at bar0 + 8((2 + h) STAGES + s),
+ * half 0 carrying the weights and k 0..63, half 1 k 64..127. */
+template <int FMT, int BN, int STAGES>
+__device__ __forceinline__ void sm90_produce(const CUtensorMap *xmap, const Sm90Params &p, uint8_t *smem, uint32_t bar0,
+                                             int c0, int nch, int rb0, int nrb, int tm) {
     typedef Sm90Smem<FMT, BN, STAGES> L;
     constexpr int CB = L::CB;
-    constexpr bool HALF = SM90_HALF(BN);
-    extern __shared__ uint8_t smem_raw[];
-    /* Align by offsetting smem_raw itself, so that the compiler still knows
-     * every access is to shared memory (LDS, not generic loads). */
-    uint8_t *smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
-    uint32_t *stab = (uint32_t *)(smem + L::TAB_OFF);
-    const uint32_t bar0 = smem_addr(smem + L::BAR_OFF); /* full[s] at bar0 + 8s, empty[s] at bar0 + 8(STAGES + s) */
-
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int wg = warp >> 2;
-
-    /* tile: groups of `group` n tiles walk every m tile, so the weights of a
-     * group and the activations of an m tile stay in L2 together. */
-    const int tile = blockIdx.x / p.splits, split = blockIdx.x % p.splits;
-    const int per_group = p.group * p.tiles_m;
-    const int gi = tile / per_group, gr = tile % per_group;
-    const int first_n = gi * p.group;
-    const int gsize = min(p.group, p.tiles_n - first_n);
-    const int tn = first_n + gr % gsize, tm = gr / gsize;
-    const int rb0 = tn * 8;
-    const int nrb = min(8, p.row_blocks - rb0);
-    /* this CTA's k chunks (the planner gives each split at least one) */
-    const int c0 = split * p.cps, nch = min(p.cps, p.kchunks - c0);
-
-    for (int i = threadIdx.x; i < 128; i += SM90_THREADS) {
-        const uint32_t v = p.stab[i];
-        stab[2 * i] = (v & 0xFFFFu) * 0x10001u;
-        stab[2 * i + 1] = (v >> 16) * 0x10001u;
+    const uint64_t pol = nbc_policy_evict_first();
+    const uint32_t bytes = (uint32_t)(L::X_STAGE + nrb * CB);
+    asm volatile("griddepcontrol.wait;" ::: "memory"); /* X comes from the previous kernel */
+    if constexpr (SM90_HALF(BN)) for (int i = 0; i < nch; i++) {
+        const int s = i % STAGES, kc = c0 + i;
+        const uint32_t ph = ((i / STAGES) - 1) & 1;
+        const uint32_t xs = nbc_smem_u32(smem + L::X_OFF + s * L::X_STAGE);
+        /* half 0: the weights and k 0..63 of the activations */
+        if (i >= STAGES) nbc_mbar_wait(bar0 + 8 * (2 * STAGES + s), ph);
+        const uint32_t full0 = bar0 + 8 * s;
+        mbar_expect_tx(full0, (uint32_t)(L::X_STAGE / 2 + nrb * CB));
+        tma_load_2d(xs, xmap, kc * NBI_CHUNK_K, tm * BN, full0);
+        const uint32_t ws = nbc_smem_u32(smem + L::W_OFF + s * L::W_STAGE);
+        for (int r = 0; r < nrb; r++)
+            bulk_load(ws + r * CB, p.w + ((size_t)(rb0 + r) * p.kchunks + kc) * CB, CB, full0, pol);
+        /* half 1: k 64..127 */
+        if (i >= STAGES) nbc_mbar_wait(bar0 + 8 * (3 * STAGES + s), ph);
+        const uint32_t full1 = bar0 + 8 * (STAGES + s);
+        mbar_expect_tx(full1, (uint32_t)(L::X_STAGE / 2));
+        tma_load_2d(xs + BN * 128, xmap, kc * NBI_CHUNK_K + 64, tm * BN, full1);
     }
-    if (threadIdx.x == 0) {
-        if constexpr (HALF) { /* full[h][s] at bar0 + 8(h STAGES + s), empty[h][s] at bar0 + 8((2 + h) STAGES + s) */
-            for (int s = 0; s < 4 * STAGES; s++) mbar_init(bar0 + 8 * s, s < 2 * STAGES ? 1 : 256);
-        } else {
-            for (int s = 0; s < STAGES; s++) {
-                mbar_init(bar0 + 8 * s, 1);                 /* the producer's arrive + the copy bytes */
-                mbar_init(bar0 + 8 * (STAGES + s), 256);    /* every consumer thread arrives */
-            }
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    else for (int i = 0; i < nch; i++) {
+        const int s = i % STAGES, kc = c0 + i;
+        if (i >= STAGES) nbc_mbar_wait(bar0 + 8 * (STAGES + s), ((i / STAGES) - 1) & 1);
+        const uint32_t full = bar0 + 8 * s;
+        mbar_expect_tx(full, bytes);
+        const uint32_t xs = nbc_smem_u32(smem + L::X_OFF + s * L::X_STAGE);
+        tma_load_2d(xs, xmap, kc * NBI_CHUNK_K, tm * BN, full);
+        tma_load_2d(xs + BN * 128, xmap, kc * NBI_CHUNK_K + 64, tm * BN, full);
+        const uint32_t ws = nbc_smem_u32(smem + L::W_OFF + s * L::W_STAGE);
+        for (int r = 0; r < nrb; r++)
+            bulk_load(ws + r * CB, p.w + ((size_t)(rb0 + r) * p.kchunks + kc) * CB, CB, full, pol);
     }
-    __syncthreads();
+}
 
-    if (wg == 0) {
-        /* Producer warpgroup: give registers to the consumers. */
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-        if (warp == 0 && lane == 0) {
-            const uint64_t pol = nbc_policy_evict_first();
-            const uint32_t bytes = (uint32_t)(L::X_STAGE + nrb * CB);
-            asm volatile("griddepcontrol.wait;" ::: "memory"); /* X comes from the previous kernel */
-            if constexpr (HALF) for (int i = 0; i < nch; i++) {
-                const int s = i % STAGES, kc = c0 + i;
-                const uint32_t ph = ((i / STAGES) - 1) & 1;
-                const uint32_t xs = smem_addr(smem + L::X_OFF + s * L::X_STAGE);
-                /* half 0: the weights and k 0..63 of the activations */
-                if (i >= STAGES) mbar_wait(bar0 + 8 * (2 * STAGES + s), ph);
-                const uint32_t full0 = bar0 + 8 * s;
-                mbar_expect_tx(full0, (uint32_t)(L::X_STAGE / 2 + nrb * CB));
-                tma_load_2d(xs, &xmap, kc * NBI_CHUNK_K, tm * BN, full0);
-                const uint32_t ws = smem_addr(smem + L::W_OFF + s * L::W_STAGE);
-                for (int r = 0; r < nrb; r++)
-                    bulk_load(ws + r * CB, p.w + ((size_t)(rb0 + r) * p.kchunks + kc) * CB, CB, full0, pol);
-                /* half 1: k 64..127 */
-                if (i >= STAGES) mbar_wait(bar0 + 8 * (3 * STAGES + s), ph);
-                const uint32_t full1 = bar0 + 8 * (STAGES + s);
-                mbar_expect_tx(full1, (uint32_t)(L::X_STAGE / 2));
-                tma_load_2d(xs + BN * 128, &xmap, kc * NBI_CHUNK_K + 64, tm * BN, full1);
-            }
-            else for (int i = 0; i < nch; i++) {
-                const int s = i % STAGES, kc = c0 + i;
-                if (i >= STAGES) mbar_wait(bar0 + 8 * (STAGES + s), ((i / STAGES) - 1) & 1);
-                const uint32_t full = bar0 + 8 * s;
-                mbar_expect_tx(full, bytes);
-                const uint32_t xs = smem_addr(smem + L::X_OFF + s * L::X_STAGE);
-                tma_load_2d(xs, &xmap, kc * NBI_CHUNK_K, tm * BN, full);
-                tma_load_2d(xs + BN * 128, &xmap, kc * NBI_CHUNK_K + 64, tm * BN, full);
-                const uint32_t ws = smem_addr(smem + L::W_OFF + s * L::W_STAGE);
-                for (int r = 0; r < nrb; r++)
-                    bulk_load(ws + r * CB, p.w + ((size_t)(rb0 + r) * p.kchunks + kc) * CB, CB, full, pol);
-            }
-        }
-        return;
-    }
-
-    /* Consumers. */
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-    const int g = lane >> 2, t = lane & 3;
-    const int rbl = 4 * (wg - 1) + (warp & 3); /* row block within the tile */
-    float acc[BN / 2];
-#pragma unroll
-    for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
-
-    /* Two register sets of A fragments: chunk c's wgmmas read one set while
-     * chunk c+1 is dequantized into the other; wgmma.wait_group 1 after
-     * issuing chunk c+1 retires chunk c, which frees its set and its stage.
-     * The loop is unrolled by two so that both sets are plain registers. */
+/* A consumer warpgroup's main loop over the CTA's nch chunks: row block rbl
+ * of the tile, accumulators acc.  Two register sets of A fragments: chunk
+ * c's wgmmas read one set while chunk c+1 is dequantized into the other;
+ * wgmma.wait_group 1 after issuing chunk c+1 retires chunk c, which frees
+ * its set and its stage.  The loop is unrolled by two so that both sets are
+ * plain registers. */
+template <int FMT, int ACT, int BN, int STAGES>
+__device__ __forceinline__ void sm90_consume(uint8_t *smem, const uint32_t *stab, uint32_t bar0, int nch, int rbl,
+                                             int g, int t, float (&acc)[BN / 2]) {
+    typedef Sm90Smem<FMT, BN, STAGES> L;
+    constexpr int CB = L::CB;
     uint32_t fa[8][4], fb[8][4];
-    if constexpr (HALF) {
+    if constexpr (SM90_HALF(BN)) {
         /* Each chunk issues two wgmma groups, one per 64-k half; after issuing
          * half h, wgmma.wait_group 2 retires the previous chunk's half h, which
          * frees that half of its stage. */
         auto chunk = [&](int i, uint32_t (&a)[8][4]) { /* the CTA's chunk i (stage i % STAGES) */
             const int s = i % STAGES, prev = (i + STAGES - 1) % STAGES;
             const uint32_t ph = (i / STAGES) & 1;
-            mbar_wait(bar0 + 8 * s, ph);
+            nbc_mbar_wait(bar0 + 8 * s, ph);
             nbc_dequant_chunk<FMT, ACT>(smem + L::W_OFF + s * L::W_STAGE + rbl * CB, stab, g, t, a);
-            const uint32_t xs = smem_addr(smem + L::X_OFF + s * L::X_STAGE);
+            const uint32_t xs = nbc_smem_u32(smem + L::X_OFF + s * L::X_STAGE);
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                if (h == 1) mbar_wait(bar0 + 8 * (STAGES + s), ph);
+                if (h == 1) nbc_mbar_wait(bar0 + 8 * (STAGES + s), ph);
                 wgmma_fence();
 #pragma unroll
                 for (int j = 4 * h; j < 4 * h + 4; j++)
@@ -293,7 +230,7 @@ __global__ void __launch_bounds__(SM90_THREADS, 1)
                 wgmma_commit();
                 if (i > 0) { /* the previous chunk's half h is done: release it (each thread, after its reads) */
                     wgmma_wait<2>();
-                    mbar_arrive(bar0 + 8 * ((2 + h) * STAGES + prev));
+                    nbc_mbar_arrive(bar0 + 8 * ((2 + h) * STAGES + prev));
                 }
             }
         };
@@ -304,9 +241,9 @@ __global__ void __launch_bounds__(SM90_THREADS, 1)
     } else {
         auto chunk = [&](int i, uint32_t (&a)[8][4]) { /* the CTA's chunk i (stage i % STAGES) */
             const int s = i % STAGES;
-            mbar_wait(bar0 + 8 * s, (i / STAGES) & 1);
+            nbc_mbar_wait(bar0 + 8 * s, (i / STAGES) & 1);
             nbc_dequant_chunk<FMT, ACT>(smem + L::W_OFF + s * L::W_STAGE + rbl * CB, stab, g, t, a);
-            const uint32_t xs = smem_addr(smem + L::X_OFF + s * L::X_STAGE);
+            const uint32_t xs = nbc_smem_u32(smem + L::X_OFF + s * L::X_STAGE);
             wgmma_fence();
 #pragma unroll
             for (int j = 0; j < 8; j++)
@@ -315,7 +252,7 @@ __global__ void __launch_bounds__(SM90_THREADS, 1)
             wgmma_commit();
         };
         auto retire = [&](int i) { /* chunk i's wgmmas are done: release its stage */
-            mbar_arrive(bar0 + 8 * (STAGES + i % STAGES)); /* each thread, after its own reads */
+            nbc_mbar_arrive(bar0 + 8 * (STAGES + i % STAGES)); /* each thread, after its own reads */
         };
         for (int i = 0; i < nch; i += 2) {
             chunk(i, fa);
@@ -331,53 +268,93 @@ __global__ void __launch_bounds__(SM90_THREADS, 1)
         }
     }
     wgmma_wait<0>();
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
 
-    /* Split-K: each CTA of the tile stores its accumulators (float4 i of
-     * consumer thread c at 4 (256 i + c): coalesced), and the last to arrive
-     * sums them in split order, so the result does not depend on timing. */
-    if (p.splits > 1) {
-        const int c = threadIdx.x - 128;
-        const int ntiles = p.tiles_n * p.tiles_m;
-        float4 *mine = (float4 *)p.partial + ((size_t)split * ntiles + tile) * (32 * BN) + c;
-#pragma unroll
-        for (int i = 0; i < BN / 8; i++)
-            __stcg(mine + 256 * i, make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
-        __threadfence();
-        int *last = (int *)(smem + L::FLAG_OFF);
-        asm volatile("bar.sync 1, 256;" ::: "memory"); /* the consumer warpgroups */
-        if (c == 0) *last = atomicAdd(&p.counters[tile], 1) == p.splits - 1;
-        asm volatile("bar.sync 1, 256;" ::: "memory");
-        if (!*last) return;
-        __threadfence();
-#pragma unroll
-        for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
-        for (int s = 0; s < p.splits; s++) {
-            const float4 *part = (const float4 *)p.partial + ((size_t)s * ntiles + tile) * (32 * BN) + c;
-#pragma unroll
-            for (int i = 0; i < BN / 8; i++) {
-                const float4 v = __ldcg(part + 256 * i);
-                acc[4 * i] += v.x, acc[4 * i + 1] += v.y, acc[4 * i + 2] += v.z, acc[4 * i + 3] += v.w;
-            }
-        }
-        if (c == 0) p.counters[tile] = 0; /* ready for the next call */
-    }
-
-    /* Epilogue: accumulator (row, token) -> Y[token, row]. */
-    const int rb = rb0 + rbl;
+/* Split-K: each CTA of the tile stores its accumulators (float4 i of
+ * consumer thread c at 4 (256 i + c): coalesced), and the last to arrive
+ * sums them in split order, so the result does not depend on timing.
+ * Returns false in every CTA but that one. */
+template <int BN>
+__device__ __forceinline__ bool sm90_split_reduce(const Sm90Params &p, int tile, int split, int *flag,
+                                                  float (&acc)[BN / 2]) {
+    const int c = threadIdx.x - 128;
+    const int ntiles = p.tiles_n * p.tiles_m;
+    float4 *mine = (float4 *)p.partial + ((size_t)split * ntiles + tile) * (32 * BN) + c;
 #pragma unroll
     for (int i = 0; i < BN / 8; i++)
+        __stcg(mine + 256 * i, make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
+    if (!nbc_split_last<256>(&p.counters[tile], p.splits, flag, c == 0)) return false; /* the consumer warpgroups */
 #pragma unroll
-        for (int h = 0; h < 2; h++)
+    for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
+    for (int s = 0; s < p.splits; s++) {
+        const float4 *part = (const float4 *)p.partial + ((size_t)s * ntiles + tile) * (32 * BN) + c;
 #pragma unroll
-            for (int j = 0; j < 2; j++) {
-                const int tok = tm * BN + 8 * i + 2 * t + j, row = rb * 16 + g + 8 * h;
-                if (tok < p.m && row < p.n) {
-                    float v = ldexpf(acc[4 * i + 2 * h + j], p.exp_shift) * p.ts;
-                    if (p.bias) v += nbc_load(ACT, p.bias, (size_t)row);
-                    nbc_store(ACT, p.y, (size_t)tok * p.ldc + row, v);
-                }
+        for (int i = 0; i < BN / 8; i++) {
+            const float4 v = __ldcg(part + 256 * i);
+            acc[4 * i] += v.x, acc[4 * i + 1] += v.y, acc[4 * i + 2] += v.z, acc[4 * i + 3] += v.w;
+        }
+    }
+    if (c == 0) p.counters[tile] = 0; /* ready for the next call */
+    return true;
+}
+#endif
+
+template <int FMT, int ACT, int BN, int STAGES>
+__global__ void __launch_bounds__(SM90_THREADS, 1)
+    gemm_sm90_kernel(const __grid_constant__ CUtensorMap xmap, const Sm90Params p) {
+#ifdef NB_SM90_DEVICE
+    NBC_CHECK_KERNEL_FORMAT(FMT);
+    typedef Sm90Smem<FMT, BN, STAGES> L;
+    extern __shared__ uint8_t smem_raw[];
+    /* Align by offsetting smem_raw itself, so that the compiler still knows
+     * every access is to shared memory (LDS, not generic loads). */
+    uint8_t *smem = smem_raw + ((1024u - (nbc_smem_u32(smem_raw) & 1023u)) & 1023u);
+    uint32_t *stab = (uint32_t *)(smem + L::TAB_OFF);
+    const uint32_t bar0 = nbc_smem_u32(smem + L::BAR_OFF);
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int wg = warp >> 2;
+    const int tile = blockIdx.x / p.splits, split = blockIdx.x % p.splits;
+    int tn, tm;
+    nbc_raster(tile, p.group, p.tiles_n, p.tiles_m, tn, tm);
+    const int rb0 = tn * 8;
+    const int nrb = min(8, p.row_blocks - rb0);
+    /* this CTA's k chunks (the planner gives each split at least one) */
+    const int c0 = split * p.cps, nch = min(p.cps, p.kchunks - c0);
+
+    nbc_load_scale_table<SM90_THREADS>(stab, p.stab);
+    if (threadIdx.x == 0) {
+        if constexpr (SM90_HALF(BN)) {
+            for (int s = 0; s < 4 * STAGES; s++) nbc_mbar_init(bar0 + 8 * s, s < 2 * STAGES ? 1 : 256);
+        } else {
+            for (int s = 0; s < STAGES; s++) {
+                nbc_mbar_init(bar0 + 8 * s, 1);              /* the producer's arrive + the copy bytes */
+                nbc_mbar_init(bar0 + 8 * (STAGES + s), 256); /* every consumer thread arrives */
             }
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        /* Producer warpgroup: give registers to the consumers. */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (warp == 0 && lane == 0) sm90_produce<FMT, BN, STAGES>(&xmap, p, smem, bar0, c0, nch, rb0, nrb, tm);
+        return;
+    }
+
+    /* Consumers. */
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    const int g = lane >> 2, t = lane & 3;
+    const int rbl = 4 * (wg - 1) + (warp & 3); /* row block within the tile */
+    float acc[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
+    sm90_consume<FMT, ACT, BN, STAGES>(smem, stab, bar0, nch, rbl, g, t, acc);
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    if (p.splits > 1 && !sm90_split_reduce<BN>(p, tile, split, (int *)(smem + L::FLAG_OFF), acc)) return;
+    /* Epilogue: accumulator (row, token) -> Y[token, row]. */
+    nbc_store_block<ACT, BN / 8>(acc, (rb0 + rbl) * 16, tm * BN, g, t, p.m, p.n, p.ldc, p.y, p.bias, p.exp_shift, p.ts);
 #endif
 }
 
@@ -385,15 +362,10 @@ __global__ void __launch_bounds__(SM90_THREADS, 1)
 
 typedef void (*sm90_fn)(const CUtensorMap, const Sm90Params);
 
-/* Pipeline depth per tile width (build-time, for scripts/device-check
- * variants); 3 is the most the 256-token tile's 74 KB stages allow. */
-#ifndef NB_SM90_STAGES64
-#define NB_SM90_STAGES64 6
-#endif
-#ifndef NB_SM90_STAGES128
-#define NB_SM90_STAGES128 4
-#endif
-#define SM90_STAGES(BN) ((BN) == 256 ? 3 : (BN) == 128 ? NB_SM90_STAGES128 : NB_SM90_STAGES64)
+/* Pipeline depth per tile width: 6, 4, 3 for 64, 128, 256 tokens, the most
+ * the 227 KB of an H100 SM allow (the 256-token tile's 74 KB stages leave
+ * room for three; deeper 64/128 rings measured no faster: DESIGN.md). */
+#define SM90_STAGES(BN) ((BN) == 256 ? 3 : (BN) == 128 ? 4 : 6)
 #define SM90_K(BN) gemm_sm90_kernel<FMT, ACT, BN, SM90_STAGES(BN)>
 
 template <int FMT, int ACT>
@@ -407,23 +379,10 @@ static sm90_fn sm90_pick_bn(int bn, size_t *smem) {
 }
 
 static sm90_fn sm90_pick(int fmt, int act, int bn, size_t *smem) {
-    if (fmt == NB_FORMAT_NVFP4)
-        return act == NB_DTYPE_BF16 ? sm90_pick_bn<NB_FORMAT_NVFP4, NB_DTYPE_BF16>(bn, smem)
-                                    : sm90_pick_bn<NB_FORMAT_NVFP4, NB_DTYPE_F16>(bn, smem);
-    if (fmt == NB_FORMAT_MXFP4)
-        return act == NB_DTYPE_BF16 ? sm90_pick_bn<NB_FORMAT_MXFP4, NB_DTYPE_BF16>(bn, smem)
-                                    : sm90_pick_bn<NB_FORMAT_MXFP4, NB_DTYPE_F16>(bn, smem);
+#define SM90_RUNG(F, A) return sm90_pick_bn<F, A>(bn, smem);
+    NBC_LADDER(fmt, act, SM90_RUNG)
+#undef SM90_RUNG
     return NULL;
-}
-
-/* Whether this build carries the sm_90a kernels (the architecture list has
- * 90a; plain sm_90 cannot run wgmma). */
-extern "C" int nbi_cuda_has_sm90a(void) {
-#ifdef NB_HAVE_SM90A
-    return 1;
-#else
-    return 0;
-#endif
 }
 
 /* cuTensorMapEncodeTiled through the runtime's driver entry point (no
@@ -442,13 +401,16 @@ static PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder(char *err) {
     return fn;
 }
 
-extern "C" int nbi_cuda_gemm_sm90(const nbi_gemm_plan *pl, const void *x, const void *packed, const void *bias,
-                                  void *y, void *workspace, void *stream, char *err) {
+extern "C" nb_status nbi_cuda_gemm_sm90(nb_context *ctx, const nbi_gemm_plan *pl, const void *x, const void *packed,
+                                        const void *bias, void *y, void *workspace, void *stream) {
     size_t smem = 0;
     sm90_fn f = sm90_pick(pl->fmt, pl->act, pl->bn, &smem);
-    if (!f) return nbc_err(cudaErrorInvalidValue, err, "gemm_sm90: no kernel for this format/dtype/tile");
+    if (!f)
+        return nbi_fail(ctx, NB_ERR_INTERNAL, "gemm_sm90: no kernel for %s, %s, %d-token tiles",
+                        nbi_traits((nb_format)pl->fmt)->name, nbi_dtype_name((nb_dtype)pl->act), pl->bn);
+    char err[NB_ERRBUF] = "";
     PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder(err);
-    if (!encode) return (int)cudaErrorNotSupported;
+    if (!encode) return nbi_fail(ctx, NB_ERR_CUDA, "gemm_sm90: %s", err);
 
     CUtensorMap map;
     const cuuint64_t dims[2] = {(cuuint64_t)pl->k, (cuuint64_t)pl->m};
@@ -459,10 +421,8 @@ extern "C" int nbi_cuda_gemm_sm90(const nbi_gemm_plan *pl, const void *x, const 
                         2, (void *)x, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
                         CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS) {
-        snprintf(err, NB_ERRBUF, "gemm_sm90: cuTensorMapEncodeTiled failed (CUresult %d)", (int)r);
-        return (int)cudaErrorInvalidValue;
-    }
+    if (r != CUDA_SUCCESS)
+        return nbi_fail(ctx, NB_ERR_CUDA, "gemm_sm90: cuTensorMapEncodeTiled failed (CUresult %d)", (int)r);
 
     Sm90Params p;
     NBC_SET_GEMM_PARAMS(p, pl, packed, y, bias);
@@ -474,16 +434,11 @@ extern "C" int nbi_cuda_gemm_sm90(const nbi_gemm_plan *pl, const void *x, const 
     p.counters = (int *)workspace;
     p.partial = (float *)((char *)workspace + pl->ws_counter_bytes);
 
-    static int opted_in[3][4][3];
-    const int bi = pl->bn == 64 ? 0 : pl->bn == 128 ? 1 : 2;
-    if (!opted_in[pl->fmt][pl->act][bi]) {
-        NBC_TRY(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
-                "cudaFuncSetAttribute(max dynamic shared memory)");
-        opted_in[pl->fmt][pl->act][bi] = 1;
-    }
+    nb_status st = nbc_smem_opt_in(ctx, (const void *)f, smem);
+    if (st) return st;
     cudaLaunchAttribute attr[1];
     const dim3 grid((unsigned)(pl->tiles_n * pl->tiles_m * pl->splits));
     cudaLaunchConfig_t cfg = nbc_launch_config(grid, dim3(SM90_THREADS), smem, stream, pl->pdl, attr);
     NBC_TRY(cudaLaunchKernelEx(&cfg, f, map, p), "gemm_sm90 kernel launch");
-    return 0;
+    return NB_OK;
 }

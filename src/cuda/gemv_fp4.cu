@@ -19,7 +19,7 @@
  *     (no CTA-wide barrier in the loop).
  *   CTAs along grid.y may split k further (partials in the workspace, summed
  *   in split order by the last CTA to arrive: the result does not depend on
- *   timing).  The host (src/device.c) picks the kernel, kw, RPW and the
+ *   timing).  The planner (src/plan.c) picks the kernel, kw, RPW and the
  *   split from the shape and the device.
  *
  * PACKED LAYOUT (nb_pack; src/formats.c nb_pack_host is the specification)
@@ -66,17 +66,11 @@
  */
 #include "common.cuh"
 
-/* Build-time variants, for measuring (scripts/device-check builds several):
- * NB_GEMV_STAGES weight chunks in each warp's shared-memory ring (so
- * STAGES-1 in flight); NB_MINB minimum CTAs per SM asked of the register
- * allocator. */
-#ifndef NB_GEMV_STAGES
-#define NB_GEMV_STAGES 4
-#endif
-#ifndef NB_MINB
-#define NB_MINB 1
-#endif
-#define NB_GEMV_WARPS 8
+/* Weight chunks in each warp's shared-memory ring (STAGES-1 in flight) and
+ * the CTAs per SM asked of the register allocator: measured on an H100
+ * (DESIGN.md, decode kernels). */
+#define GEMV_STAGES 4
+#define GEMV_MINB 1
 #define XROW 20 /* uint4 per staged activation row of a chunk: 256 bytes + 64 of padding */
 
 struct GemvParams {
@@ -108,26 +102,16 @@ __device__ __forceinline__ uint32_t decode_pair(uint32_t q) {
 
 /* ------------------------------------------------- pieces of both kernels */
 
-/* Each CTA copies the host-built scale table to shared memory, every 16-bit
- * entry broadcast to both halves of a word (the HMUL2 operand). */
-__device__ __forceinline__ void load_scale_table(uint32_t *stab, const GemvParams &p, int nthreads) {
-    for (int i = threadIdx.x; i < 128; i += nthreads) {
-        const uint32_t v = p.stab[i];
-        stab[2 * i] = (v & 0xFFFFu) * 0x10001u;
-        stab[2 * i + 1] = (v >> 16) * 0x10001u;
-    }
-}
-
 /* Adjusted scales of a lane's share of a chunk: rows g (sg) and g+8 (sh),
  * for its first and second 16 k. */
 template <int FMT>
 __device__ __forceinline__ void chunk_scales(uint32_t S, const uint32_t *stab, uint32_t (&sg)[2], uint32_t (&sh)[2]) {
-    if (FMT == NB_FORMAT_NVFP4) {
+    if (nbc_fmt<FMT>::group == 16) { /* two groups per 16 k: a byte each, rows g then g+8 */
         sg[0] = stab[S & 0xFF];
         sg[1] = stab[(S >> 8) & 0xFF];
         sh[0] = stab[(S >> 16) & 0xFF];
         sh[1] = stab[S >> 24];
-    } else {
+    } else { /* groups of 32: one byte per row */
         sg[0] = sg[1] = stab[S & 0xFF];
         sh[0] = sh[1] = stab[(S >> 8) & 0xFF];
     }
@@ -146,23 +130,10 @@ __device__ __forceinline__ void a_frag(uint32_t ql, uint32_t qh, uint32_t sg, ui
 
 __device__ __forceinline__ uint32_t word(const uint4 &v, int w) { return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w; }
 
-/* Epilogue of one 16-row block: accumulator (row, token) -> Y[token, row],
- * times 2^exp_shift * tensor_scale, plus bias. */
+/* Epilogue of one 16-row block (acc[MT][4]: MT tiles of 8 tokens). */
 template <int ACT, int MT>
 __device__ __forceinline__ void store_block(const GemvParams &p, const float (&acc)[MT][4], int rb, int g, int t) {
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int h = 0; h < 2; h++)
-#pragma unroll
-            for (int j = 0; j < 2; j++) {
-                const int tok = mt * 8 + 2 * t + j, row = rb * 16 + g + 8 * h;
-                if (tok < p.m && row < p.n) {
-                    float v = ldexpf(acc[mt][2 * h + j], p.exp_shift) * p.ts;
-                    if (p.bias) v += nbc_load(ACT, p.bias, (size_t)row);
-                    nbc_store(ACT, p.y, (size_t)tok * p.ldc + row, v);
-                }
-            }
+    nbc_store_block<ACT, MT>(&acc[0][0], rb * 16, 0, g, t, p.m, p.n, p.ldc, p.y, p.bias, p.exp_shift, p.ts);
 }
 
 /* Deterministic split-K over the CTAs of one grid column (grid.y): every
@@ -186,12 +157,7 @@ __device__ __forceinline__ bool split_k_reduce(const GemvParams &p, float (&acc)
                     __stcg((float2 *)(p.partial + idx), make_float2(acc[r][mt][2 * h], acc[r][mt][2 * h + 1]));
                 }
         }
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) *is_last = atomicAdd(&p.counters[blockIdx.x], 1) == p.splits - 1;
-    __syncthreads();
-    if (!*is_last) return false;
-    __threadfence();
+    if (!nbc_split_last<0>(&p.counters[blockIdx.x], p.splits, is_last, threadIdx.x == 0)) return false;
 #pragma unroll
     for (int r = 0; r < R; r++)
         if (own[r]) {
@@ -219,12 +185,13 @@ __device__ __forceinline__ bool split_k_reduce(const GemvParams &p, float (&acc)
 /* m = 1..32 with each lane loading its activations through L1: the kernel
  * for 1..8 tokens, and for more tokens on layers too narrow for kernel 2. */
 template <int FMT, int ACT, int MT, int WARPS, int STAGES>
-__global__ void __launch_bounds__(WARPS * 32, NB_MINB) gemv_fp4_kernel(const GemvParams p) {
-    constexpr int SB = FMT == NB_FORMAT_NVFP4 ? 4 : 2; /* scale bytes per lane */
-    constexpr int CB = NBI_CHUNK_CODE_BYTES + 32 * SB;  /* bytes per chunk */
+__global__ void __launch_bounds__(WARPS * 32, GEMV_MINB) gemv_fp4_kernel(const GemvParams p) {
+    NBC_CHECK_KERNEL_FORMAT(FMT);
+    constexpr int SB = nbc_fmt<FMT>::lane_scale_bytes; /* scale bytes per lane: 4 or 2 */
+    constexpr int CB = nbc_fmt<FMT>::chunk_bytes;      /* bytes per chunk */
     __shared__ uint32_t stab[256];                       /* scale byte -> adjusted 16-bit pair */
     __shared__ int is_last;
-    load_scale_table(stab, p, WARPS * 32); /* (published by the barrier after the weight prologue) */
+    nbc_load_scale_table<WARPS * 32>(stab, p.stab); /* (published by the barrier after the weight prologue) */
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -355,62 +322,95 @@ __global__ void __launch_bounds__(WARPS * 32, NB_MINB) gemv_fp4_kernel(const Gem
 
 /* ------------------------------------ kernel 2: staged activations, 8..32 */
 
-/* Build-time shape of kernel 2 (scripts/device-check sweeps them):
- * NB_XS_STAGES weight ring depth per warp, in steps of RPW chunks;
- * NB_XS_SEG chunks per activation segment; NB_XS_XSEGS segments in the
- * activation ring. */
-#ifndef NB_XS_STAGES
-#define NB_XS_STAGES 3
-#endif
-#ifndef NB_XS_SEG
-#define NB_XS_SEG 1
-#endif
-#ifndef NB_XS_XSEGS
-#define NB_XS_XSEGS 5
-#endif
-#ifndef NB_XS_MINB
-#define NB_XS_MINB 2
-#endif
-#define NB_XS_THREADS ((NB_GEMV_WARPS + 1) * 32) /* + the activation producer warp */
+/* The shape of kernel 2, measured on an H100 (DESIGN.md, decode kernels):
+ * XS_STAGES weight ring depth per warp, in steps of RPW chunks; XS_SEG
+ * chunks per activation segment; XS_XSEGS segments in the activation ring;
+ * XS_MINB CTAs per SM asked of the register allocator. */
+#define XS_STAGES 3
+#define XS_SEG 1
+#define XS_XSEGS 5
+#define XS_MINB 2
+#define XS_THREADS ((NBI_GEMV_WARPS + 1) * 32) /* + the activation producer warp */
 
-/* mbarrier helpers (PTX ISA "Parallel Synchronization and Communication
- * Instructions: mbarrier"), sm_80+.  A phase completes when its expected
- * number of arrivals has happened; waiters test the phase parity. */
-__device__ __forceinline__ void mbar_init(uint64_t *bar, uint32_t count) {
-    asm volatile("mbarrier.init.shared.b64 [%0], %1;" ::"r"(nbc_smem_u32(bar)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
-    asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared.b64 st, [%0];\n}" ::"r"(nbc_smem_u32(bar)) : "memory");
-}
-/* Arrive once this thread's earlier cp.async copies have landed (the
- * arrival is counted in the barrier's expected count: .noinc). */
-__device__ __forceinline__ void mbar_arrive_cp_async(uint64_t *bar) {
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];" ::"r"(nbc_smem_u32(bar)) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
-    uint32_t done;
-    do {
-        asm volatile("{\n .reg .pred p;\n mbarrier.test_wait.parity.shared.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
-                     : "=r"(done)
-                     : "r"(nbc_smem_u32(bar)), "r"(parity)
-                     : "memory");
-    } while (!done);
+/* The producer warp: segment s of the CTA's nch chunks of activations into
+ * slot s % XSEGS once every consumer warp has released the slot's previous
+ * segment (barrier `empty` + 8 slot), then signals the slot's `full`
+ * barrier when its copies land; k past the end is zero-filled. */
+template <int SEG, int XSEGS>
+__device__ __forceinline__ void xs_stage_activations(const GemvParams &p, uint4 *xring, uint32_t full, uint32_t empty,
+                                                     int c0, int nch, int m_rows, int xchunk, int lane) {
+    const __nv_bfloat16 *xg = (const __nv_bfloat16 *)p.x;
+    for (int s = 0; s < (nch + SEG - 1) / SEG; s++) {
+        const int slot = s % XSEGS;
+        if (s >= XSEGS) nbc_mbar_wait(empty + 8 * slot, (uint32_t)((s / XSEGS - 1) & 1));
+        for (int c = 0; c < SEG; c++) {
+            const int ch = s * SEG + c;
+            if (ch >= nch) break;
+            uint4 *dst = xring + (size_t)(slot * SEG + c) * xchunk;
+            for (int q = lane; q < m_rows * 16; q += 32) {
+                const int row = q >> 4, pos = q & 15; /* pos = 4w + t holds k = 32t + 8w */
+                const int kk = (c0 + ch) * NBI_CHUNK_K + 8 * (4 * (pos & 3) + (pos >> 2));
+                const bool in = kk < p.k;
+                nbc_cp_async16_zfill(nbc_smem_u32(dst + row * XROW + pos), in ? xg + (size_t)row * p.lda + kk : xg, in);
+            }
+        }
+        nbc_mbar_arrive_cp_async(full + 8 * slot);
+    }
+    nbc_cp_async_wait<0>();
 }
 
-/* 9..32 tokens (and 8 where the dispatcher says; any m <= 32 works).  The
- * CTA's 8 consumer warps walk one k range; each owns RPW row blocks, streams their chunks through its own cp.async ring (no CTA
- * barrier for weights) and multiplies them with the same B fragments (RPW
- * = 2 halves the shared-memory reads of activations per weight).  A ninth
- * warp stages each segment of SEG chunks of activations (m x 128 per chunk,
- * BF16/FP16) once per CTA into a ring of XSEGS segments: it signals a
- * segment's "full" mbarrier through cp.async.mbarrier.arrive, and every
- * consumer thread arrives on the segment's "empty" mbarrier when done with
- * it (one arrival per warp after __syncwarp would do, but then
- * compute-sanitizer's racecheck cannot see the ordering).  No CTA-wide barrier in the main loop: a warp delayed by its weights
- * holds up nobody until the activation ring runs dry.  Staged token row r of
- * a chunk: XROW uint4 (256 bytes of data, 64 of padding so the two tokens
- * of a quarter-warp land in different bank halves), the uint4 holding
- * k = 32t + 8w .. +7 at position 4w + t.
+/* One step of a consumer warp: its RPW row blocks' chunks in the weight
+ * slot wsl times the staged activations xsl of the same chunk. */
+template <int FMT, int ACT, int MT, int RPW>
+__device__ __forceinline__ void xs_step(const uint4 *wsl, const uint4 *xsl, const int (&xrow)[MT], const uint32_t *stab,
+                                        int lane, float (&acc)[RPW][MT][4]) {
+    constexpr int SB = nbc_fmt<FMT>::lane_scale_bytes;
+    constexpr int CB = nbc_fmt<FMT>::chunk_bytes;
+    uint4 L[RPW], H[RPW];
+    uint32_t S[RPW];
+#pragma unroll
+    for (int r = 0; r < RPW; r++) {
+        L[r] = wsl[r * (CB / 16) + lane];
+        H[r] = wsl[r * (CB / 16) + 32 + lane];
+        S[r] = SB == 4 ? ((const uint32_t *)(wsl + r * (CB / 16) + 64))[lane]
+                       : ((const uint16_t *)(wsl + r * (CB / 16) + 64))[lane];
+    }
+    uint32_t sg[RPW][2], sh[RPW][2];
+#pragma unroll
+    for (int r = 0; r < RPW; r++) chunk_scales<FMT>(S[r], stab, sg[r], sh[r]);
+#pragma unroll
+    for (int w = 0; w < 4; w++) {
+        uint4 xv[MT];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) xv[mt] = xsl[xrow[mt] + 4 * w];
+#pragma unroll
+        for (int r = 0; r < RPW; r++) {
+            uint32_t a[4];
+            a_frag<ACT, 0>(word(L[r], w), word(H[r], w), sg[r][w >> 1], sh[r][w >> 1], a);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(acc[r][mt], a[0], a[1], a[2], a[3], xv[mt].x, xv[mt].y);
+            a_frag<ACT, 2>(word(L[r], w), word(H[r], w), sg[r][w >> 1], sh[r][w >> 1], a);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(acc[r][mt], a[0], a[1], a[2], a[3], xv[mt].z, xv[mt].w);
+        }
+    }
+}
+
+/* 9..32 tokens (and 8 where the planner says; any m <= 32 works).  The
+ * CTA's 8 consumer warps walk one k range; each owns RPW row blocks,
+ * streams their chunks through its own cp.async ring (no CTA barrier for
+ * weights) and multiplies them with the same B fragments (RPW = 2 halves the
+ * shared-memory reads of activations per weight).  A ninth warp stages each
+ * segment of SEG chunks of activations (m x 128 per chunk, BF16/FP16) once
+ * per CTA into a ring of XSEGS segments: it signals a segment's "full"
+ * mbarrier through cp.async.mbarrier.arrive, and every consumer thread
+ * arrives on the segment's "empty" mbarrier when done with it (one arrival
+ * per warp after __syncwarp would do, but then compute-sanitizer's racecheck
+ * cannot see the ordering).  No CTA-wide barrier in the main loop: a warp
+ * delayed by its weights holds up nobody until the activation ring runs
+ * dry.  Staged token row r of a chunk: XROW uint4 (256 bytes of data, 64 of
+ * padding so the two tokens of a quarter-warp land in different bank
+ * halves), the uint4 holding k = 32t + 8w .. +7 at position 4w + t.
  *
  * The loop is written for few instructions outside the decode: every
  * shared address is one base register plus a constant, global pointers
@@ -418,19 +418,19 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
  * valid data (row block n-1, token row g) that is never stored instead of
  * branching. */
 template <int FMT, int ACT, int MT, int RPW, int STAGES, int SEG, int XSEGS>
-__global__ void __launch_bounds__(NB_XS_THREADS, NB_XS_MINB) gemv_fp4_xs_kernel(const GemvParams p) {
-    constexpr int WARPS = NB_GEMV_WARPS; /* consumer warps; warp WARPS is the producer */
-    constexpr int SB = FMT == NB_FORMAT_NVFP4 ? 4 : 2;
-    constexpr int CB = NBI_CHUNK_CODE_BYTES + 32 * SB; /* bytes per packed chunk */
+__global__ void __launch_bounds__(XS_THREADS, XS_MINB) gemv_fp4_xs_kernel(const GemvParams p) {
+    constexpr int WARPS = NBI_GEMV_WARPS; /* consumer warps; warp WARPS is the producer */
+    NBC_CHECK_KERNEL_FORMAT(FMT);
+    constexpr int CB = nbc_fmt<FMT>::chunk_bytes;      /* bytes per packed chunk */
     constexpr int TAIL = (CB - 1024) / 16;             /* lanes that copy the chunk's scale bytes */
     static_assert(MT >= 1 && MT <= 4, "kernel 2 serves up to 32 tokens");
     __shared__ uint32_t stab[256];
     __shared__ uint64_t full[XSEGS], empty[XSEGS];
     __shared__ int is_last;
-    load_scale_table(stab, p, NB_XS_THREADS);
+    nbc_load_scale_table<XS_THREADS>(stab, p.stab);
     if (threadIdx.x < XSEGS) {
-        mbar_init(&full[threadIdx.x], 32);     /* the producer warp's lanes */
-        mbar_init(&empty[threadIdx.x], WARPS * 32); /* every consumer thread (so each read is ordered) */
+        nbc_mbar_init(nbc_smem_u32(&full[threadIdx.x]), 32);          /* the producer warp's lanes */
+        nbc_mbar_init(nbc_smem_u32(&empty[threadIdx.x]), WARPS * 32); /* every consumer thread (each read ordered) */
     }
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -486,26 +486,8 @@ __global__ void __launch_bounds__(NB_XS_THREADS, NB_XS_MINB) gemv_fp4_xs_kernel(
     __syncthreads(); /* scale table and barriers initialized */
 
     if (producer) {
-        /* Segment s into slot s % XSEGS once every consumer warp has
-         * released the slot's previous segment; k past the end zero-filled. */
-        const __nv_bfloat16 *xg = (const __nv_bfloat16 *)p.x;
-        for (int s = 0; s < (nch + SEG - 1) / SEG; s++) {
-            const int slot = s % XSEGS;
-            if (s >= XSEGS) mbar_wait(&empty[slot], (uint32_t)((s / XSEGS - 1) & 1));
-            for (int c = 0; c < SEG; c++) {
-                const int ch = s * SEG + c;
-                if (ch >= nch) break;
-                uint4 *dst = xring + (size_t)(slot * SEG + c) * xchunk;
-                for (int q = lane; q < m_rows * 16; q += 32) {
-                    const int row = q >> 4, pos = q & 15; /* pos = 4w + t holds k = 32t + 8w */
-                    const int kk = (c0 + ch) * NBI_CHUNK_K + 8 * (4 * (pos & 3) + (pos >> 2));
-                    const bool in = kk < p.k;
-                    nbc_cp_async16_zfill(nbc_smem_u32(dst + row * XROW + pos), in ? xg + (size_t)row * p.lda + kk : xg, in);
-                }
-            }
-            mbar_arrive_cp_async(&full[slot]);
-        }
-        nbc_cp_async_wait<0>();
+        xs_stage_activations<SEG, XSEGS>(p, xring, nbc_smem_u32(full), nbc_smem_u32(empty), c0, nch, m_rows, xchunk,
+                                         lane);
     } else {
         /* token rows past m read a staged row (row g when m > 8, else row 0: valid, never stored) */
         int xrow[MT];
@@ -518,42 +500,14 @@ __global__ void __launch_bounds__(NB_XS_THREADS, NB_XS_MINB) gemv_fp4_xs_kernel(
             if (i + STAGES - 1 < nch) fetch(); /* into the slot released by step i-1 */
             nbc_cp_async_commit();
             nbc_cp_async_wait<STAGES - 1>(); /* this lane's part of step i has landed */
-            if (c == 0) mbar_wait(&full[xs], (uint32_t)((seg / XSEGS) & 1));
+            if (c == 0) nbc_mbar_wait(nbc_smem_u32(&full[xs]), (uint32_t)((seg / XSEGS) & 1));
             __syncwarp(); /* ... and every other lane's */
-            const uint4 *wsl = wring + read / 16;
-            uint4 L[RPW], H[RPW];
-            uint32_t S[RPW];
-#pragma unroll
-            for (int r = 0; r < RPW; r++) {
-                L[r] = wsl[r * (CB / 16) + lane];
-                H[r] = wsl[r * (CB / 16) + 32 + lane];
-                S[r] = SB == 4 ? ((const uint32_t *)(wsl + r * (CB / 16) + 64))[lane]
-                               : ((const uint16_t *)(wsl + r * (CB / 16) + 64))[lane];
-            }
-            const uint4 *xsl = xring + (size_t)(xs * SEG + c) * xchunk;
-            uint32_t sg[RPW][2], sh[RPW][2];
-#pragma unroll
-            for (int r = 0; r < RPW; r++) chunk_scales<FMT>(S[r], stab, sg[r], sh[r]);
-#pragma unroll
-            for (int w = 0; w < 4; w++) {
-                uint4 xv[MT];
-#pragma unroll
-                for (int mt = 0; mt < MT; mt++) xv[mt] = xsl[xrow[mt] + 4 * w];
-#pragma unroll
-                for (int r = 0; r < RPW; r++) {
-                    uint32_t a[4];
-                    a_frag<ACT, 0>(word(L[r], w), word(H[r], w), sg[r][w >> 1], sh[r][w >> 1], a);
-#pragma unroll
-                    for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(acc[r][mt], a[0], a[1], a[2], a[3], xv[mt].x, xv[mt].y);
-                    a_frag<ACT, 2>(word(L[r], w), word(H[r], w), sg[r][w >> 1], sh[r][w >> 1], a);
-#pragma unroll
-                    for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(acc[r][mt], a[0], a[1], a[2], a[3], xv[mt].z, xv[mt].w);
-                }
-            }
+            xs_step<FMT, ACT, MT, RPW>(wring + read / 16, xring + (size_t)(xs * SEG + c) * xchunk, xrow, stab, lane,
+                                       acc);
             __syncwarp(); /* weight slot and (at a segment's end) activation slot read by every lane */
             read = read == (STAGES - 1) * RPW * CB ? 0 : read + RPW * CB;
             if (++c == SEG || i == nch - 1) {
-                mbar_arrive(&empty[xs]);
+                nbc_mbar_arrive(nbc_smem_u32(&empty[xs]));
                 c = 0;
                 seg++;
                 xs = xs == XSEGS - 1 ? 0 : xs + 1;
@@ -576,68 +530,64 @@ __global__ void __launch_bounds__(NB_XS_THREADS, NB_XS_MINB) gemv_fp4_xs_kernel(
 
 typedef void (*gemv_fn)(const GemvParams);
 
-static size_t chunk_bytes(int fmt) { return NBI_CHUNK_CODE_BYTES + 32 * (fmt == NB_FORMAT_NVFP4 ? 4 : 2); }
-
-/* Dynamic shared memory.  Kernel 1: one ring of NB_GEMV_STAGES chunks per
+/* Dynamic shared memory.  Kernel 1: one ring of GEMV_STAGES chunks per
  * warp (8 warps x 4 stages: 36 KB for NVFP4, under the 48 KB default; it
  * also holds the in-CTA split-K exchange, at most 8 x 32 x 16 floats).
  * Kernel 2: the weight rings (RPW chunks per stage) and the activation
  * segments (m rows x 256 bytes per chunk). */
 static size_t gemv_smem_bytes(int fmt, int xs, int rpw, int mt, int m) {
-    if (!xs) return (size_t)NB_GEMV_WARPS * NB_GEMV_STAGES * chunk_bytes(fmt);
+    const size_t cb = nbi_chunk_bytes(nbi_traits((nb_format)fmt));
+    if (!xs) return (size_t)NBI_GEMV_WARPS * GEMV_STAGES * cb;
     const size_t rows = (size_t)(m < 8 * mt ? m : 8 * mt);
-    return (size_t)NB_GEMV_WARPS * NB_XS_STAGES * rpw * chunk_bytes(fmt) +
-           (size_t)NB_XS_XSEGS * NB_XS_SEG * rows * XROW * 16;
+    return (size_t)NBI_GEMV_WARPS * XS_STAGES * rpw * cb + (size_t)XS_XSEGS * XS_SEG * rows * XROW * 16;
 }
 
+/* The instances of one format and dtype: kernel 1 for mt = 1..4 tiles of 8
+ * tokens, kernel 2 for mt x rows per warp (1, 2). */
 template <int FMT, int ACT>
 static gemv_fn pick_mt(int mt, int xs, int rpw) {
     if (!xs) {
         switch (mt) {
-        case 1: return gemv_fp4_kernel<FMT, ACT, 1, NB_GEMV_WARPS, NB_GEMV_STAGES>;
-        case 2: return gemv_fp4_kernel<FMT, ACT, 2, NB_GEMV_WARPS, NB_GEMV_STAGES>;
-        case 3: return gemv_fp4_kernel<FMT, ACT, 3, NB_GEMV_WARPS, NB_GEMV_STAGES>;
-        case 4: return gemv_fp4_kernel<FMT, ACT, 4, NB_GEMV_WARPS, NB_GEMV_STAGES>;
+        case 1: return gemv_fp4_kernel<FMT, ACT, 1, NBI_GEMV_WARPS, GEMV_STAGES>;
+        case 2: return gemv_fp4_kernel<FMT, ACT, 2, NBI_GEMV_WARPS, GEMV_STAGES>;
+        case 3: return gemv_fp4_kernel<FMT, ACT, 3, NBI_GEMV_WARPS, GEMV_STAGES>;
+        case 4: return gemv_fp4_kernel<FMT, ACT, 4, NBI_GEMV_WARPS, GEMV_STAGES>;
         }
         return NULL;
     }
-#define NB_XS(MT, R) gemv_fp4_xs_kernel<FMT, ACT, MT, R, NB_XS_STAGES, NB_XS_SEG, NB_XS_XSEGS>
+#define XS_KERNEL(MT, R) gemv_fp4_xs_kernel<FMT, ACT, MT, R, XS_STAGES, XS_SEG, XS_XSEGS>
     switch (mt * 4 + rpw) {
-    case 5: return NB_XS(1, 1);
-    case 6: return NB_XS(1, 2);
-    case 9: return NB_XS(2, 1);
-    case 10: return NB_XS(2, 2);
-    case 13: return NB_XS(3, 1);
-    case 14: return NB_XS(3, 2);
-    case 17: return NB_XS(4, 1);
-    case 18: return NB_XS(4, 2);
+    case 5: return XS_KERNEL(1, 1);
+    case 6: return XS_KERNEL(1, 2);
+    case 9: return XS_KERNEL(2, 1);
+    case 10: return XS_KERNEL(2, 2);
+    case 13: return XS_KERNEL(3, 1);
+    case 14: return XS_KERNEL(3, 2);
+    case 17: return XS_KERNEL(4, 1);
+    case 18: return XS_KERNEL(4, 2);
     }
-#undef NB_XS
+#undef XS_KERNEL
     return NULL; /* kernel 2 needs rpw 1 or 2 */
 }
 
 static gemv_fn pick_kernel(int fmt, int act, int mt, int xs, int rpw) {
-    if (fmt == NB_FORMAT_NVFP4) return act == NB_DTYPE_BF16 ? pick_mt<NB_FORMAT_NVFP4, NB_DTYPE_BF16>(mt, xs, rpw)
-                                                             : pick_mt<NB_FORMAT_NVFP4, NB_DTYPE_F16>(mt, xs, rpw);
-    if (fmt == NB_FORMAT_MXFP4) return act == NB_DTYPE_BF16 ? pick_mt<NB_FORMAT_MXFP4, NB_DTYPE_BF16>(mt, xs, rpw)
-                                                             : pick_mt<NB_FORMAT_MXFP4, NB_DTYPE_F16>(mt, xs, rpw);
+#define GEMV_RUNG(F, A) return pick_mt<F, A>(mt, xs, rpw);
+    NBC_LADDER(fmt, act, GEMV_RUNG)
+#undef GEMV_RUNG
     return NULL;
 }
 
-extern "C" int nbi_cuda_gemv_shape(int *warps, int *stages) {
-    *warps = NB_GEMV_WARPS;
-    *stages = NB_GEMV_STAGES;
-    return 0;
-}
-
 extern "C" size_t nbi_cuda_gemv_smem(int fmt, int xs, int rpw, int mt, int m) {
-    return gemv_smem_bytes(fmt, xs, rpw, mt, m) + 256 * 4 + 16 * NB_XS_XSEGS + 16; /* + static: scale table, barriers */
+    return gemv_smem_bytes(fmt, xs, rpw, mt, m) + 256 * 4 + 16 * XS_XSEGS + 16; /* + static: scale table, barriers */
 }
 
-extern "C" int nbi_cuda_gemm(const nbi_gemm_plan *pl, const void *x, const void *packed, const void *bias, void *y,
-                             void *workspace, void *stream, char *err) {
+extern "C" nb_status nbi_cuda_gemv(nb_context *ctx, const nbi_gemm_plan *pl, const void *x, const void *packed,
+                                   const void *bias, void *y, void *workspace, void *stream) {
     gemv_fn f = pick_kernel(pl->fmt, pl->act, pl->mt, pl->xsh, pl->rpw);
-    if (!f) return nbc_err(cudaErrorInvalidValue, err, "gemv: no kernel for this format/dtype/m/rows per warp");
+    if (!f)
+        return nbi_fail(ctx, NB_ERR_INTERNAL, "gemv: no kernel for %s, %s, mt = %d, staged %d, rows per warp %d",
+                        nbi_traits((nb_format)pl->fmt)->name, nbi_dtype_name((nb_dtype)pl->act), pl->mt, pl->xsh,
+                        pl->rpw);
     GemvParams p;
     NBC_SET_GEMM_PARAMS(p, pl, packed, y, bias);
     p.x = x;
@@ -649,18 +599,15 @@ extern "C" int nbi_cuda_gemm(const nbi_gemm_plan *pl, const void *x, const void 
     p.kw = pl->kw;
     dim3 grid((unsigned)pl->grid_x, (unsigned)pl->splits);
     const size_t smem = gemv_smem_bytes(pl->fmt, pl->xsh, pl->rpw, pl->mt, (int)pl->m);
-    /* Kernel 2 can exceed the 48 KB default (static + dynamic): opt in once
-     * per kernel, for its largest launch. */
-    static int opted_in[3][4][5][3];
-    if (pl->xsh && !opted_in[pl->fmt][pl->act][pl->mt][pl->rpw]) {
-        NBC_TRY(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     (int)gemv_smem_bytes(pl->fmt, 1, pl->rpw, pl->mt, 8 * pl->mt)),
-                "cudaFuncSetAttribute(max dynamic shared memory)");
-        opted_in[pl->fmt][pl->act][pl->mt][pl->rpw] = 1; /* idempotent: a race only repeats the call */
+    /* Kernel 2 can exceed the 48 KB default (static + dynamic): opt in, for
+     * its largest launch. */
+    if (pl->xsh) {
+        nb_status st = nbc_smem_opt_in(ctx, (const void *)f, gemv_smem_bytes(pl->fmt, 1, pl->rpw, pl->mt, 8 * pl->mt));
+        if (st) return st;
     }
     cudaLaunchAttribute attr[1];
     cudaLaunchConfig_t cfg =
-        nbc_launch_config(grid, dim3(pl->xsh ? NB_XS_THREADS : NB_GEMV_WARPS * 32), smem, stream, pl->pdl, attr);
+        nbc_launch_config(grid, dim3(pl->xsh ? XS_THREADS : NBI_GEMV_WARPS * 32), smem, stream, pl->pdl, attr);
     NBC_TRY(cudaLaunchKernelEx(&cfg, f, p), "gemv kernel launch");
-    return 0;
+    return NB_OK;
 }

@@ -130,11 +130,13 @@ __global__ void quantize_scan_kernel(int dtype, const void *__restrict__ src, in
     }
 }
 
-/* FMT: NB_FORMAT_NVFP4 (blocks of 16, E4M3 scales) or NB_FORMAT_MXFP4 (32, E8M0). */
+/* FMT: a format of NBI_KERNEL_FORMATS: E2M1 codes in blocks of G with E4M3
+ * scales and a tensor scale (NVFP4) or E8M0 scales (MXFP4). */
 template <int FMT>
 __global__ void quantize_block_kernel(int rule, int dtype, float ts, const void *__restrict__ src, int64_t blocks,
                                       uint8_t *__restrict__ codes, uint8_t *__restrict__ scales) {
-    constexpr int G = FMT == NB_FORMAT_NVFP4 ? 16 : 32;
+    NBC_CHECK_KERNEL_FORMAT(FMT);
+    constexpr int G = nbc_fmt<FMT>::group;
     for (int64_t blk = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; blk < blocks;
          blk += (int64_t)gridDim.x * blockDim.x) {
         /* block blk holds elements blk*G .. blk*G+G-1 of the row-major matrix
@@ -149,7 +151,7 @@ __global__ void quantize_block_kernel(int rule, int dtype, float ts, const void 
         }
         uint32_t sb;
         float denom;
-        if (FMT == NB_FORMAT_NVFP4) {
+        if (nbc_fmt<FMT>::scale_type == NB_SCALE_E4M3) {
             /* s = block_amax / (6 * ts); 0 -> 1; clamp [2^-9, 448]; E4M3 RNE */
             float s = ts > 0.0f ? __fdiv_rn(bmax, __fmul_rn(6.0f, ts)) : 1.0f;
             if (s == 0.0f) s = 1.0f;
@@ -178,61 +180,40 @@ static unsigned grid_for(int64_t count) {
     return (unsigned)(ctas < 1 ? 1 : ctas > 65536 ? 65536 : ctas);
 }
 
-extern "C" int nbi_cuda_quantize_scan(const nb_weight_desc *d, nb_dtype src_dtype, const void *src, int64_t *bad,
-                                      float *amax, void *stream, char *err) {
+extern "C" nb_status nbi_cuda_quantize_scan(nb_context *ctx, const nb_weight_desc *d, nb_dtype src_dtype,
+                                            const void *src, int64_t *bad, float *amax, void *stream) {
     cudaStream_t s = (cudaStream_t)stream;
     nbq_scan_result h = {0u, 0u, ~0ull}, *dev = NULL;
     NBC_TRY(cudaMalloc((void **)&dev, sizeof h), "quantize: cudaMalloc");
-    int rc = 0;
-    if ((rc = nbc_err(cudaMemcpyAsync(dev, &h, sizeof h, cudaMemcpyHostToDevice, s), err, "quantize: copy")))
-        goto out;
-    quantize_scan_kernel<<<grid_for(d->n * d->k), 256, 0, s>>>((int)src_dtype, src, d->n * d->k, dev);
-    if ((rc = nbc_err(cudaGetLastError(), err, "quantize: scan kernel launch"))) goto out;
-    if ((rc = nbc_err(cudaMemcpyAsync(&h, dev, sizeof h, cudaMemcpyDeviceToHost, s), err, "quantize: copy back")))
-        goto out;
-    if ((rc = nbc_err(cudaStreamSynchronize(s), err, "quantize: synchronize"))) goto out;
-    *bad = h.first_bad == ~0ull ? -1 : (int64_t)h.first_bad;
-    memcpy(amax, &h.amax_bits, 4);
-out:
+    nb_status st = NB_OK;
+    cudaError_t e = cudaMemcpyAsync(dev, &h, sizeof h, cudaMemcpyHostToDevice, s);
+    if (e != cudaSuccess) {
+        st = nbc_fail(ctx, e, "quantize: copy");
+    } else {
+        quantize_scan_kernel<<<grid_for(d->n * d->k), 256, 0, s>>>((int)src_dtype, src, d->n * d->k, dev);
+        if ((e = cudaGetLastError()) != cudaSuccess) st = nbc_fail(ctx, e, "quantize: scan kernel launch");
+        else if ((e = cudaMemcpyAsync(&h, dev, sizeof h, cudaMemcpyDeviceToHost, s)) != cudaSuccess)
+            st = nbc_fail(ctx, e, "quantize: copy back");
+        else if ((e = cudaStreamSynchronize(s)) != cudaSuccess) st = nbc_fail(ctx, e, "quantize: synchronize");
+    }
+    if (st == NB_OK) {
+        *bad = h.first_bad == ~0ull ? -1 : (int64_t)h.first_bad;
+        memcpy(amax, &h.amax_bits, 4);
+    }
     cudaFree(dev);
-    return rc;
+    return st;
 }
 
-extern "C" int nbi_cuda_quantize(const nb_weight_desc *d, nb_dtype src_dtype, const void *src, uint8_t *codes,
-                                 uint8_t *scales, void *stream, char *err) {
+extern "C" nb_status nbi_cuda_quantize(nb_context *ctx, const nb_weight_desc *d, nb_dtype src_dtype, const void *src,
+                                       uint8_t *codes, uint8_t *scales, void *stream) {
     const int64_t blocks = d->n * (d->k / d->group_size);
     cudaStream_t s = (cudaStream_t)stream;
-    if (d->format == NB_FORMAT_NVFP4)
-        quantize_block_kernel<NB_FORMAT_NVFP4><<<grid_for(blocks), 256, 0, s>>>(
-            (int)d->scale_rule, (int)src_dtype, d->tensor_scale, src, blocks, codes, scales);
-    else
-        quantize_block_kernel<NB_FORMAT_MXFP4><<<grid_for(blocks), 256, 0, s>>>(
-            (int)d->scale_rule, (int)src_dtype, d->tensor_scale, src, blocks, codes, scales);
-    NBC_LAUNCHED("quantize: block kernel launch");
-    return 0;
-}
-
-/* Device memory and copies for nb_quantize_staged. */
-extern "C" int nbi_cuda_malloc(void **p, size_t bytes, char *err) {
-    *p = NULL;
-    cudaError_t e = cudaMalloc(p, bytes ? bytes : 1);
-    if (e != cudaSuccess) {
-        cudaGetLastError(); /* not sticky: clear it, or a later launch check would report it */
-        char what[64];
-        snprintf(what, sizeof what, "cudaMalloc(%zu bytes)", bytes);
-        return nbc_err(e, err, what);
-    }
-    return 0;
-}
-
-extern "C" void nbi_cuda_free(void *p) {
-    if (p) cudaFree(p);
-}
-
-extern "C" int nbi_cuda_copy(void *dst, const void *src, size_t bytes, int to_device, void *stream, char *err) {
-    cudaStream_t s = (cudaStream_t)stream;
-    NBC_TRY(cudaMemcpyAsync(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, s),
-            to_device ? "copy to the device" : "copy from the device");
-    NBC_TRY(cudaStreamSynchronize(s), "synchronize");
-    return 0;
+#define QUANTIZE_RUNG(F)                                                                                          \
+    quantize_block_kernel<F><<<grid_for(blocks), 256, 0, s>>>((int)d->scale_rule, (int)src_dtype, d->tensor_scale, \
+                                                              src, blocks, codes, scales);                         \
+    NBC_LAUNCHED("quantize: block kernel launch");                                                                \
+    return NB_OK;
+    NBC_FORMAT_LADDER(d->format, QUANTIZE_RUNG)
+#undef QUANTIZE_RUNG
+    return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "quantize: no device quantizer for %s", nbi_traits(d->format)->name);
 }

@@ -72,7 +72,7 @@ __device__ __forceinline__ void nbc_dequant_tiles(const uint8_t *wsm, const uint
     for (int jj = 0; jj < 2; jj++) {
         const int j = 2 * q + jj;
         uint32_t sg, sh8; /* adjusted scales of rows g and g+8 for tile j */
-        if (FMT == NB_FORMAT_NVFP4) { /* group j: byte 4(j/2) + (j&1), +2 for row g+8 */
+        if (nbc_fmt<FMT>::group == 16) { /* group j: byte 4(j/2) + (j&1), +2 for row g+8 */
             sg = stab[(w >> (8 * jj)) & 0xFF];
             sh8 = stab[(w >> (8 * (2 + jj))) & 0xFF];
         } else { /* group j/2 = q: bytes 2q, 2q+1 */
@@ -92,7 +92,7 @@ template <int FMT, int ACT>
 __device__ __forceinline__ void nbc_dequant_chunk(const uint8_t *wsm, const uint32_t *stab, int g, int t,
                                                   uint32_t (&a)[8][4]) {
     uint32_t sc[2][2]; /* scale bytes: NVFP4 16 (two words per half), MXFP4 8 */
-    if (FMT == NB_FORMAT_NVFP4) {
+    if (nbc_fmt<FMT>::group == 16) {
         const uint4 v = *(const uint4 *)(wsm + 1024 + 16 * g);
         sc[0][0] = v.x, sc[0][1] = v.y, sc[1][0] = v.z, sc[1][1] = v.w;
     } else {
@@ -102,7 +102,7 @@ __device__ __forceinline__ void nbc_dequant_chunk(const uint8_t *wsm, const uint
     const int sh = 12 - 4 * t; /* nibbles t, t+4 to bits 12..15, 28..31 */
 #pragma unroll
     for (int q = 0; q < 4; q++) /* tiles 2q, 2q+1 */
-        nbc_dequant_tiles<FMT, ACT>(wsm, stab, g, sh, q, FMT == NB_FORMAT_NVFP4 ? sc[q >> 1][q & 1] : sc[0][q >> 1], a);
+        nbc_dequant_tiles<FMT, ACT>(wsm, stab, g, sh, q, nbc_fmt<FMT>::group == 16 ? sc[q >> 1][q & 1] : sc[0][q >> 1], a);
 }
 
 #endif

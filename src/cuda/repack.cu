@@ -1,0 +1,97 @@
+/* repack.cu - nb_pack on the device: checkpoint codes and scales into the
+ * packed layout the GEMM kernels read (docs/formats.md section 8, the
+ * comment at the top of gemv_fp4.cu), byte for byte what nb_pack_host
+ * (src/formats.c, the specification) writes; tests/test_gpu.c compares the
+ * bytes.  For E8M0 scales it also finds the smallest and largest scale byte,
+ * from which the GEMM kernels choose an exact exponent offset. */
+#include "common.cuh"
+
+/* One thread per (chunk, lane): writes the lane's 2 x 16 code bytes and its
+ * scale bytes exactly as nb_pack_host does. */
+__global__ void pack_kernel(int64_t n, int64_t k, int group, int chunk_bytes, int64_t kchunks, int64_t total,
+                            const uint8_t *__restrict__ codes, const uint8_t *__restrict__ scales,
+                            uint8_t *__restrict__ out) {
+    int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (tid >= total) return;
+    const int lane = (int)(tid & 31);
+    const int64_t chunk = tid >> 5, rb = chunk / kchunks, kc = chunk % kchunks;
+    const int gi = lane >> 2, ti = lane & 3;
+    uint8_t *c = out + chunk * chunk_bytes;
+    for (int half = 0; half < 2; half++) {
+        const int64_t row = rb * 16 + gi + 8 * half;
+        uint32_t words[4];
+        for (int w = 0; w < 4; w++) {
+            uint32_t word = 0;
+            for (int p = 0; p < 8; p++) {
+                int e = p < 4 ? 2 * p : 2 * (p - 4) + 1;
+                int64_t col = kc * NBI_CHUNK_K + 32 * ti + 8 * w + e;
+                uint32_t v = 0;
+                if (row < n && col < k) {
+                    int64_t idx = row * k + col;
+                    v = (codes[idx / 2] >> ((idx & 1) * 4)) & 15u;
+                }
+                word |= v << (4 * p);
+            }
+            words[w] = word;
+        }
+        *(uint4 *)(c + half * 512 + lane * 16) = make_uint4(words[0], words[1], words[2], words[3]);
+    }
+    const int gpc = NBI_CHUNK_K / group, per = gpc / 4, ng = (int)(k / group);
+    uint8_t *s = c + NBI_CHUNK_CODE_BYTES + lane * per * 2;
+    for (int half = 0; half < 2; half++)
+        for (int q = 0; q < per; q++) {
+            const int64_t row = rb * 16 + gi + 8 * half, grp = kc * gpc + ti * per + q;
+            s[half * per + q] = (row < n && grp < ng) ? scales[row * ng + grp] : 0;
+        }
+}
+
+__global__ void exp_range_kernel(const uint8_t *__restrict__ scales, int64_t count, int *range) {
+    int lo = 256, hi = -1;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
+        int b = scales[i];
+        if (b == 0xFF) continue;
+        lo = min(lo, b);
+        hi = max(hi, b);
+    }
+    if (hi >= 0) {
+        atomicMin(&range[0], lo);
+        atomicMax(&range[1], hi);
+    }
+}
+
+/* The E8M0 scale-byte range, read back (so the call synchronizes). */
+static nb_status exp_range(nb_context *ctx, const nb_weight_desc *d, const uint8_t *scales, int32_t *emin,
+                           int32_t *emax, cudaStream_t s) {
+    int *range = NULL, h[2] = {256, -1};
+    NBC_TRY(cudaMalloc(&range, 2 * sizeof(int)), "pack: cudaMalloc");
+    nb_status st = NB_OK;
+    cudaError_t e = cudaMemcpyAsync(range, h, sizeof h, cudaMemcpyHostToDevice, s);
+    if (e != cudaSuccess) {
+        st = nbc_fail(ctx, e, "pack: copy");
+    } else {
+        exp_range_kernel<<<256, 256, 0, s>>>(scales, d->n * (d->k / d->group_size), range);
+        if ((e = cudaGetLastError()) != cudaSuccess) st = nbc_fail(ctx, e, "pack: range kernel launch");
+        else if ((e = cudaMemcpyAsync(h, range, sizeof h, cudaMemcpyDeviceToHost, s)) != cudaSuccess)
+            st = nbc_fail(ctx, e, "pack: copy back");
+        else if ((e = cudaStreamSynchronize(s)) != cudaSuccess) st = nbc_fail(ctx, e, "pack: synchronize");
+    }
+    if (st == NB_OK) {
+        *emin = h[1] < 0 ? -1 : h[0];
+        *emax = h[1];
+    }
+    cudaFree(range);
+    return st;
+}
+
+extern "C" nb_status nbi_cuda_pack(nb_context *ctx, const nb_weight_desc *d, const uint8_t *codes,
+                                   const uint8_t *scales, void *packed, int32_t *emin, int32_t *emax, void *stream) {
+    const nbi_format_traits *t = nbi_traits(d->format);
+    const int64_t kchunks = (d->k + NBI_CHUNK_K - 1) / NBI_CHUNK_K, rbs = (d->n + 15) / 16;
+    const int64_t total = rbs * kchunks * 32;
+    cudaStream_t s = (cudaStream_t)stream;
+    pack_kernel<<<(unsigned)((total + 255) / 256), 256, 0, s>>>(d->n, d->k, d->group_size, (int)nbi_chunk_bytes(t),
+                                                                 kchunks, total, codes, scales, (uint8_t *)packed);
+    NBC_LAUNCHED("pack kernel launch");
+    *emin = *emax = -1;
+    return t->scale_type == NB_SCALE_E8M0 ? exp_range(ctx, d, scales, emin, emax, s) : NB_OK;
+}

@@ -1,0 +1,526 @@
+/* plan.c - the planner: every decision about how nb_gemm runs a problem --
+ * the path (decode kernels, Hopper tensor-core kernel, mma.sync kernel), the
+ * kernel variant, tile width, k split, raster group and pipeline depth, and
+ * the workspace they need -- from the device facts cached in the context,
+ * the problem, and a request that may fix some of those choices.
+ *
+ * Where a request comes from (a per-call configuration, NIBBLE_PATH, the
+ * tuning table) is decided by the caller (device.c); the planner reads no
+ * environment and no table, and changes nothing in the context but its
+ * cache of scale tables: the same inputs give the same plan.  The constants
+ * of the heuristic are measured (H100, bench/RESULTS.md) and cited where
+ * they are used.
+ *
+ * The configurations `nibble tune` tries (nb_gemm_list_configs) are listed
+ * here too: they are the requests this planner accepts.
+ * Test: tests/test_plan.c (every m on the bench layers and odd shapes, with
+ * the device facts of an H100, an A100 and an L40S), tests/test_tune.c. */
+#include "internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+nbi_request nbi_request_of(const nb_gemm_config *c) {
+    nbi_request r;
+    memset(&r, 0, sizeof r);
+    r.path = c->path;
+    r.splits = c->splits;
+    if (c->path == NB_GEMM_PATH_DECODE) {
+        r.variant = c->variant + 1;
+        r.kw = c->kw;
+        r.rpw = c->rpw;
+    } else {
+        r.bn = c->bn;
+        r.raster = c->raster;
+        r.stages = c->stages;
+    }
+    return r;
+}
+
+/* Split the plan's k chunks about s ways (s >= 1) so that every split gets
+ * work: as many splits as ceil(kchunks / s) chunks each need, then the
+ * chunks spread evenly over them. */
+static void set_splits(nbi_gemm_plan *p, int64_t s) {
+    const int64_t cps = (p->kchunks + s - 1) / s;
+    p->splits = (int)((p->kchunks + cps - 1) / cps);
+    p->chunks_per_split = (int)((p->kchunks + p->splits - 1) / p->splits);
+}
+
+/* ------------------------------------------------------- decode kernels */
+
+/* Spread the work so the GPU fills.
+ *
+ * Kernel 1 (per-warp streams; every m = 1..8, and 9..32 where kernel 2
+ * does not fit): kw warps of a CTA share one row block and split its k
+ * range (summed in shared memory, cheap); `splits` CTAs share a row block
+ * along k (summed through the workspace by the last CTA, which costs a
+ * global round trip).  Measured on an H100 (bench/RESULTS.md, sweep of kw x
+ * splits on five Llama layers, m = 1): a global split never paid
+ * once the grid had about one CTA per SM, kw = 4 was best or within 3%
+ * everywhere, and kw = 8 won when kw = 4 left fewer than about 1.4 CTAs per
+ * SM.
+ *
+ * Kernel 2 (staged activations, 9..32 tokens, and 8 on wide layers): the
+ * CTA's 8 warps walk one k range (kw = 1) and each owns rpw row blocks, so
+ * a CTA covers 8 * rpw row blocks; narrow layers are split along k until
+ * one resident wave of CTAs fills the GPU (the partial sums stay in L2).
+ *
+ * A request's variant, kw, rpw and splits replace the rules. */
+static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, nbi_gemm_plan *p) {
+    const int sms = ctx->info.sm_count, warps = NBI_GEMV_WARPS;
+    const int staged = rq->variant == 2, plain = rq->variant == 1;
+    /* kernel 2 at 8 tokens too, on layers wide enough for no k split (below) */
+    int xs = staged || (!plain && (p->mt >= 2 || p->m == 8));
+    int rpw = rq->rpw == 1 || rq->rpw == 2 ? rq->rpw : 2;
+    size_t smem = 0;
+    if (xs) {
+        smem = nbi_cuda_gemv_smem(p->fmt, 1, rpw, p->mt, 8 * p->mt);
+        if (smem > ctx->info.smem_per_block_optin && rpw == 2)
+            smem = nbi_cuda_gemv_smem(p->fmt, 1, rpw = 1, p->mt, 8 * p->mt);
+        if (smem > ctx->info.smem_per_block_optin) xs = 0; /* (smaller GPUs) */
+    }
+    int64_t grid_x, s = 1;
+    if (xs) {
+        int per_sm = (int)(ctx->info.smem_per_sm / (smem + 1024)); /* + the runtime's reserve per CTA */
+        per_sm = per_sm < 1 ? 1 : per_sm > 2 ? 2 : per_sm;         /* registers allow two (launch bounds) */
+        const int64_t resident = (int64_t)sms * per_sm;
+        p->kw = 1;
+        p->rpw = rpw;
+        grid_x = (p->row_blocks + warps * rpw - 1) / (warps * rpw);
+        if (grid_x < resident) s = resident / grid_x;
+        /* A CTA needs a run of chunks to fill its pipelines: with fewer than
+         * 6 per split (narrow layers with short k, e.g. 4096 -> 4096) kernel
+         * 1 with its in-CTA k split was faster in every case measured. */
+        if (p->kchunks / s < 6 && !staged) xs = 0;
+        /* 8 tokens: kernel 1 costs 13-18% more than at 7 on 8192 -> 57344
+         * (121 vs 107 us, H100), kernel 2 110 us; with a k split kernel 2
+         * lost (8192 -> 8192: 23.8 vs 21.5 us). */
+        if (p->mt == 1 && s > 1 && !staged) xs = 0;
+    }
+    if (!xs) {
+        s = 1;
+        const double want = 1.4 * (double)sms; /* CTAs */
+        int kw = warps / 2;
+        if ((double)p->row_blocks * kw / warps < want) kw = warps;
+        const int fk = rq->kw;
+        if (fk == 1 || fk == 2 || fk == 4 || fk == 8) kw = fk <= warps ? fk : warps;
+        p->kw = kw;
+        p->rpw = 1;
+        grid_x = (p->row_blocks * kw + warps - 1) / warps;
+        if ((double)grid_x < 0.5 * sms) s = (int64_t)ceil(want / (double)grid_x); /* narrow layer */
+    }
+    p->xsh = xs;
+    if (rq->splits > 0) s = rq->splits;
+    if (grid_x > NBI_MAX_SPLIT_COLUMNS) s = 1;
+    const int64_t per_split_min = p->kw; /* at least one chunk per warp */
+    if (s > p->kchunks / per_split_min) s = p->kchunks / per_split_min > 1 ? p->kchunks / per_split_min : 1;
+    if (s > 64) s = 64;
+    set_splits(p, s);
+    return grid_x; /* CTAs along n (range-checked by the caller) */
+}
+
+static nb_status plan_decode(nb_context *ctx, const nbi_request *rq, nbi_gemm_plan *p) {
+    p->path = NBI_PATH_GEMV;
+    p->warps = NBI_GEMV_WARPS;
+    /* The split-K arrival counters live at a fixed place (the first
+     * NBI_MAX_SPLIT_COLUMNS ints of the workspace), so one workspace serves
+     * layers of every shape: each call leaves them zero. */
+    const int64_t grid_x = plan_decode_split(ctx, rq, p);
+    if (grid_x > 0x7FFFFFFF)
+        return nbi_fail(ctx, NB_ERR_BAD_SHAPE, "nb_gemm: n = %lld needs too many CTAs", (long long)p->n);
+    p->grid_x = (int)grid_x;
+    if (p->splits > 1) {
+        p->ws_counter_bytes = NBI_MAX_SPLIT_COLUMNS * sizeof(int);
+        p->ws_partial_bytes = (size_t)p->splits * (size_t)p->row_blocks * 16 * 32 * sizeof(float);
+    }
+    return NB_OK;
+}
+
+/* ----------------------------------------- Hopper tensor-core kernel */
+
+/* The tensor-core path (gemm_sm90.cu) on Hopper for batches past the decode
+ * range: one launch for every m, weights read once per 128-row x bn-token
+ * tile.  Returns 1 when it takes the call (p filled).
+ *
+ * It also takes 17..32 tokens on layers with fewer 128-row tiles than SMs
+ * (it then splits k to fill the GPU): its time does not grow with m below
+ * 64 while the decode kernels' does.  Measured on an H100 (nvfp4, us,
+ * decode / tensor core): m = 32: 8192 -> 8192 36.3 / 28.5, 28672 -> 8192
+ * 90.0 / 82.9, 4096 -> 4096 18.1 / 12.0, 14336 -> 4096 43.1 / 25.8; m = 24:
+ * the same layers 29.6 / 28.4, 73.3 / 83.1, 13.1 / 12.0, 29.1 / 25.7, so at
+ * 17..24 tokens only layers with k < 16384 switch; m = 16 and 8192 -> 57344
+ * (448 tiles) stay with the decode kernels at every m <= 32. */
+static int plan_tc(const nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq, nbi_gemm_plan *p) {
+    const int can = nbi_cuda_has_sm90a() && ctx->info.cc_major == 9 && ctx->info.cc_minor == 0 && g->m <= INT32_MAX &&
+                    ctx->info.smem_per_block_optin >= 227 * 1024;
+    const int64_t tn = (p->row_blocks + 7) / 8; /* 128-row tiles */
+    const int small_grid = tn < ctx->info.sm_count;
+    int use = can && (g->m > 32 || (g->m > 16 && small_grid && (g->m > 24 || g->weight.k < 16384)));
+    if (rq->path == NB_GEMM_PATH_DECODE || rq->path == NB_GEMM_PATH_MMA) use = 0;
+    if (rq->path == NB_GEMM_PATH_TENSOR_CORE) use = can;
+    if (!use) return 0;
+    /* Tile width and k split: the pair with the least waves x time per k
+     * chunk x chunks per CTA.  Time per chunk measured on an H100
+     * (bench/RESULTS.md: 8192 -> 8192 and 28672 -> 8192; 8192 -> 57344 in
+     * bench/data/2026-11-22-h100-prefill-sweep.csv): about 0.75, 0.9
+     * and 1.5 us for 64, 128 and 256 tokens.  Narrow tiles win while the
+     * wider ones leave SMs idle (m = 128: 48 us with 64, 58 us with 128),
+     * wide ones once every SM has work (m = 1024: 204 us with 256, 259 us
+     * with 128).  A k split fills the SMs the tiles leave idle (m <= 256 on
+     * 8192-wide layers: 64 tiles of 128 rows for 132 SMs), never past one
+     * CTA per SM, which bounds the workspace (nbi_plan_workspace); its CTAs
+     * sum through the workspace (in L2), charged here as 5% per extra
+     * split. */
+    static const int widths[3] = {64, 128, 256};
+    static const double chunk_us[3] = {0.75, 0.9, 1.5};
+    const int fb = rq->bn == 64 || rq->bn == 128 || rq->bn == 256 ? rq->bn : 0;
+    int bn = 64, splits = 1;
+    double best = 0.0;
+    for (int i = 0; i < 3; i++) {
+        if (fb && fb != widths[i]) continue;
+        const int64_t tiles = tn * ((g->m + widths[i] - 1) / widths[i]);
+        int64_t most = tiles > NBI_MAX_SPLIT_COLUMNS ? 1 : ctx->info.sm_count / tiles;
+        if (most > NBI_SM90_MAX_SPLITS) most = NBI_SM90_MAX_SPLITS;
+        if (most > p->kchunks) most = p->kchunks;
+        if (most < 1) most = 1; /* (a requested split is clamped to this too) */
+        for (int64_t s = 1; s <= most; s++) {
+            if (rq->splits > 0 && s != (rq->splits < most ? rq->splits : most)) continue;
+            const int64_t cps = (p->kchunks + s - 1) / s;
+            const double cost = (double)((tiles * s + ctx->info.sm_count - 1) / ctx->info.sm_count) *
+                                chunk_us[i] * (double)cps * (1.0 + 0.05 * (double)(s - 1));
+            if (best == 0.0 || cost < best) best = cost, bn = widths[i], splits = (int)s;
+        }
+    }
+    const int64_t tm = (g->m + bn - 1) / bn;
+    if (tn * tm > INT32_MAX / NBI_SM90_MAX_SPLITS) return 0;
+    set_splits(p, splits);
+    p->path = NBI_PATH_SM90;
+    p->m = g->m;
+    p->mt = 0;
+    p->bn = bn;
+    p->tiles_n = (int)tn;
+    p->tiles_m = (int)tm;
+    p->raster_group = rq->raster > 0 ? rq->raster : 16;
+    p->grid_x = (int)(tn * tm);
+    if (p->splits > 1) {
+        p->ws_counter_bytes = NBI_MAX_SPLIT_COLUMNS * sizeof(int);
+        p->ws_partial_bytes = (size_t)p->splits * (size_t)(tn * tm) * 128 * (size_t)bn * sizeof(float);
+    }
+    return 1;
+}
+
+/* ------------------------------------------------- mma.sync kernel */
+
+/* The mma.sync tensor-core path (gemm_sm80.cu) for batches past the decode
+ * range where the Hopper kernel does not run: compute capability 8.x (A100,
+ * A10/A40, L40S, RTX 30/40) and 9.x without it (a build without sm_90a).
+ * A request for path mma runs it on any GPU from compute capability 8.0,
+ * Hopper included (that is how it is tested), for every m.  Returns 1 when
+ * it takes the call (p filled). */
+static int plan_mma(const nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq, nbi_gemm_plan *p) {
+    const int cc = ctx->info.cc_major;
+    int use = (cc == 8 || cc == 9) && g->m > 32;
+    if (rq->path == NB_GEMM_PATH_DECODE || rq->path == NB_GEMM_PATH_TENSOR_CORE) use = 0;
+    if (rq->path == NB_GEMM_PATH_MMA) use = cc >= 8;
+    if (!use || g->m > INT32_MAX - 256) return 0;
+    /* Tile width: the one with the least waves x time per k chunk.  Time per
+     * chunk predicted for an A100 (gemm_sm80.cu, DESIGN.md; to be replaced by
+     * measurements): 0.95 us for 64 tokens (shared-memory bound: 2.5 cycles
+     * per MMA where the tensor cores need 2), 1.7 us for 128 (tensor-bound,
+     * at about 85%). */
+    const int64_t tn = (p->row_blocks + 7) / 8;
+    static const int widths[2] = {64, 128};
+    static const double chunk_us[2] = {0.95, 1.7};
+    int bn = 64;
+    double best = 0.0;
+    for (int i = 0; i < 2; i++) {
+        const int64_t tiles = tn * ((g->m + widths[i] - 1) / widths[i]);
+        const double cost = (double)((tiles + ctx->info.sm_count - 1) / ctx->info.sm_count) * chunk_us[i];
+        if (i == 0 || cost < best) best = cost, bn = widths[i];
+    }
+    if (rq->bn == 64 || rq->bn == 128) bn = rq->bn;
+    /* the deepest pipeline whose shared memory fits (a requested depth if it
+     * fits); the narrow tile when the wide one fits no depth */
+    const size_t limit = ctx->info.smem_per_block_optin;
+    const int want = rq->stages == 2 || rq->stages == 3 ? rq->stages : 0;
+    size_t smem = 0;
+    int stages = nbi_cuda_gemm_sm80_stages(p->fmt, bn, want, limit, &smem);
+    if (!stages) stages = nbi_cuda_gemm_sm80_stages(p->fmt, bn, 0, limit, &smem);
+    if (!stages && bn == 128) stages = nbi_cuda_gemm_sm80_stages(p->fmt, bn = 64, 0, limit, &smem);
+    const int64_t tm = (g->m + bn - 1) / bn;
+    if (!stages || tn * tm > INT32_MAX) return 0;
+    p->path = NBI_PATH_SM80;
+    p->m = g->m;
+    p->mt = 0;
+    p->bn = bn;
+    p->stages = stages;
+    p->tiles_n = (int)tn;
+    p->tiles_m = (int)tm;
+    /* a group wider than the tile grid walks it the same way (and keeps
+     * group x tiles_m within an int) */
+    p->raster_group = rq->raster > 0 ? rq->raster : 16;
+    if (p->raster_group > p->tiles_n) p->raster_group = p->tiles_n;
+    p->splits = 1;
+    p->grid_x = (int)(tn * tm);
+    return 1;
+}
+
+/* ----------------------------------------------------------- the plan */
+
+/* The epilogue's exponent offset and the scale table's shift: every
+ * dequantized product v * s * 2^-c must be exact in 16 bits (gemv_fp4.cu
+ * "DEQUANTIZATION"), so c depends on the scale type, the activation dtype
+ * and, for power-of-two scales, the range the weight's scales span. */
+static nb_status plan_scales(nb_context *ctx, const nb_gemm_desc *g, const nbi_format_traits *t, nbi_gemm_plan *p) {
+    const nb_weight_desc *d = &g->weight;
+    const int bf16 = g->act_dtype == NB_DTYPE_BF16;
+    switch (t->scale_type) {
+    case NB_SCALE_E4M3:
+        p->exp_shift = bf16 ? 7 : 8;
+        p->table_shift = bf16 ? 119 : 6;
+        break;
+    case NB_SCALE_E8M0: {
+        int emin = d->scale_exp_min, emax = d->scale_exp_max;
+        if (emax < 0) emin = emax = 127; /* every scale is NaN: any offset works */
+        const int span = emax - emin, limit = bf16 ? 125 : 24;
+        if (emin < 0 || emax > 254 || span < 0)
+            return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "nb_gemm: %s scale range [%d, %d] is not set; pack the "
+                            "weight with nb_pack or nb_pack_host", t->name, emin, emax);
+        if (span > limit)
+            return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_gemm: %s scale exponents span %d binades (bytes %d..%d); "
+                            "%s activations are exact only up to %d%s", t->name, span, emin, emax,
+                            nbi_dtype_name(g->act_dtype), limit, bf16 ? "" : ": use BF16 activations");
+        p->exp_shift = bf16 ? emax - 127 : emax - 128;
+        p->table_shift = bf16 ? 253 - emax : 142 - emax;
+        break;
+    }
+    }
+    p->tensor_scale = d->tensor_scale;
+    /* The 256-entry table scale byte -> 16-bit adjusted scale, cached per
+     * context (one shift per dtype for E4M3 scales, one per emax for E8M0). */
+    int *cached = &ctx->table_shift[t->index][p->act];
+    uint32_t *table = ctx->table[t->index][p->act];
+    if (*cached != p->table_shift) {
+        uint16_t h[256];
+        for (int b = 0; b < 256; b++) {
+            const float v = ldexpf(nbi_scale(t->scale_type, (uint8_t)b), p->table_shift);
+            h[b] = bf16 ? nbi_f32_to_bf16(v) : nbi_f32_to_f16(v);
+        }
+        for (int i = 0; i < 128; i++) table[i] = (uint32_t)h[2 * i] | ((uint32_t)h[2 * i + 1] << 16);
+        *cached = p->table_shift;
+    }
+    memcpy(p->scale_table, table, sizeof p->scale_table);
+    return NB_OK;
+}
+
+static const char *path_name(int path) {
+    return path == NB_GEMM_PATH_DECODE ? "decode" : path == NB_GEMM_PATH_TENSOR_CORE ? "tc" : "mma";
+}
+
+nb_status nbi_plan(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq, nbi_gemm_plan *p) {
+    static const nbi_request heuristic;
+    if (!rq) rq = &heuristic;
+    nb_status st = nbi_check_gemm(ctx, g, NB_LAYOUT_PACKED, false);
+    if (st) return st;
+    const nb_weight_desc *d = &g->weight;
+    const nbi_format_traits *t = nbi_traits(d->format);
+    if (!t->kernels)
+        return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_gemm: no GPU kernel serves %s weights", t->name);
+    memset(p, 0, sizeof *p);
+    p->fmt = d->format;
+    p->act = g->act_dtype;
+    p->m = g->m < 32 ? g->m : 32; /* per launch; nb_gemm slices larger m */
+    p->mt = (int)((p->m + 7) / 8);
+    p->n = d->n;
+    p->k = d->k;
+    p->lda = g->lda ? g->lda : d->k;
+    p->ldc = g->ldc ? g->ldc : d->n;
+    if (p->lda % 8)
+        return nbi_fail(ctx, NB_ERR_MISALIGNED, "nb_gemm: lda = %lld must be a multiple of 8 (16-byte rows)",
+                        (long long)p->lda);
+    if ((st = plan_scales(ctx, g, t, p))) return st;
+    p->pdl = ctx->info.cc_major >= 9;
+    p->row_blocks = (d->n + 15) / 16;
+    p->kchunks = (d->k + NBI_CHUNK_K - 1) / NBI_CHUNK_K;
+    if (plan_tc(ctx, g, rq, p) || plan_mma(ctx, g, rq, p)) return NB_OK;
+    if (rq->path == NB_GEMM_PATH_TENSOR_CORE || rq->path == NB_GEMM_PATH_MMA)
+        return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_gemm: path %s cannot run on %s (compute capability %d.%d%s)",
+                        path_name(rq->path), ctx->info.name, ctx->info.cc_major, ctx->info.cc_minor,
+                        rq->path == NB_GEMM_PATH_TENSOR_CORE && !nbi_cuda_has_sm90a() ? ", a build without sm_90a" : "");
+    if ((st = plan_decode(ctx, rq, p))) return st;
+    if (rq->variant == 2 && !p->xsh)
+        return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_gemm: the staged decode kernel does not fit the shared memory "
+                        "of %s at m = %lld", ctx->info.name, (long long)g->m);
+    return NB_OK;
+}
+
+/* The most workspace the tensor-core path takes for any m: splits x tiles
+ * stays within one CTA per SM, each 128 x 256 FP32 partials at most. */
+size_t nbi_plan_workspace(const nb_context *ctx, const nbi_gemm_plan *p) {
+    if (p->path == NBI_PATH_SM90)
+        return NBI_MAX_SPLIT_COLUMNS * sizeof(int) + (size_t)ctx->info.sm_count * 128 * 256 * sizeof(float);
+    return p->ws_partial_bytes + p->ws_counter_bytes;
+}
+
+/* ------------------------------------------------------ configurations */
+
+nb_gemm_config nbi_config_of(const nbi_gemm_plan *p) {
+    nb_gemm_config c;
+    memset(&c, 0, sizeof c);
+    if (p->path == NBI_PATH_SM90 || p->path == NBI_PATH_SM80) {
+        c.path = p->path == NBI_PATH_SM80 ? NB_GEMM_PATH_MMA : NB_GEMM_PATH_TENSOR_CORE;
+        c.bn = p->bn;
+        c.raster = p->raster_group;
+        c.splits = p->splits;
+    } else {
+        c.path = NB_GEMM_PATH_DECODE;
+        c.kw = p->kw;
+        c.splits = p->splits;
+        c.variant = p->xsh ? 1 : 0;
+        c.rpw = p->xsh ? (p->rpw ? p->rpw : 1) : 0; /* (a planner that leaves it 0 runs one) */
+    }
+    return c;
+}
+
+/* `v` is 0 (open, when the configuration may be partial) or one of `ok`. */
+static int one_of(int v, const int *ok, int n, int open) {
+    if (open && v == 0) return 1;
+    for (int i = 0; i < n; i++)
+        if (v == ok[i]) return 1;
+    return 0;
+}
+
+int nbi_config_check(const nb_gemm_config *c, int64_t m_lo, int complete, char *why, size_t wn) {
+    const int open = !complete;
+    for (int i = 0; i < 4; i++)
+        if (c->reserved[i]) return snprintf(why, wn, "reserved[%d] = %d must be 0", i, (int)c->reserved[i]), 0;
+    if (c->path == NB_GEMM_PATH_DECODE) {
+        static const int kws[4] = {1, 2, 4, 8}, rpws[2] = {1, 2};
+        if (!one_of(c->kw, kws, 4, open)) return snprintf(why, wn, "kw = %d is not 1, 2, 4 or 8", (int)c->kw), 0;
+        if (!(c->splits >= 1 && c->splits <= 64) && !(open && c->splits == 0))
+            return snprintf(why, wn, "splits = %d is not in 1..64", (int)c->splits), 0;
+        if (c->variant != 0 && c->variant != 1)
+            return snprintf(why, wn, "variant = %d is not 0 (plain) or 1 (staged)", (int)c->variant), 0;
+        if (c->variant == 1 && m_lo > 0 && m_lo < 5) return snprintf(why, wn, "the staged variant needs m >= 5"), 0;
+        if (c->variant == 1 && c->kw != 1 && !(open && c->kw == 0))
+            return snprintf(why, wn, "the staged variant needs kw = 1, not %d", (int)c->kw), 0;
+        if (c->variant == 1 && !one_of(c->rpw, rpws, 2, open))
+            return snprintf(why, wn, "rpw = %d is not 1 or 2 (the staged variant's row blocks per warp)", (int)c->rpw), 0;
+        if (c->variant == 0 && c->rpw) return snprintf(why, wn, "rpw = %d is for the staged variant only", (int)c->rpw), 0;
+        if (c->bn || c->raster || c->stages) return snprintf(why, wn, "bn, raster and stages are for paths tc and mma, not decode"), 0;
+        return 1;
+    }
+    if (c->path == NB_GEMM_PATH_TENSOR_CORE || c->path == NB_GEMM_PATH_MMA) {
+        const int mma = c->path == NB_GEMM_PATH_MMA;
+        static const int bns[3] = {64, 128, 256}, depths[2] = {2, 3};
+        if (!one_of(c->bn, bns, mma ? 2 : 3, open))
+            return snprintf(why, wn, "bn = %d is not 64, 128%s", (int)c->bn, mma ? " (path mma)" : " or 256"), 0;
+        if (!(c->raster >= 1 && c->raster <= 1024) && !(open && c->raster == 0))
+            return snprintf(why, wn, "raster = %d is not in 1..1024", (int)c->raster), 0;
+        if (c->splits < 0 || c->splits > (mma ? 1 : NBI_SM90_MAX_SPLITS)) /* 0: read as 1 (caches from before the tc split) */
+            return snprintf(why, wn, "splits = %d is not in 1..%d (path %s)", (int)c->splits,
+                            mma ? 1 : NBI_SM90_MAX_SPLITS, mma ? "mma" : "tc"), 0;
+        if (c->stages && (!mma || !one_of(c->stages, depths, 2, 0)))
+            return snprintf(why, wn, "stages = %d: %s", (int)c->stages, mma ? "not 2 or 3" : "path tc has no stages"), 0;
+        if (c->kw || c->variant || c->rpw)
+            return snprintf(why, wn, "kw, variant and rpw are for path decode, not %s", mma ? "mma" : "tc"), 0;
+        return 1;
+    }
+    return snprintf(why, wn, "path = %d is not %d (decode), %d (tc) or %d (mma)", (int)c->path, NB_GEMM_PATH_DECODE,
+                    NB_GEMM_PATH_TENSOR_CORE, NB_GEMM_PATH_MMA), 0;
+}
+
+/* The configurations `nibble tune` tries, one row per kernel and parameter
+ * sweep: a new decode variant or tile is a new row.  Each row is tried for
+ * m_min <= m <= m_max (decode rows stop at 64 where a tensor-core path
+ * exists: past that it is the faster path and the decode kernel runs once
+ * per 32 rows), over every combination of its non-empty lists (0-ended).
+ * The mma row applies where the heuristic itself may choose that path (GPUs
+ * without the Hopper kernel); on Hopper it runs only when requested.
+ * Kept small: about 40 candidates at most, so that tuning 5 layers x 8 m
+ * takes minutes. */
+static const struct cand_row {
+    int path, variant;
+    int64_t m_min, m_max;
+    int kw[5], rpw[3], splits[7], bn[4], raster[5];
+} k_rows[] = {
+    {NB_GEMM_PATH_DECODE, 0, 1, 64, {1, 2, 4, 8}, {0}, {1, 2, 4, 8, 16}, {0}, {0}},
+    {NB_GEMM_PATH_DECODE, 1, 5, 64, {1}, {1, 2}, {1, 2, 4, 8, 16}, {0}, {0}},
+    {NB_GEMM_PATH_TENSOR_CORE, 0, 17, INT64_MAX, {0}, {0}, {1, 2, 3, 4}, {64, 128, 256}, {16, 4, 8, 32}},
+    {NB_GEMM_PATH_MMA, 0, 17, INT64_MAX, {0}, {0}, {1}, {64, 128}, {16, 4, 8, 32}},
+};
+#define MAX_CANDS 64
+
+static int list_len(const int *v, int cap) {
+    int n = 0;
+    while (n < cap && v[n]) n++;
+    return n ? n : 1; /* an empty list is the single value 0 */
+}
+
+/* Equal as far as the kernel can tell: a raster group wider than the tile
+ * grid, or any group when there is one m tile, walks the tiles the same way. */
+static int same_run(const nb_gemm_config *a, const nb_gemm_config *b, const nbi_gemm_plan *pb) {
+    if (a->path != b->path) return 0;
+    if (a->path == NB_GEMM_PATH_DECODE)
+        return a->kw == b->kw && a->splits == b->splits && a->variant == b->variant && a->rpw == b->rpw;
+    if (a->bn != b->bn || a->splits != b->splits) return 0;
+    if (pb->tiles_m == 1) return 1;
+    const int ra = a->raster < pb->tiles_n ? a->raster : pb->tiles_n, rb = b->raster < pb->tiles_n ? b->raster : pb->tiles_n;
+    return ra == rb;
+}
+
+nb_status nb_gemm_list_configs(nb_context *ctx, const nb_gemm_desc *g, nb_gemm_config *configs, size_t max,
+                               size_t *count) {
+    if (ctx && (!count || (!configs && max)))
+        return nbi_fail(ctx, NB_ERR_NULL_POINTER, "nb_gemm_list_configs: count (and configs when max > 0) must not be NULL");
+    nb_status st = nbi_need_device(ctx, "nb_gemm_list_configs");
+    if (st) return st;
+    nb_gemm_config c[MAX_CANDS];
+    nbi_gemm_plan p, tc;
+    if ((st = nbi_plan(ctx, g, NULL, &p))) return st;
+    int n = 0;
+    c[n++] = nbi_config_of(&p);
+    const nbi_request tc_only = {.path = NB_GEMM_PATH_TENSOR_CORE}, mma_only = {.path = NB_GEMM_PATH_MMA};
+    const int tc_ok = nbi_plan(ctx, g, &tc_only, &tc) == NB_OK;
+    const int mma_ok = !tc_ok && nbi_plan(ctx, g, &mma_only, &tc) == NB_OK;
+    const int sms = ctx->info.sm_count;
+    for (size_t r = 0; r < sizeof k_rows / sizeof k_rows[0]; r++) {
+        const struct cand_row *row = &k_rows[r];
+        const int fast = row->path == NB_GEMM_PATH_TENSOR_CORE || row->path == NB_GEMM_PATH_MMA;
+        if (g->m < row->m_min || (row->path == NB_GEMM_PATH_TENSOR_CORE && !tc_ok) ||
+            (row->path == NB_GEMM_PATH_MMA && !mma_ok))
+            continue;
+        if (g->m > row->m_max && (fast || tc_ok || mma_ok)) continue;
+        const int nkw = list_len(row->kw, 5), nrpw = list_len(row->rpw, 3), ns = list_len(row->splits, 7),
+                  nbn = list_len(row->bn, 4), nr = list_len(row->raster, 5);
+        for (int a = 0; a < nkw; a++)
+            for (int b = 0; b < nrpw; b++)
+                for (int s = 0; s < ns; s++)
+                    for (int w = 0; w < nbn; w++)
+                        for (int q = 0; q < nr; q++) {
+                            nb_gemm_config want;
+                            memset(&want, 0, sizeof want);
+                            want.path = row->path;
+                            want.variant = row->variant;
+                            want.kw = row->kw[a], want.rpw = row->rpw[b], want.splits = row->splits[s];
+                            want.bn = row->bn[w], want.raster = row->raster[q];
+                            /* a tile at most half empty */
+                            if (want.bn > 64 && want.bn >= 2 * g->m) continue;
+                            const nbi_request rq = nbi_request_of(&want);
+                            if (nbi_plan(ctx, g, &rq, &p) != NB_OK) continue;
+                            const nb_gemm_config got = nbi_config_of(&p);
+                            /* a global split only while the grid is small: past a few CTAs
+                             * per SM it only adds the workspace round trip */
+                            if (got.path == NB_GEMM_PATH_DECODE && got.splits > 1 &&
+                                (int64_t)p.grid_x * got.splits > 4 * (int64_t)sms)
+                                continue;
+                            int dup = 0;
+                            for (int i = 0; i < n && !dup; i++) dup = same_run(&c[i], &got, &p);
+                            if (!dup && n < MAX_CANDS) c[n++] = got;
+                        }
+    }
+    *count = (size_t)n;
+    for (int i = 0; i < n && (size_t)i < max; i++) configs[i] = c[i];
+    return NB_OK;
+}
