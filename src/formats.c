@@ -12,12 +12,21 @@
 
 /* ----------------------------------------------------------- traits table */
 
+/* Codes pack whole into bytes (2, 4 or 8 bits) and a group divides the
+ * 128 k of a packed chunk or is a multiple of it. */
+#define NBI_X_CHECK(NAME, value, str, elem, bits, grp, ...)                                              \
+    _Static_assert((bits) == 2 || (bits) == 4 || (bits) == 8, #NAME ": element_bits must be 2, 4 or 8"); \
+    _Static_assert((grp) > 0 && (NBI_CHUNK_K % (grp) == 0 || (grp) % NBI_CHUNK_K == 0), #NAME ": group");
+NB_FORMAT_LIST(NBI_X_CHECK)
+#undef NBI_X_CHECK
+
 static const nbi_format_traits k_traits[NBI_FORMAT_COUNT] = {
 #define NBI_X_ROW(NAME, value, str, elem, bits, grp, st, sbytes, ts, zp)                                    \
     {.format = NB_FORMAT_##NAME, .name = str, .element = elem, .element_bits = bits, .group = grp,             \
      .scale_type = st, .scale_bytes = sbytes, .tensor_scale = ts, .zero_point = zp,                            \
      .index = NBI_FORMAT_INDEX_##NAME, .kernels = 0 NBI_KERNEL_FORMATS(NBI_X_IS, NAME),                       \
-     .chunk_scale_bytes = NBI_CHUNK_ROWS * NBI_CHUNK_K / (grp) * (sbytes)},
+     .chunk_scale_bytes = NBI_CHUNK_ROWS * NBI_CHUNK_K / (grp) * (sbytes),                                    \
+     .code_shift = (bits) == 2 ? 2 : (bits) == 4 ? 1 : 0},
 #define NBI_X_IS(K, NAME) || NBI_FORMAT_INDEX_##K == NBI_FORMAT_INDEX_##NAME
     NB_FORMAT_LIST(NBI_X_ROW)
 #undef NBI_X_IS
@@ -126,13 +135,13 @@ size_t nbi_codes_bytes(const nbi_format_traits *t, int64_t elements) {
 }
 
 uint8_t nbi_code_get(const nbi_format_traits *t, const uint8_t *codes, int64_t i) {
-    const int per = 8 / t->element_bits;
-    return (uint8_t)((codes[i / per] >> ((i % per) * t->element_bits)) & ((1u << t->element_bits) - 1u));
+    const int64_t in_byte = i & ((1 << t->code_shift) - 1);
+    return (uint8_t)((codes[i >> t->code_shift] >> (in_byte * t->element_bits)) & ((1u << t->element_bits) - 1u));
 }
 
 void nbi_code_put(const nbi_format_traits *t, uint8_t *codes, int64_t i, uint8_t c) {
-    const int per = 8 / t->element_bits;
-    codes[i / per] |= (uint8_t)(c << ((i % per) * t->element_bits));
+    const int64_t in_byte = i & ((1 << t->code_shift) - 1);
+    codes[i >> t->code_shift] |= (uint8_t)(c << (in_byte * t->element_bits));
 }
 
 float nbi_element(nb_element_type t, uint8_t code) {
@@ -382,23 +391,26 @@ static nb_status quantize_rows(nb_context *ctx, const nbi_format_traits *t, nb_w
     }
     nb_status status = quantize_finish_scan(ctx, t, d, bad, amax);
     if (status) return status;
+    float *blk = (float *)malloc(sizeof(float) * (size_t)g); /* one block's values (groups of any size) */
+    if (!blk) return nbi_fail(ctx, NB_ERR_OUT_OF_MEMORY, "quantize: out of host memory");
     memset(codes, 0, nbi_codes_bytes(t, n * k));
     for (int64_t r = 0; r < n; r++) {
         for (int64_t b = 0; b < ng; b++) {
             const int64_t first = r * k + b * g;
             float bmax = 0.0f;
             for (int64_t j = 0; j < g; j++) {
-                const float v = nbi_load(st, src, (size_t)(first + j));
-                if (fabsf(v) > bmax) bmax = fabsf(v);
+                blk[j] = nbi_load(st, src, (size_t)(first + j));
+                if (fabsf(blk[j]) > bmax) bmax = fabsf(blk[j]);
             }
             float denom = 0.0f;
             scales[r * ng + b] = block_scale(t, d, bmax, &denom);
             for (int64_t j = 0; j < g; j++) {
-                const uint8_t c = denom > 0.0f ? nbi_to_element(t->element, nbi_load(st, src, (size_t)(first + j)) / denom) : 0;
+                const uint8_t c = denom > 0.0f ? nbi_to_element(t->element, blk[j] / denom) : 0;
                 nbi_code_put(t, codes, first + j, c);
             }
         }
     }
+    free(blk);
     return NB_OK;
 }
 

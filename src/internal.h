@@ -47,6 +47,7 @@ typedef struct nbi_format_traits {
     int index;             /* position in NB_FORMAT_LIST */
     int kernels;           /* in NBI_KERNEL_FORMATS */
     int chunk_scale_bytes; /* scale bytes in one packed chunk (16 rows x 128 k) */
+    int code_shift;        /* log2 of the codes per byte (8 / element_bits: 2, 4, 8 bits) */
 } nbi_format_traits;
 
 /* NULL for a value that is not a format of this library. */
