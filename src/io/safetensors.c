@@ -729,150 +729,141 @@ static int utf8_ok(const char *s) {
     return nbio_utf8_bad((const unsigned char *)s, n) == n;
 }
 
-nb_status nb_st_write(const char *path, const nb_st_tensor *tensors, size_t count, const char *const *meta,
-                      size_t npairs) {
-    if (!path) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_st_write: path is NULL");
-    if (count && !tensors) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "%s: tensors is NULL", path);
-    if (npairs && !meta) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "%s: metadata is NULL", path);
+/* Stage 1 of nb_st_write: the metadata pairs - strings, UTF-8, key length,
+ * no key twice. */
+static nb_status check_meta(const char *path, const char *const *meta, size_t npairs) {
     for (size_t i = 0; i < 2 * npairs; i++) {
         if (!meta[i]) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "%s: metadata string %zu is NULL", path, i);
         if (!utf8_ok(meta[i]))
             return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s: metadata string %zu is not UTF-8", path, i);
         if (i % 2 == 0 && strlen(meta[i]) > NB_ST_MAX_NAME)
-            return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s: metadata key %zu longer than %d bytes", path,
-                           i / 2, NB_ST_MAX_NAME);
+            return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s: metadata key %zu longer than %d bytes", path, i / 2,
+                            NB_ST_MAX_NAME);
         if (i % 2 == 0)
             for (size_t j = 0; j < i; j += 2)
                 if (!strcmp(meta[j], meta[i]))
-                    return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s: metadata key \"%.64s\" given twice",
-                                   path, meta[i]);
+                    return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s: metadata key \"%.64s\" given twice", path,
+                                    meta[i]);
     }
-    wt *w = (wt *)calloc(count ? count : 1, sizeof *w);
-    if (!w) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
-    nb_status st = NB_OK;
-    for (size_t i = 0; i < count && !st; i++) {
-        const nb_st_tensor *t = &tensors[i];
-        const char *nm = t->name ? t->name : "(null)";
-        w[i].t = t;
-        if (!t->name || !t->name[0] || strlen(t->name) > NB_ST_MAX_NAME || !strcmp(t->name, "__metadata__") ||
-            !utf8_ok(t->name)) {
-            st = nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s: tensor %zu \"%.64s\": name is NULL, empty, longer "
-                         "than %d bytes, \"__metadata__\" or not UTF-8", path, i, nm, NB_ST_MAX_NAME);
-            break;
-        }
-        if (nb_st_dtype_info(t->dtype, NULL, &w[i].bits) != NB_OK) {
-            st = nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s: tensor \"%.64s\": unknown dtype %d", path, nm,
-                         (int)t->dtype);
-            break;
-        }
-        if (t->rank < 0 || t->rank > NB_ST_MAX_RANK) {
-            st = nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s: tensor \"%.64s\": rank %d outside 0..%d", path, nm,
-                         t->rank, NB_ST_MAX_RANK);
-            break;
-        }
-        uint64_t elems = 1;
-        for (int d = 0; d < t->rank && !st; d++) {
-            if (t->shape[d] < 0 || (uint64_t)t->shape[d] > NB_ST_MAX_DIM)
-                st = nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s: tensor \"%.64s\": shape[%d] = %lld outside "
-                             "[0, 2^48-1]", path, nm, d, (long long)t->shape[d]);
-            else if (__builtin_mul_overflow(elems, (uint64_t)t->shape[d], &elems))
-                st = nbi_fail(NULL, NB_ERR_OVERFLOW, "%s: tensor \"%.64s\": element count overflows", path, nm);
-        }
-        uint64_t nbits;
-        if (!st && __builtin_mul_overflow(elems, (uint64_t)w[i].bits, &nbits))
-            st = nbi_fail(NULL, NB_ERR_OVERFLOW, "%s: tensor \"%.64s\": size in bits overflows", path, nm);
-        else if (!st && nbits % 8)
-            st = nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s: tensor \"%.64s\": %llu elements x %d bits is not "
-                         "whole bytes", path, nm, (unsigned long long)elems, w[i].bits);
-        else if (!st && nbits / 8 != (uint64_t)t->bytes)
-            st = nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s: tensor \"%.64s\": bytes %zu, shape and dtype need "
-                         "%llu", path, nm, t->bytes, (unsigned long long)(nbits / 8));
-        else if (!st && t->bytes && !t->data)
-            st = nbi_fail(NULL, NB_ERR_NULL_POINTER, "%s: tensor \"%.64s\": data is NULL", path, nm);
+    return NB_OK;
+}
+
+/* Stage 2: tensor i - its name, dtype (bits into w), rank, shape, byte
+ * count, data, reserved fields. */
+static nb_status check_tensor(const char *path, const nb_st_tensor *t, size_t i, wt *w) {
+    const char *nm = t->name ? t->name : "(null)";
+    w->t = t;
+    if (!t->name || !t->name[0] || strlen(t->name) > NB_ST_MAX_NAME || !strcmp(t->name, "__metadata__") ||
+        !utf8_ok(t->name))
+        return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s: tensor %zu \"%.64s\": name is NULL, empty, longer than %d "
+                        "bytes, \"__metadata__\" or not UTF-8", path, i, nm, NB_ST_MAX_NAME);
+    const int row = dtype_row(t->dtype);
+    if (row < 0)
+        return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s: tensor \"%.64s\": unknown dtype %d", path, nm,
+                        (int)t->dtype);
+    w->bits = k_dtypes[row].bits;
+    if (t->rank < 0 || t->rank > NB_ST_MAX_RANK)
+        return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s: tensor \"%.64s\": rank %d outside 0..%d", path, nm, t->rank,
+                        NB_ST_MAX_RANK);
+    uint64_t elems = 1, nbits;
+    for (int d = 0; d < t->rank; d++) {
+        if (t->shape[d] < 0 || (uint64_t)t->shape[d] > NB_ST_MAX_DIM)
+            return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s: tensor \"%.64s\": shape[%d] = %lld outside "
+                            "[0, 2^48-1]", path, nm, d, (long long)t->shape[d]);
+        if (__builtin_mul_overflow(elems, (uint64_t)t->shape[d], &elems))
+            return nbi_fail(NULL, NB_ERR_OVERFLOW, "%s: tensor \"%.64s\": element count overflows", path, nm);
     }
-    if (!st) {
-        qsort(w, count, sizeof *w, cmp_wt_name);
-        for (size_t i = 1; i < count && !st; i++)
-            if (!strcmp(w[i - 1].t->name, w[i].t->name))
-                st = nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s: tensor name \"%.64s\" given twice", path,
-                             w[i].t->name);
-    }
-    if (st) {
-        free(w);
-        return st;
-    }
+    if (__builtin_mul_overflow(elems, (uint64_t)w->bits, &nbits))
+        return nbi_fail(NULL, NB_ERR_OVERFLOW, "%s: tensor \"%.64s\": size in bits overflows", path, nm);
+    if (nbits % 8)
+        return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s: tensor \"%.64s\": %llu elements x %d bits is not whole "
+                        "bytes", path, nm, (unsigned long long)elems, w->bits);
+    if (nbits / 8 != (uint64_t)t->bytes)
+        return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s: tensor \"%.64s\": bytes %zu, shape and dtype need %llu",
+                        path, nm, t->bytes, (unsigned long long)(nbits / 8));
+    if (t->bytes && !t->data)
+        return nbi_fail(NULL, NB_ERR_NULL_POINTER, "%s: tensor \"%.64s\": data is NULL", path, nm);
+    if (!nbio_reserved_zero(t->reserved, sizeof t->reserved / sizeof t->reserved[0]))
+        return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s: tensor \"%.64s\": reserved fields are not zero", path, nm);
+    return NB_OK;
+}
+
+/* Stage 3: no name twice, then the reference writer's order and the
+ * offsets (the data buffer within 2^48-1 bytes). */
+static nb_status layout_tensors(const char *path, wt *w, size_t count) {
+    qsort(w, count, sizeof *w, cmp_wt_name);
+    for (size_t i = 1; i < count; i++)
+        if (!strcmp(w[i - 1].t->name, w[i].t->name))
+            return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s: tensor name \"%.64s\" given twice", path,
+                            w[i].t->name);
     qsort(w, count, sizeof *w, cmp_wt_layout);
     uint64_t pos = 0;
     for (size_t i = 0; i < count; i++) {
         w[i].begin = pos;
-        if (__builtin_add_overflow(pos, (uint64_t)w[i].t->bytes, &pos) || pos > NB_ST_MAX_DIM) {
-            free(w);
+        if (__builtin_add_overflow(pos, (uint64_t)w[i].t->bytes, &pos) || pos > NB_ST_MAX_DIM)
             return nbi_fail(NULL, NB_ERR_OVERFLOW, "%s: data buffer exceeds 2^48-1 bytes", path);
-        }
     }
+    return NB_OK;
+}
 
-    sbuf h = {0};
-    sb_str(&h, "{\"__metadata__\":{\"format\":");
+/* Stage 4: the header - __metadata__ with "format" first, then the tensors
+ * in data order, space-padded to a multiple of 8. */
+static nb_status build_header(const char *path, const wt *w, size_t count, const char *const *meta, size_t npairs,
+                              sbuf *h) {
+    sb_str(h, "{\"__metadata__\":{\"format\":");
     const char *fmt = "pt";
     for (size_t i = 0; i < npairs; i++)
         if (!strcmp(meta[2 * i], "format")) fmt = meta[2 * i + 1];
-    sb_json(&h, fmt);
+    sb_json(h, fmt);
     for (size_t i = 0; i < npairs; i++) {
         if (!strcmp(meta[2 * i], "format")) continue;
-        sb_str(&h, ",");
-        sb_json(&h, meta[2 * i]);
-        sb_str(&h, ":");
-        sb_json(&h, meta[2 * i + 1]);
+        sb_str(h, ",");
+        sb_json(h, meta[2 * i]);
+        sb_str(h, ":");
+        sb_json(h, meta[2 * i + 1]);
     }
-    sb_str(&h, "}");
+    sb_str(h, "}");
     for (size_t i = 0; i < count; i++) {
-        const char *dname = "";
-        nb_st_dtype_info(w[i].t->dtype, &dname, NULL);
-        sb_str(&h, ",");
-        sb_json(&h, w[i].t->name);
-        sb_str(&h, ":{\"dtype\":\"");
-        sb_str(&h, dname);
-        sb_str(&h, "\",\"shape\":[");
+        sb_str(h, ",");
+        sb_json(h, w[i].t->name);
+        sb_str(h, ":{\"dtype\":\"");
+        sb_str(h, k_dtypes[dtype_row(w[i].t->dtype)].name); /* checked by check_tensor */
+        sb_str(h, "\",\"shape\":[");
         for (int d = 0; d < w[i].t->rank; d++) {
-            if (d) sb_str(&h, ",");
-            sb_u64(&h, (uint64_t)w[i].t->shape[d]);
+            if (d) sb_str(h, ",");
+            sb_u64(h, (uint64_t)w[i].t->shape[d]);
         }
-        sb_str(&h, "],\"data_offsets\":[");
-        sb_u64(&h, w[i].begin);
-        sb_str(&h, ",");
-        sb_u64(&h, w[i].begin + w[i].t->bytes);
-        sb_str(&h, "]}");
+        sb_str(h, "],\"data_offsets\":[");
+        sb_u64(h, w[i].begin);
+        sb_str(h, ",");
+        sb_u64(h, w[i].begin + w[i].t->bytes);
+        sb_str(h, "]}");
     }
-    sb_str(&h, "}");
-    while (!h.oom && h.len % 8) sb_str(&h, " ");
-    if (h.oom) {
-        free(h.p);
-        free(w);
-        return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "%s: out of memory for the header", path);
-    }
-    if (h.len > NB_ST_MAX_HEADER) {
-        free(h.p);
-        free(w);
-        return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s: header of %zu bytes exceeds %llu", path, h.len,
-                       NB_ST_MAX_HEADER);
-    }
+    sb_str(h, "}");
+    while (!h->oom && h->len % 8) sb_str(h, " ");
+    if (h->oom) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "%s: out of memory for the header", path);
+    if (h->len > NB_ST_MAX_HEADER)
+        return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s: header of %zu bytes exceeds %llu", path, h->len,
+                        NB_ST_MAX_HEADER);
+    return NB_OK;
+}
 
+/* Stage 5: "<path>.tmp.XXXXXX" with the length, header and data, fsync'ed
+ * (mode 0644) and renamed over path; removed on any failure. */
+static nb_status write_file_atomic(const char *path, const sbuf *h, const wt *w, size_t count) {
     size_t plen = strlen(path);
     char *tmp = (char *)malloc(plen + 16);
-    if (!tmp) {
-        free(h.p);
-        free(w);
-        return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
-    }
+    if (!tmp) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
     memcpy(tmp, path, plen);
     memcpy(tmp + plen, ".tmp.XXXXXX", 12);
+    nb_status st = NB_OK;
     int fd = mkstemp(tmp);
     if (fd < 0) {
         st = nbi_fail(NULL, NB_ERR_IO, "%s: cannot create a temporary file: %s", path, strerror(errno));
     } else {
         unsigned char len8[8];
-        for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
-        int bad = write_all(fd, len8, 8) || write_all(fd, h.p, h.len);
+        for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h->len >> (8 * i));
+        int bad = write_all(fd, len8, 8) || write_all(fd, h->p, h->len);
         for (size_t i = 0; i < count && !bad; i++) bad = write_all(fd, w[i].t->data, w[i].t->bytes);
         if (!bad) bad = fchmod(fd, 0644) || fsync(fd);
         int e = errno;
@@ -884,6 +875,23 @@ nb_status nb_st_write(const char *path, const nb_st_tensor *tensors, size_t coun
         }
     }
     free(tmp);
+    return st;
+}
+
+nb_status nb_st_write(const char *path, const nb_st_tensor *tensors, size_t count, const char *const *meta,
+                      size_t npairs) {
+    if (!path) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_st_write: path is NULL");
+    if (count && !tensors) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "%s: tensors is NULL", path);
+    if (npairs && !meta) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "%s: metadata is NULL", path);
+    nb_status st = check_meta(path, meta, npairs);
+    if (st != NB_OK) return st;
+    wt *w = (wt *)calloc(count ? count : 1, sizeof *w);
+    if (!w) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
+    for (size_t i = 0; i < count && st == NB_OK; i++) st = check_tensor(path, &tensors[i], i, &w[i]);
+    if (st == NB_OK) st = layout_tensors(path, w, count);
+    sbuf h = {0};
+    if (st == NB_OK) st = build_header(path, w, count, meta, npairs, &h);
+    if (st == NB_OK) st = write_file_atomic(path, &h, w, count);
     free(h.p);
     free(w);
     return st;
