@@ -757,7 +757,7 @@ nb_status nbio_resolve_checkpoint(const char *path, char **dir_out, char **file_
             free(dir);
             if (!dir || !have) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
             return nbi_fail(NULL, NB_ERR_NOT_FOUND,
-                             "%s: neither model.safetensors.index.json nor model.safetensors is there", path);
+                            "%s: neither model.safetensors.index.json nor model.safetensors is there", path);
         }
     } else {
         dir = ck_dirname(path);
@@ -1020,7 +1020,7 @@ nb_status nb_ckpt_layer_weight(const nb_ckpt *c, size_t i, int64_t expert, nb_we
     nb_ckpt_format f = L->pub.format;
     if (f == NB_CKPT_NONE || f == NB_CKPT_INCONSISTENT)
         return nbi_fail(NULL, NB_ERR_UNSUPPORTED, "%s: %s layer has no 4-bit weight%s%s", L->prefix,
-                       fmt_name(f), L->pub.problem[0] ? ": " : "", L->pub.problem);
+                        fmt_name(f), L->pub.problem[0] ? ": " : "", L->pub.problem);
     int64_t ne = f == NB_CKPT_GPTOSS_MXFP4 ? L->pub.experts : 1;
     if (expert < 0 || expert >= ne)
         return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s: expert %lld out of range [0, %lld)", L->prefix,

@@ -212,7 +212,7 @@ nb_status nbio_convert_recip(const nb_ckpt_convert_opts *o, nb_ckpt_convert_summ
     int k = to_ct ? recip_to_ct(v, r) : recip_to_mo(v, r);
     if (k == SC_INVALID)
         return nbi_fail(NULL, NB_ERR_UNSUPPORTED, "%s = %g has no finite non-zero reciprocal (the %s layout "
-                         "stores 1/x)", name, (double)v, to_ct ? "compressed-tensors" : "ModelOpt");
+                        "stores 1/x)", name, (double)v, to_ct ? "compressed-tensors" : "ModelOpt");
     if (k == SC_EXACT) {
         sum->scales_exact++;
     } else if (k == SC_ADJUSTED) {
@@ -224,7 +224,7 @@ nb_status nbio_convert_recip(const nb_ckpt_convert_opts *o, nb_ckpt_convert_summ
         sum->scales_inexact++;
         if (o->strict)
             return nbi_fail(NULL, NB_ERR_UNSUPPORTED, "%s = %.9g: no float g has 1/g == %.9g, so "
-                             "compressed-tensors cannot hold it exactly (strict)", name, (double)v, (double)v);
+                            "compressed-tensors cannot hold it exactly (strict)", name, (double)v, (double)v);
         nbio_convert_warn(o, sum, "warning: %s = %.9g: no float g has 1/g equal to it; writing %.9g, whose reciprocal "
                           "%.9g differs in the last place (dequantized values may differ by that rounding)",
                           name, (double)v, (double)*r, (double)(1.0f / *r));
@@ -501,7 +501,7 @@ static nb_status plan_all(cstate *s) {
     for (size_t i = 1; i < n && st == NB_OK; i++)
         if (!strcmp(names[i - 1], names[i]))
             st = nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "two output tensors would be called \"%.200s\" "
-                           "(a converted name collides with an existing tensor)", names[i]);
+                          "(a converted name collides with an existing tensor)", names[i]);
     free(names);
     s->sum.tensors_out = n;
     return st;

@@ -137,7 +137,7 @@ static nb_status input_scale_of(gstate *s, const char *prefix, int64_t want, int
         uint64_t el = t.bytes / 4;
         if (t.type != NB_GGML_TYPE_F32 || (el != 1 && el != (uint64_t)want))
             st = nbi_fail(NULL, NB_ERR_UNSUPPORTED, "GGUF tensor \"%s\" must be F32 with 1 or %lld "
-                           "values", name, (long long)want);
+                          "values", name, (long long)want);
         else *index = i;
     }
     free(name);

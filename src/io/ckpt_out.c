@@ -68,7 +68,7 @@ nb_status nbio_read_json(const char *dir, const char *name, size_t max, cJSON **
     }
     if ((uint64_t)sb.st_size > max) {
         st = nbi_fail(NULL, NB_ERR_CORRUPT, "%s: %lld bytes, over the %zu-byte limit for a config file", path,
-                       (long long)sb.st_size, max);
+                      (long long)sb.st_size, max);
         goto done;
     }
     size_t n = (size_t)sb.st_size;
@@ -97,7 +97,7 @@ nb_status nbio_parse_json(const char *label, const char *text, size_t n, cJSON *
     if (!j || !cJSON_IsObject(j)) {
         cJSON_Delete(j);
         return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: not a JSON object (parse error near byte %lld)", label,
-                         end && j == NULL ? (long long)(end - text) : 0LL);
+                        end && j == NULL ? (long long)(end - text) : 0LL);
     }
     *out = j;
     return NB_OK;
@@ -126,7 +126,7 @@ nb_status nbio_out_open(nbio_out *o, const char *dir) {
     closedir(d);
     if (!empty)
         return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT,
-                         "%s is not empty (the output must be a new or empty directory)", dir);
+                        "%s is not empty (the output must be a new or empty directory)", dir);
     return NB_OK;
 }
 
@@ -462,7 +462,7 @@ nb_status nbio_shard_begin(nbio_out *o, nbio_shard *s, const char *name, const n
 nb_status nbio_shard_write(nbio_shard *s, const nbio_oent *e, const void *p, size_t n, uint64_t at) {
     if (at > e->bytes || n > e->bytes - at)
         return nbi_fail(NULL, NB_ERR_INTERNAL, "%s: %zu bytes at %llu overflow tensor %s", s->name,
-                         n, (unsigned long long)at, e->name);
+                        n, (unsigned long long)at, e->name);
     if (pwrite_all(s->fd, p, n, s->base + e->off + at) != NB_OK)
         return nbi_fail(NULL, NB_ERR_IO, "%s: writing %s: %s", s->tmp, e->name, strerror(errno));
     return NB_OK;

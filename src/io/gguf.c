@@ -122,7 +122,7 @@ static nb_status rd_u32(rd *r, uint32_t *v, const char *what) {
     *v = 0;
     if (!rd_need(r, 4))
         return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: %s runs past the end of the file at byte %zu (rule: "
-                         "inside the file)", r->label, what, r->pos);
+                        "inside the file)", r->label, what, r->pos);
     *v = le32(r->p + r->pos);
     r->pos += 4;
     return NB_OK;
@@ -132,7 +132,7 @@ static nb_status rd_u64(rd *r, uint64_t *v, const char *what) {
     *v = 0;
     if (!rd_need(r, 8))
         return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: %s runs past the end of the file at byte %zu (rule: "
-                         "inside the file)", r->label, what, r->pos);
+                        "inside the file)", r->label, what, r->pos);
     *v = le64(r->p + r->pos);
     r->pos += 8;
     return NB_OK;
@@ -145,11 +145,11 @@ static nb_status rd_str(rd *r, const uint8_t **s, uint64_t *len, uint64_t max, c
     if (st != NB_OK) return st;
     if (*len > max)
         return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: %s of %llu bytes at byte %zu is longer than %llu "
-                         "(rule: string length)", r->label, what, (unsigned long long)*len, r->pos - 8,
-                         (unsigned long long)max);
+                        "(rule: string length)", r->label, what, (unsigned long long)*len, r->pos - 8,
+                        (unsigned long long)max);
     if (!rd_need(r, *len))
         return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: %s of %llu bytes at byte %zu runs past the end of "
-                         "the file (rule: string length)", r->label, what, (unsigned long long)*len, r->pos - 8);
+                        "the file (rule: string length)", r->label, what, (unsigned long long)*len, r->pos - 8);
     *s = r->p + r->pos;
     r->pos += (size_t)*len;
     return NB_OK;
@@ -177,14 +177,14 @@ static nb_status parse_kv(nb_gguf_file *g, rd *r, size_t i) {
     if (st != NB_OK) return st;
     if (n == 0 || !text_ok(s, n))
         return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: key %zu is empty, holds a NUL byte or is not UTF-8 "
-                         "(rule: keys are UTF-8 text)", r->label, i);
+                        "(rule: keys are UTF-8 text)", r->label, i);
     if (!(k->key = dup_n(s, n))) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
     k->pub.key = k->key;
     uint32_t t = 0;
     if ((st = rd_u32(r, &t, "value type")) != NB_OK) return st;
     if (t > NB_GGUF_FLOAT64)
         return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: key \"%.64s\": value type %u outside 0..12 (rule: "
-                         "value types)", r->label, k->key, t);
+                        "value types)", r->label, k->key, t);
     k->pub.type = k->pub.elem_type = (nb_gguf_vtype)t;
     k->pub.count = 1;
     if (t == NB_GGUF_ARRAY) {
@@ -194,7 +194,7 @@ static nb_status parse_kv(nb_gguf_file *g, rd *r, size_t i) {
             return st;
         if (et > NB_GGUF_FLOAT64 || et == NB_GGUF_ARRAY)
             return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: key \"%.64s\": array element type %u (rule: "
-                             "arrays hold scalars or strings, not arrays)", r->label, k->key, et);
+                            "arrays hold scalars or strings, not arrays)", r->label, k->key, et);
         k->pub.elem_type = (nb_gguf_vtype)et;
         k->pub.count = cnt;
         k->pub.data = r->p + r->pos;
@@ -202,23 +202,23 @@ static nb_status parse_kv(nb_gguf_file *g, rd *r, size_t i) {
         if (et == NB_GGUF_STRING) {
             if (cnt > (r->size - r->pos) / 8)
                 return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: key \"%.64s\": %llu strings cannot fit in the "
-                                 "%zu bytes left (rule: inside the file)", r->label, k->key, (unsigned long long)cnt,
-                                 r->size - r->pos);
+                                "%zu bytes left (rule: inside the file)", r->label, k->key, (unsigned long long)cnt,
+                                r->size - r->pos);
             for (uint64_t j = 0; j < cnt; j++) {
                 if ((st = rd_str(r, &s, &n, UINT64_MAX, "array string")) != NB_OK) return st;
                 if (!text_ok(s, n))
                     return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: key \"%.64s\": string %llu is not UTF-8 "
-                                     "text (rule: strings are UTF-8)", r->label, k->key, (unsigned long long)j);
+                                    "text (rule: strings are UTF-8)", r->label, k->key, (unsigned long long)j);
             }
         } else {
             uint64_t bytes;
             if (__builtin_mul_overflow(cnt, (uint64_t)k_vsize[et], &bytes))
                 return nbi_fail(NULL, NB_ERR_OVERFLOW, "%s: key \"%.64s\": array of %llu elements "
-                                 "overflows (rule: sizes)", r->label, k->key, (unsigned long long)cnt);
+                                "overflows (rule: sizes)", r->label, k->key, (unsigned long long)cnt);
             if (!rd_need(r, bytes))
                 return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: key \"%.64s\": array of %llu x %d bytes runs "
-                                 "past the end of the file (rule: inside the file)", r->label, k->key,
-                                 (unsigned long long)cnt, k_vsize[et]);
+                                "past the end of the file (rule: inside the file)", r->label, k->key,
+                                (unsigned long long)cnt, k_vsize[et]);
             r->pos += (size_t)bytes;
         }
         k->pub.bytes = r->pos - start;
@@ -228,7 +228,7 @@ static nb_status parse_kv(nb_gguf_file *g, rd *r, size_t i) {
         if ((st = rd_str(r, &s, &n, UINT64_MAX, "string value")) != NB_OK) return st;
         if (!text_ok(s, n))
             return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: key \"%.64s\": value is not UTF-8 text (rule: "
-                             "strings are UTF-8)", r->label, k->key);
+                            "strings are UTF-8)", r->label, k->key);
         if (!(k->str = dup_n(s, n))) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
         k->pub.str = k->str;
         k->pub.data = s;
@@ -237,7 +237,7 @@ static nb_status parse_kv(nb_gguf_file *g, rd *r, size_t i) {
     }
     if (!rd_need(r, (uint64_t)k_vsize[t]))
         return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: key \"%.64s\": value runs past the end of the file "
-                         "(rule: inside the file)", r->label, k->key);
+                        "(rule: inside the file)", r->label, k->key);
     k->pub.data = r->p + r->pos;
     k->pub.bytes = (uint64_t)k_vsize[t];
     r->pos += (size_t)k_vsize[t];
@@ -252,7 +252,7 @@ static nb_status parse_tensor(nb_gguf_file *g, rd *r, size_t i) {
     if (st != NB_OK) return st;
     if (n == 0 || !text_ok(s, n))
         return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor %zu: name empty, with a NUL byte or not "
-                         "UTF-8 (rule: names are UTF-8 text)", r->label, i);
+                        "UTF-8 (rule: names are UTF-8 text)", r->label, i);
     if (!(t->name = dup_n(s, n))) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
     nb_gguf_tensor *p = &t->pub;
     p->name = t->name;
@@ -260,7 +260,7 @@ static nb_status parse_tensor(nb_gguf_file *g, rd *r, size_t i) {
     if ((st = rd_u32(r, &nd, "n_dims")) != NB_OK) return st;
     if (nd < 1 || nd > NB_GGUF_MAX_DIMS)
         return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%s\": n_dims %u outside 1..%d (rule: "
-                         "dimensions)", r->label, t->name, nd, NB_GGUF_MAX_DIMS);
+                        "dimensions)", r->label, t->name, nd, NB_GGUF_MAX_DIMS);
     p->n_dims = (int)nd;
     for (int d = 0; d < NB_GGUF_MAX_DIMS; d++) p->ne[d] = 1;
     for (int d = 0; d < p->n_dims; d++) {
@@ -268,7 +268,7 @@ static nb_status parse_tensor(nb_gguf_file *g, rd *r, size_t i) {
         if ((st = rd_u64(r, &v, "dimension")) != NB_OK) return st;
         if (v > (uint64_t)INT64_MAX)
             return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%s\": ne[%d] = %llu is negative as "
-                             "int64 (rule: dimensions)", r->label, t->name, d, (unsigned long long)v);
+                            "int64 (rule: dimensions)", r->label, t->name, d, (unsigned long long)v);
         p->ne[d] = (int64_t)v;
         p->shape[p->n_dims - 1 - d] = (int64_t)v;
     }
@@ -276,23 +276,23 @@ static nb_status parse_tensor(nb_gguf_file *g, rd *r, size_t i) {
     int64_t blk, tb;
     if (nb_ggml_type_size(p->type, &blk, &tb) != NB_OK)
         return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%s\": unknown or retired ggml type %u "
-                         "(rule: ggml types)", r->label, t->name, p->type);
+                        "(rule: ggml types)", r->label, t->name, p->type);
     if (p->ne[0] % blk)
         return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%s\": ne[0] = %lld is not a multiple of "
-                         "%s's block of %lld (rule: whole blocks)", r->label, t->name, (long long)p->ne[0],
-                         type_name(p->type), (long long)blk);
+                        "%s's block of %lld (rule: whole blocks)", r->label, t->name, (long long)p->ne[0],
+                        type_name(p->type), (long long)blk);
     uint64_t bytes = (uint64_t)(p->ne[0] / blk), el = 1;
     for (int d = 0; d < NB_GGUF_MAX_DIMS; d++)
         if (__builtin_mul_overflow(el, (uint64_t)p->ne[d], &el))
             return nbi_fail(NULL, NB_ERR_OVERFLOW, "%s: tensor \"%s\": element count overflows (rule: "
-                             "sizes)", r->label, t->name);
+                            "sizes)", r->label, t->name);
     if (__builtin_mul_overflow(bytes, (uint64_t)tb, &bytes))
         return nbi_fail(NULL, NB_ERR_OVERFLOW, "%s: tensor \"%s\": byte count overflows", r->label,
-                         t->name);
+                        t->name);
     for (int d = 1; d < NB_GGUF_MAX_DIMS; d++)
         if (__builtin_mul_overflow(bytes, (uint64_t)p->ne[d], &bytes))
             return nbi_fail(NULL, NB_ERR_OVERFLOW, "%s: tensor \"%s\": byte count overflows (rule: "
-                             "sizes)", r->label, t->name);
+                            "sizes)", r->label, t->name);
     p->bytes = bytes;
     return rd_u64(r, &p->offset, "tensor offset");
 }
@@ -316,7 +316,7 @@ static nb_status validate(nb_gguf_file *g) {
     const char *L = g->label;
     if (g->size < 24)
         return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: %zu bytes, shorter than the 24-byte header (rule: header)",
-                         L, g->size);
+                        L, g->size);
     if (memcmp(g->base, "GGUF", 4))
         return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: magic is not \"GGUF\" (rule: magic)", L);
     r.pos = 4;
@@ -325,9 +325,9 @@ static nb_status validate(nb_gguf_file *g) {
     if (ver != 2 && ver != 3) {
         if (ver && !(ver & 0xFFFF) && (ver >> 16 || ver >> 24))
             return nbi_fail(NULL, NB_ERR_UNSUPPORTED, "%s: version bytes %08x read as big-endian %u: big-endian "
-                             "GGUF is not supported (rule: little-endian)", L, ver, __builtin_bswap32(ver));
+                            "GGUF is not supported (rule: little-endian)", L, ver, __builtin_bswap32(ver));
         return nbi_fail(NULL, NB_ERR_UNSUPPORTED, "%s: GGUF version %u; versions 2 and 3 are read (rule: "
-                         "version)", L, ver);
+                        "version)", L, ver);
     }
     g->version = ver;
     uint64_t nt, nkv;
@@ -336,10 +336,10 @@ static nb_status validate(nb_gguf_file *g) {
     /* a key/value pair takes at least 13 bytes, a tensor info 32 */
     if (nkv > (r.size - r.pos) / 13)
         return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: n_kv = %llu cannot fit in the file (rule: counts)", L,
-                         (unsigned long long)nkv);
+                        (unsigned long long)nkv);
     if (nt > (r.size - r.pos) / 32)
         return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: n_tensors = %llu cannot fit in the file (rule: counts)", L,
-                         (unsigned long long)nt);
+                        (unsigned long long)nt);
     g->kv = (kv_rec *)calloc(nkv ? (size_t)nkv : 1, sizeof *g->kv);
     g->t = (t_rec *)calloc(nt ? (size_t)nt : 1, sizeof *g->t);
     g->by_name = (struct by_name *)calloc(nt ? (size_t)nt : 1, sizeof *g->by_name);
@@ -358,7 +358,7 @@ static nb_status validate(nb_gguf_file *g) {
     for (size_t i = 1; i < g->nkv; i++)
         if (!strcmp(sorted[i - 1].key, sorted[i].key)) {
             st = nbi_fail(NULL, NB_ERR_CORRUPT, "%s: key \"%.64s\" appears twice (rule: unique keys)", L,
-                           sorted[i].key);
+                          sorted[i].key);
             break;
         }
     free(sorted);
@@ -369,7 +369,7 @@ static nb_status validate(nb_gguf_file *g) {
         uint32_t v = a->type == NB_GGUF_UINT32 ? le32(a->data) : 0;
         if (a->type != NB_GGUF_UINT32 || v == 0 || (v & (v - 1)))
             return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: general.alignment is %s %u, not a UINT32 power of two "
-                             "(rule: alignment)", L, k_vnames[a->type], v);
+                            "(rule: alignment)", L, k_vnames[a->type], v);
         g->alignment = v;
     }
     for (size_t i = 0; i < nt; i++, g->nt++)
@@ -385,19 +385,19 @@ static nb_status validate(nb_gguf_file *g) {
     for (size_t i = 1; i < g->nt; i++)
         if (!strcmp(g->by_name[i - 1].name, g->by_name[i].name))
             return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%s\" appears twice (rule: unique names)", L,
-                             g->by_name[i].name);
+                            g->by_name[i].name);
     /* the data section: after the infos, at the next multiple of the alignment */
     uint64_t al = g->alignment, pad = (al - r.pos % al) % al;
     g->data_offset = (uint64_t)r.pos + pad;
     if (g->nt == 0) {
         if (g->size > g->data_offset)
             return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: %llu bytes after the header of a file without tensors "
-                             "(rule: no trailing bytes)", L, (unsigned long long)(g->size - g->data_offset));
+                            "(rule: no trailing bytes)", L, (unsigned long long)(g->size - g->data_offset));
         return NB_OK;
     }
     if (g->data_offset > g->size)
         return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: the data section at byte %llu starts past the end of the "
-                         "file (rule: inside the file)", L, (unsigned long long)g->data_offset);
+                        "file (rule: inside the file)", L, (unsigned long long)g->data_offset);
     uint64_t avail = g->size - g->data_offset;
     size_t *order = (size_t *)malloc(g->nt * sizeof *order);
     if (!order) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "%s: out of memory", L);
@@ -414,27 +414,27 @@ static nb_status validate(nb_gguf_file *g) {
         nb_gguf_tensor *p = &g->t[order[i]].pub;
         if (p->offset % al)
             st = nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%s\": offset %llu is not a multiple of the "
-                           "alignment %llu (rule: alignment)", L, p->name, (unsigned long long)p->offset,
-                           (unsigned long long)al);
+                          "alignment %llu (rule: alignment)", L, p->name, (unsigned long long)p->offset,
+                          (unsigned long long)al);
         else if (p->offset > avail || p->bytes > avail - p->offset)
             st = nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%s\": %llu bytes at offset %llu run past the end "
-                           "of the file (%llu data bytes; rule: inside the file)", L, p->name,
-                           (unsigned long long)p->bytes, (unsigned long long)p->offset, (unsigned long long)avail);
+                          "of the file (%llu data bytes; rule: inside the file)", L, p->name,
+                          (unsigned long long)p->bytes, (unsigned long long)p->offset, (unsigned long long)avail);
         else if (p->offset < expect)
             st = nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%s\" at offset %llu overlaps the tensor before "
-                           "it, which ends at %llu (rule: no overlaps)", L, p->name, (unsigned long long)p->offset,
-                           (unsigned long long)expect);
+                          "it, which ends at %llu (rule: no overlaps)", L, p->name, (unsigned long long)p->offset,
+                          (unsigned long long)expect);
         else if (p->offset > expect)
             st = nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%s\" at offset %llu leaves a gap after %llu "
-                           "(rule: tensors are contiguous, each padded to the alignment)", L, p->name,
-                           (unsigned long long)p->offset, (unsigned long long)expect);
+                          "(rule: tensors are contiguous, each padded to the alignment)", L, p->name,
+                          (unsigned long long)p->offset, (unsigned long long)expect);
         if (st != NB_OK) break;
         p->data = g->base + g->data_offset + p->offset; /* offset + bytes <= avail: inside the image */
         uint64_t end = p->offset + p->bytes;
         expect = end + (al - end % al) % al;
         if (i + 1 == g->nt && avail > expect)
             st = nbi_fail(NULL, NB_ERR_CORRUPT, "%s: %llu bytes after the last tensor's padding (rule: no "
-                           "trailing bytes)", L, (unsigned long long)(avail - expect));
+                          "trailing bytes)", L, (unsigned long long)(avail - expect));
     }
     free(order);
     return st;

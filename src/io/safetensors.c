@@ -148,13 +148,13 @@ static nb_status scan_json(const char *label, const unsigned char *s, size_t n, 
             size_t j = i + 1;
             for (;;) {
                 if (j >= n) return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: header: unterminated string at byte %zu "
-                                           "(rule: header is valid JSON)", label, i);
+                                            "(rule: header is valid JSON)", label, i);
                 unsigned char b = s[j];
                 if (b == '"') break;
                 if (b < 0x20) {
                     key_context(ctx, sizeof ctx, s, (const size_t(*)[2])keys, depth);
                     return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: header: %sraw control character 0x%02x in a "
-                                   "string at byte %zu (rule: strings are valid JSON)", label, ctx, b, j);
+                                    "string at byte %zu (rule: strings are valid JSON)", label, ctx, b, j);
                 }
                 if (b == '\\') {
                     if (j + 1 >= n) { j = n; continue; } /* reported as unterminated next turn */
@@ -167,12 +167,12 @@ static nb_status scan_json(const char *label, const unsigned char *s, size_t n, 
                             if (x >= '0' && x <= '9') v |= (unsigned)(x - '0');
                             else if ((x | 0x20) >= 'a' && (x | 0x20) <= 'f') v |= (unsigned)((x | 0x20) - 'a' + 10);
                             else return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: header: bad \\u escape at byte "
-                                                "%zu (rule: header is valid JSON)", label, j);
+                                                 "%zu (rule: header is valid JSON)", label, j);
                         }
                         if (v == 0) {
                             key_context(ctx, sizeof ctx, s, (const size_t(*)[2])keys, depth);
                             return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: header: %s\\u0000 in a string at byte "
-                                           "%zu (rule: names contain no NUL)", label, ctx, j);
+                                            "%zu (rule: names contain no NUL)", label, ctx, j);
                         }
                         j += 6;
                     } else {
@@ -193,7 +193,7 @@ static nb_status scan_json(const char *label, const unsigned char *s, size_t n, 
         if (c == '{' || c == '[') {
             if (depth >= max_depth)
                 return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: header: JSON nested deeper than %d at byte %zu "
-                               "(rule: nesting limit)", label, max_depth, i);
+                                "(rule: nesting limit)", label, max_depth, i);
             stack[depth] = (char)c;
             expect_key[depth] = c == '{';
             keys[depth][0] = keys[depth][1] = 0;
@@ -204,7 +204,7 @@ static nb_status scan_json(const char *label, const unsigned char *s, size_t n, 
         if (c == '}' || c == ']') {
             if (depth == 0 || stack[depth - 1] != (c == '}' ? '{' : '['))
                 return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: header: unbalanced '%c' at byte %zu (rule: header "
-                               "is valid JSON)", label, c, i);
+                                "is valid JSON)", label, c, i);
             depth--;
             i++;
             continue;
@@ -232,7 +232,7 @@ static nb_status scan_json(const char *label, const unsigned char *s, size_t n, 
                     key_context(ctx, sizeof ctx, s, (const size_t(*)[2])keys, depth);
                     int l = (int)(j - i);
                     return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: header: %snumber '%.*s' at byte %zu %s", label,
-                                   ctx, l > 40 ? 40 : l, (const char *)s + i, i, why);
+                                    ctx, l > 40 ? 40 : l, (const char *)s + i, i, why);
                 }
             }
             i = j;
@@ -240,7 +240,7 @@ static nb_status scan_json(const char *label, const unsigned char *s, size_t n, 
         }
         if (c >= 0x80 || (c < 0x20 && c != ' ' && c != '\t' && c != '\n' && c != '\r'))
             return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: header: byte 0x%02x outside a string at byte %zu "
-                           "(rule: header is valid JSON)", label, c, i);
+                            "(rule: header is valid JSON)", label, c, i);
         i++;
     }
     return NB_OK;
@@ -254,7 +254,7 @@ static nb_status parse_json(const char *label, const char *text, size_t len, cJS
     if (!root) {
         size_t at = (end && end >= text && end <= text + len) ? (size_t)(end - text) : 0;
         return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: header: invalid JSON near byte %zu (rule: header is valid "
-                       "JSON)", label, at);
+                        "JSON)", label, at);
     }
     size_t at = (size_t)(end - text);
     for (; at < len; at++) {
@@ -262,13 +262,13 @@ static nb_status parse_json(const char *label, const char *text, size_t len, cJS
         if (c != ' ' && c != '\t' && c != '\n' && c != '\r') {
             cJSON_Delete(root);
             return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: header: data after the JSON value at byte %zu (rule: "
-                           "header is one JSON object, padded with whitespace)", label, at);
+                            "header is one JSON object, padded with whitespace)", label, at);
         }
     }
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: header: not a JSON object (rule: header is an object)",
-                       label);
+                        label);
     }
     *out = root;
     return NB_OK;
@@ -322,7 +322,7 @@ static int cmp_offset(const void *a, const void *b) {
 static nb_status parse_metadata(nb_st_file *f, const cJSON *md) {
     if (!cJSON_IsObject(md))
         return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: __metadata__ is not an object (rule: __metadata__ maps "
-                       "strings to strings)", f->label);
+                        "strings to strings)", f->label);
     size_t n = 0;
     for (const cJSON *c = md->child; c; c = c->next) n++;
     f->m = (st_meta *)calloc(n ? n : 1, sizeof *f->m);
@@ -330,10 +330,10 @@ static nb_status parse_metadata(nb_st_file *f, const cJSON *md) {
     for (const cJSON *c = md->child; c; c = c->next) {
         if (strlen(c->string) > NB_ST_MAX_NAME)
             return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: __metadata__ key \"%.64s...\" longer than %d bytes "
-                           "(rule: name length limit)", f->label, c->string, NB_ST_MAX_NAME);
+                            "(rule: name length limit)", f->label, c->string, NB_ST_MAX_NAME);
         if (!cJSON_IsString(c))
             return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: __metadata__ value of \"%.64s\" is not a string (rule: "
-                           "__metadata__ maps strings to strings)", f->label, c->string);
+                            "__metadata__ maps strings to strings)", f->label, c->string);
         f->m[f->nm].key = c->string;
         f->m[f->nm].value = c->valuestring;
         f->nm++;
@@ -342,7 +342,7 @@ static nb_status parse_metadata(nb_st_file *f, const cJSON *md) {
     for (size_t i = 1; i < f->nm; i++)
         if (!strcmp(f->m[i - 1].key, f->m[i].key))
             return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: __metadata__ key \"%.64s\" appears twice (rule: no "
-                           "duplicate keys)", f->label, f->m[i].key);
+                            "duplicate keys)", f->label, f->m[i].key);
     return NB_OK;
 }
 
@@ -351,7 +351,7 @@ static nb_status parse_tensor(nb_st_file *f, const cJSON *e, nb_st_tensor *t) {
     t->name = name;
     if (!cJSON_IsObject(e))
         return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": entry is not an object (rule: tensor "
-                       "info is {dtype, shape, data_offsets})", L, name);
+                        "info is {dtype, shape, data_offsets})", L, name);
     const cJSON *dt = NULL, *sh = NULL, *off = NULL;
     for (const cJSON *c = e->child; c; c = c->next) {
         const cJSON **slot = !strcmp(c->string, "dtype") ? &dt
@@ -359,61 +359,61 @@ static nb_status parse_tensor(nb_st_file *f, const cJSON *e, nb_st_tensor *t) {
                              : !strcmp(c->string, "data_offsets") ? &off : NULL;
         if (!slot)
             return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": unknown field \"%.64s\" (rule: "
-                           "tensor info is {dtype, shape, data_offsets})", L, name, c->string);
+                            "tensor info is {dtype, shape, data_offsets})", L, name, c->string);
         if (*slot)
             return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": field \"%s\" appears twice (rule: no "
-                           "duplicate keys)", L, name, c->string);
+                            "duplicate keys)", L, name, c->string);
         *slot = c;
     }
     if (!dt || !sh || !off)
         return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": missing field \"%s\" (rule: tensor info "
-                       "is {dtype, shape, data_offsets})", L, name, !dt ? "dtype" : !sh ? "shape" : "data_offsets");
+                        "is {dtype, shape, data_offsets})", L, name, !dt ? "dtype" : !sh ? "shape" : "data_offsets");
     int row = -1;
     for (size_t i = 0; cJSON_IsString(dt) && i < N_DTYPES && row < 0; i++)
         if (!strcmp(dt->valuestring, k_dtypes[i].name)) row = (int)i;
     if (row < 0)
         return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": unknown dtype \"%.32s\" (rule: known "
-                       "dtype strings only)", L, name, cJSON_IsString(dt) ? dt->valuestring : "(not a string)");
+                        "dtype strings only)", L, name, cJSON_IsString(dt) ? dt->valuestring : "(not a string)");
     t->dtype = k_dtypes[row].t;
     const int bits = k_dtypes[row].bits;
     if (!cJSON_IsArray(sh))
         return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": shape is not an array (rule: shape is "
-                       "an array of non-negative integers)", L, name);
+                        "an array of non-negative integers)", L, name);
     uint64_t count = 1;
     int overflow = 0;
     for (const cJSON *c = sh->child; c; c = c->next) {
         uint64_t d;
         if (t->rank >= NB_ST_MAX_RANK)
             return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": rank above %d (rule: rank limit)", L,
-                           name, NB_ST_MAX_RANK);
+                            name, NB_ST_MAX_RANK);
         if (!json_uint(c, &d))
             return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": shape[%d] is not an integer in "
-                           "[0, 2^48-1] (rule: shape is an array of non-negative integers)", L, name, t->rank);
+                            "[0, 2^48-1] (rule: shape is an array of non-negative integers)", L, name, t->rank);
         t->shape[t->rank++] = (int64_t)d;
         if (__builtin_mul_overflow(count, d, &count)) overflow = 1;
     }
     if (!cJSON_IsArray(off) || cJSON_GetArraySize(off) != 2)
         return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": data_offsets is not an array of two "
-                       "integers (rule: data_offsets = [begin, end])", L, name);
+                        "integers (rule: data_offsets = [begin, end])", L, name);
     uint64_t begin, end;
     if (!json_uint(off->child, &begin) || !json_uint(off->child->next, &end))
         return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": data_offsets entries are not integers in "
-                       "[0, 2^48-1] (rule: data_offsets = [begin, end])", L, name);
+                        "[0, 2^48-1] (rule: data_offsets = [begin, end])", L, name);
     if (end < begin)
         return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": data_offsets end %llu < begin %llu "
-                       "(rule: end >= begin, InvalidOffset)", L, name, (unsigned long long)end,
-                       (unsigned long long)begin);
+                        "(rule: end >= begin, InvalidOffset)", L, name, (unsigned long long)end,
+                        (unsigned long long)begin);
     uint64_t nbits;
     if (overflow || __builtin_mul_overflow(count, (uint64_t)bits, &nbits))
         return nbi_fail(NULL, NB_ERR_OVERFLOW, "%s: tensor \"%.64s\": product of shape x %d bits overflows "
-                       "64 bits (rule: ValidationOverflow)", L, name, bits);
+                        "64 bits (rule: ValidationOverflow)", L, name, bits);
     if (nbits % 8)
         return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": %llu elements x %d bits is not a whole "
-                       "number of bytes (rule: MisalignedSlice)", L, name, (unsigned long long)count, bits);
+                        "number of bytes (rule: MisalignedSlice)", L, name, (unsigned long long)count, bits);
     if (end - begin != nbits / 8)
         return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": data_offsets span %llu bytes, shape and "
-                       "dtype need %llu (rule: end - begin == bytes, TensorInvalidInfo)", L, name,
-                       (unsigned long long)(end - begin), (unsigned long long)(nbits / 8));
+                        "dtype need %llu (rule: end - begin == bytes, TensorInvalidInfo)", L, name,
+                        (unsigned long long)(end - begin), (unsigned long long)(nbits / 8));
     t->offset = begin;
     t->bytes = (size_t)(nbits / 8);
     return NB_OK;
@@ -423,22 +423,22 @@ static nb_status validate(nb_st_file *f) {
     const char *L = f->label;
     if (f->size < 8)
         return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: file is %zu bytes (rule: at least 8, HeaderTooSmall)", L,
-                       f->size);
+                        f->size);
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--) n = (n << 8) | f->base[i];
     if (n > NB_ST_MAX_HEADER)
         return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: header length %llu exceeds %llu (rule: HeaderTooLarge)", L,
-                       (unsigned long long)n, NB_ST_MAX_HEADER);
+                        (unsigned long long)n, NB_ST_MAX_HEADER);
     /* n <= 1e8, so 8 + n cannot overflow; compare without subtracting. */
     if (8 + n > (uint64_t)f->size)
         return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: header length %llu + 8 exceeds the file size %zu (rule: "
-                       "InvalidHeaderLength)", L, (unsigned long long)n, f->size);
+                        "InvalidHeaderLength)", L, (unsigned long long)n, f->size);
     f->hlen = (size_t)n;
     const unsigned char *h = f->base + 8;
     size_t bad = nbio_utf8_bad(h, f->hlen);
     if (bad != f->hlen)
         return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: header: invalid UTF-8 at byte %zu (rule: header is UTF-8)",
-                       L, bad);
+                        L, bad);
     nb_status st = scan_json(L, h, f->hlen, NB_ST_MAX_DEPTH, 1);
     if (st) return st;
     f->header = (char *)malloc(f->hlen + 1);
@@ -456,11 +456,11 @@ static nb_status validate(nb_st_file *f) {
     for (const cJSON *c = f->root->child; c; c = c->next) {
         if (strlen(c->string) > NB_ST_MAX_NAME)
             return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%.64s...\": name longer than %d bytes (rule: "
-                           "name length limit)", L, c->string, NB_ST_MAX_NAME);
+                            "name length limit)", L, c->string, NB_ST_MAX_NAME);
         if (!strcmp(c->string, "__metadata__")) {
             if (md)
                 return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: __metadata__ appears twice (rule: no duplicate "
-                               "keys)", L);
+                                "keys)", L);
             md = c;
             if ((st = parse_metadata(f, c))) return st;
             continue;
@@ -475,7 +475,7 @@ static nb_status validate(nb_st_file *f) {
     for (size_t i = 1; i < f->nt; i++)
         if (!strcmp(f->t[i - 1].name, f->t[i].name))
             return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": name appears twice (rule: no duplicate "
-                           "tensor names)", L, f->t[i].name);
+                            "tensor names)", L, f->t[i].name);
 
     nb_st_tensor **by = (nb_st_tensor **)malloc((f->nt ? f->nt : 1) * sizeof *by);
     if (!by) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "%s: out of memory", L);
@@ -487,12 +487,12 @@ static nb_status validate(nb_st_file *f) {
         if (t->offset != pos) {
             if (i == 0)
                 st = nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": first data offset is %llu, not 0 "
-                             "(rule: InvalidOffset)", L, t->name, (unsigned long long)t->offset);
+                              "(rule: InvalidOffset)", L, t->name, (unsigned long long)t->offset);
             else
                 st = nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": begins at %llu but \"%.64s\" ends at "
-                             "%llu: %s (rule: tensors are contiguous, InvalidOffset)", L, t->name,
-                             (unsigned long long)t->offset, by[i - 1]->name, (unsigned long long)pos,
-                             t->offset > pos ? "gap" : "overlap");
+                              "%llu: %s (rule: tensors are contiguous, InvalidOffset)", L, t->name,
+                              (unsigned long long)t->offset, by[i - 1]->name, (unsigned long long)pos,
+                              t->offset > pos ? "gap" : "overlap");
             free(by);
             return st;
         }
@@ -502,8 +502,8 @@ static nb_status validate(nb_st_file *f) {
     uint64_t buffer = (uint64_t)f->size - 8 - n;
     if (pos != buffer)
         return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensors cover %llu bytes of a %llu-byte data buffer: %s "
-                       "(rule: last end + 8 + N == file size, MetadataIncompleteBuffer)", L, (unsigned long long)pos,
-                       (unsigned long long)buffer, pos < buffer ? "trailing bytes" : "data missing");
+                        "(rule: last end + 8 + N == file size, MetadataIncompleteBuffer)", L, (unsigned long long)pos,
+                        (unsigned long long)buffer, pos < buffer ? "trailing bytes" : "data missing");
     const unsigned char *data = f->base + 8 + f->hlen;
     for (size_t i = 0; i < f->nt; i++) f->t[i].data = data + f->t[i].offset;
     return NB_OK;
@@ -609,7 +609,7 @@ nb_status nb_st_tensor_at(const nb_st_file *f, size_t i, nb_st_tensor *out) {
     if (!f || !out) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_st_tensor_at: NULL argument");
     if (i >= f->nt)
         return nbi_fail(NULL, NB_ERR_NOT_FOUND, "%s: tensor index %zu out of range (%zu tensors)", f->label, i,
-                       f->nt);
+                        f->nt);
     *out = f->t[i];
     return NB_OK;
 }
@@ -639,7 +639,7 @@ nb_status nb_st_metadata_at(const nb_st_file *f, size_t i, const char **key, con
     if (!f) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_st_metadata_at: file is NULL");
     if (i >= f->nm)
         return nbi_fail(NULL, NB_ERR_NOT_FOUND, "%s: metadata index %zu out of range (%zu entries)", f->label,
-                       i, f->nm);
+                        i, f->nm);
     if (key) *key = f->m[i].key;
     if (value) *value = f->m[i].value;
     return NB_OK;
@@ -963,7 +963,7 @@ static nb_status read_small_file(const char *path, char **text, size_t *len) {
     if ((uint64_t)sb.st_size > NB_ST_MAX_HEADER) {
         close(fd);
         return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: index file of %lld bytes exceeds %llu (rule: size limit)",
-                       path, (long long)sb.st_size, NB_ST_MAX_HEADER);
+                        path, (long long)sb.st_size, NB_ST_MAX_HEADER);
     }
     size_t n = (size_t)sb.st_size, got = 0;
     char *p = (char *)malloc(n + 1);
@@ -995,7 +995,7 @@ static nb_status index_parse(nb_st_index *x, size_t len) {
     size_t bad = nbio_utf8_bad((const unsigned char *)x->text, len);
     if (bad != len)
         return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: invalid UTF-8 at byte %zu (rule: index is UTF-8 JSON)", L,
-                       bad);
+                        bad);
     if ((st = scan_json(L, (const unsigned char *)x->text, len, 16, 0))) return st;
     if ((st = parse_json(L, x->text, len, &x->root))) return st;
     const cJSON *wm = NULL, *md = NULL;
@@ -1004,14 +1004,14 @@ static nb_status index_parse(nb_st_index *x, size_t len) {
         if (!slot) continue; /* other top-level keys are ignored, as transformers does */
         if (*slot)
             return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: \"%s\" appears twice (rule: no duplicate keys)", L,
-                           c->string);
+                            c->string);
         *slot = c;
     }
     if (md && !cJSON_IsObject(md))
         return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: \"metadata\" is not an object (rule: index format)", L);
     if (!wm || !cJSON_IsObject(wm))
         return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: \"weight_map\" missing or not an object (rule: index "
-                       "format)", L);
+                        "format)", L);
     size_t n = 0;
     for (const cJSON *c = wm->child; c; c = c->next) n++;
     x->e = (st_entry *)calloc(n ? n : 1, sizeof *x->e);
@@ -1025,8 +1025,8 @@ static nb_status index_parse(nb_st_index *x, size_t len) {
         if (why) {
             free(names);
             return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": shard name \"%.64s\" %s (rule: shard "
-                           "names are plain basenames)", L, c->string, cJSON_IsString(c) ? c->valuestring : "",
-                           why);
+                            "names are plain basenames)", L, c->string, cJSON_IsString(c) ? c->valuestring : "",
+                            why);
         }
         x->e[x->ne].name = c->string;
         x->e[x->ne].shard = c->valuestring;
@@ -1038,7 +1038,7 @@ static nb_status index_parse(nb_st_index *x, size_t len) {
         if (!strcmp(x->e[i - 1].name, x->e[i].name)) {
             free(names);
             return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%.64s\" listed twice in weight_map (rule: no "
-                           "name twice)", L, x->e[i].name);
+                            "name twice)", L, x->e[i].name);
         }
     qsort(names, x->ne, sizeof *names, cmp_entry_shard);
     x->s = (st_shard *)calloc(x->ne ? x->ne : 1, sizeof *x->s);
@@ -1081,17 +1081,17 @@ static nb_status index_load(nb_st_index *x, const char *dir) {
             const st_entry *e = (const st_entry *)bsearch(&ek, x->e, x->ne, sizeof *x->e, cmp_entry);
             if (!e)
                 return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%.64s\" is in shard \"%.64s\" but not in "
-                               "weight_map (rule: the index lists every tensor)", L, t.name, x->s[k].name);
+                                "weight_map (rule: the index lists every tensor)", L, t.name, x->s[k].name);
             if (e->shard_idx != k)
                 return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%.64s\" is in shard \"%.64s\" but weight_map "
-                               "names shard \"%.64s\" (rule: each tensor in exactly its named shard, none in two)",
-                               L, t.name, x->s[k].name, e->shard);
+                                "names shard \"%.64s\" (rule: each tensor in exactly its named shard, none in two)",
+                                L, t.name, x->s[k].name, e->shard);
         }
     }
     for (size_t i = 0; i < x->ne; i++) {
         if (!nbio_st_lookup(x->s[x->e[i].shard_idx].f, x->e[i].name))
             return nbi_fail(NULL, NB_ERR_NOT_FOUND, "%s: tensor \"%.64s\" is not in its shard \"%.64s\" (rule: "
-                           "each tensor in exactly its named shard)", L, x->e[i].name, x->e[i].shard);
+                            "each tensor in exactly its named shard)", L, x->e[i].name, x->e[i].shard);
     }
     return NB_OK;
 }
@@ -1141,7 +1141,7 @@ nb_status nbio_st_index_check_memory(const char *text, size_t len, const char *l
     if (!text && len) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nbio_st_index_check_memory: text is NULL");
     if (len > NB_ST_MAX_HEADER)
         return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: index of %zu bytes exceeds %llu (rule: size limit)",
-                         label ? label : "<memory>", len, NB_ST_MAX_HEADER);
+                        label ? label : "<memory>", len, NB_ST_MAX_HEADER);
     nb_st_index *x = (nb_st_index *)calloc(1, sizeof *x);
     char *t = (char *)malloc(len + 1);
     if (x) x->label = nbio_strdup(label ? label : "<memory>");
@@ -1172,7 +1172,7 @@ nb_status nb_st_index_tensor_at(const nb_st_index *x, size_t i, nb_st_tensor *ou
     if (!x || !out) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_st_index_tensor_at: NULL argument");
     if (i >= x->ne)
         return nbi_fail(NULL, NB_ERR_NOT_FOUND, "%s: tensor index %zu out of range (%zu tensors)", x->label, i,
-                       x->ne);
+                        x->ne);
     return nb_st_tensor_find(x->s[x->e[i].shard_idx].f, x->e[i].name, out);
 }
 
@@ -1202,7 +1202,7 @@ nb_status nb_st_index_shard_at(const nb_st_index *x, size_t i, const char **name
     if (!x) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_st_index_shard_at: index is NULL");
     if (i >= x->ns)
         return nbi_fail(NULL, NB_ERR_NOT_FOUND, "%s: shard index %zu out of range (%zu shards)", x->label, i,
-                       x->ns);
+                        x->ns);
     if (name) *name = x->s[i].name;
     if (file) *file = x->s[i].f;
     return NB_OK;
