@@ -223,7 +223,8 @@ static int inspect_gguf(const char *path, int json, int summary) {
     nb_gguf_file *g = NULL;
     nb_status st = nb_gguf_open(path, &g);
     if (st == NB_OK) st = gguf_listing(g, path, json, summary);
-    nb_gguf_close(g);
+    const nb_status cst = nb_gguf_close(g);
+    if (st == NB_OK) st = cst;
     return st == NB_OK ? 0 : fail("inspect", st);
 }
 
@@ -491,7 +492,8 @@ static int inspect_ckpt(const char *path, int json, int summary) {
     if (st == NB_OK && json) st = ckpt_print_json(&v, summary);
     else if (st == NB_OK) st = ckpt_print_files(&v, summary);
     if (st == NB_OK && !json) st = ckpt_print_layers(&v);
-    nb_ckpt_close(c);
+    const nb_status cst = nb_ckpt_close(c);
+    if (st == NB_OK) st = cst;
     return st == NB_OK ? 0 : fail("inspect", st);
 }
 

@@ -267,6 +267,14 @@ static int demo_data(demo *d) {
         }                                                                                          \
     } while (0)
 
+/* A release call on demo_gpu's way out: its failure is exit code 3 (the
+ * first failure's message is the one printed). */
+static int demo_cuda_release(cudaError_t e, const char *what, int rc) {
+    if (e == cudaSuccess || rc) return rc;
+    fprintf(stderr, "error: %s failed: %s\n", what, cudaGetErrorString(e));
+    return 3;
+}
+
 /* Stage 3 on the GPU: pack, then time 50 back-to-back nb_gemm calls (warm
  * L2, no graph: `nibble bench` is the benchmark); y and the configuration. */
 static int demo_gpu(const demo *d, const nb_weight_desc *desc, const nb_weight_sizes *sz, const uint8_t *codes,
@@ -309,15 +317,15 @@ static int demo_gpu(const demo *d, const nb_weight_desc *desc, const nb_weight_s
     char cfg[256];
     GPU_NB(nb_gemm_last_config(d->ctx, cfg, sizeof cfg));
     snprintf(where, where_len, "GPU %s (warm L2, no graph; see nibble bench)", cfg);
-done: /* (cudaFree(NULL) and a NULL event are no-ops) */
-    cudaFree(dx);
-    cudaFree(dy);
-    cudaFree(dp);
-    cudaFree(dc);
-    cudaFree(ds);
-    cudaFree(dws);
-    if (e0) cudaEventDestroy(e0);
-    if (e1) cudaEventDestroy(e1);
+done: /* every buffer and event released (cudaFree(NULL) is a no-op); a failure is reported once */
+    rc = demo_cuda_release(cudaFree(dx), "cudaFree", rc);
+    rc = demo_cuda_release(cudaFree(dy), "cudaFree", rc);
+    rc = demo_cuda_release(cudaFree(dp), "cudaFree", rc);
+    rc = demo_cuda_release(cudaFree(dc), "cudaFree", rc);
+    rc = demo_cuda_release(cudaFree(ds), "cudaFree", rc);
+    rc = demo_cuda_release(cudaFree(dws), "cudaFree", rc);
+    if (e0) rc = demo_cuda_release(cudaEventDestroy(e0), "cudaEventDestroy", rc);
+    if (e1) rc = demo_cuda_release(cudaEventDestroy(e1), "cudaEventDestroy", rc);
     return rc;
 }
 #endif
