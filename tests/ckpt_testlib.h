@@ -6,7 +6,7 @@
 #ifndef NB_CKPT_TESTLIB_H
 #define NB_CKPT_TESTLIB_H
 
-#include "safetensors.h"
+#include "nibble_io.h"
 #include "testlib.h"
 
 #include <errno.h>
@@ -14,6 +14,11 @@
 #include <sys/stat.h>
 
 static char g_dir[512];
+
+/* Names of library enum values for messages ("?" for one without a name). */
+static inline const char *fmt_name(nb_ckpt_format f) { const char *s; return nb_ckpt_format_name(f, &s) ? "?" : s; }
+static inline const char *dev_name(nb_ckpt_device d) { const char *s; return nb_ckpt_device_name(d, &s) ? "?" : s; }
+static inline const char *src_name(nb_ckpt_source x) { const char *s; return nb_ckpt_source_name(x, &s) ? "?" : s; }
 
 typedef struct tset {
     nb_st_tensor t[48];
@@ -57,12 +62,12 @@ static inline void add_f32(tset *s, const char *name, int rank, float v) {
 }
 
 static inline void write_set(tset *s, const char *sub, const char *file) {
-    char path[1024], err[512] = "";
+    char path[1024];
     snprintf(path, sizeof path, "%s/%s", g_dir, sub);
     mkdir(path, 0755);
     snprintf(path, sizeof path, "%s/%s/%s", g_dir, sub, file);
-    nb_status st = nb_st_write(path, s->t, s->n, NULL, 0, err, sizeof err);
-    CHECK(st == NB_OK, "write %s: %s", path, err);
+    nb_status st = nb_st_write(path, s->t, s->n, NULL, 0);
+    CHECK(st == NB_OK, "write %s: %s", path, nb_last_error());
 }
 
 static inline void free_set(tset *s) {

@@ -1,10 +1,12 @@
-# Extract the C example from the overview comment of nibble.h.
+# Extract the C example from the overview comment of a public header
+# (nibble.h, nibble_io.h): the lines after " * EXAMPLE", up to nibble.h's
+# closing remark or the next section heading (" * ERRORS ...").
 cmake_policy(VERSION 3.24)
 file(STRINGS ${IN} lines)
 set(out "")
 set(inside 0)
 foreach(l IN LISTS lines)
-  if(l MATCHES "^ \\*   On a GPU")
+  if(l MATCHES "^ \\*   On a GPU" OR l MATCHES "^ \\* [A-Z][A-Z]+")
     set(inside 0)
   endif()
   if(inside)

@@ -11,7 +11,8 @@
  *   CC=clang cmake -S . -B build-fuzz -DNB_FUZZ=ON -DNB_CUDA=OFF
  *   cmake --build build-fuzz --target fuzz_gguf
  *   build-fuzz/fuzz_gguf CORPUS_DIR   (seeds: tests/corpus/gguf/) */
-#include "gguf.h"
+#include "internal.h" /* nbi_fail: libnibble's C sources are compiled into this target */
+#include "nibble_io.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -20,10 +21,10 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    char err[512];
     nb_gguf_file *g = NULL;
-    if (nb_gguf_open_memory(data, size, "fuzz", &g, err, sizeof err) != NB_OK) {
-        if (g != NULL || err[0] == 0) __builtin_trap(); /* a failure must explain itself */
+    nbi_fail(NULL, NB_OK, "%s", ""); /* clear the thread's message: a failure must write its own */
+    if (nb_gguf_open_memory(data, size, "fuzz", &g) != NB_OK) {
+        if (g != NULL || nb_last_error()[0] == 0) __builtin_trap(); /* a failure must explain itself */
         return 0;
     }
     nb_gguf_header h;
@@ -45,13 +46,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (p < data || p > data + size || t.bytes > (uint64_t)(data + size - p)) __builtin_trap();
         if (t.bytes) sink += p[0] + p[t.bytes - 1];
         nb_gguf_fp4 f;
-        if (nb_gguf_fp4_info(g, i, &f, err, sizeof err) != NB_OK) continue;
+        if (nb_gguf_fp4_info(g, i, &f) != NB_OK) continue;
         if (f.codes_bytes > (1u << 20)) continue;
         uint8_t *c = (uint8_t *)malloc(f.codes_bytes + 1), *s = (uint8_t *)malloc(f.scales_bytes + 1);
         for (int64_t e = 0; e < (f.experts ? f.experts : 1) && e < 4; e++) {
             nb_weight_desc d;
-            nb_status st = nb_gguf_fp4_to_checkpoint(g, i, e, &d, c, f.codes_bytes, s, f.scales_bytes, NULL, err,
-                                                     sizeof err);
+            nb_status st = nb_gguf_fp4_to_checkpoint(g, i, e, &d, c, f.codes_bytes, s, f.scales_bytes, NULL);
             if (st != NB_OK && st != NB_ERR_UNSUPPORTED) __builtin_trap();
             if (st == NB_OK && f.codes_bytes) sink += c[0] + c[f.codes_bytes - 1] + s[0];
         }

@@ -10,7 +10,7 @@
  *                                    `nibble inspect` on them afterwards)
  */
 #define _POSIX_C_SOURCE 200809L
-#include "checkpoint.h"
+#include "io_internal.h" /* nbio_ckpt_config_check_memory: linked from nibble_internal */
 #include "ckpt_testlib.h"
 
 #include <errno.h>
@@ -21,12 +21,16 @@
 /* ------------------------------------------------------------ fixture helpers */
 
 static nb_ckpt *open_sub(const char *sub, nb_status want) {
-    char path[1024], err[512] = "";
+    char path[1024];
     snprintf(path, sizeof path, "%s/%s", g_dir, sub);
     nb_ckpt *c = NULL;
-    nb_status st = nb_ckpt_open(path, &c, err, sizeof err);
-    CHECK(st == want, "open %s: %s, want %s (%s)", sub, nb_status_name(st), nb_status_name(want), err);
-    if (want != NB_OK) CHECK(err[0] != 0, "open %s: no message", sub);
+    size_t unused;
+    nbio_st_index_check_memory(NULL, 1, "marker", &unused, &unused); /* a known message: the open must replace it */
+    char marker[512];
+    snprintf(marker, sizeof marker, "%s", nb_last_error());
+    nb_status st = nb_ckpt_open(path, &c);
+    CHECK(st == want, "open %s: %s, want %s (%s)", sub, nb_status_name(st), nb_status_name(want), nb_last_error());
+    if (want != NB_OK) CHECK(nb_last_error()[0] != 0 && strcmp(nb_last_error(), marker), "open %s: no message", sub);
     return st == NB_OK ? c : NULL;
 }
 
@@ -49,13 +53,13 @@ static void check_quant(nb_ckpt *c, const char *prefix, nb_ckpt_format fmt, int6
                         float ts, const uint8_t *codes, const uint8_t *scales, nb_ckpt_source by) {
     size_t li;
     nb_ckpt_layer L = get_layer(c, prefix, &li);
-    CHECK(L.format == fmt, "%s: format %s, want %s (%s)", prefix, nb_ckpt_format_name(L.format),
-          nb_ckpt_format_name(fmt), L.problem);
+    CHECK(L.format == fmt, "%s: format %s, want %s (%s)", prefix, fmt_name(L.format),
+          fmt_name(fmt), L.problem);
     CHECK(L.n == n && L.k == k && L.experts == experts, "%s: %lld x %lld x %lld, want %lld x %lld x %lld", prefix,
           (long long)L.n, (long long)L.k, (long long)L.experts, (long long)n, (long long)k, (long long)experts);
     CHECK(L.tensor_scale == ts, "%s: tensor scale %.9g, want %.9g", prefix, L.tensor_scale, ts);
-    CHECK(L.decided_by == by, "%s: decided by %s, want %s", prefix, nb_ckpt_source_name(L.decided_by),
-          nb_ckpt_source_name(by));
+    CHECK(L.decided_by == by, "%s: decided by %s, want %s", prefix, src_name(L.decided_by),
+          src_name(by));
     if (L.format != fmt) return;
     int nv = fmt == NB_CKPT_MODELOPT_NVFP4 || fmt == NB_CKPT_CT_NVFP4;
     int group = nv ? 16 : 32;
@@ -65,9 +69,8 @@ static void check_quant(nb_ckpt *c, const char *prefix, nb_ckpt_format fmt, int6
     for (int64_t e = 0; e < (experts ? experts : 1); e++) {
         nb_weight_desc d;
         const uint8_t *pc = NULL, *ps = NULL;
-        char err[512] = "";
-        nb_status st = nb_ckpt_layer_weight(c, li, e, &d, &pc, &ps, err, sizeof err);
-        CHECK(st == NB_OK, "%s: layer_weight: %s", prefix, err);
+        nb_status st = nb_ckpt_layer_weight(c, li, e, &d, &pc, &ps);
+        CHECK(st == NB_OK, "%s: layer_weight: %s", prefix, nb_last_error());
         if (st != NB_OK) break;
         CHECK(d.format == (nv ? NB_FORMAT_NVFP4 : NB_FORMAT_MXFP4) && d.group_size == group &&
                   d.layout == NB_LAYOUT_CHECKPOINT && d.tensor_scale == ts,
@@ -94,7 +97,7 @@ static void check_quant(nb_ckpt *c, const char *prefix, nb_ckpt_format fmt, int6
     if (experts) {
         nb_weight_desc d;
         const uint8_t *pc, *ps;
-        CHECK(nb_ckpt_layer_weight(c, li, experts, &d, &pc, &ps, NULL, 0) == NB_ERR_INVALID_ARGUMENT,
+        CHECK(nb_ckpt_layer_weight(c, li, experts, &d, &pc, &ps) == NB_ERR_INVALID_ARGUMENT,
               "%s: expert out of range accepted", prefix);
     }
     free(out);
@@ -104,15 +107,15 @@ static void check_quant(nb_ckpt *c, const char *prefix, nb_ckpt_format fmt, int6
 static void check_kind(nb_ckpt *c, const char *prefix, nb_ckpt_format fmt, const char *problem_part) {
     size_t li;
     nb_ckpt_layer L = get_layer(c, prefix, &li);
-    CHECK(L.format == fmt, "%s: format %s, want %s (%s)", prefix, nb_ckpt_format_name(L.format),
-          nb_ckpt_format_name(fmt), L.problem);
+    CHECK(L.format == fmt, "%s: format %s, want %s (%s)", prefix, fmt_name(L.format),
+          fmt_name(fmt), L.problem);
     if (problem_part) CHECK(strstr(L.problem, problem_part) != NULL, "%s: problem '%s' lacks '%s'", prefix, L.problem,
                             problem_part);
     if (fmt == NB_CKPT_INCONSISTENT || fmt == NB_CKPT_NONE) {
         nb_weight_desc d;
         const uint8_t *pc, *ps;
-        CHECK(nb_ckpt_layer_weight(c, li, 0, &d, &pc, &ps, NULL, 0) == NB_ERR_UNSUPPORTED,
-              "%s: layer_weight on a %s layer", prefix, nb_ckpt_format_name(fmt));
+        CHECK(nb_ckpt_layer_weight(c, li, 0, &d, &pc, &ps) == NB_ERR_UNSUPPORTED,
+              "%s: layer_weight on a %s layer", prefix, fmt_name(fmt));
     }
 }
 
@@ -184,12 +187,12 @@ static void test_modelopt(void) {
         char path[1024];
         snprintf(path, sizeof path, "%s/modelopt/model.safetensors", g_dir);
         nb_ckpt *c2o = NULL;
-        CHECK(nb_ckpt_open(path, &c2o, NULL, 0) == NB_OK && layer_count(c2o) == 4, "open by file path");
+        CHECK(nb_ckpt_open(path, &c2o) == NB_OK && layer_count(c2o) == 4, "open by file path");
         if (c2o) { /* and reads the config next to the file */
             nb_ckpt_layer L2;
             nb_ckpt_layer_at(c2o, 2, &L2);
             CHECK(L2.format == NB_CKPT_MODELOPT_NVFP4 && L2.decided_by == NB_CKPT_SRC_HF_QUANT_CONFIG,
-                  "open by file path: %s by %s", nb_ckpt_format_name(L2.format), nb_ckpt_source_name(L2.decided_by));
+                  "open by file path: %s by %s", fmt_name(L2.format), src_name(L2.decided_by));
         }
         nb_ckpt_close(c2o);
     }
@@ -383,7 +386,7 @@ static void test_inconsistent(void) {
         check_kind(c, "l", NB_CKPT_INCONSISTENT, "multiple of the group");
         nb_weight_desc d;
         const uint8_t *pc, *ps;
-        CHECK(nb_ckpt_layer_weight(c, 99, 0, &d, &pc, &ps, NULL, 0) == NB_ERR_NOT_FOUND, "layer out of range");
+        CHECK(nb_ckpt_layer_weight(c, 99, 0, &d, &pc, &ps) == NB_ERR_NOT_FOUND, "layer out of range");
     }
     nb_ckpt_close(c);
     free_set(&s);
@@ -431,9 +434,9 @@ static void test_excludes(void) {
         check_excl(c, "model.layers.0.mlp.up_proj", 0, NULL, 0);
         nb_ckpt_layer L = get_layer(c, "lm_head", NULL);
         CHECK(L.decided_by == NB_CKPT_SRC_HF_QUANT_CONFIG && L.excluded_src == NB_CKPT_SRC_HF_QUANT_CONFIG,
-              "lm_head decided by %s", nb_ckpt_source_name(L.decided_by));
+              "lm_head decided by %s", src_name(L.decided_by));
         L = get_layer(c, "model.layers.1.mlp.gate", NULL);
-        CHECK(L.decided_by == NB_CKPT_SRC_CONFIG_JSON, "gate decided by %s", nb_ckpt_source_name(L.decided_by));
+        CHECK(L.decided_by == NB_CKPT_SRC_CONFIG_JSON, "gate decided by %s", src_name(L.decided_by));
         L = get_layer(c, "model.layers.0.self_attn.q_proj", NULL);
         CHECK(L.format == NB_CKPT_MODELOPT_NVFP4 && strstr(L.problem, "hf_quant_config.json"),
               "q_proj still modelopt-nvfp4, problem names the file: %s", L.problem);
@@ -493,13 +496,12 @@ static void test_excludes(void) {
     const char *pre[5] = {"model.layers.3.self_attn.q_proj", "model.layers.3.mlp.router", "lm_head",
                           "model.layers.3.mlp.experts.down_proj", "lm_head_2"};
     int ex[5] = {-1, -1, -1, -1, -1};
-    char err[256] = "";
-    nb_status st = nb_ckpt_config_check_memory(NULL, 0, cfg, strlen(cfg), pre, 5, ex, err, sizeof err);
+    nb_status st = nbio_ckpt_config_check_memory(NULL, 0, cfg, strlen(cfg), pre, 5, ex);
     CHECK(st == NB_OK && ex[0] == 1 && ex[1] == 1 && ex[2] == 1 && ex[3] == 0 && ex[4] == 0,
-          "gpt-oss modules_to_not_convert: %s %d %d %d %d %d", err, ex[0], ex[1], ex[2], ex[3], ex[4]);
-    st = nb_ckpt_config_check_memory("{\"quantization\": [", 18, NULL, 0, NULL, 0, NULL, err, sizeof err);
-    CHECK(st == NB_ERR_CORRUPT && strstr(err, "hf_quant_config.json"), "bad JSON in memory: %s", err);
-    CHECK(nb_ckpt_config_check_memory(NULL, 3, NULL, 0, NULL, 0, NULL, NULL, 0) == NB_ERR_NULL_POINTER, "NULL text");
+          "gpt-oss modules_to_not_convert: %s %d %d %d %d %d", nb_last_error(), ex[0], ex[1], ex[2], ex[3], ex[4]);
+    st = nbio_ckpt_config_check_memory("{\"quantization\": [", 18, NULL, 0, NULL, 0, NULL);
+    CHECK(st == NB_ERR_CORRUPT && strstr(nb_last_error(), "hf_quant_config.json"), "bad JSON in memory: %s", nb_last_error());
+    CHECK(nbio_ckpt_config_check_memory(NULL, 3, NULL, 0, NULL, 0, NULL) == NB_ERR_NULL_POINTER, "NULL text");
 }
 
 static void test_errors(void) {
@@ -535,11 +537,13 @@ static void test_errors(void) {
     free_set(&s);
 
     nb_ckpt *c = NULL;
-    CHECK(nb_ckpt_open(NULL, &c, NULL, 0) == NB_ERR_NULL_POINTER, "NULL path");
+    CHECK(nb_ckpt_open(NULL, &c) == NB_ERR_NULL_POINTER, "NULL path");
     CHECK(nb_ckpt_close(NULL) == NB_OK, "close NULL");
-    CHECK(!strcmp(nb_ckpt_format_name(NB_CKPT_QUARK_MXFP4), "quark-mxfp4") &&
-              !strcmp(nb_ckpt_format_name((nb_ckpt_format)77), "unknown"),
-          "format names");
+    const char *nm = NULL;
+    CHECK(nb_ckpt_format_name(NB_CKPT_QUARK_MXFP4, &nm) == NB_OK && !strcmp(nm, "quark-mxfp4") &&
+              nb_ckpt_format_name((nb_ckpt_format)77, &nm) == NB_ERR_INVALID_ARGUMENT &&
+              strstr(nb_last_error(), "77") && !strcmp(nm, "quark-mxfp4"),
+          "format names: %s", nb_last_error());
 }
 
 int main(int argc, char **argv) {

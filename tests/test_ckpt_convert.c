@@ -16,8 +16,6 @@
  *   test_ckpt_convert --keep DIR    fixtures kept in DIR (ctest then runs the CLI on them)
  */
 #define _POSIX_C_SOURCE 200809L
-#include "checkpoint.h"
-#include "ckpt_convert.h"
 #include "ckpt_testlib.h"
 
 #include <cjson/cJSON.h>
@@ -39,8 +37,7 @@ static void on_warn(void *user, const char *msg) {
     snprintf(g_warn + n, sizeof g_warn - n, "%s\n", msg);
 }
 
-static nb_status convert(const char *from, const char *to, nb_ckpt_target tg, int strict, nb_ckpt_convert_summary *s,
-                         char *err, size_t errlen) {
+static nb_status convert(const char *from, const char *to, nb_ckpt_target tg, int strict, nb_ckpt_convert_summary *s) {
     char in[1024], out[1024];
     snprintf(in, sizeof in, "%s/%s", g_dir, from);
     snprintf(out, sizeof out, "%s/%s", g_dir, to);
@@ -51,15 +48,15 @@ static nb_status convert(const char *from, const char *to, nb_ckpt_target tg, in
     o.warn = on_warn;
     g_warn[0] = 0;
     g_nwarn = 0;
-    return nb_ckpt_convert(in, out, &o, s, err, errlen);
+    return nb_ckpt_convert(in, out, &o, s);
 }
 
 static nb_ckpt *open_sub(const char *sub) {
-    char path[1024], err[512] = "";
+    char path[1024];
     snprintf(path, sizeof path, "%s/%s", g_dir, sub);
     nb_ckpt *c = NULL;
-    nb_status st = nb_ckpt_open(path, &c, err, sizeof err);
-    CHECK(st == NB_OK, "open %s: %s (%s)", sub, nb_status_name(st), err);
+    nb_status st = nb_ckpt_open(path, &c);
+    CHECK(st == NB_OK, "open %s: %s (%s)", sub, nb_status_name(st), nb_last_error());
     return c;
 }
 
@@ -93,15 +90,14 @@ static void check_layer(nb_ckpt *ca, const char *pa, int64_t ea, nb_ckpt *cb, co
     }
     nb_ckpt_layer L;
     nb_ckpt_layer_at(cb, ib, &L);
-    CHECK(L.format == fb && !L.config_mismatch, "%s: %s (want %s) %s", pb, nb_ckpt_format_name(L.format),
-          nb_ckpt_format_name(fb), L.problem);
+    CHECK(L.format == fb && !L.config_mismatch, "%s: %s (want %s) %s", pb, fmt_name(L.format),
+          fmt_name(fb), L.problem);
     nb_weight_desc da, db;
     const uint8_t *ca_c, *ca_s, *cb_c, *cb_s;
-    char err[512] = "";
-    nb_status st = nb_ckpt_layer_weight(ca, ia, ea, &da, &ca_c, &ca_s, err, sizeof err);
-    CHECK(st == NB_OK, "%s: %s", pa, err);
-    if (st == NB_OK) st = nb_ckpt_layer_weight(cb, ib, 0, &db, &cb_c, &cb_s, err, sizeof err);
-    CHECK(st == NB_OK, "%s: %s", pb, err);
+    nb_status st = nb_ckpt_layer_weight(ca, ia, ea, &da, &ca_c, &ca_s);
+    CHECK(st == NB_OK, "%s: %s", pa, nb_last_error());
+    if (st == NB_OK) st = nb_ckpt_layer_weight(cb, ib, 0, &db, &cb_c, &cb_s);
+    CHECK(st == NB_OK, "%s: %s", pb, nb_last_error());
     if (st != NB_OK) return;
     CHECK(da.n == db.n && da.k == db.k && da.format == db.format, "%s: descriptor %lld x %lld vs %lld x %lld", pb,
           (long long)da.n, (long long)da.k, (long long)db.n, (long long)db.k);
@@ -191,9 +187,8 @@ static void make_modelopt(const char *sub, float ws2a, float ws2b) {
 static void test_nvfp4_roundtrip(void) {
     make_modelopt("mo", 0.0078125f, 0.375f); /* reciprocals 128 and 2.666..: both round-trip */
     nb_ckpt_convert_summary s;
-    char err[1024] = "";
-    nb_status st = convert("mo", "mo_ct", NB_CKPT_TARGET_CT, 1, &s, err, sizeof err);
-    CHECK(st == NB_OK, "mo -> ct: %s", err);
+    nb_status st = convert("mo", "mo_ct", NB_CKPT_TARGET_CT, 1, &s);
+    CHECK(st == NB_OK, "mo -> ct: %s", nb_last_error());
     CHECK(s.layers_converted == 2 && s.layers_unchanged == 0 && s.layers_unquantized == 2 && s.scales_exact == 3 &&
               s.scales_adjusted == 0 && s.scales_inexact == 0 && s.tensors_in == 11 && s.tensors_out == 11 &&
               s.shards == 1 && s.files_copied == 1 && g_nwarn == 0,
@@ -207,7 +202,7 @@ static void test_nvfp4_roundtrip(void) {
         nb_ckpt_config cfg;
         nb_ckpt_get_config(b, &cfg);
         CHECK(cfg.declared == NB_CKPT_CT_NVFP4 && cfg.source == NB_CKPT_SRC_CONFIG_JSON, "mo_ct declares %s",
-              nb_ckpt_format_name(cfg.declared));
+              fmt_name(cfg.declared));
         size_t ti;
         nb_st_tensor t;
         CHECK(nb_ckpt_tensor_find(b, "model.layers.0.mlp.down_proj.input_global_scale", &ti) == NB_OK &&
@@ -229,8 +224,8 @@ static void test_nvfp4_roundtrip(void) {
           "mo_ct: ignore lists the unquantized layers only");
 
     /* and back: byte for byte */
-    st = convert("mo_ct", "mo_ct_mo", NB_CKPT_TARGET_MODELOPT, 1, &s, err, sizeof err);
-    CHECK(st == NB_OK && s.scales_exact == 3 && s.layers_converted == 2, "ct -> mo: %s", err);
+    st = convert("mo_ct", "mo_ct_mo", NB_CKPT_TARGET_MODELOPT, 1, &s);
+    CHECK(st == NB_OK && s.scales_exact == 3 && s.layers_converted == 2, "ct -> mo: %s", nb_last_error());
     check_same_file("mo", "model.safetensors", "mo_ct_mo", "model.safetensors");
     CHECK(exists("mo_ct_mo", "hf_quant_config.json"), "hf_quant_config.json written for modelopt");
     check_qc("mo_ct_mo", "quant_method", "modelopt");
@@ -239,14 +234,14 @@ static void test_nvfp4_roundtrip(void) {
         nb_ckpt_config cfg;
         nb_ckpt_get_config(c, &cfg);
         CHECK(cfg.declared == NB_CKPT_MODELOPT_NVFP4 && cfg.source == NB_CKPT_SRC_HF_QUANT_CONFIG,
-              "mo_ct_mo declares %s", nb_ckpt_format_name(cfg.declared));
+              "mo_ct_mo declares %s", fmt_name(cfg.declared));
     }
     nb_ckpt_close(c);
 
     /* already in the target layout: files and configs copied unchanged */
-    st = convert("mo", "mo_mo", NB_CKPT_TARGET_MODELOPT, 1, &s, err, sizeof err);
+    st = convert("mo", "mo_mo", NB_CKPT_TARGET_MODELOPT, 1, &s);
     CHECK(st == NB_OK && s.layers_unchanged == 2 && s.layers_converted == 0 && s.scales_exact == 0, "mo -> mo: %s",
-          err);
+          nb_last_error());
     check_same_file("mo", "model.safetensors", "mo_mo", "model.safetensors");
     check_same_file("mo", "config.json", "mo_mo", "config.json");
     check_same_file("mo", "hf_quant_config.json", "mo_mo", "hf_quant_config.json");
@@ -258,15 +253,14 @@ static void test_nvfp4_reciprocals(void) {
     CHECK(1.0f / g0 != s0, "fixture: 0.0123f should not round-trip");
     make_modelopt("mo_inexact", s0, 0.25f);
     nb_ckpt_convert_summary s;
-    char err[1024] = "";
-    nb_status st = convert("mo_inexact", "mo_inexact_strict", NB_CKPT_TARGET_CT, 1, &s, err, sizeof err);
-    CHECK(st == NB_ERR_UNSUPPORTED && strstr(err, "down_proj.weight_scale_2") && strstr(err, "strict"),
-          "strict inexact: %s (%s)", nb_status_name(st), err);
+    nb_status st = convert("mo_inexact", "mo_inexact_strict", NB_CKPT_TARGET_CT, 1, &s);
+    CHECK(st == NB_ERR_UNSUPPORTED && strstr(nb_last_error(), "down_proj.weight_scale_2") && strstr(nb_last_error(), "strict"),
+          "strict inexact: %s (%s)", nb_status_name(st), nb_last_error());
     CHECK(!exists("mo_inexact_strict", "."), "strict failure left OUT behind");
-    st = convert("mo_inexact", "mo_inexact_ct", NB_CKPT_TARGET_CT, 0, &s, err, sizeof err);
+    st = convert("mo_inexact", "mo_inexact_ct", NB_CKPT_TARGET_CT, 0, &s);
     CHECK(st == NB_OK && s.scales_inexact == 1 && s.scales_exact == 2 && g_nwarn == 1 &&
               strstr(g_warn, "warning: model.layers.0.mlp.down_proj.weight_scale_2"),
-          "inexact: %s; %zu inexact, warnings: %s", err, s.scales_inexact, g_warn);
+          "inexact: %s; %zu inexact, warnings: %s", nb_last_error(), s.scales_inexact, g_warn);
     nb_ckpt *a = open_sub("mo_inexact"), *b = open_sub("mo_inexact_ct");
     if (a && b) {
         /* one unit in the tensor scale's last place, at most two in a product */
@@ -289,13 +283,13 @@ static void test_nvfp4_reciprocals(void) {
     add_f32(&t, "model.layers.0.mlp.up_proj.weight_global_scale", 1, g);
     write_set(&t, "ct_adj", "model.safetensors");
     free_set(&t);
-    st = convert("ct_adj", "ct_adj_mo", NB_CKPT_TARGET_MODELOPT, 1, &s, err, sizeof err);
+    st = convert("ct_adj", "ct_adj_mo", NB_CKPT_TARGET_MODELOPT, 1, &s);
     CHECK(st == NB_OK && s.scales_adjusted == 1 && g_nwarn == 1 && strstr(g_warn, "note:"), "ct -> mo adjusted: %s %s",
-          err, g_warn);
+          nb_last_error(), g_warn);
     /* the ModelOpt value is exactly the tensor scale read from the ct layer */
     CHECK(s.scales_exact == 0 && s.scales_inexact == 0, "ct -> mo is never inexact");
-    st = convert("ct_adj_mo", "ct_adj_mo_ct", NB_CKPT_TARGET_CT, 1, &s, err, sizeof err);
-    CHECK(st == NB_OK && s.scales_adjusted + s.scales_exact == 1 && s.scales_inexact == 0, "mo -> ct again: %s", err);
+    st = convert("ct_adj_mo", "ct_adj_mo_ct", NB_CKPT_TARGET_CT, 1, &s);
+    CHECK(st == NB_OK && s.scales_adjusted + s.scales_exact == 1 && s.scales_inexact == 0, "mo -> ct again: %s", nb_last_error());
     nb_ckpt *c0 = open_sub("ct_adj"), *c1 = open_sub("ct_adj_mo"), *c2 = open_sub("ct_adj_mo_ct");
     if (c0 && c1 && c2) {
         check_layer(c0, "model.layers.0.mlp.up_proj", 0, c1, "model.layers.0.mlp.up_proj", NB_CKPT_MODELOPT_NVFP4, 0);
@@ -332,10 +326,9 @@ static void test_mxfp4_sharded(void) {
                "{\"dtype\": \"fp4\", \"group_size\": 32}}, \"exclude\": [\"model.embed_tokens\"]}}\n");
     write_text("quark", "generation_config.json", "{\"do_sample\": true}\n");
     nb_ckpt_convert_summary s;
-    char err[1024] = "";
-    nb_status st = convert("quark", "quark_ct", NB_CKPT_TARGET_CT, 1, &s, err, sizeof err);
+    nb_status st = convert("quark", "quark_ct", NB_CKPT_TARGET_CT, 1, &s);
     CHECK(st == NB_OK && s.layers_converted == 2 && s.shards == 2 && s.files_copied == 1 && s.scales_exact == 0,
-          "quark -> ct: %s (%zu layers, %zu shards)", err, s.layers_converted, s.shards);
+          "quark -> ct: %s (%zu layers, %zu shards)", nb_last_error(), s.layers_converted, s.shards);
     CHECK(exists("quark_ct", "model.safetensors.index.json"), "index written for a sharded input");
     nb_ckpt *a = open_sub("quark"), *b = open_sub("quark_ct");
     if (a && b) {
@@ -353,8 +346,8 @@ static void test_mxfp4_sharded(void) {
     nb_ckpt_close(a);
     nb_ckpt_close(b);
     check_qc("quark_ct", "format", "mxfp4-pack-quantized");
-    st = convert("quark_ct", "quark_ct_quark", NB_CKPT_TARGET_QUARK, 1, &s, err, sizeof err);
-    CHECK(st == NB_OK && s.layers_converted == 2, "ct -> quark: %s", err);
+    st = convert("quark_ct", "quark_ct_quark", NB_CKPT_TARGET_QUARK, 1, &s);
+    CHECK(st == NB_OK && s.layers_converted == 2, "ct -> quark: %s", nb_last_error());
     check_same_file("quark", "model-00001-of-00002.safetensors", "quark_ct_quark", "model-00001-of-00002.safetensors");
     check_same_file("quark", "model-00002-of-00002.safetensors", "quark_ct_quark", "model-00002-of-00002.safetensors");
     check_same_file("quark", "generation_config.json", "quark_ct_quark", "generation_config.json");
@@ -383,10 +376,9 @@ static void test_gptoss(void) {
     for (int q = 0; q < 2; q++) {
         const char *out = q ? "gptoss_quark" : "gptoss_ct";
         nb_ckpt_convert_summary sm;
-        char err[1024] = "";
-        nb_status st = convert("gptoss", out, q ? NB_CKPT_TARGET_QUARK : NB_CKPT_TARGET_CT, 1, &sm, err, sizeof err);
+        nb_status st = convert("gptoss", out, q ? NB_CKPT_TARGET_QUARK : NB_CKPT_TARGET_CT, 1, &sm);
         CHECK(st == NB_OK && sm.layers_converted == 2 && sm.experts_split == 2 * E && sm.tensors_out == 5 * E + 1,
-              "gptoss -> %s: %s (%zu experts, %zu tensors)", out, err, sm.experts_split, sm.tensors_out);
+              "gptoss -> %s: %s (%zu experts, %zu tensors)", out, nb_last_error(), sm.experts_split, sm.tensors_out);
         nb_ckpt *a = open_sub("gptoss"), *b = open_sub(out);
         if (!a || !b) {
             nb_ckpt_close(a);
@@ -415,36 +407,34 @@ static void test_gptoss(void) {
         CHECK(qc_list_has(out, q ? "exclude" : "ignore", "model.layers.0.mlp.router"), "%s: router excluded", out);
     }
     nb_ckpt_convert_summary sm;
-    char err[512] = "";
-    CHECK(convert("gptoss", "gptoss_mo", NB_CKPT_TARGET_MODELOPT, 0, &sm, err, sizeof err) == NB_ERR_UNSUPPORTED &&
-              strstr(err, "gptoss-mxfp4"),
-          "gptoss -> modelopt refused: %s", err);
+    CHECK(convert("gptoss", "gptoss_mo", NB_CKPT_TARGET_MODELOPT, 0, &sm) == NB_ERR_UNSUPPORTED &&
+              strstr(nb_last_error(), "gptoss-mxfp4"),
+          "gptoss -> modelopt refused: %s", nb_last_error());
 }
 
 /* ------------------------------------------------------------ refusals */
 
 static void test_refusals(void) {
     nb_ckpt_convert_summary s;
-    char err[1024] = "";
-    CHECK(convert("mo", "x1", NB_CKPT_TARGET_QUARK, 0, &s, err, sizeof err) == NB_ERR_UNSUPPORTED &&
-              strstr(err, "MXFP4 only") && !exists("x1", "."),
-          "nvfp4 -> quark: %s", err);
+    CHECK(convert("mo", "x1", NB_CKPT_TARGET_QUARK, 0, &s) == NB_ERR_UNSUPPORTED &&
+              strstr(nb_last_error(), "MXFP4 only") && !exists("x1", "."),
+          "nvfp4 -> quark: %s", nb_last_error());
     tset t = {0};
     int64_t a[2] = {4, 32}, w[2] = {8, 32}, bad[2] = {8, 3};
     add(&t, "model.layers.0.mlp.up_proj.weight", NB_ST_BF16, 2, a, NULL, 0, 127);
     write_set(&t, "bf16", "model.safetensors");
     free_set(&t);
-    CHECK(convert("bf16", "x2", NB_CKPT_TARGET_CT, 0, &s, err, sizeof err) == NB_ERR_UNSUPPORTED &&
-              strstr(err, "no 4-bit layer") && !exists("x2", "."),
-          "bf16 input: %s", err);
+    CHECK(convert("bf16", "x2", NB_CKPT_TARGET_CT, 0, &s) == NB_ERR_UNSUPPORTED &&
+              strstr(nb_last_error(), "no 4-bit layer") && !exists("x2", "."),
+          "bf16 input: %s", nb_last_error());
     add(&t, "a.weight", NB_ST_U8, 2, w, NULL, 0, 255);
     add(&t, "a.weight_scale", NB_ST_F8_E4M3, 2, bad, NULL, E4M3_LO, E4M3_HI);
     add_f32(&t, "a.weight_scale_2", 0, 1.0f);
     write_set(&t, "incons", "model.safetensors");
     free_set(&t);
-    CHECK(convert("incons", "x3", NB_CKPT_TARGET_CT, 0, &s, err, sizeof err) == NB_ERR_UNSUPPORTED &&
-              strstr(err, "inconsistent") && !exists("x3", "."),
-          "inconsistent: %s", err);
+    CHECK(convert("incons", "x3", NB_CKPT_TARGET_CT, 0, &s) == NB_ERR_UNSUPPORTED &&
+              strstr(nb_last_error(), "inconsistent") && !exists("x3", "."),
+          "inconsistent: %s", nb_last_error());
     /* a converted name that is already taken: gpt-oss bias row 1 of c.experts.p */
     int64_t gb[4] = {2, 8, 1, 16}, gs[3] = {2, 8, 1}, gbias[2] = {2, 8}, row[1] = {8};
     add(&t, "c.experts.p_blocks", NB_ST_U8, 4, gb, NULL, 0, 255);
@@ -453,22 +443,24 @@ static void test_refusals(void) {
     add(&t, "c.experts.1.p.bias", NB_ST_BF16, 1, row, NULL, 0, 127);
     write_set(&t, "collide", "model.safetensors");
     free_set(&t);
-    CHECK(convert("collide", "x4", NB_CKPT_TARGET_QUARK, 0, &s, err, sizeof err) == NB_ERR_INVALID_ARGUMENT &&
-              strstr(err, "c.experts.1.p.bias") && !exists("x4", "."),
-          "collision: %s", err);
+    CHECK(convert("collide", "x4", NB_CKPT_TARGET_QUARK, 0, &s) == NB_ERR_INVALID_ARGUMENT &&
+              strstr(nb_last_error(), "c.experts.1.p.bias") && !exists("x4", "."),
+          "collision: %s", nb_last_error());
     /* OUT not empty */
     write_text("notempty", "keep.txt", "x\n");
-    CHECK(convert("mo", "notempty", NB_CKPT_TARGET_CT, 0, &s, err, sizeof err) == NB_ERR_INVALID_ARGUMENT &&
+    CHECK(convert("mo", "notempty", NB_CKPT_TARGET_CT, 0, &s) == NB_ERR_INVALID_ARGUMENT &&
               exists("notempty", "keep.txt") && !exists("notempty", "model.safetensors"),
-          "OUT not empty: %s", err);
+          "OUT not empty: %s", nb_last_error());
     nb_ckpt_convert_opts o;
     nb_ckpt_convert_opts_init(&o);
-    CHECK(nb_ckpt_convert(NULL, "x", &o, NULL, NULL, 0) == NB_ERR_NULL_POINTER, "NULL in");
+    CHECK(nb_ckpt_convert(NULL, "x", &o, NULL) == NB_ERR_NULL_POINTER, "NULL in");
     o.target = (nb_ckpt_target)9;
-    CHECK(nb_ckpt_convert("a", "b", &o, NULL, err, sizeof err) == NB_ERR_INVALID_ARGUMENT, "bad target");
+    CHECK(nb_ckpt_convert("a", "b", &o, NULL) == NB_ERR_INVALID_ARGUMENT, "bad target");
     nb_ckpt_target tg;
+    const char *name = NULL;
     CHECK(nb_ckpt_target_parse("ct", &tg) == NB_OK && tg == NB_CKPT_TARGET_CT &&
-              nb_ckpt_target_parse("gguf", &tg) == NB_ERR_NOT_FOUND && !nb_ckpt_target_name((nb_ckpt_target)0),
+              nb_ckpt_target_parse("gguf", &tg) == NB_ERR_NOT_FOUND &&
+              nb_ckpt_target_name((nb_ckpt_target)0, &name) == NB_ERR_INVALID_ARGUMENT && strstr(nb_last_error(), "0"),
           "target names");
 }
 

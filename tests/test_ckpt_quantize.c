@@ -15,8 +15,6 @@
  *   test_ckpt_quantize --keep DIR    fixtures kept in DIR (ctest then runs the CLI on DIR/bf16)
  */
 #define _POSIX_C_SOURCE 200809L
-#include "checkpoint.h"
-#include "ckpt_quantize.h"
 #include "ckpt_testlib.h"
 
 #include <cjson/cJSON.h>
@@ -111,15 +109,15 @@ static void fill_tensor(nb_st_tensor *t, size_t i) {
 
 /* sub/model.safetensors (shard < 0) or the two-shard layout with an index */
 static void write_ckpt(const char *sub, int sharded) {
-    char path[1024], err[512] = "";
+    char path[1024];
     path_of(path, sizeof path, sub, NULL);
     mkdir(path, 0755);
     nb_st_tensor t[NT];
     if (!sharded) {
         for (size_t i = 0; i < NT; i++) fill_tensor(&t[i], i);
         path_of(path, sizeof path, sub, "model.safetensors");
-        nb_status st = nb_st_write(path, t, NT, NULL, 0, err, sizeof err);
-        CHECK(st == NB_OK, "write %s: %s", path, err);
+        nb_status st = nb_st_write(path, t, NT, NULL, 0);
+        CHECK(st == NB_OK, "write %s: %s", path, nb_last_error());
     } else {
         char idx[8192] = "{\"metadata\": {\"total_size\": 1}, \"weight_map\": {";
         for (int s = 0; s < 2; s++) {
@@ -133,8 +131,8 @@ static void write_ckpt(const char *sub, int sharded) {
                     snprintf(idx + l, sizeof idx - l, "%s\"%s\": \"%s\"", l > 50 ? ", " : "", k_tensors[i].name, shard);
                 }
             path_of(path, sizeof path, sub, shard);
-            nb_status st = nb_st_write(path, t, n, NULL, 0, err, sizeof err);
-            CHECK(st == NB_OK, "write %s: %s", path, err);
+            nb_status st = nb_st_write(path, t, n, NULL, 0);
+            CHECK(st == NB_OK, "write %s: %s", path, nb_last_error());
         }
         strcat(idx, "}}\n");
         write_text(sub, "model.safetensors.index.json", idx);
@@ -277,7 +275,7 @@ static int g_have_gpu; /* libnibble has CUDA and a device is present */
 
 static void run_case(const char *sub, const char *out, int sharded, nb_format fmt, nb_mx_scale_rule rule,
                      const char *extra_pattern, const char *extra_substr, nb_ckpt_device dev) {
-    char in_path[1024], out_path[1024], err[1024] = "";
+    char in_path[1024], out_path[1024];
     path_of(in_path, sizeof in_path, sub, NULL);
     path_of(out_path, sizeof out_path, out, NULL);
     nb_ckpt_quantize_opts o;
@@ -291,8 +289,8 @@ static void run_case(const char *sub, const char *out, int sharded, nb_format fm
         o.nexclude = 1;
     }
     nb_ckpt_quantize_summary s;
-    nb_status st = nb_ckpt_quantize(in_path, out_path, &o, &s, err, sizeof err);
-    CHECK(st == NB_OK, "quantize %s -> %s: %s %s", sub, out, nb_status_name(st), err);
+    nb_status st = nb_ckpt_quantize(in_path, out_path, &o, &s);
+    CHECK(st == NB_OK, "quantize %s -> %s: %s %s", sub, out, nb_status_name(st), nb_last_error());
     if (st != NB_OK) return;
 
     size_t nq = 0;
@@ -304,17 +302,17 @@ static void run_case(const char *sub, const char *out, int sharded, nb_format fm
           s.files_copied);
     nb_ckpt_device wdev = dev == NB_CKPT_DEVICE_AUTO ? (g_have_gpu ? NB_CKPT_DEVICE_GPU : NB_CKPT_DEVICE_CPU) : dev;
     CHECK(s.device == wdev && s.device_name[0] && (wdev == NB_CKPT_DEVICE_GPU) == !!strcmp(s.device_name, "host"),
-          "%s: ran on %s (%s), want %s", out, nb_ckpt_device_name(s.device), s.device_name,
-          nb_ckpt_device_name(wdev));
+          "%s: ran on %s (%s), want %s", out, dev_name(s.device), s.device_name,
+          dev_name(wdev));
 
     nb_ckpt *c = NULL;
-    st = nb_ckpt_open(out_path, &c, err, sizeof err);
-    CHECK(st == NB_OK, "open %s: %s", out, err);
+    st = nb_ckpt_open(out_path, &c);
+    CHECK(st == NB_OK, "open %s: %s", out, nb_last_error());
     if (!c) return;
     nb_ckpt_config cfg;
     nb_ckpt_get_config(c, &cfg);
     nb_ckpt_format want = fmt == NB_FORMAT_NVFP4 ? NB_CKPT_MODELOPT_NVFP4 : NB_CKPT_QUARK_MXFP4;
-    CHECK(cfg.declared == want, "%s: config declares %s", out, nb_ckpt_format_name(cfg.declared));
+    CHECK(cfg.declared == want, "%s: config declares %s", out, fmt_name(cfg.declared));
     size_t ntens = 0;
     nb_ckpt_tensor_count(c, &ntens);
     CHECK(ntens == NT + nq * (fmt == NB_FORMAT_NVFP4 ? 2 : 1), "%s: %zu tensors", out, ntens);
@@ -332,13 +330,13 @@ static void run_case(const char *sub, const char *out, int sharded, nb_format fm
             nb_ckpt_layer L;
             nb_ckpt_layer_at(c, li, &L);
             CHECK(L.format == want && L.n == sp->shape[0] && L.k == sp->shape[1] && !L.config_mismatch,
-                  "%s: %s is %s %lldx%lld (%s)", out, prefix, nb_ckpt_format_name(L.format), (long long)L.n,
+                  "%s: %s is %s %lldx%lld (%s)", out, prefix, fmt_name(L.format), (long long)L.n,
                   (long long)L.k, L.problem);
             CHECK(L.decided_by != NB_CKPT_SRC_TENSORS, "%s: %s decided by tensors only", out, prefix);
             nb_weight_desc got;
             const uint8_t *codes = NULL, *scales = NULL;
-            st = nb_ckpt_layer_weight(c, li, 0, &got, &codes, &scales, err, sizeof err);
-            CHECK(st == NB_OK, "%s: %s weight: %s", out, prefix, err);
+            st = nb_ckpt_layer_weight(c, li, 0, &got, &codes, &scales);
+            CHECK(st == NB_OK, "%s: %s weight: %s", out, prefix, nb_last_error());
             if (st != NB_OK) continue;
             /* the reference: nb_quantize_host on the source in memory */
             nb_weight_desc d;
@@ -387,7 +385,7 @@ static void run_case(const char *sub, const char *out, int sharded, nb_format fm
                 if (layer >= 0) {
                     nb_ckpt_layer L;
                     nb_ckpt_layer_at(c, (size_t)layer, &L);
-                    CHECK(L.format == NB_CKPT_NONE, "%s: %s in a %s layer", out, sp->name, nb_ckpt_format_name(L.format));
+                    CHECK(L.format == NB_CKPT_NONE, "%s: %s in a %s layer", out, sp->name, fmt_name(L.format));
                 }
             }
             CHECK(found, "%s: %s missing", out, sp->name);
@@ -403,9 +401,9 @@ static void run_case(const char *sub, const char *out, int sharded, nb_format fm
             snprintf(shard, sizeof shard, "%s/%s/model-0000%d-of-00002.safetensors", g_dir, out, k_tensors[i].shard + 1);
             nb_st_file *f = NULL;
             nb_st_tensor t;
-            CHECK(nb_st_open(shard, &f, err, sizeof err) == NB_OK &&
-                      nb_st_tensor_find(f, k_tensors[i].name, &t, err, sizeof err) == NB_OK,
-                  "%s: %s not in its shard (%s)", out, k_tensors[i].name, err);
+            CHECK(nb_st_open(shard, &f) == NB_OK &&
+                      nb_st_tensor_find(f, k_tensors[i].name, &t) == NB_OK,
+                  "%s: %s not in its shard (%s)", out, k_tensors[i].name, nb_last_error());
             nb_st_close(f);
         }
     } else {
@@ -425,21 +423,21 @@ static void check_input_unchanged(const char *sub, const char *file, const char 
     free(now);
 }
 
-static nb_status quant_simple(const char *in, const char *out, char *err, size_t errlen) {
+static nb_status quant_simple(const char *in, const char *out) {
     nb_ckpt_quantize_opts o;
     nb_ckpt_quantize_opts_init(&o);
-    return nb_ckpt_quantize(in, out, &o, NULL, err, errlen);
+    return nb_ckpt_quantize(in, out, &o, NULL);
 }
 
 static void test_errors(void) {
-    char in[1024], out[1024], err[1024] = "", p[1024];
+    char in[1024], out[1024], p[1024];
     path_of(in, sizeof in, "bf16", NULL);
     /* OUT not empty: refused, its file untouched */
     path_of(out, sizeof out, "out_busy", NULL);
     mkdir(out, 0755);
     write_text("out_busy", "keep.txt", "mine\n");
-    nb_status st = quant_simple(in, out, err, sizeof err);
-    CHECK(st == NB_ERR_INVALID_ARGUMENT && strstr(err, "not empty"), "OUT non-empty: %s (%s)", nb_status_name(st), err);
+    nb_status st = quant_simple(in, out);
+    CHECK(st == NB_ERR_INVALID_ARGUMENT && strstr(nb_last_error(), "not empty"), "OUT non-empty: %s (%s)", nb_status_name(st), nb_last_error());
     path_of(p, sizeof p, "out_busy", "keep.txt");
     size_t n = 0;
     char *k = read_file_all(p, &n);
@@ -449,19 +447,19 @@ static void test_errors(void) {
     CHECK(access(p, F_OK) != 0, "OUT non-empty: something was written");
     /* OUT is a file */
     path_of(p, sizeof p, "out_busy", "keep.txt");
-    st = quant_simple(in, p, err, sizeof err);
-    CHECK(st == NB_ERR_INVALID_ARGUMENT, "OUT a file: %s (%s)", nb_status_name(st), err);
+    st = quant_simple(in, p);
+    CHECK(st == NB_ERR_INVALID_ARGUMENT, "OUT a file: %s (%s)", nb_status_name(st), nb_last_error());
     /* IN missing: NB_ERR_IO, OUT not created */
     path_of(in, sizeof in, "no_such_ckpt", NULL);
     path_of(out, sizeof out, "out_missing", NULL);
-    st = quant_simple(in, out, err, sizeof err);
-    CHECK(st == NB_ERR_IO && strstr(err, "no_such_ckpt"), "IN missing: %s (%s)", nb_status_name(st), err);
+    st = quant_simple(in, out);
+    CHECK(st == NB_ERR_IO && strstr(nb_last_error(), "no_such_ckpt"), "IN missing: %s (%s)", nb_status_name(st), nb_last_error());
     CHECK(access(out, F_OK) != 0, "IN missing: OUT created");
     /* a directory without a checkpoint */
     path_of(in, sizeof in, "empty_in", NULL);
     mkdir(in, 0755);
-    st = quant_simple(in, out, err, sizeof err);
-    CHECK(st == NB_ERR_NOT_FOUND, "IN without checkpoint: %s (%s)", nb_status_name(st), err);
+    st = quant_simple(in, out);
+    CHECK(st == NB_ERR_NOT_FOUND, "IN without checkpoint: %s (%s)", nb_status_name(st), nb_last_error());
     /* IN corrupt */
     path_of(in, sizeof in, "corrupt", NULL);
     mkdir(in, 0755);
@@ -473,8 +471,8 @@ static void test_errors(void) {
         CHECK(f && fwrite(bad, 1, sizeof bad - 1, f) == 24, "write corrupt");
         if (f) fclose(f);
     }
-    st = quant_simple(in, out, err, sizeof err);
-    CHECK(st == NB_ERR_CORRUPT, "IN corrupt: %s (%s)", nb_status_name(st), err);
+    st = quant_simple(in, out);
+    CHECK(st == NB_ERR_CORRUPT, "IN corrupt: %s (%s)", nb_status_name(st), nb_last_error());
     CHECK(access(out, F_OK) != 0, "IN corrupt: OUT created");
     /* corrupt config.json next to a good file */
     path_of(in, sizeof in, "badconfig", NULL);
@@ -483,11 +481,11 @@ static void test_errors(void) {
         nb_st_tensor t;
         fill_tensor(&t, 3);
         path_of(p, sizeof p, "badconfig", "model.safetensors");
-        CHECK(nb_st_write(p, &t, 1, NULL, 0, err, sizeof err) == NB_OK, "write badconfig");
+        CHECK(nb_st_write(p, &t, 1, NULL, 0) == NB_OK, "write badconfig");
         write_text("badconfig", "config.json", "{\"hidden_size\": ");
     }
-    st = quant_simple(in, out, err, sizeof err);
-    CHECK(st == NB_ERR_CORRUPT && strstr(err, "config.json"), "bad config.json: %s (%s)", nb_status_name(st), err);
+    st = quant_simple(in, out);
+    CHECK(st == NB_ERR_CORRUPT && strstr(nb_last_error(), "config.json"), "bad config.json: %s (%s)", nb_status_name(st), nb_last_error());
     CHECK(access(out, F_OK) != 0, "bad config.json: OUT created");
     /* a non-finite weight: fails mid-way, everything written is removed */
     path_of(in, sizeof in, "nonfinite", NULL);
@@ -501,17 +499,17 @@ static void test_errors(void) {
         w[77] = 0x7F80; /* +Inf */
         t[0].data = w;
         path_of(p, sizeof p, "nonfinite", "model.safetensors");
-        CHECK(nb_st_write(p, t, 2, NULL, 0, err, sizeof err) == NB_OK, "write nonfinite");
+        CHECK(nb_st_write(p, t, 2, NULL, 0) == NB_OK, "write nonfinite");
         free(w);
         write_text("nonfinite", "tokenizer.json", k_tokenizer);
     }
-    st = quant_simple(in, out, err, sizeof err);
-    CHECK(st == NB_ERR_INVALID_ARGUMENT && strstr(err, "q_proj"), "Inf weight: %s (%s)", nb_status_name(st), err);
+    st = quant_simple(in, out);
+    CHECK(st == NB_ERR_INVALID_ARGUMENT && strstr(nb_last_error(), "q_proj"), "Inf weight: %s (%s)", nb_status_name(st), nb_last_error());
     CHECK(access(out, F_OK) != 0, "Inf weight: OUT left behind");
     /* into an existing empty directory: the directory stays on failure */
     path_of(out, sizeof out, "out_empty", NULL);
     mkdir(out, 0755);
-    st = quant_simple(in, out, err, sizeof err);
+    st = quant_simple(in, out);
     CHECK(st == NB_ERR_INVALID_ARGUMENT, "Inf weight (empty OUT): %s", nb_status_name(st));
     path_of(p, sizeof p, "out_empty", "model.safetensors");
     CHECK(access(out, F_OK) == 0 && access(p, F_OK) != 0, "Inf weight: empty OUT not left empty");
@@ -520,34 +518,36 @@ static void test_errors(void) {
     nb_ckpt_quantize_opts_init(&o);
     o.format = (nb_format)7;
     path_of(in, sizeof in, "bf16", NULL);
-    st = nb_ckpt_quantize(in, out, &o, NULL, err, sizeof err);
+    st = nb_ckpt_quantize(in, out, &o, NULL);
     CHECK(st == NB_ERR_INVALID_ARGUMENT, "bad format: %s", nb_status_name(st));
-    CHECK(nb_ckpt_quantize(NULL, out, &o, NULL, err, sizeof err) == NB_ERR_NULL_POINTER, "NULL in");
+    CHECK(nb_ckpt_quantize(NULL, out, &o, NULL) == NB_ERR_NULL_POINTER, "NULL in");
     nb_ckpt_quantize_opts_init(&o);
     o.device = (nb_ckpt_device)3;
-    st = nb_ckpt_quantize(in, out, &o, NULL, err, sizeof err);
-    CHECK(st == NB_ERR_INVALID_ARGUMENT && strstr(err, "device"), "bad device: %s (%s)", nb_status_name(st), err);
+    st = nb_ckpt_quantize(in, out, &o, NULL);
+    CHECK(st == NB_ERR_INVALID_ARGUMENT && strstr(nb_last_error(), "device"), "bad device: %s (%s)", nb_status_name(st), nb_last_error());
     /* device GPU: without one, refused before OUT exists; with one, the
      * non-finite weight is reported like on the CPU */
     o.device = NB_CKPT_DEVICE_GPU;
     path_of(out, sizeof out, "out_gpu", NULL);
-    st = nb_ckpt_quantize(in, out, &o, NULL, err, sizeof err);
+    st = nb_ckpt_quantize(in, out, &o, NULL);
     if (g_have_gpu) {
-        CHECK(st == NB_OK, "device gpu: %s (%s)", nb_status_name(st), err);
+        CHECK(st == NB_OK, "device gpu: %s (%s)", nb_status_name(st), nb_last_error());
         path_of(in, sizeof in, "nonfinite", NULL);
         path_of(out, sizeof out, "out_gpu_inf", NULL);
-        st = nb_ckpt_quantize(in, out, &o, NULL, err, sizeof err);
-        CHECK(st == NB_ERR_INVALID_ARGUMENT && strstr(err, "q_proj") && strstr(err, "[1, 13] is not finite"),
-              "Inf weight on the GPU: %s (%s)", nb_status_name(st), err);
+        st = nb_ckpt_quantize(in, out, &o, NULL);
+        CHECK(st == NB_ERR_INVALID_ARGUMENT && strstr(nb_last_error(), "q_proj") && strstr(nb_last_error(), "[1, 13] is not finite"),
+              "Inf weight on the GPU: %s (%s)", nb_status_name(st), nb_last_error());
     } else {
-        CHECK(st == NB_ERR_NO_DEVICE && strstr(err, "device gpu"), "device gpu without a GPU: %s (%s)",
-              nb_status_name(st), err);
+        CHECK(st == NB_ERR_NO_DEVICE && strstr(nb_last_error(), "device gpu"), "device gpu without a GPU: %s (%s)",
+              nb_status_name(st), nb_last_error());
     }
     CHECK(access(out, F_OK) != 0 || g_have_gpu, "device gpu without a GPU: OUT created");
     nb_ckpt_device dv;
+    const char *name = NULL;
     CHECK(nb_ckpt_device_parse("gpu", &dv) == NB_OK && dv == NB_CKPT_DEVICE_GPU &&
               nb_ckpt_device_parse("cuda", &dv) == NB_ERR_NOT_FOUND &&
-              !strcmp(nb_ckpt_device_name(NB_CKPT_DEVICE_AUTO), "auto") && !nb_ckpt_device_name((nb_ckpt_device)9),
+              !strcmp(dev_name(NB_CKPT_DEVICE_AUTO), "auto") &&
+              nb_ckpt_device_name((nb_ckpt_device)9, &name) == NB_ERR_INVALID_ARGUMENT && strstr(nb_last_error(), "9"),
           "device names");
 }
 

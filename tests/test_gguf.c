@@ -26,14 +26,16 @@
  *     gguf.quants.dequantize.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "checkpoint.h"
-#include "ckpt_convert.h"
-#include "gguf.h"
+#include "nibble_io.h"
 #include "testlib.h"
 
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* Names of library enum values for messages ("?" for one without a name). */
+static const char *fmt_name(nb_ckpt_format f) { const char *s; return nb_ckpt_format_name(f, &s) ? "?" : s; }
+static const char *target_str(nb_ckpt_target t) { const char *s; return nb_ckpt_target_name(t, &s) ? "?" : s; }
 
 /* ------------------------------------------------------------ image builder */
 
@@ -129,8 +131,8 @@ static gb build(const tspec *t, size_t nt, uint32_t al) {
     return b;
 }
 
-static nb_status open_img(const gb *b, nb_gguf_file **g, char *err, size_t errlen) {
-    return nb_gguf_open_memory(b->p, b->n, "img.gguf", g, err, errlen);
+static nb_status open_img(const gb *b, nb_gguf_file **g) {
+    return nb_gguf_open_memory(b->p, b->n, "img.gguf", g);
 }
 
 /* ------------------------------------------------------------ known answers */
@@ -169,16 +171,15 @@ static void check_import(const nb_gguf_file *g, const char *name, int64_t expert
     size_t i;
     CHECK(nb_gguf_tensor_find(g, name, &i) == NB_OK, "%s not found", name);
     nb_gguf_fp4 f;
-    char err[512] = "";
-    nb_status st = nb_gguf_fp4_info(g, i, &f, err, sizeof err);
-    CHECK(st == NB_OK && f.format == (nv ? NB_FORMAT_NVFP4 : NB_FORMAT_MXFP4), "%s: fp4_info %s", name, err);
+    nb_status st = nb_gguf_fp4_info(g, i, &f);
+    CHECK(st == NB_OK && f.format == (nv ? NB_FORMAT_NVFP4 : NB_FORMAT_MXFP4), "%s: fp4_info %s", name, nb_last_error());
     if (st != NB_OK) return;
     uint8_t *c = (uint8_t *)malloc(f.codes_bytes), *s = (uint8_t *)malloc(f.scales_bytes);
     nb_weight_desc d;
     size_t rem = 99;
-    st = nb_gguf_fp4_to_checkpoint(g, i, expert, &d, c, f.codes_bytes, s, f.scales_bytes, &rem, err, sizeof err);
+    st = nb_gguf_fp4_to_checkpoint(g, i, expert, &d, c, f.codes_bytes, s, f.scales_bytes, &rem);
     CHECK(st == NB_OK && rem == want_remapped && d.tensor_scale == ts, "%s: import %s, %zu remapped (want %zu), ts %g",
-          name, err, rem, want_remapped, (double)d.tensor_scale);
+          name, nb_last_error(), rem, want_remapped, (double)d.tensor_scale);
     if (st == NB_OK) {
         int64_t n = f.n, k = f.k, group = nv ? 16 : 32;
         const uint8_t *ec = codes + (size_t)(expert * n * k);
@@ -236,9 +237,8 @@ static void test_known_answers(void) {
     for (int al = 0; al < 2; al++) {
         gb b = build(t, 5, al ? 64 : 32);
         nb_gguf_file *g = NULL;
-        char err[512] = "";
-        nb_status st = open_img(&b, &g, err, sizeof err);
-        CHECK(st == NB_OK, "valid image (alignment %d): %s", al ? 64 : 32, err);
+        nb_status st = open_img(&b, &g);
+        CHECK(st == NB_OK, "valid image (alignment %d): %s", al ? 64 : 32, nb_last_error());
         if (g) {
             nb_gguf_header h;
             nb_gguf_get_header(g, &h);
@@ -267,14 +267,14 @@ static void test_known_answers(void) {
             nb_weight_desc d;
             uint8_t c[64], s[8];
             CHECK(nb_gguf_tensor_find(g, "output_norm.weight", &i4) == NB_OK &&
-                      nb_gguf_fp4_info(g, i4, &f, err, sizeof err) == NB_ERR_UNSUPPORTED,
+                      nb_gguf_fp4_info(g, i4, &f) == NB_ERR_UNSUPPORTED,
                   "F32 is not FP4");
             size_t i0;
             nb_gguf_tensor_find(g, "blk.0.ffn_down.weight", &i0);
-            CHECK(nb_gguf_fp4_to_checkpoint(g, i0, 1, &d, c, sizeof c, s, sizeof s, NULL, err, sizeof err) ==
+            CHECK(nb_gguf_fp4_to_checkpoint(g, i0, 1, &d, c, sizeof c, s, sizeof s, NULL) ==
                       NB_ERR_INVALID_ARGUMENT,
                   "expert of a 2-D tensor");
-            CHECK(nb_gguf_fp4_to_checkpoint(g, i0, 0, &d, c, 3, s, sizeof s, NULL, err, sizeof err) ==
+            CHECK(nb_gguf_fp4_to_checkpoint(g, i0, 0, &d, c, 3, s, sizeof s, NULL) ==
                       NB_ERR_BUFFER_TOO_SMALL,
                   "short buffer");
         }
@@ -288,12 +288,12 @@ static void test_known_answers(void) {
                 fwrite(b.p, 1, b.n, fp);
                 fclose(fp);
             }
-            st = nb_gguf_open(path, &g, err, sizeof err);
-            CHECK(st == NB_OK, "open %s: %s", path, err);
+            st = nb_gguf_open(path, &g);
+            CHECK(st == NB_OK, "open %s: %s", path, nb_last_error());
             if (g) check_import(g, "blk.0.attn_q.weight", 0, g_nv_codes, g_nv_d, 1, ts, 2);
             nb_gguf_close(g);
             remove(path);
-            CHECK(nb_gguf_open(path, &g, err, sizeof err) == NB_ERR_IO && strstr(err, path), "missing file: %s", err);
+            CHECK(nb_gguf_open(path, &g) == NB_ERR_IO && strstr(nb_last_error(), path), "missing file: %s", nb_last_error());
         }
         free(b.p);
     }
@@ -302,14 +302,13 @@ static void test_known_answers(void) {
     nv_blocks(g_nv_codes, g_nv_d, sizeof g_nv_d / 4, nv);
     gb b = build(t + 1, 1, 32);
     nb_gguf_file *g = NULL;
-    char err[512] = "";
-    CHECK(open_img(&b, &g, err, sizeof err) == NB_OK, "0xFF image opens: %s", err);
+    CHECK(open_img(&b, &g) == NB_OK, "0xFF image opens: %s", nb_last_error());
     if (g) {
         uint8_t c[NV_N * NV_K / 2], s[NV_N * NV_K / 16];
         nb_weight_desc d;
-        CHECK(nb_gguf_fp4_to_checkpoint(g, 0, 0, &d, c, sizeof c, s, sizeof s, NULL, err, sizeof err) ==
-                      NB_ERR_UNSUPPORTED && strstr(err, "0xFF"),
-              "0xFF refused: %s", err);
+        CHECK(nb_gguf_fp4_to_checkpoint(g, 0, 0, &d, c, sizeof c, s, sizeof s, NULL) ==
+                      NB_ERR_UNSUPPORTED && strstr(nb_last_error(), "0xFF"),
+              "0xFF refused: %s", nb_last_error());
     }
     nb_gguf_close(g);
     free(b.p);
@@ -319,10 +318,9 @@ static void test_known_answers(void) {
 
 static void expect(const gb *b, nb_status want, const char *part, const char *what) {
     nb_gguf_file *g = NULL;
-    char err[512] = "";
-    nb_status st = open_img(b, &g, err, sizeof err);
-    int ok = want == NB_OK ? st == NB_OK && g : st == want && !g && strstr(err, "img.gguf") && (!part || strstr(err, part));
-    CHECK(ok, "%s: %s (%s), want %s with '%s'", what, nb_status_name(st), err, nb_status_name(want), part ? part : "");
+    nb_status st = open_img(b, &g);
+    int ok = want == NB_OK ? st == NB_OK && g : st == want && !g && strstr(nb_last_error(), "img.gguf") && (!part || strstr(nb_last_error(), part));
+    CHECK(ok, "%s: %s (%s), want %s with '%s'", what, nb_status_name(st), nb_last_error(), nb_status_name(want), part ? part : "");
     nb_gguf_close(g);
 }
 
@@ -516,9 +514,11 @@ static void test_malformed(void) {
     free(c.p);
     free(b.p);
     nb_gguf_file *g = NULL;
-    CHECK(nb_gguf_open_memory(NULL, 4, "x", &g, NULL, 0) == NB_ERR_NULL_POINTER, "NULL data");
-    CHECK(nb_gguf_open(NULL, &g, NULL, 0) == NB_ERR_NULL_POINTER && nb_gguf_close(NULL) == NB_OK, "NULL path");
-    CHECK(!strcmp(nb_ggml_type_name(39), "MXFP4") && !nb_ggml_type_name(36) && !nb_ggml_type_name(1000),
+    CHECK(nb_gguf_open_memory(NULL, 4, "x", &g) == NB_ERR_NULL_POINTER, "NULL data");
+    CHECK(nb_gguf_open(NULL, &g) == NB_ERR_NULL_POINTER && nb_gguf_close(NULL) == NB_OK, "NULL path");
+    const char *tn = NULL;
+    CHECK(nb_ggml_type_name(39, &tn) == NB_OK && !strcmp(tn, "MXFP4") && nb_ggml_type_name(36, &tn) == NB_ERR_NOT_FOUND &&
+              nb_ggml_type_name(1000, &tn) == NB_ERR_NOT_FOUND && strstr(nb_last_error(), "1000"),
           "type names");
 }
 
@@ -561,7 +561,7 @@ static void log_skip(void *user, const char *name, const char *type) {
 }
 
 static nb_status convert(const char *gguf, const char *out_name, nb_ckpt_target tg, int skip, int strict,
-                         nb_ckpt_convert_summary *sum, conv_log *log, char *err, size_t errlen) {
+                         nb_ckpt_convert_summary *sum, conv_log *log) {
     char out[1024];
     snprintf(out, sizeof out, "%s/%s", g_dir, out_name);
     rm_tree(out);
@@ -575,7 +575,7 @@ static nb_status convert(const char *gguf, const char *out_name, nb_ckpt_target 
     o.warn_user = log;
     o.skipped = log_skip;
     o.skipped_user = log;
-    return nb_ckpt_convert(gguf, out, &o, sum, err, errlen);
+    return nb_ckpt_convert(gguf, out, &o, sum);
 }
 
 static int exists(const char *out_name, const char *file) {
@@ -589,9 +589,8 @@ static int exists(const char *out_name, const char *file) {
 static void check_layer(const nb_gguf_file *g, nb_ckpt *c, const char *name, const char *prefix, nb_ckpt_format want) {
     size_t ti;
     nb_gguf_fp4 f;
-    char err[512] = "";
-    if (nb_gguf_tensor_find(g, name, &ti) != NB_OK || nb_gguf_fp4_info(g, ti, &f, err, sizeof err) != NB_OK) {
-        CHECK(0, "%s: not a GGUF FP4 tensor (%s)", name, err);
+    if (nb_gguf_tensor_find(g, name, &ti) != NB_OK || nb_gguf_fp4_info(g, ti, &f) != NB_OK) {
+        CHECK(0, "%s: not a GGUF FP4 tensor (%s)", name, nb_last_error());
         return;
     }
     nb_context *ctx = NULL;
@@ -609,14 +608,14 @@ static void check_layer(const nb_gguf_file *g, nb_ckpt *c, const char *name, con
         nb_status st = nb_ckpt_layer_find(c, lp, &li);
         if (st == NB_OK) nb_ckpt_layer_at(c, li, &L);
         CHECK(st == NB_OK && L.format == want && L.n == f.n && L.k == f.k, "%s: layer %s, %s, %lld x %lld (want %s)",
-              name, lp, nb_ckpt_format_name(L.format), (long long)L.n, (long long)L.k, nb_ckpt_format_name(want));
+              name, lp, fmt_name(L.format), (long long)L.n, (long long)L.k, fmt_name(want));
         if (st != NB_OK || L.format != want) continue;
         nb_weight_desc dg, dc;
         const uint8_t *cc, *cs;
-        CHECK(nb_gguf_fp4_to_checkpoint(g, ti, e, &dg, gc, f.codes_bytes, gs, f.scales_bytes, NULL, err, sizeof err) ==
+        CHECK(nb_gguf_fp4_to_checkpoint(g, ti, e, &dg, gc, f.codes_bytes, gs, f.scales_bytes, NULL) ==
                       NB_OK &&
-                  nb_ckpt_layer_weight(c, li, 0, &dc, &cc, &cs, err, sizeof err) == NB_OK,
-              "%s: %s", lp, err);
+                  nb_ckpt_layer_weight(c, li, 0, &dc, &cc, &cs) == NB_OK,
+              "%s: %s", lp, nb_last_error());
         CHECK(nb_dequantize_host(ctx, &dg, gc, gs, NB_DTYPE_F32, a) == NB_OK &&
                   nb_dequantize_host(ctx, &dc, cc, cs, NB_DTYPE_F32, b) == NB_OK,
               "%s: dequantize", lp);
@@ -650,10 +649,10 @@ static void check_copy(const nb_gguf_file *g, nb_ckpt *c, const char *name, nb_s
 }
 
 static nb_ckpt *open_out(const char *out_name) {
-    char p[1024], err[512] = "";
+    char p[1024];
     snprintf(p, sizeof p, "%s/%s", g_dir, out_name);
     nb_ckpt *c = NULL;
-    CHECK(nb_ckpt_open(p, &c, err, sizeof err) == NB_OK, "open %s: %s", p, err);
+    CHECK(nb_ckpt_open(p, &c) == NB_OK, "open %s: %s", p, nb_last_error());
     return c;
 }
 
@@ -749,21 +748,20 @@ static void test_convert(void) {
     write_img(&b, "f16.gguf", f16p, sizeof f16p);
     free(b.p);
 
-    char err[1024] = "";
     nb_ckpt_convert_summary sum;
     conv_log log;
     nb_gguf_file *g = NULL;
-    CHECK(nb_gguf_open(nvq8p, &g, err, sizeof err) == NB_OK, "open %s: %s", nvq8p, err);
+    CHECK(nb_gguf_open(nvq8p, &g) == NB_OK, "open %s: %s", nvq8p, nb_last_error());
 
     /* Q8_0 refused by name, then skipped */
-    nb_status st = convert(nvq8p, "o_mo", NB_CKPT_TARGET_MODELOPT, 0, 0, &sum, &log, err, sizeof err);
-    CHECK(st == NB_ERR_UNSUPPORTED && strstr(err, "blk.0.attn_k.weight") && strstr(err, "Q8_0") &&
+    nb_status st = convert(nvq8p, "o_mo", NB_CKPT_TARGET_MODELOPT, 0, 0, &sum, &log);
+    CHECK(st == NB_ERR_UNSUPPORTED && strstr(nb_last_error(), "blk.0.attn_k.weight") && strstr(nb_last_error(), "Q8_0") &&
               !exists("o_mo", NULL),
-          "Q8_0 refused: %s (%s)", nb_status_name(st), err);
-    st = convert(nvq8p, "o_mo", NB_CKPT_TARGET_MODELOPT, 1, 0, &sum, &log, err, sizeof err);
+          "Q8_0 refused: %s (%s)", nb_status_name(st), nb_last_error());
+    st = convert(nvq8p, "o_mo", NB_CKPT_TARGET_MODELOPT, 1, 0, &sum, &log);
     CHECK(st == NB_OK && sum.gguf && sum.tensors_skipped == 1 && log.skipped == 1 &&
               !strcmp(log.skipped_name, "blk.0.attn_k.weight:Q8_0"),
-          "Q8_0 skipped: %s (%s) %zu %s", nb_status_name(st), err, sum.tensors_skipped, log.skipped_name);
+          "Q8_0 skipped: %s (%s) %zu %s", nb_status_name(st), nb_last_error(), sum.tensors_skipped, log.skipped_name);
     CHECK(st == NB_OK && sum.tensors_in == 10 && sum.layers_converted == 2 && sum.experts_split == 3 &&
               sum.layers_unquantized == 2 && sum.tensors_copied == 4 && sum.scale_bytes_remapped == 3 &&
               log.remap_note == 1 && log.metadata_note == 1 && exists("o_mo", "hf_quant_config.json") &&
@@ -792,16 +790,16 @@ static void test_convert(void) {
         nb_ckpt_config cfg;
         nb_ckpt_get_config(c, &cfg);
         CHECK(cfg.declared == NB_CKPT_MODELOPT_NVFP4 && cfg.nexclude == 2, "hf_quant_config.json: declared %s, %zu "
-              "excluded", nb_ckpt_format_name(cfg.declared), cfg.nexclude);
+              "excluded", fmt_name(cfg.declared), cfg.nexclude);
         nb_ckpt_close(c);
     }
     nb_gguf_close(g);
     g = NULL;
-    CHECK(nb_gguf_open(nvp, &g, err, sizeof err) == NB_OK, "open %s: %s", nvp, err);
+    CHECK(nb_gguf_open(nvp, &g) == NB_OK, "open %s: %s", nvp, nb_last_error());
     /* NVFP4 to compressed-tensors: reciprocal scales, all exact here */
-    st = convert(nvp, "o_ct", NB_CKPT_TARGET_CT, 0, 0, &sum, &log, err, sizeof err);
+    st = convert(nvp, "o_ct", NB_CKPT_TARGET_CT, 0, 0, &sum, &log);
     CHECK(st == NB_OK && sum.scales_exact == 1 + 1 + 3 && !sum.scales_inexact && !sum.scales_adjusted,
-          "nvfp4 -> ct: %s (%s), %zu exact", nb_status_name(st), err, sum.scales_exact);
+          "nvfp4 -> ct: %s (%s), %zu exact", nb_status_name(st), nb_last_error(), sum.scales_exact);
     c = st == NB_OK ? open_out("o_ct") : NULL;
     if (c) {
         check_layer(g, c, "blk.0.attn_q.weight", "blk.0.attn_q", NB_CKPT_CT_NVFP4);
@@ -812,20 +810,20 @@ static void test_convert(void) {
               "ct input_global_scale = 1 / input_scale, shape [1]");
         nb_ckpt_close(c);
     }
-    st = convert(nvp, "o_quark", NB_CKPT_TARGET_QUARK, 0, 0, &sum, &log, err, sizeof err);
-    CHECK(st == NB_ERR_UNSUPPORTED && strstr(err, "NVFP4") && !exists("o_quark", NULL), "nvfp4 -> quark: %s (%s)",
-          nb_status_name(st), err);
+    st = convert(nvp, "o_quark", NB_CKPT_TARGET_QUARK, 0, 0, &sum, &log);
+    CHECK(st == NB_ERR_UNSUPPORTED && strstr(nb_last_error(), "NVFP4") && !exists("o_quark", NULL), "nvfp4 -> quark: %s (%s)",
+          nb_status_name(st), nb_last_error());
     nb_gguf_close(g);
     /* MXFP4 to Quark and compressed-tensors; not to ModelOpt */
     g = NULL;
-    CHECK(nb_gguf_open(mxp, &g, err, sizeof err) == NB_OK, "open %s: %s", mxp, err);
+    CHECK(nb_gguf_open(mxp, &g) == NB_OK, "open %s: %s", mxp, nb_last_error());
     const nb_ckpt_target mt[2] = {NB_CKPT_TARGET_QUARK, NB_CKPT_TARGET_CT};
     const nb_ckpt_format mf[2] = {NB_CKPT_QUARK_MXFP4, NB_CKPT_CT_MXFP4};
     for (int i = 0; i < 2; i++) {
-        st = convert(mxp, i ? "o_mx_ct" : "o_mx_quark", mt[i], 0, 0, &sum, &log, err, sizeof err);
+        st = convert(mxp, i ? "o_mx_ct" : "o_mx_quark", mt[i], 0, 0, &sum, &log);
         CHECK(st == NB_OK && sum.layers_converted == 2 && sum.experts_split == 3 && sum.scale_bytes_remapped == 0 &&
                   !log.remap_note,
-              "mxfp4 -> %s: %s (%s)", nb_ckpt_target_name(mt[i]), nb_status_name(st), err);
+              "mxfp4 -> %s: %s (%s)", target_str(mt[i]), nb_status_name(st), nb_last_error());
         c = st == NB_OK ? open_out(i ? "o_mx_ct" : "o_mx_quark") : NULL;
         if (c) {
             check_layer(g, c, "blk.0.ffn_up.weight", "blk.0.ffn_up", mf[i]);
@@ -850,14 +848,13 @@ static void test_convert(void) {
     };
     const char *const files[5] = {mxp, mixp, f16p, ffp, inexp};
     for (size_t i = 0; i < sizeof refusals / sizeof refusals[0]; i++) {
-        st = convert(files[refusals[i].file], "o_refused", refusals[i].tg, 0, refusals[i].strict, &sum, &log, err,
-                     sizeof err);
-        CHECK(st == NB_ERR_UNSUPPORTED && strstr(err, refusals[i].reason) && !exists("o_refused", NULL),
-              "%s: %s (%s)", refusals[i].what, nb_status_name(st), err);
+        st = convert(files[refusals[i].file], "o_refused", refusals[i].tg, 0, refusals[i].strict, &sum, &log);
+        CHECK(st == NB_ERR_UNSUPPORTED && strstr(nb_last_error(), refusals[i].reason) && !exists("o_refused", NULL),
+              "%s: %s (%s)", refusals[i].what, nb_status_name(st), nb_last_error());
     }
-    st = convert(inexp, "o_inexact", NB_CKPT_TARGET_CT, 0, 0, &sum, &log, err, sizeof err);
+    st = convert(inexp, "o_inexact", NB_CKPT_TARGET_CT, 0, 0, &sum, &log);
     CHECK(st == NB_OK && sum.scales_inexact + sum.scales_adjusted == 1 && log.warnings >= 2,
-          "inexact reciprocal: %s (%s), %zu inexact, %zu adjusted", nb_status_name(st), err, sum.scales_inexact,
+          "inexact reciprocal: %s (%s), %zu inexact, %zu adjusted", nb_status_name(st), nb_last_error(), sum.scales_inexact,
           sum.scales_adjusted);
     const char *outs[] = {"o_mo", "o_ct", "o_mx_quark", "o_mx_ct", "o_inexact"};
     for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++) {
@@ -878,9 +875,8 @@ static void test_convert(void) {
  * package), in file order, against `want` (float32, concatenated). */
 static int crosscheck(const char *path, const char *want_path) {
     nb_gguf_file *g = NULL;
-    char err[512] = "";
-    nb_status st = nb_gguf_open(path, &g, err, sizeof err);
-    CHECK(st == NB_OK, "open %s: %s", path, err);
+    nb_status st = nb_gguf_open(path, &g);
+    CHECK(st == NB_OK, "open %s: %s", path, nb_last_error());
     FILE *f = fopen(want_path, "rb");
     CHECK(f != NULL, "cannot read %s", want_path);
     if (!g || !f) {
@@ -895,7 +891,7 @@ static int crosscheck(const char *path, const char *want_path) {
     size_t checked = 0;
     for (size_t i = 0; i < h.n_tensors; i++) {
         nb_gguf_fp4 fp;
-        if (nb_gguf_fp4_info(g, i, &fp, NULL, 0) != NB_OK) continue;
+        if (nb_gguf_fp4_info(g, i, &fp) != NB_OK) continue;
         nb_gguf_tensor t;
         nb_gguf_tensor_at(g, i, &t);
         for (int64_t e = 0; e < (fp.experts ? fp.experts : 1); e++) {
@@ -903,8 +899,8 @@ static int crosscheck(const char *path, const char *want_path) {
             size_t nel = (size_t)(fp.n * fp.k);
             float *y = (float *)malloc(nel * 4), *w = (float *)malloc(nel * 4);
             nb_weight_desc d;
-            st = nb_gguf_fp4_to_checkpoint(g, i, e, &d, c, fp.codes_bytes, s, fp.scales_bytes, NULL, err, sizeof err);
-            CHECK(st == NB_OK, "%s: %s", t.name, err);
+            st = nb_gguf_fp4_to_checkpoint(g, i, e, &d, c, fp.codes_bytes, s, fp.scales_bytes, NULL);
+            CHECK(st == NB_OK, "%s: %s", t.name, nb_last_error());
             CHECK(fread(w, 4, nel, f) == nel, "%s: expected values missing", t.name);
             if (st == NB_OK && nb_dequantize_host(ctx, &d, c, s, NB_DTYPE_F32, y) == NB_OK) {
                 size_t bad = 0, first = 0;

@@ -16,7 +16,7 @@
  * (tests/corpus/safetensors/ holds the committed copy).
  * Output: one line per failed check, then "N passed, M failed". */
 #define _POSIX_C_SOURCE 200809L
-#include "safetensors.h"
+#include "nibble_io.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -72,35 +72,33 @@ static image img(const char *header, size_t data_len) {
 /* Both paths must fail with `want` and a message that names the file and
  * contains `rule`. */
 static void expect_bad(const char *what, image im, nb_status want, const char *rule) {
-    char path[512], err[1024] = "";
+    char path[512];
     snprintf(path, sizeof path, "%s/bad-%s.safetensors", g_dir, what);
     for (char *c = path + strlen(g_dir) + 1; *c; c++)
         if (*c == ' ' || *c == '/') *c = '_';
     write_file(path, im.p, im.n);
     nb_st_file *f = (nb_st_file *)(uintptr_t)1;
-    nb_status st = nb_st_open(path, &f, err, sizeof err);
-    CHECK(st == want, "%s (file): status %s, want %s: %s", what, sname(st), sname(want), err);
+    nb_status st = nb_st_open(path, &f);
+    CHECK(st == want, "%s (file): status %s, want %s: %s", what, sname(st), sname(want), nb_last_error());
     CHECK(f == NULL, "%s: out not cleared on failure", what);
-    CHECK(strstr(err, path) != NULL, "%s: message does not name the file: %s", what, err);
-    CHECK(strstr(err, rule) != NULL, "%s: message does not say \"%s\": %s", what, rule, err);
+    CHECK(strstr(nb_last_error(), path) != NULL, "%s: message does not name the file: %s", what, nb_last_error());
+    CHECK(strstr(nb_last_error(), rule) != NULL, "%s: message does not say \"%s\": %s", what, rule, nb_last_error());
     if (st == NB_OK) nb_st_close(f);
 
     unsigned char *copy = (unsigned char *)malloc(im.n ? im.n : 1);
     memcpy(copy, im.p, im.n);
-    err[0] = 0;
-    st = nb_st_open_memory(copy, im.n, "mem-image", &f, err, sizeof err);
-    CHECK(st == want, "%s (memory): status %s, want %s: %s", what, sname(st), sname(want), err);
-    CHECK(strstr(err, "mem-image") && strstr(err, rule), "%s (memory): message: %s", what, err);
+    st = nb_st_open_memory(copy, im.n, "mem-image", &f);
+    CHECK(st == want, "%s (memory): status %s, want %s: %s", what, sname(st), sname(want), nb_last_error());
+    CHECK(strstr(nb_last_error(), "mem-image") && strstr(nb_last_error(), rule), "%s (memory): message: %s", what, nb_last_error());
     if (st == NB_OK) nb_st_close(f);
     free(copy);
     free(im.p);
 }
 
 static void expect_ok_image(const char *what, image im, size_t want_tensors) {
-    char err[1024] = "";
     nb_st_file *f = NULL;
-    nb_status st = nb_st_open_memory(im.p, im.n, what, &f, err, sizeof err);
-    CHECK(st == NB_OK, "%s: %s: %s", what, sname(st), err);
+    nb_status st = nb_st_open_memory(im.p, im.n, what, &f);
+    CHECK(st == NB_OK, "%s: %s: %s", what, sname(st), nb_last_error());
     if (st == NB_OK) {
         size_t n = 99;
         nb_st_count(f, &n);
@@ -155,14 +153,14 @@ static void test_roundtrip(void) {
     nb_st_tensor t[8];
     size_t n = roundtrip_tensors(t);
     const char *meta[] = {"producer", "nibble test", "note", "tab\tquote\"back\\slash\nnewline \xc3\xa9"};
-    char path[512], err[1024] = "";
+    char path[512];
     path_in(path, sizeof path, "roundtrip.safetensors");
-    nb_status st = nb_st_write(path, t, n, meta, 2, err, sizeof err);
-    CHECK(st == NB_OK, "write: %s: %s", sname(st), err);
+    nb_status st = nb_st_write(path, t, n, meta, 2);
+    CHECK(st == NB_OK, "write: %s: %s", sname(st), nb_last_error());
 
     nb_st_file *f = NULL;
-    st = nb_st_open(path, &f, err, sizeof err);
-    CHECK(st == NB_OK, "open: %s: %s", sname(st), err);
+    st = nb_st_open(path, &f);
+    CHECK(st == NB_OK, "open: %s: %s", sname(st), nb_last_error());
     if (st != NB_OK) return;
     size_t cnt = 0;
     nb_st_count(f, &cnt);
@@ -170,8 +168,8 @@ static void test_roundtrip(void) {
     uint64_t prev_bits = 64, prev_end = 0;
     for (size_t i = 0; i < n; i++) {
         nb_st_tensor r;
-        st = nb_st_tensor_find(f, t[i].name, &r, err, sizeof err);
-        CHECK(st == NB_OK, "find %s: %s", t[i].name, err);
+        st = nb_st_tensor_find(f, t[i].name, &r);
+        CHECK(st == NB_OK, "find %s: %s", t[i].name, nb_last_error());
         if (st != NB_OK) continue;
         CHECK(!strcmp(r.name, t[i].name) && r.dtype == t[i].dtype && r.rank == t[i].rank && r.bytes == t[i].bytes,
               "%s: metadata differs (dtype %d rank %d bytes %zu)", t[i].name, r.dtype, r.rank, r.bytes);
@@ -184,7 +182,7 @@ static void test_roundtrip(void) {
     }
     /* layout: by offset, element size never increases and there are no gaps */
     nb_st_tensor all[8];
-    for (size_t i = 0; i < cnt && i < 8; i++) nb_st_tensor_at(f, i, &all[i], NULL, 0);
+    for (size_t i = 0; i < cnt && i < 8; i++) nb_st_tensor_at(f, i, &all[i]);
     for (size_t i = 0; i < cnt && i < 8; i++)
         for (size_t j = 0; j < cnt && j < 8; j++) {
             int bi = 0, bj = 0;
@@ -205,18 +203,18 @@ static void test_roundtrip(void) {
     CHECK(hl % 8 == 0, "header length %llu not a multiple of 8", (unsigned long long)hl);
 
     const char *v = NULL;
-    CHECK(nb_st_metadata_get(f, "format", &v, err, sizeof err) == NB_OK && v && !strcmp(v, "pt"), "format != pt");
-    CHECK(nb_st_metadata_get(f, "producer", &v, err, sizeof err) == NB_OK && !strcmp(v, "nibble test"), "producer");
-    CHECK(nb_st_metadata_get(f, "note", &v, err, sizeof err) == NB_OK && !strcmp(v, meta[3]), "escaped metadata");
+    CHECK(nb_st_metadata_get(f, "format", &v) == NB_OK && v && !strcmp(v, "pt"), "format != pt");
+    CHECK(nb_st_metadata_get(f, "producer", &v) == NB_OK && !strcmp(v, "nibble test"), "producer");
+    CHECK(nb_st_metadata_get(f, "note", &v) == NB_OK && !strcmp(v, meta[3]), "escaped metadata");
     size_t nm = 0;
     nb_st_metadata_count(f, &nm);
     CHECK(nm == 3, "metadata count %zu", nm);
-    st = nb_st_metadata_get(f, "absent", &v, err, sizeof err);
-    CHECK(st == NB_ERR_NOT_FOUND && strstr(err, path), "missing metadata key: %s %s", sname(st), err);
+    st = nb_st_metadata_get(f, "absent", &v);
+    CHECK(st == NB_ERR_NOT_FOUND && strstr(nb_last_error(), path), "missing metadata key: %s %s", sname(st), nb_last_error());
     nb_st_tensor r;
-    st = nb_st_tensor_find(f, "absent", &r, err, sizeof err);
-    CHECK(st == NB_ERR_NOT_FOUND && strstr(err, "absent"), "missing tensor: %s %s", sname(st), err);
-    st = nb_st_tensor_at(f, 99, &r, err, sizeof err);
+    st = nb_st_tensor_find(f, "absent", &r);
+    CHECK(st == NB_ERR_NOT_FOUND && strstr(nb_last_error(), "absent"), "missing tensor: %s %s", sname(st), nb_last_error());
+    st = nb_st_tensor_at(f, 99, &r);
     CHECK(st == NB_ERR_NOT_FOUND, "tensor_at out of range: %s", sname(st));
     nb_st_close(f);
 
@@ -231,13 +229,13 @@ static void test_roundtrip(void) {
     /* caller's "format" replaces "pt"; empty file (no tensors) */
     const char *meta2[] = {"format", "mlx"};
     path_in(path, sizeof path, "empty.safetensors");
-    st = nb_st_write(path, NULL, 0, meta2, 1, err, sizeof err);
-    CHECK(st == NB_OK, "write empty: %s", err);
-    st = nb_st_open(path, &f, err, sizeof err);
-    CHECK(st == NB_OK, "open empty: %s", err);
+    st = nb_st_write(path, NULL, 0, meta2, 1);
+    CHECK(st == NB_OK, "write empty: %s", nb_last_error());
+    st = nb_st_open(path, &f);
+    CHECK(st == NB_OK, "open empty: %s", nb_last_error());
     if (st == NB_OK) {
         nb_st_count(f, &cnt);
-        CHECK(cnt == 0 && nb_st_metadata_get(f, "format", &v, NULL, 0) == NB_OK && !strcmp(v, "mlx"),
+        CHECK(cnt == 0 && nb_st_metadata_get(f, "format", &v) == NB_OK && !strcmp(v, "mlx"),
               "empty file content");
         nb_st_close(f);
     }
@@ -370,16 +368,16 @@ static void test_malformed(void) {
                     img("{\"a\":{\"dtype\":\"U8\",\"shape\":[281474976710655,0],\"data_offsets\":[0,0]}}", 0), 1);
 
     /* unreadable files */
-    char err[512] = "", path[512];
+    char path[512];
     nb_st_file *f = NULL;
     path_in(path, sizeof path, "does-not-exist.safetensors");
-    nb_status st = nb_st_open(path, &f, err, sizeof err);
-    CHECK(st == NB_ERR_IO && strstr(err, path), "missing file: %s %s", sname(st), err);
-    st = nb_st_open(g_dir, &f, err, sizeof err);
-    CHECK(st == NB_ERR_IO && strstr(err, "regular"), "directory: %s %s", sname(st), err);
-    st = nb_st_open(NULL, &f, err, sizeof err);
+    nb_status st = nb_st_open(path, &f);
+    CHECK(st == NB_ERR_IO && strstr(nb_last_error(), path), "missing file: %s %s", sname(st), nb_last_error());
+    st = nb_st_open(g_dir, &f);
+    CHECK(st == NB_ERR_IO && strstr(nb_last_error(), "regular"), "directory: %s %s", sname(st), nb_last_error());
+    st = nb_st_open(NULL, &f);
     CHECK(st == NB_ERR_NULL_POINTER, "NULL path: %s", sname(st));
-    st = nb_st_open(path, NULL, err, sizeof err);
+    st = nb_st_open(path, NULL);
     CHECK(st == NB_ERR_NULL_POINTER, "NULL out: %s", sname(st));
     CHECK(nb_st_close(NULL) == NB_OK, "close NULL");
     nb_st_dtype d;
@@ -393,38 +391,38 @@ static void test_malformed(void) {
 static void test_writer_errors(void) {
     static const int64_t s2[] = {2}, s3[] = {3}, sneg[] = {-1};
     unsigned char buf[16] = {0};
-    char path[512], err[512];
+    char path[512];
     path_in(path, sizeof path, "werr.safetensors");
     nb_st_tensor t[2];
     t[0] = tensor("a", NB_ST_U8, 1, s2, buf, 2);
     t[1] = tensor("a", NB_ST_F32, 1, s2, buf, 8);
-    nb_status st = nb_st_write(path, t, 2, NULL, 0, err, sizeof err);
-    CHECK(st == NB_ERR_INVALID_ARGUMENT && strstr(err, "twice"), "dup names: %s %s", sname(st), err);
+    nb_status st = nb_st_write(path, t, 2, NULL, 0);
+    CHECK(st == NB_ERR_INVALID_ARGUMENT && strstr(nb_last_error(), "twice"), "dup names: %s %s", sname(st), nb_last_error());
     t[0] = tensor("a", NB_ST_U8, 1, s2, buf, 3);
-    st = nb_st_write(path, t, 1, NULL, 0, err, sizeof err);
-    CHECK(st == NB_ERR_INVALID_ARGUMENT && strstr(err, "need"), "bytes mismatch: %s %s", sname(st), err);
+    st = nb_st_write(path, t, 1, NULL, 0);
+    CHECK(st == NB_ERR_INVALID_ARGUMENT && strstr(nb_last_error(), "need"), "bytes mismatch: %s %s", sname(st), nb_last_error());
     t[0] = tensor("a", NB_ST_F4, 1, s3, buf, 1);
-    st = nb_st_write(path, t, 1, NULL, 0, err, sizeof err);
-    CHECK(st == NB_ERR_INVALID_ARGUMENT && strstr(err, "whole bytes"), "odd F4: %s %s", sname(st), err);
+    st = nb_st_write(path, t, 1, NULL, 0);
+    CHECK(st == NB_ERR_INVALID_ARGUMENT && strstr(nb_last_error(), "whole bytes"), "odd F4: %s %s", sname(st), nb_last_error());
     t[0] = tensor("a", NB_ST_U8, 1, sneg, buf, 0);
-    st = nb_st_write(path, t, 1, NULL, 0, err, sizeof err);
-    CHECK(st == NB_ERR_INVALID_ARGUMENT, "negative dim: %s %s", sname(st), err);
+    st = nb_st_write(path, t, 1, NULL, 0);
+    CHECK(st == NB_ERR_INVALID_ARGUMENT, "negative dim: %s %s", sname(st), nb_last_error());
     t[0] = tensor("__metadata__", NB_ST_U8, 1, s2, buf, 2);
-    st = nb_st_write(path, t, 1, NULL, 0, err, sizeof err);
+    st = nb_st_write(path, t, 1, NULL, 0);
     CHECK(st == NB_ERR_INVALID_ARGUMENT, "name __metadata__: %s", sname(st));
     t[0] = tensor("bad\xff", NB_ST_U8, 1, s2, buf, 2);
-    st = nb_st_write(path, t, 1, NULL, 0, err, sizeof err);
+    st = nb_st_write(path, t, 1, NULL, 0);
     CHECK(st == NB_ERR_INVALID_ARGUMENT, "non-UTF-8 name: %s", sname(st));
     t[0] = tensor("a", NB_ST_U8, 1, s2, NULL, 2);
-    st = nb_st_write(path, t, 1, NULL, 0, err, sizeof err);
+    st = nb_st_write(path, t, 1, NULL, 0);
     CHECK(st == NB_ERR_NULL_POINTER, "NULL data: %s", sname(st));
     const char *meta[] = {"k", "1", "k", "2"};
     t[0] = tensor("a", NB_ST_U8, 1, s2, buf, 2);
-    st = nb_st_write(path, t, 1, meta, 2, err, sizeof err);
+    st = nb_st_write(path, t, 1, meta, 2);
     CHECK(st == NB_ERR_INVALID_ARGUMENT, "dup metadata: %s", sname(st));
     path_in(path, sizeof path, "no-such-dir/x.safetensors");
-    st = nb_st_write(path, t, 1, NULL, 0, err, sizeof err);
-    CHECK(st == NB_ERR_IO && strstr(err, path), "unwritable: %s %s", sname(st), err);
+    st = nb_st_write(path, t, 1, NULL, 0);
+    CHECK(st == NB_ERR_IO && strstr(nb_last_error(), path), "unwritable: %s %s", sname(st), nb_last_error());
     CHECK(access(path, F_OK) != 0, "nothing written on failure");
 }
 
@@ -437,15 +435,15 @@ static void write_text(const char *name, const char *text) {
 }
 
 static void expect_index(const char *what, const char *index_json, nb_status want, const char *rule) {
-    char path[512], err[1024] = "";
+    char path[512];
     snprintf(path, sizeof path, "%s/idx-%s.json", g_dir, what);
     for (char *c = path + strlen(g_dir) + 1; *c; c++)
         if (*c == ' ' || *c == '/') *c = '_';
     write_file(path, index_json, strlen(index_json));
     nb_st_index *x = NULL;
-    nb_status st = nb_st_open_index(path, &x, err, sizeof err);
-    CHECK(st == want, "index %s: %s, want %s: %s", what, sname(st), sname(want), err);
-    CHECK(want == NB_OK || (x == NULL && strstr(err, rule)), "index %s: message lacks \"%s\": %s", what, rule, err);
+    nb_status st = nb_st_index_open(path, &x);
+    CHECK(st == want, "index %s: %s, want %s: %s", what, sname(st), sname(want), nb_last_error());
+    CHECK(want == NB_OK || (x == NULL && strstr(nb_last_error(), rule)), "index %s: message lacks \"%s\": %s", what, rule, nb_last_error());
     nb_st_index_close(x);
 }
 
@@ -453,40 +451,40 @@ static void test_index(void) {
     static const int64_t s2[] = {2}, s4[] = {4};
     unsigned char a[2] = {1, 2}, b[16], c[4] = {9, 8, 7, 6}, e[2] = {5, 5};
     fill(b, sizeof b, 7);
-    char path[512], err[1024] = "";
+    char path[512];
     nb_st_tensor t[2];
     t[0] = tensor("a", NB_ST_U8, 1, s2, a, 2);
     t[1] = tensor("b", NB_ST_F32, 1, s4, b, 16);
     path_in(path, sizeof path, "model-00001-of-00002.safetensors");
-    CHECK(nb_st_write(path, t, 2, NULL, 0, err, sizeof err) == NB_OK, "shard 1: %s", err);
+    CHECK(nb_st_write(path, t, 2, NULL, 0) == NB_OK, "shard 1: %s", nb_last_error());
     t[0] = tensor("c", NB_ST_U8, 1, s4, c, 4);
     path_in(path, sizeof path, "model-00002-of-00002.safetensors");
-    CHECK(nb_st_write(path, t, 1, NULL, 0, err, sizeof err) == NB_OK, "shard 2: %s", err);
+    CHECK(nb_st_write(path, t, 1, NULL, 0) == NB_OK, "shard 2: %s", nb_last_error());
     t[0] = tensor("a", NB_ST_U8, 1, s2, a, 2); /* "a" again: a tensor in two shards */
     t[1] = tensor("e", NB_ST_U8, 1, s2, e, 2);
     path_in(path, sizeof path, "extra.safetensors");
-    CHECK(nb_st_write(path, t, 2, NULL, 0, err, sizeof err) == NB_OK, "shard 3: %s", err);
+    CHECK(nb_st_write(path, t, 2, NULL, 0) == NB_OK, "shard 3: %s", nb_last_error());
 
     static const char good[] =
         "{\"metadata\": {\"total_size\": 22}, \"weight_map\": {\"a\": \"model-00001-of-00002.safetensors\", "
         "\"b\": \"model-00001-of-00002.safetensors\", \"c\": \"model-00002-of-00002.safetensors\"}}";
     write_text("model.safetensors.index.json", good);
     nb_st_index *x = NULL;
-    nb_status st = nb_st_open_index(g_dir, &x, err, sizeof err);
-    CHECK(st == NB_OK, "index by directory: %s: %s", sname(st), err);
+    nb_status st = nb_st_index_open(g_dir, &x);
+    CHECK(st == NB_OK, "index by directory: %s: %s", sname(st), nb_last_error());
     if (st == NB_OK) {
         size_t n = 0, ns = 0;
         nb_st_index_count(x, &n);
         nb_st_index_shard_count(x, &ns);
         CHECK(n == 3 && ns == 2, "index: %zu tensors, %zu shards", n, ns);
         nb_st_tensor r;
-        st = nb_st_index_tensor_find(x, "c", &r, err, sizeof err);
-        CHECK(st == NB_OK && r.bytes == 4 && !memcmp(r.data, c, 4), "index find c: %s", err);
-        st = nb_st_index_tensor_find(x, "b", &r, err, sizeof err);
-        CHECK(st == NB_OK && r.bytes == 16 && !memcmp(r.data, b, 16), "index find b: %s", err);
-        st = nb_st_index_tensor_at(x, 0, &r, err, sizeof err);
+        st = nb_st_index_tensor_find(x, "c", &r);
+        CHECK(st == NB_OK && r.bytes == 4 && !memcmp(r.data, c, 4), "index find c: %s", nb_last_error());
+        st = nb_st_index_tensor_find(x, "b", &r);
+        CHECK(st == NB_OK && r.bytes == 16 && !memcmp(r.data, b, 16), "index find b: %s", nb_last_error());
+        st = nb_st_index_tensor_at(x, 0, &r);
         CHECK(st == NB_OK && !strcmp(r.name, "a"), "index tensor_at 0");
-        st = nb_st_index_tensor_find(x, "zz", &r, err, sizeof err);
+        st = nb_st_index_tensor_find(x, "zz", &r);
         CHECK(st == NB_ERR_NOT_FOUND, "index find missing: %s", sname(st));
         nb_st_index_close(x);
     }
@@ -516,22 +514,22 @@ static void test_index(void) {
     expect_index("bad json", "{\"weight_map\": {", NB_ERR_CORRUPT, "valid JSON");
     path_in(path, sizeof path, "no-index-here");
     mkdir(path, 0755);
-    st = nb_st_open_index(path, &x, err, sizeof err);
-    CHECK(st == NB_ERR_IO && strstr(err, "model.safetensors.index.json"), "directory without index: %s %s",
-          sname(st), err);
+    st = nb_st_index_open(path, &x);
+    CHECK(st == NB_ERR_IO && strstr(nb_last_error(), "model.safetensors.index.json"), "directory without index: %s %s",
+          sname(st), nb_last_error());
 }
 
 /* ------------------------------------------------------------ seed corpus */
 
 static int write_corpus(const char *dir) {
-    char path[512], err[512];
+    char path[512];
     nb_st_tensor t[8];
     size_t n = roundtrip_tensors(t);
     const char *meta[] = {"producer", "nibble"};
     snprintf(path, sizeof path, "%s/roundtrip.safetensors", dir);
-    if (nb_st_write(path, t, n, meta, 1, err, sizeof err)) { printf("%s\n", err); return 1; }
+    if (nb_st_write(path, t, n, meta, 1)) { printf("%s\n", nb_last_error()); return 1; }
     snprintf(path, sizeof path, "%s/empty.safetensors", dir);
-    if (nb_st_write(path, NULL, 0, NULL, 0, err, sizeof err)) { printf("%s\n", err); return 1; }
+    if (nb_st_write(path, NULL, 0, NULL, 0)) { printf("%s\n", nb_last_error()); return 1; }
     static const struct { const char *name, *hdr; size_t data; } raw[] = {
         {"scalar_zero", "{\"s\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4]},"
                         "\"z\":{\"dtype\":\"F16\",\"shape\":[0,3],\"data_offsets\":[4,4]}}", 4},

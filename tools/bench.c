@@ -23,6 +23,7 @@
 #endif
 
 #include "benchlib.h"
+#include "cli.h"
 
 #include <cublas_v2.h>
 
@@ -76,207 +77,267 @@ static void help(void) {
            "            --m 1,2,4,8,16,32 --formats nvfp4,mxfp4 --dtype bf16 --min-bytes 240\n");
 }
 
-int nb_cli_bench(int argc, char **argv) {
-    nbt_tool = "nibble bench";
-    /* weights rotated over at least 240 MB: 4x the H200's 60 MB L2 */
-    nbt_sweep sw = {.shapes = "8192x8192,8192x57344,28672x8192,4096x6144,4096x4096", .m = "1,2,4,8,16,32",
-                    .formats = "nvfp4,mxfp4", .act = NB_DTYPE_BF16, .min_mb = 240};
-    const char *csv = NULL, *json = NULL, *tune_cache = NULL;
+/* Everything a run shares: options, context, cuBLAS, stream, output files. */
+typedef struct bench {
+    nbt_sweep sw;
+    const char *csv, *json, *tune_cache;
+    nb_context *ctx;
+    nb_device_info info;
+    cublasHandle_t blas;
+    cudaStream_t s;
+    void *blas_ws;
+    double bw; /* device-to-device copy bandwidth, GB/s */
+    char date[32];
+    FILE *fc, *fj;
+    int first; /* no JSON row written yet */
+    int rc;    /* 2 once a configuration gave a wrong result */
+} bench;
+
+/* What one layer k -> n in one format needs for its rows: the activations
+ * and outputs (shared by the layer's formats), nibble's rotated packed
+ * weights and the reference output, cuBLAS's rotated BF16 copies. */
+typedef struct bench_layer {
+    int64_t k, n;
+    void *dx, *dy, *dyb;
+    float *dref, *href;
+    uint16_t *hy;
+    nbt_layer L;
+    void **wb; /* rotated BF16 copies of the dequantized weights */
+    int rot_b;
+    void *dws;
+    size_t ws;
+    const char *fname;
+} bench_layer;
+
+/* Stage 1: the options: 0 to go on, -1 after --help, 1 on a usage error. */
+static int bench_parse(bench *b, int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
-        const int taken = nbt_sweep_arg(&sw, "--dtype", argc, argv, &i);
+        const int taken = nbt_sweep_arg(&b->sw, "--dtype", argc, argv, &i);
         if (taken < 0) return 1;
         if (taken) continue;
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             help();
-            return 0;
-        } else if (i + 1 < argc && !strcmp(argv[i], "--csv")) csv = argv[++i];
-        else if (i + 1 < argc && !strcmp(argv[i], "--json")) json = argv[++i];
-        else if (i + 1 < argc && !strcmp(argv[i], "--tune-cache")) tune_cache = argv[++i];
+            return -1;
+        } else if (i + 1 < argc && !strcmp(argv[i], "--csv")) b->csv = argv[++i];
+        else if (i + 1 < argc && !strcmp(argv[i], "--json")) b->json = argv[++i];
+        else if (i + 1 < argc && !strcmp(argv[i], "--tune-cache")) b->tune_cache = argv[++i];
         else {
             fprintf(stderr, "nibble bench: unknown option '%s' (see --help)\n", argv[i]);
             return 1;
         }
     }
-    if (!nbt_sweep_parse(&sw)) return 1;
-    if (!nbt_have_device()) return 3;
-    const nb_dtype act = sw.act;
-    const int nm = sw.nm, nkn = sw.nkn, nf = sw.nf;
-    const int64_t *ms = sw.ms, *kn = sw.kn, mmax = sw.mmax;
-    const nb_format *fmts = sw.fmts;
-    const double min_mb = sw.min_mb;
-    nb_context *ctx;
-    NB(nb_context_create(0, &ctx));
-    nb_device_info info;
-    NB(nb_context_device_info(ctx, &info));
-    if (tune_cache) {
-        NB(nb_context_load_tuning(ctx, tune_cache));
-        size_t all, mine;
-        NB(nb_context_tuning_count(ctx, &all, &mine));
-        printf("nibble bench: tuning cache %s: %zu entries, %zu for this GPU\n", tune_cache, all, mine);
-    }
-    cublasHandle_t blas;
-    BL(cublasCreate(&blas));
-    cudaStream_t s;
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    BL(cublasSetStream(blas, s));
-    void *blas_ws;
-    const size_t blas_ws_bytes = 64u << 20; /* explicit workspace: no allocation inside graph capture */
-    CK(cudaMalloc(&blas_ws, blas_ws_bytes));
-    BL(cublasSetWorkspace(blas, blas_ws, blas_ws_bytes));
+    return nbt_sweep_parse(&b->sw) ? 0 : 1;
+}
 
-    double bw = copy_bandwidth();
+/* Stage 2: context (and tuning cache), cuBLAS with an explicit workspace on
+ * a non-blocking stream, the copy bandwidth, the header lines and files. */
+static int bench_setup(bench *b) {
+    NB(nb_context_create(0, &b->ctx));
+    NB(nb_context_device_info(b->ctx, &b->info));
+    if (b->tune_cache) {
+        NB(nb_context_load_tuning(b->ctx, b->tune_cache));
+        size_t all, mine;
+        NB(nb_context_tuning_count(b->ctx, &all, &mine));
+        printf("nibble bench: tuning cache %s: %zu entries, %zu for this GPU\n", b->tune_cache, all, mine);
+    }
+    BL(cublasCreate(&b->blas));
+    CK(cudaStreamCreateWithFlags(&b->s, cudaStreamNonBlocking));
+    BL(cublasSetStream(b->blas, b->s));
+    const size_t blas_ws_bytes = 64u << 20; /* explicit workspace: no allocation inside graph capture */
+    CK(cudaMalloc(&b->blas_ws, blas_ws_bytes));
+    BL(cublasSetWorkspace(b->blas, b->blas_ws, blas_ws_bytes));
+
+    b->bw = copy_bandwidth();
     time_t now = time(NULL);
-    char date[32];
-    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-    printf("nibble bench: %s (%d SMs, L2 %.0f MB), copy bandwidth %.0f GB/s, commit %s, %s\n", info.name, info.sm_count,
-           info.l2_bytes / 1e6, bw, NB_GIT_COMMIT, date);
+    strftime(b->date, sizeof b->date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    printf("nibble bench: %s (%d SMs, L2 %.0f MB), copy bandwidth %.0f GB/s, commit %s, %s\n", b->info.name,
+           b->info.sm_count, b->info.l2_bytes / 1e6, b->bw, NB_GIT_COMMIT, b->date);
     printf("%-6s %-13s %5s %10s %10s %9s %7s %7s %8s  %s\n", "format", "layer k->n", "m", "nibble-us", "cublas-us", "GB/s",
            "%copy", "TFLOP/s", "speedup", "config");
-    FILE *fc = csv ? fopen(csv, "w") : NULL, *fj = json ? fopen(json, "w") : NULL;
-    if ((csv && !fc) || (json && !fj)) {
+    b->fc = b->csv ? fopen(b->csv, "w") : NULL;
+    b->fj = b->json ? fopen(b->json, "w") : NULL;
+    if ((b->csv && !b->fc) || (b->json && !b->fj)) {
         fprintf(stderr, "nibble bench: cannot open output file\n");
         return 3;
     }
-    if (fc) fprintf(fc, "gpu,commit,date,format,dtype,k,n,m,nibble_us,cublas_us,gbps,copy_fraction,tflops,cublas_tflops,speedup,config\n");
-    if (fj) fprintf(fj, "{\"gpu\": \"%s\", \"commit\": \"%s\", \"date\": \"%s\", \"copy_gbps\": %.1f, \"results\": [",
-                    info.name, NB_GIT_COMMIT, date, bw);
-    int first = 1, rc = 0;
+    if (b->fc)
+        fprintf(b->fc, "gpu,commit,date,format,dtype,k,n,m,nibble_us,cublas_us,gbps,copy_fraction,tflops,cublas_tflops,"
+                       "speedup,config\n");
+    if (b->fj)
+        fprintf(b->fj, "{\"gpu\": \"%s\", \"commit\": \"%s\", \"date\": \"%s\", \"copy_gbps\": %.1f, \"results\": [",
+                b->info.name, NB_GIT_COMMIT, b->date, b->bw);
+    b->first = 1;
+    return 0;
+}
 
-    for (int si = 0; si < nkn; si += 2) {
-        const int64_t k = kn[si], n = kn[si + 1];
-        /* activations (shared by both libraries), random, BF16/FP16 */
-        uint16_t *hx = nbt_random_activations(act, (size_t)(mmax * k));
-        void *dx, *dy, *dyb;
-        float *dref;
-        CK(cudaMalloc(&dx, 2 * (size_t)(mmax * k)));
-        CK(cudaMalloc(&dy, 2 * (size_t)(mmax * n)));
-        CK(cudaMalloc(&dyb, 2 * (size_t)(mmax * n)));
-        CK(cudaMalloc((void **)&dref, 4 * (size_t)(mmax * n)));
-        CK(cudaMemcpy(dx, hx, 2 * (size_t)(mmax * k), cudaMemcpyHostToDevice));
-        for (int fi = 0; fi < nf; fi++) {
-            nbt_layer L;
-            nbt_layer_make(ctx, fmts[fi], n, k, min_mb, s, &L);
-            const nb_weight_desc d = L.desc, pd = L.packed;
-            const nb_weight_sizes sz = L.sz;
-            const int rot = L.rot;
-            /* rotated BF16 copies of the dequantized weights for cuBLAS */
-            const size_t wbytes_b = 2 * (size_t)(n * k);
-            int rot_b = (int)ceil(min_mb * 1e6 / (double)wbytes_b);
-            if (rot_b < 2) rot_b = 2;
-            void **wb = calloc((size_t)rot_b, sizeof *wb);
-            CK(cudaMalloc(&wb[0], wbytes_b));
-            NB(nb_dequantize(ctx, &d, L.dc, L.ds, act, wb[0], s));
-            for (int r = 1; r < rot_b; r++) {
-                CK(cudaMalloc(&wb[r], wbytes_b));
-                CK(cudaMemcpyAsync(wb[r], wb[0], wbytes_b, cudaMemcpyDeviceToDevice, s));
-            }
-            /* reference output for correctness (all mmax rows) */
-            nb_gemm_desc rg;
-            NB(nb_gemm_desc_init(&rg, &d, mmax, act, act));
-            NB(nb_gemm_reference_device(ctx, &rg, dx, L.dc, L.ds, NULL, dref, s));
-            float *href = malloc(4 * (size_t)(mmax * n));
-            uint16_t *hy = malloc(2 * (size_t)(mmax * n));
-            CK(cudaMemcpyAsync(href, dref, 4 * (size_t)(mmax * n), cudaMemcpyDeviceToHost, s));
-            CK(cudaStreamSynchronize(s));
-            size_t ws = 0;
-            void *dws = NULL;
-            nb_gemm_desc g;
-            NB(nb_gemm_desc_init(&g, &pd, mmax, act, act));
-            NB(nb_gemm_workspace_size(ctx, &g, &ws));
-            if (ws) {
-                CK(cudaMalloc(&dws, ws));
-                CK(cudaMemset(dws, 0, ws));
-            }
-            for (int mi = 0; mi < nm; mi++) {
-                const int64_t m = ms[mi];
-                NB(nb_gemm_desc_init(&g, &pd, m, act, act));
-                /* correctness first */
-                CK(cudaMemsetAsync(dy, 0xFF, 2 * (size_t)(m * n), s));
-                NB(nb_gemm(ctx, &g, dx, L.pk[0], NULL, dy, dws, ws, s));
-                CK(cudaMemcpyAsync(hy, dy, 2 * (size_t)(m * n), cudaMemcpyDeviceToHost, s));
-                CK(cudaStreamSynchronize(s));
-                double e2 = 0, r2 = 0;
-                for (int64_t i = 0; i < m * n; i++) {
-                    const float v = nbt_float_of(act, hy[i]);
-                    e2 += ((double)v - href[i]) * ((double)v - href[i]);
-                    r2 += (double)href[i] * href[i];
-                }
-                double rel = sqrt(e2 / (r2 > 0 ? r2 : 1));
-                if (!(rel < 1e-2)) {
-                    fprintf(stderr, "nibble bench: WRONG RESULT %s k=%lld n=%lld m=%lld: rel err %.3g\n",
-                            fmts[fi] == NB_FORMAT_NVFP4 ? "nvfp4" : "mxfp4", (long long)k, (long long)n, (long long)m, rel);
-                    rc = 2;
-                }
-                char cfg[256];
-                NB(nb_gemm_last_config(ctx, cfg, sizeof cfg));
-                /* nibble graph: about 20 ms of work, at least one pass over the copies */
-                const int calls = nbt_graph_calls(m, n, k, sz.packed_bytes, rot, 20000.0, 4, 40);
-                const double t_nb = nbt_time_gemm(ctx, &g, dx, &L, dy, dws, ws, s, calls, 9);
-                /* cuBLAS graph: Y^T[n,m] = W[n,k] . X^T[k,m] in column-major terms */
-                const int calls_b = nbt_graph_calls(m, n, k, sz.packed_bytes, rot_b, 20000.0, 4, 40);
-                cudaGraph_t gr;
-                cudaGraphExec_t ex;
-                float one = 1.0f, zero = 0.0f;
-                cudaDataType dt = act == NB_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
-                BL(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)m, (int)k, &one, wb[0], dt, (int)k, dx, dt,
-                                (int)k, &zero, dyb, dt, (int)n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-                CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-                for (int c = 0; c < calls_b; c++)
-                    BL(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)m, (int)k, &one, wb[c % rot_b], dt, (int)k,
-                                    dx, dt, (int)k, &zero, dyb, dt, (int)n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-                CK(cudaStreamEndCapture(s, &gr));
-                CK(cudaGraphInstantiate(&ex, gr, 0));
-                double t_bl = nbt_time_graph(ex, s, calls_b, 9);
-                CK(cudaGraphExecDestroy(ex));
-                CK(cudaGraphDestroy(gr));
-                /* bytes: weights + scales (unpadded), activations read, output written */
-                double bytes = (double)sz.codes_bytes + (double)sz.scales_bytes + 2.0 * m * k + 2.0 * m * n;
-                double gbps = bytes / (t_nb * 1e-6) / 1e9;
-                double tf = 2.0 * m * n * k / (t_nb * 1e-6) / 1e12, tf_b = 2.0 * m * n * k / (t_bl * 1e-6) / 1e12;
-                const char *fname = fmts[fi] == NB_FORMAT_NVFP4 ? "nvfp4" : "mxfp4";
-                char layer[32];
-                snprintf(layer, sizeof layer, "%lld->%lld", (long long)k, (long long)n);
-                printf("%-6s %-13s %5lld %10.2f %10.2f %9.0f %6.1f%% %7.1f %7.2fx  %s\n", fname, layer, (long long)m, t_nb,
-                       t_bl, gbps, 100.0 * gbps / bw, tf, t_bl / t_nb, cfg);
-                fflush(stdout);
-                if (fc)
-                    fprintf(fc, "\"%s\",%s,%s,%s,%s,%lld,%lld,%lld,%.3f,%.3f,%.1f,%.4f,%.2f,%.2f,%.4f,\"%s\"\n", info.name,
-                            NB_GIT_COMMIT, date, fname, act == NB_DTYPE_BF16 ? "bf16" : "f16", (long long)k, (long long)n,
-                            (long long)m, t_nb, t_bl, gbps, gbps / bw, tf, tf_b, t_bl / t_nb, cfg);
-                if (fj)
-                    fprintf(fj,
-                            "%s\n  {\"format\": \"%s\", \"dtype\": \"%s\", \"k\": %lld, \"n\": %lld, \"m\": %lld, "
-                            "\"nibble_us\": %.3f, \"cublas_us\": %.3f, \"gbps\": %.1f, \"copy_fraction\": %.4f, "
-                            "\"tflops\": %.2f, \"cublas_tflops\": %.2f, \"speedup\": %.4f, \"config\": \"%s\"}",
-                            first ? "" : ",", fname, act == NB_DTYPE_BF16 ? "bf16" : "f16", (long long)k, (long long)n,
-                            (long long)m, t_nb, t_bl, gbps, gbps / bw, tf, tf_b, t_bl / t_nb, cfg);
-                first = 0;
-                /* each row reaches the files as it is measured: a run stopped
-                 * part-way (a time limit) keeps the rows it finished */
-                if (fc) fflush(fc);
-                if (fj) fflush(fj);
-            }
-            nbt_layer_free(&L);
-            for (int r = 0; r < rot_b; r++) CK(cudaFree(wb[r]));
-            free(wb);
-            free(href);
-            free(hy);
-            if (dws) CK(cudaFree(dws));
-        }
-        free(hx);
-        CK(cudaFree(dx));
-        CK(cudaFree(dy));
-        CK(cudaFree(dyb));
-        CK(cudaFree(dref));
+/* cuBLAS BF16/FP16 graph of `calls` GEMMs over the rotated copies:
+ * Y^T[n,m] = W[n,k] . X^T[k,m] in column-major terms; median us per call. */
+static double bench_cublas(bench *b, const bench_layer *l, int64_t m, int calls) {
+    cudaGraph_t gr;
+    cudaGraphExec_t ex;
+    float one = 1.0f, zero = 0.0f;
+    const int n = (int)l->n, k = (int)l->k;
+    cudaDataType dt = b->sw.act == NB_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    BL(cublasGemmEx(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, n, (int)m, k, &one, l->wb[0], dt, k, l->dx, dt, k, &zero, l->dyb,
+                    dt, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    CK(cudaStreamBeginCapture(b->s, cudaStreamCaptureModeThreadLocal));
+    for (int c = 0; c < calls; c++)
+        BL(cublasGemmEx(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, n, (int)m, k, &one, l->wb[c % l->rot_b], dt, k, l->dx, dt,
+                        k, &zero, l->dyb, dt, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    CK(cudaStreamEndCapture(b->s, &gr));
+    CK(cudaGraphInstantiate(&ex, gr, 0));
+    const double us = nbt_time_graph(ex, b->s, calls, 9);
+    CK(cudaGraphExecDestroy(ex));
+    CK(cudaGraphDestroy(gr));
+    return us;
+}
+
+/* nb_gemm's output for m rows against the naive reference (all mmax rows
+ * were computed): a wrong result is reported and sets rc = 2. */
+static void bench_check(bench *b, bench_layer *l, const nb_gemm_desc *g, int64_t m) {
+    const int64_t n = l->n;
+    CK(cudaMemsetAsync(l->dy, 0xFF, 2 * (size_t)(m * n), b->s));
+    NB(nb_gemm(b->ctx, g, l->dx, l->L.pk[0], NULL, l->dy, l->dws, l->ws, b->s));
+    CK(cudaMemcpyAsync(l->hy, l->dy, 2 * (size_t)(m * n), cudaMemcpyDeviceToHost, b->s));
+    CK(cudaStreamSynchronize(b->s));
+    double e2 = 0, r2 = 0;
+    for (int64_t i = 0; i < m * n; i++) {
+        const float v = nbt_float_of(b->sw.act, l->hy[i]);
+        e2 += ((double)v - l->href[i]) * ((double)v - l->href[i]);
+        r2 += (double)l->href[i] * l->href[i];
     }
-    if (fc) fclose(fc);
-    if (fj) {
-        fprintf(fj, "\n]}\n");
-        fclose(fj);
+    double rel = sqrt(e2 / (r2 > 0 ? r2 : 1));
+    if (!(rel < 1e-2)) {
+        fprintf(stderr, "nibble bench: WRONG RESULT %s k=%lld n=%lld m=%lld: rel err %.3g\n", l->fname,
+                (long long)l->k, (long long)n, (long long)m, rel);
+        b->rc = 2;
     }
-    cublasDestroy(blas);
-    CK(cudaFree(blas_ws));
-    CK(cudaStreamDestroy(s));
-    nb_context_destroy(ctx);
-    return rc;
+}
+
+/* Stage 4: one row - correctness first, then nibble's and cuBLAS's graphs;
+ * the line, the CSV row and the JSON object, flushed as they are measured (a
+ * run stopped part-way by a time limit keeps the rows it finished). */
+static void bench_row(bench *b, bench_layer *l, int64_t m) {
+    const int64_t k = l->k, n = l->n;
+    const nb_dtype act = b->sw.act;
+    nb_gemm_desc g;
+    NB(nb_gemm_desc_init(&g, &l->L.packed, m, act, act));
+    bench_check(b, l, &g, m);
+    char cfg[256];
+    NB(nb_gemm_last_config(b->ctx, cfg, sizeof cfg));
+    /* nibble graph: about 20 ms of work, at least one pass over the copies */
+    const nb_weight_sizes sz = l->L.sz;
+    const int calls = nbt_graph_calls(m, n, k, sz.packed_bytes, l->L.rot, 20000.0, 4, 40);
+    const double t_nb = nbt_time_gemm(b->ctx, &g, l->dx, &l->L, l->dy, l->dws, l->ws, b->s, calls, 9);
+    const int calls_b = nbt_graph_calls(m, n, k, sz.packed_bytes, l->rot_b, 20000.0, 4, 40);
+    const double t_bl = bench_cublas(b, l, m, calls_b);
+    /* bytes: weights + scales (unpadded), activations read, output written */
+    double bytes = (double)sz.codes_bytes + (double)sz.scales_bytes + 2.0 * m * k + 2.0 * m * n;
+    double gbps = bytes / (t_nb * 1e-6) / 1e9;
+    double tf = 2.0 * m * n * k / (t_nb * 1e-6) / 1e12, tf_b = 2.0 * m * n * k / (t_bl * 1e-6) / 1e12;
+    const char *dname = act == NB_DTYPE_BF16 ? "bf16" : "f16";
+    char layer[32];
+    snprintf(layer, sizeof layer, "%lld->%lld", (long long)k, (long long)n);
+    printf("%-6s %-13s %5lld %10.2f %10.2f %9.0f %6.1f%% %7.1f %7.2fx  %s\n", l->fname, layer, (long long)m, t_nb,
+           t_bl, gbps, 100.0 * gbps / b->bw, tf, t_bl / t_nb, cfg);
+    fflush(stdout);
+    if (b->fc)
+        fprintf(b->fc, "\"%s\",%s,%s,%s,%s,%lld,%lld,%lld,%.3f,%.3f,%.1f,%.4f,%.2f,%.2f,%.4f,\"%s\"\n", b->info.name,
+                NB_GIT_COMMIT, b->date, l->fname, dname, (long long)k, (long long)n, (long long)m, t_nb, t_bl, gbps,
+                gbps / b->bw, tf, tf_b, t_bl / t_nb, cfg);
+    if (b->fj)
+        fprintf(b->fj,
+                "%s\n  {\"format\": \"%s\", \"dtype\": \"%s\", \"k\": %lld, \"n\": %lld, \"m\": %lld, "
+                "\"nibble_us\": %.3f, \"cublas_us\": %.3f, \"gbps\": %.1f, \"copy_fraction\": %.4f, "
+                "\"tflops\": %.2f, \"cublas_tflops\": %.2f, \"speedup\": %.4f, \"config\": \"%s\"}",
+                b->first ? "" : ",", l->fname, dname, (long long)k, (long long)n, (long long)m, t_nb, t_bl, gbps,
+                gbps / b->bw, tf, tf_b, t_bl / t_nb, cfg);
+    b->first = 0;
+    if (b->fc) fflush(b->fc);
+    if (b->fj) fflush(b->fj);
+}
+
+/* Stage 3: one layer in one format - the packed copies, cuBLAS's BF16
+ * copies of the dequantized weights, the reference output for all mmax
+ * rows, the workspace; then every m. */
+static void bench_format(bench *b, bench_layer *l, nb_format fmt) {
+    const int64_t k = l->k, n = l->n, mmax = b->sw.mmax;
+    const nb_dtype act = b->sw.act;
+    nb_format_info fi;
+    NB(nb_format_get_info(fmt, &fi));
+    l->fname = fi.name;
+    nbt_layer_make(b->ctx, fmt, n, k, b->sw.min_mb, b->s, &l->L);
+    const size_t wbytes_b = 2 * (size_t)(n * k);
+    l->rot_b = (int)ceil(b->sw.min_mb * 1e6 / (double)wbytes_b);
+    if (l->rot_b < 2) l->rot_b = 2;
+    l->wb = nbt_calloc((size_t)l->rot_b, sizeof *l->wb);
+    CK(cudaMalloc(&l->wb[0], wbytes_b));
+    NB(nb_dequantize(b->ctx, &l->L.desc, l->L.dc, l->L.ds, act, l->wb[0], b->s));
+    for (int r = 1; r < l->rot_b; r++) {
+        CK(cudaMalloc(&l->wb[r], wbytes_b));
+        CK(cudaMemcpyAsync(l->wb[r], l->wb[0], wbytes_b, cudaMemcpyDeviceToDevice, b->s));
+    }
+    nb_gemm_desc rg, g;
+    NB(nb_gemm_desc_init(&rg, &l->L.desc, mmax, act, act));
+    NB(nb_gemm_reference_device(b->ctx, &rg, l->dx, l->L.dc, l->L.ds, NULL, l->dref, b->s));
+    l->href = nbt_calloc((size_t)(mmax * n), 4);
+    l->hy = nbt_calloc((size_t)(mmax * n), 2);
+    CK(cudaMemcpyAsync(l->href, l->dref, 4 * (size_t)(mmax * n), cudaMemcpyDeviceToHost, b->s));
+    CK(cudaStreamSynchronize(b->s));
+    l->ws = 0;
+    l->dws = NULL;
+    NB(nb_gemm_desc_init(&g, &l->L.packed, mmax, act, act));
+    NB(nb_gemm_workspace_size(b->ctx, &g, &l->ws));
+    if (l->ws) {
+        CK(cudaMalloc(&l->dws, l->ws));
+        CK(cudaMemset(l->dws, 0, l->ws));
+    }
+    for (int mi = 0; mi < b->sw.nm; mi++) bench_row(b, l, b->sw.ms[mi]);
+    nbt_layer_free(&l->L);
+    for (int r = 0; r < l->rot_b; r++) CK(cudaFree(l->wb[r]));
+    free(l->wb);
+    free(l->href);
+    free(l->hy);
+    if (l->dws) CK(cudaFree(l->dws));
+}
+
+/* One layer k -> n: the activations (shared by both libraries, random,
+ * BF16/FP16) and output buffers, then every format. */
+static void bench_shape(bench *b, int64_t k, int64_t n) {
+    const int64_t mmax = b->sw.mmax;
+    bench_layer l;
+    memset(&l, 0, sizeof l);
+    l.k = k;
+    l.n = n;
+    l.dx = nbt_device_activations(b->sw.act, (size_t)(mmax * k));
+    CK(cudaMalloc(&l.dy, 2 * (size_t)(mmax * n)));
+    CK(cudaMalloc(&l.dyb, 2 * (size_t)(mmax * n)));
+    CK(cudaMalloc((void **)&l.dref, 4 * (size_t)(mmax * n)));
+    for (int fi = 0; fi < b->sw.nf; fi++) bench_format(b, &l, b->sw.fmts[fi]);
+    CK(cudaFree(l.dx));
+    CK(cudaFree(l.dy));
+    CK(cudaFree(l.dyb));
+    CK(cudaFree(l.dref));
+}
+
+int nb_cli_bench(int argc, char **argv) {
+    nbt_tool = "nibble bench";
+    /* weights rotated over at least 240 MB: 4x the H200's 60 MB L2 */
+    bench b = {.sw = {.shapes = "8192x8192,8192x57344,28672x8192,4096x6144,4096x4096", .m = "1,2,4,8,16,32",
+                      .formats = "nvfp4,mxfp4", .act = NB_DTYPE_BF16, .min_mb = 240}};
+    int rc = bench_parse(&b, argc, argv);
+    if (rc) return rc < 0 ? 0 : rc;
+    if (!nbt_have_device()) return 3;
+    if ((rc = bench_setup(&b)) != 0) return rc;
+    for (int si = 0; si < b.sw.nkn; si += 2) bench_shape(&b, b.sw.kn[si], b.sw.kn[si + 1]);
+    if (b.fc && fclose(b.fc)) fprintf(stderr, "nibble bench: writing %s failed\n", b.csv), b.rc = 3;
+    if (b.fj) {
+        fprintf(b.fj, "\n]}\n");
+        if (fclose(b.fj)) fprintf(stderr, "nibble bench: writing %s failed\n", b.json), b.rc = 3;
+    }
+    BL(cublasDestroy(b.blas));
+    CK(cudaFree(b.blas_ws));
+    CK(cudaStreamDestroy(b.s));
+    NB(nb_context_destroy(b.ctx));
+    return b.rc;
 }

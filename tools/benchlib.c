@@ -6,6 +6,15 @@
 
 const char *nbt_tool = "nibble";
 
+void *nbt_calloc(size_t count, size_t size) {
+    void *p = calloc(count ? count : 1, size ? size : 1);
+    if (!p) {
+        fprintf(stderr, "%s: out of host memory\n", nbt_tool);
+        exit(3);
+    }
+    return p;
+}
+
 static uint64_t rng = 0x243F6A8885A308D3ull;
 uint32_t nbt_rand(void) {
     rng ^= rng << 13;
@@ -34,11 +43,7 @@ float nbt_float_of(nb_dtype t, uint16_t h) {
 }
 
 uint16_t *nbt_random_activations(nb_dtype t, size_t count) {
-    uint16_t *x = malloc(2 * count);
-    if (!x) {
-        fprintf(stderr, "%s: out of host memory\n", nbt_tool);
-        exit(3);
-    }
+    uint16_t *x = nbt_calloc(count, 2);
     for (size_t i = 0; i < count; i++) {
         const float v = ((float)nbt_rand() / 4294967296.0f) * 2.0f - 1.0f;
         if (t == NB_DTYPE_BF16) {
@@ -61,21 +66,29 @@ uint16_t *nbt_random_activations(nb_dtype t, size_t count) {
     return x;
 }
 
+void *nbt_device_activations(nb_dtype t, size_t count) {
+    uint16_t *hx = nbt_random_activations(t, count);
+    void *dx;
+    CK(cudaMalloc(&dx, 2 * count));
+    CK(cudaMemcpy(dx, hx, 2 * count, cudaMemcpyHostToDevice));
+    free(hx);
+    return dx;
+}
+
 void nbt_layer_make(nb_context *ctx, nb_format fmt, int64_t n, int64_t k, double min_mb, cudaStream_t s,
                     nbt_layer *l) {
     memset(l, 0, sizeof *l);
+    nb_format_info fi;
+    NB(nb_format_get_info(fmt, &fi));
     NB(nb_weight_desc_init(&l->desc, fmt, n, k));
-    l->desc.tensor_scale = fmt == NB_FORMAT_NVFP4 ? 0.0087f : 1.0f;
+    l->desc.tensor_scale = fi.tensor_scale ? 0.0087f : 1.0f;
     NB(nb_weight_get_sizes(&l->desc, &l->sz));
-    uint8_t *hc = malloc(l->sz.codes_bytes), *hs = malloc(l->sz.scales_bytes);
-    if (!hc || !hs) {
-        fprintf(stderr, "%s: out of host memory\n", nbt_tool);
-        exit(3);
-    }
+    uint8_t *hc = nbt_calloc(l->sz.codes_bytes, 1), *hs = nbt_calloc(l->sz.scales_bytes, 1);
     for (size_t i = 0; i < l->sz.codes_bytes; i++) hc[i] = (uint8_t)nbt_rand();
-    /* scales spanning a few binades, as in real checkpoints */
+    /* scales spanning a few binades, as in real checkpoints: E4M3 bytes
+     * 0x28..0x4F (2^-3 .. 2^1.9), E8M0 bytes 118..127 (2^-9 .. 2^0) */
     for (size_t i = 0; i < l->sz.scales_bytes; i++)
-        hs[i] = fmt == NB_FORMAT_NVFP4 ? (uint8_t)(0x28 + nbt_rand() % 0x28) : (uint8_t)(118 + nbt_rand() % 10);
+        hs[i] = fi.scale_type == NB_SCALE_E4M3 ? (uint8_t)(0x28 + nbt_rand() % 0x28) : (uint8_t)(118 + nbt_rand() % 10);
     CK(cudaMalloc((void **)&l->dc, l->sz.codes_bytes));
     CK(cudaMalloc((void **)&l->ds, l->sz.scales_bytes));
     CK(cudaMemcpy(l->dc, hc, l->sz.codes_bytes, cudaMemcpyHostToDevice));
@@ -84,7 +97,7 @@ void nbt_layer_make(nb_context *ctx, nb_format fmt, int64_t n, int64_t k, double
     free(hs);
     l->rot = (int)ceil(min_mb * 1e6 / (double)l->sz.packed_bytes);
     if (l->rot < 2) l->rot = 2;
-    l->pk = calloc((size_t)l->rot, sizeof *l->pk);
+    l->pk = nbt_calloc((size_t)l->rot, sizeof *l->pk);
     for (int r = 0; r < l->rot; r++) {
         CK(cudaMalloc(&l->pk[r], l->sz.packed_bytes));
         l->packed = l->desc;
@@ -181,6 +194,39 @@ int nbt_sweep_arg(nbt_sweep *sw, const char *act_flag, int argc, char **argv, in
     return 1;
 }
 
+/* --formats: a comma list of format names (nb_format_from_name), each with
+ * GPU kernels in this build; 1, or 0 after a usage message. */
+static int parse_formats(nbt_sweep *sw) {
+    sw->nf = 0;
+    for (const char *p = sw->formats; *p;) {
+        const char *comma = strchr(p, ',');
+        const size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        char name[32];
+        nb_format f;
+        nb_format_info fi;
+        snprintf(name, sizeof name, "%.*s", (int)(len < sizeof name ? len : sizeof name - 1), p);
+        if (nb_format_from_name(name, &f) != NB_OK || nb_format_get_info(f, &fi) != NB_OK) {
+            fprintf(stderr, "%s: --formats: %s\n", nbt_tool, nb_last_error());
+            return 0;
+        }
+        if (!fi.kernels) {
+            fprintf(stderr, "%s: --formats: %s has no GPU kernels in this build\n", nbt_tool, fi.name);
+            return 0;
+        }
+        if (sw->nf == NBT_MAX_FORMATS) {
+            fprintf(stderr, "%s: --formats: more than %d formats\n", nbt_tool, NBT_MAX_FORMATS);
+            return 0;
+        }
+        sw->fmts[sw->nf++] = f;
+        p += len + (comma != NULL);
+    }
+    if (!sw->nf) {
+        fprintf(stderr, "%s: --formats must name at least one format\n", nbt_tool);
+        return 0;
+    }
+    return 1;
+}
+
 int nbt_sweep_parse(nbt_sweep *sw) {
     sw->nm = parse_list(sw->m, sw->ms, 64);
     sw->nkn = parse_list(sw->shapes, sw->kn, 64);
@@ -196,19 +242,12 @@ int nbt_sweep_parse(nbt_sweep *sw) {
         }
         sw->mmax = sw->ms[i] > sw->mmax ? sw->ms[i] : sw->mmax;
     }
-    sw->nf = 0;
-    if (strstr(sw->formats, "nvfp4")) sw->fmts[sw->nf++] = NB_FORMAT_NVFP4;
-    if (strstr(sw->formats, "mxfp4")) sw->fmts[sw->nf++] = NB_FORMAT_MXFP4;
-    if (!sw->nf) {
-        fprintf(stderr, "%s: --formats must name nvfp4 and/or mxfp4\n", nbt_tool);
-        return 0;
-    }
-    return 1;
+    return parse_formats(sw);
 }
 
 int nbt_have_device(void) {
     int count = 0;
-    nb_device_count(&count);
+    NB(nb_device_count(&count));
     if (!count) fprintf(stderr, "%s: no CUDA device\n", nbt_tool);
     return count > 0;
 }

@@ -37,6 +37,9 @@ extern const char *nbt_tool;
         }                                                                                          \
     } while (0)
 
+/* calloc that exits 3 with a message when host memory runs out. */
+void *nbt_calloc(size_t count, size_t size);
+
 /* Deterministic data (xorshift; the same sequence on every machine). */
 uint32_t nbt_rand(void);
 /* 16-bit storage of float v (round to nearest even) and back. */
@@ -44,10 +47,14 @@ uint16_t nbt_bf16(float v);
 float nbt_float_of(nb_dtype t, uint16_t h);
 /* count random activations in (-1, 1), BF16 or FP16 (FP16 on a 1/1024 grid). */
 uint16_t *nbt_random_activations(nb_dtype t, size_t count);
+/* The same in device memory (cudaFree it). */
+void *nbt_device_activations(nb_dtype t, size_t count);
 
 /* A random layer k -> n in `fmt` on the device: checkpoint codes and scales
  * (dc, ds; desc) and `rot` packed copies (pk; packed is the descriptor
- * nb_pack left), at least two and together at least min_mb megabytes. */
+ * nb_pack left), at least two and together at least min_mb megabytes.  The
+ * scales span a few binades of the format's scale type; a format with a
+ * tensor scale gets 0.0087 (a typical NVFP4 weight_scale_2). */
 typedef struct nbt_layer {
     nb_weight_desc desc, packed;
     nb_weight_sizes sz;
@@ -70,7 +77,9 @@ double nbt_time_gemm(nb_context *ctx, const nb_gemm_desc *g, const void *x, cons
                      size_t ws_bytes, cudaStream_t s, int calls, int reps);
 
 /* The options both commands take: --shapes KxN,... --m LIST --formats
- * nvfp4,mxfp4 --min-bytes MB and a dtype option (bench --dtype, tune --act). */
+ * nvfp4,mxfp4 (names of formats with GPU kernels, nb_format_from_name)
+ * --min-bytes MB and a dtype option (bench --dtype, tune --act). */
+#define NBT_MAX_FORMATS 16 /* formats in one --formats list */
 typedef struct nbt_sweep {
     const char *shapes, *m, *formats; /* comma lists as given (the caller sets defaults) */
     nb_dtype act;
@@ -78,7 +87,7 @@ typedef struct nbt_sweep {
     /* filled by nbt_sweep_parse */
     int64_t ms[64], kn[64], mmax; /* kn: K, N pairs */
     int nm, nkn, nf;
-    nb_format fmts[2];
+    nb_format fmts[NBT_MAX_FORMATS];
 } nbt_sweep;
 /* argv[*i] when it is one of those options (act_flag names the dtype one):
  * 1 taken (*i then on its value), 0 not one of them, -1 a bad value (said

@@ -27,8 +27,8 @@
 #include <string.h>
 
 #include "benchlib.h"
+#include "cli.h"
 
-#include <time.h>
 #include <unistd.h>
 
 static void help(void) {
@@ -74,37 +74,218 @@ static void config_text(const nb_gemm_config *c, char *buf, size_t n) {
     else snprintf(buf, n, "decode kw=%d splits=%d", c->kw, c->splits);
 }
 
-int nb_cli_tune(int argc, char **argv) {
-    nbt_tool = "nibble tune";
-    nbt_sweep sw = {.shapes = "8192x8192,8192x57344,28672x8192,4096x6144,4096x4096", .m = "1,4,16,32,64,128,256,1024",
-                    .formats = "nvfp4,mxfp4", .act = NB_DTYPE_BF16, .min_mb = 240 /* as nibble bench */};
-    const char *out = getenv("NIBBLE_TUNE_CACHE");
-    if (!out || !out[0]) out = "nibble-tune.json";
+/* A run: options, context, stream, the shared workspace, progress. */
+typedef struct tune {
+    nbt_sweep sw;
+    const char *out;
+    nb_context *ctx;
+    cudaStream_t s;
+    void *dws;
+    size_t ws_bytes;
+    int tty;
+    int problems, done;
+    int rc; /* 2 once a candidate failed or differed */
+} tune;
+
+/* One problem: a layer in one format at one m, with its activations and
+ * output buffers (device and host). */
+typedef struct tune_problem {
+    int64_t k, n, m;
+    const char *fname;
+    const nbt_layer *L;
+    void *dx, *dy;
+    uint16_t *href, *hy;
+    nb_gemm_desc g;
+} tune_problem;
+
+/* Stage 1: the options and the sweep (m values in distinct buckets):
+ * 0 to go on, -1 after --help, 1 on a usage error. */
+static int tune_parse(tune *t, int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
-        const int taken = nbt_sweep_arg(&sw, "--act", argc, argv, &i);
+        const int taken = nbt_sweep_arg(&t->sw, "--act", argc, argv, &i);
         if (taken < 0) return 1;
         if (taken) continue;
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             help();
-            return 0;
-        } else if (i + 1 < argc && !strcmp(argv[i], "--out")) out = argv[++i];
+            return -1;
+        } else if (i + 1 < argc && !strcmp(argv[i], "--out")) t->out = argv[++i];
         else {
             fprintf(stderr, "nibble tune: unknown option '%s' (see --help)\n", argv[i]);
             return 1;
         }
     }
-    if (!nbt_sweep_parse(&sw)) return 1;
-    for (int i = 0; i < sw.nm; i++)
+    if (!nbt_sweep_parse(&t->sw)) return 1;
+    for (int i = 0; i < t->sw.nm; i++)
         for (int j = 0; j < i; j++) {
             int64_t lo, hi, lo2, hi2;
-            nb_tuning_m_bucket(sw.ms[i], &lo, &hi);
-            nb_tuning_m_bucket(sw.ms[j], &lo2, &hi2);
+            NB(nb_tuning_m_bucket(t->sw.ms[i], &lo, &hi));
+            NB(nb_tuning_m_bucket(t->sw.ms[j], &lo2, &hi2));
             if (lo == lo2) {
                 fprintf(stderr, "nibble tune: m = %lld and %lld share the bucket %lld..%lld; give one of them\n",
-                        (long long)sw.ms[j], (long long)sw.ms[i], (long long)lo, (long long)hi);
+                        (long long)t->sw.ms[j], (long long)t->sw.ms[i], (long long)lo, (long long)hi);
                 return 1;
             }
         }
+    return 0;
+}
+
+/* Stage 2: the context, the cache merged in (a malformed file stops us here,
+ * before minutes of measuring), the stream, the header lines. */
+static void tune_setup(tune *t) {
+    nb_device_info info;
+    NB(nb_context_create(0, &t->ctx));
+    NB(nb_context_device_info(t->ctx, &info));
+    if (access(t->out, F_OK) == 0) NB(nb_context_load_tuning(t->ctx, t->out));
+    size_t all, mine;
+    NB(nb_context_tuning_count(t->ctx, &all, &mine));
+    CK(cudaStreamCreateWithFlags(&t->s, cudaStreamNonBlocking));
+    t->tty = isatty(fileno(stderr));
+    printf("nibble tune: %s (%d SMs), %s activations, cache %s (%zu entries, %zu for this GPU)\n", info.name,
+           info.sm_count, t->sw.act == NB_DTYPE_BF16 ? "bf16" : "f16", t->out, all, mine);
+    printf("%-7s %-6s %-13s %5s %-9s %5s %12s %10s %6s  %s\n", "#", "format", "layer k->n", "m", "bucket", "tried",
+           "heuristic-us", "tuned-us", "gain", "chosen");
+    fflush(stdout);
+    t->problems = t->sw.nkn / 2 * t->sw.nf * t->sw.nm;
+}
+
+/* Candidate c of problem p, installed as the table entry: run once on
+ * poisoned output and compared with the heuristic's (candidate 0, which
+ * sets *big and fills p->href), then timed.  The median us, or -1 when the
+ * candidate failed or differed (reported, rc = 2); the heuristic itself
+ * failing is fatal (exit 3, or 2 for non-finite output). */
+static double tune_candidate(tune *t, tune_problem *p, const nb_gemm_config *cand, size_t c, float *big) {
+    const size_t outs = (size_t)(p->m * p->n);
+    NB(nb_context_set_tuning(t->ctx, &p->g, cand, 0.0));
+    size_t need;
+    NB(nb_gemm_workspace_size(t->ctx, &p->g, &need));
+    if (need > t->ws_bytes) {
+        if (t->dws) CK(cudaFree(t->dws));
+        CK(cudaMalloc(&t->dws, need));
+        CK(cudaMemset(t->dws, 0, need));
+        t->ws_bytes = need;
+    }
+    CK(cudaMemsetAsync(p->dy, 0xFF, 2 * outs, t->s)); /* NaN: an unwritten element fails */
+    nb_status st = nb_gemm(t->ctx, &p->g, p->dx, p->L->pk[0], NULL, p->dy, t->dws, t->ws_bytes, t->s);
+    char text[96], cfg[256] = "", why[160] = "";
+    config_text(cand, text, sizeof text);
+    if (st == NB_OK) NB(nb_gemm_last_config(t->ctx, cfg, sizeof cfg));
+    if (st != NB_OK || !strstr(cfg, " tuned")) {
+        fprintf(stderr, "%snibble tune: %s %lld->%lld m=%lld, %s: %s\n", t->tty ? "\n" : "", p->fname, (long long)p->k,
+                (long long)p->n, (long long)p->m, text, st ? nb_last_error() : "the table entry was not applied");
+        t->rc = 2;
+        if (c == 0) exit(3); /* the heuristic's own configuration */
+        return -1.0;
+    }
+    CK(cudaMemcpyAsync(c ? p->hy : p->href, p->dy, 2 * outs, cudaMemcpyDeviceToHost, t->s));
+    CK(cudaStreamSynchronize(t->s));
+    const nb_dtype act = t->sw.act;
+    if (c == 0) {
+        for (size_t i = 0; i < outs; i++) {
+            const float v = fabsf(nbt_float_of(act, p->href[i]));
+            *big = v > *big ? v : *big;
+            if (!isfinite(v)) {
+                fprintf(stderr, "%snibble tune: %s %lld->%lld m=%lld: the heuristic's output has a non-finite element "
+                        "(%zu)\n", t->tty ? "\n" : "", p->fname, (long long)p->k, (long long)p->n, (long long)p->m, i);
+                exit(2);
+            }
+        }
+    } else if (!same_output(act, p->hy, p->href, outs, *big, why, sizeof why)) {
+        fprintf(stderr, "%snibble tune: WRONG RESULT %s %lld->%lld m=%lld, %s (%s): %s; not recorded\n",
+                t->tty ? "\n" : "", p->fname, (long long)p->k, (long long)p->n, (long long)p->m, text, cfg, why);
+        t->rc = 2;
+        return -1.0;
+    }
+    /* about 2 ms of work per graph, 7 replays: a few ms per candidate */
+    const int calls = nbt_graph_calls(p->m, p->n, p->k, p->L->sz.packed_bytes, p->L->rot, 2000.0, 2, 40);
+    return nbt_time_gemm(t->ctx, &p->g, p->dx, p->L, p->dy, t->dws, t->ws_bytes, t->s, calls, 7);
+}
+
+/* The row of a tuned problem: progress, bucket, times, gain, choice. */
+static void tune_print(const tune *t, const tune_problem *p, size_t tried, double us0, double us_best,
+                       const nb_gemm_config *best, int heuristic) {
+    char text[96], layer[40], bucket[32], progress[32];
+    int64_t lo, hi;
+    NB(nb_tuning_m_bucket(p->m, &lo, &hi));
+    if (lo == hi) snprintf(bucket, sizeof bucket, "%lld", (long long)lo);
+    else if (hi == INT64_MAX) snprintf(bucket, sizeof bucket, "%lld+", (long long)lo);
+    else snprintf(bucket, sizeof bucket, "%lld-%lld", (long long)lo, (long long)hi);
+    config_text(best, text, sizeof text);
+    snprintf(layer, sizeof layer, "%lld->%lld", (long long)p->k, (long long)p->n);
+    snprintf(progress, sizeof progress, "%d/%d", t->done, t->problems);
+    if (t->tty) fprintf(stderr, "\r%60s\r", "");
+    printf("%-7s %-6s %-13s %5lld %-9s %5zu %12.2f %10.2f %5.2fx  %s%s\n", progress, p->fname, layer, (long long)p->m,
+           bucket, tried, us0, us_best, us0 / us_best, text, heuristic ? " (heuristic)" : "");
+    fflush(stdout);
+}
+
+/* Stage 4: one problem - every candidate the library lists, the fastest
+ * recorded unless within 3% (noise) of the heuristic's time. */
+static void tune_one(tune *t, tune_problem *p) {
+    NB(nb_gemm_desc_init(&p->g, &p->L->packed, p->m, t->sw.act, t->sw.act));
+    size_t nc = 0;
+    NB(nb_gemm_list_configs(t->ctx, &p->g, NULL, 0, &nc));
+    nb_gemm_config *cand = nbt_calloc(nc, sizeof *cand);
+    double *us = nbt_calloc(nc, sizeof *us);
+    NB(nb_gemm_list_configs(t->ctx, &p->g, cand, nc, &nc));
+    t->done++;
+    float big = 0.0f; /* largest |output| of the heuristic */
+    for (size_t c = 0; c < nc; c++) {
+        if (t->tty)
+            fprintf(stderr, "\r[%d/%d] %s %lld->%lld m=%lld: candidate %zu/%zu  ", t->done, t->problems, p->fname,
+                    (long long)p->k, (long long)p->n, (long long)p->m, c + 1, nc);
+        us[c] = tune_candidate(t, p, &cand[c], c, &big);
+    }
+    size_t best = 0;
+    for (size_t c = 1; c < nc; c++)
+        if (us[c] >= 0 && us[c] < us[best]) best = c;
+    if (us[best] > 0.97 * us[0]) best = 0; /* within noise of the heuristic: keep its choice */
+    NB(nb_context_set_tuning(t->ctx, &p->g, &cand[best], us[best]));
+    tune_print(t, p, nc, us[0], us[best], &cand[best], best == 0);
+    free(cand);
+    free(us);
+}
+
+/* Stage 3: one layer k -> n - its activations and output buffers, then per
+ * format the layer and every m; the cache is rewritten after each format
+ * (progress survives an interrupted run). */
+static void tune_shape(tune *t, int64_t k, int64_t n) {
+    const int64_t mmax = t->sw.mmax;
+    tune_problem p;
+    memset(&p, 0, sizeof p);
+    p.k = k;
+    p.n = n;
+    p.dx = nbt_device_activations(t->sw.act, (size_t)(mmax * k));
+    p.href = nbt_calloc((size_t)(mmax * n), 2);
+    p.hy = nbt_calloc((size_t)(mmax * n), 2);
+    CK(cudaMalloc(&p.dy, 2 * (size_t)(mmax * n)));
+    for (int fi = 0; fi < t->sw.nf; fi++) {
+        nbt_layer L;
+        nb_format_info info;
+        NB(nb_format_get_info(t->sw.fmts[fi], &info));
+        nbt_layer_make(t->ctx, t->sw.fmts[fi], n, k, t->sw.min_mb, t->s, &L);
+        p.fname = info.name;
+        p.L = &L;
+        for (int mi = 0; mi < t->sw.nm; mi++) {
+            p.m = t->sw.ms[mi];
+            tune_one(t, &p);
+        }
+        nbt_layer_free(&L);
+        NB(nb_context_save_tuning(t->ctx, t->out)); /* after every layer and format: progress survives */
+    }
+    free(p.href);
+    free(p.hy);
+    CK(cudaFree(p.dx));
+    CK(cudaFree(p.dy));
+}
+
+int nb_cli_tune(int argc, char **argv) {
+    nbt_tool = "nibble tune";
+    tune t = {.sw = {.shapes = "8192x8192,8192x57344,28672x8192,4096x6144,4096x4096", .m = "1,4,16,32,64,128,256,1024",
+                     .formats = "nvfp4,mxfp4", .act = NB_DTYPE_BF16, .min_mb = 240 /* as nibble bench */}};
+    t.out = getenv("NIBBLE_TUNE_CACHE");
+    if (!t.out || !t.out[0]) t.out = "nibble-tune.json";
+    int rc = tune_parse(&t, argc, argv);
+    if (rc) return rc < 0 ? 0 : rc;
     static const char *const knobs[] = {"NIBBLE_PATH", "NIBBLE_KW",     "NIBBLE_SPLITS", "NIBBLE_XS",        "NIBBLE_RPW",
                                         "NIBBLE_BN",   "NIBBLE_RASTER", "NIBBLE_STAGES", "NIBBLE_TUNE_CACHE"};
     for (size_t i = 0; i < sizeof knobs / sizeof knobs[0]; i++)
@@ -114,145 +295,15 @@ int nb_cli_tune(int argc, char **argv) {
             unsetenv(knobs[i]);
         }
     if (!nbt_have_device()) return 3;
-    const nb_dtype act = sw.act;
-    nb_context *ctx;
-    NB(nb_context_create(0, &ctx));
-    nb_device_info info;
-    NB(nb_context_device_info(ctx, &info));
-    /* merge: start from the file's entries (a malformed file stops us here,
-     * before minutes of measuring) */
-    if (access(out, F_OK) == 0) NB(nb_context_load_tuning(ctx, out));
+    tune_setup(&t);
+    const double start = nb_cli_now();
+    for (int si = 0; si < t.sw.nkn; si += 2) tune_shape(&t, t.sw.kn[si], t.sw.kn[si + 1]);
     size_t all, mine;
-    NB(nb_context_tuning_count(ctx, &all, &mine));
-    cudaStream_t s;
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    const int tty = isatty(fileno(stderr));
-    printf("nibble tune: %s (%d SMs), %s activations, cache %s (%zu entries, %zu for this GPU)\n", info.name,
-           info.sm_count, act == NB_DTYPE_BF16 ? "bf16" : "f16", out, all, mine);
-    printf("%-7s %-6s %-13s %5s %-9s %5s %12s %10s %6s  %s\n", "#", "format", "layer k->n", "m", "bucket", "tried",
-           "heuristic-us", "tuned-us", "gain", "chosen");
-    fflush(stdout);
-    const int problems = sw.nkn / 2 * sw.nf * sw.nm;
-    int done = 0, rc = 0;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    const double start = ts.tv_sec + ts.tv_nsec * 1e-9;
-    void *dws = NULL;
-    size_t ws_bytes = 0;
-    const int64_t mmax = sw.mmax;
-    for (int si = 0; si < sw.nkn; si += 2) {
-        const int64_t k = sw.kn[si], n = sw.kn[si + 1];
-        uint16_t *hx = nbt_random_activations(act, (size_t)(mmax * k));
-        uint16_t *href = malloc(2 * (size_t)(mmax * n)), *hy = malloc(2 * (size_t)(mmax * n));
-        void *dx, *dy;
-        CK(cudaMalloc(&dx, 2 * (size_t)(mmax * k)));
-        CK(cudaMalloc(&dy, 2 * (size_t)(mmax * n)));
-        CK(cudaMemcpy(dx, hx, 2 * (size_t)(mmax * k), cudaMemcpyHostToDevice));
-        for (int fi = 0; fi < sw.nf; fi++) {
-            nbt_layer L;
-            nbt_layer_make(ctx, sw.fmts[fi], n, k, sw.min_mb, s, &L);
-            const char *fname = sw.fmts[fi] == NB_FORMAT_NVFP4 ? "nvfp4" : "mxfp4";
-            for (int mi = 0; mi < sw.nm; mi++) {
-                const int64_t m = sw.ms[mi];
-                const size_t outs = (size_t)(m * n);
-                nb_gemm_desc g;
-                NB(nb_gemm_desc_init(&g, &L.packed, m, act, act));
-                size_t nc = 0;
-                NB(nb_gemm_list_configs(ctx, &g, NULL, 0, &nc));
-                nb_gemm_config *cand = calloc(nc, sizeof *cand);
-                double *us = calloc(nc, sizeof *us);
-                NB(nb_gemm_list_configs(ctx, &g, cand, nc, &nc));
-                done++;
-                float big = 0.0f; /* largest |output| of the heuristic */
-                for (size_t c = 0; c < nc; c++) {
-                    if (tty)
-                        fprintf(stderr, "\r[%d/%d] %s %lld->%lld m=%lld: candidate %zu/%zu  ", done, problems, fname,
-                                (long long)k, (long long)n, (long long)m, c + 1, nc);
-                    us[c] = -1.0; /* not usable */
-                    NB(nb_context_set_tuning(ctx, &g, &cand[c], 0.0));
-                    size_t need;
-                    NB(nb_gemm_workspace_size(ctx, &g, &need));
-                    if (need > ws_bytes) {
-                        if (dws) CK(cudaFree(dws));
-                        CK(cudaMalloc(&dws, need));
-                        CK(cudaMemset(dws, 0, need));
-                        ws_bytes = need;
-                    }
-                    CK(cudaMemsetAsync(dy, 0xFF, 2 * outs, s)); /* NaN: an unwritten element fails */
-                    nb_status st = nb_gemm(ctx, &g, dx, L.pk[0], NULL, dy, dws, ws_bytes, s);
-                    char text[96], cfg[256] = "", why[160] = "";
-                    config_text(&cand[c], text, sizeof text);
-                    if (st == NB_OK) nb_gemm_last_config(ctx, cfg, sizeof cfg);
-                    if (st != NB_OK || !strstr(cfg, " tuned")) {
-                        fprintf(stderr, "%snibble tune: %s %lld->%lld m=%lld, %s: %s\n", tty ? "\n" : "", fname,
-                                (long long)k, (long long)n, (long long)m, text,
-                                st ? nb_last_error() : "the table entry was not applied");
-                        rc = 2;
-                        if (c == 0) return 3; /* the heuristic's own configuration */
-                        continue;
-                    }
-                    CK(cudaMemcpyAsync(c ? hy : href, dy, 2 * outs, cudaMemcpyDeviceToHost, s));
-                    CK(cudaStreamSynchronize(s));
-                    if (c == 0) {
-                        for (size_t i = 0; i < outs; i++) {
-                            const float v = fabsf(nbt_float_of(act, href[i]));
-                            big = v > big ? v : big;
-                            if (!isfinite(v)) {
-                                fprintf(stderr, "%snibble tune: %s %lld->%lld m=%lld: the heuristic's output has a "
-                                        "non-finite element (%zu)\n", tty ? "\n" : "", fname, (long long)k,
-                                        (long long)n, (long long)m, i);
-                                return 2;
-                            }
-                        }
-                    } else if (!same_output(act, hy, href, outs, big, why, sizeof why)) {
-                        fprintf(stderr, "%snibble tune: WRONG RESULT %s %lld->%lld m=%lld, %s (%s): %s; not recorded\n",
-                                tty ? "\n" : "", fname, (long long)k, (long long)n, (long long)m, text, cfg, why);
-                        rc = 2;
-                        continue;
-                    }
-                    /* about 2 ms of work per graph, 7 replays: a few ms per candidate */
-                    const int calls = nbt_graph_calls(m, n, k, L.sz.packed_bytes, L.rot, 2000.0, 2, 40);
-                    us[c] = nbt_time_gemm(ctx, &g, dx, &L, dy, dws, ws_bytes, s, calls, 7);
-                }
-                size_t best = 0;
-                for (size_t c = 1; c < nc; c++)
-                    if (us[c] >= 0 && us[c] < us[best]) best = c;
-                if (us[best] > 0.97 * us[0]) best = 0; /* within noise of the heuristic: keep its choice */
-                NB(nb_context_set_tuning(ctx, &g, &cand[best], us[best]));
-                char text[96], layer[40];
-                int64_t lo, hi;
-                nb_tuning_m_bucket(m, &lo, &hi);
-                char bucket[32];
-                if (lo == hi) snprintf(bucket, sizeof bucket, "%lld", (long long)lo);
-                else if (hi == INT64_MAX) snprintf(bucket, sizeof bucket, "%lld+", (long long)lo);
-                else snprintf(bucket, sizeof bucket, "%lld-%lld", (long long)lo, (long long)hi);
-                config_text(&cand[best], text, sizeof text);
-                snprintf(layer, sizeof layer, "%lld->%lld", (long long)k, (long long)n);
-                char progress[32];
-                snprintf(progress, sizeof progress, "%d/%d", done, problems);
-                if (tty) fprintf(stderr, "\r%60s\r", "");
-                printf("%-7s %-6s %-13s %5lld %-9s %5zu %12.2f %10.2f %5.2fx  %s%s\n", progress, fname, layer,
-                       (long long)m, bucket, nc, us[0], us[best], us[0] / us[best], text,
-                       best == 0 ? " (heuristic)" : "");
-                fflush(stdout);
-                free(cand);
-                free(us);
-            }
-            nbt_layer_free(&L);
-            NB(nb_context_save_tuning(ctx, out)); /* after every layer and format: progress survives */
-        }
-        free(hx);
-        free(href);
-        free(hy);
-        CK(cudaFree(dx));
-        CK(cudaFree(dy));
-    }
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    NB(nb_context_tuning_count(ctx, &all, &mine));
-    printf("nibble tune: wrote %s (%zu entries, %zu for this GPU) in %.0f s%s\n", out, all, mine,
-           ts.tv_sec + ts.tv_nsec * 1e-9 - start, rc ? "; some candidates failed (see above), not recorded" : "");
-    if (dws) CK(cudaFree(dws));
-    CK(cudaStreamDestroy(s));
-    nb_context_destroy(ctx);
-    return rc;
+    NB(nb_context_tuning_count(t.ctx, &all, &mine));
+    printf("nibble tune: wrote %s (%zu entries, %zu for this GPU) in %.0f s%s\n", t.out, all, mine,
+           nb_cli_now() - start, t.rc ? "; some candidates failed (see above), not recorded" : "");
+    if (t.dws) CK(cudaFree(t.dws));
+    CK(cudaStreamDestroy(t.s));
+    NB(nb_context_destroy(t.ctx));
+    return t.rc;
 }

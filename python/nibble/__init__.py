@@ -1,16 +1,20 @@
 """nibble: 4-bit NVFP4/MXFP4 weights, Python bindings to libnibble's C API.
 
 This module is the numpy-level API over the host reference functions (no GPU
-needed); nibble._lib is the one-to-one ctypes image of include/nibble.h.
-nibble.torch (imported explicitly: `import nibble.torch`; needs PyTorch) is
-the GPU path: the nibble::gemm custom op, Linear, quantize_model and
-load_quantized.  nibble.checkpoint (open_checkpoint, quantize_checkpoint)
-reads and writes checkpoints through libnibble_io, src/io's C reader.
+needed); nibble._lib is the ctypes image of include/nibble.h and
+include/nibble_io.h.  nibble.torch (imported explicitly: `import
+nibble.torch`; needs PyTorch) is the GPU path: the nibble::gemm custom op,
+Linear, quantize_model and load_quantized.  nibble.checkpoint
+(open_checkpoint, quantize_checkpoint) reads and writes checkpoints through
+libnibble's checkpoint API (nibble_io.h).
+
+Formats: Format and the names and groups below come from the library's
+format table (nb_format_list / nb_format_get_info), not from this package.
 
 Arrays
   * Weights and activations are 2-D, row-major: W[n, k] (n = out_features),
-    X[m, k], Y[m, n].  k must be a multiple of the format's group (16 for
-    NVFP4, 32 for MXFP4).
+    X[m, k], Y[m, n].  k must be a multiple of the format's group
+    (format_info(f)["group_size"]: 16 for NVFP4, 32 for MXFP4).
   * Accepted element types: float32, float16, and BF16 given as np.uint16
     arrays holding the raw bfloat16 bits (numpy has no bfloat16; a
     `ml_dtypes.bfloat16` array is accepted too and viewed as uint16).
@@ -36,19 +40,33 @@ __all__ = [
     "weight_sizes", "version", "version_string", "build_info", "device_count", "to_bf16", "from_bf16",
     "e2m1_to_float", "e4m3_to_float", "e8m0_to_float", "float_to_e2m1", "float_to_e4m3",
     "Status", "DType", "Format", "MxScaleRule", "Layout", "ScaleType", "status_name", "status_string", "last_error",
-    "Checkpoint", "CheckpointLayer", "TensorInfo", "open_checkpoint", "quantize_checkpoint",
+    "Checkpoint", "CheckpointLayer", "TensorInfo", "open_checkpoint", "quantize_checkpoint", "formats",
+    "format_info",
 ]
 
 __version__ = _lib.lib.nb_version_string().decode()
 
-_FORMATS = {"nvfp4": Format.NVFP4, "mxfp4": Format.MXFP4}
-_FORMAT_NAMES = {v: k for k, v in _FORMATS.items()}
-_GROUP = {Format.NVFP4: 16, Format.MXFP4: 32}
+# From the library's format table: name -> Format, Format -> name, Format -> group.
+_FORMATS = {info["name"]: f for f, info in _lib.FORMAT_INFO.items()}
+_FORMAT_NAMES = {f: info["name"] for f, info in _lib.FORMAT_INFO.items()}
+_GROUP = {f: info["group_size"] for f, info in _lib.FORMAT_INFO.items()}
 _RULES = {"ocp": MxScaleRule.OCP, "round_up": MxScaleRule.ROUND_UP, "even": MxScaleRule.EVEN}
 _RULE_NAMES = {v: k for k, v in _RULES.items()}
 
 
 # ------------------------------------------------------------ library facts
+
+def formats():
+    """The names of the library's formats, in the order of its table."""
+    return list(_FORMATS)
+
+
+def format_info(format):
+    """The row of the library's format table for `format` (a name or a Format)
+    as a dict: format, name, element, element_bits, group_size, scale_type,
+    scale_bytes, tensor_scale, zero_point, kernels."""
+    return dict(_lib.FORMAT_INFO[_format(format)])
+
 
 def version():
     """The library's NB_VERSION (major*10000 + minor*100 + patch)."""
@@ -163,7 +181,13 @@ def _format(fmt):
         return fmt
     if isinstance(fmt, str) and fmt.lower() in _FORMATS:
         return _FORMATS[fmt.lower()]
-    raise ValueError(f"nibble: unknown format {fmt!r}; expected 'nvfp4' or 'mxfp4'")
+    raise ValueError(f"nibble: unknown format {fmt!r}; expected one of {', '.join(map(repr, _FORMATS))}")
+
+
+def _has_e8m0_scales(fmt):
+    """Formats whose block scales are E8M0 powers of two: the MX scale rule
+    picks their exponents."""
+    return _lib.FORMAT_INFO[fmt]["scale_type"] == ScaleType.E8M0
 
 
 # ------------------------------------------------------- quantized weights
@@ -248,9 +272,10 @@ def quantize(w, format="nvfp4", scale_rule=None, tensor_scale=None, ctx=None):
     if n < 1 or k < 1 or k % g:
         raise ValueError(f"nibble: w has shape {w.shape}; {_FORMAT_NAMES[fmt]} needs n >= 1 and k a positive "
                          f"multiple of {g}")
-    if fmt == Format.NVFP4:
+    if not _has_e8m0_scales(fmt):
         if scale_rule is not None:
-            raise ValueError("nibble: scale_rule applies to MXFP4 only")
+            raise ValueError(f"nibble: scale_rule applies to formats with E8M0 scales (MXFP4), not "
+                             f"{_FORMAT_NAMES[fmt]}")
         rule = "ocp"
     else:
         rule = "ocp" if scale_rule is None else scale_rule
@@ -258,8 +283,8 @@ def quantize(w, format="nvfp4", scale_rule=None, tensor_scale=None, ctx=None):
             rule = _RULE_NAMES[rule]
         if rule not in _RULES:
             raise ValueError(f"nibble: unknown MXFP4 scale_rule {scale_rule!r}; expected one of {sorted(_RULES)}")
-        if tensor_scale not in (None, 0, 1):
-            raise ValueError("nibble: MXFP4 has no tensor scale (tensor_scale must be None or 1)")
+    if not _lib.FORMAT_INFO[fmt]["tensor_scale"] and tensor_scale not in (None, 0, 1):
+        raise ValueError(f"nibble: {_FORMAT_NAMES[fmt]} has no tensor scale (tensor_scale must be None or 1)")
     w = np.ascontiguousarray(w)
     ctx = ctx or default_context()
     d = _lib.WeightDesc()
@@ -350,5 +375,5 @@ def gemm_reference(x, qw, bias=None, out_dtype=np.float32, ctx=None):
     return y
 
 
-# The checkpoint reader (libnibble_io, loaded on first use).
+# The checkpoint reader (the checkpoint API of libnibble, nibble_io.h).
 from .checkpoint import Checkpoint, CheckpointLayer, TensorInfo, open_checkpoint, quantize_checkpoint  # noqa: E402

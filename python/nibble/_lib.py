@@ -1,16 +1,23 @@
-"""ctypes mirror of include/nibble.h (version 0.1.0) and the loader for libnibble.
+"""ctypes mirror of include/nibble.h and include/nibble_io.h (version 0.1.0)
+and the loader for libnibble.
 
-Everything here is a one-to-one image of the C header: the enums with their
-explicit values, the structs field by field (tests/test_basic.py compares
-sizes and offsets with the C compiler's when one is available), and the
-function prototypes.  The numpy-level API lives in nibble/__init__.py.
+Everything here is a one-to-one image of the public C headers: the enums with
+their explicit values, the public structs field by field (the tests compare
+sizes and offsets with the C compiler's when one is available, and the
+checkpoint structs are checked against nb_io_struct_size at load time), and
+the function prototypes.  The formats are not mirrored: Format and
+FORMAT_INFO are built from the library's format table (nb_format_list,
+nb_format_get_info) when the library is loaded.  The numpy-level API lives in
+nibble/__init__.py.
 
 The library is looked up in this order:
   1. next to this file (where `pip install ./python` puts it);
   2. the path in the environment variable NIBBLE_LIBRARY (e.g. a development
      build: NIBBLE_LIBRARY=build/libnibble.so).
 Import fails with ImportError when neither exists or when the library's
-version does not match the header this file mirrors (same major and minor).
+version (nb_version()) is not the NB_VERSION these bindings were written for.
+The checkpoint API (nibble_io.h) is part of libnibble when it was built with
+cJSON; io_lib() says whether it is there.
 """
 
 import ctypes
@@ -57,11 +64,6 @@ class DType(enum.IntEnum):
     F32 = 1   # host reference only
     F16 = 2
     BF16 = 3
-
-
-class Format(enum.IntEnum):
-    NVFP4 = 1
-    MXFP4 = 2
 
 
 class ScaleType(enum.IntEnum):
@@ -118,6 +120,31 @@ class BuildInfo(Structure):
     def to_dict(self):
         return {"cuda": bool(self.cuda), "cuda_archs": self.cuda_archs.decode(), "formats": self.formats.decode(),
                 "version": self.version.decode()}
+
+
+class FormatInfo(Structure):
+    """nb_format_info: one row of the library's format table"""
+    _fields_ = [
+        ("format", c_int),          # nb_format
+        ("name", c_char * 16),
+        ("element", c_int32),       # nb_element_type
+        ("element_bits", c_int32),
+        ("group_size", c_int32),
+        ("scale_type", c_int32),    # nb_scale_type
+        ("scale_bytes", c_int32),
+        ("tensor_scale", c_int32),
+        ("zero_point", c_int32),
+        ("kernels", c_int32),
+        ("reserved", c_int32 * 6),
+    ]
+
+    def to_dict(self):
+        d = {name: int(getattr(self, name)) for name, _ in self._fields_ if name not in ("name", "reserved")}
+        d["name"] = self.name.decode()
+        d["tensor_scale"] = bool(self.tensor_scale)
+        d["zero_point"] = bool(self.zero_point)
+        d["kernels"] = bool(self.kernels)
+        return d
 
 
 class WeightDesc(Structure):
@@ -194,6 +221,9 @@ _PROTOTYPES = [
     ("nb_context_device_info", c_int, [ContextP, POINTER(DeviceInfo)]),
     ("nb_device_count", c_int, [POINTER(c_int)]),
     ("nb_get_build_info", c_int, [POINTER(BuildInfo)]),
+    ("nb_format_get_info", c_int, [c_int, POINTER(FormatInfo)]),
+    ("nb_format_list", c_int, [POINTER(c_int), c_size_t, POINTER(c_size_t)]),
+    ("nb_format_from_name", c_int, [c_char_p, POINTER(c_int)]),
     ("nb_weight_desc_init", c_int, [POINTER(WeightDesc), c_int, c_int64, c_int64]),
     ("nb_weight_desc_validate", c_int, [POINTER(WeightDesc)]),
     ("nb_weight_get_sizes", c_int, [POINTER(WeightDesc), POINTER(WeightSizes)]),
@@ -268,10 +298,11 @@ for _name, _res, _args in _PROTOTYPES:
     _fn.argtypes = _args
 
 library_version = lib.nb_version()
-if library_version // 100 != NB_VERSION // 100:
+if library_version != NB_VERSION:
     raise ImportError(f"nibble: {library_path} is libnibble {lib.nb_version_string().decode()} (NB_VERSION "
-                      f"{library_version}) but these bindings mirror nibble.h {NB_VERSION_MAJOR}.{NB_VERSION_MINOR}."
-                      f"{NB_VERSION_PATCH}; the struct layouts may differ. Rebuild or reinstall the package.")
+                      f"{library_version}) but these bindings were written for {NB_VERSION_MAJOR}.{NB_VERSION_MINOR}."
+                      f"{NB_VERSION_PATCH} (NB_VERSION {NB_VERSION}); the struct layouts may differ. Rebuild or "
+                      "reinstall the package.")
 
 
 # ------------------------------------------------------------------ errors
@@ -316,6 +347,40 @@ def check(status, ctx=None):
     msg = lib.nb_context_last_error(ctx) if ctx else lib.nb_last_error()
     msg = (msg or b"").decode("utf-8", "replace") or status_string(status)
     raise Error(status, status_name(status), msg)
+
+
+# ----------------------------------------------------------------- formats
+
+def _format_table():
+    """Every row of the library's format table, in its order."""
+    count = c_size_t(0)
+    check(lib.nb_format_list(None, 0, ctypes.byref(count)))
+    values = (c_int * max(1, count.value))()
+    check(lib.nb_format_list(values, count.value, ctypes.byref(count)))
+    rows = []
+    for v in values[:count.value]:
+        info = FormatInfo()
+        check(lib.nb_format_get_info(v, ctypes.byref(info)))
+        rows.append(info.to_dict())
+    return rows
+
+
+# Format: the library's formats as an IntEnum (members named like the
+# formats, upper case: Format.NVFP4); FORMAT_INFO: the row of each (name,
+# group_size, scale_type, tensor_scale, kernels, ...).  Nothing here names a
+# format: a format added to the C table appears here by itself.
+_FORMAT_ROWS = _format_table()
+Format = enum.IntEnum("Format", [(r["name"].upper(), r["format"]) for r in _FORMAT_ROWS], module=__name__)
+FORMAT_INFO = {Format(r["format"]): r for r in _FORMAT_ROWS}
+
+
+def format_from_name(name):
+    """The Format named `name` (nb_format_from_name, case-insensitive here);
+    ValueError with the library's list of names otherwise."""
+    value = c_int(0)
+    if not isinstance(name, str) or lib.nb_format_from_name(name.lower().encode(), ctypes.byref(value)) != 0:
+        raise ValueError(f"nibble: unknown format {name!r} ({last_error()})")
+    return Format(value.value)
 
 
 # ----------------------------------------------------------------- context
@@ -400,16 +465,13 @@ def default_context():
     return ctx
 
 
-# --------------------------------------------------------------- nibble_io
-# libnibble_io.so: the checkpoint reader of src/io (safetensors.h,
-# checkpoint.h, ckpt_quantize.h), built when cJSON is found and shipped next
-# to libnibble.  Optional: loaded on first use by io_lib(), so `import
-# nibble` works without it.  Its headers are internal, so the mirrors below
-# are checked against the library's own struct sizes (nb_io_struct_size)
-# before any call.
+# ------------------------------------------------------------- nibble_io.h
+# The checkpoint API (include/nibble_io.h), part of libnibble when it was
+# built with cJSON.  Only its public structs are mirrored; their sizes are
+# checked against nb_io_struct_size when the API is bound.
 
 class StTensor(Structure):
-    """nb_st_tensor (safetensors.h)"""
+    """nb_st_tensor"""
     _fields_ = [
         ("name", c_char_p),
         ("dtype", c_int),           # nb_st_dtype
@@ -418,11 +480,12 @@ class StTensor(Structure):
         ("data", c_void_p),
         ("bytes", c_size_t),
         ("offset", ctypes.c_uint64),
+        ("reserved", c_int32 * 4),
     ]
 
 
 class CkptLayer(Structure):
-    """nb_ckpt_layer (checkpoint.h)"""
+    """nb_ckpt_layer"""
     _fields_ = [
         ("prefix", c_char_p),
         ("format", c_int),          # nb_ckpt_format
@@ -438,11 +501,12 @@ class CkptLayer(Structure):
         ("excluded", c_int),            # a config's exclude / ignore list names it
         ("excluded_by", c_char_p),      # the entry that does, or None
         ("excluded_src", c_int),        # nb_ckpt_source
+        ("reserved", c_int32 * 8),
     ]
 
 
 class CkptConfig(Structure):
-    """nb_ckpt_config (checkpoint.h)"""
+    """nb_ckpt_config"""
     _fields_ = [
         ("declared", c_int),
         ("source", c_int),
@@ -453,29 +517,30 @@ class CkptConfig(Structure):
         ("has_hf_quant_config", c_int),
         ("nexclude", c_size_t),         # exclude-list entries read
         ("note", c_char_p),             # entries that could not be used, or None
+        ("reserved", c_int32 * 8),
     ]
 
 
-CkptQuantizeProgress = ctypes.CFUNCTYPE(None, c_void_p, c_size_t, c_size_t, ctypes.c_uint64, ctypes.c_uint64,
-                                        c_char_p)
+CkptProgress = ctypes.CFUNCTYPE(None, c_void_p, c_size_t, c_size_t, ctypes.c_uint64, ctypes.c_uint64, c_char_p)
 
 
 class CkptQuantizeOpts(Structure):
-    """nb_ckpt_quantize_opts (ckpt_quantize.h)"""
+    """nb_ckpt_quantize_opts"""
     _fields_ = [
         ("format", c_int),
         ("mx_rule", c_int),
         ("exclude", POINTER(c_char_p)),
         ("nexclude", c_size_t),
         ("no_default_excludes", c_int),
-        ("progress", CkptQuantizeProgress),
+        ("progress", CkptProgress),
         ("progress_user", c_void_p),
         ("device", c_int),          # nb_ckpt_device
+        ("reserved", c_int32 * 8),
     ]
 
 
 class CkptQuantizeSummary(Structure):
-    """nb_ckpt_quantize_summary (ckpt_quantize.h)"""
+    """nb_ckpt_quantize_summary"""
     _fields_ = [
         ("tensors_in", c_size_t),
         ("layers_quantized", c_size_t),
@@ -487,6 +552,7 @@ class CkptQuantizeSummary(Structure):
         ("bytes_out", ctypes.c_uint64),
         ("device", c_int),          # nb_ckpt_device: where the weights were quantized
         ("device_name", c_char * 256),
+        ("reserved", c_int32 * 8),
     ]
 
 
@@ -496,20 +562,14 @@ class _Ckpt(Structure):
 
 CkptP = POINTER(_Ckpt)
 
-# nb_st_dtype, nb_ckpt_format, nb_ckpt_source: explicit values, append only.
-ST_DTYPES = {1: "BOOL", 2: "U8", 3: "I8", 4: "F8_E5M2", 5: "F8_E4M3", 6: "F8_E8M0", 7: "F8_E4M3FNUZ",
-             8: "F8_E5M2FNUZ", 9: "I16", 10: "U16", 11: "F16", 12: "BF16", 13: "I32", 14: "U32", 15: "F32",
-             16: "C64", 17: "F64", 18: "I64", 19: "U64", 20: "F4", 21: "F6_E2M3", 22: "F6_E3M2"}
-CKPT_FORMATS = {0: "none", 1: "modelopt-nvfp4", 2: "ct-nvfp4", 3: "ct-mxfp4", 4: "quark-mxfp4", 5: "gptoss-mxfp4",
-                6: "inconsistent"}
-CKPT_SOURCES = {0: "tensors", 1: "hf_quant_config.json", 2: "config.json"}
-CKPT_DEVICES = {"auto": 0, "cpu": 1, "gpu": 2}
-
-_errbuf = [c_char_p, c_size_t]
 _IO_PROTOTYPES = [
-    ("nb_io_version", c_int, []),
-    ("nb_io_struct_size", c_int, [c_char_p, POINTER(c_size_t)] + _errbuf),
-    ("nb_ckpt_open", c_int, [c_char_p, POINTER(CkptP)] + _errbuf),
+    ("nb_io_struct_size", c_int, [c_char_p, POINTER(c_size_t)]),
+    ("nb_st_dtype_info", c_int, [c_int, POINTER(c_char_p), POINTER(c_int)]),
+    ("nb_ckpt_format_name", c_int, [c_int, POINTER(c_char_p)]),
+    ("nb_ckpt_source_name", c_int, [c_int, POINTER(c_char_p)]),
+    ("nb_ckpt_format_weight", c_int, [c_int, POINTER(c_int)]),
+    ("nb_ckpt_device_name", c_int, [c_int, POINTER(c_char_p)]),
+    ("nb_ckpt_open", c_int, [c_char_p, POINTER(CkptP)]),
     ("nb_ckpt_close", c_int, [CkptP]),
     ("nb_ckpt_file_count", c_int, [CkptP, POINTER(c_size_t)]),
     ("nb_ckpt_file_at", c_int, [CkptP, c_size_t, POINTER(c_char_p), POINTER(ctypes.c_uint64)]),
@@ -518,77 +578,72 @@ _IO_PROTOTYPES = [
     ("nb_ckpt_layer_count", c_int, [CkptP, POINTER(c_size_t)]),
     ("nb_ckpt_layer_at", c_int, [CkptP, c_size_t, POINTER(CkptLayer)]),
     ("nb_ckpt_get_config", c_int, [CkptP, POINTER(CkptConfig)]),
-    ("nb_ckpt_layer_weight", c_int, [CkptP, c_size_t, c_int64, POINTER(WeightDesc), POINTER(_u8p), POINTER(_u8p)]
-     + _errbuf),
-    ("nb_ckpt_quantize_opts_init", None, [POINTER(CkptQuantizeOpts)]),
-    ("nb_ckpt_quantize", c_int, [c_char_p, c_char_p, POINTER(CkptQuantizeOpts), POINTER(CkptQuantizeSummary)]
-     + _errbuf),
+    ("nb_ckpt_layer_weight", c_int, [CkptP, c_size_t, c_int64, POINTER(WeightDesc), POINTER(_u8p), POINTER(_u8p)]),
+    ("nb_ckpt_quantize_opts_init", c_int, [POINTER(CkptQuantizeOpts)]),
+    ("nb_ckpt_quantize", c_int, [c_char_p, c_char_p, POINTER(CkptQuantizeOpts), POINTER(CkptQuantizeSummary)]),
 ]
 _IO_STRUCTS = {"nb_st_tensor": StTensor, "nb_ckpt_layer": CkptLayer, "nb_ckpt_config": CkptConfig,
-               "nb_ckpt_quantize_opts": CkptQuantizeOpts, "nb_ckpt_quantize_summary": CkptQuantizeSummary,
-               "nb_weight_desc": WeightDesc}
+               "nb_ckpt_quantize_opts": CkptQuantizeOpts, "nb_ckpt_quantize_summary": CkptQuantizeSummary}
 
-_io = None
-_io_lock = threading.Lock()
+# The names of nibble_io.h's enum values, read from the library when the API
+# is bound (the enums are append-only and contiguous, so each is read up to
+# the first value the library refuses): {value: name}.
+ST_DTYPES, CKPT_FORMATS, CKPT_SOURCES, CKPT_DEVICES = {}, {}, {}, {}
 
 
-def _io_candidates():
-    here = os.path.dirname(os.path.abspath(__file__))
-    name = "libnibble_io.dylib" if sys.platform == "darwin" else "libnibble_io.so"
-    yield os.path.join(here, name), "the package directory"
-    env = os.environ.get("NIBBLE_IO_LIBRARY")
-    if env:
-        yield env, "NIBBLE_IO_LIBRARY"
-    # a development build keeps both libraries in one build directory
-    yield os.path.join(os.path.dirname(os.path.abspath(library_path)), name), "next to libnibble"
+def _enum_names(fn, first):
+    """{value: name} for fn(value, char **name) from `first` up to the first
+    value fn refuses."""
+    names, v = {}, first
+    while True:
+        s = c_char_p()
+        if fn(v, ctypes.byref(s)) != 0:
+            return names
+        names[v] = s.value.decode()
+        v += 1
+
+
+def _bind_io():
+    """Prototypes, struct-size checks and enum names of the checkpoint API;
+    the reason it is unusable, or None."""
+    missing = [name for name, _, _ in _IO_PROTOTYPES if not hasattr(lib, name)]
+    if missing:
+        return (f"{library_path} has no checkpoint API ({missing[0]} is missing): it was built without cJSON; "
+                "install libcjson-dev and rebuild or reinstall the package")
+    for name, res, args in _IO_PROTOTYPES:
+        fn = getattr(lib, name)
+        fn.restype = res
+        fn.argtypes = args
+    for name, struct in _IO_STRUCTS.items():
+        size = c_size_t(0)
+        if lib.nb_io_struct_size(name.encode(), ctypes.byref(size)) != 0:
+            return f"{library_path}: {last_error()}"
+        if size.value != ctypes.sizeof(struct):
+            return (f"{library_path}: struct {name} is {size.value} bytes there but its mirror in nibble/_lib.py is "
+                    f"{ctypes.sizeof(struct)}; the bindings are out of date")
+    ST_DTYPES.update(_enum_names(lambda v, out: lib.nb_st_dtype_info(v, out, None), 1))
+    CKPT_FORMATS.update(_enum_names(lib.nb_ckpt_format_name, 0))
+    CKPT_SOURCES.update(_enum_names(lib.nb_ckpt_source_name, 0))
+    CKPT_DEVICES.update({name: v for v, name in _enum_names(lib.nb_ckpt_device_name, 0).items()})
+    return None
+
+
+_io_error = _bind_io()
 
 
 def io_lib():
-    """libnibble_io (the checkpoint reader), loaded on first use.  Raises
-    ImportError when it is missing (the package was built without cJSON:
-    install libcjson-dev and rebuild) or does not match these bindings."""
-    global _io
-    with _io_lock:
-        if _io is not None:
-            return _io
-        tried = []
-        for path, origin in _io_candidates():
-            if not os.path.exists(path):
-                tried.append(f"{path} ({origin}): not there")
-                continue
-            try:
-                io = ctypes.CDLL(path)
-            except OSError as e:
-                tried.append(f"{path} ({origin}): {e}")
-                continue
-            break
-        else:
-            raise ImportError("nibble: the checkpoint reader libnibble_io is not available (" + "; ".join(tried) +
-                              "). It is built with the package when cJSON is found: install libcjson-dev and "
-                              "reinstall, or set NIBBLE_IO_LIBRARY to build/libnibble_io.so.")
-        for name, res, args in _IO_PROTOTYPES:
-            fn = getattr(io, name)
-            fn.restype = res
-            fn.argtypes = args
-        if io.nb_io_version() // 100 != NB_VERSION // 100:
-            raise ImportError(f"nibble: {path} was built against nibble.h version {io.nb_io_version()}, these "
-                              f"bindings mirror {NB_VERSION}; rebuild or reinstall the package.")
-        err = ctypes.create_string_buffer(256)
-        for name, struct in _IO_STRUCTS.items():
-            size = c_size_t(0)
-            if io.nb_io_struct_size(name.encode(), ctypes.byref(size), err, len(err)) != 0:
-                raise ImportError(f"nibble: {path}: {err.value.decode()}")
-            if size.value != ctypes.sizeof(struct):
-                raise ImportError(f"nibble: {path}: struct {name} is {size.value} bytes there but its mirror in "
-                                  f"nibble/_lib.py is {ctypes.sizeof(struct)}; the bindings are out of date.")
-        _io = io
-        return io
+    """libnibble with the checkpoint API bound.  Raises ImportError when the
+    library was built without it (no cJSON) or its structs do not match these
+    bindings."""
+    if _io_error:
+        raise ImportError(f"nibble: the checkpoint reader is not available: {_io_error}.")
+    return lib
 
 
-def io_check(status, err, what):
-    """Raise Error unless status is NB_OK; the message is the (err, errlen)
-    buffer the nibble_io call filled, else a generic one naming `what`."""
-    if status == 0:
-        return
-    msg = err.value.decode("utf-8", "replace") if err is not None and err.value else ""
-    raise Error(status, status_name(status), msg or f"{what} failed: {status_string(status)}")
+def ckpt_weight_format(ckpt_format):
+    """The Format a 4-bit checkpoint layout holds (nb_ckpt_format_weight), or
+    None for unquantized and inconsistent layers."""
+    value = c_int(0)
+    if io_lib().nb_ckpt_format_weight(int(ckpt_format), ctypes.byref(value)) != 0:
+        return None
+    return Format(value.value)

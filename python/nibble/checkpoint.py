@@ -1,10 +1,10 @@
-"""Checkpoint reading through libnibble_io (src/io): open a Hugging Face
-style checkpoint (a .safetensors file, a directory with model.safetensors or
-a sharded index, or the index itself), list its files, tensors and linear
-layers with the format nibble's C reader detected for each (ModelOpt NVFP4,
-compressed-tensors NVFP4/MXFP4, Quark MXFP4, gpt-oss MXFP4, unquantized, or
-inconsistent with the reason), and read tensors and 4-bit weights as numpy
-arrays.
+"""Checkpoint reading through libnibble's checkpoint API (nibble_io.h): open
+a Hugging Face style checkpoint (a .safetensors file, a directory with
+model.safetensors or a sharded index, or the index itself), list its files,
+tensors and linear layers with the format nibble's C reader detected for
+each (ModelOpt NVFP4, compressed-tensors NVFP4/MXFP4, Quark MXFP4, gpt-oss
+MXFP4, unquantized, or inconsistent with the reason), and read tensors and
+4-bit weights as numpy arrays.
 
     ck = nibble.open_checkpoint("Llama-3.1-8B-NVFP4/")
     for layer in ck.layers:                       # CheckpointLayer records
@@ -13,9 +13,9 @@ arrays.
     norm = ck.tensor("model.norm.weight")         # numpy; BF16 as uint16 bits
     ck.close()                                    # or `with nibble.open_checkpoint(...) as ck:`
 
-Arrays are copies: they stay valid after close().  Reading needs
-libnibble_io (built with the package when cJSON is found); without it
-open_checkpoint raises ImportError.  Corrupt or unreadable files raise
+Arrays are copies: they stay valid after close().  Reading needs the
+checkpoint API in libnibble (built with the package when cJSON is found);
+without it open_checkpoint raises ImportError.  Corrupt or unreadable files raise
 nibble.Error with the reader's message (status NB_ERR_CORRUPT, NB_ERR_IO,
 ...); unknown names raise KeyError.
 """
@@ -39,8 +39,6 @@ _NP_DTYPES = {"BOOL": np.bool_, "U8": np.uint8, "I8": np.int8, "F8_E5M2": np.uin
               "F8_E8M0": np.uint8, "F8_E4M3FNUZ": np.uint8, "F8_E5M2FNUZ": np.uint8, "I16": np.int16,
               "U16": np.uint16, "F16": np.float16, "BF16": np.uint16, "I32": np.int32, "U32": np.uint32,
               "F32": np.float32, "C64": np.complex64, "F64": np.float64, "I64": np.int64, "U64": np.uint64}
-
-_ERRLEN = 1024
 
 
 @dataclass(frozen=True)
@@ -78,14 +76,7 @@ class CheckpointLayer:
     problem: str
     excluded: bool = False          # a config's exclude / ignore list names the layer
     excluded_by: str = ""           # the entry that does
-
-    @property
-    def quant_format(self):
-        if self.format in ("modelopt-nvfp4", "ct-nvfp4"):
-            return "nvfp4"
-        if self.format in ("ct-mxfp4", "quark-mxfp4", "gptoss-mxfp4"):
-            return "mxfp4"
-        return None
+    quant_format: Optional[str] = None  # the weight format the layout holds (nb_ckpt_format_weight)
 
 
 class Checkpoint(_lib.Handle):
@@ -96,9 +87,8 @@ class Checkpoint(_lib.Handle):
         io = _lib.io_lib()
         self._io = io
         self.path = str(path)
-        err = ctypes.create_string_buffer(_ERRLEN)
         ptr = _lib.CkptP()
-        _lib.io_check(io.nb_ckpt_open(self.path.encode(), ctypes.byref(ptr), err, _ERRLEN), err, "nb_ckpt_open")
+        _lib.check(io.nb_ckpt_open(self.path.encode(), ctypes.byref(ptr)))
         self._ptr = ptr
         try:
             self._read_tables()
@@ -109,9 +99,7 @@ class Checkpoint(_lib.Handle):
     # ------------------------------------------------------------ tables
 
     def _call(self, fn, *args):
-        st = fn(self.ptr, *args)
-        if st != 0:
-            _lib.io_check(st, None, fn.__name__)
+        _lib.check(fn(self.ptr, *args))
 
     def _read_tables(self):
         io = self._io
@@ -127,7 +115,8 @@ class Checkpoint(_lib.Handle):
                 weight_dtype=_lib.ST_DTYPES.get(L.weight_dtype, "?"),
                 decided_by=_lib.CKPT_SOURCES.get(L.decided_by, "unknown"), config_mismatch=bool(L.config_mismatch),
                 problem=L.problem.decode("utf-8", "replace"), excluded=bool(L.excluded),
-                excluded_by=L.excluded_by.decode("utf-8", "replace") if L.excluded_by else ""))
+                excluded_by=L.excluded_by.decode("utf-8", "replace") if L.excluded_by else "",
+                quant_format=_quant_format(L.format)))
         self.layers = layers
         self._layer_by_prefix = {L.prefix: L for L in layers}
 
@@ -217,10 +206,8 @@ class Checkpoint(_lib.Handle):
                             f"{type(layer).__name__}")
         d = _lib.WeightDesc()
         codes, scales = _lib._u8p(), _lib._u8p()
-        err = ctypes.create_string_buffer(_ERRLEN)
-        st = self._io.nb_ckpt_layer_weight(self.ptr, index, int(expert), ctypes.byref(d), ctypes.byref(codes),
-                                           ctypes.byref(scales), err, _ERRLEN)
-        _lib.io_check(st, err, "nb_ckpt_layer_weight")
+        _lib.check(self._io.nb_ckpt_layer_weight(self.ptr, index, int(expert), ctypes.byref(d), ctypes.byref(codes),
+                                                 ctypes.byref(scales)))
         n, k, g = int(d.n), int(d.k), int(d.group_size)
         fmt = _FORMAT_NAMES[_lib.Format(d.format)]
         return QuantizedWeight(codes=_copy(codes, n * (k // 2), np.uint8, (n, k // 2)),
@@ -243,6 +230,13 @@ class Checkpoint(_lib.Handle):
     def __repr__(self):
         state = "closed" if not getattr(self, "_ptr", None) else f"{len(self.tensors)} tensors"
         return f"<nibble.Checkpoint {self.path!r}: {state}, layers {self.summary()}>"
+
+
+def _quant_format(ckpt_format):
+    """"nvfp4" / "mxfp4" (the format's name in the library's table) for a
+    4-bit layout, None otherwise."""
+    f = _lib.ckpt_weight_format(ckpt_format)
+    return _lib.FORMAT_INFO[f]["name"] if f is not None else None
 
 
 def _copy(ptr, nbytes, dtype, shape):
@@ -280,7 +274,7 @@ def quantize_checkpoint(src, dst, format="nvfp4", scale_rule="even", exclude=(),
     if isinstance(exclude, str):
         exclude = [exclude]
     opts = _lib.CkptQuantizeOpts()
-    io.nb_ckpt_quantize_opts_init(ctypes.byref(opts))
+    _lib.check(io.nb_ckpt_quantize_opts_init(ctypes.byref(opts)))
     opts.format = fmt
     opts.mx_rule = _RULES[scale_rule]
     pats = (ctypes.c_char_p * max(1, len(exclude)))(*[str(p).encode() for p in exclude])
@@ -291,13 +285,11 @@ def quantize_checkpoint(src, dst, format="nvfp4", scale_rule="even", exclude=(),
     if progress is not None:
         def cb(_user, i, n, done, total, name):
             progress(int(i), int(n), int(done), int(total), name.decode() if name else "")
-        opts.progress = _lib.CkptQuantizeProgress(cb)
+        opts.progress = _lib.CkptProgress(cb)
     summary = _lib.CkptQuantizeSummary()
-    err = ctypes.create_string_buffer(_ERRLEN)
-    st = io.nb_ckpt_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(opts), ctypes.byref(summary), err,
-                             _ERRLEN)
-    _lib.io_check(st, err, "nb_ckpt_quantize")
-    out = {name: int(getattr(summary, name)) for name, _ in summary._fields_ if name not in ("device", "device_name")}
+    _lib.check(io.nb_ckpt_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(opts), ctypes.byref(summary)))
+    out = {name: int(getattr(summary, name)) for name, _ in summary._fields_
+           if name not in ("device", "device_name", "reserved")}
     out["device"] = {v: k for k, v in _lib.CKPT_DEVICES.items()}[summary.device]
     out["device_name"] = summary.device_name.decode("utf-8", "replace")
     return out

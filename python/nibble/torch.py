@@ -53,7 +53,7 @@ import torch
 from . import _lib
 from . import QuantizedWeight, quantize as _np_quantize, dequantize as _np_dequantize
 from . import _FORMATS, _FORMAT_NAMES, _GROUP, _RULES
-from ._lib import DType, Error, Format, Layout  # noqa: F401  (Error is part of this module's contract)
+from ._lib import DType, Error, Format, Layout, ScaleType  # noqa: F401  (Error is part of this module's contract)
 
 if not hasattr(torch, "library") or not hasattr(torch.library, "custom_op"):
     raise ImportError(f"nibble.torch needs torch.library.custom_op (PyTorch 2.4 or newer); found torch "
@@ -153,9 +153,9 @@ def _format_code(fmt):
         return fmt
     if isinstance(fmt, str) and fmt.lower() in _FORMATS:
         return _FORMATS[fmt.lower()]
-    if isinstance(fmt, int) and not isinstance(fmt, bool) and fmt in (Format.NVFP4, Format.MXFP4):
+    if isinstance(fmt, int) and not isinstance(fmt, bool) and fmt in _lib.FORMAT_INFO:
         return Format(fmt)
-    raise ValueError(f"nibble.torch: unknown format {fmt!r}; expected 'nvfp4' or 'mxfp4'")
+    raise ValueError(f"nibble.torch: unknown format {fmt!r}; expected one of {', '.join(map(repr, _FORMATS))}")
 
 
 @dataclass
@@ -325,7 +325,7 @@ def _check_args(x, packed, workspace, bias, n, k, fmt, fake):
     if packed.dtype != torch.uint8 or workspace.dtype != torch.uint8:
         raise TypeError(f"nibble.torch: packed and workspace must be uint8 tensors (got {packed.dtype}, "
                         f"{workspace.dtype})")
-    if fmt not in (int(Format.NVFP4), int(Format.MXFP4)):
+    if fmt not in _lib.FORMAT_INFO:
         raise ValueError(f"nibble.torch: unknown format code {fmt}")
     group = _GROUP[Format(fmt)]
     if n < 1 or k < 1 or k % group:
@@ -465,21 +465,23 @@ class Linear(torch.nn.Module):
                              "the same number of rows")
         n, k = codes.shape[0], codes.shape[1] * 2
         if format is None:
-            by_group = {16: "nvfp4", 32: "mxfp4"}
+            by_group = {g: _FORMAT_NAMES[f] for f, g in _GROUP.items()}  # the format table's groups
             group = k // scales.shape[1] if scales.shape[1] and k % scales.shape[1] == 0 else 0
             if group not in by_group:
+                kinds = " nor ".join(f"{name.upper()} (k/{g} scale columns)" for g, name in by_group.items())
                 raise ValueError(f"nibble.torch: weight {codes.shape} (k = {k}) and weight_scale {scales.shape} "
-                                 "fit neither NVFP4 (k/16 scale columns) nor MXFP4 (k/32)")
+                                 f"fit neither {kinds}")
             format = by_group[group]
         fmt = _format_code(format)
         if scales.shape[1] * _GROUP[fmt] != k:
             raise ValueError(f"nibble.torch: {_FORMAT_NAMES[fmt]} with weight {codes.shape} (k = {k}) needs "
                              f"weight_scale [{n}, {k // _GROUP[fmt]}], got {scales.shape}")
         ts = 1.0 if weight_scale_2 is None else _scalar(weight_scale_2, "weight_scale_2")
-        if fmt == Format.MXFP4 and ts != 1.0:
-            raise ValueError(f"nibble.torch: MXFP4 has no tensor scale (weight_scale_2 = {ts})")
-        if fmt == Format.NVFP4 and weight_scale_2 is None:
-            raise ValueError("nibble.torch: NVFP4 needs weight_scale_2 (the tensor scale)")
+        name = _FORMAT_NAMES[fmt].upper()
+        if not _lib.FORMAT_INFO[fmt]["tensor_scale"] and ts != 1.0:
+            raise ValueError(f"nibble.torch: {name} has no tensor scale (weight_scale_2 = {ts})")
+        if _lib.FORMAT_INFO[fmt]["tensor_scale"] and weight_scale_2 is None:
+            raise ValueError(f"nibble.torch: {name} needs weight_scale_2 (the tensor scale)")
         qw = QuantizedWeight(codes=codes, scales=scales, tensor_scale=ts, n=n, k=k, format=_FORMAT_NAMES[fmt])
         return cls.from_quantized(qw, bias=bias, device=device)
 
@@ -553,7 +555,7 @@ def quantize_model(model, format="nvfp4", exclude=("lm_head",), scale_rule=None,
     if isinstance(exclude, str):
         exclude = [exclude]
     fmt = _format_code(format)
-    if fmt == Format.NVFP4 and scale_rule is not None:
+    if _lib.FORMAT_INFO[fmt]["scale_type"] != ScaleType.E8M0 and scale_rule is not None:
         raise ValueError("nibble.torch: scale_rule applies to MXFP4 only")
     if scale_rule is not None and scale_rule not in _RULES:
         raise ValueError(f"nibble.torch: unknown MXFP4 scale_rule {scale_rule!r}; expected one of {sorted(_RULES)}")
@@ -692,7 +694,7 @@ def _rebuild_meta_buffers(model, device):
 
 def load_quantized(model, path, device=None, dtype=None, dequantize=False, strict=True):
     """Load a 4-bit checkpoint into `model` through nibble's C checkpoint
-    reader (libnibble_io): ModelOpt NVFP4, Quark MXFP4 and compressed-tensors
+    reader (nibble_io.h in libnibble): ModelOpt NVFP4, Quark MXFP4 and compressed-tensors
     nvfp4/mxfp4-pack-quantized, detected per layer.
 
     model: a torch.nn.Module whose state_dict names match the checkpoint's

@@ -165,12 +165,38 @@ def test_status_names_and_build_info():
         assert ctx.device_info()["device"] == _lib.NB_DEVICE_NONE
 
 
+def test_formats_follow_the_library_table():
+    """Format, the names and groups come from nb_format_list /
+    nb_format_get_info, in the table's order; names resolve through
+    nb_format_from_name; the binding is for exactly this library version."""
+    count = ctypes.c_size_t(0)
+    assert _lib.lib.nb_format_list(None, 0, ctypes.byref(count)) == 0
+    values = (ctypes.c_int * count.value)()
+    assert _lib.lib.nb_format_list(values, count.value, ctypes.byref(count)) == 0
+    assert [int(f) for f in nibble.Format] == list(values)
+    for f in nibble.Format:
+        info = _lib.FormatInfo()
+        assert _lib.lib.nb_format_get_info(int(f), ctypes.byref(info)) == 0
+        assert f.name == info.name.decode().upper() and nibble.format_info(f)["group_size"] == info.group_size
+        assert _lib.format_from_name(info.name.decode()) is f
+        assert nibble.format_info(info.name.decode())["name"] == info.name.decode()
+    assert nibble.formats() == [f.name.lower() for f in nibble.Format]
+    assert nibble.formats()[:2] == ["nvfp4", "mxfp4"] and nibble.Format.NVFP4 == 1 and nibble.Format.MXFP4 == 2
+    assert nibble.format_info("nvfp4")["tensor_scale"] and not nibble.format_info("mxfp4")["tensor_scale"]
+    with pytest.raises(ValueError, match="int4"):
+        _lib.format_from_name("int4")
+    with pytest.raises(ValueError, match="unknown format"):
+        nibble.format_info("int4")
+    assert _lib.library_version == _lib.NB_VERSION == nibble.version()
+
+
 @pytest.mark.skipif(not (os.path.exists(HEADER) and shutil.which("cc")), reason="needs the C header and a C compiler")
 def test_struct_layout_matches_c(tmp_path):
     """Every ctypes Structure has the C compiler's size and field offsets."""
     structs = {"nb_device_info": _lib.DeviceInfo, "nb_build_info": _lib.BuildInfo,
                "nb_weight_desc": _lib.WeightDesc, "nb_weight_sizes": _lib.WeightSizes,
-               "nb_gemm_desc": _lib.GemmDesc, "nb_gemm_config": _lib.GemmConfig}
+               "nb_gemm_desc": _lib.GemmDesc, "nb_gemm_config": _lib.GemmConfig,
+               "nb_format_info": _lib.FormatInfo}
     lines = ["#include <stdio.h>", "#include <stddef.h>", '#include "nibble.h"', "int main(void) {"]
     expect = []
     for cname, py in structs.items():

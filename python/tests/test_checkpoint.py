@@ -1,5 +1,6 @@
 """Tests of the checkpoint binding (nibble.open_checkpoint,
-nibble.quantize_checkpoint over libnibble_io) with numpy only.
+nibble.quantize_checkpoint over libnibble's checkpoint API, nibble_io.h)
+with numpy only.
 
 Checkpoints are written here: BF16 ones by a small safetensors writer in
 this file (independent of the C writer), quantized ones either by
@@ -9,7 +10,7 @@ test_basic.py (formats.md 2.1, 3.1): ModelOpt NVFP4, Quark MXFP4 and the
 compressed-tensors nvfp4/mxfp4 layouts.  What the reader returns must equal
 those references bit for bit.
 
-Skipped when libnibble_io is missing (a package built without cJSON), unless
+Skipped when the checkpoint API is missing (a package built without cJSON), unless
 NIBBLE_REQUIRE_IO=1 (make test-python sets it), which turns that into a
 failure.
 """
@@ -37,9 +38,7 @@ except ImportError as e:  # pragma: no cover - depends on the build
     _IO_ERROR = str(e)
 if _IO_ERROR and os.environ.get("NIBBLE_REQUIRE_IO") == "1":
     raise ImportError(f"NIBBLE_REQUIRE_IO=1 but {_IO_ERROR}")
-pytestmark = pytest.mark.skipif(_IO_ERROR is not None, reason=f"no libnibble_io: {_IO_ERROR}")
-
-IO_DIR = os.path.join(os.path.dirname(os.path.dirname(HEADER)), "src", "io")
+pytestmark = pytest.mark.skipif(_IO_ERROR is not None, reason=f"no checkpoint API: {_IO_ERROR}")
 
 
 # ------------------------------------------------------------------ writers
@@ -259,13 +258,12 @@ def test_sub_byte_tensors_are_refused(tmp_path):
 
 @pytest.mark.skipif(not shutil.which("cc"), reason="needs a C compiler")
 def test_io_struct_layout_matches_c(tmp_path):
-    """The ctypes mirrors of the nibble_io structs have the C compiler's
+    """The ctypes mirrors of the nibble_io.h structs have the C compiler's
     sizes and field offsets (the loader checks the sizes at run time too)."""
     structs = {"nb_st_tensor": _lib.StTensor, "nb_ckpt_layer": _lib.CkptLayer, "nb_ckpt_config": _lib.CkptConfig,
                "nb_ckpt_quantize_opts": _lib.CkptQuantizeOpts,
                "nb_ckpt_quantize_summary": _lib.CkptQuantizeSummary}
-    lines = ["#include <stdio.h>", "#include <stddef.h>", '#include "checkpoint.h"', '#include "ckpt_quantize.h"',
-             "int main(void) {"]
+    lines = ["#include <stdio.h>", "#include <stddef.h>", '#include "nibble_io.h"', "int main(void) {"]
     expect = []
     for cname, py in structs.items():
         lines.append(f'printf("%zu\\n", sizeof({cname}));')
@@ -277,21 +275,49 @@ def test_io_struct_layout_matches_c(tmp_path):
     expect.append(8)
     src, exe = tmp_path / "layout.c", tmp_path / "layout"
     src.write_text("\n".join(lines))
-    subprocess.run(["cc", "-std=c11", "-I", os.path.dirname(HEADER), "-I", IO_DIR, str(src), "-o", str(exe)],
-                   check=True)
+    subprocess.run(["cc", "-std=c11", "-I", os.path.dirname(HEADER), str(src), "-o", str(exe)], check=True)
     got = [int(v) for v in subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split()]
     assert got == expect
 
 
 def test_enum_names_match_the_c_library():
+    """The enum names the binding read from the library: every value of
+    nibble_io.h's enums, with the names the C API documents, and the
+    library refuses the first value past each (append-only enums)."""
     io = _lib.io_lib()
-    io.nb_ckpt_format_name.restype = ctypes.c_char_p
-    io.nb_ckpt_format_name.argtypes = [ctypes.c_int]
-    for value, name in _lib.CKPT_FORMATS.items():
-        assert io.nb_ckpt_format_name(value).decode() == name
-    name, bits = ctypes.c_char_p(), ctypes.c_int(0)
-    io.nb_st_dtype_info.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_int)]
+    assert _lib.CKPT_FORMATS == {0: "none", 1: "modelopt-nvfp4", 2: "ct-nvfp4", 3: "ct-mxfp4", 4: "quark-mxfp4",
+                                 5: "gptoss-mxfp4", 6: "inconsistent"}
+    assert _lib.CKPT_SOURCES == {0: "tensors", 1: "hf_quant_config.json", 2: "config.json"}
+    assert _lib.CKPT_DEVICES == {"auto": 0, "cpu": 1, "gpu": 2}
+    assert len(_lib.ST_DTYPES) == 22 and _lib.ST_DTYPES[2] == "U8" and _lib.ST_DTYPES[12] == "BF16"
+    name = ctypes.c_char_p()
     for value, s in _lib.ST_DTYPES.items():
-        assert io.nb_st_dtype_info(value, ctypes.byref(name), ctypes.byref(bits)) == 0
-        assert name.value.decode() == s
-    assert io.nb_io_version() == nibble.version()
+        assert io.nb_st_dtype_info(value, ctypes.byref(name), None) == 0 and name.value.decode() == s
+    assert io.nb_ckpt_format_name(len(_lib.CKPT_FORMATS), ctypes.byref(name)) == nibble.Status.ERR_INVALID_ARGUMENT
+    assert str(len(_lib.CKPT_FORMATS)) in nibble.last_error()
+    # the weight format of each layout, from the library
+    assert {v: _lib.ckpt_weight_format(v) for v in _lib.CKPT_FORMATS} == {
+        0: None, 1: nibble.Format.NVFP4, 2: nibble.Format.NVFP4, 3: nibble.Format.MXFP4, 4: nibble.Format.MXFP4,
+        5: nibble.Format.MXFP4, 6: None}
+    assert nibble.version() == _lib.NB_VERSION
+
+
+def test_io_bad_input_sets_the_thread_message(tmp_path):
+    """The checkpoint API reports through nb_last_error(), the buffer the
+    core functions use: a failure of each names its cause there."""
+    io = _lib.io_lib()
+    ptr = _lib.CkptP()
+    assert io.nb_ckpt_open(None, ctypes.byref(ptr)) == nibble.Status.ERR_NULL_POINTER
+    assert "nb_ckpt_open" in nibble.last_error()
+    assert io.nb_ckpt_open(str(tmp_path / "absent").encode(), ctypes.byref(ptr)) == nibble.Status.ERR_IO
+    assert "absent" in nibble.last_error()
+    size = ctypes.c_size_t(0)
+    assert io.nb_io_struct_size(b"nb_nothing", ctypes.byref(size)) == nibble.Status.ERR_NOT_FOUND
+    assert "nb_nothing" in nibble.last_error()
+    opts = _lib.CkptQuantizeOpts()
+    assert io.nb_ckpt_quantize_opts_init(None) == nibble.Status.ERR_NULL_POINTER
+    assert io.nb_ckpt_quantize_opts_init(ctypes.byref(opts)) == 0
+    opts.reserved[3] = 1
+    summary = _lib.CkptQuantizeSummary()
+    st = io.nb_ckpt_quantize(b"in", str(tmp_path / "o").encode(), ctypes.byref(opts), ctypes.byref(summary))
+    assert st == nibble.Status.ERR_INVALID_ARGUMENT and "reserved" in nibble.last_error()

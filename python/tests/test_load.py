@@ -32,7 +32,7 @@ try:
     HAS_IO = True
 except ImportError:
     HAS_IO = False
-io = pytest.mark.skipif(not HAS_IO, reason="no libnibble_io (package built without cJSON)")
+io = pytest.mark.skipif(not HAS_IO, reason="no checkpoint API (package built without cJSON)")
 HAS_GPU = torch.cuda.is_available() and nibble.build_info()["cuda"] and nibble.device_count() > 0
 gpu = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA device and libnibble built with CUDA")
 

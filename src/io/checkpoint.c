@@ -8,7 +8,6 @@
  * members are looked up by name and marked as belonging to it.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "checkpoint.h"
 #include "io_internal.h"
 
 #include <cjson/cJSON.h>
@@ -59,16 +58,6 @@ struct nb_ckpt {
     char config_note[1024];   /* entries that could not be used; "" when none */
 };
 
-char *nbio_join(const char *a, const char *b) {
-    size_t na = strlen(a), nb = strlen(b);
-    char *p = (char *)malloc(na + nb + 2);
-    if (!p) return NULL;
-    memcpy(p, a, na);
-    p[na] = '/';
-    memcpy(p + na + 1, b, nb + 1);
-    return p;
-}
-
 /* The directory part of a file path ("." when there is none). */
 static char *ck_dirname(const char *path) {
     const char *slash = strrchr(path, '/');
@@ -82,31 +71,81 @@ static char *ck_dirname(const char *path) {
     return p;
 }
 
-int nbio_ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && !memcmp(s + n - m, suffix, m);
+/* The layouts nb_ckpt_open recognises, one row each: what a layout stores
+ * is one nb_format's codes and block scales (its group, scale type and
+ * tensor scale come from that format's row in nibble.h), under the names and
+ * dtypes classify_* check, and the MXFP4 exponent rule its producer uses
+ * (informative: nb_ckpt_layer_weight passes it on for E8M0 scales). */
+static const struct ckpt_layout {
+    nb_ckpt_format f;
+    const char *name;
+    nb_format weight; /* 0: no 4-bit weight */
+    nb_mx_scale_rule rule;
+} k_layouts[] = {
+    {NB_CKPT_NONE, "none", (nb_format)0, NB_MX_SCALE_OCP},
+    {NB_CKPT_MODELOPT_NVFP4, "modelopt-nvfp4", NB_FORMAT_NVFP4, NB_MX_SCALE_OCP},
+    {NB_CKPT_CT_NVFP4, "ct-nvfp4", NB_FORMAT_NVFP4, NB_MX_SCALE_OCP},
+    {NB_CKPT_CT_MXFP4, "ct-mxfp4", NB_FORMAT_MXFP4, NB_MX_SCALE_EVEN},
+    {NB_CKPT_QUARK_MXFP4, "quark-mxfp4", NB_FORMAT_MXFP4, NB_MX_SCALE_EVEN},
+    {NB_CKPT_GPTOSS_MXFP4, "gptoss-mxfp4", NB_FORMAT_MXFP4, NB_MX_SCALE_ROUND_UP},
+    {NB_CKPT_INCONSISTENT, "inconsistent", (nb_format)0, NB_MX_SCALE_OCP},
+};
+#define N_LAYOUTS (sizeof k_layouts / sizeof k_layouts[0])
+
+static const struct ckpt_layout *layout_of(nb_ckpt_format f) {
+    for (size_t i = 0; i < N_LAYOUTS; i++)
+        if (k_layouts[i].f == f) return &k_layouts[i];
+    return NULL;
 }
 
-const char *nb_ckpt_format_name(nb_ckpt_format f) {
-    switch (f) {
-    case NB_CKPT_NONE: return "none";
-    case NB_CKPT_MODELOPT_NVFP4: return "modelopt-nvfp4";
-    case NB_CKPT_CT_NVFP4: return "ct-nvfp4";
-    case NB_CKPT_CT_MXFP4: return "ct-mxfp4";
-    case NB_CKPT_QUARK_MXFP4: return "quark-mxfp4";
-    case NB_CKPT_GPTOSS_MXFP4: return "gptoss-mxfp4";
-    case NB_CKPT_INCONSISTENT: return "inconsistent";
-    }
-    return "unknown";
+/* For messages built inside this module, where f is always valid. */
+static const char *fmt_name(nb_ckpt_format f) {
+    const struct ckpt_layout *l = layout_of(f);
+    return l ? l->name : "unknown";
 }
 
-const char *nb_ckpt_source_name(nb_ckpt_source s) {
+nb_status nb_ckpt_format_name(nb_ckpt_format f, const char **name) {
+    const struct ckpt_layout *l = layout_of(f);
+    if (!name) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_ckpt_format_name: name is NULL");
+    if (!l) return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_ckpt_format_name: %d is not an nb_ckpt_format", (int)f);
+    *name = l->name;
+    return NB_OK;
+}
+
+nb_status nb_ckpt_format_weight(nb_ckpt_format f, nb_format *out) {
+    const struct ckpt_layout *l = layout_of(f);
+    if (!out) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_ckpt_format_weight: out is NULL");
+    if (!l) return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_ckpt_format_weight: %d is not an nb_ckpt_format", (int)f);
+    if (!l->weight) return nbi_fail(NULL, NB_ERR_UNSUPPORTED, "nb_ckpt_format_weight: a %s layer has no 4-bit weight",
+                                    l->name);
+    *out = l->weight;
+    return NB_OK;
+}
+
+static const char *src_name(nb_ckpt_source s) {
     switch (s) {
     case NB_CKPT_SRC_TENSORS: return "tensors";
     case NB_CKPT_SRC_HF_QUANT_CONFIG: return "hf_quant_config.json";
     case NB_CKPT_SRC_CONFIG_JSON: return "config.json";
     }
-    return "unknown";
+    return NULL;
+}
+
+nb_status nb_ckpt_source_name(nb_ckpt_source s, const char **name) {
+    if (!name) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_ckpt_source_name: name is NULL");
+    if (!src_name(s)) return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_ckpt_source_name: %d is not an nb_ckpt_source",
+                                      (int)s);
+    *name = src_name(s);
+    return NB_OK;
+}
+
+/* The group of the nb_format a layout stores (0 when the format table has
+ * no row for it: the layer is then reported, never read with another group). */
+static int layout_group(nb_ckpt_format f) {
+    const struct ckpt_layout *l = layout_of(f);
+    nb_format_info fi;
+    if (!l || !l->weight || nb_format_get_info(l->weight, &fi) != NB_OK) return 0;
+    return fi.group_size;
 }
 
 /* ------------------------------------------------------------ config */
@@ -308,7 +347,7 @@ static const excl_rec *excluded_by(const nb_ckpt *c, const char *prefix) {
 }
 
 /* Declared format and exclude lists from the parsed configs (either NULL). */
-static nb_status configs_from_json(nb_ckpt *c, const cJSON *hf, const cJSON *cfg, char *err, size_t errlen) {
+static nb_status configs_from_json(nb_ckpt *c, const cJSON *hf, const cJSON *cfg) {
     nb_status st = NB_OK;
     c->has_hf_quant_config = hf != NULL;
     c->has_config_json = cfg != NULL;
@@ -321,7 +360,7 @@ static nb_status configs_from_json(nb_ckpt *c, const cJSON *hf, const cJSON *cfg
     if ((method && !(c->quant_method = nbio_strdup(method))) ||
         ((hf_algo || algo) && !(c->quant_algo = nbio_strdup(hf_algo ? hf_algo : algo))) ||
         (fmt && !(c->ct_format = nbio_strdup(fmt)))) {
-        st = nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
+        st = nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
         goto done;
     }
     if (hf_algo && algo_format(hf_algo) != NB_CKPT_NONE) {
@@ -351,22 +390,22 @@ static nb_status configs_from_json(nb_ckpt *c, const cJSON *hf, const cJSON *cfg
     const cJSON *hq = hf ? cJSON_GetObjectItemCaseSensitive(hf, "quantization") : NULL;
     if (add_excludes(c, cJSON_GetObjectItemCaseSensitive(hq, "exclude_modules"),
                      "hf_quant_config.json quantization.exclude_modules", NB_CKPT_SRC_HF_QUANT_CONFIG) != NB_OK)
-        return nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
+        return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
     for (int k = 0; k < 4; k++) {
         char key[96];
         snprintf(key, sizeof key, "config.json quantization_config.%s", keys[k]);
         if (add_excludes(c, cJSON_GetObjectItemCaseSensitive(qc, keys[k]), key, NB_CKPT_SRC_CONFIG_JSON) != NB_OK)
-            return nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
+            return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
     }
 done:
     return st;
 }
 
-static nb_status read_configs(nb_ckpt *c, const char *dir, char *err, size_t errlen) {
+static nb_status read_configs(nb_ckpt *c, const char *dir) {
     cJSON *hf = NULL, *cfg = NULL;
-    nb_status st = nbio_read_json(dir, "hf_quant_config.json", NB_CKPT_MAX_CONFIG, &hf, err, errlen);
-    if (st == NB_OK) st = nbio_read_json(dir, "config.json", NB_CKPT_MAX_CONFIG, &cfg, err, errlen);
-    if (st == NB_OK) st = configs_from_json(c, hf, cfg, err, errlen);
+    nb_status st = nbio_read_json(dir, "hf_quant_config.json", NB_CKPT_MAX_CONFIG, &hf);
+    if (st == NB_OK) st = nbio_read_json(dir, "config.json", NB_CKPT_MAX_CONFIG, &cfg);
+    if (st == NB_OK) st = configs_from_json(c, hf, cfg);
     cJSON_Delete(hf);
     cJSON_Delete(cfg);
     return st;
@@ -466,6 +505,7 @@ static int check_2d(layer_rec *L, const nb_st_tensor *w, const nb_st_tensor *s, 
     if (w->dtype != NB_ST_U8 || w->rank != 2)
         return bad(L, "%s must be U8 [N, K/2], is %s rank %d", wn, dt_name(w->dtype), w->rank), 0;
     if (s->rank != 2) return bad(L, "%s must be rank 2, is rank %d", sn, s->rank), 0;
+    if (group <= 0) return bad(L, "this library has no weight format for the layout"), 0;
     int64_t n = w->shape[0], k = w->shape[1] * 2;
     L->pub.n = n;
     L->pub.k = k;
@@ -501,7 +541,7 @@ static nb_status classify_packed(nb_ckpt *c, size_t ti) { /* P.weight_packed: co
     if (js < 0) return bad(L, "%s.weight_scale is missing", L->prefix), NB_OK;
     const nb_st_tensor *s = &c->t[js];
     if (s->dtype == NB_ST_F8_E4M3) {
-        if (!check_2d(L, w, s, 16, "weight_packed", "weight_scale (F8_E4M3)")) return NB_OK;
+        if (!check_2d(L, w, s, layout_group(NB_CKPT_CT_NVFP4), "weight_packed", "weight_scale (F8_E4M3)")) return NB_OK;
         if (jg < 0) return bad(L, "%s.weight_global_scale is missing (NVFP4)", L->prefix), NB_OK;
         if (!is_scalar_f32(&c->t[jg])) return bad(L, "weight_global_scale must be F32 [1]"), NB_OK;
         float g = read_f32(&c->t[jg]);
@@ -509,7 +549,7 @@ static nb_status classify_packed(nb_ckpt *c, size_t ti) { /* P.weight_packed: co
         L->pub.format = NB_CKPT_CT_NVFP4;
         L->pub.tensor_scale = 1.0f / g;
     } else if (is_e8m0(s->dtype)) {
-        if (!check_2d(L, w, s, 32, "weight_packed", "weight_scale (U8 E8M0)")) return NB_OK;
+        if (!check_2d(L, w, s, layout_group(NB_CKPT_CT_MXFP4), "weight_packed", "weight_scale (U8 E8M0)")) return NB_OK;
         if (jg >= 0) return bad(L, "weight_global_scale with U8 (MXFP4) block scales"), NB_OK;
         L->pub.format = NB_CKPT_CT_MXFP4;
         L->pub.tensor_scale = 1.0f;
@@ -564,14 +604,14 @@ static nb_status classify_weight(nb_ckpt *c, size_t ti, const char *suffix) {
     if (js < 0) return bad(L, "%s.weight_scale is missing (U8 packed weight without block scales)", L->prefix), NB_OK;
     const nb_st_tensor *w = &c->t[jw], *s = &c->t[js];
     if (s->dtype == NB_ST_F8_E4M3) {
-        if (!check_2d(L, w, s, 16, "weight", "weight_scale (F8_E4M3)")) return NB_OK;
+        if (!check_2d(L, w, s, layout_group(NB_CKPT_MODELOPT_NVFP4), "weight", "weight_scale (F8_E4M3)")) return NB_OK;
         if (j2 < 0) return bad(L, "%s.weight_scale_2 is missing (NVFP4)", L->prefix), NB_OK;
         if (!is_scalar_f32(&c->t[j2])) return bad(L, "weight_scale_2 must be an F32 scalar"), NB_OK;
         if (ji >= 0 && !is_scalar_f32(&c->t[ji])) return bad(L, "input_scale must be an F32 scalar"), NB_OK;
         L->pub.format = NB_CKPT_MODELOPT_NVFP4;
         L->pub.tensor_scale = read_f32(&c->t[j2]);
     } else if (is_e8m0(s->dtype)) {
-        if (!check_2d(L, w, s, 32, "weight", "weight_scale (U8 E8M0)")) return NB_OK;
+        if (!check_2d(L, w, s, layout_group(NB_CKPT_QUARK_MXFP4), "weight", "weight_scale (U8 E8M0)")) return NB_OK;
         L->pub.format = NB_CKPT_QUARK_MXFP4;
         L->pub.tensor_scale = 1.0f;
     } else {
@@ -655,7 +695,7 @@ static nb_status classify(nb_ckpt *c) {
             } else if (f != NB_CKPT_INCONSISTENT) {
                 L->pub.config_mismatch = 1;
                 snprintf(L->pub.problem, sizeof L->pub.problem, "%s excludes it (\"%.64s\"), but the tensors are %s",
-                         x->key, x->pattern, nb_ckpt_format_name(f));
+                         x->key, x->pattern, fmt_name(f));
                 continue; /* the more specific note; a declared-format mismatch says less */
             }
         }
@@ -665,8 +705,8 @@ static nb_status classify(nb_ckpt *c) {
         } else if (f != NB_CKPT_INCONSISTENT) {
             L->pub.config_mismatch = 1;
             snprintf(L->pub.problem, sizeof L->pub.problem, "%s declares %s; the tensors are %s",
-                     nb_ckpt_source_name(c->declared_src), nb_ckpt_format_name(c->declared),
-                     nb_ckpt_format_name(f));
+                     src_name(c->declared_src), fmt_name(c->declared),
+                     fmt_name(f));
         }
     }
     return NB_OK;
@@ -674,7 +714,7 @@ static nb_status classify(nb_ckpt *c) {
 
 /* ------------------------------------------------------------ open / close */
 
-static nb_status add_file(nb_ckpt *c, const char *path, char *err, size_t errlen) {
+static nb_status add_file(nb_ckpt *c, const char *path) {
     char **f = (char **)realloc(c->files, (c->nfiles + 1) * sizeof *f);
     if (f) c->files = f;
     uint64_t *b = (uint64_t *)realloc(c->file_bytes, (c->nfiles + 1) * sizeof *b);
@@ -682,7 +722,7 @@ static nb_status add_file(nb_ckpt *c, const char *path, char *err, size_t errlen
     char *p = nbio_strdup(path);
     if (!f || !b || !p) {
         free(p);
-        return nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
+        return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
     }
     struct stat sb;
     c->files[c->nfiles] = p;
@@ -691,12 +731,11 @@ static nb_status add_file(nb_ckpt *c, const char *path, char *err, size_t errlen
     return NB_OK;
 }
 
-nb_status nbio_resolve_checkpoint(const char *path, char **dir_out, char **file_out, int *sharded, char *err,
-                                  size_t errlen) {
+nb_status nbio_resolve_checkpoint(const char *path, char **dir_out, char **file_out, int *sharded) {
     *dir_out = *file_out = NULL;
     *sharded = 0;
     struct stat sb;
-    if (stat(path, &sb)) return nbio_fail(err, errlen, NB_ERR_IO, "%s: %s", path, strerror(errno));
+    if (stat(path, &sb)) return nbi_fail(NULL, NB_ERR_IO, "%s: %s", path, strerror(errno));
     char *dir = NULL, *file = NULL;
     if (S_ISDIR(sb.st_mode)) {
         dir = nbio_strdup(path);
@@ -716,9 +755,9 @@ nb_status nbio_resolve_checkpoint(const char *path, char **dir_out, char **file_
         free(one);
         if (!file) {
             free(dir);
-            if (!dir || !have) return nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
-            return nbio_fail(err, errlen, NB_ERR_NOT_FOUND,
-                             "%s: neither model.safetensors.index.json nor model.safetensors is there", path);
+            if (!dir || !have) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
+            return nbi_fail(NULL, NB_ERR_NOT_FOUND,
+                            "%s: neither model.safetensors.index.json nor model.safetensors is there", path);
         }
     } else {
         dir = ck_dirname(path);
@@ -727,7 +766,7 @@ nb_status nbio_resolve_checkpoint(const char *path, char **dir_out, char **file_
         if (!dir || !file) {
             free(dir);
             free(file);
-            return nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
+            return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
         }
     }
     *dir_out = dir;
@@ -735,59 +774,59 @@ nb_status nbio_resolve_checkpoint(const char *path, char **dir_out, char **file_
     return NB_OK;
 }
 
-nb_status nb_ckpt_open(const char *path, nb_ckpt **out, char *err, size_t errlen) {
-    if (!path || !out) return nbio_fail(err, errlen, NB_ERR_NULL_POINTER, "nb_ckpt_open: NULL argument");
-    *out = NULL;
-    nb_ckpt *c = (nb_ckpt *)calloc(1, sizeof *c);
-    if (!c) return nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
-    char *dir = NULL, *file = NULL;
-    int sharded = 0;
-    nb_status st = nbio_resolve_checkpoint(path, &dir, &file, &sharded, err, errlen);
-    if (st != NB_OK) goto done;
-    if (sharded) {
-        if ((st = nb_st_open_index(file, &c->index, err, errlen)) != NB_OK) goto done;
-        if ((st = add_file(c, file, err, errlen)) != NB_OK) goto done;
-        size_t ns = 0;
-        nb_st_index_shard_count(c->index, &ns);
-        for (size_t i = 0; i < ns; i++) {
-            const char *name;
-            const nb_st_file *sf;
-            if ((st = nb_st_index_shard_at(c->index, i, &name, &sf, err, errlen)) != NB_OK) goto done;
-            char *p = nbio_join(dir, name);
-            if (!p) {
-                st = nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
-                goto done;
-            }
-            st = add_file(c, p, err, errlen);
-            free(p);
-            if (st != NB_OK) goto done;
-        }
-        nb_st_index_count(c->index, &c->ntensors);
-    } else {
-        if ((st = nb_st_open(file, &c->file, err, errlen)) != NB_OK) goto done;
-        if ((st = add_file(c, file, err, errlen)) != NB_OK) goto done;
-        nb_st_count(c->file, &c->ntensors);
+/* The tensors of a sharded checkpoint: the index and its shards as files,
+ * every tensor in c->t. */
+static nb_status open_sharded(nb_ckpt *c, const char *dir, const char *file) {
+    nb_status st = nb_st_index_open(file, &c->index);
+    if (st == NB_OK) st = add_file(c, file);
+    size_t ns = 0;
+    if (st == NB_OK) st = nb_st_index_shard_count(c->index, &ns);
+    for (size_t i = 0; i < ns && st == NB_OK; i++) {
+        const char *name;
+        if ((st = nb_st_index_shard_at(c->index, i, &name, NULL)) != NB_OK) break;
+        char *p = nbio_join(dir, name);
+        st = p ? add_file(c, p) : nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
+        free(p);
     }
+    if (st == NB_OK) st = nb_st_index_count(c->index, &c->ntensors);
+    return st;
+}
+
+/* Copy every tensor record into c->t (name order) and mark none as a layer's. */
+static nb_status load_tensors(nb_ckpt *c) {
     c->t = (nb_st_tensor *)calloc(c->ntensors ? c->ntensors : 1, sizeof *c->t);
     c->t_layer = (int64_t *)malloc((c->ntensors ? c->ntensors : 1) * sizeof *c->t_layer);
-    if (!c->t || !c->t_layer) {
-        st = nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
-        goto done;
-    }
+    if (!c->t || !c->t_layer) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
     for (size_t i = 0; i < c->ntensors; i++) {
-        st = c->index ? nb_st_index_tensor_at(c->index, i, &c->t[i], err, errlen)
-                      : nb_st_tensor_at(c->file, i, &c->t[i], err, errlen);
-        if (st != NB_OK) goto done;
+        nb_status st = c->index ? nb_st_index_tensor_at(c->index, i, &c->t[i]) : nb_st_tensor_at(c->file, i, &c->t[i]);
+        if (st != NB_OK) return st;
         c->t_layer[i] = -1;
     }
-    if ((st = read_configs(c, dir, err, errlen)) != NB_OK) goto done;
-    c->dir = dir;
-    dir = NULL;
-    if ((st = classify(c)) != NB_OK) {
-        nbio_fail(err, errlen, st, "%s: out of memory while classifying layers", path);
-        goto done;
+    return NB_OK;
+}
+
+nb_status nb_ckpt_open(const char *path, nb_ckpt **out) {
+    if (!path || !out) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_ckpt_open: path and out must not be NULL");
+    *out = NULL;
+    nb_ckpt *c = (nb_ckpt *)calloc(1, sizeof *c);
+    if (!c) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
+    char *dir = NULL, *file = NULL;
+    int sharded = 0;
+    nb_status st = nbio_resolve_checkpoint(path, &dir, &file, &sharded);
+    if (st == NB_OK && sharded) {
+        st = open_sharded(c, dir, file);
+    } else if (st == NB_OK) {
+        st = nb_st_open(file, &c->file);
+        if (st == NB_OK) st = add_file(c, file);
+        if (st == NB_OK) st = nb_st_count(c->file, &c->ntensors);
     }
-done:
+    if (st == NB_OK) st = load_tensors(c);
+    if (st == NB_OK) st = read_configs(c, dir);
+    if (st == NB_OK) {
+        c->dir = dir;
+        dir = NULL;
+        if ((st = classify(c)) != NB_OK) nbi_fail(NULL, st, "%s: out of memory while classifying layers", path);
+    }
     free(dir);
     free(file);
     if (st != NB_OK) {
@@ -825,44 +864,57 @@ nb_status nb_ckpt_close(nb_ckpt *c) {
 
 /* ------------------------------------------------------------ queries */
 
+/* Every query's NULL check, with the function's name in the message. */
+#define NEED(cond, fn) \
+    if (!(cond)) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "%s: a required pointer is NULL", fn)
+#define IN_RANGE(i, n, what, fn)                                                                          \
+    if ((i) >= (n))                                                                                       \
+    return nbi_fail(NULL, NB_ERR_NOT_FOUND, "%s: %s %zu out of range (%zu)", fn, what, (size_t)(i), (size_t)(n))
+
 nb_status nb_ckpt_file_count(const nb_ckpt *c, size_t *count) {
-    if (!c || !count) return NB_ERR_NULL_POINTER;
+    NEED(c && count, "nb_ckpt_file_count");
     *count = c->nfiles;
     return NB_OK;
 }
 
 nb_status nb_ckpt_file_at(const nb_ckpt *c, size_t i, const char **path, uint64_t *bytes) {
-    if (!c) return NB_ERR_NULL_POINTER;
-    if (i >= c->nfiles) return NB_ERR_NOT_FOUND;
+    NEED(c, "nb_ckpt_file_at");
+    IN_RANGE(i, c->nfiles, "file", "nb_ckpt_file_at");
     if (path) *path = c->files[i];
     if (bytes) *bytes = c->file_bytes[i];
     return NB_OK;
 }
 
 nb_status nb_ckpt_tensor_count(const nb_ckpt *c, size_t *count) {
-    if (!c || !count) return NB_ERR_NULL_POINTER;
+    NEED(c && count, "nb_ckpt_tensor_count");
     *count = c->ntensors;
     return NB_OK;
 }
 
 nb_status nb_ckpt_tensor_at(const nb_ckpt *c, size_t i, nb_st_tensor *out, int64_t *layer) {
-    if (!c || !out) return NB_ERR_NULL_POINTER;
-    if (i >= c->ntensors) return NB_ERR_NOT_FOUND;
+    NEED(c && out, "nb_ckpt_tensor_at");
+    IN_RANGE(i, c->ntensors, "tensor", "nb_ckpt_tensor_at");
     *out = c->t[i];
     if (layer) *layer = c->t_layer[i];
     return NB_OK;
 }
 
-nb_status nb_ckpt_tensor_find(const nb_ckpt *c, const char *name, size_t *index) {
-    if (!c || !name || !index) return NB_ERR_NULL_POINTER;
+int64_t nbio_ckpt_lookup(const nb_ckpt *c, const char *name, int64_t *layer) {
     int64_t j = find_t(c, name);
-    if (j < 0) return NB_ERR_NOT_FOUND;
+    if (layer) *layer = j >= 0 ? c->t_layer[j] : -1;
+    return j;
+}
+
+nb_status nb_ckpt_tensor_find(const nb_ckpt *c, const char *name, size_t *index) {
+    NEED(c && name && index, "nb_ckpt_tensor_find");
+    int64_t j = find_t(c, name);
+    if (j < 0) return nbi_fail(NULL, NB_ERR_NOT_FOUND, "%s: no tensor \"%.200s\"", c->files[0], name);
     *index = (size_t)j;
     return NB_OK;
 }
 
 nb_status nb_ckpt_shard_count(const nb_ckpt *c, size_t *count, int *sharded) {
-    if (!c || !count) return NB_ERR_NULL_POINTER;
+    NEED(c && count, "nb_ckpt_shard_count");
     if (sharded) *sharded = c->index != NULL;
     if (c->index) return nb_st_index_shard_count(c->index, count);
     *count = 1;
@@ -870,42 +922,55 @@ nb_status nb_ckpt_shard_count(const nb_ckpt *c, size_t *count, int *sharded) {
 }
 
 nb_status nb_ckpt_shard_at(const nb_ckpt *c, size_t i, const char **name, const nb_st_file **file) {
-    if (!c || !name || !file) return NB_ERR_NULL_POINTER;
-    if (c->index) return nb_st_index_shard_at(c->index, i, name, file, NULL, 0);
-    if (i) return NB_ERR_NOT_FOUND;
+    NEED(c && name && file, "nb_ckpt_shard_at");
+    if (c->index) return nb_st_index_shard_at(c->index, i, name, file);
+    IN_RANGE(i, 1, "shard", "nb_ckpt_shard_at");
     const char *slash = strrchr(c->files[0], '/');
     *name = slash ? slash + 1 : c->files[0];
     *file = c->file;
     return NB_OK;
 }
 
-const char *nb_ckpt_dir(const nb_ckpt *c) { return c ? c->dir : NULL; }
+nb_status nb_ckpt_get_dir(const nb_ckpt *c, const char **dir) {
+    NEED(c && dir, "nb_ckpt_get_dir");
+    *dir = c->dir;
+    return NB_OK;
+}
 
 nb_status nb_ckpt_layer_count(const nb_ckpt *c, size_t *count) {
-    if (!c || !count) return NB_ERR_NULL_POINTER;
+    NEED(c && count, "nb_ckpt_layer_count");
     *count = c->nlayers;
     return NB_OK;
 }
 
+const nb_ckpt_layer *nbio_ckpt_layer_ref(const nb_ckpt *c, size_t i) {
+    return i < c->nlayers ? &c->layers[i].pub : NULL;
+}
+
 nb_status nb_ckpt_layer_at(const nb_ckpt *c, size_t i, nb_ckpt_layer *out) {
-    if (!c || !out) return NB_ERR_NULL_POINTER;
-    if (i >= c->nlayers) return NB_ERR_NOT_FOUND;
+    NEED(c && out, "nb_ckpt_layer_at");
+    IN_RANGE(i, c->nlayers, "layer", "nb_ckpt_layer_at");
     *out = c->layers[i].pub;
     return NB_OK;
 }
 
-nb_status nb_ckpt_layer_find(const nb_ckpt *c, const char *prefix, size_t *index) {
-    if (!c || !prefix || !index) return NB_ERR_NULL_POINTER;
+int64_t nbio_ckpt_layer_lookup(const nb_ckpt *c, const char *prefix) {
     for (size_t i = 0; i < c->nlayers; i++)
-        if (!strcmp(c->layers[i].prefix, prefix)) {
-            *index = i;
-            return NB_OK;
-        }
-    return NB_ERR_NOT_FOUND;
+        if (!strcmp(c->layers[i].prefix, prefix)) return (int64_t)i;
+    return -1;
+}
+
+nb_status nb_ckpt_layer_find(const nb_ckpt *c, const char *prefix, size_t *index) {
+    NEED(c && prefix && index, "nb_ckpt_layer_find");
+    int64_t i = nbio_ckpt_layer_lookup(c, prefix);
+    if (i < 0) return nbi_fail(NULL, NB_ERR_NOT_FOUND, "%s: no layer \"%.200s\"", c->files[0], prefix);
+    *index = (size_t)i;
+    return NB_OK;
 }
 
 nb_status nb_ckpt_get_config(const nb_ckpt *c, nb_ckpt_config *out) {
-    if (!c || !out) return NB_ERR_NULL_POINTER;
+    NEED(c && out, "nb_ckpt_get_config");
+    memset(out, 0, sizeof *out);
     out->declared = c->declared;
     out->source = c->declared_src;
     out->quant_method = c->quant_method;
@@ -919,27 +984,26 @@ nb_status nb_ckpt_get_config(const nb_ckpt *c, nb_ckpt_config *out) {
 }
 
 nb_status nb_ckpt_exclude_at(const nb_ckpt *c, size_t i, const char **pattern, const char **where, int *usable) {
-    if (!c || !pattern) return NB_ERR_NULL_POINTER;
-    if (i >= c->nex) return NB_ERR_NOT_FOUND;
+    NEED(c && pattern, "nb_ckpt_exclude_at");
+    IN_RANGE(i, c->nex, "exclude entry", "nb_ckpt_exclude_at");
     *pattern = c->ex[i].pattern;
     if (where) *where = c->ex[i].key;
     if (usable) *usable = c->ex[i].usable;
     return NB_OK;
 }
 
-nb_status nb_ckpt_config_check_memory(const char *hf_json, size_t hf_len, const char *cfg_json, size_t cfg_len,
-                                      const char *const *prefixes, size_t n, int *excluded, char *err,
-                                      size_t errlen) {
+nb_status nbio_ckpt_config_check_memory(const char *hf_json, size_t hf_len, const char *cfg_json, size_t cfg_len,
+                                        const char *const *prefixes, size_t n, int *excluded) {
     if ((!hf_json && hf_len) || (!cfg_json && cfg_len) || (n && (!prefixes || !excluded)))
-        return nbio_fail(err, errlen, NB_ERR_NULL_POINTER, "nb_ckpt_config_check_memory: NULL argument");
+        return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nbio_ckpt_config_check_memory: NULL argument");
     nb_ckpt *c = (nb_ckpt *)calloc(1, sizeof *c);
-    if (!c) return nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
+    if (!c) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
     cJSON *hf = NULL, *cfg = NULL;
-    nb_status st = hf_json ? nbio_parse_json("hf_quant_config.json", hf_json, hf_len, &hf, err, errlen) : NB_OK;
-    if (st == NB_OK && cfg_json) st = nbio_parse_json("config.json", cfg_json, cfg_len, &cfg, err, errlen);
-    if (st == NB_OK) st = configs_from_json(c, hf, cfg, err, errlen);
+    nb_status st = hf_json ? nbio_parse_json("hf_quant_config.json", hf_json, hf_len, &hf) : NB_OK;
+    if (st == NB_OK && cfg_json) st = nbio_parse_json("config.json", cfg_json, cfg_len, &cfg);
+    if (st == NB_OK) st = configs_from_json(c, hf, cfg);
     for (size_t i = 0; st == NB_OK && i < n; i++) {
-        if (!prefixes[i]) st = nbio_fail(err, errlen, NB_ERR_NULL_POINTER, "prefix %zu is NULL", i);
+        if (!prefixes[i]) st = nbi_fail(NULL, NB_ERR_NULL_POINTER, "prefix %zu is NULL", i);
         else excluded[i] = excluded_by(c, prefixes[i]) != NULL;
     }
     cJSON_Delete(hf);
@@ -949,32 +1013,31 @@ nb_status nb_ckpt_config_check_memory(const char *hf_json, size_t hf_len, const 
 }
 
 nb_status nb_ckpt_layer_weight(const nb_ckpt *c, size_t i, int64_t expert, nb_weight_desc *desc,
-                               const uint8_t **codes, const uint8_t **scales, char *err, size_t errlen) {
-    if (!c || !desc || !codes || !scales)
-        return nbio_fail(err, errlen, NB_ERR_NULL_POINTER, "nb_ckpt_layer_weight: NULL argument");
-    if (i >= c->nlayers) return nbio_fail(err, errlen, NB_ERR_NOT_FOUND, "layer %zu of %zu", i, c->nlayers);
+                               const uint8_t **codes, const uint8_t **scales) {
+    NEED(c && desc && codes && scales, "nb_ckpt_layer_weight");
+    IN_RANGE(i, c->nlayers, "layer", "nb_ckpt_layer_weight");
     const layer_rec *L = &c->layers[i];
     nb_ckpt_format f = L->pub.format;
     if (f == NB_CKPT_NONE || f == NB_CKPT_INCONSISTENT)
-        return nbio_fail(err, errlen, NB_ERR_UNSUPPORTED, "%s: %s layer has no 4-bit weight%s%s", L->prefix,
-                       nb_ckpt_format_name(f), L->pub.problem[0] ? ": " : "", L->pub.problem);
+        return nbi_fail(NULL, NB_ERR_UNSUPPORTED, "%s: %s layer has no 4-bit weight%s%s", L->prefix,
+                        fmt_name(f), L->pub.problem[0] ? ": " : "", L->pub.problem);
     int64_t ne = f == NB_CKPT_GPTOSS_MXFP4 ? L->pub.experts : 1;
     if (expert < 0 || expert >= ne)
-        return nbio_fail(err, errlen, NB_ERR_INVALID_ARGUMENT, "%s: expert %lld out of range [0, %lld)", L->prefix,
-                       (long long)expert, (long long)ne);
-    nb_format nf = (f == NB_CKPT_MODELOPT_NVFP4 || f == NB_CKPT_CT_NVFP4) ? NB_FORMAT_NVFP4 : NB_FORMAT_MXFP4;
-    nb_status st = nb_weight_desc_init(desc, nf, L->pub.n, L->pub.k);
-    if (st != NB_OK) return nbio_fail(err, errlen, st, "%s: nb_weight_desc_init failed: %s", L->prefix, nb_last_error());
+        return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s: expert %lld out of range [0, %lld)", L->prefix,
+                        (long long)expert, (long long)ne);
+    const struct ckpt_layout *lay = layout_of(f);
+    nb_status st = nb_weight_desc_init(desc, lay->weight, L->pub.n, L->pub.k);
+    if (st != NB_OK) return nbi_fail(NULL, st, "%s: nb_weight_desc_init failed: %s", L->prefix, nb_last_error());
     desc->tensor_scale = L->pub.tensor_scale;
-    if (nf == NB_FORMAT_MXFP4) desc->scale_rule = f == NB_CKPT_GPTOSS_MXFP4 ? NB_MX_SCALE_ROUND_UP : NB_MX_SCALE_EVEN;
+    if (desc->scale_type == NB_SCALE_E8M0) desc->scale_rule = lay->rule;
     nb_weight_sizes sz;
     if ((st = nb_weight_get_sizes(desc, &sz)) != NB_OK)
-        return nbio_fail(err, errlen, st, "%s: %s", L->prefix, nb_last_error());
+        return nbi_fail(NULL, st, "%s: %s", L->prefix, nb_last_error());
     const nb_st_tensor *tc = &c->t[L->codes_t], *ts = &c->t[L->scales_t];
     /* classification guarantees these; checked again because the pointers
      * leave this module */
     if (tc->bytes != sz.codes_bytes * (size_t)ne || ts->bytes != sz.scales_bytes * (size_t)ne)
-        return nbio_fail(err, errlen, NB_ERR_INTERNAL, "%s: tensor sizes disagree with the descriptor", L->prefix);
+        return nbi_fail(NULL, NB_ERR_INTERNAL, "%s: tensor sizes disagree with the descriptor", L->prefix);
     *codes = (const uint8_t *)tc->data + (size_t)expert * sz.codes_bytes;
     *scales = (const uint8_t *)ts->data + (size_t)expert * sz.scales_bytes;
     return NB_OK;

@@ -1,6 +1,6 @@
 /* ckpt_gguf.c - a GGUF file's tensors as a safetensors checkpoint in the
  * ModelOpt, compressed-tensors or Quark layout: nb_ckpt_convert with a GGUF
- * input (the rules are in ckpt_convert.h, "GGUF INPUT").
+ * input (the rules are in nibble_io.h, "GGUF INPUT").
  *
  * As in ckpt_convert.c, everything the tensor list decides (types, target,
  * reciprocal scales, name collisions) is refused before OUT is touched.
@@ -11,8 +11,6 @@
  * written from the file mapping; the source pages are dropped after use.
  */
 #define _DEFAULT_SOURCE
-#include "ckpt_convert.h"
-#include "gguf.h"
 #include "io_internal.h"
 
 #include <cjson/cJSON.h>
@@ -46,9 +44,7 @@ typedef struct gstate {
     unsigned char *folded; /* per GGUF tensor: a P.scale / P.input_scale folded into its layer */
     char **unq;            /* unquantized linear layers (hf_quant_config.json's exclude list) */
     size_t nunq;
-    int nv, mx;
-    char *err;
-    size_t errlen;
+    nb_format fmt;         /* the weight format of the 4-bit tensors (one per output) */
 } gstate;
 
 int nbio_is_gguf(const char *path) {
@@ -74,7 +70,7 @@ static nb_st_dtype st_dtype(uint32_t t) {
     return (nb_st_dtype)0;
 }
 
-static nb_status oom(gstate *s) { return nbio_fail(s->err, s->errlen, NB_ERR_OUT_OF_MEMORY, "out of memory"); }
+static nb_status oom(void) { return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory"); }
 
 /* The layer prefix of a 4-bit tensor name: without ".weight" when it has it. */
 static char *layer_prefix(const char *name) {
@@ -116,7 +112,8 @@ static nbio_oent *add(gstate *s, char *name, nb_st_dtype dt, int rank, int64_t d
  * the target: as is (modelopt) or its reciprocal (compressed-tensors). */
 static nb_status unit_scale(gstate *s, size_t si, int64_t expert, float *out) {
     nb_gguf_tensor t;
-    nb_gguf_tensor_at(s->g, si, &t);
+    nb_status st = nb_gguf_tensor_at(s->g, si, &t);
+    if (st != NB_OK) return st;
     const uint64_t el = t.bytes / 4;
     float v = f32_le(t.data, el == 1 ? 0 : (size_t)expert);
     *out = v;
@@ -124,7 +121,7 @@ static nb_status unit_scale(gstate *s, size_t si, int64_t expert, float *out) {
     char name[NB_GGUF_MAX_NAME + 32];
     if (el == 1) snprintf(name, sizeof name, "%s", t.name);
     else snprintf(name, sizeof name, "%s[%lld]", t.name, (long long)expert);
-    return nbio_convert_recip(s->o, &s->sum, name, v, 1, out, s->err, s->errlen);
+    return nbio_convert_recip(s->o, &s->sum, name, v, 1, out);
 }
 
 /* The input scale tensor P.input_scale of a 4-bit tensor, if any (F32, 1 or
@@ -132,17 +129,16 @@ static nb_status unit_scale(gstate *s, size_t si, int64_t expert, float *out) {
 static nb_status input_scale_of(gstate *s, const char *prefix, int64_t want, int64_t *index) {
     *index = -1;
     char *name = nbio_concat(prefix, ".input_scale");
-    if (!name) return oom(s);
-    size_t i;
+    if (!name) return oom();
+    const int64_t i = nbio_gguf_lookup(s->g, name);
     nb_status st = NB_OK;
-    if (nb_gguf_tensor_find(s->g, name, &i) == NB_OK) {
-        nb_gguf_tensor t;
-        nb_gguf_tensor_at(s->g, i, &t);
+    nb_gguf_tensor t;
+    if (i >= 0 && (st = nb_gguf_tensor_at(s->g, (size_t)i, &t)) == NB_OK) {
         uint64_t el = t.bytes / 4;
         if (t.type != NB_GGML_TYPE_F32 || (el != 1 && el != (uint64_t)want))
-            st = nbio_fail(s->err, s->errlen, NB_ERR_UNSUPPORTED, "GGUF tensor \"%s\" must be F32 with 1 or %lld "
-                           "values", name, (long long)want);
-        else *index = (int64_t)i;
+            st = nbi_fail(NULL, NB_ERR_UNSUPPORTED, "GGUF tensor \"%s\" must be F32 with 1 or %lld "
+                          "values", name, (long long)want);
+        else *index = i;
     }
     free(name);
     return st;
@@ -150,29 +146,62 @@ static nb_status input_scale_of(gstate *s, const char *prefix, int64_t want, int
 
 /* ------------------------------------------------------------ plan */
 
+/* The tensor names of a 4-bit layer in each target (layout knowledge). */
+typedef struct gnames {
+    const char *codes, *tscale, *iscale;
+} gnames;
+
+static gnames target_names(nb_ckpt_target tg) {
+    const int ct = tg == NB_CKPT_TARGET_CT;
+    gnames n = {ct ? ".weight_packed" : ".weight", ct ? ".weight_global_scale" : ".weight_scale_2",
+                ct ? ".input_global_scale" : ".input_scale"};
+    return n;
+}
+
+/* The output entries of unit u (layer prefix lp): codes, block scales in the
+ * dtype of the format's scale type, and for a format with a tensor scale the
+ * tensor scale and (when the GGUF file has one) the input scale - ModelOpt
+ * scalars [], compressed-tensors [1]. */
+static nb_status plan_unit(gstate *s, const char *lp, const nb_gguf_fp4 *f, const nb_format_info *fi, size_t ui,
+                           int has_iscale) {
+    const int ct = s->o->target == NB_CKPT_TARGET_CT;
+    const gnames nm = target_names(s->o->target);
+    if (!add(s, nbio_concat(lp, nm.codes), NB_ST_U8, 2, f->n, f->k * fi->element_bits / 8, f->codes_bytes, ui,
+             G_CODES) ||
+        !add(s, nbio_concat(lp, ".weight_scale"), nbio_scale_dtype(fi->scale_type), 2, f->n, f->k / fi->group_size,
+             f->scales_bytes, ui, G_SCALES) ||
+        (fi->tensor_scale && !add(s, nbio_concat(lp, nm.tscale), NB_ST_F32, ct, ct, 0, 4, ui, G_TSCALE)) ||
+        (fi->tensor_scale && has_iscale && !add(s, nbio_concat(lp, nm.iscale), NB_ST_F32, ct, ct, 0, 4, ui, G_ISCALE)))
+        return oom();
+    return NB_OK;
+}
+
 /* Output entries for 4-bit tensor i (one layer, or one per expert). */
 static nb_status plan_fp4(gstate *s, size_t i, const nb_gguf_tensor *t) {
     nb_gguf_fp4 f;
-    nb_status st = nb_gguf_fp4_info(s->g, i, &f, s->err, s->errlen);
+    nb_format_info fi;
+    nb_status st = nb_gguf_fp4_info(s->g, i, &f);
+    if (st == NB_OK) st = nb_format_get_info(f.format, &fi);
     if (st != NB_OK) return st;
-    const int nv = f.format == NB_FORMAT_NVFP4;
     const nb_ckpt_target tg = s->o->target;
-    if ((nv && tg == NB_CKPT_TARGET_QUARK) || (!nv && tg == NB_CKPT_TARGET_MODELOPT))
-        return nbio_fail(s->err, s->errlen, NB_ERR_UNSUPPORTED, "GGUF tensor \"%s\" is %s; the %s layout holds %s only",
-                         t->name, nv ? "NVFP4" : "MXFP4", nb_ckpt_target_name(tg), nv ? "MXFP4" : "NVFP4");
-    s->nv |= nv;
-    s->mx |= !nv;
+    char up[16], what[160];
+    nbio_format_upper(f.format, up, sizeof up);
+    snprintf(what, sizeof what, "GGUF tensor \"%s\" is %s", t->name, up);
+    if (nbio_target_layout(tg, f.format) == NB_CKPT_NONE) return nbio_target_refuses(tg, what);
+    if (s->fmt && s->fmt != f.format) {
+        char a[16];
+        nbio_format_upper(s->fmt, a, sizeof a);
+        return nbi_fail(NULL, NB_ERR_UNSUPPORTED, "the GGUF file has both %s and %s tensors; one %s format cannot "
+                        "declare both", a, up, tg == NB_CKPT_TARGET_CT ? "compressed-tensors" : "target");
+    }
+    s->fmt = f.format;
     char *prefix = layer_prefix(t->name);
-    if (!prefix) return oom(s);
+    if (!prefix) return oom();
     int64_t iscale = -1;
     const int64_t experts = f.experts ? f.experts : 1;
-    if (nv) st = input_scale_of(s, prefix, experts, &iscale);
+    if (fi.tensor_scale) st = input_scale_of(s, prefix, experts, &iscale);
     if (st == NB_OK && f.scale_tensor >= 0) s->folded[f.scale_tensor] = 1;
     if (st == NB_OK && iscale >= 0) s->folded[iscale] = 1;
-    const int ct = tg == NB_CKPT_TARGET_CT;
-    const char *sx_codes = ct ? ".weight_packed" : ".weight";
-    const char *sx_ts = ct ? ".weight_global_scale" : ".weight_scale_2";
-    const char *sx_is = ct ? ".input_global_scale" : ".input_scale";
     for (int64_t e = 0; e < experts && st == NB_OK; e++) {
         gunit *u = &s->units[s->nu];
         memset(u, 0, sizeof *u);
@@ -180,21 +209,15 @@ static nb_status plan_fp4(gstate *s, size_t i, const nb_gguf_tensor *t) {
         u->expert = e;
         u->f = f;
         u->tscale = 1.0f;
-        if (nv && f.scale_tensor >= 0) st = unit_scale(s, (size_t)f.scale_tensor, e, &u->tscale);
-        else if (nv && ct) st = nbio_convert_recip(s->o, &s->sum, t->name, 1.0f, 1, &u->tscale, s->err, s->errlen);
+        if (fi.tensor_scale && f.scale_tensor >= 0) st = unit_scale(s, (size_t)f.scale_tensor, e, &u->tscale);
+        else if (fi.tensor_scale && tg == NB_CKPT_TARGET_CT)
+            st = nbio_convert_recip(s->o, &s->sum, t->name, 1.0f, 1, &u->tscale);
         if (st == NB_OK && iscale >= 0) st = unit_scale(s, (size_t)iscale, e, &u->iscale);
         if (st != NB_OK) break;
         char lp[NB_GGUF_MAX_NAME + 32];
         if (f.experts) snprintf(lp, sizeof lp, "%s.%lld", prefix, (long long)e);
         else snprintf(lp, sizeof lp, "%s", prefix);
-        const size_t ui = s->nu++;
-        const int64_t group = nv ? 16 : 32;
-        if (!add(s, nbio_concat(lp, sx_codes), NB_ST_U8, 2, f.n, f.k / 2, f.codes_bytes, ui, G_CODES) ||
-            !add(s, nbio_concat(lp, ".weight_scale"), nv ? NB_ST_F8_E4M3 : NB_ST_U8, 2, f.n, f.k / group,
-                 f.scales_bytes, ui, G_SCALES) ||
-            (nv && !add(s, nbio_concat(lp, sx_ts), NB_ST_F32, ct, ct, 0, 4, ui, G_TSCALE)) ||
-            (nv && iscale >= 0 && !add(s, nbio_concat(lp, sx_is), NB_ST_F32, ct, ct, 0, 4, ui, G_ISCALE)))
-            st = oom(s);
+        st = plan_unit(s, lp, &f, &fi, s->nu++, iscale >= 0);
     }
     s->sum.layers_converted++;
     if (f.experts) s->sum.experts_split += (size_t)f.experts;
@@ -204,13 +227,41 @@ static nb_status plan_fp4(gstate *s, size_t i, const nb_gguf_tensor *t) {
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
+/* The copy of a tensor that is not 4-bit (nor a scale folded into one), or
+ * its refusal or skip when it has no lossless safetensors form. */
+static nb_status plan_copy(gstate *s, size_t i, const nb_gguf_tensor *t) {
+    const nb_st_dtype dt = st_dtype(t->type);
+    const char *tn = "?";
+    nb_ggml_type_name(t->type, &tn); /* every type the reader accepted has one */
+    if (!dt) {
+        if (!s->o->skip_unsupported)
+            return nbi_fail(NULL, NB_ERR_UNSUPPORTED, "GGUF tensor \"%s\" is %s, which has no lossless safetensors "
+                            "form (only MXFP4, NVFP4, F32, F16, BF16, F64 and integers convert); --skip-unsupported "
+                            "leaves such tensors out", t->name, tn);
+        s->sum.tensors_skipped++;
+        if (s->o->skipped) s->o->skipped(s->o->skipped_user, t->name, tn);
+        return NB_OK;
+    }
+    nbio_oent *e = add(s, nbio_strdup(t->name), dt, t->n_dims, 0, 0, t->bytes, i, G_COPY);
+    if (!e) return oom();
+    memcpy(e->shape, t->shape, sizeof t->shape); /* row-major: ne reversed */
+    s->sum.tensors_copied++;
+    if (t->n_dims == 2 && (dt == NB_ST_F32 || dt == NB_ST_F16 || dt == NB_ST_BF16) &&
+        nbio_ends_with(t->name, ".weight")) {
+        if (!nbio_push_str(&s->unq, &s->nunq, layer_prefix(t->name))) return oom();
+        s->sum.layers_unquantized++;
+    }
+    return NB_OK;
+}
+
 static nb_status plan(gstate *s) {
     size_t cap = 1, nunits = 0;
-    for (size_t i = 0; i < s->nt; i++) {
+    nb_status st = NB_OK;
+    for (size_t i = 0; i < s->nt && st == NB_OK; i++) {
         nb_gguf_tensor t;
-        nb_gguf_tensor_at(s->g, i, &t);
+        if ((st = nb_gguf_tensor_at(s->g, i, &t)) != NB_OK) break;
         s->sum.bytes_in += t.bytes;
-        if (t.type == NB_GGML_TYPE_MXFP4 || t.type == NB_GGML_TYPE_NVFP4) {
+        if (nbio_ggml_format(t.type)) {
             const int64_t e = t.n_dims == 3 && t.ne[2] > 0 ? t.ne[2] : 1;
             nunits += (size_t)e;
             cap += 4 * (size_t)e;
@@ -218,58 +269,32 @@ static nb_status plan(gstate *s) {
             cap++;
         }
     }
+    if (st != NB_OK) return st;
     s->ents = (nbio_oent *)calloc(cap, sizeof *s->ents);
     s->units = (gunit *)calloc(nunits ? nunits : 1, sizeof *s->units);
     s->folded = (unsigned char *)calloc(s->nt ? s->nt : 1, 1);
-    if (!s->ents || !s->units || !s->folded) return oom(s);
+    if (!s->ents || !s->units || !s->folded) return oom();
     /* 4-bit tensors first: they decide which F32 scale tensors are folded in */
-    nb_status st = NB_OK;
-    for (size_t i = 0; i < s->nt && st == NB_OK; i++) {
-        nb_gguf_tensor t;
-        nb_gguf_tensor_at(s->g, i, &t);
-        if (t.type == NB_GGML_TYPE_MXFP4 || t.type == NB_GGML_TYPE_NVFP4) st = plan_fp4(s, i, &t);
-    }
-    for (size_t i = 0; i < s->nt && st == NB_OK; i++) {
-        nb_gguf_tensor t;
-        nb_gguf_tensor_at(s->g, i, &t);
-        if (t.type == NB_GGML_TYPE_MXFP4 || t.type == NB_GGML_TYPE_NVFP4 || s->folded[i]) continue;
-        const nb_st_dtype dt = st_dtype(t.type);
-        const char *tn = nb_ggml_type_name(t.type);
-        if (!dt) {
-            if (!s->o->skip_unsupported)
-                return nbio_fail(s->err, s->errlen, NB_ERR_UNSUPPORTED, "GGUF tensor \"%s\" is %s, which has no "
-                                 "lossless safetensors form (only MXFP4, NVFP4, F32, F16, BF16, F64 and integers "
-                                 "convert); --skip-unsupported leaves such tensors out", t.name, tn ? tn : "?");
-            s->sum.tensors_skipped++;
-            if (s->o->skipped) s->o->skipped(s->o->skipped_user, t.name, tn ? tn : "?");
-            continue;
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i = 0; i < s->nt && st == NB_OK; i++) {
+            nb_gguf_tensor t;
+            if ((st = nb_gguf_tensor_at(s->g, i, &t)) != NB_OK) break;
+            const int fp4 = nbio_ggml_format(t.type) != 0;
+            if (pass == 0 && fp4) st = plan_fp4(s, i, &t);
+            else if (pass == 1 && !fp4 && !s->folded[i]) st = plan_copy(s, i, &t);
         }
-        nbio_oent *e = add(s, nbio_strdup(t.name), dt, t.n_dims, 0, 0, t.bytes, i, G_COPY);
-        if (!e) return oom(s);
-        memcpy(e->shape, t.shape, sizeof t.shape); /* row-major: ne reversed */
-        s->sum.tensors_copied++;
-        if (t.n_dims == 2 && (dt == NB_ST_F32 || dt == NB_ST_F16 || dt == NB_ST_BF16) &&
-            nbio_ends_with(t.name, ".weight")) {
-            if (!nbio_push_str(&s->unq, &s->nunq, layer_prefix(t.name))) return oom(s);
-            s->sum.layers_unquantized++;
-        }
-    }
     if (st != NB_OK) return st;
-    if (!s->nv && !s->mx)
-        return nbio_fail(s->err, s->errlen, NB_ERR_UNSUPPORTED, "no MXFP4 or NVFP4 tensor in the GGUF file: nothing "
-                         "to convert");
-    if (s->nv && s->mx && s->o->target == NB_CKPT_TARGET_CT)
-        return nbio_fail(s->err, s->errlen, NB_ERR_UNSUPPORTED, "the GGUF file has both NVFP4 and MXFP4 tensors; one "
-                         "compressed-tensors format cannot declare both");
+    if (!s->fmt)
+        return nbi_fail(NULL, NB_ERR_UNSUPPORTED, "no MXFP4 or NVFP4 tensor in the GGUF file: nothing to convert");
     /* one name, one tensor */
     char **names = (char **)malloc((s->ne ? s->ne : 1) * sizeof *names);
-    if (!names) return oom(s);
+    if (!names) return oom();
     for (size_t i = 0; i < s->ne; i++) names[i] = s->ents[i].name;
     qsort(names, s->ne, sizeof *names, cmp_str);
     for (size_t i = 1; i < s->ne && st == NB_OK; i++)
         if (!strcmp(names[i - 1], names[i]))
-            st = nbio_fail(s->err, s->errlen, NB_ERR_INVALID_ARGUMENT, "two output tensors would be called \"%.200s\" "
-                           "(a converted name collides with a GGUF tensor)", names[i]);
+            st = nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "two output tensors would be called \"%.200s\" (a "
+                          "converted name collides with a GGUF tensor)", names[i]);
     free(names);
     s->sum.tensors_out = s->ne;
     return st;
@@ -283,19 +308,20 @@ static nb_status write_unit(gstate *s, nbio_shard *sh, gunit *u) {
     uint8_t *scales = (uint8_t *)malloc(u->f.scales_bytes ? u->f.scales_bytes : 1);
     nb_weight_desc d;
     size_t rem = 0;
-    nb_status st = codes && scales ? NB_OK : oom(s);
+    nb_status st = codes && scales ? NB_OK : oom();
     if (st == NB_OK)
         st = nb_gguf_fp4_to_checkpoint(s->g, u->ti, u->expert, &d, codes, u->f.codes_bytes, scales,
-                                       u->f.scales_bytes, &rem, s->err, s->errlen);
+                                       u->f.scales_bytes, &rem);
     if (st == NB_OK) st = nbio_shard_write(sh, u->codes, codes, u->f.codes_bytes, 0);
     if (st == NB_OK) st = nbio_shard_write(sh, u->scales, scales, u->f.scales_bytes, 0);
     s->sum.scale_bytes_remapped += rem;
     free(codes);
     free(scales);
     nb_gguf_tensor t;
-    nb_gguf_tensor_at(s->g, u->ti, &t);
-    const uint64_t per = t.bytes / (uint64_t)(u->f.experts ? u->f.experts : 1);
-    nbio_drop_pages((const uint8_t *)t.data + (size_t)(per * (uint64_t)u->expert), (size_t)per);
+    if (nb_gguf_tensor_at(s->g, u->ti, &t) == NB_OK) { /* (u->ti is an index plan() read) */
+        const uint64_t per = t.bytes / (uint64_t)(u->f.experts ? u->f.experts : 1);
+        nbio_drop_pages((const uint8_t *)t.data + (size_t)(per * (uint64_t)u->expert), (size_t)per);
+    }
     return st;
 }
 
@@ -315,8 +341,7 @@ static nb_status write_all(gstate *s) {
         done += e->role == G_COPY ? e->bytes : e->role == G_CODES ? e->bytes + s->units[e->src].f.scales_bytes : 0;
         if (e->role == G_COPY) {
             nb_gguf_tensor t;
-            nb_gguf_tensor_at(s->g, e->src, &t);
-            st = nbio_shard_copy(&sh, e, t.data);
+            if ((st = nb_gguf_tensor_at(s->g, e->src, &t)) == NB_OK) st = nbio_shard_copy(&sh, e, t.data);
         } else if (e->role == G_CODES) { /* writes the unit's scales too */
             st = write_unit(s, &sh, &s->units[e->src]);
         } else if (e->role != G_SCALES) {
@@ -335,23 +360,22 @@ static nb_status write_all(gstate *s) {
 /* ------------------------------------------------------------ entry point */
 
 nb_status nbio_convert_gguf(const char *in, const char *out, const nb_ckpt_convert_opts *opts,
-                            nb_ckpt_convert_summary *summary, char *err, size_t errlen) {
+                            nb_ckpt_convert_summary *summary) {
     gstate s;
     memset(&s, 0, sizeof s);
     s.o = opts;
-    s.err = err;
-    s.errlen = errlen;
     s.sum.gguf = 1;
     int out_open = 0;
     nb_gguf_header h;
-    nb_status st = nb_gguf_open(in, &s.g, err, errlen);
+    memset(&h, 0, sizeof h);
+    nb_status st = nb_gguf_open(in, &s.g);
+    if (st == NB_OK) st = nb_gguf_get_header(s.g, &h);
     if (st == NB_OK) {
-        nb_gguf_get_header(s.g, &h);
         s.nt = h.n_tensors;
         s.sum.tensors_in = h.n_tensors;
         st = plan(&s);
     }
-    if (st == NB_OK && (st = nbio_out_open(&s.out, out, err, errlen)) == NB_OK) out_open = 1;
+    if (st == NB_OK && (st = nbio_out_open(&s.out, out)) == NB_OK) out_open = 1;
     if (st == NB_OK) st = write_all(&s);
     if (st == NB_OK && opts->target == NB_CKPT_TARGET_MODELOPT) {
         if (s.nunq) qsort(s.unq, s.nunq, sizeof *s.unq, cmp_str);

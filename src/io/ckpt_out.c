@@ -26,32 +26,6 @@
 
 #define COPY_CHUNK (16u << 20) /* bytes per pwrite of a copied tensor (pages dropped after each) */
 
-char *nbio_concat(const char *a, const char *b) {
-    size_t na = strlen(a), nb = strlen(b);
-    char *p = (char *)malloc(na + nb + 1);
-    if (!p) return NULL;
-    memcpy(p, a, na);
-    memcpy(p + na, b, nb + 1);
-    return p;
-}
-
-int nbio_push_str(char ***arr, size_t *n, char *s) {
-    if (!s) return 0;
-    char **a = (char **)realloc(*arr, (*n + 1) * sizeof *a);
-    if (!a) {
-        free(s);
-        return 0;
-    }
-    a[(*n)++] = s;
-    *arr = a;
-    return 1;
-}
-
-void nbio_free_strs(char **a, size_t n) {
-    for (size_t i = 0; i < n; i++) free(a[i]);
-    free(a);
-}
-
 static nb_status pwrite_all(int fd, const void *p, size_t n, uint64_t off) {
     const char *c = (const char *)p;
     while (n) {
@@ -76,39 +50,39 @@ void nbio_drop_pages(const void *p, size_t n) {
 
 /* ------------------------------------------------------------ JSON files */
 
-nb_status nbio_read_json(const char *dir, const char *name, size_t max, cJSON **out, char *err, size_t errlen) {
+nb_status nbio_read_json(const char *dir, const char *name, size_t max, cJSON **out) {
     *out = NULL;
     char *path = nbio_join(dir, name);
-    if (!path) return nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
+    if (!path) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
     nb_status st = NB_OK;
     FILE *f = fopen(path, "rb");
     char *buf = NULL;
     if (!f) {
-        if (errno != ENOENT) st = nbio_fail(err, errlen, NB_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        if (errno != ENOENT) st = nbi_fail(NULL, NB_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
         goto done;
     }
     struct stat sb;
     if (fstat(fileno(f), &sb) || !S_ISREG(sb.st_mode)) {
-        st = nbio_fail(err, errlen, NB_ERR_IO, "%s: not a regular file", path);
+        st = nbi_fail(NULL, NB_ERR_IO, "%s: not a regular file", path);
         goto done;
     }
     if ((uint64_t)sb.st_size > max) {
-        st = nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: %lld bytes, over the %zu-byte limit for a config file", path,
-                       (long long)sb.st_size, max);
+        st = nbi_fail(NULL, NB_ERR_CORRUPT, "%s: %lld bytes, over the %zu-byte limit for a config file", path,
+                      (long long)sb.st_size, max);
         goto done;
     }
     size_t n = (size_t)sb.st_size;
     buf = (char *)malloc(n + 1);
     if (!buf) {
-        st = nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
+        st = nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
         goto done;
     }
     if (fread(buf, 1, n, f) != n) {
-        st = nbio_fail(err, errlen, NB_ERR_IO, "%s: short read", path);
+        st = nbi_fail(NULL, NB_ERR_IO, "%s: short read", path);
         goto done;
     }
     buf[n] = 0;
-    st = nbio_parse_json(path, buf, n, out, err, errlen);
+    st = nbio_parse_json(path, buf, n, out);
 done:
     if (f) fclose(f);
     free(buf);
@@ -116,14 +90,14 @@ done:
     return st;
 }
 
-nb_status nbio_parse_json(const char *label, const char *text, size_t n, cJSON **out, char *err, size_t errlen) {
+nb_status nbio_parse_json(const char *label, const char *text, size_t n, cJSON **out) {
     *out = NULL;
     const char *end = NULL;
     cJSON *j = cJSON_ParseWithLengthOpts(text, n, &end, 0);
     if (!j || !cJSON_IsObject(j)) {
         cJSON_Delete(j);
-        return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: not a JSON object (parse error near byte %lld)", label,
-                         end && j == NULL ? (long long)(end - text) : 0LL);
+        return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: not a JSON object (parse error near byte %lld)", label,
+                        end && j == NULL ? (long long)(end - text) : 0LL);
     }
     *out = j;
     return NB_OK;
@@ -131,30 +105,28 @@ nb_status nbio_parse_json(const char *label, const char *text, size_t n, cJSON *
 
 /* ------------------------------------------------------------ directory */
 
-nb_status nbio_out_open(nbio_out *o, const char *dir, char *err, size_t errlen) {
+nb_status nbio_out_open(nbio_out *o, const char *dir) {
     memset(o, 0, sizeof *o);
     o->dir = dir;
-    o->err = err;
-    o->errlen = errlen;
     struct stat sb;
     if (stat(dir, &sb) != 0) {
-        if (errno != ENOENT) return nbio_fail(err, errlen, NB_ERR_IO, "%s: %s", dir, strerror(errno));
-        if (mkdir(dir, 0755)) return nbio_fail(err, errlen, NB_ERR_IO, "cannot create %s: %s", dir, strerror(errno));
+        if (errno != ENOENT) return nbi_fail(NULL, NB_ERR_IO, "%s: %s", dir, strerror(errno));
+        if (mkdir(dir, 0755)) return nbi_fail(NULL, NB_ERR_IO, "cannot create %s: %s", dir, strerror(errno));
         o->created_dir = 1;
         return NB_OK;
     }
     if (!S_ISDIR(sb.st_mode))
-        return nbio_fail(err, errlen, NB_ERR_INVALID_ARGUMENT, "%s exists and is not a directory", dir);
+        return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s exists and is not a directory", dir);
     DIR *d = opendir(dir);
-    if (!d) return nbio_fail(err, errlen, NB_ERR_IO, "%s: %s", dir, strerror(errno));
+    if (!d) return nbi_fail(NULL, NB_ERR_IO, "%s: %s", dir, strerror(errno));
     struct dirent *e;
     int empty = 1;
     while (empty && (e = readdir(d)))
         if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) empty = 0;
     closedir(d);
     if (!empty)
-        return nbio_fail(err, errlen, NB_ERR_INVALID_ARGUMENT,
-                         "%s is not empty (the output must be a new or empty directory)", dir);
+        return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT,
+                        "%s is not empty (the output must be a new or empty directory)", dir);
     return NB_OK;
 }
 
@@ -173,10 +145,10 @@ void nbio_out_close(nbio_out *o, int ok) {
 /* Create OUT/name exclusively and register it; *fd_out open for writing. */
 static nb_status create_file(nbio_out *o, const char *name, int *fd_out, char **path_out) {
     char *path = nbio_join(o->dir, name);
-    if (!path) return nbio_fail(o->err, o->errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
+    if (!path) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
     if (fd < 0) {
-        nb_status st = nbio_fail(o->err, o->errlen, NB_ERR_IO, "%s: %s", path, strerror(errno));
+        nb_status st = nbi_fail(NULL, NB_ERR_IO, "%s: %s", path, strerror(errno));
         free(path);
         return st;
     }
@@ -184,7 +156,7 @@ static nb_status create_file(nbio_out *o, const char *name, int *fd_out, char **
         close(fd);
         unlink(path);
         free(path);
-        return nbio_fail(o->err, o->errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
+        return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
     }
     *fd_out = fd;
     *path_out = path;
@@ -199,19 +171,19 @@ static nb_status write_file(nbio_out *o, const char *name, const char *data, siz
     st = pwrite_all(fd, data, n, 0);
     if (st == NB_OK && fsync(fd)) st = NB_ERR_IO;
     if (close(fd) && st == NB_OK) st = NB_ERR_IO;
-    if (st != NB_OK) nbio_fail(o->err, o->errlen, st, "%s: write: %s", path, strerror(errno));
+    if (st != NB_OK) nbi_fail(NULL, st, "%s: write: %s", path, strerror(errno));
     free(path);
     return st;
 }
 
 nb_status nbio_out_write_json(nbio_out *o, const char *name, const cJSON *j) {
     char *s = j ? cJSON_Print(j) : NULL;
-    if (!s) return nbio_fail(o->err, o->errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
+    if (!s) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
     size_t n = strlen(s);
     char *t = (char *)realloc(s, n + 2);
     if (!t) {
         free(s);
-        return nbio_fail(o->err, o->errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
+        return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
     }
     t[n] = '\n';
     t[n + 1] = 0;
@@ -223,22 +195,22 @@ nb_status nbio_out_write_json(nbio_out *o, const char *name, const cJSON *j) {
 /* Byte-for-byte copy of src into OUT/name. */
 static nb_status copy_file(nbio_out *o, const char *src, const char *name) {
     int in = open(src, O_RDONLY);
-    if (in < 0) return nbio_fail(o->err, o->errlen, NB_ERR_IO, "%s: %s", src, strerror(errno));
+    if (in < 0) return nbi_fail(NULL, NB_ERR_IO, "%s: %s", src, strerror(errno));
     char *buf = (char *)malloc(1u << 20), *path = NULL;
     int fd = -1;
     nb_status st = buf ? create_file(o, name, &fd, &path)
-                       : nbio_fail(o->err, o->errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
+                       : nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
     uint64_t off = 0;
     while (st == NB_OK) {
         ssize_t r = read(in, buf, 1u << 20);
         if (r < 0 && errno == EINTR) continue;
-        if (r < 0) st = nbio_fail(o->err, o->errlen, NB_ERR_IO, "%s: read: %s", src, strerror(errno));
+        if (r < 0) st = nbi_fail(NULL, NB_ERR_IO, "%s: read: %s", src, strerror(errno));
         if (r <= 0) break;
         if (pwrite_all(fd, buf, (size_t)r, off) != NB_OK)
-            st = nbio_fail(o->err, o->errlen, NB_ERR_IO, "%s: write: %s", path, strerror(errno));
+            st = nbi_fail(NULL, NB_ERR_IO, "%s: write: %s", path, strerror(errno));
         off += (uint64_t)r;
     }
-    if (fd >= 0 && close(fd) && st == NB_OK) st = nbio_fail(o->err, o->errlen, NB_ERR_IO, "%s: close", path);
+    if (fd >= 0 && close(fd) && st == NB_OK) st = nbi_fail(NULL, NB_ERR_IO, "%s: close", path);
     close(in);
     free(buf);
     free(path);
@@ -247,7 +219,7 @@ static nb_status copy_file(nbio_out *o, const char *src, const char *name) {
 
 nb_status nbio_out_copy_others(nbio_out *o, const char *src_dir, const char *const *skip, size_t nskip) {
     DIR *d = opendir(src_dir);
-    if (!d) return nbio_fail(o->err, o->errlen, NB_ERR_IO, "%s: %s", src_dir, strerror(errno));
+    if (!d) return nbi_fail(NULL, NB_ERR_IO, "%s: %s", src_dir, strerror(errno));
     nb_status st = NB_OK;
     struct dirent *e;
     while (st == NB_OK && (e = readdir(d))) {
@@ -258,7 +230,7 @@ nb_status nbio_out_copy_others(nbio_out *o, const char *src_dir, const char *con
         if (skipped) continue;
         char *src = nbio_join(src_dir, n);
         struct stat sb;
-        if (!src) st = nbio_fail(o->err, o->errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
+        if (!src) st = nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
         else if (stat(src, &sb) == 0 && S_ISREG(sb.st_mode)) {
             st = copy_file(o, src, n);
             if (st == NB_OK) o->files_copied++;
@@ -279,7 +251,7 @@ static int cmp_pair(const void *a, const void *b) {
 nb_status nbio_out_write_index(nbio_out *o, const char *name) {
     size_t n = o->nwm;
     wpair *p = (wpair *)malloc((n ? n : 1) * sizeof *p);
-    if (!p) return nbio_fail(o->err, o->errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
+    if (!p) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
     for (size_t i = 0; i < n; i++) {
         p[i].name = o->wm_name[i];
         p[i].shard = o->wm_shard[i];
@@ -360,27 +332,36 @@ static int cmp_oent(const void *a, const void *b) {
 
 static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
+void nbio_oent_like(nbio_oent *e, char *name, const nb_st_tensor *t, size_t src, int role) {
+    e->name = name;
+    e->dtype = t->dtype;
+    e->rank = t->rank;
+    memcpy(e->shape, t->shape, sizeof e->shape);
+    e->bytes = t->bytes;
+    e->src = src;
+    e->role = role;
+}
+
 void nbio_oents_free(nbio_oent *ents, size_t ne) {
     if (!ents) return;
     for (size_t i = 0; i < ne; i++) free(ents[i].name);
     free(ents);
 }
 
-nb_status nbio_shard_begin(nbio_out *o, nbio_shard *s, const char *name, const nb_st_file *meta_src, nbio_oent *ents,
-                           size_t ne) {
-    memset(s, 0, sizeof *s);
-    s->o = o;
-    s->name = name;
-    s->fd = -1;
-    for (size_t i = 0; i < ne; i++) nb_st_dtype_info(ents[i].dtype, NULL, &ents[i].bits);
+/* Stage 1 of nbio_shard_begin: bits per element, no name twice, file order
+ * and offsets; the data size. */
+static nb_status shard_layout(const char *name, nbio_oent *ents, size_t ne, uint64_t *data_bytes) {
+    for (size_t i = 0; i < ne; i++)
+        if (nb_st_dtype_info(ents[i].dtype, NULL, &ents[i].bits) != NB_OK)
+            return nbi_fail(NULL, NB_ERR_INTERNAL, "%s: tensor \"%.200s\": %s", name, ents[i].name, nb_last_error());
     const char **names = (const char **)malloc((ne ? ne : 1) * sizeof *names);
-    if (!names) return nbio_fail(o->err, o->errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
+    if (!names) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
     for (size_t i = 0; i < ne; i++) names[i] = ents[i].name;
     qsort(names, ne, sizeof *names, cmp_name);
     for (size_t i = 1; i < ne; i++)
         if (!strcmp(names[i - 1], names[i])) {
-            nb_status st = nbio_fail(o->err, o->errlen, NB_ERR_INVALID_ARGUMENT,
-                                     "%s: tensor \"%.200s\" would be written twice", name, names[i]);
+            nb_status st = nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s: tensor \"%.200s\" would be written twice",
+                                    name, names[i]);
             free(names);
             return st;
         }
@@ -391,95 +372,99 @@ nb_status nbio_shard_begin(nbio_out *o, nbio_shard *s, const char *name, const n
         ents[i].off = off;
         off += ents[i].bytes;
     }
-    s->data_bytes = off;
+    *data_bytes = off;
+    return NB_OK;
+}
 
-    /* the header: the source's metadata ("format" added when absent), then
-     * the tensors in data order */
-    sbuf h = {0};
+/* Stage 2: the header text - the source's metadata ("format" added when
+ * absent), then the tensors in data order, space-padded to 8 bytes. */
+static nb_status shard_header(const char *name, const nb_st_file *meta_src, const nbio_oent *ents, size_t ne,
+                              sbuf *h) {
     size_t nm = 0;
-    const char *fmtv = NULL;
-    if (meta_src) nb_st_metadata_count(meta_src, &nm);
-    sb_put(&h, "{\"__metadata__\":{", 17);
-    int first = 1;
-    if (!meta_src || nb_st_metadata_get(meta_src, "format", &fmtv, NULL, 0) != NB_OK) {
-        sb_put(&h, "\"format\":\"pt\"", 13);
-        first = 0;
+    int has_format = 0;
+    nb_status st = meta_src ? nb_st_metadata_count(meta_src, &nm) : NB_OK;
+    for (size_t i = 0; i < nm && !has_format && st == NB_OK; i++) {
+        const char *key = "";
+        st = nb_st_metadata_at(meta_src, i, &key, NULL);
+        has_format = !strcmp(key, "format");
     }
-    nb_status st = NB_OK;
+    if (st != NB_OK) return st;
+    sb_put(h, "{\"__metadata__\":{", 17);
+    if (!has_format) sb_put(h, "\"format\":\"pt\"", 13);
     for (size_t i = 0; i < nm; i++) {
         const char *key, *val;
-        if ((st = nb_st_metadata_at(meta_src, i, &key, &val, o->err, o->errlen)) != NB_OK) goto fail;
-        if (!first) sb_put(&h, ",", 1);
-        first = 0;
-        sb_json_str(&h, key);
-        sb_put(&h, ":", 1);
-        sb_json_str(&h, val);
+        if ((st = nb_st_metadata_at(meta_src, i, &key, &val)) != NB_OK) return st;
+        if (i || !has_format) sb_put(h, ",", 1);
+        sb_json_str(h, key);
+        sb_put(h, ":", 1);
+        sb_json_str(h, val);
     }
-    sb_put(&h, "}", 1);
+    sb_put(h, "}", 1);
     for (size_t i = 0; i < ne; i++) {
         const char *dn = "U8";
-        nb_st_dtype_info(ents[i].dtype, &dn, NULL);
-        sb_put(&h, ",", 1);
-        sb_json_str(&h, ents[i].name);
-        sb_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[", dn);
-        for (int d = 0; d < ents[i].rank; d++) sb_printf(&h, d ? ",%lld" : "%lld", (long long)ents[i].shape[d]);
-        sb_printf(&h, "],\"data_offsets\":[%llu,", (unsigned long long)ents[i].off);
-        sb_printf(&h, "%llu]}", (unsigned long long)(ents[i].off + ents[i].bytes));
+        nb_st_dtype_info(ents[i].dtype, &dn, NULL); /* checked by shard_layout */
+        sb_put(h, ",", 1);
+        sb_json_str(h, ents[i].name);
+        sb_printf(h, ":{\"dtype\":\"%s\",\"shape\":[", dn);
+        for (int d = 0; d < ents[i].rank; d++) sb_printf(h, d ? ",%lld" : "%lld", (long long)ents[i].shape[d]);
+        sb_printf(h, "],\"data_offsets\":[%llu,", (unsigned long long)ents[i].off);
+        sb_printf(h, "%llu]}", (unsigned long long)(ents[i].off + ents[i].bytes));
     }
-    sb_put(&h, "}", 1);
-    while (!h.oom && h.n % 8) sb_put(&h, " ", 1);
-    if (h.oom) {
-        st = nbio_fail(o->err, o->errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
-        goto fail;
-    }
-    if (h.n > NB_ST_MAX_HEADER) {
-        st = nbio_fail(o->err, o->errlen, NB_ERR_OVERFLOW, "%s: header of %zu bytes is over the limit", name, h.n);
-        goto fail;
-    }
+    sb_put(h, "}", 1);
+    while (!h->oom && h->n % 8) sb_put(h, " ", 1);
+    if (h->oom) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
+    if (h->n > NB_ST_MAX_HEADER)
+        return nbi_fail(NULL, NB_ERR_OVERFLOW, "%s: header of %zu bytes is over the limit", name, h->n);
+    return NB_OK;
+}
 
-    s->final = nbio_join(o->dir, name);
-    size_t tl = strlen(o->dir) + strlen(name) + 32;
+/* Stage 3: the registered temporary file, holding the header and sized for
+ * the data. */
+static nb_status shard_create(nbio_out *o, nbio_shard *s, const sbuf *h) {
+    s->final = nbio_join(o->dir, s->name);
+    size_t tl = strlen(o->dir) + strlen(s->name) + 32;
     s->tmp = (char *)malloc(tl);
-    if (!s->final || !s->tmp) {
-        st = nbio_fail(o->err, o->errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
-        goto fail;
-    }
-    snprintf(s->tmp, tl, "%s/.%s.tmp.XXXXXX", o->dir, name);
+    if (!s->final || !s->tmp) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
+    snprintf(s->tmp, tl, "%s/.%s.tmp.XXXXXX", o->dir, s->name);
     s->fd = mkstemp(s->tmp);
-    if (s->fd < 0) {
-        st = nbio_fail(o->err, o->errlen, NB_ERR_IO, "%s: %s", s->tmp, strerror(errno));
-        goto fail;
-    }
+    if (s->fd < 0) return nbi_fail(NULL, NB_ERR_IO, "%s: %s", s->tmp, strerror(errno));
     if (!nbio_push_str(&o->created, &o->ncreated, nbio_strdup(s->tmp))) {
         close(s->fd);
         s->fd = -1;
         unlink(s->tmp);
-        st = nbio_fail(o->err, o->errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
-        goto fail;
+        return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
     }
     (void)fchmod(s->fd, 0644); /* as nb_st_write; mkstemp creates 0600 */
     uint8_t len8[8];
-    for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)h.n >> (8 * i));
-    s->base = 8 + (uint64_t)h.n;
-    if (pwrite_all(s->fd, len8, 8, 0) != NB_OK || pwrite_all(s->fd, h.p, h.n, 8) != NB_OK ||
-        ftruncate(s->fd, (off_t)(s->base + s->data_bytes))) {
-        st = nbio_fail(o->err, o->errlen, NB_ERR_IO, "%s: write: %s", s->tmp, strerror(errno));
-        goto fail;
-    }
-    free(h.p);
+    for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)h->n >> (8 * i));
+    s->base = 8 + (uint64_t)h->n;
+    if (pwrite_all(s->fd, len8, 8, 0) != NB_OK || pwrite_all(s->fd, h->p, h->n, 8) != NB_OK ||
+        ftruncate(s->fd, (off_t)(s->base + s->data_bytes)))
+        return nbi_fail(NULL, NB_ERR_IO, "%s: write: %s", s->tmp, strerror(errno));
     return NB_OK;
-fail:
+}
+
+nb_status nbio_shard_begin(nbio_out *o, nbio_shard *s, const char *name, const nb_st_file *meta_src, nbio_oent *ents,
+                           size_t ne) {
+    memset(s, 0, sizeof *s);
+    s->o = o;
+    s->name = name;
+    s->fd = -1;
+    sbuf h = {0};
+    nb_status st = shard_layout(name, ents, ne, &s->data_bytes);
+    if (st == NB_OK) st = shard_header(name, meta_src, ents, ne, &h);
+    if (st == NB_OK) st = shard_create(o, s, &h);
     free(h.p);
-    nbio_shard_end(s);
+    if (st != NB_OK) nbio_shard_end(s);
     return st;
 }
 
 nb_status nbio_shard_write(nbio_shard *s, const nbio_oent *e, const void *p, size_t n, uint64_t at) {
     if (at > e->bytes || n > e->bytes - at)
-        return nbio_fail(s->o->err, s->o->errlen, NB_ERR_INTERNAL, "%s: %zu bytes at %llu overflow tensor %s", s->name,
-                         n, (unsigned long long)at, e->name);
+        return nbi_fail(NULL, NB_ERR_INTERNAL, "%s: %zu bytes at %llu overflow tensor %s", s->name,
+                        n, (unsigned long long)at, e->name);
     if (pwrite_all(s->fd, p, n, s->base + e->off + at) != NB_OK)
-        return nbio_fail(s->o->err, s->o->errlen, NB_ERR_IO, "%s: writing %s: %s", s->tmp, e->name, strerror(errno));
+        return nbi_fail(NULL, NB_ERR_IO, "%s: writing %s: %s", s->tmp, e->name, strerror(errno));
     return NB_OK;
 }
 
@@ -497,11 +482,11 @@ nb_status nbio_shard_copy(nbio_shard *s, const nbio_oent *e, const void *src) {
 
 nb_status nbio_shard_commit(nbio_shard *s, const nbio_oent *ents, size_t ne) {
     nbio_out *o = s->o;
-    if (fsync(s->fd)) return nbio_fail(o->err, o->errlen, NB_ERR_IO, "%s: fsync: %s", s->tmp, strerror(errno));
+    if (fsync(s->fd)) return nbi_fail(NULL, NB_ERR_IO, "%s: fsync: %s", s->tmp, strerror(errno));
     int rc = close(s->fd);
     s->fd = -1;
     if (rc || rename(s->tmp, s->final))
-        return nbio_fail(o->err, o->errlen, NB_ERR_IO, "%s: %s", s->final, strerror(errno));
+        return nbi_fail(NULL, NB_ERR_IO, "%s: %s", s->final, strerror(errno));
     for (size_t i = o->ncreated; i-- > 0;) /* the temporary name becomes the final one */
         if (!strcmp(o->created[i], s->tmp)) {
             free(o->created[i]);
@@ -516,14 +501,14 @@ nb_status nbio_shard_commit(nbio_shard *s, const nbio_oent *ents, size_t ne) {
         char *a = nbio_strdup(ents[i].name), *b = nbio_strdup(s->name);
         if (!nbio_push_str(&o->wm_name, &o->nwm, a) || !b) {
             free(b);
-            return nbio_fail(o->err, o->errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
+            return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
         }
         char **sh = (char **)realloc(o->wm_shard, o->nwm * sizeof *sh);
         if (!sh) {
             free(b);
             o->nwm--;
             free(o->wm_name[o->nwm]);
-            return nbio_fail(o->err, o->errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
+            return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
         }
         o->wm_shard = sh;
         sh[o->nwm - 1] = b;
@@ -623,30 +608,36 @@ cJSON *nbio_qc_quark(const char *mode, const char *const *excl, size_t n) {
 }
 
 /* compressed-tensors QuantizationArgs (quant_scheme.py presets NVFP4,
- * NVFP4A16, MXFP4) */
-static cJSON *ct_args(int nvfp4, int dynamic) {
+ * NVFP4A16, MXFP4) of weight format fi: a format with a tensor scale is the
+ * "tensor_group" strategy (NVFP4's global scale), dynamic activations
+ * "local"; the scale dtype follows the scale type. */
+static cJSON *ct_args(const nb_format_info *fi, int dynamic) {
     cJSON *w = cJSON_CreateObject();
-    cJSON_AddNumberToObject(w, "num_bits", 4);
+    cJSON_AddNumberToObject(w, "num_bits", fi->element_bits);
     cJSON_AddStringToObject(w, "type", "float");
-    cJSON_AddStringToObject(w, "strategy", nvfp4 ? "tensor_group" : "group");
-    cJSON_AddNumberToObject(w, "group_size", nvfp4 ? 16 : 32);
+    cJSON_AddStringToObject(w, "strategy", fi->tensor_scale ? "tensor_group" : "group");
+    cJSON_AddNumberToObject(w, "group_size", fi->group_size);
     cJSON_AddBoolToObject(w, "symmetric", 1);
-    if (dynamic && nvfp4) cJSON_AddStringToObject(w, "dynamic", "local");
+    if (dynamic && fi->tensor_scale) cJSON_AddStringToObject(w, "dynamic", "local");
     else cJSON_AddBoolToObject(w, "dynamic", dynamic);
-    cJSON_AddStringToObject(w, "scale_dtype", nvfp4 ? "float8_e4m3fn" : "uint8");
+    cJSON_AddStringToObject(w, "scale_dtype", fi->scale_type == NB_SCALE_E4M3 ? "float8_e4m3fn" : "uint8");
     return w;
 }
 
-cJSON *nbio_qc_ct(int nvfp4, int input_acts, const char *const *ignore, size_t n) {
+cJSON *nbio_qc_ct(nb_format f, int input_acts, const char *const *ignore, size_t n) {
+    nb_format_info fi;
+    if (nb_format_get_info(f, &fi) != NB_OK) return NULL; /* the caller names only formats of the table */
+    char format[48];
+    snprintf(format, sizeof format, "%s-pack-quantized", fi.name);
     cJSON *qc = cJSON_CreateObject();
     cJSON_AddStringToObject(qc, "quant_method", "compressed-tensors");
-    cJSON_AddStringToObject(qc, "format", nvfp4 ? "nvfp4-pack-quantized" : "mxfp4-pack-quantized");
+    cJSON_AddStringToObject(qc, "format", format);
     cJSON_AddStringToObject(qc, "quantization_status", "compressed");
     cJSON *g0 = cJSON_AddObjectToObject(cJSON_AddObjectToObject(qc, "config_groups"), "group_0");
     cJSON *targets = cJSON_AddArrayToObject(g0, "targets");
     cJSON_AddItemToArray(targets, cJSON_CreateString("Linear"));
-    cJSON_AddItemToObject(g0, "weights", ct_args(nvfp4, 0));
-    if (input_acts) cJSON_AddItemToObject(g0, "input_activations", ct_args(nvfp4, 1));
+    cJSON_AddItemToObject(g0, "weights", ct_args(&fi, 0));
+    if (input_acts) cJSON_AddItemToObject(g0, "input_activations", ct_args(&fi, 1));
     else cJSON_AddNullToObject(g0, "input_activations");
     cJSON_AddItemToObject(qc, "ignore", str_array(ignore, n));
     cJSON_AddNullToObject(qc, "kv_cache_scheme");

@@ -1,35 +1,105 @@
-/* io_internal.h - helpers shared by the files of nibble_io (not installed). */
+/* io_internal.h - helpers shared by the files of src/io (not installed, not
+ * exported: every declaration here is NB_INTERNAL).  The public checkpoint
+ * API is include/nibble_io.h.
+ *
+ * Errors: every function that can fail returns nb_status and records its
+ * message with nbi_fail (../internal.h), the thread-local buffer that
+ * nb_last_error() reads, like the core library.  Lookups that only probe
+ * (does this tensor exist?) use the nbio_*_lookup helpers, which record
+ * nothing, so a successful call does not leave a stale failure message. */
 #ifndef NB_IO_INTERNAL_H
 #define NB_IO_INTERNAL_H
 
-#include "nibble.h"
+#include "../internal.h"
+#include "nibble_io.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
-/* Format a message into err (errlen bytes; either may be 0/NULL) and return st. */
-nb_status nbio_fail(char *err, size_t errlen, nb_status st, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5), visibility("hidden")));
+/* ------------------------------------------------------------ strings, files */
+
 /* malloc'ed copy of s, NULL when out of memory. */
-char *nbio_strdup(const char *s) __attribute__((visibility("hidden")));
-
+NB_INTERNAL char *nbio_strdup(const char *s);
+/* a + "/" + b and a + b, malloc'ed (NULL when out of memory). */
+NB_INTERNAL char *nbio_join(const char *a, const char *b);
+NB_INTERNAL char *nbio_concat(const char *a, const char *b);
+NB_INTERNAL int nbio_ends_with(const char *s, const char *suffix);
 /* Offset of the first byte that breaks strict UTF-8, or n when all is valid. */
-size_t nbio_utf8_bad(const unsigned char *s, size_t n) __attribute__((visibility("hidden")));
+NB_INTERNAL size_t nbio_utf8_bad(const unsigned char *s, size_t n);
+/* Append s (malloc'ed; freed on failure) to a growable array: 1 on success. */
+NB_INTERNAL int nbio_push_str(char ***arr, size_t *n, char *s);
+NB_INTERNAL void nbio_free_strs(char **a, size_t n);
+
 /* Map a regular file read-only (MAP_PRIVATE); files shorter than min_size
  * (or empty) are not mapped (*map NULL, *size set).  munmap(*map, *size). */
-nb_status nbio_map_file(const char *path, size_t min_size, void **map, size_t *size, char *err, size_t errlen)
-    __attribute__((visibility("hidden")));
-
-/* a + "/" + b, malloc'ed (NULL when out of memory). */
-char *nbio_join(const char *a, const char *b) __attribute__((visibility("hidden")));
-int nbio_ends_with(const char *s, const char *suffix) __attribute__((visibility("hidden")));
+NB_INTERNAL nb_status nbio_map_file(const char *path, size_t min_size, void **map, size_t *size);
 /* Resolve a checkpoint path (a .safetensors file, a directory holding
  * model.safetensors.index.json or model.safetensors, or an index file) to its
  * directory and the file to open; both malloc'ed.  Sets *sharded for an
  * index. */
-nb_status nbio_resolve_checkpoint(const char *path, char **dir, char **file, int *sharded, char *err, size_t errlen)
-    __attribute__((visibility("hidden")));
+NB_INTERNAL nb_status nbio_resolve_checkpoint(const char *path, char **dir, char **file, int *sharded);
+/* Drop the pages of [p, p+n) of a read-only MAP_PRIVATE file mapping (they
+ * are read from the file again if touched). */
+NB_INTERNAL void nbio_drop_pages(const void *p, size_t n);
 
-/* ------------------------------------------------------------------ ckpt_out.c
+/* ------------------------------------------------------------ formats */
+
+/* The row of nibble.h's format table for `f`, recorded as a failure naming
+ * `what` when f is not a format of this library (NB_ERR_INVALID_ARGUMENT:
+ * the caller passed a value that is no format at all). */
+NB_INTERNAL nb_status nbio_format_info(nb_format f, const char *what, nb_format_info *out);
+/* The safetensors dtype a checkpoint stores block scales of this type in
+ * (E4M3: F8_E4M3, E8M0: U8); 0 for a scale type without one. */
+NB_INTERNAL nb_st_dtype nbio_scale_dtype(int32_t scale_type);
+
+/* ------------------------------------------------------------ lookups that record nothing */
+
+NB_INTERNAL const nb_st_tensor *nbio_st_lookup(const nb_st_file *f, const char *name);
+NB_INTERNAL const nb_st_tensor *nbio_st_index_lookup(const nb_st_index *x, const char *name);
+/* The tensor's index in the checkpoint, -1 when absent; its layer (-1: none). */
+NB_INTERNAL int64_t nbio_ckpt_lookup(const nb_ckpt *c, const char *name, int64_t *layer);
+NB_INTERNAL const nb_ckpt_layer *nbio_ckpt_layer_ref(const nb_ckpt *c, size_t i);
+NB_INTERNAL int64_t nbio_ckpt_layer_lookup(const nb_ckpt *c, const char *prefix);
+NB_INTERNAL int64_t nbio_gguf_lookup(const nb_gguf_file *g, const char *name);
+/* The nibble format a ggml type imports as, 0 for a type that is not imported. */
+NB_INTERNAL nb_format nbio_ggml_format(uint32_t type);
+
+/* ------------------------------------------------------------ readers for the fuzzers and tests */
+
+/* The index rules that need no shard (text, JSON, weight_map, shard names,
+ * no name twice) on `len` bytes in memory; the counts of tensors and
+ * distinct shards (either may be NULL). */
+NB_INTERNAL nb_status nbio_st_index_check_memory(const char *text, size_t len, const char *label, size_t *ntensors,
+                                                 size_t *nshards);
+/* The config reading of nb_ckpt_open on texts in memory (either may be NULL
+ * with length 0), then whether each of prefixes[0..n) is excluded.  Same
+ * statuses as nb_ckpt_open's config part. */
+NB_INTERNAL nb_status nbio_ckpt_config_check_memory(const char *hf_json, size_t hf_len, const char *cfg_json,
+                                                    size_t cfg_len, const char *const *prefixes, size_t n,
+                                                    int *excluded);
+
+/* ------------------------------------------------------------ JSON files */
+
+typedef struct cJSON cJSON;
+
+/* dir/name as a JSON object (NULL with NB_OK when the file does not exist);
+ * at most max bytes, else NB_ERR_CORRUPT; malformed JSON: NB_ERR_CORRUPT
+ * naming the file and the byte. */
+NB_INTERNAL nb_status nbio_read_json(const char *dir, const char *name, size_t max, cJSON **out);
+/* n bytes of text (not NUL-terminated) as a JSON object; label names it. */
+NB_INTERNAL nb_status nbio_parse_json(const char *label, const char *text, size_t n, cJSON **out);
+/* Quantization configs (docs/formats.md 2.3, 2.4, 3.3, 3.5) naming nibble as
+ * the producer; excl[0..n) is the list of unquantized modules.  NULL only
+ * when out of memory (cJSON_Add* then ignore it, and the writer reports it). */
+NB_INTERNAL cJSON *nbio_hf_quant_config(const char *const *excl, size_t n, const char *kv_cache_algo);
+NB_INTERNAL cJSON *nbio_qc_modelopt(const char *const *excl, size_t n);
+NB_INTERNAL cJSON *nbio_qc_quark(const char *mode, const char *const *excl, size_t n);
+/* compressed-tensors for weight format f ("<name>-pack-quantized", the
+ * preset's arguments from f's row); input_acts 0: weight-only
+ * (input_activations null), else the preset's dynamic activation scheme. */
+NB_INTERNAL cJSON *nbio_qc_ct(nb_format f, int input_acts, const char *const *ignore, size_t n);
+
+/* ------------------------------------------------------------ ckpt_out.c
  * Writing a checkpoint directory, shared by nb_ckpt_quantize and
  * nb_ckpt_convert.  Files are registered as they are created so that a
  * failure removes every one of them (and OUT when this module created it).
@@ -37,11 +107,6 @@ nb_status nbio_resolve_checkpoint(const char *path, char **dir, char **file, int
  * (layout of nb_st_write: descending bits per element, then name; header
  * space-padded to a multiple of 8), written to a temporary file, then the
  * caller pwrites each tensor at its offset and commits (fsync + rename). */
-#include "safetensors.h"
-
-#include <stdint.h>
-
-typedef struct cJSON cJSON;
 
 typedef struct nbio_out {
     const char *dir;
@@ -53,8 +118,6 @@ typedef struct nbio_out {
     uint64_t data_bytes;        /* tensor bytes written (the index's total_size) */
     uint64_t file_bytes;        /* bytes of the safetensors files written */
     size_t shards, files_copied;
-    char *err;
-    size_t errlen;
 } nbio_out;
 
 /* One output tensor.  The caller fills name (malloc'ed; freed by
@@ -80,59 +143,62 @@ typedef struct nbio_shard {
     uint64_t base, data_bytes;
 } nbio_shard;
 
-#define NBIO_HIDDEN __attribute__((visibility("hidden")))
-
 /* OUT must not exist (it is created 0755) or be an empty directory. */
-nb_status nbio_out_open(nbio_out *o, const char *dir, char *err, size_t errlen) NBIO_HIDDEN;
+NB_INTERNAL nb_status nbio_out_open(nbio_out *o, const char *dir);
 /* ok == 0: remove every file created (and OUT if created).  Frees all. */
-void nbio_out_close(nbio_out *o, int ok) NBIO_HIDDEN;
+NB_INTERNAL void nbio_out_close(nbio_out *o, int ok);
 /* OUT/name from a cJSON tree (printed, newline-terminated). */
-nb_status nbio_out_write_json(nbio_out *o, const char *name, const cJSON *j) NBIO_HIDDEN;
+NB_INTERNAL nb_status nbio_out_write_json(nbio_out *o, const char *name, const cJSON *j);
 /* Copy every regular file of src_dir except *.safetensors,
  * *.safetensors.index.json and the names in skip[0..nskip). */
-nb_status nbio_out_copy_others(nbio_out *o, const char *src_dir, const char *const *skip, size_t nskip) NBIO_HIDDEN;
+NB_INTERNAL nb_status nbio_out_copy_others(nbio_out *o, const char *src_dir, const char *const *skip, size_t nskip);
 /* OUT/name: {"metadata": {"total_size": ...}, "weight_map": {...}} sorted by name. */
-nb_status nbio_out_write_index(nbio_out *o, const char *name) NBIO_HIDDEN;
+NB_INTERNAL nb_status nbio_out_write_index(nbio_out *o, const char *name);
 
 /* Lay out ents (sorted in place), write the header with meta_src's
  * __metadata__ (plus "format": "pt" when absent; meta_src may be NULL) to a
  * temporary file OUT/.<name>.tmp.XXXXXX sized for the data. */
-nb_status nbio_shard_begin(nbio_out *o, nbio_shard *s, const char *name, const nb_st_file *meta_src, nbio_oent *ents,
-                           size_t ne) NBIO_HIDDEN;
+NB_INTERNAL nb_status nbio_shard_begin(nbio_out *o, nbio_shard *s, const char *name, const nb_st_file *meta_src,
+                                       nbio_oent *ents, size_t ne);
 /* n bytes of p at byte `at` of tensor e. */
-nb_status nbio_shard_write(nbio_shard *s, const nbio_oent *e, const void *p, size_t n, uint64_t at) NBIO_HIDDEN;
+NB_INTERNAL nb_status nbio_shard_write(nbio_shard *s, const nbio_oent *e, const void *p, size_t n, uint64_t at);
 /* All of e's bytes from a read-only file mapping, in chunks, dropping the
- * source pages after each (they are re-read from the file if touched again). */
-nb_status nbio_shard_copy(nbio_shard *s, const nbio_oent *e, const void *src) NBIO_HIDDEN;
+ * source pages after each. */
+NB_INTERNAL nb_status nbio_shard_copy(nbio_shard *s, const nbio_oent *e, const void *src);
 /* fsync, rename to OUT/<name>, add ents to the weight map.  On failure the
  * temporary file stays registered for removal. */
-nb_status nbio_shard_commit(nbio_shard *s, const nbio_oent *ents, size_t ne) NBIO_HIDDEN;
+NB_INTERNAL nb_status nbio_shard_commit(nbio_shard *s, const nbio_oent *ents, size_t ne);
 /* Close a shard that was not committed (safe after commit or on a zeroed one). */
-void nbio_shard_end(nbio_shard *s) NBIO_HIDDEN;
-void nbio_oents_free(nbio_oent *ents, size_t ne) NBIO_HIDDEN;
-/* Drop the pages of [p, p+n) of a read-only MAP_PRIVATE file mapping. */
-void nbio_drop_pages(const void *p, size_t n) NBIO_HIDDEN;
+NB_INTERNAL void nbio_shard_end(nbio_shard *s);
+NB_INTERNAL void nbio_oents_free(nbio_oent *ents, size_t ne);
+/* Fill e as a tensor like t (dtype, rank, shape, bytes) named `name` (taken
+ * over), made from input tensor src in the caller's role. */
+NB_INTERNAL void nbio_oent_like(nbio_oent *e, char *name, const nb_st_tensor *t, size_t src, int role);
 
-/* dir/name as a JSON object (NULL with NB_OK when the file does not exist);
- * at most max bytes, else NB_ERR_CORRUPT; malformed JSON: NB_ERR_CORRUPT
- * naming the file and the byte. */
-nb_status nbio_read_json(const char *dir, const char *name, size_t max, cJSON **out, char *err, size_t errlen) NBIO_HIDDEN;
-/* n bytes of text (not NUL-terminated) as a JSON object; label names it. */
-nb_status nbio_parse_json(const char *label, const char *text, size_t n, cJSON **out, char *err, size_t errlen) NBIO_HIDDEN;
-/* Quantization configs (docs/formats.md 2.3, 2.4, 3.3, 3.5) naming nibble as
- * the producer; excl[0..n) is the list of unquantized modules.  NULL only
- * when out of memory (cJSON_Add* then ignore it, and the writer reports it). */
-cJSON *nbio_hf_quant_config(const char *const *excl, size_t n, const char *kv_cache_algo) NBIO_HIDDEN;
-cJSON *nbio_qc_modelopt(const char *const *excl, size_t n) NBIO_HIDDEN;
-cJSON *nbio_qc_quark(const char *mode, const char *const *excl, size_t n) NBIO_HIDDEN;
-/* compressed-tensors: nvfp4 (else mxfp4); input_acts 0: weight-only
- * (input_activations null), else the preset's dynamic activation scheme. */
-cJSON *nbio_qc_ct(int nvfp4, int input_acts, const char *const *ignore, size_t n) NBIO_HIDDEN;
+/* ------------------------------------------------------------ ckpt_convert.c, ckpt_gguf.c */
 
-/* Append s (malloc'ed; freed on failure) to a growable array: 1 on success. */
-int nbio_push_str(char ***arr, size_t *n, char *s) NBIO_HIDDEN;
-void nbio_free_strs(char **a, size_t n) NBIO_HIDDEN;
-/* malloc'ed a + b (NULL when out of memory). */
-char *nbio_concat(const char *a, const char *b) NBIO_HIDDEN;
+/* A "note: " / "warning: " line through o->warn, counted in sum->warnings. */
+NB_INTERNAL void nbio_convert_warn(const nb_ckpt_convert_opts *o, nb_ckpt_convert_summary *sum, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The value to store for scale v (named `name`) in a compressed-tensors
+ * layer (to_ct) or a ModelOpt one, classified and counted (nibble_io.h, "THE
+ * RECIPROCAL TENSOR SCALE"); with o->strict an inexact one is
+ * NB_ERR_UNSUPPORTED. */
+NB_INTERNAL nb_status nbio_convert_recip(const nb_ckpt_convert_opts *o, nb_ckpt_convert_summary *sum,
+                                         const char *name, float v, int to_ct, float *r);
+/* The layout a layer of weight format f takes in target t (NB_CKPT_NONE when
+ * the target holds no such layer), and the NB_ERR_UNSUPPORTED failure that
+ * says so ("<what>; the quark layout holds MXFP4 only"). */
+NB_INTERNAL nb_ckpt_format nbio_target_layout(nb_ckpt_target t, nb_format f);
+NB_INTERNAL nb_status nbio_target_refuses(nb_ckpt_target t, const char *what);
+/* A format's name in capitals ("NVFP4"), as messages about layouts say it. */
+NB_INTERNAL void nbio_format_upper(nb_format f, char *buf, size_t n);
+/* 1 when `path` is a readable file starting with "GGUF". */
+NB_INTERNAL int nbio_is_gguf(const char *path);
+/* nb_ckpt_convert for a GGUF file (summary already zeroed or NULL). */
+NB_INTERNAL nb_status nbio_convert_gguf(const char *in, const char *out, const nb_ckpt_convert_opts *opts,
+                                        nb_ckpt_convert_summary *summary);
+/* Reserved fields of an input struct must be zero (nibble_io.h). */
+NB_INTERNAL int nbio_reserved_zero(const int32_t *r, size_t n);
 
 #endif

@@ -28,7 +28,6 @@
  * hold them exactly.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "safetensors.h"
 #include "io_internal.h"
 
 #include <cjson/cJSON.h>
@@ -44,23 +43,6 @@
 #include <unistd.h>
 
 /* ------------------------------------------------------------ helpers */
-
-nb_status nbio_fail(char *err, size_t errlen, nb_status st, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
-
-char *nbio_strdup(const char *s) {
-    size_t n = strlen(s) + 1;
-    char *p = (char *)malloc(n);
-    if (p) memcpy(p, s, n);
-    return p;
-}
 
 static const struct {
     const char *name;
@@ -81,24 +63,29 @@ static const struct {
 };
 #define N_DTYPES (sizeof k_dtypes / sizeof k_dtypes[0])
 
+/* The row of dtype t, or NULL. */
+static int dtype_row(nb_st_dtype t) {
+    for (size_t i = 0; i < N_DTYPES; i++)
+        if (k_dtypes[i].t == t) return (int)i;
+    return -1;
+}
+
 nb_status nb_st_dtype_parse(const char *s, nb_st_dtype *out) {
-    if (!s || !out) return NB_ERR_NULL_POINTER;
+    if (!s || !out) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_st_dtype_parse: s and out must not be NULL");
     for (size_t i = 0; i < N_DTYPES; i++)
         if (!strcmp(s, k_dtypes[i].name)) {
             *out = k_dtypes[i].t;
             return NB_OK;
         }
-    return NB_ERR_NOT_FOUND;
+    return nbi_fail(NULL, NB_ERR_NOT_FOUND, "nb_st_dtype_parse: \"%.32s\" is not a safetensors dtype", s);
 }
 
 nb_status nb_st_dtype_info(nb_st_dtype t, const char **name, int *bits) {
-    for (size_t i = 0; i < N_DTYPES; i++)
-        if (k_dtypes[i].t == t) {
-            if (name) *name = k_dtypes[i].name;
-            if (bits) *bits = k_dtypes[i].bits;
-            return NB_OK;
-        }
-    return NB_ERR_INVALID_ARGUMENT;
+    const int r = dtype_row(t);
+    if (r < 0) return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_st_dtype_info: %d is not an nb_st_dtype", (int)t);
+    if (name) *name = k_dtypes[r].name;
+    if (bits) *bits = k_dtypes[r].bits;
+    return NB_OK;
 }
 
 /* Offset of the first byte that breaks strict UTF-8 (no overlong forms, no
@@ -147,8 +134,7 @@ static void key_context(char *buf, size_t len, const unsigned char *s, const siz
 /* The lexical checks cJSON does not make (item 5 of the list at the top).
  * It tracks only enough structure to name the entry in a message; cJSON
  * checks the grammar afterwards. */
-static nb_status scan_json(const char *label, const unsigned char *s, size_t n, int max_depth, int strict_numbers,
-                           char *err, size_t errlen) {
+static nb_status scan_json(const char *label, const unsigned char *s, size_t n, int max_depth, int strict_numbers) {
     char stack[SCAN_MAX_DEPTH];
     int expect_key[SCAN_MAX_DEPTH];
     size_t keys[SCAN_MAX_DEPTH][2];
@@ -161,14 +147,14 @@ static nb_status scan_json(const char *label, const unsigned char *s, size_t n, 
         if (c == '"') {
             size_t j = i + 1;
             for (;;) {
-                if (j >= n) return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: header: unterminated string at byte %zu "
-                                           "(rule: header is valid JSON)", label, i);
+                if (j >= n) return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: header: unterminated string at byte %zu "
+                                            "(rule: header is valid JSON)", label, i);
                 unsigned char b = s[j];
                 if (b == '"') break;
                 if (b < 0x20) {
                     key_context(ctx, sizeof ctx, s, (const size_t(*)[2])keys, depth);
-                    return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: header: %sraw control character 0x%02x in a "
-                                   "string at byte %zu (rule: strings are valid JSON)", label, ctx, b, j);
+                    return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: header: %sraw control character 0x%02x in a "
+                                    "string at byte %zu (rule: strings are valid JSON)", label, ctx, b, j);
                 }
                 if (b == '\\') {
                     if (j + 1 >= n) { j = n; continue; } /* reported as unterminated next turn */
@@ -180,13 +166,13 @@ static nb_status scan_json(const char *label, const unsigned char *s, size_t n, 
                             v <<= 4;
                             if (x >= '0' && x <= '9') v |= (unsigned)(x - '0');
                             else if ((x | 0x20) >= 'a' && (x | 0x20) <= 'f') v |= (unsigned)((x | 0x20) - 'a' + 10);
-                            else return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: header: bad \\u escape at byte "
-                                                "%zu (rule: header is valid JSON)", label, j);
+                            else return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: header: bad \\u escape at byte "
+                                                 "%zu (rule: header is valid JSON)", label, j);
                         }
                         if (v == 0) {
                             key_context(ctx, sizeof ctx, s, (const size_t(*)[2])keys, depth);
-                            return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: header: %s\\u0000 in a string at byte "
-                                           "%zu (rule: names contain no NUL)", label, ctx, j);
+                            return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: header: %s\\u0000 in a string at byte "
+                                            "%zu (rule: names contain no NUL)", label, ctx, j);
                         }
                         j += 6;
                     } else {
@@ -206,8 +192,8 @@ static nb_status scan_json(const char *label, const unsigned char *s, size_t n, 
         }
         if (c == '{' || c == '[') {
             if (depth >= max_depth)
-                return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: header: JSON nested deeper than %d at byte %zu "
-                               "(rule: nesting limit)", label, max_depth, i);
+                return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: header: JSON nested deeper than %d at byte %zu "
+                                "(rule: nesting limit)", label, max_depth, i);
             stack[depth] = (char)c;
             expect_key[depth] = c == '{';
             keys[depth][0] = keys[depth][1] = 0;
@@ -217,8 +203,8 @@ static nb_status scan_json(const char *label, const unsigned char *s, size_t n, 
         }
         if (c == '}' || c == ']') {
             if (depth == 0 || stack[depth - 1] != (c == '}' ? '{' : '['))
-                return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: header: unbalanced '%c' at byte %zu (rule: header "
-                               "is valid JSON)", label, c, i);
+                return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: header: unbalanced '%c' at byte %zu (rule: header "
+                                "is valid JSON)", label, c, i);
             depth--;
             i++;
             continue;
@@ -245,16 +231,16 @@ static nb_status scan_json(const char *label, const unsigned char *s, size_t n, 
                 if (why) {
                     key_context(ctx, sizeof ctx, s, (const size_t(*)[2])keys, depth);
                     int l = (int)(j - i);
-                    return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: header: %snumber '%.*s' at byte %zu %s", label,
-                                   ctx, l > 40 ? 40 : l, (const char *)s + i, i, why);
+                    return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: header: %snumber '%.*s' at byte %zu %s", label,
+                                    ctx, l > 40 ? 40 : l, (const char *)s + i, i, why);
                 }
             }
             i = j;
             continue;
         }
         if (c >= 0x80 || (c < 0x20 && c != ' ' && c != '\t' && c != '\n' && c != '\r'))
-            return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: header: byte 0x%02x outside a string at byte %zu "
-                           "(rule: header is valid JSON)", label, c, i);
+            return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: header: byte 0x%02x outside a string at byte %zu "
+                            "(rule: header is valid JSON)", label, c, i);
         i++;
     }
     return NB_OK;
@@ -262,27 +248,27 @@ static nb_status scan_json(const char *label, const unsigned char *s, size_t n, 
 
 /* Parse `len` bytes (with a NUL at text[len]) as one JSON value followed only
  * by whitespace. */
-static nb_status parse_json(const char *label, const char *text, size_t len, cJSON **out, char *err, size_t errlen) {
+static nb_status parse_json(const char *label, const char *text, size_t len, cJSON **out) {
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     if (!root) {
         size_t at = (end && end >= text && end <= text + len) ? (size_t)(end - text) : 0;
-        return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: header: invalid JSON near byte %zu (rule: header is valid "
-                       "JSON)", label, at);
+        return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: header: invalid JSON near byte %zu (rule: header is valid "
+                        "JSON)", label, at);
     }
     size_t at = (size_t)(end - text);
     for (; at < len; at++) {
         char c = text[at];
         if (c != ' ' && c != '\t' && c != '\n' && c != '\r') {
             cJSON_Delete(root);
-            return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: header: data after the JSON value at byte %zu (rule: "
-                           "header is one JSON object, padded with whitespace)", label, at);
+            return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: header: data after the JSON value at byte %zu (rule: "
+                            "header is one JSON object, padded with whitespace)", label, at);
         }
     }
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
-        return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: header: not a JSON object (rule: header is an object)",
-                       label);
+        return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: header: not a JSON object (rule: header is an object)",
+                        label);
     }
     *out = root;
     return NB_OK;
@@ -333,21 +319,21 @@ static int cmp_offset(const void *a, const void *b) {
     return strcmp(x->name, y->name);
 }
 
-static nb_status parse_metadata(nb_st_file *f, const cJSON *md, char *err, size_t errlen) {
+static nb_status parse_metadata(nb_st_file *f, const cJSON *md) {
     if (!cJSON_IsObject(md))
-        return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: __metadata__ is not an object (rule: __metadata__ maps "
-                       "strings to strings)", f->label);
+        return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: __metadata__ is not an object (rule: __metadata__ maps "
+                        "strings to strings)", f->label);
     size_t n = 0;
     for (const cJSON *c = md->child; c; c = c->next) n++;
     f->m = (st_meta *)calloc(n ? n : 1, sizeof *f->m);
-    if (!f->m) return nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "%s: out of memory", f->label);
+    if (!f->m) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "%s: out of memory", f->label);
     for (const cJSON *c = md->child; c; c = c->next) {
         if (strlen(c->string) > NB_ST_MAX_NAME)
-            return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: __metadata__ key \"%.64s...\" longer than %d bytes "
-                           "(rule: name length limit)", f->label, c->string, NB_ST_MAX_NAME);
+            return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: __metadata__ key \"%.64s...\" longer than %d bytes "
+                            "(rule: name length limit)", f->label, c->string, NB_ST_MAX_NAME);
         if (!cJSON_IsString(c))
-            return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: __metadata__ value of \"%.64s\" is not a string (rule: "
-                           "__metadata__ maps strings to strings)", f->label, c->string);
+            return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: __metadata__ value of \"%.64s\" is not a string (rule: "
+                            "__metadata__ maps strings to strings)", f->label, c->string);
         f->m[f->nm].key = c->string;
         f->m[f->nm].value = c->valuestring;
         f->nm++;
@@ -355,141 +341,144 @@ static nb_status parse_metadata(nb_st_file *f, const cJSON *md, char *err, size_
     qsort(f->m, f->nm, sizeof *f->m, cmp_meta);
     for (size_t i = 1; i < f->nm; i++)
         if (!strcmp(f->m[i - 1].key, f->m[i].key))
-            return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: __metadata__ key \"%.64s\" appears twice (rule: no "
-                           "duplicate keys)", f->label, f->m[i].key);
+            return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: __metadata__ key \"%.64s\" appears twice (rule: no "
+                            "duplicate keys)", f->label, f->m[i].key);
     return NB_OK;
 }
 
-static nb_status parse_tensor(nb_st_file *f, const cJSON *e, nb_st_tensor *t, char *err, size_t errlen) {
+static nb_status parse_tensor(nb_st_file *f, const cJSON *e, nb_st_tensor *t) {
     const char *L = f->label, *name = e->string;
     t->name = name;
     if (!cJSON_IsObject(e))
-        return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": entry is not an object (rule: tensor "
-                       "info is {dtype, shape, data_offsets})", L, name);
+        return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": entry is not an object (rule: tensor "
+                        "info is {dtype, shape, data_offsets})", L, name);
     const cJSON *dt = NULL, *sh = NULL, *off = NULL;
     for (const cJSON *c = e->child; c; c = c->next) {
         const cJSON **slot = !strcmp(c->string, "dtype") ? &dt
                              : !strcmp(c->string, "shape") ? &sh
                              : !strcmp(c->string, "data_offsets") ? &off : NULL;
         if (!slot)
-            return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": unknown field \"%.64s\" (rule: "
-                           "tensor info is {dtype, shape, data_offsets})", L, name, c->string);
+            return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": unknown field \"%.64s\" (rule: "
+                            "tensor info is {dtype, shape, data_offsets})", L, name, c->string);
         if (*slot)
-            return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": field \"%s\" appears twice (rule: no "
-                           "duplicate keys)", L, name, c->string);
+            return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": field \"%s\" appears twice (rule: no "
+                            "duplicate keys)", L, name, c->string);
         *slot = c;
     }
     if (!dt || !sh || !off)
-        return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": missing field \"%s\" (rule: tensor info "
-                       "is {dtype, shape, data_offsets})", L, name, !dt ? "dtype" : !sh ? "shape" : "data_offsets");
-    if (!cJSON_IsString(dt) || nb_st_dtype_parse(dt->valuestring, &t->dtype) != NB_OK)
-        return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": unknown dtype \"%.32s\" (rule: known "
-                       "dtype strings only)", L, name, cJSON_IsString(dt) ? dt->valuestring : "(not a string)");
-    int bits = 0;
-    nb_st_dtype_info(t->dtype, NULL, &bits);
+        return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": missing field \"%s\" (rule: tensor info "
+                        "is {dtype, shape, data_offsets})", L, name, !dt ? "dtype" : !sh ? "shape" : "data_offsets");
+    int row = -1;
+    for (size_t i = 0; cJSON_IsString(dt) && i < N_DTYPES && row < 0; i++)
+        if (!strcmp(dt->valuestring, k_dtypes[i].name)) row = (int)i;
+    if (row < 0)
+        return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": unknown dtype \"%.32s\" (rule: known "
+                        "dtype strings only)", L, name, cJSON_IsString(dt) ? dt->valuestring : "(not a string)");
+    t->dtype = k_dtypes[row].t;
+    const int bits = k_dtypes[row].bits;
     if (!cJSON_IsArray(sh))
-        return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": shape is not an array (rule: shape is "
-                       "an array of non-negative integers)", L, name);
+        return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": shape is not an array (rule: shape is "
+                        "an array of non-negative integers)", L, name);
     uint64_t count = 1;
     int overflow = 0;
     for (const cJSON *c = sh->child; c; c = c->next) {
         uint64_t d;
         if (t->rank >= NB_ST_MAX_RANK)
-            return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": rank above %d (rule: rank limit)", L,
-                           name, NB_ST_MAX_RANK);
+            return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": rank above %d (rule: rank limit)", L,
+                            name, NB_ST_MAX_RANK);
         if (!json_uint(c, &d))
-            return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": shape[%d] is not an integer in "
-                           "[0, 2^48-1] (rule: shape is an array of non-negative integers)", L, name, t->rank);
+            return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": shape[%d] is not an integer in "
+                            "[0, 2^48-1] (rule: shape is an array of non-negative integers)", L, name, t->rank);
         t->shape[t->rank++] = (int64_t)d;
         if (__builtin_mul_overflow(count, d, &count)) overflow = 1;
     }
     if (!cJSON_IsArray(off) || cJSON_GetArraySize(off) != 2)
-        return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": data_offsets is not an array of two "
-                       "integers (rule: data_offsets = [begin, end])", L, name);
+        return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": data_offsets is not an array of two "
+                        "integers (rule: data_offsets = [begin, end])", L, name);
     uint64_t begin, end;
     if (!json_uint(off->child, &begin) || !json_uint(off->child->next, &end))
-        return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": data_offsets entries are not integers in "
-                       "[0, 2^48-1] (rule: data_offsets = [begin, end])", L, name);
+        return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": data_offsets entries are not integers in "
+                        "[0, 2^48-1] (rule: data_offsets = [begin, end])", L, name);
     if (end < begin)
-        return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": data_offsets end %llu < begin %llu "
-                       "(rule: end >= begin, InvalidOffset)", L, name, (unsigned long long)end,
-                       (unsigned long long)begin);
+        return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": data_offsets end %llu < begin %llu "
+                        "(rule: end >= begin, InvalidOffset)", L, name, (unsigned long long)end,
+                        (unsigned long long)begin);
     uint64_t nbits;
     if (overflow || __builtin_mul_overflow(count, (uint64_t)bits, &nbits))
-        return nbio_fail(err, errlen, NB_ERR_OVERFLOW, "%s: tensor \"%.64s\": product of shape x %d bits overflows "
-                       "64 bits (rule: ValidationOverflow)", L, name, bits);
+        return nbi_fail(NULL, NB_ERR_OVERFLOW, "%s: tensor \"%.64s\": product of shape x %d bits overflows "
+                        "64 bits (rule: ValidationOverflow)", L, name, bits);
     if (nbits % 8)
-        return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": %llu elements x %d bits is not a whole "
-                       "number of bytes (rule: MisalignedSlice)", L, name, (unsigned long long)count, bits);
+        return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": %llu elements x %d bits is not a whole "
+                        "number of bytes (rule: MisalignedSlice)", L, name, (unsigned long long)count, bits);
     if (end - begin != nbits / 8)
-        return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": data_offsets span %llu bytes, shape and "
-                       "dtype need %llu (rule: end - begin == bytes, TensorInvalidInfo)", L, name,
-                       (unsigned long long)(end - begin), (unsigned long long)(nbits / 8));
+        return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": data_offsets span %llu bytes, shape and "
+                        "dtype need %llu (rule: end - begin == bytes, TensorInvalidInfo)", L, name,
+                        (unsigned long long)(end - begin), (unsigned long long)(nbits / 8));
     t->offset = begin;
     t->bytes = (size_t)(nbits / 8);
     return NB_OK;
 }
 
-static nb_status validate(nb_st_file *f, char *err, size_t errlen) {
+static nb_status validate(nb_st_file *f) {
     const char *L = f->label;
     if (f->size < 8)
-        return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: file is %zu bytes (rule: at least 8, HeaderTooSmall)", L,
-                       f->size);
+        return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: file is %zu bytes (rule: at least 8, HeaderTooSmall)", L,
+                        f->size);
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--) n = (n << 8) | f->base[i];
     if (n > NB_ST_MAX_HEADER)
-        return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: header length %llu exceeds %llu (rule: HeaderTooLarge)", L,
-                       (unsigned long long)n, NB_ST_MAX_HEADER);
+        return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: header length %llu exceeds %llu (rule: HeaderTooLarge)", L,
+                        (unsigned long long)n, NB_ST_MAX_HEADER);
     /* n <= 1e8, so 8 + n cannot overflow; compare without subtracting. */
     if (8 + n > (uint64_t)f->size)
-        return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: header length %llu + 8 exceeds the file size %zu (rule: "
-                       "InvalidHeaderLength)", L, (unsigned long long)n, f->size);
+        return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: header length %llu + 8 exceeds the file size %zu (rule: "
+                        "InvalidHeaderLength)", L, (unsigned long long)n, f->size);
     f->hlen = (size_t)n;
     const unsigned char *h = f->base + 8;
     size_t bad = nbio_utf8_bad(h, f->hlen);
     if (bad != f->hlen)
-        return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: header: invalid UTF-8 at byte %zu (rule: header is UTF-8)",
-                       L, bad);
-    nb_status st = scan_json(L, h, f->hlen, NB_ST_MAX_DEPTH, 1, err, errlen);
+        return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: header: invalid UTF-8 at byte %zu (rule: header is UTF-8)",
+                        L, bad);
+    nb_status st = scan_json(L, h, f->hlen, NB_ST_MAX_DEPTH, 1);
     if (st) return st;
     f->header = (char *)malloc(f->hlen + 1);
-    if (!f->header) return nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "%s: out of memory for the header", L);
+    if (!f->header) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "%s: out of memory for the header", L);
     memcpy(f->header, h, f->hlen);
     f->header[f->hlen] = 0;
-    st = parse_json(L, f->header, f->hlen, &f->root, err, errlen);
+    st = parse_json(L, f->header, f->hlen, &f->root);
     if (st) return st;
 
     size_t entries = 0;
     for (const cJSON *c = f->root->child; c; c = c->next) entries++;
     f->t = (nb_st_tensor *)calloc(entries ? entries : 1, sizeof *f->t);
-    if (!f->t) return nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "%s: out of memory", L);
+    if (!f->t) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "%s: out of memory", L);
     const cJSON *md = NULL;
     for (const cJSON *c = f->root->child; c; c = c->next) {
         if (strlen(c->string) > NB_ST_MAX_NAME)
-            return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: tensor \"%.64s...\": name longer than %d bytes (rule: "
-                           "name length limit)", L, c->string, NB_ST_MAX_NAME);
+            return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%.64s...\": name longer than %d bytes (rule: "
+                            "name length limit)", L, c->string, NB_ST_MAX_NAME);
         if (!strcmp(c->string, "__metadata__")) {
             if (md)
-                return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: __metadata__ appears twice (rule: no duplicate "
-                               "keys)", L);
+                return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: __metadata__ appears twice (rule: no duplicate "
+                                "keys)", L);
             md = c;
-            if ((st = parse_metadata(f, c, err, errlen))) return st;
+            if ((st = parse_metadata(f, c))) return st;
             continue;
         }
-        if ((st = parse_tensor(f, c, &f->t[f->nt], err, errlen))) return st;
+        if ((st = parse_tensor(f, c, &f->t[f->nt]))) return st;
         f->nt++;
     }
     if (!f->m && !(f->m = (st_meta *)calloc(1, sizeof *f->m)))
-        return nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "%s: out of memory", L);
+        return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "%s: out of memory", L);
 
     qsort(f->t, f->nt, sizeof *f->t, cmp_name);
     for (size_t i = 1; i < f->nt; i++)
         if (!strcmp(f->t[i - 1].name, f->t[i].name))
-            return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": name appears twice (rule: no duplicate "
-                           "tensor names)", L, f->t[i].name);
+            return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": name appears twice (rule: no duplicate "
+                            "tensor names)", L, f->t[i].name);
 
     nb_st_tensor **by = (nb_st_tensor **)malloc((f->nt ? f->nt : 1) * sizeof *by);
-    if (!by) return nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "%s: out of memory", L);
+    if (!by) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "%s: out of memory", L);
     for (size_t i = 0; i < f->nt; i++) by[i] = &f->t[i];
     qsort(by, f->nt, sizeof *by, cmp_offset);
     uint64_t pos = 0; /* end of the previous tensor; every offset <= 2^48-1, so no sum overflows */
@@ -497,13 +486,13 @@ static nb_status validate(nb_st_file *f, char *err, size_t errlen) {
         const nb_st_tensor *t = by[i];
         if (t->offset != pos) {
             if (i == 0)
-                st = nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": first data offset is %llu, not 0 "
-                             "(rule: InvalidOffset)", L, t->name, (unsigned long long)t->offset);
+                st = nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": first data offset is %llu, not 0 "
+                              "(rule: InvalidOffset)", L, t->name, (unsigned long long)t->offset);
             else
-                st = nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": begins at %llu but \"%.64s\" ends at "
-                             "%llu: %s (rule: tensors are contiguous, InvalidOffset)", L, t->name,
-                             (unsigned long long)t->offset, by[i - 1]->name, (unsigned long long)pos,
-                             t->offset > pos ? "gap" : "overlap");
+                st = nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": begins at %llu but \"%.64s\" ends at "
+                              "%llu: %s (rule: tensors are contiguous, InvalidOffset)", L, t->name,
+                              (unsigned long long)t->offset, by[i - 1]->name, (unsigned long long)pos,
+                              t->offset > pos ? "gap" : "overlap");
             free(by);
             return st;
         }
@@ -512,9 +501,9 @@ static nb_status validate(nb_st_file *f, char *err, size_t errlen) {
     free(by);
     uint64_t buffer = (uint64_t)f->size - 8 - n;
     if (pos != buffer)
-        return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: tensors cover %llu bytes of a %llu-byte data buffer: %s "
-                       "(rule: last end + 8 + N == file size, MetadataIncompleteBuffer)", L, (unsigned long long)pos,
-                       (unsigned long long)buffer, pos < buffer ? "trailing bytes" : "data missing");
+        return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensors cover %llu bytes of a %llu-byte data buffer: %s "
+                        "(rule: last end + 8 + N == file size, MetadataIncompleteBuffer)", L, (unsigned long long)pos,
+                        (unsigned long long)buffer, pos < buffer ? "trailing bytes" : "data missing");
     const unsigned char *data = f->base + 8 + f->hlen;
     for (size_t i = 0; i < f->nt; i++) f->t[i].data = data + f->t[i].offset;
     return NB_OK;
@@ -532,8 +521,8 @@ nb_status nb_st_close(nb_st_file *f) {
     return NB_OK;
 }
 
-static nb_status open_common(nb_st_file *f, nb_st_file **out, char *err, size_t errlen) {
-    nb_status st = validate(f, err, errlen);
+static nb_status open_common(nb_st_file *f, nb_st_file **out) {
+    nb_status st = validate(f);
     if (st) {
         nb_st_close(f);
         return st;
@@ -542,60 +531,59 @@ static nb_status open_common(nb_st_file *f, nb_st_file **out, char *err, size_t 
     return NB_OK;
 }
 
-nb_status nb_st_open_memory(const void *data, size_t size, const char *label, nb_st_file **out, char *err,
-                            size_t errlen) {
-    if (!out) return nbio_fail(err, errlen, NB_ERR_NULL_POINTER, "nb_st_open_memory: out is NULL");
+nb_status nb_st_open_memory(const void *data, size_t size, const char *label, nb_st_file **out) {
+    if (!out) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_st_open_memory: out is NULL");
     *out = NULL;
-    if (!data && size) return nbio_fail(err, errlen, NB_ERR_NULL_POINTER, "nb_st_open_memory: data is NULL");
+    if (!data && size) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_st_open_memory: data is NULL");
     nb_st_file *f = (nb_st_file *)calloc(1, sizeof *f);
     if (!f || !(f->label = nbio_strdup(label ? label : "<memory>"))) {
         free(f);
-        return nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "nb_st_open_memory: out of memory");
+        return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "nb_st_open_memory: out of memory");
     }
     f->base = (const unsigned char *)data;
     f->size = size;
-    return open_common(f, out, err, errlen);
+    return open_common(f, out);
 }
 
-nb_status nb_st_open(const char *path, nb_st_file **out, char *err, size_t errlen) {
-    if (!out) return nbio_fail(err, errlen, NB_ERR_NULL_POINTER, "nb_st_open: out is NULL");
+nb_status nb_st_open(const char *path, nb_st_file **out) {
+    if (!out) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_st_open: out is NULL");
     *out = NULL;
-    if (!path) return nbio_fail(err, errlen, NB_ERR_NULL_POINTER, "nb_st_open: path is NULL");
+    if (!path) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_st_open: path is NULL");
     void *map = NULL;
     size_t size = 0;
-    nb_status st = nbio_map_file(path, 8, &map, &size, err, errlen);
+    nb_status st = nbio_map_file(path, 8, &map, &size);
     if (st != NB_OK) return st;
     nb_st_file *f = (nb_st_file *)calloc(1, sizeof *f);
     if (!f || !(f->label = nbio_strdup(path))) {
         free(f);
         if (map) munmap(map, size);
-        return nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
+        return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
     }
     static const unsigned char empty[1] = {0};
     f->size = size;
     f->map = map;
     f->base = map ? (const unsigned char *)map : empty; /* files under 8 bytes are not mapped: validate rejects them */
-    return open_common(f, out, err, errlen);
+    return open_common(f, out);
 }
 
-nb_status nbio_map_file(const char *path, size_t min_size, void **map, size_t *size, char *err, size_t errlen) {
+nb_status nbio_map_file(const char *path, size_t min_size, void **map, size_t *size) {
     *map = NULL;
     *size = 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return nbio_fail(err, errlen, NB_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (fd < 0) return nbi_fail(NULL, NB_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
         int e = errno;
         close(fd);
-        return nbio_fail(err, errlen, NB_ERR_IO, "%s: fstat: %s", path, strerror(e));
+        return nbi_fail(NULL, NB_ERR_IO, "%s: fstat: %s", path, strerror(e));
     }
     if (!S_ISREG(sb.st_mode)) {
         close(fd);
-        return nbio_fail(err, errlen, NB_ERR_IO, "%s: not a regular file", path);
+        return nbi_fail(NULL, NB_ERR_IO, "%s: not a regular file", path);
     }
     if ((uint64_t)sb.st_size > (uint64_t)SIZE_MAX) {
         close(fd);
-        return nbio_fail(err, errlen, NB_ERR_OVERFLOW, "%s: file size does not fit in size_t", path);
+        return nbi_fail(NULL, NB_ERR_OVERFLOW, "%s: file size does not fit in size_t", path);
     }
     *size = (size_t)sb.st_size;
     if (*size >= min_size && *size > 0) {
@@ -603,7 +591,7 @@ nb_status nbio_map_file(const char *path, size_t min_size, void **map, size_t *s
         if (m == MAP_FAILED) {
             int e = errno;
             close(fd);
-            return nbio_fail(err, errlen, NB_ERR_IO, "%s: mmap of %zu bytes: %s", path, *size, strerror(e));
+            return nbi_fail(NULL, NB_ERR_IO, "%s: mmap of %zu bytes: %s", path, *size, strerror(e));
         }
         *map = m;
     }
@@ -612,53 +600,56 @@ nb_status nbio_map_file(const char *path, size_t min_size, void **map, size_t *s
 }
 
 nb_status nb_st_count(const nb_st_file *f, size_t *count) {
-    if (!f || !count) return NB_ERR_NULL_POINTER;
+    if (!f || !count) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_st_count: f and count must not be NULL");
     *count = f->nt;
     return NB_OK;
 }
 
-nb_status nb_st_tensor_at(const nb_st_file *f, size_t i, nb_st_tensor *out, char *err, size_t errlen) {
-    if (!f || !out) return nbio_fail(err, errlen, NB_ERR_NULL_POINTER, "nb_st_tensor_at: NULL argument");
+nb_status nb_st_tensor_at(const nb_st_file *f, size_t i, nb_st_tensor *out) {
+    if (!f || !out) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_st_tensor_at: NULL argument");
     if (i >= f->nt)
-        return nbio_fail(err, errlen, NB_ERR_NOT_FOUND, "%s: tensor index %zu out of range (%zu tensors)", f->label, i,
-                       f->nt);
+        return nbi_fail(NULL, NB_ERR_NOT_FOUND, "%s: tensor index %zu out of range (%zu tensors)", f->label, i,
+                        f->nt);
     *out = f->t[i];
     return NB_OK;
 }
 
-nb_status nb_st_tensor_find(const nb_st_file *f, const char *name, nb_st_tensor *out, char *err, size_t errlen) {
-    if (!f || !name || !out) return nbio_fail(err, errlen, NB_ERR_NULL_POINTER, "nb_st_tensor_find: NULL argument");
+const nb_st_tensor *nbio_st_lookup(const nb_st_file *f, const char *name) {
     nb_st_tensor key;
     memset(&key, 0, sizeof key);
     key.name = name;
-    const nb_st_tensor *t = (const nb_st_tensor *)bsearch(&key, f->t, f->nt, sizeof *f->t, cmp_name);
-    if (!t) return nbio_fail(err, errlen, NB_ERR_NOT_FOUND, "%s: no tensor \"%.200s\"", f->label, name);
+    return (const nb_st_tensor *)bsearch(&key, f->t, f->nt, sizeof *f->t, cmp_name);
+}
+
+nb_status nb_st_tensor_find(const nb_st_file *f, const char *name, nb_st_tensor *out) {
+    if (!f || !name || !out) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_st_tensor_find: NULL argument");
+    const nb_st_tensor *t = nbio_st_lookup(f, name);
+    if (!t) return nbi_fail(NULL, NB_ERR_NOT_FOUND, "%s: no tensor \"%.200s\"", f->label, name);
     *out = *t;
     return NB_OK;
 }
 
 nb_status nb_st_metadata_count(const nb_st_file *f, size_t *count) {
-    if (!f || !count) return NB_ERR_NULL_POINTER;
+    if (!f || !count) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_st_metadata_count: f and count must not be NULL");
     *count = f->nm;
     return NB_OK;
 }
 
-nb_status nb_st_metadata_at(const nb_st_file *f, size_t i, const char **key, const char **value, char *err,
-                            size_t errlen) {
-    if (!f) return nbio_fail(err, errlen, NB_ERR_NULL_POINTER, "nb_st_metadata_at: file is NULL");
+nb_status nb_st_metadata_at(const nb_st_file *f, size_t i, const char **key, const char **value) {
+    if (!f) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_st_metadata_at: file is NULL");
     if (i >= f->nm)
-        return nbio_fail(err, errlen, NB_ERR_NOT_FOUND, "%s: metadata index %zu out of range (%zu entries)", f->label,
-                       i, f->nm);
+        return nbi_fail(NULL, NB_ERR_NOT_FOUND, "%s: metadata index %zu out of range (%zu entries)", f->label,
+                        i, f->nm);
     if (key) *key = f->m[i].key;
     if (value) *value = f->m[i].value;
     return NB_OK;
 }
 
-nb_status nb_st_metadata_get(const nb_st_file *f, const char *key, const char **value, char *err, size_t errlen) {
-    if (!f || !key || !value) return nbio_fail(err, errlen, NB_ERR_NULL_POINTER, "nb_st_metadata_get: NULL argument");
+nb_status nb_st_metadata_get(const nb_st_file *f, const char *key, const char **value) {
+    if (!f || !key || !value) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_st_metadata_get: NULL argument");
     st_meta k = {key, NULL};
     const st_meta *m = (const st_meta *)bsearch(&k, f->m, f->nm, sizeof *f->m, cmp_meta);
-    if (!m) return nbio_fail(err, errlen, NB_ERR_NOT_FOUND, "%s: no __metadata__ key \"%.200s\"", f->label, key);
+    if (!m) return nbi_fail(NULL, NB_ERR_NOT_FOUND, "%s: no __metadata__ key \"%.200s\"", f->label, key);
     *value = m->value;
     return NB_OK;
 }
@@ -738,150 +729,141 @@ static int utf8_ok(const char *s) {
     return nbio_utf8_bad((const unsigned char *)s, n) == n;
 }
 
-nb_status nb_st_write(const char *path, const nb_st_tensor *tensors, size_t count, const char *const *meta,
-                      size_t npairs, char *err, size_t errlen) {
-    if (!path) return nbio_fail(err, errlen, NB_ERR_NULL_POINTER, "nb_st_write: path is NULL");
-    if (count && !tensors) return nbio_fail(err, errlen, NB_ERR_NULL_POINTER, "%s: tensors is NULL", path);
-    if (npairs && !meta) return nbio_fail(err, errlen, NB_ERR_NULL_POINTER, "%s: metadata is NULL", path);
+/* Stage 1 of nb_st_write: the metadata pairs - strings, UTF-8, key length,
+ * no key twice. */
+static nb_status check_meta(const char *path, const char *const *meta, size_t npairs) {
     for (size_t i = 0; i < 2 * npairs; i++) {
-        if (!meta[i]) return nbio_fail(err, errlen, NB_ERR_NULL_POINTER, "%s: metadata string %zu is NULL", path, i);
+        if (!meta[i]) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "%s: metadata string %zu is NULL", path, i);
         if (!utf8_ok(meta[i]))
-            return nbio_fail(err, errlen, NB_ERR_INVALID_ARGUMENT, "%s: metadata string %zu is not UTF-8", path, i);
+            return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s: metadata string %zu is not UTF-8", path, i);
         if (i % 2 == 0 && strlen(meta[i]) > NB_ST_MAX_NAME)
-            return nbio_fail(err, errlen, NB_ERR_INVALID_ARGUMENT, "%s: metadata key %zu longer than %d bytes", path,
-                           i / 2, NB_ST_MAX_NAME);
+            return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s: metadata key %zu longer than %d bytes", path, i / 2,
+                            NB_ST_MAX_NAME);
         if (i % 2 == 0)
             for (size_t j = 0; j < i; j += 2)
                 if (!strcmp(meta[j], meta[i]))
-                    return nbio_fail(err, errlen, NB_ERR_INVALID_ARGUMENT, "%s: metadata key \"%.64s\" given twice",
-                                   path, meta[i]);
+                    return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s: metadata key \"%.64s\" given twice", path,
+                                    meta[i]);
     }
-    wt *w = (wt *)calloc(count ? count : 1, sizeof *w);
-    if (!w) return nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
-    nb_status st = NB_OK;
-    for (size_t i = 0; i < count && !st; i++) {
-        const nb_st_tensor *t = &tensors[i];
-        const char *nm = t->name ? t->name : "(null)";
-        w[i].t = t;
-        if (!t->name || !t->name[0] || strlen(t->name) > NB_ST_MAX_NAME || !strcmp(t->name, "__metadata__") ||
-            !utf8_ok(t->name)) {
-            st = nbio_fail(err, errlen, NB_ERR_INVALID_ARGUMENT, "%s: tensor %zu \"%.64s\": name is NULL, empty, longer "
-                         "than %d bytes, \"__metadata__\" or not UTF-8", path, i, nm, NB_ST_MAX_NAME);
-            break;
-        }
-        if (nb_st_dtype_info(t->dtype, NULL, &w[i].bits) != NB_OK) {
-            st = nbio_fail(err, errlen, NB_ERR_INVALID_ARGUMENT, "%s: tensor \"%.64s\": unknown dtype %d", path, nm,
-                         (int)t->dtype);
-            break;
-        }
-        if (t->rank < 0 || t->rank > NB_ST_MAX_RANK) {
-            st = nbio_fail(err, errlen, NB_ERR_INVALID_ARGUMENT, "%s: tensor \"%.64s\": rank %d outside 0..%d", path, nm,
-                         t->rank, NB_ST_MAX_RANK);
-            break;
-        }
-        uint64_t elems = 1;
-        for (int d = 0; d < t->rank && !st; d++) {
-            if (t->shape[d] < 0 || (uint64_t)t->shape[d] > NB_ST_MAX_DIM)
-                st = nbio_fail(err, errlen, NB_ERR_INVALID_ARGUMENT, "%s: tensor \"%.64s\": shape[%d] = %lld outside "
-                             "[0, 2^48-1]", path, nm, d, (long long)t->shape[d]);
-            else if (__builtin_mul_overflow(elems, (uint64_t)t->shape[d], &elems))
-                st = nbio_fail(err, errlen, NB_ERR_OVERFLOW, "%s: tensor \"%.64s\": element count overflows", path, nm);
-        }
-        uint64_t nbits;
-        if (!st && __builtin_mul_overflow(elems, (uint64_t)w[i].bits, &nbits))
-            st = nbio_fail(err, errlen, NB_ERR_OVERFLOW, "%s: tensor \"%.64s\": size in bits overflows", path, nm);
-        else if (!st && nbits % 8)
-            st = nbio_fail(err, errlen, NB_ERR_INVALID_ARGUMENT, "%s: tensor \"%.64s\": %llu elements x %d bits is not "
-                         "whole bytes", path, nm, (unsigned long long)elems, w[i].bits);
-        else if (!st && nbits / 8 != (uint64_t)t->bytes)
-            st = nbio_fail(err, errlen, NB_ERR_INVALID_ARGUMENT, "%s: tensor \"%.64s\": bytes %zu, shape and dtype need "
-                         "%llu", path, nm, t->bytes, (unsigned long long)(nbits / 8));
-        else if (!st && t->bytes && !t->data)
-            st = nbio_fail(err, errlen, NB_ERR_NULL_POINTER, "%s: tensor \"%.64s\": data is NULL", path, nm);
+    return NB_OK;
+}
+
+/* Stage 2: tensor i - its name, dtype (bits into w), rank, shape, byte
+ * count, data, reserved fields. */
+static nb_status check_tensor(const char *path, const nb_st_tensor *t, size_t i, wt *w) {
+    const char *nm = t->name ? t->name : "(null)";
+    w->t = t;
+    if (!t->name || !t->name[0] || strlen(t->name) > NB_ST_MAX_NAME || !strcmp(t->name, "__metadata__") ||
+        !utf8_ok(t->name))
+        return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s: tensor %zu \"%.64s\": name is NULL, empty, longer than %d "
+                        "bytes, \"__metadata__\" or not UTF-8", path, i, nm, NB_ST_MAX_NAME);
+    const int row = dtype_row(t->dtype);
+    if (row < 0)
+        return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s: tensor \"%.64s\": unknown dtype %d", path, nm,
+                        (int)t->dtype);
+    w->bits = k_dtypes[row].bits;
+    if (t->rank < 0 || t->rank > NB_ST_MAX_RANK)
+        return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s: tensor \"%.64s\": rank %d outside 0..%d", path, nm, t->rank,
+                        NB_ST_MAX_RANK);
+    uint64_t elems = 1, nbits;
+    for (int d = 0; d < t->rank; d++) {
+        if (t->shape[d] < 0 || (uint64_t)t->shape[d] > NB_ST_MAX_DIM)
+            return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s: tensor \"%.64s\": shape[%d] = %lld outside "
+                            "[0, 2^48-1]", path, nm, d, (long long)t->shape[d]);
+        if (__builtin_mul_overflow(elems, (uint64_t)t->shape[d], &elems))
+            return nbi_fail(NULL, NB_ERR_OVERFLOW, "%s: tensor \"%.64s\": element count overflows", path, nm);
     }
-    if (!st) {
-        qsort(w, count, sizeof *w, cmp_wt_name);
-        for (size_t i = 1; i < count && !st; i++)
-            if (!strcmp(w[i - 1].t->name, w[i].t->name))
-                st = nbio_fail(err, errlen, NB_ERR_INVALID_ARGUMENT, "%s: tensor name \"%.64s\" given twice", path,
-                             w[i].t->name);
-    }
-    if (st) {
-        free(w);
-        return st;
-    }
+    if (__builtin_mul_overflow(elems, (uint64_t)w->bits, &nbits))
+        return nbi_fail(NULL, NB_ERR_OVERFLOW, "%s: tensor \"%.64s\": size in bits overflows", path, nm);
+    if (nbits % 8)
+        return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s: tensor \"%.64s\": %llu elements x %d bits is not whole "
+                        "bytes", path, nm, (unsigned long long)elems, w->bits);
+    if (nbits / 8 != (uint64_t)t->bytes)
+        return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s: tensor \"%.64s\": bytes %zu, shape and dtype need %llu",
+                        path, nm, t->bytes, (unsigned long long)(nbits / 8));
+    if (t->bytes && !t->data)
+        return nbi_fail(NULL, NB_ERR_NULL_POINTER, "%s: tensor \"%.64s\": data is NULL", path, nm);
+    if (!nbio_reserved_zero(t->reserved, sizeof t->reserved / sizeof t->reserved[0]))
+        return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s: tensor \"%.64s\": reserved fields are not zero", path, nm);
+    return NB_OK;
+}
+
+/* Stage 3: no name twice, then the reference writer's order and the
+ * offsets (the data buffer within 2^48-1 bytes). */
+static nb_status layout_tensors(const char *path, wt *w, size_t count) {
+    qsort(w, count, sizeof *w, cmp_wt_name);
+    for (size_t i = 1; i < count; i++)
+        if (!strcmp(w[i - 1].t->name, w[i].t->name))
+            return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s: tensor name \"%.64s\" given twice", path,
+                            w[i].t->name);
     qsort(w, count, sizeof *w, cmp_wt_layout);
     uint64_t pos = 0;
     for (size_t i = 0; i < count; i++) {
         w[i].begin = pos;
-        if (__builtin_add_overflow(pos, (uint64_t)w[i].t->bytes, &pos) || pos > NB_ST_MAX_DIM) {
-            free(w);
-            return nbio_fail(err, errlen, NB_ERR_OVERFLOW, "%s: data buffer exceeds 2^48-1 bytes", path);
-        }
+        if (__builtin_add_overflow(pos, (uint64_t)w[i].t->bytes, &pos) || pos > NB_ST_MAX_DIM)
+            return nbi_fail(NULL, NB_ERR_OVERFLOW, "%s: data buffer exceeds 2^48-1 bytes", path);
     }
+    return NB_OK;
+}
 
-    sbuf h = {0};
-    sb_str(&h, "{\"__metadata__\":{\"format\":");
+/* Stage 4: the header - __metadata__ with "format" first, then the tensors
+ * in data order, space-padded to a multiple of 8. */
+static nb_status build_header(const char *path, const wt *w, size_t count, const char *const *meta, size_t npairs,
+                              sbuf *h) {
+    sb_str(h, "{\"__metadata__\":{\"format\":");
     const char *fmt = "pt";
     for (size_t i = 0; i < npairs; i++)
         if (!strcmp(meta[2 * i], "format")) fmt = meta[2 * i + 1];
-    sb_json(&h, fmt);
+    sb_json(h, fmt);
     for (size_t i = 0; i < npairs; i++) {
         if (!strcmp(meta[2 * i], "format")) continue;
-        sb_str(&h, ",");
-        sb_json(&h, meta[2 * i]);
-        sb_str(&h, ":");
-        sb_json(&h, meta[2 * i + 1]);
+        sb_str(h, ",");
+        sb_json(h, meta[2 * i]);
+        sb_str(h, ":");
+        sb_json(h, meta[2 * i + 1]);
     }
-    sb_str(&h, "}");
+    sb_str(h, "}");
     for (size_t i = 0; i < count; i++) {
-        const char *dname = "";
-        nb_st_dtype_info(w[i].t->dtype, &dname, NULL);
-        sb_str(&h, ",");
-        sb_json(&h, w[i].t->name);
-        sb_str(&h, ":{\"dtype\":\"");
-        sb_str(&h, dname);
-        sb_str(&h, "\",\"shape\":[");
+        sb_str(h, ",");
+        sb_json(h, w[i].t->name);
+        sb_str(h, ":{\"dtype\":\"");
+        sb_str(h, k_dtypes[dtype_row(w[i].t->dtype)].name); /* checked by check_tensor */
+        sb_str(h, "\",\"shape\":[");
         for (int d = 0; d < w[i].t->rank; d++) {
-            if (d) sb_str(&h, ",");
-            sb_u64(&h, (uint64_t)w[i].t->shape[d]);
+            if (d) sb_str(h, ",");
+            sb_u64(h, (uint64_t)w[i].t->shape[d]);
         }
-        sb_str(&h, "],\"data_offsets\":[");
-        sb_u64(&h, w[i].begin);
-        sb_str(&h, ",");
-        sb_u64(&h, w[i].begin + w[i].t->bytes);
-        sb_str(&h, "]}");
+        sb_str(h, "],\"data_offsets\":[");
+        sb_u64(h, w[i].begin);
+        sb_str(h, ",");
+        sb_u64(h, w[i].begin + w[i].t->bytes);
+        sb_str(h, "]}");
     }
-    sb_str(&h, "}");
-    while (!h.oom && h.len % 8) sb_str(&h, " ");
-    if (h.oom) {
-        free(h.p);
-        free(w);
-        return nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "%s: out of memory for the header", path);
-    }
-    if (h.len > NB_ST_MAX_HEADER) {
-        free(h.p);
-        free(w);
-        return nbio_fail(err, errlen, NB_ERR_INVALID_ARGUMENT, "%s: header of %zu bytes exceeds %llu", path, h.len,
-                       NB_ST_MAX_HEADER);
-    }
+    sb_str(h, "}");
+    while (!h->oom && h->len % 8) sb_str(h, " ");
+    if (h->oom) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "%s: out of memory for the header", path);
+    if (h->len > NB_ST_MAX_HEADER)
+        return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s: header of %zu bytes exceeds %llu", path, h->len,
+                        NB_ST_MAX_HEADER);
+    return NB_OK;
+}
 
+/* Stage 5: "<path>.tmp.XXXXXX" with the length, header and data, fsync'ed
+ * (mode 0644) and renamed over path; removed on any failure. */
+static nb_status write_file_atomic(const char *path, const sbuf *h, const wt *w, size_t count) {
     size_t plen = strlen(path);
     char *tmp = (char *)malloc(plen + 16);
-    if (!tmp) {
-        free(h.p);
-        free(w);
-        return nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
-    }
+    if (!tmp) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
     memcpy(tmp, path, plen);
     memcpy(tmp + plen, ".tmp.XXXXXX", 12);
+    nb_status st = NB_OK;
     int fd = mkstemp(tmp);
     if (fd < 0) {
-        st = nbio_fail(err, errlen, NB_ERR_IO, "%s: cannot create a temporary file: %s", path, strerror(errno));
+        st = nbi_fail(NULL, NB_ERR_IO, "%s: cannot create a temporary file: %s", path, strerror(errno));
     } else {
         unsigned char len8[8];
-        for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
-        int bad = write_all(fd, len8, 8) || write_all(fd, h.p, h.len);
+        for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h->len >> (8 * i));
+        int bad = write_all(fd, len8, 8) || write_all(fd, h->p, h->len);
         for (size_t i = 0; i < count && !bad; i++) bad = write_all(fd, w[i].t->data, w[i].t->bytes);
         if (!bad) bad = fchmod(fd, 0644) || fsync(fd);
         int e = errno;
@@ -889,10 +871,27 @@ nb_status nb_st_write(const char *path, const nb_st_tensor *tensors, size_t coun
         if (!bad && rename(tmp, path)) { bad = 1; e = errno; }
         if (bad) {
             unlink(tmp);
-            st = nbio_fail(err, errlen, NB_ERR_IO, "%s: write failed: %s", path, strerror(e));
+            st = nbi_fail(NULL, NB_ERR_IO, "%s: write failed: %s", path, strerror(e));
         }
     }
     free(tmp);
+    return st;
+}
+
+nb_status nb_st_write(const char *path, const nb_st_tensor *tensors, size_t count, const char *const *meta,
+                      size_t npairs) {
+    if (!path) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_st_write: path is NULL");
+    if (count && !tensors) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "%s: tensors is NULL", path);
+    if (npairs && !meta) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "%s: metadata is NULL", path);
+    nb_status st = check_meta(path, meta, npairs);
+    if (st != NB_OK) return st;
+    wt *w = (wt *)calloc(count ? count : 1, sizeof *w);
+    if (!w) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
+    for (size_t i = 0; i < count && st == NB_OK; i++) st = check_tensor(path, &tensors[i], i, &w[i]);
+    if (st == NB_OK) st = layout_tensors(path, w, count);
+    sbuf h = {0};
+    if (st == NB_OK) st = build_header(path, w, count, meta, npairs, &h);
+    if (st == NB_OK) st = write_file_atomic(path, &h, w, count);
     free(h.p);
     free(w);
     return st;
@@ -953,24 +952,24 @@ static const char *shard_name_problem(const char *s) {
     return NULL;
 }
 
-static nb_status read_small_file(const char *path, char **text, size_t *len, char *err, size_t errlen) {
+static nb_status read_small_file(const char *path, char **text, size_t *len) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return nbio_fail(err, errlen, NB_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (fd < 0) return nbi_fail(NULL, NB_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         close(fd);
-        return nbio_fail(err, errlen, NB_ERR_IO, "%s: not a readable regular file", path);
+        return nbi_fail(NULL, NB_ERR_IO, "%s: not a readable regular file", path);
     }
     if ((uint64_t)sb.st_size > NB_ST_MAX_HEADER) {
         close(fd);
-        return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: index file of %lld bytes exceeds %llu (rule: size limit)",
-                       path, (long long)sb.st_size, NB_ST_MAX_HEADER);
+        return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: index file of %lld bytes exceeds %llu (rule: size limit)",
+                        path, (long long)sb.st_size, NB_ST_MAX_HEADER);
     }
     size_t n = (size_t)sb.st_size, got = 0;
     char *p = (char *)malloc(n + 1);
     if (!p) {
         close(fd);
-        return nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
+        return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
     }
     while (got < n) {
         ssize_t r = read(fd, p + got, n - got);
@@ -978,7 +977,7 @@ static nb_status read_small_file(const char *path, char **text, size_t *len, cha
         if (r <= 0) {
             free(p);
             close(fd);
-            return nbio_fail(err, errlen, NB_ERR_IO, "%s: read failed or file shrank", path);
+            return nbi_fail(NULL, NB_ERR_IO, "%s: read failed or file shrank", path);
         }
         got += (size_t)r;
     }
@@ -990,44 +989,44 @@ static nb_status read_small_file(const char *path, char **text, size_t *len, cha
 }
 
 /* Validate x->text (len bytes) and build the entry and shard lists. */
-static nb_status index_parse(nb_st_index *x, size_t len, char *err, size_t errlen) {
+static nb_status index_parse(nb_st_index *x, size_t len) {
     const char *L = x->label;
     nb_status st;
     size_t bad = nbio_utf8_bad((const unsigned char *)x->text, len);
     if (bad != len)
-        return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: invalid UTF-8 at byte %zu (rule: index is UTF-8 JSON)", L,
-                       bad);
-    if ((st = scan_json(L, (const unsigned char *)x->text, len, 16, 0, err, errlen))) return st;
-    if ((st = parse_json(L, x->text, len, &x->root, err, errlen))) return st;
+        return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: invalid UTF-8 at byte %zu (rule: index is UTF-8 JSON)", L,
+                        bad);
+    if ((st = scan_json(L, (const unsigned char *)x->text, len, 16, 0))) return st;
+    if ((st = parse_json(L, x->text, len, &x->root))) return st;
     const cJSON *wm = NULL, *md = NULL;
     for (const cJSON *c = x->root->child; c; c = c->next) {
         const cJSON **slot = !strcmp(c->string, "weight_map") ? &wm : !strcmp(c->string, "metadata") ? &md : NULL;
         if (!slot) continue; /* other top-level keys are ignored, as transformers does */
         if (*slot)
-            return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: \"%s\" appears twice (rule: no duplicate keys)", L,
-                           c->string);
+            return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: \"%s\" appears twice (rule: no duplicate keys)", L,
+                            c->string);
         *slot = c;
     }
     if (md && !cJSON_IsObject(md))
-        return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: \"metadata\" is not an object (rule: index format)", L);
+        return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: \"metadata\" is not an object (rule: index format)", L);
     if (!wm || !cJSON_IsObject(wm))
-        return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: \"weight_map\" missing or not an object (rule: index "
-                       "format)", L);
+        return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: \"weight_map\" missing or not an object (rule: index "
+                        "format)", L);
     size_t n = 0;
     for (const cJSON *c = wm->child; c; c = c->next) n++;
     x->e = (st_entry *)calloc(n ? n : 1, sizeof *x->e);
     const char **names = (const char **)calloc(n ? n : 1, sizeof *names);
     if (!x->e || !names) {
         free(names);
-        return nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "%s: out of memory", L);
+        return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "%s: out of memory", L);
     }
     for (const cJSON *c = wm->child; c; c = c->next) {
         const char *why = cJSON_IsString(c) ? shard_name_problem(c->valuestring) : "is not a string";
         if (why) {
             free(names);
-            return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": shard name \"%.64s\" %s (rule: shard "
-                           "names are plain basenames)", L, c->string, cJSON_IsString(c) ? c->valuestring : "",
-                           why);
+            return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%.64s\": shard name \"%.64s\" %s (rule: shard "
+                            "names are plain basenames)", L, c->string, cJSON_IsString(c) ? c->valuestring : "",
+                            why);
         }
         x->e[x->ne].name = c->string;
         x->e[x->ne].shard = c->valuestring;
@@ -1038,14 +1037,14 @@ static nb_status index_parse(nb_st_index *x, size_t len, char *err, size_t errle
     for (size_t i = 1; i < x->ne; i++)
         if (!strcmp(x->e[i - 1].name, x->e[i].name)) {
             free(names);
-            return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: tensor \"%.64s\" listed twice in weight_map (rule: no "
-                           "name twice)", L, x->e[i].name);
+            return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%.64s\" listed twice in weight_map (rule: no "
+                            "name twice)", L, x->e[i].name);
         }
     qsort(names, x->ne, sizeof *names, cmp_entry_shard);
     x->s = (st_shard *)calloc(x->ne ? x->ne : 1, sizeof *x->s);
     if (!x->s) {
         free(names);
-        return nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "%s: out of memory", L);
+        return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "%s: out of memory", L);
     }
     for (size_t i = 0; i < x->ne; i++)
         if (!x->ns || strcmp(x->s[x->ns - 1].name, names[i])) x->s[x->ns++].name = names[i];
@@ -1057,55 +1056,52 @@ static nb_status index_parse(nb_st_index *x, size_t len, char *err, size_t errle
     return NB_OK;
 }
 
-static nb_status index_load(nb_st_index *x, const char *dir, char *err, size_t errlen) {
+static nb_status index_load(nb_st_index *x, const char *dir) {
     const char *L = x->label;
     size_t len = 0;
-    nb_status st = read_small_file(L, &x->text, &len, err, errlen);
+    nb_status st = read_small_file(L, &x->text, &len);
     if (st) return st;
-    if ((st = index_parse(x, len, err, errlen))) return st;
+    if ((st = index_parse(x, len))) return st;
     size_t dlen = strlen(dir);
     for (size_t k = 0; k < x->ns; k++) {
         size_t sl = strlen(x->s[k].name);
         char *p = (char *)malloc(dlen + sl + 2);
-        if (!p) return nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "%s: out of memory", L);
+        if (!p) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "%s: out of memory", L);
         memcpy(p, dir, dlen);
         p[dlen] = '/';
         memcpy(p + dlen + 1, x->s[k].name, sl + 1);
-        st = nb_st_open(p, &x->s[k].f, err, errlen);
+        st = nb_st_open(p, &x->s[k].f);
         free(p);
         if (st) return st; /* nb_st_open's message names the shard */
         /* every tensor of the shard must be assigned to this shard */
-        size_t cnt = 0;
-        nb_st_count(x->s[k].f, &cnt);
-        for (size_t j = 0; j < cnt; j++) {
-            nb_st_tensor t;
-            nb_st_tensor_at(x->s[k].f, j, &t, NULL, 0);
+        const nb_st_file *sf = x->s[k].f;
+        for (size_t j = 0; j < sf->nt; j++) {
+            const nb_st_tensor t = sf->t[j];
             st_entry ek = {t.name, NULL, 0};
             const st_entry *e = (const st_entry *)bsearch(&ek, x->e, x->ne, sizeof *x->e, cmp_entry);
             if (!e)
-                return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: tensor \"%.64s\" is in shard \"%.64s\" but not in "
-                               "weight_map (rule: the index lists every tensor)", L, t.name, x->s[k].name);
+                return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%.64s\" is in shard \"%.64s\" but not in "
+                                "weight_map (rule: the index lists every tensor)", L, t.name, x->s[k].name);
             if (e->shard_idx != k)
-                return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: tensor \"%.64s\" is in shard \"%.64s\" but weight_map "
-                               "names shard \"%.64s\" (rule: each tensor in exactly its named shard, none in two)",
-                               L, t.name, x->s[k].name, e->shard);
+                return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: tensor \"%.64s\" is in shard \"%.64s\" but weight_map "
+                                "names shard \"%.64s\" (rule: each tensor in exactly its named shard, none in two)",
+                                L, t.name, x->s[k].name, e->shard);
         }
     }
     for (size_t i = 0; i < x->ne; i++) {
-        nb_st_tensor t;
-        if (nb_st_tensor_find(x->s[x->e[i].shard_idx].f, x->e[i].name, &t, NULL, 0) != NB_OK)
-            return nbio_fail(err, errlen, NB_ERR_NOT_FOUND, "%s: tensor \"%.64s\" is not in its shard \"%.64s\" (rule: "
-                           "each tensor in exactly its named shard)", L, x->e[i].name, x->e[i].shard);
+        if (!nbio_st_lookup(x->s[x->e[i].shard_idx].f, x->e[i].name))
+            return nbi_fail(NULL, NB_ERR_NOT_FOUND, "%s: tensor \"%.64s\" is not in its shard \"%.64s\" (rule: "
+                            "each tensor in exactly its named shard)", L, x->e[i].name, x->e[i].shard);
     }
     return NB_OK;
 }
 
-nb_status nb_st_open_index(const char *path, nb_st_index **out, char *err, size_t errlen) {
-    if (!out) return nbio_fail(err, errlen, NB_ERR_NULL_POINTER, "nb_st_open_index: out is NULL");
+nb_status nb_st_index_open(const char *path, nb_st_index **out) {
+    if (!out) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_st_index_open: out is NULL");
     *out = NULL;
-    if (!path) return nbio_fail(err, errlen, NB_ERR_NULL_POINTER, "nb_st_open_index: path is NULL");
+    if (!path) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_st_index_open: path is NULL");
     struct stat sb;
-    if (stat(path, &sb) != 0) return nbio_fail(err, errlen, NB_ERR_IO, "%s: %s", path, strerror(errno));
+    if (stat(path, &sb) != 0) return nbi_fail(NULL, NB_ERR_IO, "%s: %s", path, strerror(errno));
     static const char kIndex[] = "model.safetensors.index.json";
     size_t pl = strlen(path);
     char *dir = (char *)malloc(pl + sizeof kIndex + 2), *file = (char *)malloc(pl + sizeof kIndex + 2);
@@ -1114,7 +1110,7 @@ nb_status nb_st_open_index(const char *path, nb_st_index **out, char *err, size_
         free(dir);
         free(file);
         free(x);
-        return nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
+        return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
     }
     if (S_ISDIR(sb.st_mode)) {
         memcpy(dir, path, pl + 1);
@@ -1130,7 +1126,7 @@ nb_status nb_st_open_index(const char *path, nb_st_index **out, char *err, size_
         }
     }
     x->label = file;
-    nb_status st = index_load(x, dir, err, errlen);
+    nb_status st = index_load(x, dir);
     free(dir);
     if (st) {
         nb_st_index_close(x);
@@ -1140,24 +1136,24 @@ nb_status nb_st_open_index(const char *path, nb_st_index **out, char *err, size_
     return NB_OK;
 }
 
-nb_status nb_st_index_check_memory(const char *text, size_t len, const char *label, size_t *ntensors,
-                                   size_t *nshards, char *err, size_t errlen) {
-    if (!text && len) return nbio_fail(err, errlen, NB_ERR_NULL_POINTER, "nb_st_index_check_memory: text is NULL");
+nb_status nbio_st_index_check_memory(const char *text, size_t len, const char *label, size_t *ntensors,
+                                     size_t *nshards) {
+    if (!text && len) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nbio_st_index_check_memory: text is NULL");
     if (len > NB_ST_MAX_HEADER)
-        return nbio_fail(err, errlen, NB_ERR_CORRUPT, "%s: index of %zu bytes exceeds %llu (rule: size limit)",
-                         label ? label : "<memory>", len, NB_ST_MAX_HEADER);
+        return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: index of %zu bytes exceeds %llu (rule: size limit)",
+                        label ? label : "<memory>", len, NB_ST_MAX_HEADER);
     nb_st_index *x = (nb_st_index *)calloc(1, sizeof *x);
     char *t = (char *)malloc(len + 1);
     if (x) x->label = nbio_strdup(label ? label : "<memory>");
     if (!x || !t || !x->label) {
         free(t);
         nb_st_index_close(x);
-        return nbio_fail(err, errlen, NB_ERR_OUT_OF_MEMORY, "out of memory");
+        return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
     }
     if (len) memcpy(t, text, len);
     t[len] = 0;
     x->text = t;
-    nb_status st = index_parse(x, len, err, errlen);
+    nb_status st = index_parse(x, len);
     if (st == NB_OK) {
         if (ntensors) *ntensors = x->ne;
         if (nshards) *nshards = x->ns;
@@ -1167,41 +1163,46 @@ nb_status nb_st_index_check_memory(const char *text, size_t len, const char *lab
 }
 
 nb_status nb_st_index_count(const nb_st_index *x, size_t *count) {
-    if (!x || !count) return NB_ERR_NULL_POINTER;
+    if (!x || !count) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_st_index_count: x and count must not be NULL");
     *count = x->ne;
     return NB_OK;
 }
 
-nb_status nb_st_index_tensor_at(const nb_st_index *x, size_t i, nb_st_tensor *out, char *err, size_t errlen) {
-    if (!x || !out) return nbio_fail(err, errlen, NB_ERR_NULL_POINTER, "nb_st_index_tensor_at: NULL argument");
+nb_status nb_st_index_tensor_at(const nb_st_index *x, size_t i, nb_st_tensor *out) {
+    if (!x || !out) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_st_index_tensor_at: NULL argument");
     if (i >= x->ne)
-        return nbio_fail(err, errlen, NB_ERR_NOT_FOUND, "%s: tensor index %zu out of range (%zu tensors)", x->label, i,
-                       x->ne);
-    return nb_st_tensor_find(x->s[x->e[i].shard_idx].f, x->e[i].name, out, err, errlen);
+        return nbi_fail(NULL, NB_ERR_NOT_FOUND, "%s: tensor index %zu out of range (%zu tensors)", x->label, i,
+                        x->ne);
+    return nb_st_tensor_find(x->s[x->e[i].shard_idx].f, x->e[i].name, out);
 }
 
-nb_status nb_st_index_tensor_find(const nb_st_index *x, const char *name, nb_st_tensor *out, char *err,
-                                  size_t errlen) {
+nb_status nb_st_index_tensor_find(const nb_st_index *x, const char *name, nb_st_tensor *out) {
     if (!x || !name || !out)
-        return nbio_fail(err, errlen, NB_ERR_NULL_POINTER, "nb_st_index_tensor_find: NULL argument");
+        return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_st_index_tensor_find: NULL argument");
     st_entry k = {name, NULL, 0};
     const st_entry *e = (const st_entry *)bsearch(&k, x->e, x->ne, sizeof *x->e, cmp_entry);
-    if (!e) return nbio_fail(err, errlen, NB_ERR_NOT_FOUND, "%s: no tensor \"%.200s\"", x->label, name);
-    return nb_st_tensor_find(x->s[e->shard_idx].f, name, out, err, errlen);
+    if (!e) return nbi_fail(NULL, NB_ERR_NOT_FOUND, "%s: no tensor \"%.200s\"", x->label, name);
+    return nb_st_tensor_find(x->s[e->shard_idx].f, name, out);
+}
+
+const nb_st_tensor *nbio_st_index_lookup(const nb_st_index *x, const char *name) {
+    st_entry k = {name, NULL, 0};
+    const st_entry *e = (const st_entry *)bsearch(&k, x->e, x->ne, sizeof *x->e, cmp_entry);
+    return e ? nbio_st_lookup(x->s[e->shard_idx].f, name) : NULL;
 }
 
 nb_status nb_st_index_shard_count(const nb_st_index *x, size_t *count) {
-    if (!x || !count) return NB_ERR_NULL_POINTER;
+    if (!x || !count)
+        return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_st_index_shard_count: x and count must not be NULL");
     *count = x->ns;
     return NB_OK;
 }
 
-nb_status nb_st_index_shard_at(const nb_st_index *x, size_t i, const char **name, const nb_st_file **file,
-                               char *err, size_t errlen) {
-    if (!x) return nbio_fail(err, errlen, NB_ERR_NULL_POINTER, "nb_st_index_shard_at: index is NULL");
+nb_status nb_st_index_shard_at(const nb_st_index *x, size_t i, const char **name, const nb_st_file **file) {
+    if (!x) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_st_index_shard_at: index is NULL");
     if (i >= x->ns)
-        return nbio_fail(err, errlen, NB_ERR_NOT_FOUND, "%s: shard index %zu out of range (%zu shards)", x->label, i,
-                       x->ns);
+        return nbi_fail(NULL, NB_ERR_NOT_FOUND, "%s: shard index %zu out of range (%zu shards)", x->label, i,
+                        x->ns);
     if (name) *name = x->s[i].name;
     if (file) *file = x->s[i].f;
     return NB_OK;

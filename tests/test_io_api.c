@@ -1,0 +1,433 @@
+/* test_io_api.c - every public function of nibble_io.h fed bad input
+ * returns its documented status and leaves a fresh, non-empty message in
+ * nb_last_error() (the thread-local buffer the core library uses too).
+ *
+ * "Fresh" as in test_api.c: before each failing call the thread-local
+ * message is primed with a marker from a different failure; afterwards
+ * nb_last_error() must differ from it (a second marker is tried when the
+ * call's own message equals the first).  So a path that returns an error
+ * without recording why is caught.
+ *
+ * Also: nb_io_struct_size agrees with sizeof for every public struct; the
+ * _init functions zero the reserved fields and options with reserved fields
+ * set are refused; name lookups of every valid value succeed.
+ *
+ *   test_io_api [DIR]   fixtures in DIR (default: a temporary directory)
+ *
+ * Output: one line per failed check, then "N passed, M failed". */
+#define _POSIX_C_SOURCE 200809L
+#include <nibble.h>
+#include <nibble_io.h>
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+
+/* ---------------------------------------------------- fresh-message check */
+
+static char g_marker[1024];
+
+static void prime(int which) {
+    size_t bytes;
+    if (which == 1) nb_io_struct_size("no such struct", &bytes);
+    else nb_st_dtype_parse("NO_SUCH_DTYPE", (nb_st_dtype *)&bytes);
+    snprintf(g_marker, sizeof g_marker, "%s", nb_last_error());
+}
+
+static int fresh(void) { return nb_last_error()[0] && strcmp(nb_last_error(), g_marker); }
+
+/* EXPECT(want, call): the status, and a fresh message when it fails. */
+#define EXPECT(want_, call_)                                                                               \
+    do {                                                                                                   \
+        prime(1);                                                                                          \
+        nb_status st_ = (call_);                                                                           \
+        int fr_ = fresh();                                                                                 \
+        if (st_ != NB_OK && !fr_) {                                                                        \
+            prime(2);                                                                                      \
+            st_ = (call_);                                                                                 \
+            fr_ = fresh();                                                                                 \
+        }                                                                                                  \
+        CHECK(st_ == (want_) && ((want_) == NB_OK || fr_), "%s: returned %s, want %s%s (\"%s\")", #call_, \
+              nb_status_name(st_), nb_status_name(want_), fr_ || st_ == NB_OK ? "" : "; message not recorded", \
+              nb_last_error());                                                                            \
+    } while (0)
+
+/* ---------------------------------------------------------------- fixtures */
+
+static char g_dir[512];
+
+/* One ModelOpt NVFP4 layer "proj" (32 x 64, quantized here) and one BF16
+ * linear "lm" in g_dir/one.safetensors; returns 1 on success. */
+static int write_fixture(char *path, size_t n) {
+    enum { N = 32, K = 64 };
+    static float w[N * K];
+    static unsigned char codes[N * K / 2], scales[N * K / 16];
+    static uint16_t lm[4 * 16];
+    for (int i = 0; i < N * K; i++) w[i] = (float)((i * 37 % 101) - 50) / 50.0f;
+    nb_context *ctx = NULL;
+    nb_weight_desc d;
+    if (nb_context_create(NB_DEVICE_NONE, &ctx) != NB_OK || nb_weight_desc_init(&d, NB_FORMAT_NVFP4, N, K) != NB_OK ||
+        nb_quantize_host(ctx, &d, NB_DTYPE_F32, w, codes, scales) != NB_OK) {
+        printf("fixture: %s\n", nb_last_error());
+        nb_context_destroy(ctx);
+        return 0;
+    }
+    nb_context_destroy(ctx);
+    nb_st_tensor t[4] = {
+        {.name = "proj.weight", .dtype = NB_ST_U8, .rank = 2, .shape = {N, K / 2}, .data = codes, .bytes = sizeof codes},
+        {.name = "proj.weight_scale", .dtype = NB_ST_F8_E4M3, .rank = 2, .shape = {N, K / 16}, .data = scales,
+         .bytes = sizeof scales},
+        {.name = "proj.weight_scale_2", .dtype = NB_ST_F32, .rank = 0, .data = &d.tensor_scale, .bytes = 4},
+        {.name = "lm.weight", .dtype = NB_ST_BF16, .rank = 2, .shape = {4, 16}, .data = lm, .bytes = sizeof lm},
+    };
+    snprintf(path, n, "%s/one.safetensors", g_dir);
+    nb_status st = nb_st_write(path, t, 4, NULL, 0);
+    CHECK(st == NB_OK, "write the fixture: %s", nb_last_error());
+    return st == NB_OK;
+}
+
+/* The smallest valid GGUF file: header only, no key, no tensor. */
+static const uint8_t k_empty_gguf[24] = {'G', 'G', 'U', 'F', 3, 0, 0, 0};
+
+/* ------------------------------------------------------------------ tests */
+
+static void test_struct_sizes(void) {
+    static const struct {
+        const char *name;
+        size_t size;
+    } k[] = {
+        {"nb_st_tensor", sizeof(nb_st_tensor)},
+        {"nb_ckpt_layer", sizeof(nb_ckpt_layer)},
+        {"nb_ckpt_config", sizeof(nb_ckpt_config)},
+        {"nb_ckpt_quantize_opts", sizeof(nb_ckpt_quantize_opts)},
+        {"nb_ckpt_quantize_summary", sizeof(nb_ckpt_quantize_summary)},
+        {"nb_ckpt_convert_opts", sizeof(nb_ckpt_convert_opts)},
+        {"nb_ckpt_convert_summary", sizeof(nb_ckpt_convert_summary)},
+        {"nb_gguf_kv", sizeof(nb_gguf_kv)},
+        {"nb_gguf_tensor", sizeof(nb_gguf_tensor)},
+        {"nb_gguf_header", sizeof(nb_gguf_header)},
+        {"nb_gguf_fp4", sizeof(nb_gguf_fp4)},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        size_t got = 0;
+        CHECK(nb_io_struct_size(k[i].name, &got) == NB_OK && got == k[i].size, "nb_io_struct_size(%s) = %zu, want %zu",
+              k[i].name, got, k[i].size);
+    }
+    size_t b;
+    EXPECT(NB_ERR_NOT_FOUND, nb_io_struct_size("nb_weight_desc", &b)); /* nibble.h's: not this header's */
+    EXPECT(NB_ERR_NULL_POINTER, nb_io_struct_size(NULL, &b));
+    EXPECT(NB_ERR_NULL_POINTER, nb_io_struct_size("nb_st_tensor", NULL));
+}
+
+static void test_names(void) {
+    const char *s = NULL;
+    nb_st_dtype dt;
+    int bits;
+    for (int v = NB_ST_BOOL; v <= NB_ST_F6_E3M2; v++) {
+        CHECK(nb_st_dtype_info((nb_st_dtype)v, &s, &bits) == NB_OK && nb_st_dtype_parse(s, &dt) == NB_OK && (int)dt == v,
+              "dtype %d round trip", v);
+    }
+    EXPECT(NB_ERR_INVALID_ARGUMENT, nb_st_dtype_info((nb_st_dtype)0, &s, &bits));
+    EXPECT(NB_ERR_INVALID_ARGUMENT, nb_st_dtype_info((nb_st_dtype)99, NULL, NULL));
+    EXPECT(NB_ERR_NOT_FOUND, nb_st_dtype_parse("bf16", &dt)); /* names are upper case */
+    EXPECT(NB_ERR_NULL_POINTER, nb_st_dtype_parse(NULL, &dt));
+    EXPECT(NB_ERR_NULL_POINTER, nb_st_dtype_parse("BF16", NULL));
+
+    for (int v = NB_CKPT_NONE; v <= NB_CKPT_INCONSISTENT; v++)
+        CHECK(nb_ckpt_format_name((nb_ckpt_format)v, &s) == NB_OK && s[0], "nb_ckpt_format_name(%d)", v);
+    EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_format_name((nb_ckpt_format)7, &s));
+    EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_format_name((nb_ckpt_format)-1, &s));
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_format_name(NB_CKPT_NONE, NULL));
+    for (int v = NB_CKPT_SRC_TENSORS; v <= NB_CKPT_SRC_CONFIG_JSON; v++)
+        CHECK(nb_ckpt_source_name((nb_ckpt_source)v, &s) == NB_OK && s[0], "nb_ckpt_source_name(%d)", v);
+    EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_source_name((nb_ckpt_source)3, &s));
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_source_name(NB_CKPT_SRC_TENSORS, NULL));
+
+    nb_format f = (nb_format)0;
+    CHECK(nb_ckpt_format_weight(NB_CKPT_CT_NVFP4, &f) == NB_OK && f == NB_FORMAT_NVFP4, "ct-nvfp4 holds nvfp4");
+    CHECK(nb_ckpt_format_weight(NB_CKPT_GPTOSS_MXFP4, &f) == NB_OK && f == NB_FORMAT_MXFP4, "gptoss holds mxfp4");
+    EXPECT(NB_ERR_UNSUPPORTED, nb_ckpt_format_weight(NB_CKPT_NONE, &f));
+    EXPECT(NB_ERR_UNSUPPORTED, nb_ckpt_format_weight(NB_CKPT_INCONSISTENT, &f));
+    EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_format_weight((nb_ckpt_format)40, &f));
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_format_weight(NB_CKPT_CT_NVFP4, NULL));
+
+    nb_ckpt_device dev;
+    for (int v = NB_CKPT_DEVICE_AUTO; v <= NB_CKPT_DEVICE_GPU; v++)
+        CHECK(nb_ckpt_device_name((nb_ckpt_device)v, &s) == NB_OK && nb_ckpt_device_parse(s, &dev) == NB_OK && (int)dev == v,
+              "device %d round trip", v);
+    EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_device_name((nb_ckpt_device)3, &s));
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_device_name(NB_CKPT_DEVICE_CPU, NULL));
+    EXPECT(NB_ERR_NOT_FOUND, nb_ckpt_device_parse("tpu", &dev));
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_device_parse(NULL, &dev));
+
+    nb_ckpt_target tg;
+    for (int v = NB_CKPT_TARGET_MODELOPT; v <= NB_CKPT_TARGET_QUARK; v++)
+        CHECK(nb_ckpt_target_name((nb_ckpt_target)v, &s) == NB_OK && nb_ckpt_target_parse(s, &tg) == NB_OK && (int)tg == v,
+              "target %d round trip", v);
+    EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_target_name((nb_ckpt_target)0, &s));
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_target_name(NB_CKPT_TARGET_CT, NULL));
+    EXPECT(NB_ERR_NOT_FOUND, nb_ckpt_target_parse("gguf", &tg));
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_target_parse("ct", NULL));
+
+    int64_t block, bytes;
+    CHECK(nb_ggml_type_name(NB_GGML_TYPE_NVFP4, &s) == NB_OK && !strcmp(s, "NVFP4"), "ggml type 40");
+    CHECK(nb_ggml_type_size(NB_GGML_TYPE_MXFP4, &block, &bytes) == NB_OK && block == 32 && bytes == 17,
+          "ggml MXFP4 block");
+    CHECK(nb_ggml_type_format(NB_GGML_TYPE_MXFP4, &f) == NB_OK && f == NB_FORMAT_MXFP4 &&
+              nb_ggml_type_format(NB_GGML_TYPE_NVFP4, &f) == NB_OK && f == NB_FORMAT_NVFP4,
+          "ggml types 39 and 40 import as MXFP4 and NVFP4");
+    EXPECT(NB_ERR_NOT_FOUND, nb_ggml_type_name(4, &s)); /* retired */
+    EXPECT(NB_ERR_NULL_POINTER, nb_ggml_type_name(0, NULL));
+    EXPECT(NB_ERR_NOT_FOUND, nb_ggml_type_size(1000, &block, &bytes));
+    EXPECT(NB_ERR_UNSUPPORTED, nb_ggml_type_format(NB_GGML_TYPE_BF16, &f));
+    EXPECT(NB_ERR_UNSUPPORTED, nb_ggml_type_format(1000, &f));
+    EXPECT(NB_ERR_NULL_POINTER, nb_ggml_type_format(NB_GGML_TYPE_NVFP4, NULL));
+    for (int v = NB_GGUF_UINT8; v <= NB_GGUF_FLOAT64; v++)
+        CHECK(nb_gguf_vtype_name((nb_gguf_vtype)v, &s) == NB_OK && s[0], "nb_gguf_vtype_name(%d)", v);
+    EXPECT(NB_ERR_INVALID_ARGUMENT, nb_gguf_vtype_name((nb_gguf_vtype)13, &s));
+    EXPECT(NB_ERR_NULL_POINTER, nb_gguf_vtype_name(NB_GGUF_STRING, NULL));
+}
+
+static void test_safetensors(const char *path) {
+    nb_st_file *f = NULL;
+    nb_st_tensor t;
+    size_t n;
+    const char *k, *v;
+    char missing[600];
+    snprintf(missing, sizeof missing, "%s/missing.safetensors", g_dir);
+    EXPECT(NB_ERR_IO, nb_st_open(missing, &f));
+    EXPECT(NB_ERR_NULL_POINTER, nb_st_open(NULL, &f));
+    EXPECT(NB_ERR_NULL_POINTER, nb_st_open(path, NULL));
+    EXPECT(NB_ERR_CORRUPT, nb_st_open_memory("1234", 4, "tiny", &f));
+    EXPECT(NB_ERR_NULL_POINTER, nb_st_open_memory(NULL, 8, "x", &f));
+    EXPECT(NB_ERR_NULL_POINTER, nb_st_open_memory("12345678", 8, "x", NULL));
+    CHECK(nb_st_close(NULL) == NB_OK, "nb_st_close(NULL)");
+    if (nb_st_open(path, &f) != NB_OK) {
+        CHECK(0, "open %s: %s", path, nb_last_error());
+        return;
+    }
+    EXPECT(NB_ERR_NULL_POINTER, nb_st_count(NULL, &n));
+    EXPECT(NB_ERR_NULL_POINTER, nb_st_count(f, NULL));
+    EXPECT(NB_ERR_NOT_FOUND, nb_st_tensor_at(f, 4, &t));
+    EXPECT(NB_ERR_NULL_POINTER, nb_st_tensor_at(f, 0, NULL));
+    EXPECT(NB_ERR_NOT_FOUND, nb_st_tensor_find(f, "nope", &t));
+    EXPECT(NB_ERR_NULL_POINTER, nb_st_tensor_find(f, NULL, &t));
+    EXPECT(NB_ERR_NULL_POINTER, nb_st_metadata_count(NULL, &n));
+    EXPECT(NB_ERR_NOT_FOUND, nb_st_metadata_at(f, 1, &k, &v)); /* one entry: "format" */
+    EXPECT(NB_ERR_NULL_POINTER, nb_st_metadata_at(NULL, 0, &k, &v));
+    EXPECT(NB_ERR_NOT_FOUND, nb_st_metadata_get(f, "producer", &v));
+    EXPECT(NB_ERR_NULL_POINTER, nb_st_metadata_get(f, "format", NULL));
+    CHECK(nb_st_tensor_at(f, 0, &t) == NB_OK && t.reserved[0] == 0 && t.reserved[3] == 0, "reader zeroes reserved");
+    nb_st_close(f);
+
+    /* the writer: reserved fields, names, sizes */
+    char out[600];
+    snprintf(out, sizeof out, "%s/w.safetensors", g_dir);
+    float x = 1.0f;
+    nb_st_tensor w = {.name = "x", .dtype = NB_ST_F32, .rank = 0, .data = &x, .bytes = 4};
+    w.reserved[2] = 1;
+    EXPECT(NB_ERR_INVALID_ARGUMENT, nb_st_write(out, &w, 1, NULL, 0));
+    w.reserved[2] = 0;
+    EXPECT(NB_OK, nb_st_write(out, &w, 1, NULL, 0));
+    w.bytes = 8;
+    EXPECT(NB_ERR_INVALID_ARGUMENT, nb_st_write(out, &w, 1, NULL, 0));
+    EXPECT(NB_ERR_NULL_POINTER, nb_st_write(NULL, &w, 1, NULL, 0));
+    EXPECT(NB_ERR_NULL_POINTER, nb_st_write(out, NULL, 1, NULL, 0));
+    EXPECT(NB_ERR_NULL_POINTER, nb_st_write(out, &w, 0, NULL, 1));
+
+    /* the sharded index */
+    nb_st_index *x_ = NULL;
+    EXPECT(NB_ERR_IO, nb_st_index_open(missing, &x_));
+    EXPECT(NB_ERR_IO, nb_st_index_open(g_dir, &x_)); /* a directory without model.safetensors.index.json */
+    EXPECT(NB_ERR_NULL_POINTER, nb_st_index_open(NULL, &x_));
+    EXPECT(NB_ERR_NULL_POINTER, nb_st_index_open(g_dir, NULL));
+    CHECK(nb_st_index_close(NULL) == NB_OK, "nb_st_index_close(NULL)");
+    EXPECT(NB_ERR_NULL_POINTER, nb_st_index_count(NULL, &n));
+    EXPECT(NB_ERR_NULL_POINTER, nb_st_index_tensor_at(NULL, 0, &t));
+    EXPECT(NB_ERR_NULL_POINTER, nb_st_index_tensor_find(NULL, "x", &t));
+    EXPECT(NB_ERR_NULL_POINTER, nb_st_index_shard_count(NULL, &n));
+    EXPECT(NB_ERR_NULL_POINTER, nb_st_index_shard_at(NULL, 0, &k, NULL));
+}
+
+static void test_checkpoint(const char *path) {
+    nb_ckpt *c = NULL;
+    char missing[600];
+    snprintf(missing, sizeof missing, "%s/missing", g_dir);
+    EXPECT(NB_ERR_IO, nb_ckpt_open(missing, &c));
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_open(NULL, &c));
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_open(path, NULL));
+    CHECK(nb_ckpt_close(NULL) == NB_OK, "nb_ckpt_close(NULL)");
+    if (nb_ckpt_open(path, &c) != NB_OK) {
+        CHECK(0, "open %s: %s", path, nb_last_error());
+        return;
+    }
+    size_t n, idx;
+    uint64_t bytes;
+    int64_t layer;
+    int sharded, usable;
+    const char *p, *w, *name;
+    const nb_st_file *sf;
+    nb_st_tensor t;
+    nb_ckpt_layer L;
+    nb_ckpt_config cfg;
+    nb_weight_desc d;
+    const uint8_t *codes, *scales;
+    CHECK(nb_ckpt_layer_count(c, &n) == NB_OK && n == 2, "two layers, %zu", n);
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_file_count(NULL, &n));
+    EXPECT(NB_ERR_NOT_FOUND, nb_ckpt_file_at(c, 1, &p, &bytes));
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_file_at(NULL, 0, &p, &bytes));
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_tensor_count(c, NULL));
+    EXPECT(NB_ERR_NOT_FOUND, nb_ckpt_tensor_at(c, 4, &t, &layer));
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_tensor_at(c, 0, NULL, &layer));
+    EXPECT(NB_ERR_NOT_FOUND, nb_ckpt_tensor_find(c, "proj", &idx));
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_tensor_find(c, NULL, &idx));
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_shard_count(NULL, &n, &sharded));
+    EXPECT(NB_ERR_NOT_FOUND, nb_ckpt_shard_at(c, 1, &name, &sf));
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_shard_at(c, 0, NULL, &sf));
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_get_dir(c, NULL));
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_layer_count(NULL, &n));
+    EXPECT(NB_ERR_NOT_FOUND, nb_ckpt_layer_at(c, 2, &L));
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_layer_at(c, 0, NULL));
+    EXPECT(NB_ERR_NOT_FOUND, nb_ckpt_layer_find(c, "proj.weight", &idx));
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_layer_find(c, "proj", NULL));
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_get_config(NULL, &cfg));
+    EXPECT(NB_ERR_NOT_FOUND, nb_ckpt_exclude_at(c, 0, &p, &w, &usable)); /* no config: no entries */
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_exclude_at(c, 0, NULL, &w, &usable));
+    CHECK(nb_ckpt_get_config(c, &cfg) == NB_OK && cfg.reserved[0] == 0 && cfg.reserved[7] == 0, "config reserved");
+    size_t lm = 9, proj = 9;
+    CHECK(nb_ckpt_layer_find(c, "lm", &lm) == NB_OK && nb_ckpt_layer_find(c, "proj", &proj) == NB_OK, "layers found");
+    CHECK(nb_ckpt_layer_at(c, proj, &L) == NB_OK && L.format == NB_CKPT_MODELOPT_NVFP4 && L.reserved[0] == 0,
+          "proj is modelopt-nvfp4");
+    EXPECT(NB_ERR_UNSUPPORTED, nb_ckpt_layer_weight(c, lm, 0, &d, &codes, &scales)); /* BF16: no 4-bit weight */
+    EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_layer_weight(c, proj, 1, &d, &codes, &scales)); /* dense: expert 0 */
+    EXPECT(NB_ERR_NOT_FOUND, nb_ckpt_layer_weight(c, 2, 0, &d, &codes, &scales));
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_layer_weight(c, proj, 0, &d, NULL, &scales));
+    EXPECT(NB_OK, nb_ckpt_layer_weight(c, proj, 0, &d, &codes, &scales));
+    nb_ckpt_close(c);
+}
+
+static void test_quantize_convert(const char *path) {
+    nb_ckpt_quantize_opts q;
+    nb_ckpt_convert_opts v;
+    nb_ckpt_quantize_summary qs;
+    nb_ckpt_convert_summary cs;
+    char out[600];
+    snprintf(out, sizeof out, "%s/out", g_dir);
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_quantize_opts_init(NULL));
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_convert_opts_init(NULL));
+    memset(&q, 0x5A, sizeof q);
+    memset(&v, 0x5A, sizeof v);
+    CHECK(nb_ckpt_quantize_opts_init(&q) == NB_OK && q.reserved[0] == 0 && q.reserved[7] == 0 && !q.exclude,
+          "quantize opts init");
+    CHECK(nb_ckpt_convert_opts_init(&v) == NB_OK && v.reserved[0] == 0 && v.reserved[7] == 0 && !v.warn,
+          "convert opts init");
+
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_quantize(NULL, out, &q, &qs));
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_quantize(path, out, NULL, &qs));
+    q.reserved[5] = 1;
+    EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_quantize(path, out, &q, &qs));
+    q.reserved[5] = 0;
+    q.format = (nb_format)0; /* not a format of the table */
+    EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_quantize(path, out, &q, &qs));
+    q.format = NB_FORMAT_MXFP4;
+    q.mx_rule = (nb_mx_scale_rule)7;
+    EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_quantize(path, out, &q, &qs));
+    q.mx_rule = NB_MX_SCALE_EVEN;
+    q.device = (nb_ckpt_device)5;
+    EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_quantize(path, out, &q, &qs));
+    q.device = NB_CKPT_DEVICE_CPU;
+    q.nexclude = 1;
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_quantize(path, out, &q, &qs));
+    q.nexclude = 0;
+    CHECK(access(out, F_OK) != 0, "refused quantizations leave no OUT");
+
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_convert(path, NULL, &v, &cs));
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_convert(path, out, NULL, &cs));
+    v.reserved[1] = -1;
+    EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_convert(path, out, &v, &cs));
+    v.reserved[1] = 0;
+    v.target = (nb_ckpt_target)4;
+    EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_convert(path, out, &v, &cs));
+    v.target = NB_CKPT_TARGET_QUARK; /* an NVFP4 layer: the Quark layout holds MXFP4 only */
+    EXPECT(NB_ERR_UNSUPPORTED, nb_ckpt_convert(path, out, &v, &cs));
+    CHECK(access(out, F_OK) != 0, "refused conversions leave no OUT");
+    v.target = NB_CKPT_TARGET_CT;
+    EXPECT(NB_OK, nb_ckpt_convert(path, out, &v, &cs));
+    CHECK(cs.layers_converted == 1 && cs.reserved[0] == 0, "convert to ct: %zu layers", cs.layers_converted);
+}
+
+static void test_gguf(void) {
+    nb_gguf_file *g = NULL;
+    nb_gguf_header h;
+    nb_gguf_kv kv;
+    nb_gguf_tensor t;
+    nb_gguf_fp4 f;
+    nb_weight_desc d;
+    size_t i;
+    uint8_t buf[16];
+    char missing[600];
+    snprintf(missing, sizeof missing, "%s/missing.gguf", g_dir);
+    EXPECT(NB_ERR_IO, nb_gguf_open(missing, &g));
+    EXPECT(NB_ERR_NULL_POINTER, nb_gguf_open(NULL, &g));
+    EXPECT(NB_ERR_CORRUPT, nb_gguf_open_memory("GGUF", 4, "short", &g));
+    EXPECT(NB_ERR_NULL_POINTER, nb_gguf_open_memory(k_empty_gguf, sizeof k_empty_gguf, "x", NULL));
+    CHECK(nb_gguf_close(NULL) == NB_OK, "nb_gguf_close(NULL)");
+    if (nb_gguf_open_memory(k_empty_gguf, sizeof k_empty_gguf, "empty.gguf", &g) != NB_OK) {
+        CHECK(0, "the empty GGUF image: %s", nb_last_error());
+        return;
+    }
+    CHECK(nb_gguf_get_header(g, &h) == NB_OK && h.version == 3 && h.n_kv == 0 && h.n_tensors == 0 &&
+              h.reserved[0] == 0,
+          "empty GGUF header");
+    EXPECT(NB_ERR_NULL_POINTER, nb_gguf_get_header(NULL, &h));
+    EXPECT(NB_ERR_NOT_FOUND, nb_gguf_kv_at(g, 0, &kv));
+    EXPECT(NB_ERR_NULL_POINTER, nb_gguf_kv_at(g, 0, NULL));
+    EXPECT(NB_ERR_NOT_FOUND, nb_gguf_kv_find(g, "general.alignment", &kv));
+    EXPECT(NB_ERR_NULL_POINTER, nb_gguf_kv_find(g, NULL, &kv));
+    EXPECT(NB_ERR_NOT_FOUND, nb_gguf_tensor_at(g, 0, &t));
+    EXPECT(NB_ERR_NULL_POINTER, nb_gguf_tensor_at(NULL, 0, &t));
+    EXPECT(NB_ERR_NOT_FOUND, nb_gguf_tensor_find(g, "w", &i));
+    EXPECT(NB_ERR_NULL_POINTER, nb_gguf_tensor_find(g, "w", NULL));
+    EXPECT(NB_ERR_NOT_FOUND, nb_gguf_fp4_info(g, 0, &f));
+    EXPECT(NB_ERR_NULL_POINTER, nb_gguf_fp4_info(g, 0, NULL));
+    EXPECT(NB_ERR_NOT_FOUND, nb_gguf_fp4_to_checkpoint(g, 0, 0, &d, buf, sizeof buf, buf, sizeof buf, NULL));
+    EXPECT(NB_ERR_NULL_POINTER, nb_gguf_fp4_to_checkpoint(g, 0, 0, NULL, buf, sizeof buf, buf, sizeof buf, NULL));
+    nb_gguf_close(g);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1) {
+        snprintf(g_dir, sizeof g_dir, "%s", argv[1]);
+        mkdir(g_dir, 0755);
+    } else {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(g_dir, sizeof g_dir, "%s/nb_io_api.XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+        if (!mkdtemp(g_dir)) {
+            printf("cannot create a temporary directory\n");
+            return 2;
+        }
+    }
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'/*", g_dir); /* outputs of a previous run */
+    if (system(cmd) != 0) printf("note: could not clear %s\n", g_dir);
+    char path[600];
+    test_struct_sizes();
+    test_names();
+    if (write_fixture(path, sizeof path)) {
+        test_safetensors(path);
+        test_checkpoint(path);
+        test_quantize_convert(path);
+    }
+    test_gguf();
+    if (argc <= 1 && g_fail == 0) {
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+        if (system(cmd) != 0) printf("note: could not remove %s\n", g_dir);
+    }
+    printf("%d passed, %d failed\n", g_pass, g_fail);
+    return g_fail ? 1 : 0;
+}

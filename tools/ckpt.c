@@ -1,0 +1,853 @@
+/* ckpt.c - `nibble inspect`, `nibble quantize`, `nibble convert`: thin
+ * commands over the checkpoint API (nibble_io.h).  Every library call is
+ * checked: a failure prints "nibble <command>: NB_ERR_...: <the library's
+ * message>" and exits 3 (2 for a conversion --strict refuses). */
+#define _POSIX_C_SOURCE 200809L
+#include "cli.h"
+#include "nibble.h"
+#include "nibble_io.h"
+
+#include <cjson/cJSON.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h> /* isatty */
+
+static int wants_help(const char *a) { return !strcmp(a, "--help") || !strcmp(a, "-h"); }
+
+/* Report a failed library call of command `cmd`: exit code 3. */
+static int fail(const char *cmd, nb_status st) {
+    fprintf(stderr, "nibble %s: %s: %s\n", cmd, nb_status_name(st), nb_last_error());
+    return 3;
+}
+
+static void json_add_i64(cJSON *o, const char *key, int64_t v) { cJSON_AddNumberToObject(o, key, (double)v); }
+
+/* Print a JSON object on stdout and free it: 0, or 3 when it cannot be printed. */
+static int print_json(cJSON *j) {
+    char *txt = j ? cJSON_Print(j) : NULL;
+    if (txt) printf("%s\n", txt);
+    else fprintf(stderr, "nibble: out of memory for the JSON output\n");
+    cJSON_free(txt);
+    cJSON_Delete(j);
+    return txt ? 0 : 3;
+}
+
+/* Names of values the library itself returned (a lookup cannot fail on
+ * them; "unknown" or "?" otherwise). */
+static const char *ckpt_format_str(nb_ckpt_format f) { const char *s; return nb_ckpt_format_name(f, &s) ? "unknown" : s; }
+static const char *source_str(nb_ckpt_source x) { const char *s; return nb_ckpt_source_name(x, &s) ? "unknown" : s; }
+static const char *dtype_str(nb_st_dtype d) { const char *s; return nb_st_dtype_info(d, &s, NULL) ? "?" : s; }
+static const char *ggml_str(uint32_t t) { const char *s; return nb_ggml_type_name(t, &s) ? "?" : s; }
+static const char *vtype_str(nb_gguf_vtype t) { const char *s; return nb_gguf_vtype_name(t, &s) ? "?" : s; }
+
+/* ================================================================ inspect */
+
+static void inspect_help(void) {
+    printf("usage: nibble inspect PATH [--summary] [--json]\n"
+           "  PATH is a .safetensors file, a directory (model.safetensors.index.json or\n"
+           "  model.safetensors inside) or an index file; config.json and\n"
+           "  hf_quant_config.json next to it are read when present.\n"
+           "  A GGUF file (*.gguf, or starting with \"GGUF\") lists its header, metadata,\n"
+           "  tensors with their ggml type and shape, and the MXFP4 / NVFP4 weights\n"
+           "  nibble imports (gguf-mxfp4, gguf-nvfp4).\n"
+           "  Prints the files, every tensor (name, dtype, shape, bytes; not with\n"
+           "  --summary), every linear layer with its detected format (modelopt-nvfp4,\n"
+           "  ct-nvfp4, ct-mxfp4, quark-mxfp4, gptoss-mxfp4, none = unquantized,\n"
+           "  inconsistent = breaks its layout's rules, with the reason), n x k,\n"
+           "  experts, tensor scale and what decided it (a layer named by the config's\n"
+           "  exclude / ignore list says so; a 4-bit layer it names is a WARNING), then totals.\n"
+           "  --json  the same as one JSON object on stdout.\n"
+           "  Exit: 0 read (even with inconsistent layers), 1 usage, 3 unreadable or corrupt.\n");
+}
+
+/* ---------------------------------------------------------------- GGUF */
+
+/* A GGUF value as text. */
+static void gguf_value(const nb_gguf_kv *kv, char *buf, size_t n) {
+    const uint8_t *d = kv->data;
+    uint64_t u = 0;
+    int64_t i = 0;
+    double f = 0;
+    switch (kv->type) {
+    case NB_GGUF_STRING: snprintf(buf, n, "\"%.60s%s\"", kv->str, strlen(kv->str) > 60 ? "..." : ""); return;
+    case NB_GGUF_ARRAY: snprintf(buf, n, "[%s x %llu]", vtype_str(kv->elem_type), (unsigned long long)kv->count); return;
+    case NB_GGUF_FLOAT32: { float x; memcpy(&x, d, 4); f = x; snprintf(buf, n, "%.9g", f); return; }
+    case NB_GGUF_FLOAT64: memcpy(&f, d, 8); snprintf(buf, n, "%.17g", f); return;
+    case NB_GGUF_BOOL: snprintf(buf, n, "%s", d[0] ? "true" : "false"); return;
+    case NB_GGUF_INT8: i = (int8_t)d[0]; break;
+    case NB_GGUF_INT16: { int16_t x; memcpy(&x, d, 2); i = x; break; }
+    case NB_GGUF_INT32: { int32_t x; memcpy(&x, d, 4); i = x; break; }
+    case NB_GGUF_INT64: memcpy(&i, d, 8); break;
+    default:
+        memcpy(&u, d, (size_t)kv->bytes < 8 ? (size_t)kv->bytes : 8);
+        snprintf(buf, n, "%llu", (unsigned long long)u);
+        return;
+    }
+    snprintf(buf, n, "%lld", (long long)i);
+}
+
+/* The ggml types a GGUF file's 4-bit weights are imported from, in type
+ * order, with how many tensors of each the file holds. */
+typedef struct gguf_fp4_count {
+    uint32_t type;
+    char name[16]; /* the nibble format's name: "mxfp4" */
+    size_t count;
+} gguf_fp4_count;
+
+static size_t gguf_fp4_types(gguf_fp4_count *out, size_t max) {
+    size_t n = 0;
+    for (uint32_t t = 0; t < 256 && n < max; t++) { /* ggml numbers its types below 256 */
+        nb_format f;
+        nb_format_info fi;
+        if (nb_ggml_type_format(t, &f) != NB_OK || nb_format_get_info(f, &fi) != NB_OK) continue;
+        out[n].type = t;
+        snprintf(out[n].name, sizeof out[n].name, "%s", fi.name);
+        out[n].count = 0;
+        n++;
+    }
+    return n;
+}
+
+/* One tensor of the GGUF listing: its line (or JSON object) and, for an
+ * importable 4-bit weight, its count in fp4[]. */
+static nb_status gguf_tensor(const nb_gguf_file *g, size_t i, int summary, cJSON *jt, gguf_fp4_count *counts,
+                             size_t ncounts, uint64_t *total) {
+    nb_gguf_tensor t;
+    nb_status st = nb_gguf_tensor_at(g, i, &t);
+    if (st != NB_OK) return st;
+    *total += t.bytes;
+    nb_gguf_fp4 f;
+    nb_format_info fi;
+    const int fp4 = nb_gguf_fp4_info(g, i, &f) == NB_OK && nb_format_get_info(f.format, &fi) == NB_OK;
+    char fmt[32] = "none";
+    float ts = 1.0f;
+    if (fp4) {
+        snprintf(fmt, sizeof fmt, "gguf-%s", fi.name);
+        for (size_t k = 0; k < ncounts; k++) counts[k].count += counts[k].type == t.type;
+        nb_gguf_tensor s;
+        if (f.scale_tensor >= 0) {
+            if ((st = nb_gguf_tensor_at(g, (size_t)f.scale_tensor, &s)) != NB_OK) return st;
+            memcpy(&ts, s.data, 4);
+        }
+    }
+    if (jt) {
+        cJSON *o = cJSON_CreateObject(), *sh = cJSON_CreateArray();
+        cJSON_AddStringToObject(o, "name", t.name);
+        cJSON_AddStringToObject(o, "ggml_type", ggml_str(t.type));
+        for (int d = 0; d < t.n_dims; d++) cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)t.shape[d]));
+        cJSON_AddItemToObject(o, "shape", sh);
+        json_add_i64(o, "bytes", (int64_t)t.bytes);
+        cJSON_AddStringToObject(o, "format", fmt);
+        if (fp4) {
+            json_add_i64(o, "n", f.n);
+            json_add_i64(o, "k", f.k);
+            json_add_i64(o, "experts", f.experts);
+            cJSON_AddNumberToObject(o, "tensor_scale", ts);
+        }
+        cJSON_AddItemToArray(jt, o);
+        return NB_OK;
+    }
+    if (summary && !fp4) return NB_OK;
+    char shape[96] = "[";
+    size_t at = 1;
+    for (int d = 0; d < t.n_dims; d++)
+        at += (size_t)snprintf(shape + at, sizeof shape - at, "%s%lld", d ? ", " : "", (long long)t.shape[d]);
+    snprintf(shape + at, sizeof shape - at, "]");
+    char extra[96] = "";
+    if (fp4)
+        snprintf(extra, sizeof extra, "  %lld x %lld%s%.0lld%s, tensor scale %.6g", (long long)f.n, (long long)f.k,
+                 f.experts ? " x " : "", (long long)f.experts, f.experts ? " exp" : "", (double)ts);
+    printf("  %-40s %-8s %-22s %12llu  %s%s\n", t.name, ggml_str(t.type), shape, (unsigned long long)t.bytes, fmt,
+           extra);
+    return NB_OK;
+}
+
+/* A GGUF file: header, key/values, tensors with their ggml type and, for
+ * MXFP4 / NVFP4, the weight nibble imports (n x k, experts, tensor scale). */
+static nb_status gguf_listing(const nb_gguf_file *g, const char *path, int json, int summary) {
+    nb_gguf_header h;
+    nb_status st = nb_gguf_get_header(g, &h);
+    if (st != NB_OK) return st;
+    cJSON *root = json ? cJSON_CreateObject() : NULL, *jk = NULL, *jt = NULL;
+    if (json) {
+        cJSON_AddStringToObject(root, "path", path);
+        cJSON_AddStringToObject(root, "container", "gguf");
+        json_add_i64(root, "version", h.version);
+        json_add_i64(root, "alignment", h.alignment);
+        jk = cJSON_AddObjectToObject(root, "metadata");
+        jt = cJSON_AddArrayToObject(root, "tensors");
+    } else {
+        printf("gguf %s\nversion %u, alignment %u, %zu keys, %zu tensors, data at byte %llu\n", path, h.version,
+               h.alignment, h.n_kv, h.n_tensors, (unsigned long long)h.data_offset);
+        if (!summary) printf("\nmetadata (%zu):\n", h.n_kv);
+    }
+    for (size_t i = 0; i < h.n_kv && st == NB_OK; i++) {
+        nb_gguf_kv kv;
+        if ((st = nb_gguf_kv_at(g, i, &kv)) != NB_OK) break;
+        char v[128];
+        gguf_value(&kv, v, sizeof v);
+        if (json) cJSON_AddStringToObject(jk, kv.key, v);
+        else if (!summary) printf("  %-48s %-8s %s\n", kv.key, vtype_str(kv.type), v);
+    }
+    if (!json && st == NB_OK)
+        printf("\ntensors (%zu):\n  %-40s %-8s %-22s %12s  %s\n", h.n_tensors, "name", "type", "shape", "bytes",
+               "format");
+    gguf_fp4_count fp4[8];
+    const size_t nfp4 = gguf_fp4_types(fp4, 8);
+    uint64_t total = 0;
+    for (size_t i = 0; i < h.n_tensors && st == NB_OK; i++) st = gguf_tensor(g, i, summary, jt, fp4, nfp4, &total);
+    if (st != NB_OK) {
+        cJSON_Delete(root);
+        return st;
+    }
+    if (json) {
+        cJSON *tot = cJSON_AddObjectToObject(root, "totals");
+        json_add_i64(tot, "tensors", (int64_t)h.n_tensors);
+        json_add_i64(tot, "bytes", (int64_t)total);
+        for (size_t k = 0; k < nfp4; k++) {
+            char key[32];
+            snprintf(key, sizeof key, "gguf_%s", fp4[k].name);
+            json_add_i64(tot, key, (int64_t)fp4[k].count);
+        }
+        return print_json(root) ? NB_ERR_OUT_OF_MEMORY : NB_OK;
+    }
+    printf("\ntotals: %zu tensors, %llu bytes;", h.n_tensors, (unsigned long long)total);
+    for (size_t k = 0; k < nfp4; k++) printf("%s %zu gguf-%s", k ? "," : "", fp4[k].count, fp4[k].name);
+    printf(" (importable into nibble's checkpoint layout)\n");
+    return NB_OK;
+}
+
+static int inspect_gguf(const char *path, int json, int summary) {
+    nb_gguf_file *g = NULL;
+    nb_status st = nb_gguf_open(path, &g);
+    if (st == NB_OK) st = gguf_listing(g, path, json, summary);
+    const nb_status cst = nb_gguf_close(g);
+    if (st == NB_OK) st = cst;
+    return st == NB_OK ? 0 : fail("inspect", st);
+}
+
+static int is_gguf(const char *path) {
+    size_t n = strlen(path);
+    if (n > 5 && !strcmp(path + n - 5, ".gguf")) return 1;
+    FILE *f = fopen(path, "rb");
+    char m[4] = {0};
+    int r = f && fread(m, 1, 4, f) == 4 && !memcmp(m, "GGUF", 4);
+    if (f) fclose(f);
+    return r;
+}
+
+/* ---------------------------------------------------------------- checkpoints */
+
+enum { NDT = 32, NCF = 16 }; /* bounds of the dtype and layout values counted */
+
+/* What `nibble inspect` totals: bytes and tensors by dtype; layers by
+ * layout; parameters of quantized layers (n*k per expert) vs elements of
+ * every float tensor outside them (inconsistent layers are not quantized). */
+typedef struct ckpt_view {
+    const nb_ckpt *c;
+    const char *path;
+    size_t nf, nt, nl;
+    nb_ckpt_config cfg;
+    uint64_t dt_bytes[NDT], dt_count[NDT], total_bytes;
+    int64_t q_params, u_params;
+    size_t nfmt[NCF];
+} ckpt_view;
+
+static int is_quantized(nb_ckpt_format f) { return f != NB_CKPT_NONE && f != NB_CKPT_INCONSISTENT; }
+
+/* Stage 1: the counts, the config and the totals. */
+static nb_status ckpt_totals(ckpt_view *v) {
+    nb_status st;
+    if ((st = nb_ckpt_file_count(v->c, &v->nf)) != NB_OK || (st = nb_ckpt_tensor_count(v->c, &v->nt)) != NB_OK ||
+        (st = nb_ckpt_layer_count(v->c, &v->nl)) != NB_OK || (st = nb_ckpt_get_config(v->c, &v->cfg)) != NB_OK)
+        return st;
+    for (size_t i = 0; i < v->nt; i++) {
+        nb_st_tensor t;
+        nb_ckpt_layer L;
+        int64_t layer;
+        if ((st = nb_ckpt_tensor_at(v->c, i, &t, &layer)) != NB_OK) return st;
+        if ((unsigned)t.dtype < NDT) {
+            v->dt_bytes[t.dtype] += t.bytes;
+            v->dt_count[t.dtype]++;
+        }
+        v->total_bytes += t.bytes;
+        int in_quant = 0;
+        if (layer >= 0) {
+            if ((st = nb_ckpt_layer_at(v->c, (size_t)layer, &L)) != NB_OK) return st;
+            in_quant = is_quantized(L.format);
+        }
+        if (!in_quant && (t.dtype == NB_ST_BF16 || t.dtype == NB_ST_F16 || t.dtype == NB_ST_F32 ||
+                          t.dtype == NB_ST_F64)) {
+            int64_t e = 1;
+            for (int d = 0; d < t.rank; d++) e *= t.shape[d];
+            v->u_params += e;
+        }
+    }
+    for (size_t i = 0; i < v->nl; i++) {
+        nb_ckpt_layer L;
+        if ((st = nb_ckpt_layer_at(v->c, i, &L)) != NB_OK) return st;
+        if ((unsigned)L.format < NCF) v->nfmt[L.format]++;
+        if (is_quantized(L.format)) v->q_params += L.n * L.k * (L.experts ? L.experts : 1);
+    }
+    return NB_OK;
+}
+
+/* The "config" object of --json. */
+static nb_status ckpt_json_config(const ckpt_view *v, cJSON *root) {
+    const nb_ckpt_config *cfg = &v->cfg;
+    cJSON *jc = cJSON_AddObjectToObject(root, "config");
+    cJSON_AddBoolToObject(jc, "config_json", cfg->has_config_json);
+    cJSON_AddBoolToObject(jc, "hf_quant_config_json", cfg->has_hf_quant_config);
+    if (cfg->quant_method) cJSON_AddStringToObject(jc, "quant_method", cfg->quant_method);
+    if (cfg->quant_algo) cJSON_AddStringToObject(jc, "quant_algo", cfg->quant_algo);
+    if (cfg->ct_format) cJSON_AddStringToObject(jc, "format", cfg->ct_format);
+    cJSON_AddStringToObject(jc, "declared", ckpt_format_str(cfg->declared));
+    cJSON_AddStringToObject(jc, "declared_by", source_str(cfg->source));
+    cJSON *jx = cJSON_AddArrayToObject(jc, "exclude");
+    for (size_t i = 0; i < cfg->nexclude; i++) {
+        const char *pat, *where;
+        int usable;
+        nb_status st = nb_ckpt_exclude_at(v->c, i, &pat, &where, &usable);
+        if (st != NB_OK) return st;
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "pattern", pat);
+        cJSON_AddStringToObject(o, "from", where);
+        if (!usable) cJSON_AddBoolToObject(o, "unusable", 1);
+        cJSON_AddItemToArray(jx, o);
+    }
+    if (cfg->note) cJSON_AddStringToObject(jc, "note", cfg->note);
+    return NB_OK;
+}
+
+/* The "files" and (without --summary) "tensors" arrays of --json. */
+static nb_status ckpt_json_files(const ckpt_view *v, cJSON *root, int summary) {
+    nb_status st = NB_OK;
+    cJSON *a = cJSON_AddArrayToObject(root, "files");
+    for (size_t i = 0; i < v->nf && st == NB_OK; i++) {
+        const char *p;
+        uint64_t b;
+        if ((st = nb_ckpt_file_at(v->c, i, &p, &b)) != NB_OK) break;
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "path", p);
+        json_add_i64(o, "bytes", (int64_t)b);
+        cJSON_AddItemToArray(a, o);
+    }
+    if (summary) return st;
+    a = cJSON_AddArrayToObject(root, "tensors");
+    for (size_t i = 0; i < v->nt && st == NB_OK; i++) {
+        nb_st_tensor t;
+        if ((st = nb_ckpt_tensor_at(v->c, i, &t, NULL)) != NB_OK) break;
+        cJSON *o = cJSON_CreateObject(), *sh = cJSON_CreateArray();
+        cJSON_AddStringToObject(o, "name", t.name);
+        cJSON_AddStringToObject(o, "dtype", dtype_str(t.dtype));
+        for (int d = 0; d < t.rank; d++) cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)t.shape[d]));
+        cJSON_AddItemToObject(o, "shape", sh);
+        json_add_i64(o, "bytes", (int64_t)t.bytes);
+        cJSON_AddItemToArray(a, o);
+    }
+    return st;
+}
+
+/* The "layers" array and the "totals" object of --json. */
+static nb_status ckpt_json_layers(const ckpt_view *v, cJSON *root) {
+    cJSON *a = cJSON_AddArrayToObject(root, "layers");
+    for (size_t i = 0; i < v->nl; i++) {
+        nb_ckpt_layer L;
+        nb_status st = nb_ckpt_layer_at(v->c, i, &L);
+        if (st != NB_OK) return st;
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "prefix", L.prefix);
+        cJSON_AddStringToObject(o, "format", ckpt_format_str(L.format));
+        json_add_i64(o, "n", L.n);
+        json_add_i64(o, "k", L.k);
+        json_add_i64(o, "experts", L.experts);
+        cJSON_AddNumberToObject(o, "tensor_scale", L.tensor_scale);
+        json_add_i64(o, "bytes", (int64_t)L.bytes);
+        cJSON_AddStringToObject(o, "decided_by", source_str(L.decided_by));
+        if (L.excluded) {
+            cJSON_AddBoolToObject(o, "excluded", 1);
+            cJSON_AddStringToObject(o, "excluded_by", L.excluded_by);
+        }
+        if (L.config_mismatch) cJSON_AddBoolToObject(o, "config_mismatch", 1);
+        if (L.problem[0]) cJSON_AddStringToObject(o, "problem", L.problem);
+        cJSON_AddItemToArray(a, o);
+    }
+    cJSON *tot = cJSON_AddObjectToObject(root, "totals");
+    json_add_i64(tot, "tensors", (int64_t)v->nt);
+    json_add_i64(tot, "bytes", (int64_t)v->total_bytes);
+    cJSON *bd = cJSON_AddObjectToObject(tot, "bytes_by_dtype");
+    for (int d = 0; d < NDT; d++)
+        if (v->dt_count[d]) json_add_i64(bd, dtype_str((nb_st_dtype)d), (int64_t)v->dt_bytes[d]);
+    json_add_i64(tot, "layers", (int64_t)v->nl);
+    cJSON *lf = cJSON_AddObjectToObject(tot, "layers_by_format");
+    for (int f = 0; f < NCF; f++)
+        if (v->nfmt[f]) json_add_i64(lf, ckpt_format_str((nb_ckpt_format)f), (int64_t)v->nfmt[f]);
+    json_add_i64(tot, "quantized_params", v->q_params);
+    json_add_i64(tot, "unquantized_params", v->u_params);
+    return NB_OK;
+}
+
+/* Stage 2 (--json): everything as one JSON object on stdout. */
+static nb_status ckpt_print_json(const ckpt_view *v, int summary) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "path", v->path);
+    nb_status st = ckpt_json_config(v, root);
+    if (st == NB_OK) st = ckpt_json_files(v, root, summary);
+    if (st == NB_OK) st = ckpt_json_layers(v, root);
+    if (st != NB_OK) {
+        cJSON_Delete(root);
+        return st;
+    }
+    return print_json(root) ? NB_ERR_OUT_OF_MEMORY : NB_OK;
+}
+
+/* Stage 2 (text): the config, the files and (without --summary) every tensor. */
+static nb_status ckpt_print_files(const ckpt_view *v, int summary) {
+    const nb_ckpt_config *cfg = &v->cfg;
+    printf("checkpoint %s\n", v->path);
+    printf("config: config.json %s, hf_quant_config.json %s", cfg->has_config_json ? "yes" : "no",
+           cfg->has_hf_quant_config ? "yes" : "no");
+    if (cfg->quant_method) printf(", quant_method %s", cfg->quant_method);
+    if (cfg->quant_algo) printf(", quant_algo %s", cfg->quant_algo);
+    if (cfg->ct_format) printf(", format %s", cfg->ct_format);
+    printf("; declares %s (%s); %zu exclude entries\n",
+           cfg->declared == NB_CKPT_NONE ? "nothing" : ckpt_format_str(cfg->declared), source_str(cfg->source),
+           cfg->nexclude);
+    if (cfg->note) printf("config WARNING: %s\n", cfg->note);
+    printf("\nfiles (%zu):\n", v->nf);
+    nb_status st = NB_OK;
+    for (size_t i = 0; i < v->nf && st == NB_OK; i++) {
+        const char *p;
+        uint64_t b;
+        if ((st = nb_ckpt_file_at(v->c, i, &p, &b)) == NB_OK) printf("  %12llu  %s\n", (unsigned long long)b, p);
+    }
+    if (summary || st != NB_OK) return st;
+    printf("\ntensors (%zu):\n", v->nt);
+    for (size_t i = 0; i < v->nt; i++) {
+        nb_st_tensor t;
+        if ((st = nb_ckpt_tensor_at(v->c, i, &t, NULL)) != NB_OK) return st;
+        char shape[160] = "[";
+        size_t at = 1;
+        for (int d = 0; d < t.rank && at < sizeof shape; d++)
+            at += (size_t)snprintf(shape + at, sizeof shape - at, "%s%lld", d ? ", " : "", (long long)t.shape[d]);
+        if (at < sizeof shape - 1) strcat(shape, "]");
+        printf("  %-60s %-8s %-24s %12zu\n", t.name, dtype_str(t.dtype), shape, t.bytes);
+    }
+    return NB_OK;
+}
+
+/* Stage 3 (text): every layer, then the totals. */
+static nb_status ckpt_print_layers(const ckpt_view *v) {
+    size_t w = 6;
+    nb_ckpt_layer L;
+    nb_status st;
+    for (size_t i = 0; i < v->nl; i++) {
+        if ((st = nb_ckpt_layer_at(v->c, i, &L)) != NB_OK) return st;
+        if (strlen(L.prefix) > w) w = strlen(L.prefix);
+    }
+    printf("\nlayers (%zu):\n  %-*s  %-14s  %-22s  %-12s  %12s  %s\n", v->nl, (int)w, "prefix", "format", "n x k",
+           "tensor_scale", "bytes", "decided by");
+    for (size_t i = 0; i < v->nl; i++) {
+        if ((st = nb_ckpt_layer_at(v->c, i, &L)) != NB_OK) return st;
+        char nk[64];
+        if (L.experts)
+            snprintf(nk, sizeof nk, "%lld x %lld x %lld exp", (long long)L.n, (long long)L.k, (long long)L.experts);
+        else
+            snprintf(nk, sizeof nk, "%lld x %lld", (long long)L.n, (long long)L.k);
+        char ex[160] = "";
+        if (L.excluded && !L.config_mismatch) snprintf(ex, sizeof ex, " (excluded: \"%.120s\")", L.excluded_by);
+        printf("  %-*s  %-14s  %-22s  %-12.6g  %12llu  %s%s%s%s\n", (int)w, L.prefix, ckpt_format_str(L.format), nk,
+               (double)L.tensor_scale, (unsigned long long)L.bytes, source_str(L.decided_by), ex,
+               L.problem[0] ? (L.config_mismatch ? "  WARNING: " : "  PROBLEM: ") : "", L.problem);
+    }
+    printf("\ntotals: %zu tensors, %llu bytes (", v->nt, (unsigned long long)v->total_bytes);
+    int first = 1;
+    for (int d = 0; d < NDT; d++)
+        if (v->dt_count[d]) {
+            printf("%s%s %llu", first ? "" : ", ", dtype_str((nb_st_dtype)d), (unsigned long long)v->dt_bytes[d]);
+            first = 0;
+        }
+    printf(")\nlayers: %zu (", v->nl);
+    first = 1;
+    for (int f = 0; f < NCF; f++)
+        if (v->nfmt[f]) {
+            printf("%s%zu %s", first ? "" : ", ", v->nfmt[f], ckpt_format_str((nb_ckpt_format)f));
+            first = 0;
+        }
+    printf(")\nparameters: %lld quantized (4-bit), %lld unquantized (float tensors outside quantized layers)\n",
+           (long long)v->q_params, (long long)v->u_params);
+    return NB_OK;
+}
+
+static int inspect_ckpt(const char *path, int json, int summary) {
+    ckpt_view v;
+    memset(&v, 0, sizeof v);
+    v.path = path;
+    nb_ckpt *c = NULL;
+    nb_status st = nb_ckpt_open(path, &c);
+    v.c = c;
+    if (st == NB_OK) st = ckpt_totals(&v);
+    if (st == NB_OK && json) st = ckpt_print_json(&v, summary);
+    else if (st == NB_OK) st = ckpt_print_files(&v, summary);
+    if (st == NB_OK && !json) st = ckpt_print_layers(&v);
+    const nb_status cst = nb_ckpt_close(c);
+    if (st == NB_OK) st = cst;
+    return st == NB_OK ? 0 : fail("inspect", st);
+}
+
+int nb_cli_inspect(int argc, char **argv) {
+    const char *path = NULL;
+    int json = 0, summary = 0;
+    for (int i = 1; i < argc; i++) {
+        if (wants_help(argv[i])) {
+            inspect_help();
+            return 0;
+        } else if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "--summary")) summary = 1;
+        else if (argv[i][0] == '-' || path) {
+            fprintf(stderr, "nibble inspect: unexpected argument '%s' (see --help)\n", argv[i]);
+            return 1;
+        } else path = argv[i];
+    }
+    if (!path) {
+        fprintf(stderr, "nibble inspect: a checkpoint path is required (see --help)\n");
+        return 1;
+    }
+    return is_gguf(path) ? inspect_gguf(path, json, summary) : inspect_ckpt(path, json, summary);
+}
+
+/* =============================================================== quantize */
+
+static void quantize_progress(void *user, size_t i, size_t n, uint64_t done, uint64_t total, const char *name) {
+    (void)user;
+    if (name)
+        fprintf(stderr, "\r\033[K[%zu/%zu] %.1f / %.1f MB  %.60s", i + 1, n, done / 1e6, total / 1e6, name);
+    else
+        fprintf(stderr, "\r\033[K[%zu/%zu] %.1f / %.1f MB  done\n", i, n, done / 1e6, total / 1e6);
+    fflush(stderr);
+}
+
+static void quantize_help(void) {
+    printf("usage: nibble quantize IN OUT --format nvfp4|mxfp4 [--exclude PATTERN]...\n"
+           "                       [--mx-rule ocp|even|round-up] [--no-default-excludes]\n"
+           "                       [--device auto|cpu|gpu] [--json]\n"
+           "  IN   a BF16/F16/F32 checkpoint: .safetensors file, directory (index or\n"
+           "       model.safetensors) or index file.  It is only read.\n"
+           "  OUT  a directory that must not exist or be empty.  It receives, per input\n"
+           "       file, a file of the same name; the index when IN is sharded;\n"
+           "       config.json with a quantization_config (ModelOpt for nvfp4, Quark for\n"
+           "       mxfp4); hf_quant_config.json (nvfp4); every other file of IN's directory\n"
+           "       byte for byte (not other *.safetensors, not subdirectories).\n"
+           "  Quantized: every 2-D BF16/F16/F32 tensor P.weight whose K is a multiple of the\n"
+           "  group (16 nvfp4, 32 mxfp4) and whose prefix P matches no exclude pattern\n"
+           "  (shell wildcards, fnmatch on P, '*' crosses dots: --exclude '*.mlp.gate').\n"
+           "  Excluded by default: '*lm_head' and '*embed*' (--no-default-excludes drops\n"
+           "  them).  Every other tensor is copied unchanged with its dtype.\n"
+           "  nvfp4: P.weight U8 [N,K/2], P.weight_scale F8_E4M3 [N,K/16], P.weight_scale_2\n"
+           "  F32 [] (ModelOpt numerics; no input_scale).  mxfp4: P.weight U8 [N,K/2],\n"
+           "  P.weight_scale U8 [N,K/32] (E8M0); --mx-rule picks the block exponent\n"
+           "  (default even, as Quark; ocp = floor(log2 amax)-2; round-up = triton).\n"
+           "  --device: where the weights are quantized: gpu (CUDA device 0: each tensor\n"
+           "  is copied to the GPU, quantized by nb_quantize and copied back), cpu (the C\n"
+           "  reference), or auto (default: the GPU when there is one).  The bytes are\n"
+           "  the same either way; the summary says which ran.\n"
+           "  Tensors are streamed one at a time.  Progress on stderr when it is a\n"
+           "  terminal; --json prints a summary on stdout.\n"
+           "  Exit: 0 written, 1 usage, 3 I/O error, corrupt input, OUT not empty or\n"
+           "  --device gpu without a GPU.\n");
+}
+
+/* "--format a or --format b" for messages: every format of the table, or
+ * (e8m0_only) those with E8M0 scales, whose exponent rule --mx-rule picks. */
+static void format_choices(char *buf, size_t n, int e8m0_only) {
+    nb_format all[16];
+    const char *names[16];
+    nb_format_info fi[16];
+    size_t count = 0, k = 0, at = 0;
+    buf[0] = 0;
+    if (nb_format_list(all, 16, &count) != NB_OK) return;
+    for (size_t i = 0; i < count && i < 16; i++)
+        if (nb_format_get_info(all[i], &fi[k]) == NB_OK && (!e8m0_only || fi[k].scale_type == NB_SCALE_E8M0))
+            names[k] = fi[k].name, k++;
+    for (size_t i = 0; i < k && at < n; i++)
+        at += (size_t)snprintf(buf + at, n - at, "%s--format %s", i == 0 ? "" : i + 1 == k ? " or " : ", ", names[i]);
+}
+
+typedef struct quantize_args {
+    const char *in, *out, *fmt, *rule, *device;
+    int json;
+} quantize_args;
+
+/* Stage 1: the options into a and o (exclude patterns point into argv):
+ * 0 to go on, -1 after --help, 1 on a usage error. */
+static int quantize_parse(int argc, char **argv, quantize_args *a, nb_ckpt_quantize_opts *o, const char **excl) {
+    size_t nexcl = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i];
+        if (wants_help(s)) {
+            quantize_help();
+            return -1;
+        } else if (!strcmp(s, "--json")) a->json = 1;
+        else if (!strcmp(s, "--no-default-excludes")) o->no_default_excludes = 1;
+        else if ((!strcmp(s, "--format") || !strcmp(s, "--exclude") || !strcmp(s, "--mx-rule") ||
+                  !strcmp(s, "--device")) &&
+                 i + 1 < argc) {
+            const char *v = argv[++i];
+            if (!strcmp(s, "--format")) a->fmt = v;
+            else if (!strcmp(s, "--mx-rule")) a->rule = v;
+            else if (!strcmp(s, "--device")) a->device = v;
+            else excl[nexcl++] = v;
+        } else if (s[0] == '-' || (a->in && a->out)) {
+            fprintf(stderr, "nibble quantize: unexpected argument '%s' (see --help)\n", s);
+            return 1;
+        } else if (!a->in) a->in = s;
+        else a->out = s;
+    }
+    o->exclude = excl;
+    o->nexclude = nexcl;
+    char choices[160], e8m0[160];
+    format_choices(choices, sizeof choices, 0);
+    format_choices(e8m0, sizeof e8m0, 1);
+    nb_format_info fi;
+    if (!a->in || !a->out) {
+        fprintf(stderr, "nibble quantize: IN and OUT are required (see --help)\n");
+    } else if (!a->fmt || nb_format_from_name(a->fmt, &o->format) != NB_OK ||
+               nb_format_get_info(o->format, &fi) != NB_OK) {
+        fprintf(stderr, "nibble quantize: %s is required\n", choices);
+    } else if (a->rule && fi.scale_type != NB_SCALE_E8M0) {
+        fprintf(stderr, "nibble quantize: --mx-rule applies to %s only\n", e8m0);
+    } else if (a->rule && strcmp(a->rule, "ocp") && strcmp(a->rule, "even") && strcmp(a->rule, "round-up")) {
+        fprintf(stderr, "nibble quantize: --mx-rule must be ocp, even or round-up\n");
+    } else if (a->device && nb_ckpt_device_parse(a->device, &o->device) != NB_OK) {
+        fprintf(stderr, "nibble quantize: --device must be auto, cpu or gpu\n");
+    } else {
+        if (a->rule) o->mx_rule = !strcmp(a->rule, "ocp") ? NB_MX_SCALE_OCP : !strcmp(a->rule, "even") ? NB_MX_SCALE_EVEN
+                                                                                                   : NB_MX_SCALE_ROUND_UP;
+        return 0;
+    }
+    return 1;
+}
+
+/* Stage 3: the summary, as JSON or one line. */
+static int quantize_report(const quantize_args *a, const nb_ckpt_quantize_opts *o, const nb_ckpt_quantize_summary *s,
+                           double secs) {
+    if (!a->json) {
+        printf("%s -> %s: %zu layers quantized (%s), %zu tensors copied, %zu float weights left unquantized, "
+               "%zu files copied; %.1f MB -> %.1f MB in %.1f s on %s%s%s\n",
+               a->in, a->out, s->layers_quantized, a->fmt, s->tensors_copied, s->weights_excluded, s->files_copied,
+               s->bytes_in / 1e6, s->bytes_out / 1e6, secs,
+               s->device == NB_CKPT_DEVICE_GPU ? "the GPU (" : "the CPU (C reference)",
+               s->device == NB_CKPT_DEVICE_GPU ? s->device_name : "", s->device == NB_CKPT_DEVICE_GPU ? ")" : "");
+        return 0;
+    }
+    nb_format_info fi;
+    const char *device = "?";
+    nb_status st = nb_format_get_info(o->format, &fi);
+    if (st == NB_OK) st = nb_ckpt_device_name(s->device, &device);
+    if (st != NB_OK) return fail("quantize", st);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "input", a->in);
+    cJSON_AddStringToObject(j, "output", a->out);
+    cJSON_AddStringToObject(j, "format", a->fmt);
+    if (fi.scale_type == NB_SCALE_E8M0)
+        cJSON_AddStringToObject(j, "mx_rule", o->mx_rule == NB_MX_SCALE_OCP ? "ocp"
+                                              : o->mx_rule == NB_MX_SCALE_EVEN ? "even" : "round-up");
+    json_add_i64(j, "tensors_in", (int64_t)s->tensors_in);
+    json_add_i64(j, "layers_quantized", (int64_t)s->layers_quantized);
+    json_add_i64(j, "tensors_copied", (int64_t)s->tensors_copied);
+    json_add_i64(j, "weights_excluded", (int64_t)s->weights_excluded);
+    json_add_i64(j, "shards", (int64_t)s->shards);
+    json_add_i64(j, "files_copied", (int64_t)s->files_copied);
+    json_add_i64(j, "bytes_in", (int64_t)s->bytes_in);
+    json_add_i64(j, "bytes_out", (int64_t)s->bytes_out);
+    cJSON_AddStringToObject(j, "device", device);
+    cJSON_AddStringToObject(j, "device_name", s->device_name);
+    cJSON_AddNumberToObject(j, "seconds", secs);
+    return print_json(j);
+}
+
+int nb_cli_quantize(int argc, char **argv) {
+    quantize_args a = {0};
+    nb_ckpt_quantize_opts o;
+    nb_status st = nb_ckpt_quantize_opts_init(&o);
+    if (st != NB_OK) return fail("quantize", st);
+    const char **excl = (const char **)calloc((size_t)argc + 1, sizeof *excl);
+    if (!excl) {
+        fprintf(stderr, "nibble quantize: out of host memory\n");
+        return 3;
+    }
+    int rc = quantize_parse(argc, argv, &a, &o, excl);
+    if (rc) {
+        free(excl);
+        return rc < 0 ? 0 : rc;
+    }
+    if (isatty(2)) o.progress = quantize_progress;
+    nb_ckpt_quantize_summary s;
+    const double t0 = nb_cli_now();
+    st = nb_ckpt_quantize(a.in, a.out, &o, &s);
+    free(excl);
+    if (st != NB_OK) {
+        if (o.progress) fprintf(stderr, "\n");
+        return fail("quantize", st);
+    }
+    return quantize_report(&a, &o, &s, nb_cli_now() - t0);
+}
+
+/* ================================================================ convert */
+
+static void convert_warn(void *user, const char *msg) {
+    cJSON *arr = (cJSON *)user;
+    if (arr) cJSON_AddItemToArray(arr, cJSON_CreateString(msg));
+    fprintf(stderr, "%s%s\n", isatty(2) ? "\r\033[K" : "", msg);
+}
+
+/* A GGUF tensor left out by --skip-unsupported: listed on stderr and in --json. */
+static void convert_skipped(void *user, const char *name, const char *type) {
+    cJSON *arr = (cJSON *)user;
+    if (arr) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", name);
+        cJSON_AddStringToObject(o, "type", type);
+        cJSON_AddItemToArray(arr, o);
+    }
+    fprintf(stderr, "%sskipped: %s (%s)\n", isatty(2) ? "\r\033[K" : "", name, type);
+}
+
+static void convert_help(void) {
+    printf("usage: nibble convert IN OUT --to modelopt|compressed-tensors|quark [--strict]\n"
+           "                      [--skip-unsupported] [--json]\n"
+           "  IN   a 4-bit checkpoint (.safetensors file, directory or index file) in\n"
+           "       ModelOpt NVFP4, compressed-tensors nvfp4/mxfp4, Quark MXFP4 or gpt-oss\n"
+           "       MXFP4 layout, or a GGUF file with MXFP4 / NVFP4 tensors.  It is only read.\n"
+           "  OUT  a directory that must not exist or be empty: one file per input file,\n"
+           "       the index when IN is sharded, config.json / hf_quant_config.json with the\n"
+           "       target's quantization config, every other file of IN's directory.\n"
+           "  Codes and block scales are copied byte for byte; tensors are renamed:\n"
+           "    modelopt            P.weight, P.weight_scale, P.weight_scale_2 [], P.input_scale []\n"
+           "    compressed-tensors  P.weight_packed, P.weight_scale, P.weight_global_scale [1]\n"
+           "                        (= 1/weight_scale_2), P.input_global_scale [1]\n"
+           "    quark               P.weight, P.weight_scale (MXFP4)\n"
+           "  NVFP4 converts between modelopt and compressed-tensors, MXFP4 between quark\n"
+           "  and compressed-tensors; gpt-oss MXFP4 experts become one layer per expert\n"
+           "  (P = ...experts.gate_up_proj -> ...experts.E.gate_up_proj.weight).  Anything\n"
+           "  else is refused with the reason.\n"
+           "  GGUF: OUT/model.safetensors with GGUF's tensor names (shapes row-major); a\n"
+           "  4-bit tensor T becomes layer P = T without \".weight\" (P.E per expert of a\n"
+           "  3-D tensor), NVFP4's P.scale / P.input_scale become its tensor / input\n"
+           "  scale; F32/F16/BF16/F64/integer tensors are copied; any other GGUF type\n"
+           "  (Q4_0, Q8_0, K-quants...) is refused with its name, or left out and listed\n"
+           "  with --skip-unsupported.  The GGUF metadata is not converted.\n"
+           "  A weight_scale_2 whose float reciprocal does not round-trip cannot be held\n"
+           "  exactly by compressed-tensors: a warning names it (--strict: exit 2).\n"
+           "  Progress on stderr when it is a terminal; warnings always on stderr;\n"
+           "  --json prints a summary (with the warnings) on stdout.\n"
+           "  Exit: 0 written, 1 usage, 2 refused by --strict, 3 unsupported, I/O error,\n"
+           "  corrupt input or OUT not empty.\n");
+}
+
+/* Stage 1: the options: 0 to go on, -1 after --help, 1 on a usage error. */
+static int convert_parse(int argc, char **argv, const char **in, const char **out, int *json, nb_ckpt_convert_opts *o) {
+    const char *to = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (wants_help(a)) {
+            convert_help();
+            return -1;
+        } else if (!strcmp(a, "--json")) *json = 1;
+        else if (!strcmp(a, "--strict")) o->strict = 1;
+        else if (!strcmp(a, "--skip-unsupported")) o->skip_unsupported = 1;
+        else if (!strcmp(a, "--to") && i + 1 < argc) to = argv[++i];
+        else if (a[0] == '-' || (*in && *out)) {
+            fprintf(stderr, "nibble convert: unexpected argument '%s' (see --help)\n", a);
+            return 1;
+        } else if (!*in) *in = a;
+        else *out = a;
+    }
+    if (!*in || !*out) {
+        fprintf(stderr, "nibble convert: IN and OUT are required (see --help)\n");
+        return 1;
+    }
+    if (!to || nb_ckpt_target_parse(to, &o->target) != NB_OK) {
+        fprintf(stderr, "nibble convert: --to modelopt, --to compressed-tensors or --to quark is required\n");
+        return 1;
+    }
+    return 0;
+}
+
+/* Stage 3 (--json): the summary with the warnings and skipped tensors
+ * (both arrays are taken over). */
+static int convert_json(const char *in, const char *out, const char *to, const nb_ckpt_convert_summary *s,
+                        cJSON *warnings, cJSON *skipped, double secs) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "input", in);
+    cJSON_AddStringToObject(j, "output", out);
+    cJSON_AddStringToObject(j, "to", to);
+    cJSON_AddStringToObject(j, "source", s->gguf ? "gguf" : "safetensors");
+    json_add_i64(j, "tensors_in", (int64_t)s->tensors_in);
+    json_add_i64(j, "tensors_out", (int64_t)s->tensors_out);
+    json_add_i64(j, "layers_converted", (int64_t)s->layers_converted);
+    json_add_i64(j, "layers_unchanged", (int64_t)s->layers_unchanged);
+    json_add_i64(j, "experts_split", (int64_t)s->experts_split);
+    json_add_i64(j, "layers_unquantized", (int64_t)s->layers_unquantized);
+    json_add_i64(j, "tensors_copied", (int64_t)s->tensors_copied);
+    cJSON *sc = cJSON_AddObjectToObject(j, "reciprocal_scales");
+    json_add_i64(sc, "exact", (int64_t)s->scales_exact);
+    json_add_i64(sc, "adjusted", (int64_t)s->scales_adjusted);
+    json_add_i64(sc, "inexact", (int64_t)s->scales_inexact);
+    json_add_i64(j, "shards", (int64_t)s->shards);
+    json_add_i64(j, "files_copied", (int64_t)s->files_copied);
+    json_add_i64(j, "bytes_in", (int64_t)s->bytes_in);
+    json_add_i64(j, "bytes_out", (int64_t)s->bytes_out);
+    if (s->gguf) {
+        json_add_i64(j, "scale_bytes_remapped", (int64_t)s->scale_bytes_remapped);
+        json_add_i64(j, "tensors_skipped", (int64_t)s->tensors_skipped);
+        cJSON_AddItemToObject(j, "skipped", skipped);
+    } else {
+        cJSON_Delete(skipped);
+    }
+    cJSON_AddItemToObject(j, "warnings", warnings);
+    cJSON_AddNumberToObject(j, "seconds", secs);
+    return print_json(j);
+}
+
+int nb_cli_convert(int argc, char **argv) {
+    const char *in = NULL, *out = NULL, *to = "?";
+    int json = 0;
+    nb_ckpt_convert_opts o;
+    nb_status st = nb_ckpt_convert_opts_init(&o);
+    if (st != NB_OK) return fail("convert", st);
+    int rc = convert_parse(argc, argv, &in, &out, &json, &o);
+    if (rc) return rc < 0 ? 0 : rc;
+    if ((st = nb_ckpt_target_name(o.target, &to)) != NB_OK) return fail("convert", st);
+    cJSON *warnings = json ? cJSON_CreateArray() : NULL, *skipped = json ? cJSON_CreateArray() : NULL;
+    o.warn = convert_warn;
+    o.warn_user = warnings;
+    o.skipped = convert_skipped;
+    o.skipped_user = skipped;
+    if (isatty(2)) o.progress = quantize_progress;
+    nb_ckpt_convert_summary s;
+    const double t0 = nb_cli_now();
+    st = nb_ckpt_convert(in, out, &o, &s);
+    if (st != NB_OK) {
+        if (o.progress) fprintf(stderr, "\n");
+        const int strict = o.strict && st == NB_ERR_UNSUPPORTED && strstr(nb_last_error(), "(strict)");
+        fail("convert", st);
+        cJSON_Delete(warnings);
+        cJSON_Delete(skipped);
+        return strict ? 2 : 3;
+    }
+    const double secs = nb_cli_now() - t0;
+    if (json) return convert_json(in, out, to, &s, warnings, skipped, secs);
+    printf("%s -> %s (%s): %zu layers converted, %zu already in the layout, %zu experts split, %zu unquantized "
+           "layers; reciprocal scales %zu exact, %zu adjusted, %zu inexact; %zu tensors -> %zu, %zu files copied; "
+           "%.1f MB -> %.1f MB in %.1f s\n",
+           in, out, to, s.layers_converted, s.layers_unchanged, s.experts_split, s.layers_unquantized, s.scales_exact,
+           s.scales_adjusted, s.scales_inexact, s.tensors_in, s.tensors_out, s.files_copied, s.bytes_in / 1e6,
+           s.bytes_out / 1e6, secs);
+    if (s.gguf)
+        printf("  from GGUF: %zu tensors left out (--skip-unsupported), %zu NVFP4 scale bytes remapped\n",
+               s.tensors_skipped, s.scale_bytes_remapped);
+    return 0;
+}
