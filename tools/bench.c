@@ -228,7 +228,7 @@ static void bench_row(bench *b, bench_layer *l, int64_t m) {
     /* nibble graph: about 20 ms of work, at least one pass over the copies */
     const nb_weight_sizes sz = l->L.sz;
     const int calls = nbt_graph_calls(m, n, k, sz.packed_bytes, l->L.rot, 20000.0, 4, 40);
-    const double t_nb = nbt_time_gemm(b->ctx, &g, l->dx, &l->L, l->dy, l->dws, l->ws, b->s, calls, 9);
+    const double t_nb = nbt_time_gemm(b->ctx, &g, NULL, l->dx, &l->L, l->dy, l->dws, l->ws, b->s, calls, 9);
     const int calls_b = nbt_graph_calls(m, n, k, sz.packed_bytes, l->rot_b, 20000.0, 4, 40);
     const double t_bl = bench_cublas(b, l, m, calls_b);
     /* bytes: weights + scales (unpadded), activations read, output written */

@@ -73,8 +73,8 @@ int nbt_graph_calls(int64_t m, int64_t n, int64_t k, size_t weight_bytes, int ro
 /* Median microseconds per call of a captured graph of `calls` calls. */
 double nbt_time_graph(cudaGraphExec_t exec, cudaStream_t s, int calls, int reps);
 /* nb_gemm on the layer's rotated copies, `calls` per graph: median us per call. */
-double nbt_time_gemm(nb_context *ctx, const nb_gemm_desc *g, const void *x, const nbt_layer *l, void *y, void *ws,
-                     size_t ws_bytes, cudaStream_t s, int calls, int reps);
+double nbt_time_gemm(nb_context *ctx, const nb_gemm_desc *g, const nb_gemm_config *cfg, const void *x,
+                     const nbt_layer *l, void *y, void *ws, size_t ws_bytes, cudaStream_t s, int calls, int reps);
 
 /* The options both commands take: --shapes KxN,... --m LIST --formats
  * nvfp4,mxfp4 (names of formats with GPU kernels, nb_format_from_name)

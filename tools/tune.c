@@ -4,20 +4,17 @@
  *
  * For each problem the library lists its candidates (nb_gemm_list_configs:
  * the heuristic's choice first, then the alternatives of one table in
- * src/tune.c, so the tool and the dispatcher agree on what can run).  Each
- * candidate is installed as the table entry for the problem
- * (nb_context_set_tuning), run once on poisoned output and compared element
+ * src/plan.c, so the tool and the planner agree on what can run).  Each
+ * candidate is given with the call (nb_gemm_ex, which bypasses NIBBLE_PATH
+ * and the table), run once on poisoned output and compared element
  * by element with the heuristic's output on the same input (a candidate
  * that differs is reported and never recorded), then timed as `nibble
  * bench` times (benchlib.h: CUDA graph over weight copies rotated past L2,
  * median of replays).  The fastest is recorded unless it is within 3% of
  * the heuristic's time (noise), in which case the heuristic's configuration
  * is.  The cache file is read first (entries for other layers and GPUs are
- * kept) and rewritten atomically after each layer and format.
- *
- * The NIBBLE_* knobs and NIBBLE_TUNE_CACHE are ignored (unset for this
- * process): the knobs would override every candidate, and the baseline must
- * be the heuristic. */
+ * kept) and rewritten atomically after each layer and format; NIBBLE_TUNE_CACHE
+ * names it when --out does not. */
 #define _POSIX_C_SOURCE 200809L
 #include "nibble.h"
 
@@ -148,16 +145,15 @@ static void tune_setup(tune *t) {
     t->problems = t->sw.nkn / 2 * t->sw.nf * t->sw.nm;
 }
 
-/* Candidate c of problem p, installed as the table entry: run once on
+/* Candidate c of problem p, given with each call (nb_gemm_ex): run once on
  * poisoned output and compared with the heuristic's (candidate 0, which
  * sets *big and fills p->href), then timed.  The median us, or -1 when the
  * candidate failed or differed (reported, rc = 2); the heuristic itself
  * failing is fatal (exit 3, or 2 for non-finite output). */
 static double tune_candidate(tune *t, tune_problem *p, const nb_gemm_config *cand, size_t c, float *big) {
     const size_t outs = (size_t)(p->m * p->n);
-    NB(nb_context_set_tuning(t->ctx, &p->g, cand, 0.0));
     size_t need;
-    NB(nb_gemm_workspace_size(t->ctx, &p->g, &need));
+    NB(nb_gemm_workspace_size_ex(t->ctx, &p->g, cand, &need));
     if (need > t->ws_bytes) {
         if (t->dws) CK(cudaFree(t->dws));
         CK(cudaMalloc(&t->dws, need));
@@ -165,13 +161,13 @@ static double tune_candidate(tune *t, tune_problem *p, const nb_gemm_config *can
         t->ws_bytes = need;
     }
     CK(cudaMemsetAsync(p->dy, 0xFF, 2 * outs, t->s)); /* NaN: an unwritten element fails */
-    nb_status st = nb_gemm(t->ctx, &p->g, p->dx, p->L->pk[0], NULL, p->dy, t->dws, t->ws_bytes, t->s);
+    nb_status st = nb_gemm_ex(t->ctx, &p->g, cand, p->dx, p->L->pk[0], NULL, p->dy, t->dws, t->ws_bytes, t->s);
     char text[96], cfg[256] = "", why[160] = "";
     config_text(cand, text, sizeof text);
     if (st == NB_OK) NB(nb_gemm_last_config(t->ctx, cfg, sizeof cfg));
-    if (st != NB_OK || !strstr(cfg, " tuned")) {
+    if (st != NB_OK || !strstr(cfg, " (given)")) {
         fprintf(stderr, "%snibble tune: %s %lld->%lld m=%lld, %s: %s\n", t->tty ? "\n" : "", p->fname, (long long)p->k,
-                (long long)p->n, (long long)p->m, text, st ? nb_last_error() : "the table entry was not applied");
+                (long long)p->n, (long long)p->m, text, st ? nb_last_error() : "the configuration was not applied");
         t->rc = 2;
         if (c == 0) exit(3); /* the heuristic's own configuration */
         return -1.0;
@@ -197,7 +193,7 @@ static double tune_candidate(tune *t, tune_problem *p, const nb_gemm_config *can
     }
     /* about 2 ms of work per graph, 7 replays: a few ms per candidate */
     const int calls = nbt_graph_calls(p->m, p->n, p->k, p->L->sz.packed_bytes, p->L->rot, 2000.0, 2, 40);
-    return nbt_time_gemm(t->ctx, &p->g, p->dx, p->L, p->dy, t->dws, t->ws_bytes, t->s, calls, 7);
+    return nbt_time_gemm(t->ctx, &p->g, cand, p->dx, p->L, p->dy, t->dws, t->ws_bytes, t->s, calls, 7);
 }
 
 /* The row of a tuned problem: progress, bucket, times, gain, choice. */
@@ -286,14 +282,6 @@ int nb_cli_tune(int argc, char **argv) {
     if (!t.out || !t.out[0]) t.out = "nibble-tune.json";
     int rc = tune_parse(&t, argc, argv);
     if (rc) return rc < 0 ? 0 : rc;
-    static const char *const knobs[] = {"NIBBLE_PATH", "NIBBLE_KW",     "NIBBLE_SPLITS", "NIBBLE_XS",        "NIBBLE_RPW",
-                                        "NIBBLE_BN",   "NIBBLE_RASTER", "NIBBLE_STAGES", "NIBBLE_TUNE_CACHE"};
-    for (size_t i = 0; i < sizeof knobs / sizeof knobs[0]; i++)
-        if (getenv(knobs[i])) {
-            if (i + 1 < sizeof knobs / sizeof knobs[0])
-                fprintf(stderr, "nibble tune: ignoring %s (the candidates are set per problem)\n", knobs[i]);
-            unsetenv(knobs[i]);
-        }
     if (!nbt_have_device()) return 3;
     tune_setup(&t);
     const double start = nb_cli_now();

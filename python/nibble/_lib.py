@@ -197,7 +197,8 @@ class GemmConfig(Structure):
         ("rpw", c_int32),
         ("bn", c_int32),
         ("raster", c_int32),
-        ("reserved", c_int32 * 5),
+        ("stages", c_int32),        # mma: pipeline depth 2 or 3, 0 = the deepest that fits
+        ("reserved", c_int32 * 4),
     ]
 
 
@@ -241,6 +242,9 @@ _PROTOTYPES = [
     ("nb_gemm_workspace_size", c_int, [ContextP, POINTER(GemmDesc), POINTER(c_size_t)]),
     ("nb_gemm", c_int, [ContextP, POINTER(GemmDesc), c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_size_t,
                         c_void_p]),
+    ("nb_gemm_ex", c_int, [ContextP, POINTER(GemmDesc), POINTER(GemmConfig), c_void_p, c_void_p, c_void_p, c_void_p,
+                           c_void_p, c_size_t, c_void_p]),
+    ("nb_gemm_workspace_size_ex", c_int, [ContextP, POINTER(GemmDesc), POINTER(GemmConfig), POINTER(c_size_t)]),
     ("nb_gemm_last_config", c_int, [ContextP, POINTER(c_char), c_size_t]),
     ("nb_gemm_reference_device", c_int, [ContextP, POINTER(GemmDesc), c_void_p, c_void_p, c_void_p, c_void_p,
                                          c_void_p, c_void_p]),

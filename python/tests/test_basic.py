@@ -1,5 +1,5 @@
 """Tests of the nibble Python package against independent numpy
-implementations of the formats in docs/formats.md (shared/docs/formats.md):
+implementations of the formats in docs/formats.md:
 section 1 (E2M1), 2.1 (NVFP4, ModelOpt) and 3.1/3.2 (MXFP4, OCP rule).
 
 Run:  pip install ./python && python3 -m pytest python/tests
