@@ -217,6 +217,17 @@ typedef enum nb_mx_scale_rule {
     NB_MX_SCALE_EVEN = 2      /* Quark "even" / compressed-tensors */
 } nb_mx_scale_rule;
 
+/* How nb_quantize chooses each block's scale (nb_weight_desc.method). */
+typedef enum nb_quant_method {
+    NB_QUANT_RTN = 0, /* the format's rule: ModelOpt for NVFP4, scale_rule for MXFP4 */
+    NB_QUANT_MSE = 1  /* among the rule's scale and its neighbours, the one whose dequantized block is closest to
+                       * the input (least squared error; ties keep the rule's): NVFP4 the rule's E4M3 scale, the
+                       * eight below it (down to half) and the one above; MXFP4 the rule's exponent and the two
+                       * next to it.  Deterministic; the tensor scale is the rule's.  Never a larger block error
+                       * than the rule's.  Host only for now (nb_quantize_host): the device
+                       * quantizer returns NB_ERR_UNSUPPORTED for it. */
+} nb_quant_method;
+
 typedef enum nb_layout {
     NB_LAYOUT_CHECKPOINT = 1,
     NB_LAYOUT_PACKED = 2
@@ -283,7 +294,8 @@ typedef struct nb_weight_desc {
      * (-1 when every scale is NaN).  The kernels use them to choose an exact
      * exponent offset. */
     int32_t scale_exp_min, scale_exp_max;
-    int32_t reserved[6];
+    int32_t method;            /* nb_quant_method, for nb_quantize*: 0 (RTN) by default */
+    int32_t reserved[5];
 } nb_weight_desc;
 
 /* Defaults for a format: checkpoint layout, its group and scale type,

@@ -223,6 +223,9 @@ nb_status nbi_check_desc(nb_context *ctx, const nb_weight_desc *d, nb_layout wan
     if (d->scale_type != t->scale_type)
         return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s needs scale type %d, got %d", t->name, (int)t->scale_type,
                         (int)d->scale_type);
+    if (d->method != NB_QUANT_RTN && d->method != NB_QUANT_MSE)
+        return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "quantization method %d is not %d (rtn) or %d (mse)",
+                        (int)d->method, NB_QUANT_RTN, NB_QUANT_MSE);
     if (d->k % d->group_size)
         return nbi_fail(ctx, NB_ERR_BAD_SHAPE, "k = %lld is not a multiple of the %s group size %d",
                         (long long)d->k, t->name, (int)d->group_size);

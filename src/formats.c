@@ -377,6 +377,60 @@ static uint8_t block_scale(const nbi_format_traits *t, const nb_weight_desc *d, 
     return sb;
 }
 
+/* The divisor that maps a block's values onto element codes under scale
+ * byte sb (the tensor scale included). */
+static float block_denom(const nbi_format_traits *t, const nb_weight_desc *d, uint8_t sb) {
+    return t->scale_type == NB_SCALE_E4M3 ? nbi_e4m3(sb) * d->tensor_scale : nbi_e8m0(sb);
+}
+
+/* The squared error of a block encoded under scale byte sb against its
+ * values: every term (w - (element * scale) * ts) in double, summed in
+ * element order, each operation its own statement so that no compiler fuses
+ * them (quantize.cu does the same with explicit roundings). */
+static double block_error(const nbi_format_traits *t, const nb_weight_desc *d, const float *blk, int64_t g,
+                          uint8_t sb, float denom) {
+    const float sv = nbi_scale(t->scale_type, sb), ts = t->scale_type == NB_SCALE_E4M3 ? d->tensor_scale : 1.0f;
+    double err = 0.0;
+    for (int64_t j = 0; j < g; j++) {
+        const uint8_t c = nbi_to_element(t->element, blk[j] / denom);
+        const float deq = (nbi_element(t->element, c) * sv) * ts;
+        const double diff = (double)blk[j] - (double)deq;
+        const double sq = diff * diff;
+        err = err + sq;
+    }
+    return err;
+}
+
+/* NB_QUANT_MSE: the candidate scale byte with the least block error, the
+ * rule's byte sb first so that it wins ties; candidates whose divisor is
+ * not a positive finite number are skipped.  E4M3: sb, the eight bytes below
+ * it (down to half the scale: three mantissa bits per binade) and the one
+ * above; E8M0: sb, sb - 1, sb + 1. */
+static uint8_t mse_scale(const nbi_format_traits *t, const nb_weight_desc *d, const float *blk, int64_t g,
+                         uint8_t sb, float *denom) {
+    int cand[10], nc = 0;
+    cand[nc++] = sb;
+    if (t->scale_type == NB_SCALE_E4M3) {
+        for (int i = 1; i <= 8; i++) cand[nc++] = sb - i;
+        cand[nc++] = sb + 1;
+    } else {
+        cand[nc++] = sb - 1;
+        cand[nc++] = sb + 1;
+    }
+    /* positive finite scale bytes: E4M3 0x01..0x7E, E8M0 0x00 (2^-127)..0xFE */
+    const int bottom = t->scale_type == NB_SCALE_E4M3 ? 1 : 0, top = t->scale_type == NB_SCALE_E4M3 ? 0x7E : 0xFE;
+    uint8_t best = sb;
+    double best_err = block_error(t, d, blk, g, sb, *denom);
+    for (int i = 1; i < nc; i++) {
+        if (cand[i] < bottom || cand[i] > top) continue;
+        const float dn = block_denom(t, d, (uint8_t)cand[i]);
+        if (!(dn > 0.0f) || !isfinite(dn)) continue;
+        const double err = block_error(t, d, blk, g, (uint8_t)cand[i], dn);
+        if (err < best_err) best_err = err, best = (uint8_t)cand[i], *denom = dn;
+    }
+    return best;
+}
+
 /* The arithmetic below is mirrored operation for operation by the device
  * kernel (src/cuda/quantize.cu): change both or neither. */
 static nb_status quantize_rows(nb_context *ctx, const nbi_format_traits *t, nb_weight_desc *d, nb_dtype st,
@@ -403,7 +457,10 @@ static nb_status quantize_rows(nb_context *ctx, const nbi_format_traits *t, nb_w
                 if (fabsf(blk[j]) > bmax) bmax = fabsf(blk[j]);
             }
             float denom = 0.0f;
-            scales[r * ng + b] = block_scale(t, d, bmax, &denom);
+            uint8_t sb = block_scale(t, d, bmax, &denom);
+            if (d->method == NB_QUANT_MSE && bmax > 0.0f && denom > 0.0f && isfinite(denom))
+                sb = mse_scale(t, d, blk, g, sb, &denom);
+            scales[r * ng + b] = sb;
             for (int64_t j = 0; j < g; j++) {
                 const uint8_t c = denom > 0.0f ? nbi_to_element(t->element, blk[j] / denom) : 0;
                 nbi_code_put(t, codes, first + j, c);
@@ -441,6 +498,17 @@ nb_status nb_quantize_host(nb_context *ctx, nb_weight_desc *desc, nb_dtype src_d
     return st;
 }
 
+/* What the device quantizer serves: the formats with kernels, round to
+ * nearest. */
+static nb_status device_quantizable(nb_context *ctx, const nb_weight_desc *desc, const char *fn) {
+    const nbi_format_traits *t = nbi_traits(desc->format);
+    if (!t->kernels) return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s: no GPU kernel serves %s weights", fn, t->name);
+    if (desc->method != NB_QUANT_RTN)
+        return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s: the device quantizer rounds to nearest only; MSE scale search "
+                        "(method %d) runs on the host (nb_quantize_host)", fn, (int)desc->method);
+    return NB_OK;
+}
+
 /* The device version: the scan (a max reduction and the first non-finite
  * index, read back) and the block loop run on the GPU; the status and the
  * tensor scale come from quantize_finish_scan, as on the host. */
@@ -453,8 +521,8 @@ nb_status nb_quantize(nb_context *ctx, nb_weight_desc *desc, nb_dtype src_dtype,
     if ((uintptr_t)src % nbi_dtype_size(src_dtype))
         return nbi_fail(ctx, NB_ERR_MISALIGNED, "nb_quantize: src must be aligned to its element size (%zu bytes)",
                         nbi_dtype_size(src_dtype));
+    if ((st = device_quantizable(ctx, desc, fn))) return st;
     const nbi_format_traits *t = nbi_traits(desc->format);
-    if (!t->kernels) return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_quantize: no GPU kernel serves %s weights", t->name);
     nb_weight_desc d = *desc;
     int64_t bad = -1;
     float amax = 0.0f;
@@ -472,6 +540,7 @@ nb_status nb_quantize_staged(nb_context *ctx, nb_weight_desc *desc, nb_dtype src
     nb_status st = nbi_need_device(ctx, fn);
     if (st) return st;
     if ((st = quantize_args(ctx, desc, src_dtype, src, codes, scales, fn))) return st;
+    if ((st = device_quantizable(ctx, desc, fn))) return st;
     nb_weight_sizes sz;
     nb_weight_get_sizes(desc, &sz); /* cannot fail: the descriptor was checked */
     const size_t src_bytes = sz.dense_elements * nbi_dtype_size(src_dtype);

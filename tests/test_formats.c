@@ -828,6 +828,102 @@ static void test_reject_nonfinite(nb_context *ctx) {
                 }
 }
 
+/* NB_QUANT_MSE against an independent brute force: for every block, the
+ * candidate scale bytes around the rule's (the RTN run's byte), each block
+ * encoded with the reference E2M1 encoder and its squared error summed in
+ * double in element order; the least error wins, the rule's byte on ties.
+ * Also: the tensor scale is the rule's, no block's error exceeds RTN's, the
+ * whole weight's error is smaller than RTN's on Gaussian and heavy-tailed
+ * data, and a second run gives the same bytes. */
+static void test_quantize_mse(nb_context *ctx, nb_format fmt, nb_mx_scale_rule rule, int dist) {
+    enum { N = 24, K = 256 };
+    static float w[N * K];
+    for (int i = 0; i < N * K; i++) {
+        const double u1 = rnd_unit() + 1e-12, u2 = rnd_unit();
+        const double g = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+        w[i] = (float)(dist == 0 ? g : dist == 1 ? g * exp(1.5 * rnd_sym()) : rnd_sym());
+    }
+    nb_weight_desc dr, dm;
+    nb_weight_desc_init(&dr, fmt, N, K);
+    dr.scale_rule = rule;
+    dm = dr;
+    dm.method = NB_QUANT_MSE;
+    const int g = dr.group_size, ng = K / g;
+    static uint8_t cr[N * K / 2], cm[N * K / 2], cm2[N * K / 2], sr[N * K / 16], sm[N * K / 16], sm2[N * K / 16];
+    CHECK(nb_quantize_host(ctx, &dr, NB_DTYPE_F32, w, cr, sr) == NB_OK, "rtn: %s", nb_last_error());
+    CHECK(nb_quantize_host(ctx, &dm, NB_DTYPE_F32, w, cm, sm) == NB_OK, "mse: %s", nb_last_error());
+    nb_weight_desc d2 = dm;
+    d2.tensor_scale = 0.0f; /* recomputed, as in the first run */
+    if (fmt == NB_FORMAT_MXFP4) d2.tensor_scale = 1.0f;
+    CHECK(nb_quantize_host(ctx, &d2, NB_DTYPE_F32, w, cm2, sm2) == NB_OK && !memcmp(cm, cm2, sizeof cm) &&
+              !memcmp(sm, sm2, (size_t)(N * ng)),
+          "%s mse: a second run gives other bytes", fmt_name(fmt));
+    CHECK(dm.tensor_scale == dr.tensor_scale, "%s mse tensor scale %g, rtn %g", fmt_name(fmt), dm.tensor_scale,
+          dr.tensor_scale);
+    const float ts = dr.tensor_scale;
+    double tot_r = 0.0, tot_m = 0.0;
+    int wrong = 0, worse = 0, moved = 0;
+    for (int r = 0; r < N; r++)
+        for (int b = 0; b < ng; b++) {
+            const float *blk = w + r * K + b * g;
+            const int rb = sr[r * ng + b];
+            int cand[10], nc = 0;
+            cand[nc++] = rb;
+            if (fmt == NB_FORMAT_NVFP4) {
+                for (int i = 1; i <= 8; i++) cand[nc++] = rb - i;
+                cand[nc++] = rb + 1;
+            } else {
+                cand[nc++] = rb - 1;
+                cand[nc++] = rb + 1;
+            }
+            int best = -1;
+            double best_err = 0.0, rtn_err = 0.0;
+            for (int i = 0; i < nc; i++) {
+                const int c = cand[i];
+                if (fmt == NB_FORMAT_NVFP4 ? (c < 1 || c > 0x7E) : (c < 0 || c > 0xFE)) continue;
+                const float sv = (float)(fmt == NB_FORMAT_NVFP4 ? ref_e4m3((uint8_t)c) : ref_e8m0((uint8_t)c));
+                const float denom = fmt == NB_FORMAT_NVFP4 ? sv * ts : sv;
+                if (!(denom > 0.0f) || !isfinite(denom)) continue;
+                double err = 0.0;
+                for (int j = 0; j < g; j++) {
+                    const uint8_t code = ref_to_e2m1(blk[j] / denom);
+                    const float deq = ((float)k_e2m1[code] * sv) * (fmt == NB_FORMAT_NVFP4 ? ts : 1.0f);
+                    err += ((double)blk[j] - deq) * ((double)blk[j] - deq);
+                }
+                if (i == 0) rtn_err = err;
+                if (best < 0 || err < best_err) best = c, best_err = err;
+            }
+            const int got = sm[r * ng + b];
+            if (got != best && !wrong++)
+                printf("FAIL %s mse row %d block %d: scale byte 0x%02X, brute force 0x%02X (rtn 0x%02X)\n",
+                       fmt_name(fmt), r, b, got, best, rb);
+            /* the library's codes are the reference encoding under its byte */
+            const float sv = (float)(fmt == NB_FORMAT_NVFP4 ? ref_e4m3((uint8_t)got) : ref_e8m0((uint8_t)got));
+            const float denom = fmt == NB_FORMAT_NVFP4 ? sv * ts : sv;
+            double err = 0.0;
+            for (int j = 0; j < g; j++) {
+                const size_t idx = (size_t)(r * K + b * g + j);
+                const int code = (cm[idx / 2] >> ((idx & 1) * 4)) & 15;
+                if (code != ref_to_e2m1(blk[j] / denom) && !wrong++)
+                    printf("FAIL %s mse row %d block %d element %d: code %d\n", fmt_name(fmt), r, b, j, code);
+                const float deq = ((float)k_e2m1[code] * sv) * (fmt == NB_FORMAT_NVFP4 ? ts : 1.0f);
+                err += ((double)blk[j] - deq) * ((double)blk[j] - deq);
+            }
+            worse += err > rtn_err;
+            moved += got != rb;
+            tot_r += rtn_err;
+            tot_m += err;
+        }
+    CHECK(!wrong, "%s rule %d data %d: mse scales and codes equal the brute force", fmt_name(fmt), (int)rule, dist);
+    CHECK(!worse, "%s rule %d data %d: %d blocks with more error than rtn", fmt_name(fmt), (int)rule, dist, worse);
+    if (dist < 2)
+        CHECK(tot_m < tot_r && moved > 0, "%s rule %d data %d: mse error %.6g, rtn %.6g (%d of %d blocks moved)",
+              fmt_name(fmt), (int)rule, dist, tot_m, tot_r, moved, N * ng);
+    printf("  mse %s rule %d data %s: squared error %.4g -> %.4g (%.1f%%), %d of %d block scales moved\n",
+           fmt_name(fmt), (int)rule, dist == 0 ? "gaussian" : dist == 1 ? "heavy-tailed" : "uniform", tot_r, tot_m,
+           100.0 * (tot_m - tot_r) / tot_r, moved, N * ng);
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IONBF, 0); /* FAIL lines survive a crash */
     nb_context *ctx = NULL;
@@ -862,6 +958,20 @@ int main(void) {
         test_round_trip(ctx, NB_FORMAT_MXFP4, NB_MX_SCALE_EVEN, dts[di]);
     }
     test_reject_nonfinite(ctx);
+    for (int dist = 0; dist < 3; dist++) {
+        test_quantize_mse(ctx, NB_FORMAT_NVFP4, NB_MX_SCALE_OCP, dist);
+        test_quantize_mse(ctx, NB_FORMAT_MXFP4, NB_MX_SCALE_OCP, dist);
+        test_quantize_mse(ctx, NB_FORMAT_MXFP4, NB_MX_SCALE_EVEN, dist);
+        test_quantize_mse(ctx, NB_FORMAT_MXFP4, NB_MX_SCALE_ROUND_UP, dist);
+    }
+    nb_weight_desc bad;
+    nb_weight_desc_init(&bad, NB_FORMAT_NVFP4, 16, 16);
+    bad.method = 2;
+    static float one[256];
+    static uint8_t c1[128], s1[16];
+    CHECK(nb_quantize_host(ctx, &bad, NB_DTYPE_F32, one, c1, s1) == NB_ERR_INVALID_ARGUMENT &&
+              strstr(nb_last_error(), "method 2"),
+          "quantization method 2 refused: %s", nb_last_error());
 
     nb_context_destroy(ctx);
     printf("%d passed, %d failed\n", g_pass, g_fail);

@@ -339,6 +339,11 @@ static void test_errors(env *e) {
     EXPECT(NB_ERR_NULL_POINTER, nb_quantize(e->ctx, &d, NB_DTYPE_F32, dw, NULL, ds, NULL), "codes NULL");
     EXPECT(NB_ERR_NULL_POINTER, nb_quantize(e->ctx, &d, NB_DTYPE_F32, dw, dc, NULL, NULL), "scales NULL");
     EXPECT(NB_ERR_UNSUPPORTED, nb_quantize(e->ctx, &d, (nb_dtype)7, dw, dc, ds, NULL), "unknown dtype");
+    d.method = NB_QUANT_MSE; /* host only */
+    EXPECT(NB_ERR_UNSUPPORTED, nb_quantize(e->ctx, &d, NB_DTYPE_F32, dw, dc, ds, NULL), "method mse on the device");
+    EXPECT(NB_ERR_UNSUPPORTED, nb_quantize_staged(e->ctx, &d, NB_DTYPE_F32, w, (uint8_t *)w, (uint8_t *)w, NULL),
+           "method mse, staged");
+    d = ok;
     EXPECT(NB_ERR_MISALIGNED, nb_quantize(e->ctx, &d, NB_DTYPE_F32, (char *)dw + 2, dc, ds, NULL), "F32 src + 2");
     EXPECT(NB_ERR_MISALIGNED, nb_quantize(e->ctx, &d, NB_DTYPE_BF16, (char *)dw + 1, dc, ds, NULL), "BF16 src + 1");
     EXPECT(NB_ERR_NULL_POINTER, nb_quantize_staged(NULL, &d, NB_DTYPE_F32, w, (uint8_t *)w, (uint8_t *)w, NULL),

@@ -160,7 +160,8 @@ class WeightDesc(Structure):
         ("tensor_scale", c_float),
         ("scale_exp_min", c_int32),
         ("scale_exp_max", c_int32),
-        ("reserved", c_int32 * 6),
+        ("method", c_int32),        # nb_quant_method: 0 rtn, 1 mse
+        ("reserved", c_int32 * 5),
     ]
 
 
