@@ -41,11 +41,14 @@ sys.path.insert(0, os.path.join(REPO, "python"))
 
 import nibble  # noqa: E402
 
-FORMATS = {  # name -> (format, MXFP4 scale rule)
-    "nvfp4": ("nvfp4", None),
-    "mxfp4": ("mxfp4", "ocp"),
-    "mxfp4-even": ("mxfp4", "even"),
-    "int4-g32": ("int4", None),   # context, not a nibble format: symmetric INT4, 32-blocks, absmax/7, RTN
+FORMATS = {  # name -> (format, MXFP4 scale rule, method)
+    "nvfp4": ("nvfp4", None, "rtn"),
+    "nvfp4-mse": ("nvfp4", None, "mse"),
+    "mxfp4": ("mxfp4", "ocp", "rtn"),
+    "mxfp4-mse": ("mxfp4", "ocp", "mse"),
+    "mxfp4-even": ("mxfp4", "even", "rtn"),
+    "mxfp4-even-mse": ("mxfp4", "even", "mse"),
+    "int4-g32": ("int4", None, "rtn"),   # context, not a nibble format: symmetric INT4, 32-blocks, absmax/7, RTN
 }
 
 
@@ -58,7 +61,7 @@ def int4_g32(w):
     return (q * d).reshape(w.shape).astype(np.float32)
 
 
-def quantize_dequantize(model, fmt, rule, exclude=("lm_head",)):
+def quantize_dequantize(model, fmt, rule, method="rtn", exclude=("lm_head",)):
     """Replace every eligible nn.Linear weight by dequantize(quantize(W))
     (float32); returns the number of layers and of weights changed and the
     relative Frobenius error of all of them together."""
@@ -72,7 +75,7 @@ def quantize_dequantize(model, fmt, rule, exclude=("lm_head",)):
         if fmt == "int4":
             wq = int4_g32(w)
         else:
-            wq = nibble.dequantize(nibble.quantize(w, format=fmt, scale_rule=rule), dtype=np.float32)
+            wq = nibble.dequantize(nibble.quantize(w, format=fmt, scale_rule=rule, method=method), dtype=np.float32)
         err2 += float(np.square(wq.astype(np.float64) - w).sum())
         ref2 += float(np.square(w.astype(np.float64)).sum())
         mod.weight.data = torch.from_numpy(wq)
@@ -103,7 +106,7 @@ def main():
     ap.add_argument("--gguf", required=True, help="the model, a .gguf file")
     ap.add_argument("--text", default=os.path.join(REPO, "bench", "data", "kjv-ruth-jonah.txt"))
     ap.add_argument("--ctx", type=int, default=512, help="tokens per window (default 512)")
-    ap.add_argument("--formats", default="nvfp4,mxfp4,mxfp4-even,int4-g32",
+    ap.add_argument("--formats", default=",".join(FORMATS),
                     help=f"comma list of {', '.join(FORMATS)} (default: all)")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     ap.add_argument("--out", default=None, help="directory for perplexity.json")
@@ -132,13 +135,13 @@ def main():
     rows.append({"format": "fp32", "ppl": ppl0, "ratio": 1.0, "layers": 0, "seconds": time.time() - t0})
     print(f"  fp32        ppl {ppl0:8.4f}")
     for f in formats:
-        fmt, rule = FORMATS[f]
+        fmt, rule, method = FORMATS[f]
         m = copy.deepcopy(base)
         t0 = time.time()
-        layers, params, rel = quantize_dequantize(m, fmt, rule)
+        layers, params, rel = quantize_dequantize(m, fmt, rule, method)
         tq = time.time() - t0
         ppl, _ = perplexity(m, ids, args.ctx)
-        rows.append({"format": f, "scale_rule": rule, "ppl": ppl, "ratio": ppl / ppl0, "layers": layers,
+        rows.append({"format": f, "scale_rule": rule, "method": method, "ppl": ppl, "ratio": ppl / ppl0, "layers": layers,
                      "weights": params, "weight_rel_error": rel, "quantize_seconds": tq, "seconds": time.time() - t0})
         print(f"  {f:<11} ppl {ppl:8.4f}  x{ppl / ppl0:.4f}  weight rel. error {rel:.4f}  ({layers} layers, "
               f"{params / 1e6:.1f}M weights)")

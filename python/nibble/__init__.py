@@ -253,9 +253,17 @@ def weight_sizes(n, k, format="nvfp4"):
     return {name: getattr(s, name) for name, _ in s._fields_}
 
 
-def quantize(w, format="nvfp4", scale_rule=None, tensor_scale=None, ctx=None):
+_METHODS = {"rtn": 0, "mse": 1}  # nb_quant_method
+
+
+def quantize(w, format="nvfp4", scale_rule=None, tensor_scale=None, ctx=None, method="rtn"):
     """Quantize a 2-D array W[n, k] (float32, float16 or uint16 = BF16 bits)
     with the host reference (nb_quantize_host).
+
+    method "rtn" (default) uses the format's scale rule; "mse" picks, per
+    block, among the rule's scale and its neighbours the one with the least
+    squared error (NB_QUANT_MSE: never a larger block error than "rtn",
+    deterministic; the tensor scale is the rule's).
 
     NVFP4 follows NVIDIA ModelOpt: tensor_scale None computes amax/(6*448);
     a given tensor_scale (weight_scale_2) is used as is.  MXFP4 uses
@@ -285,11 +293,14 @@ def quantize(w, format="nvfp4", scale_rule=None, tensor_scale=None, ctx=None):
             raise ValueError(f"nibble: unknown MXFP4 scale_rule {scale_rule!r}; expected one of {sorted(_RULES)}")
     if not _lib.FORMAT_INFO[fmt]["tensor_scale"] and tensor_scale not in (None, 0, 1):
         raise ValueError(f"nibble: {_FORMAT_NAMES[fmt]} has no tensor scale (tensor_scale must be None or 1)")
+    if method not in _METHODS:
+        raise ValueError(f"nibble: unknown method {method!r}; expected one of {sorted(_METHODS)}")
     w = np.ascontiguousarray(w)
     ctx = ctx or default_context()
     d = _lib.WeightDesc()
     _lib.check(_lib.lib.nb_weight_desc_init(ctypes.byref(d), fmt, n, k))
     d.scale_rule = _RULES[rule]
+    d.method = _METHODS[method]
     if tensor_scale is not None:
         d.tensor_scale = float(tensor_scale)
     codes = np.empty((n, k // 2), dtype=np.uint8)
