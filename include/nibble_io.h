@@ -211,7 +211,9 @@ NB_API nb_status nb_st_dtype_parse(const char *s, nb_st_dtype *out);
 NB_API nb_status nb_st_dtype_info(nb_st_dtype t, const char **name, int *bits);
 
 /* Map and validate a file; on success *out owns the mapping (*out is NULL
- * on failure).  NB_ERR_IO: missing, not a regular file, unreadable. */
+ * on failure).  NB_ERR_IO: missing, unreadable, or not a regular file (a
+ * FIFO, socket, device or directory is refused by name without being read
+ * or waited on; this holds for every file this header opens). */
 NB_API nb_status nb_st_open(const char *path, nb_st_file **out);
 /* Validate a file image in memory without copying it: `data` must outlive
  * the handle.  `label` names it in messages (NULL: "<memory>"). */
@@ -450,8 +452,19 @@ NB_API nb_status nb_ckpt_layer_weight(const nb_ckpt *c, size_t i, int64_t expert
  *   generation_config.json, ...) is copied byte for byte, except other
  *   *.safetensors / *.safetensors.index.json files and an input
  *   hf_quant_config.json (replaced or dropped); subdirectories are skipped.
- *   The input is never modified.  On failure every file this call created is
- *   removed (and `out` itself when this call created it).
+ *   The input is never modified.
+ *   CRASH CONSISTENCY: everything is written into a staging directory next
+ *   to `out` (".<out>.nibble-staging-XXXXXX", with a marker file of that
+ *   name plus ".lock" that the writer holds locked), fsync'ed, and published
+ *   with one rename over `out` (an empty `out` is replaced by it and its
+ *   permission bits are kept).  So `out` is either as it was or complete: a
+ *   failure, a signal or a SIGKILL at any point never leaves a partial
+ *   checkpoint in it, and a rerun into the same `out` works.  A failed call
+ *   removes its staging directory; one left by a killed run is removed by the
+ *   next call that writes the same `out` (only when its marker is unlocked,
+ *   holds what this module writes, and the directory holds nothing but
+ *   regular files).  Writing needs write access to `out`'s parent directory;
+ *   `out` may not be a mount point.
  *
  * MEMORY: tensors are streamed one at a time: each output file's header is
  * computed from shapes alone, then every tensor is quantized (or copied)
@@ -604,10 +617,10 @@ NB_API nb_status nb_ckpt_quantize(const char *in, const char *out, const nb_ckpt
  * type, unless opts.skip_unsupported, which leaves it out, counts it in
  * tensors_skipped and passes its name to opts.skipped.
  *
- * OUTPUT follows nb_ckpt_quantize: OUT must not exist or be empty; one output
- * file per input file with the same name, the index when the input is
- * sharded, every other regular file copied byte for byte, streaming one
- * tensor at a time, nothing left in OUT on failure.  Tensor files come out in
+ * OUTPUT follows nb_ckpt_quantize (crash consistency included): OUT must not
+ * exist or be empty; one output file per input file with the same name, the
+ * index when the input is sharded, every other regular file copied byte for
+ * byte, streaming one tensor at a time; OUT is as it was or complete.  Tensor files come out in
  * nb_st_write's layout, so converting A -> B -> A reproduces A's files byte
  * for byte when A was written in that layout and every scale was exact. */
 

@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h> /* isatty */
 
 static int wants_help(const char *a) { return !strcmp(a, "--help") || !strcmp(a, "-h"); }
@@ -228,13 +230,17 @@ static int inspect_gguf(const char *path, int json, int summary) {
     return st == NB_OK ? 0 : fail("inspect", st);
 }
 
+/* By name, or by its first bytes when it is a regular file (a FIFO or
+ * device is not opened here: the library refuses it by name). */
 static int is_gguf(const char *path) {
     size_t n = strlen(path);
     if (n > 5 && !strcmp(path + n - 5, ".gguf")) return 1;
-    FILE *f = fopen(path, "rb");
+    struct stat sb;
+    int fd = -1;
+    if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode) || (fd = open(path, O_RDONLY | O_NONBLOCK)) < 0) return 0;
     char m[4] = {0};
-    int r = f && fread(m, 1, 4, f) == 4 && !memcmp(m, "GGUF", 4);
-    if (f) fclose(f);
+    const int r = read(fd, m, 4) == 4 && !memcmp(m, "GGUF", 4);
+    close(fd);
     return r;
 }
 

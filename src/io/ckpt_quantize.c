@@ -436,7 +436,7 @@ nb_status nb_ckpt_quantize(const char *in, const char *out, const nb_ckpt_quanti
     if (st == NB_OK) st = open_input(&q, file, sharded, &config);
     if (st == NB_OK && (st = nbio_out_open(&q.out, out)) == NB_OK) out_open = 1;
     if (st == NB_OK) st = write_output(&q, strrchr(file, '/') ? strrchr(file, '/') + 1 : file, sharded, config);
-    if (out_open) nbio_out_close(&q.out, st == NB_OK);
+    if (out_open) st = nbio_out_finish(&q.out, st);
     if (st == NB_OK && summary) *summary = q.sum;
     nbio_free_strs(q.excluded, q.nexcl);
     free(q.pat);
