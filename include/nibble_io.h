@@ -435,7 +435,13 @@ NB_API nb_status nb_ckpt_layer_weight(const nb_ckpt *c, size_t i, int64_t expert
  * already.  Patterns are shell wildcards matched with fnmatch(pattern, P, 0)
  * ('*' also crosses dots).  Unless no_default_excludes is set, "*lm_head"
  * and "*embed*" are excluded (output head and embeddings).  Every other
- * tensor is copied unchanged.
+ * tensor is copied unchanged; rank-2 "*.weight" tensors of any other dtype
+ * (F64, I32, U8, ...) are counted in summary.weights_unsupported.
+ * NOTHING TO QUANTIZE: when no tensor qualifies, the call fails with
+ * NB_ERR_UNSUPPORTED before `out` is touched, saying why (the dtypes found,
+ * with tensor names; how many weights the patterns, K or existing scales
+ * excluded), unless opts.allow_empty, which writes the copy (configs
+ * included) anyway.
  *
  * OUTPUT (directory `out`, which must not exist or be empty; created 0755):
  *   NVFP4: P.weight U8 [N,K/2], P.weight_scale F8_E4M3 [N,K/16],
@@ -505,11 +511,12 @@ typedef struct nb_ckpt_quantize_opts {
     nb_ckpt_progress progress;    /* may be NULL */
     void *progress_user;
     nb_ckpt_device device;        /* where to quantize */
-    int32_t reserved[8];
+    int32_t allow_empty;          /* 1: a checkpoint with nothing to quantize is copied (else refused) */
+    int32_t reserved[7];
 } nb_ckpt_quantize_opts;
 
 /* format NVFP4, mx_rule EVEN, no extra excludes, default excludes on, no
- * progress, device AUTO, reserved zero. */
+ * progress, device AUTO, allow_empty 0, reserved zero. */
 NB_API nb_status nb_ckpt_quantize_opts_init(nb_ckpt_quantize_opts *o);
 
 typedef struct nb_ckpt_quantize_summary {
@@ -523,7 +530,8 @@ typedef struct nb_ckpt_quantize_summary {
     uint64_t bytes_out;       /* bytes of the safetensors files written */
     nb_ckpt_device device;    /* where the weights were quantized: CPU or GPU */
     char device_name[256];    /* "host" or the GPU's name */
-    int32_t reserved[8];
+    int32_t weights_unsupported; /* rank-2 *.weight tensors of a dtype that is not quantized (copied) */
+    int32_t reserved[7];
 } nb_ckpt_quantize_summary;
 
 /* Quantize checkpoint `in` (as nb_ckpt_open takes it) into directory `out`.
@@ -532,6 +540,7 @@ typedef struct nb_ckpt_quantize_summary {
  *                            `out` exists and is not an empty directory, a
  *                            tensor with a non-finite value;
  *   NB_ERR_UNSUPPORTED       a format without a checkpoint layout here;
+ *                            nothing to quantize (without allow_empty);
  *   NB_ERR_NO_DEVICE         device GPU without a usable CUDA device;
  *   NB_ERR_CUDA              a CUDA failure on the GPU path;
  *   NB_ERR_IO / NB_ERR_NOT_FOUND  `in` missing or unreadable, `out` not writable;

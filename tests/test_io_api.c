@@ -324,7 +324,8 @@ static void test_quantize_convert(const char *path) {
     EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_convert_opts_init(NULL));
     memset(&q, 0x5A, sizeof q);
     memset(&v, 0x5A, sizeof v);
-    CHECK(nb_ckpt_quantize_opts_init(&q) == NB_OK && q.reserved[0] == 0 && q.reserved[7] == 0 && !q.exclude,
+    CHECK(nb_ckpt_quantize_opts_init(&q) == NB_OK && q.allow_empty == 0 && q.reserved[0] == 0 && q.reserved[6] == 0 &&
+              !q.exclude,
           "quantize opts init");
     CHECK(nb_ckpt_convert_opts_init(&v) == NB_OK && v.reserved[0] == 0 && v.reserved[7] == 0 && !v.warn,
           "convert opts init");
@@ -343,6 +344,9 @@ static void test_quantize_convert(const char *path) {
     q.device = (nb_ckpt_device)5;
     EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_quantize(path, out, &q, &qs));
     q.device = NB_CKPT_DEVICE_CPU;
+    q.allow_empty = 2;
+    EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_quantize(path, out, &q, &qs));
+    q.allow_empty = 0;
     q.nexclude = 1;
     EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_quantize(path, out, &q, &qs));
     q.nexclude = 0;
