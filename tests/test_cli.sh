@@ -131,5 +131,10 @@ expect "[ ! -e '$W/p/.o.nibble-staging-abc123' ] && [ ! -e '$W/p/.o.nibble-stagi
 expect "[ -f '$W/p/.o.nibble-staging-zzz999/notes.txt' ]" "a directory without a marker was removed"
 case_ 3 'is not empty' quantize "$IN" "$W/p/o" --format nvfp4
 
+# --- OUT inside the input's directory: the staging marker is not copied into it
+cp -r "$IN" "$W/in2"
+case_ 0 'layers quantized' quantize "$W/in2" "$W/in2/q" --format nvfp4 --device cpu
+expect "! ls -a '$W/in2' '$W/in2/q' | grep -q nibble-staging" "a staging marker was copied or left"
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -472,8 +472,10 @@ nb_status nbio_out_copy_others(nbio_out *o, const char *src_dir, const char *con
     struct dirent *e;
     while (st == NB_OK && (e = readdir(d))) {
         const char *n = e->d_name;
+        /* (a staging marker: OUT inside the input's directory) */
         int skipped = !strcmp(n, ".") || !strcmp(n, "..") || nbio_ends_with(n, ".safetensors") ||
-                      nbio_ends_with(n, ".safetensors.index.json");
+                      nbio_ends_with(n, ".safetensors.index.json") ||
+                      (strstr(n, STAGE_TAG) && nbio_ends_with(n, ".lock"));
         for (size_t i = 0; i < nskip && !skipped; i++) skipped = !strcmp(n, skip[i]);
         if (skipped) continue;
         char *src = nbio_join(src_dir, n);

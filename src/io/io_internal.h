@@ -180,7 +180,8 @@ NB_INTERNAL nb_status nbio_fault_step(const char *what, const char *path);
 /* OUT/name from a cJSON tree (printed, newline-terminated). */
 NB_INTERNAL nb_status nbio_out_write_json(nbio_out *o, const char *name, const cJSON *j);
 /* Copy every regular file of src_dir except *.safetensors,
- * *.safetensors.index.json and the names in skip[0..nskip). */
+ * *.safetensors.index.json, staging markers and the names in
+ * skip[0..nskip). */
 NB_INTERNAL nb_status nbio_out_copy_others(nbio_out *o, const char *src_dir, const char *const *skip, size_t nskip);
 /* OUT/name: {"metadata": {"total_size": ...}, "weight_map": {...}} sorted by name. */
 NB_INTERNAL nb_status nbio_out_write_index(nbio_out *o, const char *name);
