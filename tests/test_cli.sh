@@ -118,7 +118,7 @@ case_ 3 'File name too long' quantize "$IN" "$long/out" --format nvfp4
 # --- nothing to quantize: refused with the reason, or copied with --allow-empty
 case_ 3 'nothing to quantize to nvfp4.*down_proj\.weight F64.*up_proj\.weight I32' quantize "$FIX/f64" "$W/e" --format nvfp4
 expect "[ ! -e '$W/e' ]" "nothing to quantize: OUT created"
-case_ 0 'warning: 2 weights were copied unquantized.*F64.*warning: nothing was quantized' quantize "$FIX/f64" "$W/e" --format nvfp4 --allow-empty
+case_ 0 'warning: 2 weights were copied unquantized.*F64.*warning: nothing was quantized.*"weights_unsupported":[[:space:]]*2' quantize "$FIX/f64" "$W/e" --format nvfp4 --allow-empty --json
 
 # --- a killed run's staging directory is removed by the next run into OUT;
 # a look-alike without a marker is not

@@ -669,6 +669,7 @@ static int quantize_report(const quantize_args *a, const nb_ckpt_quantize_opts *
     json_add_i64(j, "layers_quantized", (int64_t)s->layers_quantized);
     json_add_i64(j, "tensors_copied", (int64_t)s->tensors_copied);
     json_add_i64(j, "weights_excluded", (int64_t)s->weights_excluded);
+    json_add_i64(j, "weights_unsupported", (int64_t)s->weights_unsupported);
     json_add_i64(j, "shards", (int64_t)s->shards);
     json_add_i64(j, "files_copied", (int64_t)s->files_copied);
     json_add_i64(j, "bytes_in", (int64_t)s->bytes_in);
