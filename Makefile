@@ -9,7 +9,7 @@ ifneq ($(ARCHS),)
 CMAKE_ARGS += -DCMAKE_CUDA_ARCHITECTURES="$(ARCHS)"
 endif
 
-.PHONY: all deps build demo test test-asan test-python fuzz clean
+.PHONY: all deps build demo test test-asan test-python test-gpu-sanitize test-gpu-soak fuzz clean
 
 all: build
 
@@ -30,8 +30,18 @@ build: deps
 demo: build
 	./$(BUILD)/nibble demo
 
+# (the GPU soak, label "soak", takes minutes: make test-gpu-soak)
 test: build
-	ctest --test-dir $(BUILD) --output-on-failure
+	ctest --test-dir $(BUILD) --output-on-failure -LE soak
+
+# On a GPU machine: compute-sanitizer memcheck, racecheck and synccheck over
+# every GPU test binary, one summary line per run (scripts/gpu-sanitize).
+test-gpu-sanitize: build
+	scripts/gpu-sanitize $(BUILD)
+
+# On a GPU machine: 10^6 nb_gemm launches in CUDA graphs, checked at intervals.
+test-gpu-soak: build
+	ctest --test-dir $(BUILD) --output-on-failure -L soak
 
 # CPU-only build under AddressSanitizer + UndefinedBehaviorSanitizer.
 test-asan: deps

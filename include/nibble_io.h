@@ -211,7 +211,9 @@ NB_API nb_status nb_st_dtype_parse(const char *s, nb_st_dtype *out);
 NB_API nb_status nb_st_dtype_info(nb_st_dtype t, const char **name, int *bits);
 
 /* Map and validate a file; on success *out owns the mapping (*out is NULL
- * on failure).  NB_ERR_IO: missing, not a regular file, unreadable. */
+ * on failure).  NB_ERR_IO: missing, unreadable, or not a regular file (a
+ * FIFO, socket, device or directory is refused by name without being read
+ * or waited on; this holds for every file this header opens). */
 NB_API nb_status nb_st_open(const char *path, nb_st_file **out);
 /* Validate a file image in memory without copying it: `data` must outlive
  * the handle.  `label` names it in messages (NULL: "<memory>"). */
@@ -433,7 +435,13 @@ NB_API nb_status nb_ckpt_layer_weight(const nb_ckpt *c, size_t i, int64_t expert
  * already.  Patterns are shell wildcards matched with fnmatch(pattern, P, 0)
  * ('*' also crosses dots).  Unless no_default_excludes is set, "*lm_head"
  * and "*embed*" are excluded (output head and embeddings).  Every other
- * tensor is copied unchanged.
+ * tensor is copied unchanged; rank-2 "*.weight" tensors of any other dtype
+ * (F64, I32, U8, ...) are counted in summary.weights_unsupported.
+ * NOTHING TO QUANTIZE: when no tensor qualifies, the call fails with
+ * NB_ERR_UNSUPPORTED before `out` is touched, saying why (the dtypes found,
+ * with tensor names; how many weights the patterns, K or existing scales
+ * excluded), unless opts.allow_empty, which writes the copy (configs
+ * included) anyway.
  *
  * OUTPUT (directory `out`, which must not exist or be empty; created 0755):
  *   NVFP4: P.weight U8 [N,K/2], P.weight_scale F8_E4M3 [N,K/16],
@@ -450,8 +458,19 @@ NB_API nb_status nb_ckpt_layer_weight(const nb_ckpt *c, size_t i, int64_t expert
  *   generation_config.json, ...) is copied byte for byte, except other
  *   *.safetensors / *.safetensors.index.json files and an input
  *   hf_quant_config.json (replaced or dropped); subdirectories are skipped.
- *   The input is never modified.  On failure every file this call created is
- *   removed (and `out` itself when this call created it).
+ *   The input is never modified.
+ *   CRASH CONSISTENCY: everything is written into a staging directory next
+ *   to `out` (".<out>.nibble-staging-XXXXXX", with a marker file of that
+ *   name plus ".lock" that the writer holds locked), fsync'ed, and published
+ *   with one rename over `out` (an empty `out` is replaced by it and its
+ *   permission bits are kept).  So `out` is either as it was or complete: a
+ *   failure, a signal or a SIGKILL at any point never leaves a partial
+ *   checkpoint in it, and a rerun into the same `out` works.  A failed call
+ *   removes its staging directory; one left by a killed run is removed by the
+ *   next call that writes the same `out` (only when its marker is unlocked,
+ *   holds what this module writes, and the directory holds nothing but
+ *   regular files).  Writing needs write access to `out`'s parent directory;
+ *   `out` may not be a mount point.
  *
  * MEMORY: tensors are streamed one at a time: each output file's header is
  * computed from shapes alone, then every tensor is quantized (or copied)
@@ -492,11 +511,12 @@ typedef struct nb_ckpt_quantize_opts {
     nb_ckpt_progress progress;    /* may be NULL */
     void *progress_user;
     nb_ckpt_device device;        /* where to quantize */
-    int32_t reserved[8];
+    int32_t allow_empty;          /* 1: a checkpoint with nothing to quantize is copied (else refused) */
+    int32_t reserved[7];
 } nb_ckpt_quantize_opts;
 
 /* format NVFP4, mx_rule EVEN, no extra excludes, default excludes on, no
- * progress, device AUTO, reserved zero. */
+ * progress, device AUTO, allow_empty 0, reserved zero. */
 NB_API nb_status nb_ckpt_quantize_opts_init(nb_ckpt_quantize_opts *o);
 
 typedef struct nb_ckpt_quantize_summary {
@@ -510,7 +530,8 @@ typedef struct nb_ckpt_quantize_summary {
     uint64_t bytes_out;       /* bytes of the safetensors files written */
     nb_ckpt_device device;    /* where the weights were quantized: CPU or GPU */
     char device_name[256];    /* "host" or the GPU's name */
-    int32_t reserved[8];
+    int32_t weights_unsupported; /* rank-2 *.weight tensors of a dtype that is not quantized (copied) */
+    int32_t reserved[7];
 } nb_ckpt_quantize_summary;
 
 /* Quantize checkpoint `in` (as nb_ckpt_open takes it) into directory `out`.
@@ -519,6 +540,7 @@ typedef struct nb_ckpt_quantize_summary {
  *                            `out` exists and is not an empty directory, a
  *                            tensor with a non-finite value;
  *   NB_ERR_UNSUPPORTED       a format without a checkpoint layout here;
+ *                            nothing to quantize (without allow_empty);
  *   NB_ERR_NO_DEVICE         device GPU without a usable CUDA device;
  *   NB_ERR_CUDA              a CUDA failure on the GPU path;
  *   NB_ERR_IO / NB_ERR_NOT_FOUND  `in` missing or unreadable, `out` not writable;
@@ -604,10 +626,10 @@ NB_API nb_status nb_ckpt_quantize(const char *in, const char *out, const nb_ckpt
  * type, unless opts.skip_unsupported, which leaves it out, counts it in
  * tensors_skipped and passes its name to opts.skipped.
  *
- * OUTPUT follows nb_ckpt_quantize: OUT must not exist or be empty; one output
- * file per input file with the same name, the index when the input is
- * sharded, every other regular file copied byte for byte, streaming one
- * tensor at a time, nothing left in OUT on failure.  Tensor files come out in
+ * OUTPUT follows nb_ckpt_quantize (crash consistency included): OUT must not
+ * exist or be empty; one output file per input file with the same name, the
+ * index when the input is sharded, every other regular file copied byte for
+ * byte, streaming one tensor at a time; OUT is as it was or complete.  Tensor files come out in
  * nb_st_write's layout, so converting A -> B -> A reproduces A's files byte
  * for byte when A was written in that layout and every scale was exact. */
 

@@ -40,12 +40,41 @@ static _Thread_local char tls_error[NB_ERRBUF];
 
 const char *nb_last_error(void) { return tls_error; }
 
+/* A message of n bytes (s) that does not fit the buffers, as its head and
+ * its tail around "...": the reason a message ends with ("...: Permission
+ * denied") and the call it starts with both survive a long path in between.
+ * Cuts fall on UTF-8 character boundaries. */
+static void elide_middle(const char *s, size_t n, char *out, size_t cap) {
+    const char mark[] = "...";
+    size_t head = (cap - sizeof mark) * 3 / 8, tail_len = cap - sizeof mark - head;
+    size_t tail = n - tail_len;
+    while (head > 0 && ((unsigned char)s[head] & 0xC0) == 0x80) head--;
+    while (tail < n && ((unsigned char)s[tail] & 0xC0) == 0x80) tail++;
+    memcpy(out, s, head);
+    memcpy(out + head, mark, sizeof mark - 1);
+    memcpy(out + head + sizeof mark - 1, s + tail, n - tail + 1);
+}
+
+const char *nbi_elide(const char *s, char *buf, size_t cap) {
+    const size_t n = strlen(s);
+    if (n < cap) return s;
+    elide_middle(s, n, buf, cap);
+    return buf;
+}
+
 nb_status nbi_fail(nb_context *ctx, nb_status st, const char *fmt, ...) {
     char buf[NB_ERRBUF];
-    va_list ap;
+    va_list ap, again;
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_copy(again, ap);
+    const int n = vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
+    if (n >= (int)sizeof buf) { /* too long: elide the middle (cut at the end if out of memory) */
+        char *full = (char *)malloc((size_t)n + 1);
+        if (full && vsnprintf(full, (size_t)n + 1, fmt, again) == n) elide_middle(full, (size_t)n, buf, sizeof buf);
+        free(full);
+    }
+    va_end(again);
     /* buf may be tls_error itself (re-raising a message): copy via buf. */
     snprintf(tls_error, sizeof tls_error, "%s", buf);
     if (ctx) snprintf(ctx->last_error, sizeof ctx->last_error, "%s", buf);

@@ -70,9 +70,13 @@ struct nb_context {
 };
 
 /* Record a failure (context buffer when ctx != NULL, and the thread-local
- * buffer) and return `st`. */
+ * buffer) and return `st`.  A message longer than NB_ERRBUF - 1 bytes keeps
+ * its head and its tail (where the reason is) around "...". */
 NB_INTERNAL nb_status nbi_fail(nb_context *ctx, nb_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* s for a message, in buf (cap bytes): s itself when it fits, else its head
+ * and tail around "..." (a long path keeps its start and its file name). */
+NB_INTERNAL const char *nbi_elide(const char *s, char *buf, size_t cap);
 
 /* Packed (kernel) layout: chunks of 16 rows x 128 k (docs/formats.md
  * section 8, the comment at the top of gemv_fp4.cu). */

@@ -28,6 +28,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -433,12 +434,19 @@ nb_status nbi_tune_parse(const char *text, size_t len, const char *name, nbi_tun
 /* Read the file and replace the table; `missing_ok`: a file that does not
  * exist leaves the table as it is and is not an error. */
 static nb_status load(nb_context *ctx, const char *path, const char *fn, int missing_ok) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        if (missing_ok && errno == ENOENT) return NB_OK;
-        return nbi_fail(ctx, NB_ERR_IO, "%s: cannot open %s: %s", fn, path, strerror(errno));
-    }
+    /* a FIFO or device is refused before it is opened, and the open does not
+     * wait for a writer (O_NONBLOCK) should the path change in between */
     struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return nbi_fail(ctx, NB_ERR_IO, "%s: %s is not a regular file", fn, path);
+    const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+    if (!f) {
+        const int e = errno;
+        if (fd >= 0) close(fd);
+        if (missing_ok && e == ENOENT) return NB_OK;
+        return nbi_fail(ctx, NB_ERR_IO, "%s: cannot open %s: %s", fn, path, strerror(e));
+    }
     char *text = NULL;
     nb_status st = NB_OK;
     if (fstat(fileno(f), &sb) || !S_ISREG(sb.st_mode)) {
@@ -456,7 +464,8 @@ static nb_status load(nb_context *ctx, const char *path, const char *fn, int mis
         nbi_tune_table *t;
         char err[NB_ERRBUF];
         text[sb.st_size] = 0;
-        if ((st = nbi_tune_parse(text, (size_t)sb.st_size, path, &t, err))) {
+        char label[160]; /* the reason must fit err after the file's name */
+        if ((st = nbi_tune_parse(text, (size_t)sb.st_size, nbi_elide(path, label, sizeof label), &t, err))) {
             nbi_fail(ctx, st, "%s: %s", fn, err);
         } else {
             nbi_tune_table_free(ctx->tune);

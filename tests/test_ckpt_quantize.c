@@ -513,8 +513,38 @@ static void test_errors(void) {
     CHECK(st == NB_ERR_INVALID_ARGUMENT, "Inf weight (empty OUT): %s", nb_status_name(st));
     path_of(p, sizeof p, "out_empty", "model.safetensors");
     CHECK(access(out, F_OK) == 0 && access(p, F_OK) != 0, "Inf weight: empty OUT not left empty");
-    /* bad options */
+    /* nothing to quantize: F64 and I32 weights (and a BF16 one the patterns
+     * exclude) are refused with their names before OUT exists, unless
+     * allow_empty, which copies them and counts them */
+    path_of(in, sizeof in, "f64", NULL);
+    mkdir(in, 0755);
+    {
+        tset ts = {.n = 0};
+        const int64_t shape[2] = {16, 64};
+        add(&ts, "model.layers.0.mlp.down_proj.weight", NB_ST_F64, 2, shape, NULL, 0, 0);
+        add(&ts, "model.layers.0.mlp.up_proj.weight", NB_ST_I32, 2, shape, NULL, 0, 0);
+        add(&ts, "lm_head.weight", NB_ST_BF16, 2, shape, NULL, 0, 0);
+        write_set(&ts, "f64", "model.safetensors");
+        free_set(&ts);
+        write_text("f64", "config.json", k_config);
+    }
+    path_of(out, sizeof out, "out_f64", NULL);
+    nb_ckpt_quantize_summary qs;
+    st = quant_simple(in, out);
+    CHECK(st == NB_ERR_UNSUPPORTED && strstr(nb_last_error(), "nothing to quantize") &&
+              strstr(nb_last_error(), "down_proj.weight F64") && strstr(nb_last_error(), "up_proj.weight I32") &&
+              strstr(nb_last_error(), "2 weights of another dtype") && strstr(nb_last_error(), "1 excluded by a pattern"),
+          "F64/I32 weights: %s (%s)", nb_status_name(st), nb_last_error());
+    CHECK(access(out, F_OK) != 0, "nothing to quantize: OUT created");
     nb_ckpt_quantize_opts o;
+    nb_ckpt_quantize_opts_init(&o);
+    o.allow_empty = 1;
+    st = nb_ckpt_quantize(in, out, &o, &qs);
+    CHECK(st == NB_OK && qs.layers_quantized == 0 && qs.weights_unsupported == 2 && qs.weights_excluded == 1 &&
+              qs.tensors_copied == 3,
+          "allow_empty: %s (%s), %zu quantized, %d unsupported", nb_status_name(st), nb_last_error(),
+          qs.layers_quantized, (int)qs.weights_unsupported);
+    /* bad options */
     nb_ckpt_quantize_opts_init(&o);
     o.format = (nb_format)7;
     path_of(in, sizeof in, "bf16", NULL);

@@ -23,7 +23,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -322,7 +324,8 @@ static void test_quantize_convert(const char *path) {
     EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_convert_opts_init(NULL));
     memset(&q, 0x5A, sizeof q);
     memset(&v, 0x5A, sizeof v);
-    CHECK(nb_ckpt_quantize_opts_init(&q) == NB_OK && q.reserved[0] == 0 && q.reserved[7] == 0 && !q.exclude,
+    CHECK(nb_ckpt_quantize_opts_init(&q) == NB_OK && q.allow_empty == 0 && q.reserved[0] == 0 && q.reserved[6] == 0 &&
+              !q.exclude,
           "quantize opts init");
     CHECK(nb_ckpt_convert_opts_init(&v) == NB_OK && v.reserved[0] == 0 && v.reserved[7] == 0 && !v.warn,
           "convert opts init");
@@ -341,6 +344,9 @@ static void test_quantize_convert(const char *path) {
     q.device = (nb_ckpt_device)5;
     EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_quantize(path, out, &q, &qs));
     q.device = NB_CKPT_DEVICE_CPU;
+    q.allow_empty = 2;
+    EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_quantize(path, out, &q, &qs));
+    q.allow_empty = 0;
     q.nexclude = 1;
     EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_quantize(path, out, &q, &qs));
     q.nexclude = 0;
@@ -359,6 +365,91 @@ static void test_quantize_convert(const char *path) {
     v.target = NB_CKPT_TARGET_CT;
     EXPECT(NB_OK, nb_ckpt_convert(path, out, &v, &cs));
     CHECK(cs.layers_converted == 1 && cs.reserved[0] == 0, "convert to ct: %zu layers", cs.layers_converted);
+}
+
+/* Inputs that are not regular files are refused by name without blocking
+ * (a FIFO opened for reading would wait for a writer; SIGALRM fails the test
+ * instead of hanging it), and a message about a very long path keeps its
+ * reason. */
+static void test_inputs(const char *path) {
+    alarm(60);
+    char fifo[600], sock[600], dir[600], p[700], out[600];
+    snprintf(fifo, sizeof fifo, "%s/fifo.safetensors", g_dir);
+    snprintf(sock, sizeof sock, "%s/sock.safetensors", g_dir);
+    snprintf(dir, sizeof dir, "%s/fifo_config", g_dir);
+    snprintf(out, sizeof out, "%s/out_fifo", g_dir);
+    CHECK(mkfifo(fifo, 0644) == 0, "mkfifo %s", fifo);
+    nb_st_file *f = NULL;
+    nb_st_index *x = NULL;
+    nb_ckpt *c = NULL;
+    nb_gguf_file *g = NULL;
+    nb_context *ctx = NULL;
+    nb_ckpt_quantize_opts q;
+    nb_ckpt_convert_opts v;
+    nb_ckpt_quantize_opts_init(&q);
+    nb_ckpt_convert_opts_init(&v);
+    EXPECT(NB_ERR_IO, nb_st_open(fifo, &f));
+    CHECK(strstr(nb_last_error(), "not a regular file (a FIFO)") != NULL, "FIFO named: %s", nb_last_error());
+    EXPECT(NB_ERR_IO, nb_st_index_open(fifo, &x));
+    EXPECT(NB_ERR_IO, nb_ckpt_open(fifo, &c));
+    EXPECT(NB_ERR_IO, nb_gguf_open(fifo, &g));
+    EXPECT(NB_ERR_IO, nb_ckpt_quantize(fifo, out, &q, NULL));
+    EXPECT(NB_ERR_IO, nb_ckpt_convert(fifo, out, &v, NULL));
+    CHECK(access(out, F_OK) != 0, "a FIFO input left an OUT");
+    if (nb_context_create(NB_DEVICE_NONE, &ctx) == NB_OK) {
+        EXPECT(NB_ERR_IO, nb_context_load_tuning(ctx, fifo));
+        CHECK(strstr(nb_last_error(), "not a regular file") != NULL, "tuning cache FIFO: %s", nb_last_error());
+    }
+    /* a FIFO config.json next to a good checkpoint */
+    mkdir(dir, 0755);
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    CHECK(link(path, p) == 0 || symlink(path, p) == 0, "link %s", p);
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    CHECK(mkfifo(p, 0644) == 0, "mkfifo %s", p);
+    EXPECT(NB_ERR_IO, nb_ckpt_open(dir, &c));
+    CHECK(strstr(nb_last_error(), "config.json") && strstr(nb_last_error(), "FIFO"), "FIFO config: %s", nb_last_error());
+    /* a socket, a character device, a directory */
+    const int sfd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    const int fits = strlen(sock) < sizeof sa.sun_path;
+    if (fits) memcpy(sa.sun_path, sock, strlen(sock) + 1);
+    if (sfd >= 0 && fits && bind(sfd, (struct sockaddr *)&sa, sizeof sa) == 0) {
+        EXPECT(NB_ERR_IO, nb_st_open(sock, &f));
+        CHECK(strstr(nb_last_error(), "a socket") != NULL, "socket named: %s", nb_last_error());
+        EXPECT(NB_ERR_IO, nb_ckpt_open(sock, &c));
+    } else {
+        printf("note: no UNIX socket under %s; that case is skipped\n", g_dir);
+    }
+    if (sfd >= 0) close(sfd);
+    EXPECT(NB_ERR_IO, nb_st_open("/dev/null", &f));
+    CHECK(strstr(nb_last_error(), "a character device") != NULL, "device named: %s", nb_last_error());
+    EXPECT(NB_ERR_IO, nb_gguf_open("/dev/zero", &g));
+    EXPECT(NB_ERR_IO, nb_st_open(g_dir, &f));
+    CHECK(strstr(nb_last_error(), "a directory") != NULL, "directory named: %s", nb_last_error());
+    if (ctx) EXPECT(NB_ERR_IO, nb_context_load_tuning(ctx, "/dev/null"));
+    alarm(0);
+
+    /* a path of 5,000 characters: the message keeps its start and its reason */
+    static char lp[5200];
+    size_t n = (size_t)snprintf(lp, sizeof lp, "%s", g_dir);
+    while (n < 5000) n += (size_t)snprintf(lp + n, sizeof lp - n, "/%0200d", 7);
+    snprintf(lp + n, sizeof lp - n, "/model.safetensors");
+    EXPECT(NB_ERR_IO, nb_st_open(lp, &f));
+    const char *m = nb_last_error();
+    CHECK(strlen(m) < 512 && !strncmp(m, g_dir, strlen(g_dir)) && strstr(m, "...") &&
+              strstr(m, "/model.safetensors: cannot open: File name too long"),
+          "long path message: %s", m);
+    EXPECT(NB_ERR_IO, nb_ckpt_quantize(lp, out, &q, NULL));
+    CHECK(strstr(nb_last_error(), "File name too long") != NULL, "long path, quantize: %s", nb_last_error());
+    EXPECT(NB_ERR_IO, nb_ckpt_convert(path, lp, &v, NULL));
+    CHECK(strstr(nb_last_error(), "File name too long") != NULL, "long OUT, convert: %s", nb_last_error());
+    if (ctx) {
+        EXPECT(NB_ERR_IO, nb_context_load_tuning(ctx, lp));
+        CHECK(strstr(nb_last_error(), "File name too long") != NULL, "long path, tuning: %s", nb_last_error());
+    }
+    nb_context_destroy(ctx);
 }
 
 static void test_gguf(void) {
@@ -422,6 +513,7 @@ int main(int argc, char **argv) {
         test_safetensors(path);
         test_checkpoint(path);
         test_quantize_convert(path);
+        test_inputs(path);
     }
     test_gguf();
     if (argc <= 1 && g_fail == 0) {

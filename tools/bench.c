@@ -74,7 +74,9 @@ static void help(void) {
            "  `nibble tune` (nb_context_load_tuning), as NIBBLE_TUNE_CACHE would: configurations\n"
            "  it chose say \"tuned\".\n"
            "  defaults: --shapes 8192x8192,8192x57344,28672x8192,4096x6144,4096x4096\n"
-           "            --m 1,2,4,8,16,32 --formats nvfp4,mxfp4 --dtype bf16 --min-bytes 240\n");
+           "            --m 1,2,4,8,16,32 --formats nvfp4,mxfp4 --dtype bf16 --min-bytes 240\n"
+           "  Exit: 0 measured, 1 usage, 2 a configuration's output was wrong, 3 no GPU, a library,\n"
+           "  CUDA, cuBLAS or file error.\n");
 }
 
 /* Everything a run shares: options, context, cuBLAS, stream, output files. */
@@ -111,22 +113,15 @@ typedef struct bench_layer {
 
 /* Stage 1: the options: 0 to go on, -1 after --help, 1 on a usage error. */
 static int bench_parse(bench *b, int argc, char **argv) {
-    for (int i = 1; i < argc; i++) {
-        const int taken = nbt_sweep_arg(&b->sw, "--dtype", argc, argv, &i);
-        if (taken < 0) return 1;
-        if (taken) continue;
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            help();
-            return -1;
-        } else if (i + 1 < argc && !strcmp(argv[i], "--csv")) b->csv = argv[++i];
-        else if (i + 1 < argc && !strcmp(argv[i], "--json")) b->json = argv[++i];
-        else if (i + 1 < argc && !strcmp(argv[i], "--tune-cache")) b->tune_cache = argv[++i];
-        else {
-            fprintf(stderr, "nibble bench: unknown option '%s' (see --help)\n", argv[i]);
-            return 1;
-        }
-    }
-    return nbt_sweep_parse(&b->sw) ? 0 : 1;
+    nba_opt o[NBT_SWEEP_OPTS + 3] = {
+        {.name = "--csv", .kind = NBA_STRING, .dst = &b->csv},
+        {.name = "--json", .kind = NBA_STRING, .dst = &b->json},
+        {.name = "--tune-cache", .kind = NBA_STRING, .dst = &b->tune_cache},
+    };
+    nbt_sweep_opts(&b->sw, "--dtype", o + 3);
+    const int rc = nba_parse("bench", argc, argv, o, sizeof o / sizeof o[0], NULL, help);
+    if (rc) return rc;
+    return nbt_sweep_parse(&b->sw, "bench") ? 0 : 1;
 }
 
 /* Stage 2: context (and tuning cache), cuBLAS with an explicit workspace on
@@ -324,7 +319,7 @@ int nb_cli_bench(int argc, char **argv) {
     nbt_tool = "nibble bench";
     /* weights rotated over at least 240 MB: 4x the H200's 60 MB L2 */
     bench b = {.sw = {.shapes = "8192x8192,8192x57344,28672x8192,4096x6144,4096x4096", .m = "1,2,4,8,16,32",
-                      .formats = "nvfp4,mxfp4", .act = NB_DTYPE_BF16, .min_mb = 240}};
+                      .formats = "nvfp4,mxfp4", .act_name = "bf16", .min_mb = 240}};
     int rc = bench_parse(&b, argc, argv);
     if (rc) return rc < 0 ? 0 : rc;
     if (!nbt_have_device()) return 3;

@@ -160,89 +160,48 @@ double nbt_time_gemm(nb_context *ctx, const nb_gemm_desc *g, const nb_gemm_confi
     return us;
 }
 
-/* Comma list of positive integers ("1,2,4"; "KxN,KxN" gives K, N pairs:
- * strtoll stops at the 'x'): how many were read, or -1. */
-static int parse_list(const char *s, int64_t *out, int max) {
-    int n = 0;
-    while (*s && n < max) {
-        char *end;
-        long long v = strtoll(s, &end, 10);
-        if (end == s || v <= 0) return -1;
-        out[n++] = v;
-        s = *end ? end + 1 : end;
-    }
-    return n;
-}
-
-int nbt_sweep_arg(nbt_sweep *sw, const char *act_flag, int argc, char **argv, int *i) {
-    const char *a = argv[*i];
-    if (*i + 1 >= argc) return 0;
-    const char *v = argv[*i + 1];
-    if (!strcmp(a, "--shapes")) sw->shapes = v;
-    else if (!strcmp(a, "--m")) sw->m = v;
-    else if (!strcmp(a, "--formats")) sw->formats = v;
-    else if (!strcmp(a, "--min-bytes")) sw->min_mb = atof(v);
-    else if (!strcmp(a, act_flag)) {
-        if (!strcmp(v, "bf16")) sw->act = NB_DTYPE_BF16;
-        else if (!strcmp(v, "f16")) sw->act = NB_DTYPE_F16;
-        else {
-            fprintf(stderr, "%s: %s must be bf16 or f16\n", nbt_tool, act_flag);
-            return -1;
-        }
-    } else return 0;
-    ++*i;
-    return 1;
+void nbt_sweep_opts(nbt_sweep *sw, const char *act_flag, nba_opt *out) {
+    const nba_opt o[NBT_SWEEP_OPTS] = {
+        {.name = "--shapes", .kind = NBA_STRING, .dst = &sw->shapes},
+        {.name = "--m", .kind = NBA_STRING, .dst = &sw->m},
+        {.name = "--formats", .kind = NBA_STRING, .dst = &sw->formats},
+        {.name = act_flag, .kind = NBA_CHOICE, .dst = &sw->act_name, .choices = "bf16|f16"},
+        {.name = "--min-bytes", .kind = NBA_REAL, .dst = &sw->min_mb, .rlo = 0, .rhi = 1e6},
+    };
+    memcpy(out, o, sizeof o);
 }
 
 /* --formats: a comma list of format names (nb_format_from_name), each with
  * GPU kernels in this build; 1, or 0 after a usage message. */
-static int parse_formats(nbt_sweep *sw) {
+static int parse_formats(nbt_sweep *sw, const char *cmd) {
     sw->nf = 0;
-    for (const char *p = sw->formats; *p;) {
+    for (const char *p = sw->formats;;) {
         const char *comma = strchr(p, ',');
         const size_t len = comma ? (size_t)(comma - p) : strlen(p);
         char name[32];
         nb_format f;
         nb_format_info fi;
         snprintf(name, sizeof name, "%.*s", (int)(len < sizeof name ? len : sizeof name - 1), p);
-        if (nb_format_from_name(name, &f) != NB_OK || nb_format_get_info(f, &fi) != NB_OK) {
-            fprintf(stderr, "%s: --formats: %s\n", nbt_tool, nb_last_error());
-            return 0;
-        }
-        if (!fi.kernels) {
-            fprintf(stderr, "%s: --formats: %s has no GPU kernels in this build\n", nbt_tool, fi.name);
-            return 0;
-        }
-        if (sw->nf == NBT_MAX_FORMATS) {
-            fprintf(stderr, "%s: --formats: more than %d formats\n", nbt_tool, NBT_MAX_FORMATS);
-            return 0;
-        }
+        if (len >= sizeof name || nb_format_from_name(name, &f) != NB_OK || nb_format_get_info(f, &fi) != NB_OK)
+            return !nba_usage(cmd, "--formats: '%.*s': %s", (int)len, p,
+                              len >= sizeof name ? "not a format" : nb_last_error());
+        if (!fi.kernels) return !nba_usage(cmd, "--formats: %s has no GPU kernels in this build", fi.name);
+        if (sw->nf == NBT_MAX_FORMATS) return !nba_usage(cmd, "--formats: more than %d formats", NBT_MAX_FORMATS);
         sw->fmts[sw->nf++] = f;
-        p += len + (comma != NULL);
+        if (!comma) return 1;
+        p = comma + 1;
     }
-    if (!sw->nf) {
-        fprintf(stderr, "%s: --formats must name at least one format\n", nbt_tool);
-        return 0;
-    }
-    return 1;
 }
 
-int nbt_sweep_parse(nbt_sweep *sw) {
-    sw->nm = parse_list(sw->m, sw->ms, 64);
-    sw->nkn = parse_list(sw->shapes, sw->kn, 64);
-    if (sw->nm <= 0 || sw->nkn <= 0 || sw->nkn % 2) {
-        fprintf(stderr, "%s: bad --m or --shapes list\n", nbt_tool);
-        return 0;
-    }
+int nbt_sweep_parse(nbt_sweep *sw, const char *cmd) {
+    sw->act = !strcmp(sw->act_name, "f16") ? NB_DTYPE_F16 : NB_DTYPE_BF16; /* (a choice of the two) */
+    sw->nm = nba_int_list(cmd, "--m", sw->m, 1, 16384, 0, sw->ms, 64);
+    if (sw->nm < 0) return 0;
+    sw->nkn = nba_int_list(cmd, "--shapes", sw->shapes, 1, (int64_t)1 << 24, 1, sw->kn, 64);
+    if (sw->nkn < 0) return 0;
     sw->mmax = 1;
-    for (int i = 0; i < sw->nm; i++) {
-        if (sw->ms[i] > 16384) {
-            fprintf(stderr, "%s: m must be in 1..16384\n", nbt_tool);
-            return 0;
-        }
-        sw->mmax = sw->ms[i] > sw->mmax ? sw->ms[i] : sw->mmax;
-    }
-    return parse_formats(sw);
+    for (int i = 0; i < sw->nm; i++) sw->mmax = sw->ms[i] > sw->mmax ? sw->ms[i] : sw->mmax;
+    return parse_formats(sw, cmd);
 }
 
 int nbt_have_device(void) {

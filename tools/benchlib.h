@@ -10,6 +10,7 @@
 #ifndef NB_TOOLS_BENCHLIB_H
 #define NB_TOOLS_BENCHLIB_H
 
+#include "args.h"
 #include "nibble.h"
 
 #include <cuda_runtime.h>
@@ -80,21 +81,22 @@ double nbt_time_gemm(nb_context *ctx, const nb_gemm_desc *g, const nb_gemm_confi
  * nvfp4,mxfp4 (names of formats with GPU kernels, nb_format_from_name)
  * --min-bytes MB and a dtype option (bench --dtype, tune --act). */
 #define NBT_MAX_FORMATS 16 /* formats in one --formats list */
+#define NBT_SWEEP_OPTS 5   /* entries nbt_sweep_opts fills */
 typedef struct nbt_sweep {
-    const char *shapes, *m, *formats; /* comma lists as given (the caller sets defaults) */
-    nb_dtype act;
+    const char *shapes, *m, *formats, *act_name; /* as given (the caller sets defaults) */
     double min_mb;
     /* filled by nbt_sweep_parse */
+    nb_dtype act;
     int64_t ms[64], kn[64], mmax; /* kn: K, N pairs */
     int nm, nkn, nf;
     nb_format fmts[NBT_MAX_FORMATS];
 } nbt_sweep;
-/* argv[*i] when it is one of those options (act_flag names the dtype one):
- * 1 taken (*i then on its value), 0 not one of them, -1 a bad value (said
- * on stderr). */
-int nbt_sweep_arg(nbt_sweep *sw, const char *act_flag, int argc, char **argv, int *i);
-/* Read the lists (m in 1..16384): 1, or 0 after a usage message. */
-int nbt_sweep_parse(nbt_sweep *sw);
+/* Those options as entries of the command's table (args.h; act_flag names
+ * the dtype one). */
+void nbt_sweep_opts(nbt_sweep *sw, const char *act_flag, struct nba_opt *out);
+/* Read the lists (m in 1..16384) and the dtype: 1, or 0 after a usage
+ * message naming the option of command `cmd` ("bench"). */
+int nbt_sweep_parse(nbt_sweep *sw, const char *cmd);
 /* 1 when a CUDA device is present, else 0 after a message. */
 int nbt_have_device(void);
 

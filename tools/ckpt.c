@@ -3,6 +3,7 @@
  * checked: a failure prints "nibble <command>: NB_ERR_...: <the library's
  * message>" and exits 3 (2 for a conversion --strict refuses). */
 #define _POSIX_C_SOURCE 200809L
+#include "args.h"
 #include "cli.h"
 #include "nibble.h"
 #include "nibble_io.h"
@@ -12,9 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h> /* isatty */
-
-static int wants_help(const char *a) { return !strcmp(a, "--help") || !strcmp(a, "-h"); }
 
 /* Report a failed library call of command `cmd`: exit code 3. */
 static int fail(const char *cmd, nb_status st) {
@@ -228,13 +229,17 @@ static int inspect_gguf(const char *path, int json, int summary) {
     return st == NB_OK ? 0 : fail("inspect", st);
 }
 
+/* By name, or by its first bytes when it is a regular file (a FIFO or
+ * device is not opened here: the library refuses it by name). */
 static int is_gguf(const char *path) {
     size_t n = strlen(path);
     if (n > 5 && !strcmp(path + n - 5, ".gguf")) return 1;
-    FILE *f = fopen(path, "rb");
+    struct stat sb;
+    int fd = -1;
+    if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode) || (fd = open(path, O_RDONLY | O_NONBLOCK)) < 0) return 0;
     char m[4] = {0};
-    int r = f && fread(m, 1, 4, f) == 4 && !memcmp(m, "GGUF", 4);
-    if (f) fclose(f);
+    const int r = read(fd, m, 4) == 4 && !memcmp(m, "GGUF", 4);
+    close(fd);
     return r;
 }
 
@@ -500,21 +505,13 @@ static int inspect_ckpt(const char *path, int json, int summary) {
 int nb_cli_inspect(int argc, char **argv) {
     const char *path = NULL;
     int json = 0, summary = 0;
-    for (int i = 1; i < argc; i++) {
-        if (wants_help(argv[i])) {
-            inspect_help();
-            return 0;
-        } else if (!strcmp(argv[i], "--json")) json = 1;
-        else if (!strcmp(argv[i], "--summary")) summary = 1;
-        else if (argv[i][0] == '-' || path) {
-            fprintf(stderr, "nibble inspect: unexpected argument '%s' (see --help)\n", argv[i]);
-            return 1;
-        } else path = argv[i];
-    }
-    if (!path) {
-        fprintf(stderr, "nibble inspect: a checkpoint path is required (see --help)\n");
-        return 1;
-    }
+    nba_opt o[] = {
+        {.name = "--json", .kind = NBA_FLAG, .dst = &json},
+        {.name = "--summary", .kind = NBA_FLAG, .dst = &summary},
+    };
+    nba_pos pos = {.pos = &path, .min = 1, .max = 1, .names = "PATH"};
+    const int rc = nba_parse("inspect", argc, argv, o, sizeof o / sizeof o[0], &pos, inspect_help);
+    if (rc) return rc < 0 ? 0 : rc;
     return is_gguf(path) ? inspect_gguf(path, json, summary) : inspect_ckpt(path, json, summary);
 }
 
@@ -532,7 +529,7 @@ static void quantize_progress(void *user, size_t i, size_t n, uint64_t done, uin
 static void quantize_help(void) {
     printf("usage: nibble quantize IN OUT --format nvfp4|mxfp4 [--exclude PATTERN]...\n"
            "                       [--mx-rule ocp|even|round-up] [--no-default-excludes]\n"
-           "                       [--device auto|cpu|gpu] [--json]\n"
+           "                       [--device auto|cpu|gpu] [--allow-empty] [--json]\n"
            "  IN   a BF16/F16/F32 checkpoint: .safetensors file, directory (index or\n"
            "       model.safetensors) or index file.  It is only read.\n"
            "  OUT  a directory that must not exist or be empty.  It receives, per input\n"
@@ -555,79 +552,93 @@ static void quantize_help(void) {
            "  the same either way; the summary says which ran.\n"
            "  Tensors are streamed one at a time.  Progress on stderr when it is a\n"
            "  terminal; --json prints a summary on stdout.\n"
-           "  Exit: 0 written, 1 usage, 3 I/O error, corrupt input, OUT not empty or\n"
-           "  --device gpu without a GPU.\n");
+           "  Nothing to quantize (no weight qualifies: e.g. F64 or I32 weights, or all\n"
+           "  excluded) is refused with the reason, unless --allow-empty (then a copy is\n"
+           "  written, with a warning).  Weights of other dtypes are named in a warning.\n"
+           "  OUT is written into a staging directory next to it (.OUT.nibble-staging-*)\n"
+           "  and published with one rename: stopped at any point (Ctrl-C, kill -9), OUT\n"
+           "  is as it was or complete, and a rerun into OUT removes what was left.\n"
+           "  Exit: 0 written, 1 usage, 3 I/O error, corrupt input, OUT not empty, nothing\n"
+           "  to quantize or --device gpu without a GPU.\n");
 }
 
-/* "--format a or --format b" for messages: every format of the table, or
- * (e8m0_only) those with E8M0 scales, whose exponent rule --mx-rule picks. */
-static void format_choices(char *buf, size_t n, int e8m0_only) {
+/* "nvfp4|mxfp4": the format names of the table, for --format. */
+static void format_choices(char *buf, size_t n) {
     nb_format all[16];
-    const char *names[16];
-    nb_format_info fi[16];
-    size_t count = 0, k = 0, at = 0;
+    size_t count = 0, at = 0;
     buf[0] = 0;
     if (nb_format_list(all, 16, &count) != NB_OK) return;
-    for (size_t i = 0; i < count && i < 16; i++)
-        if (nb_format_get_info(all[i], &fi[k]) == NB_OK && (!e8m0_only || fi[k].scale_type == NB_SCALE_E8M0))
-            names[k] = fi[k].name, k++;
-    for (size_t i = 0; i < k && at < n; i++)
-        at += (size_t)snprintf(buf + at, n - at, "%s--format %s", i == 0 ? "" : i + 1 == k ? " or " : ", ", names[i]);
+    for (size_t i = 0; i < count && i < 16 && at < n; i++) {
+        nb_format_info fi;
+        if (nb_format_get_info(all[i], &fi) == NB_OK)
+            at += (size_t)snprintf(buf + at, n - at, "%s%s", at ? "|" : "", fi.name);
+    }
 }
 
 typedef struct quantize_args {
     const char *in, *out, *fmt, *rule, *device;
-    int json;
+    int json, allow_empty;
 } quantize_args;
 
 /* Stage 1: the options into a and o (exclude patterns point into argv):
  * 0 to go on, -1 after --help, 1 on a usage error. */
 static int quantize_parse(int argc, char **argv, quantize_args *a, nb_ckpt_quantize_opts *o, const char **excl) {
+    char formats[160];
+    format_choices(formats, sizeof formats);
+    const char *io[2] = {NULL, NULL};
     size_t nexcl = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *s = argv[i];
-        if (wants_help(s)) {
-            quantize_help();
-            return -1;
-        } else if (!strcmp(s, "--json")) a->json = 1;
-        else if (!strcmp(s, "--no-default-excludes")) o->no_default_excludes = 1;
-        else if ((!strcmp(s, "--format") || !strcmp(s, "--exclude") || !strcmp(s, "--mx-rule") ||
-                  !strcmp(s, "--device")) &&
-                 i + 1 < argc) {
-            const char *v = argv[++i];
-            if (!strcmp(s, "--format")) a->fmt = v;
-            else if (!strcmp(s, "--mx-rule")) a->rule = v;
-            else if (!strcmp(s, "--device")) a->device = v;
-            else excl[nexcl++] = v;
-        } else if (s[0] == '-' || (a->in && a->out)) {
-            fprintf(stderr, "nibble quantize: unexpected argument '%s' (see --help)\n", s);
-            return 1;
-        } else if (!a->in) a->in = s;
-        else a->out = s;
-    }
+    nba_opt opt[] = {
+        {.name = "--format", .kind = NBA_CHOICE, .dst = &a->fmt, .choices = formats},
+        {.name = "--exclude", .kind = NBA_LIST, .dst = excl, .count = &nexcl},
+        {.name = "--mx-rule", .kind = NBA_CHOICE, .dst = &a->rule, .choices = "ocp|even|round-up"},
+        {.name = "--no-default-excludes", .kind = NBA_FLAG, .dst = &o->no_default_excludes},
+        {.name = "--device", .kind = NBA_CHOICE, .dst = &a->device, .choices = "auto|cpu|gpu"},
+        {.name = "--allow-empty", .kind = NBA_FLAG, .dst = &a->allow_empty},
+        {.name = "--json", .kind = NBA_FLAG, .dst = &a->json},
+    };
+    nba_pos pos = {.pos = io, .min = 2, .max = 2, .names = "IN and OUT"};
+    const int rc = nba_parse("quantize", argc, argv, opt, sizeof opt / sizeof opt[0], &pos, quantize_help);
+    if (rc) return rc;
+    a->in = io[0];
+    a->out = io[1];
     o->exclude = excl;
     o->nexclude = nexcl;
-    char choices[160], e8m0[160];
-    format_choices(choices, sizeof choices, 0);
-    format_choices(e8m0, sizeof e8m0, 1);
+    o->allow_empty = a->allow_empty;
     nb_format_info fi;
-    if (!a->in || !a->out) {
-        fprintf(stderr, "nibble quantize: IN and OUT are required (see --help)\n");
-    } else if (!a->fmt || nb_format_from_name(a->fmt, &o->format) != NB_OK ||
-               nb_format_get_info(o->format, &fi) != NB_OK) {
-        fprintf(stderr, "nibble quantize: %s is required\n", choices);
-    } else if (a->rule && fi.scale_type != NB_SCALE_E8M0) {
-        fprintf(stderr, "nibble quantize: --mx-rule applies to %s only\n", e8m0);
-    } else if (a->rule && strcmp(a->rule, "ocp") && strcmp(a->rule, "even") && strcmp(a->rule, "round-up")) {
-        fprintf(stderr, "nibble quantize: --mx-rule must be ocp, even or round-up\n");
-    } else if (a->device && nb_ckpt_device_parse(a->device, &o->device) != NB_OK) {
-        fprintf(stderr, "nibble quantize: --device must be auto, cpu or gpu\n");
-    } else {
-        if (a->rule) o->mx_rule = !strcmp(a->rule, "ocp") ? NB_MX_SCALE_OCP : !strcmp(a->rule, "even") ? NB_MX_SCALE_EVEN
-                                                                                                   : NB_MX_SCALE_ROUND_UP;
-        return 0;
-    }
-    return 1;
+    char list[160];
+    if (!a->fmt) return nba_usage("quantize", "--format is required (%s)", nba_choices(formats, list, sizeof list));
+    if (nb_format_from_name(a->fmt, &o->format) != NB_OK || nb_format_get_info(o->format, &fi) != NB_OK)
+        return nba_usage("quantize", "--format: '%s': %s", a->fmt, nb_last_error());
+    if (a->rule && fi.scale_type != NB_SCALE_E8M0)
+        return nba_usage("quantize", "--mx-rule applies to formats with E8M0 scales (mxfp4), not to --format %s",
+                         a->fmt);
+    if (a->rule)
+        o->mx_rule = !strcmp(a->rule, "ocp") ? NB_MX_SCALE_OCP : !strcmp(a->rule, "even") ? NB_MX_SCALE_EVEN
+                                                                                           : NB_MX_SCALE_ROUND_UP;
+    if (a->device && nb_ckpt_device_parse(a->device, &o->device) != NB_OK)
+        return nba_usage("quantize", "--device: %s", nb_last_error());
+    return 0;
+}
+
+/* Rank-2 *.weight tensors of IN that were copied because of their dtype
+ * (summary.weights_unsupported): named on stderr, at most five. */
+static void warn_unsupported(const char *in, int count) {
+    nb_ckpt *c = NULL;
+    size_t nt = 0, named = 0;
+    char list[512] = "";
+    if (nb_ckpt_open(in, &c) == NB_OK && nb_ckpt_tensor_count(c, &nt) == NB_OK)
+        for (size_t i = 0; i < nt && named < 5; i++) {
+            nb_st_tensor t;
+            const size_t len = nb_ckpt_tensor_at(c, i, &t, NULL) == NB_OK ? strlen(t.name) : 0;
+            if (t.rank != 2 || len <= 7 || strcmp(t.name + len - 7, ".weight") || t.dtype == NB_ST_BF16 ||
+                t.dtype == NB_ST_F16 || t.dtype == NB_ST_F32)
+                continue;
+            const size_t at = strlen(list);
+            snprintf(list + at, sizeof list - at, "%s%.100s %s", named++ ? ", " : "", t.name, dtype_str(t.dtype));
+        }
+    nb_ckpt_close(c);
+    fprintf(stderr, "warning: %d weight%s copied unquantized: only BF16, F16 and F32 weights are quantized (%s%s)\n",
+            count, count == 1 ? " was" : "s were", list, count > 5 ? ", ..." : "");
 }
 
 /* Stage 3: the summary, as JSON or one line. */
@@ -658,6 +669,7 @@ static int quantize_report(const quantize_args *a, const nb_ckpt_quantize_opts *
     json_add_i64(j, "layers_quantized", (int64_t)s->layers_quantized);
     json_add_i64(j, "tensors_copied", (int64_t)s->tensors_copied);
     json_add_i64(j, "weights_excluded", (int64_t)s->weights_excluded);
+    json_add_i64(j, "weights_unsupported", (int64_t)s->weights_unsupported);
     json_add_i64(j, "shards", (int64_t)s->shards);
     json_add_i64(j, "files_copied", (int64_t)s->files_copied);
     json_add_i64(j, "bytes_in", (int64_t)s->bytes_in);
@@ -692,7 +704,10 @@ int nb_cli_quantize(int argc, char **argv) {
         if (o.progress) fprintf(stderr, "\n");
         return fail("quantize", st);
     }
-    return quantize_report(&a, &o, &s, nb_cli_now() - t0);
+    const double secs = nb_cli_now() - t0;
+    if (s.weights_unsupported) warn_unsupported(a.in, s.weights_unsupported);
+    if (!s.layers_quantized) fprintf(stderr, "warning: nothing was quantized (--allow-empty): OUT is a copy\n");
+    return quantize_report(&a, &o, &s, secs);
 }
 
 /* ================================================================ convert */
@@ -743,36 +758,29 @@ static void convert_help(void) {
            "  exactly by compressed-tensors: a warning names it (--strict: exit 2).\n"
            "  Progress on stderr when it is a terminal; warnings always on stderr;\n"
            "  --json prints a summary (with the warnings) on stdout.\n"
+           "  OUT is written into a staging directory next to it (.OUT.nibble-staging-*)\n"
+           "  and published with one rename: stopped at any point (Ctrl-C, kill -9), OUT\n"
+           "  is as it was or complete, and a rerun into OUT removes what was left.\n"
            "  Exit: 0 written, 1 usage, 2 refused by --strict, 3 unsupported, I/O error,\n"
            "  corrupt input or OUT not empty.\n");
 }
 
 /* Stage 1: the options: 0 to go on, -1 after --help, 1 on a usage error. */
 static int convert_parse(int argc, char **argv, const char **in, const char **out, int *json, nb_ckpt_convert_opts *o) {
-    const char *to = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (wants_help(a)) {
-            convert_help();
-            return -1;
-        } else if (!strcmp(a, "--json")) *json = 1;
-        else if (!strcmp(a, "--strict")) o->strict = 1;
-        else if (!strcmp(a, "--skip-unsupported")) o->skip_unsupported = 1;
-        else if (!strcmp(a, "--to") && i + 1 < argc) to = argv[++i];
-        else if (a[0] == '-' || (*in && *out)) {
-            fprintf(stderr, "nibble convert: unexpected argument '%s' (see --help)\n", a);
-            return 1;
-        } else if (!*in) *in = a;
-        else *out = a;
-    }
-    if (!*in || !*out) {
-        fprintf(stderr, "nibble convert: IN and OUT are required (see --help)\n");
-        return 1;
-    }
-    if (!to || nb_ckpt_target_parse(to, &o->target) != NB_OK) {
-        fprintf(stderr, "nibble convert: --to modelopt, --to compressed-tensors or --to quark is required\n");
-        return 1;
-    }
+    const char *to = NULL, *io[2] = {NULL, NULL};
+    nba_opt opt[] = {
+        {.name = "--to", .kind = NBA_CHOICE, .dst = &to, .choices = "modelopt|compressed-tensors|ct|quark"},
+        {.name = "--strict", .kind = NBA_FLAG, .dst = &o->strict},
+        {.name = "--skip-unsupported", .kind = NBA_FLAG, .dst = &o->skip_unsupported},
+        {.name = "--json", .kind = NBA_FLAG, .dst = json},
+    };
+    nba_pos pos = {.pos = io, .min = 2, .max = 2, .names = "IN and OUT"};
+    const int rc = nba_parse("convert", argc, argv, opt, sizeof opt / sizeof opt[0], &pos, convert_help);
+    if (rc) return rc;
+    *in = io[0];
+    *out = io[1];
+    if (!to) return nba_usage("convert", "--to is required (modelopt, compressed-tensors or quark)");
+    if (nb_ckpt_target_parse(to, &o->target) != NB_OK) return nba_usage("convert", "--to: %s", nb_last_error());
     return 0;
 }
 

@@ -3,9 +3,10 @@
  *   ckpt.c    inspect, quantize, convert (builds with the checkpoint API,
  *             NB_HAVE_IO: libnibble has it when cJSON was found)
  *   bench.c, tune.c  bench and tune (CUDA builds; benchlib.c what they share)
+ *   args.c    the argument parser they all use (args.h)
  * Each command takes (argc, argv) with argv[0] the command's name and
  * returns the exit code: 0 success, 1 usage error, 2 a check failed (wrong
- * numbers), 3 a library, CUDA or file call failed. */
+ * numbers), 3 a library, CUDA or file call failed; its --help lists them. */
 #ifndef NB_TOOLS_CLI_H
 #define NB_TOOLS_CLI_H
 

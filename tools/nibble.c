@@ -6,6 +6,7 @@
  * 3 a library call failed.  This file holds main, version, info and demo;
  * cli.h lists where the other commands live. */
 #define _POSIX_C_SOURCE 200809L
+#include "args.h"
 #include "cli.h"
 #include "nibble.h"
 
@@ -24,8 +25,9 @@
  * prints why it is unavailable and exits 3. */
 static int cmd_unavailable(const char *cmd, const char *needs, const char *why, int argc, char **argv) {
     for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--help")) {
-            printf("usage: nibble %s [options]  (needs %s)\n", cmd, needs);
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: nibble %s [options]  (needs %s)\n"
+                   "  Exit: 3 in this build (the command is unavailable).\n", cmd, needs);
             return 0;
         }
     fprintf(stderr, "nibble %s: %s\n", cmd, why);
@@ -56,12 +58,6 @@ int nb_cli_quantize(int argc, char **argv) { return cmd_needs_io("quantize", arg
 int nb_cli_convert(int argc, char **argv) { return cmd_needs_io("convert", argc, argv); }
 #endif
 
-static int wants_help(int argc, char **argv) {
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return 1;
-    return 0;
-}
-
 double nb_cli_now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -79,7 +75,7 @@ double nb_cli_now(void) {
     } while (0)
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: nibble <command> [options]\n\n"
+    fprintf(f, "usage: nibble <command> [options]   (options: --name value or --name=value, each once)\n\n"
                "commands:\n"
                "  version   print the library version\n"
                "  info      build configuration (formats, CUDA architectures) and devices found\n"
@@ -94,14 +90,26 @@ static void usage(FILE *f) {
                "  quantize  write a BF16/F16/F32 checkpoint as a ModelOpt NVFP4 or Quark MXFP4 checkpoint\n"
                "  convert   rewrite a 4-bit checkpoint in another layout (ModelOpt, compressed-tensors,\n"
                "            Quark), codes and block scales unchanged\n\n"
-               "'nibble <command> --help' describes each command.\n");
+               "'nibble <command> --help' describes each command.\n"
+               "Exit codes: 0 success, 1 usage error, 2 a check failed (wrong numbers; convert --strict),\n"
+               "3 a library, CUDA or file call failed.\n");
+}
+
+static void version_help(void) {
+    printf("usage: nibble version\n"
+           "  Print the library version (and warn if it differs from the header's).\n"
+           "  Exit: 0 printed, 1 usage, 2 the header and library versions differ.\n");
+}
+
+static void info_help(void) {
+    printf("usage: nibble info\n"
+           "  Print the build configuration and every CUDA device found.\n"
+           "  Exit: 0 printed, 1 usage, 3 a library call failed.\n");
 }
 
 static int cmd_version(int argc, char **argv) {
-    if (wants_help(argc, argv)) {
-        printf("usage: nibble version\n  Print the library version (and warn if it differs from the header's).\n");
-        return 0;
-    }
+    const int rc = nba_parse("version", argc, argv, NULL, 0, NULL, version_help);
+    if (rc) return rc < 0 ? 0 : rc;
     printf("nibble %s\n", nb_version_string());
     if (nb_version() != NB_VERSION) {
         fprintf(stderr, "warning: header version %d, library version %d\n", NB_VERSION, nb_version());
@@ -111,10 +119,8 @@ static int cmd_version(int argc, char **argv) {
 }
 
 static int cmd_info(int argc, char **argv) {
-    if (wants_help(argc, argv)) {
-        printf("usage: nibble info\n  Print the build configuration and every CUDA device found.\n");
-        return 0;
-    }
+    const int rc = nba_parse("info", argc, argv, NULL, 0, NULL, info_help);
+    if (rc) return rc < 0 ? 0 : rc;
     nb_build_info b;
     TRY(nb_get_build_info(&b));
     printf("nibble %s\n", b.version);
@@ -196,31 +202,38 @@ static int64_t demo_k_unit(void) {
     return unit;
 }
 
+enum { DEMO_K = 4096, DEMO_N = 4096, DEMO_M = 4 };
+
+static void demo_help(void) {
+    printf("usage: nibble demo [--cpu] [--m M] [--k K] [--n N]\n"
+           "  Quantizes a deterministic Gaussian layer (default k=%d -> n=%d, a Llama-3-8B\n"
+           "  attention projection) to NVFP4 and MXFP4, runs Y = X . W^T with m=%d tokens on the\n"
+           "  GPU (or the C reference with --cpu or without a GPU) and prints the weight\n"
+           "  quantization error, the output error against float64 and the time.\n"
+           "  --m 1..4096; --k a multiple of every format's group (32); n*k at most 2^28.\n"
+           "  Exit: 0 correct, 1 usage, 2 an output differs from the float64 reference,\n"
+           "  3 a library or CUDA call failed.\n",
+           DEMO_K, DEMO_N, DEMO_M);
+}
+
 /* Stage 1: the options: 0 to go on, -1 after --help, 1 on a usage error. */
 static int demo_parse(int argc, char **argv, demo *d, int *force_cpu) {
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: nibble demo [--cpu] [--m M] [--k K] [--n N]\n"
-                   "  Quantizes a deterministic Gaussian layer (default k=%lld -> n=%lld, a Llama-3-8B\n"
-                   "  attention projection) to NVFP4 and MXFP4, runs Y = X . W^T with m=%lld tokens on the\n"
-                   "  GPU (or the C reference with --cpu or without a GPU) and prints the weight\n"
-                   "  quantization error, the output error against float64 and the time.\n",
-                   (long long)d->k, (long long)d->n, (long long)d->m);
-            return -1;
-        } else if (!strcmp(argv[i], "--cpu")) *force_cpu = 1;
-        else if (i + 1 < argc && !strcmp(argv[i], "--m")) d->m = atoll(argv[++i]);
-        else if (i + 1 < argc && !strcmp(argv[i], "--k")) d->k = atoll(argv[++i]);
-        else if (i + 1 < argc && !strcmp(argv[i], "--n")) d->n = atoll(argv[++i]);
-        else {
-            fprintf(stderr, "nibble demo: unknown option '%s' (see --help)\n", argv[i]);
-            return 1;
-        }
-    }
+    const int64_t most = (int64_t)1 << 28;
+    nba_opt o[] = {
+        {.name = "--cpu", .kind = NBA_FLAG, .dst = force_cpu},
+        {.name = "--m", .kind = NBA_INT, .dst = &d->m, .lo = 1, .hi = 4096},
+        {.name = "--k", .kind = NBA_INT, .dst = &d->k, .lo = 1, .hi = most},
+        {.name = "--n", .kind = NBA_INT, .dst = &d->n, .lo = 1, .hi = most},
+    };
+    const int rc = nba_parse("demo", argc, argv, o, sizeof o / sizeof o[0], NULL, demo_help);
+    if (rc) return rc;
     const int64_t unit = demo_k_unit();
-    if (d->m <= 0 || d->n <= 0 || d->k <= 0 || d->k % unit || d->m > 4096 || d->n * d->k > ((int64_t)1 << 28)) {
-        fprintf(stderr, "nibble demo: need m in 1..4096, k a multiple of %lld, n*k <= 2^28\n", (long long)unit);
-        return 1;
-    }
+    if (d->k % unit)
+        return nba_usage("demo", "--k: %lld is not a multiple of %lld (the group of every format)", (long long)d->k,
+                         (long long)unit);
+    if (d->n > most / d->k)
+        return nba_usage("demo", "--n %lld with --k %lld: %lld weights, more than 2^28", (long long)d->n,
+                         (long long)d->k, (long long)(d->n * d->k));
     return 0;
 }
 
@@ -411,7 +424,7 @@ static int demo_format(const demo *d, nb_format fmt, int *rc) {
 }
 
 static int cmd_demo(int argc, char **argv) {
-    demo d = {.k = 4096, .n = 4096, .m = 4};
+    demo d = {.k = DEMO_K, .n = DEMO_N, .m = DEMO_M};
     int force_cpu = 0, devices = 0, rc = demo_parse(argc, argv, &d, &force_cpu);
     if (rc) return rc < 0 ? 0 : rc;
     TRY(nb_device_count(&devices));

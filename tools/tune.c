@@ -98,30 +98,19 @@ typedef struct tune_problem {
 /* Stage 1: the options and the sweep (m values in distinct buckets):
  * 0 to go on, -1 after --help, 1 on a usage error. */
 static int tune_parse(tune *t, int argc, char **argv) {
-    for (int i = 1; i < argc; i++) {
-        const int taken = nbt_sweep_arg(&t->sw, "--act", argc, argv, &i);
-        if (taken < 0) return 1;
-        if (taken) continue;
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            help();
-            return -1;
-        } else if (i + 1 < argc && !strcmp(argv[i], "--out")) t->out = argv[++i];
-        else {
-            fprintf(stderr, "nibble tune: unknown option '%s' (see --help)\n", argv[i]);
-            return 1;
-        }
-    }
-    if (!nbt_sweep_parse(&t->sw)) return 1;
+    nba_opt o[NBT_SWEEP_OPTS + 1] = {{.name = "--out", .kind = NBA_STRING, .dst = &t->out}};
+    nbt_sweep_opts(&t->sw, "--act", o + 1);
+    const int rc = nba_parse("tune", argc, argv, o, sizeof o / sizeof o[0], NULL, help);
+    if (rc) return rc;
+    if (!nbt_sweep_parse(&t->sw, "tune")) return 1;
     for (int i = 0; i < t->sw.nm; i++)
         for (int j = 0; j < i; j++) {
             int64_t lo, hi, lo2, hi2;
             NB(nb_tuning_m_bucket(t->sw.ms[i], &lo, &hi));
             NB(nb_tuning_m_bucket(t->sw.ms[j], &lo2, &hi2));
-            if (lo == lo2) {
-                fprintf(stderr, "nibble tune: m = %lld and %lld share the bucket %lld..%lld; give one of them\n",
-                        (long long)t->sw.ms[j], (long long)t->sw.ms[i], (long long)lo, (long long)hi);
-                return 1;
-            }
+            if (lo == lo2)
+                return nba_usage("tune", "--m: %lld and %lld share the bucket %lld..%lld; give one of them",
+                                 (long long)t->sw.ms[j], (long long)t->sw.ms[i], (long long)lo, (long long)hi);
         }
     return 0;
 }
@@ -277,7 +266,7 @@ static void tune_shape(tune *t, int64_t k, int64_t n) {
 int nb_cli_tune(int argc, char **argv) {
     nbt_tool = "nibble tune";
     tune t = {.sw = {.shapes = "8192x8192,8192x57344,28672x8192,4096x6144,4096x4096", .m = "1,4,16,32,64,128,256,1024",
-                     .formats = "nvfp4,mxfp4", .act = NB_DTYPE_BF16, .min_mb = 240 /* as nibble bench */}};
+                     .formats = "nvfp4,mxfp4", .act_name = "bf16", .min_mb = 240 /* as nibble bench */}};
     t.out = getenv("NIBBLE_TUNE_CACHE");
     if (!t.out || !t.out[0]) t.out = "nibble-tune.json";
     int rc = tune_parse(&t, argc, argv);

@@ -41,7 +41,7 @@ __all__ = [
     "e2m1_to_float", "e4m3_to_float", "e8m0_to_float", "float_to_e2m1", "float_to_e4m3",
     "Status", "DType", "Format", "MxScaleRule", "Layout", "ScaleType", "status_name", "status_string", "last_error",
     "Checkpoint", "CheckpointLayer", "TensorInfo", "open_checkpoint", "quantize_checkpoint", "formats",
-    "format_info",
+    "format_info", "DEFAULT_SCALE_RULE",
 ]
 
 __version__ = _lib.lib.nb_version_string().decode()
@@ -52,6 +52,22 @@ _FORMAT_NAMES = {f: info["name"] for f, info in _lib.FORMAT_INFO.items()}
 _GROUP = {f: info["group_size"] for f, info in _lib.FORMAT_INFO.items()}
 _RULES = {"ocp": MxScaleRule.OCP, "round_up": MxScaleRule.ROUND_UP, "even": MxScaleRule.EVEN}
 _RULE_NAMES = {v: k for k, v in _RULES.items()}
+# The MXFP4 scale rule every entry point uses when none is given - nibble.quantize,
+# nibble.torch, quantize_checkpoint, `nibble quantize`: "even", what Quark and
+# compressed-tensors write (docs/formats.md 3.2), and the lower perplexity of the
+# two (DESIGN.md section 7).
+DEFAULT_SCALE_RULE = "even"
+
+
+def _rule_name(rule, given):
+    """A scale rule's name ("round-up", the command line's spelling, is
+    "round_up"), or ValueError naming the `given` value."""
+    if isinstance(rule, MxScaleRule):
+        return _RULE_NAMES[rule]
+    name = rule.replace("-", "_") if isinstance(rule, str) else rule
+    if name not in _RULES:
+        raise ValueError(f"nibble: unknown MXFP4 scale_rule {given!r}; expected one of {sorted(_RULES)}")
+    return name
 
 
 # ------------------------------------------------------------ library facts
@@ -204,7 +220,7 @@ class QuantizedWeight:
     n: int
     k: int
     format: str = "nvfp4"
-    scale_rule: str = field(default="ocp")  # the MXFP4 rule used by quantize (informational)
+    scale_rule: str = field(default=DEFAULT_SCALE_RULE)  # the MXFP4 rule used by quantize (informational)
 
     @property
     def group_size(self):
@@ -218,7 +234,7 @@ class QuantizedWeight:
         d = _lib.WeightDesc()
         _lib.check(_lib.lib.nb_weight_desc_init(ctypes.byref(d), fmt, n, k))
         d.tensor_scale = float(self.tensor_scale)
-        d.scale_rule = _RULES.get(self.scale_rule, MxScaleRule.OCP)
+        d.scale_rule = _RULES.get(self.scale_rule, _RULES[DEFAULT_SCALE_RULE])
         for name, arr, shape in (("codes", self.codes, (n, k // 2)), ("scales", self.scales, (n, k // d.group_size))):
             if not isinstance(arr, np.ndarray) or arr.dtype != np.uint8:
                 raise TypeError(f"nibble: QuantizedWeight.{name} must be a numpy uint8 array")
@@ -267,9 +283,10 @@ def quantize(w, format="nvfp4", scale_rule=None, tensor_scale=None, ctx=None, me
 
     NVFP4 follows NVIDIA ModelOpt: tensor_scale None computes amax/(6*448);
     a given tensor_scale (weight_scale_2) is used as is.  MXFP4 uses
-    scale_rule "ocp" (default), "round_up" (triton_kernels) or "even" (Quark,
-    compressed-tensors); MXFP4 has no tensor scale.  Non-finite elements raise
-    nibble.Error (NB_ERR_INVALID_ARGUMENT)."""
+    scale_rule "even" (default: Quark, compressed-tensors, and `nibble
+    quantize`), "ocp" (the OCP specification's floor rule, llama.cpp) or
+    "round_up" (triton_kernels; "round-up" too); MXFP4 has no tensor scale.
+    Non-finite elements raise nibble.Error (NB_ERR_INVALID_ARGUMENT)."""
     fmt = _format(format)
     w = _as_array(w, "w")
     dt = _nb_dtype(w.dtype, "w")
@@ -284,13 +301,9 @@ def quantize(w, format="nvfp4", scale_rule=None, tensor_scale=None, ctx=None, me
         if scale_rule is not None:
             raise ValueError(f"nibble: scale_rule applies to formats with E8M0 scales (MXFP4), not "
                              f"{_FORMAT_NAMES[fmt]}")
-        rule = "ocp"
+        rule = DEFAULT_SCALE_RULE  # (unused: no E8M0 scales)
     else:
-        rule = "ocp" if scale_rule is None else scale_rule
-        if isinstance(rule, MxScaleRule):
-            rule = _RULE_NAMES[rule]
-        if rule not in _RULES:
-            raise ValueError(f"nibble: unknown MXFP4 scale_rule {scale_rule!r}; expected one of {sorted(_RULES)}")
+        rule = _rule_name(DEFAULT_SCALE_RULE if scale_rule is None else scale_rule, scale_rule)
     if not _lib.FORMAT_INFO[fmt]["tensor_scale"] and tensor_scale not in (None, 0, 1):
         raise ValueError(f"nibble: {_FORMAT_NAMES[fmt]} has no tensor scale (tensor_scale must be None or 1)")
     if method not in _METHODS:

@@ -540,7 +540,8 @@ class CkptQuantizeOpts(Structure):
         ("progress", CkptProgress),
         ("progress_user", c_void_p),
         ("device", c_int),          # nb_ckpt_device
-        ("reserved", c_int32 * 8),
+        ("allow_empty", c_int32),
+        ("reserved", c_int32 * 7),
     ]
 
 
@@ -557,7 +558,8 @@ class CkptQuantizeSummary(Structure):
         ("bytes_out", ctypes.c_uint64),
         ("device", c_int),          # nb_ckpt_device: where the weights were quantized
         ("device_name", c_char * 256),
-        ("reserved", c_int32 * 8),
+        ("weights_unsupported", c_int32),  # rank-2 weights copied for their dtype
+        ("reserved", c_int32 * 7),
     ]
 
 

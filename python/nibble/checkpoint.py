@@ -27,7 +27,7 @@ from typing import Optional, Tuple
 import numpy as np
 
 from . import _lib
-from . import QuantizedWeight, _FORMAT_NAMES, _RULE_NAMES, _RULES, _format
+from . import DEFAULT_SCALE_RULE, QuantizedWeight, _FORMAT_NAMES, _RULE_NAMES, _RULES, _format, _rule_name
 from ._lib import Error, Status
 
 __all__ = ["Checkpoint", "CheckpointLayer", "TensorInfo", "open_checkpoint", "quantize_checkpoint"]
@@ -213,7 +213,7 @@ class Checkpoint(_lib.Handle):
         return QuantizedWeight(codes=_copy(codes, n * (k // 2), np.uint8, (n, k // 2)),
                                scales=_copy(scales, n * (k // g), np.uint8, (n, k // g)),
                                tensor_scale=float(d.tensor_scale), n=n, k=k, format=fmt,
-                               scale_rule=_RULE_NAMES.get(_lib.MxScaleRule(d.scale_rule), "ocp"))
+                               scale_rule=_RULE_NAMES.get(_lib.MxScaleRule(d.scale_rule), DEFAULT_SCALE_RULE))
 
     def summary(self):
         """{format name: number of layers}."""
@@ -255,20 +255,24 @@ def open_checkpoint(path):
     return Checkpoint(path)
 
 
-def quantize_checkpoint(src, dst, format="nvfp4", scale_rule="even", exclude=(), default_excludes=True,
-                        progress=None, device="auto"):
+def quantize_checkpoint(src, dst, format="nvfp4", scale_rule=DEFAULT_SCALE_RULE, exclude=(), default_excludes=True,
+                        progress=None, device="auto", allow_empty=False):
     """`nibble quantize` (nb_ckpt_quantize): write a ModelOpt NVFP4 or Quark
     MXFP4 checkpoint of the BF16/F16/F32 checkpoint `src` into directory
-    `dst` (new or empty).  exclude: fnmatch patterns on layer prefixes;
-    default_excludes adds "*lm_head" and "*embed*".  progress, if given, is
-    called as progress(i, n, bytes_done, bytes_total, name).  device: "gpu"
-    (CUDA device 0, nb_quantize), "cpu" (the C reference) or "auto" (the GPU
-    when there is one); the bytes are the same.  Returns the summary as a
-    dict ("device" says "cpu" or "gpu", "device_name" which)."""
+    `dst` (new or empty).  scale_rule: the MXFP4 block exponent rule, "even"
+    by default as everywhere in nibble.  exclude: fnmatch patterns on layer
+    prefixes; default_excludes adds "*lm_head" and "*embed*".  progress, if
+    given, is called as progress(i, n, bytes_done, bytes_total, name).
+    device: "gpu" (CUDA device 0, nb_quantize), "cpu" (the C reference) or
+    "auto" (the GPU when there is one); the bytes are the same.  A checkpoint
+    with nothing to quantize raises nibble.Error (NB_ERR_UNSUPPORTED, with
+    the reason) unless allow_empty.  dst is written into a staging directory
+    next to it and published with one rename (never left partial).  Returns
+    the summary as a dict ("device" says "cpu" or "gpu", "device_name" which;
+    "weights_unsupported" counts weights copied for their dtype)."""
     io = _lib.io_lib()
     fmt = _format(format)
-    if scale_rule not in _RULES:
-        raise ValueError(f"nibble: unknown MXFP4 scale_rule {scale_rule!r}; expected one of {sorted(_RULES)}")
+    scale_rule = _rule_name(scale_rule, scale_rule)
     if device not in _lib.CKPT_DEVICES:
         raise ValueError(f"nibble: unknown device {device!r}; expected one of {sorted(_lib.CKPT_DEVICES)}")
     if isinstance(exclude, str):
@@ -282,6 +286,7 @@ def quantize_checkpoint(src, dst, format="nvfp4", scale_rule="even", exclude=(),
     opts.nexclude = len(exclude)
     opts.no_default_excludes = 0 if default_excludes else 1
     opts.device = _lib.CKPT_DEVICES[device]
+    opts.allow_empty = 1 if allow_empty else 0
     if progress is not None:
         def cb(_user, i, n, done, total, name):
             progress(int(i), int(n), int(done), int(total), name.decode() if name else "")

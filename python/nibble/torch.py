@@ -52,7 +52,7 @@ import torch
 
 from . import _lib
 from . import QuantizedWeight, quantize as _np_quantize, dequantize as _np_dequantize
-from . import _FORMATS, _FORMAT_NAMES, _GROUP, _RULES
+from . import _FORMATS, _FORMAT_NAMES, _GROUP, _rule_name
 from ._lib import DType, Error, Format, Layout, ScaleType  # noqa: F401  (Error is part of this module's contract)
 
 if not hasattr(torch, "library") or not hasattr(torch.library, "custom_op"):
@@ -557,8 +557,8 @@ def quantize_model(model, format="nvfp4", exclude=("lm_head",), scale_rule=None,
     fmt = _format_code(format)
     if _lib.FORMAT_INFO[fmt]["scale_type"] != ScaleType.E8M0 and scale_rule is not None:
         raise ValueError("nibble.torch: scale_rule applies to MXFP4 only")
-    if scale_rule is not None and scale_rule not in _RULES:
-        raise ValueError(f"nibble.torch: unknown MXFP4 scale_rule {scale_rule!r}; expected one of {sorted(_RULES)}")
+    if scale_rule is not None:
+        scale_rule = _rule_name(scale_rule, scale_rule)
     if threads is None:
         threads = min(32, os.cpu_count() or 1)
     if not isinstance(threads, int) or threads < 1:

@@ -237,6 +237,52 @@ def test_errors(tmp_path):
     assert cpu["device"] == "cpu" and cpu["device_name"] == "host"
 
 
+def test_mxfp4_default_scale_rule_is_even_everywhere(tmp_path):
+    """nibble.quantize, quantize_checkpoint (and `nibble quantize`, through
+    the same nb_ckpt_quantize_opts_init default) pick the same MXFP4 rule
+    when none is given: "even"; "round-up" is the command line's spelling."""
+    w = np.full((2, 64), 1.8, np.float32)                 # mantissa 1.8 >= 1.75: "even" differs from "ocp"
+    w[1] = np.linspace(-3, 3, 64, dtype=np.float32)
+    default = nibble.quantize(w, "mxfp4")
+    assert nibble.DEFAULT_SCALE_RULE == "even" and default.scale_rule == "even"
+    np.testing.assert_array_equal(default.scales, nibble.quantize(w, "mxfp4", scale_rule="even").scales)
+    assert (default.scales != nibble.quantize(w, "mxfp4", scale_rule="ocp").scales).any()
+    up = nibble.quantize(w, "mxfp4", scale_rule="round-up")
+    np.testing.assert_array_equal(up.scales, nibble.quantize(w, "mxfp4", scale_rule="round_up").scales)
+    assert nibble.QuantizedWeight(codes=default.codes, scales=default.scales, tensor_scale=1.0, n=2, k=64,
+                                  format="mxfp4").scale_rule == "even"
+    ws = bf16_checkpoint(str(tmp_path / "bf16"), SHAPES)
+    nibble.quantize_checkpoint(str(tmp_path / "bf16"), str(tmp_path / "q"), format="mxfp4", device="cpu")
+    opts = _lib.CkptQuantizeOpts()
+    assert _lib.io_lib().nb_ckpt_quantize_opts_init(ctypes.byref(opts)) == 0
+    assert opts.mx_rule == nibble.MxScaleRule.EVEN and opts.allow_empty == 0    # the C (and CLI) default
+    with nibble.open_checkpoint(str(tmp_path / "q")) as ck:
+        prefix = "model.layers.0.mlp.down_proj"
+        qw = ck.quantized_weight(prefix)
+        ref = nibble.quantize(ws[prefix], "mxfp4")
+        np.testing.assert_array_equal(qw.scales, ref.scales)
+        np.testing.assert_array_equal(qw.codes, ref.codes)
+
+
+def test_quantize_checkpoint_with_nothing_to_quantize(tmp_path):
+    """F64 and I32 weights are not quantized: refused with the reason (and
+    nothing next to dst), or copied with allow_empty and counted."""
+    d = tmp_path / "f64"
+    d.mkdir()
+    write_safetensors(str(d / "model.safetensors"), {
+        "model.layers.0.mlp.down_proj.weight": ("F64", np.ones((16, 64), np.float64)),
+        "model.layers.0.mlp.up_proj.weight": ("I32", np.ones((16, 64), np.int32))})
+    out = tmp_path / "out"
+    with pytest.raises(nibble.Error) as e:
+        nibble.quantize_checkpoint(str(d), str(out))
+    assert e.value.status == nibble.Status.ERR_UNSUPPORTED and "nothing to quantize" in e.value.message
+    assert "down_proj.weight F64" in e.value.message and "up_proj.weight I32" in e.value.message
+    assert sorted(os.listdir(tmp_path)) == ["f64"]
+    summary = nibble.quantize_checkpoint(str(d), str(out), allow_empty=True, device="cpu")
+    assert summary["layers_quantized"] == 0 and summary["weights_unsupported"] == 2 and summary["tensors_copied"] == 2
+    assert sorted(os.listdir(tmp_path)) == ["f64", "out"]             # the staging directory is gone
+
+
 def test_sub_byte_tensors_are_refused(tmp_path):
     write_safetensors(str(tmp_path / "m.safetensors"), {"f4": ("F4", np.zeros(4, np.uint8))})
     # an F4 shape counts elements: 8 elements in 4 bytes

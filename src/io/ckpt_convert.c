@@ -631,7 +631,7 @@ nb_status nb_ckpt_convert(const char *in, const char *out, const nb_ckpt_convert
     s.sum.files_copied = s.out.files_copied;
     s.sum.bytes_out = s.out.file_bytes;
     s.sum.bytes_in = s.btotal;
-    if (out_open) nbio_out_close(&s.out, st == NB_OK);
+    if (out_open) st = nbio_out_finish(&s.out, st);
     if (st == NB_OK && summary) *summary = s.sum;
     if (s.plans)
         for (size_t k = 0; k < s.nplans; k++) nbio_oents_free(s.plans[k].ents, s.plans[k].ne);

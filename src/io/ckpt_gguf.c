@@ -15,9 +15,12 @@
 
 #include <cjson/cJSON.h>
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* what an output tensor holds */
 enum { G_COPY = 0, G_CODES = 1, G_SCALES = 2, G_TSCALE = 3, G_ISCALE = 4 };
@@ -48,10 +51,15 @@ typedef struct gstate {
 } gstate;
 
 int nbio_is_gguf(const char *path) {
-    FILE *f = path ? fopen(path, "rb") : NULL;
+    struct stat sb;
+    int fd = -1;
     char magic[4] = {0};
-    int yes = f && fread(magic, 1, 4, f) == 4 && !memcmp(magic, "GGUF", 4);
-    if (f) fclose(f);
+    /* probing records no failure: the caller's open reports one */
+    if (!path || stat(path, &sb) != 0 || !S_ISREG(sb.st_mode) ||
+        (fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)) < 0)
+        return 0;
+    const int yes = read(fd, magic, 4) == 4 && !memcmp(magic, "GGUF", 4);
+    close(fd);
     return yes;
 }
 
@@ -391,7 +399,7 @@ nb_status nbio_convert_gguf(const char *in, const char *out, const nb_ckpt_conve
                           "written and tensor names stay GGUF's", h.n_kv);
     s.sum.shards = s.out.shards;
     s.sum.bytes_out = s.out.file_bytes;
-    if (out_open) nbio_out_close(&s.out, st == NB_OK);
+    if (out_open) st = nbio_out_finish(&s.out, st);
     if (st == NB_OK && summary) *summary = s.sum;
     nbio_oents_free(s.ents, s.ne);
     free(s.units);

@@ -8,7 +8,7 @@
  * are dropped after use.  The result is byte-identical to nb_st_write's for
  * the same tensors and metadata.
  */
-#define _DEFAULT_SOURCE /* madvise(MADV_DONTNEED), mkstemp, fsync */
+#define _DEFAULT_SOURCE /* madvise(MADV_DONTNEED), flock, fsync, realpath */
 #include "io_internal.h"
 
 #include <cjson/cJSON.h>
@@ -19,9 +19,12 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define COPY_CHUNK (16u << 20) /* bytes per pwrite of a copied tensor (pages dropped after each) */
@@ -50,41 +53,43 @@ void nbio_drop_pages(const void *p, size_t n) {
 
 /* ------------------------------------------------------------ JSON files */
 
+/* All n bytes of fd into buf (a short read is an error: the file shrank). */
+static int read_all(int fd, char *buf, size_t n) {
+    size_t got = 0;
+    while (got < n) {
+        const ssize_t r = read(fd, buf + got, n - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return -1;
+        got += (size_t)r;
+    }
+    return 0;
+}
+
 nb_status nbio_read_json(const char *dir, const char *name, size_t max, cJSON **out) {
     *out = NULL;
     char *path = nbio_join(dir, name);
     if (!path) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
-    nb_status st = NB_OK;
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    if (!f) {
-        if (errno != ENOENT) st = nbi_fail(NULL, NB_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-        goto done;
-    }
     struct stat sb;
-    if (fstat(fileno(f), &sb) || !S_ISREG(sb.st_mode)) {
-        st = nbi_fail(NULL, NB_ERR_IO, "%s: not a regular file", path);
-        goto done;
+    if (lstat(path, &sb) != 0 && errno == ENOENT) { /* (a dangling link is reported below) */
+        free(path);
+        return NB_OK;
     }
-    if ((uint64_t)sb.st_size > max) {
-        st = nbi_fail(NULL, NB_ERR_CORRUPT, "%s: %lld bytes, over the %zu-byte limit for a config file", path,
-                      (long long)sb.st_size, max);
-        goto done;
-    }
-    size_t n = (size_t)sb.st_size;
-    buf = (char *)malloc(n + 1);
-    if (!buf) {
+    int fd = -1;
+    uint64_t size = 0;
+    char *buf = NULL;
+    nb_status st = nbio_open_regular(path, &fd, &size);
+    if (st == NB_OK && size > max)
+        st = nbi_fail(NULL, NB_ERR_CORRUPT, "%s: %llu bytes, over the %zu-byte limit for a config file", path,
+                      (unsigned long long)size, max);
+    if (st == NB_OK && !(buf = (char *)malloc((size_t)size + 1)))
         st = nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
-        goto done;
-    }
-    if (fread(buf, 1, n, f) != n) {
+    if (st == NB_OK && read_all(fd, buf, (size_t)size))
         st = nbi_fail(NULL, NB_ERR_IO, "%s: short read", path);
-        goto done;
+    if (st == NB_OK) {
+        buf[size] = 0;
+        st = nbio_parse_json(path, buf, (size_t)size, out);
     }
-    buf[n] = 0;
-    st = nbio_parse_json(path, buf, n, out);
-done:
-    if (f) fclose(f);
+    if (fd >= 0) close(fd);
     free(buf);
     free(path);
     return st;
@@ -103,22 +108,162 @@ nb_status nbio_parse_json(const char *label, const char *text, size_t n, cJSON *
     return NB_OK;
 }
 
-/* ------------------------------------------------------------ directory */
+/* ------------------------------------------------------------ fault injection */
 
-nb_status nbio_out_open(nbio_out *o, const char *dir) {
-    memset(o, 0, sizeof *o);
-    o->dir = dir;
+static _Thread_local long g_fault_at, g_fault_steps;
+static _Thread_local int g_fault_mode;
+
+void nbio_fault_arm(long n, int mode) {
+    g_fault_at = n;
+    g_fault_mode = n > 0 ? mode : 0;
+    g_fault_steps = 0;
+}
+
+long nbio_fault_steps(void) { return g_fault_steps; }
+
+nb_status nbio_fault_step(const char *what, const char *path) {
+    if (++g_fault_steps != g_fault_at || !g_fault_mode) return NB_OK;
+    if (g_fault_mode == NBIO_FAULT_KILL) raise(SIGKILL);
+    return nbi_fail(NULL, NB_ERR_IO, "%s: %s: injected failure at step %ld", path, what, g_fault_steps);
+}
+
+/* ------------------------------------------------------------ staging directory */
+
+#define STAGE_TAG ".nibble-staging-"
+#define LOCK_MAGIC "nibble staging directory v1\nout "
+#define STAGE_BASE_MAX 180 /* bytes of OUT's name in the staging names (these stay under NAME_MAX) */
+
+static nb_status oom(void) { return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory"); }
+
+/* fsync a directory (its entries: a created or renamed file survives a crash). */
+static int fsync_dir(const char *path) {
+    const int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    const int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+/* Remove directory `path` when it holds nothing but regular files (all a
+ * staging directory ever holds; anything else means it is not one): 0 when
+ * it is gone. */
+static int remove_stage_dir(const char *path) {
+    const int dfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+    if (!d) {
+        if (dfd >= 0) close(dfd);
+        return errno == ENOENT ? 0 : -1;
+    }
+    int ok = 1;
+    struct dirent *e;
+    for (int pass = 0; pass < 2 && ok; pass++) { /* check everything, then remove */
+        rewinddir(d);
+        while (ok && (e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            struct stat sb;
+            if (pass == 0) ok = fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode);
+            else ok = unlinkat(dirfd(d), e->d_name, 0) == 0 || errno == ENOENT;
+        }
+    }
+    closedir(d);
+    return ok && (rmdir(path) == 0 || errno == ENOENT) ? 0 : -1;
+}
+
+/* The contents a marker of OUT named `base` starts with (malloc'ed). */
+static char *lock_magic(const char *base) { return nbio_concat(LOCK_MAGIC, base); }
+
+/* A staging directory of OUT left by a run that no longer holds its marker
+ * (killed): marker `name` in parent, checked and removed with its
+ * directory.  Markers of running writers, and anything that is not exactly
+ * what a writer leaves, are left alone. */
+static void sweep_one(const char *parent, const char *name, const char *base) {
+    char *lock = nbio_join(parent, name), *magic = lock_magic(base);
+    const int fd = lock ? open(lock, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) : -1;
     struct stat sb;
-    if (stat(dir, &sb) != 0) {
-        if (errno != ENOENT) return nbi_fail(NULL, NB_ERR_IO, "%s: %s", dir, strerror(errno));
-        if (mkdir(dir, 0755)) return nbi_fail(NULL, NB_ERR_IO, "cannot create %s: %s", dir, strerror(errno));
-        o->created_dir = 1;
+    char buf[4096 + 1];
+    ssize_t n = -1;
+    if (fd >= 0 && magic && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size < (off_t)sizeof buf - 1)
+        n = pread(fd, buf, sizeof buf - 1, 0);
+    const size_t ml = magic ? strlen(magic) : 0;
+    /* an empty marker is one killed before it was written, and then before
+     * its directory was created: it goes only when there is no directory */
+    const int ours = (n > (ssize_t)ml && !memcmp(buf, magic, ml) && buf[ml] == '\n') || n == 0;
+    if (ours && flock(fd, LOCK_EX | LOCK_NB) == 0) {
+        lock[strlen(lock) - 5] = 0; /* the directory: the marker without ".lock" */
+        struct stat ds;
+        const int gone = n == 0 ? lstat(lock, &ds) != 0 && errno == ENOENT : remove_stage_dir(lock) == 0;
+        lock[strlen(lock)] = '.';
+        if (gone) unlink(lock);
+    }
+    if (fd >= 0) close(fd); /* (releases the lock) */
+    free(lock);
+    free(magic);
+}
+
+/* 1 when `name` is a marker of OUT's staging: ".<tb>" STAGE_TAG "XXXXXX.lock". */
+static int is_marker(const char *name, const char *tb, size_t tbl) {
+    const size_t tl = sizeof STAGE_TAG - 1;
+    if (name[0] != '.' || strncmp(name + 1, tb, tbl) || strncmp(name + 1 + tbl, STAGE_TAG, tl)) return 0;
+    const char *x = name + 1 + tbl + tl;
+    for (int i = 0; i < 6; i++)
+        if (!((x[i] >= 'a' && x[i] <= 'z') || (x[i] >= '0' && x[i] <= '9'))) return 0;
+    return !strcmp(x + 6, ".lock");
+}
+
+static void sweep_stale(const char *parent, const char *base) {
+    DIR *d = opendir(parent);
+    if (!d) return; /* creating the staging directory reports it */
+    const size_t tbl = strlen(base) < STAGE_BASE_MAX ? strlen(base) : STAGE_BASE_MAX;
+    char **names = NULL;
+    size_t n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        if (is_marker(e->d_name, base, tbl) && !nbio_push_str(&names, &n, nbio_strdup(e->d_name))) break;
+    closedir(d);
+    for (size_t i = 0; i < n; i++) sweep_one(parent, names[i], base);
+    nbio_free_strs(names, n);
+}
+
+/* OUT's directory and name (trailing slashes dropped; a symbolic link to a
+ * directory is followed), and whether it exists (it must be empty). */
+static nb_status resolve_out(nbio_out *o, const char *out) {
+    size_t len = strlen(out);
+    while (len > 1 && out[len - 1] == '/') len--;
+    char *path = (char *)malloc(len + 1);
+    if (!path) return oom();
+    memcpy(path, out, len);
+    path[len] = 0;
+    struct stat sb;
+    if (lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode)) {
+        char *real = realpath(path, NULL);
+        if (!real) {
+            nb_status st = nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s is a symbolic link to nothing usable: %s",
+                                    path, strerror(errno));
+            free(path);
+            return st;
+        }
+        free(path);
+        path = real;
+    }
+    o->final = path;
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    o->base = nbio_strdup(base);
+    o->parent = !slash ? nbio_strdup(".") : slash == path ? nbio_strdup("/") : NULL;
+    if (slash && slash != path && (o->parent = (char *)malloc((size_t)(slash - path) + 1))) {
+        memcpy(o->parent, path, (size_t)(slash - path));
+        o->parent[slash - path] = 0;
+    }
+    if (!o->base || !o->parent) return oom();
+    if (!base[0] || !strcmp(base, ".") || !strcmp(base, ".."))
+        return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s: name the output directory itself (not /, . or ..)", out);
+    if (stat(path, &sb) != 0) {
+        if (errno != ENOENT) return nbi_fail(NULL, NB_ERR_IO, "%s: %s", path, strerror(errno));
         return NB_OK;
     }
     if (!S_ISDIR(sb.st_mode))
-        return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s exists and is not a directory", dir);
-    DIR *d = opendir(dir);
-    if (!d) return nbi_fail(NULL, NB_ERR_IO, "%s: %s", dir, strerror(errno));
+        return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s exists and is not a directory", path);
+    DIR *d = opendir(path);
+    if (!d) return nbi_fail(NULL, NB_ERR_IO, "%s: %s", path, strerror(errno));
     struct dirent *e;
     int empty = 1;
     while (empty && (e = readdir(d)))
@@ -126,41 +271,149 @@ nb_status nbio_out_open(nbio_out *o, const char *dir) {
     closedir(d);
     if (!empty)
         return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT,
-                        "%s is not empty (the output must be a new or empty directory)", dir);
+                        "%s is not empty (the output must be a new or empty directory)", path);
+    o->replace = 1;
+    o->out_mode = (unsigned)(sb.st_mode & 07777);
     return NB_OK;
 }
 
-void nbio_out_close(nbio_out *o, int ok) {
-    if (!ok) {
-        for (size_t i = 0; i < o->ncreated; i++) unlink(o->created[i]);
-        if (o->created_dir && o->dir) rmdir(o->dir);
+/* The marker (created exclusively, locked, holding LOCK_MAGIC), then the
+ * staging directory: a run killed between the two leaves a marker that the
+ * next run removes. */
+static nb_status make_stage(nbio_out *o) {
+    const size_t tbl = strlen(o->base) < STAGE_BASE_MAX ? strlen(o->base) : STAGE_BASE_MAX;
+    const size_t cap = strlen(o->parent) + tbl + 64;
+    char *magic = lock_magic(o->base);
+    o->lock = (char *)malloc(cap);
+    if (!o->lock || !magic) {
+        free(magic);
+        return oom();
     }
-    nbio_free_strs(o->created, o->ncreated);
-    nbio_free_strs(o->wm_name, o->nwm);
-    nbio_free_strs(o->wm_shard, o->nwm);
-    o->created = o->wm_name = o->wm_shard = NULL;
-    o->ncreated = o->nwm = 0;
+    static const char k36[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+    uint64_t x = (uint64_t)getpid() * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)o ^ (uint64_t)time(NULL) << 20;
+    nb_status st = nbio_fault_step("create the staging marker", o->parent);
+    for (int attempt = 0; st == NB_OK && o->lock_fd < 0; attempt++) {
+        char sfx[7];
+        x = x * 6364136223846793005ull + 1442695040888963407ull + (uint64_t)attempt;
+        for (int i = 0; i < 6; i++) sfx[i] = k36[(x >> (10 + 6 * i)) % 36];
+        sfx[6] = 0;
+        snprintf(o->lock, cap, "%s/.%.*s" STAGE_TAG "%s.lock", o->parent, (int)tbl, o->base, sfx);
+        o->lock_fd = open(o->lock, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (o->lock_fd < 0 && (errno != EEXIST || attempt == 99))
+            st = nbi_fail(NULL, NB_ERR_IO, "cannot create a staging directory next to %s (%s): %s", o->final,
+                          o->parent, strerror(errno));
+    }
+    char line[64];
+    snprintf(line, sizeof line, "\npid %ld\n", (long)getpid());
+    if (st == NB_OK && flock(o->lock_fd, LOCK_EX | LOCK_NB) != 0)
+        st = nbi_fail(NULL, NB_ERR_IO, "%s: flock: %s", o->lock, strerror(errno));
+    if (st == NB_OK) st = nbio_fault_step("write the staging marker", o->lock);
+    if (st == NB_OK && (pwrite_all(o->lock_fd, magic, strlen(magic), 0) != NB_OK ||
+                        pwrite_all(o->lock_fd, line, strlen(line), strlen(magic)) != NB_OK))
+        st = nbi_fail(NULL, NB_ERR_IO, "%s: write: %s", o->lock, strerror(errno));
+    free(magic);
+    if (st == NB_OK && !(o->stage = nbio_strdup(o->lock))) st = oom();
+    if (st == NB_OK) {
+        o->stage[strlen(o->stage) - 5] = 0;
+        st = nbio_fault_step("create the staging directory", o->stage);
+    }
+    if (st == NB_OK && mkdir(o->stage, 0755) != 0) {
+        st = nbi_fail(NULL, NB_ERR_IO, "cannot create %s: %s", o->stage, strerror(errno));
+        free(o->stage);
+        o->stage = NULL;
+    }
+    o->dir = o->stage;
+    return st;
 }
 
-/* Create OUT/name exclusively and register it; *fd_out open for writing. */
+nb_status nbio_out_open(nbio_out *o, const char *out) {
+    memset(o, 0, sizeof *o);
+    o->lock_fd = -1;
+    nb_status st = resolve_out(o, out);
+    if (st == NB_OK) {
+        sweep_stale(o->parent, o->base);
+        st = make_stage(o);
+    }
+    if (st != NB_OK) nbio_out_finish(o, st);
+    return st;
+}
+
+/* Publish the finished staging directory as OUT: its files and entries
+ * synced, one rename (over an empty OUT, whose permission bits it takes),
+ * then the parent synced.  Nothing after the rename can fail the run. */
+static nb_status publish(nbio_out *o) {
+    nb_status st = nbio_fault_step("sync the staging directory", o->stage);
+    if (st == NB_OK && fsync_dir(o->stage) != 0)
+        st = nbi_fail(NULL, NB_ERR_IO, "%s: fsync: %s", o->stage, strerror(errno));
+    if (st == NB_OK && o->replace && (st = nbio_fault_step("set the permissions", o->stage)) == NB_OK &&
+        chmod(o->stage, (mode_t)o->out_mode) != 0)
+        st = nbi_fail(NULL, NB_ERR_IO, "%s: chmod: %s", o->stage, strerror(errno));
+    if (st == NB_OK) st = nbio_fault_step("publish (rename)", o->final);
+    if (st == NB_OK && rename(o->stage, o->final) != 0) {
+        const int e = errno;
+        st = nbi_fail(NULL, e == ENOTEMPTY || e == EEXIST ? NB_ERR_INVALID_ARGUMENT : NB_ERR_IO,
+                      "cannot publish %s: %s%s", o->final, strerror(e),
+                      e == ENOTEMPTY || e == EEXIST ? " (something was written into it meanwhile)"
+                      : e == EBUSY || e == EXDEV    ? " (a mount point: name a new directory inside it)"
+                                                    : "");
+    }
+    if (st != NB_OK) return st;
+    free(o->stage);
+    o->stage = NULL;
+    if (nbio_fault_step("sync the parent directory", o->parent) == NB_OK) (void)fsync_dir(o->parent);
+    return NB_OK;
+}
+
+nb_status nbio_out_finish(nbio_out *o, nb_status st) {
+    if (st == NB_OK && o->stage) st = publish(o);
+    /* a failed run leaves no staging directory (unless something else wrote
+     * into it: then the next run's sweep leaves it too, with its marker) */
+    const int gone = !o->stage || remove_stage_dir(o->stage) == 0;
+    if (o->lock && gone && nbio_fault_step("remove the staging marker", o->lock) == NB_OK) unlink(o->lock);
+    if (o->lock_fd >= 0) close(o->lock_fd);
+    free(o->final);
+    free(o->parent);
+    free(o->base);
+    free(o->stage);
+    free(o->lock);
+    nbio_free_strs(o->wm_name, o->nwm);
+    nbio_free_strs(o->wm_shard, o->nwm);
+    memset(o, 0, sizeof *o);
+    o->lock_fd = -1;
+    return st;
+}
+
+/* Create <staging>/name exclusively; *fd_out open for writing. */
 static nb_status create_file(nbio_out *o, const char *name, int *fd_out, char **path_out) {
     char *path = nbio_join(o->dir, name);
-    if (!path) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
-    if (fd < 0) {
-        nb_status st = nbi_fail(NULL, NB_ERR_IO, "%s: %s", path, strerror(errno));
+    if (!path) return oom();
+    nb_status st = nbio_fault_step("create", path);
+    const int fd = st == NB_OK ? open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644) : -1;
+    if (st == NB_OK && fd < 0) st = nbi_fail(NULL, NB_ERR_IO, "%s: %s", path, strerror(errno));
+    if (st != NB_OK) {
         free(path);
         return st;
-    }
-    if (!nbio_push_str(&o->created, &o->ncreated, nbio_strdup(path))) {
-        close(fd);
-        unlink(path);
-        free(path);
-        return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
     }
     *fd_out = fd;
     *path_out = path;
     return NB_OK;
+}
+
+/* fsync and close fd (a file of the output), whatever st is; st, or the
+ * failure. */
+static nb_status sync_close(int fd, const char *path, nb_status st) {
+    if (st == NB_OK) st = nbio_fault_step("fsync", path);
+    if (st == NB_OK && fsync(fd) != 0) st = nbi_fail(NULL, NB_ERR_IO, "%s: fsync: %s", path, strerror(errno));
+    if (close(fd) != 0 && st == NB_OK) st = nbi_fail(NULL, NB_ERR_IO, "%s: close: %s", path, strerror(errno));
+    return st;
+}
+
+/* n bytes of p at byte off of an output file. */
+static nb_status write_at(int fd, const char *path, const void *p, size_t n, uint64_t off) {
+    nb_status st = nbio_fault_step("write", path);
+    if (st == NB_OK && pwrite_all(fd, p, n, off) != NB_OK)
+        st = nbi_fail(NULL, NB_ERR_IO, "%s: write: %s", path, strerror(errno));
+    return st;
 }
 
 static nb_status write_file(nbio_out *o, const char *name, const char *data, size_t n) {
@@ -168,22 +421,19 @@ static nb_status write_file(nbio_out *o, const char *name, const char *data, siz
     char *path;
     nb_status st = create_file(o, name, &fd, &path);
     if (st != NB_OK) return st;
-    st = pwrite_all(fd, data, n, 0);
-    if (st == NB_OK && fsync(fd)) st = NB_ERR_IO;
-    if (close(fd) && st == NB_OK) st = NB_ERR_IO;
-    if (st != NB_OK) nbi_fail(NULL, st, "%s: write: %s", path, strerror(errno));
+    st = sync_close(fd, path, write_at(fd, path, data, n, 0));
     free(path);
     return st;
 }
 
 nb_status nbio_out_write_json(nbio_out *o, const char *name, const cJSON *j) {
     char *s = j ? cJSON_Print(j) : NULL;
-    if (!s) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
+    if (!s) return oom();
     size_t n = strlen(s);
     char *t = (char *)realloc(s, n + 2);
     if (!t) {
         free(s);
-        return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
+        return oom();
     }
     t[n] = '\n';
     t[n + 1] = 0;
@@ -192,25 +442,23 @@ nb_status nbio_out_write_json(nbio_out *o, const char *name, const cJSON *j) {
     return st;
 }
 
-/* Byte-for-byte copy of src into OUT/name. */
+/* Byte-for-byte copy of src into <staging>/name. */
 static nb_status copy_file(nbio_out *o, const char *src, const char *name) {
-    int in = open(src, O_RDONLY);
-    if (in < 0) return nbi_fail(NULL, NB_ERR_IO, "%s: %s", src, strerror(errno));
+    int in = -1, fd = -1;
+    nb_status st = nbio_open_regular(src, &in, NULL);
+    if (st != NB_OK) return st;
     char *buf = (char *)malloc(1u << 20), *path = NULL;
-    int fd = -1;
-    nb_status st = buf ? create_file(o, name, &fd, &path)
-                       : nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
+    st = buf ? create_file(o, name, &fd, &path) : oom();
     uint64_t off = 0;
     while (st == NB_OK) {
         ssize_t r = read(in, buf, 1u << 20);
         if (r < 0 && errno == EINTR) continue;
         if (r < 0) st = nbi_fail(NULL, NB_ERR_IO, "%s: read: %s", src, strerror(errno));
         if (r <= 0) break;
-        if (pwrite_all(fd, buf, (size_t)r, off) != NB_OK)
-            st = nbi_fail(NULL, NB_ERR_IO, "%s: write: %s", path, strerror(errno));
+        st = write_at(fd, path, buf, (size_t)r, off);
         off += (uint64_t)r;
     }
-    if (fd >= 0 && close(fd) && st == NB_OK) st = nbi_fail(NULL, NB_ERR_IO, "%s: close", path);
+    if (fd >= 0) st = sync_close(fd, path, st);
     close(in);
     free(buf);
     free(path);
@@ -224,14 +472,16 @@ nb_status nbio_out_copy_others(nbio_out *o, const char *src_dir, const char *con
     struct dirent *e;
     while (st == NB_OK && (e = readdir(d))) {
         const char *n = e->d_name;
+        /* (a staging marker: OUT inside the input's directory) */
         int skipped = !strcmp(n, ".") || !strcmp(n, "..") || nbio_ends_with(n, ".safetensors") ||
-                      nbio_ends_with(n, ".safetensors.index.json");
+                      nbio_ends_with(n, ".safetensors.index.json") ||
+                      (strstr(n, STAGE_TAG) && nbio_ends_with(n, ".lock"));
         for (size_t i = 0; i < nskip && !skipped; i++) skipped = !strcmp(n, skip[i]);
         if (skipped) continue;
         char *src = nbio_join(src_dir, n);
         struct stat sb;
-        if (!src) st = nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
-        else if (stat(src, &sb) == 0 && S_ISREG(sb.st_mode)) {
+        if (!src) st = oom();
+        else if (stat(src, &sb) == 0 && S_ISREG(sb.st_mode)) { /* (FIFOs, sockets, devices are not copied) */
             st = copy_file(o, src, n);
             if (st == NB_OK) o->files_copied++;
         }
@@ -418,30 +668,19 @@ static nb_status shard_header(const char *name, const nb_st_file *meta_src, cons
     return NB_OK;
 }
 
-/* Stage 3: the registered temporary file, holding the header and sized for
- * the data. */
+/* Stage 3: the file, holding the header and sized for the data. */
 static nb_status shard_create(nbio_out *o, nbio_shard *s, const sbuf *h) {
-    s->final = nbio_join(o->dir, s->name);
-    size_t tl = strlen(o->dir) + strlen(s->name) + 32;
-    s->tmp = (char *)malloc(tl);
-    if (!s->final || !s->tmp) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
-    snprintf(s->tmp, tl, "%s/.%s.tmp.XXXXXX", o->dir, s->name);
-    s->fd = mkstemp(s->tmp);
-    if (s->fd < 0) return nbi_fail(NULL, NB_ERR_IO, "%s: %s", s->tmp, strerror(errno));
-    if (!nbio_push_str(&o->created, &o->ncreated, nbio_strdup(s->tmp))) {
-        close(s->fd);
-        s->fd = -1;
-        unlink(s->tmp);
-        return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
-    }
-    (void)fchmod(s->fd, 0644); /* as nb_st_write; mkstemp creates 0600 */
+    nb_status st = create_file(o, s->name, &s->fd, &s->path);
+    if (st != NB_OK) return st;
+    (void)fchmod(s->fd, 0644); /* as nb_st_write (whatever the umask) */
     uint8_t len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (uint8_t)((uint64_t)h->n >> (8 * i));
     s->base = 8 + (uint64_t)h->n;
-    if (pwrite_all(s->fd, len8, 8, 0) != NB_OK || pwrite_all(s->fd, h->p, h->n, 8) != NB_OK ||
-        ftruncate(s->fd, (off_t)(s->base + s->data_bytes)))
-        return nbi_fail(NULL, NB_ERR_IO, "%s: write: %s", s->tmp, strerror(errno));
-    return NB_OK;
+    if ((st = write_at(s->fd, s->path, len8, 8, 0)) != NB_OK || (st = write_at(s->fd, s->path, h->p, h->n, 8)) != NB_OK)
+        return st;
+    if ((st = nbio_fault_step("size", s->path)) == NB_OK && ftruncate(s->fd, (off_t)(s->base + s->data_bytes)))
+        st = nbi_fail(NULL, NB_ERR_IO, "%s: ftruncate: %s", s->path, strerror(errno));
+    return st;
 }
 
 nb_status nbio_shard_begin(nbio_out *o, nbio_shard *s, const char *name, const nb_st_file *meta_src, nbio_oent *ents,
@@ -463,9 +702,7 @@ nb_status nbio_shard_write(nbio_shard *s, const nbio_oent *e, const void *p, siz
     if (at > e->bytes || n > e->bytes - at)
         return nbi_fail(NULL, NB_ERR_INTERNAL, "%s: %zu bytes at %llu overflow tensor %s", s->name,
                         n, (unsigned long long)at, e->name);
-    if (pwrite_all(s->fd, p, n, s->base + e->off + at) != NB_OK)
-        return nbi_fail(NULL, NB_ERR_IO, "%s: writing %s: %s", s->tmp, e->name, strerror(errno));
-    return NB_OK;
+    return write_at(s->fd, s->path, p, n, s->base + e->off + at);
 }
 
 nb_status nbio_shard_copy(nbio_shard *s, const nbio_oent *e, const void *src) {
@@ -482,18 +719,9 @@ nb_status nbio_shard_copy(nbio_shard *s, const nbio_oent *e, const void *src) {
 
 nb_status nbio_shard_commit(nbio_shard *s, const nbio_oent *ents, size_t ne) {
     nbio_out *o = s->o;
-    if (fsync(s->fd)) return nbi_fail(NULL, NB_ERR_IO, "%s: fsync: %s", s->tmp, strerror(errno));
-    int rc = close(s->fd);
+    nb_status st = sync_close(s->fd, s->path, NB_OK);
     s->fd = -1;
-    if (rc || rename(s->tmp, s->final))
-        return nbi_fail(NULL, NB_ERR_IO, "%s: %s", s->final, strerror(errno));
-    for (size_t i = o->ncreated; i-- > 0;) /* the temporary name becomes the final one */
-        if (!strcmp(o->created[i], s->tmp)) {
-            free(o->created[i]);
-            o->created[i] = s->final;
-            s->final = NULL;
-            break;
-        }
+    if (st != NB_OK) return st;
     o->shards++;
     o->file_bytes += s->base + s->data_bytes;
     o->data_bytes += s->data_bytes;
@@ -501,14 +729,14 @@ nb_status nbio_shard_commit(nbio_shard *s, const nbio_oent *ents, size_t ne) {
         char *a = nbio_strdup(ents[i].name), *b = nbio_strdup(s->name);
         if (!nbio_push_str(&o->wm_name, &o->nwm, a) || !b) {
             free(b);
-            return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
+            return oom();
         }
         char **sh = (char **)realloc(o->wm_shard, o->nwm * sizeof *sh);
         if (!sh) {
             free(b);
             o->nwm--;
             free(o->wm_name[o->nwm]);
-            return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
+            return oom();
         }
         o->wm_shard = sh;
         sh[o->nwm - 1] = b;
@@ -519,9 +747,8 @@ nb_status nbio_shard_commit(nbio_shard *s, const nbio_oent *ents, size_t ne) {
 void nbio_shard_end(nbio_shard *s) {
     if (s->fd >= 0) close(s->fd);
     s->fd = -1;
-    free(s->tmp);
-    free(s->final);
-    s->tmp = s->final = NULL;
+    free(s->path);
+    s->path = NULL;
 }
 
 /* ------------------------------------------------------------ configs */

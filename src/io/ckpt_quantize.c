@@ -19,6 +19,7 @@
 #include <cjson/cJSON.h>
 
 #include <fnmatch.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,35 +96,33 @@ static int tensor_exists(const qstate *q, const char *name) {
 
 static int is_float(nb_st_dtype d) { return d == NB_ST_BF16 || d == NB_ST_F16 || d == NB_ST_F32; }
 
-/* 1 to quantize t; 0 to copy it.  *excluded is set for a float rank-2
- * "*.weight" that is left unquantized (it goes to exclude_modules). */
-static int decide(const qstate *q, const nb_st_tensor *t, int *excluded, int *oom) {
-    *excluded = 0;
+/* What becomes of a tensor: quantized, or copied because it is no weight,
+ * a weight of another dtype, or a float weight left unquantized (its K, an
+ * exclude pattern, or scales already there: listed in exclude_modules). */
+typedef enum { T_QUANTIZE, T_OTHER, T_DTYPE, T_SHAPE, T_PATTERN, T_SCALES, T_OOM } fate;
+
+static fate decide(const qstate *q, const nb_st_tensor *t) {
     size_t len = strlen(t->name);
-    if (len <= 7 || !nbio_ends_with(t->name, ".weight") || t->rank != 2 || !is_float(t->dtype)) return 0;
-    *excluded = 1;
+    if (len <= 7 || !nbio_ends_with(t->name, ".weight") || t->rank != 2) return T_OTHER;
+    if (!is_float(t->dtype)) return T_DTYPE;
     const int64_t group = q->fi.group_size;
-    if (t->shape[0] <= 0 || t->shape[1] <= 0 || t->shape[1] % group) return 0;
+    if (t->shape[0] <= 0 || t->shape[1] <= 0 || t->shape[1] % group) return T_SHAPE;
     char *prefix = (char *)malloc(len + 16);
-    if (!prefix) {
-        *oom = 1;
-        return 0;
-    }
+    if (!prefix) return T_OOM;
     memcpy(prefix, t->name, len - 7);
     prefix[len - 7] = 0;
-    int skip = 0;
-    for (size_t i = 0; i < q->npat && !skip; i++) skip = fnmatch(q->pat[i], prefix, 0) == 0;
-    if (!skip) {
+    fate f = T_QUANTIZE;
+    for (size_t i = 0; i < q->npat && f == T_QUANTIZE; i++)
+        if (fnmatch(q->pat[i], prefix, 0) == 0) f = T_PATTERN;
+    if (f == T_QUANTIZE) {
         /* an existing P.weight_scale(_2) would collide with what we write */
         strcpy(prefix + len - 7, ".weight_scale");
-        skip = tensor_exists(q, prefix);
+        if (tensor_exists(q, prefix)) f = T_SCALES;
         strcpy(prefix + len - 7, ".weight_scale_2");
-        if (!skip && q->fi.tensor_scale) skip = tensor_exists(q, prefix);
+        if (f == T_QUANTIZE && q->fi.tensor_scale && tensor_exists(q, prefix)) f = T_SCALES;
     }
     free(prefix);
-    if (skip) return 0;
-    *excluded = 0;
-    return 1;
+    return f;
 }
 
 static nb_dtype nb_dt(nb_st_dtype d) {
@@ -217,10 +216,10 @@ static nb_status plan_shard(qstate *q, const nb_st_file *f, size_t count, nbio_o
         nb_st_tensor t;
         nb_status st = nb_st_tensor_at(f, i, &t);
         if (st != NB_OK) return st;
-        int excl = 0, oom = 0;
-        int quant = decide(q, &t, &excl, &oom);
-        if (oom) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
-        if (excl) {
+        const fate fa = decide(q, &t);
+        if (fa == T_OOM) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
+        const int quant = fa == T_QUANTIZE;
+        if (fa == T_SHAPE || fa == T_PATTERN || fa == T_SCALES) {
             size_t n = strlen(t.name) - 7;
             char *p = (char *)malloc(n + 1);
             if (p) {
@@ -357,14 +356,51 @@ static nb_status check_opts(qstate *q, const nb_ckpt_quantize_opts *opts) {
             return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_ckpt_quantize: exclude[%zu] is NULL", i);
     if ((unsigned)opts->device > NB_CKPT_DEVICE_GPU)
         return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_ckpt_quantize: unknown device %d", (int)opts->device);
+    if (opts->allow_empty != 0 && opts->allow_empty != 1)
+        return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_ckpt_quantize: allow_empty is %d (0 or 1)",
+                        (int)opts->allow_empty);
     if (!nbio_reserved_zero(opts->reserved, sizeof opts->reserved / sizeof opts->reserved[0]))
         return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_ckpt_quantize: opts.reserved is not zero (use "
                         "nb_ckpt_quantize_opts_init)");
     return NB_OK;
 }
 
+/* Every input tensor's fate before OUT is touched: weights of a dtype that
+ * is not quantized are counted (and named when nothing qualifies), and a
+ * checkpoint with nothing to quantize is refused unless allow_empty. */
+static nb_status survey(qstate *q, const char *file) {
+    size_t n[T_OOM + 1] = {0};
+    char dtypes[320] = "";
+    size_t at = 0;
+    for (size_t i = 0; i < q->tn; i++) {
+        nb_st_tensor t;
+        nb_status st = q->index ? nb_st_index_tensor_at(q->index, i, &t) : nb_st_tensor_at(q->single, i, &t);
+        if (st != NB_OK) return st;
+        const fate f = decide(q, &t);
+        if (f == T_OOM) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
+        n[f]++;
+        const char *dn = "?";
+        char name[96];
+        if (f == T_DTYPE && n[f] <= 3 && at < sizeof dtypes && nb_st_dtype_info(t.dtype, &dn, NULL) == NB_OK)
+            at += (size_t)snprintf(dtypes + at, sizeof dtypes - at, "%s%s %s", at ? ", " : "",
+                                   nbi_elide(t.name, name, sizeof name), dn);
+    }
+    q->sum.weights_unsupported = (int32_t)(n[T_DTYPE] < INT32_MAX ? n[T_DTYPE] : INT32_MAX);
+    if (n[T_QUANTIZE] || q->o->allow_empty) return NB_OK;
+    if (n[T_DTYPE] > 3 && at < sizeof dtypes)
+        snprintf(dtypes + at, sizeof dtypes - at, " and %zu more", n[T_DTYPE] - 3);
+    char fname[160];
+    return nbi_fail(NULL, NB_ERR_UNSUPPORTED, "%s: nothing to quantize to %s: no tensor is a rank-2 BF16, F16 or F32 "
+                    "P.weight with K a multiple of %d outside the exclude patterns (%zu weights of another dtype%s%s; "
+                    "%zu excluded by a pattern, %zu with K not a multiple of %d, %zu with scales already); "
+                    "allow_empty copies it anyway", nbi_elide(file, fname, sizeof fname), q->fi.name,
+                    q->fi.group_size, n[T_DTYPE], n[T_DTYPE] ? ": " : "", dtypes, n[T_PATTERN], n[T_SHAPE],
+                    q->fi.group_size, n[T_SCALES]);
+}
+
 /* Stage 1: open and measure the input, read its config.json, build the
- * exclude patterns and open the device - all before OUT is touched. */
+ * exclude patterns, survey the tensors and open the device - all before OUT
+ * is touched. */
 static nb_status open_input(qstate *q, const char *file, int sharded, cJSON **config) {
     static const char *const defaults[] = {"*lm_head", "*embed*"};
     nb_status st = sharded ? nb_st_index_open(file, &q->index) : nb_st_open(file, &q->single);
@@ -385,7 +421,7 @@ static nb_status open_input(qstate *q, const char *file, int sharded, cJSON **co
         q->pat[o->nexclude] = defaults[0];
         q->pat[o->nexclude + 1] = defaults[1];
     }
-    if ((st = open_device(q, o->device)) != NB_OK) return st;
+    if ((st = survey(q, file)) != NB_OK || (st = open_device(q, o->device)) != NB_OK) return st;
     q->sum.device = q->gpu ? NB_CKPT_DEVICE_GPU : NB_CKPT_DEVICE_CPU;
     return NB_OK;
 }
@@ -436,7 +472,7 @@ nb_status nb_ckpt_quantize(const char *in, const char *out, const nb_ckpt_quanti
     if (st == NB_OK) st = open_input(&q, file, sharded, &config);
     if (st == NB_OK && (st = nbio_out_open(&q.out, out)) == NB_OK) out_open = 1;
     if (st == NB_OK) st = write_output(&q, strrchr(file, '/') ? strrchr(file, '/') + 1 : file, sharded, config);
-    if (out_open) nbio_out_close(&q.out, st == NB_OK);
+    if (out_open) st = nbio_out_finish(&q.out, st);
     if (st == NB_OK && summary) *summary = q.sum;
     nbio_free_strs(q.excluded, q.nexcl);
     free(q.pat);

@@ -30,6 +30,10 @@ NB_INTERNAL size_t nbio_utf8_bad(const unsigned char *s, size_t n);
 NB_INTERNAL int nbio_push_str(char ***arr, size_t *n, char *s);
 NB_INTERNAL void nbio_free_strs(char **a, size_t n);
 
+/* Open a regular file for reading (*fd; size may be NULL).  Anything else
+ * - a FIFO, socket, device or directory - is NB_ERR_IO naming what it is,
+ * refused without blocking. */
+NB_INTERNAL nb_status nbio_open_regular(const char *path, int *fd, uint64_t *size);
 /* Map a regular file read-only (MAP_PRIVATE); files shorter than min_size
  * (or empty) are not mapped (*map NULL, *size set).  munmap(*map, *size). */
 NB_INTERNAL nb_status nbio_map_file(const char *path, size_t min_size, void **map, size_t *size);
@@ -101,18 +105,28 @@ NB_INTERNAL cJSON *nbio_qc_ct(nb_format f, int input_acts, const char *const *ig
 
 /* ------------------------------------------------------------ ckpt_out.c
  * Writing a checkpoint directory, shared by nb_ckpt_quantize and
- * nb_ckpt_convert.  Files are registered as they are created so that a
- * failure removes every one of them (and OUT when this module created it).
- * Shards are streamed: their header is computed from the tensor list alone
- * (layout of nb_st_write: descending bits per element, then name; header
- * space-padded to a multiple of 8), written to a temporary file, then the
- * caller pwrites each tensor at its offset and commits (fsync + rename). */
+ * nb_ckpt_convert.  Crash consistency: every file is written into a staging
+ * directory next to OUT ("<parent>/.<OUT>.nibble-staging-XXXXXX", created
+ * with its marker "<that>.lock", which the writer holds locked with flock
+ * while it runs) and the finished directory is published with one rename
+ * over OUT (absent, or an empty directory); so a failure, a signal or
+ * SIGKILL at any point leaves OUT as it was or complete, never partial.  A
+ * staging directory whose marker is not locked is a killed run's: the next
+ * run into the same OUT removes it (only then, and only when it holds
+ * nothing but regular files).  Shards are streamed: their header is computed
+ * from the tensor list alone (layout of nb_st_write: descending bits per
+ * element, then name; header space-padded to a multiple of 8), written
+ * first, then the caller pwrites each tensor at its offset and commits
+ * (fsync). */
 
 typedef struct nbio_out {
-    const char *dir;
-    int created_dir;
-    char **created;             /* files written so far */
-    size_t ncreated;
+    const char *dir;            /* where files are written: the staging directory */
+    char *final;                /* OUT (a symbolic link resolved) */
+    char *parent, *base;        /* OUT's directory and name */
+    char *stage, *lock;         /* the staging directory and its marker */
+    int lock_fd;                /* the marker, locked while this run writes */
+    int replace;                /* OUT exists (empty): the rename replaces it */
+    unsigned out_mode;          /* its permission bits, given to the published directory */
     char **wm_name, **wm_shard; /* weight map of every committed shard */
     size_t nwm;
     uint64_t data_bytes;        /* tensor bytes written (the index's total_size) */
@@ -138,26 +152,43 @@ typedef struct nbio_oent {
 typedef struct nbio_shard {
     nbio_out *o;
     const char *name;
-    char *tmp, *final;
+    char *path;
     int fd;
     uint64_t base, data_bytes;
 } nbio_shard;
 
-/* OUT must not exist (it is created 0755) or be an empty directory. */
-NB_INTERNAL nb_status nbio_out_open(nbio_out *o, const char *dir);
-/* ok == 0: remove every file created (and OUT if created).  Frees all. */
-NB_INTERNAL void nbio_out_close(nbio_out *o, int ok);
+/* OUT must not exist or be an empty directory (NB_ERR_INVALID_ARGUMENT
+ * otherwise); stale staging directories of OUT are removed, then the
+ * staging directory and its marker are created. */
+NB_INTERNAL nb_status nbio_out_open(nbio_out *o, const char *out);
+/* The end of a run whose status so far is st: when NB_OK, publish the
+ * staging directory as OUT (fsync, one rename, fsync of the parent);
+ * otherwise, or when publishing fails, remove it.  Frees all; returns the
+ * final status. */
+NB_INTERNAL nb_status nbio_out_finish(nbio_out *o, nb_status st);
+
+/* Test hook (tests/test_ckpt_crash.c; not reachable through the public
+ * API): every step that creates, writes, syncs, renames or removes a file of
+ * an output directory runs nbio_fault_step first.  nbio_fault_arm(n, mode)
+ * makes the n-th step from then on (n >= 1) fail with NB_ERR_IO
+ * (NBIO_FAULT_FAIL) or raise SIGKILL (NBIO_FAULT_KILL); n == 0 only counts.
+ * nbio_fault_steps() is the number of steps since arming.  Per thread. */
+enum { NBIO_FAULT_FAIL = 1, NBIO_FAULT_KILL = 2 };
+NB_INTERNAL void nbio_fault_arm(long n, int mode);
+NB_INTERNAL long nbio_fault_steps(void);
+NB_INTERNAL nb_status nbio_fault_step(const char *what, const char *path);
 /* OUT/name from a cJSON tree (printed, newline-terminated). */
 NB_INTERNAL nb_status nbio_out_write_json(nbio_out *o, const char *name, const cJSON *j);
 /* Copy every regular file of src_dir except *.safetensors,
- * *.safetensors.index.json and the names in skip[0..nskip). */
+ * *.safetensors.index.json, staging markers and the names in
+ * skip[0..nskip). */
 NB_INTERNAL nb_status nbio_out_copy_others(nbio_out *o, const char *src_dir, const char *const *skip, size_t nskip);
 /* OUT/name: {"metadata": {"total_size": ...}, "weight_map": {...}} sorted by name. */
 NB_INTERNAL nb_status nbio_out_write_index(nbio_out *o, const char *name);
 
 /* Lay out ents (sorted in place), write the header with meta_src's
- * __metadata__ (plus "format": "pt" when absent; meta_src may be NULL) to a
- * temporary file OUT/.<name>.tmp.XXXXXX sized for the data. */
+ * __metadata__ (plus "format": "pt" when absent; meta_src may be NULL) to
+ * the staging directory's <name>, sized for the data. */
 NB_INTERNAL nb_status nbio_shard_begin(nbio_out *o, nbio_shard *s, const char *name, const nb_st_file *meta_src,
                                        nbio_oent *ents, size_t ne);
 /* n bytes of p at byte `at` of tensor e. */
@@ -165,8 +196,7 @@ NB_INTERNAL nb_status nbio_shard_write(nbio_shard *s, const nbio_oent *e, const 
 /* All of e's bytes from a read-only file mapping, in chunks, dropping the
  * source pages after each. */
 NB_INTERNAL nb_status nbio_shard_copy(nbio_shard *s, const nbio_oent *e, const void *src);
-/* fsync, rename to OUT/<name>, add ents to the weight map.  On failure the
- * temporary file stays registered for removal. */
+/* fsync and close, add ents to the weight map. */
 NB_INTERNAL nb_status nbio_shard_commit(nbio_shard *s, const nbio_oent *ents, size_t ne);
 /* Close a shard that was not committed (safe after commit or on a zeroed one). */
 NB_INTERNAL void nbio_shard_end(nbio_shard *s);

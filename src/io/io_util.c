@@ -1,9 +1,14 @@
 /* io_util.c - what every file of src/io shares: strings, the format table
  * as the checkpoint code reads it, and the struct sizes of nibble_io.h. */
+#define _DEFAULT_SOURCE /* O_CLOEXEC, O_NOCTTY */
 #include "io_internal.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------ strings */
 
@@ -48,6 +53,39 @@ int nbio_push_str(char ***arr, size_t *n, char *s) {
 void nbio_free_strs(char **a, size_t n) {
     for (size_t i = 0; i < n; i++) free(a[i]);
     free(a);
+}
+
+/* ------------------------------------------------------------ input files */
+
+static const char *file_kind(mode_t m) {
+    return S_ISDIR(m)    ? "a directory"
+           : S_ISFIFO(m) ? "a FIFO"
+           : S_ISSOCK(m) ? "a socket"
+           : S_ISCHR(m)  ? "a character device"
+           : S_ISBLK(m)  ? "a block device"
+                         : "not a plain file";
+}
+
+/* stat() first, so that a FIFO is refused without being opened (opening one
+ * for reading waits for a writer); then open without waiting (O_NONBLOCK)
+ * and check again on the descriptor, in case the path changed in between. */
+nb_status nbio_open_regular(const char *path, int *fd_out, uint64_t *size) {
+    *fd_out = -1;
+    struct stat sb;
+    if (stat(path, &sb) != 0) return nbi_fail(NULL, NB_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (!S_ISREG(sb.st_mode))
+        return nbi_fail(NULL, NB_ERR_IO, "%s: not a regular file (%s)", path, file_kind(sb.st_mode));
+    const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) return nbi_fail(NULL, NB_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return nbi_fail(NULL, NB_ERR_IO, "%s: not a regular file (it changed while being opened)", path);
+    }
+    const int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    *fd_out = fd;
+    if (size) *size = (uint64_t)sb.st_size;
+    return NB_OK;
 }
 
 /* ------------------------------------------------------------ formats */

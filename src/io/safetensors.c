@@ -569,23 +569,15 @@ nb_status nb_st_open(const char *path, nb_st_file **out) {
 nb_status nbio_map_file(const char *path, size_t min_size, void **map, size_t *size) {
     *map = NULL;
     *size = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return nbi_fail(NULL, NB_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e = errno;
-        close(fd);
-        return nbi_fail(NULL, NB_ERR_IO, "%s: fstat: %s", path, strerror(e));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return nbi_fail(NULL, NB_ERR_IO, "%s: not a regular file", path);
-    }
-    if ((uint64_t)sb.st_size > (uint64_t)SIZE_MAX) {
+    int fd;
+    uint64_t bytes = 0;
+    nb_status st = nbio_open_regular(path, &fd, &bytes);
+    if (st != NB_OK) return st;
+    if (bytes > (uint64_t)SIZE_MAX) {
         close(fd);
         return nbi_fail(NULL, NB_ERR_OVERFLOW, "%s: file size does not fit in size_t", path);
     }
-    *size = (size_t)sb.st_size;
+    *size = (size_t)bytes;
     if (*size >= min_size && *size > 0) {
         void *m = mmap(NULL, *size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (m == MAP_FAILED) {
@@ -953,19 +945,16 @@ static const char *shard_name_problem(const char *s) {
 }
 
 static nb_status read_small_file(const char *path, char **text, size_t *len) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return nbi_fail(NULL, NB_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    int fd;
+    uint64_t bytes = 0;
+    nb_status st = nbio_open_regular(path, &fd, &bytes);
+    if (st != NB_OK) return st;
+    if (bytes > NB_ST_MAX_HEADER) {
         close(fd);
-        return nbi_fail(NULL, NB_ERR_IO, "%s: not a readable regular file", path);
+        return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: index file of %llu bytes exceeds %llu (rule: size limit)",
+                        path, (unsigned long long)bytes, NB_ST_MAX_HEADER);
     }
-    if ((uint64_t)sb.st_size > NB_ST_MAX_HEADER) {
-        close(fd);
-        return nbi_fail(NULL, NB_ERR_CORRUPT, "%s: index file of %lld bytes exceeds %llu (rule: size limit)",
-                        path, (long long)sb.st_size, NB_ST_MAX_HEADER);
-    }
-    size_t n = (size_t)sb.st_size, got = 0;
+    size_t n = (size_t)bytes, got = 0;
     char *p = (char *)malloc(n + 1);
     if (!p) {
         close(fd);
