@@ -512,11 +512,13 @@ typedef struct nb_ckpt_quantize_opts {
     void *progress_user;
     nb_ckpt_device device;        /* where to quantize */
     int32_t allow_empty;          /* 1: a checkpoint with nothing to quantize is copied (else refused) */
-    int32_t reserved[7];
+    int32_t method;               /* nb_quant_method: RTN, or MSE (host only: device AUTO then quantizes on
+                                   * the CPU, device GPU is NB_ERR_UNSUPPORTED) */
+    int32_t reserved[6];
 } nb_ckpt_quantize_opts;
 
 /* format NVFP4, mx_rule EVEN, no extra excludes, default excludes on, no
- * progress, device AUTO, allow_empty 0, reserved zero. */
+ * progress, device AUTO, allow_empty 0, method RTN, reserved zero. */
 NB_API nb_status nb_ckpt_quantize_opts_init(nb_ckpt_quantize_opts *o);
 
 typedef struct nb_ckpt_quantize_summary {

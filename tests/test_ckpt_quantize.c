@@ -272,6 +272,7 @@ static void check_configs(const char *out, nb_format fmt, nb_mx_scale_rule rule,
 
 /* Quantize sub -> out and check everything against the in-memory sources. */
 static int g_have_gpu; /* libnibble has CUDA and a device is present */
+static int g_method;   /* nb_quant_method of the next run_case */
 
 static void run_case(const char *sub, const char *out, int sharded, nb_format fmt, nb_mx_scale_rule rule,
                      const char *extra_pattern, const char *extra_substr, nb_ckpt_device dev) {
@@ -283,6 +284,7 @@ static void run_case(const char *sub, const char *out, int sharded, nb_format fm
     o.format = fmt;
     o.mx_rule = rule;
     o.device = dev;
+    o.method = g_method;
     const char *pats[1] = {extra_pattern};
     if (extra_pattern) {
         o.exclude = pats;
@@ -300,7 +302,10 @@ static void run_case(const char *sub, const char *out, int sharded, nb_format fm
           s.tensors_copied, (size_t)NT, nq);
     CHECK(s.shards == (sharded ? 2u : 1u) && s.files_copied == 2, "%s: %zu shards, %zu files copied", out, s.shards,
           s.files_copied);
-    nb_ckpt_device wdev = dev == NB_CKPT_DEVICE_AUTO ? (g_have_gpu ? NB_CKPT_DEVICE_GPU : NB_CKPT_DEVICE_CPU) : dev;
+    /* (MSE runs on the CPU: auto picks it) */
+    nb_ckpt_device wdev = dev == NB_CKPT_DEVICE_AUTO ? (g_have_gpu && g_method == NB_QUANT_RTN ? NB_CKPT_DEVICE_GPU
+                                                                                              : NB_CKPT_DEVICE_CPU)
+                                                     : dev;
     CHECK(s.device == wdev && s.device_name[0] && (wdev == NB_CKPT_DEVICE_GPU) == !!strcmp(s.device_name, "host"),
           "%s: ran on %s (%s), want %s", out, dev_name(s.device), s.device_name,
           dev_name(wdev));
@@ -342,6 +347,7 @@ static void run_case(const char *sub, const char *out, int sharded, nb_format fm
             nb_weight_desc d;
             nb_weight_desc_init(&d, fmt, sp->shape[0], sp->shape[1]);
             d.scale_rule = rule;
+            d.method = g_method;
             nb_weight_sizes sz;
             nb_weight_get_sizes(&d, &sz);
             uint8_t *rc = (uint8_t *)malloc(sz.codes_bytes), *rs = (uint8_t *)malloc(sz.scales_bytes);
@@ -614,6 +620,29 @@ int main(int argc, char **argv) {
         for (int r = NB_MX_SCALE_OCP; r <= NB_MX_SCALE_EVEN; r++)
             run_case("bf16", r == 0 ? "q_mxfp4_gpu0" : r == 1 ? "q_mxfp4_gpu1" : "q_mxfp4_gpu2", 0, NB_FORMAT_MXFP4,
                      (nb_mx_scale_rule)r, NULL, NULL, NB_CKPT_DEVICE_GPU);
+    }
+    /* method MSE: the bytes of nb_quantize_host with NB_QUANT_MSE, on the CPU
+     * whatever the machine has; device GPU refused */
+    g_method = NB_QUANT_MSE;
+    run_case("sharded", "q_nvfp4_mse", 1, NB_FORMAT_NVFP4, NB_MX_SCALE_EVEN, NULL, NULL, A);
+    run_case("bf16", "q_mxfp4_mse", 0, NB_FORMAT_MXFP4, NB_MX_SCALE_EVEN, NULL, NULL, NB_CKPT_DEVICE_CPU);
+    g_method = NB_QUANT_RTN;
+    {
+        nb_ckpt_quantize_opts o;
+        char in[1024], out[1024];
+        path_of(in, sizeof in, "bf16", NULL);
+        path_of(out, sizeof out, "q_mse_gpu", NULL);
+        nb_ckpt_quantize_opts_init(&o);
+        o.method = NB_QUANT_MSE;
+        o.device = NB_CKPT_DEVICE_GPU;
+        nb_status st = nb_ckpt_quantize(in, out, &o, NULL);
+        CHECK(st == NB_ERR_UNSUPPORTED && strstr(nb_last_error(), "mse") && access(out, F_OK) != 0,
+              "method mse on device gpu: %s (%s)", nb_status_name(st), nb_last_error());
+        o.device = NB_CKPT_DEVICE_AUTO;
+        o.method = 7;
+        st = nb_ckpt_quantize(in, out, &o, NULL);
+        CHECK(st == NB_ERR_INVALID_ARGUMENT && strstr(nb_last_error(), "method 7") && access(out, F_OK) != 0,
+              "method 7: %s (%s)", nb_status_name(st), nb_last_error());
     }
     test_errors();
     check_input_unchanged("bf16", "model.safetensors", before, nb);

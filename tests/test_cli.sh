@@ -91,6 +91,9 @@ case_ 1 "quantize: --format is required \(nvfp4, mxfp4\)" quantize "$IN" "$O"
 case_ 1 "quantize: --mx-rule: 'floor' is not one of ocp, even, round-up" quantize "$IN" "$O" --format mxfp4 --mx-rule floor
 case_ 1 "quantize: --mx-rule applies to .* not to --format nvfp4" quantize "$IN" "$O" --format nvfp4 --mx-rule even
 case_ 1 "quantize: --device: 'tpu' is not one of auto, cpu, gpu" quantize "$IN" "$O" --format nvfp4 --device=tpu
+case_ 1 "quantize: --method: 'gptq' is not one of rtn, mse" quantize "$IN" "$O" --format nvfp4 --method gptq
+case_ 1 "quantize: --method mse runs on the CPU only" quantize "$IN" "$O" --format nvfp4 --method mse --device gpu
+case_ 0 '"method":[[:space:]]*"mse".*"device":[[:space:]]*"cpu"' quantize "$IN" "$W/mse" --format nvfp4 --method mse --json
 case_ 1 "convert: --to: 'gguf' is not one of modelopt, compressed-tensors, ct, quark" convert "$IN" "$O" --to gguf
 case_ 1 "convert: --to is required" convert "$IN" "$O"
 expect "[ ! -e '$O' ]" "usage errors created OUT"

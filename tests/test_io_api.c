@@ -324,7 +324,8 @@ static void test_quantize_convert(const char *path) {
     EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_convert_opts_init(NULL));
     memset(&q, 0x5A, sizeof q);
     memset(&v, 0x5A, sizeof v);
-    CHECK(nb_ckpt_quantize_opts_init(&q) == NB_OK && q.allow_empty == 0 && q.reserved[0] == 0 && q.reserved[6] == 0 &&
+    CHECK(nb_ckpt_quantize_opts_init(&q) == NB_OK && q.allow_empty == 0 && q.method == NB_QUANT_RTN && q.reserved[0] == 0 &&
+              q.reserved[5] == 0 &&
               !q.exclude,
           "quantize opts init");
     CHECK(nb_ckpt_convert_opts_init(&v) == NB_OK && v.reserved[0] == 0 && v.reserved[7] == 0 && !v.warn,

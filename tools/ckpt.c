@@ -529,7 +529,7 @@ static void quantize_progress(void *user, size_t i, size_t n, uint64_t done, uin
 static void quantize_help(void) {
     printf("usage: nibble quantize IN OUT --format nvfp4|mxfp4 [--exclude PATTERN]...\n"
            "                       [--mx-rule ocp|even|round-up] [--no-default-excludes]\n"
-           "                       [--device auto|cpu|gpu] [--allow-empty] [--json]\n"
+           "                       [--method rtn|mse] [--device auto|cpu|gpu] [--allow-empty] [--json]\n"
            "  IN   a BF16/F16/F32 checkpoint: .safetensors file, directory (index or\n"
            "       model.safetensors) or index file.  It is only read.\n"
            "  OUT  a directory that must not exist or be empty.  It receives, per input\n"
@@ -546,6 +546,9 @@ static void quantize_help(void) {
            "  F32 [] (ModelOpt numerics; no input_scale).  mxfp4: P.weight U8 [N,K/2],\n"
            "  P.weight_scale U8 [N,K/32] (E8M0); --mx-rule picks the block exponent\n"
            "  (default even, as Quark; ocp = floor(log2 amax)-2; round-up = triton).\n"
+           "  --method: rtn (default: the format's rule) or mse (per block, the scale among\n"
+           "  the rule's and its neighbours with the least squared error; never worse\n"
+           "  than rtn per block; slower, CPU only: --device auto then uses the CPU).\n"
            "  --device: where the weights are quantized: gpu (CUDA device 0: each tensor\n"
            "  is copied to the GPU, quantized by nb_quantize and copied back), cpu (the C\n"
            "  reference), or auto (default: the GPU when there is one).  The bytes are\n"
@@ -576,7 +579,7 @@ static void format_choices(char *buf, size_t n) {
 }
 
 typedef struct quantize_args {
-    const char *in, *out, *fmt, *rule, *device;
+    const char *in, *out, *fmt, *rule, *device, *method;
     int json, allow_empty;
 } quantize_args;
 
@@ -593,6 +596,7 @@ static int quantize_parse(int argc, char **argv, quantize_args *a, nb_ckpt_quant
         {.name = "--mx-rule", .kind = NBA_CHOICE, .dst = &a->rule, .choices = "ocp|even|round-up"},
         {.name = "--no-default-excludes", .kind = NBA_FLAG, .dst = &o->no_default_excludes},
         {.name = "--device", .kind = NBA_CHOICE, .dst = &a->device, .choices = "auto|cpu|gpu"},
+        {.name = "--method", .kind = NBA_CHOICE, .dst = &a->method, .choices = "rtn|mse"},
         {.name = "--allow-empty", .kind = NBA_FLAG, .dst = &a->allow_empty},
         {.name = "--json", .kind = NBA_FLAG, .dst = &a->json},
     };
@@ -617,6 +621,9 @@ static int quantize_parse(int argc, char **argv, quantize_args *a, nb_ckpt_quant
                                                                                            : NB_MX_SCALE_ROUND_UP;
     if (a->device && nb_ckpt_device_parse(a->device, &o->device) != NB_OK)
         return nba_usage("quantize", "--device: %s", nb_last_error());
+    o->method = a->method && !strcmp(a->method, "mse") ? NB_QUANT_MSE : NB_QUANT_RTN;
+    if (o->method == NB_QUANT_MSE && o->device == NB_CKPT_DEVICE_GPU)
+        return nba_usage("quantize", "--method mse runs on the CPU only (--device cpu or auto)");
     return 0;
 }
 
@@ -665,6 +672,7 @@ static int quantize_report(const quantize_args *a, const nb_ckpt_quantize_opts *
     if (fi.scale_type == NB_SCALE_E8M0)
         cJSON_AddStringToObject(j, "mx_rule", o->mx_rule == NB_MX_SCALE_OCP ? "ocp"
                                               : o->mx_rule == NB_MX_SCALE_EVEN ? "even" : "round-up");
+    cJSON_AddStringToObject(j, "method", o->method == NB_QUANT_MSE ? "mse" : "rtn");
     json_add_i64(j, "tensors_in", (int64_t)s->tensors_in);
     json_add_i64(j, "layers_quantized", (int64_t)s->layers_quantized);
     json_add_i64(j, "tensors_copied", (int64_t)s->tensors_copied);

@@ -541,7 +541,8 @@ class CkptQuantizeOpts(Structure):
         ("progress_user", c_void_p),
         ("device", c_int),          # nb_ckpt_device
         ("allow_empty", c_int32),
-        ("reserved", c_int32 * 7),
+        ("method", c_int32),        # nb_quant_method: 0 rtn, 1 mse
+        ("reserved", c_int32 * 6),
     ]
 
 

@@ -256,7 +256,7 @@ def open_checkpoint(path):
 
 
 def quantize_checkpoint(src, dst, format="nvfp4", scale_rule=DEFAULT_SCALE_RULE, exclude=(), default_excludes=True,
-                        progress=None, device="auto", allow_empty=False):
+                        progress=None, device="auto", allow_empty=False, method="rtn"):
     """`nibble quantize` (nb_ckpt_quantize): write a ModelOpt NVFP4 or Quark
     MXFP4 checkpoint of the BF16/F16/F32 checkpoint `src` into directory
     `dst` (new or empty).  scale_rule: the MXFP4 block exponent rule, "even"
@@ -269,7 +269,9 @@ def quantize_checkpoint(src, dst, format="nvfp4", scale_rule=DEFAULT_SCALE_RULE,
     the reason) unless allow_empty.  dst is written into a staging directory
     next to it and published with one rename (never left partial).  Returns
     the summary as a dict ("device" says "cpu" or "gpu", "device_name" which;
-    "weights_unsupported" counts weights copied for their dtype)."""
+    "weights_unsupported" counts weights copied for their dtype).  method:
+    "rtn" (default) or "mse" (nibble.quantize's; CPU only: device "auto"
+    then quantizes on the CPU, "gpu" raises)."""
     io = _lib.io_lib()
     fmt = _format(format)
     scale_rule = _rule_name(scale_rule, scale_rule)
@@ -287,6 +289,9 @@ def quantize_checkpoint(src, dst, format="nvfp4", scale_rule=DEFAULT_SCALE_RULE,
     opts.no_default_excludes = 0 if default_excludes else 1
     opts.device = _lib.CKPT_DEVICES[device]
     opts.allow_empty = 1 if allow_empty else 0
+    if method not in ("rtn", "mse"):
+        raise ValueError(f"nibble: unknown method {method!r}; expected 'rtn' or 'mse'")
+    opts.method = 1 if method == "mse" else 0
     if progress is not None:
         def cb(_user, i, n, done, total, name):
             progress(int(i), int(n), int(done), int(total), name.decode() if name else "")

@@ -141,6 +141,7 @@ static nb_status quantize_one(qstate *q, nbio_shard *sh, const nb_st_tensor *t, 
     if (st == NB_OK) st = nb_weight_get_sizes(&d, &sz);
     if (st != NB_OK) return nbi_fail(NULL, st, "%s: %s", t->name, nb_last_error());
     if (d.scale_type == NB_SCALE_E8M0) d.scale_rule = q->o->mx_rule;
+    d.method = q->o->method;
     /* nb_quantize_host loads elements with aligned accesses; the writer of
      * any sane file aligns tensors naturally, otherwise take an aligned copy
      * (nb_quantize_staged copies bytes: any alignment). */
@@ -359,6 +360,12 @@ static nb_status check_opts(qstate *q, const nb_ckpt_quantize_opts *opts) {
     if (opts->allow_empty != 0 && opts->allow_empty != 1)
         return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_ckpt_quantize: allow_empty is %d (0 or 1)",
                         (int)opts->allow_empty);
+    if (opts->method != NB_QUANT_RTN && opts->method != NB_QUANT_MSE)
+        return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_ckpt_quantize: unknown method %d (rtn %d, mse %d)",
+                        (int)opts->method, NB_QUANT_RTN, NB_QUANT_MSE);
+    if (opts->method == NB_QUANT_MSE && opts->device == NB_CKPT_DEVICE_GPU)
+        return nbi_fail(NULL, NB_ERR_UNSUPPORTED, "nb_ckpt_quantize: method mse runs on the CPU only; use device cpu "
+                        "or auto");
     if (!nbio_reserved_zero(opts->reserved, sizeof opts->reserved / sizeof opts->reserved[0]))
         return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_ckpt_quantize: opts.reserved is not zero (use "
                         "nb_ckpt_quantize_opts_init)");
@@ -421,7 +428,9 @@ static nb_status open_input(qstate *q, const char *file, int sharded, cJSON **co
         q->pat[o->nexclude] = defaults[0];
         q->pat[o->nexclude + 1] = defaults[1];
     }
-    if ((st = survey(q, file)) != NB_OK || (st = open_device(q, o->device)) != NB_OK) return st;
+    /* MSE has no device version: auto means the CPU then */
+    const nb_ckpt_device where = o->method == NB_QUANT_MSE ? NB_CKPT_DEVICE_CPU : o->device;
+    if ((st = survey(q, file)) != NB_OK || (st = open_device(q, where)) != NB_OK) return st;
     q->sum.device = q->gpu ? NB_CKPT_DEVICE_GPU : NB_CKPT_DEVICE_CPU;
     return NB_OK;
 }
