@@ -190,14 +190,16 @@ static void test_format_table(void) {
     CHECK(count >= 2 && count <= 16, "nb_format_list count = %zu", count);
     EXPECT(NULL, NB_OK, nb_format_list(all, 16, &count));
     size_t row = 0;
-#define X(NAME, value, str, elem, bits, grp, st, sbytes, ts, zp)                                                   \
+#define X(NAME, value, str, elem, bits, grp, grps, st, sts, sbytes, ts, zp)                                       \
     {                                                                                                              \
         nb_format_info fi;                                                                                         \
         nb_format f = (nb_format)0;                                                                                \
         EXPECT(NULL, NB_OK, nb_format_get_info(NB_FORMAT_##NAME, &fi));                                            \
         CHECK(fi.format == NB_FORMAT_##NAME && !strcmp(fi.name, str) && fi.element == (elem) &&                    \
                   fi.element_bits == (bits) && fi.group_size == (grp) && fi.scale_type == (st) &&                  \
-                  fi.scale_bytes == (sbytes) && fi.tensor_scale == (ts) && fi.zero_point == (zp),                  \
+                  fi.scale_bytes == (sbytes) && fi.tensor_scale == (ts) && fi.zero_point == ((zp) != 0) &&         \
+                  fi.groups == (grps) && fi.scale_types == (sts) && fi.zero_type == (zp) &&                        \
+                  fi.reserved[0] == 0 && fi.reserved[1] == 0 && fi.reserved[2] == 0,                               \
               "nb_format_get_info(" #NAME ") differs from its row");                                               \
         CHECK(row < count && all[row] == NB_FORMAT_##NAME, "nb_format_list[%zu] is not " #NAME, row);              \
         EXPECT(NULL, NB_OK, nb_format_from_name(str, &f));                                                         \
@@ -230,7 +232,7 @@ static void test_format_table(void) {
     EXPECT(NULL, NB_ERR_NULL_POINTER, nb_format_from_name("nvfp4", NULL));
     nb_build_info bi;
     EXPECT(NULL, NB_OK, nb_get_build_info(&bi));
-    CHECK(!strcmp(bi.formats, "nvfp4,mxfp4"), "build info formats \"%s\"", bi.formats);
+    CHECK(!strcmp(bi.formats, "nvfp4,mxfp4,int4,int4_sym,int8,nf4,bnb_fp4"), "build info formats \"%s\"", bi.formats);
 }
 
 static void test_weight_desc(void) {
@@ -238,7 +240,7 @@ static void test_weight_desc(void) {
     const int64_t big = ((int64_t)1 << 31);
     EXPECT(NULL, NB_ERR_NULL_POINTER, nb_weight_desc_init(NULL, NB_FORMAT_NVFP4, 16, 16));
     EXPECT(NULL, NB_ERR_UNSUPPORTED, nb_weight_desc_init(&d, (nb_format)0, 16, 64));
-    EXPECT(NULL, NB_ERR_UNSUPPORTED, nb_weight_desc_init(&d, (nb_format)3, 16, 64));
+    EXPECT(NULL, NB_ERR_UNSUPPORTED, nb_weight_desc_init(&d, (nb_format)8, 16, 64));
     EXPECT(NULL, NB_ERR_UNSUPPORTED, nb_weight_desc_init(&d, (nb_format)-1, 16, 64));
     EXPECT(NULL, NB_ERR_BAD_SHAPE, nb_weight_desc_init(&d, NB_FORMAT_NVFP4, 0, 64));
     EXPECT(NULL, NB_ERR_BAD_SHAPE, nb_weight_desc_init(&d, NB_FORMAT_NVFP4, -3, 64));
@@ -278,7 +280,7 @@ static void test_weight_desc(void) {
     nb_weight_desc_init(&ok, NB_FORMAT_NVFP4, 32, 64);
     EXPECT(NULL, NB_OK, nb_weight_desc_validate(&ok));
     EXPECT(NULL, NB_ERR_NULL_POINTER, nb_weight_desc_validate(NULL));
-    d = ok, d.format = (nb_format)7;
+    d = ok, d.format = (nb_format)10;
     EXPECT(NULL, NB_ERR_UNSUPPORTED, nb_weight_desc_validate(&d));
     d = ok, d.layout = (nb_layout)0;
     EXPECT(NULL, NB_ERR_INVALID_ARGUMENT, nb_weight_desc_validate(&d));
@@ -342,7 +344,7 @@ static void test_quantize_dequantize(nb_context *ctx) {
         Q(NB_ERR_BAD_SHAPE, bad, NB_DTYPE_F32, w, codes, scales);
         bad = ok, bad.k = 40;
         Q(NB_ERR_BAD_SHAPE, bad, NB_DTYPE_F32, w, codes, scales);
-        bad = ok, bad.format = (nb_format)5;
+        bad = ok, bad.format = (nb_format)11;
         Q(NB_ERR_UNSUPPORTED, bad, NB_DTYPE_F32, w, codes, scales);
         bad = ok, bad.k = ((int64_t)1 << 31) + 16;
         Q(NB_ERR_OVERFLOW, bad, NB_DTYPE_F32, w, codes, scales);
@@ -443,7 +445,7 @@ static void test_pack(nb_context *ctx) {
         P(NB_ERR_BAD_SHAPE, bad, codes, scales, packed, sz.packed_bytes);
         bad = ok, bad.k = 168;
         P(NB_ERR_BAD_SHAPE, bad, codes, scales, packed, sz.packed_bytes);
-        bad = ok, bad.format = (nb_format)4;
+        bad = ok, bad.format = (nb_format)12;
         P(NB_ERR_UNSUPPORTED, bad, codes, scales, packed, sz.packed_bytes);
         bad = ok, bad.n = ((int64_t)1 << 32);
         P(NB_ERR_OVERFLOW, bad, codes, scales, packed, sz.packed_bytes);
@@ -493,7 +495,7 @@ static void test_gemm(nb_context *ctx) {
         nb_weight_desc bw = w;
         bw.k = 72;
         EXPECT(NULL, NB_ERR_BAD_SHAPE, nb_gemm_desc_init(&g, &bw, M, NB_DTYPE_F32, NB_DTYPE_F32));
-        bw = w, bw.format = (nb_format)3;
+        bw = w, bw.format = (nb_format)13;
         EXPECT(NULL, NB_ERR_UNSUPPORTED, nb_gemm_desc_init(&g, &bw, M, NB_DTYPE_F32, NB_DTYPE_F32));
         bw = w, bw.n = big * 2;
         EXPECT(NULL, NB_ERR_OVERFLOW, nb_gemm_desc_init(&g, &bw, M, NB_DTYPE_F32, NB_DTYPE_F32));
