@@ -165,16 +165,7 @@ static const char *json_str(const cJSON *o, const char *key) {
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
-static int ieq(const char *a, const char *b) {
-    if (!a) return 0;
-    for (; *a && *b; a++, b++) {
-        char x = *a, y = *b;
-        if (x >= 'A' && x <= 'Z') x = (char)(x - 'A' + 'a');
-        if (y >= 'A' && y <= 'Z') y = (char)(y - 'A' + 'a');
-        if (x != y) return 0;
-    }
-    return *a == *b;
-}
+#define ieq nbio_ieq
 
 /* A ModelOpt quant_algo as a layout: only the NVFP4 weight variants map. */
 static nb_ckpt_format algo_format(const char *algo) {

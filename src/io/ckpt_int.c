@@ -39,7 +39,8 @@ static int jbool(const cJSON *o, const char *key, int def) {
     return cJSON_IsBool(v) ? cJSON_IsTrue(v) : def;
 }
 
-static int ieq(const char *a, const char *b) {
+/* ASCII case-insensitive equality (a may be NULL: not equal). */
+int nbio_ieq(const char *a, const char *b) {
     if (!a) return 0;
     for (; *a && *b; a++, b++) {
         char x = *a, y = *b;
@@ -57,35 +58,35 @@ nb_ckpt_format nbio_qcfg_read(const cJSON *qc, nbio_qcfg *q) {
     if (!method) return NB_CKPT_NONE;
     q->bits = jint(qc, "bits", 0);
     q->group_size = jint(qc, "group_size", 0);
-    if (ieq(method, "awq")) {
+    if (nbio_ieq(method, "awq")) {
         const int zp = jbool(qc, "zero_point", -1);
         q->sym = zp < 0 ? -1 : !zp;
         const char *v = jstr(qc, "version");
         if (v) snprintf(q->awq_version, sizeof q->awq_version, "%s", v);
-        q->awq_not_gemm = v && !ieq(v, "gemm");
+        q->awq_not_gemm = v && !nbio_ieq(v, "gemm");
         return NB_CKPT_AWQ_INT4;
     }
-    if (ieq(method, "gptq")) {
+    if (nbio_ieq(method, "gptq")) {
         q->sym = jbool(qc, "sym", -1);
-        q->gptq_v2 = ieq(jstr(qc, "checkpoint_format"), "gptq_v2");
+        q->gptq_v2 = nbio_ieq(jstr(qc, "checkpoint_format"), "gptq_v2");
         return NB_CKPT_GPTQ_INT4;
     }
-    if (ieq(method, "bitsandbytes")) {
+    if (nbio_ieq(method, "bitsandbytes")) {
         if (!jbool(qc, "load_in_4bit", 0)) return NB_CKPT_NONE;
         const char *t = jstr(qc, "bnb_4bit_quant_type");
-        return ieq(t, "fp4") ? NB_CKPT_BNB_FP4 : NB_CKPT_BNB_NF4; /* nf4 is the default of transformers */
+        return nbio_ieq(t, "fp4") ? NB_CKPT_BNB_FP4 : NB_CKPT_BNB_NF4; /* nf4 is the default of transformers */
     }
-    if (ieq(method, "compressed-tensors")) {
+    if (nbio_ieq(method, "compressed-tensors")) {
         /* the first config group's weight scheme; its format, else the top-level one */
         const cJSON *groups = cJSON_GetObjectItemCaseSensitive(qc, "config_groups");
         const cJSON *g0 = cJSON_IsObject(groups) ? groups->child : NULL;
         const cJSON *w = cJSON_GetObjectItemCaseSensitive(g0, "weights");
         const char *fmt = jstr(g0, "format") ? jstr(g0, "format") : jstr(qc, "format");
-        if (!ieq(fmt, "pack-quantized") || !cJSON_IsObject(w)) return NB_CKPT_NONE;
+        if (!nbio_ieq(fmt, "pack-quantized") || !cJSON_IsObject(w)) return NB_CKPT_NONE;
         q->bits = jint(w, "num_bits", 0);
         q->sym = jbool(w, "symmetric", -1);
         const char *strategy = jstr(w, "strategy");
-        q->group_size = ieq(strategy, "channel") ? -1 : jint(w, "group_size", 0);
+        q->group_size = nbio_ieq(strategy, "channel") ? -1 : jint(w, "group_size", 0);
         if (q->bits == 8 && q->sym != 0) return NB_CKPT_CT_INT8;
         if (q->bits == 4) return q->sym == 0 ? NB_CKPT_CT_INT4 : NB_CKPT_CT_INT4_SYM;
     }

@@ -24,6 +24,8 @@ NB_INTERNAL char *nbio_strdup(const char *s);
 NB_INTERNAL char *nbio_join(const char *a, const char *b);
 NB_INTERNAL char *nbio_concat(const char *a, const char *b);
 NB_INTERNAL int nbio_ends_with(const char *s, const char *suffix);
+/* ASCII case-insensitive equality; a NULL a is equal to nothing. */
+NB_INTERNAL int nbio_ieq(const char *a, const char *b);
 /* Offset of the first byte that breaks strict UTF-8, or n when all is valid. */
 NB_INTERNAL size_t nbio_utf8_bad(const unsigned char *s, size_t n);
 /* Append s (malloc'ed; freed on failure) to a growable array: 1 on success. */
