@@ -345,7 +345,7 @@ static void test_ct(void) {
 
 static void add_bnb_layer(tset *s, const char *P, int fp4, int64_t n, int64_t k, int B, int nested, float *want,
                           char names[][96], char *json) {
-    const int64_t ne = n * k, nb = ne / B, NBL = 256, nnb = (nb + NBL - 1) / NBL;
+    const int64_t ne = n * k, nb = (ne + B - 1) / B, NBL = 256, nnb = (nb + NBL - 1) / NBL; /* bitsandbytes: ceil */
     uint8_t *c = malloc((size_t)ne), *w = malloc((size_t)(ne / 2)), *a8 = malloc((size_t)nb);
     float *absmax = malloc(4 * (size_t)nb), nabs[64], nmap[256], qmap[16];
     const float offset = 0.0123456789f;
