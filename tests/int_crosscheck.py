@@ -61,6 +61,13 @@ def main():
     def np_of(t):
         return t.view(torch.int16).numpy().view(np.uint16) if t.dtype == torch.bfloat16 else t.numpy()
 
+    def same_as_bnb(packed, st, qw, what):
+        """dequantize_4bit and nibble.dequantize agree bit for bit in every output dtype."""
+        for out, npdt in ((torch.float32, np.float32), (torch.float16, np.float16), (torch.bfloat16, "bfloat16")):
+            st.dtype = out
+            ref = bits(F.dequantize_4bit(packed, st))
+            check(np.array_equal(ref, nibble.dequantize(qw, npdt).view(ref.dtype)), f"{what} (-> {out})")
+
     gen = torch.Generator().manual_seed(11)
     n, k = 24, 512
     for qt in ("nf4", "fp4"):
@@ -79,13 +86,7 @@ def main():
                 check(np.array_equal(swapped, qw.codes), f"{what}: codes differ from quantize_4bit's "
                       f"({int((swapped != qw.codes).sum())} bytes)")
                 check(np.array_equal(st.absmax.numpy().reshape(n, -1), qw.scales), f"{what}: absmax differs")
-                for out in (torch.float32, torch.float16, torch.bfloat16):
-                    st.dtype = out
-                    ref = F.dequantize_4bit(packed, st)
-                    got = nibble.dequantize(qw, {torch.float32: np.float32, torch.float16: np.float16,
-                                                 torch.bfloat16: "bfloat16"}[out])
-                    check(np.array_equal(bits(ref), got.view(bits(ref).dtype)),
-                          f"{what} -> {out}: dequantize_4bit differs")
+                same_as_bnb(packed, st, qw, f"{what}: dequantize_4bit differs")
 
     # a checkpoint as bitsandbytes serializes it, double quantization included
     tensors, layers = {}, []
@@ -110,13 +111,7 @@ def main():
             if L.format != f"bnb-{qt}":
                 continue
             qw = ck.quantized_weight(prefix)
-            for out in (torch.float32, torch.float16, torch.bfloat16):
-                st.dtype = out
-                ref = F.dequantize_4bit(packed, st)
-                got = nibble.dequantize(qw, {torch.float32: np.float32, torch.float16: np.float16,
-                                             torch.bfloat16: "bfloat16"}[out])
-                check(np.array_equal(bits(ref), got.view(bits(ref).dtype)),
-                      f"{prefix} ({qt}, nested {st.nested}) -> {out}: the checkpoint reads back differently")
+            same_as_bnb(packed, st, qw, f"{prefix} ({qt}, nested {st.nested}): the checkpoint reads back differently")
 
     # AWQ and GPTQ: packed with torch, dequantized with the producers' formulas in half arithmetic
     N, K, G = 64, 256, 64
