@@ -500,7 +500,10 @@ NB_API nb_status nb_dequantize(nb_context *ctx, const nb_weight_desc *desc, cons
 
 /* ------------------------------------------------------------------- pack */
 
-/* Convert checkpoint layout (codes, scales) into the kernel layout.
+/* Convert checkpoint layout (codes, scales) into the kernel layout.  Only
+ * the formats the GPU kernels serve (nb_format_info.kernels: NVFP4, MXFP4)
+ * have one; another is NB_ERR_UNSUPPORTED, named in the message, as it is
+ * for nb_quantize, nb_dequantize, nb_gemm and the tuning functions.
  * `packed_bytes` must be at least nb_weight_sizes.packed_bytes.  On success
  * desc->layout is set to NB_LAYOUT_PACKED and, for MXFP4,
  * desc->scale_exp_min/max are filled.  Host and device versions produce
