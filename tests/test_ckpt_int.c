@@ -416,12 +416,16 @@ static void test_bnb(void) {
     add_bnb_layer(&s, "x.block", 0, 3, 96, 64, 0, want[4], &names[6], json[4]); /* 64 does not divide K = 96 */
     add_bnb_layer(&s, "x.json", 0, N, K, 64, 0, want[4], &names[12], json[0]);
     ((uint8_t *)s.own[s.n - 1])[0] = '[';
+    add_bnb_layer(&s, "x.huge", 0, N, K, 64, 0, want[4], &names[18], json[0]);
+    static const char huge[] = "{\"quant_type\": \"nf4\", \"blocksize\": 64, \"shape\": [1e10, 1e10]}";
+    s.t[s.n - 1].data = huge, s.t[s.n - 1].bytes = strlen(huge), s.t[s.n - 1].shape[0] = (int64_t)strlen(huge);
     write_set(&s, "bnb_bad", "model.safetensors");
     free_set(&s);
     c = open_dir("bnb_bad");
     check_bad(c, "x.map", "quant_map[3]");
     check_bad(c, "x.block", "blocksize 64");
     check_bad(c, "x.json", "not a JSON object");
+    check_bad(c, "x.huge", "shape [0, 0] does not fit"); /* dimensions past 2^31 are not read */
     nb_ckpt_close(c);
     for (int j = 0; j < 5; j++) free(want[j]);
 }

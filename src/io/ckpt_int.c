@@ -320,8 +320,8 @@ nb_status nbio_classify_bnb(nb_ckpt *c, size_t ti, int64_t jstate) {
     const cJSON *off = cJSON_GetObjectItemCaseSensitive(j, "nested_offset");
     int64_t N = 0, K = 0;
     if (cJSON_GetArraySize(shape) == 2 && cJSON_IsNumber(cJSON_GetArrayItem(shape, 0)) &&
-        cJSON_IsNumber(cJSON_GetArrayItem(shape, 1)) && cJSON_GetArrayItem(shape, 0)->valuedouble < 1e12 &&
-        cJSON_GetArrayItem(shape, 1)->valuedouble < 1e12) {
+        cJSON_IsNumber(cJSON_GetArrayItem(shape, 1)) && cJSON_GetArrayItem(shape, 0)->valuedouble < 0x1p31 &&
+        cJSON_GetArrayItem(shape, 1)->valuedouble < 0x1p31) { /* (so that N * K cannot overflow) */
         N = (int64_t)cJSON_GetArrayItem(shape, 0)->valuedouble;
         K = (int64_t)cJSON_GetArrayItem(shape, 1)->valuedouble;
     }
