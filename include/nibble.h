@@ -9,6 +9,10 @@
  *     NVFP4  block 16, FP8 E4M3 block scales, one FP32 tensor scale
  *            (NVIDIA ModelOpt semantics: weight_scale, weight_scale_2);
  *     MXFP4  block 32, E8M0 (power of two) block scales (OCP Microscaling).
+ *   The host reference (quantize, dequantize, GEMM) also serves the integer
+ *   formats of AWQ, GPTQ and compressed-tensors (int4 with zero points,
+ *   int4_sym, int8) and bitsandbytes' nf4 and bnb_fp4; no GPU kernel serves
+ *   those yet (NB_FORMAT_LIST, and the _v2 functions for zero points).
  *   Two memory layouts exist for a quantized weight:
  *     NB_LAYOUT_CHECKPOINT  what checkpoints store: codes [n, k/2] bytes, low
  *                           nibble = even element; scales [n, k/group] bytes;
@@ -150,33 +154,104 @@ typedef enum nb_dtype {
     NB_DTYPE_BF16 = 3
 } nb_dtype;
 
-/* The 4-bit element codes a format stores (docs/formats.md section 1). */
+/* The element codes a format stores (docs/formats.md sections 1, 4, 5).
+ * Codes are element_bits wide, packed little-end first into bytes: two 4-bit
+ * codes per byte (the even element in the low nibble), one 8-bit code per
+ * byte. */
 typedef enum nb_element_type {
-    NB_ELEMENT_E2M1 = 1 /* FP4: sign, 2 exponent bits, 1 mantissa bit: 0 .5 1 1.5 2 3 4 6 */
+    NB_ELEMENT_E2M1 = 1,   /* FP4: sign, 2 exponent bits, 1 mantissa bit: 0 .5 1 1.5 2 3 4 6 */
+    NB_ELEMENT_UINT4 = 2,  /* unsigned integer 0..15, used with a zero point: (q - z) * s */
+    NB_ELEMENT_INT4 = 3,   /* two's complement -8..7: q * s */
+    NB_ELEMENT_INT8 = 4,   /* two's complement -128..127: q * s */
+    NB_ELEMENT_NF4 = 5,    /* bitsandbytes NormalFloat4: a table of 16 float32 values in [-1, 1] */
+    NB_ELEMENT_FP4_BNB = 6 /* bitsandbytes "fp4": a table of 16 float32 values (not E2M1), in [-1, 1] */
 } nb_element_type;
 
+/* The block (group) scales.  E4M3 and E8M0 take one byte per scale; F16 and
+ * BF16 two and F32 four (little-endian IEEE / bfloat16 bit patterns).  A
+ * scale is used as it is stored: a negative scale gives negated values, a
+ * NaN scale NaN values, an infinite scale infinities (and NaN where the code
+ * is zero, 0 x inf); nothing is clamped or replaced. */
 typedef enum nb_scale_type {
     NB_SCALE_E4M3 = 1, /* FP8 E4M3FN byte: any sign, 0x7F/0xFF are NaN */
-    NB_SCALE_E8M0 = 2  /* 2^(byte-127), 0xFF is NaN */
+    NB_SCALE_E8M0 = 2, /* 2^(byte-127), 0xFF is NaN */
+    NB_SCALE_F16 = 3,  /* IEEE half (AWQ, GPTQ, compressed-tensors) */
+    NB_SCALE_BF16 = 4, /* bfloat16 (compressed-tensors) */
+    NB_SCALE_F32 = 5   /* IEEE single (bitsandbytes absmax) */
 } nb_scale_type;
+
+/* Zero points.  A format with zero points stores one per group, in a buffer
+ * of its own ("zeros", [n, k/group] in the checkpoint layout). */
+typedef enum nb_zero_type {
+    NB_ZERO_NONE = 0,
+    NB_ZERO_U8 = 1 /* one byte per group, an unsigned integer z: value = (q - z) * s
+                    * (quantize writes 0 .. 2^element_bits - 1; any byte is read) */
+} nb_zero_type;
+
+/* Sets of groups (nb_format_info.groups): a format accepts a group size g
+ * when the bit for g is set, and group_size = k (one group per row) when
+ * NB_GROUPS_PER_CHANNEL is. */
+#define NB_GROUPS_16 (1 << 4)
+#define NB_GROUPS_32 (1 << 5)
+#define NB_GROUPS_64 (1 << 6)
+#define NB_GROUPS_128 (1 << 7)
+#define NB_GROUPS_256 (1 << 8)
+#define NB_GROUPS_512 (1 << 9)
+#define NB_GROUPS_1024 (1 << 10)
+#define NB_GROUPS_2048 (1 << 11)
+#define NB_GROUPS_4096 (1 << 12)
+#define NB_GROUPS_PER_CHANNEL (1 << 30)
+/* Sets of scale types (nb_format_info.scale_types): bit t for nb_scale_type t. */
+#define NB_SCALE_BIT(t) (1 << (t))
 
 /* The weight formats, one row each: everything the library knows about a
  * format's storage follows from its row (nb_format_get_info returns it).
- *   X(NAME, value, "name", element, element_bits, group, scale_type,
- *     scale_bytes, tensor_scale, zero_point)
- *   element       nb_element_type of the codes, element_bits bits each (two
- *                 codes per byte, the even element in the low nibble);
- *   group         consecutive elements of a row (along k) sharing a scale;
- *   scale_type    nb_scale_type of the block scales, scale_bytes bytes each;
+ *   X(NAME, value, "name", element, element_bits, group, groups, scale_type,
+ *     scale_types, scale_bytes, tensor_scale, zero_point)
+ *   element       nb_element_type of the codes, element_bits bits each;
+ *   group         the default group: consecutive elements of a row (along k)
+ *                 sharing a scale (nb_weight_desc_init's group_size);
+ *   groups        the groups the format accepts (NB_GROUPS_*);
+ *   scale_type    the default nb_scale_type of the group scales, scale_bytes
+ *                 bytes each;
+ *   scale_types   the scale types the format accepts (NB_SCALE_BIT(t) ...);
  *   tensor_scale  1: one FP32 scale multiplies every value (NVFP4's
  *                 weight_scale_2, nb_weight_desc.tensor_scale); 0: none
  *                 (tensor_scale is 1);
- *   zero_point    1: blocks carry a zero point (none of these formats).
- * Values are append-only; 3.. are reserved for NF4, bitsandbytes FP4 and
- * group-wise INT4/INT8/INT2. */
-#define NB_FORMAT_LIST(X)                                                \
-    X(NVFP4, 1, "nvfp4", NB_ELEMENT_E2M1, 4, 16, NB_SCALE_E4M3, 1, 1, 0) \
-    X(MXFP4, 2, "mxfp4", NB_ELEMENT_E2M1, 4, 32, NB_SCALE_E8M0, 1, 0, 0)
+ *   zero_point    nb_zero_type: NB_ZERO_U8 when groups carry a zero point
+ *                 (the format is then used through the _v2 functions).
+ * The rows:
+ *   nvfp4     E2M1, groups of 16, E4M3 scales, FP32 tensor scale (ModelOpt);
+ *   mxfp4     E2M1, groups of 32, E8M0 scales (OCP MX);
+ *   int4      unsigned 4-bit codes with U8 zero points, (q - z) * s, F16 or
+ *             BF16 scales, groups of 32, 64, 128 or one per row (AWQ, GPTQ,
+ *             compressed-tensors asymmetric);
+ *   int4_sym  signed 4-bit codes, q * s, the same groups and scales (GPTQ /
+ *             compressed-tensors symmetric);
+ *   int8      signed 8-bit codes, q * s, the same groups and scales;
+ *   nf4       bitsandbytes NF4: table codes times an F32 absmax per group of
+ *             32 .. 4096 (default 64);
+ *   bnb_fp4   bitsandbytes FP4, likewise.
+ * Values are append-only. */
+#define NB_FORMAT_LIST(X)                                                                                        \
+    X(NVFP4, 1, "nvfp4", NB_ELEMENT_E2M1, 4, 16, NB_GROUPS_16, NB_SCALE_E4M3, NB_SCALE_BIT(NB_SCALE_E4M3), 1, 1,  \
+      NB_ZERO_NONE)                                                                                              \
+    X(MXFP4, 2, "mxfp4", NB_ELEMENT_E2M1, 4, 32, NB_GROUPS_32, NB_SCALE_E8M0, NB_SCALE_BIT(NB_SCALE_E8M0), 1, 0,  \
+      NB_ZERO_NONE)                                                                                              \
+    X(INT4, 3, "int4", NB_ELEMENT_UINT4, 4, 128, NB_GROUPS_INT, NB_SCALE_F16, NB_SCALES_INT, 2, 0, NB_ZERO_U8)      \
+    X(INT4_SYM, 4, "int4_sym", NB_ELEMENT_INT4, 4, 128, NB_GROUPS_INT, NB_SCALE_F16, NB_SCALES_INT, 2, 0,          \
+      NB_ZERO_NONE)                                                                                              \
+    X(INT8, 5, "int8", NB_ELEMENT_INT8, 8, 128, NB_GROUPS_INT, NB_SCALE_F16, NB_SCALES_INT, 2, 0, NB_ZERO_NONE)    \
+    X(NF4, 6, "nf4", NB_ELEMENT_NF4, 4, 64, NB_GROUPS_BNB, NB_SCALE_F32, NB_SCALE_BIT(NB_SCALE_F32), 4, 0,        \
+      NB_ZERO_NONE)                                                                                              \
+    X(BNB_FP4, 7, "bnb_fp4", NB_ELEMENT_FP4_BNB, 4, 64, NB_GROUPS_BNB, NB_SCALE_F32, NB_SCALE_BIT(NB_SCALE_F32),  \
+      4, 0, NB_ZERO_NONE)
+/* (the sets the integer and bitsandbytes rows share) */
+#define NB_GROUPS_INT (NB_GROUPS_32 | NB_GROUPS_64 | NB_GROUPS_128 | NB_GROUPS_PER_CHANNEL)
+#define NB_SCALES_INT (NB_SCALE_BIT(NB_SCALE_F16) | NB_SCALE_BIT(NB_SCALE_BF16))
+#define NB_GROUPS_BNB                                                                                      \
+    (NB_GROUPS_32 | NB_GROUPS_64 | NB_GROUPS_128 | NB_GROUPS_256 | NB_GROUPS_512 | NB_GROUPS_1024 |       \
+     NB_GROUPS_2048 | NB_GROUPS_4096)
 
 typedef enum nb_format {
 #define NB_X_FORMAT(NAME, value, ...) NB_FORMAT_##NAME = value,
@@ -190,13 +265,16 @@ typedef struct nb_format_info {
     char name[16];        /* "nvfp4" */
     int32_t element;      /* nb_element_type */
     int32_t element_bits;
-    int32_t group_size;
-    int32_t scale_type;   /* nb_scale_type */
-    int32_t scale_bytes;
+    int32_t group_size;   /* the default group */
+    int32_t scale_type;   /* nb_scale_type: the default */
+    int32_t scale_bytes;  /* bytes of a scale of the default type */
     int32_t tensor_scale; /* 1 when the format has a per-tensor FP32 scale */
-    int32_t zero_point;   /* 1 when blocks carry a zero point */
+    int32_t zero_point;   /* 1 when groups carry a zero point */
     int32_t kernels;      /* 1 when the GPU kernels (nb_pack, nb_gemm) serve it */
-    int32_t reserved[6];
+    int32_t groups;       /* the groups it accepts: NB_GROUPS_* bits */
+    int32_t scale_types;  /* the scale types it accepts: NB_SCALE_BIT(t) bits */
+    int32_t zero_type;    /* nb_zero_type of its zero points (NB_ZERO_NONE without) */
+    int32_t reserved[3];
 } nb_format_info;
 
 /* The row of `format`; NB_ERR_UNSUPPORTED for a value that is not a format
@@ -282,8 +360,13 @@ typedef struct nb_weight_desc {
     nb_layout layout;
     int64_t n;                 /* rows = out_features */
     int64_t k;                 /* columns = in_features; multiple of group_size */
-    int32_t group_size;        /* 16 (NVFP4) or 32 (MXFP4) in this version */
-    nb_scale_type scale_type;  /* E4M3 (NVFP4) or E8M0 (MXFP4) */
+    /* One of the groups of the format's row (nb_format_info.groups): 16 for
+     * NVFP4, 32 for MXFP4, 32/64/128 or k (one group per row) for the
+     * integer formats, 32..4096 for NF4 and bitsandbytes FP4. */
+    int32_t group_size;
+    /* One of the row's scale types: E4M3 (NVFP4), E8M0 (MXFP4), F16 or BF16
+     * (integer formats), F32 (NF4, bitsandbytes FP4). */
+    nb_scale_type scale_type;
     nb_mx_scale_rule scale_rule;
     /* Multiplies every dequantized value: NVFP4 weight_scale_2 (any float,
      * NaN propagates).  1.0 for MXFP4 checkpoints.  nb_quantize computes it
@@ -298,19 +381,63 @@ typedef struct nb_weight_desc {
     int32_t reserved[5];
 } nb_weight_desc;
 
-/* Defaults for a format: checkpoint layout, its group and scale type,
- * tensor_scale 0 for NVFP4 (computed by quantize) and 1 for MXFP4. */
+/* Defaults for a format: checkpoint layout, its default group and scale
+ * type, tensor_scale 0 for NVFP4 (computed by quantize) and 1 for the others.
+ * Set group_size and scale_type afterwards to choose another of the row's. */
 NB_API nb_status nb_weight_desc_init(nb_weight_desc *desc, nb_format format, int64_t n, int64_t k);
-/* Check a descriptor; NB_OK or the reason it is invalid. */
+/* Check a descriptor; NB_OK or the reason it is invalid (a group or scale
+ * type the row does not accept is NB_ERR_UNSUPPORTED). */
 NB_API nb_status nb_weight_desc_validate(const nb_weight_desc *desc);
 
 typedef struct nb_weight_sizes {
-    size_t codes_bytes;   /* checkpoint codes: n * k / 2 */
-    size_t scales_bytes;  /* checkpoint scales: n * k / group */
-    size_t packed_bytes;  /* nb_pack output */
+    size_t codes_bytes;   /* checkpoint codes: n * k * element_bits / 8 */
+    size_t scales_bytes;  /* checkpoint scales: n * k / group * bytes per scale */
+    size_t packed_bytes;  /* nb_pack output (0 for formats without GPU kernels) */
     size_t dense_elements;/* n * k */
 } nb_weight_sizes;
+/* The sizes of a weight.  A format with zero points has a third buffer:
+ * NB_ERR_UNSUPPORTED (naming nb_weight_get_sizes_v2) for it. */
 NB_API nb_status nb_weight_get_sizes(const nb_weight_desc *desc, nb_weight_sizes *out);
+
+/* ------------------------------------------------- the _v2 buffer functions
+ *
+ * A format with zero points (int4) stores three buffers: codes, scales and
+ * zeros.  The functions of the first version take (codes, scales) only, so
+ * they return NB_ERR_UNSUPPORTED for such a format, naming the _v2 function
+ * that takes all three; the _v2 functions serve every format (zeros is NULL
+ * for a format without zero points).  Checkpoint layout of the buffers:
+ *   codes   [n, k] elements of element_bits, packed little-end first (4 bits:
+ *           [n, k/2] bytes, even element in the low nibble; 8 bits: [n, k]);
+ *   scales  [n, k/group] scales of desc->scale_type (1, 2 or 4 bytes each,
+ *           little-endian);
+ *   zeros   [n, k/group] bytes (NB_ZERO_U8), for formats with zero points. */
+
+typedef struct nb_weight_sizes_v2 {
+    size_t codes_bytes;    /* n * k * element_bits / 8 */
+    size_t scales_bytes;   /* n * k / group * bytes per scale */
+    size_t zeros_bytes;    /* n * k / group for formats with zero points, else 0 */
+    size_t packed_bytes;   /* nb_pack output (0 for formats without GPU kernels) */
+    size_t dense_elements; /* n * k */
+    int32_t reserved[8];   /* zero on return */
+} nb_weight_sizes_v2;
+NB_API nb_status nb_weight_get_sizes_v2(const nb_weight_desc *desc, nb_weight_sizes_v2 *out);
+
+/* Buffers a function writes (host memory, at least nb_weight_get_sizes_v2's
+ * bytes each).  reserved must be NULL. */
+typedef struct nb_weight_buffers {
+    void *codes;
+    void *scales;
+    void *zeros;          /* NULL for a format without zero points */
+    void *reserved[4];
+} nb_weight_buffers;
+
+/* Buffers a function reads (host memory); reserved must be NULL. */
+typedef struct nb_weight_data {
+    const void *codes;
+    const void *scales;
+    const void *zeros;    /* NULL for a format without zero points */
+    const void *reserved[4];
+} nb_weight_data;
 
 /* ------------------------------------------------ quantize / dequantize */
 
@@ -322,6 +449,24 @@ NB_API nb_status nb_weight_get_sizes(const nb_weight_desc *desc, nb_weight_sizes
  * are rejected with NB_ERR_INVALID_ARGUMENT. */
 NB_API nb_status nb_quantize_host(nb_context *ctx, nb_weight_desc *desc, nb_dtype src_dtype,
                                   const void *src, uint8_t *codes, uint8_t *scales);
+/* nb_quantize_host for every format, into `out` (codes, scales and, for a
+ * format with zero points, zeros).  Round to nearest, in float32 arithmetic
+ * (docs/formats.md sections 4.2 and 5.1):
+ *   int4 (zero points; AWQ / GPTQ):  per group lo = min(0, min w), hi =
+ *       max(0, max w); s = (hi - lo) / 15 rounded to the scale type; z =
+ *       clamp(round(-lo / s), 0, 15); q = clamp(round(w / s) + z, 0, 15);
+ *   int4_sym, int8 (GPTQ / compressed-tensors symmetric): s = amax /
+ *       ((2^bits - 1) / 2) rounded to the scale type (amax / 7.5, amax /
+ *       127.5); q = clamp(round(w / s), -2^(bits-1), 2^(bits-1) - 1);
+ *   (round() is to nearest, ties to even; a scale that rounds to zero is
+ *   stored as 1.0, one that overflows its type is NB_ERR_INVALID_ARGUMENT;)
+ *   nf4, bnb_fp4 (bitsandbytes): s = amax (F32); q = the table entry nearest
+ *       to clamp(w * (1 / max(s, 1e-38)), -1, 1), a tie going to the smaller
+ *       value.
+ * NVFP4 and MXFP4 write exactly what nb_quantize_host writes.  Non-finite
+ * input is NB_ERR_INVALID_ARGUMENT. */
+NB_API nb_status nb_quantize_host_v2(nb_context *ctx, nb_weight_desc *desc, nb_dtype src_dtype, const void *src,
+                                     const nb_weight_buffers *out);
 /* Device version: src, codes and scales are device memory (src aligned to its
  * element size, else NB_ERR_MISALIGNED; codes n*k/2 and scales n*k/group
  * bytes).  Same contract as nb_quantize_host: identical code and scale bytes
@@ -346,10 +491,20 @@ NB_API nb_status nb_quantize_staged(nb_context *ctx, nb_weight_desc *desc, nb_dt
                                     uint8_t *codes, uint8_t *scales, void *stream);
 
 /* Dequantize checkpoint-layout codes and scales to a row-major [n, k] matrix
- * (F32, F16 or BF16).  Exact: value = e2m1(code) * scale * tensor_scale,
- * computed in float and rounded once to the destination type. */
+ * (F32, F16 or BF16).  value = (element(code) * scale) * tensor_scale in
+ * float32, then rounded to the destination type: E2M1 x E4M3/E8M0, integer
+ * codes x F16/BF16 scales are exact in float32, so NVFP4, MXFP4 and the
+ * integer formats round once (what PyTorch's half and bfloat16 arithmetic
+ * gives); nf4 and bnb_fp4 round the float32 product table x absmax and then
+ * to the destination, as bitsandbytes does.  A format with zero points is
+ * NB_ERR_UNSUPPORTED here (nb_dequantize_host_v2). */
 NB_API nb_status nb_dequantize_host(nb_context *ctx, const nb_weight_desc *desc, const uint8_t *codes,
                                     const uint8_t *scales, nb_dtype dst_dtype, void *dst);
+/* nb_dequantize_host for every format: value = ((q - z) * s) * tensor_scale
+ * for a format with zero points (q - z an exact integer), as above
+ * otherwise. */
+NB_API nb_status nb_dequantize_host_v2(nb_context *ctx, const nb_weight_desc *desc, const nb_weight_data *w,
+                                       nb_dtype dst_dtype, void *dst);
 /* Device version: all pointers are device memory; dst is F16, BF16 or F32;
  * the result equals nb_dequantize_host bit for bit. */
 NB_API nb_status nb_dequantize(nb_context *ctx, const nb_weight_desc *desc, const uint8_t *codes,
@@ -357,7 +512,10 @@ NB_API nb_status nb_dequantize(nb_context *ctx, const nb_weight_desc *desc, cons
 
 /* ------------------------------------------------------------------- pack */
 
-/* Convert checkpoint layout (codes, scales) into the kernel layout.
+/* Convert checkpoint layout (codes, scales) into the kernel layout.  Only
+ * the formats the GPU kernels serve (nb_format_info.kernels: NVFP4, MXFP4)
+ * have one; another is NB_ERR_UNSUPPORTED, named in the message, as it is
+ * for nb_quantize, nb_dequantize, nb_gemm and the tuning functions.
  * `packed_bytes` must be at least nb_weight_sizes.packed_bytes.  On success
  * desc->layout is set to NB_LAYOUT_PACKED and, for MXFP4,
  * desc->scale_exp_min/max are filled.  Host and device versions produce
@@ -392,6 +550,12 @@ NB_API nb_status nb_gemm_host(nb_context *ctx, const nb_gemm_desc *g, const void
  * yardstick the tests measure every other GEMM against. */
 NB_API nb_status nb_gemm_host_f64(nb_context *ctx, const nb_gemm_desc *g, const void *x, const uint8_t *codes,
                                   const uint8_t *scales, const void *bias, double *y);
+/* nb_gemm_host and nb_gemm_host_f64 for every format (the weight's buffers
+ * in w; the first version refuses formats with zero points). */
+NB_API nb_status nb_gemm_host_v2(nb_context *ctx, const nb_gemm_desc *g, const void *x, const nb_weight_data *w,
+                                 const void *bias, void *y);
+NB_API nb_status nb_gemm_host_f64_v2(nb_context *ctx, const nb_gemm_desc *g, const void *x, const nb_weight_data *w,
+                                     const void *bias, double *y);
 
 /* NB_OK if nb_gemm can run this problem on the context's device, otherwise
  * the status and message nb_gemm would return. */
@@ -526,6 +690,10 @@ NB_API nb_status nb_gemm_list_configs(nb_context *ctx, const nb_gemm_desc *g, nb
 
 /* Exact decoders, exposed for tools and tests. */
 NB_API float nb_e2m1_to_float(uint8_t code);  /* low 4 bits used */
+/* The value of code `code` of element type `type` (low element_bits bits
+ * used; NF4 and bitsandbytes FP4: the table's float32 value; the integer
+ * types: the integer); NaN for a type that is not an nb_element_type. */
+NB_API float nb_element_to_float(nb_element_type type, uint8_t code);
 NB_API float nb_e4m3_to_float(uint8_t byte);  /* 0x7F, 0xFF -> NaN */
 NB_API float nb_e8m0_to_float(uint8_t byte);  /* 0xFF -> NaN */
 /* Round-to-nearest-even encoders with saturation.  NaN gives 0x7F (E4M3 NaN)

@@ -284,6 +284,10 @@ NB_API nb_status nb_st_index_shard_at(const nb_st_index *x, size_t i, const char
  *   quark-mxfp4    [P.weight]          P.weight U8 [N,K/2], P.weight_scale U8 [N,K/G]
  *   gptoss-mxfp4   [P_blocks/P.blocks] P_blocks U8 [E,R,K/32,16], P_scales U8
  *                                      [E,R,K/32]  (n = R, experts = E)
+ *   awq-int4, gptq-int4 [P.qweight]    with P.qzeros, P.scales (and g_idx): see
+ *                                      nb_ckpt_layer_weight_v2 for every layout below
+ *   ct-int4, ct-int4-sym, ct-int8 [P.weight_packed of dtype I32]
+ *   bnb-nf4, bnb-fp4 [P.weight]        with P.weight.quant_state.bitsandbytes__nf4/fp4
  *   none           [P.weight]          BF16/F16/F32, rank 2, no P.weight_scale
  *                                      (an unquantized linear; embeddings count too)
  * "Scalar" accepts shape [] or [1].  MXFP4 scale bytes may also be typed
@@ -296,7 +300,10 @@ NB_API nb_status nb_st_index_shard_at(const nb_st_index *x, size_t i, const char
  * FP8 k_scale, ...) belong to no layer.
  *
  * CONFIG: hf_quant_config.json ("quantization.quant_algo") and config.json
- * ("quantization_config": quant_method, quant_algo, format) next to the
+ * ("quantization_config": quant_method, quant_algo, format; for awq, gptq,
+ * compressed-tensors pack-quantized and bitsandbytes also bits, group_size,
+ * sym, checkpoint_format, version, config_groups' weights, bnb_4bit_quant_type
+ * and load_in_4bit) next to the
  * checkpoint are read when present (at most NB_CKPT_MAX_CONFIG bytes each;
  * larger or malformed JSON fails the open with NB_ERR_CORRUPT).  They give a
  * declared format; the tensors still decide every layer, and the config only
@@ -318,7 +325,15 @@ typedef enum nb_ckpt_format {
     NB_CKPT_CT_MXFP4 = 3,       /* compressed-tensors mxfp4-pack-quantized */
     NB_CKPT_QUARK_MXFP4 = 4,
     NB_CKPT_GPTOSS_MXFP4 = 5,
-    NB_CKPT_INCONSISTENT = 6
+    NB_CKPT_INCONSISTENT = 6,
+    /* converted into nibble's checkpoint layout when read (nb_ckpt_layer_weight_v2): */
+    NB_CKPT_AWQ_INT4 = 7,       /* AutoAWQ GEMM: qweight [K, N/8], qzeros, scales -> int4 */
+    NB_CKPT_GPTQ_INT4 = 8,      /* GPTQ: qweight [K/8, N], qzeros, scales, g_idx -> int4 */
+    NB_CKPT_CT_INT4 = 9,        /* compressed-tensors pack-quantized, asymmetric -> int4 */
+    NB_CKPT_CT_INT4_SYM = 10,   /* compressed-tensors pack-quantized, symmetric -> int4_sym */
+    NB_CKPT_CT_INT8 = 11,       /* compressed-tensors pack-quantized, 8 bits, symmetric -> int8 */
+    NB_CKPT_BNB_NF4 = 12,       /* bitsandbytes 4-bit serialized weights -> nf4 */
+    NB_CKPT_BNB_FP4 = 13        /* the same with quant_type fp4 -> bnb_fp4 */
 } nb_ckpt_format;
 
 /* Where a decision (or the declared format) comes from.  Append only. */
@@ -329,12 +344,16 @@ typedef enum nb_ckpt_source {
 } nb_ckpt_source;
 
 /* "none", "modelopt-nvfp4", "ct-nvfp4", "ct-mxfp4", "quark-mxfp4",
- * "gptoss-mxfp4", "inconsistent"; and "tensors", "hf_quant_config.json",
- * "config.json".  NB_ERR_INVALID_ARGUMENT for another value. */
+ * "gptoss-mxfp4", "inconsistent", "awq-int4", "gptq-int4", "ct-int4",
+ * "ct-int4-sym", "ct-int8", "bnb-nf4", "bnb-fp4"; and "tensors",
+ * "hf_quant_config.json", "config.json".  NB_ERR_INVALID_ARGUMENT for
+ * another value. */
 NB_API nb_status nb_ckpt_format_name(nb_ckpt_format f, const char **name);
 NB_API nb_status nb_ckpt_source_name(nb_ckpt_source s, const char **name);
-/* The nb_format of a 4-bit layout (NVFP4 for modelopt-nvfp4 and ct-nvfp4,
- * MXFP4 for the others); NB_ERR_UNSUPPORTED for none and inconsistent. */
+/* The nb_format of a quantized layout (NVFP4 for modelopt-nvfp4 and
+ * ct-nvfp4, MXFP4 for ct-mxfp4, quark-mxfp4 and gptoss-mxfp4, INT4 for
+ * awq-int4, gptq-int4 and ct-int4, INT4_SYM, INT8, NF4 and BNB_FP4 for the
+ * others); NB_ERR_UNSUPPORTED for none and inconsistent. */
 NB_API nb_status nb_ckpt_format_weight(nb_ckpt_format f, nb_format *out);
 
 typedef struct nb_ckpt_layer {
@@ -353,7 +372,12 @@ typedef struct nb_ckpt_layer {
     int excluded;             /* a config's exclude / ignore list names it */
     const char *excluded_by;  /* the entry that does (owned by the checkpoint); NULL otherwise */
     nb_ckpt_source excluded_src;
-    int32_t reserved[8];
+    /* 1 when the layer's k is reordered so that its groups are contiguous
+     * (GPTQ or compressed-tensors act-order, a g_idx that is not k / group):
+     * the weight nb_ckpt_layer_weight_v2 returns multiplies permuted
+     * activations, x'[j] = x[perm[j]] (nb_ckpt_layer_perm). */
+    int32_t k_permuted;
+    int32_t reserved[7];
 } nb_ckpt_layer;
 
 /* The config as read: the format it declares (NB_CKPT_NONE when none, or
@@ -420,6 +444,59 @@ NB_API nb_status nb_ckpt_exclude_at(const nb_ckpt *c, size_t i, const char **pat
  * for an expert out of range, NB_ERR_NOT_FOUND for i out of range. */
 NB_API nb_status nb_ckpt_layer_weight(const nb_ckpt *c, size_t i, int64_t expert, nb_weight_desc *desc,
                                       const uint8_t **codes, const uint8_t **scales);
+
+/* The weight of layer i, any quantized layout, copied into the caller's
+ * buffers in nibble's checkpoint layout (nibble.h, "the _v2 buffer
+ * functions"): codes, scales and, for int4, zeros.  With out NULL only *desc
+ * is filled (format, n, k, group, scale type): size the buffers with
+ * nb_weight_get_sizes_v2(desc) and call again; capacity gives the bytes each
+ * buffer holds (NB_ERR_BUFFER_TOO_SMALL when short; may be NULL only with
+ * out NULL).  nb_ckpt_layer_weight (zero copy) serves the FP4 layouts; the
+ * layouts below are converted, so it refuses them and names this function.
+ * Each is read bit for bit as its producer dequantizes it
+ * (docs/formats.md sections 4 and 5):
+ *   awq-int4   AutoAWQ GEMM: P.qweight I32 [K, N/8] (eight output columns per
+ *              word, logical column j at nibble [0,4,1,5,2,6,3,7][j]),
+ *              P.qzeros I32 [K/G, N/8] packed alike, P.scales F16/BF16
+ *              [K/G, N] -> int4 codes, zeros and scales, transposed to [N, .];
+ *   gptq-int4  P.qweight I32 [K/8, N] (input channel k at bits 4(k%8) of word
+ *              k/8), P.qzeros I32 [K/G, N/8], P.scales [K/G, N], optional
+ *              P.g_idx I32 [K]; a stored zero point is z - 1 unless the
+ *              config says checkpoint_format "gptq_v2" ((stored + 1) & 15, as
+ *              GPTQ's reader computes); a g_idx whose groups are not
+ *              contiguous reorders k (k_permuted, nb_ckpt_layer_perm) ->
+ *              int4;
+ *   ct-int4, ct-int4-sym, ct-int8  compressed-tensors pack-quantized:
+ *              P.weight_packed I32 [N, K*bits/32] (element k at bits
+ *              bits*(k % (32/bits)), offset by 2^(bits-1)), P.weight_scale
+ *              F16/BF16 [N, K/G] (G = K: per channel), P.weight_shape I32 or
+ *              I64 [2] = [N, K], P.weight_zero_point I32 [N/8, K/G] (packed
+ *              along N, offset by 8) for the asymmetric one, optional
+ *              P.weight_g_idx I32 [K] as GPTQ's -> int4 (zeros = stored),
+ *              int4_sym or int8 (codes = stored - offset);
+ *   bnb-nf4, bnb-fp4  bitsandbytes: P.weight [ceil(N*K/2) bytes, any dtype]
+ *              (the first element of a pair in the high nibble),
+ *              P.weight.absmax F32 [N*K/B] or U8 with P.weight.nested_absmax
+ *              F32 and P.weight.nested_quant_map F32 [256],
+ *              P.weight.quant_map F32 [16] (must be the format's table),
+ *              P.weight.quant_state.bitsandbytes__nf4 (or __fp4) U8 JSON
+ *              {quant_type, blocksize B, shape [N, K], nested_blocksize,
+ *              nested_offset, ...}; B must divide K (blocks run over the
+ *              flattened tensor); a nested absmax becomes
+ *              fl(fl(nested_quant_map[a] * nested_absmax[i / nested_blocksize])
+ *              + nested_offset), bitsandbytes' float32 arithmetic -> nf4 or
+ *              bnb_fp4 with F32 scales.
+ * NB_ERR_UNSUPPORTED for none and inconsistent layers, NB_ERR_INVALID_ARGUMENT
+ * for an expert out of range or buffers that do not fit the format (zeros
+ * for a format without, reserved pointers not NULL), NB_ERR_NULL_POINTER,
+ * NB_ERR_NOT_FOUND for i out of range. */
+NB_API nb_status nb_ckpt_layer_weight_v2(const nb_ckpt *c, size_t i, int64_t expert, nb_weight_desc *desc,
+                                         const nb_weight_buffers *out, const nb_weight_sizes_v2 *capacity);
+/* The k permutation of layer i: perm[j] (j < k) is the input feature that
+ * column j of the weight nb_ckpt_layer_weight_v2 returns multiplies, so
+ * Y = x[:, perm] . W^T; the identity when layer.k_permuted is 0.  count must
+ * be at least k (NB_ERR_BUFFER_TOO_SMALL). */
+NB_API nb_status nb_ckpt_layer_perm(const nb_ckpt *c, size_t i, int32_t *perm, size_t count);
 
 /* ================================================================ quantize
  *
@@ -551,6 +628,10 @@ typedef struct nb_ckpt_quantize_summary {
  * summary may be NULL; it is filled on success only. */
 NB_API nb_status nb_ckpt_quantize(const char *in, const char *out, const nb_ckpt_quantize_opts *opts,
                                   nb_ckpt_quantize_summary *summary);
+/* The formats nb_ckpt_quantize writes a checkpoint layout for (ModelOpt
+ * NVFP4, Quark MXFP4): *count receives how many, at most `max` are written
+ * (formats may be NULL when max is 0). */
+NB_API nb_status nb_ckpt_quantize_formats(nb_format *formats, size_t max, size_t *count);
 
 /* ================================================================= convert
  *

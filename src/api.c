@@ -246,12 +246,32 @@ nb_status nbi_check_desc(nb_context *ctx, const nb_weight_desc *d, nb_layout wan
     if ((double)d->n * (double)d->k > (double)((int64_t)1 << 50))
         return nbi_fail(ctx, NB_ERR_OVERFLOW, "weight shape [%lld, %lld]: more than 2^50 elements",
                         (long long)d->n, (long long)d->k);
-    if (d->group_size != t->group)
-        return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s needs group_size %d, got %d", t->name, t->group,
-                        (int)d->group_size);
-    if (d->scale_type != t->scale_type)
-        return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s needs scale type %d, got %d", t->name, (int)t->scale_type,
+    if (t->groups == t->group) { /* one group, no other choice */
+        if (d->group_size != t->group)
+            return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s needs group_size %d, got %d", t->name, t->group,
+                            (int)d->group_size);
+    } else if (!nbi_group_ok(t, d->group_size, d->k)) {
+        char groups[160];
+        nbi_groups_text(t, groups, sizeof groups);
+        return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s takes group_size %s; got %d (k = %lld)", t->name, groups,
+                        (int)d->group_size, (long long)d->k);
+    }
+    if (t->scale_types == NB_SCALE_BIT(t->scale_type)) { /* one scale type */
+        if (d->scale_type != t->scale_type)
+            return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s needs scale type %d, got %d", t->name, (int)t->scale_type,
+                            (int)d->scale_type);
+    } else if (d->scale_type < 0 || d->scale_type > 30 || !nbi_scale_bytes(d->scale_type) ||
+               !(t->scale_types & NB_SCALE_BIT(d->scale_type))) {
+        char types[96];
+        size_t used = 0;
+        types[0] = 0;
+        for (int st = 1; st < 31 && used < sizeof types; st++)
+            if (t->scale_types & NB_SCALE_BIT(st))
+                used += (size_t)snprintf(types + used, sizeof types - used, "%s%s (%d)", used ? " or " : "",
+                                         nbi_scale_name((nb_scale_type)st), st);
+        return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s takes scale type %s; got %d", t->name, types,
                         (int)d->scale_type);
+    }
     if (d->method != NB_QUANT_RTN && d->method != NB_QUANT_MSE)
         return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "quantization method %d is not %d (rtn) or %d (mse)",
                         (int)d->method, NB_QUANT_RTN, NB_QUANT_MSE);
@@ -263,23 +283,64 @@ nb_status nbi_check_desc(nb_context *ctx, const nb_weight_desc *d, nb_layout wan
 
 nb_status nb_weight_desc_validate(const nb_weight_desc *d) { return nbi_check_desc(NULL, d, 0); }
 
-nb_status nb_weight_get_sizes(const nb_weight_desc *d, nb_weight_sizes *out) {
-    nb_status st = nbi_check_desc(NULL, d, 0);
-    if (st) return st;
-    if (!out) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_weight_get_sizes: out is NULL");
+int nbi_group_ok(const nbi_format_traits *t, int64_t group, int64_t k) {
+    if (group <= 0) return 0;
+    if (group == k && (t->groups & NB_GROUPS_PER_CHANNEL)) return 1;
+    /* a power of two of the set: the bit for group g is g itself (NB_GROUPS_16 == 16) */
+    return group <= 4096 && (group & (group - 1)) == 0 && (t->groups & group);
+}
+
+void nbi_groups_text(const nbi_format_traits *t, char *buf, size_t len) {
+    size_t used = 0;
+    buf[0] = 0;
+    for (int g = 16; g <= 4096 && used < len; g *= 2)
+        if (t->groups & g) used += (size_t)snprintf(buf + used, len - used, "%s%d", used ? ", " : "", g);
+    if ((t->groups & NB_GROUPS_PER_CHANNEL) && used < len)
+        snprintf(buf + used, len - used, "%sk (one group per row)", used ? " or " : "");
+}
+
+/* The sizes of a checked descriptor (both versions). */
+static nb_status weight_sizes(const nb_weight_desc *d, nb_weight_sizes_v2 *out, const char *fn) {
     const nbi_format_traits *t = nbi_traits(d->format);
     /* n, k <= 2^31 and n*k <= 2^50 (checked), so none of these overflow 64 bits. */
     uint64_t nk = (uint64_t)d->n * (uint64_t)d->k;
     uint64_t chunks = (uint64_t)((d->n + 15) / 16) * (uint64_t)((d->k + NBI_CHUNK_K - 1) / NBI_CHUNK_K);
     uint64_t packed = t->kernels ? chunks * nbi_chunk_bytes(t) : 0; /* (no packed layout without kernels) */
     if (packed > (uint64_t)SIZE_MAX || nk > (uint64_t)SIZE_MAX)
-        return nbi_fail(NULL, NB_ERR_OVERFLOW, "weight [%lld, %lld] does not fit this address space",
+        return nbi_fail(NULL, NB_ERR_OVERFLOW, "%sweight [%lld, %lld] does not fit this address space", fn,
                         (long long)d->n, (long long)d->k);
+    const uint64_t groups = nk / (uint64_t)d->group_size;
+    memset(out, 0, sizeof *out);
     out->codes_bytes = (size_t)((nk * (uint64_t)t->element_bits + 7) / 8);
-    out->scales_bytes = (size_t)(nk / (uint64_t)d->group_size);
+    out->scales_bytes = (size_t)(groups * (uint64_t)nbi_scale_bytes(d->scale_type));
+    out->zeros_bytes = t->zero_point != NB_ZERO_NONE ? (size_t)groups : 0;
     out->packed_bytes = (size_t)packed;
     out->dense_elements = (size_t)nk;
     return NB_OK;
+}
+
+nb_status nb_weight_get_sizes(const nb_weight_desc *d, nb_weight_sizes *out) {
+    nb_status st = nbi_check_desc(NULL, d, 0);
+    if (st) return st;
+    if (!out) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_weight_get_sizes: out is NULL");
+    const nbi_format_traits *t = nbi_traits(d->format);
+    if (t->zero_point != NB_ZERO_NONE)
+        return nbi_fail(NULL, NB_ERR_UNSUPPORTED, "nb_weight_get_sizes: %s weights carry zero points; use "
+                        "nb_weight_get_sizes_v2", t->name);
+    nb_weight_sizes_v2 v2;
+    if ((st = weight_sizes(d, &v2, ""))) return st;
+    out->codes_bytes = v2.codes_bytes;
+    out->scales_bytes = v2.scales_bytes;
+    out->packed_bytes = v2.packed_bytes;
+    out->dense_elements = v2.dense_elements;
+    return NB_OK;
+}
+
+nb_status nb_weight_get_sizes_v2(const nb_weight_desc *d, nb_weight_sizes_v2 *out) {
+    nb_status st = nbi_check_desc(NULL, d, 0);
+    if (st) return st;
+    if (!out) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_weight_get_sizes_v2: out is NULL");
+    return weight_sizes(d, out, "nb_weight_get_sizes_v2: ");
 }
 
 nb_status nbi_packed_size(nb_context *ctx, const nb_weight_desc *d, size_t packed_bytes, nb_weight_sizes *sz,
@@ -332,13 +393,8 @@ nb_status nbi_check_gemm(nb_context *ctx, const nb_gemm_desc *g, nb_layout want,
 
 /* ---------------------------------------------------- reference GEMM */
 
-static nb_status gemm_host_common(nb_context *ctx, const nb_gemm_desc *g, const void *x, const uint8_t *codes,
-                                  const uint8_t *scales, const void *bias, void *y, int f64, const char *fn) {
-    if (!ctx) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "%s: ctx is NULL", fn);
-    nb_status st = nbi_check_gemm(ctx, g, NB_LAYOUT_CHECKPOINT, true);
-    if (st) return st;
-    if (!x || !codes || !scales || !y)
-        return nbi_fail(ctx, NB_ERR_NULL_POINTER, "%s: x, codes, scales and y must not be NULL", fn);
+static nb_status gemm_host_common(nb_context *ctx, const nb_gemm_desc *g, const void *x, const nb_weight_data *wd,
+                                  const void *bias, void *y, int f64, const char *fn) {
     const nb_weight_desc *d = &g->weight;
     const int64_t m = g->m, n = d->n, k = d->k;
     const int64_t lda = g->lda ? g->lda : k, ldc = g->ldc ? g->ldc : n;
@@ -351,13 +407,8 @@ static nb_status gemm_host_common(nb_context *ctx, const nb_gemm_desc *g, const 
     }
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < k; j++) xf[i * k + j] = nbi_load(g->act_dtype, x, (size_t)(i * lda + j));
-    nb_weight_desc row = *d;
-    row.n = 1;
-    const size_t row_scales = (size_t)(k / d->group_size);
     for (int64_t r = 0; r < n; r++) {
-        /* one row of W, dequantized with the reference (k is even: byte aligned) */
-        nb_dequantize_host(ctx, &row, codes + (size_t)r * (size_t)(k / 2), scales + (size_t)r * row_scales,
-                           NB_DTYPE_F32, w);
+        nbi_dequant_row(d, wd, r, w); /* one row of W, dequantized with the reference */
         float b = bias ? nbi_load(g->out_dtype, bias, (size_t)r) : 0.0f;
         for (int64_t i = 0; i < m; i++) {
             const float *xi = xf + i * k;
@@ -377,19 +428,64 @@ static nb_status gemm_host_common(nb_context *ctx, const nb_gemm_desc *g, const 
     return NB_OK;
 }
 
+/* The first version: (codes, scales), formats without zero points. */
+static nb_status gemm_host_v1(nb_context *ctx, const nb_gemm_desc *g, const void *x, const uint8_t *codes,
+                              const uint8_t *scales, const void *bias, void *y, int f64, const char *fn) {
+    if (!ctx) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "%s: ctx is NULL", fn);
+    nb_status st = nbi_check_gemm(ctx, g, NB_LAYOUT_CHECKPOINT, true);
+    if (st) return st;
+    if (!x || !codes || !scales || !y)
+        return nbi_fail(ctx, NB_ERR_NULL_POINTER, "%s: x, codes, scales and y must not be NULL", fn);
+    const nbi_format_traits *t = nbi_traits(g->weight.format);
+    if (t->zero_point != NB_ZERO_NONE)
+        return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s: %s weights carry zero points; use %s_v2", fn, t->name, fn);
+    const nb_weight_data wd = {.codes = codes, .scales = scales};
+    return gemm_host_common(ctx, g, x, &wd, bias, y, f64, fn);
+}
+
+static nb_status gemm_host_v2(nb_context *ctx, const nb_gemm_desc *g, const void *x, const nb_weight_data *w,
+                              const void *bias, void *y, int f64, const char *fn) {
+    if (!ctx) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "%s: ctx is NULL", fn);
+    nb_status st = nbi_check_gemm(ctx, g, NB_LAYOUT_CHECKPOINT, true);
+    if (st) return st;
+    if (!x || !w || !y) return nbi_fail(ctx, NB_ERR_NULL_POINTER, "%s: x, w and y must not be NULL", fn);
+    for (int i = 0; i < 4; i++)
+        if (w->reserved[i])
+            return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "%s: the buffers' reserved pointers must be NULL", fn);
+    const nbi_format_traits *t = nbi_traits(g->weight.format);
+    if (!w->codes || !w->scales)
+        return nbi_fail(ctx, NB_ERR_NULL_POINTER, "%s: codes and scales must not be NULL", fn);
+    if ((t->zero_point != NB_ZERO_NONE) != (w->zeros != NULL))
+        return nbi_fail(ctx, w->zeros ? NB_ERR_INVALID_ARGUMENT : NB_ERR_NULL_POINTER,
+                        "%s: %s weights %s: zeros must %sbe NULL", fn, t->name,
+                        w->zeros ? "have no zero points" : "carry zero points", w->zeros ? "" : "not ");
+    return gemm_host_common(ctx, g, x, w, bias, y, f64, fn);
+}
+
 nb_status nb_gemm_host(nb_context *ctx, const nb_gemm_desc *g, const void *x, const uint8_t *codes,
                        const uint8_t *scales, const void *bias, void *y) {
-    return gemm_host_common(ctx, g, x, codes, scales, bias, y, 0, "nb_gemm_host");
+    return gemm_host_v1(ctx, g, x, codes, scales, bias, y, 0, "nb_gemm_host");
 }
 
 nb_status nb_gemm_host_f64(nb_context *ctx, const nb_gemm_desc *g, const void *x, const uint8_t *codes,
                            const uint8_t *scales, const void *bias, double *y) {
-    return gemm_host_common(ctx, g, x, codes, scales, bias, y, 1, "nb_gemm_host_f64");
+    return gemm_host_v1(ctx, g, x, codes, scales, bias, y, 1, "nb_gemm_host_f64");
+}
+
+nb_status nb_gemm_host_v2(nb_context *ctx, const nb_gemm_desc *g, const void *x, const nb_weight_data *w,
+                          const void *bias, void *y) {
+    return gemm_host_v2(ctx, g, x, w, bias, y, 0, "nb_gemm_host_v2");
+}
+
+nb_status nb_gemm_host_f64_v2(nb_context *ctx, const nb_gemm_desc *g, const void *x, const nb_weight_data *w,
+                              const void *bias, double *y) {
+    return gemm_host_v2(ctx, g, x, w, bias, y, 1, "nb_gemm_host_f64_v2");
 }
 
 /* ------------------------------------------------ scalar conversions */
 
 float nb_e2m1_to_float(uint8_t code) { return nbi_e2m1(code); }
+float nb_element_to_float(nb_element_type type, uint8_t code) { return nbi_element(type, code); }
 float nb_e4m3_to_float(uint8_t byte) { return nbi_e4m3(byte); }
 float nb_e8m0_to_float(uint8_t byte) { return nbi_e8m0(byte); }
 uint8_t nb_float_to_e2m1(float x) { return nbi_to_e2m1(x); }

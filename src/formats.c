@@ -1,6 +1,9 @@
 /* formats.c - the plain-C reference for every format: scalar codecs,
  * quantize, dequantize and the packed-layout repack.  Semantics follow
- * docs/formats.md (NVIDIA ModelOpt for NVFP4, OCP MX v1.0 for MXFP4).
+ * docs/formats.md (NVIDIA ModelOpt for NVFP4, OCP MX v1.0 for MXFP4, AWQ /
+ * GPTQ / compressed-tensors for the integer formats, bitsandbytes for NF4
+ * and its FP4).  Every function here dispatches on the row's element, scale
+ * and zero-point types, never on which format it is.
  * nb_quantize (the device quantizer) is here too: it shares the host's
  * argument checks, status messages and tensor-scale expression. */
 #include "internal.h"
@@ -12,18 +15,22 @@
 
 /* ----------------------------------------------------------- traits table */
 
-/* Codes pack whole into bytes (2, 4 or 8 bits) and a group divides the
- * 128 k of a packed chunk or is a multiple of it. */
-#define NBI_X_CHECK(NAME, value, str, elem, bits, grp, ...)                                              \
+/* Codes pack whole into bytes (2, 4 or 8 bits), the default group divides
+ * the 128 k of a packed chunk or is a multiple of it and is one of the
+ * row's groups, and so is its default scale type. */
+#define NBI_X_CHECK(NAME, value, str, elem, bits, grp, grps, st, sts, ...)                               \
     _Static_assert((bits) == 2 || (bits) == 4 || (bits) == 8, #NAME ": element_bits must be 2, 4 or 8"); \
-    _Static_assert((grp) > 0 && (NBI_CHUNK_K % (grp) == 0 || (grp) % NBI_CHUNK_K == 0), #NAME ": group");
+    _Static_assert((grp) > 0 && (NBI_CHUNK_K % (grp) == 0 || (grp) % NBI_CHUNK_K == 0), #NAME ": group"); \
+    _Static_assert(((grps) & (grp)) != 0, #NAME ": the default group is one of its groups");             \
+    _Static_assert(((sts) & NB_SCALE_BIT(st)) != 0, #NAME ": the default scale type is one of its types");
 NB_FORMAT_LIST(NBI_X_CHECK)
 #undef NBI_X_CHECK
 
 static const nbi_format_traits k_traits[NBI_FORMAT_COUNT] = {
-#define NBI_X_ROW(NAME, value, str, elem, bits, grp, st, sbytes, ts, zp)                                    \
+#define NBI_X_ROW(NAME, value, str, elem, bits, grp, grps, st, sts, sbytes, ts, zp)                          \
     {.format = NB_FORMAT_##NAME, .name = str, .element = elem, .element_bits = bits, .group = grp,             \
-     .scale_type = st, .scale_bytes = sbytes, .tensor_scale = ts, .zero_point = zp,                            \
+     .groups = grps, .scale_type = st, .scale_types = sts, .scale_bytes = sbytes, .tensor_scale = ts,          \
+     .zero_point = zp,                                                                                         \
      .index = NBI_FORMAT_INDEX_##NAME, .kernels = 0 NBI_KERNEL_FORMATS(NBI_X_IS, NAME),                       \
      .chunk_scale_bytes = NBI_CHUNK_ROWS * NBI_CHUNK_K / (grp) * (sbytes),                                    \
      .code_shift = (bits) == 2 ? 2 : (bits) == 4 ? 1 : 0},
@@ -61,8 +68,11 @@ nb_status nb_format_get_info(nb_format format, nb_format_info *out) {
     out->scale_type = t->scale_type;
     out->scale_bytes = t->scale_bytes;
     out->tensor_scale = t->tensor_scale;
-    out->zero_point = t->zero_point;
+    out->zero_point = t->zero_point != NB_ZERO_NONE;
     out->kernels = t->kernels;
+    out->groups = t->groups;
+    out->scale_types = t->scale_types;
+    out->zero_type = t->zero_point;
     return NB_OK;
 }
 
@@ -118,16 +128,44 @@ float nbi_scale(nb_scale_type t, uint8_t b) {
     switch (t) {
     case NB_SCALE_E4M3: return nbi_e4m3(b);
     case NB_SCALE_E8M0: return nbi_e8m0(b);
+    case NB_SCALE_F16:
+    case NB_SCALE_BF16:
+    case NB_SCALE_F32: break;
     }
-    return NAN; /* (no row has another scale type) */
+    return NAN; /* (wider scales are read with nbi_scale_at) */
 }
 
 float nbi_scale_max(nb_scale_type t) {
     switch (t) {
     case NB_SCALE_E4M3: return 448.0f;
     case NB_SCALE_E8M0: return 0x1p127f;
+    case NB_SCALE_F16: return 65504.0f;
+    case NB_SCALE_BF16: return 0x1.FEp127f;
+    case NB_SCALE_F32: return 0x1.FFFFFEp127f;
     }
     return NAN;
+}
+
+int nbi_scale_bytes(nb_scale_type t) {
+    switch (t) {
+    case NB_SCALE_E4M3:
+    case NB_SCALE_E8M0: return 1;
+    case NB_SCALE_F16:
+    case NB_SCALE_BF16: return 2;
+    case NB_SCALE_F32: return 4;
+    }
+    return 0;
+}
+
+const char *nbi_scale_name(nb_scale_type t) {
+    switch (t) {
+    case NB_SCALE_E4M3: return "e4m3";
+    case NB_SCALE_E8M0: return "e8m0";
+    case NB_SCALE_F16: return "f16";
+    case NB_SCALE_BF16: return "bf16";
+    case NB_SCALE_F32: return "f32";
+    }
+    return "unknown";
 }
 
 size_t nbi_codes_bytes(const nbi_format_traits *t, int64_t elements) {
@@ -144,9 +182,31 @@ void nbi_code_put(const nbi_format_traits *t, uint8_t *codes, int64_t i, uint8_t
     codes[i >> t->code_shift] |= (uint8_t)(c << (in_byte * t->element_bits));
 }
 
+/* bitsandbytes' 4-bit tables (docs/formats.md section 4.1): the float32
+ * values of functional.get_4bit_type, which checkpoints store as quant_map.
+ * NF4 as bitsandbytes writes them (each decimal is a float32 exactly); FP4
+ * is [0, 0.0625, 8, 12, 4, 6, 2, 3] / 12 and the same negated, divided in
+ * float32 (code 8 is +0: Python's -0 is the integer 0). */
+static const float k_nf4[16] = {
+    -1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f, -0.28444138169288635f,
+    -0.18477343022823334f, -0.09105003625154495f, 0.0f, 0.07958029955625534f, 0.16093020141124725f,
+    0.24611230194568634f, 0.33791524171829224f, 0.44070982933044434f, 0.5626170039176941f, 0.7229568362236023f, 1.0f};
+static const float k_fp4_bnb[16] = {0.0f,   0x1.555556p-8f,  0x1.555556p-1f,  1.0f,  0x1.555556p-2f,  0.5f,
+                                    0x1.555556p-3f,  0.25f,  0.0f,  -0x1.555556p-8f, -0x1.555556p-1f, -1.0f,
+                                    -0x1.555556p-2f, -0.5f, -0x1.555556p-3f, -0.25f};
+/* The codes in ascending order of value (bitsandbytes sorts the table the
+ * same way before it bucketizes; of FP4's two zeros, code 0 comes first). */
+static const uint8_t k_nf4_order[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+static const uint8_t k_fp4_bnb_order[16] = {11, 10, 13, 12, 15, 14, 9, 0, 8, 1, 6, 7, 4, 5, 2, 3};
+
 float nbi_element(nb_element_type t, uint8_t code) {
     switch (t) {
     case NB_ELEMENT_E2M1: return nbi_e2m1(code);
+    case NB_ELEMENT_UINT4: return (float)(code & 15);
+    case NB_ELEMENT_INT4: return (float)((int)(code & 15) - ((code & 8) << 1)); /* sign bit 3 */
+    case NB_ELEMENT_INT8: return (float)(int8_t)code;
+    case NB_ELEMENT_NF4: return k_nf4[code & 15];
+    case NB_ELEMENT_FP4_BNB: return k_fp4_bnb[code & 15];
     }
     return NAN;
 }
@@ -154,8 +214,24 @@ float nbi_element(nb_element_type t, uint8_t code) {
 float nbi_element_max(nb_element_type t) {
     switch (t) {
     case NB_ELEMENT_E2M1: return 6.0f;
+    case NB_ELEMENT_UINT4: return 15.0f;
+    case NB_ELEMENT_INT4: return 8.0f;
+    case NB_ELEMENT_INT8: return 128.0f;
+    case NB_ELEMENT_NF4:
+    case NB_ELEMENT_FP4_BNB: return 1.0f;
     }
     return NAN;
+}
+
+/* The table code of x (already divided by the absmax and clamped to
+ * [-1, 1]) as bitsandbytes' quantize_4bit buckets it: the bounds are the
+ * float32 midpoints of consecutive sorted values, and x goes to the first
+ * bucket whose upper bound is >= x (torch.bucketize, right=False), so a tie
+ * takes the smaller value. */
+static uint8_t table_code(const float *v, const uint8_t *order, float x) {
+    int i = 0;
+    while (i < 15 && (v[order[i]] + v[order[i + 1]]) / 2.0f < x) i++;
+    return order[i];
 }
 
 /* E2M1 round to nearest, ties to even, saturating at 6.  The tie points are
@@ -177,9 +253,27 @@ uint8_t nbi_to_e2m1(float x) {
     return (uint8_t)(c | (x < 0.0f ? 8 : 0));
 }
 
+/* Round x (in code units: already divided by the scale) to a code: E2M1 as
+ * above; integers to nearest even, saturating, as two's complement bits;
+ * the bitsandbytes tables by their bucket rule (x in [-1, 1]). */
 uint8_t nbi_to_element(nb_element_type t, float x) {
+    if (isnan(x) && t != NB_ELEMENT_E2M1) return 0; /* (the quantizers refuse non-finite input first) */
     switch (t) {
     case NB_ELEMENT_E2M1: return nbi_to_e2m1(x);
+    case NB_ELEMENT_UINT4: {
+        const float r = rintf(x);
+        return (uint8_t)(r <= 0.0f ? 0 : r >= 15.0f ? 15 : (int)r);
+    }
+    case NB_ELEMENT_INT4: {
+        const float r = rintf(x);
+        return (uint8_t)((r <= -8.0f ? -8 : r >= 7.0f ? 7 : (int)r) & 15);
+    }
+    case NB_ELEMENT_INT8: {
+        const float r = rintf(x);
+        return (uint8_t)(r <= -128.0f ? -128 : r >= 127.0f ? 127 : (int)r);
+    }
+    case NB_ELEMENT_NF4: return table_code(k_nf4, k_nf4_order, x);
+    case NB_ELEMENT_FP4_BNB: return table_code(k_fp4_bnb, k_fp4_bnb_order, x);
     }
     return 0;
 }
@@ -252,6 +346,39 @@ float nbi_f16_to_f32(uint16_t h) {
     if (e == 0) v = ldexpf((float)m, -24);
     else v = ldexpf((float)(m | 0x400u), e - 25);
     return (sign ? -v : v);
+}
+
+float nbi_scale_at(nb_scale_type t, const void *scales, size_t i) {
+    const uint8_t *p = (const uint8_t *)scales;
+    switch (t) {
+    case NB_SCALE_E4M3:
+    case NB_SCALE_E8M0: return nbi_scale(t, p[i]);
+    case NB_SCALE_F16: return nbi_f16_to_f32((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
+    case NB_SCALE_BF16: return nbi_bf16_to_f32((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
+    case NB_SCALE_F32: {
+        const uint32_t u = (uint32_t)p[4 * i] | (uint32_t)p[4 * i + 1] << 8 | (uint32_t)p[4 * i + 2] << 16 |
+                           (uint32_t)p[4 * i + 3] << 24;
+        return u2f(u);
+    }
+    }
+    return NAN;
+}
+
+void nbi_scale_put(nb_scale_type t, void *scales, size_t i, float v) {
+    uint8_t *p = (uint8_t *)scales;
+    uint32_t u = 0;
+    switch (t) {
+    case NB_SCALE_E4M3: p[i] = nbi_to_e4m3(v); return;
+    case NB_SCALE_E8M0: return; /* (E8M0 bytes come from the MX rules, never from a value) */
+    case NB_SCALE_F16: u = nbi_f32_to_f16(v); break;
+    case NB_SCALE_BF16: u = nbi_f32_to_bf16(v); break;
+    case NB_SCALE_F32:
+        u = f2u(v);
+        for (int b = 0; b < 4; b++) p[4 * i + (size_t)b] = (uint8_t)(u >> (8 * b));
+        return;
+    }
+    p[2 * i] = (uint8_t)u;
+    p[2 * i + 1] = (uint8_t)(u >> 8);
 }
 
 size_t nbi_dtype_size(nb_dtype t) {
@@ -373,6 +500,11 @@ static uint8_t block_scale(const nbi_format_traits *t, const nb_weight_desc *d, 
         sb = mx_scale_byte(bmax, d->scale_rule);
         *denom = nbi_e8m0(sb);
         break;
+    case NB_SCALE_F16: /* (the E2M1 rows have one-byte scales; wider ones are quantize_int_rows') */
+    case NB_SCALE_BF16:
+    case NB_SCALE_F32:
+        *denom = 0.0f;
+        break;
     }
     return sb;
 }
@@ -431,20 +563,26 @@ static uint8_t mse_scale(const nbi_format_traits *t, const nb_weight_desc *d, co
     return best;
 }
 
-/* The arithmetic below is mirrored operation for operation by the device
- * kernel (src/cuda/quantize.cu): change both or neither. */
-static nb_status quantize_rows(nb_context *ctx, const nbi_format_traits *t, nb_weight_desc *d, nb_dtype st,
-                               const void *src, uint8_t *codes, uint8_t *scales) {
-    const int64_t n = d->n, k = d->k, g = d->group_size, ng = k / g;
+/* The scan over the whole input (first non-finite element, absolute
+ * maximum), then the status and tensor scale of quantize_finish_scan. */
+static nb_status quantize_scan(nb_context *ctx, const nbi_format_traits *t, nb_weight_desc *d, nb_dtype st,
+                               const void *src) {
     float amax = 0.0f;
     int64_t bad = -1;
-    for (int64_t i = 0; i < n * k && bad < 0; i++) {
+    for (int64_t i = 0; i < d->n * d->k && bad < 0; i++) {
         float v = nbi_load(st, src, (size_t)i);
         if (!isfinite(v)) bad = i;
         else if (fabsf(v) > amax) amax = fabsf(v);
     }
-    nb_status status = quantize_finish_scan(ctx, t, d, bad, amax);
-    if (status) return status;
+    return quantize_finish_scan(ctx, t, d, bad, amax);
+}
+
+/* E2M1 codes with E4M3 / E8M0 scales (NVFP4, MXFP4).  The arithmetic below
+ * is mirrored operation for operation by the device kernel
+ * (src/cuda/quantize.cu): change both or neither. */
+static nb_status quantize_e2m1_rows(nb_context *ctx, const nbi_format_traits *t, nb_weight_desc *d, nb_dtype st,
+                                    const void *src, uint8_t *codes, uint8_t *scales) {
+    const int64_t n = d->n, k = d->k, g = d->group_size, ng = k / g;
     float *blk = (float *)malloc(sizeof(float) * (size_t)g); /* one block's values (groups of any size) */
     if (!blk) return nbi_fail(ctx, NB_ERR_OUT_OF_MEMORY, "quantize: out of host memory");
     memset(codes, 0, nbi_codes_bytes(t, n * k));
@@ -471,6 +609,118 @@ static nb_status quantize_rows(nb_context *ctx, const nbi_format_traits *t, nb_w
     return NB_OK;
 }
 
+/* Integer codes with F16 / BF16 group scales (docs/formats.md 5.1), in
+ * float32: with zero points (unsigned codes, AWQ / GPTQ round to nearest)
+ * lo = min(0, min w), hi = max(0, max w), s = (hi - lo) / (2^bits - 1), z =
+ * clamp(round(-lo / s)), q = clamp(round(w / s) + z); symmetric (signed
+ * codes, GPTQ / compressed-tensors) s = amax / ((2^bits - 1) / 2), q =
+ * clamp(round(w / s)).  s is rounded to the scale type first and the codes
+ * and zero point use the stored value; a stored 0 becomes 1.0 (the group is
+ * all zeros, or too small for the type: its codes then give zero). */
+static nb_status quantize_int_rows(nb_context *ctx, const nbi_format_traits *t, nb_weight_desc *d, nb_dtype st,
+                                   const void *src, const nb_weight_buffers *out) {
+    const int64_t n = d->n, k = d->k, g = d->group_size, ng = k / g;
+    const int zp = t->zero_point != NB_ZERO_NONE;
+    const float levels = (float)((1 << t->element_bits) - 1); /* 15 or 255 */
+    const float div = zp ? levels : levels / 2.0f;              /* 15; 7.5 or 127.5 */
+    uint8_t *codes = (uint8_t *)out->codes, *zeros = (uint8_t *)out->zeros;
+    memset(codes, 0, nbi_codes_bytes(t, n * k));
+    for (int64_t r = 0; r < n; r++) {
+        for (int64_t b = 0; b < ng; b++) {
+            const int64_t first = r * k + b * g, gi = r * ng + b;
+            float lo = 0.0f, hi = 0.0f, amax = 0.0f;
+            for (int64_t j = 0; j < g; j++) {
+                const float v = nbi_load(st, src, (size_t)(first + j));
+                if (v < lo) lo = v;
+                if (v > hi) hi = v;
+                if (fabsf(v) > amax) amax = fabsf(v);
+            }
+            nbi_scale_put(d->scale_type, out->scales, (size_t)gi, (zp ? hi - lo : amax) / div);
+            float s = nbi_scale_at(d->scale_type, out->scales, (size_t)gi);
+            if (!isfinite(s))
+                return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "quantize: group %lld of row %lld needs a scale of %g, "
+                                "beyond %s (largest %g)", (long long)b, (long long)r,
+                                (double)((zp ? hi - lo : amax) / div), nbi_scale_name(d->scale_type),
+                                (double)nbi_scale_max(d->scale_type));
+            if (s == 0.0f) {
+                s = 1.0f;
+                nbi_scale_put(d->scale_type, out->scales, (size_t)gi, s);
+            }
+            float z = 0.0f;
+            if (zp) {
+                z = rintf(-lo / s);
+                z = z > levels ? levels : z;
+                zeros[gi] = (uint8_t)z;
+            }
+            for (int64_t j = 0; j < g; j++) {
+                const float v = nbi_load(st, src, (size_t)(first + j));
+                nbi_code_put(t, codes, first + j, nbi_to_element(t->element, rintf(v / s) + z));
+            }
+        }
+    }
+    return NB_OK;
+}
+
+/* bitsandbytes' table codes with an F32 absmax per group (docs/formats.md
+ * 4.2): s = amax, x = clamp(w * fl(1 / max(s, 1e-38)), -1, 1), the code of
+ * x's bucket (nbi_to_element). */
+static nb_status quantize_table_rows(const nbi_format_traits *t, nb_weight_desc *d, nb_dtype st, const void *src,
+                                     const nb_weight_buffers *out) {
+    const int64_t n = d->n, k = d->k, g = d->group_size, ng = k / g;
+    uint8_t *codes = (uint8_t *)out->codes;
+    memset(codes, 0, nbi_codes_bytes(t, n * k));
+    for (int64_t r = 0; r < n; r++) {
+        for (int64_t b = 0; b < ng; b++) {
+            const int64_t first = r * k + b * g;
+            float amax = 0.0f;
+            for (int64_t j = 0; j < g; j++) {
+                const float v = fabsf(nbi_load(st, src, (size_t)(first + j)));
+                if (v > amax) amax = v;
+            }
+            nbi_scale_put(d->scale_type, out->scales, (size_t)(r * ng + b), amax);
+            const float inv = 1.0f / (amax > 1e-38f ? amax : 1e-38f);
+            for (int64_t j = 0; j < g; j++) {
+                float x = nbi_load(st, src, (size_t)(first + j)) * inv;
+                x = x < -1.0f ? -1.0f : x > 1.0f ? 1.0f : x;
+                nbi_code_put(t, codes, first + j, nbi_to_element(t->element, x));
+            }
+        }
+    }
+    return NB_OK;
+}
+
+/* The quantizer of the row's element type (after the scan). */
+static nb_status quantize_any(nb_context *ctx, const nbi_format_traits *t, nb_weight_desc *d, nb_dtype st,
+                              const void *src, const nb_weight_buffers *out) {
+    nb_status status = quantize_scan(ctx, t, d, st, src);
+    if (status) return status;
+    switch (t->element) {
+    case NB_ELEMENT_E2M1: return quantize_e2m1_rows(ctx, t, d, st, src, (uint8_t *)out->codes, (uint8_t *)out->scales);
+    case NB_ELEMENT_UINT4:
+    case NB_ELEMENT_INT4:
+    case NB_ELEMENT_INT8: return quantize_int_rows(ctx, t, d, st, src, out);
+    case NB_ELEMENT_NF4:
+    case NB_ELEMENT_FP4_BNB: return quantize_table_rows(t, d, st, src, out);
+    }
+    return nbi_fail(ctx, NB_ERR_INTERNAL, "quantize: no quantizer for element type %d", (int)t->element);
+}
+
+/* Reserved pointers of an input struct must be NULL. */
+static int reserved_null(const void *const *r, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (r[i]) return 0;
+    return 1;
+}
+
+/* The v1 functions take (codes, scales): a format with zero points needs
+ * the _v2 function, named in the message. */
+static nb_status need_v2(nb_context *ctx, const nb_weight_desc *d, const char *fn) {
+    const nbi_format_traits *t = nbi_traits(d->format);
+    if (t->zero_point != NB_ZERO_NONE)
+        return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s: %s weights carry zero points; use %s_v2", fn, t->name, fn);
+    return NB_OK;
+}
+
 /* Checks shared by nb_quantize_host and nb_quantize (after the context). */
 static nb_status quantize_args(nb_context *ctx, const nb_weight_desc *desc, nb_dtype src_dtype, const void *src,
                                const uint8_t *codes, const uint8_t *scales, const char *fn) {
@@ -483,6 +733,27 @@ static nb_status quantize_args(nb_context *ctx, const nb_weight_desc *desc, nb_d
     if (desc->scale_type == NB_SCALE_E8M0 &&
         (desc->scale_rule < NB_MX_SCALE_OCP || desc->scale_rule > NB_MX_SCALE_EVEN))
         return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "%s: unknown E8M0 scale rule %d", fn, (int)desc->scale_rule);
+    if (desc->method == NB_QUANT_MSE && nbi_traits(desc->format)->element != NB_ELEMENT_E2M1)
+        return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s: the MSE scale search serves the E2M1 formats (nvfp4, mxfp4), "
+                        "not %s", fn, nbi_traits(desc->format)->name);
+    return NB_OK;
+}
+
+/* The buffers of a _v2 call: codes and scales always, zeros exactly when
+ * the format has zero points, reserved NULL. */
+static nb_status buffers_args(nb_context *ctx, const nb_weight_desc *d, const void *codes, const void *scales,
+                              const void *zeros, const void *const *reserved, const char *fn) {
+    const nbi_format_traits *t = nbi_traits(d->format);
+    if (!reserved_null(reserved, 4))
+        return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "%s: the buffers' reserved pointers must be NULL", fn);
+    if (!codes || !scales)
+        return nbi_fail(ctx, NB_ERR_NULL_POINTER, "%s: codes and scales must not be NULL", fn);
+    if (t->zero_point != NB_ZERO_NONE && !zeros)
+        return nbi_fail(ctx, NB_ERR_NULL_POINTER, "%s: %s weights carry zero points: zeros must not be NULL", fn,
+                        t->name);
+    if (t->zero_point == NB_ZERO_NONE && zeros)
+        return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "%s: %s weights have no zero points: zeros must be NULL", fn,
+                        t->name);
     return NB_OK;
 }
 
@@ -490,10 +761,27 @@ nb_status nb_quantize_host(nb_context *ctx, nb_weight_desc *desc, nb_dtype src_d
                            uint8_t *codes, uint8_t *scales) {
     if (!ctx) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_quantize_host: ctx is NULL");
     nb_status st = quantize_args(ctx, desc, src_dtype, src, codes, scales, "nb_quantize_host");
-    if (st) return st;
+    if (st || (st = need_v2(ctx, desc, "nb_quantize_host"))) return st;
     /* Work on a copy of the descriptor: on failure the caller's is unchanged. */
     nb_weight_desc d = *desc;
-    st = quantize_rows(ctx, nbi_traits(d.format), &d, src_dtype, src, codes, scales);
+    const nb_weight_buffers out = {.codes = codes, .scales = scales};
+    st = quantize_any(ctx, nbi_traits(d.format), &d, src_dtype, src, &out);
+    if (st == NB_OK) *desc = d;
+    return st;
+}
+
+nb_status nb_quantize_host_v2(nb_context *ctx, nb_weight_desc *desc, nb_dtype src_dtype, const void *src,
+                              const nb_weight_buffers *out) {
+    static const char fn[] = "nb_quantize_host_v2";
+    if (!ctx) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "%s: ctx is NULL", fn);
+    if (!out) return nbi_fail(ctx, NB_ERR_NULL_POINTER, "%s: out is NULL", fn);
+    nb_status st = quantize_args(ctx, desc, src_dtype, src, (const uint8_t *)out->codes,
+                                 (const uint8_t *)out->scales, fn);
+    if (st || (st = buffers_args(ctx, desc, out->codes, out->scales, out->zeros, (const void *const *)out->reserved,
+                                 fn)))
+        return st;
+    nb_weight_desc d = *desc;
+    st = quantize_any(ctx, nbi_traits(d.format), &d, src_dtype, src, out);
     if (st == NB_OK) *desc = d;
     return st;
 }
@@ -567,28 +855,69 @@ nb_status nb_quantize_staged(nb_context *ctx, nb_weight_desc *desc, nb_dtype src
 
 /* ----------------------------------------------------------- dequantize */
 
+/* Row r of a checkpoint-layout weight into out[0..k) as float32:
+ * (element(q) - z) * s * tensor_scale (no z without zero points).  element
+ * x scale is exact in float for E2M1 x E4M3/E8M0 and the integers x
+ * F16/BF16, rounded once for the bitsandbytes tables x F32; one rounding for
+ * the tensor scale (a multiplication by 1 for formats without one). */
+void nbi_dequant_row(const nb_weight_desc *d, const nb_weight_data *w, int64_t r, float *out) {
+    const nbi_format_traits *t = nbi_traits(d->format);
+    const int64_t k = d->k, g = d->group_size, ng = k / g;
+    const uint8_t *zeros = (const uint8_t *)w->zeros;
+    for (int64_t j = 0; j < k; j++) {
+        const int64_t gi = r * ng + j / g;
+        float e = nbi_element(t->element, nbi_code_get(t, (const uint8_t *)w->codes, r * k + j));
+        if (t->zero_point != NB_ZERO_NONE) e -= (float)zeros[gi]; /* integers: exact */
+        out[j] = (e * nbi_scale_at(d->scale_type, w->scales, (size_t)gi)) * d->tensor_scale;
+    }
+}
+
+static nb_status dequantize_args(nb_context *ctx, const nb_weight_desc *desc, nb_dtype dst_dtype, const void *dst,
+                                 const char *fn) {
+    nb_status st = nbi_check_desc(ctx, desc, NB_LAYOUT_CHECKPOINT);
+    if (st) return st;
+    if (!dst) return nbi_fail(ctx, NB_ERR_NULL_POINTER, "%s: dst must not be NULL", fn);
+    if (!nbi_dtype_size(dst_dtype))
+        return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s: unknown destination dtype %d", fn, (int)dst_dtype);
+    return NB_OK;
+}
+
+static nb_status dequantize_rows(nb_context *ctx, const nb_weight_desc *desc, const nb_weight_data *w,
+                                 nb_dtype dst_dtype, void *dst, const char *fn) {
+    float *row = (float *)malloc(sizeof(float) * (size_t)desc->k);
+    if (!row) return nbi_fail(ctx, NB_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+    for (int64_t r = 0; r < desc->n; r++) {
+        nbi_dequant_row(desc, w, r, row);
+        for (int64_t j = 0; j < desc->k; j++) nbi_store(dst_dtype, dst, (size_t)(r * desc->k + j), row[j]);
+    }
+    free(row);
+    return NB_OK;
+}
+
 nb_status nb_dequantize_host(nb_context *ctx, const nb_weight_desc *desc, const uint8_t *codes,
                              const uint8_t *scales, nb_dtype dst_dtype, void *dst) {
+    static const char fn[] = "nb_dequantize_host";
     if (!ctx) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_dequantize_host: ctx is NULL");
     nb_status st = nbi_check_desc(ctx, desc, NB_LAYOUT_CHECKPOINT);
     if (st) return st;
     if (!codes || !scales || !dst)
         return nbi_fail(ctx, NB_ERR_NULL_POINTER, "nb_dequantize_host: codes, scales and dst must not be NULL");
-    if (!nbi_dtype_size(dst_dtype))
-        return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_dequantize_host: unknown destination dtype %d",
-                        (int)dst_dtype);
-    const nbi_format_traits *t = nbi_traits(desc->format);
-    const int64_t n = desc->n, k = desc->k, g = desc->group_size;
-    for (int64_t r = 0; r < n; r++)
-        for (int64_t j = 0; j < k; j++) {
-            int64_t idx = r * k + j;
-            const uint8_t c = nbi_code_get(t, codes, idx);
-            const float s = nbi_scale(desc->scale_type, scales[r * (k / g) + j / g]);
-            /* element * scale is exact in float; one rounding for the tensor scale. */
-            const float v = (nbi_element(t->element, c) * s) * desc->tensor_scale;
-            nbi_store(dst_dtype, dst, (size_t)idx, v);
-        }
-    return NB_OK;
+    if ((st = dequantize_args(ctx, desc, dst_dtype, dst, fn)) || (st = need_v2(ctx, desc, fn))) return st;
+    const nb_weight_data w = {.codes = codes, .scales = scales};
+    return dequantize_rows(ctx, desc, &w, dst_dtype, dst, fn);
+}
+
+nb_status nb_dequantize_host_v2(nb_context *ctx, const nb_weight_desc *desc, const nb_weight_data *w,
+                                nb_dtype dst_dtype, void *dst) {
+    static const char fn[] = "nb_dequantize_host_v2";
+    if (!ctx) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "%s: ctx is NULL", fn);
+    nb_status st = nbi_check_desc(ctx, desc, NB_LAYOUT_CHECKPOINT);
+    if (st) return st;
+    if (!w) return nbi_fail(ctx, NB_ERR_NULL_POINTER, "%s: w is NULL", fn);
+    if ((st = buffers_args(ctx, desc, w->codes, w->scales, w->zeros, w->reserved, fn)) ||
+        (st = dequantize_args(ctx, desc, dst_dtype, dst, fn)))
+        return st;
+    return dequantize_rows(ctx, desc, w, dst_dtype, dst, fn);
 }
 
 /* ---------------------------------------------------------------- pack */

@@ -39,11 +39,13 @@ typedef struct nbi_format_traits {
     const char *name;
     nb_element_type element;
     int element_bits;
-    int group;             /* elements per block scale */
-    nb_scale_type scale_type;
-    int scale_bytes;       /* bytes per block scale */
+    int group;             /* elements per block scale: the default */
+    int groups;            /* the groups accepted (NB_GROUPS_* bits) */
+    nb_scale_type scale_type; /* the default */
+    int scale_types;       /* the scale types accepted (NB_SCALE_BIT bits) */
+    int scale_bytes;       /* bytes per block scale of the default type */
     int tensor_scale;      /* 1: a per-tensor FP32 scale (computed by quantize when 0) */
-    int zero_point;        /* 1: blocks carry a zero point */
+    int zero_point;        /* nb_zero_type: NB_ZERO_U8 when groups carry a zero point */
     int index;             /* position in NB_FORMAT_LIST */
     int kernels;           /* in NBI_KERNEL_FORMATS */
     int chunk_scale_bytes; /* scale bytes in one packed chunk (16 rows x 128 k) */
@@ -97,13 +99,23 @@ NB_INTERNAL float nbi_element_max(nb_element_type t);                 /* largest
 NB_INTERNAL float nbi_e2m1(uint8_t code);
 NB_INTERNAL float nbi_e4m3(uint8_t b);
 NB_INTERNAL float nbi_e8m0(uint8_t b);
-NB_INTERNAL float nbi_scale(nb_scale_type t, uint8_t b);
+NB_INTERNAL float nbi_scale(nb_scale_type t, uint8_t b);              /* one-byte scale types */
 NB_INTERNAL float nbi_scale_max(nb_scale_type t);                    /* largest finite scale */
+NB_INTERNAL int nbi_scale_bytes(nb_scale_type t);                    /* 1, 2 or 4; 0 for another value */
+NB_INTERNAL const char *nbi_scale_name(nb_scale_type t);             /* "e4m3", "f16", ... */
+/* Scale i of a buffer of scales of type t (little-endian), and storing v
+ * there rounded to the type (F16/BF16 to nearest even; F32 as is). */
+NB_INTERNAL float nbi_scale_at(nb_scale_type t, const void *scales, size_t i);
+NB_INTERNAL void nbi_scale_put(nb_scale_type t, void *scales, size_t i, float v);
 /* Checkpoint codes: element_bits per code, packed little-end first in each
  * byte (two 4-bit codes: the even element in the low nibble). */
 NB_INTERNAL size_t nbi_codes_bytes(const nbi_format_traits *t, int64_t elements);
 NB_INTERNAL uint8_t nbi_code_get(const nbi_format_traits *t, const uint8_t *codes, int64_t i);
 NB_INTERNAL void nbi_code_put(const nbi_format_traits *t, uint8_t *codes, int64_t i, uint8_t c); /* ORs into zeroed bytes */
+/* Row r of a checked checkpoint-layout weight dequantized into out[0..k)
+ * as float32 (the arithmetic of nb_dequantize_host_v2 before the final
+ * rounding to the destination type). */
+NB_INTERNAL void nbi_dequant_row(const nb_weight_desc *d, const nb_weight_data *w, int64_t r, float *out);
 /* "nvfp4, mxfp4": the names of every format, for messages. */
 NB_INTERNAL void nbi_format_names(char *buf, size_t len);
 NB_INTERNAL uint8_t nbi_to_e2m1(float x);
@@ -118,6 +130,11 @@ NB_INTERNAL size_t nbi_dtype_size(nb_dtype t);
 NB_INTERNAL const char *nbi_dtype_name(nb_dtype t);
 NB_INTERNAL float nbi_load(nb_dtype t, const void *p, size_t i);
 NB_INTERNAL void nbi_store(nb_dtype t, void *p, size_t i, float v);
+
+/* The descriptor's group is one its row accepts (t->groups), and its scale
+ * type; for messages, the list of what the row accepts. */
+NB_INTERNAL int nbi_group_ok(const nbi_format_traits *t, int64_t group, int64_t k);
+NB_INTERNAL void nbi_groups_text(const nbi_format_traits *t, char *buf, size_t len);
 
 /* Validation shared by host and device entry points (ctx may be NULL). */
 NB_INTERNAL nb_status nbi_check_desc(nb_context *ctx, const nb_weight_desc *d, nb_layout want);

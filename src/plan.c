@@ -295,6 +295,10 @@ static nb_status plan_scales(nb_context *ctx, const nb_gemm_desc *g, const nbi_f
         p->table_shift = bf16 ? 253 - emax : 142 - emax;
         break;
     }
+    case NB_SCALE_F16: /* (no kernel serves a format with these scales: refused before the plan) */
+    case NB_SCALE_BF16:
+    case NB_SCALE_F32:
+        return nbi_fail(ctx, NB_ERR_INTERNAL, "nb_gemm: no kernel reads %s scales", nbi_scale_name(t->scale_type));
     }
     p->tensor_scale = d->tensor_scale;
     /* The 256-entry table scale byte -> 16-bit adjusted scale, cached per

@@ -181,6 +181,9 @@ nb_status nb_context_set_tuning(nb_context *ctx, const nb_gemm_desc *g, const nb
     if (!ctx) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_context_set_tuning: ctx is NULL");
     nb_status st = nbi_check_gemm(ctx, g, 0, false);
     if (st) return st;
+    if (!nbi_traits(g->weight.format)->kernels)
+        return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_context_set_tuning: no GPU kernel serves %s weights",
+                        nbi_traits(g->weight.format)->name);
     entry e;
     memset(&e, 0, sizeof e);
     e.fmt = g->weight.format;
@@ -286,15 +289,18 @@ static int parse_entry(const cJSON *o, entry *e, const char **gpu, char *why, si
     for (size_t i = 0; i < sizeof required / sizeof required[0]; i++)
         if (!f[required[i]]) return snprintf(why, wn, "\"%s\" is missing", k_field[required[i]]), 0;
     memset(e, 0, sizeof *e);
+    /* the formats the kernels serve: an entry for another can never be used */
     const char *formats[NBI_FORMAT_COUNT];
-    for (int i = 0; i < NBI_FORMAT_COUNT; i++) formats[i] = nbi_traits_at(i)->name;
+    int fidx[NBI_FORMAT_COUNT], nf = 0;
+    for (int i = 0; i < NBI_FORMAT_COUNT; i++)
+        if (nbi_traits_at(i)->kernels) fidx[nf] = i, formats[nf++] = nbi_traits_at(i)->name;
     static const char *const acts[4] = {"", "", "f16", "bf16"};
     int64_t v;
     if (str_field(f[F_GPU], F_GPU, NULL, 0, why, wn) < 0) return 0;
     *gpu = f[F_GPU]->valuestring;
-    const int fi = str_field(f[F_FORMAT], F_FORMAT, formats, NBI_FORMAT_COUNT, why, wn);
+    const int fi = str_field(f[F_FORMAT], F_FORMAT, formats, nf, why, wn);
     if (fi < 0) return 0;
-    e->fmt = nbi_traits_at(fi)->format;
+    e->fmt = nbi_traits_at(fidx[fi])->format;
     if ((e->act = str_field(f[F_ACT], F_ACT, acts, 4, why, wn)) < 0) return 0;
     if ((e->bucket = str_field(f[F_M], F_M, k_bucket_name, NBUCKETS, why, wn)) < 0) return 0;
     if (!int_field(f[F_N], F_N, 1, (int64_t)1 << 31, &e->n, why, wn)) return 0;

@@ -190,14 +190,16 @@ static void test_format_table(void) {
     CHECK(count >= 2 && count <= 16, "nb_format_list count = %zu", count);
     EXPECT(NULL, NB_OK, nb_format_list(all, 16, &count));
     size_t row = 0;
-#define X(NAME, value, str, elem, bits, grp, st, sbytes, ts, zp)                                                   \
+#define X(NAME, value, str, elem, bits, grp, grps, st, sts, sbytes, ts, zp)                                       \
     {                                                                                                              \
         nb_format_info fi;                                                                                         \
         nb_format f = (nb_format)0;                                                                                \
         EXPECT(NULL, NB_OK, nb_format_get_info(NB_FORMAT_##NAME, &fi));                                            \
         CHECK(fi.format == NB_FORMAT_##NAME && !strcmp(fi.name, str) && fi.element == (elem) &&                    \
                   fi.element_bits == (bits) && fi.group_size == (grp) && fi.scale_type == (st) &&                  \
-                  fi.scale_bytes == (sbytes) && fi.tensor_scale == (ts) && fi.zero_point == (zp),                  \
+                  fi.scale_bytes == (sbytes) && fi.tensor_scale == (ts) && fi.zero_point == ((zp) != 0) &&         \
+                  fi.groups == (grps) && fi.scale_types == (sts) && fi.zero_type == (zp) &&                        \
+                  fi.reserved[0] == 0 && fi.reserved[1] == 0 && fi.reserved[2] == 0,                               \
               "nb_format_get_info(" #NAME ") differs from its row");                                               \
         CHECK(row < count && all[row] == NB_FORMAT_##NAME, "nb_format_list[%zu] is not " #NAME, row);              \
         EXPECT(NULL, NB_OK, nb_format_from_name(str, &f));                                                         \
@@ -230,7 +232,7 @@ static void test_format_table(void) {
     EXPECT(NULL, NB_ERR_NULL_POINTER, nb_format_from_name("nvfp4", NULL));
     nb_build_info bi;
     EXPECT(NULL, NB_OK, nb_get_build_info(&bi));
-    CHECK(!strcmp(bi.formats, "nvfp4,mxfp4"), "build info formats \"%s\"", bi.formats);
+    CHECK(!strcmp(bi.formats, "nvfp4,mxfp4,int4,int4_sym,int8,nf4,bnb_fp4"), "build info formats \"%s\"", bi.formats);
 }
 
 static void test_weight_desc(void) {
@@ -238,7 +240,7 @@ static void test_weight_desc(void) {
     const int64_t big = ((int64_t)1 << 31);
     EXPECT(NULL, NB_ERR_NULL_POINTER, nb_weight_desc_init(NULL, NB_FORMAT_NVFP4, 16, 16));
     EXPECT(NULL, NB_ERR_UNSUPPORTED, nb_weight_desc_init(&d, (nb_format)0, 16, 64));
-    EXPECT(NULL, NB_ERR_UNSUPPORTED, nb_weight_desc_init(&d, (nb_format)3, 16, 64));
+    EXPECT(NULL, NB_ERR_UNSUPPORTED, nb_weight_desc_init(&d, (nb_format)8, 16, 64));
     EXPECT(NULL, NB_ERR_UNSUPPORTED, nb_weight_desc_init(&d, (nb_format)-1, 16, 64));
     EXPECT(NULL, NB_ERR_BAD_SHAPE, nb_weight_desc_init(&d, NB_FORMAT_NVFP4, 0, 64));
     EXPECT(NULL, NB_ERR_BAD_SHAPE, nb_weight_desc_init(&d, NB_FORMAT_NVFP4, -3, 64));
@@ -278,7 +280,7 @@ static void test_weight_desc(void) {
     nb_weight_desc_init(&ok, NB_FORMAT_NVFP4, 32, 64);
     EXPECT(NULL, NB_OK, nb_weight_desc_validate(&ok));
     EXPECT(NULL, NB_ERR_NULL_POINTER, nb_weight_desc_validate(NULL));
-    d = ok, d.format = (nb_format)7;
+    d = ok, d.format = (nb_format)10;
     EXPECT(NULL, NB_ERR_UNSUPPORTED, nb_weight_desc_validate(&d));
     d = ok, d.layout = (nb_layout)0;
     EXPECT(NULL, NB_ERR_INVALID_ARGUMENT, nb_weight_desc_validate(&d));
@@ -342,7 +344,7 @@ static void test_quantize_dequantize(nb_context *ctx) {
         Q(NB_ERR_BAD_SHAPE, bad, NB_DTYPE_F32, w, codes, scales);
         bad = ok, bad.k = 40;
         Q(NB_ERR_BAD_SHAPE, bad, NB_DTYPE_F32, w, codes, scales);
-        bad = ok, bad.format = (nb_format)5;
+        bad = ok, bad.format = (nb_format)11;
         Q(NB_ERR_UNSUPPORTED, bad, NB_DTYPE_F32, w, codes, scales);
         bad = ok, bad.k = ((int64_t)1 << 31) + 16;
         Q(NB_ERR_OVERFLOW, bad, NB_DTYPE_F32, w, codes, scales);
@@ -443,7 +445,7 @@ static void test_pack(nb_context *ctx) {
         P(NB_ERR_BAD_SHAPE, bad, codes, scales, packed, sz.packed_bytes);
         bad = ok, bad.k = 168;
         P(NB_ERR_BAD_SHAPE, bad, codes, scales, packed, sz.packed_bytes);
-        bad = ok, bad.format = (nb_format)4;
+        bad = ok, bad.format = (nb_format)12;
         P(NB_ERR_UNSUPPORTED, bad, codes, scales, packed, sz.packed_bytes);
         bad = ok, bad.n = ((int64_t)1 << 32);
         P(NB_ERR_OVERFLOW, bad, codes, scales, packed, sz.packed_bytes);
@@ -493,7 +495,7 @@ static void test_gemm(nb_context *ctx) {
         nb_weight_desc bw = w;
         bw.k = 72;
         EXPECT(NULL, NB_ERR_BAD_SHAPE, nb_gemm_desc_init(&g, &bw, M, NB_DTYPE_F32, NB_DTYPE_F32));
-        bw = w, bw.format = (nb_format)3;
+        bw = w, bw.format = (nb_format)13;
         EXPECT(NULL, NB_ERR_UNSUPPORTED, nb_gemm_desc_init(&g, &bw, M, NB_DTYPE_F32, NB_DTYPE_F32));
         bw = w, bw.n = big * 2;
         EXPECT(NULL, NB_ERR_OVERFLOW, nb_gemm_desc_init(&g, &bw, M, NB_DTYPE_F32, NB_DTYPE_F32));
@@ -594,6 +596,219 @@ static void test_gemm(nb_context *ctx) {
           "NB_ERR_BUFFER_TOO_SMALL", nb_status_name(st), buf);
 }
 
+/* The groups and scale types a row accepts; the messages of NVFP4 and MXFP4
+ * as they were (one group, one scale type). */
+static void test_row_sets(void) {
+    nb_weight_desc d;
+    EXPECT(NULL, NB_OK, nb_weight_desc_init(&d, NB_FORMAT_INT4, 8, 256));
+    CHECK(d.group_size == 128 && d.scale_type == NB_SCALE_F16 && d.tensor_scale == 1.0f, "int4 defaults");
+    const int32_t good[4] = {32, 64, 128, 256 /* = k: per channel */};
+    for (int i = 0; i < 4; i++) {
+        d.group_size = good[i];
+        EXPECT(NULL, NB_OK, nb_weight_desc_validate(&d));
+    }
+    d.group_size = 384, d.k = 384; /* per channel with k not a power of two */
+    EXPECT(NULL, NB_OK, nb_weight_desc_validate(&d));
+    d.k = 256;
+    const int32_t bad[6] = {16, 8, 0, -32, 512, 48};
+    for (int i = 0; i < 6; i++) {
+        d.group_size = bad[i];
+        EXPECT(NULL, NB_ERR_UNSUPPORTED, nb_weight_desc_validate(&d));
+    }
+    CHECK(strstr(nb_last_error(), "32, 64, 128 or k (one group per row)") != NULL, "int4 group message: \"%s\"",
+          nb_last_error());
+    d.group_size = 64, d.k = 96; /* accepted group, k not a multiple */
+    EXPECT(NULL, NB_ERR_BAD_SHAPE, nb_weight_desc_validate(&d));
+    d.k = 256;
+    d.scale_type = NB_SCALE_BF16;
+    EXPECT(NULL, NB_OK, nb_weight_desc_validate(&d));
+    const int bad_st[5] = {NB_SCALE_E4M3, NB_SCALE_E8M0, NB_SCALE_F32, 0, 77};
+    for (int i = 0; i < 5; i++) {
+        d.scale_type = (nb_scale_type)bad_st[i];
+        EXPECT(NULL, NB_ERR_UNSUPPORTED, nb_weight_desc_validate(&d));
+    }
+    CHECK(strstr(nb_last_error(), "f16 (3) or bf16 (4)") != NULL, "int4 scale message: \"%s\"", nb_last_error());
+    d.scale_type = (nb_scale_type)-5;
+    EXPECT(NULL, NB_ERR_UNSUPPORTED, nb_weight_desc_validate(&d));
+    /* nf4: blocks 32 .. 4096, F32 only, never per channel */
+    EXPECT(NULL, NB_OK, nb_weight_desc_init(&d, NB_FORMAT_NF4, 2, 8192));
+    for (int g = 32; g <= 4096; g *= 2) {
+        d.group_size = g;
+        EXPECT(NULL, NB_OK, nb_weight_desc_validate(&d));
+    }
+    d.group_size = 8192; /* = k, but nf4 has no per-channel groups */
+    EXPECT(NULL, NB_ERR_UNSUPPORTED, nb_weight_desc_validate(&d));
+    d.group_size = 64, d.scale_type = NB_SCALE_F16;
+    EXPECT(NULL, NB_ERR_UNSUPPORTED, nb_weight_desc_validate(&d));
+    CHECK(strstr(nb_last_error(), "nf4 needs scale type 5, got 3") != NULL, "nf4 scale message: \"%s\"",
+          nb_last_error());
+    /* NVFP4 and MXFP4: the messages of one group and one scale type */
+    nb_weight_desc_init(&d, NB_FORMAT_NVFP4, 16, 64);
+    d.group_size = 32;
+    EXPECT(NULL, NB_ERR_UNSUPPORTED, nb_weight_desc_validate(&d));
+    CHECK(!strcmp(nb_last_error(), "nvfp4 needs group_size 16, got 32"), "nvfp4 message: \"%s\"", nb_last_error());
+    nb_weight_desc_init(&d, NB_FORMAT_MXFP4, 16, 64);
+    d.scale_type = NB_SCALE_F16;
+    EXPECT(NULL, NB_ERR_UNSUPPORTED, nb_weight_desc_validate(&d));
+    CHECK(!strcmp(nb_last_error(), "mxfp4 needs scale type 2, got 3"), "mxfp4 message: \"%s\"", nb_last_error());
+
+    /* sizes: v1 refuses zero points and names the _v2 function */
+    nb_weight_sizes sz;
+    nb_weight_sizes_v2 s2;
+    nb_weight_desc_init(&d, NB_FORMAT_INT4, 10, 256);
+    d.group_size = 64;
+    EXPECT(NULL, NB_ERR_UNSUPPORTED, nb_weight_get_sizes(&d, &sz));
+    CHECK(strstr(nb_last_error(), "nb_weight_get_sizes_v2") != NULL, "v1 sizes message: \"%s\"", nb_last_error());
+    memset(&s2, 0xA5, sizeof s2);
+    EXPECT(NULL, NB_OK, nb_weight_get_sizes_v2(&d, &s2));
+    CHECK(s2.codes_bytes == 1280 && s2.scales_bytes == 80 && s2.zeros_bytes == 40 && s2.packed_bytes == 0 &&
+              s2.dense_elements == 2560 && s2.reserved[0] == 0 && s2.reserved[7] == 0,
+          "int4 10x256 g64 sizes: %zu %zu %zu %zu", s2.codes_bytes, s2.scales_bytes, s2.zeros_bytes, s2.packed_bytes);
+    EXPECT(NULL, NB_ERR_NULL_POINTER, nb_weight_get_sizes_v2(&d, NULL));
+    EXPECT(NULL, NB_ERR_NULL_POINTER, nb_weight_get_sizes_v2(NULL, &s2));
+    d.group_size = 16;
+    EXPECT(NULL, NB_ERR_UNSUPPORTED, nb_weight_get_sizes_v2(&d, &s2));
+    d.group_size = 64, d.k = ((int64_t)1 << 31) + 64;
+    EXPECT(NULL, NB_ERR_OVERFLOW, nb_weight_get_sizes_v2(&d, &s2));
+    nb_weight_desc_init(&d, NB_FORMAT_INT8, 3, 128);
+    EXPECT(NULL, NB_OK, nb_weight_get_sizes(&d, &sz));
+    CHECK(sz.codes_bytes == 384 && sz.scales_bytes == 6 && sz.packed_bytes == 0, "int8 3x128 sizes: %zu %zu %zu",
+          sz.codes_bytes, sz.scales_bytes, sz.packed_bytes);
+    nb_weight_desc_init(&d, NB_FORMAT_NF4, 3, 128);
+    EXPECT(NULL, NB_OK, nb_weight_get_sizes(&d, &sz));
+    CHECK(sz.codes_bytes == 192 && sz.scales_bytes == 24, "nf4 3x128 sizes: %zu %zu", sz.codes_bytes, sz.scales_bytes);
+}
+
+/* The _v2 functions' own errors, the first versions refusing zero points
+ * with the _v2 name, and the device entry points refusing rows without
+ * kernels by name. */
+static void test_v2_functions(nb_context *ctx) {
+    enum { N = 4, K = 64, M = 2 };
+    float w[N * K], out[N * K], x[M * K];
+    double yd[M * N];
+    for (int i = 0; i < N * K; i++) w[i] = (float)((i * 37) % 101 - 50) / 25.0f;
+    for (int i = 0; i < M * K; i++) x[i] = 0.5f;
+    uint8_t codes[N * K], scales[N * K / 32 * 4], zeros[N * K / 32];
+    nb_weight_desc ok, d, before;
+    nb_weight_desc_init(&ok, NB_FORMAT_INT4, N, K);
+    ok.group_size = 32;
+    nb_weight_buffers b = {.codes = codes, .scales = scales, .zeros = zeros}, bb;
+    nb_weight_data wd = {.codes = codes, .scales = scales, .zeros = zeros}, bd;
+    static int sentinel;
+#define Q2(want, desc_, dt_, src_, out_)                                                                \
+    do {                                                                                                \
+        d = (desc_), before = d;                                                                        \
+        EXPECT(ctx, want, nb_quantize_host_v2(ctx, &d, dt_, src_, out_));                               \
+        CHECK(!memcmp(&d, &before, sizeof d), "a failed nb_quantize_host_v2 modified the descriptor");  \
+    } while (0)
+    EXPECT(NULL, NB_ERR_NULL_POINTER, nb_quantize_host_v2(NULL, &d, NB_DTYPE_F32, w, &b));
+    EXPECT(ctx, NB_ERR_NULL_POINTER, nb_quantize_host_v2(ctx, NULL, NB_DTYPE_F32, w, &b));
+    Q2(NB_ERR_NULL_POINTER, ok, NB_DTYPE_F32, w, NULL);
+    Q2(NB_ERR_NULL_POINTER, ok, NB_DTYPE_F32, NULL, &b);
+    bb = b, bb.codes = NULL;
+    Q2(NB_ERR_NULL_POINTER, ok, NB_DTYPE_F32, w, &bb);
+    bb = b, bb.scales = NULL;
+    Q2(NB_ERR_NULL_POINTER, ok, NB_DTYPE_F32, w, &bb);
+    bb = b, bb.zeros = NULL; /* int4 has zero points */
+    Q2(NB_ERR_NULL_POINTER, ok, NB_DTYPE_F32, w, &bb);
+    bb = b, bb.reserved[3] = &sentinel;
+    Q2(NB_ERR_INVALID_ARGUMENT, ok, NB_DTYPE_F32, w, &bb);
+    Q2(NB_ERR_UNSUPPORTED, ok, (nb_dtype)0, w, &b);
+    {
+        nb_weight_desc bad = ok;
+        bad.group_size = 16;
+        Q2(NB_ERR_UNSUPPORTED, bad, NB_DTYPE_F32, w, &b);
+        bad = ok, bad.scale_type = NB_SCALE_E4M3;
+        Q2(NB_ERR_UNSUPPORTED, bad, NB_DTYPE_F32, w, &b);
+        bad = ok, bad.tensor_scale = 2.0f; /* no tensor scale */
+        Q2(NB_ERR_INVALID_ARGUMENT, bad, NB_DTYPE_F32, w, &b);
+        bad = ok, bad.layout = NB_LAYOUT_PACKED;
+        Q2(NB_ERR_INVALID_ARGUMENT, bad, NB_DTYPE_F32, w, &b);
+        float keep = w[5];
+        w[5] = (float)INFINITY;
+        Q2(NB_ERR_INVALID_ARGUMENT, ok, NB_DTYPE_F32, w, &b);
+        w[5] = 1e30f; /* a group scale beyond F16 */
+        Q2(NB_ERR_INVALID_ARGUMENT, ok, NB_DTYPE_F32, w, &b);
+        w[5] = keep;
+        nb_weight_desc_init(&bad, NB_FORMAT_INT4_SYM, N, K);
+        bad.group_size = 32;
+        Q2(NB_ERR_INVALID_ARGUMENT, bad, NB_DTYPE_F32, w, &b); /* zeros given to a format without them */
+    }
+#undef Q2
+    d = ok;
+    EXPECT(ctx, NB_OK, nb_quantize_host_v2(ctx, &d, NB_DTYPE_F32, w, &b));
+    const nb_weight_desc q = d;
+
+    /* dequantize */
+    EXPECT(NULL, NB_ERR_NULL_POINTER, nb_dequantize_host_v2(NULL, &q, &wd, NB_DTYPE_F32, out));
+    EXPECT(ctx, NB_ERR_NULL_POINTER, nb_dequantize_host_v2(ctx, NULL, &wd, NB_DTYPE_F32, out));
+    EXPECT(ctx, NB_ERR_NULL_POINTER, nb_dequantize_host_v2(ctx, &q, NULL, NB_DTYPE_F32, out));
+    EXPECT(ctx, NB_ERR_NULL_POINTER, nb_dequantize_host_v2(ctx, &q, &wd, NB_DTYPE_F32, NULL));
+    bd = wd, bd.zeros = NULL;
+    EXPECT(ctx, NB_ERR_NULL_POINTER, nb_dequantize_host_v2(ctx, &q, &bd, NB_DTYPE_F32, out));
+    bd = wd, bd.codes = NULL;
+    EXPECT(ctx, NB_ERR_NULL_POINTER, nb_dequantize_host_v2(ctx, &q, &bd, NB_DTYPE_F32, out));
+    bd = wd, bd.reserved[0] = &sentinel;
+    EXPECT(ctx, NB_ERR_INVALID_ARGUMENT, nb_dequantize_host_v2(ctx, &q, &bd, NB_DTYPE_F32, out));
+    EXPECT(ctx, NB_ERR_UNSUPPORTED, nb_dequantize_host_v2(ctx, &q, &wd, (nb_dtype)5, out));
+    d = q, d.k = 48;
+    EXPECT(ctx, NB_ERR_BAD_SHAPE, nb_dequantize_host_v2(ctx, &d, &wd, NB_DTYPE_F32, out));
+    EXPECT(ctx, NB_OK, nb_dequantize_host_v2(ctx, &q, &wd, NB_DTYPE_F16, out));
+
+    /* the first versions refuse zero points, naming the _v2 function */
+    d = q, before = d;
+    EXPECT(ctx, NB_ERR_UNSUPPORTED, nb_quantize_host(ctx, &d, NB_DTYPE_F32, w, codes, scales));
+    CHECK(strstr(nb_last_error(), "nb_quantize_host_v2") && !memcmp(&d, &before, sizeof d), "v1 quantize: \"%s\"",
+          nb_last_error());
+    EXPECT(ctx, NB_ERR_UNSUPPORTED, nb_dequantize_host(ctx, &q, codes, scales, NB_DTYPE_F32, out));
+    CHECK(strstr(nb_last_error(), "nb_dequantize_host_v2") != NULL, "v1 dequantize: \"%s\"", nb_last_error());
+    nb_gemm_desc g, gb;
+    EXPECT(NULL, NB_OK, nb_gemm_desc_init(&g, &q, M, NB_DTYPE_F32, NB_DTYPE_F32));
+    EXPECT(ctx, NB_ERR_UNSUPPORTED, nb_gemm_host(ctx, &g, x, codes, scales, NULL, out));
+    CHECK(strstr(nb_last_error(), "nb_gemm_host_v2") != NULL, "v1 gemm: \"%s\"", nb_last_error());
+    EXPECT(ctx, NB_ERR_UNSUPPORTED, nb_gemm_host_f64(ctx, &g, x, codes, scales, NULL, yd));
+    CHECK(strstr(nb_last_error(), "nb_gemm_host_f64_v2") != NULL, "v1 gemm f64: \"%s\"", nb_last_error());
+
+    /* the GEMMs */
+    for (int f64 = 0; f64 < 2; f64++) {
+#define G2(ctx_, g_, x_, w_, y_) \
+    (f64 ? nb_gemm_host_f64_v2((ctx_), (g_), (x_), (w_), NULL, (double *)(y_)) : nb_gemm_host_v2((ctx_), (g_), (x_), (w_), NULL, (y_)))
+        EXPECT(NULL, NB_ERR_NULL_POINTER, G2(NULL, &g, x, &wd, yd));
+        EXPECT(ctx, NB_ERR_NULL_POINTER, G2(ctx, NULL, x, &wd, yd));
+        EXPECT(ctx, NB_ERR_NULL_POINTER, G2(ctx, &g, NULL, &wd, yd));
+        EXPECT(ctx, NB_ERR_NULL_POINTER, G2(ctx, &g, x, NULL, yd));
+        EXPECT(ctx, NB_ERR_NULL_POINTER, G2(ctx, &g, x, &wd, NULL));
+        bd = wd, bd.scales = NULL;
+        EXPECT(ctx, NB_ERR_NULL_POINTER, G2(ctx, &g, x, &bd, yd));
+        bd = wd, bd.zeros = NULL;
+        EXPECT(ctx, NB_ERR_NULL_POINTER, G2(ctx, &g, x, &bd, yd));
+        bd = wd, bd.reserved[1] = &sentinel;
+        EXPECT(ctx, NB_ERR_INVALID_ARGUMENT, G2(ctx, &g, x, &bd, yd));
+        gb = g, gb.weight.group_size = 16;
+        EXPECT(ctx, NB_ERR_UNSUPPORTED, G2(ctx, &gb, x, &wd, yd));
+        gb = g, gb.lda = 3;
+        EXPECT(ctx, NB_ERR_BAD_SHAPE, G2(ctx, &gb, x, &wd, yd));
+        gb = g;
+        nb_weight_desc_init(&gb.weight, NB_FORMAT_INT8, N, K);
+        gb.weight.group_size = 32;
+        EXPECT(ctx, NB_ERR_INVALID_ARGUMENT, G2(ctx, &gb, x, &wd, yd)); /* zeros for a format without */
+        EXPECT(ctx, NB_OK, G2(ctx, &g, x, &wd, yd));
+#undef G2
+    }
+
+    /* device entry points: a host context says NO_DEVICE first; what no
+     * kernel serves is refused by name where the device is not needed */
+    d = q;
+    EXPECT(ctx, NB_ERR_NO_DEVICE, nb_quantize(ctx, &d, NB_DTYPE_F32, w, codes, scales, NULL));
+    EXPECT(ctx, NB_ERR_NO_DEVICE, nb_dequantize(ctx, &q, codes, scales, NB_DTYPE_F32, out, NULL));
+    EXPECT(ctx, NB_ERR_NO_DEVICE, nb_pack(ctx, &d, codes, scales, out, sizeof out, NULL));
+    EXPECT(ctx, NB_ERR_UNSUPPORTED, nb_pack_host(ctx, &d, codes, scales, out, sizeof out));
+    CHECK(strstr(nb_last_error(), "int4 has no packed layout") != NULL, "pack int4: \"%s\"", nb_last_error());
+    gb = g, gb.act_dtype = gb.out_dtype = NB_DTYPE_BF16;
+    EXPECT(ctx, NB_ERR_UNSUPPORTED, nb_context_set_tuning(ctx, &gb, NULL, 0));
+    CHECK(strstr(nb_last_error(), "no GPU kernel serves int4") != NULL, "tuning int4: \"%s\"", nb_last_error());
+}
+
 static void test_scalar_nan(void) {
     CHECK(nb_float_to_e4m3((float)NAN) == 0x7F, "nb_float_to_e4m3(NaN) = 0x%02X, want 0x7F",
           nb_float_to_e4m3((float)NAN));
@@ -620,6 +835,8 @@ int main(void) {
     test_quantize_dequantize(ctx);
     test_pack(ctx);
     test_gemm(ctx);
+    test_row_sets();
+    test_v2_functions(ctx);
     test_scalar_nan();
     nb_context_destroy(ctx);
     printf("%d passed, %d failed\n", g_pass, g_fail);

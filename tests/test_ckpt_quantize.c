@@ -552,7 +552,7 @@ static void test_errors(void) {
           qs.layers_quantized, (int)qs.weights_unsupported);
     /* bad options */
     nb_ckpt_quantize_opts_init(&o);
-    o.format = (nb_format)7;
+    o.format = (nb_format)42;
     path_of(in, sizeof in, "bf16", NULL);
     st = nb_ckpt_quantize(in, out, &o, NULL);
     CHECK(st == NB_ERR_INVALID_ARGUMENT, "bad format: %s", nb_status_name(st));

@@ -58,7 +58,7 @@ case_ 1 "demo: --m: ' 2' is not an integer" demo --m ' 2'
 case_ 1 "demo: --m: '\+2' is not an integer" demo --m +2
 case_ 1 "demo: --m: 0 is out of range \(1\.\.4096\)" demo --m=0
 case_ 1 "demo: --m: 99999999999999999999 is out of range" demo --m 99999999999999999999
-case_ 1 "demo: --k: 48 is not a multiple of 32" demo --k 48
+case_ 1 "demo: --k: 48 is not a multiple of 128 \(the group of every format\)" demo --k 48
 case_ 1 "demo: --n 100000 with --k 4096: .* more than 2\^28" demo --n 100000 --k 4096
 case_ 1 "demo: --m needs a value" demo --m
 if "$NIBBLE" info | grep -q '^CUDA kernels: *yes'; then # (bench and tune are built with CUDA only)

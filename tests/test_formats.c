@@ -36,24 +36,6 @@ static int bf16_is_nan(uint16_t h) { return (h & 0x7F80u) == 0x7F80u && (h & 0x7
 
 /* -------------------------------------------- independent reference codecs */
 
-static float ref_f16_to_f32(uint16_t h) {
-    int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
-    double v;
-    if (e == 31) v = m ? NAN : INFINITY;
-    else if (e == 0) v = ldexp((double)m, -24);
-    else v = ldexp(1024.0 + m, e - 25);
-    return (float)(s ? -v : v);
-}
-
-static float ref_bf16_to_f32(uint16_t h) {
-    int s = h >> 15, e = (h >> 7) & 255, m = h & 127;
-    double v;
-    if (e == 255) v = m ? NAN : INFINITY;
-    else if (e == 0) v = ldexp((double)m, -133);
-    else v = ldexp(128.0 + m, e - 134);
-    return (float)(s ? -v : v);
-}
-
 /* E2M1 encoder by exhaustive nearest search: ties to the even code (mantissa
  * bit 0), saturation at 6, sign from x < 0 (ModelOpt), NaN -> 0x7 (nibble.h). */
 static uint8_t ref_to_e2m1(float x) {

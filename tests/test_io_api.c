@@ -140,9 +140,9 @@ static void test_names(void) {
     EXPECT(NB_ERR_NULL_POINTER, nb_st_dtype_parse(NULL, &dt));
     EXPECT(NB_ERR_NULL_POINTER, nb_st_dtype_parse("BF16", NULL));
 
-    for (int v = NB_CKPT_NONE; v <= NB_CKPT_INCONSISTENT; v++)
+    for (int v = NB_CKPT_NONE; v <= NB_CKPT_BNB_FP4; v++)
         CHECK(nb_ckpt_format_name((nb_ckpt_format)v, &s) == NB_OK && s[0], "nb_ckpt_format_name(%d)", v);
-    EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_format_name((nb_ckpt_format)7, &s));
+    EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_format_name((nb_ckpt_format)(NB_CKPT_BNB_FP4 + 1), &s));
     EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_format_name((nb_ckpt_format)-1, &s));
     EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_format_name(NB_CKPT_NONE, NULL));
     for (int v = NB_CKPT_SRC_TENSORS; v <= NB_CKPT_SRC_CONFIG_JSON; v++)
@@ -153,6 +153,11 @@ static void test_names(void) {
     nb_format f = (nb_format)0;
     CHECK(nb_ckpt_format_weight(NB_CKPT_CT_NVFP4, &f) == NB_OK && f == NB_FORMAT_NVFP4, "ct-nvfp4 holds nvfp4");
     CHECK(nb_ckpt_format_weight(NB_CKPT_GPTOSS_MXFP4, &f) == NB_OK && f == NB_FORMAT_MXFP4, "gptoss holds mxfp4");
+    static const nb_format conv_formats[7] = {NB_FORMAT_INT4, NB_FORMAT_INT4, NB_FORMAT_INT4, NB_FORMAT_INT4_SYM,
+                                              NB_FORMAT_INT8, NB_FORMAT_NF4, NB_FORMAT_BNB_FP4};
+    for (int v = NB_CKPT_AWQ_INT4; v <= NB_CKPT_BNB_FP4; v++)
+        CHECK(nb_ckpt_format_weight((nb_ckpt_format)v, &f) == NB_OK && f == conv_formats[v - NB_CKPT_AWQ_INT4],
+              "layout %d holds format %d", v, (int)f);
     EXPECT(NB_ERR_UNSUPPORTED, nb_ckpt_format_weight(NB_CKPT_NONE, &f));
     EXPECT(NB_ERR_UNSUPPORTED, nb_ckpt_format_weight(NB_CKPT_INCONSISTENT, &f));
     EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_format_weight((nb_ckpt_format)40, &f));
@@ -310,6 +315,47 @@ static void test_checkpoint(const char *path) {
     EXPECT(NB_ERR_NOT_FOUND, nb_ckpt_layer_weight(c, 2, 0, &d, &codes, &scales));
     EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_layer_weight(c, proj, 0, &d, NULL, &scales));
     EXPECT(NB_OK, nb_ckpt_layer_weight(c, proj, 0, &d, &codes, &scales));
+    /* _v2: copies into the caller's buffers (every layout; this one is zero-copy too) */
+    {
+        uint8_t cb[4096], sb[512];
+        int32_t perm[256];
+        static int sentinel;
+        nb_weight_sizes_v2 cap = {.codes_bytes = sizeof cb, .scales_bytes = sizeof sb};
+        nb_weight_buffers out = {.codes = cb, .scales = sb}, bad;
+        nb_weight_desc d2;
+        EXPECT(NB_OK, nb_ckpt_layer_weight_v2(c, proj, 0, &d2, NULL, NULL));
+        CHECK(!memcmp(&d2, &d, sizeof d), "v2 descriptor = v1 descriptor");
+        EXPECT(NB_OK, nb_ckpt_layer_weight_v2(c, proj, 0, &d2, &out, &cap));
+        nb_weight_sizes sz;
+        CHECK(nb_weight_get_sizes(&d, &sz) == NB_OK && !memcmp(cb, codes, sz.codes_bytes) &&
+                  !memcmp(sb, scales, sz.scales_bytes),
+              "v2 copies the bytes v1 points at");
+        EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_layer_weight_v2(NULL, proj, 0, &d2, NULL, NULL));
+        EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_layer_weight_v2(c, proj, 0, NULL, NULL, NULL));
+        EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_layer_weight_v2(c, proj, 0, &d2, &out, NULL));
+        EXPECT(NB_ERR_NOT_FOUND, nb_ckpt_layer_weight_v2(c, 2, 0, &d2, NULL, NULL));
+        EXPECT(NB_ERR_UNSUPPORTED, nb_ckpt_layer_weight_v2(c, lm, 0, &d2, NULL, NULL));
+        EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_layer_weight_v2(c, proj, 1, &d2, NULL, NULL));
+        bad = out, bad.codes = NULL;
+        EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_layer_weight_v2(c, proj, 0, &d2, &bad, &cap));
+        bad = out, bad.zeros = sb;
+        EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_layer_weight_v2(c, proj, 0, &d2, &bad, &cap));
+        bad = out, bad.reserved[2] = &sentinel;
+        EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_layer_weight_v2(c, proj, 0, &d2, &bad, &cap));
+        nb_weight_sizes_v2 small = cap;
+        small.scales_bytes = 1;
+        EXPECT(NB_ERR_BUFFER_TOO_SMALL, nb_ckpt_layer_weight_v2(c, proj, 0, &d2, &out, &small));
+        /* the permutation: the identity for a layer whose k is not reordered */
+        CHECK(L.k_permuted == 0 && L.k <= 256, "proj: k_permuted 0");
+        EXPECT(NB_OK, nb_ckpt_layer_perm(c, proj, perm, 256));
+        int ident = 1;
+        for (int64_t j = 0; j < L.k; j++) ident &= perm[j] == j;
+        CHECK(ident, "identity permutation");
+        EXPECT(NB_ERR_BUFFER_TOO_SMALL, nb_ckpt_layer_perm(c, proj, perm, (size_t)L.k - 1));
+        EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_layer_perm(c, proj, NULL, 256));
+        EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_layer_perm(NULL, proj, perm, 256));
+        EXPECT(NB_ERR_NOT_FOUND, nb_ckpt_layer_perm(c, 2, perm, 256));
+    }
     nb_ckpt_close(c);
 }
 
@@ -321,6 +367,15 @@ static void test_quantize_convert(const char *path) {
     char out[600];
     snprintf(out, sizeof out, "%s/out", g_dir);
     EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_quantize_opts_init(NULL));
+    {
+        nb_format qf[8];
+        size_t qn = 0;
+        EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_quantize_formats(NULL, 2, &qn));
+        EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_quantize_formats(qf, 8, NULL));
+        CHECK(nb_ckpt_quantize_formats(NULL, 0, &qn) == NB_OK && qn == 2, "quantize formats: %zu", qn);
+        CHECK(nb_ckpt_quantize_formats(qf, 8, &qn) == NB_OK && qf[0] == NB_FORMAT_NVFP4 && qf[1] == NB_FORMAT_MXFP4,
+              "quantize formats: nvfp4, mxfp4");
+    }
     EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_convert_opts_init(NULL));
     memset(&q, 0x5A, sizeof q);
     memset(&v, 0x5A, sizeof v);

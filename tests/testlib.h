@@ -77,6 +77,25 @@ static inline uint16_t ref_bf16(float f) {
     return sign | (uint16_t)((be + 127) << 7) | mant;
 }
 
+/* IEEE half and bfloat16 bit patterns -> float, from their bit fields. */
+static inline float ref_f16_to_f32(uint16_t h) {
+    int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+    double v;
+    if (e == 31) v = m ? NAN : INFINITY;
+    else if (e == 0) v = ldexp((double)m, -24);
+    else v = ldexp(1024.0 + m, e - 25);
+    return (float)(s ? -v : v);
+}
+
+static inline float ref_bf16_to_f32(uint16_t h) {
+    int s = h >> 15, e = (h >> 7) & 255, m = h & 127;
+    double v;
+    if (e == 255) v = m ? NAN : INFINITY;
+    else if (e == 0) v = ldexp((double)m, -133);
+    else v = ldexp(128.0 + m, e - 134);
+    return (float)(s ? -v : v);
+}
+
 static inline uint64_t rnd_u64(void) {
     uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;

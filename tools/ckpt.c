@@ -565,12 +565,12 @@ static void quantize_help(void) {
            "  to quantize or --device gpu without a GPU.\n");
 }
 
-/* "nvfp4|mxfp4": the format names of the table, for --format. */
+/* "nvfp4|mxfp4": the names of the formats nb_ckpt_quantize writes, for --format. */
 static void format_choices(char *buf, size_t n) {
     nb_format all[16];
     size_t count = 0, at = 0;
     buf[0] = 0;
-    if (nb_format_list(all, 16, &count) != NB_OK) return;
+    if (nb_ckpt_quantize_formats(all, 16, &count) != NB_OK) return;
     for (size_t i = 0; i < count && i < 16 && at < n; i++) {
         nb_format_info fi;
         if (nb_format_get_info(all[i], &fi) == NB_OK)

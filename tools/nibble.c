@@ -361,24 +361,29 @@ static int demo_format(const demo *d, nb_format fmt, int *rc) {
     const int64_t m = d->m, n = d->n, k = d->k;
     nb_format_info fi;
     nb_weight_desc desc;
-    nb_weight_sizes sz;
+    nb_weight_sizes sz = {0};
+    nb_weight_sizes_v2 sz2;
     nb_gemm_desc g;
     TRY(nb_format_get_info(fmt, &fi));
     TRY(nb_weight_desc_init(&desc, fmt, n, k));
-    TRY(nb_weight_get_sizes(&desc, &sz));
-    uint8_t *codes = malloc(sz.codes_bytes), *scales = malloc(sz.scales_bytes);
+    TRY(nb_weight_get_sizes_v2(&desc, &sz2));
+    if (fi.kernels) TRY(nb_weight_get_sizes(&desc, &sz)); /* (the packed size, for the GPU) */
+    uint8_t *codes = malloc(sz2.codes_bytes), *scales = malloc(sz2.scales_bytes);
+    uint8_t *zeros = sz2.zeros_bytes ? malloc(sz2.zeros_bytes) : NULL;
+    const nb_weight_buffers wb = {.codes = codes, .scales = scales, .zeros = zeros};
+    const nb_weight_data wd = {.codes = codes, .scales = scales, .zeros = zeros};
     float *wq = malloc(sizeof(float) * (size_t)(n * k));
     double *yq = malloc(sizeof(double) * (size_t)(m * n));
     uint16_t *y = malloc(2 * (size_t)(m * n));
     double t_us = 0;
     char where[300] = "C reference (float)";
-    nb_status st = codes && scales && wq && yq && y ? NB_OK : NB_ERR_OUT_OF_MEMORY;
+    nb_status st = codes && scales && wq && yq && y && (zeros || !sz2.zeros_bytes) ? NB_OK : NB_ERR_OUT_OF_MEMORY;
     if (st != NB_OK) fprintf(stderr, "error: out of host memory\n");
-    if (st == NB_OK) st = nb_quantize_host(d->ctx, &desc, NB_DTYPE_F32, d->w, codes, scales);
-    if (st == NB_OK) st = nb_dequantize_host(d->ctx, &desc, codes, scales, NB_DTYPE_F32, wq);
+    if (st == NB_OK) st = nb_quantize_host_v2(d->ctx, &desc, NB_DTYPE_F32, d->w, &wb);
+    if (st == NB_OK) st = nb_dequantize_host_v2(d->ctx, &desc, &wd, NB_DTYPE_F32, wq);
     /* float64 GEMM with the quantized weights: the yardstick for the kernel */
     if (st == NB_OK) st = nb_gemm_desc_init(&g, &desc, m, NB_DTYPE_BF16, NB_DTYPE_BF16);
-    if (st == NB_OK) st = nb_gemm_host_f64(d->ctx, &g, d->x, codes, scales, NULL, yq);
+    if (st == NB_OK) st = nb_gemm_host_f64_v2(d->ctx, &g, d->x, &wd, NULL, yq);
     int failed = st != NB_OK;
     if (failed && st != NB_ERR_OUT_OF_MEMORY) fprintf(stderr, "error: %s: %s\n", nb_status_name(st), nb_last_error());
     if (!failed && d->gpu && fi.kernels) {
@@ -387,7 +392,7 @@ static int demo_format(const demo *d, nb_format fmt, int *rc) {
 #endif
     } else if (!failed) {
         const double t0 = nb_cli_now();
-        st = nb_gemm_host(d->ctx, &g, d->x, codes, scales, NULL, y);
+        st = nb_gemm_host_v2(d->ctx, &g, d->x, &wd, NULL, y);
         t_us = (nb_cli_now() - t0) * 1e6;
         if (st != NB_OK) {
             fprintf(stderr, "error: %s: %s\n", nb_status_name(st), nb_last_error());
@@ -407,7 +412,7 @@ static int demo_format(const demo *d, nb_format fmt, int *rc) {
             dn += d->yt[i] * d->yt[i];
         }
         double rq = sqrt(eq / dq), ro = sqrt(eo / dn);
-        printf("%-6s %12.4f %10.2f %14.2e %14.4f %12.1f  %s\n", fi.name, wrel, -20 * log10(wrel), rq, ro, t_us, where);
+        printf("%-8s %12.4f %10.2f %14.2e %14.4f %12.1f  %s\n", fi.name, wrel, -20 * log10(wrel), rq, ro, t_us, where);
         /* BF16 output rounding alone gives ~2e-3; anything far above is a bug */
         if (nan || !(rq < 1e-2)) {
             fprintf(stderr, "error: %s output differs from the float64 reference (rel %.3g, %d NaN)\n", fi.name, rq,
@@ -417,6 +422,7 @@ static int demo_format(const demo *d, nb_format fmt, int *rc) {
     }
     free(codes);
     free(scales);
+    free(zeros);
     free(wq);
     free(yq);
     free(y);
@@ -445,7 +451,7 @@ static int cmd_demo(int argc, char **argv) {
            d.gpu ? "" : (devices ? "" : "; no CUDA device found"));
     rc = demo_data(&d);
     if (rc == 0)
-        printf("\n%-6s %12s %10s %14s %14s %12s  %s\n", "format", "weight-rel", "SQNR-dB", "out-vs-f64q", "out-vs-orig",
+        printf("\n%-8s %12s %10s %14s %14s %12s  %s\n", "format", "weight-rel", "SQNR-dB", "out-vs-f64q", "out-vs-orig",
                "time-us", "ran on");
     int wrong = 0;
     for (size_t f = 0; f < nf && f < 16 && rc == 0; f++) rc = demo_format(&d, fmts[f], &wrong);

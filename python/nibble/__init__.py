@@ -1,4 +1,6 @@
-"""nibble: 4-bit NVFP4/MXFP4 weights, Python bindings to libnibble's C API.
+"""nibble: 4-bit NVFP4/MXFP4 weights (and, on the host reference, int4 with
+zero points, int4_sym, int8, nf4 and bnb_fp4), Python bindings to
+libnibble's C API.
 
 This module is the numpy-level API over the host reference functions (no GPU
 needed); nibble._lib is the ctypes image of include/nibble.h and
@@ -13,8 +15,9 @@ format table (nb_format_list / nb_format_get_info), not from this package.
 
 Arrays
   * Weights and activations are 2-D, row-major: W[n, k] (n = out_features),
-    X[m, k], Y[m, n].  k must be a multiple of the format's group
-    (format_info(f)["group_size"]: 16 for NVFP4, 32 for MXFP4).
+    X[m, k], Y[m, n].  k must be a multiple of the group (format_info(f):
+    "group_size" is the default, 16 for NVFP4 and 32 for MXFP4;
+    "group_sizes" / "per_channel" the others a format accepts).
   * Accepted element types: float32, float16, and BF16 given as np.uint16
     arrays holding the raw bfloat16 bits (numpy has no bfloat16; a
     `ml_dtypes.bfloat16` array is accepted too and viewed as uint16).
@@ -27,19 +30,21 @@ Arrays
 """
 
 from dataclasses import dataclass, field
+from typing import Optional
 import ctypes
 
 import numpy as np
 
 from . import _lib
-from ._lib import (NB_VERSION, Context, DType, Error, Format, Layout, MxScaleRule, Status, ScaleType,  # noqa: F401
-                   default_context, last_error, status_name, status_string)
+from ._lib import (NB_VERSION, Context, DType, ElementType, Error, Format, Layout, MxScaleRule, Status,  # noqa: F401
+                   ScaleType, default_context, last_error, status_name, status_string)
 
 __all__ = [
     "Error", "Context", "QuantizedWeight", "PackedWeight", "quantize", "dequantize", "pack", "gemm_reference",
     "weight_sizes", "version", "version_string", "build_info", "device_count", "to_bf16", "from_bf16",
     "e2m1_to_float", "e4m3_to_float", "e8m0_to_float", "float_to_e2m1", "float_to_e4m3",
-    "Status", "DType", "Format", "MxScaleRule", "Layout", "ScaleType", "status_name", "status_string", "last_error",
+    "Status", "DType", "Format", "MxScaleRule", "Layout", "ScaleType", "ElementType", "status_name", "status_string",
+    "last_error", "element_to_float",
     "Checkpoint", "CheckpointLayer", "TensorInfo", "open_checkpoint", "quantize_checkpoint", "formats",
     "format_info", "DEFAULT_SCALE_RULE",
 ]
@@ -79,8 +84,10 @@ def formats():
 
 def format_info(format):
     """The row of the library's format table for `format` (a name or a Format)
-    as a dict: format, name, element, element_bits, group_size, scale_type,
-    scale_bytes, tensor_scale, zero_point, kernels."""
+    as a dict: format, name, element, element_bits, group_size (the default),
+    scale_type (the default), scale_bytes, tensor_scale, zero_point, kernels,
+    groups and scale_types (the C bit sets), zero_type, and the sets as
+    lists: group_sizes, per_channel, scale_type_names."""
     return dict(_lib.FORMAT_INFO[_format(format)])
 
 
@@ -121,6 +128,15 @@ def e4m3_to_float(byte):
 def e8m0_to_float(byte):
     """Value of an E8M0 byte: 2^(byte-127); 0xFF is NaN."""
     return _lib.lib.nb_e8m0_to_float(int(byte) & 0xFF)
+
+
+def element_to_float(element, code):
+    """Value of `code` of an element type (ElementType or its name: "nf4",
+    "int4", ...): the integer of the integer types, the float32 table value of
+    NF4 and bitsandbytes FP4."""
+    if isinstance(element, str):
+        element = ElementType[element.upper()]
+    return _lib.lib.nb_element_to_float(int(element), int(code) & 0xFF)
 
 
 def float_to_e2m1(x):
@@ -208,12 +224,36 @@ def _has_e8m0_scales(fmt):
 
 # ------------------------------------------------------- quantized weights
 
+# scale type -> the numpy dtype of a scales array (BF16 as uint16 bits)
+_SCALE_NP = {ScaleType.E4M3: np.uint8, ScaleType.E8M0: np.uint8, ScaleType.F16: np.float16,
+             ScaleType.BF16: np.uint16, ScaleType.F32: np.float32}
+
+
+def _scale_type(st, fmt):
+    """A scale type given as None (the format's default), a ScaleType or a
+    name ("f16", "bf16", "f32", "e4m3", "e8m0")."""
+    if st is None:
+        return ScaleType(_lib.FORMAT_INFO[fmt]["scale_type"])
+    if isinstance(st, str):
+        try:
+            return ScaleType[st.upper()]
+        except KeyError:
+            raise ValueError(f"nibble: unknown scale type {st!r}; expected one of "
+                             f"{[t.name.lower() for t in ScaleType]}") from None
+    return ScaleType(st)
+
+
 @dataclass
 class QuantizedWeight:
     """A weight in the checkpoint layout (what ModelOpt / compressed-tensors /
-    gpt-oss store): codes [n, k/2] uint8 (low nibble = even element), scales
-    [n, k/group] uint8 (E4M3 for NVFP4, E8M0 for MXFP4), and the FP32 tensor
-    scale (NVFP4 weight_scale_2; 1.0 for MXFP4)."""
+    gpt-oss store, and nibble's form of the AWQ / GPTQ / bitsandbytes ones):
+    codes uint8 [n, k*bits/8] (4 bits: [n, k/2], low nibble = even element),
+    scales [n, k/group] (uint8 E4M3 for NVFP4, E8M0 for MXFP4; float16,
+    uint16 = BF16 bits or float32 for the formats with such scales), zeros
+    uint8 [n, k/group] for a format with zero points (int4; None otherwise),
+    and the FP32 tensor scale (NVFP4 weight_scale_2; 1.0 for the others).
+    group (None: the format's default; k: one group per row) and scale_type
+    (None: the default; "f16", "bf16", ...) describe the choice."""
     codes: np.ndarray
     scales: np.ndarray
     tensor_scale: float
@@ -221,10 +261,13 @@ class QuantizedWeight:
     k: int
     format: str = "nvfp4"
     scale_rule: str = field(default=DEFAULT_SCALE_RULE)  # the MXFP4 rule used by quantize (informational)
+    group: Optional[int] = None
+    scale_type: Optional[str] = None
+    zeros: Optional[np.ndarray] = None
 
     @property
     def group_size(self):
-        return _GROUP[_format(self.format)]
+        return int(self.group) if self.group else _GROUP[_format(self.format)]
 
     def desc(self):
         """A validated nb_weight_desc (checkpoint layout) for this weight; also
@@ -232,19 +275,41 @@ class QuantizedWeight:
         fmt = _format(self.format)
         n, k = int(self.n), int(self.k)
         d = _lib.WeightDesc()
-        _lib.check(_lib.lib.nb_weight_desc_init(ctypes.byref(d), fmt, n, k))
+        _lib.lib.nb_weight_desc_init(ctypes.byref(d), fmt, n, k)  # (validated below, with the group chosen)
+        d.group_size = self.group_size
+        st = _scale_type(self.scale_type, fmt)
+        d.scale_type = st
+        _lib.check(_lib.lib.nb_weight_desc_validate(ctypes.byref(d)))
         d.tensor_scale = float(self.tensor_scale)
         d.scale_rule = _RULES.get(self.scale_rule, _RULES[DEFAULT_SCALE_RULE])
-        for name, arr, shape in (("codes", self.codes, (n, k // 2)), ("scales", self.scales, (n, k // d.group_size))):
-            if not isinstance(arr, np.ndarray) or arr.dtype != np.uint8:
-                raise TypeError(f"nibble: QuantizedWeight.{name} must be a numpy uint8 array")
+        info = _lib.FORMAT_INFO[fmt]
+        g = d.group_size
+        arrays = [("codes", self.codes, (n, k * info["element_bits"] // 8), np.uint8),
+                  ("scales", self.scales, (n, k // g), _SCALE_NP[st])]
+        if info["zero_point"]:
+            arrays.append(("zeros", self.zeros, (n, k // g), np.uint8))
+        elif self.zeros is not None:
+            raise ValueError(f"nibble: {_FORMAT_NAMES[fmt]} has no zero points; QuantizedWeight.zeros must be None")
+        for name, arr, shape, dt in arrays:
+            if not isinstance(arr, np.ndarray) or arr.dtype != dt:
+                raise TypeError(f"nibble: QuantizedWeight.{name} must be a numpy {np.dtype(dt).name} array for "
+                                f"{_FORMAT_NAMES[fmt]} with {st.name.lower()} scales")
             if arr.shape != shape:
                 raise ValueError(f"nibble: QuantizedWeight.{name} has shape {arr.shape}, expected {shape} "
                                  f"for {_FORMAT_NAMES[fmt]} n={n} k={k}")
         return d
 
     def _arrays(self):
-        return np.ascontiguousarray(self.codes), np.ascontiguousarray(self.scales)
+        zeros = np.ascontiguousarray(self.zeros) if self.zeros is not None else None
+        return np.ascontiguousarray(self.codes), np.ascontiguousarray(self.scales), zeros
+
+
+def _buffers(codes, scales, zeros):
+    """An nb_weight_buffers / nb_weight_data over the arrays (kept alive by the caller)."""
+    b = _lib.WeightBuffers()
+    b.codes, b.scales = codes.ctypes.data, scales.ctypes.data
+    b.zeros = zeros.ctypes.data if zeros is not None else None
+    return b
 
 
 @dataclass
@@ -260,19 +325,25 @@ class PackedWeight:
     scale_exp_max: int
 
 
-def weight_sizes(n, k, format="nvfp4"):
-    """nb_weight_get_sizes as a dict: codes_bytes, scales_bytes, packed_bytes, dense_elements."""
+def weight_sizes(n, k, format="nvfp4", group_size=None, scale_type=None):
+    """nb_weight_get_sizes_v2 as a dict: codes_bytes, scales_bytes,
+    zeros_bytes, packed_bytes, dense_elements (group_size and scale_type as
+    quantize takes them)."""
+    fmt = _format(format)
     d = _lib.WeightDesc()
-    _lib.check(_lib.lib.nb_weight_desc_init(ctypes.byref(d), _format(format), int(n), int(k)))
-    s = _lib.WeightSizes()
-    _lib.check(_lib.lib.nb_weight_get_sizes(ctypes.byref(d), ctypes.byref(s)))
-    return {name: getattr(s, name) for name, _ in s._fields_}
+    _lib.lib.nb_weight_desc_init(ctypes.byref(d), fmt, int(n), int(k))
+    d.group_size = int(group_size) if group_size else _GROUP[fmt]
+    d.scale_type = _scale_type(scale_type, fmt)
+    s = _lib.WeightSizesV2()
+    _lib.check(_lib.lib.nb_weight_get_sizes_v2(ctypes.byref(d), ctypes.byref(s)))
+    return {name: getattr(s, name) for name, _ in s._fields_ if name != "reserved"}
 
 
 _METHODS = {"rtn": 0, "mse": 1}  # nb_quant_method
 
 
-def quantize(w, format="nvfp4", scale_rule=None, tensor_scale=None, ctx=None, method="rtn"):
+def quantize(w, format="nvfp4", scale_rule=None, tensor_scale=None, ctx=None, group_size=None, scale_type=None,
+             method="rtn"):
     """Quantize a 2-D array W[n, k] (float32, float16 or uint16 = BF16 bits)
     with the host reference (nb_quantize_host).
 
@@ -286,14 +357,19 @@ def quantize(w, format="nvfp4", scale_rule=None, tensor_scale=None, ctx=None, me
     scale_rule "even" (default: Quark, compressed-tensors, and `nibble
     quantize`), "ocp" (the OCP specification's floor rule, llama.cpp) or
     "round_up" (triton_kernels; "round-up" too); MXFP4 has no tensor scale.
-    Non-finite elements raise nibble.Error (NB_ERR_INVALID_ARGUMENT)."""
+    The integer and bitsandbytes formats (int4 with zero points, int4_sym,
+    int8, nf4, bnb_fp4) round to nearest as docs/formats.md sections 4 and 5
+    say, with group_size (None: the format's default; k: one group per row)
+    and scale_type ("f16", "bf16"; nf4 / bnb_fp4 "f32") among those the
+    format accepts; method "mse" serves nvfp4 and mxfp4 only.  Non-finite
+    elements raise nibble.Error (NB_ERR_INVALID_ARGUMENT)."""
     fmt = _format(format)
     w = _as_array(w, "w")
     dt = _nb_dtype(w.dtype, "w")
     if w.ndim != 2:
         raise ValueError(f"nibble: w must be 2-D [n, k], got shape {w.shape}")
     n, k = w.shape
-    g = _GROUP[fmt]
+    g = int(group_size) if group_size else _GROUP[fmt]
     if n < 1 or k < 1 or k % g:
         raise ValueError(f"nibble: w has shape {w.shape}; {_FORMAT_NAMES[fmt]} needs n >= 1 and k a positive "
                          f"multiple of {g}")
@@ -311,30 +387,41 @@ def quantize(w, format="nvfp4", scale_rule=None, tensor_scale=None, ctx=None, me
     w = np.ascontiguousarray(w)
     ctx = ctx or default_context()
     d = _lib.WeightDesc()
-    _lib.check(_lib.lib.nb_weight_desc_init(ctypes.byref(d), fmt, n, k))
+    _lib.lib.nb_weight_desc_init(ctypes.byref(d), fmt, n, k)
+    st = _scale_type(scale_type, fmt)
+    d.group_size, d.scale_type = g, st
+    _lib.check(_lib.lib.nb_weight_desc_validate(ctypes.byref(d)))
     d.scale_rule = _RULES[rule]
     d.method = _METHODS[method]
     if tensor_scale is not None:
         d.tensor_scale = float(tensor_scale)
-    codes = np.empty((n, k // 2), dtype=np.uint8)
-    scales = np.empty((n, k // g), dtype=np.uint8)
-    ctx.check(_lib.lib.nb_quantize_host(ctx.ptr, ctypes.byref(d), dt, _ptr(w), _u8(codes), _u8(scales)))
+    info = _lib.FORMAT_INFO[fmt]
+    codes = np.empty((n, k * info["element_bits"] // 8), dtype=np.uint8)
+    scales = np.empty((n, k // g), dtype=_SCALE_NP[st])
+    zeros = np.empty((n, k // g), dtype=np.uint8) if info["zero_point"] else None
+    b = _buffers(codes, scales, zeros)
+    ctx.check(_lib.lib.nb_quantize_host_v2(ctx.ptr, ctypes.byref(d), dt, _ptr(w), ctypes.byref(b)))
     return QuantizedWeight(codes=codes, scales=scales, tensor_scale=float(d.tensor_scale), n=n, k=k,
-                           format=_FORMAT_NAMES[fmt], scale_rule=rule)
+                           format=_FORMAT_NAMES[fmt], scale_rule=rule,
+                           group=g if group_size else None, scale_type=st.name.lower() if scale_type else None,
+                           zeros=zeros)
 
 
 def dequantize(qw, dtype=np.float32, ctx=None):
-    """W[n, k] from a QuantizedWeight (nb_dequantize_host): value =
-    e2m1(code) * scale * tensor_scale computed in float32 and rounded once to
-    dtype (float32, float16, or np.uint16 / "bfloat16" for BF16 bits)."""
+    """W[n, k] from a QuantizedWeight (nb_dequantize_host_v2): value =
+    (element(code) - zero) * scale * tensor_scale computed in float32 (exact
+    for NVFP4, MXFP4 and the integer formats; one float32 rounding for the
+    bitsandbytes tables) and rounded to dtype (float32, float16, or np.uint16 /
+    "bfloat16" for BF16 bits)."""
     if not isinstance(qw, QuantizedWeight):
         raise TypeError(f"nibble: expected a QuantizedWeight, got {type(qw).__name__}")
     dt = _nb_dtype(dtype, "dequantize dtype")
     d = qw.desc()
-    codes, scales = qw._arrays()
+    codes, scales, zeros = qw._arrays()
     out = np.empty((qw.n, qw.k), dtype=_NP_OF[dt])
     ctx = ctx or default_context()
-    ctx.check(_lib.lib.nb_dequantize_host(ctx.ptr, ctypes.byref(d), _u8(codes), _u8(scales), dt, _ptr(out)))
+    b = _buffers(codes, scales, zeros)
+    ctx.check(_lib.lib.nb_dequantize_host_v2(ctx.ptr, ctypes.byref(d), ctypes.byref(b), dt, _ptr(out)))
     return out
 
 
@@ -345,9 +432,9 @@ def pack(qw, ctx=None):
     if not isinstance(qw, QuantizedWeight):
         raise TypeError(f"nibble: expected a QuantizedWeight, got {type(qw).__name__}")
     d = qw.desc()
-    s = _lib.WeightSizes()
-    _lib.check(_lib.lib.nb_weight_get_sizes(ctypes.byref(d), ctypes.byref(s)))
-    codes, scales = qw._arrays()
+    s = _lib.WeightSizesV2()
+    _lib.check(_lib.lib.nb_weight_get_sizes_v2(ctypes.byref(d), ctypes.byref(s)))
+    codes, scales, _ = qw._arrays()
     out = np.empty(s.packed_bytes, dtype=np.uint8)
     ctx = ctx or default_context()
     ctx.check(_lib.lib.nb_pack_host(ctx.ptr, ctypes.byref(d), _u8(codes), _u8(scales), _ptr(out), out.nbytes))
@@ -383,7 +470,8 @@ def gemm_reference(x, qw, bias=None, out_dtype=np.float32, ctx=None):
             raise ValueError(f"nibble: bias has shape {bias.shape}, expected ({qw.n},)")
         bias = np.ascontiguousarray(bias)
     d = qw.desc()
-    codes, scales = qw._arrays()
+    codes, scales, zeros = qw._arrays()
+    wb = _buffers(codes, scales, zeros)
     x = np.ascontiguousarray(x)
     g = _lib.GemmDesc()
     _lib.check(_lib.lib.nb_gemm_desc_init(ctypes.byref(g), ctypes.byref(d), m, act, out))
@@ -391,10 +479,10 @@ def gemm_reference(x, qw, bias=None, out_dtype=np.float32, ctx=None):
     bptr = _ptr(bias) if bias is not None else None
     ctx = ctx or default_context()
     if f64:
-        st = _lib.lib.nb_gemm_host_f64(ctx.ptr, ctypes.byref(g), _ptr(x), _u8(codes), _u8(scales), bptr,
-                                       y.ctypes.data_as(ctypes.POINTER(ctypes.c_double)))
+        st = _lib.lib.nb_gemm_host_f64_v2(ctx.ptr, ctypes.byref(g), _ptr(x), ctypes.byref(wb), bptr,
+                                          y.ctypes.data_as(ctypes.POINTER(ctypes.c_double)))
     else:
-        st = _lib.lib.nb_gemm_host(ctx.ptr, ctypes.byref(g), _ptr(x), _u8(codes), _u8(scales), bptr, _ptr(y))
+        st = _lib.lib.nb_gemm_host_v2(ctx.ptr, ctypes.byref(g), _ptr(x), ctypes.byref(wb), bptr, _ptr(y))
     ctx.check(st)
     return y
 

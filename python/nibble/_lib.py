@@ -69,6 +69,26 @@ class DType(enum.IntEnum):
 class ScaleType(enum.IntEnum):
     E4M3 = 1
     E8M0 = 2
+    F16 = 3
+    BF16 = 4
+    F32 = 5
+
+
+class ElementType(enum.IntEnum):
+    E2M1 = 1
+    UINT4 = 2
+    INT4 = 3
+    INT8 = 4
+    NF4 = 5
+    FP4_BNB = 6
+
+
+class ZeroType(enum.IntEnum):
+    NONE = 0
+    U8 = 1
+
+
+GROUPS_PER_CHANNEL = 1 << 30  # NB_GROUPS_PER_CHANNEL; the bit of group g (a power of two) is g itself
 
 
 class MxScaleRule(enum.IntEnum):
@@ -135,7 +155,10 @@ class FormatInfo(Structure):
         ("tensor_scale", c_int32),
         ("zero_point", c_int32),
         ("kernels", c_int32),
-        ("reserved", c_int32 * 6),
+        ("groups", c_int32),        # NB_GROUPS_* bits
+        ("scale_types", c_int32),   # NB_SCALE_BIT(t) bits
+        ("zero_type", c_int32),     # nb_zero_type
+        ("reserved", c_int32 * 3),
     ]
 
     def to_dict(self):
@@ -144,6 +167,10 @@ class FormatInfo(Structure):
         d["tensor_scale"] = bool(self.tensor_scale)
         d["zero_point"] = bool(self.zero_point)
         d["kernels"] = bool(self.kernels)
+        # the sets as lists: group sizes (and "k" for one group per row), scale type names
+        d["group_sizes"] = [g for g in (16, 32, 64, 128, 256, 512, 1024, 2048, 4096) if self.groups & g]
+        d["per_channel"] = bool(self.groups & GROUPS_PER_CHANNEL)
+        d["scale_type_names"] = [ScaleType(t).name.lower() for t in ScaleType if self.scale_types & (1 << t)]
         return d
 
 
@@ -172,6 +199,28 @@ class WeightSizes(Structure):
         ("scales_bytes", c_size_t),
         ("packed_bytes", c_size_t),
         ("dense_elements", c_size_t),
+    ]
+
+
+class WeightSizesV2(Structure):
+    """nb_weight_sizes_v2"""
+    _fields_ = [
+        ("codes_bytes", c_size_t),
+        ("scales_bytes", c_size_t),
+        ("zeros_bytes", c_size_t),
+        ("packed_bytes", c_size_t),
+        ("dense_elements", c_size_t),
+        ("reserved", c_int32 * 8),
+    ]
+
+
+class WeightBuffers(Structure):
+    """nb_weight_buffers (written) and nb_weight_data (read): the same layout"""
+    _fields_ = [
+        ("codes", c_void_p),
+        ("scales", c_void_p),
+        ("zeros", c_void_p),
+        ("reserved", c_void_p * 4),
     ]
 
 
@@ -229,6 +278,13 @@ _PROTOTYPES = [
     ("nb_weight_desc_init", c_int, [POINTER(WeightDesc), c_int, c_int64, c_int64]),
     ("nb_weight_desc_validate", c_int, [POINTER(WeightDesc)]),
     ("nb_weight_get_sizes", c_int, [POINTER(WeightDesc), POINTER(WeightSizes)]),
+    ("nb_weight_get_sizes_v2", c_int, [POINTER(WeightDesc), POINTER(WeightSizesV2)]),
+    ("nb_quantize_host_v2", c_int, [ContextP, POINTER(WeightDesc), c_int, c_void_p, POINTER(WeightBuffers)]),
+    ("nb_dequantize_host_v2", c_int, [ContextP, POINTER(WeightDesc), POINTER(WeightBuffers), c_int, c_void_p]),
+    ("nb_gemm_host_v2", c_int, [ContextP, POINTER(GemmDesc), c_void_p, POINTER(WeightBuffers), c_void_p, c_void_p]),
+    ("nb_gemm_host_f64_v2", c_int, [ContextP, POINTER(GemmDesc), c_void_p, POINTER(WeightBuffers), c_void_p,
+                                    POINTER(c_double)]),
+    ("nb_element_to_float", c_float, [c_int, c_uint8]),
     ("nb_quantize_host", c_int, [ContextP, POINTER(WeightDesc), c_int, c_void_p, _u8p, _u8p]),
     ("nb_quantize", c_int, [ContextP, POINTER(WeightDesc), c_int, c_void_p, c_void_p, c_void_p, c_void_p]),
     ("nb_quantize_staged", c_int, [ContextP, POINTER(WeightDesc), c_int, c_void_p, _u8p, _u8p, c_void_p]),
@@ -506,7 +562,8 @@ class CkptLayer(Structure):
         ("excluded", c_int),            # a config's exclude / ignore list names it
         ("excluded_by", c_char_p),      # the entry that does, or None
         ("excluded_src", c_int),        # nb_ckpt_source
-        ("reserved", c_int32 * 8),
+        ("k_permuted", c_int32),        # k reordered (act-order): activations need nb_ckpt_layer_perm
+        ("reserved", c_int32 * 7),
     ]
 
 
@@ -587,7 +644,11 @@ _IO_PROTOTYPES = [
     ("nb_ckpt_layer_at", c_int, [CkptP, c_size_t, POINTER(CkptLayer)]),
     ("nb_ckpt_get_config", c_int, [CkptP, POINTER(CkptConfig)]),
     ("nb_ckpt_layer_weight", c_int, [CkptP, c_size_t, c_int64, POINTER(WeightDesc), POINTER(_u8p), POINTER(_u8p)]),
+    ("nb_ckpt_layer_weight_v2", c_int, [CkptP, c_size_t, c_int64, POINTER(WeightDesc), POINTER(WeightBuffers),
+                                        POINTER(WeightSizesV2)]),
+    ("nb_ckpt_layer_perm", c_int, [CkptP, c_size_t, POINTER(c_int32), c_size_t]),
     ("nb_ckpt_quantize_opts_init", c_int, [POINTER(CkptQuantizeOpts)]),
+    ("nb_ckpt_quantize_formats", c_int, [POINTER(c_int), c_size_t, POINTER(c_size_t)]),
     ("nb_ckpt_quantize", c_int, [c_char_p, c_char_p, POINTER(CkptQuantizeOpts), POINTER(CkptQuantizeSummary)]),
 ]
 _IO_STRUCTS = {"nb_st_tensor": StTensor, "nb_ckpt_layer": CkptLayer, "nb_ckpt_config": CkptConfig,

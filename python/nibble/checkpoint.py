@@ -3,8 +3,9 @@ a Hugging Face style checkpoint (a .safetensors file, a directory with
 model.safetensors or a sharded index, or the index itself), list its files,
 tensors and linear layers with the format nibble's C reader detected for
 each (ModelOpt NVFP4, compressed-tensors NVFP4/MXFP4, Quark MXFP4, gpt-oss
-MXFP4, unquantized, or inconsistent with the reason), and read tensors and
-4-bit weights as numpy arrays.
+MXFP4, AWQ and GPTQ int4, compressed-tensors pack-quantized int4/int8,
+bitsandbytes NF4/FP4, unquantized, or inconsistent with the reason), and
+read tensors and quantized weights as numpy arrays.
 
     ck = nibble.open_checkpoint("Llama-3.1-8B-NVFP4/")
     for layer in ck.layers:                       # CheckpointLayer records
@@ -27,7 +28,7 @@ from typing import Optional, Tuple
 import numpy as np
 
 from . import _lib
-from . import DEFAULT_SCALE_RULE, QuantizedWeight, _FORMAT_NAMES, _RULE_NAMES, _RULES, _format, _rule_name
+from . import DEFAULT_SCALE_RULE, QuantizedWeight, _FORMAT_NAMES, _RULE_NAMES, _RULES, _SCALE_NP, _buffers, _format, _rule_name
 from ._lib import Error, Status
 
 __all__ = ["Checkpoint", "CheckpointLayer", "TensorInfo", "open_checkpoint", "quantize_checkpoint"]
@@ -57,8 +58,12 @@ class CheckpointLayer:
     """A linear layer as the C reader classified it (nb_ckpt_layer).
 
     format: "modelopt-nvfp4", "ct-nvfp4", "ct-mxfp4", "quark-mxfp4",
-    "gptoss-mxfp4", "none" (unquantized) or "inconsistent" (see `problem`).
-    quant_format: "nvfp4" / "mxfp4" for the 4-bit layers, else None.
+    "gptoss-mxfp4", "awq-int4", "gptq-int4", "ct-int4", "ct-int4-sym",
+    "ct-int8", "bnb-nf4", "bnb-fp4", "none" (unquantized) or "inconsistent"
+    (see `problem`).
+    quant_format: the library's format name ("nvfp4", "int4", "nf4", ...) for
+    the quantized layers, else None.  k_permuted: the layer's k is reordered
+    (act-order); Checkpoint.perm gives the activation permutation.
     n, k: out and in features (per expert); experts: gpt-oss expert count
     (0 for a dense layer); tensor_scale: NVFP4 weight_scale_2 (or the
     reciprocal of compressed-tensors' global scale), 1 for MXFP4."""
@@ -77,6 +82,7 @@ class CheckpointLayer:
     excluded: bool = False          # a config's exclude / ignore list names the layer
     excluded_by: str = ""           # the entry that does
     quant_format: Optional[str] = None  # the weight format the layout holds (nb_ckpt_format_weight)
+    k_permuted: bool = False
 
 
 class Checkpoint(_lib.Handle):
@@ -116,7 +122,7 @@ class Checkpoint(_lib.Handle):
                 decided_by=_lib.CKPT_SOURCES.get(L.decided_by, "unknown"), config_mismatch=bool(L.config_mismatch),
                 problem=L.problem.decode("utf-8", "replace"), excluded=bool(L.excluded),
                 excluded_by=L.excluded_by.decode("utf-8", "replace") if L.excluded_by else "",
-                quant_format=_quant_format(L.format)))
+                quant_format=_quant_format(L.format), k_permuted=bool(L.k_permuted)))
         self.layers = layers
         self._layer_by_prefix = {L.prefix: L for L in layers}
 
@@ -188,32 +194,58 @@ class Checkpoint(_lib.Handle):
         self._call(self._io.nb_ckpt_tensor_at, self._tensor_index[name], ctypes.byref(t), ctypes.byref(li))
         return _copy(t.data, t.bytes, dt, info.shape)
 
-    def quantized_weight(self, layer, expert=0):
-        """The 4-bit weight of a layer (prefix, index or CheckpointLayer) as a
-        nibble.QuantizedWeight in the checkpoint layout (codes [n, k/2],
-        scales [n, k/group], tensor scale), read through nb_ckpt_layer_weight.
-        ModelOpt and compressed-tensors NVFP4 both come back with the ModelOpt
-        tensor scale; `expert` selects a gpt-oss expert.  Unquantized or
-        inconsistent layers raise nibble.Error (NB_ERR_UNSUPPORTED)."""
+    def _index(self, layer):
         if isinstance(layer, CheckpointLayer):
-            index = layer.index
-        elif isinstance(layer, str):
-            index = self.layer(layer).index
-        elif isinstance(layer, int) and not isinstance(layer, bool):
-            index = layer
-        else:
-            raise TypeError(f"nibble: layer must be a prefix, an index or a CheckpointLayer, got "
-                            f"{type(layer).__name__}")
+            return layer.index
+        if isinstance(layer, str):
+            return self.layer(layer).index
+        if isinstance(layer, int) and not isinstance(layer, bool):
+            return layer
+        raise TypeError(f"nibble: layer must be a prefix, an index or a CheckpointLayer, got {type(layer).__name__}")
+
+    def quantized_weight(self, layer, expert=0):
+        """The quantized weight of a layer (prefix, index or CheckpointLayer)
+        as a nibble.QuantizedWeight in nibble's checkpoint layout (codes,
+        scales, zeros for int4, tensor scale), read through
+        nb_ckpt_layer_weight_v2: AWQ, GPTQ, compressed-tensors integers and
+        bitsandbytes layers come back converted, bit for bit as their
+        producers dequantize them; ModelOpt and compressed-tensors NVFP4 both
+        with the ModelOpt tensor scale; `expert` selects a gpt-oss expert.
+        Unquantized or inconsistent layers raise nibble.Error
+        (NB_ERR_UNSUPPORTED)."""
+        index = self._index(layer)
         d = _lib.WeightDesc()
-        codes, scales = _lib._u8p(), _lib._u8p()
-        _lib.check(self._io.nb_ckpt_layer_weight(self.ptr, index, int(expert), ctypes.byref(d), ctypes.byref(codes),
-                                                 ctypes.byref(scales)))
+        _lib.check(self._io.nb_ckpt_layer_weight_v2(self.ptr, index, int(expert), ctypes.byref(d), None, None))
         n, k, g = int(d.n), int(d.k), int(d.group_size)
-        fmt = _FORMAT_NAMES[_lib.Format(d.format)]
-        return QuantizedWeight(codes=_copy(codes, n * (k // 2), np.uint8, (n, k // 2)),
-                               scales=_copy(scales, n * (k // g), np.uint8, (n, k // g)),
-                               tensor_scale=float(d.tensor_scale), n=n, k=k, format=fmt,
-                               scale_rule=_RULE_NAMES.get(_lib.MxScaleRule(d.scale_rule), DEFAULT_SCALE_RULE))
+        fmt = _lib.Format(d.format)
+        info = _lib.FORMAT_INFO[fmt]
+        st = _lib.ScaleType(d.scale_type)
+        codes = np.empty((n, k * info["element_bits"] // 8), np.uint8)
+        scales = np.empty((n, k // g), _SCALE_NP[st])
+        zeros = np.empty((n, k // g), np.uint8) if info["zero_point"] else None
+        sz = _lib.WeightSizesV2(codes_bytes=codes.nbytes, scales_bytes=scales.nbytes,
+                                zeros_bytes=zeros.nbytes if zeros is not None else 0)
+        b = _buffers(codes, scales, zeros)
+        _lib.check(self._io.nb_ckpt_layer_weight_v2(self.ptr, index, int(expert), ctypes.byref(d), ctypes.byref(b),
+                                                    ctypes.byref(sz)))
+        default = g == info["group_size"] and st == info["scale_type"]
+        return QuantizedWeight(codes=codes, scales=scales, tensor_scale=float(d.tensor_scale), n=n, k=k,
+                               format=_FORMAT_NAMES[fmt],
+                               scale_rule=_RULE_NAMES.get(_lib.MxScaleRule(d.scale_rule), DEFAULT_SCALE_RULE),
+                               group=None if default else g, scale_type=None if default else st.name.lower(),
+                               zeros=zeros)
+
+    def perm(self, layer):
+        """The activation permutation of a layer (nb_ckpt_layer_perm): an int32
+        array p of length k with Y = X[:, p] . W^T for the weight
+        quantized_weight returns (the identity unless layer.k_permuted)."""
+        index = self._index(layer)
+        L = self.layers[index] if 0 <= index < len(self.layers) else None
+        count = L.k if L is not None and L.k > 0 else 0
+        out = np.empty(max(count, 1), np.int32)
+        _lib.check(self._io.nb_ckpt_layer_perm(self.ptr, index, out.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
+                                               count))
+        return out[:count]
 
     def summary(self):
         """{format name: number of layers}."""
@@ -233,8 +265,8 @@ class Checkpoint(_lib.Handle):
 
 
 def _quant_format(ckpt_format):
-    """"nvfp4" / "mxfp4" (the format's name in the library's table) for a
-    4-bit layout, None otherwise."""
+    """The format's name in the library's table ("nvfp4", "int4", "nf4", ...)
+    for a quantized layout, None otherwise."""
     f = _lib.ckpt_weight_format(ckpt_format)
     return _lib.FORMAT_INFO[f]["name"] if f is not None else None
 

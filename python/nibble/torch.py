@@ -149,13 +149,21 @@ def _weight_desc(n, k, fmt, tensor_scale, scale_exp_min, scale_exp_max):
 
 
 def _format_code(fmt):
+    """The Format of a name, Format or value that the GPU kernels serve
+    (this module is the GPU path: a format without kernels is refused by
+    name, never run another way)."""
     if isinstance(fmt, Format):
-        return fmt
-    if isinstance(fmt, str) and fmt.lower() in _FORMATS:
-        return _FORMATS[fmt.lower()]
-    if isinstance(fmt, int) and not isinstance(fmt, bool) and fmt in _lib.FORMAT_INFO:
-        return Format(fmt)
-    raise ValueError(f"nibble.torch: unknown format {fmt!r}; expected one of {', '.join(map(repr, _FORMATS))}")
+        code = fmt
+    elif isinstance(fmt, str) and fmt.lower() in _FORMATS:
+        code = _FORMATS[fmt.lower()]
+    elif isinstance(fmt, int) and not isinstance(fmt, bool) and fmt in _lib.FORMAT_INFO:
+        code = Format(fmt)
+    else:
+        raise ValueError(f"nibble.torch: unknown format {fmt!r}; expected one of {', '.join(map(repr, _FORMATS))}")
+    if not _lib.FORMAT_INFO[code]["kernels"]:
+        raise ValueError(f"nibble.torch: no GPU kernel serves {_FORMAT_NAMES[code]} yet (the host reference is "
+                         "nibble.quantize / nibble.dequantize on numpy arrays)")
+    return code
 
 
 @dataclass
@@ -755,6 +763,9 @@ def _load(model, ck, device, dtype, dequantize, strict):
             raise Error(_lib.Status.ERR_CORRUPT, "NB_ERR_CORRUPT", f"{ck.path}: layer {L.prefix}: {L.problem}")
         if L.quant_format is None:
             continue
+        if not _lib.FORMAT_INFO[_lib.format_from_name(L.quant_format)]["kernels"]:
+            raise Error(_lib.Status.ERR_UNSUPPORTED, "NB_ERR_UNSUPPORTED",
+                        f"{ck.path}: layer {L.prefix} is {L.format}: no GPU kernel serves {L.quant_format} yet")
         if L.experts:
             problems.append(f"{L.prefix}: {L.format} expert weights ({L.experts} experts) have no nn.Linear to go "
                             "into")

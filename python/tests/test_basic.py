@@ -183,10 +183,10 @@ def test_formats_follow_the_library_table():
     assert nibble.formats() == [f.name.lower() for f in nibble.Format]
     assert nibble.formats()[:2] == ["nvfp4", "mxfp4"] and nibble.Format.NVFP4 == 1 and nibble.Format.MXFP4 == 2
     assert nibble.format_info("nvfp4")["tensor_scale"] and not nibble.format_info("mxfp4")["tensor_scale"]
-    with pytest.raises(ValueError, match="int4"):
-        _lib.format_from_name("int4")
+    with pytest.raises(ValueError, match="int3"):
+        _lib.format_from_name("int3")
     with pytest.raises(ValueError, match="unknown format"):
-        nibble.format_info("int4")
+        nibble.format_info("int3")
     assert _lib.library_version == _lib.NB_VERSION == nibble.version()
 
 
@@ -196,7 +196,8 @@ def test_struct_layout_matches_c(tmp_path):
     structs = {"nb_device_info": _lib.DeviceInfo, "nb_build_info": _lib.BuildInfo,
                "nb_weight_desc": _lib.WeightDesc, "nb_weight_sizes": _lib.WeightSizes,
                "nb_gemm_desc": _lib.GemmDesc, "nb_gemm_config": _lib.GemmConfig,
-               "nb_format_info": _lib.FormatInfo}
+               "nb_format_info": _lib.FormatInfo, "nb_weight_sizes_v2": _lib.WeightSizesV2,
+               "nb_weight_buffers": _lib.WeightBuffers, "nb_weight_data": _lib.WeightBuffers}
     lines = ["#include <stdio.h>", "#include <stddef.h>", '#include "nibble.h"', "int main(void) {"]
     expect = []
     for cname, py in structs.items():
@@ -402,7 +403,7 @@ def test_library_errors_raise_nibble_error():
     with pytest.raises(nibble.Error, match="tensor_scale .* not a finite non-negative"):
         nibble.quantize(weights(2, 16, 0), tensor_scale=-1.0)
     with pytest.raises(nibble.Error) as e:             # raw binding, descriptor rejected by the C library
-        _lib.check(_lib.lib.nb_weight_desc_init(_lib.WeightDesc(), 7, 4, 16))
+        _lib.check(_lib.lib.nb_weight_desc_init(_lib.WeightDesc(), 42, 4, 16))
     assert e.value.status in (nibble.Status.ERR_UNSUPPORTED, nibble.Status.ERR_INVALID_ARGUMENT)
 
 
@@ -419,7 +420,7 @@ def test_argument_errors_raise_before_c():
     with pytest.raises(TypeError, match="numpy.ndarray"):
         nibble.quantize(w.tolist())
     with pytest.raises(ValueError, match="unknown format"):
-        nibble.quantize(w, "int4")
+        nibble.quantize(w, "int3")
     with pytest.raises(ValueError, match="scale_rule"):
         nibble.quantize(w, "mxfp4", scale_rule="nearest")
     with pytest.raises(ValueError, match="no tensor scale"):
@@ -487,3 +488,120 @@ def test_mse_method_never_worse_than_rtn(fmt, rule):
     assert em.sum() < er.sum()
     with pytest.raises(ValueError, match="method"):
         nibble.quantize(w, format=fmt, scale_rule=rule, method="gptq")
+    with pytest.raises(nibble.Error, match="MSE scale search serves the E2M1"):
+        nibble.quantize(w, format="int4", method="mse")
+
+
+# ------------------------------------------------ integer and bitsandbytes rows
+# numpy references from docs/formats.md sections 4.2 and 5.1 (float32
+# arithmetic as written there), never from the library.
+
+NF4 = np.array([-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453, -0.28444138169288635,
+                -0.18477343022823334, -0.09105003625154495, 0.0, 0.07958029955625534, 0.16093020141124725,
+                0.24611230194568634, 0.33791524171829224, 0.44070982933044434, 0.5626170039176941,
+                0.7229568362236023, 1.0], np.float32)
+BNB_FP4 = (np.array([0, 0.0625, 8, 12, 4, 6, 2, 3, 0, -0.0625, -8, -12, -4, -6, -2, -3], np.float32)
+           / np.float32(12))
+
+
+def np_int_quantize(w, g, zero_points, bits=4):
+    """AWQ / GPTQ (zero points) or GPTQ / compressed-tensors symmetric round to
+    nearest with F16 scales: codes (signed or unsigned ints), scales (float16),
+    zeros."""
+    n, k = w.shape
+    b = w.astype(np.float32).reshape(n, k // g, g)
+    levels = np.float32(2 ** bits - 1)
+    if zero_points:
+        lo = np.minimum(b.min(-1), 0).astype(np.float32)
+        hi = np.maximum(b.max(-1), 0).astype(np.float32)
+        s = ((hi - lo) / levels).astype(np.float16)
+    else:
+        s = (np.abs(b).max(-1) / (levels / np.float32(2))).astype(np.float16)
+    s[s == 0] = 1
+    sf = s.astype(np.float32)[..., None]
+    if zero_points:
+        z = np.minimum(np.rint(-lo[..., None] / sf), levels)
+        q = np.clip(np.rint(b / sf) + z, 0, levels)
+        return q.reshape(n, k).astype(np.int64), s, z[..., 0].astype(np.uint8)
+    half = 2 ** (bits - 1)
+    q = np.clip(np.rint(b / sf), -half, half - 1)
+    return q.reshape(n, k).astype(np.int64), s, None
+
+
+def unpack4(codes, signed=False):
+    lo, hi = codes & 15, codes >> 4
+    q = np.stack([lo, hi], -1).reshape(codes.shape[0], -1).astype(np.int64)
+    return np.where(q >= 8, q - 16, q) if signed else q
+
+
+def test_format_rows_and_sets():
+    rows = {f: nibble.format_info(f) for f in nibble.formats()}
+    assert nibble.formats() == ["nvfp4", "mxfp4", "int4", "int4_sym", "int8", "nf4", "bnb_fp4"]
+    assert nibble.Format.INT4 == 3 and nibble.Format.BNB_FP4 == 7
+    assert rows["int4"]["zero_point"] and rows["int4"]["zero_type"] == 1 and not rows["int4"]["kernels"]
+    assert rows["int4"]["group_sizes"] == [32, 64, 128] and rows["int4"]["per_channel"]
+    assert rows["int4_sym"]["scale_type_names"] == ["f16", "bf16"] and rows["nf4"]["scale_type_names"] == ["f32"]
+    assert rows["nf4"]["group_size"] == 64 and rows["nf4"]["group_sizes"][-1] == 4096 and not rows["nf4"]["per_channel"]
+    assert rows["nvfp4"]["group_sizes"] == [16] and rows["mxfp4"]["scale_type_names"] == ["e8m0"]
+    assert [nibble.element_to_float("nf4", c) for c in range(16)] == NF4.tolist()
+    assert [nibble.element_to_float("fp4_bnb", c) for c in range(16)] == BNB_FP4.tolist()
+    assert nibble.element_to_float("int4", 9) == -7 and nibble.element_to_float("int8", 200) == -56
+
+
+@pytest.mark.parametrize("fmt,g", [("int4", 32), ("int4", 128), ("int4_sym", 64), ("int8", 128), ("int4", 256)])
+def test_int_quantize_matches_numpy(fmt, g):
+    w = weights(12, 256, seed=3)
+    qw = nibble.quantize(w, fmt, group_size=g)
+    q, s, z = np_int_quantize(w, g, fmt == "int4", 8 if fmt == "int8" else 4)
+    np.testing.assert_array_equal(qw.scales, s)
+    if fmt == "int8":
+        np.testing.assert_array_equal(qw.codes.view(np.int8), q)
+    else:
+        np.testing.assert_array_equal(unpack4(qw.codes, signed=fmt == "int4_sym"), q)
+    if z is not None:
+        np.testing.assert_array_equal(qw.zeros, z)
+    # dequantize: (q - z) * s exactly, then float16 rounds it once (PyTorch's half arithmetic)
+    zz = np.repeat(z.astype(np.int64), g, 1) if z is not None else 0
+    want = ((q - zz) * np.repeat(s.astype(np.float64), g, 1)).astype(np.float32)
+    np.testing.assert_array_equal(nibble.dequantize(qw), want)
+    np.testing.assert_array_equal(nibble.dequantize(qw, np.float16), want.astype(np.float16))
+    x = weights(3, 256, seed=4)
+    np.testing.assert_allclose(nibble.gemm_reference(x, qw, out_dtype=np.float64),
+                               x.astype(np.float64) @ want.T.astype(np.float64), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("fmt", ["nf4", "bnb_fp4"])
+def test_bnb_quantize_matches_numpy(fmt):
+    table = NF4 if fmt == "nf4" else BNB_FP4
+    order = np.argsort(table, kind="stable")
+    bounds = ((table[order[:-1]] + table[order[1:]]) / np.float32(2)).astype(np.float32)
+    w = weights(6, 256, seed=5)
+    qw = nibble.quantize(w, fmt)
+    b = w.reshape(-1, 64)
+    absmax = np.abs(b).max(-1)
+    x = np.clip(b * (np.float32(1) / np.maximum(absmax, np.float32(1e-38)))[:, None], -1, 1)
+    codes = order[np.searchsorted(bounds, x, side="left")].reshape(6, 256)
+    np.testing.assert_array_equal(qw.scales.reshape(-1), absmax)
+    np.testing.assert_array_equal(unpack4(qw.codes), codes)
+    want = (table[codes] * np.repeat(absmax.reshape(6, 4), 64, 1)).astype(np.float32)
+    np.testing.assert_array_equal(nibble.dequantize(qw), want)
+
+
+def test_int_formats_errors():
+    w = weights(4, 128, seed=1)
+    with pytest.raises(nibble.Error) as e:
+        nibble.quantize(w, "int4", group_size=16)
+    assert e.value.status == nibble.Status.ERR_UNSUPPORTED and "32, 64, 128" in e.value.message
+    with pytest.raises(nibble.Error, match="takes scale type"):
+        nibble.quantize(w, "int4", scale_type="f32")
+    with pytest.raises(ValueError, match="unknown scale type"):
+        nibble.quantize(w, "int4", scale_type="fp16")
+    qw = nibble.quantize(w, "int4")
+    with pytest.raises(nibble.Error) as e:
+        nibble.pack(qw)
+    assert e.value.status == nibble.Status.ERR_UNSUPPORTED and "int4 has no packed layout" in e.value.message
+    bad = nibble.QuantizedWeight(qw.codes, qw.scales, 1.0, 4, 128, "int4")  # zeros missing
+    with pytest.raises(TypeError, match="zeros"):
+        nibble.dequantize(bad)
+    with pytest.raises(nibble.Error, match="overflows|beyond f16"):
+        nibble.quantize(w * np.float32(1e6), "int4")

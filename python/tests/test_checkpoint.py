@@ -225,7 +225,10 @@ def test_errors(tmp_path):
     with pytest.raises(ValueError, match="scale_rule"):
         nibble.quantize_checkpoint(str(tmp_path / "bf16"), str(tmp_path / "o"), format="mxfp4", scale_rule="up")
     with pytest.raises(ValueError, match="format"):
+        nibble.quantize_checkpoint(str(tmp_path / "bf16"), str(tmp_path / "o"), format="int3")
+    with pytest.raises(nibble.Error) as e:  # a format without a checkpoint layout nibble writes
         nibble.quantize_checkpoint(str(tmp_path / "bf16"), str(tmp_path / "o"), format="int4")
+    assert e.value.status == nibble.Status.ERR_UNSUPPORTED and "int4" in e.value.message
     with pytest.raises(ValueError, match="device"):
         nibble.quantize_checkpoint(str(tmp_path / "bf16"), str(tmp_path / "o"), device="tpu")
     if nibble.device_count() == 0:
@@ -332,7 +335,8 @@ def test_enum_names_match_the_c_library():
     library refuses the first value past each (append-only enums)."""
     io = _lib.io_lib()
     assert _lib.CKPT_FORMATS == {0: "none", 1: "modelopt-nvfp4", 2: "ct-nvfp4", 3: "ct-mxfp4", 4: "quark-mxfp4",
-                                 5: "gptoss-mxfp4", 6: "inconsistent"}
+                                 5: "gptoss-mxfp4", 6: "inconsistent", 7: "awq-int4", 8: "gptq-int4", 9: "ct-int4",
+                                 10: "ct-int4-sym", 11: "ct-int8", 12: "bnb-nf4", 13: "bnb-fp4"}
     assert _lib.CKPT_SOURCES == {0: "tensors", 1: "hf_quant_config.json", 2: "config.json"}
     assert _lib.CKPT_DEVICES == {"auto": 0, "cpu": 1, "gpu": 2}
     assert len(_lib.ST_DTYPES) == 22 and _lib.ST_DTYPES[2] == "U8" and _lib.ST_DTYPES[12] == "BF16"
@@ -344,7 +348,8 @@ def test_enum_names_match_the_c_library():
     # the weight format of each layout, from the library
     assert {v: _lib.ckpt_weight_format(v) for v in _lib.CKPT_FORMATS} == {
         0: None, 1: nibble.Format.NVFP4, 2: nibble.Format.NVFP4, 3: nibble.Format.MXFP4, 4: nibble.Format.MXFP4,
-        5: nibble.Format.MXFP4, 6: None}
+        5: nibble.Format.MXFP4, 6: None, 7: nibble.Format.INT4, 8: nibble.Format.INT4, 9: nibble.Format.INT4,
+        10: nibble.Format.INT4_SYM, 11: nibble.Format.INT8, 12: nibble.Format.NF4, 13: nibble.Format.BNB_FP4}
     assert nibble.version() == _lib.NB_VERSION
 
 
@@ -367,3 +372,44 @@ def test_io_bad_input_sets_the_thread_message(tmp_path):
     summary = _lib.CkptQuantizeSummary()
     st = io.nb_ckpt_quantize(b"in", str(tmp_path / "o").encode(), ctypes.byref(opts), ctypes.byref(summary))
     assert st == nibble.Status.ERR_INVALID_ARGUMENT and "reserved" in nibble.last_error()
+
+
+# ------------------------------------------ AWQ, GPTQ, compressed-tensors, bitsandbytes
+# written here with the packing formulas of docs/formats.md sections 4.3 and 5
+
+def test_awq_and_bnb_checkpoints(tmp_path):
+    rng = np.random.default_rng(7)
+    n, k, g = 16, 128, 64
+    q = rng.integers(0, 16, (n, k))
+    z = rng.integers(0, 16, (n, k // g))
+    s = (rng.random((k // g, n)) + 0.5).astype(np.float16)          # AWQ scales [K/G, N]
+    order = [0, 2, 4, 6, 1, 3, 5, 7]                                   # physical nibble i holds column order[i]
+    qweight = np.zeros((k, n // 8), np.uint32)
+    qzeros = np.zeros((k // g, n // 8), np.uint32)
+    for i, col in enumerate(order):
+        qweight |= (q.T[:, col::8].astype(np.uint32) << (4 * i))
+        qzeros |= (z.T[:, col::8].astype(np.uint32) << (4 * i))
+    ne = n * k
+    c = rng.integers(0, 16, ne)
+    absmax = (rng.random(ne // 64) * 2).astype(np.float32)
+    packed = ((c[0::2] << 4) | c[1::2]).astype(np.uint8).reshape(-1, 1)
+    NF4 = np.array([-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453, -0.28444138169288635,
+                    -0.18477343022823334, -0.09105003625154495, 0.0, 0.07958029955625534, 0.16093020141124725,
+                    0.24611230194568634, 0.33791524171829224, 0.44070982933044434, 0.5626170039176941,
+                    0.7229568362236023, 1.0], np.float32)
+    state = json.dumps({"quant_type": "nf4", "blocksize": 64, "dtype": "bfloat16", "shape": [n, k]}).encode()
+    write_safetensors(tmp_path / "model.safetensors", {
+        "a.qweight": ("I32", qweight.view(np.int32)), "a.qzeros": ("I32", qzeros.view(np.int32)),
+        "a.scales": ("F16", s),
+        "b.weight": ("U8", packed), "b.weight.absmax": ("F32", absmax), "b.weight.quant_map": ("F32", NF4),
+        "b.weight.quant_state.bitsandbytes__nf4": ("U8", np.frombuffer(state, np.uint8))})
+    with nibble.open_checkpoint(tmp_path / "model.safetensors") as ck:
+        assert {L.prefix: (L.format, L.quant_format) for L in ck.layers} == {
+            "a": ("awq-int4", "int4"), "b": ("bnb-nf4", "nf4")}
+        qa, qb = ck.quantized_weight("a"), ck.quantized_weight("b")
+        assert qa.zeros.shape == (n, k // g) and qb.scales.dtype == np.float32 and not ck.layer("a").k_permuted
+        np.testing.assert_array_equal(ck.perm("a"), np.arange(k))
+    want_a = ((q - np.repeat(z, g, 1)) * np.repeat(s.T.astype(np.float64), g, 1)).astype(np.float32)
+    np.testing.assert_array_equal(nibble.dequantize(qa), want_a)
+    want_b = (NF4[c] * np.repeat(absmax, 64)).astype(np.float32).reshape(n, k)
+    np.testing.assert_array_equal(nibble.dequantize(qb), want_b)

@@ -248,6 +248,23 @@ def test_load_argument_errors(checkpoints):
 
 @io
 @hf
+def test_load_refuses_formats_without_kernels(tmp_path):
+    """An AWQ layer (int4 with zero points) is refused by name: no GPU kernel
+    serves it, and nothing slower runs in its place."""
+    n, k = 64, 64
+    write_safetensors(tmp_path / "model.safetensors", {
+        "model.layers.0.mlp.down_proj.qweight": ("I32", np.zeros((k, n // 8), np.int32)),
+        "model.layers.0.mlp.down_proj.qzeros": ("I32", np.zeros((1, n // 8), np.int32)),
+        "model.layers.0.mlp.down_proj.scales": ("F16", np.ones((1, n), np.float16))})
+    for dq in (True, False):
+        with pytest.raises(nibble.Error) as e:  # (an explicit device: no CUDA call before the refusal)
+            nt.load_quantized(meta_model(), str(tmp_path), dequantize=dq, device="cpu" if dq else "cuda:0")
+        assert e.value.status == nibble.Status.ERR_UNSUPPORTED
+        assert "awq-int4: no GPU kernel serves int4 yet" in e.value.message
+
+
+@io
+@hf
 def test_load_compressed_tensors_layout(tmp_path, checkpoints):
     """The ModelOpt checkpoint rewritten as compressed-tensors nvfp4
     (weight_packed, weight_global_scale = 1 / weight_scale_2) loads to the

@@ -121,7 +121,7 @@ def test_errors_before_c():
     with pytest.raises(ValueError, match="multiple of 32"):
         _op(x, k=K + 16, fmt=2)                                   # MXFP4 group is 32
     with pytest.raises(ValueError, match="unknown format"):
-        _op(x, fmt=7)
+        _op(x, fmt=42)
     with pytest.raises(TypeError, match="must match x"):
         _op(x, bias=torch.zeros(N, dtype=torch.float16))
     with pytest.raises(ValueError, match="bias has shape"):
@@ -140,6 +140,8 @@ def test_errors_before_c():
     with pytest.raises(ValueError, match="2-D"):
         nt.quantize(torch.zeros(K))
     with pytest.raises(ValueError, match="unknown format"):
+        nt.quantize(torch.zeros(4, K), format="int3")
+    with pytest.raises(ValueError, match="no GPU kernel serves int4 yet"):
         nt.quantize(torch.zeros(4, K), format="int4")
     with pytest.raises(ValueError, match="not a CUDA device"):
         nt.quantize(torch.zeros(4, K), device="cpu")

@@ -46,10 +46,11 @@ extern "C" nb_status nbc_smem_opt_in(nb_context *ctx, const void *fn, size_t byt
  * unknown format does not compile. */
 template <int FMT>
 struct nbc_fmt;
-#define NBC_X_FMT(NAME, value, str, elem, bits, grp, st, sbytes, ts, zp)                          \
+#define NBC_X_FMT(NAME, value, str, elem, bits, grp, grps, st, sts, sbytes, ts, zp)              \
     template <>                                                                                   \
     struct nbc_fmt<value> {                                                                       \
         static constexpr int element = elem, element_bits = bits, group = grp, scale_type = st;   \
+        static constexpr int groups = grps, scale_types = sts;                                    \
         static constexpr int scale_bytes = sbytes, tensor_scale = ts, zero_point = zp;           \
         static constexpr int chunk_scale_bytes = NBI_CHUNK_ROWS * NBI_CHUNK_K / grp * sbytes;     \
         static constexpr int lane_scale_bytes = chunk_scale_bytes / 32; /* per lane of a warp */ \

@@ -26,6 +26,7 @@ typedef struct layer_rec {
     nb_ckpt_layer pub;
     char *prefix;
     int64_t codes_t, scales_t; /* tensor indices of the codes and block scales; -1 if none */
+    nbio_conv *cv;             /* a layout converted when read (ckpt_int.c); NULL for the others */
 } layer_rec;
 
 /* One exclude-list entry: a shell wildcard or, after "re:", a regex. */
@@ -56,6 +57,7 @@ struct nb_ckpt {
     excl_rec *ex;             /* exclude / ignore entries of the configs */
     size_t nex;
     char config_note[1024];   /* entries that could not be used; "" when none */
+    nbio_qcfg qcfg;           /* what the config says of integer and bitsandbytes layers */
 };
 
 /* The directory part of a file path ("." when there is none). */
@@ -89,6 +91,14 @@ static const struct ckpt_layout {
     {NB_CKPT_QUARK_MXFP4, "quark-mxfp4", NB_FORMAT_MXFP4, NB_MX_SCALE_EVEN},
     {NB_CKPT_GPTOSS_MXFP4, "gptoss-mxfp4", NB_FORMAT_MXFP4, NB_MX_SCALE_ROUND_UP},
     {NB_CKPT_INCONSISTENT, "inconsistent", (nb_format)0, NB_MX_SCALE_OCP},
+    /* converted when read (ckpt_int.c): */
+    {NB_CKPT_AWQ_INT4, "awq-int4", NB_FORMAT_INT4, NB_MX_SCALE_OCP},
+    {NB_CKPT_GPTQ_INT4, "gptq-int4", NB_FORMAT_INT4, NB_MX_SCALE_OCP},
+    {NB_CKPT_CT_INT4, "ct-int4", NB_FORMAT_INT4, NB_MX_SCALE_OCP},
+    {NB_CKPT_CT_INT4_SYM, "ct-int4-sym", NB_FORMAT_INT4_SYM, NB_MX_SCALE_OCP},
+    {NB_CKPT_CT_INT8, "ct-int8", NB_FORMAT_INT8, NB_MX_SCALE_OCP},
+    {NB_CKPT_BNB_NF4, "bnb-nf4", NB_FORMAT_NF4, NB_MX_SCALE_OCP},
+    {NB_CKPT_BNB_FP4, "bnb-fp4", NB_FORMAT_BNB_FP4, NB_MX_SCALE_OCP},
 };
 #define N_LAYOUTS (sizeof k_layouts / sizeof k_layouts[0])
 
@@ -155,16 +165,7 @@ static const char *json_str(const cJSON *o, const char *key) {
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
-static int ieq(const char *a, const char *b) {
-    if (!a) return 0;
-    for (; *a && *b; a++, b++) {
-        char x = *a, y = *b;
-        if (x >= 'A' && x <= 'Z') x = (char)(x - 'A' + 'a');
-        if (y >= 'A' && y <= 'Z') y = (char)(y - 'A' + 'a');
-        if (x != y) return 0;
-    }
-    return *a == *b;
-}
+#define ieq nbio_ieq
 
 /* A ModelOpt quant_algo as a layout: only the NVFP4 weight variants map. */
 static nb_ckpt_format algo_format(const char *algo) {
@@ -363,9 +364,13 @@ static nb_status configs_from_json(nb_ckpt *c, const cJSON *hf, const cJSON *cfg
         st = nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
         goto done;
     }
+    const nb_ckpt_format qd = nbio_qcfg_read(qc, &c->qcfg); /* awq, gptq, ct pack-quantized, bitsandbytes */
     if (hf_algo && algo_format(hf_algo) != NB_CKPT_NONE) {
         c->declared = algo_format(hf_algo);
         c->declared_src = NB_CKPT_SRC_HF_QUANT_CONFIG;
+    } else if (qd != NB_CKPT_NONE) {
+        c->declared = qd;
+        c->declared_src = NB_CKPT_SRC_CONFIG_JSON;
     } else if (method) {
         nb_ckpt_format d = NB_CKPT_NONE;
         if (ieq(method, "modelopt")) d = algo_format(algo);
@@ -523,6 +528,7 @@ static int check_2d(layer_rec *L, const nb_st_tensor *w, const nb_st_tensor *s, 
 
 static nb_status classify_packed(nb_ckpt *c, size_t ti) { /* P.weight_packed: compressed-tensors */
     const nb_st_tensor *w = &c->t[ti];
+    if (w->dtype == NB_ST_I32) return nbio_classify_ct_int(c, ti); /* pack-quantized integers */
     size_t plen = strlen(w->name) - strlen(".weight_packed");
     layer_rec *L;
     nb_status st = add_layer(c, w->name, plen, &L);
@@ -576,9 +582,12 @@ static nb_status classify_weight(nb_ckpt *c, size_t ti, const char *suffix) {
     int64_t jp = find_member(c, prefix, ".weight_packed", &oom);
     int64_t j2 = find_member(c, prefix, ".weight_scale_2", &oom);
     int64_t ji = find_member(c, prefix, ".input_scale", &oom);
+    int64_t jq = find_member(c, prefix, ".weight.quant_state.bitsandbytes__nf4", &oom);
+    if (jq < 0) jq = find_member(c, prefix, ".weight.quant_state.bitsandbytes__fp4", &oom);
     free(prefix);
     if (oom) return NB_ERR_OUT_OF_MEMORY;
     if (jp >= 0) return NB_OK; /* a compressed-tensors layer; classify_packed owns it */
+    if (jq >= 0) return !strcmp(suffix, ".weight") ? nbio_classify_bnb(c, ti, jq) : NB_OK; /* bitsandbytes */
     if (!strcmp(suffix, ".weight_scale") && jw >= 0) return NB_OK; /* anchored at P.weight */
     int quant = js >= 0 || (jw >= 0 && c->t[jw].dtype == NB_ST_U8);
     if (!quant && !(jw >= 0 && is_float(c->t[jw].dtype) && c->t[jw].rank == 2)) return NB_OK; /* not a linear */
@@ -673,6 +682,7 @@ static nb_status classify(nb_ckpt *c) {
     for (size_t i = 0; i < c->ntensors && st == NB_OK; i++) {
         const char *nm = c->t[i].name;
         if (nbio_ends_with(nm, ".weight_packed")) st = classify_packed(c, i);
+        else if (nbio_ends_with(nm, ".qweight")) st = nbio_classify_qweight(c, i); /* AWQ, GPTQ */
         else if (nbio_ends_with(nm, ".weight")) st = classify_weight(c, i, ".weight");
         else if (nbio_ends_with(nm, ".weight_scale")) st = classify_weight(c, i, ".weight_scale");
         else if (nbio_ends_with(nm, "_blocks")) st = classify_blocks(c, i, "_blocks", 1);
@@ -846,7 +856,10 @@ nb_status nb_ckpt_close(nb_ckpt *c) {
     free(c->file_bytes);
     free(c->t);
     free(c->t_layer);
-    for (size_t i = 0; i < c->nlayers; i++) free(c->layers[i].prefix);
+    for (size_t i = 0; i < c->nlayers; i++) {
+        free(c->layers[i].prefix);
+        free(c->layers[i].cv);
+    }
     free(c->layers);
     for (size_t i = 0; i < c->nex; i++) {
         if (c->ex[i].is_re && c->ex[i].usable) regfree(&c->ex[i].re);
@@ -1021,6 +1034,9 @@ nb_status nb_ckpt_layer_weight(const nb_ckpt *c, size_t i, int64_t expert, nb_we
     if (f == NB_CKPT_NONE || f == NB_CKPT_INCONSISTENT)
         return nbi_fail(NULL, NB_ERR_UNSUPPORTED, "%s: %s layer has no 4-bit weight%s%s", L->prefix,
                         fmt_name(f), L->pub.problem[0] ? ": " : "", L->pub.problem);
+    if (L->cv)
+        return nbi_fail(NULL, NB_ERR_UNSUPPORTED, "%s: a %s layer is converted when read, into buffers of the "
+                        "caller's: use nb_ckpt_layer_weight_v2", L->prefix, fmt_name(f));
     int64_t ne = f == NB_CKPT_GPTOSS_MXFP4 ? L->pub.experts : 1;
     if (expert < 0 || expert >= ne)
         return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s: expert %lld out of range [0, %lld)", L->prefix,
@@ -1042,3 +1058,69 @@ nb_status nb_ckpt_layer_weight(const nb_ckpt *c, size_t i, int64_t expert, nb_we
     *scales = (const uint8_t *)ts->data + (size_t)expert * sz.scales_bytes;
     return NB_OK;
 }
+
+nb_status nb_ckpt_layer_weight_v2(const nb_ckpt *c, size_t i, int64_t expert, nb_weight_desc *desc,
+                                  const nb_weight_buffers *out, const nb_weight_sizes_v2 *capacity) {
+    static const char fn[] = "nb_ckpt_layer_weight_v2";
+    NEED(c && desc && (!out || capacity), fn);
+    IN_RANGE(i, c->nlayers, "layer", fn);
+    const layer_rec *L = &c->layers[i];
+    if (L->cv) {
+        if (expert != 0)
+            return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s: expert %lld out of range [0, 1)", L->prefix,
+                            (long long)expert);
+        return nbio_conv_read(c, L->prefix, L->cv, L->pub.n, L->pub.k, desc, out, capacity);
+    }
+    const uint8_t *codes = NULL, *scales = NULL; /* the zero-copy layouts: copied */
+    nb_status st = nb_ckpt_layer_weight(c, i, expert, desc, &codes, &scales);
+    if (st != NB_OK || !out) return st;
+    nb_weight_sizes sz;
+    if ((st = nb_weight_get_sizes(desc, &sz)) != NB_OK) return nbi_fail(NULL, st, "%s: %s", L->prefix, nb_last_error());
+    if (!out->codes || !out->scales) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "%s: codes and scales must not be NULL", fn);
+    if (out->zeros || out->reserved[0] || out->reserved[1] || out->reserved[2] || out->reserved[3])
+        return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "%s: a %s layer has no zero points (zeros and the reserved "
+                        "pointers must be NULL)", fn, fmt_name(L->pub.format));
+    if (capacity->codes_bytes < sz.codes_bytes || capacity->scales_bytes < sz.scales_bytes)
+        return nbi_fail(NULL, NB_ERR_BUFFER_TOO_SMALL, "%s: %s needs %zu code and %zu scale bytes, the buffers hold "
+                        "%zu and %zu", fn, L->prefix, sz.codes_bytes, sz.scales_bytes, capacity->codes_bytes,
+                        capacity->scales_bytes);
+    memcpy(out->codes, codes, sz.codes_bytes);
+    memcpy(out->scales, scales, sz.scales_bytes);
+    return NB_OK;
+}
+
+/* ------------------------------------------------------------ services to ckpt_int.c */
+
+const nb_st_tensor *nbio_ck_tensor(const nb_ckpt *c, int64_t j) { return j >= 0 ? &c->t[j] : NULL; }
+
+int64_t nbio_ck_member(const nb_ckpt *c, const char *prefix, const char *suffix, int *oom) {
+    return find_member(c, prefix, suffix, oom);
+}
+
+nb_status nbio_ck_add_layer(nb_ckpt *c, const char *name, size_t plen, size_t *li) {
+    layer_rec *L;
+    nb_status st = add_layer(c, name, plen, &L);
+    if (st == NB_OK) *li = c->nlayers - 1;
+    return st;
+}
+
+void nbio_ck_own(nb_ckpt *c, int64_t j, size_t li) { own(c, j, li); }
+nb_ckpt_layer *nbio_ck_pub(nb_ckpt *c, size_t li) { return &c->layers[li].pub; }
+const char *nbio_ck_prefix(const nb_ckpt *c, size_t li) { return c->layers[li].prefix; }
+
+void nbio_ck_bad(nb_ckpt *c, size_t li, const char *fmt, ...) {
+    nb_ckpt_layer *p = &c->layers[li].pub;
+    p->format = NB_CKPT_INCONSISTENT;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->problem, sizeof p->problem, fmt, ap);
+    va_end(ap);
+}
+
+void nbio_ck_set_conv(nb_ckpt *c, size_t li, nbio_conv *cv) {
+    free(c->layers[li].cv);
+    c->layers[li].cv = cv;
+}
+
+const nbio_conv *nbio_ck_conv(const nb_ckpt *c, size_t li) { return li < c->nlayers ? c->layers[li].cv : NULL; }
+const nbio_qcfg *nbio_ck_qcfg(const nb_ckpt *c) { return &c->qcfg; }

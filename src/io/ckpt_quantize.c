@@ -64,6 +64,16 @@ nb_status nb_ckpt_quantize_opts_init(nb_ckpt_quantize_opts *o) {
     return NB_OK;
 }
 
+nb_status nb_ckpt_quantize_formats(nb_format *formats, size_t max, size_t *count) {
+    if (!count || (!formats && max))
+        return nbi_fail(NULL, NB_ERR_NULL_POINTER,
+                        "nb_ckpt_quantize_formats: count (and formats when max > 0) must not be NULL");
+    const size_t n = sizeof k_out_layouts / sizeof k_out_layouts[0];
+    for (size_t i = 0; i < n && i < max; i++) formats[i] = k_out_layouts[i].format;
+    *count = n;
+    return NB_OK;
+}
+
 static const char *const k_device_names[] = {"auto", "cpu", "gpu"}; /* by nb_ckpt_device value */
 
 nb_status nb_ckpt_device_name(nb_ckpt_device d, const char **name) {

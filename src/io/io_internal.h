@@ -24,6 +24,8 @@ NB_INTERNAL char *nbio_strdup(const char *s);
 NB_INTERNAL char *nbio_join(const char *a, const char *b);
 NB_INTERNAL char *nbio_concat(const char *a, const char *b);
 NB_INTERNAL int nbio_ends_with(const char *s, const char *suffix);
+/* ASCII case-insensitive equality; a NULL a is equal to nothing. */
+NB_INTERNAL int nbio_ieq(const char *a, const char *b);
 /* Offset of the first byte that breaks strict UTF-8, or n when all is valid. */
 NB_INTERNAL size_t nbio_utf8_bad(const unsigned char *s, size_t n);
 /* Append s (malloc'ed; freed on failure) to a growable array: 1 on success. */
@@ -82,9 +84,71 @@ NB_INTERNAL nb_status nbio_ckpt_config_check_memory(const char *hf_json, size_t 
                                                     size_t cfg_len, const char *const *prefixes, size_t n,
                                                     int *excluded);
 
-/* ------------------------------------------------------------ JSON files */
-
 typedef struct cJSON cJSON;
+
+/* ------------------------------------------------------------ ckpt_int.c
+ * Layouts whose weight is converted into nibble's checkpoint layout when it
+ * is read (AWQ, GPTQ, compressed-tensors pack-quantized integers,
+ * bitsandbytes 4-bit): checkpoint.c classifies through these hooks and keeps
+ * one nbio_conv per such layer. */
+
+/* What a quantization_config declares about integer and bitsandbytes
+ * checkpoints (-1 / 0 where it says nothing). */
+typedef struct nbio_qcfg {
+    int bits;           /* bits, or the weights' num_bits (compressed-tensors) */
+    int group_size;     /* > 0, -1 per channel, 0 unknown */
+    int sym;            /* 1 symmetric, 0 asymmetric, -1 unknown */
+    int gptq_v2;        /* checkpoint_format "gptq_v2": zero points stored as they are */
+    int awq_not_gemm;   /* an AWQ version other than "gemm" (GEMV, exllama, ...) */
+    char awq_version[24];
+} nbio_qcfg;
+
+/* How one converted layer is read: its layout, the nb_format it becomes and
+ * the tensors (indices into the checkpoint; -1 when absent). */
+typedef struct nbio_conv {
+    nb_ckpt_format layout;
+    nb_format format;
+    int32_t group;
+    nb_scale_type scale_type;
+    int bits;
+    int zero_plus_one;  /* GPTQ v1: a stored zero point is z - 1 */
+    int k_permuted;     /* g_idx groups are not contiguous: k is reordered */
+    int64_t codes, scales, zeros, gidx, absmax, nested_absmax, nested_map;
+    int nested_block;   /* bitsandbytes double quantization */
+    float nested_offset;
+} nbio_conv;
+
+/* The format a quantization_config (may be NULL) declares for these
+ * layouts (NB_CKPT_NONE when none), and what else it says. */
+NB_INTERNAL nb_ckpt_format nbio_qcfg_read(const cJSON *qc, nbio_qcfg *out);
+/* Classification, from the anchor tensor ti: P.qweight (AWQ / GPTQ),
+ * P.weight_packed of dtype I32 (compressed-tensors), P.weight with a
+ * P.weight.quant_state.bitsandbytes__* (bitsandbytes).  Each adds one layer
+ * (or an inconsistent one, with the reason); NB_OK unless out of memory. */
+NB_INTERNAL nb_status nbio_classify_qweight(nb_ckpt *c, size_t ti);
+NB_INTERNAL nb_status nbio_classify_ct_int(nb_ckpt *c, size_t ti);
+NB_INTERNAL nb_status nbio_classify_bnb(nb_ckpt *c, size_t ti, int64_t jstate);
+/* nb_ckpt_layer_weight_v2 for a converted layer (desc filled; out NULL
+ * writes nothing). */
+NB_INTERNAL nb_status nbio_conv_read(const nb_ckpt *c, const char *prefix, const nbio_conv *cv, int64_t n,
+                                     int64_t k, nb_weight_desc *desc, const nb_weight_buffers *out,
+                                     const nb_weight_sizes_v2 *cap);
+
+/* checkpoint.c's services to the classifiers. */
+NB_INTERNAL const nb_st_tensor *nbio_ck_tensor(const nb_ckpt *c, int64_t j);
+NB_INTERNAL int64_t nbio_ck_member(const nb_ckpt *c, const char *prefix, const char *suffix, int *oom);
+/* A new layer named by the first plen bytes of `name`; its index in *li. */
+NB_INTERNAL nb_status nbio_ck_add_layer(nb_ckpt *c, const char *name, size_t plen, size_t *li);
+NB_INTERNAL void nbio_ck_own(nb_ckpt *c, int64_t j, size_t li);
+NB_INTERNAL nb_ckpt_layer *nbio_ck_pub(nb_ckpt *c, size_t li);
+NB_INTERNAL const char *nbio_ck_prefix(const nb_ckpt *c, size_t li);
+NB_INTERNAL void nbio_ck_bad(nb_ckpt *c, size_t li, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Hand cv (malloc'ed) to layer li, which frees it at close. */
+NB_INTERNAL void nbio_ck_set_conv(nb_ckpt *c, size_t li, nbio_conv *cv);
+NB_INTERNAL const nbio_conv *nbio_ck_conv(const nb_ckpt *c, size_t li);
+NB_INTERNAL const nbio_qcfg *nbio_ck_qcfg(const nb_ckpt *c);
+
+/* ------------------------------------------------------------ JSON files */
 
 /* dir/name as a JSON object (NULL with NB_OK when the file does not exist);
  * at most max bytes, else NB_ERR_CORRUPT; malformed JSON: NB_ERR_CORRUPT
