@@ -481,7 +481,7 @@ static nb_status ckpt_print_layers(const ckpt_view *v) {
             printf("%s%zu %s", first ? "" : ", ", v->nfmt[f], ckpt_format_str((nb_ckpt_format)f));
             first = 0;
         }
-    printf(")\nparameters: %lld quantized (4-bit), %lld unquantized (float tensors outside quantized layers)\n",
+    printf(")\nparameters: %lld quantized, %lld unquantized (float tensors outside quantized layers)\n",
            (long long)v->q_params, (long long)v->u_params);
     return NB_OK;
 }
