@@ -596,8 +596,8 @@ NB_API nb_status nb_gemm_reference_device(nb_context *ctx, const nb_gemm_desc *g
  *   1. a configuration given with the call (nb_gemm_ex);
  *   2. the NIBBLE_PATH environment variable read at context creation
  *      ("decode", "tc" or "mma": that path for every call, the rest of the
- *      configuration by the heuristic; another value fails
- *      nb_context_create with NB_ERR_INVALID_ARGUMENT);
+ *      configuration by the heuristic; another value fails a device
+ *      context's nb_context_create with NB_ERR_INVALID_ARGUMENT);
  *   3. the context's tuning table: one entry per (GPU name, format,
  *      activation dtype, n, k, m bucket), loaded from a JSON cache written by
  *      `nibble tune` (nb_context_load_tuning, or the file named by the
