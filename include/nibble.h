@@ -525,6 +525,15 @@ NB_API nb_status nb_pack_host(nb_context *ctx, nb_weight_desc *desc, const uint8
                               const uint8_t *scales, void *packed, size_t packed_bytes);
 NB_API nb_status nb_pack(nb_context *ctx, nb_weight_desc *desc, const uint8_t *codes,
                          const uint8_t *scales, void *packed, size_t packed_bytes, void *stream);
+/* The inverse of nb_pack_host (host memory): codes (codes_bytes) and scales
+ * (scales_bytes) of a packed weight, exactly the bytes that were packed;
+ * padding is dropped.  desc->layout must be PACKED (as nb_pack left it); on
+ * success it is set to NB_LAYOUT_CHECKPOINT (scale_exp_min/max are kept).
+ * For writing a checkpoint of weights that exist only packed (Python's
+ * save_pretrained); a packed buffer on the device is copied to the host
+ * first. */
+NB_API nb_status nb_unpack_host(nb_context *ctx, nb_weight_desc *desc, const void *packed, size_t packed_bytes,
+                                uint8_t *codes, uint8_t *scales);
 
 /* ------------------------------------------------------------------- gemm */
 

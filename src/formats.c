@@ -934,24 +934,18 @@ void nbi_scale_exp_range(const uint8_t *scales, size_t count, int32_t *emin, int
     *emax = hi;
 }
 
-/* The byte layout is documented at the top of src/cuda/gemv_fp4.cu; this
- * function is its specification. */
-nb_status nb_pack_host(nb_context *ctx, nb_weight_desc *desc, const uint8_t *codes, const uint8_t *scales,
-                       void *packed, size_t packed_bytes) {
-    if (!ctx) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_pack_host: ctx is NULL");
-    nb_status st = nbi_check_desc(ctx, desc, NB_LAYOUT_CHECKPOINT);
-    if (st) return st;
-    if (!codes || !scales || !packed)
-        return nbi_fail(ctx, NB_ERR_NULL_POINTER, "nb_pack_host: codes, scales and packed must not be NULL");
-    nb_weight_sizes sz;
-    if ((st = nbi_packed_size(ctx, desc, packed_bytes, &sz, "nb_pack_host"))) return st;
-    const nbi_format_traits *t = nbi_traits(desc->format);
+/* One walk over the packed layout (documented at the top of
+ * src/cuda/gemv_fp4.cu and in docs/formats.md section 8) for both
+ * directions, so that nb_pack_host and nb_unpack_host cannot disagree about
+ * where an element lives.  to_packed: codes/scales -> packed (padding written
+ * as zeros; `packed` pre-zeroed by the caller), else packed -> codes/scales
+ * (codes pre-zeroed: nbi_code_put ORs; padding skipped). */
+static void pack_walk(const nbi_format_traits *t, const nb_weight_desc *desc, uint8_t *codes, uint8_t *scales,
+                      uint8_t *out, int to_packed) {
     const int64_t n = desc->n, k = desc->k, g = desc->group_size, ng = k / g;
     const int64_t rb_count = (n + 15) / 16, kc_count = (k + NBI_CHUNK_K - 1) / NBI_CHUNK_K;
     const size_t cb = nbi_chunk_bytes(t);
     const int gpc = NBI_CHUNK_K / (int)g; /* groups per chunk: 8 or 4 */
-    uint8_t *out = (uint8_t *)packed;
-    memset(out, 0, sz.packed_bytes);
     for (int64_t rb = 0; rb < rb_count; rb++)
         for (int64_t kc = 0; kc < kc_count; kc++) {
             uint8_t *chunk = out + (size_t)(rb * kc_count + kc) * cb;
@@ -962,15 +956,18 @@ nb_status nb_pack_host(nb_context *ctx, nb_weight_desc *desc, const uint8_t *cod
                     uint8_t *dst = chunk + half * 512 + lane * 16;
                     for (int w = 0; w < 4; w++) {
                         uint32_t word = 0;
+                        if (!to_packed)
+                            for (int b = 0; b < 4; b++) word |= (uint32_t)dst[4 * w + b] << (8 * b);
                         for (int p = 0; p < 8; p++) {
                             /* nibble p holds element 2p (p < 4) or 2(p-4)+1 */
                             int e = p < 4 ? 2 * p : 2 * (p - 4) + 1;
                             int64_t col = kc * NBI_CHUNK_K + 32 * ti + 8 * w + e;
-                            uint32_t c = 0;
-                            if (row < n && col < k) c = nbi_code_get(t, codes, row * k + col);
-                            word |= c << (4 * p);
+                            if (row >= n || col >= k) continue; /* padding: code 0 */
+                            if (to_packed) word |= (uint32_t)nbi_code_get(t, codes, row * k + col) << (4 * p);
+                            else nbi_code_put(t, codes, row * k + col, (uint8_t)((word >> (4 * p)) & 0xF));
                         }
-                        for (int b = 0; b < 4; b++) dst[4 * w + b] = (uint8_t)(word >> (8 * b));
+                        if (to_packed)
+                            for (int b = 0; b < 4; b++) dst[4 * w + b] = (uint8_t)(word >> (8 * b));
                     }
                 }
                 /* scales: 4 bytes per lane for groups of 16, 2 for groups of 32 */
@@ -980,14 +977,46 @@ nb_status nb_pack_host(nb_context *ctx, nb_weight_desc *desc, const uint8_t *cod
                     for (int q = 0; q < gpc / 4; q++) {
                         const int64_t row = rb * 16 + gi + 8 * half;
                         const int64_t grp = kc * gpc + ti * (gpc / 4) + q;
-                        uint8_t s = 0;
-                        if (row < n && grp < ng) s = scales[row * ng + grp];
-                        sdst[half * (gpc / 4) + q] = s;
+                        if (row >= n || grp >= ng) continue; /* padding: scale byte 0 */
+                        if (to_packed) sdst[half * (gpc / 4) + q] = scales[row * ng + grp];
+                        else scales[row * ng + grp] = sdst[half * (gpc / 4) + q];
                     }
             }
         }
+}
+
+nb_status nb_pack_host(nb_context *ctx, nb_weight_desc *desc, const uint8_t *codes, const uint8_t *scales,
+                       void *packed, size_t packed_bytes) {
+    if (!ctx) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_pack_host: ctx is NULL");
+    nb_status st = nbi_check_desc(ctx, desc, NB_LAYOUT_CHECKPOINT);
+    if (st) return st;
+    if (!codes || !scales || !packed)
+        return nbi_fail(ctx, NB_ERR_NULL_POINTER, "nb_pack_host: codes, scales and packed must not be NULL");
+    nb_weight_sizes sz;
+    if ((st = nbi_packed_size(ctx, desc, packed_bytes, &sz, "nb_pack_host"))) return st;
+    const nbi_format_traits *t = nbi_traits(desc->format);
+    memset(packed, 0, sz.packed_bytes);
+    /* (read only in this direction) */
+    pack_walk(t, desc, (uint8_t *)(uintptr_t)codes, (uint8_t *)(uintptr_t)scales, (uint8_t *)packed, 1);
     desc->layout = NB_LAYOUT_PACKED;
     if (t->scale_type == NB_SCALE_E8M0)
-        nbi_scale_exp_range(scales, (size_t)(n * ng), &desc->scale_exp_min, &desc->scale_exp_max);
+        nbi_scale_exp_range(scales, (size_t)(desc->n * (desc->k / desc->group_size)), &desc->scale_exp_min,
+                            &desc->scale_exp_max);
+    return NB_OK;
+}
+
+nb_status nb_unpack_host(nb_context *ctx, nb_weight_desc *desc, const void *packed, size_t packed_bytes,
+                         uint8_t *codes, uint8_t *scales) {
+    if (!ctx) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_unpack_host: ctx is NULL");
+    nb_status st = nbi_check_desc(ctx, desc, NB_LAYOUT_PACKED);
+    if (st) return st;
+    if (!codes || !scales || !packed)
+        return nbi_fail(ctx, NB_ERR_NULL_POINTER, "nb_unpack_host: packed, codes and scales must not be NULL");
+    nb_weight_sizes sz;
+    if ((st = nbi_packed_size(ctx, desc, packed_bytes, &sz, "nb_unpack_host"))) return st;
+    memset(codes, 0, sz.codes_bytes);
+    memset(scales, 0, sz.scales_bytes);
+    pack_walk(nbi_traits(desc->format), desc, codes, scales, (uint8_t *)(uintptr_t)packed, 0);
+    desc->layout = NB_LAYOUT_CHECKPOINT;
     return NB_OK;
 }

@@ -17,7 +17,8 @@
  *      top of src/cuda/gemv_fp4.cu: unpack(pack(codes, scales)) == (codes,
  *      scales) bit for bit, every padding nibble and padding scale byte zero,
  *      nothing written past packed_bytes, desc->layout PACKED and the MXFP4
- *      scale exponent range.
+ *      scale exponent range; the library's inverse, nb_unpack_host, returns
+ *      the packed bytes exactly, and refuses what it should.
  *
  * Output: one line per failed check (worst index and both values), then
  * "N passed, M failed".  Exit status 0 only when nothing failed. */
@@ -514,8 +515,51 @@ static void run_pack_case(nb_context *ctx, nb_format fmt, int64_t n, int64_t k, 
         CHECK(ds < 0, "pack %s: scale %lld unpacks to 0x%02X, want 0x%02X", what, (long long)ds,
               ds < 0 ? 0 : s2[ds], ds < 0 ? 0 : scales[ds]);
         free(c2), free(s2), free(seen_c), free(seen_s);
+
+        /* nb_unpack_host gives back exactly the bytes that were packed */
+        nb_weight_desc u = d;
+        uint8_t *c3 = malloc(sz.codes_bytes), *s3 = malloc(sz.scales_bytes);
+        memset(c3, 0x5A, sz.codes_bytes), memset(s3, 0x5A, sz.scales_bytes);
+        st = nb_unpack_host(ctx, &u, packed, sz.packed_bytes, c3, s3);
+        CHECK(st == NB_OK, "nb_unpack_host %s: %s", what, nb_last_error());
+        CHECK(st != NB_OK || u.layout == NB_LAYOUT_CHECKPOINT, "unpack %s: layout %d, want CHECKPOINT", what,
+              (int)u.layout);
+        CHECK(st != NB_OK || (!memcmp(c3, codes, sz.codes_bytes) && !memcmp(s3, scales, sz.scales_bytes)),
+              "unpack(pack(codes, scales)) %s differs from codes, scales", what);
+        free(c3), free(s3);
     }
     free(codes), free(scales), free(packed);
+}
+
+/* nb_unpack_host's refusals: each returns its status and leaves the
+ * descriptor as it was. */
+static void test_unpack_errors(nb_context *ctx) {
+    nb_weight_desc ok, d, before;
+    nb_weight_desc_init(&ok, NB_FORMAT_MXFP4, 16, 128);
+    uint8_t codes[16 * 64], scales[16 * 4], packed[1088];
+    memset(codes, 0x11, sizeof codes), memset(scales, 127, sizeof scales);
+    CHECK(nb_pack_host(ctx, &ok, codes, scales, packed, sizeof packed) == NB_OK, "unpack errors: pack: %s",
+          nb_last_error());
+#define U(want, c_, desc_, ...)                                                                   \
+    do {                                                                                          \
+        d = (desc_), before = d;                                                                  \
+        nb_status st_ = nb_unpack_host(c_, &d, __VA_ARGS__);                                      \
+        CHECK(st_ == (want), "nb_unpack_host: %s, want %s (%s)", nb_status_name(st_), nb_status_name(want), \
+              nb_last_error());                                                                   \
+        CHECK(!memcmp(&d, &before, sizeof d), "a failed nb_unpack_host modified the descriptor"); \
+    } while (0)
+    U(NB_ERR_NULL_POINTER, NULL, ok, packed, sizeof packed, codes, scales);
+    U(NB_ERR_NULL_POINTER, ctx, ok, NULL, sizeof packed, codes, scales);
+    U(NB_ERR_NULL_POINTER, ctx, ok, packed, sizeof packed, NULL, scales);
+    U(NB_ERR_NULL_POINTER, ctx, ok, packed, sizeof packed, codes, NULL);
+    U(NB_ERR_BUFFER_TOO_SMALL, ctx, ok, packed, sizeof packed - 1, codes, scales);
+    nb_weight_desc bad = ok;
+    bad.layout = NB_LAYOUT_CHECKPOINT;                   /* not packed */
+    U(NB_ERR_INVALID_ARGUMENT, ctx, bad, packed, sizeof packed, codes, scales);
+    nb_weight_desc_init(&bad, NB_FORMAT_INT4, 16, 128);  /* no packed layout */
+    bad.layout = NB_LAYOUT_PACKED;
+    U(NB_ERR_UNSUPPORTED, ctx, bad, packed, sizeof packed, codes, scales);
+#undef U
 }
 
 /* A hand-checked known answer for the byte order: one 16 x 128 NVFP4 chunk
@@ -551,6 +595,7 @@ static void test_pack(nb_context *ctx) {
             run_pack_case(ctx, NB_FORMAT_MXFP4, ns[i], kx[j], (int)((i + j) % 3));
         }
     test_pack_known(ctx);
+    test_unpack_errors(ctx);
 }
 
 int main(void) {

@@ -40,8 +40,8 @@ from ._lib import (NB_VERSION, Context, DType, ElementType, Error, Format, Layou
                    ScaleType, default_context, last_error, status_name, status_string)
 
 __all__ = [
-    "Error", "Context", "QuantizedWeight", "PackedWeight", "quantize", "dequantize", "pack", "gemm_reference",
-    "weight_sizes", "version", "version_string", "build_info", "device_count", "to_bf16", "from_bf16",
+    "Error", "Context", "QuantizedWeight", "PackedWeight", "quantize", "dequantize", "pack", "unpack",
+    "gemm_reference", "weight_sizes", "version", "version_string", "build_info", "device_count", "to_bf16", "from_bf16",
     "e2m1_to_float", "e4m3_to_float", "e8m0_to_float", "float_to_e2m1", "float_to_e4m3",
     "Status", "DType", "Format", "MxScaleRule", "Layout", "ScaleType", "ElementType", "status_name", "status_string",
     "last_error", "element_to_float",
@@ -342,6 +342,23 @@ def weight_sizes(n, k, format="nvfp4", group_size=None, scale_type=None):
 _METHODS = {"rtn": 0, "mse": 1}  # nb_quant_method
 
 
+def _quant_args(fmt, scale_rule, tensor_scale, method):
+    """The checks quantize's arguments get wherever it runs (here, and the
+    device quantizer of nibble.torch); returns the scale rule's name."""
+    if not _has_e8m0_scales(fmt):
+        if scale_rule is not None:
+            raise ValueError(f"nibble: scale_rule applies to formats with E8M0 scales (MXFP4), not "
+                             f"{_FORMAT_NAMES[fmt]}")
+        rule = DEFAULT_SCALE_RULE  # (unused: no E8M0 scales)
+    else:
+        rule = _rule_name(DEFAULT_SCALE_RULE if scale_rule is None else scale_rule, scale_rule)
+    if not _lib.FORMAT_INFO[fmt]["tensor_scale"] and tensor_scale not in (None, 0, 1):
+        raise ValueError(f"nibble: {_FORMAT_NAMES[fmt]} has no tensor scale (tensor_scale must be None or 1)")
+    if method not in _METHODS:
+        raise ValueError(f"nibble: unknown method {method!r}; expected one of {sorted(_METHODS)}")
+    return rule
+
+
 def quantize(w, format="nvfp4", scale_rule=None, tensor_scale=None, ctx=None, group_size=None, scale_type=None,
              method="rtn"):
     """Quantize a 2-D array W[n, k] (float32, float16 or uint16 = BF16 bits)
@@ -373,17 +390,7 @@ def quantize(w, format="nvfp4", scale_rule=None, tensor_scale=None, ctx=None, gr
     if n < 1 or k < 1 or k % g:
         raise ValueError(f"nibble: w has shape {w.shape}; {_FORMAT_NAMES[fmt]} needs n >= 1 and k a positive "
                          f"multiple of {g}")
-    if not _has_e8m0_scales(fmt):
-        if scale_rule is not None:
-            raise ValueError(f"nibble: scale_rule applies to formats with E8M0 scales (MXFP4), not "
-                             f"{_FORMAT_NAMES[fmt]}")
-        rule = DEFAULT_SCALE_RULE  # (unused: no E8M0 scales)
-    else:
-        rule = _rule_name(DEFAULT_SCALE_RULE if scale_rule is None else scale_rule, scale_rule)
-    if not _lib.FORMAT_INFO[fmt]["tensor_scale"] and tensor_scale not in (None, 0, 1):
-        raise ValueError(f"nibble: {_FORMAT_NAMES[fmt]} has no tensor scale (tensor_scale must be None or 1)")
-    if method not in _METHODS:
-        raise ValueError(f"nibble: unknown method {method!r}; expected one of {sorted(_METHODS)}")
+    rule = _quant_args(fmt, scale_rule, tensor_scale, method)
     w = np.ascontiguousarray(w)
     ctx = ctx or default_context()
     d = _lib.WeightDesc()
@@ -440,6 +447,32 @@ def pack(qw, ctx=None):
     ctx.check(_lib.lib.nb_pack_host(ctx.ptr, ctypes.byref(d), _u8(codes), _u8(scales), _ptr(out), out.nbytes))
     return PackedWeight(data=out, n=qw.n, k=qw.k, format=qw.format, tensor_scale=float(d.tensor_scale),
                         scale_exp_min=int(d.scale_exp_min), scale_exp_max=int(d.scale_exp_max))
+
+
+def unpack(pw, ctx=None):
+    """The checkpoint layout of a PackedWeight (nb_unpack_host, the inverse
+    of pack): a QuantizedWeight whose codes and scales are exactly the bytes
+    that were packed (pack(unpack(pw)).data == pw.data)."""
+    if not isinstance(pw, PackedWeight):
+        raise TypeError(f"nibble: expected a PackedWeight, got {type(pw).__name__}")
+    data = pw.data
+    if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 1:
+        raise TypeError("nibble: PackedWeight.data must be a 1-D numpy uint8 array")
+    fmt = _format(pw.format)
+    d = _lib.WeightDesc()
+    _lib.check(_lib.lib.nb_weight_desc_init(ctypes.byref(d), fmt, int(pw.n), int(pw.k)))
+    d.layout = Layout.PACKED
+    d.tensor_scale = float(pw.tensor_scale)
+    d.scale_exp_min, d.scale_exp_max = int(pw.scale_exp_min), int(pw.scale_exp_max)
+    s = _lib.WeightSizesV2()
+    _lib.check(_lib.lib.nb_weight_get_sizes_v2(ctypes.byref(d), ctypes.byref(s)))
+    codes = np.empty((pw.n, pw.k // 2), np.uint8)
+    scales = np.empty((pw.n, pw.k // d.group_size), np.uint8)
+    data = np.ascontiguousarray(data)
+    ctx = ctx or default_context()
+    ctx.check(_lib.lib.nb_unpack_host(ctx.ptr, ctypes.byref(d), _ptr(data), data.nbytes, _u8(codes), _u8(scales)))
+    return QuantizedWeight(codes=codes, scales=scales, tensor_scale=float(pw.tensor_scale), n=pw.n, k=pw.k,
+                           format=_FORMAT_NAMES[fmt])
 
 
 def gemm_reference(x, qw, bias=None, out_dtype=np.float32, ctx=None):

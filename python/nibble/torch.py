@@ -51,8 +51,9 @@ import numpy as np
 import torch
 
 from . import _lib
-from . import QuantizedWeight, quantize as _np_quantize, dequantize as _np_dequantize
-from . import _FORMATS, _FORMAT_NAMES, _GROUP, _rule_name
+from . import PackedWeight, QuantizedWeight, quantize as _np_quantize, dequantize as _np_dequantize
+from . import pack as _np_pack, unpack as _np_unpack
+from . import _FORMATS, _FORMAT_NAMES, _GROUP, _RULES, _quant_args, _rule_name
 from ._lib import DType, Error, Format, Layout, ScaleType  # noqa: F401  (Error is part of this module's contract)
 
 if not hasattr(torch, "library") or not hasattr(torch.library, "custom_op"):
@@ -217,30 +218,68 @@ def _workspace_bytes(ctx, d):
     return best
 
 
+def _is_cpu(device):
+    return device is not None and not isinstance(device, int) and torch.device(device).type == "cpu"
+
+
 def pack(qw, device=None):
     """Upload a nibble.QuantizedWeight (checkpoint layout: codes, scales,
     tensor scale) to a CUDA device and convert it with nb_pack (on the current
     stream, which nb_pack synchronizes: a load-time call).  Returns a
-    PackedLinearWeight with its zero-filled workspace."""
+    PackedLinearWeight with its zero-filled workspace.
+
+    device="cpu" packs on the host instead (nb_pack_host, the same bytes):
+    the weight then waits in host memory, with an empty workspace, for a
+    Linear holding it to be moved to a GPU (module.to("cuda")); nothing runs
+    it on the CPU."""
     if not isinstance(qw, QuantizedWeight):
         raise TypeError(f"nibble.torch: expected a nibble.QuantizedWeight, got {type(qw).__name__}")
+    if _is_cpu(device):
+        _format_code(qw.format)
+        pw = _np_pack(qw)
+        return PackedLinearWeight(packed=torch.from_numpy(pw.data), workspace=torch.empty(0, dtype=torch.uint8),
+                                  n=qw.n, k=qw.k, format=qw.format, tensor_scale=pw.tensor_scale,
+                                  scale_exp_min=pw.scale_exp_min, scale_exp_max=pw.scale_exp_max)
     dev = torch.device("cuda", _device_index(device))
     d = qw.desc()  # checks the arrays' dtypes and shapes
+    with _on_device(dev.index):
+        codes = torch.from_numpy(np.ascontiguousarray(qw.codes)).to(dev)
+        scales = torch.from_numpy(np.ascontiguousarray(qw.scales)).to(dev)
+        return _pack_device(codes, scales, d, qw.format)
+
+
+def _pack_device(codes, scales, d, format):
+    """nb_pack of device codes and scales (checkpoint-layout descriptor d) on
+    their device's current stream, plus the zero-filled workspace."""
+    dev = codes.device
     sizes = _lib.WeightSizes()
     _lib.check(_lib.lib.nb_weight_get_sizes(ctypes.byref(d), ctypes.byref(sizes)))
     ctx = context(dev)
     with _on_device(dev.index):
-        codes = torch.from_numpy(np.ascontiguousarray(qw.codes)).to(dev)
-        scales = torch.from_numpy(np.ascontiguousarray(qw.scales)).to(dev)
         packed = torch.empty(sizes.packed_bytes, dtype=torch.uint8, device=dev)
         stream = torch.cuda.current_stream(dev).cuda_stream
         ctx.check(_lib.lib.nb_pack(ctx.ptr, ctypes.byref(d), ctypes.c_void_p(codes.data_ptr()),
                                    ctypes.c_void_p(scales.data_ptr()), ctypes.c_void_p(packed.data_ptr()),
                                    sizes.packed_bytes, ctypes.c_void_p(stream)))
         workspace = torch.zeros(_workspace_bytes(ctx, d), dtype=torch.uint8, device=dev)
-    return PackedLinearWeight(packed=packed, workspace=workspace, n=qw.n, k=qw.k, format=qw.format,
+    return PackedLinearWeight(packed=packed, workspace=workspace, n=int(d.n), k=int(d.k), format=format,
                               tensor_scale=float(d.tensor_scale), scale_exp_min=int(d.scale_exp_min),
                               scale_exp_max=int(d.scale_exp_max))
+
+
+def unpack(weight):
+    """The checkpoint layout (a nibble.QuantizedWeight in host memory) of a
+    PackedLinearWeight on any device: its packed bytes are copied to the host
+    and nb_unpack_host returns exactly the codes and scales that were
+    packed."""
+    if not isinstance(weight, PackedLinearWeight):
+        raise TypeError(f"nibble.torch: expected a PackedLinearWeight, got {type(weight).__name__}")
+    if weight.packed.is_meta:
+        raise ValueError("nibble.torch: the weight is on the meta device (no bytes to unpack)")
+    data = weight.packed.detach().to("cpu").contiguous().numpy()
+    return _np_unpack(PackedWeight(data=data, n=weight.n, k=weight.k, format=weight.format,
+                                   tensor_scale=weight.tensor_scale, scale_exp_min=weight.scale_exp_min,
+                                   scale_exp_max=weight.scale_exp_max))
 
 
 def _host_array(w):
@@ -265,22 +304,63 @@ def _check_weight(w):
         raise ValueError("nibble.torch: w is on the meta device (no values to quantize)")
 
 
-def quantize(w, format="nvfp4", scale_rule=None, tensor_scale=None, device=None):
+def quantize(w, format="nvfp4", scale_rule=None, tensor_scale=None, device=None, method="rtn"):
     """Quantize W[n, k] (a float32, bfloat16 or float16 tensor on any device)
     and pack it on a CUDA device (`device`, default: w's device if it is a
-    CUDA one, else the current CUDA device).
+    CUDA one, else the current CUDA device).  Returns a PackedLinearWeight.
 
-    The codes and scales are computed on the host by nibble.quantize (the C
-    reference, ModelOpt NVFP4 / MXFP4 with `scale_rule`), which is bit-exact
-    with the GPU quantizer it stands in for; the upload and nb_pack run on the
-    GPU.  Returns a PackedLinearWeight."""
+    Where it runs follows w:
+      * w on a GPU: the device quantizer, nb_quantize, on w's device and
+        current stream (it synchronizes that stream once: it reads back the
+        tensor's absolute maximum), then nb_pack there; w is never copied to
+        the host.  A w on another GPU than `device` is quantized on `device`
+        after a copy.
+      * w on the CPU: nibble.quantize (the C reference), then the upload and
+        nb_pack.
+    Both give the same bytes (nb_quantize is bit-exact with the reference).
+    method="mse" (NB_QUANT_MSE) has no device quantizer yet: it runs on the
+    host for every w, a GPU tensor being copied there first - explicitly, by
+    that argument, never in place of "rtn"."""
     _check_weight(w)
     fmt = _format_code(format)
     if device is None:
         device = w.device if w.device.type == "cuda" else None
     dev = _device_index(device)
-    qw = _np_quantize(_host_array(w), format=_FORMAT_NAMES[fmt], scale_rule=scale_rule, tensor_scale=tensor_scale)
+    if w.device.type == "cuda" and method == "rtn":
+        codes, scales, d = _quantize_device(w.detach().to(torch.device("cuda", dev)), fmt, scale_rule, tensor_scale)
+        return _pack_device(codes, scales, d, _FORMAT_NAMES[fmt])
+    qw = _np_quantize(_host_array(w), format=_FORMAT_NAMES[fmt], scale_rule=scale_rule, tensor_scale=tensor_scale,
+                      method=method)
     return pack(qw, dev)
+
+
+def _quantize_device(w, fmt, scale_rule, tensor_scale):
+    """nb_quantize of a CUDA tensor W[n, k] on its device's current stream:
+    returns (codes, scales) as uint8 tensors on that device and the
+    checkpoint-layout descriptor, tensor scale filled in.  Arguments are
+    checked as nibble.quantize checks them, before any C call."""
+    rule = _quant_args(fmt, scale_rule, tensor_scale, "rtn")
+    n, k = w.shape
+    g = _GROUP[fmt]
+    if n < 1 or k < 1 or k % g:
+        raise ValueError(f"nibble: w has shape {tuple(w.shape)}; {_FORMAT_NAMES[fmt]} needs n >= 1 and k a positive "
+                         f"multiple of {g}")
+    w = w.contiguous()
+    d = _lib.WeightDesc()
+    _lib.check(_lib.lib.nb_weight_desc_init(ctypes.byref(d), fmt, n, k))
+    d.scale_rule = _RULES[rule]
+    if tensor_scale is not None:
+        d.tensor_scale = float(tensor_scale)
+    dev = w.device
+    ctx = context(dev)
+    with _on_device(dev.index):
+        codes = torch.empty((n, k // 2), dtype=torch.uint8, device=dev)
+        scales = torch.empty((n, k // g), dtype=torch.uint8, device=dev)
+        stream = torch.cuda.current_stream(dev).cuda_stream
+        ctx.check(_lib.lib.nb_quantize(ctx.ptr, ctypes.byref(d), _NB_OF[w.dtype], ctypes.c_void_p(w.data_ptr()),
+                                       ctypes.c_void_p(codes.data_ptr()), ctypes.c_void_p(scales.data_ptr()),
+                                       ctypes.c_void_p(stream)))
+    return codes, scales, d
 
 
 _TORCH_OF = {DType.F32: torch.float32, DType.F16: torch.float16, DType.BF16: torch.bfloat16}
@@ -430,22 +510,48 @@ class Linear(torch.nn.Module):
         if bias is not None:
             if bias.shape != (weight.n,):
                 raise ValueError(f"nibble.torch: bias has shape {tuple(bias.shape)}; expected [{weight.n}]")
-            bias = torch.nn.Parameter(bias.detach().to(weight.packed.device), requires_grad=False)
+            # (a bias still on the meta device, as in a model being loaded, stays there until it is set)
+            bias = torch.nn.Parameter(bias.detach() if bias.is_meta else bias.detach().to(weight.packed.device),
+                                      requires_grad=False)
         self.bias = bias
 
+    def _apply(self, fn, recurse=True):
+        """module.to(), .cuda(), .cpu(): the packed bytes move as they are
+        (nb_pack and nb_pack_host write the same bytes); the workspace is
+        sized again for the new device (nb_gemm_workspace_size) and
+        zero-filled, or emptied on the CPU."""
+        super()._apply(fn, recurse)
+        packed, ws = self.packed, self.workspace
+        if packed.is_meta:
+            return self
+        if packed.device.type != "cuda":
+            if ws.numel():
+                self.workspace = torch.empty(0, dtype=torch.uint8, device=packed.device)
+            return self
+        d = _weight_desc(self.out_features, self.in_features, self._format_code, self.tensor_scale,
+                         self.scale_exp_min, self.scale_exp_max)
+        idx = _device_index(packed.device)
+        with _on_device(idx):
+            need = _workspace_bytes(context(idx), d)
+            if ws.device != packed.device or ws.numel() != need:
+                self.workspace = torch.zeros(need, dtype=torch.uint8, device=packed.device)
+        return self
+
     @classmethod
-    def from_linear(cls, linear, format="nvfp4", scale_rule=None, device=None):
+    def from_linear(cls, linear, format="nvfp4", scale_rule=None, device=None, method="rtn"):
         """Quantize an nn.Linear (any float dtype and device) to a Linear on
-        a CUDA device (default: linear's if CUDA, else the current one)."""
+        a CUDA device (default: linear's if CUDA, else the current one), as
+        quantize() does (the device quantizer for a weight on a GPU)."""
         if not isinstance(linear, torch.nn.Linear):
             raise TypeError(f"nibble.torch: expected a torch.nn.Linear, got {type(linear).__name__}")
-        w = quantize(linear.weight, format=format, scale_rule=scale_rule, device=device)
+        w = quantize(linear.weight, format=format, scale_rule=scale_rule, device=device, method=method)
         return cls(w, linear.bias)
 
     @classmethod
     def from_quantized(cls, qw, bias=None, device=None):
         """A Linear from a nibble.QuantizedWeight (checkpoint layout), packed
-        on a CUDA device (default: the current one)."""
+        on a CUDA device (default: the current one), or on the host with
+        device="cpu" (see pack())."""
         return cls(pack(qw, device), bias)
 
     @classmethod
@@ -492,6 +598,13 @@ class Linear(torch.nn.Module):
             raise ValueError(f"nibble.torch: {name} needs weight_scale_2 (the tensor scale)")
         qw = QuantizedWeight(codes=codes, scales=scales, tensor_scale=ts, n=n, k=k, format=_FORMAT_NAMES[fmt])
         return cls.from_quantized(qw, bias=bias, device=device)
+
+    def quantized_weight(self):
+        """The weight in the checkpoint layout (a nibble.QuantizedWeight in
+        host memory: codes, block scales, tensor scale) that this module's
+        packed bytes hold, by nb_unpack_host: exactly the bytes it was built
+        from."""
+        return unpack(self.weight)
 
     @property
     def weight(self):
@@ -545,19 +658,24 @@ def _excluded(name, patterns):
 
 
 def quantize_model(model, format="nvfp4", exclude=("lm_head",), scale_rule=None, device=None, threads=None,
-                   return_weights=False):
+                   return_weights=False, method="rtn"):
     """Replace, in place, every torch.nn.Linear of `model` whose qualified
     name matches no `exclude` pattern by a nibble.torch.Linear (quantized to
     `format` and packed on `device`, default: each layer's own CUDA device,
     else the current one).  Layers whose in_features is not a multiple of the
     format's group are left alone.
 
-    The host quantization (the C reference) of different layers runs on
-    `threads` threads (default: the CPU count, at most 32; ctypes releases
-    the GIL), packing on the GPU in layer order; bfloat16 weights travel to
-    the host as their 16-bit patterns.  Returns {"quantized": [names],
-    "skipped": {name: reason}}, plus "weights": {name: nibble.QuantizedWeight}
-    (checkpoint layout, host memory) when return_weights is true."""
+    Weights on a GPU are quantized there by the device quantizer
+    (nb_quantize, then nb_pack, on the current stream; nothing is copied to
+    the host), layer by layer.  Weights on the CPU go through the host
+    reference, different layers on `threads` threads (default: the CPU
+    count, at most 32; ctypes releases the GIL), bfloat16 ones as their
+    16-bit patterns, and are packed on the GPU in layer order.  The bytes are
+    the same either way.  method="mse" runs on the host for every layer
+    (there is no device MSE quantizer yet), GPU weights being copied there.
+    Returns {"quantized": [names], "skipped": {name: reason}}, plus
+    "weights": {name: nibble.QuantizedWeight} (checkpoint layout, host
+    memory) when return_weights is true."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"nibble.torch: model must be a torch.nn.Module, got {type(model).__name__}")
     if isinstance(exclude, str):
@@ -567,6 +685,7 @@ def quantize_model(model, format="nvfp4", exclude=("lm_head",), scale_rule=None,
         raise ValueError("nibble.torch: scale_rule applies to MXFP4 only")
     if scale_rule is not None:
         scale_rule = _rule_name(scale_rule, scale_rule)
+    _quant_args(fmt, scale_rule, None, method)
     if threads is None:
         threads = min(32, os.cpu_count() or 1)
     if not isinstance(threads, int) or threads < 1:
@@ -587,21 +706,38 @@ def quantize_model(model, format="nvfp4", exclude=("lm_head",), scale_rule=None,
             targets.append(name)
     fname = _FORMAT_NAMES[fmt]
 
+    def on_gpu(w):
+        return w.device.type == "cuda" and method == "rtn"
+
     def host_quantize(w):
-        return _np_quantize(_host_array(w), format=fname, scale_rule=scale_rule)
+        return _np_quantize(_host_array(w), format=fname, scale_rule=scale_rule, method=method)
 
     weights = {}
     with ThreadPoolExecutor(max_workers=threads) as pool:
-        futures = [(name, pool.submit(host_quantize, model.get_submodule(name).weight)) for name in targets]
+        futures = [(name, None if on_gpu(w) else pool.submit(host_quantize, w))
+                   for name, w in ((name, model.get_submodule(name).weight) for name in targets)]
         for name, fut in futures:
-            qw = fut.result()
             parent_name, _, child = name.rpartition(".")
             parent = model.get_submodule(parent_name) if parent_name else model
             old = getattr(parent, child)
             dev = device if device is not None else (old.weight.device if old.weight.device.type == "cuda" else None)
-            setattr(parent, child, Linear.from_quantized(qw, old.bias, device=dev))
-            if return_weights:
-                weights[name] = qw
+            if fut is None:   # the device quantizer
+                w = old.weight.detach().to(torch.device("cuda", _device_index(dev)))
+                codes, scales, d = _quantize_device(w, fmt, scale_rule, None)
+                del w
+                new = Linear(_pack_device(codes, scales, d, fname), old.bias)
+                if return_weights:
+                    weights[name] = QuantizedWeight(codes=codes.cpu().numpy(), scales=scales.cpu().numpy(),
+                                                    tensor_scale=float(d.tensor_scale), n=int(d.n), k=int(d.k),
+                                                    format=fname, scale_rule=_rule_name(
+                                                        _lib.MxScaleRule(d.scale_rule), None))
+                del codes, scales
+            else:
+                qw = fut.result()
+                new = Linear.from_quantized(qw, old.bias, device=dev)
+                if return_weights:
+                    weights[name] = qw
+            setattr(parent, child, new)
             del old
     out = {"quantized": targets, "skipped": skipped}
     if return_weights:
@@ -754,10 +890,22 @@ def load_quantized(model, path, device=None, dtype=None, dequantize=False, stric
             ck.close()
 
 
-def _load(model, ck, device, dtype, dequantize, strict):
-    slots = _model_slots(model)
+def _plan_layers(model, ck, experts=False):
+    """The quantized layers of checkpoint `ck` and where they go in `model`,
+    settled from names and shapes before any data is read (load_quantized
+    and the transformers integration share it).  Returns (layers, consumed,
+    expert_layers, problems): layers [(CheckpointLayer, module, bias name or
+    None)] whose module is an nn.Linear (or a nibble.torch.Linear) of the
+    layer's shape; consumed, the checkpoint tensor names they account for
+    (and the model's P.weight); expert_layers, the MoE expert layers (gpt-oss)
+    when `experts` is true, else each is a problem (no nn.Linear to go into).
+    A layer the C reader found inconsistent raises nibble.Error
+    (NB_ERR_CORRUPT), one in a format no GPU kernel serves nibble.Error
+    (NB_ERR_UNSUPPORTED, naming it), a module of another kind or shape
+    ValueError.  A layer whose module the model lacks is left out (its
+    tensors stay unconsumed)."""
     modules = dict(model.named_modules())
-    plan_layers, consumed, problems = [], set(), []
+    plan_layers, consumed, expert_layers, problems = [], set(), [], []
     for L in ck.layers:
         if L.format == "inconsistent":
             raise Error(_lib.Status.ERR_CORRUPT, "NB_ERR_CORRUPT", f"{ck.path}: layer {L.prefix}: {L.problem}")
@@ -766,11 +914,15 @@ def _load(model, ck, device, dtype, dequantize, strict):
         if not _lib.FORMAT_INFO[_lib.format_from_name(L.quant_format)]["kernels"]:
             raise Error(_lib.Status.ERR_UNSUPPORTED, "NB_ERR_UNSUPPORTED",
                         f"{ck.path}: layer {L.prefix} is {L.format}: no GPU kernel serves {L.quant_format} yet")
-        if L.experts:
-            problems.append(f"{L.prefix}: {L.format} expert weights ({L.experts} experts) have no nn.Linear to go "
-                            "into")
-            continue
         members = [t.name for t in ck.tensors if t.layer == L.prefix]
+        if L.experts:
+            if experts:
+                expert_layers.append(L)
+                consumed.update(members)
+            else:
+                problems.append(f"{L.prefix}: {L.format} expert weights ({L.experts} experts) have no nn.Linear to "
+                                "go into")
+            continue
         mod = modules.get(L.prefix)
         if mod is None:
             continue  # its tensors stay unconsumed: reported as unexpected
@@ -789,6 +941,12 @@ def _load(model, ck, device, dtype, dequantize, strict):
         plan_layers.append((L, mod, bias_name if bias_name in ck else None))
         consumed.update(members)
         consumed.add(L.prefix + ".weight")  # the model's name for it, whatever the checkpoint calls it
+    return plan_layers, consumed, expert_layers, problems
+
+
+def _load(model, ck, device, dtype, dequantize, strict):
+    slots = _model_slots(model)
+    plan_layers, consumed, _, problems = _plan_layers(model, ck)
 
     loaded, unexpected, ignored = [], [], []
     for t in ck.tensors:
