@@ -1,0 +1,610 @@
+"""nibble.transformers: nibble as a Hugging Face transformers quantizer.
+
+    import nibble.transformers                       # registers the quantizer (see "Dispatch")
+    from nibble.transformers import NibbleConfig
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained("Llama-NVFP4/", device_map="cuda")       # ModelOpt NVFP4
+    model = AutoModelForCausalLM.from_pretrained("Llama-MXFP4-Quark/", device_map="cuda",
+                                                 quantization_config=NibbleConfig())        # Quark, CT, gpt-oss
+    model = AutoModelForCausalLM.from_pretrained("Llama-BF16/", device_map="cuda",
+                                                 quantization_config=NibbleConfig(format="nvfp4"))
+    model.save_pretrained("Llama-NVFP4-nibble/")     # ModelOpt NVFP4 (MXFP4: Quark), as `nibble quantize` writes
+
+Dispatch
+  transformers picks a quantizer by the checkpoint's
+  config.json quantization_config.quant_method, in a table that only code
+  running in this process can add to: nothing is registered until this
+  module is imported (transformers has no plugin discovery).  Importing it
+  registers
+    * "nibble": NibbleConfig / NibbleHfQuantizer, for quantization_config=
+      NibbleConfig(...) passed to from_pretrained;
+    * "modelopt" (ModelOpt NVFP4 checkpoints), only when no other quantizer
+      holds that name: transformers has no loader for it, so such a
+      checkpoint loads through nibble with no argument.
+  The other layouts nibble reads have owners in transformers (quant_method
+  "compressed-tensors", "quark", "mxfp4" for gpt-oss), whose users keep them:
+  nibble takes such a checkpoint over only when asked,
+    * per call: from_pretrained(path, quantization_config=NibbleConfig()) -
+      a NibbleConfig passed in takes precedence over the checkpoint's own
+      config (this module wraps transformers' merge step for that one case;
+      any other argument goes through unchanged), or
+    * process-wide: nibble.transformers.override("quark", ...) (all four
+      with no argument; restore() or the `with` form undoes it).
+
+Loading a 4-bit checkpoint
+  nibble's C reader (nibble.open_checkpoint) decides every layer from the
+  tensors, as load_quantized does: ModelOpt NVFP4, compressed-tensors
+  nvfp4/mxfp4, Quark MXFP4, gpt-oss MXFP4 experts.  Before transformers
+  loads anything, each quantized nn.Linear becomes a nibble.torch.Linear
+  placeholder (gpt-oss experts: NibbleGptOssExperts) and the checkpoint's
+  4-bit tensors are left to nibble; transformers loads every other tensor
+  (embeddings, norms, biases, layers left in BF16) with its own device map
+  and dtype.  After that the 4-bit weights are read through the reader (the
+  checkpoint's exact bytes) and packed where the placeholder was placed:
+  nb_pack on a GPU, nb_pack_host on the CPU (same bytes; a model loaded on
+  the CPU runs after model.to("cuda")).  Refused by name, before any data
+  is read: a layer in a format no GPU kernel serves (int4, nf4, ...), an
+  inconsistent layer, a checkpoint whose config declares another format
+  than its tensors (or excludes a quantized layer), a NibbleConfig(format=)
+  that differs from the checkpoint's, a module that is not an nn.Linear of
+  the layer's shape, disk offload.  NibbleConfig(dequantize=True) loads
+  nn.Linear layers with the dequantized weights instead (the reference; runs
+  on the CPU).
+
+Quantizing at load
+  NibbleConfig(format="nvfp4" | "mxfp4") on a checkpoint without 4-bit
+  layers quantizes every nn.Linear (but modules_to_not_convert, by default
+  transformers' choice: the output head and tied embeddings, and layers whose
+  in_features is not a multiple of the group) as its weight is read:
+  nibble.torch.quantize on the weight's device (the device quantizer on a
+  GPU, the C reference on the CPU), so the BF16 model never exists whole.
+
+Saving
+  save_pretrained writes ModelOpt NVFP4 (weight, weight_scale F8_E4M3,
+  weight_scale_2) or Quark MXFP4 (weight, weight_scale U8) tensors, unpacked
+  from the GPU layout by nb_unpack_host, and in config.json the
+  quantization_config `nibble quantize` writes (quant_method "modelopt" or
+  "quark", producer nibble, the layers left in BF16 as the exclude list).
+  Other tools read it; nibble reads it back (a Quark one through
+  NibbleConfig() or override("quark")).
+"""
+
+import os
+import re
+
+import torch
+from transformers.core_model_loading import ConversionOps
+from transformers.quantizers import HfQuantizer
+from transformers.quantizers import auto as _auto
+from transformers.utils.quantization_config import QuantizationConfigMixin
+
+from . import __version__ as _nibble_version
+from . import _FORMATS, _lib, _rule_name, weight_sizes
+from . import quantize as _np_quantize
+from . import torch as nt
+
+__all__ = ["NibbleConfig", "NibbleHfQuantizer", "override", "restore", "OVERRIDABLE"]
+
+# The quant_method values of the checkpoint layouts nibble reads.
+OVERRIDABLE = ("modelopt", "compressed-tensors", "quark", "mxfp4")
+
+# Where save_pretrained's layout comes from: one per format with GPU kernels.
+_SAVE_LAYOUT = {"nvfp4": "modelopt", "mxfp4": "quark"}
+_QUARK_MODE = {"even": "even", "ocp": "floor", "round_up": "round_up"}   # Quark's scale_calculation_mode
+
+
+def _kernel_format(fmt, what):
+    """A format name nibble's GPU kernels serve, or ValueError naming it."""
+    if fmt is None:
+        return None
+    name = str(fmt).lower()
+    if name not in _FORMATS:
+        raise ValueError(f"nibble.transformers: {what} {fmt!r} is not a nibble format; expected one of "
+                         f"{', '.join(sorted(_SAVE_LAYOUT))}")
+    if not _lib.FORMAT_INFO[_FORMATS[name]]["kernels"]:
+        raise ValueError(f"nibble.transformers: {what} {name}: no GPU kernel serves {name} yet")
+    return name
+
+
+class NibbleConfig(QuantizationConfigMixin):
+    """The quantization_config that selects nibble in from_pretrained.
+
+    format: None (take the checkpoint's 4-bit layers as they are) or "nvfp4" /
+      "mxfp4": quantize a checkpoint without 4-bit layers at load; for a 4-bit
+      checkpoint it must name the checkpoint's format (else ValueError).
+    scale_rule, method: as nibble.torch.quantize ("mse" runs on the host).
+    modules_to_not_convert: fnmatch patterns (as quantize_model's exclude) of
+      layers left in BF16 when quantizing at load; None: transformers' default
+      (output head, tied embeddings).
+    dequantize: load nn.Linear layers with the dequantized weights (the
+      reference model; transformers then drops the quantization config).
+
+    After a model is loaded, `format` is its layers' format and
+    to_dict() (what save_pretrained writes into config.json) is the
+    quantization_config of the layout save_pretrained writes: ModelOpt NVFP4
+    or Quark MXFP4.  `source` keeps the checkpoint's own quantization_config
+    when nibble took it over."""
+
+    def __init__(self, format=None, scale_rule=None, method="rtn", modules_to_not_convert=None, dequantize=False,
+                 source=None, **kwargs):
+        self.quant_method = "nibble"
+        self.format = _kernel_format(format, "format")
+        if scale_rule is not None:
+            scale_rule = _rule_name(scale_rule, scale_rule)
+            if self.format is not None and self.format != "mxfp4":
+                raise ValueError("nibble.transformers: scale_rule applies to MXFP4 only")
+        self.scale_rule = scale_rule
+        if method not in ("rtn", "mse"):
+            raise ValueError(f"nibble.transformers: unknown method {method!r}; expected 'rtn' or 'mse'")
+        self.method = method
+        if isinstance(modules_to_not_convert, str):
+            modules_to_not_convert = [modules_to_not_convert]
+        self.modules_to_not_convert = list(modules_to_not_convert) if modules_to_not_convert is not None else None
+        self.dequantize = bool(dequantize)
+        self.source = dict(source) if source else None
+        if kwargs:
+            raise TypeError(f"nibble.transformers: NibbleConfig got unknown arguments {sorted(kwargs)}")
+        self._saved_as = None     # set once a model holds nibble layers: (format, float linear layer names)
+
+    @classmethod
+    def from_dict(cls, config_dict, return_unused_kwargs=False, **kwargs):
+        """A NibbleConfig from a config.json quantization_config: nibble's own
+        (quant_method "nibble"), or another one that was routed to nibble
+        (the "modelopt" registration, override()): then the tensors decide
+        and the dict is kept as `source`."""
+        d = dict(config_dict)
+        if d.get("quant_method") == "nibble":
+            d.pop("quant_method")
+            config = cls(**{key: d[key] for key in ("format", "scale_rule", "method", "modules_to_not_convert",
+                                                    "dequantize", "source") if key in d})
+        else:
+            config = cls(source=d)
+        unused = {}
+        for key, value in kwargs.items():
+            if key in ("dequantize", "modules_to_not_convert"):
+                setattr(config, key, value)
+            else:
+                unused[key] = value
+        return (config, unused) if return_unused_kwargs else config
+
+    def _nibble_dict(self):
+        return {"quant_method": "nibble", "format": self.format, "scale_rule": self.scale_rule,
+                "method": self.method, "modules_to_not_convert": self.modules_to_not_convert,
+                "dequantize": self.dequantize, "source": self.source}
+
+    def to_dict(self):
+        if self._saved_as is None:
+            return self._nibble_dict()
+        fmt, unquantized = self._saved_as
+        return _layout_config(fmt, self.scale_rule, unquantized)
+
+    def to_diff_dict(self):
+        return self.to_dict()
+
+    def __iter__(self):
+        yield from self.to_dict().items()
+
+    def __repr__(self):
+        import json
+        return f"NibbleConfig {json.dumps(self._nibble_dict(), sort_keys=True)}"
+
+
+def _producer():
+    return {"name": "nibble", "version": _nibble_version}
+
+
+def _layout_config(fmt, scale_rule, exclude):
+    """config.json's quantization_config of the layout save_pretrained writes,
+    as nibble's C writer (src/io/ckpt_out.c, `nibble quantize`) writes it."""
+    exclude = list(exclude)
+    if fmt == "nvfp4":
+        w = {"num_bits": 4, "type": "float", "group_size": 16, "dynamic": False}
+        return {"quant_method": "modelopt", "quant_algo": "NVFP4", "producer": _producer(), "ignore": exclude,
+                "kv_cache_scheme": None,
+                "config_groups": {"group_0": {"weights": dict(w), "input_activations": dict(w),
+                                              "targets": ["Linear"]}}}
+    mode = _QUARK_MODE[scale_rule or "even"]
+
+    def tensor(dynamic):
+        return {"dtype": "fp4", "qscheme": "per_group", "group_size": 32, "ch_axis": -1, "scale_format": "e8m0",
+                "scale_calculation_mode": mode, "round_method": "half_even", "is_dynamic": dynamic,
+                "observer_cls": "PerBlockMXObserver", "scale_type": "float"}
+    return {"quant_method": "quark",
+            "global_quant_config": {"weight": tensor(False), "input_tensors": tensor(True), "output_tensors": None,
+                                    "bias": None},
+            "exclude": exclude,
+            "export": {"weight_format": "real_quantized", "pack_method": "reorder", "kv_cache_group": []},
+            "layer_quant_config": {}, "producer": _producer()}
+
+
+# ---------------------------------------------------------------- quantizer
+
+def _checkpoint_path(files):
+    """What nibble's reader opens for transformers' resolved checkpoint
+    files: the file itself, or the directory of a sharded checkpoint (its
+    index)."""
+    if not files:
+        return None
+    bad = [f for f in files if not str(f).endswith(".safetensors")]
+    if bad:
+        raise ValueError(f"nibble.transformers: nibble reads safetensors checkpoints; got {os.path.basename(bad[0])}")
+    return str(files[0]) if len(files) == 1 else os.path.dirname(str(files[0]))
+
+
+def _swap(model, prefix, new):
+    parent_name, _, child = prefix.rpartition(".")
+    parent = model.get_submodule(parent_name) if parent_name else model
+    setattr(parent, child, new)
+
+
+def _placeholder(n, k, fmt, tensor_scale, bias):
+    """A nibble.torch.Linear on the meta device with the packed size of an
+    n x k weight of `fmt`: transformers places its (non-persistent) buffers
+    and loads its bias; the bytes come after loading."""
+    sizes = weight_sizes(n, k, fmt)
+    pw = nt.PackedLinearWeight(packed=torch.empty(sizes["packed_bytes"], dtype=torch.uint8, device="meta"),
+                               workspace=torch.empty(0, dtype=torch.uint8, device="meta"), n=n, k=k, format=fmt,
+                               tensor_scale=float(tensor_scale), scale_exp_min=-1, scale_exp_max=-1)
+    b = None
+    if bias is not None:
+        b = torch.empty(n, dtype=bias.dtype, device="meta")
+    return nt.Linear(pw, b)
+
+
+def _device_map_devices(device_map):
+    if device_map is None:
+        return set()
+    if isinstance(device_map, dict):
+        return {str(v) for v in device_map.values()}
+    return {str(device_map)}
+
+
+class NibbleHfQuantizer(HfQuantizer):
+    """transformers' HfQuantizer for nibble (see the module docstring)."""
+
+    requires_calibration = False
+
+    def __init__(self, quantization_config, **kwargs):
+        super().__init__(quantization_config, **kwargs)
+        self._ck = None
+        self._layers = []          # [(CheckpointLayer, prefix)] of a 4-bit checkpoint
+        self._experts = []         # [(prefix of the experts module, {name: CheckpointLayer})]
+        self._targets = set()      # prefixes quantized at load
+        self._pending = {}         # prefix -> PackedLinearWeight quantized at load, swapped in after it
+        self._errors = {}
+        self._dtype = None
+
+    # -------------------------------------------------------- environment
+
+    def validate_environment(self, device_map=None, **kwargs):
+        devices = _device_map_devices(device_map)
+        if "disk" in devices:
+            raise ValueError("nibble.transformers: device_map puts layers on disk; nibble layers hold their packed "
+                             "weights in memory (offloading is not supported)")
+        gpus = {d for d in devices if d not in ("cpu", "meta")}
+        if "cpu" in devices and gpus:
+            raise ValueError("nibble.transformers: device_map mixes the CPU with GPUs; nibble layers run on a GPU and "
+                             "CPU offloading is not supported (load on the CPU alone, or on GPUs alone)")
+
+    def update_dtype(self, dtype):
+        return dtype
+
+    @property
+    def quantized_element_size(self):
+        fmt = self.quantization_config.format or "nvfp4"
+        return weight_sizes(16, 128, fmt)["packed_bytes"] / (16 * 128)
+
+    def preprocess_model(self, model, dtype=None, **kwargs):
+        self._dtype = dtype
+        return super().preprocess_model(model, dtype=dtype, **kwargs)
+
+    # ------------------------------------------------------- before load
+
+    def _process_model_before_weight_loading(self, model, checkpoint_files=None, **kwargs):
+        from .checkpoint import open_checkpoint
+        path = _checkpoint_path(checkpoint_files)
+        ck = open_checkpoint(path) if path is not None else None
+        try:
+            if ck is not None and any(L.quant_format for L in ck.layers):
+                self._plan_prequantized(model, ck)
+                self._ck, ck = ck, None
+            else:
+                self._plan_quantize(model, ck)
+        finally:
+            if ck is not None:
+                ck.close()
+        return model
+
+    def _plan_prequantized(self, model, ck):
+        cfg = self.quantization_config
+        self.pre_quantized = True
+        formats = sorted({L.quant_format for L in ck.layers if L.quant_format})
+        for L in ck.layers:
+            if L.quant_format and L.config_mismatch:
+                raise ValueError(f"nibble.transformers: {ck.path}: layer {L.prefix} ({L.format}) disagrees with the "
+                                 f"checkpoint's config: {L.problem}")
+        if cfg.format is not None and formats != [cfg.format]:
+            raise ValueError(f"nibble.transformers: NibbleConfig(format={cfg.format!r}) but {ck.path} holds "
+                             f"{', '.join(formats)} layers (format=None takes the checkpoint as it is)")
+        layers, consumed, experts, problems = nt._plan_layers(model, ck, experts=True)
+        groups = {}
+        for L in experts:
+            owner, _, name = L.prefix.rpartition(".")
+            groups.setdefault(owner, {})[name] = L
+        for owner, members in groups.items():
+            from .moe import NibbleGptOssExperts
+            mod = model.get_submodule(owner) if owner else model
+            try:
+                new = NibbleGptOssExperts.placeholder(mod, members)
+            except ValueError as e:
+                problems.append(f"{owner}: {e}")
+                continue
+            _swap(model, owner, new)
+            self._experts.append((owner, members))
+        if problems:
+            raise ValueError("nibble.transformers: " + "; ".join(problems))
+        for L, mod, _bias in layers:
+            _swap(model, L.prefix, _placeholder(L.n, L.k, L.quant_format, L.tensor_scale, mod.bias))
+            self._layers.append(L)
+        # The 4-bit tensors are nibble's: transformers leaves them unread and unreported.
+        keys = set(model.state_dict().keys())
+        mine = [t.name for t in ck.tensors if (t.name in consumed or t.name.endswith(nt._IGNORED_SUFFIXES))
+                and t.name not in keys]
+        if mine:
+            model._keys_to_ignore_on_load_unexpected = set(model._keys_to_ignore_on_load_unexpected or ())
+            model._keys_to_ignore_on_load_unexpected.add("^(?:" + "|".join(re.escape(n) for n in mine) + ")$")
+
+    def _plan_quantize(self, model, ck):
+        cfg = self.quantization_config
+        if cfg.format is None:
+            where = f"{ck.path} has" if ck is not None else "the weights have"
+            raise ValueError(f"nibble.transformers: {where} no 4-bit layer nibble reads; "
+                             "NibbleConfig(format='nvfp4' or 'mxfp4') quantizes at load")
+        if self.pre_quantized and cfg.source:
+            raise ValueError(f"nibble.transformers: the checkpoint's quantization_config declares quant_method "
+                             f"{cfg.source.get('quant_method')!r} but nibble's reader found no 4-bit layer in it")
+        self.pre_quantized = False
+        fmt = _FORMATS[cfg.format]
+        group = _lib.FORMAT_INFO[fmt]["group_size"]
+        skip = self.get_modules_to_not_convert(model, cfg.modules_to_not_convert, model._keep_in_fp32_modules)
+        for name, mod in model.named_modules():
+            if isinstance(mod, torch.nn.Linear) and name and not nt._excluded(name, skip) \
+                    and mod.in_features % group == 0:
+                self._targets.add(name)
+
+    # -------------------------------------------------- quantize at load
+
+    def param_needs_quantization(self, model, param_name, **kwargs):
+        prefix, _, leaf = param_name.rpartition(".")
+        return not self.pre_quantized and leaf == "weight" and prefix in self._targets
+
+    def get_quantize_ops(self):
+        return _NibbleQuantize(self)
+
+    def _quantize_layer(self, model, prefix, weight, missing_keys):
+        cfg = self.quantization_config
+        mod = model.get_submodule(prefix)
+        if not isinstance(mod, torch.nn.Linear):
+            raise ValueError(f"nibble.transformers: {prefix} is a {type(mod).__name__}, not an nn.Linear")
+        try:
+            if weight.device.type == "cuda":
+                pw = nt.quantize(weight, format=cfg.format, scale_rule=cfg.scale_rule, method=cfg.method)
+            else:
+                qw = _np_quantize(nt._host_array(weight), format=cfg.format, scale_rule=cfg.scale_rule,
+                                  method=cfg.method)
+                pw = nt.pack(qw, "cpu")
+        except Exception as e:
+            self._errors[prefix] = f"{type(e).__name__}: {e}"
+            raise
+        # The module is swapped after loading: transformers renews every
+        # non-persistent buffer (which packed is) at the end of its load.
+        self._pending[prefix] = pw
+        if missing_keys is not None:
+            missing_keys.discard(prefix + ".weight")
+
+    # -------------------------------------------------------- after load
+
+    def _process_model_after_weight_loading(self, model, **kwargs):
+        cfg = self.quantization_config
+        try:
+            if self.pre_quantized:
+                self._fill(model)
+            else:
+                for prefix, pw in self._pending.items():
+                    bias = model.get_submodule(prefix).bias
+                    _swap(model, prefix, nt.Linear(pw, None if bias is None or bias.is_meta else bias))
+                left = sorted(self._targets - set(self._pending))
+                self._pending = {}
+                if left:
+                    why = "; ".join(f"{p}: {self._errors[p]}" for p in left if p in self._errors)
+                    raise RuntimeError(f"nibble.transformers: {len(left)} layers were not quantized: "
+                                       f"{nt._some(left)}" + (f" ({why})" if why else ""))
+        finally:
+            if self._ck is not None:
+                self._ck.close()
+                self._ck = None
+        if not cfg.dequantize:
+            layers = [m for m in model.modules() if isinstance(m, (nt.Linear,))]
+            fmts = sorted({m.format for m in layers})
+            devs = sorted({str(m.packed.device) for m in layers})
+            if "cpu" in devs and len(devs) > 1:
+                raise ValueError(f"nibble.transformers: nibble layers ended up on {', '.join(devs)}; they run on a "
+                                 "GPU and CPU offloading is not supported")
+            if len(fmts) == 1:
+                cfg.format = fmts[0]
+            unquantized = sorted(name for name, m in model.named_modules() if isinstance(m, torch.nn.Linear))
+            cfg._saved_as = (fmts[0], unquantized) if len(fmts) == 1 else None
+        return model
+
+    def _fill(self, model):
+        cfg = self.quantization_config
+        ck = self._ck
+        for L in self._layers:
+            mod = model.get_submodule(L.prefix)
+            dev = mod.packed.device if not mod.packed.is_meta else torch.device("cpu")
+            bias = mod.bias
+            if bias is not None and bias.is_meta:
+                bias = None
+            qw = ck.quantized_weight(L)
+            if cfg.dequantize:
+                dtype = bias.dtype if bias is not None else (self._dtype if isinstance(self._dtype, torch.dtype)
+                                                            else torch.bfloat16)
+                lin = torch.nn.Linear(L.k, L.n, bias=bias is not None, device="meta", dtype=dtype)
+                lin.weight = torch.nn.Parameter(nt.dequantize_weight(qw, dtype, dev), requires_grad=False)
+                if bias is not None:
+                    lin.bias = bias
+                _swap(model, L.prefix, lin)
+            else:
+                _swap(model, L.prefix, nt.Linear.from_quantized(qw, bias, device=dev))
+        for owner, members in self._experts:
+            mod = model.get_submodule(owner)
+            mod.fill(ck, members, dequantize=cfg.dequantize)
+
+    # ---------------------------------------------------------- saving
+
+    def is_serializable(self, safe_serialization=None):
+        return True
+
+    @property
+    def is_trainable(self):
+        return False
+
+    @property
+    def is_compileable(self):
+        return True
+
+    def get_state_dict_and_metadata(self, model):
+        """The model's state_dict with every nibble layer in the checkpoint
+        layout of its format (ModelOpt NVFP4, Quark MXFP4)."""
+        state = model.state_dict()
+        fmts = set()
+        for name, mod in model.named_modules():
+            pre = name + "." if name else ""
+            if isinstance(mod, nt.Linear):
+                fmts.add(mod.format)
+                state.update({pre + k: v for k, v in layer_tensors(mod.quantized_weight()).items()})
+            elif getattr(mod, "_nibble_experts", False):
+                raise ValueError(f"nibble.transformers: save_pretrained of MoE experts ({name}) is not supported "
+                                 "yet (no dense layout holds them; the gpt-oss layout is not written)")
+        if len(fmts) > 1:
+            raise ValueError(f"nibble.transformers: save_pretrained writes one layout, and this model holds "
+                             f"{', '.join(sorted(fmts))} layers")
+        return state, {}
+
+
+def layer_tensors(qw):
+    """The tensors of one layer in the layout save_pretrained writes:
+    ModelOpt NVFP4 (weight U8, weight_scale F8_E4M3, weight_scale_2 F32 0-d)
+    or Quark MXFP4 (weight U8, weight_scale U8)."""
+    codes = torch.from_numpy(qw.codes.copy())
+    scales = torch.from_numpy(qw.scales.copy())
+    if qw.format == "nvfp4":
+        return {"weight": codes, "weight_scale": scales.view(torch.float8_e4m3fn),
+                "weight_scale_2": torch.tensor(qw.tensor_scale, dtype=torch.float32)}
+    if qw.format == "mxfp4":
+        return {"weight": codes, "weight_scale": scales}
+    raise ValueError(f"nibble.transformers: no checkpoint layout is written for {qw.format}")
+
+
+class _NibbleQuantize(ConversionOps):
+    """The conversion transformers runs on each weight it reads when
+    quantizing at load (HfQuantizer.get_quantize_ops): the layer becomes a
+    nibble.torch.Linear at once, so the whole BF16 model never exists."""
+
+    def __init__(self, quantizer):
+        self.quantizer = quantizer
+
+    def convert(self, input_dict, model=None, missing_keys=None, **kwargs):
+        out = {}
+        for key, value in input_dict.items():
+            tensor = value[0] if isinstance(value, list) else value
+            prefix, _, leaf = key.rpartition(".")
+            if leaf == "weight" and prefix in self.quantizer._targets:
+                self.quantizer._quantize_layer(model, prefix, tensor, missing_keys)
+            else:
+                out[key] = value
+        return out
+
+
+# ----------------------------------------------------------- registration
+
+_taken = {}   # quant_method -> the (config class, quantizer class) nibble replaced, for restore()
+
+
+def _register():
+    configs, quantizers = _auto.AUTO_QUANTIZATION_CONFIG_MAPPING, _auto.AUTO_QUANTIZER_MAPPING
+    for method in ("nibble", "modelopt"):
+        if method not in configs and method not in quantizers:
+            configs[method] = NibbleConfig
+            quantizers[method] = NibbleHfQuantizer
+    global _merge_original
+    if _merge_original is not None:
+        return
+    _merge_original = _auto.AutoHfQuantizer.merge_quantization_configs.__func__
+
+    def merge_quantization_configs(cls, quantization_config, quantization_config_from_args):
+        # A NibbleConfig passed to from_pretrained takes the checkpoint over,
+        # whoever owns its quant_method; every other case is transformers'.
+        if isinstance(quantization_config_from_args, NibbleConfig):
+            src = quantization_config if isinstance(quantization_config, dict) else None
+            if src and src.get("quant_method") != "nibble" and quantization_config_from_args.source is None:
+                quantization_config_from_args.source = dict(src)
+            return quantization_config_from_args
+        return _merge_original(cls, quantization_config, quantization_config_from_args)
+
+    _auto.AutoHfQuantizer.merge_quantization_configs = classmethod(merge_quantization_configs)
+
+
+_merge_original = None
+
+
+class _Override:
+    def __init__(self, methods):
+        self.methods = methods
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        restore(*self.methods)
+
+    def __repr__(self):
+        return f"<nibble.transformers override of {', '.join(self.methods)}>"
+
+
+def override(*methods):
+    """Route checkpoints whose quantization_config.quant_method is one of
+    `methods` (default: all of OVERRIDABLE) to nibble for the rest of the
+    process, in place of transformers' own quantizer for them; restore()
+    puts those back.  Also a context manager: `with override("quark"): ...`
+    restores on exit."""
+    methods = tuple(methods) or OVERRIDABLE
+    for m in methods:
+        if m not in OVERRIDABLE:
+            raise ValueError(f"nibble.transformers: nibble reads no layout of quant_method {m!r}; it can take over "
+                             f"{', '.join(OVERRIDABLE)}")
+    configs, quantizers = _auto.AUTO_QUANTIZATION_CONFIG_MAPPING, _auto.AUTO_QUANTIZER_MAPPING
+    for m in methods:
+        if m not in _taken and configs.get(m) is not NibbleConfig:
+            _taken[m] = (configs.get(m), quantizers.get(m))
+        configs[m], quantizers[m] = NibbleConfig, NibbleHfQuantizer
+    return _Override(methods)
+
+
+def restore(*methods):
+    """Give the quant_methods override() took (default: all of them) back to
+    the quantizers that held them before (none for one that had none)."""
+    configs, quantizers = _auto.AUTO_QUANTIZATION_CONFIG_MAPPING, _auto.AUTO_QUANTIZER_MAPPING
+    for m in (tuple(methods) or tuple(_taken)):
+        if m not in _taken:
+            continue
+        cfg, q = _taken.pop(m)
+        for table, value in ((configs, cfg), (quantizers, q)):
+            if value is None:
+                table.pop(m, None)
+            else:
+                table[m] = value
+
+
+_register()
