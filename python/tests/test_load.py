@@ -347,6 +347,12 @@ def test_load_quantized_gpu_generation_equals_dequantized(checkpoints, fmt):
     assert all(t.device.type == "cuda" for t in list(model.parameters()) + list(model.buffers()))
     ref = meta_model()
     nt.load_quantized(ref, checkpoints[fmt], dequantize=True, device="cuda", dtype=torch.bfloat16)
+    assert_generation_agrees(model, ref)
+
+
+def assert_generation_agrees(model, ref):
+    """Greedy generation of a nibble model (CUDA) against its dequantized
+    twin `ref`, and their logits (test_transformers.py uses it too)."""
     ids = torch.tensor([[1, 17, 33, 99, 5], [1, 4, 8, 15, 16]], device="cuda")
     kw = dict(max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=0)
     with torch.no_grad():

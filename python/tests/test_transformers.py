@@ -35,7 +35,8 @@ import nibble  # noqa: E402
 import nibble.torch as nt  # noqa: E402
 
 from test_checkpoint import write_safetensors  # noqa: E402
-from test_load import HAS_IO, bf16_bits, gpu, reference_model, tiny_config, write_model  # noqa: E402
+from test_load import (HAS_IO, assert_generation_agrees, bf16_bits, gpu, reference_model, tiny_config,  # noqa: E402
+                       write_model)
 
 pytestmark = pytest.mark.skipif(not HAS_IO, reason="no checkpoint API (package built without cJSON)")
 
@@ -327,23 +328,6 @@ def test_refuses_what_it_cannot_do(ckpts):
 
 # ----------------------------------------------------------------------- GPU
 
-def _generate_pair(model, ref):
-    ids = torch.tensor([[1, 17, 33, 99, 5], [1, 4, 8, 15, 16]], device="cuda")
-    kw = dict(max_new_tokens=12, do_sample=False, eos_token_id=None, pad_token_id=0)
-    with torch.no_grad():
-        a = model.generate(ids, **kw)
-        b = ref.generate(ids, output_logits=True, return_dict_in_generate=True, **kw)
-        la, lb = model(ids).logits.float(), ref(ids).logits.float()
-    # as test_load.test_load_quantized_gpu_generation_equals_dequantized: tokens agree
-    # up to the first step whose top-2 logits lie within the BF16 rounding noise
-    margins = [(t.float().topk(2).values[:, 0] - t.float().topk(2).values[:, 1]).min().item() for t in b.logits]
-    sure = next((i for i, mg in enumerate(margins) if mg < 0.02), len(margins))
-    assert sure >= 3, margins
-    P = ids.shape[1]
-    assert torch.equal(a[:, :P + sure], b.sequences[:, :P + sure]), (a, b.sequences, margins)
-    assert ((la - lb).norm() / lb.norm()).item() < 2 ** -6
-
-
 @gpu
 @pytest.mark.parametrize("src", ["nvfp4", "mxfp4", "ct-nvfp4", "ct-mxfp4"])
 def test_gpu_from_pretrained_generates_as_the_dequantized_model(ckpts, src):
@@ -352,7 +336,7 @@ def test_gpu_from_pretrained_generates_as_the_dequantized_model(ckpts, src):
     assert len(layers) == LINEARS and all(m.packed.is_cuda and m.workspace.numel() for m in layers.values())
     ref = AutoModelForCausalLM.from_pretrained(ckpts[src], device_map="cuda",
                                                quantization_config=NibbleConfig(dequantize=True))
-    _generate_pair(model, ref)
+    assert_generation_agrees(model, ref)
 
 
 @gpu
@@ -386,4 +370,4 @@ def test_gpu_quantize_at_load(ckpts, fmt, tmp_path):
                                                    quantization_config=NibbleConfig(dequantize=True))
     for a, b in zip(_nibble_layers(model).values(), _nibble_layers(again).values()):
         assert torch.equal(a.packed, b.packed)
-    _generate_pair(again, ref)
+    assert_generation_agrees(again, ref)
