@@ -342,3 +342,105 @@ def test_opcheck(fmt):
     bias = _x((N,), torch.bfloat16, seed=4).cuda()
     torch.library.opcheck(torch.ops.nibble.gemm.default, (x, pw.packed, pw.workspace, bias, *pw.op_args()),
                           test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
+
+
+# ------------------------------------------- quantization on the device
+
+def test_unpack_round_trip_on_the_host():
+    """nibble.unpack / nibble.torch.unpack (nb_unpack_host) give back
+    exactly the bytes nibble.pack packed; a Linear held on the CPU moves
+    with .to() and unpacks to the same weight."""
+    for fmt in FORMATS:
+        qw = nibble.quantize(_weight(40, 96 if fmt == "nvfp4" else 160), format=fmt)
+        back = nibble.unpack(nibble.pack(qw))
+        assert np.array_equal(back.codes, qw.codes) and np.array_equal(back.scales, qw.scales)
+        assert back.tensor_scale == qw.tensor_scale and back.format == fmt
+        lin = nt.Linear.from_quantized(qw, device="cpu")
+        assert lin.packed.device.type == "cpu" and lin.workspace.numel() == 0
+        assert np.array_equal(lin.packed.numpy(), nibble.pack(qw).data)
+        again = lin.to(torch.bfloat16).quantized_weight()
+        assert np.array_equal(again.codes, qw.codes) and np.array_equal(again.scales, qw.scales)
+    with pytest.raises(TypeError):
+        nibble.unpack(qw)
+    with pytest.raises(TypeError):
+        nt.unpack(qw)
+
+
+@gpu
+@pytest.mark.parametrize("fmt,rule", [("nvfp4", None), ("mxfp4", "even"), ("mxfp4", "ocp"), ("mxfp4", "round_up")])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_device_quantizer_bytes_equal_host(fmt, rule, dtype):
+    """nibble.torch.quantize of a CUDA tensor runs nb_quantize there (no
+    host copy) and packs the same bytes as nibble.quantize on the host."""
+    w = torch.from_numpy(_weight(136, 512, seed=7)).to(dtype)
+    pw = nt.quantize(w.cuda(), format=fmt, scale_rule=rule)
+    qw = nibble.quantize(nt._host_array(w), format=fmt, scale_rule=rule)
+    host = nibble.pack(qw)
+    assert pw.packed.is_cuda and np.array_equal(pw.packed.cpu().numpy(), host.data)
+    assert (pw.tensor_scale, pw.scale_exp_min, pw.scale_exp_max) == \
+        (host.tensor_scale, host.scale_exp_min, host.scale_exp_max)
+    back = nt.unpack(pw)
+    assert np.array_equal(back.codes, qw.codes) and np.array_equal(back.scales, qw.scales)
+    if fmt == "nvfp4":   # a given tensor scale is used as is on the device too
+        pw2 = nt.quantize(w.cuda(), format=fmt, tensor_scale=0.001)
+        assert pw2.tensor_scale == np.float32(0.001)
+        assert np.array_equal(pw2.packed.cpu().numpy(),
+                              nibble.pack(nibble.quantize(nt._host_array(w), format=fmt, tensor_scale=0.001)).data)
+
+
+@gpu
+def test_device_quantizer_errors_and_mse():
+    """Non-finite weights fail on the device with nibble.Error as on the
+    host; method="mse" runs on the host (no device MSE quantizer) and gives
+    nibble.quantize(method="mse")'s bytes."""
+    w = torch.from_numpy(_weight(64, 256, seed=8))
+    bad = w.clone()
+    bad[3, 5] = float("nan")
+    with pytest.raises(nibble.Error, match="non-finite|NaN|finite"):
+        nt.quantize(bad.cuda(), format="nvfp4")
+    with pytest.raises(ValueError, match="multiple of 32"):
+        nt.quantize(torch.zeros(4, 48, device="cuda"), format="mxfp4")
+    with pytest.raises(ValueError, match="no tensor scale"):
+        nt.quantize(w.cuda(), format="mxfp4", tensor_scale=0.5)
+    for fmt in FORMATS:
+        pw = nt.quantize(w.cuda(), format=fmt, method="mse")
+        want = nibble.pack(nibble.quantize(w.numpy(), format=fmt, method="mse"))
+        assert np.array_equal(pw.packed.cpu().numpy(), want.data)
+        rtn = nibble.pack(nibble.quantize(w.numpy(), format=fmt))
+        assert not np.array_equal(want.data, rtn.data)       # the test tells the two methods apart
+
+
+@gpu
+@pytest.mark.parametrize("method", ["rtn", "mse"])
+def test_quantize_model_device_path_equals_host_path(method):
+    """quantize_model of a model on the GPU (device quantizer, or the host
+    for mse) and of the same model on the CPU (host threads) pack the same
+    bytes; return_weights holds the same checkpoint-layout weights."""
+    torch.manual_seed(0)
+    cpu_model = _Mlp().to(torch.bfloat16)
+    gpu_model = _Mlp().to(torch.bfloat16)
+    gpu_model.load_state_dict(cpu_model.state_dict())
+    gpu_model = gpu_model.cuda()
+    r_gpu = nt.quantize_model(gpu_model, format="nvfp4", exclude=[], method=method, return_weights=True)
+    r_cpu = nt.quantize_model(cpu_model, format="nvfp4", exclude=[], method=method, return_weights=True, device="cuda")
+    assert r_gpu["quantized"] == r_cpu["quantized"] == ["up", "down"]   # (lm_head: in_features 136)
+    for name in r_gpu["quantized"]:
+        a, b = gpu_model.get_submodule(name), cpu_model.get_submodule(name)
+        assert torch.equal(a.packed, b.packed) and a.tensor_scale == b.tensor_scale
+        qa, qb = r_gpu["weights"][name], r_cpu["weights"][name]
+        assert np.array_equal(qa.codes, qb.codes) and np.array_equal(qa.scales, qb.scales)
+
+
+@gpu
+def test_linear_moves_between_devices():
+    """A Linear packed on the host and moved to the GPU equals one packed
+    there (same bytes, a zeroed workspace of nb_gemm_workspace_size)."""
+    qw = nibble.quantize(_weight(), format="mxfp4")
+    a = nt.Linear.from_quantized(qw)
+    b = nt.Linear.from_quantized(qw, device="cpu").cuda()
+    assert torch.equal(a.packed, b.packed) and a.workspace.shape == b.workspace.shape
+    assert not b.workspace.any()
+    x = _x((3, K), torch.bfloat16).cuda()
+    assert torch.equal(a(x), b(x))
+    c = b.cpu()
+    assert c.packed.device.type == "cpu" and c.workspace.numel() == 0
