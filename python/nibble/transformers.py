@@ -84,7 +84,7 @@ from . import _FORMATS, _lib, _rule_name, weight_sizes
 from . import quantize as _np_quantize
 from . import torch as nt
 
-__all__ = ["NibbleConfig", "NibbleHfQuantizer", "override", "restore", "OVERRIDABLE"]
+__all__ = ["NibbleConfig", "NibbleHfQuantizer", "NibbleGptOssExperts", "override", "restore", "OVERRIDABLE"]
 
 # The quant_method values of the checkpoint layouts nibble reads.
 OVERRIDABLE = ("modelopt", "compressed-tensors", "quark", "mxfp4")
@@ -333,7 +333,6 @@ class NibbleHfQuantizer(HfQuantizer):
             owner, _, name = L.prefix.rpartition(".")
             groups.setdefault(owner, {})[name] = L
         for owner, members in groups.items():
-            from .moe import NibbleGptOssExperts
             mod = model.get_submodule(owner) if owner else model
             try:
                 new = NibbleGptOssExperts.placeholder(mod, members)
@@ -459,7 +458,7 @@ class NibbleHfQuantizer(HfQuantizer):
                 _swap(model, L.prefix, nt.Linear.from_quantized(qw, bias, device=dev))
         for owner, members in self._experts:
             mod = model.get_submodule(owner)
-            mod.fill(ck, members, dequantize=cfg.dequantize)
+            _swap(model, owner, mod.fill(ck, members, model.config, dequantize=cfg.dequantize))
 
     # ---------------------------------------------------------- saving
 
@@ -484,13 +483,96 @@ class NibbleHfQuantizer(HfQuantizer):
             if isinstance(mod, nt.Linear):
                 fmts.add(mod.format)
                 state.update({pre + k: v for k, v in layer_tensors(mod.quantized_weight()).items()})
-            elif getattr(mod, "_nibble_experts", False):
+            elif isinstance(mod, NibbleGptOssExperts):
                 raise ValueError(f"nibble.transformers: save_pretrained of MoE experts ({name}) is not supported "
                                  "yet (no dense layout holds them; the gpt-oss layout is not written)")
         if len(fmts) > 1:
             raise ValueError(f"nibble.transformers: save_pretrained writes one layout, and this model holds "
                              f"{', '.join(sorted(fmts))} layers")
         return state, {}
+
+
+class NibbleGptOssExperts(torch.nn.Module):
+    """gpt-oss's mixture of experts (transformers' GptOssExperts) with MXFP4
+    weights: one nibble.torch.Linear per expert and projection (gate_up:
+    2I x H, rows interleaving gate and up as gpt-oss stores them; down:
+    H x I) and the BF16 biases as transformers loads them.  forward is
+    GptOssExperts.forward with each matrix product a nibble::gemm: a loop
+    over the experts the batch routes to, as transformers' own eager path
+    does (no grouped MoE kernel yet; the loop reads which experts are hit,
+    so it is not captured in CUDA graphs)."""
+
+    def __init__(self, gate_up, down, gate_up_bias, down_bias, alpha, limit, orig_cls):
+        super().__init__()
+        self.gate_up = torch.nn.ModuleList(gate_up)
+        self.down = torch.nn.ModuleList(down)
+        self.gate_up_proj_bias = torch.nn.Parameter(gate_up_bias, requires_grad=False)
+        self.down_proj_bias = torch.nn.Parameter(down_bias, requires_grad=False)
+        self.num_experts = len(gate_up)
+        self.alpha, self.limit = alpha, limit
+        self._orig_cls = orig_cls
+
+    @classmethod
+    def placeholder(cls, mod, members):
+        """The meta-device stand-in for GptOssExperts `mod` whose checkpoint
+        layers are `members` ({"gate_up_proj": layer, "down_proj": layer});
+        ValueError when mod is not such a module or the shapes differ."""
+        need = ("gate_up_proj", "down_proj", "gate_up_proj_bias", "down_proj_bias", "alpha", "limit")
+        if type(mod).__name__ != "GptOssExperts" or not all(hasattr(mod, a) for a in need):
+            raise ValueError(f"MXFP4 expert weights for a {type(mod).__name__}; nibble serves gpt-oss's "
+                             "GptOssExperts only")
+        if sorted(members) != ["down_proj", "gate_up_proj"]:
+            raise ValueError(f"expert layers {sorted(members)}; expected gate_up_proj and down_proj")
+        e, h, i2 = mod.gate_up_proj.shape
+        gu, dn = members["gate_up_proj"], members["down_proj"]
+        if (gu.experts, gu.n, gu.k, dn.experts, dn.n, dn.k) != (e, i2, h, e, h, i2 // 2):
+            raise ValueError(f"the checkpoint's experts are {gu.experts} x {gu.n} x {gu.k} and {dn.experts} x "
+                             f"{dn.n} x {dn.k} (out x in) but the model's are {e} x {i2} x {h} and {e} x {h} x "
+                             f"{i2 // 2}")
+        return cls([_placeholder(gu.n, gu.k, gu.quant_format, gu.tensor_scale, None) for _ in range(e)],
+                   [_placeholder(dn.n, dn.k, dn.quant_format, dn.tensor_scale, None) for _ in range(e)],
+                   torch.empty(mod.gate_up_proj_bias.shape, dtype=mod.gate_up_proj_bias.dtype, device="meta"),
+                   torch.empty(mod.down_proj_bias.shape, dtype=mod.down_proj_bias.dtype, device="meta"),
+                   mod.alpha, mod.limit, type(mod))
+
+    def fill(self, ck, members, config, dequantize=False):
+        """The module with the checkpoint's bytes, on the device transformers
+        put the biases on: self (nibble layers), or with dequantize a
+        GptOssExperts holding the dequantized weights (the reference)."""
+        dev = self.gate_up_proj_bias.device
+        gu, dn = members["gate_up_proj"], members["down_proj"]
+        if dequantize:
+            dtype = self.gate_up_proj_bias.dtype
+            with torch.device("meta"):
+                dense = self._orig_cls(config.get_text_config())
+            for name, L in (("gate_up_proj", gu), ("down_proj", dn)):
+                w = torch.stack([nt.dequantize_weight(ck.quantized_weight(L, e), dtype, dev).t()
+                                 for e in range(self.num_experts)])
+                setattr(dense, name, torch.nn.Parameter(w.contiguous(), requires_grad=False))
+            dense.gate_up_proj_bias, dense.down_proj_bias = self.gate_up_proj_bias, self.down_proj_bias
+            return dense
+        for e in range(self.num_experts):
+            self.gate_up[e] = nt.Linear.from_quantized(ck.quantized_weight(gu, e), device=dev)
+            self.down[e] = nt.Linear.from_quantized(ck.quantized_weight(dn, e), device=dev)
+        return self
+
+    def _apply_gate(self, gate_up):
+        gate, up = gate_up[..., ::2], gate_up[..., 1::2]
+        gate = gate.clamp(min=None, max=self.limit)
+        up = up.clamp(min=-self.limit, max=self.limit)
+        return (up + 1) * (gate * torch.sigmoid(gate * self.alpha))
+
+    def forward(self, hidden_states, router_indices=None, routing_weights=None):
+        out = torch.zeros_like(hidden_states)
+        with torch.no_grad():
+            mask = torch.nn.functional.one_hot(router_indices, num_classes=self.num_experts).permute(2, 1, 0)
+            hit = torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero()
+        for e in hit[:, 0].tolist():
+            top_k_pos, token_idx = torch.where(mask[e])
+            gate_up = self.gate_up[e](hidden_states[token_idx]) + self.gate_up_proj_bias[e]
+            y = self.down[e](self._apply_gate(gate_up)) + self.down_proj_bias[e]
+            out.index_add_(0, token_idx, (y * routing_weights[token_idx, top_k_pos, None]).to(hidden_states.dtype))
+        return out
 
 
 def layer_tensors(qw):

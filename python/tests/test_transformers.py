@@ -285,6 +285,86 @@ def test_save_pretrained_round_trip(ckpts, tmp_path, src, cfg, layout):
     assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
 
 
+# ------------------------------------------------------------------- gpt-oss
+
+@pytest.fixture(scope="module")
+def gptoss(tmp_path_factory):
+    """A tiny random gpt-oss model and its checkpoint in the gpt-oss MXFP4
+    layout (docs/formats.md 3.4): each expert's weight, out x in, quantized
+    by nibble.quantize and stored as *_blocks [E, N, K/32, 16] and *_scales
+    [E, N, K/32]; everything else BF16; config.json as gpt-oss ships it."""
+    from transformers import GptOssConfig, GptOssForCausalLM
+    cfg = GptOssConfig(num_hidden_layers=2, num_local_experts=4, vocab_size=256, hidden_size=64,
+                       intermediate_size=64, head_dim=16, num_attention_heads=4, num_key_value_heads=2,
+                       num_experts_per_tok=2, max_position_embeddings=128, sliding_window=32, bos_token_id=1,
+                       eos_token_id=2, pad_token_id=0)
+    torch.manual_seed(0)
+    ref = GptOssForCausalLM(cfg).to(torch.bfloat16).eval()
+    with torch.no_grad():
+        for p in ref.parameters():
+            if p.dim() >= 2:
+                p.normal_(0, 0.1)
+    d = str(tmp_path_factory.mktemp("gptoss"))
+    tensors, experts = {}, {}
+    for name, v in ref.state_dict().items():
+        if name.endswith(("experts.gate_up_proj", "experts.down_proj")):
+            qws = [nibble.quantize(v[e].t().float().numpy(), format="mxfp4") for e in range(v.shape[0])]
+            experts[name] = qws
+            tensors[name + "_blocks"] = ("U8", np.stack([q.codes.reshape(q.n, q.k // 32, 16) for q in qws]))
+            tensors[name + "_scales"] = ("U8", np.stack([q.scales for q in qws]))
+        else:
+            tensors[name] = ("BF16", bf16_bits(v))
+    write_safetensors(os.path.join(d, "model.safetensors"), tensors)
+    cfg.save_pretrained(d)
+    with open(os.path.join(d, "config.json")) as f:
+        config = json.load(f)
+    config["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": [
+        "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(config, f)
+    return {"path": d, "ref": ref, "experts": experts}
+
+
+def test_gptoss_experts_hold_the_checkpoint_bytes(gptoss):
+    model = AutoModelForCausalLM.from_pretrained(gptoss["path"], quantization_config=NibbleConfig())
+    assert not _nibble_layers(model.model.layers[0].self_attn)           # attention stays BF16
+    for name, qws in gptoss["experts"].items():
+        owner, _, proj = name.rpartition(".")
+        mod = model.get_submodule(owner)
+        assert isinstance(mod, ntf.NibbleGptOssExperts) and mod.num_experts == len(qws)
+        for e, qw in enumerate(qws):
+            lin = (mod.gate_up if proj == "gate_up_proj" else mod.down)[e]
+            assert (lin.out_features, lin.in_features, lin.format) == (qw.n, qw.k, "mxfp4")
+            np.testing.assert_array_equal(lin.packed.numpy(), nibble.pack(qw).data)
+        ref_bias = gptoss["ref"].get_parameter(name + "_bias")
+        assert torch.equal(model.get_parameter(name + "_bias"), ref_bias)
+    assert torch.equal(model.model.embed_tokens.weight, gptoss["ref"].model.embed_tokens.weight)
+    with pytest.raises(ValueError, match="MoE experts.*not supported"):
+        model.save_pretrained(os.path.join(gptoss["path"], "saved"))
+
+
+def test_gptoss_dequantized_reference(gptoss):
+    """NibbleConfig(dequantize=True) gives transformers' GptOssExperts with
+    the dequantized weights; it runs on the CPU, near the BF16 model."""
+    model = AutoModelForCausalLM.from_pretrained(gptoss["path"], quantization_config=NibbleConfig(dequantize=True))
+    for name, qws in gptoss["experts"].items():
+        w = model.get_parameter(name)
+        want = np.stack([nibble.dequantize(q, "bfloat16").T for q in qws])
+        np.testing.assert_array_equal(bf16_bits(w), want)
+    ids = torch.tensor([[1, 17, 33, 99, 5]])
+    with torch.no_grad():
+        out, base = model(ids).logits.float(), gptoss["ref"](ids).logits.float()
+    assert ((out - base).norm() / base.norm()).item() < 0.5
+
+
+@gpu
+def test_gpu_gptoss_generates_as_the_dequantized_model(gptoss):
+    model = AutoModelForCausalLM.from_pretrained(gptoss["path"], device_map="cuda", quantization_config=NibbleConfig())
+    ref = AutoModelForCausalLM.from_pretrained(gptoss["path"], device_map="cuda",
+                                               quantization_config=NibbleConfig(dequantize=True))
+    assert_generation_agrees(model, ref)
+
+
 # ------------------------------------------------------------------ refusals
 
 def test_refuses_formats_without_kernels(tmp_path):
