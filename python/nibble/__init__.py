@@ -6,7 +6,9 @@ This module is the numpy-level API over the host reference functions (no GPU
 needed); nibble._lib is the ctypes image of include/nibble.h and
 include/nibble_io.h.  nibble.torch (imported explicitly: `import
 nibble.torch`; needs PyTorch) is the GPU path: the nibble::gemm custom op,
-Linear, quantize_model and load_quantized.  nibble.checkpoint
+Linear, quantize_model and load_quantized; nibble.transformers (needs
+transformers) registers nibble as a transformers quantizer for
+from_pretrained / save_pretrained.  nibble.checkpoint
 (open_checkpoint, quantize_checkpoint) reads and writes checkpoints through
 libnibble's checkpoint API (nibble_io.h).
 

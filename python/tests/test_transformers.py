@@ -45,6 +45,13 @@ from nibble.transformers import NibbleConfig  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 from transformers.quantizers import auto as hf_auto  # noqa: E402
 
+try:
+    import accelerate  # noqa: F401  (transformers needs it for any device_map)
+    HAS_ACCEL = True
+except ImportError:
+    HAS_ACCEL = False
+accel = pytest.mark.skipif(not HAS_ACCEL, reason="device_map needs accelerate")
+
 LINEARS = 14   # 2 layers x (q, k, v, o, gate, up, down); lm_head is tied to the embeddings
 
 
@@ -358,6 +365,7 @@ def test_gptoss_dequantized_reference(gptoss):
 
 
 @gpu
+@accel
 def test_gpu_gptoss_generates_as_the_dequantized_model(gptoss):
     model = AutoModelForCausalLM.from_pretrained(gptoss["path"], device_map="cuda", quantization_config=NibbleConfig())
     ref = AutoModelForCausalLM.from_pretrained(gptoss["path"], device_map="cuda",
@@ -400,6 +408,10 @@ def test_refuses_mismatched_configs(ckpts, tmp_path):
 def test_refuses_what_it_cannot_do(ckpts):
     with pytest.raises(ValueError, match="no 4-bit layer.*quantizes at load"):
         AutoModelForCausalLM.from_pretrained(ckpts["bf16"], quantization_config=NibbleConfig())
+
+
+@accel
+def test_refuses_offload(ckpts):
     with pytest.raises(ValueError, match="disk"):
         AutoModelForCausalLM.from_pretrained(ckpts["nvfp4"], device_map={"": "disk"})
     with pytest.raises(ValueError, match="CPU offloading"):
@@ -409,6 +421,7 @@ def test_refuses_what_it_cannot_do(ckpts):
 # ----------------------------------------------------------------------- GPU
 
 @gpu
+@accel
 @pytest.mark.parametrize("src", ["nvfp4", "mxfp4", "ct-nvfp4", "ct-mxfp4"])
 def test_gpu_from_pretrained_generates_as_the_dequantized_model(ckpts, src):
     model = AutoModelForCausalLM.from_pretrained(ckpts[src], device_map="cuda", quantization_config=NibbleConfig())
@@ -420,6 +433,7 @@ def test_gpu_from_pretrained_generates_as_the_dequantized_model(ckpts, src):
 
 
 @gpu
+@accel
 def test_gpu_cpu_load_then_to_cuda_is_the_same_model(ckpts):
     ids = torch.tensor([[1, 17, 33, 99, 5]], device="cuda")
     direct = AutoModelForCausalLM.from_pretrained(ckpts["nvfp4"], device_map="cuda")
@@ -431,6 +445,7 @@ def test_gpu_cpu_load_then_to_cuda_is_the_same_model(ckpts):
 
 
 @gpu
+@accel
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
 def test_gpu_quantize_at_load(ckpts, fmt, tmp_path):
     """On a GPU the weights are quantized by the device quantizer as they
