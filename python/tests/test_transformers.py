@@ -262,7 +262,8 @@ def test_quantize_at_load_exclusions(ckpts):
     layers = _nibble_layers(model)
     assert len(layers) == 8 and not any(".mlp." in name for name in layers)
     down = model.model.layers[0].mlp.down_proj
-    assert isinstance(down, torch.nn.Linear) and torch.equal(down.weight, ckpts["ref"].model.layers[0].mlp.down_proj.weight)
+    assert isinstance(down, torch.nn.Linear)
+    assert torch.equal(down.weight, ckpts["ref"].model.layers[0].mlp.down_proj.weight)
     assert model.config.quantization_config.to_dict()["ignore"] == sorted(
         n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear))
 
