@@ -698,7 +698,7 @@ static void dump_case(nb_context *ctx, const char *root, int idx, const mcase *c
     char meta[512];
     snprintf(meta, sizeof meta,
              "format %s\nexperts %d\ntop_k %d\nm %lld\nhidden %lld\nintermediate %lld\nactivation %s\nlayout %s\n"
-             "limit %.9g\nalpha %.9g\nbias %d\n",
+             "limit %.17g\nalpha %.17g\nbias %d\n",
              fname(c.fmt), c.E, c.K, (long long)c.m, (long long)c.H, (long long)c.I,
              c.act == NB_MOE_ACT_SWIGLU ? "swiglu" : "swiglu_oai",
              p.d.gate_up_layout == NB_MOE_GATE_UP_CONCAT ? "concat" : "interleaved", (double)p.d.limit,
