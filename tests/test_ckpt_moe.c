@@ -19,7 +19,9 @@
  *              per-expert layers of a model that is not gpt-oss, gpt-oss
  *              without down_proj, a bias of the wrong shape, mixed names, an
  *              inconsistent member), BF16 experts (no group) and an expert
- *              index with a leading zero (not an expert).
+ *              index with a leading zero (not an expert);
+ *   bf16       BF16 experts (no group), quantized by nb_ckpt_quantize into
+ *              ModelOpt layers per expert, which form a group.
  * Every expert of every consistent group is dequantized through the
  * descriptor and pointers nb_ckpt_moe_expert returns and compared bit for
  * bit with values decoded here from the bytes written (testlib's codecs);
@@ -671,6 +673,42 @@ static void test_bad(void) {
     free_set(&s);
 }
 
+/* A BF16 checkpoint's experts form no group; quantized by nb_ckpt_quantize
+ * (one ModelOpt layer per expert and projection) they do. */
+static void test_quantized_bf16(void) {
+    enum { E = 4, H = 64, I = 32 };
+    tset s = {.n = 0};
+    g_nn = 0;
+    for (int e = 0; e < E; e++)
+        for (int p = 0; p < 3; p++) {
+            int64_t sh[2] = {p == 2 ? H : I, p == 2 ? I : H};
+            add(&s, nm("model.layers.0.mlp.experts.%d.%s.weight", e, k_hf[p]), NB_ST_BF16, 2, sh, NULL, 0, 0x3F);
+        }
+    write_set(&s, "bf16", "model.safetensors");
+    write_text("bf16", "config.json", "{\"model_type\": \"qwen3_moe\", \"num_experts_per_tok\": 2}");
+    nb_ckpt *c = open_fixture("bf16");
+    size_t n = 9;
+    CHECK(c && nb_ckpt_moe_count(c, &n) == NB_OK && n == 0, "BF16 experts: %zu groups", n);
+    nb_ckpt_close(c);
+    char in[1024], out[1024];
+    snprintf(in, sizeof in, "%s/bf16", g_dir);
+    snprintf(out, sizeof out, "%s/bf16_nvfp4", g_dir);
+    nb_ckpt_quantize_opts o;
+    nb_ckpt_quantize_opts_init(&o);
+    o.device = NB_CKPT_DEVICE_CPU;
+    nb_status st = nb_ckpt_quantize(in, out, &o, NULL);
+    CHECK(st == NB_OK, "quantize BF16 experts: %s", nb_last_error());
+    if (st == NB_OK && (c = open_fixture("bf16_nvfp4"))) {
+        size_t g;
+        nb_ckpt_moe m = get_group(c, "model.layers.0.mlp.experts", &g);
+        CHECK(m.format == NB_CKPT_MODELOPT_NVFP4 && m.experts == E && m.hidden == H && m.intermediate == I &&
+                  m.top_k == 2 && m.layers == 3 * E,
+              "quantized experts: %s E %lld (%s)", fmt_name(m.format), (long long)m.experts, m.problem);
+        nb_ckpt_close(c);
+    }
+    free_set(&s);
+}
+
 int main(int argc, char **argv) {
     const int keep = fixture_dir_open(argc, argv, "nibble_moe");
     if (keep < 0) return 1;
@@ -684,6 +722,7 @@ int main(int argc, char **argv) {
     test_mixtral(ctx);
     test_gptoss(ctx);
     test_bad();
+    test_quantized_bf16();
     nb_context_destroy(ctx);
     return fixture_dir_close(keep);
 }
