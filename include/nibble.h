@@ -19,6 +19,10 @@
  *     NB_LAYOUT_PACKED      what the GPU kernels read: one buffer produced by
  *                           nb_pack() from the checkpoint layout (byte
  *                           layout: docs/formats.md section 8).
+ *   A mixture-of-experts MLP (nb_moe_*: E experts' gate_up and down weights,
+ *   top-k routing, the activation, the weighted combine) has a host reference
+ *   in float and double and the routing layout its grouped GEMM will read
+ *   (nb_moe_align_host); its GPU kernels are not written yet.
  *   Every operation has a plain-C reference (functions ending in _host, host
  *   memory) and, where it makes sense, a CUDA version (device memory, takes a
  *   stream).  The reference is the specification: dequantization and packing
@@ -694,6 +698,212 @@ NB_API nb_status nb_context_tuning_count(const nb_context *ctx, size_t *entries,
  * NULL when max is 0).  Needs a device and a packed weight, like nb_gemm. */
 NB_API nb_status nb_gemm_list_configs(nb_context *ctx, const nb_gemm_desc *g, nb_gemm_config *configs, size_t max,
                                       size_t *count);
+
+/* ----------------------------------------------------- mixture of experts
+ *
+ * A mixture-of-experts (MoE) MLP holds E experts, each an MLP of its own; a
+ * router picks top_k of them per token (topk_ids [m, top_k] int32) with a
+ * weight each (topk_weights [m, top_k] float32), and the token's output is
+ * the weighted sum of those experts' outputs.  For token t and slot s
+ * (0 <= s < top_k), e = topk_ids[t, s]:
+ *     gu  = x[t] . Wgu[e]^T (+ bgu[e])       Wgu[e]: [2I, H], gate and up rows
+ *     h_i = act(gate_i, up_i)                i < I (rows of gu by gate_up_layout)
+ *     o_s = h . Wd[e]^T (+ bd[e])            Wd[e]: [H, I]
+ *   y[t]  = sum over s of topk_weights[t, s] * o_s
+ * The router (logits, softmax or sigmoid, top-k, normalisation, DeepSeek's
+ * routed scaling factor) and shared experts are the caller's: topk_weights
+ * are used as given (any finite value, sums need not be 1).
+ *
+ * WEIGHTS: each expert's gate_up is one weight of nb_moe_desc.gate_up (n =
+ * 2I, k = H) and its down one of nb_moe_desc.down (n = H, k = I), in the
+ * checkpoint layout, stored expert-major: with one expert's sizes from
+ * nb_weight_get_sizes_v2 (or nb_moe_get_sizes), expert e's codes start at
+ * byte e * codes_bytes of one buffer, its scales at e * scales_bytes of
+ * another, its zero points likewise.  gpt-oss stores its experts so
+ * ([E, R, K/32, 16] blocks: nb_ckpt_moe_weights, nibble_io.h); per-expert
+ * checkpoints are copied into this layout (nb_ckpt_moe_read).  Formats with
+ * a tensor scale (NVFP4) take one per expert and projection, as arrays of E
+ * floats in nb_moe_weights: each NVFP4 expert has its own weight_scale_2,
+ * so the descriptors' tensor_scale fields are not used.  Biases (gpt-oss)
+ * are [E, 2I] and [E, H] in act_dtype.
+ *
+ * ACTIVATIONS (nb_moe_activation), g the gate row and u the up row:
+ *   SWIGLU      h = silu(g) * u, silu(g) = g / (1 + exp(-g)): Qwen3-MoE,
+ *               DeepSeek-V3/R1, Mixtral, Llama-4 (limit and alpha 0);
+ *   SWIGLU_OAI  gpt-oss: g' = min(g, limit), u' = min(max(u, -limit), limit),
+ *               h = (u' + 1) * (g' / (1 + exp(-alpha * g'))); limit 7.0 and
+ *               alpha 1.702 in gpt-oss (transformers' swiglu_limit,
+ *               swiglu_alpha).  A NaN g or u stays NaN (not clamped away).
+ * GATE/UP LAYOUTS of the 2I rows of Wgu[e] (nb_moe_gate_up_layout):
+ *   CONCAT       rows 0 .. I-1 are gate, I .. 2I-1 up: Qwen3-MoE's fused
+ *                gate_up_proj, vLLM's w13, and separate gate_proj / up_proj
+ *                checkpoints read one after the other;
+ *   INTERLEAVED  row 2i is gate i, row 2i+1 up i: gpt-oss.
+ *
+ * ARITHMETIC of nb_moe_mlp_host (the specification the GPU kernels will be
+ * measured against).  Weights are dequantized to float32 as
+ * nb_dequantize_host_v2 does, with expert e's tensor scale; x is read from
+ * act_dtype; then, per slot:
+ *   gu_r = the float32 dot product of x[t] and row r, summed in k order, plus
+ *          the bias (float32);
+ *   h_i  = the activation in float32 (expf), rounded to act_dtype: what a
+ *          fused gate_up kernel writes as the down GEMM's input;
+ *   o_s  = the float32 dot product of h and row c of Wd[e] in k order, plus
+ *          the bias, rounded to act_dtype: what the down GEMM writes per slot;
+ * and per token, acc = 0, then for s = 0, 1, .. top_k - 1: acc = acc +
+ * topk_weights[t, s] * o_s (a float32 product and a float32 sum), and y[t] =
+ * acc rounded to act_dtype.  Each slot is computed on its own and the
+ * combine runs over the slots in top-k order, so the result does not depend
+ * on how slots are grouped by expert or in which order experts or threads
+ * run: it is deterministic, and a kernel that writes per-slot outputs and
+ * then combines them in slot order can match it.  (F32 activations round
+ * nothing.)  nb_moe_mlp_host_f64 computes the same in double (exp), without
+ * rounding h, o_s or y; it is the yardstick, and tests/test_moe.c states and
+ * checks the bound of the float version against it.
+ *
+ * ROUTING DATA is validated here, on the host (status and message naming the
+ * token, slot and value):
+ *   topk_ids[t, s] in [0, E)                              INVALID_ARGUMENT
+ *   an expert twice within one token                      INVALID_ARGUMENT
+ *     (top-k routing picks distinct experts; a repeat means the ids are
+ *     wrong, and computing it would count that expert twice)
+ *   topk_weights[t, s] not finite (NaN, inf)              INVALID_ARGUMENT
+ * GPU functions cannot return a status that depends on the data without a
+ * synchronization, so the device versions to come will not check these:
+ * check routing with the host functions in tests. */
+
+typedef enum nb_moe_activation {
+    NB_MOE_ACT_SWIGLU = 1,    /* silu(gate) * up */
+    NB_MOE_ACT_SWIGLU_OAI = 2 /* gpt-oss: clamped, (up + 1) * gate * sigmoid(alpha * gate) */
+} nb_moe_activation;
+
+typedef enum nb_moe_gate_up_layout {
+    NB_MOE_GATE_UP_CONCAT = 1,     /* gate rows, then up rows */
+    NB_MOE_GATE_UP_INTERLEAVED = 2 /* gate, up, gate, up, ... (gpt-oss) */
+} nb_moe_gate_up_layout;
+
+/* An MoE MLP problem: shapes, routing width, the two per-expert weights and
+ * the activation.  nb_moe_desc_init fills every field; change the weight
+ * descriptors' group or scale type, gate_up_layout, limit or alpha after it
+ * when a checkpoint needs it, and nb_moe_desc_validate again. */
+typedef struct nb_moe_desc {
+    int64_t m;                /* tokens, >= 1 */
+    int32_t experts;          /* E, >= 1 */
+    int32_t top_k;            /* experts per token, 1 .. E */
+    int64_t hidden;           /* H: columns of x and y */
+    int64_t intermediate;     /* I: rows of gate (and of up) per expert */
+    nb_weight_desc gate_up;   /* one expert's gate_up: n = 2I, k = H (tensor_scale not used) */
+    nb_weight_desc down;      /* one expert's down: n = H, k = I (tensor_scale not used) */
+    int32_t activation;       /* nb_moe_activation */
+    int32_t gate_up_layout;   /* nb_moe_gate_up_layout */
+    float limit;              /* SWIGLU_OAI: clamp limit > 0 (7.0); SWIGLU: 0 */
+    float alpha;              /* SWIGLU_OAI: sigmoid slope > 0 (1.702); SWIGLU: 0 */
+    nb_dtype act_dtype;       /* x, y and the biases: F32, F16 or BF16 on the host */
+    int32_t reserved[9];      /* zero (nb_moe_desc_init); others are NB_ERR_INVALID_ARGUMENT */
+} nb_moe_desc;
+
+/* Fill *d: both weights of `format` with its default group and scale type
+ * (nb_weight_desc_init: gate_up [2I, H], down [H, I], checkpoint layout);
+ * SWIGLU with CONCAT, limit 0, alpha 0; SWIGLU_OAI with INTERLEAVED, limit
+ * 7.0, alpha 1.702 (gpt-oss's); reserved zero.  Returns what
+ * nb_moe_desc_validate says of the result. */
+NB_API nb_status nb_moe_desc_init(nb_moe_desc *d, nb_format format, int64_t m, int32_t experts, int32_t top_k,
+                                  int64_t hidden, int64_t intermediate, nb_moe_activation activation,
+                                  nb_dtype act_dtype);
+/* Check a descriptor: m in [1, 2^31], experts >= 1, top_k in [1, E]
+ * (NB_ERR_BAD_SHAPE, top_k > E NB_ERR_INVALID_ARGUMENT); the weight
+ * descriptors (nb_weight_desc_validate) with gate_up [2I, H] and down [H, I]
+ * (NB_ERR_BAD_SHAPE naming both shapes); a known activation and layout, limit
+ * and alpha positive and finite for SWIGLU_OAI and 0 for SWIGLU
+ * (NB_ERR_INVALID_ARGUMENT); a known act_dtype (NB_ERR_UNSUPPORTED); m *
+ * top_k slots and the padded routing below 2^31, m * H below 2^50 and E
+ * experts' buffers within the address space (NB_ERR_OVERFLOW); reserved zero. */
+NB_API nb_status nb_moe_desc_validate(const nb_moe_desc *d);
+
+/* Bytes of the buffers of a problem (host layout). */
+typedef struct nb_moe_sizes {
+    nb_weight_sizes_v2 gate_up; /* ONE expert's gate_up buffers: the stride between experts */
+    nb_weight_sizes_v2 down;    /* one expert's down buffers */
+    size_t x_bytes;             /* x and y: m * H elements of act_dtype */
+    size_t gate_up_bias_bytes;  /* E * 2I elements of act_dtype */
+    size_t down_bias_bytes;     /* E * H elements of act_dtype */
+    int32_t reserved[8];        /* zero on return */
+} nb_moe_sizes;
+NB_API nb_status nb_moe_get_sizes(const nb_moe_desc *d, nb_moe_sizes *out);
+
+/* The weights of an MoE MLP on the host, expert-major (see WEIGHTS above):
+ * gate_up.codes holds E * nb_moe_sizes.gate_up.codes_bytes bytes, and so on.
+ * zeros is set only for a format with zero points.  reserved must be NULL. */
+typedef struct nb_moe_weights {
+    nb_weight_data gate_up;      /* E experts' [2I, H] weights */
+    nb_weight_data down;         /* E experts' [H, I] weights */
+    const float *gate_up_scales; /* [E] tensor scales for a format with one (NVFP4's weight_scale_2); else NULL */
+    const float *down_scales;    /* [E], likewise */
+    const void *gate_up_bias;    /* [E, 2I] of act_dtype, or NULL */
+    const void *down_bias;       /* [E, H] of act_dtype, or NULL */
+    const void *reserved[4];
+} nb_moe_weights;
+
+/* The MoE MLP on the host (ARITHMETIC above): x [m, H] and y [m, H] of
+ * d->act_dtype, row-major; topk_ids and topk_weights [m, top_k].  Both
+ * weight descriptors must be in the checkpoint layout.  Statuses: those of
+ * nb_moe_desc_validate; NB_ERR_NULL_POINTER (ctx, d, x, w, its codes and
+ * scales, topk_ids, topk_weights, y; zeros for a format with zero points;
+ * the tensor-scale arrays of a format with a tensor scale);
+ * NB_ERR_INVALID_ARGUMENT (routing data above; tensor scales or zeros given
+ * for a format without; reserved pointers set; a packed layout);
+ * NB_ERR_OUT_OF_MEMORY.  y is written only on success. */
+NB_API nb_status nb_moe_mlp_host(nb_context *ctx, const nb_moe_desc *d, const void *x, const nb_moe_weights *w,
+                                 const int32_t *topk_ids, const float *topk_weights, void *y);
+/* The same in double, y [m, H] double, nothing rounded but the inputs' own
+ * values: the yardstick. */
+NB_API nb_status nb_moe_mlp_host_f64(nb_context *ctx, const nb_moe_desc *d, const void *x, const nb_moe_weights *w,
+                                     const int32_t *topk_ids, const float *topk_weights, double *y);
+
+/* ROUTING LAYOUT for a grouped GEMM that runs each expert's slots in tiles
+ * of `block` rows (the kernel's tile along tokens).  Slot i = t * top_k + s
+ * stands for token t = i / top_k with weight topk_weights[i] and expert
+ * topk_ids[i].  With c[e] the slots of expert e and p[e] = c[e] rounded up
+ * to a multiple of block (an expert without slots has p[e] = 0, no block):
+ *   expert_offsets [E + 1]  offsets[0] = 0, offsets[e + 1] = offsets[e] +
+ *                           p[e]; offsets[E], a multiple of block, is the
+ *                           padded total;
+ *   expert_counts  [E]      c[e] (optional: may be NULL);
+ *   sorted_slots   [sorted_len]  entries offsets[e] .. offsets[e] + c[e] - 1
+ *                           are expert e's slots in ascending order; every
+ *                           other entry (the padding of each expert, and
+ *                           everything from offsets[E] to the end) is the
+ *                           sentinel m * top_k;
+ *   block_experts  [blocks]  block b covers sorted_slots[b * block ..
+ *                           b * block + block - 1] and holds its expert, the
+ *                           e with offsets[e] <= b * block < offsets[e + 1];
+ *                           -1 for every block from offsets[E] / block on.
+ * The lengths (nb_moe_align_get_sizes) are the worst case over all routings,
+ * sorted_len = m * top_k + E * (block - 1) and blocks = ceil(sorted_len /
+ * block), so a launch over every block does not depend on the routing (it
+ * can be captured in a CUDA graph) and its spare blocks see -1.  This is
+ * vLLM's moe_align_block_size layout (sorted_token_ids, expert_ids,
+ * num_tokens_post_padded = offsets[E]) with one difference: the order within
+ * an expert is fixed (ascending slots), so every byte of every buffer is
+ * determined by the routing and a device version must reproduce it. */
+typedef struct nb_moe_align_sizes {
+    int64_t slots;       /* m * top_k (also the sentinel) */
+    int64_t sorted_len;  /* int32 elements of sorted_slots */
+    int64_t blocks;      /* int32 elements of block_experts */
+    int64_t offsets_len; /* int32 elements of expert_offsets: E + 1 (expert_counts: E) */
+    int32_t reserved[8]; /* zero on return (and in a capacity passed in) */
+} nb_moe_align_sizes;
+
+/* The lengths for d (m, experts, top_k) and block in [1, 4096]
+ * (NB_ERR_INVALID_ARGUMENT otherwise). */
+NB_API nb_status nb_moe_align_get_sizes(const nb_moe_desc *d, int32_t block, nb_moe_align_sizes *out);
+/* The routing layout of topk_ids (validated as nb_moe_mlp_host does) into
+ * host buffers holding at least the elements `capacity` gives (filled by
+ * nb_moe_align_get_sizes; NB_ERR_BUFFER_TOO_SMALL when one is short, naming
+ * it; capacity->slots is not used).  expert_counts may be NULL. */
+NB_API nb_status nb_moe_align_host(nb_context *ctx, const nb_moe_desc *d, int32_t block, const int32_t *topk_ids,
+                                   int32_t *sorted_slots, int32_t *block_experts, int32_t *expert_offsets,
+                                   int32_t *expert_counts, const nb_moe_align_sizes *capacity);
 
 /* ---------------------------------------------------- scalar conversions */
 

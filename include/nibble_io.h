@@ -20,6 +20,10 @@
  *                 layer classified by tensor names, dtypes and shapes, with
  *                 zero-copy access to each layer's codes and scales as an
  *                 nb_weight_desc (nb_ckpt_layer_weight);
+ *     nb_ckpt_moe_*  mixture-of-experts layers as expert groups: gpt-oss's
+ *                 expert-major tensors and per-expert layers, each group an
+ *                 nb_moe_desc with its experts' weights (zero copy where
+ *                 the layout allows);
  *     nb_ckpt_quantize  BF16/F16/F32 checkpoint -> ModelOpt NVFP4 or Quark
  *                 MXFP4 checkpoint (what `nibble quantize` runs);
  *     nb_ckpt_convert   4-bit checkpoint (or GGUF file) -> another 4-bit
@@ -497,6 +501,132 @@ NB_API nb_status nb_ckpt_layer_weight_v2(const nb_ckpt *c, size_t i, int64_t exp
  * Y = x[:, perm] . W^T; the identity when layer.k_permuted is 0.  count must
  * be at least k (NB_ERR_BUFFER_TOO_SMALL). */
 NB_API nb_status nb_ckpt_layer_perm(const nb_ckpt *c, size_t i, int32_t *perm, size_t count);
+
+/* =========================================================== expert groups
+ *
+ * A mixture-of-experts checkpoint stores a layer's experts either as one
+ * tensor per projection holding every expert (gpt-oss) or as one linear
+ * layer per expert and projection (ModelOpt, compressed-tensors and Quark
+ * exports of Qwen3-MoE, DeepSeek-V3/R1, Llama-4, Mixtral ...).  nb_ckpt_open
+ * finds these sets and makes each an expert group: one MoE MLP of nibble.h
+ * (nb_moe_desc), E experts' gate_up [2I, H] and down [H, I] weights.  The
+ * layers a group is made of stay layers (nb_ckpt_layer_at lists them;
+ * nb_ckpt_layer_moe says which group, projection and expert each is), and
+ * `nibble inspect` shows the group in their place.
+ *
+ * WHAT IS A GROUP (prefix G, e.g. "model.layers.0.mlp.experts"):
+ *   gpt-oss    G.gate_up_proj and G.down_proj, two gptoss-mxfp4 layers (the
+ *              G.gate_up_proj_blocks / _scales tensors) with the same E:
+ *              gate_up [E, 2I, H], its rows interleaved (row 2i gate i, row
+ *              2i+1 up i), and down [E, H, I], expert-major and read zero copy
+ *              (nb_ckpt_moe_weights); biases G.gate_up_proj_bias [E, 2I] and
+ *              G.down_proj_bias [E, H] (or G.gate_up_proj.bias ...), BF16,
+ *              F16 or F32, when present.  Activation SWIGLU_OAI, limit and
+ *              alpha from config.json's swiglu_limit and swiglu_alpha (7 and
+ *              1.702 when absent).
+ *   per expert G.e.gate_proj, G.e.up_proj and G.e.down_proj (or Mixtral's
+ *              G.e.w1, G.e.w3, G.e.w2) for every e in 0 .. E-1, G's last
+ *              component being "experts" and e written in decimal without
+ *              leading zeros: 3E layers of one FP4 layout (modelopt-nvfp4,
+ *              ct-nvfp4, ct-mxfp4, quark-mxfp4), gate and up [I, H], down
+ *              [H, I].  gate_up is gate's rows then up's (CONCAT), copied into
+ *              one weight per expert by nb_ckpt_moe_read; activation SWIGLU.
+ *              Every expert has its own tensor scales (NVFP4 weight_scale_2);
+ *              when an expert's gate and up scales differ, gate_up_scales_differ
+ *              is set and gate_up cannot be read as one weight (GATE and UP
+ *              can).
+ *   per expert, fused  G.e.gate_up_proj [2I, H] and G.e.down_proj (what
+ *              `nibble convert` writes from gpt-oss): grouped as gpt-oss
+ *              (INTERLEAVED, SWIGLU_OAI) when config.json's model_type is
+ *              "gpt_oss"; otherwise the row order is unknown and the group is
+ *              inconsistent.
+ * top_k is config.json's num_experts_per_tok (or text_config's), 0 when
+ * absent.  A set that names experts but breaks a rule - an expert or
+ * projection missing, members of different layouts or shapes, an
+ * unquantized or inconsistent member, experts in a layout converted when read
+ * (awq-int4 ... bnb-fp4: not grouped yet), a bias of the wrong shape - is a
+ * group with format NB_CKPT_INCONSISTENT and the reason in `problem`; its
+ * layers are still read one by one.  Experts that are all unquantized
+ * (a BF16 checkpoint) form no group.  Biases of per-expert layers are not
+ * grouped (read them as tensors).  Dense layers and shared experts
+ * ("shared_experts.gate_proj", no index) are not experts. */
+
+/* Explicit values, append only. */
+typedef enum nb_ckpt_moe_proj {
+    NB_CKPT_MOE_GATE_UP = 1, /* [2I, H]: gate and up rows in the group's gate_up_layout */
+    NB_CKPT_MOE_DOWN = 2,    /* [H, I] */
+    NB_CKPT_MOE_GATE = 3,    /* [I, H]: groups of separate gate and up layers only */
+    NB_CKPT_MOE_UP = 4       /* [I, H]: likewise */
+} nb_ckpt_moe_proj;
+
+typedef struct nb_ckpt_moe {
+    const char *prefix;        /* G; owned by the checkpoint */
+    nb_ckpt_format format;     /* every member's layout, or NB_CKPT_INCONSISTENT (see problem) */
+    int64_t experts;           /* E (0 when not known) */
+    int64_t hidden;            /* H (0 when not known) */
+    int64_t intermediate;      /* I (0 when not known) */
+    int32_t activation;        /* nb_moe_activation: SWIGLU_OAI (gpt-oss) or SWIGLU */
+    int32_t gate_up_layout;    /* nb_moe_gate_up_layout of gate_up as it is read */
+    int32_t per_expert;        /* 1: a layer per expert and projection; 0: one per projection (gpt-oss) */
+    int32_t fused;             /* 1: gate_up is stored as one weight per expert (gpt-oss, per expert fused) */
+    int32_t top_k;             /* config.json num_experts_per_tok; 0 when absent */
+    float limit, alpha;        /* SWIGLU_OAI's clamp limit and sigmoid slope; 0 for SWIGLU */
+    int64_t gate_up_bias;      /* tensor index (nb_ckpt_tensor_at) of the [E, 2I] bias, -1 when none */
+    int64_t down_bias;         /* tensor index of the [E, H] bias, -1 when none */
+    int32_t gate_up_scales_differ; /* 1: some expert's gate and up tensor scales differ (read GATE and UP) */
+    int32_t layers;            /* member layers: 2 (gpt-oss), 2E (fused) or 3E */
+    uint64_t bytes;            /* bytes of the member layers' tensors and the biases */
+    char problem[256];         /* why INCONSISTENT; "" otherwise */
+    int32_t reserved[8];
+} nb_ckpt_moe;
+
+/* Groups, in order of prefix; _find: the group with prefix G. */
+NB_API nb_status nb_ckpt_moe_count(const nb_ckpt *c, size_t *count);
+NB_API nb_status nb_ckpt_moe_at(const nb_ckpt *c, size_t i, nb_ckpt_moe *out);
+NB_API nb_status nb_ckpt_moe_find(const nb_ckpt *c, const char *prefix, size_t *index);
+/* The group layer `layer` belongs to: *group its index, or -1 (NB_OK) when
+ * none; *proj its projection and *expert its expert (-1 for a gpt-oss
+ * layer, which holds every expert).  proj and expert may be NULL. */
+NB_API nb_status nb_ckpt_layer_moe(const nb_ckpt *c, size_t layer, int64_t *group, nb_ckpt_moe_proj *proj,
+                                   int64_t *expert);
+/* The nb_moe_desc of group i for m tokens: E, H, I, the members' format,
+ * group and scale type, activation, gate_up_layout, limit, alpha; top_k 0
+ * takes the group's (config.json), and NB_ERR_INVALID_ARGUMENT when it has
+ * none.  NB_ERR_UNSUPPORTED for an inconsistent group (the reason in the
+ * message); otherwise what nb_moe_desc_validate says. */
+NB_API nb_status nb_ckpt_moe_desc(const nb_ckpt *c, size_t i, int64_t m, int32_t top_k, nb_dtype act_dtype,
+                                  nb_moe_desc *out);
+/* Expert `expert`'s weight of projection `proj`, zero copy as
+ * nb_ckpt_layer_weight gives it: *desc carries that expert's tensor scale.
+ * gpt-oss and fused groups: GATE_UP and DOWN; separate gate and up layers:
+ * GATE, UP and DOWN (GATE_UP is two layers: nb_ckpt_moe_read copies them
+ * into one).  A projection the group does not store, or an inconsistent
+ * group, is NB_ERR_UNSUPPORTED; an expert out of range
+ * NB_ERR_INVALID_ARGUMENT; i out of range NB_ERR_NOT_FOUND. */
+NB_API nb_status nb_ckpt_moe_expert(const nb_ckpt *c, size_t i, nb_ckpt_moe_proj proj, int64_t expert,
+                                    nb_weight_desc *desc, const uint8_t **codes, const uint8_t **scales);
+/* Every expert's weight of `proj` at once, expert-major as nb_moe_mlp_host
+ * reads it, zero copy: gpt-oss groups only (their tensors are laid out so);
+ * per-expert groups are NB_ERR_UNSUPPORTED (their experts are separate
+ * tensors: nb_ckpt_moe_read).  *desc describes one expert (tensor scale 1). */
+NB_API nb_status nb_ckpt_moe_weights(const nb_ckpt *c, size_t i, nb_ckpt_moe_proj proj, nb_weight_desc *desc,
+                                     const uint8_t **codes, const uint8_t **scales);
+/* Every expert's weight of `proj` copied into the caller's buffers,
+ * expert-major (expert e at e times one expert's nb_weight_get_sizes_v2(desc)
+ * bytes), for any group that is not inconsistent: GATE_UP of separate gate
+ * and up layers is each expert's gate codes then its up codes (and scales
+ * likewise), which is the CONCAT row order.  *desc describes one expert, with
+ * expert 0's tensor scale; tensor_scales (may be NULL; at least E floats,
+ * `count`) receives every expert's (1 for a format without one), which is
+ * what nb_moe_weights.gate_up_scales / down_scales take for NVFP4.  With out
+ * NULL only *desc and tensor_scales are filled; capacity gives the bytes of
+ * each buffer (NB_ERR_BUFFER_TOO_SMALL below E experts'; may be NULL only
+ * with out NULL).  GATE_UP of an expert whose gate and up tensor scales
+ * differ is NB_ERR_UNSUPPORTED, naming the expert and both scales, before
+ * anything is written. */
+NB_API nb_status nb_ckpt_moe_read(const nb_ckpt *c, size_t i, nb_ckpt_moe_proj proj, nb_weight_desc *desc,
+                                  const nb_weight_buffers *out, const nb_weight_sizes_v2 *capacity,
+                                  float *tensor_scales, size_t count);
 
 /* ================================================================ quantize
  *

@@ -20,9 +20,10 @@ static inline const char *fmt_name(nb_ckpt_format f) { const char *s; return nb_
 static inline const char *dev_name(nb_ckpt_device d) { const char *s; return nb_ckpt_device_name(d, &s) ? "?" : s; }
 static inline const char *src_name(nb_ckpt_source x) { const char *s; return nb_ckpt_source_name(x, &s) ? "?" : s; }
 
+#define TSET_MAX 256
 typedef struct tset {
-    nb_st_tensor t[48];
-    void *own[48];
+    nb_st_tensor t[TSET_MAX];
+    void *own[TSET_MAX];
     size_t n;
 } tset;
 
@@ -36,6 +37,10 @@ static inline uint8_t *rnd_bytes(size_t n, int lo, int hi) {
  * Returns the tensor's data. */
 static inline const uint8_t *add(tset *s, const char *name, nb_st_dtype dt, int rank, const int64_t *shape,
                           const void *src, int lo, int hi) {
+    if (s->n == TSET_MAX) { /* a fixture larger than the set: the test itself is wrong */
+        printf("FAIL: more than %d tensors in one fixture set\n", TSET_MAX);
+        exit(1);
+    }
     nb_st_tensor *t = &s->t[s->n];
     memset(t, 0, sizeof *t);
     t->name = name;
@@ -101,6 +106,17 @@ static inline char *read_file_all(const char *path, size_t *n) {
     if (p) p[*n] = 0;
     fclose(f);
     return p;
+}
+
+/* Open the fixture checkpoint g_dir/<sub> (NULL, and a failed check, when it
+ * does not open). */
+static inline nb_ckpt *open_fixture(const char *sub) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", g_dir, sub);
+    nb_ckpt *c = NULL;
+    nb_status st = nb_ckpt_open(path, &c);
+    CHECK(st == NB_OK, "open %s: %s", sub, nb_last_error());
+    return c;
 }
 
 /* argv: [--keep DIR] (DIR is emptied first).  Sets g_dir; returns 1 (keep),

@@ -596,6 +596,231 @@ static void test_gemm(nb_context *ctx) {
           "NB_ERR_BUFFER_TOO_SMALL", nb_status_name(st), buf);
 }
 
+/* The MoE descriptor, the reference MLP and the routing layout: every rule
+ * of nibble.h's "mixture of experts" section. */
+static void test_moe(nb_context *ctx) {
+    enum { M = 3, E = 4, TK = 2, H = 32, I = 16 };
+    const int64_t big = (int64_t)1 << 31;
+    nb_moe_desc ok, d;
+#define INIT(...) nb_moe_desc_init(&d, __VA_ARGS__)
+    EXPECT(NULL, NB_ERR_NULL_POINTER,
+           nb_moe_desc_init(NULL, NB_FORMAT_NVFP4, M, E, TK, H, I, NB_MOE_ACT_SWIGLU, NB_DTYPE_F32));
+    EXPECT(NULL, NB_ERR_UNSUPPORTED, INIT((nb_format)0, M, E, TK, H, I, NB_MOE_ACT_SWIGLU, NB_DTYPE_F32));
+    EXPECT(NULL, NB_ERR_BAD_SHAPE, INIT(NB_FORMAT_NVFP4, 0, E, TK, H, I, NB_MOE_ACT_SWIGLU, NB_DTYPE_F32));
+    EXPECT(NULL, NB_ERR_BAD_SHAPE, INIT(NB_FORMAT_NVFP4, big + 1, E, TK, H, I, NB_MOE_ACT_SWIGLU, NB_DTYPE_F32));
+    EXPECT(NULL, NB_ERR_BAD_SHAPE, INIT(NB_FORMAT_NVFP4, M, 0, TK, H, I, NB_MOE_ACT_SWIGLU, NB_DTYPE_F32));
+    EXPECT(NULL, NB_ERR_BAD_SHAPE, INIT(NB_FORMAT_NVFP4, M, E, 0, H, I, NB_MOE_ACT_SWIGLU, NB_DTYPE_F32));
+    EXPECT(NULL, NB_ERR_INVALID_ARGUMENT, INIT(NB_FORMAT_NVFP4, M, E, E + 1, H, I, NB_MOE_ACT_SWIGLU, NB_DTYPE_F32));
+    EXPECT(NULL, NB_ERR_BAD_SHAPE, INIT(NB_FORMAT_NVFP4, M, E, TK, 0, I, NB_MOE_ACT_SWIGLU, NB_DTYPE_F32));
+    EXPECT(NULL, NB_ERR_BAD_SHAPE, INIT(NB_FORMAT_NVFP4, M, E, TK, H, -4, NB_MOE_ACT_SWIGLU, NB_DTYPE_F32));
+    EXPECT(NULL, NB_ERR_BAD_SHAPE, INIT(NB_FORMAT_NVFP4, M, E, TK, 40, I, NB_MOE_ACT_SWIGLU, NB_DTYPE_F32));
+    CHECK(strstr(nb_last_error(), "gate_up") != NULL, "H not a multiple of the group names gate_up: \"%s\"",
+          nb_last_error());
+    EXPECT(NULL, NB_ERR_BAD_SHAPE, INIT(NB_FORMAT_MXFP4, M, E, TK, 64, I, NB_MOE_ACT_SWIGLU, NB_DTYPE_F32));
+    CHECK(strstr(nb_last_error(), "down") != NULL, "I not a multiple of the group names down: \"%s\"", nb_last_error());
+    EXPECT(NULL, NB_ERR_INVALID_ARGUMENT, INIT(NB_FORMAT_NVFP4, M, E, TK, H, I, (nb_moe_activation)0, NB_DTYPE_F32));
+    EXPECT(NULL, NB_ERR_UNSUPPORTED, INIT(NB_FORMAT_NVFP4, M, E, TK, H, I, NB_MOE_ACT_SWIGLU, (nb_dtype)9));
+    EXPECT(NULL, NB_OK, INIT(NB_FORMAT_MXFP4, M, E, TK, 64, 32, NB_MOE_ACT_SWIGLU_OAI, NB_DTYPE_BF16));
+    CHECK(d.gate_up_layout == NB_MOE_GATE_UP_INTERLEAVED && d.limit == 7.0f && d.alpha == 1.702f &&
+              d.gate_up.n == 64 && d.gate_up.k == 64 && d.down.n == 64 && d.down.k == 32 && d.reserved[8] == 0,
+          "nb_moe_desc_init (gpt-oss) fields");
+    EXPECT(NULL, NB_OK, nb_moe_desc_init(&ok, NB_FORMAT_NVFP4, M, E, TK, H, I, NB_MOE_ACT_SWIGLU, NB_DTYPE_F32));
+    CHECK(ok.gate_up_layout == NB_MOE_GATE_UP_CONCAT && ok.limit == 0.0f && ok.alpha == 0.0f && ok.gate_up.n == 2 * I &&
+              ok.gate_up.k == H && ok.down.n == H && ok.down.k == I && ok.m == M && ok.experts == E && ok.top_k == TK,
+          "nb_moe_desc_init (swiglu) fields");
+
+#undef INIT
+    /* validate: one broken field at a time */
+    EXPECT(NULL, NB_ERR_NULL_POINTER, nb_moe_desc_validate(NULL));
+    d = ok, d.reserved[3] = 1;
+    EXPECT(NULL, NB_ERR_INVALID_ARGUMENT, nb_moe_desc_validate(&d));
+    d = ok, d.gate_up.n = I;
+    EXPECT(NULL, NB_ERR_BAD_SHAPE, nb_moe_desc_validate(&d));
+    d = ok, d.down.k = 2 * I;
+    EXPECT(NULL, NB_ERR_BAD_SHAPE, nb_moe_desc_validate(&d));
+    d = ok, d.hidden = 2 * H;
+    EXPECT(NULL, NB_ERR_BAD_SHAPE, nb_moe_desc_validate(&d));
+    d = ok, d.down.format = (nb_format)77;
+    EXPECT(NULL, NB_ERR_UNSUPPORTED, nb_moe_desc_validate(&d));
+    d = ok, d.gate_up.group_size = 32;
+    EXPECT(NULL, NB_ERR_UNSUPPORTED, nb_moe_desc_validate(&d));
+    d = ok, d.gate_up_layout = 3;
+    EXPECT(NULL, NB_ERR_INVALID_ARGUMENT, nb_moe_desc_validate(&d));
+    d = ok, d.activation = 3;
+    EXPECT(NULL, NB_ERR_INVALID_ARGUMENT, nb_moe_desc_validate(&d));
+    d = ok, d.limit = 7.0f;
+    EXPECT(NULL, NB_ERR_INVALID_ARGUMENT, nb_moe_desc_validate(&d));
+    d = ok, d.activation = NB_MOE_ACT_SWIGLU_OAI, d.alpha = 1.702f;
+    EXPECT(NULL, NB_ERR_INVALID_ARGUMENT, nb_moe_desc_validate(&d)); /* limit 0 */
+    d.limit = INFINITY;
+    EXPECT(NULL, NB_ERR_INVALID_ARGUMENT, nb_moe_desc_validate(&d));
+    d.limit = 7.0f, d.alpha = NAN;
+    EXPECT(NULL, NB_ERR_INVALID_ARGUMENT, nb_moe_desc_validate(&d));
+    d.alpha = 1.702f;
+    EXPECT(NULL, NB_OK, nb_moe_desc_validate(&d)); /* swiglu_oai with concatenated rows is allowed */
+    d = ok, d.act_dtype = (nb_dtype)0;
+    EXPECT(NULL, NB_ERR_UNSUPPORTED, nb_moe_desc_validate(&d));
+    d = ok, d.m = (int64_t)1 << 30, d.top_k = 2; /* 2^31 slots */
+    EXPECT(NULL, NB_ERR_OVERFLOW, nb_moe_desc_validate(&d));
+    d = ok, d.m = (int64_t)1 << 29, d.hidden = d.gate_up.k = d.down.n = (int64_t)1 << 22; /* 2^52 slot outputs */
+    EXPECT(NULL, NB_ERR_OVERFLOW, nb_moe_desc_validate(&d));
+    d = ok, d.experts = 1 << 20, d.hidden = d.gate_up.k = d.down.n = (int64_t)1 << 26; /* 2^20 x 2^5 x 2^26 */
+    EXPECT(NULL, NB_ERR_OVERFLOW, nb_moe_desc_validate(&d));
+
+    /* sizes */
+    nb_moe_sizes sz;
+    EXPECT(NULL, NB_ERR_NULL_POINTER, nb_moe_get_sizes(NULL, &sz));
+    EXPECT(NULL, NB_ERR_NULL_POINTER, nb_moe_get_sizes(&ok, NULL));
+    d = ok, d.top_k = 0;
+    EXPECT(NULL, NB_ERR_BAD_SHAPE, nb_moe_get_sizes(&d, &sz));
+    EXPECT(NULL, NB_OK, nb_moe_get_sizes(&ok, &sz));
+    CHECK(sz.gate_up.codes_bytes == 2 * I * H / 2 && sz.gate_up.scales_bytes == 2 * I * H / 16 &&
+              sz.down.codes_bytes == H * I / 2 && sz.down.scales_bytes == H * I / 16 && sz.gate_up.zeros_bytes == 0 &&
+              sz.x_bytes == M * H * 4 && sz.gate_up_bias_bytes == E * 2 * I * 4 && sz.down_bias_bytes == E * H * 4 &&
+              sz.reserved[0] == 0 && sz.reserved[7] == 0,
+          "nb_moe_get_sizes fields");
+
+    /* the MLP, float and f64: the same validation */
+    static uint8_t guc[E * 2 * I * H / 2], gus[E * 2 * I * H / 16], dc[E * H * I / 2], ds[E * H * I / 16];
+    for (size_t i = 0; i < sizeof guc; i++) guc[i] = (uint8_t)(i * 13), dc[i / 2] = (uint8_t)(i * 7);
+    memset(gus, 0x30, sizeof gus);
+    memset(ds, 0x30, sizeof ds);
+    const float ts[E] = {1, 0.5f, 2, 1};
+    float x[M * H], y[M * H], bias[E * 2 * I];
+    double yd[M * H];
+    for (int i = 0; i < M * H; i++) x[i] = (float)(i % 7) / 7.0f;
+    for (int i = 0; i < E * 2 * I; i++) bias[i] = 0.5f;
+    int32_t ids[M * TK] = {0, 1, 3, 2, 1, 0};
+    float tw[M * TK] = {0.5f, 0.5f, 0.25f, 0.75f, 1, 0};
+    nb_moe_weights w, bw;
+    memset(&w, 0, sizeof w);
+    w.gate_up.codes = guc, w.gate_up.scales = gus, w.down.codes = dc, w.down.scales = ds;
+    w.gate_up_scales = ts, w.down_scales = ts;
+    static uint8_t z[64];
+    for (int f64 = 0; f64 < 2; f64++) {
+#define MH(ctx_, d_, x_, w_, i_, t_)                                              \
+    (f64 ? nb_moe_mlp_host_f64((ctx_), (d_), (x_), (w_), (i_), (t_), yd) \
+         : nb_moe_mlp_host((ctx_), (d_), (x_), (w_), (i_), (t_), y))
+        EXPECT(NULL, NB_ERR_NULL_POINTER, MH(NULL, &ok, x, &w, ids, tw));
+        EXPECT(ctx, NB_ERR_NULL_POINTER, MH(ctx, NULL, x, &w, ids, tw));
+        EXPECT(ctx, NB_ERR_NULL_POINTER, MH(ctx, &ok, NULL, &w, ids, tw));
+        EXPECT(ctx, NB_ERR_NULL_POINTER, MH(ctx, &ok, x, NULL, ids, tw));
+        EXPECT(ctx, NB_ERR_NULL_POINTER, MH(ctx, &ok, x, &w, NULL, tw));
+        EXPECT(ctx, NB_ERR_NULL_POINTER, MH(ctx, &ok, x, &w, ids, NULL));
+        EXPECT(ctx, NB_ERR_NULL_POINTER,
+               f64 ? nb_moe_mlp_host_f64(ctx, &ok, x, &w, ids, tw, NULL)
+                   : nb_moe_mlp_host(ctx, &ok, x, &w, ids, tw, NULL));
+        EXPECT(ctx, NB_OK, MH(ctx, &ok, x, &w, ids, tw));
+        bw = w, bw.gate_up_bias = bias;
+        EXPECT(ctx, NB_OK, MH(ctx, &ok, x, &bw, ids, tw));
+        bw = w, bw.gate_up.codes = NULL;
+        EXPECT(ctx, NB_ERR_NULL_POINTER, MH(ctx, &ok, x, &bw, ids, tw));
+        bw = w, bw.down.scales = NULL;
+        EXPECT(ctx, NB_ERR_NULL_POINTER, MH(ctx, &ok, x, &bw, ids, tw));
+        bw = w, bw.down.zeros = z;
+        EXPECT(ctx, NB_ERR_INVALID_ARGUMENT, MH(ctx, &ok, x, &bw, ids, tw));
+        bw = w, bw.gate_up_scales = NULL;
+        EXPECT(ctx, NB_ERR_NULL_POINTER, MH(ctx, &ok, x, &bw, ids, tw));
+        CHECK(strstr(nb_last_error(), "tensor scales") != NULL, "missing NVFP4 tensor scales: \"%s\"", nb_last_error());
+        bw = w, bw.down_scales = NULL;
+        EXPECT(ctx, NB_ERR_NULL_POINTER, MH(ctx, &ok, x, &bw, ids, tw));
+        bw = w, bw.reserved[1] = bias;
+        EXPECT(ctx, NB_ERR_INVALID_ARGUMENT, MH(ctx, &ok, x, &bw, ids, tw));
+        bw = w, bw.gate_up.reserved[0] = bias;
+        EXPECT(ctx, NB_ERR_INVALID_ARGUMENT, MH(ctx, &ok, x, &bw, ids, tw));
+        d = ok, d.down.layout = NB_LAYOUT_PACKED;
+        EXPECT(ctx, NB_ERR_INVALID_ARGUMENT, MH(ctx, &d, x, &w, ids, tw));
+        d = ok, d.top_k = E + 1;
+        EXPECT(ctx, NB_ERR_INVALID_ARGUMENT, MH(ctx, &d, x, &w, ids, tw));
+        d = ok, d.gate_up.k = 64;
+        EXPECT(ctx, NB_ERR_BAD_SHAPE, MH(ctx, &d, x, &w, ids, tw));
+        {   /* MXFP4 experts take no tensor scales */
+            nb_moe_desc mx;
+            nb_moe_desc_init(&mx, NB_FORMAT_MXFP4, 1, E, TK, H, 32, NB_MOE_ACT_SWIGLU_OAI, NB_DTYPE_F32);
+            EXPECT(ctx, NB_ERR_INVALID_ARGUMENT, MH(ctx, &mx, x, &w, ids, tw));
+            bw = w, bw.gate_up_scales = bw.down_scales = NULL;
+            EXPECT(ctx, NB_OK, MH(ctx, &mx, x, &bw, ids, tw));
+            /* int4 carries zero points: zeros must be given */
+            nb_moe_desc q;
+            nb_moe_desc_init(&q, NB_FORMAT_INT4, 1, E, TK, 128, 128, NB_MOE_ACT_SWIGLU, NB_DTYPE_F32);
+            EXPECT(ctx, NB_ERR_NULL_POINTER, MH(ctx, &q, x, &bw, ids, tw));
+        }
+        /* routing data */
+        int32_t bid[M * TK];
+        float btw[M * TK];
+        memcpy(bid, ids, sizeof ids);
+        bid[3] = E;
+        EXPECT(ctx, NB_ERR_INVALID_ARGUMENT, MH(ctx, &ok, x, &w, bid, tw));
+        CHECK(strstr(nb_last_error(), "topk_ids[1, 1] = 4") != NULL, "id out of range: \"%s\"", nb_last_error());
+        bid[3] = -1;
+        EXPECT(ctx, NB_ERR_INVALID_ARGUMENT, MH(ctx, &ok, x, &w, bid, tw));
+        bid[3] = 3; /* token 1 names expert 3 twice */
+        EXPECT(ctx, NB_ERR_INVALID_ARGUMENT, MH(ctx, &ok, x, &w, bid, tw));
+        CHECK(strstr(nb_last_error(), "twice") != NULL, "duplicate id: \"%s\"", nb_last_error());
+        memcpy(btw, tw, sizeof tw);
+        btw[5] = NAN;
+        EXPECT(ctx, NB_ERR_INVALID_ARGUMENT, MH(ctx, &ok, x, &w, ids, btw));
+        btw[5] = -INFINITY;
+        EXPECT(ctx, NB_ERR_INVALID_ARGUMENT, MH(ctx, &ok, x, &w, ids, btw));
+        btw[5] = -3.0f; /* any finite weight is used as given */
+        EXPECT(ctx, NB_OK, MH(ctx, &ok, x, &w, ids, btw));
+#undef MH
+    }
+    {   /* nothing is written on a failure */
+        float yp[M * H];
+        for (int i = 0; i < M * H; i++) yp[i] = 42.0f;
+        int32_t bid[M * TK] = {0, 1, 3, 3, 1, 0};
+        CHECK(nb_moe_mlp_host(ctx, &ok, x, &w, bid, tw, yp) == NB_ERR_INVALID_ARGUMENT && yp[0] == 42.0f &&
+                  yp[M * H - 1] == 42.0f,
+              "a refused call wrote y");
+    }
+
+    /* the routing layout */
+    nb_moe_align_sizes as, cap;
+    EXPECT(NULL, NB_ERR_NULL_POINTER, nb_moe_align_get_sizes(NULL, 16, &as));
+    EXPECT(NULL, NB_ERR_NULL_POINTER, nb_moe_align_get_sizes(&ok, 16, NULL));
+    EXPECT(NULL, NB_ERR_INVALID_ARGUMENT, nb_moe_align_get_sizes(&ok, 0, &as));
+    EXPECT(NULL, NB_ERR_INVALID_ARGUMENT, nb_moe_align_get_sizes(&ok, 4097, &as));
+    d = ok, d.experts = 0;
+    EXPECT(NULL, NB_ERR_BAD_SHAPE, nb_moe_align_get_sizes(&d, 16, &as));
+    d = ok, d.m = INT32_MAX - 100, d.top_k = 1; /* the slots fit int32, the padding does not */
+    EXPECT(NULL, NB_ERR_OVERFLOW, nb_moe_align_get_sizes(&d, 64, &as));
+    EXPECT(NULL, NB_OK, nb_moe_align_get_sizes(&ok, 4, &as));
+    CHECK(as.slots == M * TK && as.sorted_len == M * TK + E * 3 && as.blocks == (M * TK + E * 3 + 3) / 4 &&
+              as.offsets_len == E + 1,
+          "nb_moe_align_get_sizes fields");
+    int32_t sorted[64], blocks[64], offs[16], counts[16];
+    EXPECT(NULL, NB_ERR_NULL_POINTER, nb_moe_align_host(NULL, &ok, 4, ids, sorted, blocks, offs, counts, &as));
+    EXPECT(ctx, NB_ERR_NULL_POINTER, nb_moe_align_host(ctx, NULL, 4, ids, sorted, blocks, offs, counts, &as));
+    EXPECT(ctx, NB_ERR_NULL_POINTER, nb_moe_align_host(ctx, &ok, 4, NULL, sorted, blocks, offs, counts, &as));
+    EXPECT(ctx, NB_ERR_NULL_POINTER, nb_moe_align_host(ctx, &ok, 4, ids, NULL, blocks, offs, counts, &as));
+    EXPECT(ctx, NB_ERR_NULL_POINTER, nb_moe_align_host(ctx, &ok, 4, ids, sorted, NULL, offs, counts, &as));
+    EXPECT(ctx, NB_ERR_NULL_POINTER, nb_moe_align_host(ctx, &ok, 4, ids, sorted, blocks, NULL, counts, &as));
+    EXPECT(ctx, NB_ERR_NULL_POINTER, nb_moe_align_host(ctx, &ok, 4, ids, sorted, blocks, offs, counts, NULL));
+    EXPECT(ctx, NB_ERR_INVALID_ARGUMENT, nb_moe_align_host(ctx, &ok, 0, ids, sorted, blocks, offs, counts, &as));
+    EXPECT(ctx, NB_OK, nb_moe_align_host(ctx, &ok, 4, ids, sorted, blocks, offs, NULL, &as));
+    EXPECT(ctx, NB_OK, nb_moe_align_host(ctx, &ok, 4, ids, sorted, blocks, offs, counts, &as));
+    CHECK(offs[0] == 0 && offs[E] == 16 && counts[0] == 2 && counts[1] == 2 && counts[2] == 1 && counts[3] == 1 &&
+              sorted[0] == 0 && sorted[1] == 5 && sorted[2] == 6 && sorted[4] == 1 && sorted[5] == 4 &&
+              sorted[8] == 3 && sorted[12] == 2 && blocks[0] == 0 && blocks[3] == 3 && blocks[4] == -1,
+          "nb_moe_align_host on a small routing");
+    cap = as, cap.sorted_len--;
+    EXPECT(ctx, NB_ERR_BUFFER_TOO_SMALL, nb_moe_align_host(ctx, &ok, 4, ids, sorted, blocks, offs, counts, &cap));
+    CHECK(strstr(nb_last_error(), "sorted_slots") != NULL, "short sorted_slots: \"%s\"", nb_last_error());
+    cap = as, cap.blocks--;
+    EXPECT(ctx, NB_ERR_BUFFER_TOO_SMALL, nb_moe_align_host(ctx, &ok, 4, ids, sorted, blocks, offs, counts, &cap));
+    cap = as, cap.offsets_len--;
+    EXPECT(ctx, NB_ERR_BUFFER_TOO_SMALL, nb_moe_align_host(ctx, &ok, 4, ids, sorted, blocks, offs, counts, &cap));
+    cap = as, cap.reserved[2] = 1;
+    EXPECT(ctx, NB_ERR_INVALID_ARGUMENT, nb_moe_align_host(ctx, &ok, 4, ids, sorted, blocks, offs, counts, &cap));
+    {
+        int32_t bid[M * TK] = {0, 1, 3, 2, 1, 1};
+        EXPECT(ctx, NB_ERR_INVALID_ARGUMENT, nb_moe_align_host(ctx, &ok, 4, bid, sorted, blocks, offs, counts, &as));
+        bid[5] = 9;
+        EXPECT(ctx, NB_ERR_INVALID_ARGUMENT, nb_moe_align_host(ctx, &ok, 4, bid, sorted, blocks, offs, counts, &as));
+    }
+}
+
 /* The groups and scale types a row accepts; the messages of NVFP4 and MXFP4
  * as they were (one group, one scale type). */
 static void test_row_sets(void) {
@@ -837,6 +1062,7 @@ int main(void) {
     test_gemm(ctx);
     test_row_sets();
     test_v2_functions(ctx);
+    test_moe(ctx);
     test_scalar_nan();
     nb_context_destroy(ctx);
     printf("%d passed, %d failed\n", g_pass, g_fail);

@@ -38,15 +38,6 @@ static uint16_t rnd_scale16(int bf16) {
 
 static uint32_t *words(size_t n) { return (uint32_t *)calloc(n ? n : 1, 4); }
 
-static nb_ckpt *open_dir(const char *sub) {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", g_dir, sub);
-    nb_ckpt *c = NULL;
-    nb_status st = nb_ckpt_open(path, &c);
-    CHECK(st == NB_OK, "open %s: %s", sub, nb_last_error());
-    return c;
-}
-
 /* Layer `prefix` is of layout fmt, n x k, read by v2 and dequantized: each
  * value equals want[n * k] (F32 bits; NaN any NaN).  The zero-copy
  * function refuses it, naming the _v2 one. */
@@ -193,7 +184,7 @@ static void test_awq_gptq(void) {
     write_text("awq", "config.json", "{\"quantization_config\": {\"quant_method\": \"awq\", \"bits\": 4, "
                                      "\"group_size\": 64, \"zero_point\": true, \"version\": \"gemm\"}}");
     free_set(&s);
-    nb_ckpt *c = open_dir("awq");
+    nb_ckpt *c = open_fixture("awq");
     check_layer(c, "model.layers.0.mlp.down_proj", NB_CKPT_AWQ_INT4, N, K, want[0], 0);
     check_layer(c, "model.layers.0.mlp.up_proj", NB_CKPT_AWQ_INT4, N, K, want[1], 0);
     size_t i;
@@ -209,7 +200,7 @@ static void test_awq_gptq(void) {
     write_text("gptq", "config.json", "{\"quantization_config\": {\"quant_method\": \"gptq\", \"bits\": 4, "
                                       "\"group_size\": 32, \"desc_act\": true, \"sym\": false}}");
     free_set(&s);
-    c = open_dir("gptq");
+    c = open_fixture("gptq");
     check_layer(c, "model.layers.0.self_attn.q_proj", NB_CKPT_GPTQ_INT4, N, K, want[2], 1);
     check_layer(c, "model.layers.0.self_attn.k_proj", NB_CKPT_GPTQ_INT4, N, K, want[3], 0);
     if (c && nb_ckpt_layer_find(c, "model.layers.0.self_attn.q_proj", &i) == NB_OK) {
@@ -236,7 +227,7 @@ static void test_awq_gptq(void) {
     write_text("gptq_v2", "config.json", "{\"quantization_config\": {\"quant_method\": \"gptq\", \"bits\": 4, "
                                          "\"group_size\": 64, \"checkpoint_format\": \"gptq_v2\"}}");
     free_set(&s);
-    c = open_dir("gptq_v2");
+    c = open_fixture("gptq_v2");
     check_layer(c, "model.layers.1.mlp.gate_proj", NB_CKPT_GPTQ_INT4, N, K, want[0], 0);
     nb_ckpt_close(c);
 
@@ -245,7 +236,7 @@ static void test_awq_gptq(void) {
     write_set(&s, "gptq_bits", "model.safetensors");
     write_text("gptq_bits", "config.json", "{\"quantization_config\": {\"quant_method\": \"gptq\", \"bits\": 8}}");
     free_set(&s);
-    c = open_dir("gptq_bits");
+    c = open_fixture("gptq_bits");
     check_bad(c, "a", "8 bits");
     nb_ckpt_close(c);
     add_qweight_layer(&s, "b", 1, N, K, 64, 0, 0, 0, want[0], &names[0]);
@@ -254,7 +245,7 @@ static void test_awq_gptq(void) {
     ((int32_t *)s.own[6])[5] = 3; /* column 5 moves to group 3: 65 columns there */
     write_set(&s, "qweight_bad", "model.safetensors");
     free_set(&s);
-    c = open_dir("qweight_bad");
+    c = open_fixture("qweight_bad");
     check_bad(c, "b", "qzeros is [2, 4]");
     check_bad(c, "c", "more than 64 columns in group 3");
     nb_ckpt_close(c);
@@ -322,7 +313,7 @@ static void test_ct(void) {
                "\"weights\": {\"num_bits\": 4, \"type\": \"int\", \"symmetric\": false, \"strategy\": \"group\", "
                "\"group_size\": 128}}}}}");
     free_set(&s);
-    nb_ckpt *c = open_dir("ct_int");
+    nb_ckpt *c = open_fixture("ct_int");
     check_layer(c, "l.asym", NB_CKPT_CT_INT4, N, K, want[0], 0);
     check_layer(c, "l.sym", NB_CKPT_CT_INT4_SYM, N, K, want[1], 0);
     check_layer(c, "l.int8", NB_CKPT_CT_INT8, N, K, want[2], 0);
@@ -334,7 +325,7 @@ static void test_ct(void) {
     s.t[s.n - 1].name = "l.missing.weight_shap"; /* weight_shape is not there */
     write_set(&s, "ct_int8", "model.safetensors");
     free_set(&s);
-    c = open_dir("ct_int8");
+    c = open_fixture("ct_int8");
     check_layer(c, "l.int8g", NB_CKPT_CT_INT8, N, K, want[4], 0);
     check_bad(c, "l.missing", "weight_shape is missing");
     nb_ckpt_close(c);
@@ -401,7 +392,7 @@ static void test_bnb(void) {
     write_text("bnb", "config.json", "{\"quantization_config\": {\"quant_method\": \"bitsandbytes\", "
                "\"load_in_4bit\": true, \"bnb_4bit_quant_type\": \"nf4\", \"bnb_4bit_use_double_quant\": true}}");
     free_set(&s);
-    nb_ckpt *c = open_dir("bnb");
+    nb_ckpt *c = open_fixture("bnb");
     check_layer(c, "m.nf4", NB_CKPT_BNB_NF4, N, K, want[0], 0);
     check_layer(c, "m.nf4n", NB_CKPT_BNB_NF4, N, K, want[1], 0);
     check_layer(c, "m.fp4", NB_CKPT_BNB_FP4, N, K, want[2], 0);
@@ -421,7 +412,7 @@ static void test_bnb(void) {
     s.t[s.n - 1].data = huge, s.t[s.n - 1].bytes = strlen(huge), s.t[s.n - 1].shape[0] = (int64_t)strlen(huge);
     write_set(&s, "bnb_bad", "model.safetensors");
     free_set(&s);
-    c = open_dir("bnb_bad");
+    c = open_fixture("bnb_bad");
     check_bad(c, "x.map", "quant_map[3]");
     check_bad(c, "x.block", "blocksize 64");
     check_bad(c, "x.json", "not a JSON object");

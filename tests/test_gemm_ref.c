@@ -59,17 +59,6 @@ static double load_as(nb_dtype t, const void *p, size_t i) {
     return ref_bf16_to_d(((const uint16_t *)p)[i]);
 }
 
-/* Half an ulp of type t at magnitude a (a >= 0), subnormals included. */
-static double half_ulp(nb_dtype t, double a) {
-    int mbits = t == NB_DTYPE_F32 ? 23 : t == NB_DTYPE_F16 ? 10 : 7;
-    int emin = t == NB_DTYPE_F32 ? -126 : t == NB_DTYPE_F16 ? -14 : -126;
-    int e = emin;
-    if (a > 0.0) {
-        frexp(a, &e);
-        e = e - 1 < emin ? emin : e - 1;
-    }
-    return ldexp(1.0, e - mbits - 1);
-}
 
 /* --------------------------------------------------------------- RNG */
 

@@ -114,6 +114,7 @@ static void test_struct_sizes(void) {
         {"nb_gguf_tensor", sizeof(nb_gguf_tensor)},
         {"nb_gguf_header", sizeof(nb_gguf_header)},
         {"nb_gguf_fp4", sizeof(nb_gguf_fp4)},
+        {"nb_ckpt_moe", sizeof(nb_ckpt_moe)},
     };
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
         size_t got = 0;
@@ -547,6 +548,144 @@ static void test_gguf(void) {
     nb_gguf_close(g);
 }
 
+/* Expert groups: a ModelOpt NVFP4 group "moe.experts" (E 2, H 32, I 16), a
+ * gpt-oss one "oss.experts" (E 2, H 32, I 32) and an inconsistent one
+ * "bad.experts" (expert 1 has no down_proj); no config, so no top_k. */
+static void test_moe(void) {
+    static uint8_t codes[2 * 64 * 16], scales[2 * 64]; /* the largest tensor: oss gate_up blocks and scales */
+    static nb_st_tensor t[64];
+    static char names[64][64];
+    const float ts = 0.5f;
+    size_t n = 0;
+    memset(scales, 0x38, sizeof scales);
+#define T(dt_, rank_, d0_, d1_, d2_, d3_, data_, bytes_, ...)                                                     \
+    do {                                                                                                      \
+        snprintf(names[n], sizeof names[n], __VA_ARGS__);                                                     \
+        t[n] = (nb_st_tensor){.name = names[n], .dtype = dt_, .rank = rank_, .shape = {d0_, d1_, d2_, d3_},   \
+                              .data = data_, .bytes = bytes_};                                                \
+        n++;                                                                                                  \
+    } while (0)
+    static const char *const pj[3] = {"gate_proj", "up_proj", "down_proj"};
+    for (int g = 0; g < 2; g++)
+        for (int e = 0; e < 2; e++)
+            for (int p = 0; p < 3; p++) {
+                if (g == 1 && e == 1 && p == 2) continue; /* bad.experts.1 has no down_proj */
+                const char *G = g ? "bad" : "moe";
+                const int64_t rows = p == 2 ? 32 : 16, k = p == 2 ? 16 : 32;
+                const size_t cb = (size_t)(rows * k / 2), sb = (size_t)(rows * k / 16);
+                T(NB_ST_U8, 2, rows, k / 2, 0, 0, codes, cb, "%s.experts.%d.%s.weight", G, e, pj[p]);
+                T(NB_ST_F8_E4M3, 2, rows, k / 16, 0, 0, scales, sb, "%s.experts.%d.%s.weight_scale", G, e, pj[p]);
+                T(NB_ST_F32, 0, 0, 0, 0, 0, &ts, 4, "%s.experts.%d.%s.weight_scale_2", G, e, pj[p]);
+            }
+    T(NB_ST_U8, 4, 2, 64, 1, 16, codes, 2 * 64 * 16, "oss.experts.gate_up_proj_blocks");
+    T(NB_ST_U8, 3, 2, 64, 1, 0, scales, 2 * 64, "oss.experts.gate_up_proj_scales");
+    T(NB_ST_U8, 4, 2, 32, 1, 16, codes, 2 * 32 * 16, "oss.experts.down_proj_blocks");
+    T(NB_ST_U8, 3, 2, 32, 1, 0, scales, 2 * 32, "oss.experts.down_proj_scales");
+#undef T
+    char path[600];
+    snprintf(path, sizeof path, "%s/moe.safetensors", g_dir);
+    nb_ckpt *c = NULL;
+    if (nb_st_write(path, t, n, NULL, 0) != NB_OK || nb_ckpt_open(path, &c) != NB_OK) {
+        CHECK(0, "the MoE fixture: %s", nb_last_error());
+        return;
+    }
+    size_t cnt = 0, gm = 9, go = 9, gb = 9, li = 0;
+    nb_ckpt_moe m;
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_moe_count(NULL, &cnt));
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_moe_count(c, NULL));
+    EXPECT(NB_OK, nb_ckpt_moe_count(c, &cnt));
+    CHECK(cnt == 3, "%zu groups, want 3", cnt);
+    EXPECT(NB_ERR_NOT_FOUND, nb_ckpt_moe_at(c, 3, &m));
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_moe_at(c, 0, NULL));
+    EXPECT(NB_ERR_NOT_FOUND, nb_ckpt_moe_find(c, "moe", &gm));
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_moe_find(c, NULL, &gm));
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_moe_find(c, "moe.experts", NULL));
+    EXPECT(NB_OK, nb_ckpt_moe_find(c, "moe.experts", &gm));
+    EXPECT(NB_OK, nb_ckpt_moe_find(c, "oss.experts", &go));
+    EXPECT(NB_OK, nb_ckpt_moe_find(c, "bad.experts", &gb));
+    CHECK(nb_ckpt_moe_at(c, gm, &m) == NB_OK && m.format == NB_CKPT_MODELOPT_NVFP4 && m.reserved[0] == 0 &&
+              m.reserved[7] == 0 && m.top_k == 0,
+          "moe.experts: %s (%s)", m.prefix, m.problem);
+    int64_t grp;
+    nb_ckpt_moe_proj proj;
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_layer_moe(NULL, 0, &grp, &proj, NULL));
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_layer_moe(c, 0, NULL, &proj, NULL));
+    EXPECT(NB_ERR_NOT_FOUND, nb_ckpt_layer_moe(c, 99, &grp, NULL, NULL));
+    EXPECT(NB_OK, nb_ckpt_layer_moe(c, 0, &grp, NULL, NULL));
+
+    nb_moe_desc d;
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_moe_desc(NULL, gm, 1, 1, NB_DTYPE_F32, &d));
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_moe_desc(c, gm, 1, 1, NB_DTYPE_F32, NULL));
+    EXPECT(NB_ERR_NOT_FOUND, nb_ckpt_moe_desc(c, 3, 1, 1, NB_DTYPE_F32, &d));
+    EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_moe_desc(c, gm, 1, 0, NB_DTYPE_F32, &d)); /* no top_k anywhere */
+    EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_moe_desc(c, gm, 1, -1, NB_DTYPE_F32, &d));
+    EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_moe_desc(c, gm, 1, 3, NB_DTYPE_F32, &d)); /* top_k > E */
+    EXPECT(NB_ERR_BAD_SHAPE, nb_ckpt_moe_desc(c, gm, 0, 1, NB_DTYPE_F32, &d));
+    EXPECT(NB_ERR_UNSUPPORTED, nb_ckpt_moe_desc(c, gm, 1, 1, (nb_dtype)9, &d));
+    EXPECT(NB_ERR_UNSUPPORTED, nb_ckpt_moe_desc(c, gb, 1, 1, NB_DTYPE_F32, &d));
+    EXPECT(NB_OK, nb_ckpt_moe_desc(c, gm, 1, 2, NB_DTYPE_F32, &d));
+    EXPECT(NB_OK, nb_ckpt_moe_desc(c, go, 1, 2, NB_DTYPE_BF16, &d));
+
+    nb_weight_desc w;
+    const uint8_t *pc, *ps;
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_moe_expert(NULL, gm, NB_CKPT_MOE_GATE, 0, &w, &pc, &ps));
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_moe_expert(c, gm, NB_CKPT_MOE_GATE, 0, NULL, &pc, &ps));
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_moe_expert(c, gm, NB_CKPT_MOE_GATE, 0, &w, &pc, NULL));
+    EXPECT(NB_ERR_NOT_FOUND, nb_ckpt_moe_expert(c, 3, NB_CKPT_MOE_GATE, 0, &w, &pc, &ps));
+    EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_moe_expert(c, gm, (nb_ckpt_moe_proj)0, 0, &w, &pc, &ps));
+    EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_moe_expert(c, gm, (nb_ckpt_moe_proj)5, 0, &w, &pc, &ps));
+    EXPECT(NB_ERR_UNSUPPORTED, nb_ckpt_moe_expert(c, gm, NB_CKPT_MOE_GATE_UP, 0, &w, &pc, &ps));
+    EXPECT(NB_ERR_UNSUPPORTED, nb_ckpt_moe_expert(c, go, NB_CKPT_MOE_UP, 0, &w, &pc, &ps));
+    EXPECT(NB_ERR_UNSUPPORTED, nb_ckpt_moe_expert(c, gb, NB_CKPT_MOE_GATE, 0, &w, &pc, &ps));
+    EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_moe_expert(c, gm, NB_CKPT_MOE_GATE, -1, &w, &pc, &ps));
+    EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_moe_expert(c, gm, NB_CKPT_MOE_GATE, 2, &w, &pc, &ps));
+    EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_moe_expert(c, go, NB_CKPT_MOE_DOWN, 2, &w, &pc, &ps));
+    EXPECT(NB_OK, nb_ckpt_moe_expert(c, gm, NB_CKPT_MOE_UP, 1, &w, &pc, &ps));
+    CHECK(w.tensor_scale == ts && w.n == 16 && w.k == 32, "moe expert 1 up: [%lld, %lld] ts %g", (long long)w.n,
+          (long long)w.k, (double)w.tensor_scale);
+    EXPECT(NB_OK, nb_ckpt_moe_expert(c, go, NB_CKPT_MOE_DOWN, 1, &w, &pc, &ps));
+
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_moe_weights(NULL, go, NB_CKPT_MOE_DOWN, &w, &pc, &ps));
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_moe_weights(c, go, NB_CKPT_MOE_DOWN, &w, NULL, &ps));
+    EXPECT(NB_ERR_NOT_FOUND, nb_ckpt_moe_weights(c, 3, NB_CKPT_MOE_DOWN, &w, &pc, &ps));
+    EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_moe_weights(c, go, (nb_ckpt_moe_proj)9, &w, &pc, &ps));
+    EXPECT(NB_ERR_UNSUPPORTED, nb_ckpt_moe_weights(c, gm, NB_CKPT_MOE_DOWN, &w, &pc, &ps));
+    EXPECT(NB_ERR_UNSUPPORTED, nb_ckpt_moe_weights(c, go, NB_CKPT_MOE_GATE, &w, &pc, &ps));
+    EXPECT(NB_ERR_UNSUPPORTED, nb_ckpt_moe_weights(c, gb, NB_CKPT_MOE_DOWN, &w, &pc, &ps));
+    EXPECT(NB_OK, nb_ckpt_moe_weights(c, go, NB_CKPT_MOE_GATE_UP, &w, &pc, &ps));
+
+    static uint8_t cb[2048], sb[256];
+    static int sentinel;
+    float tsv[2];
+    const nb_weight_sizes_v2 cap = {.codes_bytes = sizeof cb, .scales_bytes = sizeof sb};
+    nb_weight_sizes_v2 small = cap;
+    small.codes_bytes = 2 * 32 * 16 - 1; /* gate_up: 2 experts x [32, 32] x 1/2 bytes, one byte short */
+    nb_weight_buffers out = {.codes = cb, .scales = sb}, bad;
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_moe_read(NULL, gm, NB_CKPT_MOE_DOWN, &w, NULL, NULL, NULL, 0));
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_moe_read(c, gm, NB_CKPT_MOE_DOWN, NULL, NULL, NULL, NULL, 0));
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_moe_read(c, gm, NB_CKPT_MOE_DOWN, &w, &out, NULL, NULL, 0));
+    EXPECT(NB_ERR_NOT_FOUND, nb_ckpt_moe_read(c, 3, NB_CKPT_MOE_DOWN, &w, NULL, NULL, NULL, 0));
+    EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_moe_read(c, gm, (nb_ckpt_moe_proj)0, &w, NULL, NULL, NULL, 0));
+    EXPECT(NB_ERR_UNSUPPORTED, nb_ckpt_moe_read(c, go, NB_CKPT_MOE_GATE, &w, NULL, NULL, NULL, 0));
+    EXPECT(NB_ERR_UNSUPPORTED, nb_ckpt_moe_read(c, gb, NB_CKPT_MOE_GATE, &w, NULL, NULL, NULL, 0));
+    EXPECT(NB_ERR_BUFFER_TOO_SMALL, nb_ckpt_moe_read(c, gm, NB_CKPT_MOE_DOWN, &w, NULL, NULL, tsv, 1));
+    bad = out, bad.codes = NULL;
+    EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_moe_read(c, gm, NB_CKPT_MOE_GATE_UP, &w, &bad, &cap, tsv, 2));
+    bad = out, bad.zeros = sb;
+    EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_moe_read(c, gm, NB_CKPT_MOE_GATE_UP, &w, &bad, &cap, tsv, 2));
+    bad = out, bad.reserved[1] = &sentinel;
+    EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_moe_read(c, gm, NB_CKPT_MOE_GATE_UP, &w, &bad, &cap, tsv, 2));
+    EXPECT(NB_ERR_BUFFER_TOO_SMALL, nb_ckpt_moe_read(c, gm, NB_CKPT_MOE_GATE_UP, &w, &out, &small, tsv, 2));
+    EXPECT(NB_OK, nb_ckpt_moe_read(c, gm, NB_CKPT_MOE_GATE_UP, &w, &out, &cap, tsv, 2));
+    CHECK(w.n == 32 && w.k == 32 && tsv[0] == ts && tsv[1] == ts, "moe read GATE_UP: [%lld, %lld], scales %g %g",
+          (long long)w.n, (long long)w.k, (double)tsv[0], (double)tsv[1]);
+    EXPECT(NB_OK, nb_ckpt_moe_read(c, go, NB_CKPT_MOE_GATE_UP, &w, &out, &cap, NULL, 0));
+    CHECK(nb_ckpt_layer_find(c, "bad.experts.0.gate_proj", &li) == NB_OK &&
+              nb_ckpt_layer_moe(c, li, &grp, &proj, NULL) == NB_OK && grp == (int64_t)gb && proj == NB_CKPT_MOE_GATE,
+          "bad.experts.0.gate_proj is in group %lld", (long long)grp);
+    nb_ckpt_close(c);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) {
         snprintf(g_dir, sizeof g_dir, "%s", argv[1]);
@@ -572,6 +711,7 @@ int main(int argc, char **argv) {
         test_inputs(path);
     }
     test_gguf();
+    test_moe();
     if (argc <= 1 && g_fail == 0) {
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
         if (system(cmd) != 0) printf("note: could not remove %s\n", g_dir);

@@ -105,6 +105,19 @@ static inline uint64_t rnd_u64(void) {
 
 static inline double rnd_unit(void) { return (double)(rnd_u64() >> 11) * 0x1p-53; } /* [0, 1) */
 
+/* Half an ulp of type t at magnitude a (a >= 0), subnormals included: the
+ * error of one rounding to t, for the GEMM bounds. */
+static inline double half_ulp(nb_dtype t, double a) {
+    int mbits = t == NB_DTYPE_F32 ? 23 : t == NB_DTYPE_F16 ? 10 : 7;
+    int emin = t == NB_DTYPE_F16 ? -14 : -126;
+    int e = emin;
+    if (a > 0.0) {
+        frexp(a, &e);
+        e = e - 1 < emin ? emin : e - 1;
+    }
+    return ldexp(1.0, e - mbits - 1);
+}
+
 /* Store float values in a buffer of dtype t (independent encoders). */
 static inline void store_as(nb_dtype t, void *p, size_t i, float v) {
     if (t == NB_DTYPE_F32) ((float *)p)[i] = v;

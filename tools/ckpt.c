@@ -58,7 +58,11 @@ static void inspect_help(void) {
            "  ct-nvfp4, ct-mxfp4, quark-mxfp4, gptoss-mxfp4, none = unquantized,\n"
            "  inconsistent = breaks its layout's rules, with the reason), n x k,\n"
            "  experts, tensor scale and what decided it (a layer named by the config's\n"
-           "  exclude / ignore list says so; a 4-bit layer it names is a WARNING), then totals.\n"
+           "  exclude / ignore list says so; a 4-bit layer it names is a WARNING), the\n"
+           "  expert groups (the experts of a mixture-of-experts layer: gpt-oss's\n"
+           "  expert-major tensors, or one layer per expert and projection, shown as one\n"
+           "  group instead of their layers; an inconsistent group with the reason), then\n"
+           "  totals.\n"
            "  --json  the same as one JSON object on stdout.\n"
            "  Exit: 0 read (even with inconsistent layers), 1 usage, 3 unreadable or corrupt.\n");
 }
@@ -258,7 +262,20 @@ typedef struct ckpt_view {
     uint64_t dt_bytes[NDT], dt_count[NDT], total_bytes;
     int64_t q_params, u_params;
     size_t nfmt[NCF];
+    size_t ngroups;  /* expert groups */
 } ckpt_view;
+
+static const char *act_str(int32_t a) { return a == NB_MOE_ACT_SWIGLU_OAI ? "swiglu_oai" : "swiglu"; }
+static const char *gate_up_str(int32_t l) { return l == NB_MOE_GATE_UP_INTERLEAVED ? "interleaved" : "concat"; }
+
+/* The expert group layer i belongs to when that group is consistent (its
+ * layers are shown as the group), else -1. */
+static int64_t folded_group(const nb_ckpt *c, size_t i) {
+    int64_t g = -1;
+    nb_ckpt_moe m;
+    if (nb_ckpt_layer_moe(c, i, &g, NULL, NULL) != NB_OK || g < 0) return -1;
+    return nb_ckpt_moe_at(c, (size_t)g, &m) == NB_OK && m.format != NB_CKPT_INCONSISTENT ? g : -1;
+}
 
 static int is_quantized(nb_ckpt_format f) { return f != NB_CKPT_NONE && f != NB_CKPT_INCONSISTENT; }
 
@@ -266,7 +283,8 @@ static int is_quantized(nb_ckpt_format f) { return f != NB_CKPT_NONE && f != NB_
 static nb_status ckpt_totals(ckpt_view *v) {
     nb_status st;
     if ((st = nb_ckpt_file_count(v->c, &v->nf)) != NB_OK || (st = nb_ckpt_tensor_count(v->c, &v->nt)) != NB_OK ||
-        (st = nb_ckpt_layer_count(v->c, &v->nl)) != NB_OK || (st = nb_ckpt_get_config(v->c, &v->cfg)) != NB_OK)
+        (st = nb_ckpt_layer_count(v->c, &v->nl)) != NB_OK || (st = nb_ckpt_get_config(v->c, &v->cfg)) != NB_OK ||
+        (st = nb_ckpt_moe_count(v->c, &v->ngroups)) != NB_OK)
         return st;
     for (size_t i = 0; i < v->nt; i++) {
         nb_st_tensor t;
@@ -355,6 +373,39 @@ static nb_status ckpt_json_files(const ckpt_view *v, cJSON *root, int summary) {
     return st;
 }
 
+/* The "expert_groups" array of --json. */
+static nb_status ckpt_json_groups(const ckpt_view *v, cJSON *root) {
+    cJSON *a = cJSON_AddArrayToObject(root, "expert_groups");
+    for (size_t i = 0; i < v->ngroups; i++) {
+        nb_ckpt_moe m;
+        nb_status st = nb_ckpt_moe_at(v->c, i, &m);
+        if (st != NB_OK) return st;
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "prefix", m.prefix);
+        cJSON_AddStringToObject(o, "format", ckpt_format_str(m.format));
+        json_add_i64(o, "experts", m.experts);
+        json_add_i64(o, "hidden", m.hidden);
+        json_add_i64(o, "intermediate", m.intermediate);
+        if (m.format != NB_CKPT_INCONSISTENT) {
+            cJSON_AddStringToObject(o, "activation", act_str(m.activation));
+            cJSON_AddStringToObject(o, "gate_up_layout", gate_up_str(m.gate_up_layout));
+            if (m.activation == NB_MOE_ACT_SWIGLU_OAI) {
+                cJSON_AddNumberToObject(o, "limit", m.limit);
+                cJSON_AddNumberToObject(o, "alpha", m.alpha);
+            }
+        }
+        cJSON_AddBoolToObject(o, "per_expert", m.per_expert);
+        json_add_i64(o, "top_k", m.top_k);
+        cJSON_AddBoolToObject(o, "biases", m.gate_up_bias >= 0 || m.down_bias >= 0);
+        if (m.gate_up_scales_differ) cJSON_AddBoolToObject(o, "gate_up_scales_differ", 1);
+        json_add_i64(o, "layers", m.layers);
+        json_add_i64(o, "bytes", (int64_t)m.bytes);
+        if (m.problem[0]) cJSON_AddStringToObject(o, "problem", m.problem);
+        cJSON_AddItemToArray(a, o);
+    }
+    return NB_OK;
+}
+
 /* The "layers" array and the "totals" object of --json. */
 static nb_status ckpt_json_layers(const ckpt_view *v, cJSON *root) {
     cJSON *a = cJSON_AddArrayToObject(root, "layers");
@@ -377,8 +428,13 @@ static nb_status ckpt_json_layers(const ckpt_view *v, cJSON *root) {
         }
         if (L.config_mismatch) cJSON_AddBoolToObject(o, "config_mismatch", 1);
         if (L.problem[0]) cJSON_AddStringToObject(o, "problem", L.problem);
+        int64_t g = -1;
+        if ((st = nb_ckpt_layer_moe(v->c, i, &g, NULL, NULL)) != NB_OK) return st;
+        if (g >= 0) json_add_i64(o, "expert_group", g);
         cJSON_AddItemToArray(a, o);
     }
+    nb_status st = ckpt_json_groups(v, root);
+    if (st != NB_OK) return st;
     cJSON *tot = cJSON_AddObjectToObject(root, "totals");
     json_add_i64(tot, "tensors", (int64_t)v->nt);
     json_add_i64(tot, "bytes", (int64_t)v->total_bytes);
@@ -386,6 +442,7 @@ static nb_status ckpt_json_layers(const ckpt_view *v, cJSON *root) {
     for (int d = 0; d < NDT; d++)
         if (v->dt_count[d]) json_add_i64(bd, dtype_str((nb_st_dtype)d), (int64_t)v->dt_bytes[d]);
     json_add_i64(tot, "layers", (int64_t)v->nl);
+    json_add_i64(tot, "expert_groups", (int64_t)v->ngroups);
     cJSON *lf = cJSON_AddObjectToObject(tot, "layers_by_format");
     for (int f = 0; f < NCF; f++)
         if (v->nfmt[f]) json_add_i64(lf, ckpt_format_str((nb_ckpt_format)f), (int64_t)v->nfmt[f]);
@@ -454,8 +511,13 @@ static nb_status ckpt_print_layers(const ckpt_view *v) {
     }
     printf("\nlayers (%zu):\n  %-*s  %-14s  %-22s  %-12s  %12s  %s\n", v->nl, (int)w, "prefix", "format", "n x k",
            "tensor_scale", "bytes", "decided by");
+    size_t folded = 0;
     for (size_t i = 0; i < v->nl; i++) {
         if ((st = nb_ckpt_layer_at(v->c, i, &L)) != NB_OK) return st;
+        if (folded_group(v->c, i) >= 0) { /* shown as its expert group */
+            folded++;
+            continue;
+        }
         char nk[64];
         if (L.experts)
             snprintf(nk, sizeof nk, "%lld x %lld x %lld exp", (long long)L.n, (long long)L.k, (long long)L.experts);
@@ -466,6 +528,27 @@ static nb_status ckpt_print_layers(const ckpt_view *v) {
         printf("  %-*s  %-14s  %-22s  %-12.6g  %12llu  %s%s%s%s\n", (int)w, L.prefix, ckpt_format_str(L.format), nk,
                (double)L.tensor_scale, (unsigned long long)L.bytes, source_str(L.decided_by), ex,
                L.problem[0] ? (L.config_mismatch ? "  WARNING: " : "  PROBLEM: ") : "", L.problem);
+    }
+    if (folded) printf("  (%zu expert layers, shown as their expert groups below)\n", folded);
+    if (v->ngroups) printf("\nexpert groups (%zu):\n", v->ngroups);
+    for (size_t i = 0; i < v->ngroups; i++) {
+        nb_ckpt_moe m;
+        if ((st = nb_ckpt_moe_at(v->c, i, &m)) != NB_OK) return st;
+        if (m.format == NB_CKPT_INCONSISTENT) {
+            printf("  %s  inconsistent  PROBLEM: %s\n", m.prefix, m.problem);
+            continue;
+        }
+        char act[96];
+        snprintf(act, sizeof act, "%s", act_str(m.activation));
+        if (m.activation == NB_MOE_ACT_SWIGLU_OAI)
+            snprintf(act, sizeof act, "swiglu_oai (limit %g, alpha %g)", (double)m.limit, (double)m.alpha);
+        printf("  %s  %s  %lld experts, gate_up %lld x %lld, down %lld x %lld, %s, gate/up %s, top_k %d%s%s, %d "
+               "layers, %llu bytes\n", m.prefix, ckpt_format_str(m.format), (long long)m.experts,
+               (long long)(2 * m.intermediate), (long long)m.hidden, (long long)m.hidden, (long long)m.intermediate,
+               act, gate_up_str(m.gate_up_layout), (int)m.top_k,
+               m.gate_up_bias >= 0 || m.down_bias >= 0 ? ", biases" : "",
+               m.gate_up_scales_differ ? ", gate and up tensor scales differ" : "", (int)m.layers,
+               (unsigned long long)m.bytes);
     }
     printf("\ntotals: %zu tensors, %llu bytes (", v->nt, (unsigned long long)v->total_bytes);
     int first = 1;
@@ -481,7 +564,9 @@ static nb_status ckpt_print_layers(const ckpt_view *v) {
             printf("%s%zu %s", first ? "" : ", ", v->nfmt[f], ckpt_format_str((nb_ckpt_format)f));
             first = 0;
         }
-    printf(")\nparameters: %lld quantized, %lld unquantized (float tensors outside quantized layers)\n",
+    printf(")\n");
+    if (v->ngroups) printf("expert groups: %zu\n", v->ngroups);
+    printf("parameters: %lld quantized, %lld unquantized (float tensors outside quantized layers)\n",
            (long long)v->q_params, (long long)v->u_params);
     return NB_OK;
 }

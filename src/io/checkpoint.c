@@ -58,6 +58,8 @@ struct nb_ckpt {
     size_t nex;
     char config_note[1024];   /* entries that could not be used; "" when none */
     nbio_qcfg qcfg;           /* what the config says of integer and bitsandbytes layers */
+    nbio_moe_cfg moe_cfg;     /* ... and of mixtures of experts */
+    nbio_moe_set *moe;        /* expert groups (ckpt_moe.c); NULL when none */
 };
 
 /* The directory part of a file path ("." when there is none). */
@@ -347,6 +349,37 @@ static const excl_rec *excluded_by(const nb_ckpt *c, const char *prefix) {
     return NULL;
 }
 
+/* A positive finite number at key of o or of o.text_config (multimodal
+ * configs keep the language model's there); NAN when absent, and a note
+ * when present but not such a number. */
+static double config_number(nb_ckpt *c, const cJSON *o, const char *key, double max) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v) v = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "text_config"), key);
+    if (!v) return NAN;
+    if (cJSON_IsNumber(v) && v->valuedouble > 0 && v->valuedouble <= max) return v->valuedouble;
+    config_note(c, "config.json %s is not a number in (0, %g] (ignored)", key, max);
+    return NAN;
+}
+
+/* What config.json says of a mixture of experts (nbio_moe_cfg). */
+static void moe_config(nb_ckpt *c, const cJSON *cfg) {
+    nbio_moe_cfg *m = &c->moe_cfg;
+    m->top_k = 0;
+    m->limit = 7.0f;
+    m->alpha = 1.702f;
+    if (!cfg) return;
+    const double k = config_number(c, cfg, "num_experts_per_tok", 65536);
+    if (!isnan(k)) {
+        if (k == floor(k)) m->top_k = (int32_t)k;
+        else config_note(c, "config.json num_experts_per_tok = %g is not an integer (ignored)", k);
+    }
+    const double l = config_number(c, cfg, "swiglu_limit", 1e30), a = config_number(c, cfg, "swiglu_alpha", 1e30);
+    if (!isnan(l)) m->limit = (float)l;
+    if (!isnan(a)) m->alpha = (float)a;
+    const char *mt = json_str(cfg, "model_type");
+    m->gpt_oss = mt && !strcmp(mt, "gpt_oss");
+}
+
 /* Declared format and exclude lists from the parsed configs (either NULL). */
 static nb_status configs_from_json(nb_ckpt *c, const cJSON *hf, const cJSON *cfg) {
     nb_status st = NB_OK;
@@ -365,6 +398,7 @@ static nb_status configs_from_json(nb_ckpt *c, const cJSON *hf, const cJSON *cfg
         goto done;
     }
     const nb_ckpt_format qd = nbio_qcfg_read(qc, &c->qcfg); /* awq, gptq, ct pack-quantized, bitsandbytes */
+    moe_config(c, cfg);
     if (hf_algo && algo_format(hf_algo) != NB_CKPT_NONE) {
         c->declared = algo_format(hf_algo);
         c->declared_src = NB_CKPT_SRC_HF_QUANT_CONFIG;
@@ -836,6 +870,8 @@ nb_status nb_ckpt_open(const char *path, nb_ckpt **out) {
         c->dir = dir;
         dir = NULL;
         if ((st = classify(c)) != NB_OK) nbi_fail(NULL, st, "%s: out of memory while classifying layers", path);
+        else if ((st = nbio_moe_build(c, &c->moe_cfg, &c->moe)) != NB_OK)
+            nbi_fail(NULL, st, "%s: out of memory while grouping experts", path);
     }
     free(dir);
     free(file);
@@ -871,6 +907,7 @@ nb_status nb_ckpt_close(nb_ckpt *c) {
     free(c->quant_method);
     free(c->quant_algo);
     free(c->ct_format);
+    nbio_moe_free(c->moe);
     free(c);
     return NB_OK;
 }
@@ -1124,3 +1161,4 @@ void nbio_ck_set_conv(nb_ckpt *c, size_t li, nbio_conv *cv) {
 
 const nbio_conv *nbio_ck_conv(const nb_ckpt *c, size_t li) { return li < c->nlayers ? c->layers[li].cv : NULL; }
 const nbio_qcfg *nbio_ck_qcfg(const nb_ckpt *c) { return &c->qcfg; }
+const nbio_moe_set *nbio_ck_moe(const nb_ckpt *c) { return c->moe; }

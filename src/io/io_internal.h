@@ -148,6 +148,25 @@ NB_INTERNAL void nbio_ck_set_conv(nb_ckpt *c, size_t li, nbio_conv *cv);
 NB_INTERNAL const nbio_conv *nbio_ck_conv(const nb_ckpt *c, size_t li);
 NB_INTERNAL const nbio_qcfg *nbio_ck_qcfg(const nb_ckpt *c);
 
+/* ------------------------------------------------------------ ckpt_moe.c
+ * Expert groups (nibble_io.h, "expert groups"): nb_ckpt_open builds them
+ * from the classified layers and the config, and keeps them. */
+
+/* What config.json says of a mixture of experts (top level or text_config). */
+typedef struct nbio_moe_cfg {
+    int32_t top_k;  /* num_experts_per_tok; 0 when absent */
+    float limit;    /* swiglu_limit; 7 when absent */
+    float alpha;    /* swiglu_alpha; 1.702 when absent */
+    int gpt_oss;    /* model_type "gpt_oss" */
+} nbio_moe_cfg;
+
+typedef struct nbio_moe_set nbio_moe_set;
+/* The groups of a classified checkpoint (NB_OK unless out of memory). */
+NB_INTERNAL nb_status nbio_moe_build(const nb_ckpt *c, const nbio_moe_cfg *cfg, nbio_moe_set **out);
+NB_INTERNAL void nbio_moe_free(nbio_moe_set *s);
+/* The checkpoint's groups (NULL when it has none). */
+NB_INTERNAL const nbio_moe_set *nbio_ck_moe(const nb_ckpt *c);
+
 /* ------------------------------------------------------------ JSON files */
 
 /* dir/name as a JSON object (NULL with NB_OK when the file does not exist);

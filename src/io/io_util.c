@@ -126,7 +126,7 @@ nb_status nb_io_struct_size(const char *name, size_t *bytes) {
         NBIO_SIZE(nb_st_tensor),          NBIO_SIZE(nb_ckpt_layer),         NBIO_SIZE(nb_ckpt_config),
         NBIO_SIZE(nb_ckpt_quantize_opts), NBIO_SIZE(nb_ckpt_quantize_summary), NBIO_SIZE(nb_ckpt_convert_opts),
         NBIO_SIZE(nb_ckpt_convert_summary), NBIO_SIZE(nb_gguf_kv),        NBIO_SIZE(nb_gguf_tensor),
-        NBIO_SIZE(nb_gguf_header),        NBIO_SIZE(nb_gguf_fp4),
+        NBIO_SIZE(nb_gguf_header),        NBIO_SIZE(nb_gguf_fp4),           NBIO_SIZE(nb_ckpt_moe),
     };
 #undef NBIO_SIZE
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
