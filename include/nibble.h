@@ -22,7 +22,7 @@
  *   A mixture-of-experts MLP (nb_moe_*: E experts' gate_up and down weights,
  *   top-k routing, the activation, the weighted combine) has a host reference
  *   in float and double and the routing layout its grouped GEMM will read
- *   (nb_moe_align_host); its GPU kernels are not written yet.
+ *   (nb_moe_align_host); on the GPU nb_moe_mlp (grouped decode kernels).
  *   Every operation has a plain-C reference (functions ending in _host, host
  *   memory) and, where it makes sense, a CUDA version (device memory, takes a
  *   stream).  The reference is the specification: dequantization and packing
@@ -904,6 +904,93 @@ NB_API nb_status nb_moe_align_get_sizes(const nb_moe_desc *d, int32_t block, nb_
 NB_API nb_status nb_moe_align_host(nb_context *ctx, const nb_moe_desc *d, int32_t block, const int32_t *topk_ids,
                                    int32_t *sorted_slots, int32_t *block_experts, int32_t *expert_offsets,
                                    int32_t *expert_counts, const nb_moe_align_sizes *capacity);
+
+/* ---------------------------------------------- mixture of experts on the GPU
+ *
+ * nb_moe_mlp runs the whole MoE MLP above on the device in four launches,
+ * none per expert: the routing layout (nb_moe_align), the gate_up grouped
+ * GEMM with the activation applied in its epilogue (h [m * top_k, I]), the
+ * down grouped GEMM (o [m * top_k, H]), and the combine in top-k order.
+ * Each launch covers the worst-case number of routing blocks, so the work
+ * does not depend on the routing on the host: no host synchronization, no
+ * allocation, capturable in a CUDA graph.  An expert without tokens reads
+ * none of its weights.  The grouped GEMMs are the decode kernels' tensor-core
+ * step (gemv_fp4.cu) applied to blocks of up to 8 * mt slots of one expert,
+ * so every active expert's weights stream once per block; many tokens per
+ * expert (prefill) re-read an expert's weights once per block of 32 slots.
+ * NVFP4 and MXFP4, F16 and BF16 activations.
+ *
+ * WEIGHTS on the device are packed per expert (nb_moe_pack_host; the
+ * layout of nb_pack with one change for gate_up: packed row block b holds
+ * gate rows 8b .. 8b+7 then up rows 8b .. 8b+7, so one lane holds both
+ * operands of the activation).  Packing sets both descriptors' layout to
+ * NB_LAYOUT_PACKED and, for MXFP4, their scale exponent range over all
+ * experts.
+ *
+ * ARITHMETIC: that of nb_moe_mlp_host (h, o_s and y rounded to act_dtype at
+ * the same points, the combine in top-k order) with float32 dot products
+ * summed in the tensor cores' order instead of k order; tests/test_gpu_moe.c
+ * checks every result against nb_moe_mlp_host_f64 with the bound the host
+ * float version meets. Routing data is not validated on the device (see
+ * ROUTING DATA): ids outside [0, E) are ignored (that slot contributes 0). */
+
+/* Bytes of the packed weights: one expert's (the stride between experts)
+ * and all E experts'. */
+typedef struct nb_moe_packed_sizes {
+    size_t gate_up_expert_bytes;
+    size_t down_expert_bytes;
+    size_t gate_up_bytes;        /* E * gate_up_expert_bytes */
+    size_t down_bytes;           /* E * down_expert_bytes */
+    int32_t reserved[8];         /* zero on return */
+} nb_moe_packed_sizes;
+/* d as nb_moe_desc_validate accepts it (either layout), with a format the
+ * GPU kernels serve (NB_ERR_UNSUPPORTED otherwise). */
+NB_API nb_status nb_moe_packed_get_sizes(const nb_moe_desc *d, nb_moe_packed_sizes *out);
+
+/* Pack E experts' checkpoint-layout weights w (host memory, nb_moe_weights
+ * as for nb_moe_mlp_host; the tensor scales and biases are not read here)
+ * into gate_up_packed and down_packed (host memory of at least the
+ * nb_moe_packed_get_sizes bytes, given as *_bytes).  On success d's weight
+ * descriptors are marked packed (with the MXFP4 scale range); d is left
+ * unchanged on failure. */
+NB_API nb_status nb_moe_pack_host(nb_context *ctx, nb_moe_desc *d, const nb_moe_weights *w, void *gate_up_packed,
+                                  size_t gate_up_bytes, void *down_packed, size_t down_bytes);
+
+/* Device pointers of a packed MoE MLP. */
+typedef struct nb_moe_packed_weights {
+    const void *gate_up;         /* E experts' packed gate_up, 16-byte aligned */
+    const void *down;            /* E experts' packed down, 16-byte aligned */
+    const float *gate_up_scales; /* [E] tensor scales (NVFP4: required; MXFP4: NULL) */
+    const float *down_scales;    /* [E] likewise */
+    const void *gate_up_bias;    /* [E, 2I] of act_dtype in the checkpoint's row order, or NULL */
+    const void *down_bias;       /* [E, H] of act_dtype, or NULL */
+    const void *reserved[4];     /* NULL */
+} nb_moe_packed_weights;
+
+/* Device workspace of nb_moe_mlp for d (packed): the routing layout and the
+ * per-slot intermediates h and o; it depends on m, E, top_k, H and I only. */
+NB_API nb_status nb_moe_workspace_size(nb_context *ctx, const nb_moe_desc *d, size_t *bytes);
+
+/* y [m, H] = the MoE MLP of x [m, H] (act_dtype F16 or BF16; rows of H
+ * elements, 16-byte aligned, H and I multiples of 8) on ctx's device, in
+ * stream.  topk_ids [m, top_k] int32 and topk_weights [m, top_k] float32 are
+ * device memory.  Statuses: nb_moe_desc_validate's; NB_ERR_INVALID_ARGUMENT
+ * (weights not packed by nb_moe_pack_host, reserved set, tensor scales given
+ * or missing); NB_ERR_UNSUPPORTED (format, dtype, H or I not a multiple of 8,
+ * an MXFP4 scale span the dtype cannot hold exactly); NB_ERR_NULL_POINTER;
+ * NB_ERR_MISALIGNED; NB_ERR_WORKSPACE; NB_ERR_NO_DEVICE; NB_ERR_CUDA.
+ * nb_gemm_last_config names the kernels and the block size afterwards. */
+NB_API nb_status nb_moe_mlp(nb_context *ctx, const nb_moe_desc *d, const void *x, const nb_moe_packed_weights *w,
+                            const int32_t *topk_ids, const float *topk_weights, void *y, void *workspace,
+                            size_t workspace_bytes, void *stream);
+
+/* The routing layout of nb_moe_align_host, computed on the device from
+ * device topk_ids into device buffers (capacity from nb_moe_align_get_sizes;
+ * block in [1, 1024]); byte for byte what nb_moe_align_host writes for valid
+ * routing.  expert_counts may be NULL.  E at most 4096 (also for nb_moe_mlp). */
+NB_API nb_status nb_moe_align(nb_context *ctx, const nb_moe_desc *d, int32_t block, const int32_t *topk_ids,
+                              int32_t *sorted_slots, int32_t *block_experts, int32_t *expert_offsets,
+                              int32_t *expert_counts, const nb_moe_align_sizes *capacity, void *stream);
 
 /* ---------------------------------------------------- scalar conversions */
 

@@ -76,3 +76,13 @@ int nbi_cuda_gemm_sm80_stages(int fmt, int bn, int want, size_t smem_limit, size
     *smem = 0;
     return 0;
 }
+nb_status nbi_cuda_moe_align(nb_context *ctx, const nbi_moe_plan *p, const int32_t *ids, int32_t *sorted,
+                             int32_t *blocks, int32_t *offsets, int32_t *counts, void *stream) {
+    (void)p, (void)ids, (void)sorted, (void)blocks, (void)offsets, (void)counts, (void)stream;
+    return no_cuda(ctx);
+}
+nb_status nbi_cuda_moe_mlp(nb_context *ctx, const nbi_moe_plan *p, const void *x, const nb_moe_packed_weights *w,
+                           const int32_t *ids, const float *tw, void *y, void *workspace, void *stream) {
+    (void)p, (void)x, (void)w, (void)ids, (void)tw, (void)y, (void)workspace, (void)stream;
+    return no_cuda(ctx);
+}

@@ -280,6 +280,30 @@ NB_INTERNAL nb_status nbi_cuda_gemm_sm90(nb_context *ctx, const nbi_gemm_plan *p
                                          const void *bias, void *y, void *workspace, void *stream);
 NB_INTERNAL nb_status nbi_cuda_gemm_sm80(nb_context *ctx, const nbi_gemm_plan *p, const void *x, const void *packed,
                                          const void *bias, void *y, void *stream);
+/* ------------------------------------------------ MoE on the GPU (moe.c, moe.cu) */
+/* One MoE MLP call: shapes, the routing block (8 * mt slots of one expert
+ * per CTA row), the two projections' scale handling (as nbi_plan computes
+ * it for a GEMM of that weight) and the workspace carve-up. */
+typedef struct nbi_moe_plan {
+    int fmt, act, mt, block;  /* block = 8 * mt */
+    int activation, interleaved;
+    float limit, alpha;
+    int64_t m, experts, top_k, hidden, inter;
+    int64_t slots, sorted_len, blocks;
+    int64_t gu_row_blocks, gu_kchunks, dn_row_blocks, dn_kchunks;
+    size_t gu_stride, dn_stride;  /* packed bytes per expert */
+    int gu_exp_shift, dn_exp_shift;
+    uint32_t gu_table[128], dn_table[128];
+    size_t off_sorted, off_blocks, off_offsets, off_counts, off_h, off_o, ws_bytes;
+    int pdl;
+} nbi_moe_plan;
+
+NB_INTERNAL nb_status nbi_cuda_moe_align(nb_context *ctx, const nbi_moe_plan *p, const int32_t *ids, int32_t *sorted,
+                                         int32_t *blocks, int32_t *offsets, int32_t *counts, void *stream);
+NB_INTERNAL nb_status nbi_cuda_moe_mlp(nb_context *ctx, const nbi_moe_plan *p, const void *x,
+                                       const nb_moe_packed_weights *w, const int32_t *ids, const float *tw, void *y,
+                                       void *workspace, void *stream);
+
 /* What the planner asks of the kernels' shapes.  Shared memory per CTA of a
  * decode kernel (static + dynamic), for occupancy; the pipeline depth of the
  * deepest mma.sync instance of tile width bn (and depth `want` when not 0)

@@ -12,6 +12,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -437,4 +438,304 @@ nb_status nb_moe_mlp_host(nb_context *ctx, const nb_moe_desc *d, const void *x, 
 nb_status nb_moe_mlp_host_f64(nb_context *ctx, const nb_moe_desc *d, const void *x, const nb_moe_weights *w,
                               const int32_t *topk_ids, const float *topk_weights, double *y) {
     return moe_mlp(ctx, d, x, w, topk_ids, topk_weights, y, 1, "nb_moe_mlp_host_f64");
+}
+
+/* ------------------------------------------------------ packed (GPU) weights */
+
+/* The packed gate_up of one expert is a weight of 16 * ceil(I / 8) rows:
+ * row block b holds gate rows 8b .. 8b+7, then up rows 8b .. 8b+7 (rows
+ * past I are zero codes with scale byte 0, a zero weight). */
+static int64_t gate_up_packed_rows(const nb_moe_desc *d) { return 16 * ((d->intermediate + 7) / 8); }
+
+/* One expert's descriptors as nb_pack_host sees them (checkpoint layout). */
+static void packed_descs(const nb_moe_desc *d, nb_weight_desc *gu, nb_weight_desc *dn) {
+    *gu = d->gate_up;
+    *dn = d->down;
+    gu->n = gate_up_packed_rows(d);
+    gu->layout = dn->layout = NB_LAYOUT_CHECKPOINT;
+    gu->tensor_scale = dn->tensor_scale = 1.0f;
+}
+
+static nb_status packed_sizes(nb_context *ctx, const nb_moe_desc *d, nb_moe_packed_sizes *out, const char *fn) {
+    nb_status st = check_moe(ctx, d, fn);
+    if (st) return st;
+    const nbi_format_traits *t = nbi_traits(d->gate_up.format);
+    if (!t->kernels || d->down.format != d->gate_up.format)
+        return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s: no GPU kernel serves %s MoE weights (nvfp4 and mxfp4 do; gate_up "
+                        "and down of one format)", fn, t->name);
+    nb_weight_desc gu, dn;
+    packed_descs(d, &gu, &dn);
+    nb_weight_sizes sg, sd;
+    if ((st = nb_weight_get_sizes(&gu, &sg)) || (st = nb_weight_get_sizes(&dn, &sd)))
+        return nbi_fail(ctx, st, "%s: %s", fn, nb_last_error());
+    memset(out, 0, sizeof *out);
+    out->gate_up_expert_bytes = sg.packed_bytes;
+    out->down_expert_bytes = sd.packed_bytes;
+    out->gate_up_bytes = (size_t)d->experts * sg.packed_bytes; /* (bounded by check_moe's 2^50 elements) */
+    out->down_bytes = (size_t)d->experts * sd.packed_bytes;
+    return NB_OK;
+}
+
+nb_status nb_moe_packed_get_sizes(const nb_moe_desc *d, nb_moe_packed_sizes *out) {
+    static const char fn[] = "nb_moe_packed_get_sizes";
+    if (!out) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "%s: out is NULL", fn);
+    return packed_sizes(NULL, d, out, fn);
+}
+
+nb_status nb_moe_pack_host(nb_context *ctx, nb_moe_desc *d, const nb_moe_weights *w, void *gate_up_packed,
+                           size_t gate_up_bytes, void *down_packed, size_t down_bytes) {
+    static const char fn[] = "nb_moe_pack_host";
+    if (!ctx) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "%s: ctx is NULL", fn);
+    nb_moe_packed_sizes ps;
+    nb_status st = packed_sizes(ctx, d, &ps, fn);
+    if (st) return st;
+    if (d->gate_up.layout != NB_LAYOUT_CHECKPOINT || d->down.layout != NB_LAYOUT_CHECKPOINT)
+        return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "%s: the weights are packed already (the descriptors' layout)",
+                        fn);
+    if (!w || !gate_up_packed || !down_packed)
+        return nbi_fail(ctx, NB_ERR_NULL_POINTER, "%s: w, gate_up_packed and down_packed must not be NULL", fn);
+    for (int i = 0; i < 4; i++)
+        if (w->reserved[i] || w->gate_up.reserved[i] || w->down.reserved[i])
+            return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "%s: reserved pointers must be NULL", fn);
+    if (!w->gate_up.codes || !w->gate_up.scales || !w->down.codes || !w->down.scales)
+        return nbi_fail(ctx, NB_ERR_NULL_POINTER, "%s: gate_up and down codes and scales must not be NULL", fn);
+    if (gate_up_bytes < ps.gate_up_bytes || down_bytes < ps.down_bytes)
+        return nbi_fail(ctx, NB_ERR_BUFFER_TOO_SMALL, "%s: packed buffers of %zu and %zu bytes needed, %zu and %zu "
+                        "given", fn, ps.gate_up_bytes, ps.down_bytes, gate_up_bytes, down_bytes);
+    nb_weight_desc gu, dn;
+    packed_descs(d, &gu, &dn);
+    const int64_t E = d->experts, H = d->hidden, I = d->intermediate, rows = gu.n;
+    const size_t crow = (size_t)H / 2, srow = (size_t)(H / d->gate_up.group_size); /* bytes per row (4-bit codes) */
+    const size_t ecodes = (size_t)(2 * I) * crow, escales = (size_t)(2 * I) * srow;
+    uint8_t *tc = (uint8_t *)calloc((size_t)rows, crow), *ts = (uint8_t *)calloc((size_t)rows, srow);
+    if (!tc || !ts) {
+        free(tc);
+        free(ts);
+        return nbi_fail(ctx, NB_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+    }
+    for (int64_t e = 0; e < E && !st; e++) {
+        const uint8_t *c = (const uint8_t *)w->gate_up.codes + (size_t)e * ecodes;
+        const uint8_t *s = (const uint8_t *)w->gate_up.scales + (size_t)e * escales;
+        for (int64_t r = 0; r < rows; r++) { /* packed row r: gate (j < 8) or up of i = 8 (r / 16) + j % 8 */
+            const int64_t i = 8 * (r / 16) + (r % 16) % 8;
+            if (i >= I) continue; /* (zero rows, from calloc) */
+            int64_t rg, ru;
+            gate_up_rows(d, i, &rg, &ru);
+            const int64_t src = (r % 16) < 8 ? rg : ru;
+            memcpy(tc + (size_t)r * crow, c + (size_t)src * crow, crow);
+            memcpy(ts + (size_t)r * srow, s + (size_t)src * srow, srow);
+        }
+        nb_weight_desc g1 = gu, d1 = dn;
+        st = nb_pack_host(ctx, &g1, tc, ts, (uint8_t *)gate_up_packed + (size_t)e * ps.gate_up_expert_bytes,
+                          ps.gate_up_expert_bytes);
+        if (!st) {
+            nb_weight_sizes sd;
+            nb_weight_get_sizes(&dn, &sd);
+            st = nb_pack_host(ctx, &d1, (const uint8_t *)w->down.codes + (size_t)e * sd.codes_bytes,
+                              (const uint8_t *)w->down.scales + (size_t)e * sd.scales_bytes,
+                              (uint8_t *)down_packed + (size_t)e * ps.down_expert_bytes, ps.down_expert_bytes);
+        }
+    }
+    free(tc);
+    free(ts);
+    if (st) return nbi_fail(ctx, st, "%s: %s", fn, nb_last_error());
+    /* the scale exponent range over every expert (the real scales only: padding rows do not count) */
+    if (nbi_traits(d->gate_up.format)->scale_type == NB_SCALE_E8M0) {
+        nbi_scale_exp_range((const uint8_t *)w->gate_up.scales, (size_t)E * escales, &d->gate_up.scale_exp_min,
+                            &d->gate_up.scale_exp_max);
+        nbi_scale_exp_range((const uint8_t *)w->down.scales, (size_t)E * (size_t)H * (size_t)(I / d->down.group_size),
+                            &d->down.scale_exp_min, &d->down.scale_exp_max);
+    }
+    d->gate_up.layout = d->down.layout = NB_LAYOUT_PACKED;
+    return NB_OK;
+}
+
+/* ------------------------------------------------------------ on the GPU */
+
+static size_t align256(size_t v) { return (v + 255) & ~(size_t)255; }
+
+/* The routing block: 8 slots of one expert per CTA row when experts see few
+ * tokens (decode), up to 32 when they see many (each block re-reads its
+ * expert's weights, so fewer, fuller blocks read less). */
+static int moe_mt(const nb_moe_desc *d) {
+    const double per_expert = (double)d->m * (double)d->top_k / (double)d->experts;
+    return per_expert <= 8.0 ? 1 : per_expert <= 16.0 ? 2 : 4;
+}
+
+/* The scale handling of one packed projection: nbi_plan's, for a GEMM of
+ * that weight (it also checks the MXFP4 exponent span against the dtype). */
+static nb_status moe_scales(nb_context *ctx, const nb_moe_desc *d, const nb_weight_desc *w, int *exp_shift,
+                            uint32_t *table, int *pdl) {
+    nb_gemm_desc g;
+    memset(&g, 0, sizeof g);
+    g.m = 1;
+    g.weight = *w;
+    g.weight.tensor_scale = 1.0f;
+    g.act_dtype = g.out_dtype = d->act_dtype;
+    nbi_gemm_plan p;
+    nb_status st = nbi_plan(ctx, &g, NULL, &p);
+    if (st) return st;
+    *exp_shift = p.exp_shift;
+    memcpy(table, p.scale_table, sizeof p.scale_table);
+    *pdl = p.pdl;
+    return NB_OK;
+}
+
+static nb_status moe_plan(nb_context *ctx, const nb_moe_desc *d, nbi_moe_plan *p, const char *fn) {
+    nb_status st = nbi_need_device(ctx, fn);
+    if (st) return st;
+    nb_moe_packed_sizes ps;
+    if ((st = packed_sizes(ctx, d, &ps, fn))) return st;
+    if (d->gate_up.layout != NB_LAYOUT_PACKED || d->down.layout != NB_LAYOUT_PACKED)
+        return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "%s: the weights must be packed by nb_moe_pack_host (the "
+                        "descriptors' layout is the checkpoint's)", fn);
+    if (d->act_dtype != NB_DTYPE_BF16 && d->act_dtype != NB_DTYPE_F16)
+        return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s: act_dtype %s: the GPU kernels take bf16 or f16", fn,
+                        nbi_dtype_name(d->act_dtype));
+    if (d->hidden % 8 || d->intermediate % 8)
+        return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s: hidden = %lld and intermediate = %lld must be multiples of 8 "
+                        "(16-byte rows)", fn, (long long)d->hidden, (long long)d->intermediate);
+    memset(p, 0, sizeof *p);
+    p->fmt = d->gate_up.format;
+    p->act = d->act_dtype;
+    p->mt = moe_mt(d);
+    p->block = 8 * p->mt;
+    p->activation = d->activation;
+    p->interleaved = d->gate_up_layout == NB_MOE_GATE_UP_INTERLEAVED;
+    p->limit = d->limit;
+    p->alpha = d->alpha;
+    p->m = d->m;
+    p->experts = d->experts;
+    p->top_k = d->top_k;
+    p->hidden = d->hidden;
+    p->inter = d->intermediate;
+    nb_moe_align_sizes as = {0};
+    if ((st = align_sizes(ctx, d, p->block, &as, fn))) return st;
+    p->slots = as.slots;
+    p->sorted_len = as.sorted_len;
+    p->blocks = as.blocks;
+    if (d->experts > 4096)
+        return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s: %d experts (at most 4096 on the device)", fn, (int)d->experts);
+    if ((d->hidden + 127) / 128 > 65535 || (d->intermediate + 63) / 64 > 65535) /* the grids' y */
+        return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s: hidden = %lld or intermediate = %lld is too large for one "
+                        "launch", fn, (long long)d->hidden, (long long)d->intermediate);
+    p->gu_row_blocks = gate_up_packed_rows(d) / 16;
+    p->gu_kchunks = (d->hidden + NBI_CHUNK_K - 1) / NBI_CHUNK_K;
+    p->dn_row_blocks = (d->hidden + 15) / 16;
+    p->dn_kchunks = (d->intermediate + NBI_CHUNK_K - 1) / NBI_CHUNK_K;
+    p->gu_stride = ps.gate_up_expert_bytes;
+    p->dn_stride = ps.down_expert_bytes;
+    nb_weight_desc gu, dn;
+    packed_descs(d, &gu, &dn);
+    gu.layout = dn.layout = NB_LAYOUT_PACKED;
+    if ((st = moe_scales(ctx, d, &gu, &p->gu_exp_shift, p->gu_table, &p->pdl)) ||
+        (st = moe_scales(ctx, d, &dn, &p->dn_exp_shift, p->dn_table, &p->pdl)))
+        return nbi_reraise(ctx, st, fn);
+    const size_t es = nbi_dtype_size(d->act_dtype);
+    size_t off = 0;
+    p->off_sorted = off;
+    off += align256((size_t)p->sorted_len * 4);
+    p->off_blocks = off;
+    off += align256((size_t)p->blocks * 4);
+    p->off_offsets = off;
+    off += align256((size_t)(p->experts + 1) * 4);
+    p->off_counts = off;
+    off += align256((size_t)p->experts * 4);
+    p->off_h = off;
+    off += align256((size_t)p->slots * (size_t)p->inter * es);
+    p->off_o = off;
+    off += align256((size_t)p->slots * (size_t)p->hidden * es);
+    p->ws_bytes = off;
+    return NB_OK;
+}
+
+nb_status nb_moe_workspace_size(nb_context *ctx, const nb_moe_desc *d, size_t *bytes) {
+    static const char fn[] = "nb_moe_workspace_size";
+    if (!bytes) return nbi_fail(ctx, NB_ERR_NULL_POINTER, "%s: bytes is NULL", fn);
+    nbi_moe_plan p;
+    nb_status st = moe_plan(ctx, d, &p, fn);
+    if (st) return st;
+    *bytes = p.ws_bytes;
+    return NB_OK;
+}
+
+nb_status nb_moe_mlp(nb_context *ctx, const nb_moe_desc *d, const void *x, const nb_moe_packed_weights *w,
+                     const int32_t *topk_ids, const float *topk_weights, void *y, void *workspace,
+                     size_t workspace_bytes, void *stream) {
+    static const char fn[] = "nb_moe_mlp";
+    nbi_moe_plan p;
+    nb_status st = moe_plan(ctx, d, &p, fn);
+    if (st) return st;
+    if (!x || !w || !topk_ids || !topk_weights || !y)
+        return nbi_fail(ctx, NB_ERR_NULL_POINTER, "%s: x, w, topk_ids, topk_weights and y must not be NULL", fn);
+    for (int i = 0; i < 4; i++)
+        if (w->reserved[i])
+            return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "%s: the weights' reserved pointers must be NULL", fn);
+    if (!w->gate_up || !w->down)
+        return nbi_fail(ctx, NB_ERR_NULL_POINTER, "%s: the packed gate_up and down must not be NULL", fn);
+    const int ts = nbi_traits(d->gate_up.format)->tensor_scale;
+    if (ts && (!w->gate_up_scales || !w->down_scales))
+        return nbi_fail(ctx, NB_ERR_NULL_POINTER, "%s: %s needs per-expert tensor scales (gate_up_scales, "
+                        "down_scales: E floats each)", fn, nbi_traits(d->gate_up.format)->name);
+    if (!ts && (w->gate_up_scales || w->down_scales))
+        return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "%s: %s has no tensor scale: gate_up_scales and down_scales "
+                        "must be NULL", fn, nbi_traits(d->gate_up.format)->name);
+    if ((uintptr_t)x % 16 || (uintptr_t)w->gate_up % 16 || (uintptr_t)w->down % 16)
+        return nbi_fail(ctx, NB_ERR_MISALIGNED, "%s: x and the packed weights must be 16-byte aligned", fn);
+    if ((uintptr_t)y % 4 || (uintptr_t)topk_ids % 4 || (uintptr_t)topk_weights % 4 ||
+        (w->gate_up_bias && (uintptr_t)w->gate_up_bias % 2) || (w->down_bias && (uintptr_t)w->down_bias % 2) ||
+        (w->gate_up_scales && (uintptr_t)w->gate_up_scales % 4) || (w->down_scales && (uintptr_t)w->down_scales % 4))
+        return nbi_fail(ctx, NB_ERR_MISALIGNED, "%s: y, topk_ids, topk_weights and the tensor scales must be 4-byte "
+                        "aligned, the biases 2-byte", fn);
+    if (!workspace || workspace_bytes < p.ws_bytes)
+        return nbi_fail(ctx, NB_ERR_WORKSPACE, "%s: workspace of %zu bytes needed (nb_moe_workspace_size), %zu given%s",
+                        fn, p.ws_bytes, workspace_bytes, workspace ? "" : " (NULL)");
+    if ((uintptr_t)workspace % 256)
+        return nbi_fail(ctx, NB_ERR_MISALIGNED, "%s: workspace must be 256-byte aligned", fn);
+    if ((st = nbi_cuda_moe_mlp(ctx, &p, x, w, topk_ids, topk_weights, y, workspace, stream)))
+        return nbi_reraise(ctx, st, fn);
+    snprintf(ctx->last_config, sizeof ctx->last_config, "moe<%s,%s> block=%d routing_blocks=%lld gate_up=%lldx%lld "
+             "down=%lldx%lld", nbi_traits(d->gate_up.format)->name, nbi_dtype_name(d->act_dtype), p.block,
+             (long long)p.blocks, (long long)(2 * p.inter), (long long)p.hidden, (long long)p.hidden,
+             (long long)p.inter);
+    return NB_OK;
+}
+
+nb_status nb_moe_align(nb_context *ctx, const nb_moe_desc *d, int32_t block, const int32_t *topk_ids,
+                       int32_t *sorted_slots, int32_t *block_experts, int32_t *expert_offsets, int32_t *expert_counts,
+                       const nb_moe_align_sizes *capacity, void *stream) {
+    static const char fn[] = "nb_moe_align";
+    nb_status st = nbi_need_device(ctx, fn);
+    if (st) return st;
+    if ((st = check_moe(ctx, d, fn))) return st;
+    if (block < 1 || block > 1024)
+        return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "%s: block = %d must be in [1, 1024]", fn, (int)block);
+    if (d->experts > 4096)
+        return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s: %d experts (at most 4096 on the device)", fn, (int)d->experts);
+    if (!topk_ids || !sorted_slots || !block_experts || !expert_offsets || !capacity)
+        return nbi_fail(ctx, NB_ERR_NULL_POINTER, "%s: topk_ids, sorted_slots, block_experts, expert_offsets and "
+                        "capacity must not be NULL", fn);
+    nb_moe_align_sizes as;
+    if ((st = align_sizes(ctx, d, block, &as, fn))) return st;
+    if (capacity->sorted_len < as.sorted_len || capacity->blocks < as.blocks || capacity->offsets_len < as.offsets_len)
+        return nbi_fail(ctx, NB_ERR_BUFFER_TOO_SMALL, "%s: capacity (sorted %lld, blocks %lld, offsets %lld) is below "
+                        "the %lld, %lld and %lld elements needed", fn, (long long)capacity->sorted_len,
+                        (long long)capacity->blocks, (long long)capacity->offsets_len, (long long)as.sorted_len,
+                        (long long)as.blocks, (long long)as.offsets_len);
+    if ((uintptr_t)topk_ids % 4 || (uintptr_t)sorted_slots % 4 || (uintptr_t)block_experts % 4 ||
+        (uintptr_t)expert_offsets % 4 || (uintptr_t)expert_counts % 4)
+        return nbi_fail(ctx, NB_ERR_MISALIGNED, "%s: the int32 buffers must be 4-byte aligned", fn);
+    nbi_moe_plan p;
+    memset(&p, 0, sizeof p);
+    p.block = block;
+    p.m = d->m;
+    p.experts = d->experts;
+    p.top_k = d->top_k;
+    p.slots = as.slots;
+    p.sorted_len = as.sorted_len;
+    p.blocks = as.blocks;
+    if ((st = nbi_cuda_moe_align(ctx, &p, topk_ids, sorted_slots, block_experts, expert_offsets, expert_counts,
+                                 stream)))
+        return nbi_reraise(ctx, st, fn);
+    return NB_OK;
 }

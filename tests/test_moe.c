@@ -728,6 +728,84 @@ static void dump_case(nb_context *ctx, const char *root, int idx, const mcase *c
 
 /* ------------------------------------------------------------ main */
 
+#ifndef TEST_MOE_NO_MAIN
+
+/* 7. nb_moe_pack_host: each expert's packed gate_up unpacks (nb_unpack_host)
+ * to gate rows 8b..8b+7 then up rows 8b..8b+7 per row block, its down to the
+ * checkpoint bytes; the descriptors end packed with the MXFP4 scale range;
+ * refusals leave them unchanged. */
+static void check_pack(nb_context *ctx, const mcase *c) {
+    char what[160];
+    case_name(c, what, sizeof what);
+    mprob p;
+    if (!make(c, &p)) return;
+    nb_moe_packed_sizes ps;
+    nb_status st = nb_moe_packed_get_sizes(&p.d, &ps);
+    CHECK(st == NB_OK, "packed sizes %s: %s", what, nb_last_error());
+    if (st) {
+        release(&p);
+        return;
+    }
+    uint8_t *gp = malloc(ps.gate_up_bytes), *dp = malloc(ps.down_bytes);
+    nb_moe_desc d = p.d;
+    CHECK(nb_moe_pack_host(ctx, &d, &p.w, gp, ps.gate_up_bytes - 1, dp, ps.down_bytes) == NB_ERR_BUFFER_TOO_SMALL &&
+              d.gate_up.layout == NB_LAYOUT_CHECKPOINT,
+          "pack %s: a short buffer is refused and d unchanged", what);
+    st = nb_moe_pack_host(ctx, &d, &p.w, gp, ps.gate_up_bytes, dp, ps.down_bytes);
+    CHECK(st == NB_OK && d.gate_up.layout == NB_LAYOUT_PACKED && d.down.layout == NB_LAYOUT_PACKED,
+          "pack %s: %s", what, nb_last_error());
+    CHECK(nb_moe_pack_host(ctx, &d, &p.w, gp, ps.gate_up_bytes, dp, ps.down_bytes) == NB_ERR_INVALID_ARGUMENT,
+          "pack %s: packing packed weights is refused", what);
+    if (c->fmt == NB_FORMAT_MXFP4) {
+        int lo = 256, hi = -1;
+        for (size_t i = 0; i < p.sz.gate_up.scales_bytes * (size_t)c->E; i++)
+            if (p.gus[i] != 0xFF) lo = p.gus[i] < lo ? p.gus[i] : lo, hi = p.gus[i] > hi ? p.gus[i] : hi;
+        CHECK(d.gate_up.scale_exp_min == lo && d.gate_up.scale_exp_max == hi, "pack %s: scale range %d..%d, want "
+              "%d..%d", what, d.gate_up.scale_exp_min, d.gate_up.scale_exp_max, lo, hi);
+    }
+    const int64_t H = c->H, I = c->I, rows = 16 * ((I + 7) / 8);
+    const size_t crow = (size_t)H / 2, srow = (size_t)(H / p.d.gate_up.group_size);
+    uint8_t *uc = malloc((size_t)rows * crow), *us = malloc((size_t)rows * srow);
+    int bad = 0;
+    for (int e = 0; e < c->E && !bad; e++) {
+        nb_weight_desc wd = p.d.gate_up;
+        wd.n = rows;
+        wd.layout = NB_LAYOUT_PACKED;
+        nb_weight_sizes sz;
+        nb_weight_get_sizes(&wd, &sz);
+        if (nb_unpack_host(ctx, &wd, gp + (size_t)e * ps.gate_up_expert_bytes, sz.packed_bytes, uc, us)) bad = 1;
+        for (int64_t r = 0; r < rows && !bad; r++) {
+            const int64_t i = 8 * (r / 16) + r % 8;
+            int64_t rg, ru;
+            rows_of(&p, i, &rg, &ru);
+            const int64_t src = r % 16 < 8 ? rg : ru;
+            const uint8_t *ec = p.guc + (size_t)e * p.sz.gate_up.codes_bytes + (size_t)src * crow;
+            const uint8_t *es = p.gus + (size_t)e * p.sz.gate_up.scales_bytes + (size_t)src * srow;
+            if (memcmp(uc + (size_t)r * crow, ec, crow) || memcmp(us + (size_t)r * srow, es, srow)) bad = 2;
+        }
+        nb_weight_desc dd = p.d.down;
+        dd.layout = NB_LAYOUT_PACKED;
+        uint8_t *dc = malloc(p.sz.down.codes_bytes), *ds = malloc(p.sz.down.scales_bytes);
+        nb_weight_get_sizes(&dd, &sz);
+        if (!bad && nb_unpack_host(ctx, &dd, dp + (size_t)e * ps.down_expert_bytes, sz.packed_bytes, dc, ds)) bad = 3;
+        if (!bad && (memcmp(dc, p.dc + (size_t)e * p.sz.down.codes_bytes, p.sz.down.codes_bytes) ||
+                     memcmp(ds, p.ds + (size_t)e * p.sz.down.scales_bytes, p.sz.down.scales_bytes)))
+            bad = 4;
+        free(dc);
+        free(ds);
+    }
+    CHECK(!bad, "pack %s: unpacked bytes differ from the checkpoint's (%d): %s", what, bad, nb_last_error());
+    /* the device entry points refuse a host context before touching anything */
+    size_t ws = 0;
+    CHECK(nb_moe_workspace_size(ctx, &d, &ws) == NB_ERR_NO_DEVICE, "pack %s: nb_moe_workspace_size on a host "
+          "context is NB_ERR_NO_DEVICE (%s)", what, nb_last_error());
+    free(uc);
+    free(us);
+    free(gp);
+    free(dp);
+    release(&p);
+}
+
 int main(int argc, char **argv) {
     const char *dump = argc == 3 && !strcmp(argv[1], "--dump") ? argv[2] : NULL;
     if (argc != 1 && !dump) {
@@ -777,6 +855,23 @@ int main(int argc, char **argv) {
     }
     check_combine_order(ctx);
     check_nan(ctx);
+    {
+        /* 7. packing for the GPU: both formats and layouts, H not a multiple of 128, 8 warps' worth of row blocks and less */
+        const mcase packs[4] = {
+            {NB_FORMAT_MXFP4, 4, 2, 3, 288, 96, NB_MOE_ACT_SWIGLU_OAI, NB_DTYPE_BF16, 1, ROUTE_UNIFORM},
+            {NB_FORMAT_NVFP4, 3, 2, 3, 160, 48, NB_MOE_ACT_SWIGLU, NB_DTYPE_BF16, 0, ROUTE_UNIFORM},
+            {NB_FORMAT_NVFP4, 2, 1, 1, 64, 144, NB_MOE_ACT_SWIGLU_OAI, NB_DTYPE_F16, 0, ROUTE_UNIFORM},
+            {NB_FORMAT_MXFP4, 2, 2, 2, 256, 32, NB_MOE_ACT_SWIGLU, NB_DTYPE_F16, 0, ROUTE_SAME},
+        };
+        for (int k = 0; k < 4; k++) check_pack(ctx, &packs[k]);
+        mcase ci = {NB_FORMAT_INT4, 2, 1, 1, 64, 32, NB_MOE_ACT_SWIGLU, NB_DTYPE_BF16, 0, ROUTE_UNIFORM};
+        mprob p;
+        if (make(&ci, &p)) {
+            nb_moe_packed_sizes ps;
+            CHECK(nb_moe_packed_get_sizes(&p.d, &ps) == NB_ERR_UNSUPPORTED, "int4 MoE weights have no GPU packing");
+            release(&p);
+        }
+    }
     printf("%d MoE problems checked; float against f64: largest error / bound %.3g\n", ncases, g_worst_f32);
     if (dump) {
         mkdir(dump, 0755);
@@ -796,3 +891,4 @@ int main(int argc, char **argv) {
     printf("%d passed, %d failed\n", g_pass, g_fail);
     return g_fail ? 1 : 0;
 }
+#endif /* TEST_MOE_NO_MAIN */

@@ -1,0 +1,360 @@
+/* moe.cu - the mixture-of-experts MLP on the GPU (nb_moe_mlp, nb_moe_align;
+ * nibble.h "mixture of experts on the GPU" and src/moe.c, whose host
+ * reference is the specification).  Four launches, none per expert:
+ *
+ *   1. moe_align_kernel: the routing layout of nb_moe_align_host (vLLM's
+ *      moe_align_block_size with slots ascending within an expert), one CTA
+ *      per expert: every CTA counts all experts' slots (a shared histogram),
+ *      sums the padded counts before its own for its offset, and writes its
+ *      slots in ascending order with a block-wide ballot scan.  No atomics
+ *      decide an order, so every byte is determined by the routing.
+ *   2. moe_gemv_kernel<.., GATE_UP>: one CTA column per routing block (8 * MT
+ *      slots of one expert; blocks past the padded total, expert -1, exit at
+ *      once, so inactive experts cost nothing), 8 warps each streaming one
+ *      16-row block of that expert's packed gate_up through a cp.async ring
+ *      and multiplying it with the block's token rows by mma.m16n8k16 (the
+ *      step of the dense decode kernel, gemv_step.cuh).  The gate_up weights
+ *      are packed with gate rows 8b..8b+7 and up rows 8b..8b+7 in row block
+ *      b, so a lane's accumulators hold gate i and up i of the same tokens:
+ *      the activation runs in registers and h [slot, i] is stored rounded.
+ *   3. moe_gemv_kernel<.., DOWN>: the same over the down weights with h's
+ *      rows as tokens, o [slot, c] = dot + bias, rounded.
+ *   4. moe_combine_kernel: y[t] = sum over s in top-k order of w[t, s] *
+ *      o[t * top_k + s], float products and sums as the host does.
+ *
+ * Every launch covers the worst case of its grid (nb_moe_align_get_sizes),
+ * so nothing on the host depends on the routing: capturable in a graph. */
+#include "common.cuh"
+#include "gemv_step.cuh"
+
+#define MOE_STAGES 4      /* weight chunks in each warp's ring */
+#define MOE_ALIGN_THREADS 512
+
+enum { MOE_GATE_UP = 0, MOE_DOWN = 1 };
+
+struct MoeParams {
+    const uint8_t *w;        /* expert 0's packed weight; expert e at + e * stride */
+    size_t stride;
+    const void *x;           /* token rows: x [m, H] (GATE_UP, row slot / top_k) or h [slots, I] (DOWN, row slot) */
+    int64_t lda;
+    void *out;               /* h [slots, I] or o [slots, H] */
+    int64_t ldo;
+    const float *tscale;     /* [E] or NULL */
+    const void *bias;        /* [E, 2I] (checkpoint row order) or [E, H], or NULL */
+    const int32_t *sorted;   /* routing layout */
+    const int32_t *blockexp;
+    int sentinel, top_k, block;
+    int n_out;               /* I (GATE_UP) or H (DOWN) */
+    int k, row_blocks, kchunks;
+    int interleaved, activation;
+    float limit, alpha;
+    int exp_shift;
+    uint32_t stab[128];
+};
+
+/* ------------------------------------------------------------- routing */
+
+__global__ void __launch_bounds__(MOE_ALIGN_THREADS) moe_align_kernel(const int32_t *__restrict__ ids, int slots,
+                                                                        int experts, int block, int sorted_len,
+                                                                        int nblocks, int32_t *sorted,
+                                                                        int32_t *blockexp, int32_t *offsets,
+                                                                        int32_t *counts) {
+    extern __shared__ int hist[]; /* [experts] */
+    __shared__ int red[2][MOE_ALIGN_THREADS / 32];
+    __shared__ int warp_sum[MOE_ALIGN_THREADS / 32];
+    const int e = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    constexpr int NW = MOE_ALIGN_THREADS / 32;
+    for (int j = tid; j < experts; j += MOE_ALIGN_THREADS) hist[j] = 0;
+    __syncthreads();
+    for (int i = tid; i < slots; i += MOE_ALIGN_THREADS) {
+        const int id = ids[i];
+        if ((unsigned)id < (unsigned)experts) atomicAdd(&hist[id], 1);
+    }
+    __syncthreads();
+    /* offset of e: the padded counts of the experts before it; and the total */
+    int before = 0, total = 0;
+    for (int j = tid; j < experts; j += MOE_ALIGN_THREADS) {
+        const int p = (hist[j] + block - 1) / block * block;
+        total += p;
+        if (j < e) before += p;
+    }
+    for (int o = 16; o; o >>= 1) {
+        before += __shfl_xor_sync(0xFFFFFFFFu, before, o);
+        total += __shfl_xor_sync(0xFFFFFFFFu, total, o);
+    }
+    if (lane == 0) red[0][warp] = before, red[1][warp] = total;
+    __syncthreads();
+    before = total = 0;
+    for (int w = 0; w < NW; w++) before += red[0][w], total += red[1][w];
+    const int c = hist[e], pc = (c + block - 1) / block * block;
+    if (tid == 0) {
+        offsets[e] = before;
+        if (counts) counts[e] = c;
+        if (e == experts - 1) offsets[experts] = total;
+    }
+    /* e's slots in ascending order: a ballot scan per chunk of the slots */
+    int base = 0;
+    for (int start = 0; c > 0 && start < slots; start += MOE_ALIGN_THREADS) {
+        const int i = start + tid;
+        const bool f = i < slots && ids[i] == e;
+        const unsigned bal = __ballot_sync(0xFFFFFFFFu, f);
+        if (lane == 0) warp_sum[warp] = __popc(bal);
+        __syncthreads();
+        int pre = 0, all = 0;
+        for (int w = 0; w < NW; w++) {
+            pre += w < warp ? warp_sum[w] : 0;
+            all += warp_sum[w];
+        }
+        if (f) sorted[before + base + pre + __popc(bal & ((1u << lane) - 1u))] = i;
+        base += all;
+        __syncthreads(); /* warp_sum is rewritten by the next chunk */
+    }
+    for (int j = c + tid; j < pc; j += MOE_ALIGN_THREADS) sorted[before + j] = slots; /* padding: the sentinel */
+    for (int b = before / block + tid; b < (before + pc) / block; b += MOE_ALIGN_THREADS) blockexp[b] = e;
+    if (e == experts - 1) { /* everything past the padded total */
+        for (int j = total + tid; j < sorted_len; j += MOE_ALIGN_THREADS) sorted[j] = slots;
+        for (int b = total / block + tid; b < nblocks; b += MOE_ALIGN_THREADS) blockexp[b] = -1;
+    }
+}
+
+/* ------------------------------------------------------ grouped GEMMs */
+
+template <int ACT>
+__device__ __forceinline__ float moe_act(const MoeParams &p, float g, float u) {
+    if (p.activation == NB_MOE_ACT_SWIGLU) return g / (1.0f + expf(-g)) * u;
+    const float L = p.limit; /* comparisons keep a NaN, as the host's do */
+    g = g > L ? L : g;
+    u = u > L ? L : u < -L ? -L : u;
+    return (u + 1.0f) * (g / (1.0f + expf(-(p.alpha * g))));
+}
+
+template <int FMT, int ACT, int MT, int MODE>
+__global__ void __launch_bounds__(NBI_GEMV_WARPS * 32, 1) moe_gemv_kernel(const MoeParams p) {
+    NBC_CHECK_KERNEL_FORMAT(FMT);
+    constexpr int SB = nbc_fmt<FMT>::lane_scale_bytes;
+    constexpr int CB = nbc_fmt<FMT>::chunk_bytes;
+    __shared__ uint32_t stab[256];
+    const int b = blockIdx.x;
+    const int e = p.blockexp[b];
+    if (e < 0) return; /* past the padded total: no expert (uniform over the CTA) */
+    nbc_load_scale_table<NBI_GEMV_WARPS * 32>(stab, p.stab);
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int rb = blockIdx.y * NBI_GEMV_WARPS + warp;
+    const bool valid = rb < p.row_blocks;
+    const int nchunks = valid ? p.kchunks : 0;
+
+    float acc[MT][4], acc2[MT][4];
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[i][j] = acc2[i][j] = 0.0f;
+
+    extern __shared__ uint4 ring_all[];
+    uint4 *ring = ring_all + (size_t)warp * MOE_STAGES * (CB / 16);
+    const uint64_t pol = nbc_policy_evict_first();
+    const uint8_t *gnext = p.w + (size_t)e * p.stride + (size_t)(valid ? rb : 0) * p.kchunks * CB + 16 * lane;
+    const uint32_t ring_s = nbc_smem_u32(ring) + 16 * lane;
+    auto fetch = [&](int slot) {
+        const uint32_t d = ring_s + slot * CB;
+        nbc_cp_async16_s(d, gnext, pol);
+        nbc_cp_async16_s(d + 512, gnext + 512, pol);
+        if (lane < (CB - 1024) / 16) nbc_cp_async16_s(d + 1024, gnext + 1024, pol);
+        gnext += CB;
+    };
+#pragma unroll
+    for (int s = 0; s < MOE_STAGES - 1; s++) {
+        if (s < nchunks) fetch(s);
+        nbc_cp_async_commit();
+    }
+
+    /* this lane's token rows (B operand column g of each tile) */
+    const __nv_bfloat16 *xp[MT];
+    bool tok_ok[MT];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        const int slot = p.sorted[b * p.block + mt * 8 + g];
+        tok_ok[mt] = slot < p.sentinel;
+        const int64_t row = !tok_ok[mt] ? 0 : MODE == MOE_GATE_UP ? slot / p.top_k : slot;
+        xp[mt] = (const __nv_bfloat16 *)p.x + row * p.lda + 32 * t;
+    }
+    __syncthreads(); /* scale table ready */
+
+    for (int i0 = 0; i0 < nchunks; i0 += MOE_STAGES)
+#pragma unroll
+    for (int s = 0; s < MOE_STAGES; s++) {
+        const int i = i0 + s;
+        if (i >= nchunks) break;
+        if (i + MOE_STAGES - 1 < nchunks) fetch((s + MOE_STAGES - 1) % MOE_STAGES);
+        nbc_cp_async_commit();
+        nbc_cp_async_wait<MOE_STAGES - 1>();
+        __syncwarp();
+        const uint4 *slotp = ring + s * (CB / 16);
+        const uint4 L = slotp[lane], H = slotp[32 + lane];
+        const uint32_t S = SB == 4 ? ((const uint32_t *)(slotp + 64))[lane] : ((const uint16_t *)(slotp + 64))[lane];
+        __syncwarp();
+        const int kbase = i * NBI_CHUNK_K + 32 * t;
+        uint32_t sg[2], sh[2];
+        chunk_scales<FMT>(S, stab, sg, sh);
+#pragma unroll
+        for (int w = 0; w < 4; w++) {
+            uint4 xv[MT];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+                xv[mt] = tok_ok[mt] && kbase + 8 * w < p.k ? __ldg((const uint4 *)(xp[mt] + i * NBI_CHUNK_K) + w)
+                                                           : make_uint4(0, 0, 0, 0);
+            uint32_t a[4];
+            a_frag<ACT, 0>(word(L, w), word(H, w), sg[w >> 1], sh[w >> 1], a);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(acc[mt], a[0], a[1], a[2], a[3], xv[mt].x, xv[mt].y);
+            a_frag<ACT, 2>(word(L, w), word(H, w), sg[w >> 1], sh[w >> 1], a);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(acc2[mt], a[0], a[1], a[2], a[3], xv[mt].z, xv[mt].w);
+        }
+    }
+    nbc_cp_async_wait<0>();
+    if (!valid) return;
+
+    /* epilogue: acc[mt][0, 1] are row g at tokens 2t, 2t+1 of tile mt, acc[mt][2, 3] row g+8 */
+    const float sc = ldexpf(1.0f, p.exp_shift), ts = p.tscale ? p.tscale[e] : 1.0f;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            const int slot = p.sorted[b * p.block + mt * 8 + 2 * t + j];
+            if (slot >= p.sentinel) continue;
+            const float lo = (acc[mt][j] + acc2[mt][j]) * sc * ts, hi = (acc[mt][2 + j] + acc2[mt][2 + j]) * sc * ts;
+            if (MODE == MOE_GATE_UP) {
+                const int i = 8 * rb + g; /* gate i (row g) and up i (row g+8) */
+                if (i >= p.n_out) continue;
+                float gate = lo, up = hi;
+                if (p.bias) {
+                    const int64_t I = p.n_out, rg = p.interleaved ? 2 * i : i, ru = p.interleaved ? 2 * i + 1 : I + i;
+                    gate += nbc_load(ACT, p.bias, (size_t)(e * 2 * I + rg));
+                    up += nbc_load(ACT, p.bias, (size_t)(e * 2 * I + ru));
+                }
+                nbc_store(ACT, p.out, (size_t)slot * p.ldo + i, moe_act<ACT>(p, gate, up));
+            } else {
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int c = 16 * rb + g + 8 * h;
+                    if (c >= p.n_out) continue;
+                    float v = h ? hi : lo;
+                    if (p.bias) v += nbc_load(ACT, p.bias, (size_t)e * p.n_out + c);
+                    nbc_store(ACT, p.out, (size_t)slot * p.ldo + c, v);
+                }
+            }
+        }
+}
+
+/* y[t, c] = sum over s (top-k order) of w[t, s] * o[t * top_k + s, c]; a slot
+ * whose id is outside [0, E) adds nothing. */
+template <int ACT>
+__global__ void moe_combine_kernel(const void *o, const int32_t *__restrict__ ids, const float *__restrict__ tw,
+                                   void *y, int64_t m, int64_t hidden, int top_k, int experts) {
+    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= m * hidden) return;
+    const int64_t tok = idx / hidden, c = idx % hidden;
+    float acc = 0.0f;
+    for (int s = 0; s < top_k; s++) {
+        const int64_t slot = tok * top_k + s;
+        if ((unsigned)ids[slot] >= (unsigned)experts) continue;
+        acc = __fadd_rn(acc, __fmul_rn(tw[slot], nbc_load(ACT, o, (size_t)(slot * hidden + c))));
+    }
+    nbc_store(ACT, y, (size_t)idx, acc);
+}
+
+/* ------------------------------------------------------------ dispatch */
+
+typedef void (*moe_fn)(const MoeParams);
+
+template <int FMT, int ACT>
+static moe_fn pick_moe_mt(int mt, int mode) {
+#define MOE_K(MT) (mode == MOE_GATE_UP ? moe_gemv_kernel<FMT, ACT, MT, MOE_GATE_UP> : moe_gemv_kernel<FMT, ACT, MT, MOE_DOWN>)
+    switch (mt) {
+    case 1: return MOE_K(1);
+    case 2: return MOE_K(2);
+    case 4: return MOE_K(4);
+    }
+#undef MOE_K
+    return NULL;
+}
+
+static moe_fn pick_moe(int fmt, int act, int mt, int mode) {
+#define MOE_RUNG(F, A) return pick_moe_mt<F, A>(mt, mode);
+    NBC_LADDER(fmt, act, MOE_RUNG)
+#undef MOE_RUNG
+    return NULL;
+}
+
+extern "C" nb_status nbi_cuda_moe_align(nb_context *ctx, const nbi_moe_plan *p, const int32_t *ids, int32_t *sorted,
+                                        int32_t *blocks, int32_t *offsets, int32_t *counts, void *stream) {
+    const size_t smem = (size_t)p->experts * sizeof(int);
+    if (smem > 48 * 1024) {
+        nb_status st = nbc_smem_opt_in(ctx, (const void *)moe_align_kernel, smem);
+        if (st) return st;
+    }
+    moe_align_kernel<<<(unsigned)p->experts, MOE_ALIGN_THREADS, smem, (cudaStream_t)stream>>>(
+        ids, (int)p->slots, (int)p->experts, p->block, (int)p->sorted_len, (int)p->blocks, sorted, blocks, offsets,
+        counts);
+    NBC_TRY(cudaGetLastError(), "moe align kernel launch");
+    return NB_OK;
+}
+
+extern "C" nb_status nbi_cuda_moe_mlp(nb_context *ctx, const nbi_moe_plan *p, const void *x,
+                                      const nb_moe_packed_weights *w, const int32_t *ids, const float *tw, void *y,
+                                      void *workspace, void *stream) {
+    char *ws = (char *)workspace;
+    int32_t *sorted = (int32_t *)(ws + p->off_sorted), *blockexp = (int32_t *)(ws + p->off_blocks);
+    nb_status st = nbi_cuda_moe_align(ctx, p, ids, sorted, blockexp, (int32_t *)(ws + p->off_offsets),
+                                      (int32_t *)(ws + p->off_counts), stream);
+    if (st) return st;
+    const size_t cb = nbi_chunk_bytes(nbi_traits((nb_format)p->fmt));
+    const size_t smem = (size_t)NBI_GEMV_WARPS * MOE_STAGES * cb;
+    for (int mode = MOE_GATE_UP; mode <= MOE_DOWN; mode++) {
+        moe_fn f = pick_moe(p->fmt, p->act, p->mt, mode);
+        if (!f)
+            return nbi_fail(ctx, NB_ERR_INTERNAL, "moe: no kernel for %s, %s, mt = %d",
+                            nbi_traits((nb_format)p->fmt)->name, nbi_dtype_name((nb_dtype)p->act), p->mt);
+        MoeParams q;
+        memset(&q, 0, sizeof q);
+        const bool gu = mode == MOE_GATE_UP;
+        q.w = (const uint8_t *)(gu ? w->gate_up : w->down);
+        q.stride = gu ? p->gu_stride : p->dn_stride;
+        q.x = gu ? x : ws + p->off_h;
+        q.lda = gu ? p->hidden : p->inter;
+        q.out = gu ? ws + p->off_h : ws + p->off_o;
+        q.ldo = gu ? p->inter : p->hidden;
+        q.tscale = gu ? w->gate_up_scales : w->down_scales;
+        q.bias = gu ? w->gate_up_bias : w->down_bias;
+        q.sorted = sorted;
+        q.blockexp = blockexp;
+        q.sentinel = (int)p->slots;
+        q.top_k = (int)p->top_k;
+        q.block = p->block;
+        q.n_out = (int)(gu ? p->inter : p->hidden);
+        q.k = (int)(gu ? p->hidden : p->inter);
+        q.row_blocks = (int)(gu ? p->gu_row_blocks : p->dn_row_blocks);
+        q.kchunks = (int)(gu ? p->gu_kchunks : p->dn_kchunks);
+        q.interleaved = p->interleaved;
+        q.activation = p->activation;
+        q.limit = p->limit;
+        q.alpha = p->alpha;
+        q.exp_shift = gu ? p->gu_exp_shift : p->dn_exp_shift;
+        memcpy(q.stab, gu ? p->gu_table : p->dn_table, sizeof q.stab);
+        const dim3 grid((unsigned)p->blocks, (unsigned)((q.row_blocks + NBI_GEMV_WARPS - 1) / NBI_GEMV_WARPS));
+        f<<<grid, NBI_GEMV_WARPS * 32, smem, (cudaStream_t)stream>>>(q);
+        NBC_TRY(cudaGetLastError(), gu ? "moe gate_up kernel launch" : "moe down kernel launch");
+    }
+    const int64_t total = p->m * p->hidden;
+    const unsigned cgrid = (unsigned)((total + 255) / 256);
+    if (p->act == NB_DTYPE_BF16)
+        moe_combine_kernel<NB_DTYPE_BF16><<<cgrid, 256, 0, (cudaStream_t)stream>>>(
+            ws + p->off_o, ids, tw, y, p->m, p->hidden, (int)p->top_k, (int)p->experts);
+    else
+        moe_combine_kernel<NB_DTYPE_F16><<<cgrid, 256, 0, (cudaStream_t)stream>>>(
+            ws + p->off_o, ids, tw, y, p->m, p->hidden, (int)p->top_k, (int)p->experts);
+    NBC_TRY(cudaGetLastError(), "moe combine kernel launch");
+    return NB_OK;
+}

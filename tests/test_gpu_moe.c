@@ -1,0 +1,334 @@
+/* test_gpu_moe.c - nb_moe_mlp and nb_moe_align on the GPU against the host
+ * (nibble.h, "mixture of experts on the GPU"):
+ *
+ *   1. nb_moe_align on the device writes every byte nb_moe_align_host
+ *      writes (blocks 1, 8, 32, 100; uniform, skewed and same-expert routing).
+ *   2. nb_moe_mlp against the exact double MoE of test_moe.c (the problems,
+ *      weights, routing and the error bound of its part 3, which the host
+ *      float version meets): |y - y_exact| <= bound for every element;
+ *      E = 8..128, top_k 1..8, m = 1..300 (routing blocks of 8, 16 and 32
+ *      slots), experts with no token, NVFP4 (per-expert tensor scales) and
+ *      MXFP4, SwiGLU concatenated and gpt-oss interleaved with biases, BF16
+ *      and FP16; one gpt-oss-shaped layer (H = I = 2880, 8 experts).
+ *   3. Captured in a CUDA graph and replayed after the routing buffers were
+ *      rewritten on the device: bit for bit what a direct call gives.
+ *   4. A NaN in one token's activations makes that token's outputs NaN and
+ *      no other's.
+ *   5. Refusals: a checkpoint-layout descriptor, a short workspace, NULL and
+ *      misaligned pointers, missing tensor scales.
+ *
+ *   test_gpu_moe [--quick] [--small]   exit 0 pass, 1 fail, 77 no device (skipped)
+ *   (--small: without the gpt-oss-shaped layer, for compute-sanitizer)
+ */
+#define TEST_MOE_NO_MAIN
+#pragma GCC diagnostic ignored "-Wunused-function"
+#include "test_moe.c"
+
+#include <cuda_runtime.h>
+
+#define CU(call)                                                                                               \
+    do {                                                                                                       \
+        cudaError_t e_ = (call);                                                                               \
+        if (e_ != cudaSuccess) {                                                                               \
+            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));             \
+            exit(1);                                                                                           \
+        }                                                                                                      \
+    } while (0)
+
+static void *dev_copy(const void *h, size_t n) {
+    if (!h) return NULL;
+    void *d = NULL;
+    CU(cudaMalloc(&d, n ? n : 1));
+    CU(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
+    return d;
+}
+
+/* ------------------------------------------------------ 1. routing layout */
+
+static void check_align_gpu(nb_context *ctx, const mcase *c, int32_t block) {
+    char what[160];
+    case_name(c, what, sizeof what);
+    mprob p;
+    if (!make(c, &p)) return;
+    nb_moe_align_sizes as;
+    if (nb_moe_align_get_sizes(&p.d, block, &as) != NB_OK) {
+        CHECK(0, "align sizes %s: %s", what, nb_last_error());
+        release(&p);
+        return;
+    }
+    const size_t ns = (size_t)as.sorted_len, nb = (size_t)as.blocks, no = (size_t)as.offsets_len;
+    int32_t *hs = malloc(4 * ns), *hb = malloc(4 * nb), *ho = malloc(4 * no), *hc = malloc(4 * (no - 1));
+    int32_t *gs = malloc(4 * ns), *gb = malloc(4 * nb), *go = malloc(4 * no), *gc = malloc(4 * (no - 1));
+    nb_context *hctx = NULL;
+    nb_context_create(NB_DEVICE_NONE, &hctx);
+    CHECK(nb_moe_align_host(hctx, &p.d, block, p.ids, hs, hb, ho, hc, &as) == NB_OK, "align host %s: %s", what,
+          nb_last_error());
+    nb_context_destroy(hctx);
+    int32_t *d_ids = dev_copy(p.ids, 4 * (size_t)as.slots), *ds, *db, *dof, *dc;
+    CU(cudaMalloc((void **)&ds, 4 * ns));
+    CU(cudaMalloc((void **)&db, 4 * nb));
+    CU(cudaMalloc((void **)&dof, 4 * no));
+    CU(cudaMalloc((void **)&dc, 4 * no));
+    CU(cudaMemset(ds, 0x7B, 4 * ns)); /* poison: every byte must be written */
+    CU(cudaMemset(db, 0x7B, 4 * nb));
+    nb_status st = nb_moe_align(ctx, &p.d, block, d_ids, ds, db, dof, dc, &as, NULL);
+    CHECK(st == NB_OK, "align %s block %d: %s", what, (int)block, nb_last_error());
+    CU(cudaMemcpy(gs, ds, 4 * ns, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(gb, db, 4 * nb, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(go, dof, 4 * no, cudaMemcpyDeviceToHost));
+    CU(cudaMemcpy(gc, dc, 4 * (no - 1), cudaMemcpyDeviceToHost));
+    CHECK(!memcmp(gs, hs, 4 * ns) && !memcmp(gb, hb, 4 * nb) && !memcmp(go, ho, 4 * no) &&
+              !memcmp(gc, hc, 4 * (no - 1)),
+          "align %s block %d: device layout differs from nb_moe_align_host", what, (int)block);
+    free(hs), free(hb), free(ho), free(hc), free(gs), free(gb), free(go), free(gc);
+    cudaFree(d_ids), cudaFree(ds), cudaFree(db), cudaFree(dof), cudaFree(dc);
+    release(&p);
+}
+
+/* --------------------------------------------------- 2-4. the MoE MLP */
+
+typedef struct gpu_moe {
+    nb_moe_desc d; /* packed */
+    nb_moe_packed_weights w;
+    void *x, *y, *ws;
+    int32_t *ids;
+    float *tw;
+    size_t ws_bytes, y_bytes;
+} gpu_moe;
+
+static int gpu_setup(nb_context *ctx, mprob *p, gpu_moe *g, const char *what) {
+    memset(g, 0, sizeof *g);
+    nb_moe_packed_sizes ps;
+    nb_status st = nb_moe_packed_get_sizes(&p->d, &ps);
+    CHECK(st == NB_OK, "packed sizes %s: %s", what, nb_last_error());
+    if (st) return 0;
+    uint8_t *gp = malloc(ps.gate_up_bytes), *dp = malloc(ps.down_bytes);
+    g->d = p->d;
+    nb_context *hctx = NULL;
+    nb_context_create(NB_DEVICE_NONE, &hctx);
+    st = nb_moe_pack_host(hctx, &g->d, &p->w, gp, ps.gate_up_bytes, dp, ps.down_bytes);
+    nb_context_destroy(hctx);
+    CHECK(st == NB_OK, "pack %s: %s", what, nb_last_error());
+    if (st) {
+        free(gp), free(dp);
+        return 0;
+    }
+    const size_t es = dsize(p->c.dt), E = (size_t)p->c.E;
+    g->w.gate_up = dev_copy(gp, ps.gate_up_bytes);
+    g->w.down = dev_copy(dp, ps.down_bytes);
+    free(gp), free(dp);
+    g->w.gate_up_scales = dev_copy(p->guts, p->guts ? 4 * E : 0);
+    g->w.down_scales = dev_copy(p->dts, p->dts ? 4 * E : 0);
+    g->w.gate_up_bias = dev_copy(p->gub, p->gub ? es * E * 2 * (size_t)p->c.I : 0);
+    g->w.down_bias = dev_copy(p->db, p->db ? es * E * (size_t)p->c.H : 0);
+    g->x = dev_copy(p->x, es * (size_t)(p->c.m * p->c.H));
+    g->ids = dev_copy(p->ids, 4 * (size_t)(p->c.m * p->c.K));
+    g->tw = dev_copy(p->tw, 4 * (size_t)(p->c.m * p->c.K));
+    g->y_bytes = es * (size_t)(p->c.m * p->c.H);
+    CU(cudaMalloc(&g->y, g->y_bytes));
+    st = nb_moe_workspace_size(ctx, &g->d, &g->ws_bytes);
+    CHECK(st == NB_OK, "workspace %s: %s", what, nb_last_error());
+    if (st) return 0;
+    CU(cudaMalloc(&g->ws, g->ws_bytes));
+    return 1;
+}
+
+static void gpu_release(gpu_moe *g) {
+    cudaFree((void *)g->w.gate_up), cudaFree((void *)g->w.down), cudaFree((void *)g->w.gate_up_scales);
+    cudaFree((void *)g->w.down_scales), cudaFree((void *)g->w.gate_up_bias), cudaFree((void *)g->w.down_bias);
+    cudaFree(g->x), cudaFree(g->y), cudaFree(g->ws), cudaFree(g->ids), cudaFree(g->tw);
+}
+
+static nb_status run(nb_context *ctx, gpu_moe *g, cudaStream_t s) {
+    return nb_moe_mlp(ctx, &g->d, g->x, &g->w, g->ids, g->tw, g->y, g->ws, g->ws_bytes, s);
+}
+
+static double g_worst_gpu;
+
+static void check_mlp(nb_context *ctx, const mcase *c, int graph) {
+    char what[160];
+    case_name(c, what, sizeof what);
+    mprob p;
+    if (!make(c, &p)) return;
+    gpu_moe g;
+    if (!gpu_setup(ctx, &p, &g, what)) {
+        release(&p);
+        return;
+    }
+    const int64_t mh = c->m * c->H;
+    void *y = malloc(g.y_bytes);
+    CU(cudaMemset(g.y, 0xFF, g.y_bytes)); /* NaN poison */
+    nb_status st = run(ctx, &g, NULL);
+    CHECK(st == NB_OK, "moe %s: %s", what, nb_last_error());
+    CU(cudaDeviceSynchronize());
+    CU(cudaMemcpy(y, g.y, g.y_bytes, cudaMemcpyDeviceToHost));
+    double *ref = malloc(sizeof(double) * (size_t)mh), *bound = malloc(sizeof(double) * (size_t)mh);
+    moe_double(&p, 0x1p-24, 1, ref, bound);
+    double worst = 0.0;
+    int64_t wi = 0;
+    for (int64_t i = 0; i < mh; i++) {
+        const double got = (double)load_as(c->dt, y, (size_t)i);
+        const double r = isfinite(got) ? fabs(got - ref[i]) / (bound[i] + 1e-12 * fabs(ref[i])) : INFINITY;
+        if (!(r <= worst)) worst = r, wi = i;
+    }
+    if (worst > g_worst_gpu) g_worst_gpu = worst;
+    CHECK(worst <= 1.0, "moe %s: worst [%lld, %lld] got %.9g exact %.17g bound %.3g (err/bound %.3g)", what,
+          (long long)(wi / c->H), (long long)(wi % c->H), (double)load_as(c->dt, y, (size_t)wi), ref[wi], bound[wi],
+          worst);
+    if (graph) { /* 3. a graph replays it after the routing changed on the device */
+        cudaStream_t s;
+        CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        int32_t *ids2 = malloc(4 * (size_t)(c->m * c->K));
+        float *tw2 = malloc(4 * (size_t)(c->m * c->K));
+        mcase c2 = *c;
+        c2.route = (c->route + 1) % 3;
+        route(&c2, ids2, tw2);
+        /* the direct result of the second routing */
+        CU(cudaMemcpy(g.ids, ids2, 4 * (size_t)(c->m * c->K), cudaMemcpyHostToDevice));
+        CU(cudaMemcpy(g.tw, tw2, 4 * (size_t)(c->m * c->K), cudaMemcpyHostToDevice));
+        CHECK(run(ctx, &g, s) == NB_OK, "moe %s: direct call: %s", what, nb_last_error());
+        void *y2 = malloc(g.y_bytes), *y3 = malloc(g.y_bytes);
+        CU(cudaStreamSynchronize(s));
+        CU(cudaMemcpy(y2, g.y, g.y_bytes, cudaMemcpyDeviceToHost));
+        /* capture with the first routing in place, then rewrite the routing and replay */
+        CU(cudaMemcpy(g.ids, p.ids, 4 * (size_t)(c->m * c->K), cudaMemcpyHostToDevice));
+        CU(cudaMemcpy(g.tw, p.tw, 4 * (size_t)(c->m * c->K), cudaMemcpyHostToDevice));
+        cudaGraph_t graph_;
+        cudaGraphExec_t exec;
+        CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        st = run(ctx, &g, s);
+        CU(cudaStreamEndCapture(s, &graph_));
+        CHECK(st == NB_OK, "moe %s: capture: %s", what, nb_last_error());
+        CU(cudaGraphInstantiate(&exec, graph_, 0));
+        CU(cudaMemcpy(g.ids, ids2, 4 * (size_t)(c->m * c->K), cudaMemcpyHostToDevice));
+        CU(cudaMemcpy(g.tw, tw2, 4 * (size_t)(c->m * c->K), cudaMemcpyHostToDevice));
+        CU(cudaMemset(g.y, 0xFF, g.y_bytes));
+        CU(cudaGraphLaunch(exec, s));
+        CU(cudaStreamSynchronize(s));
+        CU(cudaMemcpy(y3, g.y, g.y_bytes, cudaMemcpyDeviceToHost));
+        CHECK(!memcmp(y2, y3, g.y_bytes), "moe %s: graph replay after a routing change differs from a direct call",
+              what);
+        CU(cudaGraphExecDestroy(exec));
+        CU(cudaGraphDestroy(graph_));
+        CU(cudaStreamDestroy(s));
+        free(ids2), free(tw2), free(y2), free(y3);
+    }
+    free(y), free(ref), free(bound);
+    gpu_release(&g);
+    release(&p);
+}
+
+/* 4. a NaN in token t's activations: token t's outputs all NaN, no other's */
+static void check_nan_gpu(nb_context *ctx) {
+    mcase c = {NB_FORMAT_MXFP4, 16, 4, 6, 128, 64, NB_MOE_ACT_SWIGLU, NB_DTYPE_BF16, 0, ROUTE_UNIFORM};
+    mprob p;
+    if (!make(&c, &p)) return;
+    ((uint16_t *)p.x)[2 * c.H + 5] = 0x7FC0; /* token 2 */
+    gpu_moe g;
+    if (gpu_setup(ctx, &p, &g, "nan")) {
+        CHECK(run(ctx, &g, NULL) == NB_OK, "nan: %s", nb_last_error());
+        uint16_t *y = malloc(g.y_bytes);
+        CU(cudaMemcpy(y, g.y, g.y_bytes, cudaMemcpyDeviceToHost));
+        int ok = 1;
+        for (int64_t t = 0; t < c.m; t++)
+            for (int64_t j = 0; j < c.H; j++) {
+                const int nan = isnan(ref_bf16_to_f32(y[t * c.H + j]));
+                if (nan != (t == 2)) ok = 0;
+            }
+        CHECK(ok, "nan: exactly token 2's outputs are NaN");
+        free(y);
+        gpu_release(&g);
+    }
+    release(&p);
+}
+
+/* 5. refusals */
+static void check_refusals(nb_context *ctx) {
+    mcase c = {NB_FORMAT_NVFP4, 8, 2, 4, 64, 32, NB_MOE_ACT_SWIGLU, NB_DTYPE_BF16, 0, ROUTE_UNIFORM};
+    mprob p;
+    if (!make(&c, &p)) return;
+    gpu_moe g;
+    if (gpu_setup(ctx, &p, &g, "refusals")) {
+        nb_moe_desc unpacked = p.d;
+        CHECK(nb_moe_mlp(ctx, &unpacked, g.x, &g.w, g.ids, g.tw, g.y, g.ws, g.ws_bytes, NULL) ==
+                  NB_ERR_INVALID_ARGUMENT, "refusals: checkpoint layout (%s)", nb_last_error());
+        CHECK(nb_moe_mlp(ctx, &g.d, g.x, &g.w, g.ids, g.tw, g.y, g.ws, g.ws_bytes - 1, NULL) == NB_ERR_WORKSPACE,
+              "refusals: short workspace (%s)", nb_last_error());
+        CHECK(nb_moe_mlp(ctx, &g.d, NULL, &g.w, g.ids, g.tw, g.y, g.ws, g.ws_bytes, NULL) == NB_ERR_NULL_POINTER,
+              "refusals: NULL x (%s)", nb_last_error());
+        CHECK(nb_moe_mlp(ctx, &g.d, (char *)g.x + 2, &g.w, g.ids, g.tw, g.y, g.ws, g.ws_bytes, NULL) ==
+                  NB_ERR_MISALIGNED, "refusals: misaligned x (%s)", nb_last_error());
+        nb_moe_packed_weights w2 = g.w;
+        w2.down_scales = NULL;
+        CHECK(nb_moe_mlp(ctx, &g.d, g.x, &w2, g.ids, g.tw, g.y, g.ws, g.ws_bytes, NULL) == NB_ERR_NULL_POINTER,
+              "refusals: NVFP4 without down tensor scales (%s)", nb_last_error());
+        nb_moe_desc f32 = g.d;
+        f32.act_dtype = NB_DTYPE_F32;
+        CHECK(nb_moe_mlp(ctx, &f32, g.x, &g.w, g.ids, g.tw, g.y, g.ws, g.ws_bytes, NULL) == NB_ERR_UNSUPPORTED,
+              "refusals: F32 activations (%s)", nb_last_error());
+        gpu_release(&g);
+    }
+    release(&p);
+}
+
+int main(int argc, char **argv) {
+    int quick = 0, small = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--small")) small = 1;
+        else {
+            fprintf(stderr, "usage: test_gpu_moe [--quick] [--small]\n");
+            return 2;
+        }
+    }
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+        printf("test_gpu_moe: no CUDA device, skipped\n");
+        return 77;
+    }
+    nb_context *ctx = NULL;
+    if (nb_context_create(0, &ctx) != NB_OK) {
+        printf("test_gpu_moe: no device context (%s), skipped\n", nb_last_error());
+        return 77;
+    }
+    static const int32_t blocks[4] = {1, 8, 32, 100};
+    for (int r = 0; r < 3; r++)
+        for (int b = 0; b < 4; b++) {
+            mcase c = {NB_FORMAT_MXFP4, (int[]){8, 32, 128, 16}[b], (int[]){1, 4, 8, 2}[b],
+                       (int64_t[]){1, 7, 300, 64}[b], 64, 32, NB_MOE_ACT_SWIGLU, NB_DTYPE_BF16, 0, r};
+            check_align_gpu(ctx, &c, blocks[b]);
+        }
+    /* the sweep: m picks the routing block (8 slots per expert and less: 8; 16: 16; more: 32) */
+    static const nb_format fmts[2] = {NB_FORMAT_NVFP4, NB_FORMAT_MXFP4};
+    static const nb_dtype dts[2] = {NB_DTYPE_BF16, NB_DTYPE_F16};
+    static const int Es[5] = {8, 16, 32, 64, 128};
+    static const int Ks[4] = {1, 2, 4, 8};
+    static const int64_t ms[7] = {1, 2, 5, 16, 33, 100, 300};
+    static const int64_t shapes[4][2] = {{64, 32}, {288, 96}, {160, 64}, {256, 128}}; /* H, I */
+    int n = 0;
+    for (int i = 0; i < (quick ? 40 : 140); i++) {
+        mcase c = {fmts[i % 2], Es[(i / 2) % 5], Ks[(i / 3) % 4], ms[(i / 5) % 7], 0, 0,
+                   (i / 7) % 2 ? NB_MOE_ACT_SWIGLU_OAI : NB_MOE_ACT_SWIGLU, dts[(i / 11) % 2], (i / 13) % 2,
+                   (i / 4) % 3};
+        const int si = (i / 17) % 4;
+        c.H = shapes[si][0];
+        c.I = shapes[si][1];
+        if (c.fmt == NB_FORMAT_NVFP4 && c.H == 288) c.H = 272; /* (any multiple of 16) */
+        if (c.K > c.E) c.K = c.E;
+        check_mlp(ctx, &c, i % 10 == 0);
+        n++;
+    }
+    if (!small) { /* gpt-oss's layer shape (H = I = 2880, top-4, interleaved with biases), 8 experts to keep the host reference small */
+        mcase c = {NB_FORMAT_MXFP4, 8, 4, 3, 2880, 2880, NB_MOE_ACT_SWIGLU_OAI, NB_DTYPE_BF16, 1, ROUTE_UNIFORM};
+        check_mlp(ctx, &c, 1);
+        n++;
+    }
+    check_nan_gpu(ctx);
+    check_refusals(ctx);
+    char cfg[256];
+    nb_gemm_last_config(ctx, cfg, sizeof cfg);
+    printf("%d MoE problems on the GPU; largest error / bound %.3g; last: %s\n", n, g_worst_gpu, cfg);
+    nb_context_destroy(ctx);
+    printf("%d passed, %d failed\n", g_pass, g_fail);
+    return g_fail ? 1 : 0;
+}
