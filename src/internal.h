@@ -295,7 +295,6 @@ typedef struct nbi_moe_plan {
     int gu_exp_shift, dn_exp_shift;
     uint32_t gu_table[128], dn_table[128];
     size_t off_sorted, off_blocks, off_offsets, off_counts, off_h, off_o, ws_bytes;
-    int pdl;
 } nbi_moe_plan;
 
 NB_INTERNAL nb_status nbi_cuda_moe_align(nb_context *ctx, const nbi_moe_plan *p, const int32_t *ids, int32_t *sorted,

@@ -166,11 +166,9 @@ static void sort_slots(const nb_moe_desc *d, const int32_t *ids, int64_t *start,
     for (int64_t i = 0; i < n; i++) order[next[ids[i]]++] = (int32_t)i;
 }
 
-/* nb_moe_align_get_sizes' rules, messages starting with fn. */
-static nb_status align_sizes(nb_context *ctx, const nb_moe_desc *d, int32_t block, nb_moe_align_sizes *out,
-                             const char *fn) {
-    nb_status st = check_moe(ctx, d, fn);
-    if (st) return st;
+/* The lengths of the routing layout for a valid d and block (no checks). */
+static nb_status align_lengths(nb_context *ctx, const nb_moe_desc *d, int32_t block, nb_moe_align_sizes *out,
+                               const char *fn) {
     if (block < 1 || block > NB_MOE_MAX_BLOCK)
         return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "%s: block = %d must be in [1, %d]", fn, (int)block,
                         NB_MOE_MAX_BLOCK);
@@ -184,6 +182,13 @@ static nb_status align_sizes(nb_context *ctx, const nb_moe_desc *d, int32_t bloc
     out->blocks = (len + block - 1) / block;
     out->offsets_len = (int64_t)d->experts + 1;
     return NB_OK;
+}
+
+/* nb_moe_align_get_sizes' rules, messages starting with fn. */
+static nb_status align_sizes(nb_context *ctx, const nb_moe_desc *d, int32_t block, nb_moe_align_sizes *out,
+                             const char *fn) {
+    nb_status st = check_moe(ctx, d, fn);
+    return st ? st : align_lengths(ctx, d, block, out, fn);
 }
 
 nb_status nb_moe_align_get_sizes(const nb_moe_desc *d, int32_t block, nb_moe_align_sizes *out) {
@@ -507,6 +512,8 @@ nb_status nb_moe_pack_host(nb_context *ctx, nb_moe_desc *d, const nb_moe_weights
     const int64_t E = d->experts, H = d->hidden, I = d->intermediate, rows = gu.n;
     const size_t crow = (size_t)H / 2, srow = (size_t)(H / d->gate_up.group_size); /* bytes per row (4-bit codes) */
     const size_t ecodes = (size_t)(2 * I) * crow, escales = (size_t)(2 * I) * srow;
+    nb_weight_sizes sd; /* one expert's down (checkpoint layout) */
+    if ((st = nb_weight_get_sizes(&dn, &sd))) return nbi_fail(ctx, st, "%s: %s", fn, nb_last_error());
     uint8_t *tc = (uint8_t *)calloc((size_t)rows, crow), *ts = (uint8_t *)calloc((size_t)rows, srow);
     if (!tc || !ts) {
         free(tc);
@@ -528,13 +535,10 @@ nb_status nb_moe_pack_host(nb_context *ctx, nb_moe_desc *d, const nb_moe_weights
         nb_weight_desc g1 = gu, d1 = dn;
         st = nb_pack_host(ctx, &g1, tc, ts, (uint8_t *)gate_up_packed + (size_t)e * ps.gate_up_expert_bytes,
                           ps.gate_up_expert_bytes);
-        if (!st) {
-            nb_weight_sizes sd;
-            nb_weight_get_sizes(&dn, &sd);
+        if (!st)
             st = nb_pack_host(ctx, &d1, (const uint8_t *)w->down.codes + (size_t)e * sd.codes_bytes,
                               (const uint8_t *)w->down.scales + (size_t)e * sd.scales_bytes,
                               (uint8_t *)down_packed + (size_t)e * ps.down_expert_bytes, ps.down_expert_bytes);
-        }
     }
     free(tc);
     free(ts);
@@ -543,8 +547,8 @@ nb_status nb_moe_pack_host(nb_context *ctx, nb_moe_desc *d, const nb_moe_weights
     if (nbi_traits(d->gate_up.format)->scale_type == NB_SCALE_E8M0) {
         nbi_scale_exp_range((const uint8_t *)w->gate_up.scales, (size_t)E * escales, &d->gate_up.scale_exp_min,
                             &d->gate_up.scale_exp_max);
-        nbi_scale_exp_range((const uint8_t *)w->down.scales, (size_t)E * (size_t)H * (size_t)(I / d->down.group_size),
-                            &d->down.scale_exp_min, &d->down.scale_exp_max);
+        nbi_scale_exp_range((const uint8_t *)w->down.scales, (size_t)E * sd.scales_bytes, &d->down.scale_exp_min,
+                            &d->down.scale_exp_max);
     }
     d->gate_up.layout = d->down.layout = NB_LAYOUT_PACKED;
     return NB_OK;
@@ -565,7 +569,7 @@ static int moe_mt(const nb_moe_desc *d) {
 /* The scale handling of one packed projection: nbi_plan's, for a GEMM of
  * that weight (it also checks the MXFP4 exponent span against the dtype). */
 static nb_status moe_scales(nb_context *ctx, const nb_moe_desc *d, const nb_weight_desc *w, int *exp_shift,
-                            uint32_t *table, int *pdl) {
+                            uint32_t *table) {
     nb_gemm_desc g;
     memset(&g, 0, sizeof g);
     g.m = 1;
@@ -577,7 +581,6 @@ static nb_status moe_scales(nb_context *ctx, const nb_moe_desc *d, const nb_weig
     if (st) return st;
     *exp_shift = p.exp_shift;
     memcpy(table, p.scale_table, sizeof p.scale_table);
-    *pdl = p.pdl;
     return NB_OK;
 }
 
@@ -610,7 +613,7 @@ static nb_status moe_plan(nb_context *ctx, const nb_moe_desc *d, nbi_moe_plan *p
     p->hidden = d->hidden;
     p->inter = d->intermediate;
     nb_moe_align_sizes as = {0};
-    if ((st = align_sizes(ctx, d, p->block, &as, fn))) return st;
+    if ((st = align_lengths(ctx, d, p->block, &as, fn))) return st; /* (d validated by packed_sizes) */
     p->slots = as.slots;
     p->sorted_len = as.sorted_len;
     p->blocks = as.blocks;
@@ -628,8 +631,8 @@ static nb_status moe_plan(nb_context *ctx, const nb_moe_desc *d, nbi_moe_plan *p
     nb_weight_desc gu, dn;
     packed_descs(d, &gu, &dn);
     gu.layout = dn.layout = NB_LAYOUT_PACKED;
-    if ((st = moe_scales(ctx, d, &gu, &p->gu_exp_shift, p->gu_table, &p->pdl)) ||
-        (st = moe_scales(ctx, d, &dn, &p->dn_exp_shift, p->dn_table, &p->pdl)))
+    if ((st = moe_scales(ctx, d, &gu, &p->gu_exp_shift, p->gu_table)) ||
+        (st = moe_scales(ctx, d, &dn, &p->dn_exp_shift, p->dn_table)))
         return nbi_reraise(ctx, st, fn);
     const size_t es = nbi_dtype_size(d->act_dtype);
     size_t off = 0;
@@ -715,8 +718,8 @@ nb_status nb_moe_align(nb_context *ctx, const nb_moe_desc *d, int32_t block, con
     if (!topk_ids || !sorted_slots || !block_experts || !expert_offsets || !capacity)
         return nbi_fail(ctx, NB_ERR_NULL_POINTER, "%s: topk_ids, sorted_slots, block_experts, expert_offsets and "
                         "capacity must not be NULL", fn);
-    nb_moe_align_sizes as;
-    if ((st = align_sizes(ctx, d, block, &as, fn))) return st;
+    nb_moe_align_sizes as = {0};
+    if ((st = align_lengths(ctx, d, block, &as, fn))) return st;
     if (capacity->sorted_len < as.sorted_len || capacity->blocks < as.blocks || capacity->offsets_len < as.offsets_len)
         return nbi_fail(ctx, NB_ERR_BUFFER_TOO_SMALL, "%s: capacity (sorted %lld, blocks %lld, offsets %lld) is below "
                         "the %lld, %lld and %lld elements needed", fn, (long long)capacity->sorted_len,

@@ -24,22 +24,13 @@
 #pragma GCC diagnostic ignored "-Wunused-function"
 #include "test_moe.c"
 
-#include <cuda_runtime.h>
-
-#define CU(call)                                                                                               \
-    do {                                                                                                       \
-        cudaError_t e_ = (call);                                                                               \
-        if (e_ != cudaSuccess) {                                                                               \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));             \
-            exit(1);                                                                                           \
-        }                                                                                                      \
-    } while (0)
+#include "gpu_testlib.h" /* GT_CUDA */
 
 static void *dev_copy(const void *h, size_t n) {
     if (!h) return NULL;
     void *d = NULL;
-    CU(cudaMalloc(&d, n ? n : 1));
-    CU(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
+    GT_CUDA(cudaMalloc(&d, n ? n : 1));
+    GT_CUDA(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
     return d;
 }
 
@@ -65,18 +56,18 @@ static void check_align_gpu(nb_context *ctx, const mcase *c, int32_t block) {
           nb_last_error());
     nb_context_destroy(hctx);
     int32_t *d_ids = dev_copy(p.ids, 4 * (size_t)as.slots), *ds, *db, *dof, *dc;
-    CU(cudaMalloc((void **)&ds, 4 * ns));
-    CU(cudaMalloc((void **)&db, 4 * nb));
-    CU(cudaMalloc((void **)&dof, 4 * no));
-    CU(cudaMalloc((void **)&dc, 4 * no));
-    CU(cudaMemset(ds, 0x7B, 4 * ns)); /* poison: every byte must be written */
-    CU(cudaMemset(db, 0x7B, 4 * nb));
+    GT_CUDA(cudaMalloc((void **)&ds, 4 * ns));
+    GT_CUDA(cudaMalloc((void **)&db, 4 * nb));
+    GT_CUDA(cudaMalloc((void **)&dof, 4 * no));
+    GT_CUDA(cudaMalloc((void **)&dc, 4 * no));
+    GT_CUDA(cudaMemset(ds, 0x7B, 4 * ns)); /* poison: every byte must be written */
+    GT_CUDA(cudaMemset(db, 0x7B, 4 * nb));
     nb_status st = nb_moe_align(ctx, &p.d, block, d_ids, ds, db, dof, dc, &as, NULL);
     CHECK(st == NB_OK, "align %s block %d: %s", what, (int)block, nb_last_error());
-    CU(cudaMemcpy(gs, ds, 4 * ns, cudaMemcpyDeviceToHost));
-    CU(cudaMemcpy(gb, db, 4 * nb, cudaMemcpyDeviceToHost));
-    CU(cudaMemcpy(go, dof, 4 * no, cudaMemcpyDeviceToHost));
-    CU(cudaMemcpy(gc, dc, 4 * (no - 1), cudaMemcpyDeviceToHost));
+    GT_CUDA(cudaMemcpy(gs, ds, 4 * ns, cudaMemcpyDeviceToHost));
+    GT_CUDA(cudaMemcpy(gb, db, 4 * nb, cudaMemcpyDeviceToHost));
+    GT_CUDA(cudaMemcpy(go, dof, 4 * no, cudaMemcpyDeviceToHost));
+    GT_CUDA(cudaMemcpy(gc, dc, 4 * (no - 1), cudaMemcpyDeviceToHost));
     CHECK(!memcmp(gs, hs, 4 * ns) && !memcmp(gb, hb, 4 * nb) && !memcmp(go, ho, 4 * no) &&
               !memcmp(gc, hc, 4 * (no - 1)),
           "align %s block %d: device layout differs from nb_moe_align_host", what, (int)block);
@@ -125,11 +116,11 @@ static int gpu_setup(nb_context *ctx, mprob *p, gpu_moe *g, const char *what) {
     g->ids = dev_copy(p->ids, 4 * (size_t)(p->c.m * p->c.K));
     g->tw = dev_copy(p->tw, 4 * (size_t)(p->c.m * p->c.K));
     g->y_bytes = es * (size_t)(p->c.m * p->c.H);
-    CU(cudaMalloc(&g->y, g->y_bytes));
+    GT_CUDA(cudaMalloc(&g->y, g->y_bytes));
     st = nb_moe_workspace_size(ctx, &g->d, &g->ws_bytes);
     CHECK(st == NB_OK, "workspace %s: %s", what, nb_last_error());
     if (st) return 0;
-    CU(cudaMalloc(&g->ws, g->ws_bytes));
+    GT_CUDA(cudaMalloc(&g->ws, g->ws_bytes));
     return 1;
 }
 
@@ -162,11 +153,11 @@ static void check_mlp(nb_context *ctx, const mcase *c, int graph) {
     }
     const int64_t mh = c->m * c->H;
     void *y = malloc(g.y_bytes);
-    CU(cudaMemset(g.y, 0xFF, g.y_bytes)); /* NaN poison */
+    GT_CUDA(cudaMemset(g.y, 0xFF, g.y_bytes)); /* NaN poison */
     nb_status st = run(ctx, &g, NULL);
     CHECK(st == NB_OK, "moe %s: %s", what, nb_last_error());
-    CU(cudaDeviceSynchronize());
-    CU(cudaMemcpy(y, g.y, g.y_bytes, cudaMemcpyDeviceToHost));
+    GT_CUDA(cudaDeviceSynchronize());
+    GT_CUDA(cudaMemcpy(y, g.y, g.y_bytes, cudaMemcpyDeviceToHost));
     double *ref = malloc(sizeof(double) * (size_t)mh), *bound = malloc(sizeof(double) * (size_t)mh);
     moe_double(&p, 0x1p-24, 1, ref, bound);
     double worst = 0.0;
@@ -182,40 +173,40 @@ static void check_mlp(nb_context *ctx, const mcase *c, int graph) {
           worst);
     if (graph) { /* 3. a graph replays it after the routing changed on the device */
         cudaStream_t s;
-        CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        GT_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
         int32_t *ids2 = malloc(4 * (size_t)(c->m * c->K));
         float *tw2 = malloc(4 * (size_t)(c->m * c->K));
         mcase c2 = *c;
         c2.route = (c->route + 1) % 3;
         route(&c2, ids2, tw2);
         /* the direct result of the second routing */
-        CU(cudaMemcpy(g.ids, ids2, 4 * (size_t)(c->m * c->K), cudaMemcpyHostToDevice));
-        CU(cudaMemcpy(g.tw, tw2, 4 * (size_t)(c->m * c->K), cudaMemcpyHostToDevice));
+        GT_CUDA(cudaMemcpy(g.ids, ids2, 4 * (size_t)(c->m * c->K), cudaMemcpyHostToDevice));
+        GT_CUDA(cudaMemcpy(g.tw, tw2, 4 * (size_t)(c->m * c->K), cudaMemcpyHostToDevice));
         CHECK(run(ctx, &g, s) == NB_OK, "moe %s: direct call: %s", what, nb_last_error());
         void *y2 = malloc(g.y_bytes), *y3 = malloc(g.y_bytes);
-        CU(cudaStreamSynchronize(s));
-        CU(cudaMemcpy(y2, g.y, g.y_bytes, cudaMemcpyDeviceToHost));
+        GT_CUDA(cudaStreamSynchronize(s));
+        GT_CUDA(cudaMemcpy(y2, g.y, g.y_bytes, cudaMemcpyDeviceToHost));
         /* capture with the first routing in place, then rewrite the routing and replay */
-        CU(cudaMemcpy(g.ids, p.ids, 4 * (size_t)(c->m * c->K), cudaMemcpyHostToDevice));
-        CU(cudaMemcpy(g.tw, p.tw, 4 * (size_t)(c->m * c->K), cudaMemcpyHostToDevice));
+        GT_CUDA(cudaMemcpy(g.ids, p.ids, 4 * (size_t)(c->m * c->K), cudaMemcpyHostToDevice));
+        GT_CUDA(cudaMemcpy(g.tw, p.tw, 4 * (size_t)(c->m * c->K), cudaMemcpyHostToDevice));
         cudaGraph_t graph_;
         cudaGraphExec_t exec;
-        CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        GT_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
         st = run(ctx, &g, s);
-        CU(cudaStreamEndCapture(s, &graph_));
+        GT_CUDA(cudaStreamEndCapture(s, &graph_));
         CHECK(st == NB_OK, "moe %s: capture: %s", what, nb_last_error());
-        CU(cudaGraphInstantiate(&exec, graph_, 0));
-        CU(cudaMemcpy(g.ids, ids2, 4 * (size_t)(c->m * c->K), cudaMemcpyHostToDevice));
-        CU(cudaMemcpy(g.tw, tw2, 4 * (size_t)(c->m * c->K), cudaMemcpyHostToDevice));
-        CU(cudaMemset(g.y, 0xFF, g.y_bytes));
-        CU(cudaGraphLaunch(exec, s));
-        CU(cudaStreamSynchronize(s));
-        CU(cudaMemcpy(y3, g.y, g.y_bytes, cudaMemcpyDeviceToHost));
+        GT_CUDA(cudaGraphInstantiate(&exec, graph_, 0));
+        GT_CUDA(cudaMemcpy(g.ids, ids2, 4 * (size_t)(c->m * c->K), cudaMemcpyHostToDevice));
+        GT_CUDA(cudaMemcpy(g.tw, tw2, 4 * (size_t)(c->m * c->K), cudaMemcpyHostToDevice));
+        GT_CUDA(cudaMemset(g.y, 0xFF, g.y_bytes));
+        GT_CUDA(cudaGraphLaunch(exec, s));
+        GT_CUDA(cudaStreamSynchronize(s));
+        GT_CUDA(cudaMemcpy(y3, g.y, g.y_bytes, cudaMemcpyDeviceToHost));
         CHECK(!memcmp(y2, y3, g.y_bytes), "moe %s: graph replay after a routing change differs from a direct call",
               what);
-        CU(cudaGraphExecDestroy(exec));
-        CU(cudaGraphDestroy(graph_));
-        CU(cudaStreamDestroy(s));
+        GT_CUDA(cudaGraphExecDestroy(exec));
+        GT_CUDA(cudaGraphDestroy(graph_));
+        GT_CUDA(cudaStreamDestroy(s));
         free(ids2), free(tw2), free(y2), free(y3);
     }
     free(y), free(ref), free(bound);
@@ -233,7 +224,7 @@ static void check_nan_gpu(nb_context *ctx) {
     if (gpu_setup(ctx, &p, &g, "nan")) {
         CHECK(run(ctx, &g, NULL) == NB_OK, "nan: %s", nb_last_error());
         uint16_t *y = malloc(g.y_bytes);
-        CU(cudaMemcpy(y, g.y, g.y_bytes, cudaMemcpyDeviceToHost));
+        GT_CUDA(cudaMemcpy(y, g.y, g.y_bytes, cudaMemcpyDeviceToHost));
         int ok = 1;
         for (int64_t t = 0; t < c.m; t++)
             for (int64_t j = 0; j < c.H; j++) {

@@ -290,11 +290,7 @@ static moe_fn pick_moe(int fmt, int act, int mt, int mode) {
 
 extern "C" nb_status nbi_cuda_moe_align(nb_context *ctx, const nbi_moe_plan *p, const int32_t *ids, int32_t *sorted,
                                         int32_t *blocks, int32_t *offsets, int32_t *counts, void *stream) {
-    const size_t smem = (size_t)p->experts * sizeof(int);
-    if (smem > 48 * 1024) {
-        nb_status st = nbc_smem_opt_in(ctx, (const void *)moe_align_kernel, smem);
-        if (st) return st;
-    }
+    const size_t smem = (size_t)p->experts * sizeof(int); /* (E <= 4096: 16 KB, under the default limit) */
     moe_align_kernel<<<(unsigned)p->experts, MOE_ALIGN_THREADS, smem, (cudaStream_t)stream>>>(
         ids, (int)p->slots, (int)p->experts, p->block, (int)p->sorted_len, (int)p->blocks, sorted, blocks, offsets,
         counts);
