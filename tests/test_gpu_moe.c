@@ -15,7 +15,8 @@
  *   4. A NaN in one token's activations makes that token's outputs NaN and
  *      no other's.
  *   5. Refusals: a checkpoint-layout descriptor, a short workspace, NULL and
- *      misaligned pointers, missing tensor scales.
+ *      misaligned pointers, missing tensor scales; nb_moe_align's capacity,
+ *      block and NULL checks.
  *
  *   test_gpu_moe [--quick] [--small]   exit 0 pass, 1 fail, 77 no device (skipped)
  *   (--small: without the gpt-oss-shaped layer, for compute-sanitizer)
@@ -258,6 +259,20 @@ static void check_refusals(nb_context *ctx) {
         w2.down_scales = NULL;
         CHECK(nb_moe_mlp(ctx, &g.d, g.x, &w2, g.ids, g.tw, g.y, g.ws, g.ws_bytes, NULL) == NB_ERR_NULL_POINTER,
               "refusals: NVFP4 without down tensor scales (%s)", nb_last_error());
+        nb_moe_align_sizes as;
+        nb_moe_align_get_sizes(&g.d, 8, &as);
+        int32_t *buf;
+        GT_CUDA(cudaMalloc((void **)&buf, 4 * (size_t)(as.sorted_len + as.blocks + as.offsets_len)));
+        nb_moe_align_sizes small = as;
+        small.blocks--;
+        CHECK(nb_moe_align(ctx, &g.d, 8, g.ids, buf, buf + as.sorted_len, buf + as.sorted_len + as.blocks, NULL,
+                           &small, NULL) == NB_ERR_BUFFER_TOO_SMALL, "refusals: align capacity short (%s)",
+              nb_last_error());
+        CHECK(nb_moe_align(ctx, &g.d, 0, g.ids, buf, buf + as.sorted_len, buf + as.sorted_len + as.blocks, NULL, &as,
+                           NULL) == NB_ERR_INVALID_ARGUMENT, "refusals: align block 0 (%s)", nb_last_error());
+        CHECK(nb_moe_align(ctx, &g.d, 8, NULL, buf, buf + as.sorted_len, buf + as.sorted_len + as.blocks, NULL, &as,
+                           NULL) == NB_ERR_NULL_POINTER, "refusals: align without topk_ids (%s)", nb_last_error());
+        GT_CUDA(cudaFree(buf));
         nb_moe_desc f32 = g.d;
         f32.act_dtype = NB_DTYPE_F32;
         CHECK(nb_moe_mlp(ctx, &f32, g.x, &g.w, g.ids, g.tw, g.y, g.ws, g.ws_bytes, NULL) == NB_ERR_UNSUPPORTED,

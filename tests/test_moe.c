@@ -756,6 +756,19 @@ static void check_pack(nb_context *ctx, const mcase *c) {
           "pack %s: %s", what, nb_last_error());
     CHECK(nb_moe_pack_host(ctx, &d, &p.w, gp, ps.gate_up_bytes, dp, ps.down_bytes) == NB_ERR_INVALID_ARGUMENT,
           "pack %s: packing packed weights is refused", what);
+    {
+        nb_moe_desc d2 = p.d;
+        CHECK(nb_moe_packed_get_sizes(&d2, NULL) == NB_ERR_NULL_POINTER, "packed sizes %s: NULL out is refused", what);
+        CHECK(nb_moe_pack_host(ctx, &d2, NULL, gp, ps.gate_up_bytes, dp, ps.down_bytes) == NB_ERR_NULL_POINTER &&
+                  nb_moe_pack_host(ctx, &d2, &p.w, NULL, ps.gate_up_bytes, dp, ps.down_bytes) == NB_ERR_NULL_POINTER &&
+                  nb_moe_pack_host(NULL, &d2, &p.w, gp, ps.gate_up_bytes, dp, ps.down_bytes) == NB_ERR_NULL_POINTER &&
+                  d2.gate_up.layout == NB_LAYOUT_CHECKPOINT,
+              "pack %s: NULL weights, buffers or ctx are refused and d unchanged", what);
+        nb_moe_align_sizes as;
+        CHECK(nb_moe_align_get_sizes(&d2, 8, &as) == NB_OK &&
+                  nb_moe_align(ctx, &d2, 8, p.ids, NULL, NULL, NULL, NULL, &as, NULL) == NB_ERR_NO_DEVICE,
+              "align %s: nb_moe_align on a host context is NB_ERR_NO_DEVICE (%s)", what, nb_last_error());
+    }
     if (c->fmt == NB_FORMAT_MXFP4) {
         int lo = 256, hi = -1;
         for (size_t i = 0; i < p.sz.gate_up.scales_bytes * (size_t)c->E; i++)
