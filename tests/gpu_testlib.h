@@ -147,7 +147,11 @@ static inline int gt_arg_int(int argc, char **argv, int *i, int64_t lo, int64_t 
 }
 
 /* Exit 77 (ctest's "skipped") when there is no CUDA device. */
+/* Exit 77 (skipped) without a device.  Also makes stdout line-buffered: a
+ * run stopped by a timeout or a tool (compute-sanitizer) keeps its progress
+ * in the log. */
 static inline void gt_need_device(const char *test) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
     int count = 0;
     if (nb_device_count(&count) != NB_OK || count == 0) {
         printf("%s: no CUDA device, skipped\n", test);
