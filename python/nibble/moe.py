@@ -42,7 +42,8 @@ class MoeSpec:
     "swiglu_oai": gpt-oss's clamped variant), the gate_up row order
     ("concat": gate rows then up rows; "interleaved": gate, up, gate, ...;
     default: interleaved for swiglu_oai, concat for swiglu) and swiglu_oai's
-    limit and alpha (default gpt-oss's 7.0 and 1.702; 0 for swiglu)."""
+    limit and alpha (default gpt-oss's 7.0 and 1.702; 0 for swiglu; kept as
+    the float32 values nb_moe_desc holds)."""
     format: str
     experts: int
     hidden: int
@@ -71,8 +72,9 @@ class MoeSpec:
                 raise TypeError(f"nibble: MoeSpec.{name} must be an integer, got {v!r}")
             object.__setattr__(self, name, int(v))
         object.__setattr__(self, "format", _FORMAT_NAMES[_format(self.format)])
-        object.__setattr__(self, "limit", float(self.limit))
-        object.__setattr__(self, "alpha", float(self.alpha))
+        # (nb_moe_desc holds them as float32: the values it computes with)
+        object.__setattr__(self, "limit", float(np.float32(self.limit)))
+        object.__setattr__(self, "alpha", float(np.float32(self.alpha)))
         self.desc(1, 1, DType.F32)  # validates every field (nb_moe_desc_validate), top_k 1 for any E >= 1
 
     def desc(self, m, top_k, act_dtype, packed=None):

@@ -664,8 +664,12 @@ def quantize_model(model, format="nvfp4", exclude=("lm_head",), scale_rule=None,
     """Replace, in place, every torch.nn.Linear of `model` whose qualified
     name matches no `exclude` pattern by a nibble.torch.Linear (quantized to
     `format` and packed on `device`, default: each layer's own CUDA device,
-    else the current one).  Layers whose in_features is not a multiple of the
-    format's group are left alone.
+    else the current one), and every experts module of an MoE layer
+    (transformers' GptOssExperts, Qwen3MoeExperts: E experts' weights in
+    3-D tensors) by one MoeExperts (every expert quantized, then packed
+    together for nibble::moe_mlp; the router stays).  Layers whose
+    in_features (experts: hidden or intermediate size) is not a multiple of
+    the format's group are left alone.
 
     Weights on a GPU are quantized there by the device quantizer
     (nb_quantize, then nb_pack, on the current stream; nothing is copied to
@@ -676,8 +680,8 @@ def quantize_model(model, format="nvfp4", exclude=("lm_head",), scale_rule=None,
     the same either way.  method="mse" runs on the host for every layer
     (there is no device MSE quantizer yet), GPU weights being copied there.
     Returns {"quantized": [names], "skipped": {name: reason}}, plus
-    "weights": {name: nibble.QuantizedWeight} (checkpoint layout, host
-    memory) when return_weights is true."""
+    "weights": {name: nibble.QuantizedWeight, or nibble.QuantizedMoe for
+    experts} (checkpoint layout, host memory) when return_weights is true."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"nibble.torch: model must be a torch.nn.Module, got {type(model).__name__}")
     if isinstance(exclude, str):
@@ -693,7 +697,26 @@ def quantize_model(model, format="nvfp4", exclude=("lm_head",), scale_rule=None,
     if not isinstance(threads, int) or threads < 1:
         raise ValueError(f"nibble.torch: threads must be a positive integer, got {threads!r}")
     group = _GROUP[fmt]
-    targets, skipped = [], {}
+    targets, skipped, moe_done = [], {}, []
+    weights = {}
+    # Experts modules first (GptOssExperts, Qwen3MoeExperts: 3-D weights, no
+    # nn.Linear inside), each into one MoeExperts.
+    expert_mods = [(name, mod) for name, mod in model.named_modules() if _expert_kind(mod) is not None]
+    for name, mod in expert_mods:
+        _, H, I = _expert_dims(mod)
+        if not name:
+            skipped[name] = "the model itself is an experts module (use MoeExperts.from_module)"
+        elif _excluded(name, exclude):
+            skipped[name] = "excluded"
+        elif H % group or I % group:
+            skipped[name] = f"hidden {H} or intermediate {I} is not a multiple of {group}"
+        else:
+            parent_name, _, child = name.rpartition(".")
+            new = MoeExperts.from_module(mod, format=format, scale_rule=scale_rule, device=device, method=method)
+            setattr(model.get_submodule(parent_name) if parent_name else model, child, new)
+            moe_done.append(name)
+            if return_weights:
+                weights[name] = new.quantized_moe()
     for name, mod in model.named_modules():
         if not isinstance(mod, torch.nn.Linear):
             continue
@@ -714,7 +737,6 @@ def quantize_model(model, format="nvfp4", exclude=("lm_head",), scale_rule=None,
     def host_quantize(w):
         return _np_quantize(_host_array(w), format=fname, scale_rule=scale_rule, method=method)
 
-    weights = {}
     with ThreadPoolExecutor(max_workers=threads) as pool:
         futures = [(name, None if on_gpu(w) else pool.submit(host_quantize, w))
                    for name, w in ((name, model.get_submodule(name).weight) for name in targets)]
@@ -741,7 +763,7 @@ def quantize_model(model, format="nvfp4", exclude=("lm_head",), scale_rule=None,
                     weights[name] = qw
             setattr(parent, child, new)
             del old
-    out = {"quantized": targets, "skipped": skipped}
+    out = {"quantized": moe_done + targets, "skipped": skipped}
     if return_weights:
         out["weights"] = weights
     return out
@@ -1053,6 +1075,16 @@ def _expert_kind(mod):
     return None
 
 
+def _expert_dims(mod):
+    """(E, H, I) of an experts module (a transformers one or a MoeExperts)."""
+    if isinstance(mod, MoeExperts):
+        return mod.num_experts, mod.hidden_dim, mod.intermediate_dim
+    gu = mod.gate_up_proj
+    if _expert_kind(mod)[1]:   # gpt-oss: [E, H, 2I]
+        return gu.shape[0], gu.shape[1], gu.shape[2] // 2
+    return gu.shape[0], gu.shape[2], gu.shape[1] // 2
+
+
 def _is_silu(act):
     """act computes silu (torch's SiLU, transformers' SiLUActivation, ...):
     asked of the function itself on a few values, not of its class name."""
@@ -1336,22 +1368,32 @@ def load_quantized(model, path, device=None, dtype=None, dequantize=False, stric
             ck.close()
 
 
-def _plan_layers(model, ck, experts=False):
-    """The quantized layers of checkpoint `ck` and where they go in `model`,
-    settled from names and shapes before any data is read (load_quantized
-    and the transformers integration share it).  Returns (layers, consumed,
-    expert_layers, problems): layers [(CheckpointLayer, module, bias name or
-    None)] whose module is an nn.Linear (or a nibble.torch.Linear) of the
-    layer's shape; consumed, the checkpoint tensor names they account for
-    (and the model's P.weight); expert_layers, the MoE expert layers (gpt-oss)
-    when `experts` is true, else each is a problem (no nn.Linear to go into).
-    A layer the C reader found inconsistent raises nibble.Error
-    (NB_ERR_CORRUPT), one in a format no GPU kernel serves nibble.Error
-    (NB_ERR_UNSUPPORTED, naming it), a module of another kind or shape
-    ValueError.  A layer whose module the model lacks is left out (its
-    tensors stay unconsumed)."""
+def _plan_layers(model, ck):
+    """The quantized layers and expert groups of checkpoint `ck` and where
+    they go in `model`, settled from names and shapes before any data is
+    read (load_quantized and the transformers integration share it).
+    Returns (layers, consumed, groups, problems): layers [(CheckpointLayer,
+    module, bias name or None)] whose module is an nn.Linear (or a
+    nibble.torch.Linear) of the layer's shape; consumed, the checkpoint
+    tensor names they account for (and the model's names of what they
+    replace); groups [(CheckpointMoe, module)] for the expert groups whose
+    prefix names an experts module of the model (see _plan_group); problems,
+    expert layers with nowhere to go.  A layer the C reader found
+    inconsistent raises nibble.Error (NB_ERR_CORRUPT), one in a format no
+    GPU kernel serves nibble.Error (NB_ERR_UNSUPPORTED, naming it), a module
+    of another kind or shape ValueError.  A layer whose module the model
+    lacks is left out (its tensors stay unconsumed)."""
     modules = dict(model.named_modules())
-    plan_layers, consumed, expert_layers, problems = [], set(), [], []
+    plan_layers, consumed, problems = [], set(), []
+    groups = {}
+    for g in ck.moe_groups:
+        mod = modules.get(g.prefix)
+        if mod is None or isinstance(mod, torch.nn.ModuleList):
+            continue  # no module of that name, or one module per expert: the layers load one by one
+        _plan_group(ck, g, mod)
+        groups[g.prefix] = (g, mod)
+        consumed.update(b for b in (g.gate_up_bias, g.down_bias) if b)
+        consumed.update(f"{g.prefix}.{name}" for name in mod.state_dict())
     for L in ck.layers:
         if L.format == "inconsistent":
             raise Error(_lib.Status.ERR_CORRUPT, "NB_ERR_CORRUPT", f"{ck.path}: layer {L.prefix}: {L.problem}")
@@ -1361,13 +1403,12 @@ def _plan_layers(model, ck, experts=False):
             raise Error(_lib.Status.ERR_UNSUPPORTED, "NB_ERR_UNSUPPORTED",
                         f"{ck.path}: layer {L.prefix} is {L.format}: no GPU kernel serves {L.quant_format} yet")
         members = [t.name for t in ck.tensors if t.layer == L.prefix]
+        if L.moe_group in groups:
+            consumed.update(members)
+            continue
         if L.experts:
-            if experts:
-                expert_layers.append(L)
-                consumed.update(members)
-            else:
-                problems.append(f"{L.prefix}: {L.format} expert weights ({L.experts} experts) have no nn.Linear to "
-                                "go into")
+            problems.append(f"{L.prefix}: {L.format} expert weights ({L.experts} experts) have no experts module "
+                            "(GptOssExperts) to go into")
             continue
         mod = modules.get(L.prefix)
         if mod is None:
@@ -1387,12 +1428,47 @@ def _plan_layers(model, ck, experts=False):
         plan_layers.append((L, mod, bias_name if bias_name in ck else None))
         consumed.update(members)
         consumed.add(L.prefix + ".weight")  # the model's name for it, whatever the checkpoint calls it
-    return plan_layers, consumed, expert_layers, problems
+    return plan_layers, consumed, list(groups.values()), problems
+
+
+def _module_moe_kind(mod):
+    """(activation, transposed, has_bias) of an experts module: a transformers
+    one (_expert_kind) or a MoeExperts (placeholder); None otherwise."""
+    if isinstance(mod, MoeExperts):
+        return (mod.spec.activation, mod.spec.activation == "swiglu_oai", mod.gate_up_proj_bias is not None)
+    kind = _expert_kind(mod)
+    return kind[:3] if kind else None
+
+
+def _plan_group(ck, g, mod):
+    """Check that expert group g of checkpoint ck fits the model's module
+    `mod`: an experts module of the group's activation, E, H and I, with
+    biases exactly when the group has them.  nibble.Error for an
+    inconsistent group (NB_ERR_CORRUPT) or one of a format without MoE
+    kernels (NB_ERR_UNSUPPORTED); ValueError otherwise."""
+    if g.format == "inconsistent":
+        raise Error(_lib.Status.ERR_CORRUPT, "NB_ERR_CORRUPT", f"{ck.path}: expert group {g.prefix}: {g.problem}")
+    if not g.quant_format or not _lib.FORMAT_INFO[_lib.format_from_name(g.quant_format)]["kernels"]:
+        raise Error(_lib.Status.ERR_UNSUPPORTED, "NB_ERR_UNSUPPORTED",
+                    f"{ck.path}: expert group {g.prefix} is {g.format}: no MoE kernel serves it")
+    kind = _module_moe_kind(mod)
+    if kind is None:
+        raise ValueError(f"nibble.torch: checkpoint expert group {g.prefix} ({g.format}, {g.experts} experts) but the "
+                         f"model's {g.prefix} is a {type(mod).__name__}, not an experts module nibble replaces "
+                         "(GptOssExperts, Qwen3MoeExperts)")
+    shape = _expert_dims(mod)
+    if (kind[0], *shape) != (g.activation, g.experts, g.hidden, g.intermediate):
+        raise ValueError(f"nibble.torch: {g.prefix}: the checkpoint's experts are {g.activation} with E = "
+                         f"{g.experts}, H = {g.hidden}, I = {g.intermediate} but the model's {type(mod).__name__} is "
+                         f"{kind[0]} with E = {shape[0]}, H = {shape[1]}, I = {shape[2]}")
+    if kind[2] != (g.gate_up_bias is not None and g.down_bias is not None):
+        raise ValueError(f"nibble.torch: {g.prefix}: the model's experts {'have' if kind[2] else 'have no'} biases, "
+                         f"the checkpoint's {'have none' if kind[2] else 'have'}")
 
 
 def _load(model, ck, device, dtype, dequantize, strict):
     slots = _model_slots(model)
-    plan_layers, consumed, _, problems = _plan_layers(model, ck)
+    plan_layers, consumed, groups, problems = _plan_layers(model, ck)
 
     loaded, unexpected, ignored = [], [], []
     for t in ck.tensors:
@@ -1443,6 +1519,27 @@ def _load(model, ck, device, dtype, dequantize, strict):
             parent = model.get_submodule(parent_name) if parent_name else model
             setattr(parent, child, Linear.from_quantized(qw, bias, device=device))
         report_q[L.prefix] = L.format
+
+    # Expert groups.
+    for g, mod in groups:
+        qm = ck.moe(g)
+        _, transposed, has_bias = _module_moe_kind(mod)
+        bdtype = dtype or (mod.gate_up_proj_bias.dtype if has_bias else torch.bfloat16)
+        if dequantize:
+            if isinstance(mod, MoeExperts):
+                raise ValueError(f"nibble.torch: {g.prefix} is already a nibble.torch.MoeExperts; dequantize=True "
+                                 "needs the model's own experts module")
+            wdtype = dtype or mod.gate_up_proj.dtype
+            for name, qe in (("gate_up_proj", qm.gate_up), ("down_proj", qm.down)):
+                _place([(mod, name, True)], _dense_experts(qe, wdtype, device, transposed), True)
+            if has_bias:
+                for name, b in (("gate_up_proj_bias", qm.gate_up_bias), ("down_proj_bias", qm.down_bias)):
+                    _place([(mod, name, True)], _np_float_tensor(b, bdtype).to(device), True)
+        else:
+            parent_name, _, child = g.prefix.rpartition(".")
+            parent = model.get_submodule(parent_name) if parent_name else model
+            setattr(parent, child, MoeExperts.from_quantized(qm, device=device, dtype=bdtype))
+        report_q[g.prefix] = g.format
 
     # Everything else, converted on the host, then moved.
     for name in loaded:
