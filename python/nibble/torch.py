@@ -25,8 +25,18 @@ The op
   dimension that is not contiguous, or rows that are not 16-byte aligned, are
   copied first.  y is a new contiguous tensor of x's dtype.
 
+Mixture of experts
+  torch.ops.nibble.moe_mlp(x, topk_ids, topk_weights, gate_up, down,
+                           gate_up_scales, down_scales, gate_up_bias,
+                           down_bias, format, experts, hidden, intermediate,
+                           activation, gate_up_layout, limit, alpha,
+                           exponent ranges) -> y
+  runs a whole MoE MLP (nb_moe_mlp; moe() and MoeExperts wrap it).  Unlike
+  gemm it also runs on CPU tensors, as the host reference (nb_moe_mlp_host
+  on the unpacked bytes): for checking, not for speed.
+
 Devices
-  GPU only.  CPU (or other non-CUDA) tensors raise ValueError: the packed
+  gemm: GPU only.  CPU (or other non-CUDA) tensors raise ValueError: the packed
   layout is the GPU kernels' and there is no host fallback here; the host
   reference is nibble.gemm_reference on the checkpoint layout (numpy).
 
@@ -1336,6 +1346,11 @@ def load_quantized(model, path, device=None, dtype=None, dequantize=False, stric
       (missing) or the checkpoint has tensors the model has no place for
       (unexpected), before anything is loaded; False loads what matches.
 
+    Expert groups (gpt-oss MXFP4 experts, per-expert ModelOpt /
+    compressed-tensors layers; Checkpoint.moe_groups) go into the model's
+    experts module of the group's prefix (GptOssExperts, Qwen3MoeExperts),
+    which becomes a MoeExperts (dequantize: its own 3-D weights get the
+    dequantized values).
     Quantized layers must be nn.Linear modules of the checkpoint's shape;
     any other shape difference raises ValueError, a layer the C reader found
     inconsistent raises nibble.Error.  Activation and KV-cache scales

@@ -591,7 +591,9 @@ def test_gpu_torch_compile_of_an_moe_block():
         eager = block(x)
         compiled = torch.compile(block, fullgraph=True)(x)
     torch.cuda.synchronize()
-    assert compiled.shape == x.shape and torch.equal(compiled, eager)
+    # (inductor may compute the router's softmax in another order, so the
+    # routing weights, and hence y, may differ in the last bits)
+    assert compiled.shape == x.shape and rel(compiled.float().cpu().numpy(), eager.float().cpu().numpy()) < 2 ** -7
 
 
 @gpu
