@@ -1115,7 +1115,8 @@ class MoeExperts(torch.nn.Module):
     gate_up, biases) and Qwen3-MoE's Qwen3MoeExperts (SwiGLU, concatenated).
 
     Buffers (not in the state_dict): gate_up_packed, down_packed (uint8) and,
-    for NVFP4, gate_up_scales, down_scales (float32 [E]).  Parameters (frozen;
+    for NVFP4, gate_up_scales_bits, down_scales_bits (the float32 [E] tensor
+    scales as int32 bits, so that module.to(dtype) leaves them exact).  Parameters (frozen;
     module.to(dtype) converts them): gate_up_proj_bias [E, 2I] and
     down_proj_bias [E, H] when the experts have biases (gpt-oss's names, so a
     loader fills them by name).  Inference only."""
@@ -1130,8 +1131,12 @@ class MoeExperts(torch.nn.Module):
         self.gate_up_exp, self.down_exp = tuple(weights.gate_up_exp), tuple(weights.down_exp)
         self.register_buffer("gate_up_packed", weights.gate_up, persistent=False)
         self.register_buffer("down_packed", weights.down, persistent=False)
-        self.register_buffer("gate_up_scales", weights.gate_up_scales, persistent=False)
-        self.register_buffer("down_scales", weights.down_scales, persistent=False)
+        # the tensor scales as their int32 bit patterns: module.to(dtype)
+        # converts floating-point buffers, and a rounded scale would change
+        # every weight of the expert
+        for name in ("gate_up_scales", "down_scales"):
+            t = getattr(weights, name)
+            self.register_buffer(name + "_bits", None if t is None else t.view(torch.int32), persistent=False)
         dev = weights.gate_up.device
         for name, b, shape in (("gate_up_proj_bias", gate_up_bias, (s.experts, 2 * s.intermediate)),
                                ("down_proj_bias", down_bias, (s.experts, s.hidden))):
@@ -1145,8 +1150,10 @@ class MoeExperts(torch.nn.Module):
     @property
     def weights(self):
         """The PackedMoeWeights this module runs."""
-        return PackedMoeWeights(self.spec, self.gate_up_packed, self.down_packed, self.gate_up_scales,
-                                self.down_scales, self.gate_up_exp, self.down_exp)
+        scales = [None if t is None else t.view(torch.float32) for t in (self.gate_up_scales_bits,
+                                                                          self.down_scales_bits)]
+        return PackedMoeWeights(self.spec, self.gate_up_packed, self.down_packed, *scales, self.gate_up_exp,
+                                self.down_exp)
 
     def forward(self, hidden_states, top_k_index, top_k_weights):
         return moe(hidden_states, top_k_index, top_k_weights, self.weights, self.gate_up_proj_bias,

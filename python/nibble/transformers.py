@@ -387,8 +387,11 @@ class NibbleHfQuantizer(HfQuantizer):
             self._layers.append(L)
         # The 4-bit tensors are nibble's: transformers leaves them unread and unreported.
         keys = set(model.state_dict().keys())
-        mine = [t.name for t in ck.tensors if (t.name in consumed or t.name.endswith(nt._IGNORED_SUFFIXES))
-                and t.name not in keys]
+        # (consumed also names what the replaced experts modules held, e.g.
+        # experts.gate_up_proj: the name transformers' weight conversion
+        # gives per-expert checkpoint tensors once it has fused them)
+        mine = sorted({t.name for t in ck.tensors if t.name.endswith(nt._IGNORED_SUFFIXES)} | set(consumed))
+        mine = [n for n in mine if n not in keys]
         if mine:
             model._keys_to_ignore_on_load_unexpected = set(model._keys_to_ignore_on_load_unexpected or ())
             model._keys_to_ignore_on_load_unexpected.add("^(?:" + "|".join(re.escape(n) for n in mine) + ")$")

@@ -342,6 +342,15 @@ def test_moe_experts_match_transformers(kind, fmt):
     with torch.no_grad():
         want = _dequantized_twin(mod, ex)(x, ids, w)
     assert rel(y.numpy(), want.numpy()) < 2.0 ** -16
+    # module.to(dtype) converts the biases, never the packed bytes or the tensor scales
+    before = ex.weights
+    ex.to(torch.bfloat16)
+    after = ex.weights
+    assert ex.gate_up_proj_bias is None or ex.gate_up_proj_bias.dtype == torch.bfloat16
+    assert torch.equal(after.gate_up, before.gate_up)
+    if fmt == "nvfp4":
+        assert after.gate_up_scales.dtype == torch.float32 and torch.equal(after.down_scales, before.down_scales)
+    assert ex(x.bfloat16(), ids, w).dtype == torch.bfloat16
 
 
 def _tiny_qwen3(seed=0):
@@ -606,7 +615,7 @@ def test_gpu_quantize_model_device_quantizer_same_bytes():
     b = nt.MoeExperts.from_module(_gptoss_experts(dtype=torch.bfloat16).cuda(), format="nvfp4")
     assert b.gate_up_packed.device.type == "cuda"
     assert torch.equal(a.gate_up_packed, b.gate_up_packed.cpu()) and torch.equal(a.down_packed, b.down_packed.cpu())
-    assert torch.equal(a.gate_up_scales, b.gate_up_scales.cpu())
+    assert torch.equal(a.weights.gate_up_scales, b.weights.gate_up_scales.cpu())
 
 
 @gpu
@@ -621,4 +630,46 @@ def test_gpu_load_quantized_qwen3_generates_as_dequantized(qwen3_ckpt):
     ref = _meta_qwen3()
     nt.load_quantized(ref, qwen3_ckpt["path"], dequantize=True, device="cuda", dtype=torch.bfloat16)
     ref.config._experts_implementation = "eager"
+    assert_generation_agrees(model, ref)
+
+
+@io
+@hf
+def test_transformers_loads_qwen3_experts(qwen3_ckpt):
+    """from_pretrained of the per-expert ModelOpt checkpoint (quant_method
+    "modelopt", nibble's by registration): each Qwen3MoeExperts becomes a
+    MoeExperts holding nb_moe_pack_host of the reader's group, nothing is
+    reported unexpected, and the CPU forward (host reference) follows the
+    dequantized model."""
+    import nibble.transformers  # noqa: F401  (registers the quantizer)
+    from nibble.transformers import NibbleConfig
+    from transformers import AutoModelForCausalLM
+    model, info = AutoModelForCausalLM.from_pretrained(qwen3_ckpt["path"], output_loading_info=True)
+    assert not info["unexpected_keys"] and not info["missing_keys"]
+    with nibble.open_checkpoint(qwen3_ckpt["path"]) as ck:
+        for g in ck.moe_groups:
+            ex = model.get_submodule(g.prefix)
+            assert isinstance(ex, nt.MoeExperts)
+            want = nibble.moe_pack(ck.moe(g))
+            np.testing.assert_array_equal(ex.gate_up_packed.numpy(), want.gate_up)
+            np.testing.assert_array_equal(ex.weights.down_scales.numpy(), want.down_scales)
+    ref = AutoModelForCausalLM.from_pretrained(qwen3_ckpt["path"], quantization_config=NibbleConfig(dequantize=True))
+    ids = torch.tensor([[1, 17, 33, 99, 5]])
+    with torch.no_grad():
+        out, base = model(ids).logits.float(), ref(ids).logits.float()
+    assert rel(out.numpy(), base.numpy()) < 2 ** -5
+
+
+@gpu
+@io
+@hf
+def test_gpu_transformers_qwen3_generates_as_dequantized(qwen3_ckpt):
+    pytest.importorskip("accelerate")
+    from test_load import assert_generation_agrees
+    from nibble.transformers import NibbleConfig
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(qwen3_ckpt["path"], device_map="cuda")
+    assert model.model.layers[0].mlp.experts.gate_up_packed.device.type == "cuda"
+    ref = AutoModelForCausalLM.from_pretrained(qwen3_ckpt["path"], device_map="cuda",
+                                               quantization_config=NibbleConfig(dequantize=True))
     assert_generation_agrees(model, ref)
