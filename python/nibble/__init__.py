@@ -49,6 +49,8 @@ __all__ = [
     "last_error", "element_to_float",
     "Checkpoint", "CheckpointLayer", "TensorInfo", "open_checkpoint", "quantize_checkpoint", "formats",
     "format_info", "DEFAULT_SCALE_RULE",
+    "MoeSpec", "QuantizedExperts", "QuantizedMoe", "PackedMoe", "moe_pack", "moe_unpack", "moe_reference",
+    "CheckpointMoe",
 ]
 
 __version__ = _lib.lib.nb_version_string().decode()
@@ -522,5 +524,8 @@ def gemm_reference(x, qw, bias=None, out_dtype=np.float32, ctx=None):
     return y
 
 
-# The checkpoint reader (the checkpoint API of libnibble, nibble_io.h).
-from .checkpoint import Checkpoint, CheckpointLayer, TensorInfo, open_checkpoint, quantize_checkpoint  # noqa: E402
+# Mixture-of-experts MLPs (nibble/moe.py) and the checkpoint reader (the
+# checkpoint API of libnibble, nibble_io.h).
+from .moe import MoeSpec, QuantizedExperts, QuantizedMoe, PackedMoe, moe_pack, moe_unpack, moe_reference  # noqa: E402
+from .checkpoint import (Checkpoint, CheckpointLayer, CheckpointMoe, TensorInfo, open_checkpoint,  # noqa: E402
+                         quantize_checkpoint)

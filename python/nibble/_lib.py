@@ -102,6 +102,16 @@ class Layout(enum.IntEnum):
     PACKED = 2
 
 
+class MoeActivation(enum.IntEnum):
+    SWIGLU = 1        # silu(gate) * up
+    SWIGLU_OAI = 2    # gpt-oss: clamped, (up + 1) * gate * sigmoid(alpha * gate)
+
+
+class MoeGateUpLayout(enum.IntEnum):
+    CONCAT = 1        # gate rows, then up rows
+    INTERLEAVED = 2   # gate, up, gate, up, ... (gpt-oss)
+
+
 # ----------------------------------------------------------------- structs
 
 class DeviceInfo(Structure):
@@ -252,6 +262,85 @@ class GemmConfig(Structure):
     ]
 
 
+class MoeDesc(Structure):
+    """nb_moe_desc"""
+    _fields_ = [
+        ("m", c_int64),
+        ("experts", c_int32),
+        ("top_k", c_int32),
+        ("hidden", c_int64),
+        ("intermediate", c_int64),
+        ("gate_up", WeightDesc),
+        ("down", WeightDesc),
+        ("activation", c_int32),       # nb_moe_activation
+        ("gate_up_layout", c_int32),   # nb_moe_gate_up_layout
+        ("limit", c_float),
+        ("alpha", c_float),
+        ("act_dtype", c_int),          # nb_dtype
+        ("reserved", c_int32 * 9),
+    ]
+
+
+class MoeSizes(Structure):
+    """nb_moe_sizes"""
+    _fields_ = [
+        ("gate_up", WeightSizesV2),
+        ("down", WeightSizesV2),
+        ("x_bytes", c_size_t),
+        ("gate_up_bias_bytes", c_size_t),
+        ("down_bias_bytes", c_size_t),
+        ("reserved", c_int32 * 8),
+    ]
+
+
+class MoeWeights(Structure):
+    """nb_moe_weights (host, checkpoint layout, expert-major)"""
+    _fields_ = [
+        ("gate_up", WeightBuffers),
+        ("down", WeightBuffers),
+        ("gate_up_scales", POINTER(c_float)),
+        ("down_scales", POINTER(c_float)),
+        ("gate_up_bias", c_void_p),
+        ("down_bias", c_void_p),
+        ("reserved", c_void_p * 4),
+    ]
+
+
+class MoeAlignSizes(Structure):
+    """nb_moe_align_sizes"""
+    _fields_ = [
+        ("slots", c_int64),
+        ("sorted_len", c_int64),
+        ("blocks", c_int64),
+        ("offsets_len", c_int64),
+        ("reserved", c_int32 * 8),
+    ]
+
+
+class MoePackedSizes(Structure):
+    """nb_moe_packed_sizes"""
+    _fields_ = [
+        ("gate_up_expert_bytes", c_size_t),
+        ("down_expert_bytes", c_size_t),
+        ("gate_up_bytes", c_size_t),
+        ("down_bytes", c_size_t),
+        ("reserved", c_int32 * 8),
+    ]
+
+
+class MoePackedWeights(Structure):
+    """nb_moe_packed_weights (device pointers)"""
+    _fields_ = [
+        ("gate_up", c_void_p),
+        ("down", c_void_p),
+        ("gate_up_scales", c_void_p),
+        ("down_scales", c_void_p),
+        ("gate_up_bias", c_void_p),
+        ("down_bias", c_void_p),
+        ("reserved", c_void_p * 4),
+    ]
+
+
 class _Context(Structure):
     """opaque nb_context"""
 
@@ -312,6 +401,24 @@ _PROTOTYPES = [
     ("nb_context_set_tuning", c_int, [ContextP, POINTER(GemmDesc), POINTER(GemmConfig), c_double]),
     ("nb_context_tuning_count", c_int, [ContextP, POINTER(c_size_t), POINTER(c_size_t)]),
     ("nb_gemm_list_configs", c_int, [ContextP, POINTER(GemmDesc), POINTER(GemmConfig), c_size_t, POINTER(c_size_t)]),
+    ("nb_moe_desc_init", c_int, [POINTER(MoeDesc), c_int, c_int64, c_int32, c_int32, c_int64, c_int64, c_int, c_int]),
+    ("nb_moe_desc_validate", c_int, [POINTER(MoeDesc)]),
+    ("nb_moe_get_sizes", c_int, [POINTER(MoeDesc), POINTER(MoeSizes)]),
+    ("nb_moe_mlp_host", c_int, [ContextP, POINTER(MoeDesc), c_void_p, POINTER(MoeWeights), POINTER(c_int32),
+                                POINTER(c_float), c_void_p]),
+    ("nb_moe_mlp_host_f64", c_int, [ContextP, POINTER(MoeDesc), c_void_p, POINTER(MoeWeights), POINTER(c_int32),
+                                    POINTER(c_float), POINTER(c_double)]),
+    ("nb_moe_align_get_sizes", c_int, [POINTER(MoeDesc), c_int32, POINTER(MoeAlignSizes)]),
+    ("nb_moe_align_host", c_int, [ContextP, POINTER(MoeDesc), c_int32, POINTER(c_int32), POINTER(c_int32),
+                                  POINTER(c_int32), POINTER(c_int32), POINTER(c_int32), POINTER(MoeAlignSizes)]),
+    ("nb_moe_packed_get_sizes", c_int, [POINTER(MoeDesc), POINTER(MoePackedSizes)]),
+    ("nb_moe_pack_host", c_int, [ContextP, POINTER(MoeDesc), POINTER(MoeWeights), c_void_p, c_size_t, c_void_p,
+                                 c_size_t]),
+    ("nb_moe_workspace_size", c_int, [ContextP, POINTER(MoeDesc), POINTER(c_size_t)]),
+    ("nb_moe_mlp", c_int, [ContextP, POINTER(MoeDesc), c_void_p, POINTER(MoePackedWeights), c_void_p, c_void_p,
+                           c_void_p, c_void_p, c_size_t, c_void_p]),
+    ("nb_moe_align", c_int, [ContextP, POINTER(MoeDesc), c_int32, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,
+                             POINTER(MoeAlignSizes), c_void_p]),
     ("nb_e2m1_to_float", c_float, [c_uint8]),
     ("nb_e4m3_to_float", c_float, [c_uint8]),
     ("nb_e8m0_to_float", c_float, [c_uint8]),
@@ -622,6 +729,38 @@ class CkptQuantizeSummary(Structure):
     ]
 
 
+class CkptMoeProj(enum.IntEnum):
+    GATE_UP = 1       # [2I, H]: gate and up rows in the group's gate_up_layout
+    DOWN = 2          # [H, I]
+    GATE = 3          # [I, H]: groups of separate gate and up layers only
+    UP = 4
+
+
+class CkptMoe(Structure):
+    """nb_ckpt_moe: one expert group"""
+    _fields_ = [
+        ("prefix", c_char_p),
+        ("format", c_int),          # nb_ckpt_format
+        ("experts", c_int64),
+        ("hidden", c_int64),
+        ("intermediate", c_int64),
+        ("activation", c_int32),    # nb_moe_activation
+        ("gate_up_layout", c_int32),
+        ("per_expert", c_int32),
+        ("fused", c_int32),
+        ("top_k", c_int32),
+        ("limit", c_float),
+        ("alpha", c_float),
+        ("gate_up_bias", c_int64),  # tensor index, -1 when none
+        ("down_bias", c_int64),
+        ("gate_up_scales_differ", c_int32),
+        ("layers", c_int32),
+        ("bytes", ctypes.c_uint64),
+        ("problem", c_char * 256),
+        ("reserved", c_int32 * 8),
+    ]
+
+
 class _Ckpt(Structure):
     """opaque nb_ckpt"""
 
@@ -648,12 +787,23 @@ _IO_PROTOTYPES = [
     ("nb_ckpt_layer_weight_v2", c_int, [CkptP, c_size_t, c_int64, POINTER(WeightDesc), POINTER(WeightBuffers),
                                         POINTER(WeightSizesV2)]),
     ("nb_ckpt_layer_perm", c_int, [CkptP, c_size_t, POINTER(c_int32), c_size_t]),
+    ("nb_ckpt_moe_count", c_int, [CkptP, POINTER(c_size_t)]),
+    ("nb_ckpt_moe_at", c_int, [CkptP, c_size_t, POINTER(CkptMoe)]),
+    ("nb_ckpt_moe_find", c_int, [CkptP, c_char_p, POINTER(c_size_t)]),
+    ("nb_ckpt_layer_moe", c_int, [CkptP, c_size_t, POINTER(c_int64), POINTER(c_int), POINTER(c_int64)]),
+    ("nb_ckpt_moe_desc", c_int, [CkptP, c_size_t, c_int64, c_int32, c_int, POINTER(MoeDesc)]),
+    ("nb_ckpt_moe_expert", c_int, [CkptP, c_size_t, c_int, c_int64, POINTER(WeightDesc), POINTER(_u8p),
+                                   POINTER(_u8p)]),
+    ("nb_ckpt_moe_weights", c_int, [CkptP, c_size_t, c_int, POINTER(WeightDesc), POINTER(_u8p), POINTER(_u8p)]),
+    ("nb_ckpt_moe_read", c_int, [CkptP, c_size_t, c_int, POINTER(WeightDesc), POINTER(WeightBuffers),
+                                 POINTER(WeightSizesV2), POINTER(c_float), c_size_t]),
     ("nb_ckpt_quantize_opts_init", c_int, [POINTER(CkptQuantizeOpts)]),
     ("nb_ckpt_quantize_formats", c_int, [POINTER(c_int), c_size_t, POINTER(c_size_t)]),
     ("nb_ckpt_quantize", c_int, [c_char_p, c_char_p, POINTER(CkptQuantizeOpts), POINTER(CkptQuantizeSummary)]),
 ]
 _IO_STRUCTS = {"nb_st_tensor": StTensor, "nb_ckpt_layer": CkptLayer, "nb_ckpt_config": CkptConfig,
-               "nb_ckpt_quantize_opts": CkptQuantizeOpts, "nb_ckpt_quantize_summary": CkptQuantizeSummary}
+               "nb_ckpt_quantize_opts": CkptQuantizeOpts, "nb_ckpt_quantize_summary": CkptQuantizeSummary,
+               "nb_ckpt_moe": CkptMoe}
 
 # The names of nibble_io.h's enum values, read from the library when the API
 # is bound (the enums are append-only and contiguous, so each is read up to

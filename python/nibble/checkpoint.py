@@ -22,16 +22,21 @@ nibble.Error with the reader's message (status NB_ERR_CORRUPT, NB_ERR_IO,
 """
 
 import ctypes
+import dataclasses
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
 import numpy as np
 
 from . import _lib
-from . import DEFAULT_SCALE_RULE, QuantizedWeight, _FORMAT_NAMES, _RULE_NAMES, _RULES, _SCALE_NP, _buffers, _format, _rule_name
-from ._lib import Error, Status
+from . import DEFAULT_SCALE_RULE, QuantizedExperts, QuantizedMoe, QuantizedWeight, _FORMAT_NAMES, _RULE_NAMES, _RULES, _SCALE_NP, _buffers, _format, _rule_name
+from ._lib import CkptMoeProj, Error, Status
+from .moe import ACTIVATIONS, GATE_UP_LAYOUTS
 
-__all__ = ["Checkpoint", "CheckpointLayer", "TensorInfo", "open_checkpoint", "quantize_checkpoint"]
+_MOE_ACT = {int(v): k for k, v in ACTIVATIONS.items()}
+_MOE_LAYOUT = {int(v): k for k, v in GATE_UP_LAYOUTS.items()}
+
+__all__ = ["Checkpoint", "CheckpointLayer", "CheckpointMoe", "TensorInfo", "open_checkpoint", "quantize_checkpoint"]
 
 # safetensors dtype -> numpy dtype of the copy tensor() returns.  BF16 comes
 # back as uint16 bits (the package's BF16 convention), the FP8 types as their
@@ -83,6 +88,41 @@ class CheckpointLayer:
     excluded_by: str = ""           # the entry that does
     quant_format: Optional[str] = None  # the weight format the layout holds (nb_ckpt_format_weight)
     k_permuted: bool = False
+    moe_group: Optional[str] = None     # prefix of the expert group the layer belongs to (nb_ckpt_layer_moe)
+
+
+@dataclass(frozen=True)
+class CheckpointMoe:
+    """An expert group as the C reader found it (nb_ckpt_moe): E experts'
+    gate_up [2I, H] and down [H, I] weights of one MoE MLP, stored as gpt-oss
+    does (two tensors holding every expert; per_expert False) or as one
+    layer per expert and projection (ModelOpt, compressed-tensors, Quark
+    exports of Qwen3-MoE, Mixtral ...).  format is the members' layout
+    ("gptoss-mxfp4", "modelopt-nvfp4", ...) or "inconsistent" (see problem);
+    quant_format the weight format; activation "swiglu" or "swiglu_oai",
+    gate_up_layout "concat" or "interleaved" (the rows as read); top_k from
+    config.json (0 when absent); gate_up_bias / down_bias the names of the
+    [E, 2I] / [E, H] bias tensors, or None."""
+    index: int
+    prefix: str
+    format: str
+    quant_format: Optional[str]
+    experts: int
+    hidden: int
+    intermediate: int
+    activation: str
+    gate_up_layout: str
+    per_expert: bool
+    fused: bool
+    top_k: int
+    limit: float
+    alpha: float
+    gate_up_bias: Optional[str]
+    down_bias: Optional[str]
+    gate_up_scales_differ: bool
+    layers: int
+    bytes: int
+    problem: str
 
 
 class Checkpoint(_lib.Handle):
@@ -123,8 +163,6 @@ class Checkpoint(_lib.Handle):
                 problem=L.problem.decode("utf-8", "replace"), excluded=bool(L.excluded),
                 excluded_by=L.excluded_by.decode("utf-8", "replace") if L.excluded_by else "",
                 quant_format=_quant_format(L.format), k_permuted=bool(L.k_permuted)))
-        self.layers = layers
-        self._layer_by_prefix = {L.prefix: L for L in layers}
 
         self._call(io.nb_ckpt_tensor_count, ctypes.byref(count))
         tensors, self._tensor_index = [], {}
@@ -137,6 +175,31 @@ class Checkpoint(_lib.Handle):
             tensors.append(info)
             self._tensor_index[info.name] = i
         self.tensors = tensors
+
+        self._call(io.nb_ckpt_moe_count, ctypes.byref(count))
+        groups = []
+        for i in range(count.value):
+            g = _lib.CkptMoe()
+            self._call(io.nb_ckpt_moe_at, i, ctypes.byref(g))
+            groups.append(CheckpointMoe(
+                index=i, prefix=g.prefix.decode(), format=_lib.CKPT_FORMATS.get(g.format, "unknown"),
+                quant_format=_quant_format(g.format), experts=int(g.experts), hidden=int(g.hidden),
+                intermediate=int(g.intermediate), activation=_MOE_ACT.get(g.activation, "unknown"),
+                gate_up_layout=_MOE_LAYOUT.get(g.gate_up_layout, "unknown"), per_expert=bool(g.per_expert),
+                fused=bool(g.fused), top_k=int(g.top_k), limit=float(g.limit), alpha=float(g.alpha),
+                gate_up_bias=tensors[g.gate_up_bias].name if g.gate_up_bias >= 0 else None,
+                down_bias=tensors[g.down_bias].name if g.down_bias >= 0 else None,
+                gate_up_scales_differ=bool(g.gate_up_scales_differ), layers=int(g.layers), bytes=int(g.bytes),
+                problem=g.problem.decode("utf-8", "replace")))
+        self.moe_groups = groups
+        self._moe_by_prefix = {g.prefix: g for g in groups}
+        for i, L in enumerate(layers):
+            gi = ctypes.c_int64(-1)
+            self._call(io.nb_ckpt_layer_moe, i, ctypes.byref(gi), None, None)
+            if gi.value >= 0:
+                layers[i] = dataclasses.replace(L, moe_group=groups[gi.value].prefix)
+        self.layers = layers
+        self._layer_by_prefix = {L.prefix: L for L in layers}
 
         self._call(io.nb_ckpt_file_count, ctypes.byref(count))
         files = []
@@ -246,6 +309,68 @@ class Checkpoint(_lib.Handle):
         _lib.check(self._io.nb_ckpt_layer_perm(self.ptr, index, out.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
                                                count))
         return out[:count]
+
+    def moe_group(self, prefix):
+        """The CheckpointMoe of expert group `prefix` (KeyError if none)."""
+        try:
+            return self._moe_by_prefix[prefix]
+        except KeyError:
+            raise KeyError(f"nibble: {self.path} has no expert group {prefix!r}") from None
+
+    def _moe_index(self, group):
+        if isinstance(group, CheckpointMoe):
+            return group.index
+        if isinstance(group, str):
+            return self.moe_group(group).index
+        raise TypeError(f"nibble: group must be a prefix or a CheckpointMoe, got {type(group).__name__}")
+
+    def moe_experts(self, group, proj):
+        """Every expert's weight of projection `proj` ("gate_up", "down", and
+        for groups of separate gate and up layers "gate", "up") of an expert
+        group, copied expert-major (nb_ckpt_moe_read): a
+        nibble.QuantizedExperts with each expert's tensor scale (NVFP4).  An
+        inconsistent group, or gate_up of an expert whose gate and up tensor
+        scales differ, raises nibble.Error (NB_ERR_UNSUPPORTED, naming it)."""
+        index = self._moe_index(group)
+        try:
+            p = CkptMoeProj[str(proj).upper()]
+        except KeyError:
+            raise ValueError(f"nibble: unknown projection {proj!r}; expected gate_up, down, gate or up") from None
+        d = _lib.WeightDesc()
+        g = self.moe_groups[index]
+        E = max(g.experts, 1)
+        ts = np.empty(E, np.float32)
+        fp = ctypes.POINTER(ctypes.c_float)
+        self._call(self._io.nb_ckpt_moe_read, index, int(p), ctypes.byref(d), None, None, ts.ctypes.data_as(fp), E)
+        n, k = int(d.n), int(d.k)
+        fmt = _lib.Format(d.format)
+        sz = _lib.WeightSizesV2()
+        _lib.check(_lib.lib.nb_weight_get_sizes_v2(ctypes.byref(d), ctypes.byref(sz)))
+        codes = np.empty((E, n, sz.codes_bytes // n), np.uint8)
+        scales = np.empty((E, n, sz.scales_bytes // n), np.uint8)
+        cap = _lib.WeightSizesV2(codes_bytes=codes.nbytes, scales_bytes=scales.nbytes)
+        b = _buffers(codes, scales, None)
+        self._call(self._io.nb_ckpt_moe_read, index, int(p), ctypes.byref(d), ctypes.byref(b), ctypes.byref(cap),
+                   ts.ctypes.data_as(fp), E)
+        tensor_scales = ts if _lib.FORMAT_INFO[fmt]["tensor_scale"] else None
+        return QuantizedExperts(codes=codes, scales=scales, tensor_scales=tensor_scales, n=n, k=k,
+                                format=_FORMAT_NAMES[fmt])
+
+    def moe(self, group):
+        """An expert group as a nibble.QuantizedMoe: gate_up and down
+        (moe_experts), the activation, row order, limit and alpha the reader
+        decided, and the biases (gpt-oss) as numpy arrays of their own dtype
+        (BF16 as uint16 bits)."""
+        g = self.moe_groups[self._moe_index(group)]
+        if g.format == "inconsistent":
+            raise Error(Status.ERR_UNSUPPORTED, "NB_ERR_UNSUPPORTED",
+                        f"{self.path}: expert group {g.prefix} is inconsistent: {g.problem}")
+        return QuantizedMoe(gate_up=self.moe_experts(g, "gate_up"), down=self.moe_experts(g, "down"),
+                            activation=g.activation, gate_up_layout=g.gate_up_layout,
+                            limit=g.limit if g.activation == "swiglu_oai" else None,
+                            alpha=g.alpha if g.activation == "swiglu_oai" else None,
+                            gate_up_bias=self.tensor(g.gate_up_bias) if g.gate_up_bias else None,
+                            down_bias=self.tensor(g.down_bias) if g.down_bias else None)
 
     def summary(self):
         """{format name: number of layers}."""

@@ -25,8 +25,18 @@ The op
   dimension that is not contiguous, or rows that are not 16-byte aligned, are
   copied first.  y is a new contiguous tensor of x's dtype.
 
+Mixture of experts
+  torch.ops.nibble.moe_mlp(x, topk_ids, topk_weights, gate_up, down,
+                           gate_up_scales, down_scales, gate_up_bias,
+                           down_bias, format, experts, hidden, intermediate,
+                           activation, gate_up_layout, limit, alpha,
+                           exponent ranges) -> y
+  runs a whole MoE MLP (nb_moe_mlp; moe() and MoeExperts wrap it).  Unlike
+  gemm it also runs on CPU tensors, as the host reference (nb_moe_mlp_host
+  on the unpacked bytes): for checking, not for speed.
+
 Devices
-  GPU only.  CPU (or other non-CUDA) tensors raise ValueError: the packed
+  gemm: GPU only.  CPU (or other non-CUDA) tensors raise ValueError: the packed
   layout is the GPU kernels' and there is no host fallback here; the host
   reference is nibble.gemm_reference on the checkpoint layout (numpy).
 
@@ -54,6 +64,7 @@ from . import _lib
 from . import PackedWeight, QuantizedWeight, quantize as _np_quantize, dequantize as _np_dequantize
 from . import pack as _np_pack, unpack as _np_unpack
 from . import _FORMATS, _FORMAT_NAMES, _GROUP, _RULES, _quant_args, _rule_name
+from .moe import ACTIVATIONS, GATE_UP_LAYOUTS, MoeSpec, QuantizedExperts, QuantizedMoe
 from ._lib import DType, Error, Format, Layout, ScaleType  # noqa: F401  (Error is part of this module's contract)
 
 if not hasattr(torch, "library") or not hasattr(torch.library, "custom_op"):
@@ -61,7 +72,8 @@ if not hasattr(torch, "library") or not hasattr(torch.library, "custom_op"):
                       f"{torch.__version__}")
 
 __all__ = ["PackedLinearWeight", "quantize", "pack", "dequantize_weight", "gemm", "Linear", "quantize_model",
-           "load_quantized", "last_config", "context", "Error"]
+           "load_quantized", "last_config", "context", "Error", "PackedMoeWeights", "pack_moe", "unpack_moe", "moe",
+           "MoeExperts"]
 
 _DTYPES = {torch.bfloat16: DType.BF16, torch.float16: DType.F16}
 
@@ -662,8 +674,12 @@ def quantize_model(model, format="nvfp4", exclude=("lm_head",), scale_rule=None,
     """Replace, in place, every torch.nn.Linear of `model` whose qualified
     name matches no `exclude` pattern by a nibble.torch.Linear (quantized to
     `format` and packed on `device`, default: each layer's own CUDA device,
-    else the current one).  Layers whose in_features is not a multiple of the
-    format's group are left alone.
+    else the current one), and every experts module of an MoE layer
+    (transformers' GptOssExperts, Qwen3MoeExperts: E experts' weights in
+    3-D tensors) by one MoeExperts (every expert quantized, then packed
+    together for nibble::moe_mlp; the router stays).  Layers whose
+    in_features (experts: hidden or intermediate size) is not a multiple of
+    the format's group are left alone.
 
     Weights on a GPU are quantized there by the device quantizer
     (nb_quantize, then nb_pack, on the current stream; nothing is copied to
@@ -674,8 +690,8 @@ def quantize_model(model, format="nvfp4", exclude=("lm_head",), scale_rule=None,
     the same either way.  method="mse" runs on the host for every layer
     (there is no device MSE quantizer yet), GPU weights being copied there.
     Returns {"quantized": [names], "skipped": {name: reason}}, plus
-    "weights": {name: nibble.QuantizedWeight} (checkpoint layout, host
-    memory) when return_weights is true."""
+    "weights": {name: nibble.QuantizedWeight, or nibble.QuantizedMoe for
+    experts} (checkpoint layout, host memory) when return_weights is true."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"nibble.torch: model must be a torch.nn.Module, got {type(model).__name__}")
     if isinstance(exclude, str):
@@ -691,7 +707,26 @@ def quantize_model(model, format="nvfp4", exclude=("lm_head",), scale_rule=None,
     if not isinstance(threads, int) or threads < 1:
         raise ValueError(f"nibble.torch: threads must be a positive integer, got {threads!r}")
     group = _GROUP[fmt]
-    targets, skipped = [], {}
+    targets, skipped, moe_done = [], {}, []
+    weights = {}
+    # Experts modules first (GptOssExperts, Qwen3MoeExperts: 3-D weights, no
+    # nn.Linear inside), each into one MoeExperts.
+    expert_mods = [(name, mod) for name, mod in model.named_modules() if _expert_kind(mod) is not None]
+    for name, mod in expert_mods:
+        _, H, I = _expert_dims(mod)
+        if not name:
+            skipped[name] = "the model itself is an experts module (use MoeExperts.from_module)"
+        elif _excluded(name, exclude):
+            skipped[name] = "excluded"
+        elif H % group or I % group:
+            skipped[name] = f"hidden {H} or intermediate {I} is not a multiple of {group}"
+        else:
+            parent_name, _, child = name.rpartition(".")
+            new = MoeExperts.from_module(mod, format=format, scale_rule=scale_rule, device=device, method=method)
+            setattr(model.get_submodule(parent_name) if parent_name else model, child, new)
+            moe_done.append(name)
+            if return_weights:
+                weights[name] = new.quantized_moe()
     for name, mod in model.named_modules():
         if not isinstance(mod, torch.nn.Linear):
             continue
@@ -712,7 +747,6 @@ def quantize_model(model, format="nvfp4", exclude=("lm_head",), scale_rule=None,
     def host_quantize(w):
         return _np_quantize(_host_array(w), format=fname, scale_rule=scale_rule, method=method)
 
-    weights = {}
     with ThreadPoolExecutor(max_workers=threads) as pool:
         futures = [(name, None if on_gpu(w) else pool.submit(host_quantize, w))
                    for name, w in ((name, model.get_submodule(name).weight) for name in targets)]
@@ -739,10 +773,471 @@ def quantize_model(model, format="nvfp4", exclude=("lm_head",), scale_rule=None,
                     weights[name] = qw
             setattr(parent, child, new)
             del old
-    out = {"quantized": targets, "skipped": skipped}
+    out = {"quantized": moe_done + targets, "skipped": skipped}
     if return_weights:
         out["weights"] = weights
     return out
+
+
+# ------------------------------------------------------ mixture of experts
+# nb_moe_mlp runs a whole MoE MLP (E experts' gate_up, activation, down and
+# the weighted combine over each token's top-k experts) in four launches on
+# the current stream, none per expert and nothing read back to the host.
+# The router stays the model's: only the experts' computation is replaced.
+
+_MOE_DTYPES = {torch.bfloat16: DType.BF16, torch.float16: DType.F16, torch.float32: DType.F32}
+
+
+@dataclass
+class PackedMoeWeights:
+    """E experts' weights in the MoE kernels' layout (nb_moe_pack_host), on
+    a CUDA device or waiting in host memory.
+
+    spec            nibble.MoeSpec: format, experts, hidden, intermediate,
+                    activation, gate_up_layout, limit, alpha
+    gate_up, down   uint8 tensors, every expert's packed bytes
+    gate_up_scales, down_scales  float32 [E] per-expert tensor scales (NVFP4),
+                    None for MXFP4
+    gate_up_exp, down_exp  the MXFP4 scale exponent ranges nb_moe_pack_host
+                    found ((-1, -1) for NVFP4)"""
+    spec: MoeSpec
+    gate_up: torch.Tensor
+    down: torch.Tensor
+    gate_up_scales: Optional[torch.Tensor]
+    down_scales: Optional[torch.Tensor]
+    gate_up_exp: tuple
+    down_exp: tuple
+
+    @property
+    def device(self):
+        return self.gate_up.device
+
+    def op_args(self):
+        """The descriptor as nibble::moe_mlp's trailing arguments."""
+        s = self.spec
+        return (int(_format_code(s.format)), s.experts, s.hidden, s.intermediate, int(ACTIVATIONS[s.activation]),
+                int(GATE_UP_LAYOUTS[s.gate_up_layout]), s.limit, s.alpha, *self.gate_up_exp, *self.down_exp)
+
+
+def pack_moe(qm, device=None):
+    """Pack a nibble.QuantizedMoe (checkpoint layout, host memory) for
+    nb_moe_mlp: nb_moe_pack_host on the host (there is no device packer
+    for MoE weights yet), then the bytes and tensor scales are copied to
+    `device` (default: the current CUDA device; "cpu" keeps them in host
+    memory, where nibble::moe_mlp runs the host reference).  Biases are not
+    part of it (MoeExperts holds them)."""
+    from .moe import moe_pack
+    pm = moe_pack(qm)
+    dev = torch.device("cpu") if _is_cpu(device) else torch.device("cuda", _device_index(device))
+
+    def put(a):
+        return None if a is None else torch.from_numpy(a).to(dev)
+    return PackedMoeWeights(spec=pm.spec, gate_up=put(pm.gate_up), down=put(pm.down),
+                            gate_up_scales=put(pm.gate_up_scales), down_scales=put(pm.down_scales),
+                            gate_up_exp=pm.gate_up_exp, down_exp=pm.down_exp)
+
+
+def _packed_moe_host(spec, gate_up, down, gate_up_scales, down_scales, gate_up_exp, down_exp):
+    """A nibble.PackedMoe (numpy, host) over tensors on any device."""
+    from .moe import PackedMoe
+
+    def host(t):
+        return None if t is None else t.detach().to("cpu").contiguous().numpy()
+    return PackedMoe(spec=spec, gate_up=host(gate_up), down=host(down), gate_up_scales=host(gate_up_scales),
+                     down_scales=host(down_scales), gate_up_exp=tuple(gate_up_exp), down_exp=tuple(down_exp))
+
+
+def unpack_moe(weights):
+    """The checkpoint layout (a nibble.QuantizedMoe in host memory, no
+    biases) of a PackedMoeWeights on any device: exactly the bytes that were
+    packed (nb_unpack_host per expert)."""
+    from .moe import moe_unpack
+    if not isinstance(weights, PackedMoeWeights):
+        raise TypeError(f"nibble.torch: expected a PackedMoeWeights, got {type(weights).__name__}")
+    if weights.gate_up.is_meta:
+        raise ValueError("nibble.torch: the MoE weights are on the meta device (no bytes to unpack)")
+    return moe_unpack(_packed_moe_host(weights.spec, weights.gate_up, weights.down, weights.gate_up_scales,
+                                       weights.down_scales, weights.gate_up_exp, weights.down_exp))
+
+
+_moe_desc_cache = {}
+
+
+def _moe_desc(fmt, experts, hidden, inter, activation, layout, limit, alpha, gu_exp, dn_exp, m, top_k, dt, packed):
+    """An nb_moe_desc for the op (the m-independent part cached; each call
+    gets its own copy with m and top_k set).  Validated by the C call."""
+    key = (fmt, experts, hidden, inter, activation, layout, limit, alpha, gu_exp, dn_exp, dt, packed)
+    base = _moe_desc_cache.get(key)
+    if base is None:
+        base = _lib.MoeDesc()
+        _lib.check(_lib.lib.nb_moe_desc_init(ctypes.byref(base), fmt, 1, experts, 1, hidden, inter, activation, dt))
+        base.gate_up_layout, base.limit, base.alpha = layout, limit, alpha
+        if packed:
+            base.gate_up.layout = base.down.layout = Layout.PACKED
+            base.gate_up.scale_exp_min, base.gate_up.scale_exp_max = gu_exp
+            base.down.scale_exp_min, base.down.scale_exp_max = dn_exp
+        if len(_moe_desc_cache) > 1024:
+            _moe_desc_cache.clear()
+        _moe_desc_cache[key] = base
+    d = _lib.MoeDesc.from_buffer_copy(base)
+    d.m, d.top_k = m, top_k
+    return d
+
+
+def _moe_packed_bytes(fmt, experts, hidden, inter, activation, layout, limit, alpha):
+    d = _moe_desc(fmt, experts, hidden, inter, activation, layout, limit, alpha, (-1, -1), (-1, -1), 1, 1,
+                  DType.BF16, False)
+    s = _lib.MoePackedSizes()
+    _lib.check(_lib.lib.nb_moe_packed_get_sizes(ctypes.byref(d), ctypes.byref(s)))
+    return s.gate_up_bytes, s.down_bytes
+
+
+def _check_moe_args(x, ids, wts, gate_up, down, gu_scales, dn_scales, gu_bias, dn_bias, fmt, experts, hidden,
+                    inter, activation, layout, limit, alpha, fake):
+    """Type, dtype and shape checks of nibble::moe_mlp (device checks only
+    in the real implementation: fake tensors may be meta)."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"nibble.torch: x must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in _MOE_DTYPES:
+        raise TypeError(f"nibble.torch: x has dtype {x.dtype}; expected torch.bfloat16 or torch.float16 (and "
+                        "torch.float32 on the CPU)")
+    if fmt not in _lib.FORMAT_INFO:
+        raise ValueError(f"nibble.torch: unknown format code {fmt}")
+    if activation not in ACTIVATIONS.values() or layout not in GATE_UP_LAYOUTS.values():
+        raise ValueError(f"nibble.torch: activation {activation} / gate_up_layout {layout} unknown")
+    if x.dim() != 2 or x.shape[1] != hidden:
+        raise ValueError(f"nibble.torch: x has shape {tuple(x.shape)}; expected [tokens, hidden = {hidden}]")
+    m = x.shape[0]
+    if ids.dtype != torch.int32 or ids.dim() != 2 or ids.shape[0] != m or ids.shape[1] < 1:
+        raise ValueError(f"nibble.torch: topk_ids must be int32 [tokens = {m}, top_k], got {ids.dtype} "
+                         f"{tuple(ids.shape)}")
+    if wts.dtype != torch.float32 or tuple(wts.shape) != tuple(ids.shape):
+        raise ValueError(f"nibble.torch: topk_weights must be float32 of topk_ids' shape {tuple(ids.shape)}, got "
+                         f"{wts.dtype} {tuple(wts.shape)}")
+    if ids.shape[1] > experts:
+        raise ValueError(f"nibble.torch: top_k = {ids.shape[1]} is larger than experts = {experts}")
+    gu_bytes, dn_bytes = _moe_packed_bytes(fmt, experts, hidden, inter, activation, layout, limit, alpha)
+    for name, t, want in (("gate_up", gate_up, gu_bytes), ("down", down, dn_bytes)):
+        if t.dtype != torch.uint8 or t.dim() != 1 or t.shape[0] != want:
+            raise ValueError(f"nibble.torch: {name} must be the packed uint8 bytes ({want}, from pack_moe), got "
+                             f"{t.dtype} {tuple(t.shape)}")
+    has_ts = _lib.FORMAT_INFO[fmt]["tensor_scale"]
+    for name, t in (("gate_up_scales", gu_scales), ("down_scales", dn_scales)):
+        if has_ts and (t is None or t.dtype != torch.float32 or tuple(t.shape) != (experts,)):
+            raise ValueError(f"nibble.torch: {name} must be float32 [{experts}] ({_FORMAT_NAMES[Format(fmt)]} has "
+                             "a tensor scale per expert)")
+        if not has_ts and t is not None:
+            raise ValueError(f"nibble.torch: {_FORMAT_NAMES[Format(fmt)]} has no tensor scale; {name} must be None")
+    for name, t, shape in (("gate_up_bias", gu_bias, (experts, 2 * inter)), ("down_bias", dn_bias, (experts, hidden))):
+        if t is not None and (t.dtype != x.dtype or tuple(t.shape) != shape):
+            raise ValueError(f"nibble.torch: {name} must be {x.dtype} {list(shape)} (x's dtype), got {t.dtype} "
+                             f"{tuple(t.shape)}")
+    if not fake:
+        tensors = [t for t in (x, ids, wts, gate_up, down, gu_scales, dn_scales, gu_bias, dn_bias) if t is not None]
+        devs = {t.device for t in tensors}
+        if len(devs) != 1:
+            raise ValueError(f"nibble.torch: the MoE op's tensors must be on one device, got "
+                             f"{sorted(str(d) for d in devs)}")
+        if x.device.type not in ("cuda", "cpu"):
+            raise ValueError(f"nibble.torch: x is on {x.device}; the MoE op runs on CUDA devices (nb_moe_mlp) and "
+                             "on the CPU (the host reference)")
+        if x.device.type == "cuda" and x.dtype == torch.float32:
+            raise TypeError("nibble.torch: x is float32; the MoE kernels take bfloat16 or float16 (float32 runs on "
+                            "the CPU only)")
+
+
+def _contiguous16(t):
+    """t itself when it is contiguous and 16-byte aligned, else a copy."""
+    if t is None:
+        return None
+    return t if t.is_contiguous() and t.data_ptr() % 16 == 0 else t.clone(memory_format=torch.contiguous_format)
+
+
+@torch.library.custom_op("nibble::moe_mlp", mutates_args=())
+def _moe_op(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, gate_up: torch.Tensor,
+            down: torch.Tensor, gate_up_scales: Optional[torch.Tensor], down_scales: Optional[torch.Tensor],
+            gate_up_bias: Optional[torch.Tensor], down_bias: Optional[torch.Tensor], format: int, experts: int,
+            hidden: int, intermediate: int, activation: int, gate_up_layout: int, limit: float, alpha: float,
+            gate_up_exp_min: int, gate_up_exp_max: int, down_exp_min: int, down_exp_max: int) -> torch.Tensor:
+    _check_moe_args(x, topk_ids, topk_weights, gate_up, down, gate_up_scales, down_scales, gate_up_bias, down_bias,
+                    format, experts, hidden, intermediate, activation, gate_up_layout, limit, alpha, fake=False)
+    m, top_k = topk_ids.shape
+    if m == 0:
+        return x.new_empty((0, hidden))
+    gu_exp, dn_exp = (gate_up_exp_min, gate_up_exp_max), (down_exp_min, down_exp_max)
+    if x.device.type == "cpu":
+        return _moe_host(x, topk_ids, topk_weights, gate_up, down, gate_up_scales, down_scales, gate_up_bias,
+                         down_bias, format, experts, hidden, intermediate, activation, gate_up_layout, limit, alpha,
+                         gu_exp, dn_exp)
+    x, topk_ids, topk_weights, gate_up_bias, down_bias = (_contiguous16(t) for t in (x, topk_ids, topk_weights,
+                                                                                     gate_up_bias, down_bias))
+    d = _moe_desc(format, experts, hidden, intermediate, activation, gate_up_layout, limit, alpha, gu_exp, dn_exp, m,
+                  top_k, _DTYPES[x.dtype], True)
+    idx = x.device.index
+    ctx = context(idx)
+    y = torch.empty((m, hidden), dtype=x.dtype, device=x.device)
+    with _on_device(idx):
+        ws_bytes = ctypes.c_size_t(0)
+        ctx.check(_lib.lib.nb_moe_workspace_size(ctx.ptr, ctypes.byref(d), ctypes.byref(ws_bytes)))
+        # The workspace (routing layout, per-slot h and o) grows with m, so it
+        # comes from torch's caching allocator per call (graph-safe), not
+        # from the module; nb_moe_mlp writes all of it before reading.
+        ws = torch.empty(max(ws_bytes.value, 1), dtype=torch.uint8, device=x.device)
+
+        def p(t):
+            return t.data_ptr() if t is not None else None
+        w = _lib.MoePackedWeights(gate_up=p(gate_up), down=p(down), gate_up_scales=p(gate_up_scales),
+                                  down_scales=p(down_scales), gate_up_bias=p(gate_up_bias), down_bias=p(down_bias))
+        stream = torch.cuda.current_stream(x.device).cuda_stream
+        ctx.check(_lib.lib.nb_moe_mlp(ctx.ptr, ctypes.byref(d), ctypes.c_void_p(x.data_ptr()), ctypes.byref(w),
+                                      ctypes.c_void_p(topk_ids.data_ptr()), ctypes.c_void_p(topk_weights.data_ptr()),
+                                      ctypes.c_void_p(y.data_ptr()), ctypes.c_void_p(ws.data_ptr()), ws.numel(),
+                                      ctypes.c_void_p(stream)))
+    return y
+
+
+def _moe_host(x, ids, wts, gate_up, down, gu_scales, dn_scales, gu_bias, dn_bias, fmt, experts, hidden, inter,
+              activation, layout, limit, alpha, gu_exp, dn_exp):
+    """nibble::moe_mlp on the CPU: the packed bytes unpacked (nb_unpack_host)
+    and the host reference nb_moe_mlp_host run on them - the arithmetic the
+    kernels are held to, for checking, not for speed."""
+    from .moe import moe_reference, moe_unpack
+    names = {v: k for k, v in ACTIVATIONS.items()}, {v: k for k, v in GATE_UP_LAYOUTS.items()}
+    oai = activation == ACTIVATIONS["swiglu_oai"]
+    spec = MoeSpec(_FORMAT_NAMES[Format(fmt)], experts, hidden, inter, names[0][activation], names[1][layout],
+                   limit if oai else None, alpha if oai else None)
+    qm = moe_unpack(_packed_moe_host(spec, gate_up, down, gu_scales, dn_scales, gu_exp, dn_exp))
+
+    def host(t):
+        if t is None:
+            return None
+        t = t.detach().contiguous()
+        return t.view(torch.int16).numpy().view(np.uint16) if t.dtype == torch.bfloat16 else t.numpy()
+    qm.gate_up_bias, qm.down_bias = host(gu_bias), host(dn_bias)
+    y = moe_reference(host(x), ids.numpy(), wts.numpy(), qm)
+    t = torch.from_numpy(y.view(np.int16) if x.dtype == torch.bfloat16 else y)
+    return t.view(torch.bfloat16) if x.dtype == torch.bfloat16 else t
+
+
+@_moe_op.register_fake
+def _moe_fake(x, topk_ids, topk_weights, gate_up, down, gate_up_scales, down_scales, gate_up_bias, down_bias, format,
+              experts, hidden, intermediate, activation, gate_up_layout, limit, alpha, gate_up_exp_min,
+              gate_up_exp_max, down_exp_min, down_exp_max):
+    _check_moe_args(x, topk_ids, topk_weights, gate_up, down, gate_up_scales, down_scales, gate_up_bias, down_bias,
+                    format, experts, hidden, intermediate, activation, gate_up_layout, limit, alpha, fake=True)
+    return x.new_empty((x.shape[0], hidden))
+
+
+def moe(x, topk_ids, topk_weights, weights, gate_up_bias=None, down_bias=None):
+    """y [..., H] = the MoE MLP of x [..., H] (nibble::moe_mlp).
+
+    topk_ids [..., top_k] (any integer dtype: converted to int32) and
+    topk_weights [..., top_k] (any float dtype: converted to float32) are the
+    router's choice, used as given; weights a PackedMoeWeights on x's device;
+    gate_up_bias [E, 2I] and down_bias [E, H] optional (converted to x's
+    dtype).  On a CUDA device: nb_moe_mlp on the current stream (bfloat16 or
+    float16; no host synchronization, capturable in CUDA graphs; routing
+    data is not checked there: an id outside [0, E) contributes 0).  On the
+    CPU: the host reference (bfloat16, float16 or float32; routing checked,
+    nibble.Error naming the token and slot)."""
+    if not isinstance(weights, PackedMoeWeights):
+        raise TypeError(f"nibble.torch: weights must be a PackedMoeWeights, got {type(weights).__name__}")
+    if not isinstance(x, torch.Tensor) or not isinstance(topk_ids, torch.Tensor) \
+            or not isinstance(topk_weights, torch.Tensor):
+        raise TypeError("nibble.torch: x, topk_ids and topk_weights must be torch.Tensors")
+    H = weights.spec.hidden
+    if x.dim() < 1 or x.shape[-1] != H:
+        raise ValueError(f"nibble.torch: x has shape {tuple(x.shape)}; expected [..., hidden = {H}]")
+    if topk_ids.is_floating_point() or topk_ids.is_complex() or not topk_weights.is_floating_point():
+        raise TypeError(f"nibble.torch: topk_ids must be integers and topk_weights floats, got {topk_ids.dtype} and "
+                        f"{topk_weights.dtype}")
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, H)
+    ids = topk_ids.reshape(x2.shape[0], -1).to(torch.int32)
+    wts = topk_weights.reshape(x2.shape[0], -1).to(torch.float32)
+    gub = gate_up_bias.to(x.dtype) if gate_up_bias is not None else None
+    dnb = down_bias.to(x.dtype) if down_bias is not None else None
+    y = torch.ops.nibble.moe_mlp(x2, ids, wts, weights.gate_up, weights.down, weights.gate_up_scales,
+                                 weights.down_scales, gub, dnb, *weights.op_args())
+    return y.reshape(*lead, H)
+
+
+def _expert_kind(mod):
+    """How a transformers experts module stores its weights, or None for a
+    module that is not one nibble replaces:
+      gpt-oss (GptOssExperts): gate_up_proj [E, H, 2I] (in x out, rows of
+        the transpose interleaved), down_proj [E, I, H], gate_up_proj_bias
+        [E, 2I], down_proj_bias [E, H], alpha and limit: swiglu_oai;
+      fused SwiGLU experts (Qwen3MoeExperts and the other transformers 5
+        experts with gate_up_proj [E, 2I, H] concatenated, down_proj [E, H,
+        I], a SiLU act_fn, no bias).
+    Returns (activation, transposed, has_bias, limit, alpha)."""
+    gu, dn = getattr(mod, "gate_up_proj", None), getattr(mod, "down_proj", None)
+    if not isinstance(gu, torch.Tensor) or not isinstance(dn, torch.Tensor) or gu.dim() != 3 or dn.dim() != 3:
+        return None
+    if all(hasattr(mod, a) for a in ("gate_up_proj_bias", "down_proj_bias", "alpha", "limit")) \
+            and not getattr(mod, "is_concatenated", False):
+        return ("swiglu_oai", True, True, float(mod.limit), float(mod.alpha))
+    if _is_silu(getattr(mod, "act_fn", None)) and not getattr(mod, "is_transposed", False) \
+            and getattr(mod, "is_concatenated", True) and not getattr(mod, "has_bias", False) \
+            and getattr(mod, "has_gate", True):
+        return ("swiglu", False, False, None, None)
+    return None
+
+
+def _expert_dims(mod):
+    """(E, H, I) of an experts module (a transformers one or a MoeExperts)."""
+    if isinstance(mod, MoeExperts):
+        return mod.num_experts, mod.hidden_dim, mod.intermediate_dim
+    gu = mod.gate_up_proj
+    if _expert_kind(mod)[1]:   # gpt-oss: [E, H, 2I]
+        return gu.shape[0], gu.shape[1], gu.shape[2] // 2
+    return gu.shape[0], gu.shape[2], gu.shape[1] // 2
+
+
+def _is_silu(act):
+    """act computes silu (torch's SiLU, transformers' SiLUActivation, ...):
+    asked of the function itself on a few values, not of its class name."""
+    if not callable(act):
+        return False
+    t = torch.linspace(-8, 8, 33)
+    try:
+        return torch.equal(act(t), torch.nn.functional.silu(t))
+    except Exception:  # noqa: BLE001 - any failure means it is not a plain silu
+        return False
+
+
+class MoeExperts(torch.nn.Module):
+    """The experts of an MoE layer with 4-bit weights: forward(hidden_states
+    [T, H], top_k_index [T, top_k], top_k_weights [T, top_k]) = nibble::moe_mlp
+    (the signature of transformers' experts modules, whose router stays in
+    place).  Replaces gpt-oss's GptOssExperts (swiglu_oai, interleaved
+    gate_up, biases) and Qwen3-MoE's Qwen3MoeExperts (SwiGLU, concatenated).
+
+    Buffers (not in the state_dict): gate_up_packed, down_packed (uint8) and,
+    for NVFP4, gate_up_scales_bits, down_scales_bits (the float32 [E] tensor
+    scales as int32 bits, so that module.to(dtype) leaves them exact).  Parameters (frozen;
+    module.to(dtype) converts them): gate_up_proj_bias [E, 2I] and
+    down_proj_bias [E, H] when the experts have biases (gpt-oss's names, so a
+    loader fills them by name).  Inference only."""
+
+    def __init__(self, weights, gate_up_bias=None, down_bias=None):
+        super().__init__()
+        if not isinstance(weights, PackedMoeWeights):
+            raise TypeError(f"nibble.torch: weights must be a PackedMoeWeights, got {type(weights).__name__}")
+        s = self.spec = weights.spec
+        self.num_experts, self.hidden_dim, self.intermediate_dim = s.experts, s.hidden, s.intermediate
+        self.format = s.format
+        self.gate_up_exp, self.down_exp = tuple(weights.gate_up_exp), tuple(weights.down_exp)
+        self.register_buffer("gate_up_packed", weights.gate_up, persistent=False)
+        self.register_buffer("down_packed", weights.down, persistent=False)
+        # the tensor scales as their int32 bit patterns: module.to(dtype)
+        # converts floating-point buffers, and a rounded scale would change
+        # every weight of the expert
+        for name in ("gate_up_scales", "down_scales"):
+            t = getattr(weights, name)
+            self.register_buffer(name + "_bits", None if t is None else t.view(torch.int32), persistent=False)
+        dev = weights.gate_up.device
+        for name, b, shape in (("gate_up_proj_bias", gate_up_bias, (s.experts, 2 * s.intermediate)),
+                               ("down_proj_bias", down_bias, (s.experts, s.hidden))):
+            if b is not None:
+                if not isinstance(b, torch.Tensor) or tuple(b.shape) != shape:
+                    raise ValueError(f"nibble.torch: {name} must be a tensor of shape {list(shape)}, got "
+                                     f"{tuple(b.shape) if isinstance(b, torch.Tensor) else type(b).__name__}")
+                b = torch.nn.Parameter(b.detach() if b.is_meta else b.detach().to(dev), requires_grad=False)
+            setattr(self, name, b)
+
+    @property
+    def weights(self):
+        """The PackedMoeWeights this module runs."""
+        scales = [None if t is None else t.view(torch.float32) for t in (self.gate_up_scales_bits,
+                                                                          self.down_scales_bits)]
+        return PackedMoeWeights(self.spec, self.gate_up_packed, self.down_packed, *scales, self.gate_up_exp,
+                                self.down_exp)
+
+    def forward(self, hidden_states, top_k_index, top_k_weights):
+        return moe(hidden_states, top_k_index, top_k_weights, self.weights, self.gate_up_proj_bias,
+                   self.down_proj_bias)
+
+    def quantized_moe(self):
+        """The weights in the checkpoint layout (a nibble.QuantizedMoe in host
+        memory, biases included as float32): exactly the packed bytes."""
+        qm = unpack_moe(self.weights)
+        for name in ("gate_up_proj_bias", "down_proj_bias"):
+            b = getattr(self, name)
+            setattr(qm, name.replace("_proj", ""), None if b is None else b.detach().float().cpu().numpy())
+        return qm
+
+    @classmethod
+    def from_quantized(cls, qm, device=None, dtype=torch.bfloat16):
+        """A MoeExperts from a nibble.QuantizedMoe (its biases, numpy of any
+        float dtype or BF16 bits as uint16, become `dtype` parameters),
+        packed for `device` (default: the current CUDA device; "cpu": host
+        memory, the host reference)."""
+        w = pack_moe(qm, device)
+        return cls(w, *(_np_float_tensor(b, dtype) for b in (qm.gate_up_bias, qm.down_bias)))
+
+    @classmethod
+    def from_module(cls, mod, format="nvfp4", scale_rule=None, device=None, method="rtn"):
+        """Quantize a transformers experts module (GptOssExperts,
+        Qwen3MoeExperts; see _expert_kind) expert by expert - on its GPU by
+        the device quantizer when its weights are there, else by the C
+        reference - and pack it for `device` (default: the weights' CUDA
+        device, else the current one)."""
+        kind = _expert_kind(mod)
+        if kind is None:
+            raise ValueError(f"nibble.torch: {type(mod).__name__} is not an experts module nibble replaces "
+                             "(GptOssExperts, or fused SwiGLU experts such as Qwen3MoeExperts)")
+        activation, transposed, has_bias, limit, alpha = kind
+        fmt = _format_code(format)
+        if device is None:
+            device = mod.gate_up_proj.device if mod.gate_up_proj.device.type == "cuda" else None
+        E = mod.gate_up_proj.shape[0]
+        proj = {}
+        for name in ("gate_up_proj", "down_proj"):
+            w = getattr(mod, name).detach()
+            if w.is_meta:
+                raise ValueError(f"nibble.torch: {name} is on the meta device (no values to quantize)")
+            qws = [_quantize_host_weight(w[e].t() if transposed else w[e], fmt, scale_rule, method)
+                   for e in range(E)]
+            proj[name] = QuantizedExperts.stack(qws)
+        bias = [getattr(mod, b, None) if has_bias else None for b in ("gate_up_proj_bias", "down_proj_bias")]
+        qm = QuantizedMoe(proj["gate_up_proj"], proj["down_proj"], activation=activation, limit=limit, alpha=alpha)
+        w = pack_moe(qm, device)
+        return cls(w, *(None if b is None else b.detach() for b in bias))
+
+    def extra_repr(self):
+        s = self.spec
+        return (f"experts={s.experts}, hidden={s.hidden}, intermediate={s.intermediate}, format={s.format}, "
+                f"activation={s.activation}, gate_up_layout={s.gate_up_layout}, "
+                f"bias={self.gate_up_proj_bias is not None}")
+
+
+def _quantize_host_weight(w, fmt, scale_rule, method):
+    """One 2-D weight as a nibble.QuantizedWeight in host memory: the device
+    quantizer for a CUDA tensor (method "rtn"), else the C reference."""
+    _check_weight(w)
+    if w.device.type == "cuda" and method == "rtn":
+        codes, scales, d = _quantize_device(w.contiguous(), fmt, scale_rule, None)
+        return QuantizedWeight(codes=codes.cpu().numpy(), scales=scales.cpu().numpy(),
+                               tensor_scale=float(d.tensor_scale), n=int(d.n), k=int(d.k), format=_FORMAT_NAMES[fmt])
+    return _np_quantize(_host_array(w), format=_FORMAT_NAMES[fmt], scale_rule=scale_rule, method=method)
+
+
+def _np_float_tensor(a, dtype):
+    """A numpy bias (float, or uint16 BF16 bits) as a CPU tensor of dtype."""
+    if a is None:
+        return None
+    a = np.ascontiguousarray(a)
+    t = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16) if a.dtype == np.uint16 else torch.from_numpy(a)
+    return t.to(dtype)
+
+
+def _dense_experts(qe, dtype, device, transposed):
+    """[E, n, k] (or [E, k, n] when transposed) dequantized expert weights of
+    a nibble.QuantizedExperts, bit-exact with what the kernels multiply by."""
+    ws = [dequantize_weight(qe.expert(e), dtype, device) for e in range(qe.experts)]
+    return torch.stack([w.t() for w in ws] if transposed else ws).contiguous()
 
 
 # ------------------------------------------------------ checkpoint loading
@@ -858,6 +1353,11 @@ def load_quantized(model, path, device=None, dtype=None, dequantize=False, stric
       (missing) or the checkpoint has tensors the model has no place for
       (unexpected), before anything is loaded; False loads what matches.
 
+    Expert groups (gpt-oss MXFP4 experts, per-expert ModelOpt /
+    compressed-tensors layers; Checkpoint.moe_groups) go into the model's
+    experts module of the group's prefix (GptOssExperts, Qwen3MoeExperts),
+    which becomes a MoeExperts (dequantize: its own 3-D weights get the
+    dequantized values).
     Quantized layers must be nn.Linear modules of the checkpoint's shape;
     any other shape difference raises ValueError, a layer the C reader found
     inconsistent raises nibble.Error.  Activation and KV-cache scales
@@ -890,22 +1390,32 @@ def load_quantized(model, path, device=None, dtype=None, dequantize=False, stric
             ck.close()
 
 
-def _plan_layers(model, ck, experts=False):
-    """The quantized layers of checkpoint `ck` and where they go in `model`,
-    settled from names and shapes before any data is read (load_quantized
-    and the transformers integration share it).  Returns (layers, consumed,
-    expert_layers, problems): layers [(CheckpointLayer, module, bias name or
-    None)] whose module is an nn.Linear (or a nibble.torch.Linear) of the
-    layer's shape; consumed, the checkpoint tensor names they account for
-    (and the model's P.weight); expert_layers, the MoE expert layers (gpt-oss)
-    when `experts` is true, else each is a problem (no nn.Linear to go into).
-    A layer the C reader found inconsistent raises nibble.Error
-    (NB_ERR_CORRUPT), one in a format no GPU kernel serves nibble.Error
-    (NB_ERR_UNSUPPORTED, naming it), a module of another kind or shape
-    ValueError.  A layer whose module the model lacks is left out (its
-    tensors stay unconsumed)."""
+def _plan_layers(model, ck):
+    """The quantized layers and expert groups of checkpoint `ck` and where
+    they go in `model`, settled from names and shapes before any data is
+    read (load_quantized and the transformers integration share it).
+    Returns (layers, consumed, groups, problems): layers [(CheckpointLayer,
+    module, bias name or None)] whose module is an nn.Linear (or a
+    nibble.torch.Linear) of the layer's shape; consumed, the checkpoint
+    tensor names they account for (and the model's names of what they
+    replace); groups [(CheckpointMoe, module)] for the expert groups whose
+    prefix names an experts module of the model (see _plan_group); problems,
+    expert layers with nowhere to go.  A layer the C reader found
+    inconsistent raises nibble.Error (NB_ERR_CORRUPT), one in a format no
+    GPU kernel serves nibble.Error (NB_ERR_UNSUPPORTED, naming it), a module
+    of another kind or shape ValueError.  A layer whose module the model
+    lacks is left out (its tensors stay unconsumed)."""
     modules = dict(model.named_modules())
-    plan_layers, consumed, expert_layers, problems = [], set(), [], []
+    plan_layers, consumed, problems = [], set(), []
+    groups = {}
+    for g in ck.moe_groups:
+        mod = modules.get(g.prefix)
+        if mod is None or isinstance(mod, torch.nn.ModuleList):
+            continue  # no module of that name, or one module per expert: the layers load one by one
+        _plan_group(ck, g, mod)
+        groups[g.prefix] = (g, mod)
+        consumed.update(b for b in (g.gate_up_bias, g.down_bias) if b)
+        consumed.update(f"{g.prefix}.{name}" for name in mod.state_dict())
     for L in ck.layers:
         if L.format == "inconsistent":
             raise Error(_lib.Status.ERR_CORRUPT, "NB_ERR_CORRUPT", f"{ck.path}: layer {L.prefix}: {L.problem}")
@@ -915,13 +1425,12 @@ def _plan_layers(model, ck, experts=False):
             raise Error(_lib.Status.ERR_UNSUPPORTED, "NB_ERR_UNSUPPORTED",
                         f"{ck.path}: layer {L.prefix} is {L.format}: no GPU kernel serves {L.quant_format} yet")
         members = [t.name for t in ck.tensors if t.layer == L.prefix]
+        if L.moe_group in groups:
+            consumed.update(members)
+            continue
         if L.experts:
-            if experts:
-                expert_layers.append(L)
-                consumed.update(members)
-            else:
-                problems.append(f"{L.prefix}: {L.format} expert weights ({L.experts} experts) have no nn.Linear to "
-                                "go into")
+            problems.append(f"{L.prefix}: {L.format} expert weights ({L.experts} experts) have no experts module "
+                            "(GptOssExperts) to go into")
             continue
         mod = modules.get(L.prefix)
         if mod is None:
@@ -941,12 +1450,47 @@ def _plan_layers(model, ck, experts=False):
         plan_layers.append((L, mod, bias_name if bias_name in ck else None))
         consumed.update(members)
         consumed.add(L.prefix + ".weight")  # the model's name for it, whatever the checkpoint calls it
-    return plan_layers, consumed, expert_layers, problems
+    return plan_layers, consumed, list(groups.values()), problems
+
+
+def _module_moe_kind(mod):
+    """(activation, transposed, has_bias) of an experts module: a transformers
+    one (_expert_kind) or a MoeExperts (placeholder); None otherwise."""
+    if isinstance(mod, MoeExperts):
+        return (mod.spec.activation, mod.spec.activation == "swiglu_oai", mod.gate_up_proj_bias is not None)
+    kind = _expert_kind(mod)
+    return kind[:3] if kind else None
+
+
+def _plan_group(ck, g, mod):
+    """Check that expert group g of checkpoint ck fits the model's module
+    `mod`: an experts module of the group's activation, E, H and I, with
+    biases exactly when the group has them.  nibble.Error for an
+    inconsistent group (NB_ERR_CORRUPT) or one of a format without MoE
+    kernels (NB_ERR_UNSUPPORTED); ValueError otherwise."""
+    if g.format == "inconsistent":
+        raise Error(_lib.Status.ERR_CORRUPT, "NB_ERR_CORRUPT", f"{ck.path}: expert group {g.prefix}: {g.problem}")
+    if not g.quant_format or not _lib.FORMAT_INFO[_lib.format_from_name(g.quant_format)]["kernels"]:
+        raise Error(_lib.Status.ERR_UNSUPPORTED, "NB_ERR_UNSUPPORTED",
+                    f"{ck.path}: expert group {g.prefix} is {g.format}: no MoE kernel serves it")
+    kind = _module_moe_kind(mod)
+    if kind is None:
+        raise ValueError(f"nibble.torch: checkpoint expert group {g.prefix} ({g.format}, {g.experts} experts) but the "
+                         f"model's {g.prefix} is a {type(mod).__name__}, not an experts module nibble replaces "
+                         "(GptOssExperts, Qwen3MoeExperts)")
+    shape = _expert_dims(mod)
+    if (kind[0], *shape) != (g.activation, g.experts, g.hidden, g.intermediate):
+        raise ValueError(f"nibble.torch: {g.prefix}: the checkpoint's experts are {g.activation} with E = "
+                         f"{g.experts}, H = {g.hidden}, I = {g.intermediate} but the model's {type(mod).__name__} is "
+                         f"{kind[0]} with E = {shape[0]}, H = {shape[1]}, I = {shape[2]}")
+    if kind[2] != (g.gate_up_bias is not None and g.down_bias is not None):
+        raise ValueError(f"nibble.torch: {g.prefix}: the model's experts {'have' if kind[2] else 'have no'} biases, "
+                         f"the checkpoint's {'have none' if kind[2] else 'have'}")
 
 
 def _load(model, ck, device, dtype, dequantize, strict):
     slots = _model_slots(model)
-    plan_layers, consumed, _, problems = _plan_layers(model, ck)
+    plan_layers, consumed, groups, problems = _plan_layers(model, ck)
 
     loaded, unexpected, ignored = [], [], []
     for t in ck.tensors:
@@ -997,6 +1541,27 @@ def _load(model, ck, device, dtype, dequantize, strict):
             parent = model.get_submodule(parent_name) if parent_name else model
             setattr(parent, child, Linear.from_quantized(qw, bias, device=device))
         report_q[L.prefix] = L.format
+
+    # Expert groups.
+    for g, mod in groups:
+        qm = ck.moe(g)
+        _, transposed, has_bias = _module_moe_kind(mod)
+        bdtype = dtype or (mod.gate_up_proj_bias.dtype if has_bias else torch.bfloat16)
+        if dequantize:
+            if isinstance(mod, MoeExperts):
+                raise ValueError(f"nibble.torch: {g.prefix} is already a nibble.torch.MoeExperts; dequantize=True "
+                                 "needs the model's own experts module")
+            wdtype = dtype or mod.gate_up_proj.dtype
+            for name, qe in (("gate_up_proj", qm.gate_up), ("down_proj", qm.down)):
+                _place([(mod, name, True)], _dense_experts(qe, wdtype, device, transposed), True)
+            if has_bias:
+                for name, b in (("gate_up_proj_bias", qm.gate_up_bias), ("down_proj_bias", qm.down_bias)):
+                    _place([(mod, name, True)], _np_float_tensor(b, bdtype).to(device), True)
+        else:
+            parent_name, _, child = g.prefix.rpartition(".")
+            parent = model.get_submodule(parent_name) if parent_name else model
+            setattr(parent, child, MoeExperts.from_quantized(qm, device=device, dtype=bdtype))
+        report_q[g.prefix] = g.format
 
     # Everything else, converted on the host, then moved.
     for name in loaded:

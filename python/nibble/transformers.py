@@ -37,7 +37,7 @@ Loading a 4-bit checkpoint
   tensors, as load_quantized does: ModelOpt NVFP4, compressed-tensors
   nvfp4/mxfp4, Quark MXFP4, gpt-oss MXFP4 experts.  Before transformers
   loads anything, each quantized nn.Linear becomes a nibble.torch.Linear
-  placeholder (gpt-oss experts: NibbleGptOssExperts) and the checkpoint's
+  placeholder (experts modules of gpt-oss: nibble.torch.MoeExperts) and the checkpoint's
   4-bit tensors are left to nibble; transformers loads every other tensor
   (embeddings, norms, biases, layers left in BF16) with its own device map
   and dtype.  After that the 4-bit weights are read through the reader (the
@@ -84,7 +84,7 @@ from . import _FORMATS, _lib, _rule_name, weight_sizes
 from . import quantize as _np_quantize
 from . import torch as nt
 
-__all__ = ["NibbleConfig", "NibbleHfQuantizer", "NibbleGptOssExperts", "override", "restore", "OVERRIDABLE"]
+__all__ = ["NibbleConfig", "NibbleHfQuantizer", "override", "restore", "OVERRIDABLE"]
 
 # The quant_method values of the checkpoint layouts nibble reads.
 OVERRIDABLE = ("modelopt", "compressed-tensors", "quark", "mxfp4")
@@ -252,6 +252,55 @@ def _placeholder(n, k, fmt, tensor_scale, bias):
     return nt.Linear(pw, b)
 
 
+def _moe_placeholder(g, mod):
+    """A nibble.torch.MoeExperts on the meta device with the packed sizes of
+    expert group g (a CheckpointMoe), standing in for the model's experts
+    module `mod`: transformers places it and loads its biases (gpt-oss's
+    gate_up_proj_bias / down_proj_bias, by name); the bytes come after
+    loading (_moe_fill)."""
+    from .moe import MoeSpec, packed_sizes
+    oai = g.activation == "swiglu_oai"
+    spec = MoeSpec(g.quant_format, g.experts, g.hidden, g.intermediate, g.activation, g.gate_up_layout,
+                   g.limit if oai else None, g.alpha if oai else None)
+    sizes = packed_sizes(spec)
+    ts = torch.empty(g.experts, dtype=torch.float32, device="meta") if spec.has_tensor_scale else None
+    pw = nt.PackedMoeWeights(spec=spec, gate_up=torch.empty(sizes["gate_up_bytes"], dtype=torch.uint8, device="meta"),
+                             down=torch.empty(sizes["down_bytes"], dtype=torch.uint8, device="meta"),
+                             gate_up_scales=ts, down_scales=None if ts is None else ts.clone(),
+                             gate_up_exp=(-1, -1), down_exp=(-1, -1))
+    biases = [None, None]
+    if nt._module_moe_kind(mod)[2]:
+        biases = [torch.empty(getattr(mod, b).shape, dtype=getattr(mod, b).dtype, device="meta")
+                  for b in ("gate_up_proj_bias", "down_proj_bias")]
+    ph = nt.MoeExperts(pw, *biases)
+    ph._orig_cls, ph._transposed = type(mod), nt._module_moe_kind(mod)[1]
+    return ph
+
+
+def _moe_fill(ph, ck, g, config, dequantize, dtype):
+    """The experts module for placeholder `ph` with the checkpoint's bytes,
+    on the device transformers put the placeholder on: a MoeExperts (nb_moe_pack_host,
+    then the copy there), or with dequantize the model's own experts module
+    holding the dequantized weights (the reference)."""
+    placed = [t for t in (ph.gate_up_proj_bias, ph.down_proj_bias, ph.gate_up_packed) if t is not None and not t.is_meta]
+    dev = placed[0].device if placed else torch.device("cpu")
+    loaded = [b if b is not None and not b.is_meta else None for b in (ph.gate_up_proj_bias, ph.down_proj_bias)]
+    qm = ck.moe(g)
+    bdtype = loaded[0].dtype if loaded[0] is not None else (dtype if isinstance(dtype, torch.dtype) else torch.bfloat16)
+    if loaded[0] is None and qm.gate_up_bias is not None:
+        loaded = [nt._np_float_tensor(b, bdtype).to(dev) for b in (qm.gate_up_bias, qm.down_bias)]
+    if not dequantize:
+        return nt.MoeExperts(nt.pack_moe(qm, dev), *loaded)
+    with torch.device("meta"):
+        dense = ph._orig_cls(config.get_text_config())
+    for name, qe in (("gate_up_proj", qm.gate_up), ("down_proj", qm.down)):
+        setattr(dense, name, torch.nn.Parameter(nt._dense_experts(qe, bdtype, dev, ph._transposed), requires_grad=False))
+    for name, b in zip(("gate_up_proj_bias", "down_proj_bias"), loaded):
+        if b is not None:
+            setattr(dense, name, torch.nn.Parameter(b, requires_grad=False))
+    return dense
+
+
 def _device_map_devices(device_map):
     if device_map is None:
         return set()
@@ -269,7 +318,7 @@ class NibbleHfQuantizer(HfQuantizer):
         super().__init__(quantization_config, **kwargs)
         self._ck = None
         self._layers = []          # [(CheckpointLayer, prefix)] of a 4-bit checkpoint
-        self._experts = []         # [(prefix of the experts module, {name: CheckpointLayer})]
+        self._experts = []         # [CheckpointMoe] of the expert groups, in MoeExperts placeholders
         self._targets = set()      # prefixes quantized at load
         self._pending = {}         # prefix -> PackedLinearWeight quantized at load, swapped in after it
         self._errors = {}
@@ -327,29 +376,22 @@ class NibbleHfQuantizer(HfQuantizer):
         if cfg.format is not None and formats != [cfg.format]:
             raise ValueError(f"nibble.transformers: NibbleConfig(format={cfg.format!r}) but {ck.path} holds "
                              f"{', '.join(formats)} layers (format=None takes the checkpoint as it is)")
-        layers, consumed, experts, problems = nt._plan_layers(model, ck, experts=True)
-        groups = {}
-        for L in experts:
-            owner, _, name = L.prefix.rpartition(".")
-            groups.setdefault(owner, {})[name] = L
-        for owner, members in groups.items():
-            mod = model.get_submodule(owner) if owner else model
-            try:
-                new = NibbleGptOssExperts.placeholder(mod, members)
-            except ValueError as e:
-                problems.append(f"{owner}: {e}")
-                continue
-            _swap(model, owner, new)
-            self._experts.append((owner, members))
+        layers, consumed, groups, problems = nt._plan_layers(model, ck)
         if problems:
             raise ValueError("nibble.transformers: " + "; ".join(problems))
+        for g, mod in groups:
+            _swap(model, g.prefix, _moe_placeholder(g, mod))
+            self._experts.append(g)
         for L, mod, _bias in layers:
             _swap(model, L.prefix, _placeholder(L.n, L.k, L.quant_format, L.tensor_scale, mod.bias))
             self._layers.append(L)
         # The 4-bit tensors are nibble's: transformers leaves them unread and unreported.
         keys = set(model.state_dict().keys())
-        mine = [t.name for t in ck.tensors if (t.name in consumed or t.name.endswith(nt._IGNORED_SUFFIXES))
-                and t.name not in keys]
+        # (consumed also names what the replaced experts modules held, e.g.
+        # experts.gate_up_proj: the name transformers' weight conversion
+        # gives per-expert checkpoint tensors once it has fused them)
+        mine = sorted({t.name for t in ck.tensors if t.name.endswith(nt._IGNORED_SUFFIXES)} | set(consumed))
+        mine = [n for n in mine if n not in keys]
         if mine:
             model._keys_to_ignore_on_load_unexpected = set(model._keys_to_ignore_on_load_unexpected or ())
             model._keys_to_ignore_on_load_unexpected.add("^(?:" + "|".join(re.escape(n) for n in mine) + ")$")
@@ -456,9 +498,9 @@ class NibbleHfQuantizer(HfQuantizer):
                 _swap(model, L.prefix, lin)
             else:
                 _swap(model, L.prefix, nt.Linear.from_quantized(qw, bias, device=dev))
-        for owner, members in self._experts:
-            mod = model.get_submodule(owner)
-            _swap(model, owner, mod.fill(ck, members, model.config, dequantize=cfg.dequantize))
+        for g in self._experts:
+            mod = model.get_submodule(g.prefix)
+            _swap(model, g.prefix, _moe_fill(mod, ck, g, model.config, cfg.dequantize, self._dtype))
 
     # ---------------------------------------------------------- saving
 
@@ -483,96 +525,13 @@ class NibbleHfQuantizer(HfQuantizer):
             if isinstance(mod, nt.Linear):
                 fmts.add(mod.format)
                 state.update({pre + k: v for k, v in layer_tensors(mod.quantized_weight()).items()})
-            elif isinstance(mod, NibbleGptOssExperts):
+            elif isinstance(mod, nt.MoeExperts):
                 raise ValueError(f"nibble.transformers: save_pretrained of MoE experts ({name}) is not supported "
                                  "yet (no dense layout holds them; the gpt-oss layout is not written)")
         if len(fmts) > 1:
             raise ValueError(f"nibble.transformers: save_pretrained writes one layout, and this model holds "
                              f"{', '.join(sorted(fmts))} layers")
         return state, {}
-
-
-class NibbleGptOssExperts(torch.nn.Module):
-    """gpt-oss's mixture of experts (transformers' GptOssExperts) with MXFP4
-    weights: one nibble.torch.Linear per expert and projection (gate_up:
-    2I x H, rows interleaving gate and up as gpt-oss stores them; down:
-    H x I) and the BF16 biases as transformers loads them.  forward is
-    GptOssExperts.forward with each matrix product a nibble::gemm: a loop
-    over the experts the batch routes to, as transformers' own eager path
-    does (no grouped MoE kernel yet; the loop reads which experts are hit,
-    so it is not captured in CUDA graphs)."""
-
-    def __init__(self, gate_up, down, gate_up_bias, down_bias, alpha, limit, orig_cls):
-        super().__init__()
-        self.gate_up = torch.nn.ModuleList(gate_up)
-        self.down = torch.nn.ModuleList(down)
-        self.gate_up_proj_bias = torch.nn.Parameter(gate_up_bias, requires_grad=False)
-        self.down_proj_bias = torch.nn.Parameter(down_bias, requires_grad=False)
-        self.num_experts = len(gate_up)
-        self.alpha, self.limit = alpha, limit
-        self._orig_cls = orig_cls
-
-    @classmethod
-    def placeholder(cls, mod, members):
-        """The meta-device stand-in for GptOssExperts `mod` whose checkpoint
-        layers are `members` ({"gate_up_proj": layer, "down_proj": layer});
-        ValueError when mod is not such a module or the shapes differ."""
-        need = ("gate_up_proj", "down_proj", "gate_up_proj_bias", "down_proj_bias", "alpha", "limit")
-        if type(mod).__name__ != "GptOssExperts" or not all(hasattr(mod, a) for a in need):
-            raise ValueError(f"MXFP4 expert weights for a {type(mod).__name__}; nibble serves gpt-oss's "
-                             "GptOssExperts only")
-        if sorted(members) != ["down_proj", "gate_up_proj"]:
-            raise ValueError(f"expert layers {sorted(members)}; expected gate_up_proj and down_proj")
-        e, h, i2 = mod.gate_up_proj.shape
-        gu, dn = members["gate_up_proj"], members["down_proj"]
-        if (gu.experts, gu.n, gu.k, dn.experts, dn.n, dn.k) != (e, i2, h, e, h, i2 // 2):
-            raise ValueError(f"the checkpoint's experts are {gu.experts} x {gu.n} x {gu.k} and {dn.experts} x "
-                             f"{dn.n} x {dn.k} (out x in) but the model's are {e} x {i2} x {h} and {e} x {h} x "
-                             f"{i2 // 2}")
-        return cls([_placeholder(gu.n, gu.k, gu.quant_format, gu.tensor_scale, None) for _ in range(e)],
-                   [_placeholder(dn.n, dn.k, dn.quant_format, dn.tensor_scale, None) for _ in range(e)],
-                   torch.empty(mod.gate_up_proj_bias.shape, dtype=mod.gate_up_proj_bias.dtype, device="meta"),
-                   torch.empty(mod.down_proj_bias.shape, dtype=mod.down_proj_bias.dtype, device="meta"),
-                   mod.alpha, mod.limit, type(mod))
-
-    def fill(self, ck, members, config, dequantize=False):
-        """The module with the checkpoint's bytes, on the device transformers
-        put the biases on: self (nibble layers), or with dequantize a
-        GptOssExperts holding the dequantized weights (the reference)."""
-        dev = self.gate_up_proj_bias.device
-        gu, dn = members["gate_up_proj"], members["down_proj"]
-        if dequantize:
-            dtype = self.gate_up_proj_bias.dtype
-            with torch.device("meta"):
-                dense = self._orig_cls(config.get_text_config())
-            for name, L in (("gate_up_proj", gu), ("down_proj", dn)):
-                w = torch.stack([nt.dequantize_weight(ck.quantized_weight(L, e), dtype, dev).t()
-                                 for e in range(self.num_experts)])
-                setattr(dense, name, torch.nn.Parameter(w.contiguous(), requires_grad=False))
-            dense.gate_up_proj_bias, dense.down_proj_bias = self.gate_up_proj_bias, self.down_proj_bias
-            return dense
-        for e in range(self.num_experts):
-            self.gate_up[e] = nt.Linear.from_quantized(ck.quantized_weight(gu, e), device=dev)
-            self.down[e] = nt.Linear.from_quantized(ck.quantized_weight(dn, e), device=dev)
-        return self
-
-    def _apply_gate(self, gate_up):
-        gate, up = gate_up[..., ::2], gate_up[..., 1::2]
-        gate = gate.clamp(min=None, max=self.limit)
-        up = up.clamp(min=-self.limit, max=self.limit)
-        return (up + 1) * (gate * torch.sigmoid(gate * self.alpha))
-
-    def forward(self, hidden_states, router_indices=None, routing_weights=None):
-        out = torch.zeros_like(hidden_states)
-        with torch.no_grad():
-            mask = torch.nn.functional.one_hot(router_indices, num_classes=self.num_experts).permute(2, 1, 0)
-            hit = torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero()
-        for e in hit[:, 0].tolist():
-            top_k_pos, token_idx = torch.where(mask[e])
-            gate_up = self.gate_up[e](hidden_states[token_idx]) + self.gate_up_proj_bias[e]
-            y = self.down[e](self._apply_gate(gate_up)) + self.down_proj_bias[e]
-            out.index_add_(0, token_idx, (y * routing_weights[token_idx, top_k_pos, None]).to(hidden_states.dtype))
-        return out
 
 
 def layer_tensors(qw):

@@ -197,7 +197,10 @@ def test_struct_layout_matches_c(tmp_path):
                "nb_weight_desc": _lib.WeightDesc, "nb_weight_sizes": _lib.WeightSizes,
                "nb_gemm_desc": _lib.GemmDesc, "nb_gemm_config": _lib.GemmConfig,
                "nb_format_info": _lib.FormatInfo, "nb_weight_sizes_v2": _lib.WeightSizesV2,
-               "nb_weight_buffers": _lib.WeightBuffers, "nb_weight_data": _lib.WeightBuffers}
+               "nb_weight_buffers": _lib.WeightBuffers, "nb_weight_data": _lib.WeightBuffers,
+               "nb_moe_desc": _lib.MoeDesc, "nb_moe_sizes": _lib.MoeSizes, "nb_moe_weights": _lib.MoeWeights,
+               "nb_moe_align_sizes": _lib.MoeAlignSizes, "nb_moe_packed_sizes": _lib.MoePackedSizes,
+               "nb_moe_packed_weights": _lib.MoePackedWeights}
     lines = ["#include <stdio.h>", "#include <stddef.h>", '#include "nibble.h"', "int main(void) {"]
     expect = []
     for cname, py in structs.items():

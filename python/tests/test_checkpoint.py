@@ -311,7 +311,7 @@ def test_io_struct_layout_matches_c(tmp_path):
     sizes and field offsets (the loader checks the sizes at run time too)."""
     structs = {"nb_st_tensor": _lib.StTensor, "nb_ckpt_layer": _lib.CkptLayer, "nb_ckpt_config": _lib.CkptConfig,
                "nb_ckpt_quantize_opts": _lib.CkptQuantizeOpts,
-               "nb_ckpt_quantize_summary": _lib.CkptQuantizeSummary}
+               "nb_ckpt_quantize_summary": _lib.CkptQuantizeSummary, "nb_ckpt_moe": _lib.CkptMoe}
     lines = ["#include <stdio.h>", "#include <stddef.h>", '#include "nibble_io.h"', "int main(void) {"]
     expect = []
     for cname, py in structs.items():

@@ -334,21 +334,41 @@ def gptoss(tmp_path_factory):
 
 
 def test_gptoss_experts_hold_the_checkpoint_bytes(gptoss):
+    """Each GptOssExperts becomes one nibble.torch.MoeExperts holding
+    nb_moe_pack_host of exactly the checkpoint's expert bytes (gpt-oss's
+    interleaved gate_up, swiglu_oai with config.json's limit and alpha) and
+    the BF16 biases transformers loaded."""
     model = AutoModelForCausalLM.from_pretrained(gptoss["path"], quantization_config=NibbleConfig())
     assert not _nibble_layers(model.model.layers[0].self_attn)           # attention stays BF16
-    for name, qws in gptoss["experts"].items():
-        owner, _, proj = name.rpartition(".")
+    owners = sorted({name.rpartition(".")[0] for name in gptoss["experts"]})
+    for owner in owners:
         mod = model.get_submodule(owner)
-        assert isinstance(mod, ntf.NibbleGptOssExperts) and mod.num_experts == len(qws)
-        for e, qw in enumerate(qws):
-            lin = (mod.gate_up if proj == "gate_up_proj" else mod.down)[e]
-            assert (lin.out_features, lin.in_features, lin.format) == (qw.n, qw.k, "mxfp4")
-            np.testing.assert_array_equal(lin.packed.numpy(), nibble.pack(qw).data)
-        ref_bias = gptoss["ref"].get_parameter(name + "_bias")
-        assert torch.equal(model.get_parameter(name + "_bias"), ref_bias)
+        assert isinstance(mod, nt.MoeExperts) and mod.gate_up_packed.device.type == "cpu"
+        qws = {proj: gptoss["experts"][f"{owner}.{proj}"] for proj in ("gate_up_proj", "down_proj")}
+        want = nibble.moe_pack(nibble.QuantizedMoe(nibble.QuantizedExperts.stack(qws["gate_up_proj"]),
+                                                   nibble.QuantizedExperts.stack(qws["down_proj"]),
+                                                   activation="swiglu_oai"))
+        assert mod.spec == want.spec and mod.spec.gate_up_layout == "interleaved" and mod.num_experts == 4
+        np.testing.assert_array_equal(mod.gate_up_packed.numpy(), want.gate_up)
+        np.testing.assert_array_equal(mod.down_packed.numpy(), want.down)
+        for proj in ("gate_up_proj", "down_proj"):
+            ref_bias = gptoss["ref"].get_parameter(f"{owner}.{proj}_bias")
+            assert torch.equal(model.get_parameter(f"{owner}.{proj}_bias"), ref_bias)
     assert torch.equal(model.model.embed_tokens.weight, gptoss["ref"].model.embed_tokens.weight)
     with pytest.raises(ValueError, match="MoE experts.*not supported"):
         model.save_pretrained(os.path.join(gptoss["path"], "saved"))
+
+
+def test_gptoss_runs_on_the_cpu_as_the_dequantized_model(gptoss):
+    """Loaded without a device map, the experts run the host reference
+    (nb_moe_mlp_host) on the CPU: the logits follow the dequantized model's
+    (same weights, BF16 rounding at other points)."""
+    model = AutoModelForCausalLM.from_pretrained(gptoss["path"], quantization_config=NibbleConfig())
+    ref = AutoModelForCausalLM.from_pretrained(gptoss["path"], quantization_config=NibbleConfig(dequantize=True))
+    ids = torch.tensor([[1, 17, 33, 99, 5]])
+    with torch.no_grad():
+        out, want = model(ids).logits.float(), ref(ids).logits.float()
+    assert ((out - want).norm() / want.norm()).item() < 2 ** -5
 
 
 def test_gptoss_dequantized_reference(gptoss):
