@@ -538,7 +538,7 @@ NB_API nb_status nb_pack(nb_context *ctx, nb_weight_desc *desc, const uint8_t *c
                          const uint8_t *scales, void *packed, size_t packed_bytes, void *stream);
 /* nb_pack_host and nb_pack for every format with kernels (nb_format_info.
  * kernels: nvfp4, mxfp4, int4, int4_sym), w holding codes, scales and, for
- * int4, zeros (docs/formats.md section 8.2 for the integer formats' layout).
+ * int4, zeros (docs/formats.md section 8.7 for the integer formats' layout).
  * nb_pack_host_v2 reads host memory; nb_pack_v2 device memory (the
  * nb_weight_data pointers are device pointers there), and it reads back the
  * zero-point range (synchronizing `stream`).  For int4, desc->scale_exp_min

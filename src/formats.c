@@ -951,7 +951,7 @@ void nbi_scale_exp_range(const uint8_t *scales, size_t count, int32_t *emin, int
 }
 
 /* The integer formats' scales and zero points in chunk (rb, kc) (docs/
- * formats.md section 8.2), both directions as pack_walk: per lane group g,
+ * formats.md section 8.7), both directions as pack_walk: per lane group g,
  * the 2 x gpc scales of rows g and g+8 (index h * gpc + j for row g + 8h,
  * kernel group j), and after all scales their zero points in the same
  * order. */
@@ -978,7 +978,7 @@ static void pack_int_scales(const nb_weight_desc *desc, uint8_t *chunk, int64_t 
 
 /* One walk over the packed layout (documented at the top of
  * src/cuda/gemv_fp4.cu and in docs/formats.md section 8; the integer
- * formats' k order and scales in section 8.2) for both
+ * formats' k order and scales in section 8.7) for both
  * directions, so that nb_pack_host and nb_unpack_host cannot disagree about
  * where an element lives.  to_packed: codes/scales -> packed (padding written
  * as zeros; `packed` pre-zeroed by the caller), else packed -> codes/scales

@@ -100,7 +100,7 @@ NB_INTERNAL size_t nbi_chunk_bytes(const nbi_format_traits *t);
 /* The packed layout of a weight (checked descriptor, a format with
  * kernels): bytes per chunk, and the kernel group (k per scale within a
  * chunk).  E2M1 formats: nbi_chunk_bytes and the format's group.  4-bit
- * integer formats (docs/formats.md section 8.2): the group when it is 32,
+ * integer formats (docs/formats.md section 8.7): the group when it is 32,
  * 64 or 128, else 128 (one scale per row, or a group a multiple of 128: the
  * scale repeats per chunk); 1024 code bytes, then 2 scale bytes (and 1 zero
  * byte with zero points) per row and kernel group. */
@@ -279,7 +279,7 @@ NB_INTERNAL nb_status nbi_cuda_dequantize(nb_context *ctx, const nb_weight_desc 
                                           const uint8_t *scales, nb_dtype dst_dtype, void *dst, void *stream);
 NB_INTERNAL nb_status nbi_cuda_pack(nb_context *ctx, const nb_weight_desc *d, const uint8_t *codes,
                                     const uint8_t *scales, void *packed, int32_t *emin, int32_t *emax, void *stream);
-/* The integer formats' packing (docs/formats.md 8.2); zeros NULL without
+/* The integer formats' packing (docs/formats.md 8.7); zeros NULL without
  * zero points, whose byte range (*zmin, *zmax) it reads back then. */
 NB_INTERNAL nb_status nbi_cuda_pack_int(nb_context *ctx, const nb_weight_desc *d, const uint8_t *codes,
                                         const uint8_t *scales, const uint8_t *zeros, void *packed, int32_t *zmin,

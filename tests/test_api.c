@@ -886,7 +886,7 @@ static void test_row_sets(void) {
     CHECK(strstr(nb_last_error(), "nb_weight_get_sizes_v2") != NULL, "v1 sizes message: \"%s\"", nb_last_error());
     memset(&s2, 0xA5, sizeof s2);
     EXPECT(NULL, NB_OK, nb_weight_get_sizes_v2(&d, &s2));
-    /* packed: 1 x 2 chunks of 1024 code bytes + 16 rows x 2 kernel groups x 3 (docs/formats.md 8.2) */
+    /* packed: 1 x 2 chunks of 1024 code bytes + 16 rows x 2 kernel groups x 3 (docs/formats.md 8.7) */
     CHECK(s2.codes_bytes == 1280 && s2.scales_bytes == 80 && s2.zeros_bytes == 40 && s2.packed_bytes == 2240 &&
               s2.dense_elements == 2560 && s2.reserved[0] == 0 && s2.reserved[7] == 0,
           "int4 10x256 g64 sizes: %zu %zu %zu %zu", s2.codes_bytes, s2.scales_bytes, s2.zeros_bytes, s2.packed_bytes);

@@ -1,5 +1,5 @@
 /* test_pack_int.c - the packed layout of the 4-bit integer formats (int4
- * with zero points, int4_sym), docs/formats.md section 8.2, on the CPU.
+ * with zero points, int4_sym), docs/formats.md section 8.7, on the CPU.
  *
  *   - nb_pack_host_v2's bytes against the layout written out here from the
  *     document (element (r, c) -> chunk, lane, word, nibble; scale and zero

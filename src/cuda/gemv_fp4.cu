@@ -59,6 +59,24 @@
  *   scales give NaN outputs.  c: NVFP4 BF16 7, FP16 8; MXFP4 BF16 emax-127
  *   (needs emax - emin <= 125), FP16 emax-128 (needs emax - emin <= 24).
  *
+ * INTEGER FORMATS (int4 with zero points, int4_sym; kernel 1 only:
+ *   gemv_int4_kernel<FMT, ACT, MT, KG>, KG the kernel group 32, 64 or 128)
+ *   Their scales are F16/BF16 per group of 32..128 (or one per row), too
+ *   many distinct values for a table and (q - z) * s is not exact in 16
+ *   bits, so the scale is applied after the MMA, in FP32.  The packed
+ *   layout (docs/formats.md 8.7) puts k = 32G + 8t + e in word G of lane t,
+ *   so tiles 2G and 2G+1 lie in the 32-wide sub-range G and inside one
+ *   kernel group.  The MMA operand is the exact integer q - z built in 16
+ *   bits with a magic number (gemv_step.cuh int_pair: one LOP3, one HSUB2);
+ *   each kernel group's MMAs accumulate into zeroed FP32 tiles, which then
+ *   enter the accumulators times the group's scale (one FFMA per element).
+ *   The only roundings are FP32 accumulation and the final one to ACT.
+ *   A NaN scale gives NaN; an infinite one gives inf (NaN where the group's
+ *   sum is 0), where the reference's per-element products give NaN for
+ *   every element with q = z: infinite scales are not matched.
+ *   m > 32 runs one launch per 32 rows (weights re-read per launch): correct
+ *   for prefill, not fast (no tensor-core path for these formats yet).
+ *
  * LIMITS  m <= 32 per launch (nb_gemm slices larger m); x rows 16-byte
  *   aligned; k a multiple of the group.
  * TEST    build/tests/test_gpu (scripts/device-check runs it under

@@ -47,7 +47,7 @@ __device__ __forceinline__ uint32_t word(const uint4 &v, int w) { return w == 0 
 /* ------------------------------------------- integer formats (kernel 1) */
 
 /* The packed chunk of a 4-bit integer format with kernel group KG (32, 64,
- * 128; docs/formats.md 8.2): 1024 code bytes, then per lane group g the
+ * 128; docs/formats.md 8.7): 1024 code bytes, then per lane group g the
  * 2 x GPC 16-bit scales of rows g and g+8, then their GPC zero-point bytes
  * each (formats with zero points). */
 template <int FMT, int KG>

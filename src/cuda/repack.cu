@@ -110,7 +110,7 @@ extern "C" nb_status nbi_cuda_pack(nb_context *ctx, const nb_weight_desc *d, con
     return t->scale_type == NB_SCALE_E8M0 ? exp_range(ctx, d, scales, 0xFF, emin, emax, s) : NB_OK;
 }
 
-/* The 4-bit integer formats (docs/formats.md 8.2; nb_pack_host_v2 is the
+/* The 4-bit integer formats (docs/formats.md 8.7; nb_pack_host_v2 is the
  * specification): one thread per (chunk, lane) writes the lane's 2 x 16
  * code bytes, word w holding k = 32w + 8t .. +7; lane 4g also writes lane
  * group g's scales (rows g, g+8: 2 x gpc of 2 bytes) and zero points. */
