@@ -11,8 +11,11 @@
  *     MXFP4  block 32, E8M0 (power of two) block scales (OCP Microscaling).
  *   The host reference (quantize, dequantize, GEMM) also serves the integer
  *   formats of AWQ, GPTQ and compressed-tensors (int4 with zero points,
- *   int4_sym, int8) and bitsandbytes' nf4 and bnb_fp4; no GPU kernel serves
- *   those yet (NB_FORMAT_LIST, and the _v2 functions for zero points).
+ *   int4_sym, int8) and bitsandbytes' nf4 and bnb_fp4 (NB_FORMAT_LIST, and
+ *   the _v2 functions for zero points).  On the GPU, int4 and int4_sym run
+ *   through nb_pack(_v2) and nb_gemm's decode kernel (every m, 32 rows per
+ *   launch: fast for decoding, not for prefill); int8, nf4 and bnb_fp4 have
+ *   no GPU kernel yet.
  *   Two memory layouts exist for a quantized weight:
  *     NB_LAYOUT_CHECKPOINT  what checkpoints store: codes [n, k/2] bytes, low
  *                           nibble = even element; scales [n, k/group] bytes;
@@ -379,7 +382,9 @@ typedef struct nb_weight_desc {
     float tensor_scale;
     /* Filled by nb_pack for MXFP4: smallest and largest non-NaN scale byte
      * (-1 when every scale is NaN).  The kernels use them to choose an exact
-     * exponent offset. */
+     * exponent offset.  For int4 (zero points) nb_pack_v2 fills them with
+     * the smallest and largest zero-point byte: BF16 activations need
+     * zero points up to 127. */
     int32_t scale_exp_min, scale_exp_max;
     int32_t method;            /* nb_quant_method, for nb_quantize*: 0 (RTN) by default */
     int32_t reserved[5];
@@ -517,9 +522,11 @@ NB_API nb_status nb_dequantize(nb_context *ctx, const nb_weight_desc *desc, cons
 /* ------------------------------------------------------------------- pack */
 
 /* Convert checkpoint layout (codes, scales) into the kernel layout.  Only
- * the formats the GPU kernels serve (nb_format_info.kernels: NVFP4, MXFP4)
- * have one; another is NB_ERR_UNSUPPORTED, named in the message, as it is
- * for nb_quantize, nb_dequantize, nb_gemm and the tuning functions.
+ * the formats the GPU kernels serve (nb_format_info.kernels: NVFP4, MXFP4,
+ * INT4 through nb_pack_v2, INT4_SYM) have one; another is
+ * NB_ERR_UNSUPPORTED, named in the message, as it is for nb_gemm and the
+ * tuning functions (nb_quantize, nb_dequantize and MoE serve NVFP4 and
+ * MXFP4 only).
  * `packed_bytes` must be at least nb_weight_sizes.packed_bytes.  On success
  * desc->layout is set to NB_LAYOUT_PACKED and, for MXFP4,
  * desc->scale_exp_min/max are filled.  Host and device versions produce
@@ -529,6 +536,19 @@ NB_API nb_status nb_pack_host(nb_context *ctx, nb_weight_desc *desc, const uint8
                               const uint8_t *scales, void *packed, size_t packed_bytes);
 NB_API nb_status nb_pack(nb_context *ctx, nb_weight_desc *desc, const uint8_t *codes,
                          const uint8_t *scales, void *packed, size_t packed_bytes, void *stream);
+/* nb_pack_host and nb_pack for every format with kernels (nb_format_info.
+ * kernels: nvfp4, mxfp4, int4, int4_sym), w holding codes, scales and, for
+ * int4, zeros (docs/formats.md section 8.7 for the integer formats' layout).
+ * nb_pack_host_v2 reads host memory; nb_pack_v2 device memory (the
+ * nb_weight_data pointers are device pointers there), and it reads back the
+ * zero-point range (synchronizing `stream`).  For int4, desc->scale_exp_min
+ * and scale_exp_max receive the smallest and largest zero-point byte.
+ * nb_pack_host and nb_pack refuse int4 (NB_ERR_UNSUPPORTED, naming the _v2
+ * function). */
+NB_API nb_status nb_pack_host_v2(nb_context *ctx, nb_weight_desc *desc, const nb_weight_data *w, void *packed,
+                                 size_t packed_bytes);
+NB_API nb_status nb_pack_v2(nb_context *ctx, nb_weight_desc *desc, const nb_weight_data *w, void *packed,
+                            size_t packed_bytes, void *stream);
 /* The inverse of nb_pack_host (host memory): codes (codes_bytes) and scales
  * (scales_bytes) of a packed weight, exactly the bytes that were packed;
  * padding is dropped.  desc->layout must be PACKED (as nb_pack left it); on
@@ -538,6 +558,12 @@ NB_API nb_status nb_pack(nb_context *ctx, nb_weight_desc *desc, const uint8_t *c
  * first. */
 NB_API nb_status nb_unpack_host(nb_context *ctx, nb_weight_desc *desc, const void *packed, size_t packed_bytes,
                                 uint8_t *codes, uint8_t *scales);
+/* nb_unpack_host for every format with kernels, into out's codes, scales
+ * and (int4) zeros.  A scale or zero point shared by several packed chunks
+ * (groups wider than 128, one group per row) is read from each: they are
+ * equal when the buffer came from nb_pack_v2. */
+NB_API nb_status nb_unpack_host_v2(nb_context *ctx, nb_weight_desc *desc, const void *packed, size_t packed_bytes,
+                                   const nb_weight_buffers *out);
 
 /* ------------------------------------------------------------------- gemm */
 

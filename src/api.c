@@ -305,7 +305,7 @@ static nb_status weight_sizes(const nb_weight_desc *d, nb_weight_sizes_v2 *out, 
     /* n, k <= 2^31 and n*k <= 2^50 (checked), so none of these overflow 64 bits. */
     uint64_t nk = (uint64_t)d->n * (uint64_t)d->k;
     uint64_t chunks = (uint64_t)((d->n + 15) / 16) * (uint64_t)((d->k + NBI_CHUNK_K - 1) / NBI_CHUNK_K);
-    uint64_t packed = t->kernels ? chunks * nbi_chunk_bytes(t) : 0; /* (no packed layout without kernels) */
+    uint64_t packed = t->kernels ? chunks * nbi_packed_chunk_bytes(d) : 0; /* (no packed layout without kernels) */
     if (packed > (uint64_t)SIZE_MAX || nk > (uint64_t)SIZE_MAX)
         return nbi_fail(NULL, NB_ERR_OVERFLOW, "%sweight [%lld, %lld] does not fit this address space", fn,
                         (long long)d->n, (long long)d->k);
@@ -343,12 +343,12 @@ nb_status nb_weight_get_sizes_v2(const nb_weight_desc *d, nb_weight_sizes_v2 *ou
     return weight_sizes(d, out, "nb_weight_get_sizes_v2: ");
 }
 
-nb_status nbi_packed_size(nb_context *ctx, const nb_weight_desc *d, size_t packed_bytes, nb_weight_sizes *sz,
+nb_status nbi_packed_size(nb_context *ctx, const nb_weight_desc *d, size_t packed_bytes, nb_weight_sizes_v2 *sz,
                           const char *fn) {
     const nbi_format_traits *t = nbi_traits(d->format);
     if (!t->kernels)
         return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s: %s has no packed layout (no GPU kernels serve it)", fn, t->name);
-    nb_status st = nb_weight_get_sizes(d, sz);
+    nb_status st = nb_weight_get_sizes_v2(d, sz);
     if (st) return nbi_fail(ctx, st, "%s: %s", fn, nb_last_error());
     if (packed_bytes < sz->packed_bytes)
         return nbi_fail(ctx, NB_ERR_BUFFER_TOO_SMALL, "%s: packed buffer has %zu bytes, needs %zu", fn, packed_bytes,

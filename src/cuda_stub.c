@@ -37,6 +37,11 @@ nb_status nbi_cuda_pack(nb_context *ctx, const nb_weight_desc *d, const uint8_t 
     (void)d, (void)codes, (void)scales, (void)packed, (void)emin, (void)emax, (void)stream;
     return no_cuda(ctx);
 }
+nb_status nbi_cuda_pack_int(nb_context *ctx, const nb_weight_desc *d, const uint8_t *codes, const uint8_t *scales,
+                            const uint8_t *zeros, void *packed, int32_t *zmin, int32_t *zmax, void *stream) {
+    (void)d, (void)codes, (void)scales, (void)zeros, (void)packed, (void)zmin, (void)zmax, (void)stream;
+    return no_cuda(ctx);
+}
 nb_status nbi_cuda_quantize_scan(nb_context *ctx, const nb_weight_desc *d, nb_dtype src_dtype, const void *src,
                                  int64_t *bad, float *amax, void *stream) {
     (void)d, (void)src_dtype, (void)src, (void)bad, (void)amax, (void)stream;

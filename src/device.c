@@ -8,23 +8,26 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Checks the device calls on a checkpoint-layout weight share. */
+/* Checks the device calls on a checkpoint-layout weight share; `every`:
+ * the call needs a kernel family only NBI_KERNEL_FORMATS have (dequantize),
+ * else nb_pack's (NBI_DECODE_FORMATS too). */
 static nb_status device_args(nb_context *ctx, const nb_weight_desc *desc, const void *a, const void *b, const void *c,
-                             const char *fn, const char *names) {
+                             const char *fn, const char *names, int every) {
     nb_status st = nbi_need_device(ctx, fn);
     if (st) return st;
     if ((st = nbi_check_desc(ctx, desc, NB_LAYOUT_CHECKPOINT))) return st;
     if (!a || !b || !c) return nbi_fail(ctx, NB_ERR_NULL_POINTER, "%s: %s must not be NULL", fn, names);
-    if (!nbi_traits(desc->format)->kernels)
-        return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s: no GPU kernel serves %s weights", fn,
-                        nbi_traits(desc->format)->name);
+    const nbi_format_traits *t = nbi_traits(desc->format);
+    if (every ? !t->every_kernel : !t->kernels)
+        return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s: no GPU kernel serves %s weights%s", fn, t->name,
+                        t->kernels ? " here (nb_pack and nb_gemm do)" : "");
     return NB_OK;
 }
 
 nb_status nb_dequantize(nb_context *ctx, const nb_weight_desc *desc, const uint8_t *codes, const uint8_t *scales,
                         nb_dtype dst_dtype, void *dst, void *stream) {
     static const char fn[] = "nb_dequantize";
-    nb_status st = device_args(ctx, desc, codes, scales, dst, fn, "codes, scales and dst");
+    nb_status st = device_args(ctx, desc, codes, scales, dst, fn, "codes, scales and dst", 1);
     if (st) return st;
     if (!nbi_dtype_size(dst_dtype))
         return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_dequantize: unknown destination dtype %d", (int)dst_dtype);
@@ -32,22 +35,58 @@ nb_status nb_dequantize(nb_context *ctx, const nb_weight_desc *desc, const uint8
     return NB_OK;
 }
 
-nb_status nb_pack(nb_context *ctx, nb_weight_desc *desc, const uint8_t *codes, const uint8_t *scales, void *packed,
-                  size_t packed_bytes, void *stream) {
-    static const char fn[] = "nb_pack";
-    nb_status st = device_args(ctx, desc, codes, scales, packed, fn, "codes, scales and packed");
+static nb_status pack_common(nb_context *ctx, nb_weight_desc *desc, const nb_weight_data *w, void *packed,
+                             size_t packed_bytes, void *stream, const char *fn) {
+    if ((uintptr_t)packed % 16) return nbi_fail(ctx, NB_ERR_MISALIGNED, "%s: packed must be 16-byte aligned", fn);
+    nb_weight_sizes_v2 sz;
+    nb_status st = nbi_packed_size(ctx, desc, packed_bytes, &sz, fn);
     if (st) return st;
-    if ((uintptr_t)packed % 16) return nbi_fail(ctx, NB_ERR_MISALIGNED, "nb_pack: packed must be 16-byte aligned");
-    nb_weight_sizes sz;
-    if ((st = nbi_packed_size(ctx, desc, packed_bytes, &sz, fn))) return st;
+    const nbi_format_traits *t = nbi_traits(desc->format);
+    const uint8_t *codes = (const uint8_t *)w->codes, *scales = (const uint8_t *)w->scales;
     int32_t emin = -1, emax = -1;
-    if ((st = nbi_cuda_pack(ctx, desc, codes, scales, packed, &emin, &emax, stream))) return nbi_reraise(ctx, st, fn);
+    if (t->element == NB_ELEMENT_E2M1)
+        st = nbi_cuda_pack(ctx, desc, codes, scales, packed, &emin, &emax, stream);
+    else
+        st = nbi_cuda_pack_int(ctx, desc, codes, scales, (const uint8_t *)w->zeros, packed, &emin, &emax, stream);
+    if (st) return nbi_reraise(ctx, st, fn);
     desc->layout = NB_LAYOUT_PACKED;
-    if (desc->scale_type == NB_SCALE_E8M0) {
+    if (desc->scale_type == NB_SCALE_E8M0 || t->zero_point != NB_ZERO_NONE) { /* scale exponent or zero-point range */
         desc->scale_exp_min = emin;
         desc->scale_exp_max = emax;
     }
     return NB_OK;
+}
+
+nb_status nb_pack(nb_context *ctx, nb_weight_desc *desc, const uint8_t *codes, const uint8_t *scales, void *packed,
+                  size_t packed_bytes, void *stream) {
+    static const char fn[] = "nb_pack";
+    nb_status st = device_args(ctx, desc, codes, scales, packed, fn, "codes, scales and packed", 0);
+    if (st) return st;
+    const nbi_format_traits *t = nbi_traits(desc->format);
+    if (t->zero_point != NB_ZERO_NONE)
+        return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s: %s weights carry zero points; use %s_v2", fn, t->name, fn);
+    const nb_weight_data w = {.codes = codes, .scales = scales};
+    return pack_common(ctx, desc, &w, packed, packed_bytes, stream, fn);
+}
+
+nb_status nb_pack_v2(nb_context *ctx, nb_weight_desc *desc, const nb_weight_data *w, void *packed,
+                     size_t packed_bytes, void *stream) {
+    static const char fn[] = "nb_pack_v2";
+    if (!w) {
+        nb_status st = nbi_need_device(ctx, fn);
+        return st ? st : nbi_fail(ctx, NB_ERR_NULL_POINTER, "%s: w is NULL", fn);
+    }
+    nb_status st = device_args(ctx, desc, w->codes, w->scales, packed, fn, "codes, scales and packed", 0);
+    if (st) return st;
+    const nbi_format_traits *t = nbi_traits(desc->format);
+    for (int i = 0; i < 4; i++)
+        if (w->reserved[i])
+            return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "%s: the buffers' reserved pointers must be NULL", fn);
+    if ((t->zero_point != NB_ZERO_NONE) != (w->zeros != NULL))
+        return nbi_fail(ctx, w->zeros ? NB_ERR_INVALID_ARGUMENT : NB_ERR_NULL_POINTER,
+                        "%s: %s weights %s: zeros must %sbe NULL", fn, t->name,
+                        w->zeros ? "have no zero points" : "carry zero points", w->zeros ? "" : "not ");
+    return pack_common(ctx, desc, w, packed, packed_bytes, stream, fn);
 }
 
 /* ------------------------------------------------------------------ gemm */
@@ -129,7 +168,11 @@ nb_status nb_gemm_workspace_size(nb_context *ctx, const nb_gemm_desc *g, size_t 
 /* ctx->last_config: the kernel, its template parameters and grid, and who
  * chose it. */
 static void describe(nb_context *ctx, const nbi_gemm_plan *p, int64_t m) {
-    const char *fmt = nbi_traits(p->fmt)->name, *act = nbi_dtype_name(p->act);
+    const nbi_format_traits *t = nbi_traits(p->fmt);
+    const char *act = nbi_dtype_name(p->act);
+    char fmt[40]; /* the integer formats' kernel group is a template parameter too */
+    if (t->element == NB_ELEMENT_E2M1) snprintf(fmt, sizeof fmt, "%s", t->name);
+    else snprintf(fmt, sizeof fmt, "%s,group=%d", t->name, p->group);
     char *b = ctx->last_config;
     const size_t n = sizeof ctx->last_config;
     if (p->path == NBI_PATH_SM80)
@@ -224,8 +267,8 @@ nb_status nb_gemm_reference_device(nb_context *ctx, const nb_gemm_desc *g, const
     if ((st = nbi_check_gemm(ctx, g, NB_LAYOUT_CHECKPOINT, true))) return st;
     if (!x || !codes || !scales || !y)
         return nbi_fail(ctx, NB_ERR_NULL_POINTER, "%s: x, codes, scales and y must not be NULL", fn);
-    if (!nbi_traits(g->weight.format)->kernels)
-        return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s: no GPU kernel serves %s weights", fn,
+    if (!nbi_traits(g->weight.format)->every_kernel)
+        return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s: no GPU kernel serves %s weights here", fn,
                         nbi_traits(g->weight.format)->name);
     if ((st = nbi_cuda_gemm_naive(ctx, g, x, codes, scales, bias, y, stream))) return nbi_reraise(ctx, st, fn);
     return NB_OK;

@@ -31,7 +31,9 @@ static const nbi_format_traits k_traits[NBI_FORMAT_COUNT] = {
     {.format = NB_FORMAT_##NAME, .name = str, .element = elem, .element_bits = bits, .group = grp,             \
      .groups = grps, .scale_type = st, .scale_types = sts, .scale_bytes = sbytes, .tensor_scale = ts,          \
      .zero_point = zp,                                                                                         \
-     .index = NBI_FORMAT_INDEX_##NAME, .kernels = 0 NBI_KERNEL_FORMATS(NBI_X_IS, NAME),                       \
+     .index = NBI_FORMAT_INDEX_##NAME,                                                                         \
+     .kernels = 0 NBI_KERNEL_FORMATS(NBI_X_IS, NAME) NBI_DECODE_FORMATS(NBI_X_IS, NAME),                       \
+     .every_kernel = 0 NBI_KERNEL_FORMATS(NBI_X_IS, NAME),                                                     \
      .chunk_scale_bytes = NBI_CHUNK_ROWS * NBI_CHUNK_K / (grp) * (sbytes),                                    \
      .code_shift = (bits) == 2 ? 2 : (bits) == 4 ? 1 : 0},
 #define NBI_X_IS(K, NAME) || NBI_FORMAT_INDEX_##K == NBI_FORMAT_INDEX_##NAME
@@ -52,6 +54,20 @@ const nbi_format_traits *nbi_traits_at(int index) {
 
 size_t nbi_chunk_bytes(const nbi_format_traits *t) {
     return NBI_CHUNK_CODE_BYTES + (size_t)t->chunk_scale_bytes;
+}
+
+int nbi_kernel_group(const nb_weight_desc *d) {
+    const nbi_format_traits *t = nbi_traits(d->format);
+    if (t->element == NB_ELEMENT_E2M1) return t->group;
+    const int g = d->group_size;
+    return g == 32 || g == 64 || g == 128 ? g : NBI_CHUNK_K;
+}
+
+size_t nbi_packed_chunk_bytes(const nb_weight_desc *d) {
+    const nbi_format_traits *t = nbi_traits(d->format);
+    if (t->element == NB_ELEMENT_E2M1) return nbi_chunk_bytes(t);
+    const size_t gpc = (size_t)(NBI_CHUNK_K / nbi_kernel_group(d)); /* kernel groups per chunk row */
+    return NBI_CHUNK_CODE_BYTES + NBI_CHUNK_ROWS * gpc * (2 + (t->zero_point != NB_ZERO_NONE));
 }
 
 nb_status nb_format_get_info(nb_format format, nb_format_info *out) {
@@ -790,7 +806,7 @@ nb_status nb_quantize_host_v2(nb_context *ctx, nb_weight_desc *desc, nb_dtype sr
  * nearest. */
 static nb_status device_quantizable(nb_context *ctx, const nb_weight_desc *desc, const char *fn) {
     const nbi_format_traits *t = nbi_traits(desc->format);
-    if (!t->kernels) return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s: no GPU kernel serves %s weights", fn, t->name);
+    if (!t->every_kernel) return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s: no GPU kernel serves %s weights", fn, t->name);
     if (desc->method != NB_QUANT_RTN)
         return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s: the device quantizer rounds to nearest only; MSE scale search "
                         "(method %d) runs on the host (nb_quantize_host)", fn, (int)desc->method);
@@ -934,18 +950,46 @@ void nbi_scale_exp_range(const uint8_t *scales, size_t count, int32_t *emin, int
     *emax = hi;
 }
 
+/* The integer formats' scales and zero points in chunk (rb, kc) (docs/
+ * formats.md section 8.7), both directions as pack_walk: per lane group g,
+ * the 2 x gpc scales of rows g and g+8 (index h * gpc + j for row g + 8h,
+ * kernel group j), and after all scales their zero points in the same
+ * order. */
+static void pack_int_scales(const nb_weight_desc *desc, uint8_t *chunk, int64_t kc, int64_t rb, uint8_t *scales,
+                            uint8_t *zeros, int to_packed) {
+    const int64_t n = desc->n, k = desc->k, group = desc->group_size, ng = k / group;
+    const int kg = nbi_kernel_group(desc), gpc = NBI_CHUNK_K / kg;
+    for (int gi = 0; gi < 8; gi++)
+        for (int half = 0; half < 2; half++)
+            for (int j = 0; j < gpc; j++) {
+                const int64_t row = rb * 16 + gi + 8 * half, col = kc * NBI_CHUNK_K + (int64_t)kg * j;
+                if (row >= n || col >= k) continue; /* padding: scale 0, zero point 0 */
+                const size_t src = (size_t)(row * ng + col / group), at = (size_t)(half * gpc + j);
+                uint8_t *sd = chunk + NBI_CHUNK_CODE_BYTES + (size_t)(4 * gpc * gi) + 2 * at;
+                uint8_t *zd = chunk + NBI_CHUNK_CODE_BYTES + (size_t)(32 * gpc + 2 * gpc * gi) + at;
+                for (int b = 0; b < 2; b++) {
+                    if (to_packed) sd[b] = scales[2 * src + b];
+                    else scales[2 * src + b] = sd[b];
+                }
+                if (zeros && to_packed) *zd = zeros[src];
+                else if (zeros) zeros[src] = *zd;
+            }
+}
+
 /* One walk over the packed layout (documented at the top of
- * src/cuda/gemv_fp4.cu and in docs/formats.md section 8) for both
+ * src/cuda/gemv_fp4.cu and in docs/formats.md section 8; the integer
+ * formats' k order and scales in section 8.7) for both
  * directions, so that nb_pack_host and nb_unpack_host cannot disagree about
  * where an element lives.  to_packed: codes/scales -> packed (padding written
  * as zeros; `packed` pre-zeroed by the caller), else packed -> codes/scales
  * (codes pre-zeroed: nbi_code_put ORs; padding skipped). */
 static void pack_walk(const nbi_format_traits *t, const nb_weight_desc *desc, uint8_t *codes, uint8_t *scales,
-                      uint8_t *out, int to_packed) {
+                      uint8_t *zeros, uint8_t *out, int to_packed) {
     const int64_t n = desc->n, k = desc->k, g = desc->group_size, ng = k / g;
     const int64_t rb_count = (n + 15) / 16, kc_count = (k + NBI_CHUNK_K - 1) / NBI_CHUNK_K;
-    const size_t cb = nbi_chunk_bytes(t);
-    const int gpc = NBI_CHUNK_K / (int)g; /* groups per chunk: 8 or 4 */
+    const size_t cb = nbi_packed_chunk_bytes(desc);
+    const int e2m1 = t->element == NB_ELEMENT_E2M1;
+    const int gpc = NBI_CHUNK_K / (int)g; /* E2M1: groups per chunk, 8 or 4 */
     for (int64_t rb = 0; rb < rb_count; rb++)
         for (int64_t kc = 0; kc < kc_count; kc++) {
             uint8_t *chunk = out + (size_t)(rb * kc_count + kc) * cb;
@@ -961,7 +1005,8 @@ static void pack_walk(const nbi_format_traits *t, const nb_weight_desc *desc, ui
                         for (int p = 0; p < 8; p++) {
                             /* nibble p holds element 2p (p < 4) or 2(p-4)+1 */
                             int e = p < 4 ? 2 * p : 2 * (p - 4) + 1;
-                            int64_t col = kc * NBI_CHUNK_K + 32 * ti + 8 * w + e;
+                            /* E2M1: lane t holds k = 32t..32t+31; integers: word w holds 32w + 8t.. */
+                            int64_t col = kc * NBI_CHUNK_K + (e2m1 ? 32 * ti + 8 * w : 32 * w + 8 * ti) + e;
                             if (row >= n || col >= k) continue; /* padding: code 0 */
                             if (to_packed) word |= (uint32_t)nbi_code_get(t, codes, row * k + col) << (4 * p);
                             else nbi_code_put(t, codes, row * k + col, (uint8_t)((word >> (4 * p)) & 0xF));
@@ -970,6 +1015,7 @@ static void pack_walk(const nbi_format_traits *t, const nb_weight_desc *desc, ui
                             for (int b = 0; b < 4; b++) dst[4 * w + b] = (uint8_t)(word >> (8 * b));
                     }
                 }
+                if (!e2m1) continue; /* (the integer formats' scales: below) */
                 /* scales: 4 bytes per lane for groups of 16, 2 for groups of 32 */
                 const int spl = gpc / 4 * 2; /* scale bytes per lane */
                 uint8_t *sdst = chunk + NBI_CHUNK_CODE_BYTES + lane * spl;
@@ -982,41 +1028,101 @@ static void pack_walk(const nbi_format_traits *t, const nb_weight_desc *desc, ui
                         else scales[row * ng + grp] = sdst[half * (gpc / 4) + q];
                     }
             }
+            if (!e2m1) pack_int_scales(desc, chunk, kc, rb, scales, zeros, to_packed);
         }
+}
+
+/* The byte range of zero points (-1, -1 for none): what the planner checks
+ * for BF16 activations (gemv_fp4.cu "INTEGER FORMATS"). */
+static void zero_range(const uint8_t *zeros, size_t count, int32_t *zmin, int32_t *zmax) {
+    int lo = 256, hi = -1;
+    for (size_t i = 0; i < count; i++) {
+        if (zeros[i] < lo) lo = zeros[i];
+        if (zeros[i] > hi) hi = zeros[i];
+    }
+    *zmin = hi < 0 ? -1 : lo;
+    *zmax = hi;
+}
+
+static nb_status pack_host_common(nb_context *ctx, nb_weight_desc *desc, const nb_weight_data *w, void *packed,
+                                  size_t packed_bytes, const char *fn) {
+    nb_weight_sizes_v2 sz;
+    nb_status st = nbi_packed_size(ctx, desc, packed_bytes, &sz, fn);
+    if (st) return st;
+    const nbi_format_traits *t = nbi_traits(desc->format);
+    memset(packed, 0, sz.packed_bytes);
+    /* (read only in this direction) */
+    pack_walk(t, desc, (uint8_t *)(uintptr_t)w->codes, (uint8_t *)(uintptr_t)w->scales,
+              (uint8_t *)(uintptr_t)w->zeros, (uint8_t *)packed, 1);
+    desc->layout = NB_LAYOUT_PACKED;
+    if (t->scale_type == NB_SCALE_E8M0)
+        nbi_scale_exp_range((const uint8_t *)w->scales, (size_t)(desc->n * (desc->k / desc->group_size)),
+                            &desc->scale_exp_min, &desc->scale_exp_max);
+    if (t->zero_point != NB_ZERO_NONE)
+        zero_range((const uint8_t *)w->zeros, sz.zeros_bytes, &desc->scale_exp_min, &desc->scale_exp_max);
+    return NB_OK;
 }
 
 nb_status nb_pack_host(nb_context *ctx, nb_weight_desc *desc, const uint8_t *codes, const uint8_t *scales,
                        void *packed, size_t packed_bytes) {
-    if (!ctx) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_pack_host: ctx is NULL");
+    static const char fn[] = "nb_pack_host";
+    if (!ctx) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "%s: ctx is NULL", fn);
     nb_status st = nbi_check_desc(ctx, desc, NB_LAYOUT_CHECKPOINT);
     if (st) return st;
     if (!codes || !scales || !packed)
-        return nbi_fail(ctx, NB_ERR_NULL_POINTER, "nb_pack_host: codes, scales and packed must not be NULL");
-    nb_weight_sizes sz;
-    if ((st = nbi_packed_size(ctx, desc, packed_bytes, &sz, "nb_pack_host"))) return st;
+        return nbi_fail(ctx, NB_ERR_NULL_POINTER, "%s: codes, scales and packed must not be NULL", fn);
+    if ((st = need_v2(ctx, desc, fn))) return st;
+    const nb_weight_data w = {.codes = codes, .scales = scales};
+    return pack_host_common(ctx, desc, &w, packed, packed_bytes, fn);
+}
+
+nb_status nb_pack_host_v2(nb_context *ctx, nb_weight_desc *desc, const nb_weight_data *w, void *packed,
+                          size_t packed_bytes) {
+    static const char fn[] = "nb_pack_host_v2";
+    if (!ctx) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "%s: ctx is NULL", fn);
+    nb_status st = nbi_check_desc(ctx, desc, NB_LAYOUT_CHECKPOINT);
+    if (st) return st;
+    if (!w || !packed) return nbi_fail(ctx, NB_ERR_NULL_POINTER, "%s: w and packed must not be NULL", fn);
+    if ((st = buffers_args(ctx, desc, w->codes, w->scales, w->zeros, w->reserved, fn))) return st;
+    return pack_host_common(ctx, desc, w, packed, packed_bytes, fn);
+}
+
+static nb_status unpack_host_common(nb_context *ctx, nb_weight_desc *desc, const void *packed, size_t packed_bytes,
+                                    const nb_weight_buffers *out, const char *fn) {
+    nb_weight_sizes_v2 sz;
+    nb_status st = nbi_packed_size(ctx, desc, packed_bytes, &sz, fn);
+    if (st) return st;
     const nbi_format_traits *t = nbi_traits(desc->format);
-    memset(packed, 0, sz.packed_bytes);
-    /* (read only in this direction) */
-    pack_walk(t, desc, (uint8_t *)(uintptr_t)codes, (uint8_t *)(uintptr_t)scales, (uint8_t *)packed, 1);
-    desc->layout = NB_LAYOUT_PACKED;
-    if (t->scale_type == NB_SCALE_E8M0)
-        nbi_scale_exp_range(scales, (size_t)(desc->n * (desc->k / desc->group_size)), &desc->scale_exp_min,
-                            &desc->scale_exp_max);
+    memset(out->codes, 0, sz.codes_bytes);
+    memset(out->scales, 0, sz.scales_bytes);
+    if (out->zeros) memset(out->zeros, 0, sz.zeros_bytes);
+    pack_walk(t, desc, (uint8_t *)out->codes, (uint8_t *)out->scales, (uint8_t *)out->zeros,
+              (uint8_t *)(uintptr_t)packed, 0);
+    desc->layout = NB_LAYOUT_CHECKPOINT;
     return NB_OK;
 }
 
 nb_status nb_unpack_host(nb_context *ctx, nb_weight_desc *desc, const void *packed, size_t packed_bytes,
                          uint8_t *codes, uint8_t *scales) {
-    if (!ctx) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_unpack_host: ctx is NULL");
+    static const char fn[] = "nb_unpack_host";
+    if (!ctx) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "%s: ctx is NULL", fn);
     nb_status st = nbi_check_desc(ctx, desc, NB_LAYOUT_PACKED);
     if (st) return st;
     if (!codes || !scales || !packed)
-        return nbi_fail(ctx, NB_ERR_NULL_POINTER, "nb_unpack_host: packed, codes and scales must not be NULL");
-    nb_weight_sizes sz;
-    if ((st = nbi_packed_size(ctx, desc, packed_bytes, &sz, "nb_unpack_host"))) return st;
-    memset(codes, 0, sz.codes_bytes);
-    memset(scales, 0, sz.scales_bytes);
-    pack_walk(nbi_traits(desc->format), desc, codes, scales, (uint8_t *)(uintptr_t)packed, 0);
-    desc->layout = NB_LAYOUT_CHECKPOINT;
-    return NB_OK;
+        return nbi_fail(ctx, NB_ERR_NULL_POINTER, "%s: packed, codes and scales must not be NULL", fn);
+    if ((st = need_v2(ctx, desc, fn))) return st;
+    const nb_weight_buffers out = {.codes = codes, .scales = scales};
+    return unpack_host_common(ctx, desc, packed, packed_bytes, &out, fn);
+}
+
+nb_status nb_unpack_host_v2(nb_context *ctx, nb_weight_desc *desc, const void *packed, size_t packed_bytes,
+                            const nb_weight_buffers *out) {
+    static const char fn[] = "nb_unpack_host_v2";
+    if (!ctx) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "%s: ctx is NULL", fn);
+    nb_status st = nbi_check_desc(ctx, desc, NB_LAYOUT_PACKED);
+    if (st) return st;
+    if (!out || !packed) return nbi_fail(ctx, NB_ERR_NULL_POINTER, "%s: packed and out must not be NULL", fn);
+    if ((st = buffers_args(ctx, desc, out->codes, out->scales, out->zeros, (const void *const *)out->reserved, fn)))
+        return st;
+    return unpack_host_common(ctx, desc, packed, packed_bytes, out, fn);
 }

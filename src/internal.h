@@ -33,6 +33,11 @@ enum {
  * through.  A format outside this list is NB_ERR_UNSUPPORTED on the device. */
 #define NBI_KERNEL_FORMATS(X, A) X(NVFP4, A) X(MXFP4, A)
 #define NBI_KERNEL_DTYPES(X, A) X(BF16, A) X(F16, A)
+/* The formats only nb_pack and the decode kernel 1 serve (the 4-bit integer
+ * formats: gemv_fp4.cu "INTEGER FORMATS"); nb_gemm runs every m through that
+ * kernel, 32 rows per launch.  Not in NBI_KERNEL_FORMATS: no other kernel
+ * family (quantize, dequantize, the tensor-core paths, MoE) decodes them. */
+#define NBI_DECODE_FORMATS(X, A) X(INT4, A) X(INT4_SYM, A)
 
 typedef struct nbi_format_traits {
     nb_format format;
@@ -47,7 +52,8 @@ typedef struct nbi_format_traits {
     int tensor_scale;      /* 1: a per-tensor FP32 scale (computed by quantize when 0) */
     int zero_point;        /* nb_zero_type: NB_ZERO_U8 when groups carry a zero point */
     int index;             /* position in NB_FORMAT_LIST */
-    int kernels;           /* in NBI_KERNEL_FORMATS */
+    int kernels;           /* in NBI_KERNEL_FORMATS or NBI_DECODE_FORMATS: nb_pack and nb_gemm serve it */
+    int every_kernel;      /* in NBI_KERNEL_FORMATS: every kernel family serves it */
     int chunk_scale_bytes; /* scale bytes in one packed chunk (16 rows x 128 k) */
     int code_shift;        /* log2 of the codes per byte (8 / element_bits: 2, 4, 8 bits) */
 } nbi_format_traits;
@@ -91,6 +97,15 @@ NB_INTERNAL const char *nbi_elide(const char *s, char *buf, size_t cap);
 #define NBI_GEMV_WARPS 8      /* decode kernels: (consumer) warps per CTA */
 
 NB_INTERNAL size_t nbi_chunk_bytes(const nbi_format_traits *t);
+/* The packed layout of a weight (checked descriptor, a format with
+ * kernels): bytes per chunk, and the kernel group (k per scale within a
+ * chunk).  E2M1 formats: nbi_chunk_bytes and the format's group.  4-bit
+ * integer formats (docs/formats.md section 8.7): the group when it is 32,
+ * 64 or 128, else 128 (one scale per row, or a group a multiple of 128: the
+ * scale repeats per chunk); 1024 code bytes, then 2 scale bytes (and 1 zero
+ * byte with zero points) per row and kernel group. */
+NB_INTERNAL int nbi_kernel_group(const nb_weight_desc *d);
+NB_INTERNAL size_t nbi_packed_chunk_bytes(const nb_weight_desc *d);
 
 /* Scalar codecs (formats.c). */
 NB_INTERNAL float nbi_element(nb_element_type t, uint8_t code);       /* the value of a code */
@@ -143,7 +158,7 @@ NB_INTERNAL nb_status nbi_check_gemm(nb_context *ctx, const nb_gemm_desc *g, nb_
 /* nb_pack and nb_pack_host: the format has a packed layout, *sz its sizes,
  * and packed_bytes holds it (the descriptor was checked). */
 NB_INTERNAL nb_status nbi_packed_size(nb_context *ctx, const nb_weight_desc *d, size_t packed_bytes,
-                                      nb_weight_sizes *sz, const char *fn);
+                                      nb_weight_sizes_v2 *sz, const char *fn);
 
 /* MXFP4 scale-exponent range of checkpoint scales (bytes != 0xFF). */
 NB_INTERNAL void nbi_scale_exp_range(const uint8_t *scales, size_t count, int32_t *emin, int32_t *emax);
@@ -167,6 +182,9 @@ typedef struct nbi_gemm_plan {
     int exp_shift;      /* epilogue multiplies by 2^exp_shift ... */
     float tensor_scale; /* ... and by tensor_scale */
     int table_shift;    /* scale table entries are ldexp(scale, table_shift) */
+    int group;          /* kernel group (nbi_kernel_group): the integer formats' template parameter */
+    int chunk_bytes;    /* bytes per packed chunk (nbi_packed_chunk_bytes) */
+    int scale_bf16;     /* the integer formats' 16-bit scales are BF16 (else F16) */
     int pdl;            /* launch with programmatic dependent launch (sm_90+) */
     /* Tensor-core paths (gemm_sm90.cu, gemm_sm80.cu), when path != NBI_PATH_GEMV: */
     int path;           /* NBI_PATH_GEMV, NBI_PATH_SM90 or NBI_PATH_SM80 */
@@ -261,6 +279,11 @@ NB_INTERNAL nb_status nbi_cuda_dequantize(nb_context *ctx, const nb_weight_desc 
                                           const uint8_t *scales, nb_dtype dst_dtype, void *dst, void *stream);
 NB_INTERNAL nb_status nbi_cuda_pack(nb_context *ctx, const nb_weight_desc *d, const uint8_t *codes,
                                     const uint8_t *scales, void *packed, int32_t *emin, int32_t *emax, void *stream);
+/* The integer formats' packing (docs/formats.md 8.7); zeros NULL without
+ * zero points, whose byte range (*zmin, *zmax) it reads back then. */
+NB_INTERNAL nb_status nbi_cuda_pack_int(nb_context *ctx, const nb_weight_desc *d, const uint8_t *codes,
+                                        const uint8_t *scales, const uint8_t *zeros, void *packed, int32_t *zmin,
+                                        int32_t *zmax, void *stream);
 /* Quantize (quantize.cu): the scan reads back the first non-finite element
  * index (-1 when none) and the absolute maximum, synchronizing `stream`; the
  * block pass is asynchronous.  d->tensor_scale is final for the block pass. */

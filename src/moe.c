@@ -465,7 +465,7 @@ static nb_status packed_sizes(nb_context *ctx, const nb_moe_desc *d, nb_moe_pack
     nb_status st = check_moe(ctx, d, fn);
     if (st) return st;
     const nbi_format_traits *t = nbi_traits(d->gate_up.format);
-    if (!t->kernels || d->down.format != d->gate_up.format)
+    if (!t->every_kernel || d->down.format != d->gate_up.format)
         return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s: no GPU kernel serves %s MoE weights (nvfp4 and mxfp4 do; gate_up "
                         "and down of one format)", fn, t->name);
     nb_weight_desc gu, dn;

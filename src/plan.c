@@ -69,8 +69,9 @@ static void set_splits(nbi_gemm_plan *p, int64_t s) {
  * A request's variant, kw, rpw and splits replace the rules. */
 static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, nbi_gemm_plan *p) {
     const int sms = ctx->info.sm_count, warps = NBI_GEMV_WARPS;
-    const int staged = rq->variant == 2, plain = rq->variant == 1;
-    /* kernel 2 at 8 tokens too, on layers wide enough for no k split (below) */
+    const int staged = rq->variant == 2, plain = rq->variant == 1 || !nbi_traits(p->fmt)->every_kernel;
+    /* kernel 2 at 8 tokens too, on layers wide enough for no k split (below);
+     * the integer formats have kernel 1 only */
     int xs = staged || (!plain && (p->mt >= 2 || p->m == 8));
     int rpw = rq->rpw == 1 || rq->rpw == 2 ? rq->rpw : 2;
     size_t smem = 0;
@@ -154,6 +155,7 @@ static nb_status plan_decode(nb_context *ctx, const nbi_request *rq, nbi_gemm_pl
 static int plan_tc(const nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq, nbi_gemm_plan *p) {
     const int can = nbi_cuda_has_sm90a() && ctx->info.cc_major == 9 && ctx->info.cc_minor == 0 && g->m <= INT32_MAX &&
                     ctx->info.smem_per_block_optin >= 227 * 1024;
+    if (!nbi_traits(p->fmt)->every_kernel) return 0; /* (decode kernel 1 only) */
     const int64_t tn = (p->row_blocks + 7) / 8; /* 128-row tiles */
     const int small_grid = tn < ctx->info.sm_count;
     int use = can && (g->m > 32 || (g->m > 16 && small_grid && (g->m > 24 || g->weight.k < 16384)));
@@ -220,6 +222,7 @@ static int plan_tc(const nb_context *ctx, const nb_gemm_desc *g, const nbi_reque
  * it takes the call (p filled). */
 static int plan_mma(const nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq, nbi_gemm_plan *p) {
     const int cc = ctx->info.cc_major;
+    if (!nbi_traits(p->fmt)->every_kernel) return 0; /* (decode kernel 1 only) */
     int use = (cc == 8 || cc == 9) && g->m > 32;
     if (rq->path == NB_GEMM_PATH_DECODE || rq->path == NB_GEMM_PATH_TENSOR_CORE) use = 0;
     if (rq->path == NB_GEMM_PATH_MMA) use = cc >= 8;
@@ -275,7 +278,7 @@ static int plan_mma(const nb_context *ctx, const nb_gemm_desc *g, const nbi_requ
 static nb_status plan_scales(nb_context *ctx, const nb_gemm_desc *g, const nbi_format_traits *t, nbi_gemm_plan *p) {
     const nb_weight_desc *d = &g->weight;
     const int bf16 = g->act_dtype == NB_DTYPE_BF16;
-    switch (t->scale_type) {
+    switch (t->element == NB_ELEMENT_E2M1 ? t->scale_type : d->scale_type) {
     case NB_SCALE_E4M3:
         p->exp_shift = bf16 ? 7 : 8;
         p->table_shift = bf16 ? 119 : 6;
@@ -295,9 +298,22 @@ static nb_status plan_scales(nb_context *ctx, const nb_gemm_desc *g, const nbi_f
         p->table_shift = bf16 ? 253 - emax : 142 - emax;
         break;
     }
-    case NB_SCALE_F16: /* (no kernel serves a format with these scales: refused before the plan) */
+    case NB_SCALE_F16:
     case NB_SCALE_BF16:
-    case NB_SCALE_F32:
+        /* The integer formats (gemv_fp4.cu "INTEGER FORMATS"): the scale is
+         * applied in FP32 and needs no table.  The MMA operand q - z is
+         * exact when 128 + z is (BF16: z <= 127; FP16 1024 + z always). */
+        if (t->zero_point != NB_ZERO_NONE && bf16 && d->scale_exp_max < 0)
+            return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "nb_gemm: %s zero-point range is not set; pack the weight "
+                            "with nb_pack_v2 or nb_pack_host_v2", t->name);
+        if (t->zero_point != NB_ZERO_NONE && bf16 && d->scale_exp_max > 127)
+            return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_gemm: %s zero points up to %d: BF16 activations take zero "
+                            "points up to 127 (use FP16 activations)", t->name, (int)d->scale_exp_max);
+        p->exp_shift = 0;
+        p->table_shift = 0;
+        p->tensor_scale = d->tensor_scale;
+        return NB_OK;
+    case NB_SCALE_F32: /* (no kernel serves a format with these scales: refused before the plan) */
         return nbi_fail(ctx, NB_ERR_INTERNAL, "nb_gemm: no kernel reads %s scales", nbi_scale_name(t->scale_type));
     }
     p->tensor_scale = d->tensor_scale;
@@ -343,6 +359,18 @@ nb_status nbi_plan(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
     if (p->lda % 8)
         return nbi_fail(ctx, NB_ERR_MISALIGNED, "nb_gemm: lda = %lld must be a multiple of 8 (16-byte rows)",
                         (long long)p->lda);
+    p->group = nbi_kernel_group(d);
+    p->chunk_bytes = (int)nbi_packed_chunk_bytes(d);
+    p->scale_bf16 = d->scale_type == NB_SCALE_BF16;
+    if (!t->every_kernel) { /* decode kernel 1 only (NBI_DECODE_FORMATS) */
+        if (rq->path == NB_GEMM_PATH_TENSOR_CORE || rq->path == NB_GEMM_PATH_MMA || rq->variant == 2)
+            return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_gemm: %s weights run on the plain decode kernel only (path "
+                            "decode, variant plain), not %s%s", t->name, path_name(rq->path ? rq->path : 1),
+                            rq->variant == 2 ? " staged" : "");
+        if (d->k % 8)
+            return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_gemm: %s with k = %lld: the decode kernel reads activations "
+                            "in pieces of 8 and needs k a multiple of 8", t->name, (long long)d->k);
+    }
     if ((st = plan_scales(ctx, g, t, p))) return st;
     p->pdl = ctx->info.cc_major >= 9;
     p->row_blocks = (d->n + 15) / 16;

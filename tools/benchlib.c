@@ -82,26 +82,39 @@ void nbt_layer_make(nb_context *ctx, nb_format fmt, int64_t n, int64_t k, double
     NB(nb_format_get_info(fmt, &fi));
     NB(nb_weight_desc_init(&l->desc, fmt, n, k));
     l->desc.tensor_scale = fi.tensor_scale ? 0.0087f : 1.0f;
-    NB(nb_weight_get_sizes(&l->desc, &l->sz));
+    NB(nb_weight_get_sizes_v2(&l->desc, &l->sz));
     uint8_t *hc = nbt_calloc(l->sz.codes_bytes, 1), *hs = nbt_calloc(l->sz.scales_bytes, 1);
+    uint8_t *hz = l->sz.zeros_bytes ? nbt_calloc(l->sz.zeros_bytes, 1) : NULL;
     for (size_t i = 0; i < l->sz.codes_bytes; i++) hc[i] = (uint8_t)nbt_rand();
     /* scales spanning a few binades, as in real checkpoints: E4M3 bytes
-     * 0x28..0x4F (2^-3 .. 2^1.9), E8M0 bytes 118..127 (2^-9 .. 2^0) */
-    for (size_t i = 0; i < l->sz.scales_bytes; i++)
-        hs[i] = fi.scale_type == NB_SCALE_E4M3 ? (uint8_t)(0x28 + nbt_rand() % 0x28) : (uint8_t)(118 + nbt_rand() % 10);
+     * 0x28..0x4F (2^-3 .. 2^1.9), E8M0 bytes 118..127 (2^-9 .. 2^0), F16
+     * 2^-8 .. 2^-5 (bytes of 0x1C00..0x29FF, little-end first) */
+    if (fi.scale_bytes == 2)
+        for (size_t i = 0; i < l->sz.scales_bytes; i += 2) {
+            const uint16_t h = (uint16_t)(0x1C00 + nbt_rand() % 0x0E00);
+            hs[i] = (uint8_t)h, hs[i + 1] = (uint8_t)(h >> 8);
+        }
+    else
+        for (size_t i = 0; i < l->sz.scales_bytes; i++)
+            hs[i] = fi.scale_type == NB_SCALE_E4M3 ? (uint8_t)(0x28 + nbt_rand() % 0x28) : (uint8_t)(118 + nbt_rand() % 10);
+    for (size_t i = 0; i < l->sz.zeros_bytes; i++) hz[i] = (uint8_t)(nbt_rand() % 16);
     CK(cudaMalloc((void **)&l->dc, l->sz.codes_bytes));
     CK(cudaMalloc((void **)&l->ds, l->sz.scales_bytes));
     CK(cudaMemcpy(l->dc, hc, l->sz.codes_bytes, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(l->ds, hs, l->sz.scales_bytes, cudaMemcpyHostToDevice));
-    free(hc);
-    free(hs);
+    if (hz) {
+        CK(cudaMalloc((void **)&l->dz, l->sz.zeros_bytes));
+        CK(cudaMemcpy(l->dz, hz, l->sz.zeros_bytes, cudaMemcpyHostToDevice));
+    }
+    l->hc = hc, l->hs = hs, l->hz = hz;
     l->rot = (int)ceil(min_mb * 1e6 / (double)l->sz.packed_bytes);
     if (l->rot < 2) l->rot = 2;
     l->pk = nbt_calloc((size_t)l->rot, sizeof *l->pk);
+    const nb_weight_data w = {.codes = l->dc, .scales = l->ds, .zeros = l->dz};
     for (int r = 0; r < l->rot; r++) {
         CK(cudaMalloc(&l->pk[r], l->sz.packed_bytes));
         l->packed = l->desc;
-        NB(nb_pack(ctx, &l->packed, l->dc, l->ds, l->pk[r], l->sz.packed_bytes, s));
+        NB(nb_pack_v2(ctx, &l->packed, &w, l->pk[r], l->sz.packed_bytes, s));
     }
 }
 
@@ -110,6 +123,8 @@ void nbt_layer_free(nbt_layer *l) {
     free(l->pk);
     CK(cudaFree(l->dc));
     CK(cudaFree(l->ds));
+    if (l->dz) CK(cudaFree(l->dz));
+    free(l->hc), free(l->hs), free(l->hz);
     memset(l, 0, sizeof *l);
 }
 

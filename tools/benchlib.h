@@ -55,11 +55,13 @@ void *nbt_device_activations(nb_dtype t, size_t count);
  * (dc, ds; desc) and `rot` packed copies (pk; packed is the descriptor
  * nb_pack left), at least two and together at least min_mb megabytes.  The
  * scales span a few binades of the format's scale type; a format with a
- * tensor scale gets 0.0087 (a typical NVFP4 weight_scale_2). */
+ * tensor scale gets 0.0087 (a typical NVFP4 weight_scale_2); 16-bit scales
+ * 2^-8 .. 2^-5 and zero points 0..15 (int4). */
 typedef struct nbt_layer {
     nb_weight_desc desc, packed;
-    nb_weight_sizes sz;
-    uint8_t *dc, *ds;
+    nb_weight_sizes_v2 sz;
+    uint8_t *dc, *ds, *dz; /* dz: zero points (int4), else NULL */
+    uint8_t *hc, *hs, *hz; /* the same on the host */
     void **pk;
     int rot;
 } nbt_layer;

@@ -367,7 +367,8 @@ static int demo_format(const demo *d, nb_format fmt, int *rc) {
     TRY(nb_format_get_info(fmt, &fi));
     TRY(nb_weight_desc_init(&desc, fmt, n, k));
     TRY(nb_weight_get_sizes_v2(&desc, &sz2));
-    if (fi.kernels) TRY(nb_weight_get_sizes(&desc, &sz)); /* (the packed size, for the GPU) */
+    const int gpu_ok = fi.kernels && !fi.zero_point; /* (demo_gpu packs with nb_pack: no zero points) */
+    if (gpu_ok) TRY(nb_weight_get_sizes(&desc, &sz)); /* (the packed size, for the GPU) */
     uint8_t *codes = malloc(sz2.codes_bytes), *scales = malloc(sz2.scales_bytes);
     uint8_t *zeros = sz2.zeros_bytes ? malloc(sz2.zeros_bytes) : NULL;
     const nb_weight_buffers wb = {.codes = codes, .scales = scales, .zeros = zeros};
@@ -386,7 +387,7 @@ static int demo_format(const demo *d, nb_format fmt, int *rc) {
     if (st == NB_OK) st = nb_gemm_host_f64_v2(d->ctx, &g, d->x, &wd, NULL, yq);
     int failed = st != NB_OK;
     if (failed && st != NB_ERR_OUT_OF_MEMORY) fprintf(stderr, "error: %s: %s\n", nb_status_name(st), nb_last_error());
-    if (!failed && d->gpu && fi.kernels) {
+    if (!failed && d->gpu && gpu_ok) {
 #ifdef NB_HAVE_CUDA
         failed = demo_gpu(d, &desc, &sz, codes, scales, y, &t_us, where, sizeof where) != 0;
 #endif

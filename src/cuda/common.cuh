@@ -91,6 +91,13 @@ NB_FORMAT_LIST(NBC_X_FMT)
     case NB_FORMAT_##F * 16 + NB_DTYPE_##A: {                           \
         RUNG(NB_FORMAT_##F, NB_DTYPE_##A)                               \
     }
+/* The same over the formats only decode kernel 1 serves (NBI_DECODE_FORMATS). */
+#define NBC_DECODE_LADDER(fmt, act, RUNG)                               \
+    switch ((int)(fmt) * 16 + (int)(act)) {                             \
+        NBI_DECODE_FORMATS(NBC_LADDER_FMT_, RUNG)                       \
+    default:                                                            \
+        break;                                                          \
+    }
 /* The same over formats alone (kernels without an activation dtype). */
 #define NBC_FORMAT_LADDER(fmt, RUNG)                                    \
     switch ((int)(fmt)) {                                               \
@@ -313,6 +320,22 @@ __device__ __forceinline__ uint32_t nbc_hmul2(uint32_t a, uint32_t b) {
     } else {
         __half2 x = *reinterpret_cast<__half2 *>(&a), y = *reinterpret_cast<__half2 *>(&b);
         __half2 z = __hmul2(x, y);
+        r = *reinterpret_cast<uint32_t *>(&z);
+    }
+    return r;
+}
+
+/* a - b on two 16-bit lanes (HSUB2), BF16 or FP16. */
+template <int ACT>
+__device__ __forceinline__ uint32_t nbc_hsub2(uint32_t a, uint32_t b) {
+    uint32_t r;
+    if (ACT == NB_DTYPE_BF16) {
+        __nv_bfloat162 x = *reinterpret_cast<__nv_bfloat162 *>(&a), y = *reinterpret_cast<__nv_bfloat162 *>(&b);
+        __nv_bfloat162 z = __hsub2(x, y);
+        r = *reinterpret_cast<uint32_t *>(&z);
+    } else {
+        __half2 x = *reinterpret_cast<__half2 *>(&a), y = *reinterpret_cast<__half2 *>(&b);
+        __half2 z = __hsub2(x, y);
         r = *reinterpret_cast<uint32_t *>(&z);
     }
     return r;

@@ -59,6 +59,24 @@
  *   scales give NaN outputs.  c: NVFP4 BF16 7, FP16 8; MXFP4 BF16 emax-127
  *   (needs emax - emin <= 125), FP16 emax-128 (needs emax - emin <= 24).
  *
+ * INTEGER FORMATS (int4 with zero points, int4_sym; kernel 1 only:
+ *   gemv_int4_kernel<FMT, ACT, MT, KG>, KG the kernel group 32, 64 or 128)
+ *   Their scales are F16/BF16 per group of 32..128 (or one per row), too
+ *   many distinct values for a table and (q - z) * s is not exact in 16
+ *   bits, so the scale is applied after the MMA, in FP32.  The packed
+ *   layout (docs/formats.md 8.7) puts k = 32G + 8t + e in word G of lane t,
+ *   so tiles 2G and 2G+1 lie in the 32-wide sub-range G and inside one
+ *   kernel group.  The MMA operand is the exact integer q - z built in 16
+ *   bits with a magic number (gemv_step.cuh int_pair: one LOP3, one HSUB2);
+ *   each kernel group's MMAs accumulate into zeroed FP32 tiles, which then
+ *   enter the accumulators times the group's scale (one FFMA per element).
+ *   The only roundings are FP32 accumulation and the final one to ACT.
+ *   A NaN scale gives NaN; an infinite one gives inf (NaN where the group's
+ *   sum is 0), where the reference's per-element products give NaN for
+ *   every element with q = z: infinite scales are not matched.
+ *   m > 32 runs one launch per 32 rows (weights re-read per launch): correct
+ *   for prefill, not fast (no tensor-core path for these formats yet).
+ *
  * LIMITS  m <= 32 per launch (nb_gemm slices larger m); x rows 16-byte
  *   aligned; k a multiple of the group.
  * TEST    build/tests/test_gpu (scripts/device-check runs it under
@@ -88,6 +106,7 @@ struct GemvParams {
     int exp_shift;   /* epilogue: ldexp(acc, exp_shift) * ts */
     float ts;
     uint32_t stab[128]; /* scale byte b -> adjusted 16-bit scale, two per word (built on the host) */
+    int scale_bf16;     /* integer formats: the 16-bit scales are BF16 (else F16) */
 };
 
 /* Epilogue of one 16-row block (acc[MT][4]: MT tiles of 8 tokens). */
@@ -142,16 +161,82 @@ __device__ __forceinline__ bool split_k_reduce(const GemvParams &p, float (&acc)
 
 /* ------------------------------------------- kernel 1: per-warp streams */
 
+/* Bytes per packed chunk of kernel 1's instance (KG = 0: an E2M1 format). */
+template <int FMT, int KG>
+constexpr int kernel1_chunk_bytes() {
+    if constexpr (KG > 0) return nbc_int_chunk<FMT, KG>::bytes;
+    else return nbc_fmt<FMT>::chunk_bytes;
+}
+
+/* One chunk of an integer format in kernel 1 (see "INTEGER FORMATS"):
+ * word G (0..3) of this lane's 16 bytes of row g (L) and row g+8 (H) holds
+ * k = 32G + 8t .. +7 of the chunk, so tiles 2G (elements 0..3) and 2G+1
+ * (4..7) lie in sub-range G, inside one kernel group; its activations are
+ * the 16 bytes at chunk k 32G + 8t.  The MMAs of a kernel group accumulate
+ * the exact integers (q - z) times x into tA (even tiles) and tB (odd,
+ * independent of tA), which then enter acc and acc2 times the group's
+ * FP32 scale (rows g and g+8 are accumulator elements {0,1} and {2,3}). */
+template <int FMT, int ACT, int MT, int KG, bool SYM>
+__device__ __forceinline__ void int_step(const uint4 &L, const uint4 &H, const uint32_t (&sw)[NBI_CHUNK_K / KG],
+                                         const uint32_t (&zw)[2], const __nv_bfloat16 *const (&xp)[MT],
+                                         const bool (&tok_ok)[MT], int i, int kbase, const GemvParams &p,
+                                         float (&acc)[MT][4], float (&acc2)[MT][4]) {
+    constexpr int GPC = NBI_CHUNK_K / KG, SPG = KG / 32; /* kernel groups per chunk, sub-ranges per group */
+    float tA[MT][4], tB[MT][4];
+#pragma unroll
+    for (int G = 0; G < 4; G++) {
+        const int j = G / SPG;
+        if (G % SPG == 0) {
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) tA[mt][e] = tB[mt][e] = 0.0f;
+        }
+        uint4 xv[MT];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+            xv[mt] = tok_ok[mt] && kbase + 32 * G < p.k ? __ldg((const uint4 *)(xp[mt] + i * NBI_CHUNK_K) + 4 * G)
+                                                        : make_uint4(0, 0, 0, 0);
+        const uint32_t zg = int_zero<ACT, SYM>(zw, j), zh = int_zero<ACT, SYM>(zw, GPC + j);
+        uint32_t a[4];
+        a_frag_int<ACT, 0, SYM>(word(L, G), word(H, G), zg, zh, a); /* tile 2G: elements 0..3 */
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(tA[mt], a[0], a[1], a[2], a[3], xv[mt].x, xv[mt].y);
+        a_frag_int<ACT, 2, SYM>(word(L, G), word(H, G), zg, zh, a); /* tile 2G+1: elements 4..7 */
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(tB[mt], a[0], a[1], a[2], a[3], xv[mt].z, xv[mt].w);
+        if (G % SPG == SPG - 1) { /* the group's scale, in FP32 */
+            const float sg = int_scale<KG>(sw, j, p.scale_bf16), sh = int_scale<KG>(sw, GPC + j, p.scale_bf16);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                acc[mt][0] = fmaf(sg, tA[mt][0], acc[mt][0]);
+                acc[mt][1] = fmaf(sg, tA[mt][1], acc[mt][1]);
+                acc[mt][2] = fmaf(sh, tA[mt][2], acc[mt][2]);
+                acc[mt][3] = fmaf(sh, tA[mt][3], acc[mt][3]);
+                acc2[mt][0] = fmaf(sg, tB[mt][0], acc2[mt][0]);
+                acc2[mt][1] = fmaf(sg, tB[mt][1], acc2[mt][1]);
+                acc2[mt][2] = fmaf(sh, tB[mt][2], acc2[mt][2]);
+                acc2[mt][3] = fmaf(sh, tB[mt][3], acc2[mt][3]);
+            }
+        }
+    }
+}
+
 /* m = 1..32 with each lane loading its activations through L1: the kernel
- * for 1..8 tokens, and for more tokens on layers too narrow for kernel 2. */
-template <int FMT, int ACT, int MT, int WARPS, int STAGES>
-__global__ void __launch_bounds__(WARPS * 32, GEMV_MINB) gemv_fp4_kernel(const GemvParams p) {
-    NBC_CHECK_KERNEL_FORMAT(FMT);
-    constexpr int SB = nbc_fmt<FMT>::lane_scale_bytes; /* scale bytes per lane: 4 or 2 */
-    constexpr int CB = nbc_fmt<FMT>::chunk_bytes;      /* bytes per chunk */
+ * for 1..8 tokens, and for more tokens on layers too narrow for kernel 2;
+ * the only kernel of the integer formats (KG > 0, their kernel group: see
+ * "INTEGER FORMATS" above).  The body of gemv_fp4_kernel and
+ * gemv_int4_kernel. */
+template <int FMT, int ACT, int MT, int WARPS, int STAGES, int KG>
+__device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
+    constexpr bool INT = KG > 0;
+    constexpr bool SYM = nbc_fmt<FMT>::zero_point == NB_ZERO_NONE; /* (integer formats: two's complement codes) */
+    constexpr int SB = INT ? 0 : nbc_fmt<FMT>::lane_scale_bytes;  /* E2M1 scale bytes per lane: 4 or 2 */
+    constexpr int CB = kernel1_chunk_bytes<FMT, KG>();           /* bytes per chunk */
+    constexpr int KG1 = INT ? KG : 128;                           /* (a valid group for the E2M1 instances' dead code) */
     __shared__ uint32_t stab[256];                       /* scale byte -> adjusted 16-bit pair */
     __shared__ int is_last;
-    nbc_load_scale_table<WARPS * 32>(stab, p.stab); /* (published by the barrier after the weight prologue) */
+    if constexpr (!INT) nbc_load_scale_table<WARPS * 32>(stab, p.stab); /* (published by the barrier after the weight prologue) */
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -212,7 +297,7 @@ __global__ void __launch_bounds__(WARPS * 32, GEMV_MINB) gemv_fp4_kernel(const G
     for (int mt = 0; mt < MT; mt++) {
         tok_ok[mt] = mt * 8 + g < p.m;
         xp[mt] = (const __nv_bfloat16 *)p.x + (size_t)(tok_ok[mt] ? mt * 8 + g : 0) * p.lda +
-                 (size_t)c_begin * NBI_CHUNK_K + 32 * t;
+                 (size_t)c_begin * NBI_CHUNK_K + (INT ? 8 : 32) * t;
     }
 
     /* The loop is unrolled by the ring depth so every slot address is a
@@ -228,6 +313,14 @@ __global__ void __launch_bounds__(WARPS * 32, GEMV_MINB) gemv_fp4_kernel(const G
         __syncwarp();                /* ... and every other lane's */
         const uint4 *slot = ring + s * (CB / 16);
         const uint4 L = slot[lane], H = slot[32 + lane];
+        if constexpr (INT) {
+            uint32_t sw[NBI_CHUNK_K / KG1], zw[2];
+            int_tail<FMT, KG1>(slot, g, sw, zw);
+            __syncwarp(); /* slot s may now be refilled */
+            int_step<FMT, ACT, MT, KG1, SYM>(L, H, sw, zw, xp, tok_ok, i, (c_begin + i) * NBI_CHUNK_K + 8 * t, p,
+                                             acc[0], acc2);
+            continue;
+        }
         const uint32_t S = SB == 4 ? ((const uint32_t *)(slot + 64))[lane] : ((const uint16_t *)(slot + 64))[lane];
         __syncwarp(); /* slot s may now be refilled */
         const int kbase = (c_begin + i) * NBI_CHUNK_K + 32 * t;
@@ -278,6 +371,19 @@ __global__ void __launch_bounds__(WARPS * 32, GEMV_MINB) gemv_fp4_kernel(const G
     nbc_grid_dependents_launch();
     if (p.splits > 1 && !split_k_reduce<MT, 1>(p, acc, rbs, own, g, t, &is_last)) return;
     if (own[0]) store_block<ACT, MT>(p, acc[0], rb, g, t);
+}
+
+template <int FMT, int ACT, int MT, int WARPS, int STAGES>
+__global__ void __launch_bounds__(WARPS * 32, GEMV_MINB) gemv_fp4_kernel(const GemvParams p) {
+    NBC_CHECK_KERNEL_FORMAT(FMT);
+    gemv_kernel1<FMT, ACT, MT, WARPS, STAGES, 0>(p);
+}
+
+/* The integer formats, kernel group KG (32, 64 or 128). */
+template <int FMT, int ACT, int MT, int KG, int WARPS, int STAGES>
+__global__ void __launch_bounds__(WARPS * 32, GEMV_MINB) gemv_int4_kernel(const GemvParams p) {
+    static_assert(KG == 32 || KG == 64 || KG == 128, "kernel groups of 32, 64 or 128");
+    gemv_kernel1<FMT, ACT, MT, WARPS, STAGES, KG>(p);
 }
 
 /* ------------------------------------ kernel 2: staged activations, 8..32 */
@@ -495,8 +601,8 @@ typedef void (*gemv_fn)(const GemvParams);
  * also holds the in-CTA split-K exchange, at most 8 x 32 x 16 floats).
  * Kernel 2: the weight rings (RPW chunks per stage) and the activation
  * segments (m rows x 256 bytes per chunk). */
-static size_t gemv_smem_bytes(int fmt, int xs, int rpw, int mt, int m) {
-    const size_t cb = nbi_chunk_bytes(nbi_traits((nb_format)fmt));
+static size_t gemv_smem_bytes(int fmt, int xs, int rpw, int mt, int m, size_t cb) {
+    if (!cb) cb = nbi_chunk_bytes(nbi_traits((nb_format)fmt)); /* (0: the E2M1 formats' chunk) */
     if (!xs) return (size_t)NBI_GEMV_WARPS * GEMV_STAGES * cb;
     const size_t rows = (size_t)(m < 8 * mt ? m : 8 * mt);
     return (size_t)NBI_GEMV_WARPS * XS_STAGES * rpw * cb + (size_t)XS_XSEGS * XS_SEG * rows * XROW * 16;
@@ -530,24 +636,47 @@ static gemv_fn pick_mt(int mt, int xs, int rpw) {
     return NULL; /* kernel 2 needs rpw 1 or 2 */
 }
 
-static gemv_fn pick_kernel(int fmt, int act, int mt, int xs, int rpw) {
+/* The integer formats' instances: kernel 1 for mt x kernel group. */
+template <int FMT, int ACT>
+static gemv_fn pick_int(int mt, int kg) {
+#define INT_KERNEL(MT, KG) gemv_int4_kernel<FMT, ACT, MT, KG, NBI_GEMV_WARPS, GEMV_STAGES>
+#define INT_MT(KG)                                                    \
+    switch (mt) {                                                     \
+    case 1: return INT_KERNEL(1, KG);                                 \
+    case 2: return INT_KERNEL(2, KG);                                 \
+    case 3: return INT_KERNEL(3, KG);                                 \
+    case 4: return INT_KERNEL(4, KG);                                 \
+    }                                                                 \
+    return NULL;
+    if (kg == 32) { INT_MT(32) }
+    if (kg == 64) { INT_MT(64) }
+    if (kg == 128) { INT_MT(128) }
+#undef INT_MT
+#undef INT_KERNEL
+    return NULL;
+}
+
+static gemv_fn pick_kernel(int fmt, int act, int mt, int xs, int rpw, int kg) {
 #define GEMV_RUNG(F, A) return pick_mt<F, A>(mt, xs, rpw);
     NBC_LADDER(fmt, act, GEMV_RUNG)
 #undef GEMV_RUNG
+#define INT_RUNG(F, A) return xs ? NULL : pick_int<F, A>(mt, kg);
+    NBC_DECODE_LADDER(fmt, act, INT_RUNG)
+#undef INT_RUNG
     return NULL;
 }
 
 extern "C" size_t nbi_cuda_gemv_smem(int fmt, int xs, int rpw, int mt, int m) {
-    return gemv_smem_bytes(fmt, xs, rpw, mt, m) + 256 * 4 + 16 * XS_XSEGS + 16; /* + static: scale table, barriers */
+    return gemv_smem_bytes(fmt, xs, rpw, mt, m, 0) + 256 * 4 + 16 * XS_XSEGS + 16; /* + static: scale table, barriers */
 }
 
 extern "C" nb_status nbi_cuda_gemv(nb_context *ctx, const nbi_gemm_plan *pl, const void *x, const void *packed,
                                    const void *bias, void *y, void *workspace, void *stream) {
-    gemv_fn f = pick_kernel(pl->fmt, pl->act, pl->mt, pl->xsh, pl->rpw);
+    gemv_fn f = pick_kernel(pl->fmt, pl->act, pl->mt, pl->xsh, pl->rpw, pl->group);
     if (!f)
-        return nbi_fail(ctx, NB_ERR_INTERNAL, "gemv: no kernel for %s, %s, mt = %d, staged %d, rows per warp %d",
-                        nbi_traits((nb_format)pl->fmt)->name, nbi_dtype_name((nb_dtype)pl->act), pl->mt, pl->xsh,
-                        pl->rpw);
+        return nbi_fail(ctx, NB_ERR_INTERNAL, "gemv: no kernel for %s, %s, mt = %d, staged %d, rows per warp %d, "
+                        "group %d", nbi_traits((nb_format)pl->fmt)->name, nbi_dtype_name((nb_dtype)pl->act), pl->mt,
+                        pl->xsh, pl->rpw, pl->group);
     GemvParams p;
     NBC_SET_GEMM_PARAMS(p, pl, packed, y, bias);
     p.x = x;
@@ -557,12 +686,13 @@ extern "C" nb_status nbi_cuda_gemv(nb_context *ctx, const nbi_gemm_plan *pl, con
     p.cps = pl->chunks_per_split;
     p.splits = pl->splits;
     p.kw = pl->kw;
+    p.scale_bf16 = pl->scale_bf16;
     dim3 grid((unsigned)pl->grid_x, (unsigned)pl->splits);
-    const size_t smem = gemv_smem_bytes(pl->fmt, pl->xsh, pl->rpw, pl->mt, (int)pl->m);
+    const size_t smem = gemv_smem_bytes(pl->fmt, pl->xsh, pl->rpw, pl->mt, (int)pl->m, (size_t)pl->chunk_bytes);
     /* Kernel 2 can exceed the 48 KB default (static + dynamic): opt in, for
      * its largest launch. */
     if (pl->xsh) {
-        nb_status st = nbc_smem_opt_in(ctx, (const void *)f, gemv_smem_bytes(pl->fmt, 1, pl->rpw, pl->mt, 8 * pl->mt));
+        nb_status st = nbc_smem_opt_in(ctx, (const void *)f, gemv_smem_bytes(pl->fmt, 1, pl->rpw, pl->mt, 8 * pl->mt, 0));
         if (st) return st;
     }
     cudaLaunchAttribute attr[1];

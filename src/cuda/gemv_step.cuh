@@ -43,3 +43,90 @@ __device__ __forceinline__ void a_frag(uint32_t ql, uint32_t qh, uint32_t sg, ui
 
 __device__ __forceinline__ uint32_t word(const uint4 &v, int w) { return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w; }
 
+
+/* ------------------------------------------- integer formats (kernel 1) */
+
+/* The packed chunk of a 4-bit integer format with kernel group KG (32, 64,
+ * 128; docs/formats.md 8.7): 1024 code bytes, then per lane group g the
+ * 2 x GPC 16-bit scales of rows g and g+8, then their GPC zero-point bytes
+ * each (formats with zero points). */
+template <int FMT, int KG>
+struct nbc_int_chunk {
+    static_assert((nbc_fmt<FMT>::element == NB_ELEMENT_UINT4 || nbc_fmt<FMT>::element == NB_ELEMENT_INT4) &&
+                      (KG == 32 || KG == 64 || KG == 128),
+                  "the integer decode step takes 4-bit integer codes in kernel groups of 32, 64 or 128");
+    static constexpr int gpc = NBI_CHUNK_K / KG; /* kernel groups per row of a chunk */
+    static constexpr int zp = nbc_fmt<FMT>::zero_point != NB_ZERO_NONE;
+    static constexpr int bytes = NBI_CHUNK_CODE_BYTES + NBI_CHUNK_ROWS * gpc * (2 + zp);
+};
+
+/* 2 x 16-bit lanes of word q's elements 2I, 2I+1 (nibbles I, I+4) as the
+ * exact small integers q - z, in one LOP3 and one HSUB2: the nibble ORed
+ * into the mantissa of a magic number M whose last mantissa bit weighs 1
+ * (BF16 0x4300 = 128, FP16 0x6400 = 1024) is M + q exactly; subtracting
+ * the 16-bit value M + z (zz: two copies) leaves q - z, exact because every
+ * value involved is an integer below 2^8 (BF16: 8 significant bits, hence
+ * z <= 127, checked by the planner) or 2^11 (FP16).  Two's complement codes
+ * (SYM) flip bit 3 in the same LOP3: nibble ^ 8 = q + 8, and zz is M + 8. */
+template <int ACT, int I, bool SYM>
+__device__ __forceinline__ uint32_t int_pair(uint32_t q, uint32_t zz) {
+    constexpr uint32_t magic = (ACT == NB_DTYPE_BF16 ? 0x43004300u : 0x64006400u) | (SYM ? 0x00080008u : 0u);
+    return nbc_hsub2<ACT>(((q >> (4 * I)) & 0x000F000Fu) ^ magic, zz);
+}
+
+/* The A fragment of pairs I and I+1 of word ql (row g) and qh (row g+8),
+ * as a_frag, with the rows' zero-point pairs zg and zh. */
+template <int ACT, int I, bool SYM>
+__device__ __forceinline__ void a_frag_int(uint32_t ql, uint32_t qh, uint32_t zg, uint32_t zh, uint32_t (&a)[4]) {
+    a[0] = int_pair<ACT, I, SYM>(ql, zg);
+    a[1] = int_pair<ACT, I, SYM>(qh, zh);
+    a[2] = int_pair<ACT, I + 1, SYM>(ql, zg);
+    a[3] = int_pair<ACT, I + 1, SYM>(qh, zh);
+}
+
+/* Lane group g's share of a chunk's tail (after the 1024 code bytes): the
+ * 2 x GPC scales as 16-bit halves of sw (index h * GPC + j: row g + 8h,
+ * kernel group j) and the zero-point bytes of zw (same index).  One or two
+ * vector loads from the chunk's shared-memory slot. */
+template <int FMT, int KG>
+__device__ __forceinline__ void int_tail(const uint4 *slot, int g, uint32_t (&sw)[NBI_CHUNK_K / KG],
+                                         uint32_t (&zw)[2]) {
+    constexpr int GPC = nbc_int_chunk<FMT, KG>::gpc;
+    const uint8_t *tail = (const uint8_t *)(slot + NBI_CHUNK_CODE_BYTES / 16);
+    if (GPC == 4) {
+        const uint4 v = *(const uint4 *)(tail + 16 * g);
+        sw[0] = v.x, sw[GPC > 1 ? 1 : 0] = v.y, sw[GPC > 2 ? 2 : 0] = v.z, sw[GPC > 3 ? 3 : 0] = v.w;
+    } else if (GPC == 2) {
+        const uint2 v = *(const uint2 *)(tail + 8 * g);
+        sw[0] = v.x, sw[GPC > 1 ? 1 : 0] = v.y;
+    } else {
+        sw[0] = *(const uint32_t *)(tail + 4 * g);
+    }
+    zw[0] = zw[1] = 0;
+    if (nbc_int_chunk<FMT, KG>::zp) {
+        const uint8_t *z = tail + 32 * GPC + 2 * GPC * g;
+        if (GPC == 4) {
+            const uint2 v = *(const uint2 *)z;
+            zw[0] = v.x, zw[1] = v.y;
+        } else if (GPC == 2) {
+            zw[0] = *(const uint32_t *)z;
+        } else {
+            zw[0] = *(const uint16_t *)z;
+        }
+    }
+}
+
+/* Scale i of sw as FP32 (exact: F16 and BF16 are subsets of FP32). */
+template <int KG>
+__device__ __forceinline__ float int_scale(const uint32_t (&sw)[NBI_CHUNK_K / KG], int i, int bf16) {
+    const uint32_t h = (sw[i >> 1] >> (16 * (i & 1))) & 0xFFFFu;
+    return bf16 ? __uint_as_float(h << 16) : __half2float(__ushort_as_half((unsigned short)h));
+}
+
+/* The zero-point pair (M + z, twice) of index i, or M + 8 for SYM. */
+template <int ACT, bool SYM>
+__device__ __forceinline__ uint32_t int_zero(const uint32_t (&zw)[2], int i) {
+    const uint32_t m = ACT == NB_DTYPE_BF16 ? 0x4300u : 0x6400u;
+    const uint32_t z = SYM ? 8u : (zw[i >> 2] >> (8 * (i & 3))) & 0xFFu;
+    return (m | z) * 0x10001u;
+}

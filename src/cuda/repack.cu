@@ -3,8 +3,37 @@
  * comment at the top of gemv_fp4.cu), byte for byte what nb_pack_host
  * (src/formats.c, the specification) writes; tests/test_gpu.c compares the
  * bytes.  For E8M0 scales it also finds the smallest and largest scale byte,
- * from which the GEMM kernels choose an exact exponent offset. */
+ * from which the GEMM kernels choose an exact exponent offset; for zero
+ * points, their range (BF16 activations need them below 128). */
 #include "common.cuh"
+
+/* A lane's 2 x 16 code bytes of chunk (rb, kc) at c: word w of row g
+ * (bytes 16 lane..) and row g+8 (512 + 16 lane..) holds k = 32t + 8w ..
+ * +7 (E2M1) or 32w + 8t .. +7 (int_order: the integer formats), element e
+ * in nibble [0,4,1,5,2,6,3,7][e]. */
+__device__ __forceinline__ void pack_lane_codes(int64_t n, int64_t k, int64_t rb, int64_t kc, int lane,
+                                                const uint8_t *__restrict__ codes, uint8_t *c, bool int_order) {
+    const int gi = lane >> 2, ti = lane & 3;
+    for (int half = 0; half < 2; half++) {
+        const int64_t row = rb * 16 + gi + 8 * half;
+        uint32_t words[4];
+        for (int w = 0; w < 4; w++) {
+            uint32_t word = 0;
+            for (int p = 0; p < 8; p++) {
+                int e = p < 4 ? 2 * p : 2 * (p - 4) + 1;
+                int64_t col = kc * NBI_CHUNK_K + (int_order ? 32 * w + 8 * ti : 32 * ti + 8 * w) + e;
+                uint32_t v = 0;
+                if (row < n && col < k) {
+                    int64_t idx = row * k + col;
+                    v = (codes[idx / 2] >> ((idx & 1) * 4)) & 15u;
+                }
+                word |= v << (4 * p);
+            }
+            words[w] = word;
+        }
+        *(uint4 *)(c + half * 512 + lane * 16) = make_uint4(words[0], words[1], words[2], words[3]);
+    }
+}
 
 /* One thread per (chunk, lane): writes the lane's 2 x 16 code bytes and its
  * scale bytes exactly as nb_pack_host does. */
@@ -17,25 +46,7 @@ __global__ void pack_kernel(int64_t n, int64_t k, int group, int chunk_bytes, in
     const int64_t chunk = tid >> 5, rb = chunk / kchunks, kc = chunk % kchunks;
     const int gi = lane >> 2, ti = lane & 3;
     uint8_t *c = out + chunk * chunk_bytes;
-    for (int half = 0; half < 2; half++) {
-        const int64_t row = rb * 16 + gi + 8 * half;
-        uint32_t words[4];
-        for (int w = 0; w < 4; w++) {
-            uint32_t word = 0;
-            for (int p = 0; p < 8; p++) {
-                int e = p < 4 ? 2 * p : 2 * (p - 4) + 1;
-                int64_t col = kc * NBI_CHUNK_K + 32 * ti + 8 * w + e;
-                uint32_t v = 0;
-                if (row < n && col < k) {
-                    int64_t idx = row * k + col;
-                    v = (codes[idx / 2] >> ((idx & 1) * 4)) & 15u;
-                }
-                word |= v << (4 * p);
-            }
-            words[w] = word;
-        }
-        *(uint4 *)(c + half * 512 + lane * 16) = make_uint4(words[0], words[1], words[2], words[3]);
-    }
+    pack_lane_codes(n, k, rb, kc, lane, codes, c, false);
     const int gpc = NBI_CHUNK_K / group, per = gpc / 4, ng = (int)(k / group);
     uint8_t *s = c + NBI_CHUNK_CODE_BYTES + lane * per * 2;
     for (int half = 0; half < 2; half++)
@@ -45,11 +56,13 @@ __global__ void pack_kernel(int64_t n, int64_t k, int group, int chunk_bytes, in
         }
 }
 
-__global__ void exp_range_kernel(const uint8_t *__restrict__ scales, int64_t count, int *range) {
+/* The range of bytes other than `skip` (E8M0 scales: 0xFF, NaN; zero
+ * points: -1, none). */
+__global__ void exp_range_kernel(const uint8_t *__restrict__ scales, int64_t count, int skip, int *range) {
     int lo = 256, hi = -1;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x) {
         int b = scales[i];
-        if (b == 0xFF) continue;
+        if (b == skip) continue;
         lo = min(lo, b);
         hi = max(hi, b);
     }
@@ -59,8 +72,9 @@ __global__ void exp_range_kernel(const uint8_t *__restrict__ scales, int64_t cou
     }
 }
 
-/* The E8M0 scale-byte range, read back (so the call synchronizes). */
-static nb_status exp_range(nb_context *ctx, const nb_weight_desc *d, const uint8_t *scales, int32_t *emin,
+/* The E8M0 scale-byte range (skip 0xFF) or the zero-point range (skip
+ * -1), read back (so the call synchronizes). */
+static nb_status exp_range(nb_context *ctx, const nb_weight_desc *d, const uint8_t *scales, int skip, int32_t *emin,
                            int32_t *emax, cudaStream_t s) {
     int *range = NULL, h[2] = {256, -1};
     NBC_TRY(cudaMalloc(&range, 2 * sizeof(int)), "pack: cudaMalloc");
@@ -69,7 +83,7 @@ static nb_status exp_range(nb_context *ctx, const nb_weight_desc *d, const uint8
     if (e != cudaSuccess) {
         st = nbc_fail(ctx, e, "pack: copy");
     } else {
-        exp_range_kernel<<<256, 256, 0, s>>>(scales, d->n * (d->k / d->group_size), range);
+        exp_range_kernel<<<256, 256, 0, s>>>(scales, d->n * (d->k / d->group_size), skip, range);
         if ((e = cudaGetLastError()) != cudaSuccess) st = nbc_fail(ctx, e, "pack: range kernel launch");
         else if ((e = cudaMemcpyAsync(h, range, sizeof h, cudaMemcpyDeviceToHost, s)) != cudaSuccess)
             st = nbc_fail(ctx, e, "pack: copy back");
@@ -93,5 +107,48 @@ extern "C" nb_status nbi_cuda_pack(nb_context *ctx, const nb_weight_desc *d, con
                                                                  kchunks, total, codes, scales, (uint8_t *)packed);
     NBC_LAUNCHED("pack kernel launch");
     *emin = *emax = -1;
-    return t->scale_type == NB_SCALE_E8M0 ? exp_range(ctx, d, scales, emin, emax, s) : NB_OK;
+    return t->scale_type == NB_SCALE_E8M0 ? exp_range(ctx, d, scales, 0xFF, emin, emax, s) : NB_OK;
+}
+
+/* The 4-bit integer formats (docs/formats.md 8.7; nb_pack_host_v2 is the
+ * specification): one thread per (chunk, lane) writes the lane's 2 x 16
+ * code bytes, word w holding k = 32w + 8t .. +7; lane 4g also writes lane
+ * group g's scales (rows g, g+8: 2 x gpc of 2 bytes) and zero points. */
+__global__ void pack_int_kernel(int64_t n, int64_t k, int group, int kg, int chunk_bytes, int64_t kchunks,
+                                int64_t total, const uint8_t *__restrict__ codes, const uint8_t *__restrict__ scales,
+                                const uint8_t *__restrict__ zeros, uint8_t *__restrict__ out) {
+    int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (tid >= total) return;
+    const int lane = (int)(tid & 31);
+    const int64_t chunk = tid >> 5, rb = chunk / kchunks, kc = chunk % kchunks;
+    const int gi = lane >> 2, ti = lane & 3;
+    uint8_t *c = out + chunk * chunk_bytes;
+    pack_lane_codes(n, k, rb, kc, lane, codes, c, true);
+    if (ti) return;
+    const int gpc = NBI_CHUNK_K / kg;
+    const int64_t ng = k / group;
+    for (int half = 0; half < 2; half++)
+        for (int j = 0; j < gpc; j++) {
+            const int64_t row = rb * 16 + gi + 8 * half, col = kc * NBI_CHUNK_K + (int64_t)kg * j;
+            const bool in = row < n && col < k;
+            const int64_t src = in ? row * ng + col / group : 0;
+            const int at = half * gpc + j;
+            c[NBI_CHUNK_CODE_BYTES + 4 * gpc * gi + 2 * at] = in ? scales[2 * src] : 0;
+            c[NBI_CHUNK_CODE_BYTES + 4 * gpc * gi + 2 * at + 1] = in ? scales[2 * src + 1] : 0;
+            if (zeros) c[NBI_CHUNK_CODE_BYTES + 32 * gpc + 2 * gpc * gi + at] = in ? zeros[src] : 0;
+        }
+}
+
+extern "C" nb_status nbi_cuda_pack_int(nb_context *ctx, const nb_weight_desc *d, const uint8_t *codes,
+                                       const uint8_t *scales, const uint8_t *zeros, void *packed, int32_t *zmin,
+                                       int32_t *zmax, void *stream) {
+    const int64_t kchunks = (d->k + NBI_CHUNK_K - 1) / NBI_CHUNK_K, rbs = (d->n + 15) / 16;
+    const int64_t total = rbs * kchunks * 32;
+    cudaStream_t s = (cudaStream_t)stream;
+    pack_int_kernel<<<(unsigned)((total + 255) / 256), 256, 0, s>>>(
+        d->n, d->k, d->group_size, nbi_kernel_group(d), (int)nbi_packed_chunk_bytes(d), kchunks, total, codes, scales,
+        zeros, (uint8_t *)packed);
+    NBC_LAUNCHED("pack kernel launch");
+    *zmin = *zmax = -1;
+    return zeros ? exp_range(ctx, d, zeros, -1, zmin, zmax, s) : NB_OK;
 }

@@ -1,0 +1,276 @@
+/* test_gpu_int.c - the 4-bit integer formats (int4 with zero points,
+ * int4_sym) on a real GPU: nb_pack_v2 and nb_gemm's decode kernel
+ * (gemv_fp4.cu "INTEGER FORMATS").
+ *
+ *   test_gpu_int [--quick]    exit 0 pass, 1 fail, 77 no device (skipped)
+ *
+ * For each format, activation type (BF16, FP16), scale type (F16, BF16) and
+ * group (32, 64, 128, one per row), on ragged layers (n not a multiple of
+ * 16, k not a multiple of 128):
+ *   - nb_pack_v2 on the device writes the bytes of nb_pack_host_v2 and the
+ *     zero-point range into the descriptor;
+ *   - nb_gemm for m = 1..32 and m in {33, 45, 64, 100} (several launches of
+ *     the decode kernel) against nb_gemm_host_f64_v2 with the rule of
+ *     test_gpu.c: |y - ref| <= ulp_out(|ref|) + 2^-14 * max|ref| per
+ *     element (output rounding plus float accumulation in another order; the
+ *     kernel's weight operands q - z are exact and its scales FP32);
+ *     outputs are poisoned (NaN) first, so an unwritten element fails;
+ *   - zero points at their extremes: rows with z = 0 and z = 15, and with
+ *     FP16 activations z = 255 (any byte; BF16 takes z <= 127 and nb_gemm
+ *     refuses more with NB_ERR_UNSUPPORTED);
+ *   - a NaN scale gives NaN in its row and only there;
+ *   - the refusals: nb_pack for int4 (zero points need nb_pack_v2), the
+ *     tensor-core and staged paths, k not a multiple of 8. */
+#include "nibble.h"
+#include "check.h"
+#include "gpu_testlib.h"
+
+#include <math.h>
+
+static float from16(nb_dtype t, uint16_t h) {
+    if (t == NB_DTYPE_BF16) {
+        uint32_t u = (uint32_t)h << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    int e = (h >> 10) & 31;
+    uint32_t m = h & 0x3FF;
+    float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 0x400), e - 25);
+    return (h & 0x8000) ? -v : v;
+}
+static double ulp_out(nb_dtype t, double a) {
+    int e;
+    frexp(a, &e);
+    int q = e - (t == NB_DTYPE_BF16 ? 8 : 11), minexp = t == NB_DTYPE_BF16 ? -133 : -24;
+    return ldexp(1.0, q < minexp ? minexp : q);
+}
+
+typedef struct tcase {
+    nb_format fmt;
+    nb_dtype act;
+    nb_scale_type st;
+    int64_t n, k;
+    int group; /* 0: one per row */
+} tcase;
+
+static void run_case(nb_context *ctx, const tcase *c, const int64_t *ms, int nms, uint64_t seed) {
+    const int zp = c->fmt == NB_FORMAT_INT4;
+    nb_weight_desc d;
+    nb_weight_desc_init(&d, c->fmt, c->n, 128);
+    d.k = c->k;
+    d.group_size = c->group ? c->group : (int32_t)c->k;
+    d.scale_type = c->st;
+    char what[128];
+    snprintf(what, sizeof what, "%s %s scales=%s n=%lld k=%lld group=%d", zp ? "int4" : "int4_sym",
+             c->act == NB_DTYPE_BF16 ? "bf16" : "f16", c->st == NB_SCALE_BF16 ? "bf16" : "f16", (long long)c->n,
+             (long long)c->k, (int)d.group_size);
+    nb_weight_sizes_v2 sz;
+    GT_NB(nb_weight_get_sizes_v2(&d, &sz));
+    const int64_t n = c->n, k = c->k, ng = k / d.group_size, mmax = ms[nms - 1];
+    uint8_t *codes = malloc(sz.codes_bytes), *scales = malloc(sz.scales_bytes), *zeros = zp ? malloc(sz.zeros_bytes) : NULL;
+    uint8_t *hp = malloc(sz.packed_bytes), *dp_h = malloc(sz.packed_bytes);
+    uint16_t *x = malloc(2 * (size_t)(mmax * k)), *y = malloc(2 * (size_t)(mmax * n));
+    double *ref = malloc(sizeof(double) * (size_t)(mmax * n));
+    for (size_t i = 0; i < sz.codes_bytes; i++) codes[i] = (uint8_t)gt_rand(&seed);
+    for (int64_t i = 0; i < n * ng; i++) { /* +-2^-8 .. 2^-4 in the scale type */
+        const int e = -8 + (int)(gt_rand(&seed) % 4), neg = (int)(gt_rand(&seed) & 1);
+        const uint16_t mant = (uint16_t)(gt_rand(&seed) & 0x7F);
+        const uint16_t h = c->st == NB_SCALE_BF16 ? (uint16_t)(neg << 15 | (127 + e) << 7 | mant)
+                                                  : (uint16_t)(neg << 15 | (15 + e) << 10 | mant << 3);
+        scales[2 * i] = (uint8_t)h, scales[2 * i + 1] = (uint8_t)(h >> 8);
+    }
+    if (zp)
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t j = 0; j < ng; j++) { /* extremes on some rows: 0, 15, and 255 where FP16 takes it */
+                const int kind = (int)(r % 5);
+                zeros[r * ng + j] = kind == 0 ? 0 : kind == 1 ? 15 : kind == 2 && c->act == NB_DTYPE_F16 ? 255
+                                                                                 : (uint8_t)(gt_rand(&seed) % 16);
+            }
+    const int nan_row = (int)(n / 2); /* one NaN scale: its row's outputs are NaN */
+    scales[2 * (nan_row * ng)] = 0x01, scales[2 * (nan_row * ng) + 1] = c->st == NB_SCALE_BF16 ? 0x7F : 0x7E;
+    if (c->st == NB_SCALE_BF16) scales[2 * (nan_row * ng)] = 0xC1;
+    for (int64_t i = 0; i < mmax * k; i++) x[i] = gt_act16(c->act, gt_rand(&seed));
+
+    uint8_t *dc, *ds, *dz = NULL;
+    void *dpk, *dx, *dy;
+    GT_CUDA(cudaMalloc((void **)&dc, sz.codes_bytes));
+    GT_CUDA(cudaMalloc((void **)&ds, sz.scales_bytes));
+    if (zp) GT_CUDA(cudaMalloc((void **)&dz, sz.zeros_bytes));
+    GT_CUDA(cudaMalloc(&dpk, sz.packed_bytes));
+    GT_CUDA(cudaMalloc(&dx, 2 * (size_t)(mmax * k)));
+    GT_CUDA(cudaMalloc(&dy, 2 * (size_t)(mmax * n)));
+    GT_CUDA(cudaMemcpy(dc, codes, sz.codes_bytes, cudaMemcpyHostToDevice));
+    GT_CUDA(cudaMemcpy(ds, scales, sz.scales_bytes, cudaMemcpyHostToDevice));
+    if (zp) GT_CUDA(cudaMemcpy(dz, zeros, sz.zeros_bytes, cudaMemcpyHostToDevice));
+    GT_CUDA(cudaMemcpy(dx, x, 2 * (size_t)(mmax * k), cudaMemcpyHostToDevice));
+
+    /* pack: device bytes = host bytes, and the zero-point range */
+    const nb_weight_data hw = {.codes = codes, .scales = scales, .zeros = zeros};
+    const nb_weight_data dw = {.codes = dc, .scales = ds, .zeros = dz};
+    nb_weight_desc hd = d, dd = d;
+    GT_NB(nb_pack_host_v2(ctx, &hd, &hw, hp, sz.packed_bytes));
+    GT_CUDA(cudaMemset(dpk, 0xA5, sz.packed_bytes)); /* every byte must be written */
+    GT_NB(nb_pack_v2(ctx, &dd, &dw, dpk, sz.packed_bytes, NULL));
+    GT_CUDA(cudaMemcpy(dp_h, dpk, sz.packed_bytes, cudaMemcpyDeviceToHost));
+    CHECK(!memcmp(hp, dp_h, sz.packed_bytes), "%s: nb_pack_v2 bytes differ from nb_pack_host_v2", what);
+    CHECK(dd.layout == NB_LAYOUT_PACKED && dd.scale_exp_min == hd.scale_exp_min && dd.scale_exp_max == hd.scale_exp_max,
+          "%s: descriptor after nb_pack_v2 (zero range %d..%d, host %d..%d)", what, (int)dd.scale_exp_min,
+          (int)dd.scale_exp_max, (int)hd.scale_exp_min, (int)hd.scale_exp_max);
+
+    /* the float64 reference for all mmax rows */
+    nb_gemm_desc gr;
+    GT_NB(nb_gemm_desc_init(&gr, &d, mmax, c->act, c->act));
+    GT_NB(nb_gemm_host_f64_v2(ctx, &gr, x, &hw, NULL, ref));
+    size_t ws = 0;
+    void *dws = NULL;
+    nb_gemm_desc g;
+    GT_NB(nb_gemm_desc_init(&g, &dd, 1, c->act, c->act));
+    GT_NB(nb_gemm_workspace_size(ctx, &g, &ws));
+    if (ws) {
+        GT_CUDA(cudaMalloc(&dws, ws));
+        GT_CUDA(cudaMemset(dws, 0, ws));
+    }
+    for (int mi = 0; mi < nms; mi++) {
+        const int64_t m = ms[mi];
+        g.m = m;
+        GT_CUDA(cudaMemset(dy, 0xFF, 2 * (size_t)(m * n)));
+        nb_status st = nb_gemm(ctx, &g, dx, dpk, NULL, dy, dws, ws, NULL);
+        CHECK(st == NB_OK, "%s m=%lld: nb_gemm: %s", what, (long long)m, nb_last_error());
+        if (st != NB_OK) continue;
+        GT_CUDA(cudaMemcpy(y, dy, 2 * (size_t)(m * n), cudaMemcpyDeviceToHost));
+        double maxref = 0;
+        for (int64_t i = 0; i < m * n; i++)
+            if (isfinite(ref[i]) && fabs(ref[i]) > maxref) maxref = fabs(ref[i]);
+        int bad = 0;
+        int64_t wi = -1;
+        double worst = 0;
+        for (int64_t i = 0; i < m * n; i++) {
+            const double v = from16(c->act, y[i]), r = ref[i];
+            int ok;
+            double e = 0;
+            if (isnan(r)) ok = isnan(v); /* the NaN-scale row */
+            else {
+                const double tol = ulp_out(c->act, fabs(r)) + ldexp(maxref, -14);
+                e = fabs(v - r) / tol;
+                ok = e <= 1.0; /* (NaN fails) */
+            }
+            if (!ok) bad++;
+            if (!ok && (wi < 0 || e > worst)) worst = e, wi = i;
+        }
+        CHECK(bad == 0, "%s m=%lld: %d bad, worst at [%lld,%lld] got %g want %g (err/tol %.3g)", what, (long long)m,
+              bad, wi < 0 ? -1LL : (long long)(wi / n), wi < 0 ? -1LL : (long long)(wi % n),
+              wi < 0 ? 0.0 : (double)from16(c->act, y[wi]), wi < 0 ? 0.0 : ref[wi], worst);
+    }
+    if (dws) GT_CUDA(cudaFree(dws));
+    GT_CUDA(cudaFree(dc));
+    GT_CUDA(cudaFree(ds));
+    GT_CUDA(cudaFree(dpk));
+    GT_CUDA(cudaFree(dx));
+    GT_CUDA(cudaFree(dy));
+    if (dz) GT_CUDA(cudaFree(dz));
+    free(codes), free(scales), free(zeros), free(hp), free(dp_h), free(x), free(y), free(ref);
+}
+
+/* What nb_gemm and nb_pack refuse for the integer formats. */
+static void test_refusals(nb_context *ctx) {
+    enum { N = 32, K = 256 };
+    nb_weight_desc d;
+    nb_weight_desc_init(&d, NB_FORMAT_INT4, N, K);
+    nb_weight_sizes_v2 sz;
+    GT_NB(nb_weight_get_sizes_v2(&d, &sz));
+    uint8_t *dc, *ds, *dz;
+    void *dpk, *dx, *dy;
+    GT_CUDA(cudaMalloc((void **)&dc, sz.codes_bytes));
+    GT_CUDA(cudaMalloc((void **)&ds, sz.scales_bytes));
+    GT_CUDA(cudaMalloc((void **)&dz, sz.zeros_bytes));
+    GT_CUDA(cudaMalloc(&dpk, sz.packed_bytes));
+    GT_CUDA(cudaMalloc(&dx, 2 * 64 * K));
+    GT_CUDA(cudaMalloc(&dy, 2 * 64 * N));
+    GT_CUDA(cudaMemset(dc, 0, sz.codes_bytes));
+    GT_CUDA(cudaMemset(ds, 0, sz.scales_bytes));
+    GT_CUDA(cudaMemset(dz, 200, sz.zeros_bytes)); /* zero points above 127 */
+    nb_weight_desc p = d;
+    CHECK(nb_pack(ctx, &p, dc, ds, dpk, sz.packed_bytes, NULL) == NB_ERR_UNSUPPORTED &&
+              strstr(nb_last_error(), "nb_pack_v2"), "nb_pack refuses int4: %s", nb_last_error());
+    const nb_weight_data w = {.codes = dc, .scales = ds, .zeros = dz};
+    GT_NB(nb_pack_v2(ctx, &p, &w, dpk, sz.packed_bytes, NULL));
+    CHECK(p.scale_exp_min == 200 && p.scale_exp_max == 200, "zero range %d..%d", (int)p.scale_exp_min,
+          (int)p.scale_exp_max);
+    nb_gemm_desc g;
+    GT_NB(nb_gemm_desc_init(&g, &p, 4, NB_DTYPE_BF16, NB_DTYPE_BF16));
+    CHECK(nb_gemm_can_implement(ctx, &g) == NB_ERR_UNSUPPORTED, "bf16 with zero points 200: %s", nb_last_error());
+    g.act_dtype = g.out_dtype = NB_DTYPE_F16;
+    CHECK(nb_gemm_can_implement(ctx, &g) == NB_OK, "f16 with zero points 200: %s", nb_last_error());
+    size_t ws = 1;
+    nb_gemm_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.path = NB_GEMM_PATH_TENSOR_CORE;
+    g.m = 64;
+    CHECK(nb_gemm_workspace_size_ex(ctx, &g, &cfg, &ws) == NB_ERR_UNSUPPORTED, "path tc refused: %s", nb_last_error());
+    cfg.path = NB_GEMM_PATH_DECODE, cfg.variant = 1, cfg.kw = 1;
+    g.m = 16;
+    CHECK(nb_gemm_workspace_size_ex(ctx, &g, &cfg, &ws) == NB_ERR_UNSUPPORTED, "staged variant refused: %s",
+          nb_last_error());
+    CHECK(nb_gemm_workspace_size(ctx, &g, &ws) == NB_OK, "workspace size: %s", nb_last_error());
+    char cfgs[256];
+    void *dws = NULL;
+    if (ws) {
+        GT_CUDA(cudaMalloc(&dws, ws));
+        GT_CUDA(cudaMemset(dws, 0, ws));
+    }
+    g.m = 64; /* two launches of 32 */
+    CHECK(nb_gemm(ctx, &g, dx, dpk, NULL, dy, dws, ws, NULL) == NB_OK && nb_gemm_last_config(ctx, cfgs, sizeof cfgs) == NB_OK &&
+              strstr(cfgs, "int4,group=128") && strstr(cfgs, "launches=2"),
+          "m = 64 runs the decode kernel twice: %s", cfgs);
+    nb_weight_desc k12;
+    nb_weight_desc_init(&k12, NB_FORMAT_INT4_SYM, 16, 128);
+    k12.k = 36, k12.group_size = 36; /* one group per row, k not a multiple of 8 */
+    k12.layout = NB_LAYOUT_PACKED;
+    GT_NB(nb_gemm_desc_init(&g, &k12, 1, NB_DTYPE_F16, NB_DTYPE_F16));
+    g.lda = 40;
+    CHECK(nb_gemm_can_implement(ctx, &g) == NB_ERR_UNSUPPORTED, "k = 36 refused: %s", nb_last_error());
+    GT_CUDA(cudaDeviceSynchronize());
+    if (dws) GT_CUDA(cudaFree(dws));
+    GT_CUDA(cudaFree(dc));
+    GT_CUDA(cudaFree(ds));
+    GT_CUDA(cudaFree(dz));
+    GT_CUDA(cudaFree(dpk));
+    GT_CUDA(cudaFree(dx));
+    GT_CUDA(cudaFree(dy));
+}
+
+int main(int argc, char **argv) {
+    gt_need_device("test_gpu_int");
+    int quick = argc > 1 && !strcmp(argv[1], "--quick");
+    nb_context *ctx = NULL;
+    GT_NB(nb_context_create(0, &ctx));
+    int64_t all[36];
+    int nall = 0;
+    for (int m = 1; m <= 32; m++) all[nall++] = m;
+    all[nall++] = 33, all[nall++] = 45, all[nall++] = 64, all[nall++] = 100;
+    static const int64_t few[6] = {1, 7, 8, 16, 32, 45};
+    static const int groups[4] = {32, 64, 128, 0};
+    static const int64_t shapes[3][2] = {{37, 640}, {1000, 1152}, {4100, 4096}}; /* ragged n; k off 128 by 0 / 1 chunk */
+    uint64_t seed = 1;
+    for (int f = 0; f < 2; f++)
+        for (int a = 0; a < 2; a++)
+            for (int s = 0; s < 2; s++)
+                for (int gi = 0; gi < 4; gi++)
+                    for (int sh = 0; sh < (quick ? 2 : 3); sh++) {
+                        const tcase c = {f ? NB_FORMAT_INT4_SYM : NB_FORMAT_INT4, a ? NB_DTYPE_F16 : NB_DTYPE_BF16,
+                                         s ? NB_SCALE_BF16 : NB_SCALE_F16, shapes[sh][0], shapes[sh][1], groups[gi]};
+                        if (c.group && c.k % c.group) continue;
+                        /* every m on the small layer, a few on the larger ones */
+                        if (sh == 0) run_case(ctx, &c, all, nall, seed++);
+                        else run_case(ctx, &c, few, 6, seed++);
+                    }
+    /* k not a multiple of 128 with one group per row (a padded kernel group) */
+    const tcase odd[2] = {{NB_FORMAT_INT4, NB_DTYPE_F16, NB_SCALE_F16, 21, 200, 0},
+                          {NB_FORMAT_INT4_SYM, NB_DTYPE_BF16, NB_SCALE_BF16, 5, 72, 0}};
+    for (int i = 0; i < 2; i++) run_case(ctx, &odd[i], all, nall, seed++);
+    test_refusals(ctx);
+    nb_context_destroy(ctx);
+    printf("%d passed, %d failed\n", g_pass, g_fail);
+    return g_fail ? 1 : 0;
+}

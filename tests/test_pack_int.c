@@ -1,0 +1,277 @@
+/* test_pack_int.c - the packed layout of the 4-bit integer formats (int4
+ * with zero points, int4_sym), docs/formats.md section 8.7, on the CPU.
+ *
+ *   - nb_pack_host_v2's bytes against the layout written out here from the
+ *     document (element (r, c) -> chunk, lane, word, nibble; scale and zero
+ *     point (r, kernel group) -> byte), for every group (32, 64, 128, 256,
+ *     one per row) and scale type, ragged n and k, padding zero;
+ *   - nb_unpack_host_v2 gives the checkpoint buffers back exactly;
+ *   - the decode kernel's arithmetic emulated from the packed bytes (the
+ *     16-bit magic-number operand (q - z) for BF16 and FP16, one FP32-exact
+ *     scale per kernel group, in double) equals nb_gemm_host_f64_v2 within
+ *     rounding of the double sums: the k order and the placement of scales
+ *     and zero points are what the kernel reads;
+ *   - the zero-point range nb_pack_host_v2 stores in the descriptor; the
+ *     first-version functions refuse int4 and take int4_sym; the argument
+ *     checks of the _v2 functions.
+ * Output: one line per failed check, then "N passed, M failed". */
+#include <nibble.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TESTLIB_SEED 0x13198A2E03707344ull
+#include "testlib.h"
+
+/* The document's kernel group: the group when 32, 64 or 128, else 128. */
+static int kgroup(int group) { return group == 32 || group == 64 || group == 128 ? group : 128; }
+
+/* Bytes of one chunk: 1024 codes, 16 rows x (128 / kg) x (2 scale bytes + 1 zero byte with zero points). */
+static size_t chunk_bytes(int group, int zp) { return 1024 + 16 * (size_t)(128 / kgroup(group)) * (2 + zp); }
+
+typedef struct layout_case {
+    nb_format f;
+    int64_t n, k;
+    int group;
+    nb_scale_type st;
+} layout_case;
+
+/* Random checkpoint buffers (zero points over every byte value, scales any
+ * finite 16-bit pattern). */
+static void fill(const nb_weight_sizes_v2 *sz, uint8_t *codes, uint8_t *scales, uint8_t *zeros) {
+    for (size_t i = 0; i < sz->codes_bytes; i++) codes[i] = (uint8_t)rnd_u64();
+    for (size_t i = 0; i < sz->scales_bytes; i++) scales[i] = (uint8_t)rnd_u64();
+    for (size_t i = 1; i < sz->scales_bytes; i += 2) scales[i] &= 0x3F; /* positive, finite in F16 and BF16 */
+    if (zeros)
+        for (size_t i = 0; i < sz->zeros_bytes; i++) zeros[i] = (uint8_t)rnd_u64();
+}
+
+/* The packed bytes as the document states them, built element by element. */
+static void expected_bytes(const layout_case *c, int zp, const uint8_t *codes, const uint8_t *scales,
+                           const uint8_t *zeros, uint8_t *out, size_t bytes) {
+    const int64_t n = c->n, k = c->k, kchunks = (k + 127) / 128, ng = k / c->group;
+    const int kg = kgroup(c->group), gpc = 128 / kg;
+    const size_t cb = chunk_bytes(c->group, zp);
+    memset(out, 0, bytes);
+    static const int nibble_of[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t col = 0; col < k; col++) {
+            const int64_t rb = r / 16, kc = col / 128;
+            const int rr = (int)(r % 16), kk = (int)(col % 128);
+            const int g = rr % 8, h = rr / 8, G = kk / 32, t = (kk % 32) / 8, e = kk % 8;
+            const int lane = 4 * g + t, nib_pos = nibble_of[e];
+            uint8_t *word = out + (size_t)(rb * kchunks + kc) * cb + 512 * h + 16 * lane + 4 * G;
+            word[nib_pos / 2] |= (uint8_t)(nib(codes, (size_t)(r * k + col)) << (4 * (nib_pos % 2)));
+        }
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t kc = 0; kc < kchunks; kc++)
+            for (int j = 0; j < gpc; j++) {
+                const int64_t col = kc * 128 + (int64_t)kg * j;
+                if (col >= k) continue;
+                const int rr = (int)(r % 16), g = rr % 8, h = rr / 8;
+                uint8_t *chunk = out + (size_t)((r / 16) * kchunks + kc) * cb;
+                const size_t src = (size_t)(r * ng + col / c->group);
+                memcpy(chunk + 1024 + 4 * gpc * g + 2 * (h * gpc + j), scales + 2 * src, 2);
+                if (zp) chunk[1024 + 32 * gpc + 2 * gpc * g + h * gpc + j] = zeros[src];
+            }
+}
+
+/* The decode kernel's arithmetic from the packed bytes, in double: per
+ * chunk, lane, word G and element, the operand built the way the kernel
+ * builds it (16-bit magic-number value minus the 16-bit value of magic +
+ * z), per kernel group the sum times the scale.  Returns the largest
+ * relative difference to ref [m, n]. */
+static double emulate(const layout_case *c, int zp, nb_dtype act, const uint8_t *packed, const float *x, int64_t m,
+                      const double *ref) {
+    const int64_t n = c->n, k = c->k, kchunks = (k + 127) / 128;
+    const int kg = kgroup(c->group), gpc = 128 / kg;
+    const size_t cb = chunk_bytes(c->group, zp);
+    const int bf16 = act == NB_DTYPE_BF16;
+    const uint16_t magic = bf16 ? 0x4300 : 0x6400; /* 128 + q, 1024 + q */
+    double worst = 0;
+    for (int64_t r = 0; r < n; r++) {
+        const int rr = (int)(r % 16), g = rr % 8, h = rr / 8;
+        for (int64_t i = 0; i < m; i++) {
+            double acc = 0, mag = 0;
+            for (int64_t kc = 0; kc < kchunks; kc++) {
+                const uint8_t *chunk = packed + (size_t)((r / 16) * kchunks + kc) * cb;
+                for (int j = 0; j < gpc; j++) {
+                    uint16_t sbits;
+                    memcpy(&sbits, chunk + 1024 + 4 * gpc * g + 2 * (h * gpc + j), 2);
+                    const double s = c->st == NB_SCALE_BF16 ? ref_bf16_to_f32(sbits) : ref_f16_to_f32(sbits);
+                    const int z = zp ? chunk[1024 + 32 * gpc + 2 * gpc * g + h * gpc + j] : 8;
+                    const uint16_t zbits = (uint16_t)(magic | z);
+                    double sum = 0;
+                    for (int kk = kg * j; kk < kg * (j + 1); kk++) {
+                        const int G = kk / 32, t = (kk % 32) / 8, e = kk % 8;
+                        const int p = e % 2 ? 4 + e / 2 : e / 2; /* nibble of element e */
+                        const uint32_t word = (uint32_t)chunk[512 * h + 16 * (4 * g + t) + 4 * G] |
+                                              (uint32_t)chunk[512 * h + 16 * (4 * g + t) + 4 * G + 1] << 8 |
+                                              (uint32_t)chunk[512 * h + 16 * (4 * g + t) + 4 * G + 2] << 16 |
+                                              (uint32_t)chunk[512 * h + 16 * (4 * g + t) + 4 * G + 3] << 24;
+                        /* one LOP3: mask the nibble, OR the magic, XOR 8 for two's complement codes */
+                        const uint16_t qbits = (uint16_t)((magic | ((word >> (4 * p)) & 15)) ^ (zp ? 0 : 8));
+                        const float a = bf16 ? ref_bf16_to_f32(qbits) : ref_f16_to_f32(qbits);
+                        const float b = bf16 ? ref_bf16_to_f32(zbits) : ref_f16_to_f32(zbits);
+                        const int64_t col = kc * 128 + kk;
+                        if (col < k) sum += (double)(a - b) * x[i * k + col];
+                    }
+                    acc += s * sum;
+                    mag += fabs(s * sum);
+                }
+            }
+            const double d = fabs(acc - ref[i * n + r]) / (mag > 0 ? mag : 1);
+            if (!(d <= worst)) worst = d; /* (a NaN difference stays as the worst) */
+        }
+    }
+    return worst;
+}
+
+static void check_case(nb_context *ctx, const layout_case *c) {
+    nb_weight_desc d;
+    nb_weight_desc_init(&d, c->f, c->n, 128); /* (k below: the default group need not divide it) */
+    d.k = c->k;
+    d.group_size = c->group;
+    d.scale_type = c->st;
+    nb_weight_sizes_v2 sz;
+    nb_status st = nb_weight_get_sizes_v2(&d, &sz);
+    char what[96];
+    snprintf(what, sizeof what, "%s n=%lld k=%lld group=%d %s", c->f == NB_FORMAT_INT4 ? "int4" : "int4_sym",
+             (long long)c->n, (long long)c->k, c->group, c->st == NB_SCALE_BF16 ? "bf16" : "f16");
+    CHECK(st == NB_OK, "%s: sizes: %s", what, nb_last_error());
+    if (st != NB_OK) return;
+    const int zp = c->f == NB_FORMAT_INT4;
+    const size_t want_bytes = (size_t)((c->n + 15) / 16) * (size_t)((c->k + 127) / 128) * chunk_bytes(c->group, zp);
+    CHECK(sz.packed_bytes == want_bytes, "%s: packed_bytes %zu, want %zu", what, sz.packed_bytes, want_bytes);
+    uint8_t *codes = malloc(sz.codes_bytes), *scales = malloc(sz.scales_bytes), *zeros = zp ? malloc(sz.zeros_bytes) : NULL;
+    uint8_t *packed = malloc(sz.packed_bytes), *want = malloc(sz.packed_bytes);
+    uint8_t *codes2 = malloc(sz.codes_bytes), *scales2 = malloc(sz.scales_bytes), *zeros2 = zp ? malloc(sz.zeros_bytes) : NULL;
+    const int64_t m = 3;
+    float *x = malloc(sizeof(float) * (size_t)(m * c->k));
+    double *ref = malloc(sizeof(double) * (size_t)(m * c->n));
+    fill(&sz, codes, scales, zeros);
+    for (int64_t i = 0; i < m * c->k; i++) x[i] = ref_bf16_to_f32(ref_bf16((float)(rnd_unit() * 2 - 1)));
+    const nb_weight_data w = {.codes = codes, .scales = scales, .zeros = zeros};
+    nb_weight_desc p = d;
+    st = nb_pack_host_v2(ctx, &p, &w, packed, sz.packed_bytes);
+    CHECK(st == NB_OK && p.layout == NB_LAYOUT_PACKED, "%s: nb_pack_host_v2: %s", what, nb_last_error());
+    if (st == NB_OK) {
+        expected_bytes(c, zp, codes, scales, zeros, want, sz.packed_bytes);
+        size_t first = sz.packed_bytes;
+        for (size_t i = 0; i < sz.packed_bytes && first == sz.packed_bytes; i++)
+            if (packed[i] != want[i]) first = i;
+        CHECK(first == sz.packed_bytes, "%s: packed byte %zu is 0x%02x, the layout says 0x%02x", what, first,
+              first < sz.packed_bytes ? packed[first] : 0, first < sz.packed_bytes ? want[first] : 0);
+        if (zp) { /* the zero-point range */
+            int lo = 256, hi = -1;
+            for (size_t i = 0; i < sz.zeros_bytes; i++) lo = zeros[i] < lo ? zeros[i] : lo, hi = zeros[i] > hi ? zeros[i] : hi;
+            CHECK(p.scale_exp_min == lo && p.scale_exp_max == hi, "%s: zero range %d..%d, want %d..%d", what,
+                  (int)p.scale_exp_min, (int)p.scale_exp_max, lo, hi);
+        }
+        /* unpack: the checkpoint buffers back */
+        nb_weight_desc u = p;
+        const nb_weight_buffers out = {.codes = codes2, .scales = scales2, .zeros = zeros2};
+        st = nb_unpack_host_v2(ctx, &u, packed, sz.packed_bytes, &out);
+        CHECK(st == NB_OK && u.layout == NB_LAYOUT_CHECKPOINT && !memcmp(codes, codes2, sz.codes_bytes) &&
+                  !memcmp(scales, scales2, sz.scales_bytes) && (!zp || !memcmp(zeros, zeros2, sz.zeros_bytes)),
+              "%s: nb_unpack_host_v2 does not give the buffers back (%s)", what, nb_status_name(st));
+        /* the kernel's arithmetic on the packed bytes; BF16 needs zero points up to 127 */
+        for (int a = 0; a < 2; a++) {
+            const nb_dtype act = a ? NB_DTYPE_F16 : NB_DTYPE_BF16;
+            if (zp && act == NB_DTYPE_BF16)
+                for (size_t i = 0; i < sz.zeros_bytes; i++) zeros[i] &= 0x7F;
+            nb_weight_desc dp = d;
+            if (nb_pack_host_v2(ctx, &dp, &w, packed, sz.packed_bytes) != NB_OK) continue;
+            nb_gemm_desc g;
+            nb_gemm_desc_init(&g, &d, m, NB_DTYPE_F32, NB_DTYPE_F32);
+            st = nb_gemm_host_f64_v2(ctx, &g, x, &w, NULL, ref);
+            const double e = st == NB_OK ? emulate(c, zp, act, packed, x, m, ref) : NAN;
+            CHECK(e <= 1e-12, "%s: the emulated kernel (%s operands) differs from the float64 reference by %g "
+                  "(relative to the sum of magnitudes)", what, a ? "f16" : "bf16", e);
+        }
+    }
+    free(codes), free(scales), free(zeros), free(packed), free(want), free(codes2), free(scales2), free(zeros2);
+    free(x), free(ref);
+}
+
+static void test_args(nb_context *ctx) {
+    nb_weight_desc d;
+    nb_weight_desc_init(&d, NB_FORMAT_INT4, 16, 128);
+    nb_weight_sizes_v2 sz;
+    nb_weight_get_sizes_v2(&d, &sz);
+    uint8_t codes[1024], scales[64], zeros[32], packed[2048], c2[1024], s2[64];
+    memset(codes, 0, sizeof codes), memset(scales, 0, sizeof scales), memset(zeros, 0, sizeof zeros);
+    CHECK(sz.packed_bytes == 1024 + 48, "int4 16x128 g128 packed_bytes %zu", sz.packed_bytes);
+    nb_weight_data w = {.codes = codes, .scales = scales, .zeros = zeros};
+    nb_weight_desc p = d;
+    CHECK(nb_pack_host(ctx, &p, codes, scales, packed, sizeof packed) == NB_ERR_UNSUPPORTED &&
+              strstr(nb_last_error(), "nb_pack_host_v2"), "nb_pack_host refuses int4, naming the _v2 function: %s",
+          nb_last_error());
+    CHECK(nb_pack_host_v2(NULL, &p, &w, packed, sizeof packed) == NB_ERR_NULL_POINTER, "pack_v2: NULL ctx");
+    CHECK(nb_pack_host_v2(ctx, &p, NULL, packed, sizeof packed) == NB_ERR_NULL_POINTER, "pack_v2: NULL w");
+    CHECK(nb_pack_host_v2(ctx, &p, &w, NULL, sizeof packed) == NB_ERR_NULL_POINTER, "pack_v2: NULL packed");
+    w.zeros = NULL;
+    CHECK(nb_pack_host_v2(ctx, &p, &w, packed, sizeof packed) == NB_ERR_NULL_POINTER, "pack_v2: int4 without zeros");
+    w.zeros = zeros;
+    w.reserved[0] = codes;
+    CHECK(nb_pack_host_v2(ctx, &p, &w, packed, sizeof packed) == NB_ERR_INVALID_ARGUMENT, "pack_v2: reserved set");
+    w.reserved[0] = NULL;
+    CHECK(nb_pack_host_v2(ctx, &p, &w, packed, sz.packed_bytes - 1) == NB_ERR_BUFFER_TOO_SMALL, "pack_v2: short buffer");
+    CHECK(p.layout == NB_LAYOUT_CHECKPOINT, "pack_v2: failures leave the layout");
+    CHECK(nb_pack_host_v2(ctx, &p, &w, packed, sizeof packed) == NB_OK, "pack_v2: %s", nb_last_error());
+    CHECK(nb_pack_host_v2(ctx, &p, &w, packed, sizeof packed) == NB_ERR_INVALID_ARGUMENT, "pack_v2: packed twice");
+    nb_weight_buffers out = {.codes = c2, .scales = s2, .zeros = NULL};
+    CHECK(nb_unpack_host_v2(ctx, &p, packed, sizeof packed, &out) == NB_ERR_NULL_POINTER, "unpack_v2: int4 without zeros");
+    CHECK(nb_unpack_host(ctx, &p, packed, sizeof packed, c2, s2) == NB_ERR_UNSUPPORTED, "nb_unpack_host refuses int4");
+    CHECK(nb_unpack_host_v2(ctx, &p, packed, sizeof packed, NULL) == NB_ERR_NULL_POINTER, "unpack_v2: NULL out");
+    /* int4_sym through the first version: the same bytes as the second */
+    nb_weight_desc s1, s2d;
+    nb_weight_desc_init(&s1, NB_FORMAT_INT4_SYM, 16, 128);
+    s2d = s1;
+    uint8_t pk2[2048];
+    const nb_weight_data ws = {.codes = codes, .scales = scales};
+    for (int i = 0; i < 1024; i++) codes[i] = (uint8_t)rnd_u64();
+    CHECK(nb_pack_host(ctx, &s1, codes, scales, packed, sizeof packed) == NB_OK &&
+              nb_pack_host_v2(ctx, &s2d, &ws, pk2, sizeof pk2) == NB_OK && !memcmp(packed, pk2, 1024 + 32),
+          "int4_sym: nb_pack_host equals nb_pack_host_v2");
+    CHECK(nb_unpack_host(ctx, &s1, packed, sizeof packed, c2, s2) == NB_OK && !memcmp(c2, codes, 1024),
+          "int4_sym: nb_unpack_host");
+    /* formats without a packed layout */
+    nb_weight_desc_init(&d, NB_FORMAT_INT8, 16, 128);
+    CHECK(nb_pack_host_v2(ctx, &d, &ws, packed, sizeof packed) == NB_ERR_UNSUPPORTED, "int8 has no packed layout");
+    nb_format_info fi;
+    nb_format_get_info(NB_FORMAT_INT4, &fi);
+    CHECK(fi.kernels == 1, "int4: kernels");
+    nb_format_get_info(NB_FORMAT_NF4, &fi);
+    CHECK(fi.kernels == 0, "nf4: no kernels yet");
+}
+
+int main(void) {
+    nb_context *ctx = NULL;
+    if (nb_context_create(NB_DEVICE_NONE, &ctx) != NB_OK) {
+        printf("cannot create a context: %s\n", nb_last_error());
+        return 1;
+    }
+    static const int groups[4] = {32, 64, 128, 0}; /* 0: one group per row (k: the scale repeats per chunk) */
+    static const int64_t shapes[4][2] = {{16, 128}, {37, 512}, {1, 768}, {50, 1280}};
+    for (int f = 0; f < 2; f++)
+        for (int gi = 0; gi < 4; gi++)
+            for (int s = 0; s < 4; s++)
+                for (int st = 0; st < 2; st++) {
+                    layout_case c = {f ? NB_FORMAT_INT4_SYM : NB_FORMAT_INT4, shapes[s][0], shapes[s][1],
+                                     groups[gi], st ? NB_SCALE_BF16 : NB_SCALE_F16};
+                    if (!c.group) c.group = (int)c.k;
+                    if (c.k % c.group) continue;
+                    check_case(ctx, &c);
+                }
+    /* one group per row with k not a multiple of 128 (a padded kernel group) */
+    const layout_case odd[2] = {{NB_FORMAT_INT4, 21, 200, 200, NB_SCALE_F16}, {NB_FORMAT_INT4_SYM, 5, 72, 72, NB_SCALE_BF16}};
+    for (int i = 0; i < 2; i++) check_case(ctx, &odd[i]);
+    test_args(ctx);
+    nb_context_destroy(ctx);
+    printf("%d passed, %d failed\n", g_pass, g_fail);
+    return g_fail ? 1 : 0;
+}
