@@ -316,7 +316,7 @@ def _dynamo():
 
 
 def _graphs_compiled():
-    """Graphs Dynamo has compiled since its last reset."""
+    """Graphs Dynamo has compiled since compile_step cleared the counters."""
     return int(_dynamo().utils.counters["stats"]["unique_graphs"])
 
 
@@ -330,6 +330,7 @@ def compile_step(dec, prompt, mode="default", backend="inductor"):
     step that disagrees with the eager one."""
     dynamo = _dynamo()
     dynamo.reset()
+    dynamo.utils.counters.clear()   # (reset() keeps them): _graphs_compiled() counts this step's graphs
     dynamo.config.fail_on_recompile_limit_hit = True
     kwargs = {} if mode == "default" else {"mode": mode}
     fn = torch.compile(dec.step, fullgraph=True, dynamic=False, backend=backend, **kwargs)
