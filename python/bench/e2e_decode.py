@@ -331,7 +331,8 @@ def compile_step(dec, prompt, mode="default", backend="inductor"):
     dynamo = _dynamo()
     dynamo.reset()
     dynamo.utils.counters.clear()   # (reset() keeps them): _graphs_compiled() counts this step's graphs
-    dynamo.config.fail_on_recompile_limit_hit = True
+    if hasattr(dynamo.config, "fail_on_recompile_limit_hit"):   # (older torch: fullgraph raises there anyway)
+        dynamo.config.fail_on_recompile_limit_hit = True
     kwargs = {} if mode == "default" else {"mode": mode}
     fn = torch.compile(dec.step, fullgraph=True, dynamic=False, backend=backend, **kwargs)
     sync = torch.cuda.synchronize if dec.ids.is_cuda else (lambda: None)
@@ -373,7 +374,6 @@ def run_batch(model, batch, args, device, gen, modes, fmt):
                 mod(x)
         lin_ms = Timer(linears, device, not args.no_graph).time(args.warmup, args.steps)
         head_ms = Timer(lm_head, device, not args.no_graph).time(args.warmup, args.steps)
-        del calls, head
         dec = Decoder(model, batch, max_len)
         for mode in modes:
             r = {"format": fmt, "mode": mode, "batch": batch, "linear_ms": lin_ms, "lm_head_ms": head_ms}
