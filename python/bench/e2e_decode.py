@@ -1,39 +1,80 @@
 #!/usr/bin/env python3
-"""End-to-end greedy decode: a Llama-3.1-8B-shaped model with random
-weights, BF16 against nibble NVFP4 and MXFP4 (nibble.torch.quantize_model),
-tokens per second at several batch sizes, and the share of the step spent in
-the linear layers.
+"""End-to-end greedy decode: a Llama-3.1-8B-shaped (or 70B-shaped) model with
+random weights, BF16 against nibble NVFP4 and MXFP4
+(nibble.torch.quantize_model), tokens per second at several batch sizes, in
+eager and compiled mode, and the share of the step spent in the linear
+layers.
 
-    python python/bench/e2e_decode.py --out bench/e2e            # H100: all 32 layers
+    python python/bench/e2e_decode.py --out bench/e2e            # H100: all 32 layers, eager + compiled
     python python/bench/e2e_decode.py --layers 8 --batches 1,8    # shorter
-    python python/bench/e2e_decode.py --tiny --device cpu         # plumbing check, no GPU
+    python python/bench/e2e_decode.py --shape 70b                 # 70B layer shapes, 10 layers
+    python python/bench/e2e_decode.py --modes compiled --formats bf16,nvfp4
+    python python/bench/e2e_decode.py --tiny --device cpu         # plumbing check, no GPU (eager only)
 
 The model is transformers' LlamaForCausalLM built from the Llama-3.1-8B
 configuration (32 layers, hidden 4096, MLP 14336, 32 query / 8 KV heads,
-vocabulary 128256, llama3 RoPE), random weights in BF16 on the GPU.  The
-decode loop is this file's (class Decoder): it calls the model's own modules
-(embeddings, norms, q/k/v/o and MLP projections, lm_head) but keeps the KV
-cache itself, in static tensors of max_len = prompt + warm-up + steps
-positions, and attends over all of them with a position mask, so one decode
-step has fixed shapes and no host synchronization: it is captured once per
-batch size in a torch.cuda.CUDAGraph (input token, position counter, greedy
-argmax and token history all live in the graph) and replayed.
+vocabulary 128256, llama3 RoPE), or with --shape 70b from Llama-3.1-70B's
+(hidden 8192, MLP 28672, 64 query / 8 KV heads, same vocabulary) with 10 of
+its 80 layers by default (about 21B parameters: 42 GB in BF16, which leaves
+room for the quantized copy and the float32 check on an 80 GB GPU); random
+weights in BF16 on the GPU.  The decode loop is this file's (class Decoder):
+it calls the model's own modules (embeddings, norms, q/k/v/o and MLP
+projections, lm_head) but keeps the KV cache itself, in static tensors of
+max_len = prompt + warm-up + steps positions, and attends over all of them
+with a position mask, so one decode step has fixed shapes and no host
+synchronization.
 
-Measured per format and batch: the step time (CUDA events over --steps
-replays after --warmup), tokens/s = batch / step time, and the linear-layer
-time: a second graph holding only the step's linear layers (every layer's
-q, k, v, o, gate, up, down on static inputs, plus lm_head) replayed the same
-way; its share of the step time is the GEMM share (lm_head stays BF16 in
-every format, as in quantized checkpoints).
+Modes (--modes, both by default on CUDA):
+  eager     the step as PyTorch runs it (every norm, rotary and attention
+            operation its own kernel), captured once per batch size in a
+            torch.cuda.CUDAGraph (input token, position counter, greedy
+            argmax and token history all live in the graph) and replayed.
+  compiled  the same step through torch.compile(fullgraph=True,
+            dynamic=False, mode=--compile-mode), gpt-fast style: the nibble
+            op (torch.library.custom_op with a fake implementation) and the
+            BF16 matmuls stay calls inside the one graph, the code between
+            them (RMSNorm, rotary, KV-cache writes, residual adds, SiLU*up,
+            argmax) is fused by Inductor; the compiled step is then captured
+            in a CUDA graph like the eager one (the equivalent of mode
+            "reduce-overhead", done by hand so that both modes replay the
+            same way).  One compilation per format and batch size (Dynamo
+            is reset in between), timed and excluded from the step time.
+            Before timing, one compiled step is compared with one eager step
+            from the same state.  A failure anywhere (tracing, Inductor,
+            a graph break, a recompilation during capture, the capture
+            itself, a compiled step that disagrees with the eager one) is
+            reported as FAILED for that row, never replaced by eager
+            timings, and the exit code is 3.  Needs a CUDA device.
 
-Correctness: for NVFP4 and MXFP4 the nibble model is compared (batch 1,
---check-steps steps, eager) with the same model whose linear layers hold the
-dequantized weights in BF16 (nb_dequantize: exactly the values the kernels
-use): free-running greedy tokens, and the nibble model's argmax when fed the
-reference's tokens (teacher forcing), where a difference only counts when
-the reference's top-2 logits are further apart than twice the logit
-difference (random weights give flat logits and near ties).  The exit code
-is 2 when a check fails.
+Measured per format, mode and batch: the step time (CUDA events over
+--steps replays after --warmup), tokens/s = batch / step time, and the
+linear-layer time: a graph holding only the step's linear layers (every
+layer's q, k, v, o, gate, up, down on static inputs, plus lm_head), eager,
+replayed the same way; its share of the step time is the GEMM share (lm_head
+stays BF16 in every format, as in quantized checkpoints).
+
+Correctness (NVFP4 and MXFP4, batch 1, --check-steps steps, eager): three
+models run on the same tokens, those of a float32 twin (teacher forcing):
+
+  twin      the dequantized weights (nb_dequantize: exactly the values the
+            kernels multiply by) in float32 nn.Linear modules, and every
+            other weight, activation and operation in float32;
+  bf16-deq  the same dequantized weights rounded to BF16 in BF16 nn.Linear
+            modules, BF16 activations (what the check compared with before);
+  nibble    the model as benchmarked (nibble linears, BF16 activations).
+
+Both BF16 models differ from the twin by BF16 rounding of the activations
+(and bf16-deq also by rounding the NVFP4 weight x tensor scale products to
+BF16); a wrong weight or kernel adds an error of the size of the weights'
+own.  The check passes when nibble's logits are no further from the twin's
+than CHECK_FACTOR (--check-factor, 2) times bf16-deq's (relative Frobenius
+distance over all steps; the accuracy rule of FlashAttention 3: at most 2x
+the error of a plain implementation in the same precision), and nibble's
+top-1 tokens agree with the twin's on at least as many steps as bf16-deq's
+do, less CHECK_SLACK of the steps (random weights give flat logits whose
+near ties either BF16 model may resolve differently).  nibble against
+bf16-deq directly (the old check) is reported alongside.  The exit code is
+2 when a check fails.
 
 Output: a table on stdout, e2e_decode.json and e2e_decode.csv in --out (with
 the GPU, commit, torch and transformers versions).
@@ -43,6 +84,7 @@ import argparse
 import csv
 import functools
 import json
+import math
 import os
 import platform
 import subprocess
@@ -58,25 +100,35 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 FORMATS = ("bf16", "nvfp4", "mxfp4")
-MAX_LOGITS_REL_ERROR = 0.05   # the correctness check's bound (see check())
+MODES = ("eager", "compiled")
+COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
+SHAPES = {  # meta-llama/Llama-3.1-{8B,70B} config.json; default layer count
+    "8b": (dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_attention_heads=32,
+                num_key_value_heads=8), 32),
+    "70b": (dict(vocab_size=128256, hidden_size=8192, intermediate_size=28672, num_attention_heads=64,
+                 num_key_value_heads=8), 10),
+    "tiny": (dict(vocab_size=512, hidden_size=256, intermediate_size=512, num_attention_heads=8,
+                  num_key_value_heads=2), 2),
+}
+CHECK_FACTOR = 2.0    # nibble's distance to the float32 twin <= this x bf16-deq's (see check())
+CHECK_SLACK = 0.1     # top-1 agreement with the twin: nibble's >= bf16-deq's - this share of the steps
+MAX_COMPILED_DIFF = 0.1   # one compiled step against one eager step, relative logits difference
 
 
 # ------------------------------------------------------------------ model
 
-def llama_config(layers, tiny=False):
+def llama_config(layers, tiny=False, shape="8b"):
+    """LlamaConfig of `shape` ("8b", "70b"; "tiny" or tiny=True: a small
+    model of the same structure) with `layers` decoder layers."""
     from transformers import LlamaConfig
-    if tiny:
-        shape = dict(vocab_size=512, hidden_size=256, intermediate_size=512, num_attention_heads=8,
-                     num_key_value_heads=2)
-    else:  # meta-llama/Llama-3.1-8B config.json
-        shape = dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_attention_heads=32,
-                     num_key_value_heads=8)
+    shape = "tiny" if tiny else shape
+    small = shape == "tiny"
     return LlamaConfig(num_hidden_layers=layers, max_position_embeddings=131072, rms_norm_eps=1e-5,
                        rope_theta=500000.0, rope_scaling={"rope_type": "llama3", "factor": 8.0,
                                                           "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                                           "original_max_position_embeddings": 8192},
-                       tie_word_embeddings=False, bos_token_id=128000 if not tiny else 1,
-                       eos_token_id=128001 if not tiny else 2, **shape)
+                       tie_word_embeddings=False, bos_token_id=1 if small else 128000,
+                       eos_token_id=2 if small else 128001, **SHAPES[shape][0])
 
 
 def build_model(config, device, dtype, seed):
@@ -140,8 +192,9 @@ class Decoder:
             k = a.k_proj(h).view(B, T, self.KVH, self.hd).transpose(1, 2)
             v = a.v_proj(h).view(B, T, self.KVH, self.hd).transpose(1, 2)
             q, k = self.rope(q, k, cos, sin)
-            self.k[i].index_copy_(2, positions, k)
-            self.v[i].index_copy_(2, positions, v)
+            # (an index_put_, as in gpt-fast: Inductor writes it in place)
+            self.k[i][:, :, positions] = k
+            self.v[i][:, :, positions] = v
             # Query head j*G+g uses KV head j (transformers' repeat_kv): group
             # the G query heads of each KV head as G*T query rows instead of
             # copying the cache G times.
@@ -197,9 +250,10 @@ def linear_calls(model, batch):
 
 class Timer:
     """Replays a captured graph (CUDA) or calls the function (CPU / no
-    graph) and returns milliseconds per call."""
+    graph) and returns milliseconds per call.  With strict=True a failed
+    capture raises instead of falling back to eager calls."""
 
-    def __init__(self, fn, device, graph):
+    def __init__(self, fn, device, graph, strict=False):
         self.fn, self.device, self.graph = fn, device, None
         self.note = "eager"
         if device.type == "cuda" and graph:
@@ -215,6 +269,8 @@ class Timer:
                     fn()
                 self.graph, self.note = g, "cuda graph"
             except Exception as e:  # noqa: BLE001 - reported, timing falls back to eager
+                if strict:
+                    raise
                 self.note = f"eager (capture failed: {type(e).__name__}: {str(e).splitlines()[0][:120]})"
                 torch.cuda.synchronize()
 
@@ -250,14 +306,63 @@ def cache_len(tokens):
     return (tokens + 8 + 15) // 16 * 16
 
 
-def run_batch(model, batch, args, device, gen):
+class CompileError(RuntimeError):
+    """The compiled step could not be built, captured or trusted."""
+
+
+def _dynamo():
+    import importlib
+    return importlib.import_module("torch._dynamo")
+
+
+def _graphs_compiled():
+    """Graphs Dynamo has compiled since compile_step cleared the counters."""
+    return int(_dynamo().utils.counters["stats"]["unique_graphs"])
+
+
+def compile_step(dec, prompt, mode="default", backend="inductor"):
+    """torch.compile of dec.step (fullgraph, static shapes), compiled now on
+    the state after prefill(prompt) and checked against one eager step from
+    that state.  Returns (compiled function, compile seconds, relative
+    logits difference).  Raises CompileError on any failure: a graph break
+    (fullgraph), a recompilation past Dynamo's limit (which would otherwise
+    run the step eagerly without a word), an Inductor error, or a compiled
+    step that disagrees with the eager one."""
+    dynamo = _dynamo()
+    dynamo.reset()
+    dynamo.utils.counters.clear()   # (reset() keeps them): _graphs_compiled() counts this step's graphs
+    if hasattr(dynamo.config, "fail_on_recompile_limit_hit"):   # (older torch: fullgraph raises there anyway)
+        dynamo.config.fail_on_recompile_limit_hit = True
+    kwargs = {} if mode == "default" else {"mode": mode}
+    fn = torch.compile(dec.step, fullgraph=True, dynamic=False, backend=backend, **kwargs)
+    sync = torch.cuda.synchronize if dec.ids.is_cuda else (lambda: None)
+    try:
+        dec.prefill(prompt)
+        ref = dec.step().clone()
+        dec.prefill(prompt)
+        sync()
+        t = time.time()
+        got = fn()
+        sync()
+        seconds = time.time() - t
+    except Exception as e:  # noqa: BLE001 - re-raised with what failed
+        raise CompileError(f"torch.compile of the decode step failed: {type(e).__name__}: "
+                           f"{str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}") from e
+    if _graphs_compiled() < 1:
+        raise CompileError("torch.compile produced no graph (the step ran eagerly)")
+    diff = float((got - ref).norm() / ref.norm())
+    if not math.isfinite(diff) or diff > MAX_COMPILED_DIFF:
+        raise CompileError(f"the compiled step's logits differ from the eager step's by {diff:.3g} (relative; "
+                           f"bound {MAX_COMPILED_DIFF})")
+    return fn, seconds, diff
+
+
+def run_batch(model, batch, args, device, gen, modes, fmt):
+    """One row per mode: step time, tokens/s, the linear layers' time."""
     max_len = cache_len(args.prompt + args.warmup + args.steps)
     prompt = torch.randint(0, model.config.vocab_size, (batch, args.prompt), generator=gen).to(device)
+    rows = []
     with torch.no_grad():
-        dec = Decoder(model, batch, max_len)
-        dec.prefill(prompt)
-        step = Timer(dec.step, device, not args.no_graph)
-        step_ms = step.time(args.warmup, args.steps, before=functools.partial(dec.prefill, prompt))
         calls, head = linear_calls(model, batch)
 
         def linears():
@@ -269,12 +374,39 @@ def run_batch(model, batch, args, device, gen):
                 mod(x)
         lin_ms = Timer(linears, device, not args.no_graph).time(args.warmup, args.steps)
         head_ms = Timer(lm_head, device, not args.no_graph).time(args.warmup, args.steps)
-    note = step.note
-    del dec, step
+        dec = Decoder(model, batch, max_len)
+        for mode in modes:
+            r = {"format": fmt, "mode": mode, "batch": batch, "linear_ms": lin_ms, "lm_head_ms": head_ms}
+            try:
+                if mode == "eager":
+                    dec.prefill(prompt)
+                    step = Timer(dec.step, device, not args.no_graph)
+                else:
+                    fn, r["compile_s"], r["compiled_vs_eager"] = compile_step(dec, prompt, args.compile_mode)
+                    n_graphs = _graphs_compiled()
+                    dec.prefill(prompt)
+                    try:
+                        step = Timer(fn, device, True, strict=True)
+                    except Exception as e:  # noqa: BLE001
+                        raise CompileError(f"CUDA graph capture of the compiled step failed: {type(e).__name__}: "
+                                           f"{str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}") from e
+                    if _graphs_compiled() != n_graphs:
+                        raise CompileError("the compiled step recompiled during capture (guards failed)")
+                    step.note = f"torch.compile ({args.compile_mode}) + cuda graph"
+                r["step_ms"] = step.time(args.warmup, args.steps, before=functools.partial(dec.prefill, prompt))
+                r["tokens_per_s"] = batch * 1e3 / r["step_ms"]
+                r["gemm_share"] = (lin_ms + head_ms) / r["step_ms"]
+                r["graph"] = step.note
+                del step
+            except CompileError as e:
+                r.update(step_ms=None, tokens_per_s=None, gemm_share=None, graph="FAILED", error=str(e))
+            rows.append(r)
+            if mode == "compiled":
+                _dynamo().reset()
+    del dec
     if device.type == "cuda":
         torch.cuda.empty_cache()
-    return {"batch": batch, "step_ms": step_ms, "tokens_per_s": batch * 1e3 / step_ms, "linear_ms": lin_ms,
-            "lm_head_ms": head_ms, "gemm_share": (lin_ms + head_ms) / step_ms, "graph": note}
+    return rows
 
 
 def greedy(model, prompt, steps, forced=None):
@@ -332,35 +464,75 @@ def quantize_cpu(model, fmt, bf16_linears):
 
 # ------------------------------------------------------------------- main
 
-def main(argv=None):
+def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    ap.add_argument("--layers", type=int, default=32, help="decoder layers (default 32, the 8B model)")
+    ap.add_argument("--shape", default="8b", choices=("8b", "70b"),
+                    help="layer shapes of Llama-3.1-8B (default) or Llama-3.1-70B")
+    ap.add_argument("--layers", type=int, default=None,
+                    help="decoder layers (default 32 for 8b, the whole model; 10 of 80 for 70b)")
     ap.add_argument("--batches", default="1,8,32", help="comma list of batch sizes (default 1,8,32)")
     ap.add_argument("--steps", type=int, default=64, help="timed decode steps per batch (default 64)")
     ap.add_argument("--warmup", type=int, default=8, help="untimed steps before timing (default 8)")
     ap.add_argument("--prompt", type=int, default=32, help="prompt tokens (random ids; default 32)")
     ap.add_argument("--formats", default=",".join(FORMATS), help="comma list of bf16, nvfp4, mxfp4")
+    ap.add_argument("--modes", default=None,
+                    help="comma list of eager, compiled (default: both on CUDA, eager on the CPU)")
+    ap.add_argument("--compile-mode", default="default", choices=COMPILE_MODES,
+                    help="torch.compile mode of the compiled step (default: Inductor's default); the CUDA graph "
+                         "is captured by this script in both cases")
     ap.add_argument("--check-steps", type=int, default=16,
-                    help="greedy steps compared with the dequantized-weight model (0: no check; default 16)")
+                    help="greedy steps of the correctness check (0: no check; default 16)")
+    ap.add_argument("--check-factor", type=float, default=CHECK_FACTOR,
+                    help=f"nibble's logits distance to the float32 twin may be this many times the BF16 "
+                         f"dequantized model's (default {CHECK_FACTOR})")
     ap.add_argument("--threads", type=int, default=None, help="host quantization threads (default: CPU count)")
     ap.add_argument("--device", default="cuda", help="cuda (default), cuda:N, or cpu for a plumbing check")
     ap.add_argument("--tiny", action="store_true", help="a tiny model of the same structure (for --device cpu)")
-    ap.add_argument("--no-graph", action="store_true", help="time eager steps instead of CUDA graph replays")
+    ap.add_argument("--no-graph", action="store_true",
+                    help="time eager steps instead of CUDA graph replays (eager mode only)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None, help="directory for e2e_decode.json and e2e_decode.csv")
     args = ap.parse_args(argv)
 
-    batches = [int(b) for b in args.batches.split(",") if b.strip()]
-    formats = [f.strip().lower() for f in args.formats.split(",") if f.strip()]
-    for f in formats:
+    try:
+        args.batches = [int(b) for b in args.batches.split(",") if b.strip()]
+    except ValueError:
+        ap.error(f"--batches: a comma list of integers, got {args.batches!r}")
+    args.formats = [f.strip().lower() for f in args.formats.split(",") if f.strip()]
+    for f in args.formats:
         if f not in FORMATS:
             ap.error(f"unknown format {f!r}; choose from {', '.join(FORMATS)}")
-    if args.layers < 1 or not batches or min(batches) < 1 or args.steps < 1:
+    if args.layers is None:
+        args.layers = SHAPES["tiny" if args.tiny else args.shape][1]
+    if args.layers < 1 or not args.batches or min(args.batches) < 1 or args.steps < 1:
         ap.error("--layers, --batches and --steps must be positive")
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
+    if args.check_factor <= 0:
+        ap.error("--check-factor must be positive")
+    args.device = torch.device(args.device)
+    cuda = args.device.type == "cuda"
+    if args.modes is None:
+        args.modes = list(MODES) if cuda else ["eager"]
+    else:
+        args.modes = [m.strip().lower() for m in args.modes.split(",") if m.strip()]
+    for m in args.modes:
+        if m not in MODES:
+            ap.error(f"unknown mode {m!r}; choose from {', '.join(MODES)}")
+    if not args.modes:
+        ap.error("--modes: name at least one of eager, compiled")
+    if "compiled" in args.modes and not cuda:
+        ap.error(f"--modes compiled needs a CUDA device (it captures the compiled step in a CUDA graph and "
+                 f"nibble's GEMM runs only on CUDA); {args.device} can run --modes eager only")
+    if "compiled" in args.modes and args.no_graph:
+        ap.error("--no-graph applies to eager mode only: the compiled mode is always timed as CUDA graph replays")
+    if cuda and not torch.cuda.is_available():
         ap.error("no CUDA device; use --device cpu --tiny for a plumbing check")
+    return ap, args
+
+
+def main(argv=None):
+    ap, args = parse_args(argv)
+    device = args.device
     import transformers
     import nibble
     if device.type == "cuda":
@@ -372,15 +544,19 @@ def main(argv=None):
     dtype = torch.bfloat16
     t_start = time.time()
 
-    cfg = llama_config(args.layers, tiny=args.tiny)
+    shape = "tiny" if args.tiny else args.shape
+    cfg = llama_config(args.layers, shape=shape)
     t0 = time.time()
     model = build_model(cfg, device, dtype, args.seed)
     nparams = sum(p.numel() for p in model.parameters())
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
-    print(f"model: Llama-3.1-8B shape, {args.layers} layers, {nparams / 1e9:.2f}B parameters, {dtype}, random "
+    name = {"8b": "Llama-3.1-8B", "70b": "Llama-3.1-70B", "tiny": "tiny Llama"}[shape]
+    print(f"model: {name} shape, {args.layers} layers, {nparams / 1e9:.2f}B parameters, {dtype}, random "
           f"weights, built in {time.time() - t0:.1f} s on {gpu}")
     print(f"decode: prompt {args.prompt}, {args.warmup} warm-up + {args.steps} timed steps per batch; "
-          f"batches {batches}; graphs {'off' if args.no_graph else 'on'}")
+          f"batches {args.batches}; modes {', '.join(args.modes)}"
+          + (f" (torch.compile mode {args.compile_mode})" if "compiled" in args.modes else "")
+          + f"; graphs {'off (eager mode)' if args.no_graph else 'on'}", flush=True)
 
     gen = torch.Generator().manual_seed(args.seed + 1)
     rows, checks = [], []
@@ -389,7 +565,7 @@ def main(argv=None):
     # change them), so each format starts from these and they are put back.
     bf16_linears = {n: m for n, m in model.named_modules()
                     if isinstance(m, torch.nn.Linear) and not n.endswith("lm_head")}
-    for fmt in formats:
+    for fmt in args.formats:
         info = {"format": fmt}
         weights = None
         if fmt != "bf16":
@@ -403,42 +579,50 @@ def main(argv=None):
                 weights = quantize_cpu(model, fmt, bf16_linears)
                 how = "CPU stand-in: dequantized weights"
             info["quantize_s"] = time.time() - t0
-            print(f"{fmt}: quantized {len(weights)} linear layers in {info['quantize_s']:.1f} s ({how})")
-        for b in batches:
-            r = run_batch(model, b, args, device, gen)
-            r.update(info)
-            r["weights_gb"] = weight_bytes(model) / 1e9
-            rows.append(r)
-            print(f"  {fmt:<6} batch {b:>3}: {r['step_ms']:8.3f} ms/step  {r['tokens_per_s']:9.1f} tok/s  "
-                  f"linears {r['linear_ms']:7.3f} ms + lm_head {r['lm_head_ms']:6.3f} ms "
-                  f"({100 * r['gemm_share']:.0f}% of the step)  [{r['graph']}]")
+            print(f"{fmt}: quantized {len(weights)} linear layers in {info['quantize_s']:.1f} s ({how})", flush=True)
+        for b in args.batches:
+            for r in run_batch(model, b, args, device, gen, args.modes, fmt):
+                r.update(info)
+                r["weights_gb"] = weight_bytes(model) / 1e9
+                rows.append(r)
+                if r["step_ms"] is None:
+                    print(f"  {fmt:<6} {r['mode']:<8} batch {b:>3}: FAILED: {r['error']}", flush=True)
+                    continue
+                extra = (f", compiled in {r['compile_s']:.1f} s, logits {r['compiled_vs_eager']:.1e} from eager"
+                         if r["mode"] == "compiled" else "")
+                print(f"  {fmt:<6} {r['mode']:<8} batch {b:>3}: {r['step_ms']:8.3f} ms/step  "
+                      f"{r['tokens_per_s']:9.1f} tok/s  linears {r['linear_ms']:7.3f} ms + lm_head "
+                      f"{r['lm_head_ms']:6.3f} ms ({100 * r['gemm_share']:.0f}% of the step)  [{r['graph']}{extra}]",
+                      flush=True)
         if weights is not None:
             if args.check_steps > 0:
-                checks.append(check(model, weights, bf16_linears, check_prompt, args.check_steps, device, dtype,
-                                    fmt))
-                c = checks[-1]
-                print(f"  check: free-running greedy tokens equal to the dequantized-weight model's on "
-                      f"{c['agree']}/{c['steps']} steps" + (f" (first difference at step {c['first_diff']})"
-                                                           if c["first_diff"] is not None else "") +
-                      f"; teacher-forced top-1 {c['forced_agree']}/{c['steps']} ({c['forced_near_ties']} near ties); "
-                      f"logits max |diff| {c['logits_max_diff']:.4g}, relative {c['logits_rel_error']:.2e} "
-                      f"(logits span {c['logits_range']:.3g}, smallest top-2 margin {c['min_top2_margin']:.3g}) -> "
-                      f"{'OK' if c['ok'] else 'MISMATCH'}")
+                c = check(model, weights, bf16_linears, check_prompt, args.check_steps, device, dtype, fmt,
+                          args.check_factor)
+                checks.append(c)
+                print("  check: " + check_line(c), flush=True)
             swap_linears(model, bf16_linears)
             del weights
             if device.type == "cuda":
                 torch.cuda.empty_cache()
 
-    print_table(rows)
-    for c in checks:
-        print(f"check {c['format']}: {'OK' if c['ok'] else 'MISMATCH'}: greedy {c['agree']}/{c['steps']} tokens "
-              f"equal, teacher-forced top-1 {c['forced_agree']}/{c['steps']} ({c['forced_near_ties']} near ties), "
-              f"logits relative error {c['logits_rel_error']:.2e}")
     total = time.time() - t_start
-    print(f"total {total:.0f} s")
     if args.out:
         write_out(args, rows, checks, cfg, gpu, total, transformers.__version__)
+    print(f"total {total:.0f} s")
+    print_table(rows)
+    for c in checks:
+        print(f"check {c['format']}: " + check_line(c))
+    for r in rows:
+        if r["step_ms"] is None:
+            print(f"FAILED {r['format']} {r['mode']} batch {r['batch']}: {r['error']}")
     return rows, checks
+
+
+def exit_code(rows, checks):
+    """2: a correctness check failed; 3: a compiled step failed; 0: all well."""
+    if any(not c["ok"] for c in checks):
+        return 2
+    return 3 if any(r["step_ms"] is None for r in rows) else 0
 
 
 def weight_bytes(model):
@@ -448,30 +632,79 @@ def weight_bytes(model):
     return n + sum(b.numel() for name, b in model.named_buffers() if name.endswith(".packed"))
 
 
-def check(model, weights, bf16_linears, prompt, steps, device, dtype, fmt):
-    """The model as it is (nibble linears) against the same model with the
-    dequantized weights in nn.Linear modules (batch 1, eager):
+class float32_rest:
+    """Within: every parameter of `model` that is not float32 held as a
+    float32 copy (upcasts are exact), TF32 matmuls off; restored to the very
+    tensors it had on exit."""
 
-      * free-running greedy tokens, compared step by step;
-      * teacher-forced: the nibble model fed the reference's tokens, its
-        argmax compared with the reference's at every step.  Both models
-        round every linear output to BF16 in a different order, so a step
-        whose reference top-2 logits are closer than twice the largest logit
-        difference seen at that step is a near tie that may go either way;
-        `ok` is true when every teacher-forced difference is such a near tie
-        and the logits' relative error (Frobenius, over all steps) is at most
-        MAX_LOGITS_REL_ERROR: BF16 rounding differences stay near 1e-2, a
-        wrong weight or kernel gives 1e-1 or more.
-    Random weights give flat logits (top-2 margins of a few hundredths), so
-    free-running sequences may part at a near tie and then differ entirely:
-    the teacher-forced comparison is the one that tells."""
+    def __init__(self, model):
+        self.model = model
+
+    def __enter__(self):
+        self.saved = []
+        for p in self.model.parameters():
+            if p.dtype != torch.float32:
+                self.saved.append((p, p.data))
+                p.data = p.data.float()
+        self.tf32 = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = False
+        return self.model
+
+    def __exit__(self, *exc):
+        for p, data in self.saved:
+            p.data = data
+        self.saved = []
+        torch.backends.cuda.matmul.allow_tf32 = self.tf32
+        return False
+
+
+def _rel(a, b):
+    """||a - b|| / ||b|| over every element (Frobenius)."""
+    return float((a - b).norm() / b.norm())
+
+
+def check(model, weights, bf16_linears, prompt, steps, device, dtype, fmt, factor=CHECK_FACTOR):
+    """The model as it is (nibble linears), the same model with the
+    dequantized weights in BF16 nn.Linear modules (bf16-deq) and its float32
+    twin (the dequantized weights in float32, everything else in float32;
+    see the module's docstring), batch 1, eager.
+
+    The twin decodes greedily; nibble and bf16-deq are fed its tokens
+    (teacher forcing).  d_nibble and d_bf16 are their logits' relative
+    distances to the twin's over all steps, top1_* the steps on which their
+    argmax equals the twin's.  ok: d_nibble <= factor * d_bf16 and
+    top1_nibble >= top1_bf16 - ceil(CHECK_SLACK * steps).
+
+    Reported too, as the check was before the twin: free-running greedy
+    tokens of nibble against bf16-deq, and nibble fed bf16-deq's tokens
+    (forced_agree; a difference counts as a near tie when bf16-deq's top-2
+    logits are closer than twice the largest logit difference of that step;
+    logits_rel_error is that run's relative logits difference)."""
+    # the float32 twin first (the largest; freed before the BF16 copy is made)
+    deq32 = dequantized_linears(weights, bf16_linears, device, torch.float32)
+    nib = swap_linears(model, deq32)
+    with float32_rest(model):
+        tok_t, log_t = greedy(model, prompt, steps)
+    swap_linears(model, nib)
+    del deq32
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
     deq = dequantized_linears(weights, bf16_linears, device, dtype)
-    nib = swap_linears(model, deq)
+    swap_linears(model, deq)
     tok_r, log_r = greedy(model, prompt, steps)
+    tok_rt, log_rt = greedy(model, prompt, steps, forced=tok_t)
     swap_linears(model, nib)
     del deq
     tok_q, _ = greedy(model, prompt, steps)
     tok_f, log_f = greedy(model, prompt, steps, forced=tok_r)
+    tok_qt, log_qt = greedy(model, prompt, steps, forced=tok_t)
+
+    n = tok_t.shape[1]
+    d_nib, d_bf16 = _rel(log_qt, log_t), _rel(log_rt, log_t)
+    top1_nib, top1_bf16 = int((tok_qt == tok_t)[0].sum()), int((tok_rt == tok_t)[0].sum())
+    slack = math.ceil(CHECK_SLACK * n)
+    ok = d_nib <= factor * d_bf16 and top1_nib >= top1_bf16 - slack
+
     same = (tok_q == tok_r)[0].tolist()
     first_diff = next((i for i, s in enumerate(same) if not s), None)
     top2 = log_r.topk(2, dim=-1).values
@@ -479,25 +712,47 @@ def check(model, weights, bf16_linears, prompt, steps, device, dtype, fmt):
     diff = (log_f - log_r).abs().amax(-1)[:, 0]
     forced_same = (tok_f == tok_r)[0]
     near_tie = margin <= 2 * diff
-    rel = float((log_f - log_r).norm() / log_r.norm())
-    ok = bool((forced_same | near_tie).all()) and rel <= MAX_LOGITS_REL_ERROR
-    return {"format": fmt, "steps": len(same), "agree": int(sum(same)), "first_diff": first_diff,
+    return {"format": fmt, "steps": n, "ok": bool(ok), "factor": factor, "slack": slack,
+            "d_nibble": d_nib, "d_bf16": d_bf16, "ratio": d_nib / d_bf16 if d_bf16 > 0 else math.inf,
+            "top1_nibble": top1_nib, "top1_bf16": top1_bf16,
+            "agree": int(sum(same)), "first_diff": first_diff,
             "forced_agree": int(forced_same.sum()), "forced_near_ties": int((~forced_same & near_tie).sum()),
-            "ok": ok, "tokens": tok_q[0].tolist(), "reference_tokens": tok_r[0].tolist(),
-            "logits_max_diff": float(diff.max()), "logits_rel_error": rel,
+            "tokens": tok_q[0].tolist(), "reference_tokens": tok_r[0].tolist(), "twin_tokens": tok_t[0].tolist(),
+            "logits_max_diff": float(diff.max()), "logits_rel_error": _rel(log_f, log_r),
             "logits_range": float(log_r.max() - log_r.min()), "min_top2_margin": float(margin.min())}
 
 
+def check_line(c):
+    return (f"{'OK' if c['ok'] else 'MISMATCH'}: logits distance to the float32 twin {c['d_nibble']:.2e} (nibble) "
+            f"vs {c['d_bf16']:.2e} (BF16 dequantized), ratio {c['ratio']:.2f} (bound {c['factor']:g}); top-1 "
+            f"equal to the twin's on {c['top1_nibble']}/{c['steps']} steps (nibble) vs {c['top1_bf16']}/"
+            f"{c['steps']} (BF16 dequantized; slack {c['slack']}); nibble vs BF16 dequantized: greedy "
+            f"{c['agree']}/{c['steps']} tokens equal, teacher-forced top-1 {c['forced_agree']}/{c['steps']} "
+            f"({c['forced_near_ties']} near ties), logits {c['logits_rel_error']:.2e} apart")
+
+
+def _f(v, fmt):
+    return "-" if v is None else format(v, fmt)
+
+
 def print_table(rows):
-    base = {r["batch"]: r for r in rows if r["format"] == "bf16"}
+    base = {(r["mode"], r["batch"]): r for r in rows if r["format"] == "bf16" and r["step_ms"] is not None}
+    eager = {(r["format"], r["batch"]): r for r in rows if r["mode"] == "eager" and r["step_ms"] is not None}
     print()
-    print("| format | batch | ms/step | tokens/s | vs BF16 | linears ms | lm_head ms | GEMM share | timing |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| format | mode | batch | ms/step | tokens/s | vs BF16 | vs eager | linears ms | lm_head ms | GEMM share "
+          "| timing |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        b = base.get(r["batch"])
+        if r["step_ms"] is None:
+            print(f"| {r['format']} | {r['mode']} | {r['batch']} | FAILED | - | - | - | {r['linear_ms']:.3f} | "
+                  f"{r['lm_head_ms']:.3f} | - | see above |")
+            continue
+        b = base.get((r["mode"], r["batch"]))
+        e = eager.get((r["format"], r["batch"]))
         sp = f"{b['step_ms'] / r['step_ms']:.2f}x" if b else "-"
-        print(f"| {r['format']} | {r['batch']} | {r['step_ms']:.3f} | {r['tokens_per_s']:.1f} | {sp} | "
-              f"{r['linear_ms']:.3f} | {r['lm_head_ms']:.3f} | {100 * r['gemm_share']:.0f}% | {r['graph']} |")
+        se = f"{e['step_ms'] / r['step_ms']:.2f}x" if e else "-"
+        print(f"| {r['format']} | {r['mode']} | {r['batch']} | {r['step_ms']:.3f} | {r['tokens_per_s']:.1f} | {sp} | "
+              f"{se} | {r['linear_ms']:.3f} | {r['lm_head_ms']:.3f} | {100 * r['gemm_share']:.0f}% | {r['graph']} |")
     print()
 
 
@@ -511,22 +766,22 @@ def write_out(args, rows, checks, cfg, gpu, total, tf_version):
         commit = ""
     meta = {"gpu": gpu, "commit": commit or os.environ.get("NB_GIT_COMMIT", "unknown"),
             "date": time.strftime("%Y-%m-%d %H:%M:%S"), "torch": torch.__version__, "transformers": tf_version,
-            "nibble": nibble.version_string(), "layers": args.layers, "tiny": args.tiny, "prompt": args.prompt,
-            "steps": args.steps, "warmup": args.warmup, "device": args.device, "seconds": total,
+            "nibble": nibble.version_string(), "shape": "tiny" if args.tiny else args.shape, "layers": args.layers,
+            "tiny": args.tiny, "prompt": args.prompt, "steps": args.steps, "warmup": args.warmup,
+            "modes": args.modes, "compile_mode": args.compile_mode, "device": str(args.device), "seconds": total,
             "config": {k: getattr(cfg, k) for k in ("hidden_size", "intermediate_size", "num_attention_heads",
                                                     "num_key_value_heads", "vocab_size", "num_hidden_layers")}}
     with open(os.path.join(args.out, "e2e_decode.json"), "w") as fh:
         json.dump({"meta": meta, "rows": rows, "checks": checks}, fh, indent=1)
-    keys = ["format", "batch", "step_ms", "tokens_per_s", "linear_ms", "lm_head_ms", "gemm_share", "graph",
-            "quantize_s", "weights_gb"]
+    keys = ["format", "mode", "batch", "step_ms", "tokens_per_s", "linear_ms", "lm_head_ms", "gemm_share", "graph",
+            "compile_s", "compiled_vs_eager", "quantize_s", "weights_gb", "error"]
     with open(os.path.join(args.out, "e2e_decode.csv"), "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(keys + ["gpu", "commit"])
         for r in rows:
-            w.writerow([r.get(k, "") for k in keys] + [gpu, meta["commit"]])
+            w.writerow([r.get(k, "") if r.get(k) is not None else "" for k in keys] + [gpu, meta["commit"]])
     print(f"wrote {args.out}/e2e_decode.json and e2e_decode.csv")
 
 
 if __name__ == "__main__":
-    _, _checks = main()
-    sys.exit(2 if any(not c["ok"] for c in _checks) else 0)
+    sys.exit(exit_code(*main()))
