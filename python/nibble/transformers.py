@@ -59,6 +59,9 @@ Quantizing at load
   in_features is not a multiple of the group) as its weight is read:
   nibble.torch.quantize on the weight's device (the device quantizer on a
   GPU, the C reference on the CPU), so the BF16 model never exists whole.
+  Experts modules (GptOssExperts, Qwen3MoeExperts, MixtralExperts) are
+  quantized as transformers reads (or fuses) their 3-D weights and become
+  MoeExperts, as quantize_model makes them.
 
 Saving
   save_pretrained writes ModelOpt NVFP4 (weight, weight_scale F8_E4M3,
@@ -67,7 +70,13 @@ Saving
   quantization_config `nibble quantize` writes (quant_method "modelopt" or
   "quark", producer nibble, the layers left in BF16 as the exclude list).
   Other tools read it; nibble reads it back (a Quark one through
-  NibbleConfig() or override("quark")).
+  NibbleConfig() or override("quark")).  MoE experts (MoeExperts) are
+  written one layer per expert in that layout (gate_proj / up_proj /
+  down_proj; gpt-oss experts as a fused gate_up_proj per expert with
+  per-expert biases); a gpt-oss model whose only 4-bit modules are its
+  MXFP4 experts is written in gpt-oss's own layout (*_blocks, *_scales,
+  biases, quant_method "mxfp4"), read back through NibbleConfig() or
+  override("mxfp4").  See save_layout.
 """
 
 import os
