@@ -356,21 +356,58 @@ class Checkpoint(_lib.Handle):
         return QuantizedExperts(codes=codes, scales=scales, tensor_scales=tensor_scales, n=n, k=k,
                                 format=_FORMAT_NAMES[fmt])
 
+    def moe_bias_names(self, group):
+        """The bias tensors of an expert group: (gate_up names, down names),
+        or None when it has none.  A gpt-oss group's are its [E, 2I] and
+        [E, H] tensors (one name each, CheckpointMoe.gate_up_bias /
+        down_bias); a per-expert fused group's (gpt-oss experts written one
+        layer per expert, as `nibble convert` and save_pretrained write them)
+        are G.<e>.gate_up_proj.bias [2I] and G.<e>.down_proj.bias [H], one
+        name per expert.  Some of those present but not all, or one of
+        another shape or dtype, raises nibble.Error (NB_ERR_CORRUPT, naming
+        it): half a set of biases is never dropped silently."""
+        g = self.moe_groups[self._moe_index(group)]
+        if g.gate_up_bias or g.down_bias:
+            return [n for n in (g.gate_up_bias,) if n], [n for n in (g.down_bias,) if n]
+        if not (g.per_expert and g.fused) or g.format == "inconsistent":
+            return None
+        E, H, I = g.experts, g.hidden, g.intermediate
+        want = {f"{g.prefix}.{e}.{proj}.bias": n for e in range(E)
+                for proj, n in (("gate_up_proj", 2 * I), ("down_proj", H))}
+        present = [name for name in want if name in self]
+        if not present:
+            return None
+        for name, n in want.items():
+            if name not in self:
+                raise Error(Status.ERR_CORRUPT, "NB_ERR_CORRUPT",
+                            f"{self.path}: expert group {g.prefix} has {present[0]} but not {name} (the biases of "
+                            "per-expert layers come for every expert and projection, or for none)")
+            info = self.tensor_info(name)
+            if info.shape != (n,) or info.dtype not in ("BF16", "F16", "F32"):
+                raise Error(Status.ERR_CORRUPT, "NB_ERR_CORRUPT",
+                            f"{self.path}: {name} is {info.dtype} {list(info.shape)}; expected BF16, F16 or F32 "
+                            f"[{n}]")
+        names = list(want)
+        return names[0::2], names[1::2]
+
     def moe(self, group):
         """An expert group as a nibble.QuantizedMoe: gate_up and down
         (moe_experts), the activation, row order, limit and alpha the reader
-        decided, and the biases (gpt-oss) as numpy arrays of their own dtype
-        (BF16 as uint16 bits)."""
+        decided, and the biases (moe_bias_names: gpt-oss's [E, 2I] / [E, H]
+        tensors, or per-expert ones stacked) as numpy arrays of their own
+        dtype (BF16 as uint16 bits)."""
         g = self.moe_groups[self._moe_index(group)]
         if g.format == "inconsistent":
             raise Error(Status.ERR_UNSUPPORTED, "NB_ERR_UNSUPPORTED",
                         f"{self.path}: expert group {g.prefix} is inconsistent: {g.problem}")
+        biases = self.moe_bias_names(g) or ([], [])
+        gu_bias, dn_bias = (None if not names else self.tensor(names[0]) if len(names) == 1 and not g.per_expert
+                            else np.stack([self.tensor(n) for n in names]) for names in biases)
         return QuantizedMoe(gate_up=self.moe_experts(g, "gate_up"), down=self.moe_experts(g, "down"),
                             activation=g.activation, gate_up_layout=g.gate_up_layout,
                             limit=g.limit if g.activation == "swiglu_oai" else None,
                             alpha=g.alpha if g.activation == "swiglu_oai" else None,
-                            gate_up_bias=self.tensor(g.gate_up_bias) if g.gate_up_bias else None,
-                            down_bias=self.tensor(g.down_bias) if g.down_bias else None)
+                            gate_up_bias=gu_bias, down_bias=dn_bias)
 
     def summary(self):
         """{format name: number of layers}."""

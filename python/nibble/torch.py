@@ -1192,15 +1192,8 @@ class MoeExperts(torch.nn.Module):
         fmt = _format_code(format)
         if device is None:
             device = mod.gate_up_proj.device if mod.gate_up_proj.device.type == "cuda" else None
-        E = mod.gate_up_proj.shape[0]
-        proj = {}
-        for name in ("gate_up_proj", "down_proj"):
-            w = getattr(mod, name).detach()
-            if w.is_meta:
-                raise ValueError(f"nibble.torch: {name} is on the meta device (no values to quantize)")
-            qws = [_quantize_host_weight(w[e].t() if transposed else w[e], fmt, scale_rule, method)
-                   for e in range(E)]
-            proj[name] = QuantizedExperts.stack(qws)
+        proj = {name: _quantize_experts(getattr(mod, name), transposed, fmt, scale_rule, method, name)
+                for name in ("gate_up_proj", "down_proj")}
         bias = [getattr(mod, b, None) if has_bias else None for b in ("gate_up_proj_bias", "down_proj_bias")]
         qm = QuantizedMoe(proj["gate_up_proj"], proj["down_proj"], activation=activation, limit=limit, alpha=alpha)
         w = pack_moe(qm, device)
@@ -1211,6 +1204,21 @@ class MoeExperts(torch.nn.Module):
         return (f"experts={s.experts}, hidden={s.hidden}, intermediate={s.intermediate}, format={s.format}, "
                 f"activation={s.activation}, gate_up_layout={s.gate_up_layout}, "
                 f"bias={self.gate_up_proj_bias is not None}")
+
+
+def _quantize_experts(w, transposed, fmt, scale_rule, method, what="experts"):
+    """A 3-D experts weight ([E, n, k], or [E, k, n] when transposed, as
+    gpt-oss stores it) quantized expert by expert (_quantize_host_weight:
+    on its GPU by the device quantizer, else the C reference): a
+    nibble.QuantizedExperts in host memory."""
+    if not isinstance(w, torch.Tensor) or w.dim() != 3:
+        raise ValueError(f"nibble.torch: {what} must be a 3-D tensor [experts, out, in], got "
+                         f"{tuple(w.shape) if isinstance(w, torch.Tensor) else type(w).__name__}")
+    w = w.detach()
+    if w.is_meta:
+        raise ValueError(f"nibble.torch: {what} is on the meta device (no values to quantize)")
+    return QuantizedExperts.stack([_quantize_host_weight(w[e].t() if transposed else w[e], fmt, scale_rule, method)
+                                   for e in range(w.shape[0])])
 
 
 def _quantize_host_weight(w, fmt, scale_rule, method):
@@ -1414,7 +1422,8 @@ def _plan_layers(model, ck):
             continue  # no module of that name, or one module per expert: the layers load one by one
         _plan_group(ck, g, mod)
         groups[g.prefix] = (g, mod)
-        consumed.update(b for b in (g.gate_up_bias, g.down_bias) if b)
+        for names in ck.moe_bias_names(g) or ():
+            consumed.update(names)
         consumed.update(f"{g.prefix}.{name}" for name in mod.state_dict())
     for L in ck.layers:
         if L.format == "inconsistent":
@@ -1483,7 +1492,8 @@ def _plan_group(ck, g, mod):
         raise ValueError(f"nibble.torch: {g.prefix}: the checkpoint's experts are {g.activation} with E = "
                          f"{g.experts}, H = {g.hidden}, I = {g.intermediate} but the model's {type(mod).__name__} is "
                          f"{kind[0]} with E = {shape[0]}, H = {shape[1]}, I = {shape[2]}")
-    if kind[2] != (g.gate_up_bias is not None and g.down_bias is not None):
+    biases = ck.moe_bias_names(g)
+    if kind[2] != (biases is not None and all(biases)):
         raise ValueError(f"nibble.torch: {g.prefix}: the model's experts {'have' if kind[2] else 'have no'} biases, "
                          f"the checkpoint's {'have none' if kind[2] else 'have'}")
 

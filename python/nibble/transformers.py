@@ -59,6 +59,9 @@ Quantizing at load
   in_features is not a multiple of the group) as its weight is read:
   nibble.torch.quantize on the weight's device (the device quantizer on a
   GPU, the C reference on the CPU), so the BF16 model never exists whole.
+  Experts modules (GptOssExperts, Qwen3MoeExperts, MixtralExperts) are
+  quantized as transformers reads (or fuses) their 3-D weights and become
+  MoeExperts, as quantize_model makes them.
 
 Saving
   save_pretrained writes ModelOpt NVFP4 (weight, weight_scale F8_E4M3,
@@ -67,12 +70,19 @@ Saving
   quantization_config `nibble quantize` writes (quant_method "modelopt" or
   "quark", producer nibble, the layers left in BF16 as the exclude list).
   Other tools read it; nibble reads it back (a Quark one through
-  NibbleConfig() or override("quark")).
+  NibbleConfig() or override("quark")).  MoE experts (MoeExperts) are
+  written one layer per expert in that layout (gate_proj / up_proj /
+  down_proj; gpt-oss experts as a fused gate_up_proj per expert with
+  per-expert biases); a gpt-oss model whose only 4-bit modules are its
+  MXFP4 experts is written in gpt-oss's own layout (*_blocks, *_scales,
+  biases, quant_method "mxfp4"), read back through NibbleConfig() or
+  override("mxfp4").  See save_layout.
 """
 
 import os
 import re
 
+import numpy as np
 import torch
 from transformers.core_model_loading import ConversionOps
 from transformers.quantizers import HfQuantizer
@@ -80,7 +90,7 @@ from transformers.quantizers import auto as _auto
 from transformers.utils.quantization_config import QuantizationConfigMixin
 
 from . import __version__ as _nibble_version
-from . import _FORMATS, _lib, _rule_name, weight_sizes
+from . import _FORMATS, QuantizedExperts, QuantizedMoe, _lib, _rule_name, weight_sizes
 from . import quantize as _np_quantize
 from . import torch as nt
 
@@ -91,6 +101,7 @@ OVERRIDABLE = ("modelopt", "compressed-tensors", "quark", "mxfp4")
 
 # Where save_pretrained's layout comes from: one per format with GPU kernels.
 _SAVE_LAYOUT = {"nvfp4": "modelopt", "mxfp4": "quark"}
+_EXPERT_WEIGHTS = ("gate_up_proj", "down_proj")   # the 3-D weights of an experts module quantized at load
 _QUARK_MODE = {"even": "even", "ocp": "floor", "round_up": "round_up"}   # Quark's scale_calculation_mode
 
 
@@ -145,7 +156,8 @@ class NibbleConfig(QuantizationConfigMixin):
         self.source = dict(source) if source else None
         if kwargs:
             raise TypeError(f"nibble.transformers: NibbleConfig got unknown arguments {sorted(kwargs)}")
-        self._saved_as = None     # set once a model holds nibble layers: (format, float linear layer names)
+        self._saved_as = None     # set once a model holds nibble layers: (format, float linear layer names,
+        #                           experts layout), see save_layout
 
     @classmethod
     def from_dict(cls, config_dict, return_unused_kwargs=False, **kwargs):
@@ -176,7 +188,9 @@ class NibbleConfig(QuantizationConfigMixin):
     def to_dict(self):
         if self._saved_as is None:
             return self._nibble_dict()
-        fmt, unquantized = self._saved_as
+        fmt, unquantized, experts = self._saved_as
+        if experts == "gptoss":   # gpt-oss's own quantization_config, as its checkpoints carry it
+            return {"quant_method": "mxfp4", "modules_to_not_convert": list(unquantized)}
         return _layout_config(fmt, self.scale_rule, unquantized)
 
     def to_diff_dict(self):
@@ -286,8 +300,11 @@ def _moe_fill(ph, ck, g, config, dequantize, dtype):
     dev = placed[0].device if placed else torch.device("cpu")
     loaded = [b if b is not None and not b.is_meta else None for b in (ph.gate_up_proj_bias, ph.down_proj_bias)]
     qm = ck.moe(g)
-    bdtype = loaded[0].dtype if loaded[0] is not None else (dtype if isinstance(dtype, torch.dtype) else torch.bfloat16)
-    if loaded[0] is None and qm.gate_up_bias is not None:
+    bdtype = ph.gate_up_proj_bias.dtype if ph.gate_up_proj_bias is not None else (
+        dtype if isinstance(dtype, torch.dtype) else torch.bfloat16)
+    # per-expert biases (G.<e>.gate_up_proj.bias) have no name transformers
+    # loads: whatever it put in the placeholder's biases is not theirs
+    if (loaded[0] is None or g.per_expert) and qm.gate_up_bias is not None:
         loaded = [nt._np_float_tensor(b, bdtype).to(dev) for b in (qm.gate_up_bias, qm.down_bias)]
     if not dequantize:
         return nt.MoeExperts(nt.pack_moe(qm, dev), *loaded)
@@ -321,6 +338,9 @@ class NibbleHfQuantizer(HfQuantizer):
         self._experts = []         # [CheckpointMoe] of the expert groups, in MoeExperts placeholders
         self._targets = set()      # prefixes quantized at load
         self._pending = {}         # prefix -> PackedLinearWeight quantized at load, swapped in after it
+        self._expert_targets = {}  # prefix -> nibble.torch._expert_kind of experts modules quantized at load
+        self._pending_experts = {}  # prefix -> {"gate_up_proj" / "down_proj": (QuantizedExperts, device)}
+        self._done_experts = set()
         self._errors = {}
         self._dtype = None
 
@@ -377,11 +397,24 @@ class NibbleHfQuantizer(HfQuantizer):
             raise ValueError(f"nibble.transformers: NibbleConfig(format={cfg.format!r}) but {ck.path} holds "
                              f"{', '.join(formats)} layers (format=None takes the checkpoint as it is)")
         layers, consumed, groups, problems = nt._plan_layers(model, ck)
+        planned = {g.prefix for g, _ in groups}
+        modules = dict(model.named_modules())
+        for g in ck.moe_groups:   # 4-bit experts that would be left to transformers (which cannot read them)
+            if g.quant_format and g.prefix not in planned and not isinstance(modules.get(g.prefix),
+                                                                                torch.nn.ModuleList):
+                problems.append(f"{ck.path}: expert group {g.prefix} ({g.format}) has no experts module of that "
+                                "name in the model")
         if problems:
             raise ValueError("nibble.transformers: " + "; ".join(problems))
+        missing = []
         for g, mod in groups:
             _swap(model, g.prefix, _moe_placeholder(g, mod))
             self._experts.append(g)
+            if g.per_expert and nt._module_moe_kind(mod)[2]:   # biases nibble reads per expert
+                missing += [f"{g.prefix}.gate_up_proj_bias", f"{g.prefix}.down_proj_bias"]
+        if missing:
+            model._keys_to_ignore_on_load_missing = set(model._keys_to_ignore_on_load_missing or ())
+            model._keys_to_ignore_on_load_missing.add("^(?:" + "|".join(re.escape(n) for n in missing) + ")$")
         for L, mod, _bias in layers:
             _swap(model, L.prefix, _placeholder(L.n, L.k, L.quant_format, L.tensor_scale, mod.bias))
             self._layers.append(L)
@@ -413,12 +446,17 @@ class NibbleHfQuantizer(HfQuantizer):
             if isinstance(mod, torch.nn.Linear) and name and not nt._excluded(name, skip) \
                     and mod.in_features % group == 0:
                 self._targets.add(name)
+            elif name and nt._expert_kind(mod) is not None and not nt._excluded(name, skip):
+                _, H, I = nt._expert_dims(mod)
+                if H % group == 0 and I % group == 0:
+                    self._expert_targets[name] = nt._expert_kind(mod)
 
     # -------------------------------------------------- quantize at load
 
     def param_needs_quantization(self, model, param_name, **kwargs):
         prefix, _, leaf = param_name.rpartition(".")
-        return not self.pre_quantized and leaf == "weight" and prefix in self._targets
+        return not self.pre_quantized and ((leaf == "weight" and prefix in self._targets) or
+                                           (leaf in _EXPERT_WEIGHTS and prefix in self._expert_targets))
 
     def get_quantize_ops(self):
         return _NibbleQuantize(self)
@@ -444,6 +482,42 @@ class NibbleHfQuantizer(HfQuantizer):
         if missing_keys is not None:
             missing_keys.discard(prefix + ".weight")
 
+    def _quantize_experts(self, prefix, leaf, weight, missing_keys):
+        """One 3-D weight of an experts module (gate_up_proj or down_proj, as
+        transformers read or fused it) quantized expert by expert where it
+        was read; the MoeExperts is built once both are there, after
+        loading."""
+        cfg = self.quantization_config
+        transposed = self._expert_targets[prefix][1]
+        try:
+            qe = nt._quantize_experts(weight, transposed, nt._format_code(cfg.format), cfg.scale_rule, cfg.method,
+                                      f"{prefix}.{leaf}")
+        except Exception as e:
+            self._errors[prefix] = f"{type(e).__name__}: {e}"
+            raise
+        dev = weight.device if weight.device.type == "cuda" else torch.device("cpu")
+        self._pending_experts.setdefault(prefix, {})[leaf] = (qe, dev)
+        if missing_keys is not None:
+            missing_keys.discard(f"{prefix}.{leaf}")
+
+    def _swap_quantized_experts(self, model):
+        """Each experts module whose two weights were quantized at load
+        becomes a MoeExperts (its biases, loaded by transformers, kept)."""
+        for prefix, kind in self._expert_targets.items():
+            got = self._pending_experts.get(prefix, {})
+            if set(got) != set(_EXPERT_WEIGHTS):
+                continue
+            activation, _, has_bias, limit, alpha = kind
+            qm = QuantizedMoe(got["gate_up_proj"][0], got["down_proj"][0], activation=activation, limit=limit,
+                              alpha=alpha)
+            dev = got["gate_up_proj"][1]
+            mod = model.get_submodule(prefix)
+            biases = [getattr(mod, b, None) if has_bias else None for b in ("gate_up_proj_bias", "down_proj_bias")]
+            biases = [None if b is None or b.is_meta else b.detach() for b in biases]
+            _swap(model, prefix, nt.MoeExperts(nt.pack_moe(qm, "cpu" if dev.type == "cpu" else dev), *biases))
+            self._done_experts.add(prefix)
+        self._pending_experts = {}
+
     # -------------------------------------------------------- after load
 
     def _process_model_after_weight_loading(self, model, **kwargs):
@@ -457,6 +531,8 @@ class NibbleHfQuantizer(HfQuantizer):
                     _swap(model, prefix, nt.Linear(pw, None if bias is None or bias.is_meta else bias))
                 left = sorted(self._targets - set(self._pending))
                 self._pending = {}
+                self._swap_quantized_experts(model)
+                left += sorted(set(self._expert_targets) - self._done_experts)
                 if left:
                     why = "; ".join(f"{p}: {self._errors[p]}" for p in left if p in self._errors)
                     raise RuntimeError(f"nibble.transformers: {len(left)} layers were not quantized: "
@@ -472,10 +548,13 @@ class NibbleHfQuantizer(HfQuantizer):
             if "cpu" in devs and len(devs) > 1:
                 raise ValueError(f"nibble.transformers: nibble layers ended up on {', '.join(devs)}; they run on a "
                                  "GPU and CPU offloading is not supported")
+            fmts = sorted(set(fmts) | {m.format for m in model.modules() if isinstance(m, nt.MoeExperts)})
             if len(fmts) == 1:
                 cfg.format = fmts[0]
-            unquantized = sorted(name for name, m in model.named_modules() if isinstance(m, torch.nn.Linear))
-            cfg._saved_as = (fmts[0], unquantized) if len(fmts) == 1 else None
+                layout = save_layout(model)
+                cfg._saved_as = (layout["format"], layout["unquantized"], layout["experts"])
+            else:
+                cfg._saved_as = None
         return model
 
     def _fill(self, model):
@@ -517,29 +596,135 @@ class NibbleHfQuantizer(HfQuantizer):
 
     def get_state_dict_and_metadata(self, model):
         """The model's state_dict with every nibble layer in the checkpoint
-        layout of its format (ModelOpt NVFP4, Quark MXFP4)."""
+        layout of its format (ModelOpt NVFP4, Quark MXFP4) and every
+        MoeExperts as layers_of_experts writes it; sets what to_dict() then
+        writes into config.json (save_pretrained saves the config after the
+        tensors)."""
+        layout = save_layout(model)
         state = model.state_dict()
-        fmts = set()
         for name, mod in model.named_modules():
             pre = name + "." if name else ""
             if isinstance(mod, nt.Linear):
-                fmts.add(mod.format)
                 state.update({pre + k: v for k, v in layer_tensors(mod.quantized_weight()).items()})
             elif isinstance(mod, nt.MoeExperts):
-                raise ValueError(f"nibble.transformers: save_pretrained of MoE experts ({name}) is not supported "
-                                 "yet (no dense layout holds them; the gpt-oss layout is not written)")
-        if len(fmts) > 1:
-            raise ValueError(f"nibble.transformers: save_pretrained writes one layout, and this model holds "
-                             f"{', '.join(sorted(fmts))} layers")
+                for k in ("gate_up_proj_bias", "down_proj_bias"):
+                    state.pop(pre + k, None)
+                state.update(experts_tensors(name, mod.quantized_moe(), layout["experts"], _model_type(model),
+                                             mod.gate_up_proj_bias, mod.down_proj_bias))
+        self.quantization_config._saved_as = (layout["format"], layout["unquantized"], layout["experts"])
         return state, {}
+
+
+def _model_type(model):
+    cfg = getattr(model, "config", None)
+    text = cfg.get_text_config() if cfg is not None and hasattr(cfg, "get_text_config") else cfg
+    return getattr(text, "model_type", None) or getattr(cfg, "model_type", None)
+
+
+def save_layout(model):
+    """What save_pretrained writes for `model`: {"format": "nvfp4" | "mxfp4",
+    "experts": "gptoss" (gpt-oss's *_blocks / *_scales tensors) or
+    "per-expert" (a layer per expert and projection, in the format's
+    layout), "unquantized": the names of the float nn.Linear layers}.
+
+    One checkpoint holds one layout, so that nibble's reader, which
+    cross-checks every layer against config.json's quantization_config,
+    and other tools read it: gpt-oss's own MXFP4 layout when the only 4-bit
+    modules are gpt-oss experts in MXFP4 (a gpt-oss checkpoint as gpt-oss
+    ships it); otherwise ModelOpt NVFP4 or Quark MXFP4 for the linear layers
+    and the experts alike (experts one layer per expert, as `nibble convert`
+    writes gpt-oss experts and as ModelOpt exports Qwen3-MoE).  ValueError
+    for a model with both formats or without 4-bit layers."""
+    linears = [m for m in model.modules() if isinstance(m, nt.Linear)]
+    experts = [m for m in model.modules() if isinstance(m, nt.MoeExperts)]
+    fmts = sorted({m.format for m in linears} | {m.format for m in experts})
+    if len(fmts) != 1:
+        raise ValueError("nibble.transformers: save_pretrained writes one layout, and this model holds "
+                         + (f"{', '.join(fmts)} layers" if fmts else "no nibble layers"))
+    gptoss = bool(experts) and not linears and fmts == ["mxfp4"] and all(
+        m.spec.activation == "swiglu_oai" and m.spec.gate_up_layout == "interleaved" for m in experts)
+    unquantized = sorted(name for name, m in model.named_modules() if isinstance(m, torch.nn.Linear))
+    return {"format": fmts[0], "experts": "gptoss" if gptoss else "per-expert", "unquantized": unquantized}
+
+
+def _expert_slices(qe, rows):
+    """Rows `rows` (a slice) of every expert of a nibble.QuantizedExperts."""
+    ts = qe.tensor_scales
+    return QuantizedExperts(qe.codes[:, rows].copy(), qe.scales[:, rows].copy(), None if ts is None else ts.copy(),
+                            len(range(*rows.indices(qe.n))), qe.k, qe.format)
+
+
+def experts_tensors(prefix, qm, layout, model_type=None, gate_up_bias=None, down_bias=None):
+    """The checkpoint tensors of one experts module (a nibble.QuantizedMoe,
+    MoeExperts.quantized_moe(); biases as the module holds them, written in
+    their own dtype) under `prefix` (e.g. "model.layers.0.mlp.experts"):
+
+    layout "gptoss" (MXFP4, gpt-oss experts): prefix.gate_up_proj_blocks U8
+      [E, 2I, H/32, 16] and _scales U8 [E, 2I, H/32] with gate_up's rows
+      interleaved as gpt-oss stores them, down_proj_blocks / _scales, and the
+      biases prefix.gate_up_proj_bias [E, 2I], down_proj_bias [E, H];
+    layout "per-expert": for each expert e, SwiGLU experts (gate_up
+      concatenated) as prefix.e.gate_proj, .up_proj (gate_up's first and
+      last I rows) and .down_proj; gpt-oss experts as prefix.e.gate_up_proj
+      (rows interleaved: nibble's reader groups such layers only when
+      config.json's model_type is "gpt_oss", so model_type must say so) and
+      .down_proj, with biases prefix.e.gate_up_proj.bias [2I] and
+      prefix.e.down_proj.bias [H]; each layer in layer_tensors' layout (NVFP4:
+      gate and up both carry the expert's gate_up tensor scale).
+
+    Every byte is the packed weights' own (codes and scales of
+    nb_unpack_host); nothing is quantized again."""
+    if layout not in ("gptoss", "per-expert"):
+        raise ValueError(f"nibble.transformers: unknown experts layout {layout!r}; expected 'gptoss' or 'per-expert'")
+    spec = qm.spec
+    E, H, I = spec.experts, spec.hidden, spec.intermediate
+    oai = spec.activation == "swiglu_oai"
+    if oai != (spec.gate_up_layout == "interleaved"):
+        raise ValueError(f"nibble.transformers: {prefix}: {spec.activation} experts with {spec.gate_up_layout} "
+                         "gate_up rows have no checkpoint layout (gpt-oss's are swiglu_oai and interleaved, "
+                         "SwiGLU experts' concatenated)")
+    biases = [b for b in (gate_up_bias, down_bias)]
+    if (biases[0] is None) != (biases[1] is None):
+        raise ValueError(f"nibble.transformers: {prefix}: experts with one bias of two have no checkpoint layout")
+    out = {}
+    if layout == "gptoss":
+        if spec.format != "mxfp4" or not oai:
+            raise ValueError(f"nibble.transformers: {prefix}: the gpt-oss layout holds MXFP4 gpt-oss experts "
+                             f"(swiglu_oai), not {spec.format} {spec.activation} ones")
+        for name, qe in (("gate_up_proj", qm.gate_up), ("down_proj", qm.down)):
+            out[f"{prefix}.{name}_blocks"] = torch.from_numpy(qe.codes.reshape(E, qe.n, qe.k // 32, 16).copy())
+            out[f"{prefix}.{name}_scales"] = torch.from_numpy(qe.scales.copy())
+        for name, b in zip(("gate_up_proj_bias", "down_proj_bias"), biases):
+            if b is not None:
+                out[f"{prefix}.{name}"] = b.detach().cpu().contiguous()
+        return out
+    if oai:
+        if model_type != "gpt_oss":
+            raise ValueError(f"nibble.transformers: {prefix}: gpt-oss experts are written one layer per expert "
+                             "with interleaved gate_up rows, which nibble's reader groups only for config.json "
+                             f"model_type 'gpt_oss'; this model's is {model_type!r}")
+        layers = {"gate_up_proj": qm.gate_up, "down_proj": qm.down}
+    else:
+        if biases[0] is not None:
+            raise ValueError(f"nibble.transformers: {prefix}: SwiGLU experts with biases have no checkpoint layout "
+                             "(nibble's reader groups biases of gpt-oss experts only)")
+        layers = {"gate_proj": _expert_slices(qm.gate_up, slice(0, I)),
+                  "up_proj": _expert_slices(qm.gate_up, slice(I, 2 * I)), "down_proj": qm.down}
+    for e in range(E):
+        for name, qe in layers.items():
+            out.update({f"{prefix}.{e}.{name}.{k}": v for k, v in layer_tensors(qe.expert(e)).items()})
+        if oai and biases[0] is not None:
+            for name, b in zip(("gate_up_proj", "down_proj"), biases):
+                out[f"{prefix}.{e}.{name}.bias"] = b[e].detach().cpu().clone()
+    return out
 
 
 def layer_tensors(qw):
     """The tensors of one layer in the layout save_pretrained writes:
     ModelOpt NVFP4 (weight U8, weight_scale F8_E4M3, weight_scale_2 F32 0-d)
     or Quark MXFP4 (weight U8, weight_scale U8)."""
-    codes = torch.from_numpy(qw.codes.copy())
-    scales = torch.from_numpy(qw.scales.copy())
+    codes = torch.from_numpy(np.ascontiguousarray(qw.codes).copy())
+    scales = torch.from_numpy(np.ascontiguousarray(qw.scales).copy())
     if qw.format == "nvfp4":
         return {"weight": codes, "weight_scale": scales.view(torch.float8_e4m3fn),
                 "weight_scale_2": torch.tensor(qw.tensor_scale, dtype=torch.float32)}
@@ -563,6 +748,8 @@ class _NibbleQuantize(ConversionOps):
             prefix, _, leaf = key.rpartition(".")
             if leaf == "weight" and prefix in self.quantizer._targets:
                 self.quantizer._quantize_layer(model, prefix, tensor, missing_keys)
+            elif leaf in _EXPERT_WEIGHTS and prefix in self.quantizer._expert_targets:
+                self.quantizer._quantize_experts(prefix, leaf, tensor, missing_keys)
             else:
                 out[key] = value
         return out

@@ -293,17 +293,33 @@ def _gptoss_experts(E=4, H=64, I=32, dtype=torch.float32):
     return mod.to(dtype)
 
 
-def _qwen3_experts(E=4, H=64, I=32, dtype=torch.float32):
-    from transformers import Qwen3MoeConfig
-    from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeExperts
-    cfg = Qwen3MoeConfig(num_experts=E, hidden_size=H, moe_intermediate_size=I)
+def _fused_experts(cfg, cls, dtype):
+    """transformers 5's fused SwiGLU experts module `cls` of config `cfg`
+    (eager forward), weights N(0, 0.1)."""
     cfg._experts_implementation = "eager"
     torch.manual_seed(0)
-    mod = Qwen3MoeExperts(cfg)
+    mod = cls(cfg)
     with torch.no_grad():
         for p in mod.parameters():
             p.normal_(0, 0.1)
     return mod.to(dtype)
+
+
+def _qwen3_experts(E=4, H=64, I=32, dtype=torch.float32):
+    from transformers import Qwen3MoeConfig
+    from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeExperts
+    return _fused_experts(Qwen3MoeConfig(num_experts=E, hidden_size=H, moe_intermediate_size=I), Qwen3MoeExperts,
+                          dtype)
+
+
+def _mixtral_experts(E=4, H=64, I=32, dtype=torch.float32):
+    from transformers import MixtralConfig
+    from transformers.models.mixtral.modeling_mixtral import MixtralExperts
+    return _fused_experts(MixtralConfig(num_local_experts=E, hidden_size=H, intermediate_size=I), MixtralExperts,
+                          dtype)
+
+
+EXPERTS = {"gpt_oss": _gptoss_experts, "qwen3_moe": _qwen3_experts, "mixtral": _mixtral_experts}
 
 
 def _dequantized_twin(mod, experts):
@@ -320,14 +336,17 @@ def _dequantized_twin(mod, experts):
 
 
 @hf
-@pytest.mark.parametrize("kind", ["gpt_oss", "qwen3_moe"])
+@pytest.mark.parametrize("kind", ["gpt_oss", "qwen3_moe", "mixtral"])
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_moe_experts_match_transformers(kind, fmt):
     """MoeExperts.from_module of transformers' experts module runs (host
     reference, float32) what that module computes with the dequantized
     weights: the interleaved / concatenated rows, the transposes, the clamps
-    and the biases all agree."""
-    mod = (_gptoss_experts if kind == "gpt_oss" else _qwen3_experts)()
+    and the biases all agree.  Mixtral's MixtralExperts (w1 / w3 / w2 fused
+    into gate_up_proj by transformers 5) is the SwiGLU form of Qwen3-MoE's."""
+    mod = EXPERTS[kind]()
+    assert type(mod).__name__ == {"gpt_oss": "GptOssExperts", "qwen3_moe": "Qwen3MoeExperts",
+                                  "mixtral": "MixtralExperts"}[kind]
     ex = nt.MoeExperts.from_module(mod, format=fmt, device="cpu")
     assert ex.spec.activation == ("swiglu_oai" if kind == "gpt_oss" else "swiglu")
     assert (ex.gate_up_proj_bias is not None) == (kind == "gpt_oss")
