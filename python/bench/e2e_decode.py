@@ -200,7 +200,7 @@ class Decoder:
             # copying the cache G times.
             qg = q.reshape(B, self.KVH, self.G * T, self.hd)
             o = F.scaled_dot_product_attention(qg, self.k[i], self.v[i], attn_mask=mask, scale=a.scaling)
-            o = o.view(B, self.H, T, self.hd).transpose(1, 2).reshape(B, T, self.H * self.hd)
+            o = o.reshape(B, self.H, T, self.hd).transpose(1, 2).reshape(B, T, self.H * self.hd)
             x = x + a.o_proj(o)
             x = x + layer.mlp(layer.post_attention_layernorm(x))
         x = m.norm(x[:, -1:])
