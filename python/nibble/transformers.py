@@ -79,6 +79,7 @@ Saving
   override("mxfp4").  See save_layout.
 """
 
+import copy
 import os
 import re
 
@@ -318,6 +319,32 @@ def _moe_fill(ph, ck, g, config, dequantize, dtype):
     return dense
 
 
+def _ignore_unexpected(model, names):
+    """Checkpoint tensor names transformers is not to report as unexpected
+    (nibble reads them)."""
+    if names:
+        model._keys_to_ignore_on_load_unexpected = set(model._keys_to_ignore_on_load_unexpected or ())
+        model._keys_to_ignore_on_load_unexpected.add("^(?:" + "|".join(re.escape(n) for n in sorted(names)) + ")$")
+
+
+def _converted_names(model, conversions, names):
+    """The names transformers' weight conversions give the checkpoint tensors
+    `names` when it loads them into `model` (its own rename_source_key, on
+    copies: renaming marks a conversion used), those that differ from the
+    checkpoint's and from the model's.  Without that function (a transformers
+    that moved it) none: the load report then lists them."""
+    try:
+        from transformers.core_model_loading import WeightConverter, WeightRenaming, rename_source_key
+    except ImportError:
+        return []
+    conversions = copy.deepcopy(list(conversions))
+    renamings = [c for c in conversions if isinstance(c, WeightRenaming)]
+    converters = [c for c in conversions if isinstance(c, WeightConverter)]
+    state = model.state_dict()
+    renamed = {rename_source_key(n, renamings, converters, model.base_model_prefix, state)[0] for n in names}
+    return sorted(renamed - set(names) - set(state))
+
+
 def _device_map_devices(device_map):
     if device_map is None:
         return set()
@@ -343,6 +370,7 @@ class NibbleHfQuantizer(HfQuantizer):
         self._done_experts = set()
         self._errors = {}
         self._dtype = None
+        self._unread = None        # (model, checkpoint tensor names nibble reads) until the conversions are known
 
     # -------------------------------------------------------- environment
 
@@ -425,9 +453,23 @@ class NibbleHfQuantizer(HfQuantizer):
         # gives per-expert checkpoint tensors once it has fused them)
         mine = sorted({t.name for t in ck.tensors if t.name.endswith(nt._IGNORED_SUFFIXES)} | set(consumed))
         mine = [n for n in mine if n not in keys]
-        if mine:
-            model._keys_to_ignore_on_load_unexpected = set(model._keys_to_ignore_on_load_unexpected or ())
-            model._keys_to_ignore_on_load_unexpected.add("^(?:" + "|".join(re.escape(n) for n in mine) + ")$")
+        _ignore_unexpected(model, mine)
+        self._unread = (model, mine)   # and the names transformers' conversions give them: update_weight_conversions
+
+    def update_weight_conversions(self, weight_conversions, *args, **kwargs):
+        """transformers' weight conversions for this load (renamings, the
+        fusion of per-expert layers into experts.gate_up_proj ...), left as
+        they are: the checkpoint tensors nibble reads are also left
+        unreported under the names these conversions give them.  Those names
+        differ between versions: transformers 5.17's patterns stop at no
+        name boundary, so experts.<e>.gate_proj.weight_scale becomes
+        experts.gate_up_proj_scale there, while 5.23 keeps the name."""
+        conversions = super().update_weight_conversions(weight_conversions, *args, **kwargs)
+        if self._unread is not None:
+            model, names = self._unread
+            self._unread = None
+            _ignore_unexpected(model, _converted_names(model, conversions, names))
+        return conversions
 
     def _plan_quantize(self, model, ck):
         cfg = self.quantization_config
