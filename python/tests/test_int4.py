@@ -399,6 +399,16 @@ def test_device_pack_and_quantize_equal_host(fmt):
 
 
 @gpu
+def test_opcheck_int4():
+    """torch.library.opcheck with the integer formats' trailing arguments
+    (group_size, scale_type): schema, fake against real, dynamic shapes."""
+    pw = nt.pack(_quant("int4", 64, "bf16", n=32, k=256))
+    x = _x((2, 3, 256), torch.bfloat16).cuda()
+    torch.library.opcheck(torch.ops.nibble.gemm.default, (x, pw.packed, pw.workspace, None, *pw.op_args()),
+                          test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
+
+
+@gpu
 def test_zero_points_above_127_need_fp16():
     """BF16 activations take zero points up to 127 (docs/formats.md 8.7):
     a weight with larger ones is refused with the reason; FP16 runs it."""
@@ -466,6 +476,7 @@ def test_load_int4_gpu_generation_equals_dequantized(int4_ckpts, layout):
 @hf
 @gpu
 def test_transformers_awq_from_pretrained_gpu(int4_ckpts):
+    pytest.importorskip("accelerate", reason="device_map needs accelerate")
     from transformers import AutoModelForCausalLM
     from nibble.transformers import NibbleConfig
     from test_load import assert_generation_agrees
