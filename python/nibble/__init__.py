@@ -1,6 +1,6 @@
-"""nibble: 4-bit NVFP4/MXFP4 weights (and, on the host reference, int4 with
-zero points, int4_sym, int8, nf4 and bnb_fp4), Python bindings to
-libnibble's C API.
+"""nibble: 4-bit weights - NVFP4, MXFP4, int4 with zero points and int4_sym
+on the GPU kernels; int8, nf4 and bnb_fp4 on the host reference only -
+Python bindings to libnibble's C API.
 
 This module is the numpy-level API over the host reference functions (no GPU
 needed); nibble._lib is the ctypes image of include/nibble.h and
@@ -319,7 +319,12 @@ def _buffers(codes, scales, zeros):
 @dataclass
 class PackedWeight:
     """nb_pack output: the kernel layout (one byte buffer) plus the descriptor
-    fields nb_gemm needs (for MXFP4 the scale exponent range nb_pack found)."""
+    fields nb_gemm needs: for MXFP4 the scale exponent range nb_pack found,
+    for int4 the zero-point range (smallest and largest zero-point byte, in
+    scale_exp_min / scale_exp_max as nb_pack_host_v2 records it: BF16
+    activations take zero points up to 127), and for the integer formats the
+    group (None: the format's default; k: one group per row) and scale type
+    (None: the default; "f16", "bf16"), which the packed layout depends on."""
     data: np.ndarray
     n: int
     k: int
@@ -327,6 +332,31 @@ class PackedWeight:
     tensor_scale: float
     scale_exp_min: int
     scale_exp_max: int
+    group: Optional[int] = None
+    scale_type: Optional[str] = None
+
+    @property
+    def group_size(self):
+        return int(self.group) if self.group else _GROUP[_format(self.format)]
+
+    def desc(self):
+        """A validated packed-layout nb_weight_desc for this weight."""
+        return _packed_desc(_format(self.format), int(self.n), int(self.k), self.group, self.scale_type,
+                            self.tensor_scale, self.scale_exp_min, self.scale_exp_max)
+
+
+def _packed_desc(fmt, n, k, group, scale_type, tensor_scale, scale_exp_min, scale_exp_max):
+    """A packed-layout nb_weight_desc (validated: a group or scale type the
+    format does not accept raises nibble.Error naming the ones it does)."""
+    d = _lib.WeightDesc()
+    _lib.check(_lib.lib.nb_weight_desc_init(ctypes.byref(d), fmt, n, k))
+    d.group_size = int(group) if group else _GROUP[fmt]
+    d.scale_type = _scale_type(scale_type, fmt)
+    _lib.check(_lib.lib.nb_weight_desc_validate(ctypes.byref(d)))
+    d.layout = Layout.PACKED
+    d.tensor_scale = float(tensor_scale)
+    d.scale_exp_min, d.scale_exp_max = int(scale_exp_min), int(scale_exp_max)
+    return d
 
 
 def weight_sizes(n, k, format="nvfp4", group_size=None, scale_type=None):
@@ -437,46 +467,51 @@ def dequantize(qw, dtype=np.float32, ctx=None):
 
 
 def pack(qw, ctx=None):
-    """The kernel layout of a QuantizedWeight (nb_pack_host): a PackedWeight
-    whose .data is a 1-D uint8 array, bit-identical to what nb_pack produces on
-    the GPU."""
+    """The kernel layout of a QuantizedWeight (nb_pack_host_v2: codes,
+    scales and, for int4, zero points): a PackedWeight whose .data is a 1-D
+    uint8 array, bit-identical to what nb_pack_v2 produces on the GPU.  Only
+    the formats the GPU kernels serve (format_info(f)["kernels"]: nvfp4,
+    mxfp4, int4, int4_sym) have a packed layout; another raises nibble.Error
+    (NB_ERR_UNSUPPORTED) naming it."""
     if not isinstance(qw, QuantizedWeight):
         raise TypeError(f"nibble: expected a QuantizedWeight, got {type(qw).__name__}")
     d = qw.desc()
     s = _lib.WeightSizesV2()
     _lib.check(_lib.lib.nb_weight_get_sizes_v2(ctypes.byref(d), ctypes.byref(s)))
-    codes, scales, _ = qw._arrays()
+    codes, scales, zeros = qw._arrays()
     out = np.empty(s.packed_bytes, dtype=np.uint8)
     ctx = ctx or default_context()
-    ctx.check(_lib.lib.nb_pack_host(ctx.ptr, ctypes.byref(d), _u8(codes), _u8(scales), _ptr(out), out.nbytes))
+    b = _buffers(codes, scales, zeros)
+    ctx.check(_lib.lib.nb_pack_host_v2(ctx.ptr, ctypes.byref(d), ctypes.byref(b), _ptr(out), out.nbytes))
     return PackedWeight(data=out, n=qw.n, k=qw.k, format=qw.format, tensor_scale=float(d.tensor_scale),
-                        scale_exp_min=int(d.scale_exp_min), scale_exp_max=int(d.scale_exp_max))
+                        scale_exp_min=int(d.scale_exp_min), scale_exp_max=int(d.scale_exp_max),
+                        group=qw.group, scale_type=qw.scale_type)
 
 
 def unpack(pw, ctx=None):
-    """The checkpoint layout of a PackedWeight (nb_unpack_host, the inverse
-    of pack): a QuantizedWeight whose codes and scales are exactly the bytes
-    that were packed (pack(unpack(pw)).data == pw.data)."""
+    """The checkpoint layout of a PackedWeight (nb_unpack_host_v2, the
+    inverse of pack): a QuantizedWeight whose codes, scales and (int4) zero
+    points are exactly the bytes that were packed (pack(unpack(pw)).data ==
+    pw.data), with pw's group and scale type."""
     if not isinstance(pw, PackedWeight):
         raise TypeError(f"nibble: expected a PackedWeight, got {type(pw).__name__}")
     data = pw.data
     if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 1:
         raise TypeError("nibble: PackedWeight.data must be a 1-D numpy uint8 array")
     fmt = _format(pw.format)
-    d = _lib.WeightDesc()
-    _lib.check(_lib.lib.nb_weight_desc_init(ctypes.byref(d), fmt, int(pw.n), int(pw.k)))
-    d.layout = Layout.PACKED
-    d.tensor_scale = float(pw.tensor_scale)
-    d.scale_exp_min, d.scale_exp_max = int(pw.scale_exp_min), int(pw.scale_exp_max)
-    s = _lib.WeightSizesV2()
-    _lib.check(_lib.lib.nb_weight_get_sizes_v2(ctypes.byref(d), ctypes.byref(s)))
-    codes = np.empty((pw.n, pw.k // 2), np.uint8)
-    scales = np.empty((pw.n, pw.k // d.group_size), np.uint8)
+    n, k = int(pw.n), int(pw.k)
+    d = pw.desc()
+    info = _lib.FORMAT_INFO[fmt]
+    g = int(d.group_size)
+    codes = np.empty((n, k * info["element_bits"] // 8), np.uint8)
+    scales = np.empty((n, k // g), _SCALE_NP[ScaleType(d.scale_type)])
+    zeros = np.empty((n, k // g), np.uint8) if info["zero_point"] else None
     data = np.ascontiguousarray(data)
     ctx = ctx or default_context()
-    ctx.check(_lib.lib.nb_unpack_host(ctx.ptr, ctypes.byref(d), _ptr(data), data.nbytes, _u8(codes), _u8(scales)))
-    return QuantizedWeight(codes=codes, scales=scales, tensor_scale=float(pw.tensor_scale), n=pw.n, k=pw.k,
-                           format=_FORMAT_NAMES[fmt])
+    b = _buffers(codes, scales, zeros)
+    ctx.check(_lib.lib.nb_unpack_host_v2(ctx.ptr, ctypes.byref(d), _ptr(data), data.nbytes, ctypes.byref(b)))
+    return QuantizedWeight(codes=codes, scales=scales, tensor_scale=float(pw.tensor_scale), n=n, k=k,
+                           format=_FORMAT_NAMES[fmt], group=pw.group, scale_type=pw.scale_type, zeros=zeros)
 
 
 def gemm_reference(x, qw, bias=None, out_dtype=np.float32, ctx=None):

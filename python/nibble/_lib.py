@@ -382,6 +382,10 @@ _PROTOTYPES = [
     ("nb_pack_host", c_int, [ContextP, POINTER(WeightDesc), _u8p, _u8p, c_void_p, c_size_t]),
     ("nb_pack", c_int, [ContextP, POINTER(WeightDesc), c_void_p, c_void_p, c_void_p, c_size_t, c_void_p]),
     ("nb_unpack_host", c_int, [ContextP, POINTER(WeightDesc), c_void_p, c_size_t, _u8p, _u8p]),
+    # (nb_weight_data, read, has nb_weight_buffers' layout: one mirror serves both)
+    ("nb_pack_host_v2", c_int, [ContextP, POINTER(WeightDesc), POINTER(WeightBuffers), c_void_p, c_size_t]),
+    ("nb_pack_v2", c_int, [ContextP, POINTER(WeightDesc), POINTER(WeightBuffers), c_void_p, c_size_t, c_void_p]),
+    ("nb_unpack_host_v2", c_int, [ContextP, POINTER(WeightDesc), c_void_p, c_size_t, POINTER(WeightBuffers)]),
     ("nb_gemm_desc_init", c_int, [POINTER(GemmDesc), POINTER(WeightDesc), c_int64, c_int, c_int]),
     ("nb_gemm_host", c_int, [ContextP, POINTER(GemmDesc), c_void_p, _u8p, _u8p, c_void_p, c_void_p]),
     ("nb_gemm_host_f64", c_int, [ContextP, POINTER(GemmDesc), c_void_p, _u8p, _u8p, c_void_p, POINTER(c_double)]),

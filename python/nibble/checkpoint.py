@@ -298,6 +298,22 @@ class Checkpoint(_lib.Handle):
                                group=None if default else g, scale_type=None if default else st.name.lower(),
                                zeros=zeros)
 
+    def weight_layout(self, layer, expert=0):
+        """How quantized_weight would return a layer's weight, without
+        reading it (nb_ckpt_layer_weight_v2 with no buffers): {"format",
+        "n", "k", "group" (None: the format's default), "scale_type" (None:
+        the default; "f16", "bf16", ...)}.  Unquantized or inconsistent
+        layers raise nibble.Error (NB_ERR_UNSUPPORTED)."""
+        index = self._index(layer)
+        d = _lib.WeightDesc()
+        _lib.check(self._io.nb_ckpt_layer_weight_v2(self.ptr, index, int(expert), ctypes.byref(d), None, None))
+        fmt = _lib.Format(d.format)
+        info = _lib.FORMAT_INFO[fmt]
+        g, st = int(d.group_size), _lib.ScaleType(d.scale_type)
+        return {"format": _FORMAT_NAMES[fmt], "n": int(d.n), "k": int(d.k),
+                "group": None if g == info["group_size"] else g,
+                "scale_type": None if st == info["scale_type"] else st.name.lower()}
+
     def perm(self, layer):
         """The activation permutation of a layer (nb_ckpt_layer_perm): an int32
         array p of length k with Y = X[:, p] . W^T for the weight

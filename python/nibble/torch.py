@@ -15,7 +15,10 @@ torch; `import nibble.torch` needs it.
 
 The op
   torch.ops.nibble.gemm(x, packed, workspace, bias, n, k, format, tensor_scale,
-                        scale_exp_min, scale_exp_max) -> y
+                        scale_exp_min, scale_exp_max, group_size=0,
+                        scale_type=0) -> y
+  (group_size and scale_type: the integer formats' group and nb_scale_type,
+  0 for the format's default; PackedLinearWeight.op_args() gives them all)
   is registered with torch.library.custom_op (no mutated arguments: nb_gemm
   leaves the workspace zero-filled as it found it) and has a fake (meta)
   implementation, so torch.compile(fullgraph=True) traces through it and CUDA
@@ -63,9 +66,10 @@ import torch
 from . import _lib
 from . import PackedWeight, QuantizedWeight, quantize as _np_quantize, dequantize as _np_dequantize
 from . import pack as _np_pack, unpack as _np_unpack
-from . import _FORMATS, _FORMAT_NAMES, _GROUP, _RULES, _quant_args, _rule_name
+from . import _FORMATS, _FORMAT_NAMES, _GROUP, _RULES, _quant_args, _rule_name, _scale_type
+from . import _format as _np_format
 from .moe import ACTIVATIONS, GATE_UP_LAYOUTS, MoeSpec, QuantizedExperts, QuantizedMoe
-from ._lib import DType, Error, Format, Layout, ScaleType  # noqa: F401  (Error is part of this module's contract)
+from ._lib import DType, ElementType, Error, Format, Layout, ScaleType  # noqa: F401  (Error: this module's contract)
 
 if not hasattr(torch, "library") or not hasattr(torch.library, "custom_op"):
     raise ImportError(f"nibble.torch needs torch.library.custom_op (PyTorch 2.4 or newer); found torch "
@@ -144,13 +148,19 @@ def last_config(device=None):
 _desc_cache = {}
 
 
-def _weight_desc(n, k, fmt, tensor_scale, scale_exp_min, scale_exp_max):
-    """A packed-layout nb_weight_desc (cached: the op builds one per call)."""
-    key = (n, k, fmt, tensor_scale, scale_exp_min, scale_exp_max)
+def _weight_desc(n, k, fmt, tensor_scale, scale_exp_min, scale_exp_max, group_size=0, scale_type=0):
+    """A packed-layout nb_weight_desc (cached: the op builds one per call);
+    group_size / scale_type 0 are the format's defaults."""
+    key = (n, k, fmt, tensor_scale, scale_exp_min, scale_exp_max, group_size, scale_type)
     d = _desc_cache.get(key)
     if d is None:
         d = _lib.WeightDesc()
         _lib.check(_lib.lib.nb_weight_desc_init(ctypes.byref(d), fmt, n, k))
+        if group_size:
+            d.group_size = group_size
+        if scale_type:
+            d.scale_type = scale_type
+        _lib.check(_lib.lib.nb_weight_desc_validate(ctypes.byref(d)))
         d.layout = Layout.PACKED
         d.tensor_scale = tensor_scale
         d.scale_exp_min = scale_exp_min
@@ -179,6 +189,31 @@ def _format_code(fmt):
     return code
 
 
+def _fp4(fmt):
+    """The FP4 formats (E2M1 codes: nvfp4, mxfp4) are the ones the device
+    quantizer and dequantizer (nb_quantize, nb_dequantize) and the MoE
+    kernels serve (nibble.h); the integer formats go through the host
+    reference there."""
+    return _lib.FORMAT_INFO[fmt]["element"] == ElementType.E2M1
+
+
+def _group_code(group):
+    """A QuantizedWeight / PackedWeight group (None: the format's default) as
+    the op's group_size argument (0: the default)."""
+    return int(group) if group else 0
+
+
+def _scale_code(scale_type, fmt):
+    """A scale type (None, a name or a ScaleType) as the op's scale_type
+    argument (0: the format's default)."""
+    return 0 if scale_type is None else int(_scale_type(scale_type, fmt))
+
+
+def _scale_name(code):
+    """The op's scale_type argument as a QuantizedWeight's scale_type."""
+    return ScaleType(code).name.lower() if code else None
+
+
 @dataclass
 class PackedLinearWeight:
     """A weight W[n, k] in the GPU kernels' layout, ready for nb_gemm.
@@ -187,9 +222,12 @@ class PackedLinearWeight:
     workspace  uint8 CUDA tensor of nb_gemm_workspace_size bytes, zero-filled
                once here; nb_gemm leaves it zeroed.  It serves any m but must
                not be used by two GEMMs running concurrently (two streams).
-    n, k, format ("nvfp4" | "mxfp4"), tensor_scale (NVFP4 weight_scale_2, 1.0
-    for MXFP4), scale_exp_min/max (found by nb_pack for MXFP4): the
-    nb_weight_desc fields nb_gemm needs."""
+    n, k, format ("nvfp4", "mxfp4", "int4", "int4_sym"), tensor_scale (NVFP4
+    weight_scale_2, 1.0 for the others), scale_exp_min/max (found by nb_pack:
+    the MXFP4 scale exponent range, the int4 zero-point range), group (None:
+    the format's default; k: one group per row) and scale_type (None: the
+    default; "f16" or "bf16" for the integer formats): the nb_weight_desc
+    fields nb_gemm needs."""
     packed: torch.Tensor
     workspace: torch.Tensor
     n: int
@@ -198,6 +236,8 @@ class PackedLinearWeight:
     tensor_scale: float
     scale_exp_min: int
     scale_exp_max: int
+    group: Optional[int] = None
+    scale_type: Optional[str] = None
 
     @property
     def device(self):
@@ -205,8 +245,9 @@ class PackedLinearWeight:
 
     def op_args(self):
         """The descriptor as the op's trailing arguments."""
-        return (self.n, self.k, int(_format_code(self.format)), self.tensor_scale, self.scale_exp_min,
-                self.scale_exp_max)
+        fmt = _format_code(self.format)
+        return (self.n, self.k, int(fmt), self.tensor_scale, self.scale_exp_min, self.scale_exp_max,
+                _group_code(self.group), _scale_code(self.scale_type, fmt))
 
 
 def _workspace_bytes(ctx, d):
@@ -236,11 +277,11 @@ def _is_cpu(device):
 
 def pack(qw, device=None):
     """Upload a nibble.QuantizedWeight (checkpoint layout: codes, scales,
-    tensor scale) to a CUDA device and convert it with nb_pack (on the current
-    stream, which nb_pack synchronizes: a load-time call).  Returns a
-    PackedLinearWeight with its zero-filled workspace.
+    int4 zero points, tensor scale) to a CUDA device and convert it with
+    nb_pack_v2 (on the current stream, which it synchronizes: a load-time
+    call).  Returns a PackedLinearWeight with its zero-filled workspace.
 
-    device="cpu" packs on the host instead (nb_pack_host, the same bytes):
+    device="cpu" packs on the host instead (nb_pack_host_v2, the same bytes):
     the weight then waits in host memory, with an empty workspace, for a
     Linear holding it to be moved to a GPU (module.to("cuda")); nothing runs
     it on the CPU."""
@@ -251,39 +292,44 @@ def pack(qw, device=None):
         pw = _np_pack(qw)
         return PackedLinearWeight(packed=torch.from_numpy(pw.data), workspace=torch.empty(0, dtype=torch.uint8),
                                   n=qw.n, k=qw.k, format=qw.format, tensor_scale=pw.tensor_scale,
-                                  scale_exp_min=pw.scale_exp_min, scale_exp_max=pw.scale_exp_max)
+                                  scale_exp_min=pw.scale_exp_min, scale_exp_max=pw.scale_exp_max,
+                                  group=pw.group, scale_type=pw.scale_type)
     dev = torch.device("cuda", _device_index(device))
+    _format_code(qw.format)
     d = qw.desc()  # checks the arrays' dtypes and shapes
+    codes, scales, zeros = qw._arrays()
     with _on_device(dev.index):
-        codes = torch.from_numpy(np.ascontiguousarray(qw.codes)).to(dev)
-        scales = torch.from_numpy(np.ascontiguousarray(qw.scales)).to(dev)
-        return _pack_device(codes, scales, d, qw.format)
+        up = [None if a is None else torch.from_numpy(a.view(np.uint8)).to(dev) for a in (codes, scales, zeros)]
+        return _pack_device(*up, d, qw.format, qw.group, qw.scale_type)
 
 
-def _pack_device(codes, scales, d, format):
-    """nb_pack of device codes and scales (checkpoint-layout descriptor d) on
-    their device's current stream, plus the zero-filled workspace."""
+def _pack_device(codes, scales, zeros, d, format, group=None, scale_type=None):
+    """nb_pack_v2 of device codes, scales and (int4) zero points (byte
+    tensors; checkpoint-layout descriptor d) on their device's current
+    stream, plus the zero-filled workspace."""
     dev = codes.device
-    sizes = _lib.WeightSizes()
-    _lib.check(_lib.lib.nb_weight_get_sizes(ctypes.byref(d), ctypes.byref(sizes)))
+    sizes = _lib.WeightSizesV2()
+    _lib.check(_lib.lib.nb_weight_get_sizes_v2(ctypes.byref(d), ctypes.byref(sizes)))
     ctx = context(dev)
+    w = _lib.WeightBuffers()
+    w.codes, w.scales = codes.data_ptr(), scales.data_ptr()
+    w.zeros = zeros.data_ptr() if zeros is not None else None
     with _on_device(dev.index):
         packed = torch.empty(sizes.packed_bytes, dtype=torch.uint8, device=dev)
         stream = torch.cuda.current_stream(dev).cuda_stream
-        ctx.check(_lib.lib.nb_pack(ctx.ptr, ctypes.byref(d), ctypes.c_void_p(codes.data_ptr()),
-                                   ctypes.c_void_p(scales.data_ptr()), ctypes.c_void_p(packed.data_ptr()),
-                                   sizes.packed_bytes, ctypes.c_void_p(stream)))
+        ctx.check(_lib.lib.nb_pack_v2(ctx.ptr, ctypes.byref(d), ctypes.byref(w), ctypes.c_void_p(packed.data_ptr()),
+                                      sizes.packed_bytes, ctypes.c_void_p(stream)))
         workspace = torch.zeros(_workspace_bytes(ctx, d), dtype=torch.uint8, device=dev)
     return PackedLinearWeight(packed=packed, workspace=workspace, n=int(d.n), k=int(d.k), format=format,
                               tensor_scale=float(d.tensor_scale), scale_exp_min=int(d.scale_exp_min),
-                              scale_exp_max=int(d.scale_exp_max))
+                              scale_exp_max=int(d.scale_exp_max), group=group, scale_type=scale_type)
 
 
 def unpack(weight):
     """The checkpoint layout (a nibble.QuantizedWeight in host memory) of a
     PackedLinearWeight on any device: its packed bytes are copied to the host
-    and nb_unpack_host returns exactly the codes and scales that were
-    packed."""
+    and nb_unpack_host_v2 returns exactly the codes, scales and (int4) zero
+    points that were packed."""
     if not isinstance(weight, PackedLinearWeight):
         raise TypeError(f"nibble.torch: expected a PackedLinearWeight, got {type(weight).__name__}")
     if weight.packed.is_meta:
@@ -291,7 +337,8 @@ def unpack(weight):
     data = weight.packed.detach().to("cpu").contiguous().numpy()
     return _np_unpack(PackedWeight(data=data, n=weight.n, k=weight.k, format=weight.format,
                                    tensor_scale=weight.tensor_scale, scale_exp_min=weight.scale_exp_min,
-                                   scale_exp_max=weight.scale_exp_max))
+                                   scale_exp_max=weight.scale_exp_max, group=weight.group,
+                                   scale_type=weight.scale_type))
 
 
 def _host_array(w):
@@ -316,10 +363,17 @@ def _check_weight(w):
         raise ValueError("nibble.torch: w is on the meta device (no values to quantize)")
 
 
-def quantize(w, format="nvfp4", scale_rule=None, tensor_scale=None, device=None, method="rtn"):
+def quantize(w, format="nvfp4", scale_rule=None, tensor_scale=None, device=None, method="rtn", group_size=None,
+             scale_type=None):
     """Quantize W[n, k] (a float32, bfloat16 or float16 tensor on any device)
     and pack it on a CUDA device (`device`, default: w's device if it is a
     CUDA one, else the current CUDA device).  Returns a PackedLinearWeight.
+
+    format: "nvfp4", "mxfp4", "int4" (unsigned codes with zero points, (q -
+    z) * s, AWQ / GPTQ style) or "int4_sym" (q * s); group_size (None: the
+    format's default, 128 for the integer formats; 32, 64, 128 or k, one
+    group per row) and scale_type (None: "f16"; "bf16") as nibble.quantize
+    takes them - the FP4 formats have one group and scale type each.
 
     Where it runs follows w:
       * w on a GPU: the device quantizer, nb_quantize, on w's device and
@@ -332,34 +386,41 @@ def quantize(w, format="nvfp4", scale_rule=None, tensor_scale=None, device=None,
     Both give the same bytes (nb_quantize is bit-exact with the reference).
     method="mse" (NB_QUANT_MSE) has no device quantizer yet: it runs on the
     host for every w, a GPU tensor being copied there first - explicitly, by
-    that argument, never in place of "rtn"."""
+    that argument, never in place of "rtn".  The integer formats have no
+    device quantizer either (nb_quantize serves NVFP4 and MXFP4): their
+    weights are quantized on the host (nibble.quantize, round to nearest as
+    docs/formats.md section 4.2 says; a GPU tensor is copied there) and
+    packed on the device by nb_pack_v2."""
     _check_weight(w)
     fmt = _format_code(format)
     if device is None:
         device = w.device if w.device.type == "cuda" else None
     dev = _device_index(device)
-    if w.device.type == "cuda" and method == "rtn":
-        codes, scales, d = _quantize_device(w.detach().to(torch.device("cuda", dev)), fmt, scale_rule, tensor_scale)
-        return _pack_device(codes, scales, d, _FORMAT_NAMES[fmt])
+    if w.device.type == "cuda" and method == "rtn" and _fp4(fmt):
+        codes, scales, d = _quantize_device(w.detach().to(torch.device("cuda", dev)), fmt, scale_rule, tensor_scale,
+                                            group_size, scale_type)
+        return _pack_device(codes, scales, None, d, _FORMAT_NAMES[fmt])
     qw = _np_quantize(_host_array(w), format=_FORMAT_NAMES[fmt], scale_rule=scale_rule, tensor_scale=tensor_scale,
-                      method=method)
+                      method=method, group_size=group_size, scale_type=scale_type)
     return pack(qw, dev)
 
 
-def _quantize_device(w, fmt, scale_rule, tensor_scale):
-    """nb_quantize of a CUDA tensor W[n, k] on its device's current stream:
-    returns (codes, scales) as uint8 tensors on that device and the
-    checkpoint-layout descriptor, tensor scale filled in.  Arguments are
-    checked as nibble.quantize checks them, before any C call."""
+def _quantize_device(w, fmt, scale_rule, tensor_scale, group_size=None, scale_type=None):
+    """nb_quantize of a CUDA tensor W[n, k] on its device's current stream
+    (an FP4 format): returns (codes, scales) as uint8 tensors on that device
+    and the checkpoint-layout descriptor, tensor scale filled in.  Arguments
+    are checked as nibble.quantize checks them, before any C call."""
     rule = _quant_args(fmt, scale_rule, tensor_scale, "rtn")
     n, k = w.shape
-    g = _GROUP[fmt]
+    g = int(group_size) if group_size else _GROUP[fmt]
     if n < 1 or k < 1 or k % g:
         raise ValueError(f"nibble: w has shape {tuple(w.shape)}; {_FORMAT_NAMES[fmt]} needs n >= 1 and k a positive "
                          f"multiple of {g}")
     w = w.contiguous()
     d = _lib.WeightDesc()
     _lib.check(_lib.lib.nb_weight_desc_init(ctypes.byref(d), fmt, n, k))
+    d.group_size, d.scale_type = g, _scale_type(scale_type, fmt)
+    _lib.check(_lib.lib.nb_weight_desc_validate(ctypes.byref(d)))   # a group or scale type the format refuses
     d.scale_rule = _RULES[rule]
     if tensor_scale is not None:
         d.tensor_scale = float(tensor_scale)
@@ -382,14 +443,18 @@ _NB_OF = {v: k for k, v in _TORCH_OF.items()}
 def dequantize_weight(qw, dtype=torch.bfloat16, device="cpu"):
     """W[n, k] of a nibble.QuantizedWeight as a torch tensor of `dtype`
     (bfloat16, float16 or float32) on `device`: nb_dequantize on a CUDA
-    device, nb_dequantize_host on the CPU; both compute e2m1 * scale *
+    device, nb_dequantize_host_v2 on the CPU; both compute e2m1 * scale *
     tensor_scale in float32 and round once, bit for bit alike (the GEMM
-    kernels multiply by exactly these values)."""
+    kernels multiply by exactly these values).  The integer formats ((q - z)
+    * s, q * s; exact in float32, rounded once) have no device dequantizer:
+    they are dequantized on the host and copied to `device`."""
     if not isinstance(qw, QuantizedWeight):
         raise TypeError(f"nibble.torch: expected a nibble.QuantizedWeight, got {type(qw).__name__}")
     if dtype not in _NB_OF:
         raise TypeError(f"nibble.torch: dtype {dtype}; expected torch.bfloat16, torch.float16 or torch.float32")
     dev = torch.device(device)
+    if dev.type == "cuda" and not _fp4(_np_format(qw.format)):
+        return dequantize_weight(qw, dtype, "cpu").to(torch.device("cuda", _device_index(dev)))
     if dev.type == "cpu":
         out = _np_dequantize(qw, dtype="bfloat16" if dtype == torch.bfloat16 else np.dtype(
             np.float16 if dtype == torch.float16 else np.float32))
@@ -414,7 +479,7 @@ def dequantize_weight(qw, dtype=torch.bfloat16, device="cpu"):
 
 # ----------------------------------------------------------------- the op
 
-def _check_args(x, packed, workspace, bias, n, k, fmt, fake):
+def _check_args(x, packed, workspace, bias, n, k, fmt, group_size, scale_type, fake):
     """Type, dtype and shape checks shared by the real and the fake
     implementation (device checks only in the real one: fake tensors may be
     meta)."""
@@ -427,9 +492,22 @@ def _check_args(x, packed, workspace, bias, n, k, fmt, fake):
                         f"{workspace.dtype})")
     if fmt not in _lib.FORMAT_INFO:
         raise ValueError(f"nibble.torch: unknown format code {fmt}")
-    group = _GROUP[Format(fmt)]
+    info = _lib.FORMAT_INFO[Format(fmt)]
+    name = info["name"]
+    group = group_size or info["group_size"]
+    if group_size and group_size not in info["group_sizes"] and not (info["per_channel"] and group_size == k):
+        per_row = " or k (one group per row)" if info["per_channel"] else ""
+        raise ValueError(f"nibble.torch: {name} takes groups of {', '.join(map(str, info['group_sizes']))}{per_row}, "
+                         f"not group_size = {group_size} (k = {k})")
+    if scale_type and (scale_type not in ScaleType.__members__.values() or
+                       not info["scale_types"] & (1 << scale_type)):
+        raise ValueError(f"nibble.torch: {name} takes scale types {', '.join(info['scale_type_names'])}, not scale "
+                         f"type code {scale_type}")
     if n < 1 or k < 1 or k % group:
         raise ValueError(f"nibble.torch: n = {n}, k = {k}: need n >= 1 and k a positive multiple of {group}")
+    if not _fp4(Format(fmt)) and k % 8:
+        raise ValueError(f"nibble.torch: {name} with k = {k}: the decode kernel reads activations in pieces of 8 "
+                         "and needs k a multiple of 8")
     if x.dim() < 1 or x.shape[-1] != k:
         raise ValueError(f"nibble.torch: x has shape {tuple(x.shape)}; expected [..., k = {k}]")
     if bias is not None:
@@ -450,8 +528,8 @@ def _check_args(x, packed, workspace, bias, n, k, fmt, fake):
 @torch.library.custom_op("nibble::gemm", mutates_args=())
 def _gemm_op(x: torch.Tensor, packed: torch.Tensor, workspace: torch.Tensor, bias: Optional[torch.Tensor],
              n: int, k: int, format: int, tensor_scale: float, scale_exp_min: int,
-             scale_exp_max: int) -> torch.Tensor:
-    _check_args(x, packed, workspace, bias, n, k, format, fake=False)
+             scale_exp_max: int, group_size: int = 0, scale_type: int = 0) -> torch.Tensor:
+    _check_args(x, packed, workspace, bias, n, k, format, group_size, scale_type, fake=False)
     lead = x.shape[:-1]
     x2 = x.reshape(-1, k)
     m = x2.shape[0]
@@ -465,7 +543,7 @@ def _gemm_op(x: torch.Tensor, packed: torch.Tensor, workspace: torch.Tensor, bia
     if bias is not None and (bias.stride(0) != 1 or bias.data_ptr() % 2):
         bias = bias.clone(memory_format=torch.contiguous_format)
     dt = _DTYPES[x.dtype]
-    d = _weight_desc(n, k, format, tensor_scale, scale_exp_min, scale_exp_max)
+    d = _weight_desc(n, k, format, tensor_scale, scale_exp_min, scale_exp_max, group_size, scale_type)
     g = _lib.GemmDesc()
     _lib.check(_lib.lib.nb_gemm_desc_init(ctypes.byref(g), ctypes.byref(d), m, dt, dt))
     g.lda = lda
@@ -482,8 +560,9 @@ def _gemm_op(x: torch.Tensor, packed: torch.Tensor, workspace: torch.Tensor, bia
 
 
 @_gemm_op.register_fake
-def _gemm_fake(x, packed, workspace, bias, n, k, format, tensor_scale, scale_exp_min, scale_exp_max):
-    _check_args(x, packed, workspace, bias, n, k, format, fake=True)
+def _gemm_fake(x, packed, workspace, bias, n, k, format, tensor_scale, scale_exp_min, scale_exp_max, group_size=0,
+               scale_type=0):
+    _check_args(x, packed, workspace, bias, n, k, format, group_size, scale_type, fake=True)
     return x.new_empty((*x.shape[:-1], n))
 
 
@@ -504,11 +583,15 @@ class Linear(torch.nn.Module):
     """nn.Linear with a 4-bit weight: forward(x) = nibble::gemm(x, W, bias).
 
     Buffers: `packed` and `workspace` (uint8, not in the state_dict: a
-    checkpoint format for them is not defined yet).  `bias`, if any, is a
-    frozen Parameter so that module.to(dtype) converts it; a bias whose dtype
-    differs from x's is converted on the fly.  Inference only."""
+    checkpoint format for them is not defined yet), and `perm` (int64 [k] or
+    None) for a weight whose k was reordered (act-order GPTQ /
+    compressed-tensors checkpoints): forward then multiplies x[..., perm].
+    `bias`, if any, is a frozen Parameter so that module.to(dtype) converts
+    it; a bias whose dtype differs from x's is converted on the fly.
+    Inference only."""
 
-    def __init__(self, weight: PackedLinearWeight, bias: Optional[torch.Tensor] = None):
+    def __init__(self, weight: PackedLinearWeight, bias: Optional[torch.Tensor] = None,
+                 perm: Optional[torch.Tensor] = None):
         super().__init__()
         if not isinstance(weight, PackedLinearWeight):
             raise TypeError(f"nibble.torch: weight must be a PackedLinearWeight, got {type(weight).__name__}")
@@ -517,8 +600,12 @@ class Linear(torch.nn.Module):
         self.tensor_scale = weight.tensor_scale
         self.scale_exp_min, self.scale_exp_max = weight.scale_exp_min, weight.scale_exp_max
         self._format_code = int(_format_code(weight.format))
+        self.group, self.scale_type = weight.group, weight.scale_type
+        self._group_code = _group_code(weight.group)
+        self._scale_code = _scale_code(weight.scale_type, Format(self._format_code))
         self.register_buffer("packed", weight.packed, persistent=False)
         self.register_buffer("workspace", weight.workspace, persistent=False)
+        self.register_buffer("perm", _check_perm(perm, weight.k, weight.packed.device), persistent=False)
         if bias is not None:
             if bias.shape != (weight.n,):
                 raise ValueError(f"nibble.torch: bias has shape {tuple(bias.shape)}; expected [{weight.n}]")
@@ -541,7 +628,7 @@ class Linear(torch.nn.Module):
                 self.workspace = torch.empty(0, dtype=torch.uint8, device=packed.device)
             return self
         d = _weight_desc(self.out_features, self.in_features, self._format_code, self.tensor_scale,
-                         self.scale_exp_min, self.scale_exp_max)
+                         self.scale_exp_min, self.scale_exp_max, self._group_code, self._scale_code)
         idx = _device_index(packed.device)
         with _on_device(idx):
             need = _workspace_bytes(context(idx), d)
@@ -550,21 +637,26 @@ class Linear(torch.nn.Module):
         return self
 
     @classmethod
-    def from_linear(cls, linear, format="nvfp4", scale_rule=None, device=None, method="rtn"):
+    def from_linear(cls, linear, format="nvfp4", scale_rule=None, device=None, method="rtn", group_size=None,
+                    scale_type=None):
         """Quantize an nn.Linear (any float dtype and device) to a Linear on
         a CUDA device (default: linear's if CUDA, else the current one), as
-        quantize() does (the device quantizer for a weight on a GPU)."""
+        quantize() does (the device quantizer for an FP4 weight on a GPU,
+        the host one for the integer formats)."""
         if not isinstance(linear, torch.nn.Linear):
             raise TypeError(f"nibble.torch: expected a torch.nn.Linear, got {type(linear).__name__}")
-        w = quantize(linear.weight, format=format, scale_rule=scale_rule, device=device, method=method)
+        w = quantize(linear.weight, format=format, scale_rule=scale_rule, device=device, method=method,
+                     group_size=group_size, scale_type=scale_type)
         return cls(w, linear.bias)
 
     @classmethod
-    def from_quantized(cls, qw, bias=None, device=None):
-        """A Linear from a nibble.QuantizedWeight (checkpoint layout), packed
-        on a CUDA device (default: the current one), or on the host with
-        device="cpu" (see pack())."""
-        return cls(pack(qw, device), bias)
+    def from_quantized(cls, qw, bias=None, device=None, perm=None):
+        """A Linear from a nibble.QuantizedWeight (checkpoint layout; int4
+        with its zero points), packed on a CUDA device (default: the current
+        one), or on the host with device="cpu" (see pack()).  perm: the
+        activation permutation of an act-order weight (Checkpoint.perm), or
+        None."""
+        return cls(pack(qw, device), bias, None if perm is None else torch.as_tensor(perm))
 
     @classmethod
     def from_checkpoint_tensors(cls, weight, weight_scale, weight_scale_2=None, bias=None, format=None,
@@ -591,7 +683,7 @@ class Linear(torch.nn.Module):
                              "the same number of rows")
         n, k = codes.shape[0], codes.shape[1] * 2
         if format is None:
-            by_group = {g: _FORMAT_NAMES[f] for f, g in _GROUP.items()}  # the format table's groups
+            by_group = {g: _FORMAT_NAMES[f] for f, g in _GROUP.items() if _fp4(f)}  # the FP4 rows' groups
             group = k // scales.shape[1] if scales.shape[1] and k % scales.shape[1] == 0 else 0
             if group not in by_group:
                 kinds = " nor ".join(f"{name.upper()} (k/{g} scale columns)" for g, name in by_group.items())
@@ -622,18 +714,45 @@ class Linear(torch.nn.Module):
     def weight(self):
         """The PackedLinearWeight this module runs."""
         return PackedLinearWeight(self.packed, self.workspace, self.out_features, self.in_features, self.format,
-                                  self.tensor_scale, self.scale_exp_min, self.scale_exp_max)
+                                  self.tensor_scale, self.scale_exp_min, self.scale_exp_max, self.group,
+                                  self.scale_type)
 
     def forward(self, x):
         bias = self.bias
         if bias is not None and bias.dtype != x.dtype:
             bias = bias.to(x.dtype)
+        if self.perm is not None:
+            x = x.index_select(-1, self.perm)
         return torch.ops.nibble.gemm(x, self.packed, self.workspace, bias, self.out_features, self.in_features,
-                                     self._format_code, self.tensor_scale, self.scale_exp_min, self.scale_exp_max)
+                                     self._format_code, self.tensor_scale, self.scale_exp_min, self.scale_exp_max,
+                                     self._group_code, self._scale_code)
 
     def extra_repr(self):
+        extra = ""
+        if self.group:
+            extra += f", group={self.group}"
+        if self.scale_type:
+            extra += f", scale_type={self.scale_type}"
+        if self.perm is not None:
+            extra += ", act_order=True"
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
-                f"format={self.format}")
+                f"format={self.format}" + extra)
+
+
+def _check_perm(perm, k, device):
+    """An activation permutation as an int64 tensor on `device` (None stays
+    None): ValueError unless it is a permutation of range(k)."""
+    if perm is None:
+        return None
+    if not isinstance(perm, torch.Tensor) or perm.dim() != 1 or perm.shape[0] != k or perm.is_floating_point():
+        raise ValueError(f"nibble.torch: perm must be a 1-D integer tensor of length k = {k}, got "
+                         f"{tuple(perm.shape) if isinstance(perm, torch.Tensor) else type(perm).__name__}")
+    if perm.is_meta:
+        return torch.empty(k, dtype=torch.int64, device="meta")
+    perm = perm.detach().to(torch.int64)
+    if not torch.equal(torch.sort(perm.cpu()).values, torch.arange(k)):
+        raise ValueError(f"nibble.torch: perm is not a permutation of 0 .. {k - 1}")
+    return perm.to(device)
 
 
 def _byte_array(a, what):
@@ -670,7 +789,7 @@ def _excluded(name, patterns):
 
 
 def quantize_model(model, format="nvfp4", exclude=("lm_head",), scale_rule=None, device=None, threads=None,
-                   return_weights=False, method="rtn"):
+                   return_weights=False, method="rtn", group_size=None, scale_type=None):
     """Replace, in place, every torch.nn.Linear of `model` whose qualified
     name matches no `exclude` pattern by a nibble.torch.Linear (quantized to
     `format` and packed on `device`, default: each layer's own CUDA device,
@@ -681,9 +800,15 @@ def quantize_model(model, format="nvfp4", exclude=("lm_head",), scale_rule=None,
     in_features (experts: hidden or intermediate size) is not a multiple of
     the format's group are left alone.
 
-    Weights on a GPU are quantized there by the device quantizer
+    format "int4" / "int4_sym" take group_size (32, 64, 128; None: 128) and
+    scale_type ("f16", the default, or "bf16"); experts modules are left
+    alone with them (no MoE kernel serves the integer formats) and listed
+    under "skipped".
+
+    FP4 weights on a GPU are quantized there by the device quantizer
     (nb_quantize, then nb_pack, on the current stream; nothing is copied to
-    the host), layer by layer.  Weights on the CPU go through the host
+    the host), layer by layer; the integer formats, which have no device
+    quantizer, go through the host reference like CPU weights.  Weights on the CPU go through the host
     reference, different layers on `threads` threads (default: the CPU
     count, at most 32; ctypes releases the GIL), bfloat16 ones as their
     16-bit patterns, and are packed on the GPU in layer order.  The bytes are
@@ -702,11 +827,22 @@ def quantize_model(model, format="nvfp4", exclude=("lm_head",), scale_rule=None,
     if scale_rule is not None:
         scale_rule = _rule_name(scale_rule, scale_rule)
     _quant_args(fmt, scale_rule, None, method)
+    if not _fp4(fmt) and method != "rtn":
+        raise ValueError(f"nibble.torch: method {method!r} serves nvfp4 and mxfp4 only")
+    if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, int)
+                                   or group_size not in _lib.FORMAT_INFO[fmt]["group_sizes"]):
+        raise ValueError(f"nibble.torch: {_FORMAT_NAMES[fmt]} takes group_size "
+                         f"{' or '.join(map(str, _lib.FORMAT_INFO[fmt]['group_sizes']))} here, not {group_size!r}")
+    if scale_type is not None:
+        st = _scale_type(scale_type, fmt)
+        if not _lib.FORMAT_INFO[fmt]["scale_types"] & (1 << int(st)):
+            raise ValueError(f"nibble.torch: {_FORMAT_NAMES[fmt]} takes scale types "
+                             f"{', '.join(_lib.FORMAT_INFO[fmt]['scale_type_names'])}, not {scale_type!r}")
     if threads is None:
         threads = min(32, os.cpu_count() or 1)
     if not isinstance(threads, int) or threads < 1:
         raise ValueError(f"nibble.torch: threads must be a positive integer, got {threads!r}")
-    group = _GROUP[fmt]
+    group = group_size or _GROUP[fmt]
     targets, skipped, moe_done = [], {}, []
     weights = {}
     # Experts modules first (GptOssExperts, Qwen3MoeExperts: 3-D weights, no
@@ -718,6 +854,8 @@ def quantize_model(model, format="nvfp4", exclude=("lm_head",), scale_rule=None,
             skipped[name] = "the model itself is an experts module (use MoeExperts.from_module)"
         elif _excluded(name, exclude):
             skipped[name] = "excluded"
+        elif not _fp4(fmt):
+            skipped[name] = f"no MoE kernel serves {_FORMAT_NAMES[fmt]} (nb_moe_mlp: nvfp4, mxfp4)"
         elif H % group or I % group:
             skipped[name] = f"hidden {H} or intermediate {I} is not a multiple of {group}"
         else:
@@ -742,10 +880,11 @@ def quantize_model(model, format="nvfp4", exclude=("lm_head",), scale_rule=None,
     fname = _FORMAT_NAMES[fmt]
 
     def on_gpu(w):
-        return w.device.type == "cuda" and method == "rtn"
+        return w.device.type == "cuda" and method == "rtn" and _fp4(fmt)
 
     def host_quantize(w):
-        return _np_quantize(_host_array(w), format=fname, scale_rule=scale_rule, method=method)
+        return _np_quantize(_host_array(w), format=fname, scale_rule=scale_rule, method=method, group_size=group_size,
+                            scale_type=scale_type)
 
     with ThreadPoolExecutor(max_workers=threads) as pool:
         futures = [(name, None if on_gpu(w) else pool.submit(host_quantize, w))
@@ -759,7 +898,7 @@ def quantize_model(model, format="nvfp4", exclude=("lm_head",), scale_rule=None,
                 w = old.weight.detach().to(torch.device("cuda", _device_index(dev)))
                 codes, scales, d = _quantize_device(w, fmt, scale_rule, None)
                 del w
-                new = Linear(_pack_device(codes, scales, d, fname), old.bias)
+                new = Linear(_pack_device(codes, scales, None, d, fname), old.bias)
                 if return_weights:
                     weights[name] = QuantizedWeight(codes=codes.cpu().numpy(), scales=scales.cpu().numpy(),
                                                     tensor_scale=float(d.tensor_scale), n=int(d.n), k=int(d.k),
@@ -1190,6 +1329,8 @@ class MoeExperts(torch.nn.Module):
                              "(GptOssExperts, or fused SwiGLU experts such as Qwen3MoeExperts)")
         activation, transposed, has_bias, limit, alpha = kind
         fmt = _format_code(format)
+        if not _fp4(fmt):
+            raise ValueError(f"nibble.torch: no MoE kernel serves {_FORMAT_NAMES[fmt]} (nb_moe_mlp: nvfp4, mxfp4)")
         if device is None:
             device = mod.gate_up_proj.device if mod.gate_up_proj.device.type == "cuda" else None
         proj = {name: _quantize_experts(getattr(mod, name), transposed, fmt, scale_rule, method, name)
@@ -1341,8 +1482,16 @@ def _rebuild_meta_buffers(model, device):
 
 def load_quantized(model, path, device=None, dtype=None, dequantize=False, strict=True):
     """Load a 4-bit checkpoint into `model` through nibble's C checkpoint
-    reader (nibble_io.h in libnibble): ModelOpt NVFP4, Quark MXFP4 and compressed-tensors
-    nvfp4/mxfp4-pack-quantized, detected per layer.
+    reader (nibble_io.h in libnibble): ModelOpt NVFP4, Quark MXFP4,
+    compressed-tensors nvfp4/mxfp4-pack-quantized, and the int4 layouts the
+    reader converts into nibble's (AWQ GEMM, GPTQ v1/v2 including act-order,
+    compressed-tensors pack-quantized int4 asymmetric and symmetric),
+    detected per layer.  An act-order layer (CheckpointLayer.k_permuted)
+    becomes a Linear with its activation permutation (Checkpoint.perm;
+    dequantize=True puts the columns back in the model's order instead).
+    Layers in formats no GPU kernel serves (compressed-tensors int8,
+    bitsandbytes nf4 / fp4) raise nibble.Error (NB_ERR_UNSUPPORTED) naming
+    them.
 
     model: a torch.nn.Module whose state_dict names match the checkpoint's
       tensor names, e.g. a Hugging Face LlamaForCausalLM(config) built on the
@@ -1479,7 +1628,7 @@ def _plan_group(ck, g, mod):
     kernels (NB_ERR_UNSUPPORTED); ValueError otherwise."""
     if g.format == "inconsistent":
         raise Error(_lib.Status.ERR_CORRUPT, "NB_ERR_CORRUPT", f"{ck.path}: expert group {g.prefix}: {g.problem}")
-    if not g.quant_format or not _lib.FORMAT_INFO[_lib.format_from_name(g.quant_format)]["kernels"]:
+    if not g.quant_format or not _fp4(_lib.format_from_name(g.quant_format)):
         raise Error(_lib.Status.ERR_UNSUPPORTED, "NB_ERR_UNSUPPORTED",
                     f"{ck.path}: expert group {g.prefix} is {g.format}: no MoE kernel serves it")
     kind = _module_moe_kind(mod)
@@ -1533,6 +1682,7 @@ def _load(model, ck, device, dtype, dequantize, strict):
     report_q = {}
     for L, mod, bias_name in plan_layers:
         qw = ck.quantized_weight(L)
+        perm = torch.from_numpy(ck.perm(L).astype(np.int64)) if L.k_permuted else None
         wdtype = dtype or (mod.weight.dtype if isinstance(mod, torch.nn.Linear) else torch.bfloat16)
         bias = None
         if bias_name is not None:
@@ -1542,14 +1692,14 @@ def _load(model, ck, device, dtype, dequantize, strict):
             if isinstance(mod, Linear):
                 raise ValueError(f"nibble.torch: {L.prefix} is already a nibble.torch.Linear; dequantize=True needs "
                                  "an nn.Linear")
-            w = dequantize_weight(qw, wdtype, device)
+            w = _unpermuted(dequantize_weight(qw, wdtype, device), perm)
             _place([(mod, "weight", True)], w, True)
             if bias is not None:
                 _place([(mod, "bias", True)], bias, True)
         else:
             parent_name, _, child = L.prefix.rpartition(".")
             parent = model.get_submodule(parent_name) if parent_name else model
-            setattr(parent, child, Linear.from_quantized(qw, bias, device=device))
+            setattr(parent, child, Linear.from_quantized(qw, bias, device=device, perm=perm))
         report_q[L.prefix] = L.format
 
     # Expert groups.
@@ -1596,6 +1746,16 @@ def _load(model, ck, device, dtype, dequantize, strict):
                 coll[key] = moved[id(t)]
     return {"quantized": report_q, "loaded": loaded, "missing": missing, "unexpected": unexpected,
             "ignored": ignored, "meta": meta_left}
+
+
+def _unpermuted(w, perm):
+    """The dense weight of an act-order layer in the model's column order:
+    the checkpoint weight's column j multiplies input feature perm[j]."""
+    if perm is None:
+        return w
+    out = torch.empty_like(w)
+    out[:, perm.to(w.device)] = w
+    return out
 
 
 def _some(names, k=6):

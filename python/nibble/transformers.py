@@ -35,7 +35,10 @@ Dispatch
 Loading a 4-bit checkpoint
   nibble's C reader (nibble.open_checkpoint) decides every layer from the
   tensors, as load_quantized does: ModelOpt NVFP4, compressed-tensors
-  nvfp4/mxfp4, Quark MXFP4, gpt-oss MXFP4 experts.  Before transformers
+  nvfp4/mxfp4, Quark MXFP4, gpt-oss MXFP4 experts, and the int4 layouts it
+  converts (AWQ GEMM, GPTQ with act-order, compressed-tensors pack-quantized
+  int4; quant_method "awq" and "gptq" belong to other quantizers in
+  transformers, so these load with quantization_config=NibbleConfig()).  Before transformers
   loads anything, each quantized nn.Linear becomes a nibble.torch.Linear
   placeholder (experts modules of gpt-oss: nibble.torch.MoeExperts) and the checkpoint's
   4-bit tensors are left to nibble; transformers loads every other tensor
@@ -44,7 +47,7 @@ Loading a 4-bit checkpoint
   checkpoint's exact bytes) and packed where the placeholder was placed:
   nb_pack on a GPU, nb_pack_host on the CPU (same bytes; a model loaded on
   the CPU runs after model.to("cuda")).  Refused by name, before any data
-  is read: a layer in a format no GPU kernel serves (int4, nf4, ...), an
+  is read: a layer in a format no GPU kernel serves (int8, nf4, bnb_fp4), an
   inconsistent layer, a checkpoint whose config declares another format
   than its tensors (or excludes a quantized layer), a NibbleConfig(format=)
   that differs from the checkpoint's, a module that is not an nn.Linear of
@@ -53,7 +56,9 @@ Loading a 4-bit checkpoint
   on the CPU).
 
 Quantizing at load
-  NibbleConfig(format="nvfp4" | "mxfp4") on a checkpoint without 4-bit
+  NibbleConfig(format="nvfp4" | "mxfp4" | "int4" | "int4_sym") (the integer
+  formats with their default group 128 and F16 scales, quantized on the
+  host; experts modules are refused with them) on a checkpoint without 4-bit
   layers quantizes every nn.Linear (but modules_to_not_convert, by default
   transformers' choice: the output head and tied embeddings, and layers whose
   in_features is not a multiple of the group) as its weight is read:
@@ -76,7 +81,9 @@ Saving
   per-expert biases); a gpt-oss model whose only 4-bit modules are its
   MXFP4 experts is written in gpt-oss's own layout (*_blocks, *_scales,
   biases, quant_method "mxfp4"), read back through NibbleConfig() or
-  override("mxfp4").  See save_layout.
+  override("mxfp4").  See save_layout.  Models with int4 layers are not
+  saved (no layout is written for them yet): save_pretrained raises
+  ValueError.
 """
 
 import copy
@@ -123,8 +130,10 @@ class NibbleConfig(QuantizationConfigMixin):
     """The quantization_config that selects nibble in from_pretrained.
 
     format: None (take the checkpoint's 4-bit layers as they are) or "nvfp4" /
-      "mxfp4": quantize a checkpoint without 4-bit layers at load; for a 4-bit
-      checkpoint it must name the checkpoint's format (else ValueError).
+      "mxfp4" / "int4" / "int4_sym": quantize a checkpoint without 4-bit
+      layers at load; for a 4-bit checkpoint it must name the checkpoint's
+      format (else ValueError).  Formats no GPU kernel serves (int8, nf4,
+      bnb_fp4) are refused by name.
     scale_rule, method: as nibble.torch.quantize ("mse" runs on the host).
     modules_to_not_convert: fnmatch patterns (as quantize_model's exclude) of
       layers left in BF16 when quantizing at load; None: transformers' default
@@ -253,14 +262,16 @@ def _swap(model, prefix, new):
     setattr(parent, child, new)
 
 
-def _placeholder(n, k, fmt, tensor_scale, bias):
+def _placeholder(n, k, fmt, tensor_scale, bias, group=None, scale_type=None):
     """A nibble.torch.Linear on the meta device with the packed size of an
-    n x k weight of `fmt`: transformers places its (non-persistent) buffers
-    and loads its bias; the bytes come after loading."""
-    sizes = weight_sizes(n, k, fmt)
+    n x k weight of `fmt` (group and scale type as the checkpoint's layer
+    has them): transformers places its (non-persistent) buffers and loads
+    its bias; the bytes come after loading."""
+    sizes = weight_sizes(n, k, fmt, group, scale_type)
     pw = nt.PackedLinearWeight(packed=torch.empty(sizes["packed_bytes"], dtype=torch.uint8, device="meta"),
                                workspace=torch.empty(0, dtype=torch.uint8, device="meta"), n=n, k=k, format=fmt,
-                               tensor_scale=float(tensor_scale), scale_exp_min=-1, scale_exp_max=-1)
+                               tensor_scale=float(tensor_scale), scale_exp_min=-1, scale_exp_max=-1, group=group,
+                               scale_type=scale_type)
     b = None
     if bias is not None:
         b = torch.empty(n, dtype=bias.dtype, device="meta")
@@ -444,7 +455,9 @@ class NibbleHfQuantizer(HfQuantizer):
             model._keys_to_ignore_on_load_missing = set(model._keys_to_ignore_on_load_missing or ())
             model._keys_to_ignore_on_load_missing.add("^(?:" + "|".join(re.escape(n) for n in missing) + ")$")
         for L, mod, _bias in layers:
-            _swap(model, L.prefix, _placeholder(L.n, L.k, L.quant_format, L.tensor_scale, mod.bias))
+            lay = ck.weight_layout(L)
+            _swap(model, L.prefix, _placeholder(L.n, L.k, L.quant_format, L.tensor_scale, mod.bias, lay["group"],
+                                                lay["scale_type"]))
             self._layers.append(L)
         # The 4-bit tensors are nibble's: transformers leaves them unread and unreported.
         keys = set(model.state_dict().keys())
@@ -488,6 +501,10 @@ class NibbleHfQuantizer(HfQuantizer):
             if isinstance(mod, torch.nn.Linear) and name and not nt._excluded(name, skip) \
                     and mod.in_features % group == 0:
                 self._targets.add(name)
+            elif name and nt._expert_kind(mod) is not None and not nt._excluded(name, skip) and not nt._fp4(fmt):
+                raise ValueError(f"nibble.transformers: {name} is an experts module and no MoE kernel serves "
+                                 f"{cfg.format} (nb_moe_mlp: nvfp4, mxfp4); exclude it with modules_to_not_convert "
+                                 "or choose an FP4 format")
             elif name and nt._expert_kind(mod) is not None and not nt._excluded(name, skip):
                 _, H, I = nt._expert_dims(mod)
                 if H % group == 0 and I % group == 0:
@@ -593,9 +610,10 @@ class NibbleHfQuantizer(HfQuantizer):
             fmts = sorted(set(fmts) | {m.format for m in model.modules() if isinstance(m, nt.MoeExperts)})
             if len(fmts) == 1:
                 cfg.format = fmts[0]
+            if len(fmts) == 1 and fmts[0] in _SAVE_LAYOUT:
                 layout = save_layout(model)
                 cfg._saved_as = (layout["format"], layout["unquantized"], layout["experts"])
-            else:
+            else:   # (int4: no layout is written; save_pretrained refuses it)
                 cfg._saved_as = None
         return model
 
@@ -609,16 +627,18 @@ class NibbleHfQuantizer(HfQuantizer):
             if bias is not None and bias.is_meta:
                 bias = None
             qw = ck.quantized_weight(L)
+            perm = torch.from_numpy(ck.perm(L).astype(np.int64)) if L.k_permuted else None
             if cfg.dequantize:
                 dtype = bias.dtype if bias is not None else (self._dtype if isinstance(self._dtype, torch.dtype)
                                                             else torch.bfloat16)
                 lin = torch.nn.Linear(L.k, L.n, bias=bias is not None, device="meta", dtype=dtype)
-                lin.weight = torch.nn.Parameter(nt.dequantize_weight(qw, dtype, dev), requires_grad=False)
+                lin.weight = torch.nn.Parameter(nt._unpermuted(nt.dequantize_weight(qw, dtype, dev), perm),
+                                                requires_grad=False)
                 if bias is not None:
                     lin.bias = bias
                 _swap(model, L.prefix, lin)
             else:
-                _swap(model, L.prefix, nt.Linear.from_quantized(qw, bias, device=dev))
+                _swap(model, L.prefix, nt.Linear.from_quantized(qw, bias, device=dev, perm=perm))
         for g in self._experts:
             mod = model.get_submodule(g.prefix)
             _swap(model, g.prefix, _moe_fill(mod, ck, g, model.config, cfg.dequantize, self._dtype))
@@ -683,6 +703,10 @@ def save_layout(model):
     if len(fmts) != 1:
         raise ValueError("nibble.transformers: save_pretrained writes one layout, and this model holds "
                          + (f"{', '.join(fmts)} layers" if fmts else "no nibble layers"))
+    if fmts[0] not in _SAVE_LAYOUT:
+        raise ValueError(f"nibble.transformers: save_pretrained writes ModelOpt NVFP4 and Quark MXFP4 layouts; no "
+                         f"checkpoint layout is written for {fmts[0]} layers yet (the checkpoint they were loaded "
+                         "from holds them)")
     gptoss = bool(experts) and not linears and fmts == ["mxfp4"] and all(
         m.spec.activation == "swiglu_oai" and m.spec.gate_up_layout == "interleaved" for m in experts)
     unquantized = sorted(name for name, m in model.named_modules() if isinstance(m, torch.nn.Linear))

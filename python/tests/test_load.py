@@ -249,18 +249,18 @@ def test_load_argument_errors(checkpoints):
 @io
 @hf
 def test_load_refuses_formats_without_kernels(tmp_path):
-    """An AWQ layer (int4 with zero points) is refused by name: no GPU kernel
-    serves it, and nothing slower runs in its place."""
-    n, k = 64, 64
-    write_safetensors(tmp_path / "model.safetensors", {
-        "model.layers.0.mlp.down_proj.qweight": ("I32", np.zeros((k, n // 8), np.int32)),
-        "model.layers.0.mlp.down_proj.qzeros": ("I32", np.zeros((1, n // 8), np.int32)),
-        "model.layers.0.mlp.down_proj.scales": ("F16", np.ones((1, n), np.float16))})
+    """A compressed-tensors int8 layer is refused by name: no GPU kernel
+    serves int8, and nothing slower runs in its place."""
+    n, k = 64, 64   # compressed-tensors pack-quantized int8, one scale per row (bits from the shapes)
+    write_safetensors(str(tmp_path / "model.safetensors"), {
+        "model.layers.0.mlp.down_proj.weight_packed": ("I32", np.zeros((n, k // 4), np.int32)),
+        "model.layers.0.mlp.down_proj.weight_scale": ("BF16", np.full((n, 1), 0x3F80, np.uint16)),
+        "model.layers.0.mlp.down_proj.weight_shape": ("I64", np.array([n, k], np.int64))})
     for dq in (True, False):
         with pytest.raises(nibble.Error) as e:  # (an explicit device: no CUDA call before the refusal)
             nt.load_quantized(meta_model(), str(tmp_path), dequantize=dq, device="cpu" if dq else "cuda:0")
         assert e.value.status == nibble.Status.ERR_UNSUPPORTED
-        assert "awq-int4: no GPU kernel serves int4 yet" in e.value.message
+        assert "ct-int8: no GPU kernel serves int8 yet" in e.value.message
 
 
 @io

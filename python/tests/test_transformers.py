@@ -148,8 +148,9 @@ def test_config_arguments():
     assert (c.format, c.scale_rule, c.modules_to_not_convert) == ("mxfp4", "round_up", ["lm_head"])
     assert c.to_dict()["quant_method"] == "nibble" and NibbleConfig.from_dict(c.to_dict()).format == "mxfp4"
     assert "mxfp4" in repr(c)
-    with pytest.raises(ValueError, match="no GPU kernel serves int4"):
-        NibbleConfig(format="int4")
+    with pytest.raises(ValueError, match="no GPU kernel serves nf4"):
+        NibbleConfig(format="nf4")
+    assert NibbleConfig(format="int4").format == "int4"     # (int4 and int4_sym have kernels)
     with pytest.raises(ValueError, match="not a nibble format"):
         NibbleConfig(format="fp8")
     with pytest.raises(ValueError, match="MXFP4 only"):
@@ -395,18 +396,19 @@ def test_gpu_gptoss_generates_as_the_dequantized_model(gptoss):
 # ------------------------------------------------------------------ refusals
 
 def test_refuses_formats_without_kernels(tmp_path):
-    """An AWQ (int4) checkpoint taken over by NibbleConfig() is refused by
-    name: no GPU kernel serves int4, and nothing slower runs instead."""
-    n = k = 64
+    """A compressed-tensors int8 checkpoint taken over by NibbleConfig() is
+    refused by name: no GPU kernel serves int8, and nothing slower runs
+    instead."""
+    n, k = 64, 64   # compressed-tensors pack-quantized int8, one scale per row (bits from the shapes)
     write_safetensors(str(tmp_path / "model.safetensors"), {
-        "model.layers.0.mlp.down_proj.qweight": ("I32", np.zeros((k, n // 8), np.int32)),
-        "model.layers.0.mlp.down_proj.qzeros": ("I32", np.zeros((1, n // 8), np.int32)),
-        "model.layers.0.mlp.down_proj.scales": ("F16", np.ones((1, n), np.float16))})
+        "model.layers.0.mlp.down_proj.weight_packed": ("I32", np.zeros((n, k // 4), np.int32)),
+        "model.layers.0.mlp.down_proj.weight_scale": ("BF16", np.full((n, 1), 0x3F80, np.uint16)),
+        "model.layers.0.mlp.down_proj.weight_shape": ("I64", np.array([n, k], np.int64))})
     tiny_config().save_pretrained(str(tmp_path))
     with pytest.raises(nibble.Error) as e:
         AutoModelForCausalLM.from_pretrained(str(tmp_path), quantization_config=NibbleConfig())
     assert e.value.status == nibble.Status.ERR_UNSUPPORTED
-    assert "awq-int4: no GPU kernel serves int4 yet" in e.value.message
+    assert "ct-int8: no GPU kernel serves int8 yet" in e.value.message
 
 
 def test_refuses_mismatched_configs(ckpts, tmp_path):
