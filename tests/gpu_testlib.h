@@ -9,6 +9,7 @@
 #include "nibble.h"
 
 #include <cuda_runtime.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -147,6 +148,20 @@ static inline int gt_arg_int(int argc, char **argv, int *i, int64_t lo, int64_t 
 }
 
 /* Exit 77 (ctest's "skipped") when there is no CUDA device. */
+/* The value of a BF16 or FP16 bit pattern (t: NB_DTYPE_BF16 or _F16). */
+static inline float gt_from16(nb_dtype t, uint16_t h) {
+    if (t == NB_DTYPE_BF16) {
+        uint32_t u = (uint32_t)h << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    int e = (h >> 10) & 31;
+    uint32_t m = h & 0x3FF;
+    float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 0x400), e - 25);
+    return (h & 0x8000) ? -v : v;
+}
+
 /* Exit 77 (skipped) without a device.  Also makes stdout line-buffered: a
  * run stopped by a timeout or a tool (compute-sanitizer) keeps its progress
  * in the log. */

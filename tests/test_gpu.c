@@ -28,6 +28,7 @@
  * (output rounding plus float accumulation over k in another order). */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include "nibble.h"
+#include "gpu_testlib.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -95,18 +96,6 @@ static uint16_t to16(nb_dtype t, float v) {
     uint32_t h = ((uint32_t)e << 10) | (mant >> 13), rem = mant & 0x1FFFu;
     if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
     return (uint16_t)(sign | h);
-}
-static float from16(nb_dtype t, uint16_t h) {
-    if (t == NB_DTYPE_BF16) {
-        uint32_t u = (uint32_t)h << 16;
-        float f;
-        memcpy(&f, &u, 4);
-        return f;
-    }
-    int e = (h >> 10) & 31;
-    uint32_t m = h & 0x3FF;
-    float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 0x400), e - 25);
-    return (h & 0x8000) ? -v : v;
 }
 static float ulp_out(nb_dtype t, float a) {
     int e;
@@ -192,7 +181,7 @@ static int compare(const char *what, nb_dtype t, const uint16_t *y, const float 
     int bad = 0;
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
-            float r = ref[i * ldr + j], v = from16(t, y[i * n + j]);
+            float r = ref[i * ldr + j], v = gt_from16(t, y[i * n + j]);
             float tol = ulp_out(t, fabsf(r)) + ldexpf(maxref, -14);
             double err = isnan(v) || isnan(r) ? INFINITY : fabs((double)v - (double)r);
             if (isnan(v) && isnan(r)) err = 0.0;
@@ -204,7 +193,7 @@ static int compare(const char *what, nb_dtype t, const uint16_t *y, const float 
             }
         }
     if (bad) fprintf(stderr, "%s: %d bad, worst at [%lld,%lld] got %g want %g (err/tol %.3g)\n", what, bad, (long long)wi,
-                     (long long)wj, from16(t, y[wi * n + wj]), ref[wi * ldr + wj], worst);
+                     (long long)wj, gt_from16(t, y[wi * n + wj]), ref[wi * ldr + wj], worst);
     check(!bad, what);
     return !bad;
 }
@@ -260,13 +249,13 @@ static void check_cublas_graph(env_t *e, weight_t *w, nb_format fmt, nb_dtype ac
     CK(cudaMemcpy(hc, dc, (size_t)(m * n) * 4, cudaMemcpyDeviceToHost));
     if (use_bias)
         for (int64_t i = 0; i < m; i++)
-            for (int64_t j = 0; j < n; j++) hc[i * n + j] += from16(act, hb[j]);
+            for (int64_t j = 0; j < n; j++) hc[i * n + j] += gt_from16(act, hb[j]);
     run_gemm(e, w, act, m, dx, use_bias ? db : NULL, dy, hy, n);
     /* cuBLAS sees weights rounded to 16 bits (x tensor scale): relative
      * Frobenius error bound instead of per element */
     double num = 0, den = 0;
     for (int64_t i = 0; i < m * n; i++) {
-        double d = (double)from16(act, hy[i]) - hc[i];
+        double d = (double)gt_from16(act, hy[i]) - hc[i];
         num += d * d;
         den += (double)hc[i] * hc[i];
     }
@@ -331,7 +320,7 @@ static void reference_blas(env_t *e, const weight_t *w, nb_dtype act, int64_t m,
     CK(cudaMemcpy(href, dc, (size_t)(m * n) * 4, cudaMemcpyDeviceToHost));
     if (hb)
         for (int64_t i = 0; i < m; i++)
-            for (int64_t j = 0; j < n; j++) href[i * n + j] += from16(act, hb[j]);
+            for (int64_t j = 0; j < n; j++) href[i * n + j] += gt_from16(act, hb[j]);
     cudaFree(dw);
     cudaFree(dc);
 }
@@ -568,7 +557,7 @@ static void test_nan_scales(env_t *e, nb_format fmt, nb_dtype act) {
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
             int want_nan = j == 7 || j == 40;
-            if ((isnan(from16(act, hy[i * n + j])) != 0) != want_nan) ok = 0;
+            if ((isnan(gt_from16(act, hy[i * n + j])) != 0) != want_nan) ok = 0;
         }
     char what[96];
     snprintf(what, sizeof what, "NaN scales give NaN rows only (%s %s)", fmt == NB_FORMAT_NVFP4 ? "nvfp4" : "mxfp4",

@@ -27,18 +27,6 @@
 
 #include <math.h>
 
-static float from16(nb_dtype t, uint16_t h) {
-    if (t == NB_DTYPE_BF16) {
-        uint32_t u = (uint32_t)h << 16;
-        float f;
-        memcpy(&f, &u, 4);
-        return f;
-    }
-    int e = (h >> 10) & 31;
-    uint32_t m = h & 0x3FF;
-    float v = e == 0 ? ldexpf((float)m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexpf((float)(m | 0x400), e - 25);
-    return (h & 0x8000) ? -v : v;
-}
 static double ulp_out(nb_dtype t, double a) {
     int e;
     frexp(a, &e);
@@ -146,7 +134,7 @@ static void run_case(nb_context *ctx, const tcase *c, const int64_t *ms, int nms
         int64_t wi = -1;
         double worst = 0;
         for (int64_t i = 0; i < m * n; i++) {
-            const double v = from16(c->act, y[i]), r = ref[i];
+            const double v = gt_from16(c->act, y[i]), r = ref[i];
             int ok;
             double e = 0;
             if (isnan(r)) ok = isnan(v); /* the NaN-scale row */
@@ -160,7 +148,7 @@ static void run_case(nb_context *ctx, const tcase *c, const int64_t *ms, int nms
         }
         CHECK(bad == 0, "%s m=%lld: %d bad, worst at [%lld,%lld] got %g want %g (err/tol %.3g)", what, (long long)m,
               bad, wi < 0 ? -1LL : (long long)(wi / n), wi < 0 ? -1LL : (long long)(wi % n),
-              wi < 0 ? 0.0 : (double)from16(c->act, y[wi]), wi < 0 ? 0.0 : ref[wi], worst);
+              wi < 0 ? 0.0 : (double)gt_from16(c->act, y[wi]), wi < 0 ? 0.0 : ref[wi], worst);
     }
     if (dws) GT_CUDA(cudaFree(dws));
     GT_CUDA(cudaFree(dc));
