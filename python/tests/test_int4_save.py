@@ -62,6 +62,18 @@ def expected_tensors(qw):
     return out
 
 
+def assert_written(qw, ref, raw, prefix):
+    """Layer `prefix` as the reader returns it (qw) holds the quantizer's
+    bytes (ref), and its stored tensors (raw) are formats.md 5.4's."""
+    np.testing.assert_array_equal(qw.codes, ref.codes, err_msg=prefix)
+    np.testing.assert_array_equal(qw.scales, ref.scales, err_msg=prefix)
+    if ref.format == "int4":
+        np.testing.assert_array_equal(qw.zeros, ref.zeros, err_msg=prefix)
+    for suffix, arr in expected_tensors(ref).items():
+        np.testing.assert_array_equal(raw[f"{prefix}.{suffix}"], arr, err_msg=f"{prefix}.{suffix}")
+    assert f"{prefix}.weight" not in raw
+
+
 def raw_tensors(path):
     """Every tensor of a checkpoint as stored (BF16 as uint16 bits), read
     with nibble's reader."""
@@ -100,15 +112,8 @@ def test_quantize_checkpoint_int(bf16, tmp_path, fmt, group, st):
         for prefix, (t, gg) in want.items():
             L = ck.layer(prefix)
             assert L.format == INT_LAYOUT[fmt] and not L.config_mismatch and not L.k_permuted
-            qw = ck.quantized_weight(L)
             ref = nibble.quantize(_bf16_to_f32(t), fmt, group_size=gg, scale_type=st)
-            np.testing.assert_array_equal(qw.codes, ref.codes, err_msg=prefix)
-            np.testing.assert_array_equal(qw.scales, ref.scales, err_msg=prefix)
-            if fmt == "int4":
-                np.testing.assert_array_equal(qw.zeros, ref.zeros, err_msg=prefix)
-            for suffix, arr in expected_tensors(ref).items():
-                np.testing.assert_array_equal(raw[f"{prefix}.{suffix}"], arr, err_msg=f"{prefix}.{suffix}")
-            assert f"{prefix}.weight" not in raw
+            assert_written(ck.quantized_weight(L), ref, raw, prefix)
     with open(os.path.join(out, "config.json")) as f:
         qc = json.load(f)["quantization_config"]
     from nibble.transformers import _layout_config
@@ -163,14 +168,8 @@ def test_save_pretrained_int_round_trip(bf16, tmp_path, fmt, st):
         assert not any(L.config_mismatch for L in ck.layers)
         for prefix, mod in layers.items():
             ref = rep["weights"][prefix]
-            qw = ck.quantized_weight(prefix)
             assert ck.layer(prefix).format == INT_LAYOUT[fmt]
-            np.testing.assert_array_equal(qw.codes, ref.codes, err_msg=prefix)
-            np.testing.assert_array_equal(qw.scales, ref.scales, err_msg=prefix)
-            if fmt == "int4":
-                np.testing.assert_array_equal(qw.zeros, ref.zeros, err_msg=prefix)
-            for suffix, arr in expected_tensors(ref).items():
-                np.testing.assert_array_equal(raw[f"{prefix}.{suffix}"], arr, err_msg=f"{prefix}.{suffix}")
+            assert_written(ck.quantized_weight(prefix), ref, raw, prefix)
             sdt = np.uint16 if st == "bf16" else np.float16
             assert raw[f"{prefix}.weight_scale"].tobytes() == np.ascontiguousarray(ref.scales, sdt).tobytes()
     # from_pretrained packs the same bytes; the float tensors come back unchanged
