@@ -9,7 +9,7 @@
                                                  quantization_config=NibbleConfig())        # Quark, CT, gpt-oss
     model = AutoModelForCausalLM.from_pretrained("Llama-BF16/", device_map="cuda",
                                                  quantization_config=NibbleConfig(format="nvfp4"))
-    model.save_pretrained("Llama-NVFP4-nibble/")     # ModelOpt NVFP4 (MXFP4: Quark), as `nibble quantize` writes
+    model.save_pretrained("Llama-NVFP4-nibble/")     # ModelOpt NVFP4 (MXFP4: Quark; int4: compressed-tensors)
 
 Dispatch
   transformers picks a quantizer by the checkpoint's
@@ -57,8 +57,9 @@ Loading a 4-bit checkpoint
 
 Quantizing at load
   NibbleConfig(format="nvfp4" | "mxfp4" | "int4" | "int4_sym") (the integer
-  formats with their default group 128 and F16 scales, quantized on the
-  host; experts modules are refused with them) on a checkpoint without 4-bit
+  formats with group_size 32/64/128, default 128, and scale_type "f16" or
+  "bf16", default "f16", quantized on the host; experts modules are
+  refused with them) on a checkpoint without 4-bit
   layers quantizes every nn.Linear (but modules_to_not_convert, by default
   transformers' choice: the output head and tied embeddings, and layers whose
   in_features is not a multiple of the group) as its weight is read:
@@ -81,9 +82,13 @@ Saving
   per-expert biases); a gpt-oss model whose only 4-bit modules are its
   MXFP4 experts is written in gpt-oss's own layout (*_blocks, *_scales,
   biases, quant_method "mxfp4"), read back through NibbleConfig() or
-  override("mxfp4").  See save_layout.  Models with int4 layers are not
-  saved (no layout is written for them yet): save_pretrained raises
-  ValueError.
+  override("mxfp4").  See save_layout.  Models with int4 / int4_sym layers
+  are written in compressed-tensors' pack-quantized layout (weight_packed,
+  weight_scale, weight_shape, weight_zero_point for int4, weight_g_idx for
+  an act-order layer; docs/formats.md 5.4), as `nibble quantize --format
+  int4` writes it, with one group for the model (layers of different
+  groups are refused); they load back through NibbleConfig() or
+  override("compressed-tensors").
 """
 
 import copy
@@ -146,8 +151,8 @@ class NibbleConfig(QuantizationConfigMixin):
 
     After a model is loaded, `format` is its layers' format and
     to_dict() (what save_pretrained writes into config.json) is the
-    quantization_config of the layout save_pretrained writes: ModelOpt NVFP4
-    or Quark MXFP4.  `source` keeps the checkpoint's own quantization_config
+    quantization_config of the layout save_pretrained writes: ModelOpt NVFP4,
+    Quark MXFP4 or compressed-tensors pack-quantized int4.  `source` keeps the checkpoint's own quantization_config
     when nibble took it over."""
 
     def __init__(self, format=None, scale_rule=None, method="rtn", modules_to_not_convert=None, dequantize=False,
