@@ -24,8 +24,9 @@
  *                 expert-major tensors and per-expert layers, each group an
  *                 nb_moe_desc with its experts' weights (zero copy where
  *                 the layout allows);
- *     nb_ckpt_quantize  BF16/F16/F32 checkpoint -> ModelOpt NVFP4 or Quark
- *                 MXFP4 checkpoint (what `nibble quantize` runs);
+ *     nb_ckpt_quantize  BF16/F16/F32 checkpoint -> ModelOpt NVFP4, Quark
+ *                 MXFP4 or compressed-tensors pack-quantized int4 /
+ *                 int4_sym checkpoint (what `nibble quantize` runs);
  *     nb_ckpt_convert   4-bit checkpoint (or GGUF file) -> another 4-bit
  *                 layout, codes and block scales byte for byte (`nibble
  *                 convert`);
@@ -632,14 +633,19 @@ NB_API nb_status nb_ckpt_moe_read(const nb_ckpt *c, size_t i, nb_ckpt_moe_proj p
  *
  * nb_ckpt_quantize writes a BF16/F16/F32 checkpoint as a 4-bit one, in the
  * checkpoint layout of opts.format: NVFP4 as ModelOpt (docs/formats.md
- * 2.2-2.3), MXFP4 as Quark (3.3).  A format of nibble.h's table that has no
- * such layout here is NB_ERR_UNSUPPORTED.
+ * 2.2-2.3), MXFP4 as Quark (3.3), INT4 and INT4_SYM as compressed-tensors
+ * pack-quantized (5.4; opts.group_size and opts.scale_type choose the group
+ * and the scales' dtype).  A format of nibble.h's table that has no such
+ * layout here is NB_ERR_UNSUPPORTED.
  *
  * WHAT IS QUANTIZED: a tensor "P.weight" (P not empty) of rank 2, dtype
- * BF16, F16 or F32, with N, K > 0 and K a multiple of the format's group,
- * whose prefix P matches no exclude pattern, and for which the input has no
- * P.weight_scale (nor P.weight_scale_2 for formats with a tensor scale)
- * already.  Patterns are shell wildcards matched with fnmatch(pattern, P, 0)
+ * BF16, F16 or F32, with N, K > 0 and K a multiple of the format's group
+ * (the chosen one for the integer formats; one group per row takes any even
+ * K), whose prefix P matches no exclude pattern, and for which the input has
+ * none of the tensors the layout writes for P besides P.weight
+ * (P.weight_scale, P.weight_scale_2 for formats with a tensor scale;
+ * P.weight_packed, P.weight_scale, P.weight_shape, P.weight_zero_point and
+ * P.weight_g_idx for compressed-tensors) already.  Patterns are shell wildcards matched with fnmatch(pattern, P, 0)
  * ('*' also crosses dots).  Unless no_default_excludes is set, "*lm_head"
  * and "*embed*" are excluded (output head and embeddings).  Every other
  * tensor is copied unchanged; rank-2 "*.weight" tensors of any other dtype
@@ -659,6 +665,26 @@ NB_API nb_status nb_ckpt_moe_read(const nb_ckpt *c, size_t i, nb_ckpt_moe_proj p
  *   MXFP4: P.weight U8 [N,K/2], P.weight_scale U8 [N,K/32] (E8M0);
  *          config.json (when the input has one) with a Quark
  *          quantization_config whose scale_calculation_mode names the rule.
+ *   INT4, INT4_SYM (compressed-tensors pack-quantized, docs/formats.md 5.4):
+ *          P.weight_packed I32 [N, ceil(K/8)] (element k at bits 4(k % 8) of
+ *          word k / 8: the bytes of nb_quantize_host_v2's codes, with
+ *          int4_sym's codes offset by 8, i.e. each nibble's bit 3 flipped;
+ *          a row whose K is not a multiple of 8 is padded with zero bits),
+ *          P.weight_scale F16 or BF16 [N, K/G] (the scales as they are),
+ *          P.weight_shape I64 [2] = {N, K}, and for int4
+ *          P.weight_zero_point I32 [ceil(N/8), K/G] (the zero points as they
+ *          are, 0..15, which is compressed-tensors' signed zero point plus 8;
+ *          row n at bits 4(n % 8) of word row n / 8, padding rows zero);
+ *          config.json (when the input has one) with a compressed-tensors
+ *          quantization_config: format "pack-quantized", config_groups
+ *          group_0 {targets ["Linear"], weights {num_bits 4, type "int",
+ *          symmetric, strategy "group" with group_size G, or "channel" with
+ *          group_size null, dynamic false, observer "minmax", actorder null},
+ *          input_activations null}, ignore (the unquantized weights),
+ *          quantization_status "compressed", producer nibble.  Read back,
+ *          these are the ct-int4 / ct-int4-sym layers of
+ *          nb_ckpt_layer_weight_v2 with exactly the quantizer's codes, scales
+ *          and zero points.
  *   One output safetensors file per input file, with the same base name, and
  *   the index (same base name as the input's) when the input is sharded.
  *   Every other regular file in the input's directory (tokenizer files,
@@ -689,7 +715,9 @@ NB_API nb_status nb_ckpt_moe_read(const nb_ckpt *c, size_t i, nb_ckpt_moe_proj p
  * device memory for one tensor at a time).  Both write the same bytes.  AUTO
  * takes the GPU when libnibble was built with CUDA and a device can be
  * opened, the CPU otherwise; GPU without one is NB_ERR_NO_DEVICE before OUT
- * is touched.  summary.device says which ran. */
+ * is touched.  summary.device says which ran.  The integer formats have no
+ * device quantizer: AUTO quantizes them on the CPU (nb_quantize_host_v2),
+ * GPU is NB_ERR_UNSUPPORTED. */
 
 /* Called before each input tensor (i counts from 0) and once at the end with
  * i == n and name NULL; bytes are input tensor bytes processed so far and in
@@ -720,12 +748,24 @@ typedef struct nb_ckpt_quantize_opts {
     nb_ckpt_device device;        /* where to quantize */
     int32_t allow_empty;          /* 1: a checkpoint with nothing to quantize is copied (else refused) */
     int32_t method;               /* nb_quant_method: RTN, or MSE (host only: device AUTO then quantizes on
-                                   * the CPU, device GPU is NB_ERR_UNSUPPORTED) */
-    int32_t reserved[6];
+                                   * the CPU, device GPU is NB_ERR_UNSUPPORTED; FP4 formats only) */
+    /* Integer formats (int4, int4_sym): the group, 0 for the format's default
+     * (128), 32, 64, 128, or NB_CKPT_GROUP_PER_CHANNEL (one group per row,
+     * compressed-tensors' "channel" strategy); must be 0 for the FP4 formats,
+     * whose group is fixed. */
+    int32_t group_size;
+    /* Integer formats: the scales' nb_scale_type, 0 for the default (F16),
+     * NB_SCALE_F16 or NB_SCALE_BF16; must be 0 for the FP4 formats. */
+    int32_t scale_type;
+    int32_t reserved[4];
 } nb_ckpt_quantize_opts;
 
+/* nb_ckpt_quantize_opts.group_size: one group per row (group = K of each weight). */
+#define NB_CKPT_GROUP_PER_CHANNEL (-1)
+
 /* format NVFP4, mx_rule EVEN, no extra excludes, default excludes on, no
- * progress, device AUTO, allow_empty 0, method RTN, reserved zero. */
+ * progress, device AUTO, allow_empty 0, method RTN, group_size and
+ * scale_type 0 (the format's defaults), reserved zero. */
 NB_API nb_status nb_ckpt_quantize_opts_init(nb_ckpt_quantize_opts *o);
 
 typedef struct nb_ckpt_quantize_summary {
@@ -745,10 +785,12 @@ typedef struct nb_ckpt_quantize_summary {
 
 /* Quantize checkpoint `in` (as nb_ckpt_open takes it) into directory `out`.
  *   NB_ERR_INVALID_ARGUMENT  bad options (a value that is not a format, an
- *                            unknown rule or device, reserved not zero),
+ *                            unknown rule or device, a group or scale type
+ *                            the format does not take, reserved not zero),
  *                            `out` exists and is not an empty directory, a
  *                            tensor with a non-finite value;
  *   NB_ERR_UNSUPPORTED       a format without a checkpoint layout here;
+ *                            method MSE or device GPU with an integer format;
  *                            nothing to quantize (without allow_empty);
  *   NB_ERR_NO_DEVICE         device GPU without a usable CUDA device;
  *   NB_ERR_CUDA              a CUDA failure on the GPU path;
@@ -759,7 +801,7 @@ typedef struct nb_ckpt_quantize_summary {
 NB_API nb_status nb_ckpt_quantize(const char *in, const char *out, const nb_ckpt_quantize_opts *opts,
                                   nb_ckpt_quantize_summary *summary);
 /* The formats nb_ckpt_quantize writes a checkpoint layout for (ModelOpt
- * NVFP4, Quark MXFP4): *count receives how many, at most `max` are written
+ * NVFP4, Quark MXFP4, compressed-tensors INT4 and INT4_SYM): *count receives how many, at most `max` are written
  * (formats may be NULL when max is 0). */
 NB_API nb_status nb_ckpt_quantize_formats(nb_format *formats, size_t max, size_t *count);
 

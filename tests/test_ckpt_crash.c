@@ -18,7 +18,9 @@
  *         bytes and removes the killed run's staging directory.
  * Scenarios: quantize a sharded BF16 checkpoint (NVFP4) into a new OUT and
  * into an existing empty one, quantize a single file (MXFP4), convert the
- * sharded NVFP4 result to compressed-tensors, convert a GGUF file to Quark.
+ * sharded NVFP4 result to compressed-tensors, convert a GGUF file to Quark,
+ * quantize to compressed-tensors int4 (sharded, groups of 32) and int4_sym
+ * (a single file into an existing empty OUT, one group per row).
  * Then the sweep's limits: a staging directory whose marker is held (a
  * running writer), one whose marker has other contents, one holding a
  * subdirectory, a look-alike without a marker, and an empty marker next to
@@ -190,6 +192,7 @@ typedef struct scenario {
     nb_format format;  /* quantize */
     nb_ckpt_target to; /* convert */
     int out_exists;    /* OUT is an existing empty directory */
+    int32_t group;     /* quantize: opts.group_size (the integer formats) */
 } scenario;
 
 static nb_status run_op(const scenario *sc, const char *out) {
@@ -204,6 +207,7 @@ static nb_status run_op(const scenario *sc, const char *out) {
     nb_ckpt_quantize_opts o;
     nb_ckpt_quantize_opts_init(&o);
     o.format = sc->format;
+    o.group_size = sc->group;
     o.device = NB_CKPT_DEVICE_CPU; /* no CUDA in a forked child */
     return nb_ckpt_quantize(in, out, &o, NULL);
 }
@@ -343,7 +347,7 @@ static void run_scenario(const scenario *sc) {
 
 static void test_sweep_limits(void) {
     char parent[PARENT_MAX], out[OUT_MAX], p[PARENT_MAX + 64];
-    const scenario sc = {"sweep", "bf16_one", 0, NB_FORMAT_NVFP4, 0, 0};
+    const scenario sc = {"sweep", "bf16_one", 0, NB_FORMAT_NVFP4, 0, 0, 0};
     fresh_parent(&sc, "x", parent, out);
     /* what lies next to OUT (text NULL: a directory), and whether the run
      * must leave it: a running writer's (its marker held below), a marker
@@ -412,11 +416,13 @@ int main(int argc, char **argv) {
     o.device = NB_CKPT_DEVICE_CPU;
     CHECK(nb_ckpt_quantize(in, out, &o, NULL) == NB_OK, "quantize the convert input: %s", nb_last_error());
     static const scenario k[] = {
-        {"quantize_sharded", "bf16", 0, NB_FORMAT_NVFP4, 0, 0},
-        {"quantize_into_empty", "bf16", 0, NB_FORMAT_NVFP4, 0, 1},
-        {"quantize_single", "bf16_one", 0, NB_FORMAT_MXFP4, 0, 0},
-        {"convert_sharded", "nvfp4", 1, 0, NB_CKPT_TARGET_CT, 0},
-        {"convert_gguf", "mx.gguf", 1, 0, NB_CKPT_TARGET_QUARK, 0},
+        {"quantize_sharded", "bf16", 0, NB_FORMAT_NVFP4, 0, 0, 0},
+        {"quantize_into_empty", "bf16", 0, NB_FORMAT_NVFP4, 0, 1, 0},
+        {"quantize_single", "bf16_one", 0, NB_FORMAT_MXFP4, 0, 0, 0},
+        {"convert_sharded", "nvfp4", 1, 0, NB_CKPT_TARGET_CT, 0, 0},
+        {"convert_gguf", "mx.gguf", 1, 0, NB_CKPT_TARGET_QUARK, 0, 0},
+        {"quantize_int4_sharded", "bf16", 0, NB_FORMAT_INT4, 0, 0, 32},
+        {"quantize_int4_sym_into_empty", "bf16_one", 0, NB_FORMAT_INT4_SYM, 0, 1, NB_CKPT_GROUP_PER_CHANNEL},
     };
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) run_scenario(&k[i]);
     test_sweep_limits();

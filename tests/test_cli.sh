@@ -85,15 +85,25 @@ case_ 1 "info: unknown option '--all'" info --all
 case_ 1 "demo: unknown option '--csv'" demo --csv x
 case_ 1 "demo: --m: the value is empty" demo --m=
 # --- choices: the bad value quoted, the valid ones listed
-case_ 1 "quantize: --format: 'NVFP4' is not one of nvfp4, mxfp4" quantize "$IN" "$O" --format NVFP4
-case_ 1 "quantize: --format: 'nvfp5' is not one of nvfp4, mxfp4" quantize "$IN" "$O" --format nvfp5
-case_ 1 "quantize: --format is required \(nvfp4, mxfp4\)" quantize "$IN" "$O"
+case_ 1 "quantize: --format: 'NVFP4' is not one of nvfp4, mxfp4, int4, int4_sym" quantize "$IN" "$O" --format NVFP4
+case_ 1 "quantize: --format: 'nvfp5' is not one of nvfp4, mxfp4, int4, int4_sym" quantize "$IN" "$O" --format nvfp5
+case_ 1 "quantize: --format is required \(nvfp4, mxfp4, int4, int4_sym\)" quantize "$IN" "$O"
 case_ 1 "quantize: --mx-rule: 'floor' is not one of ocp, even, round-up" quantize "$IN" "$O" --format mxfp4 --mx-rule floor
 case_ 1 "quantize: --mx-rule applies to .* not to --format nvfp4" quantize "$IN" "$O" --format nvfp4 --mx-rule even
 case_ 1 "quantize: --device: 'tpu' is not one of auto, cpu, gpu" quantize "$IN" "$O" --format nvfp4 --device=tpu
 case_ 1 "quantize: --method: 'gptq' is not one of rtn, mse" quantize "$IN" "$O" --format nvfp4 --method gptq
 case_ 1 "quantize: --method mse runs on the CPU only" quantize "$IN" "$O" --format nvfp4 --method mse --device gpu
 case_ 0 '"method":[[:space:]]*"mse".*"device":[[:space:]]*"cpu"' quantize "$IN" "$W/mse" --format nvfp4 --method mse --json
+case_ 1 "quantize: --group-size: '256' is not one of 32, 64, 128, channel" quantize "$IN" "$O" --format int4 --group-size 256
+case_ 1 "quantize: --scale-type: 'f32' is not one of f16, bf16" quantize "$IN" "$O" --format int4_sym --scale-type f32
+case_ 1 "quantize: --group-size applies to the integer formats .* not to --format nvfp4" quantize "$IN" "$O" --format nvfp4 --group-size 32
+case_ 1 "quantize: --scale-type applies to the integer formats .* not to --format mxfp4" quantize "$IN" "$O" --format mxfp4 --scale-type bf16
+case_ 1 "quantize: --method mse serves nvfp4 and mxfp4" quantize "$IN" "$O" --format int4 --method mse
+case_ 1 "quantize: --format int4_sym is quantized on the CPU" quantize "$IN" "$O" --format int4_sym --device gpu
+case_ 0 '"format":[[:space:]]*"int4".*"group_size":[[:space:]]*64.*"scale_type":[[:space:]]*"bf16".*"device":[[:space:]]*"cpu"' quantize "$IN" "$W/i4" --format int4 --group-size 64 --scale-type bf16 --json
+case_ 0 'ct-int4 ' inspect --summary "$W/i4"
+case_ 0 '"group_size":[[:space:]]*"channel".*"scale_type":[[:space:]]*"f16"' quantize "$IN" "$W/i4s" --format int4_sym --group-size=channel --json
+case_ 0 'ct-int4-sym' inspect --summary "$W/i4s"
 case_ 1 "convert: --to: 'gguf' is not one of modelopt, compressed-tensors, ct, quark" convert "$IN" "$O" --to gguf
 case_ 1 "convert: --to is required" convert "$IN" "$O"
 expect "[ ! -e '$O' ]" "usage errors created OUT"

@@ -373,25 +373,58 @@ static void test_quantize_convert(const char *path) {
         size_t qn = 0;
         EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_quantize_formats(NULL, 2, &qn));
         EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_quantize_formats(qf, 8, NULL));
-        CHECK(nb_ckpt_quantize_formats(NULL, 0, &qn) == NB_OK && qn == 2, "quantize formats: %zu", qn);
-        CHECK(nb_ckpt_quantize_formats(qf, 8, &qn) == NB_OK && qf[0] == NB_FORMAT_NVFP4 && qf[1] == NB_FORMAT_MXFP4,
-              "quantize formats: nvfp4, mxfp4");
+        CHECK(nb_ckpt_quantize_formats(NULL, 0, &qn) == NB_OK && qn == 4, "quantize formats: %zu", qn);
+        CHECK(nb_ckpt_quantize_formats(qf, 8, &qn) == NB_OK && qf[0] == NB_FORMAT_NVFP4 && qf[1] == NB_FORMAT_MXFP4 &&
+                  qf[2] == NB_FORMAT_INT4 && qf[3] == NB_FORMAT_INT4_SYM,
+              "quantize formats: nvfp4, mxfp4, int4, int4_sym");
+        CHECK(nb_ckpt_quantize_formats(qf, 1, &qn) == NB_OK && qn == 4 && qf[0] == NB_FORMAT_NVFP4,
+              "quantize formats: max 1 writes one, counts all");
     }
     EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_convert_opts_init(NULL));
     memset(&q, 0x5A, sizeof q);
     memset(&v, 0x5A, sizeof v);
     CHECK(nb_ckpt_quantize_opts_init(&q) == NB_OK && q.allow_empty == 0 && q.method == NB_QUANT_RTN && q.reserved[0] == 0 &&
-              q.reserved[5] == 0 &&
-              !q.exclude,
+              q.reserved[3] == 0 && q.group_size == 0 && q.scale_type == 0 && !q.exclude,
           "quantize opts init");
     CHECK(nb_ckpt_convert_opts_init(&v) == NB_OK && v.reserved[0] == 0 && v.reserved[7] == 0 && !v.warn,
           "convert opts init");
 
     EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_quantize(NULL, out, &q, &qs));
     EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_quantize(path, out, NULL, &qs));
-    q.reserved[5] = 1;
+    q.reserved[3] = 1;
     EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_quantize(path, out, &q, &qs));
-    q.reserved[5] = 0;
+    q.reserved[3] = 0;
+    /* group and scale type: the integer formats' choices, refused for the FP4 ones */
+    q.group_size = 64;
+    EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_quantize(path, out, &q, &qs));
+    q.group_size = 0;
+    q.scale_type = NB_SCALE_BF16;
+    EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_quantize(path, out, &q, &qs));
+    q.scale_type = 0;
+    q.format = NB_FORMAT_INT4;
+    {
+        static const int32_t bad_groups[] = {16, 48, 256, -2, 8192, 1 << 30};
+        for (size_t i = 0; i < sizeof bad_groups / sizeof bad_groups[0]; i++) {
+            q.group_size = bad_groups[i];
+            EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_quantize(path, out, &q, &qs));
+        }
+        q.group_size = 0;
+        static const int32_t bad_scales[] = {NB_SCALE_E4M3, NB_SCALE_E8M0, NB_SCALE_F32, 9, -1};
+        for (size_t i = 0; i < sizeof bad_scales / sizeof bad_scales[0]; i++) {
+            q.scale_type = bad_scales[i];
+            EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_quantize(path, out, &q, &qs));
+        }
+        q.scale_type = 0;
+    }
+    q.method = NB_QUANT_MSE; /* the MSE search serves the FP4 formats */
+    EXPECT(NB_ERR_UNSUPPORTED, nb_ckpt_quantize(path, out, &q, &qs));
+    q.method = NB_QUANT_RTN;
+    q.device = NB_CKPT_DEVICE_GPU; /* no device quantizer for the integer formats */
+    EXPECT(NB_ERR_UNSUPPORTED, nb_ckpt_quantize(path, out, &q, &qs));
+    q.device = NB_CKPT_DEVICE_AUTO;
+    q.format = NB_FORMAT_INT8; /* no layout is written for it */
+    EXPECT(NB_ERR_UNSUPPORTED, nb_ckpt_quantize(path, out, &q, &qs));
+    q.format = NB_FORMAT_NVFP4;
     q.format = (nb_format)0; /* not a format of the table */
     EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_quantize(path, out, &q, &qs));
     q.format = NB_FORMAT_MXFP4;

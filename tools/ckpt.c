@@ -612,18 +612,21 @@ static void quantize_progress(void *user, size_t i, size_t n, uint64_t done, uin
 }
 
 static void quantize_help(void) {
-    printf("usage: nibble quantize IN OUT --format nvfp4|mxfp4 [--exclude PATTERN]...\n"
-           "                       [--mx-rule ocp|even|round-up] [--no-default-excludes]\n"
+    printf("usage: nibble quantize IN OUT --format nvfp4|mxfp4|int4|int4_sym [--exclude PATTERN]...\n"
+           "                       [--mx-rule ocp|even|round-up] [--group-size 32|64|128|channel]\n"
+           "                       [--scale-type f16|bf16] [--no-default-excludes]\n"
            "                       [--method rtn|mse] [--device auto|cpu|gpu] [--allow-empty] [--json]\n"
            "  IN   a BF16/F16/F32 checkpoint: .safetensors file, directory (index or\n"
            "       model.safetensors) or index file.  It is only read.\n"
            "  OUT  a directory that must not exist or be empty.  It receives, per input\n"
            "       file, a file of the same name; the index when IN is sharded;\n"
            "       config.json with a quantization_config (ModelOpt for nvfp4, Quark for\n"
-           "       mxfp4); hf_quant_config.json (nvfp4); every other file of IN's directory\n"
+           "       mxfp4, compressed-tensors pack-quantized for int4 and int4_sym);\n"
+           "       hf_quant_config.json (nvfp4); every other file of IN's directory\n"
            "       byte for byte (not other *.safetensors, not subdirectories).\n"
            "  Quantized: every 2-D BF16/F16/F32 tensor P.weight whose K is a multiple of the\n"
-           "  group (16 nvfp4, 32 mxfp4) and whose prefix P matches no exclude pattern\n"
+           "  group (16 nvfp4, 32 mxfp4, --group-size for int4 / int4_sym: default 128,\n"
+           "  channel = one group per row, any even K) and whose prefix P matches no exclude pattern\n"
            "  (shell wildcards, fnmatch on P, '*' crosses dots: --exclude '*.mlp.gate').\n"
            "  Excluded by default: '*lm_head' and '*embed*' (--no-default-excludes drops\n"
            "  them).  Every other tensor is copied unchanged with its dtype.\n"
@@ -631,9 +634,14 @@ static void quantize_help(void) {
            "  F32 [] (ModelOpt numerics; no input_scale).  mxfp4: P.weight U8 [N,K/2],\n"
            "  P.weight_scale U8 [N,K/32] (E8M0); --mx-rule picks the block exponent\n"
            "  (default even, as Quark; ocp = floor(log2 amax)-2; round-up = triton).\n"
+           "  int4 (zero points) / int4_sym: compressed-tensors pack-quantized,\n"
+           "  P.weight_packed I32 [N,K/8], P.weight_scale [N,K/G] (--scale-type: f16,\n"
+           "  the default, or bf16), P.weight_shape I64 [2], and for int4\n"
+           "  P.weight_zero_point I32 [N/8,K/G]; quantized on the CPU (C reference).\n"
            "  --method: rtn (default: the format's rule) or mse (per block, the scale among\n"
            "  the rule's and its neighbours with the least squared error; never worse\n"
-           "  than rtn per block; slower, CPU only: --device auto then uses the CPU).\n"
+           "  than rtn per block; slower, CPU only: --device auto then uses the CPU;\n"
+           "  nvfp4 and mxfp4 only).\n"
            "  --device: where the weights are quantized: gpu (CUDA device 0: each tensor\n"
            "  is copied to the GPU, quantized by nb_quantize and copied back), cpu (the C\n"
            "  reference), or auto (default: the GPU when there is one).  The bytes are\n"
@@ -664,7 +672,7 @@ static void format_choices(char *buf, size_t n) {
 }
 
 typedef struct quantize_args {
-    const char *in, *out, *fmt, *rule, *device, *method;
+    const char *in, *out, *fmt, *rule, *device, *method, *group, *scale;
     int json, allow_empty;
 } quantize_args;
 
@@ -679,6 +687,8 @@ static int quantize_parse(int argc, char **argv, quantize_args *a, nb_ckpt_quant
         {.name = "--format", .kind = NBA_CHOICE, .dst = &a->fmt, .choices = formats},
         {.name = "--exclude", .kind = NBA_LIST, .dst = excl, .count = &nexcl},
         {.name = "--mx-rule", .kind = NBA_CHOICE, .dst = &a->rule, .choices = "ocp|even|round-up"},
+        {.name = "--group-size", .kind = NBA_CHOICE, .dst = &a->group, .choices = "32|64|128|channel"},
+        {.name = "--scale-type", .kind = NBA_CHOICE, .dst = &a->scale, .choices = "f16|bf16"},
         {.name = "--no-default-excludes", .kind = NBA_FLAG, .dst = &o->no_default_excludes},
         {.name = "--device", .kind = NBA_CHOICE, .dst = &a->device, .choices = "auto|cpu|gpu"},
         {.name = "--method", .kind = NBA_CHOICE, .dst = &a->method, .choices = "rtn|mse"},
@@ -701,6 +711,12 @@ static int quantize_parse(int argc, char **argv, quantize_args *a, nb_ckpt_quant
     if (a->rule && fi.scale_type != NB_SCALE_E8M0)
         return nba_usage("quantize", "--mx-rule applies to formats with E8M0 scales (mxfp4), not to --format %s",
                          a->fmt);
+    const int integer = o->format == NB_FORMAT_INT4 || o->format == NB_FORMAT_INT4_SYM;
+    if ((a->group || a->scale) && !integer)
+        return nba_usage("quantize", "%s applies to the integer formats (int4, int4_sym), not to --format %s",
+                         a->group ? "--group-size" : "--scale-type", a->fmt);
+    if (a->group) o->group_size = !strcmp(a->group, "channel") ? NB_CKPT_GROUP_PER_CHANNEL : atoi(a->group);
+    if (a->scale) o->scale_type = !strcmp(a->scale, "bf16") ? NB_SCALE_BF16 : NB_SCALE_F16;
     if (a->rule)
         o->mx_rule = !strcmp(a->rule, "ocp") ? NB_MX_SCALE_OCP : !strcmp(a->rule, "even") ? NB_MX_SCALE_EVEN
                                                                                            : NB_MX_SCALE_ROUND_UP;
@@ -709,6 +725,10 @@ static int quantize_parse(int argc, char **argv, quantize_args *a, nb_ckpt_quant
     o->method = a->method && !strcmp(a->method, "mse") ? NB_QUANT_MSE : NB_QUANT_RTN;
     if (o->method == NB_QUANT_MSE && o->device == NB_CKPT_DEVICE_GPU)
         return nba_usage("quantize", "--method mse runs on the CPU only (--device cpu or auto)");
+    if (integer && o->method == NB_QUANT_MSE)
+        return nba_usage("quantize", "--method mse serves nvfp4 and mxfp4; --format %s rounds to nearest", a->fmt);
+    if (integer && o->device == NB_CKPT_DEVICE_GPU)
+        return nba_usage("quantize", "--format %s is quantized on the CPU (--device cpu or auto)", a->fmt);
     return 0;
 }
 
@@ -757,6 +777,11 @@ static int quantize_report(const quantize_args *a, const nb_ckpt_quantize_opts *
     if (fi.scale_type == NB_SCALE_E8M0)
         cJSON_AddStringToObject(j, "mx_rule", o->mx_rule == NB_MX_SCALE_OCP ? "ocp"
                                               : o->mx_rule == NB_MX_SCALE_EVEN ? "even" : "round-up");
+    if (o->format == NB_FORMAT_INT4 || o->format == NB_FORMAT_INT4_SYM) {
+        if (o->group_size == NB_CKPT_GROUP_PER_CHANNEL) cJSON_AddStringToObject(j, "group_size", "channel");
+        else json_add_i64(j, "group_size", o->group_size ? o->group_size : fi.group_size);
+        cJSON_AddStringToObject(j, "scale_type", o->scale_type == NB_SCALE_BF16 ? "bf16" : "f16");
+    }
     cJSON_AddStringToObject(j, "method", o->method == NB_QUANT_MSE ? "mse" : "rtn");
     json_add_i64(j, "tensors_in", (int64_t)s->tensors_in);
     json_add_i64(j, "layers_quantized", (int64_t)s->layers_quantized);

@@ -349,7 +349,7 @@ def _packed_desc(fmt, n, k, group, scale_type, tensor_scale, scale_exp_min, scal
     """A packed-layout nb_weight_desc (validated: a group or scale type the
     format does not accept raises nibble.Error naming the ones it does)."""
     d = _lib.WeightDesc()
-    _lib.check(_lib.lib.nb_weight_desc_init(ctypes.byref(d), fmt, n, k))
+    _lib.lib.nb_weight_desc_init(ctypes.byref(d), fmt, n, k)  # (validated below, with the group chosen)
     d.group_size = int(group) if group else _GROUP[fmt]
     d.scale_type = _scale_type(scale_type, fmt)
     _lib.check(_lib.lib.nb_weight_desc_validate(ctypes.byref(d)))

@@ -711,7 +711,9 @@ class CkptQuantizeOpts(Structure):
         ("device", c_int),          # nb_ckpt_device
         ("allow_empty", c_int32),
         ("method", c_int32),        # nb_quant_method: 0 rtn, 1 mse
-        ("reserved", c_int32 * 6),
+        ("group_size", c_int32),    # integer formats: 0 default, 32/64/128, -1 one group per row
+        ("scale_type", c_int32),    # integer formats: 0 default (F16), nb_scale_type F16 or BF16
+        ("reserved", c_int32 * 4),
     ]
 
 

@@ -29,8 +29,8 @@ from typing import Optional, Tuple
 import numpy as np
 
 from . import _lib
-from . import DEFAULT_SCALE_RULE, QuantizedExperts, QuantizedMoe, QuantizedWeight, _FORMAT_NAMES, _RULE_NAMES, _RULES, _SCALE_NP, _buffers, _format, _rule_name
-from ._lib import CkptMoeProj, Error, Status
+from . import DEFAULT_SCALE_RULE, QuantizedExperts, QuantizedMoe, QuantizedWeight, _FORMAT_NAMES, _RULE_NAMES, _RULES, _SCALE_NP, _buffers, _format, _rule_name, _scale_type
+from ._lib import CkptMoeProj, Error, Format, ScaleType, Status
 from .moe import ACTIVATIONS, GATE_UP_LAYOUTS
 
 _MOE_ACT = {int(v): k for k, v in ACTIVATIONS.items()}
@@ -466,10 +466,15 @@ def open_checkpoint(path):
 
 
 def quantize_checkpoint(src, dst, format="nvfp4", scale_rule=DEFAULT_SCALE_RULE, exclude=(), default_excludes=True,
-                        progress=None, device="auto", allow_empty=False, method="rtn"):
-    """`nibble quantize` (nb_ckpt_quantize): write a ModelOpt NVFP4 or Quark
-    MXFP4 checkpoint of the BF16/F16/F32 checkpoint `src` into directory
-    `dst` (new or empty).  scale_rule: the MXFP4 block exponent rule, "even"
+                        progress=None, device="auto", allow_empty=False, method="rtn", group_size=None,
+                        scale_type=None):
+    """`nibble quantize` (nb_ckpt_quantize): write a ModelOpt NVFP4, Quark
+    MXFP4 or compressed-tensors pack-quantized int4 / int4_sym checkpoint of
+    the BF16/F16/F32 checkpoint `src` into directory `dst` (new or empty).
+    group_size and scale_type apply to int4 / int4_sym only: None (the
+    format's default: 128, "f16"), 32, 64, 128 or "channel" (one group per
+    row); "f16" or "bf16".  int4 / int4_sym are quantized on the CPU
+    (device "gpu" and method "mse" raise nibble.Error).  scale_rule: the MXFP4 block exponent rule, "even"
     by default as everywhere in nibble.  exclude: fnmatch patterns on layer
     prefixes; default_excludes adds "*lm_head" and "*embed*".  progress, if
     given, is called as progress(i, n, bytes_done, bytes_total, name).
@@ -502,6 +507,21 @@ def quantize_checkpoint(src, dst, format="nvfp4", scale_rule=DEFAULT_SCALE_RULE,
     if method not in ("rtn", "mse"):
         raise ValueError(f"nibble: unknown method {method!r}; expected 'rtn' or 'mse'")
     opts.method = 1 if method == "mse" else 0
+    integer = fmt in (Format.INT4, Format.INT4_SYM)
+    if (group_size is not None or scale_type is not None) and not integer:
+        raise ValueError(f"nibble: group_size and scale_type apply to int4 and int4_sym, not to {format!r}")
+    if group_size is not None:
+        if group_size == "channel":
+            opts.group_size = -1     # NB_CKPT_GROUP_PER_CHANNEL
+        elif isinstance(group_size, int) and not isinstance(group_size, bool) and group_size in (32, 64, 128):
+            opts.group_size = group_size
+        else:
+            raise ValueError(f"nibble: group_size {group_size!r}; expected 32, 64, 128 or 'channel'")
+    if scale_type is not None:
+        st = _scale_type(scale_type, fmt)
+        if st not in (ScaleType.F16, ScaleType.BF16):
+            raise ValueError(f"nibble: scale_type {scale_type!r}; int4 checkpoints hold 'f16' or 'bf16' scales")
+        opts.scale_type = int(st)
     if progress is not None:
         def cb(_user, i, n, done, total, name):
             progress(int(i), int(n), int(done), int(total), name.decode() if name else "")

@@ -155,7 +155,8 @@ def _weight_desc(n, k, fmt, tensor_scale, scale_exp_min, scale_exp_max, group_si
     d = _desc_cache.get(key)
     if d is None:
         d = _lib.WeightDesc()
-        _lib.check(_lib.lib.nb_weight_desc_init(ctypes.byref(d), fmt, n, k))
+        # (init validates against the default group, which may not divide k: validated below with the chosen one)
+        _lib.lib.nb_weight_desc_init(ctypes.byref(d), fmt, n, k)
         if group_size:
             d.group_size = group_size
         if scale_type:
@@ -418,7 +419,7 @@ def _quantize_device(w, fmt, scale_rule, tensor_scale, group_size=None, scale_ty
                          f"multiple of {g}")
     w = w.contiguous()
     d = _lib.WeightDesc()
-    _lib.check(_lib.lib.nb_weight_desc_init(ctypes.byref(d), fmt, n, k))
+    _lib.lib.nb_weight_desc_init(ctypes.byref(d), fmt, n, k)   # (validated below, with the group chosen)
     d.group_size, d.scale_type = g, _scale_type(scale_type, fmt)
     _lib.check(_lib.lib.nb_weight_desc_validate(ctypes.byref(d)))   # a group or scale type the format refuses
     d.scale_rule = _RULES[rule]

@@ -9,7 +9,7 @@
                                                  quantization_config=NibbleConfig())        # Quark, CT, gpt-oss
     model = AutoModelForCausalLM.from_pretrained("Llama-BF16/", device_map="cuda",
                                                  quantization_config=NibbleConfig(format="nvfp4"))
-    model.save_pretrained("Llama-NVFP4-nibble/")     # ModelOpt NVFP4 (MXFP4: Quark), as `nibble quantize` writes
+    model.save_pretrained("Llama-NVFP4-nibble/")     # ModelOpt NVFP4 (MXFP4: Quark; int4: compressed-tensors)
 
 Dispatch
   transformers picks a quantizer by the checkpoint's
@@ -57,8 +57,9 @@ Loading a 4-bit checkpoint
 
 Quantizing at load
   NibbleConfig(format="nvfp4" | "mxfp4" | "int4" | "int4_sym") (the integer
-  formats with their default group 128 and F16 scales, quantized on the
-  host; experts modules are refused with them) on a checkpoint without 4-bit
+  formats with group_size 32/64/128, default 128, and scale_type "f16" or
+  "bf16", default "f16", quantized on the host; experts modules are
+  refused with them) on a checkpoint without 4-bit
   layers quantizes every nn.Linear (but modules_to_not_convert, by default
   transformers' choice: the output head and tied embeddings, and layers whose
   in_features is not a multiple of the group) as its weight is read:
@@ -81,9 +82,13 @@ Saving
   per-expert biases); a gpt-oss model whose only 4-bit modules are its
   MXFP4 experts is written in gpt-oss's own layout (*_blocks, *_scales,
   biases, quant_method "mxfp4"), read back through NibbleConfig() or
-  override("mxfp4").  See save_layout.  Models with int4 layers are not
-  saved (no layout is written for them yet): save_pretrained raises
-  ValueError.
+  override("mxfp4").  See save_layout.  Models with int4 / int4_sym layers
+  are written in compressed-tensors' pack-quantized layout (weight_packed,
+  weight_scale, weight_shape, weight_zero_point for int4, weight_g_idx for
+  an act-order layer; docs/formats.md 5.4), as `nibble quantize --format
+  int4` writes it, with one group for the model (layers of different
+  groups are refused); they load back through NibbleConfig() or
+  override("compressed-tensors").
 """
 
 import copy
@@ -108,7 +113,8 @@ __all__ = ["NibbleConfig", "NibbleHfQuantizer", "override", "restore", "OVERRIDA
 OVERRIDABLE = ("modelopt", "compressed-tensors", "quark", "mxfp4")
 
 # Where save_pretrained's layout comes from: one per format with GPU kernels.
-_SAVE_LAYOUT = {"nvfp4": "modelopt", "mxfp4": "quark"}
+_SAVE_LAYOUT = {"nvfp4": "modelopt", "mxfp4": "quark", "int4": "compressed-tensors",
+                "int4_sym": "compressed-tensors"}
 _EXPERT_WEIGHTS = ("gate_up_proj", "down_proj")   # the 3-D weights of an experts module quantized at load
 _QUARK_MODE = {"even": "even", "ocp": "floor", "round_up": "round_up"}   # Quark's scale_calculation_mode
 
@@ -135,6 +141,8 @@ class NibbleConfig(QuantizationConfigMixin):
       format (else ValueError).  Formats no GPU kernel serves (int8, nf4,
       bnb_fp4) are refused by name.
     scale_rule, method: as nibble.torch.quantize ("mse" runs on the host).
+    group_size, scale_type: int4 / int4_sym only, as nibble.torch.quantize
+      (32, 64 or 128, None: 128; "f16", the default, or "bf16").
     modules_to_not_convert: fnmatch patterns (as quantize_model's exclude) of
       layers left in BF16 when quantizing at load; None: transformers' default
       (output head, tied embeddings).
@@ -143,12 +151,12 @@ class NibbleConfig(QuantizationConfigMixin):
 
     After a model is loaded, `format` is its layers' format and
     to_dict() (what save_pretrained writes into config.json) is the
-    quantization_config of the layout save_pretrained writes: ModelOpt NVFP4
-    or Quark MXFP4.  `source` keeps the checkpoint's own quantization_config
+    quantization_config of the layout save_pretrained writes: ModelOpt NVFP4,
+    Quark MXFP4 or compressed-tensors pack-quantized int4.  `source` keeps the checkpoint's own quantization_config
     when nibble took it over."""
 
     def __init__(self, format=None, scale_rule=None, method="rtn", modules_to_not_convert=None, dequantize=False,
-                 source=None, **kwargs):
+                 source=None, group_size=None, scale_type=None, **kwargs):
         self.quant_method = "nibble"
         self.format = _kernel_format(format, "format")
         if scale_rule is not None:
@@ -159,6 +167,13 @@ class NibbleConfig(QuantizationConfigMixin):
         if method not in ("rtn", "mse"):
             raise ValueError(f"nibble.transformers: unknown method {method!r}; expected 'rtn' or 'mse'")
         self.method = method
+        if (group_size is not None or scale_type is not None) and self.format not in ("int4", "int4_sym"):
+            raise ValueError("nibble.transformers: group_size and scale_type apply to format 'int4' or 'int4_sym'")
+        if group_size is not None and (isinstance(group_size, bool) or group_size not in (32, 64, 128)):
+            raise ValueError(f"nibble.transformers: group_size {group_size!r}; expected 32, 64 or 128")
+        if scale_type is not None and scale_type not in ("f16", "bf16"):
+            raise ValueError(f"nibble.transformers: scale_type {scale_type!r}; expected 'f16' or 'bf16'")
+        self.group_size, self.scale_type = group_size, scale_type
         if isinstance(modules_to_not_convert, str):
             modules_to_not_convert = [modules_to_not_convert]
         self.modules_to_not_convert = list(modules_to_not_convert) if modules_to_not_convert is not None else None
@@ -166,8 +181,7 @@ class NibbleConfig(QuantizationConfigMixin):
         self.source = dict(source) if source else None
         if kwargs:
             raise TypeError(f"nibble.transformers: NibbleConfig got unknown arguments {sorted(kwargs)}")
-        self._saved_as = None     # set once a model holds nibble layers: (format, float linear layer names,
-        #                           experts layout), see save_layout
+        self._saved_as = None     # set once a model holds nibble layers: save_layout's dict
 
     @classmethod
     def from_dict(cls, config_dict, return_unused_kwargs=False, **kwargs):
@@ -179,7 +193,7 @@ class NibbleConfig(QuantizationConfigMixin):
         if d.get("quant_method") == "nibble":
             d.pop("quant_method")
             config = cls(**{key: d[key] for key in ("format", "scale_rule", "method", "modules_to_not_convert",
-                                                    "dequantize", "source") if key in d})
+                                                    "dequantize", "source", "group_size", "scale_type") if key in d})
         else:
             config = cls(source=d)
         unused = {}
@@ -193,15 +207,16 @@ class NibbleConfig(QuantizationConfigMixin):
     def _nibble_dict(self):
         return {"quant_method": "nibble", "format": self.format, "scale_rule": self.scale_rule,
                 "method": self.method, "modules_to_not_convert": self.modules_to_not_convert,
-                "dequantize": self.dequantize, "source": self.source}
+                "dequantize": self.dequantize, "source": self.source, "group_size": self.group_size,
+                "scale_type": self.scale_type}
 
     def to_dict(self):
         if self._saved_as is None:
             return self._nibble_dict()
-        fmt, unquantized, experts = self._saved_as
-        if experts == "gptoss":   # gpt-oss's own quantization_config, as its checkpoints carry it
-            return {"quant_method": "mxfp4", "modules_to_not_convert": list(unquantized)}
-        return _layout_config(fmt, self.scale_rule, unquantized)
+        layout = self._saved_as
+        if layout["experts"] == "gptoss":   # gpt-oss's own quantization_config, as its checkpoints carry it
+            return {"quant_method": "mxfp4", "modules_to_not_convert": list(layout["unquantized"])}
+        return _layout_config(layout["format"], self.scale_rule, layout["unquantized"], layout.get("group"))
 
     def to_diff_dict(self):
         return self.to_dict()
@@ -218,10 +233,22 @@ def _producer():
     return {"name": "nibble", "version": _nibble_version}
 
 
-def _layout_config(fmt, scale_rule, exclude):
+def _layout_config(fmt, scale_rule, exclude, group=None):
     """config.json's quantization_config of the layout save_pretrained writes,
-    as nibble's C writer (src/io/ckpt_out.c, `nibble quantize`) writes it."""
+    as nibble's C writer (src/io/ckpt_out.c, `nibble quantize`) writes it.
+    group: int4 / int4_sym only, the group size or "channel"."""
     exclude = list(exclude)
+    if fmt in ("int4", "int4_sym"):
+        w = {"num_bits": 4, "type": "int", "symmetric": fmt == "int4_sym"}
+        if group == "channel":
+            w.update(strategy="channel", group_size=None)
+        else:
+            w.update(strategy="group", group_size=int(group or 128))
+        w.update(dynamic=False, observer="minmax", actorder=None)
+        return {"quant_method": "compressed-tensors", "format": "pack-quantized", "quantization_status": "compressed",
+                "config_groups": {"group_0": {"targets": ["Linear"], "weights": w, "input_activations": None,
+                                              "output_activations": None}},
+                "ignore": exclude, "kv_cache_scheme": None, "producer": _producer()}
     if fmt == "nvfp4":
         w = {"num_bits": 4, "type": "float", "group_size": 16, "dynamic": False}
         return {"quant_method": "modelopt", "quant_algo": "NVFP4", "producer": _producer(), "ignore": exclude,
@@ -495,7 +522,7 @@ class NibbleHfQuantizer(HfQuantizer):
                              f"{cfg.source.get('quant_method')!r} but nibble's reader found no 4-bit layer in it")
         self.pre_quantized = False
         fmt = _FORMATS[cfg.format]
-        group = _lib.FORMAT_INFO[fmt]["group_size"]
+        group = cfg.group_size or _lib.FORMAT_INFO[fmt]["group_size"]
         skip = self.get_modules_to_not_convert(model, cfg.modules_to_not_convert, model._keep_in_fp32_modules)
         for name, mod in model.named_modules():
             if isinstance(mod, torch.nn.Linear) and name and not nt._excluded(name, skip) \
@@ -527,10 +554,11 @@ class NibbleHfQuantizer(HfQuantizer):
             raise ValueError(f"nibble.transformers: {prefix} is a {type(mod).__name__}, not an nn.Linear")
         try:
             if weight.device.type == "cuda":
-                pw = nt.quantize(weight, format=cfg.format, scale_rule=cfg.scale_rule, method=cfg.method)
+                pw = nt.quantize(weight, format=cfg.format, scale_rule=cfg.scale_rule, method=cfg.method,
+                                 group_size=cfg.group_size, scale_type=cfg.scale_type)
             else:
                 qw = _np_quantize(nt._host_array(weight), format=cfg.format, scale_rule=cfg.scale_rule,
-                                  method=cfg.method)
+                                  method=cfg.method, group_size=cfg.group_size, scale_type=cfg.scale_type)
                 pw = nt.pack(qw, "cpu")
         except Exception as e:
             self._errors[prefix] = f"{type(e).__name__}: {e}"
@@ -610,11 +638,12 @@ class NibbleHfQuantizer(HfQuantizer):
             fmts = sorted(set(fmts) | {m.format for m in model.modules() if isinstance(m, nt.MoeExperts)})
             if len(fmts) == 1:
                 cfg.format = fmts[0]
+            cfg._saved_as = None
             if len(fmts) == 1 and fmts[0] in _SAVE_LAYOUT:
-                layout = save_layout(model)
-                cfg._saved_as = (layout["format"], layout["unquantized"], layout["experts"])
-            else:   # (int4: no layout is written; save_pretrained refuses it)
-                cfg._saved_as = None
+                try:
+                    cfg._saved_as = save_layout(model)
+                except ValueError:   # (no layout holds it, e.g. int4 layers of several groups:
+                    pass             #  save_pretrained says why)
         return model
 
     def _fill(self, model):
@@ -658,7 +687,8 @@ class NibbleHfQuantizer(HfQuantizer):
 
     def get_state_dict_and_metadata(self, model):
         """The model's state_dict with every nibble layer in the checkpoint
-        layout of its format (ModelOpt NVFP4, Quark MXFP4) and every
+        layout of its format (ModelOpt NVFP4, Quark MXFP4, compressed-tensors
+        pack-quantized int4 / int4_sym) and every
         MoeExperts as layers_of_experts writes it; sets what to_dict() then
         writes into config.json (save_pretrained saves the config after the
         tensors)."""
@@ -667,13 +697,14 @@ class NibbleHfQuantizer(HfQuantizer):
         for name, mod in model.named_modules():
             pre = name + "." if name else ""
             if isinstance(mod, nt.Linear):
-                state.update({pre + k: v for k, v in layer_tensors(mod.quantized_weight()).items()})
+                perm = None if mod.perm is None else mod.perm.cpu().numpy()
+                state.update({pre + k: v for k, v in layer_tensors(mod.quantized_weight(), perm).items()})
             elif isinstance(mod, nt.MoeExperts):
                 for k in ("gate_up_proj_bias", "down_proj_bias"):
                     state.pop(pre + k, None)
                 state.update(experts_tensors(name, mod.quantized_moe(), layout["experts"], _model_type(model),
                                              mod.gate_up_proj_bias, mod.down_proj_bias))
-        self.quantization_config._saved_as = (layout["format"], layout["unquantized"], layout["experts"])
+        self.quantization_config._saved_as = layout
         return state, {}
 
 
@@ -684,10 +715,17 @@ def _model_type(model):
 
 
 def save_layout(model):
-    """What save_pretrained writes for `model`: {"format": "nvfp4" | "mxfp4",
-    "experts": "gptoss" (gpt-oss's *_blocks / *_scales tensors) or
-    "per-expert" (a layer per expert and projection, in the format's
-    layout), "unquantized": the names of the float nn.Linear layers}.
+    """What save_pretrained writes for `model`: {"format": "nvfp4" | "mxfp4" |
+    "int4" | "int4_sym", "experts": "gptoss" (gpt-oss's *_blocks / *_scales
+    tensors) or "per-expert" (a layer per expert and projection, in the
+    format's layout), "unquantized": the names of the float nn.Linear layers,
+    "group": for int4 / int4_sym the group every layer has, or "channel"
+    when every layer has one group per row (None for the FP4 formats)}.
+
+    int4 and int4_sym are written in compressed-tensors' pack-quantized
+    layout (layer_tensors), whose config names one group for the whole
+    model: layers of different groups are refused (ValueError), as are int4
+    experts modules (no expert layout is written for them).
 
     One checkpoint holds one layout, so that nibble's reader, which
     cross-checks every layer against config.json's quantization_config,
@@ -704,13 +742,27 @@ def save_layout(model):
         raise ValueError("nibble.transformers: save_pretrained writes one layout, and this model holds "
                          + (f"{', '.join(fmts)} layers" if fmts else "no nibble layers"))
     if fmts[0] not in _SAVE_LAYOUT:
-        raise ValueError(f"nibble.transformers: save_pretrained writes ModelOpt NVFP4 and Quark MXFP4 layouts; no "
-                         f"checkpoint layout is written for {fmts[0]} layers yet (the checkpoint they were loaded "
-                         "from holds them)")
+        raise ValueError(f"nibble.transformers: save_pretrained writes ModelOpt NVFP4, Quark MXFP4 and "
+                         f"compressed-tensors int4 layouts; no checkpoint layout is written for {fmts[0]} layers yet "
+                         "(the checkpoint they were loaded from holds them)")
+    group = None
+    if fmts[0] in ("int4", "int4_sym"):
+        if experts:
+            raise ValueError(f"nibble.transformers: save_pretrained writes no layout for {fmts[0]} experts modules")
+        groups = {m.group if m.group else 128 for m in linears}
+        if len(groups) == 1:
+            group = groups.pop()
+        elif all(m.group == m.in_features for m in linears):
+            group = "channel"
+        else:
+            raise ValueError(f"nibble.transformers: save_pretrained writes compressed-tensors pack-quantized, whose "
+                             f"config names one group; this model's {fmts[0]} layers have groups "
+                             f"{sorted(groups)}")
     gptoss = bool(experts) and not linears and fmts == ["mxfp4"] and all(
         m.spec.activation == "swiglu_oai" and m.spec.gate_up_layout == "interleaved" for m in experts)
     unquantized = sorted(name for name, m in model.named_modules() if isinstance(m, torch.nn.Linear))
-    return {"format": fmts[0], "experts": "gptoss" if gptoss else "per-expert", "unquantized": unquantized}
+    return {"format": fmts[0], "experts": "gptoss" if gptoss else "per-expert", "unquantized": unquantized,
+            "group": group}
 
 
 def _expert_slices(qe, rows):
@@ -785,10 +837,67 @@ def experts_tensors(prefix, qm, layout, model_type=None, gate_up_bias=None, down
     return out
 
 
-def layer_tensors(qw):
+def _ct_int_tensors(qw, perm):
+    """compressed-tensors pack-quantized tensors of an int4 / int4_sym
+    nibble.QuantizedWeight (docs/formats.md 5.4), as nb_ckpt_quantize writes
+    them: weight_packed I32 [n, ceil(k/8)] (element j at bits 4(j % 8) of
+    word j / 8, int4_sym's two's-complement codes offset by 8), weight_scale
+    F16/BF16 [n, k/g] as they are, weight_shape I64 [2], and for int4
+    weight_zero_point I32 [ceil(n/8), k/g] (the zero points, packed along
+    n).  With perm (the columns' input features, act-order) the codes are
+    put back in input-feature order and weight_g_idx I32 [k] says each
+    feature's group, which the reader turns back into the same weight."""
+    n, k, g = int(qw.n), int(qw.k), int(qw.group_size)
+    codes = np.ascontiguousarray(qw.codes, dtype=np.uint8)
+    out = {}
+    if perm is not None:
+        perm = np.asarray(perm, dtype=np.int64)
+        if perm.shape != (k,) or not np.array_equal(np.sort(perm), np.arange(k)):
+            raise ValueError(f"nibble.transformers: perm is not a permutation of {k} input features")
+        nib = np.stack([codes & 15, codes >> 4], -1).reshape(n, k)
+        orig = np.empty_like(nib)
+        orig[:, perm] = nib
+        codes = (orig[:, 0::2] | (orig[:, 1::2] << 4)).astype(np.uint8)
+        gidx = np.empty(k, np.int32)
+        gidx[perm] = np.arange(k) // g
+        out["weight_g_idx"] = torch.from_numpy(gidx)
+    if qw.format == "int4_sym":
+        codes = codes ^ np.uint8(0x88)   # each nibble's bit 3: two's complement -> offset 8
+    words = (k + 7) // 8
+    packed = np.zeros((n, words * 4), np.uint8)
+    packed[:, :k // 2] = codes
+    out["weight_packed"] = torch.from_numpy(packed.view("<i4").astype(np.int32))
+    scales = np.ascontiguousarray(qw.scales)
+    if scales.dtype == np.uint16:   # BF16 bits
+        out["weight_scale"] = torch.from_numpy(scales.view(np.int16).copy()).view(torch.bfloat16)
+    elif scales.dtype == np.float16:
+        out["weight_scale"] = torch.from_numpy(scales.copy())
+    else:
+        raise ValueError(f"nibble.transformers: {qw.format} scales of dtype {scales.dtype} have no compressed-tensors "
+                         "layout (float16 or bfloat16)")
+    out["weight_shape"] = torch.tensor([n, k], dtype=torch.int64)
+    if qw.format == "int4":
+        z = np.zeros(((n + 7) // 8 * 8, k // g), np.uint32)
+        z[:n] = np.asarray(qw.zeros, dtype=np.uint8) & 15
+        z = z.reshape(-1, 8, k // g)
+        word = np.zeros((z.shape[0], k // g), np.uint32)
+        for e in range(8):
+            word |= z[:, e] << np.uint32(4 * e)
+        out["weight_zero_point"] = torch.from_numpy(word.view(np.int32).copy())
+    return out
+
+
+def layer_tensors(qw, perm=None):
     """The tensors of one layer in the layout save_pretrained writes:
-    ModelOpt NVFP4 (weight U8, weight_scale F8_E4M3, weight_scale_2 F32 0-d)
-    or Quark MXFP4 (weight U8, weight_scale U8)."""
+    ModelOpt NVFP4 (weight U8, weight_scale F8_E4M3, weight_scale_2 F32 0-d),
+    Quark MXFP4 (weight U8, weight_scale U8), or for int4 / int4_sym
+    compressed-tensors pack-quantized (weight_packed, weight_scale,
+    weight_shape, weight_zero_point for int4; weight_g_idx when perm, the
+    act-order permutation of nibble.torch.Linear, is given)."""
+    if qw.format in ("int4", "int4_sym"):
+        return _ct_int_tensors(qw, perm)
+    if perm is not None:
+        raise ValueError(f"nibble.transformers: {qw.format} layers have no act-order layout")
     codes = torch.from_numpy(np.ascontiguousarray(qw.codes).copy())
     scales = torch.from_numpy(np.ascontiguousarray(qw.scales).copy())
     if qw.format == "nvfp4":

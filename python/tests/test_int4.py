@@ -342,7 +342,8 @@ def test_transformers_int4_on_the_cpu(int4_ckpts, tmp_path):
     """from_pretrained(quantization_config=NibbleConfig()) of a GPTQ
     act-order checkpoint: nibble.torch.Linear layers packed on the host
     (with the activation permutation), the dequantized twin exact, and
-    save_pretrained refused (no int4 layout is written)."""
+    save_pretrained writing compressed-tensors int4 (test_int4_save.py
+    checks what it writes)."""
     from transformers import AutoModelForCausalLM
     from nibble.transformers import NibbleConfig
     from test_load import bf16_bits
@@ -355,8 +356,9 @@ def test_transformers_int4_on_the_cpu(int4_ckpts, tmp_path):
             assert mod.packed.device.type == "cpu" and mod.perm is not None
             assert torch.equal(mod.perm, torch.from_numpy(ck.perm(prefix).astype(np.int64)))
             np.testing.assert_array_equal(mod.packed.numpy(), nibble.pack(ck.quantized_weight(prefix)).data)
-    with pytest.raises(ValueError, match="no checkpoint layout is written for int4"):
-        m.save_pretrained(str(tmp_path / "out"))
+    m.save_pretrained(str(tmp_path / "out"))
+    with nibble.open_checkpoint(str(tmp_path / "out")) as ck:
+        assert {L.format for L in ck.layers if L.quant_format} == {"ct-int4"}
     ref = AutoModelForCausalLM.from_pretrained(path, quantization_config=NibbleConfig(dequantize=True),
                                                dtype=torch.bfloat16)
     for prefix, want in dense.items():

@@ -871,3 +871,38 @@ cJSON *nbio_qc_ct(nb_format f, int input_acts, const char *const *ignore, size_t
     add_producer(qc);
     return qc;
 }
+
+/* compressed-tensors pack-quantized integer weights (docs/formats.md 5.4), as
+ * llm-compressor's W4A16 / W4A16_ASYM presets serialize their scheme:
+ * weight-only, group or channel strategy, min-max observer. */
+cJSON *nbio_qc_ct_int(nb_format f, int32_t group, const char *const *ignore, size_t n) {
+    nb_format_info fi;
+    if (nb_format_get_info(f, &fi) != NB_OK) return NULL; /* the caller names only formats of the table */
+    cJSON *qc = cJSON_CreateObject();
+    cJSON_AddStringToObject(qc, "quant_method", "compressed-tensors");
+    cJSON_AddStringToObject(qc, "format", "pack-quantized");
+    cJSON_AddStringToObject(qc, "quantization_status", "compressed");
+    cJSON *g0 = cJSON_AddObjectToObject(cJSON_AddObjectToObject(qc, "config_groups"), "group_0");
+    cJSON *targets = cJSON_AddArrayToObject(g0, "targets");
+    cJSON_AddItemToArray(targets, cJSON_CreateString("Linear"));
+    cJSON *w = cJSON_AddObjectToObject(g0, "weights");
+    cJSON_AddNumberToObject(w, "num_bits", fi.element_bits);
+    cJSON_AddStringToObject(w, "type", "int");
+    cJSON_AddBoolToObject(w, "symmetric", !fi.zero_point);
+    if (group > 0) {
+        cJSON_AddStringToObject(w, "strategy", "group");
+        cJSON_AddNumberToObject(w, "group_size", group);
+    } else {
+        cJSON_AddStringToObject(w, "strategy", "channel");
+        cJSON_AddNullToObject(w, "group_size");
+    }
+    cJSON_AddBoolToObject(w, "dynamic", 0);
+    cJSON_AddStringToObject(w, "observer", "minmax");
+    cJSON_AddNullToObject(w, "actorder");
+    cJSON_AddNullToObject(g0, "input_activations");
+    cJSON_AddNullToObject(g0, "output_activations");
+    cJSON_AddItemToObject(qc, "ignore", str_array(ignore, n));
+    cJSON_AddNullToObject(qc, "kv_cache_scheme");
+    add_producer(qc);
+    return qc;
+}

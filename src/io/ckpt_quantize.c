@@ -1,5 +1,6 @@
-/* ckpt_quantize.c - BF16/F16/F32 checkpoint -> ModelOpt NVFP4 or Quark MXFP4
- * checkpoint (rules and output in nibble_io.h, "quantize").
+/* ckpt_quantize.c - BF16/F16/F32 checkpoint -> ModelOpt NVFP4, Quark MXFP4
+ * or compressed-tensors pack-quantized int4 / int4_sym checkpoint (rules and
+ * output in nibble_io.h, "quantize").
  *
  * Each output file is streamed through ckpt_out.c: its tensor list (names,
  * dtypes, shapes) is derived from the input shard's header alone - quantized
@@ -24,22 +25,41 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { ROLE_COPY = 0, ROLE_CODES = 1, ROLE_SCALES = 2, ROLE_TSCALE = 3 };
+/* What an output tensor is.  Each quantized input tensor has at most
+ * NSLOT output tensors; slot() says where each is kept in write_shard's
+ * by_src table (the tensor scale of the FP4 layouts and compressed-tensors'
+ * weight_shape share a slot: no layout has both). */
+enum { ROLE_COPY = 0, ROLE_CODES = 1, ROLE_SCALES = 2, ROLE_TSCALE = 3, ROLE_SHAPE = 4, ROLE_ZEROS = 5 };
+enum { NSLOT = 4 };
+static size_t slot(int role) {
+    return role == ROLE_ZEROS ? 3 : role == ROLE_SHAPE || role == ROLE_TSCALE ? 2 : role == ROLE_SCALES ? 1 : 0;
+}
 
 /* The checkpoint layout each format is written in.  This is knowledge of the
- * layouts (ModelOpt stores NVFP4, Quark MXFP4); what a layout holds - group,
- * scale dtype, whether there is a weight_scale_2 - follows from the format's
- * row in nibble.h.  A format without a row here is NB_ERR_UNSUPPORTED. */
-typedef enum { OUT_MODELOPT = 1, OUT_QUARK = 2 } out_layout;
+ * layouts (ModelOpt stores NVFP4, Quark MXFP4, compressed-tensors the
+ * integer formats); what a layout holds - group, scale dtype, whether there
+ * is a weight_scale_2 or a zero point - follows from the format's row in
+ * nibble.h.  A format without a row here is NB_ERR_UNSUPPORTED. */
+typedef enum { OUT_MODELOPT = 1, OUT_QUARK = 2, OUT_CT_INT = 3 } out_layout;
 static const struct {
     nb_format format;
     out_layout layout;
-} k_out_layouts[] = {{NB_FORMAT_NVFP4, OUT_MODELOPT}, {NB_FORMAT_MXFP4, OUT_QUARK}};
+} k_out_layouts[] = {{NB_FORMAT_NVFP4, OUT_MODELOPT}, {NB_FORMAT_MXFP4, OUT_QUARK}, {NB_FORMAT_INT4, OUT_CT_INT},
+                     {NB_FORMAT_INT4_SYM, OUT_CT_INT}};
+
+/* The tensors a layout writes for prefix P besides what replaces P.weight:
+ * an input that already has one of them keeps P.weight unquantized. */
+static const char *const k_modelopt_names[] = {".weight_scale", ".weight_scale_2", NULL};
+static const char *const k_quark_names[] = {".weight_scale", NULL};
+static const char *const k_ct_int_names[] = {".weight_packed", ".weight_scale", ".weight_shape", ".weight_zero_point",
+                                             ".weight_g_idx", NULL};
 
 typedef struct qstate {
     const nb_ckpt_quantize_opts *o;
     nb_format_info fi; /* the row of o->format */
     out_layout layout;
+    int32_t group;     /* the group: fi.group_size, opts.group_size, or NB_CKPT_GROUP_PER_CHANNEL */
+    nb_scale_type scale_type; /* the scales' type: the row's default or opts.scale_type */
     nb_context *ctx;   /* host-only, or CUDA device 0 when gpu */
     int gpu;
     nbio_out out;
@@ -111,25 +131,46 @@ static int is_float(nb_st_dtype d) { return d == NB_ST_BF16 || d == NB_ST_F16 ||
  * exclude pattern, or scales already there: listed in exclude_modules). */
 typedef enum { T_QUANTIZE, T_OTHER, T_DTYPE, T_SHAPE, T_PATTERN, T_SCALES, T_OOM } fate;
 
+/* The descriptor of an n x k weight as it is quantized (format, group,
+ * scale type, rule, method); NB_OK or why the format does not take it. */
+static nb_status weight_desc(const qstate *q, int64_t n, int64_t k, nb_weight_desc *d) {
+    /* (init fills every field, then validates against the row's default group,
+     * which may not divide k: the chosen group is validated below) */
+    (void)nb_weight_desc_init(d, q->o->format, n, k);
+    if (d->format != q->o->format) /* (check_opts found the format in the table) */
+        return nbi_fail(NULL, NB_ERR_INTERNAL, "nb_ckpt_quantize: format %d has no row", (int)q->o->format);
+    d->group_size = q->group == NB_CKPT_GROUP_PER_CHANNEL ? (k <= INT32_MAX ? (int32_t)k : 0) : q->group;
+    d->scale_type = q->scale_type;
+    if (d->scale_type == NB_SCALE_E8M0) d->scale_rule = q->o->mx_rule;
+    d->method = q->o->method;
+    return nb_weight_desc_validate(d);
+}
+
 static fate decide(const qstate *q, const nb_st_tensor *t) {
     size_t len = strlen(t->name);
     if (len <= 7 || !nbio_ends_with(t->name, ".weight") || t->rank != 2) return T_OTHER;
     if (!is_float(t->dtype)) return T_DTYPE;
-    const int64_t group = q->fi.group_size;
-    if (t->shape[0] <= 0 || t->shape[1] <= 0 || t->shape[1] % group) return T_SHAPE;
-    char *prefix = (char *)malloc(len + 16);
+    if (t->shape[0] <= 0 || t->shape[1] <= 0) return T_SHAPE;
+    if (q->group == NB_CKPT_GROUP_PER_CHANNEL) {
+        nb_weight_desc d;
+        if (weight_desc(q, t->shape[0], t->shape[1], &d) != NB_OK) return T_SHAPE; /* (a probe: K odd or too large) */
+    } else if (t->shape[1] % q->group) {
+        return T_SHAPE;
+    }
+    char *prefix = (char *)malloc(len + 32);
     if (!prefix) return T_OOM;
     memcpy(prefix, t->name, len - 7);
     prefix[len - 7] = 0;
     fate f = T_QUANTIZE;
     for (size_t i = 0; i < q->npat && f == T_QUANTIZE; i++)
         if (fnmatch(q->pat[i], prefix, 0) == 0) f = T_PATTERN;
-    if (f == T_QUANTIZE) {
-        /* an existing P.weight_scale(_2) would collide with what we write */
-        strcpy(prefix + len - 7, ".weight_scale");
+    /* a tensor of the layout already there would collide with what we write */
+    const char *const *names = q->layout == OUT_MODELOPT ? k_modelopt_names
+                               : q->layout == OUT_QUARK  ? k_quark_names
+                                                         : k_ct_int_names;
+    for (size_t i = 0; names[i] && f == T_QUANTIZE; i++) {
+        strcpy(prefix + len - 7, names[i]);
         if (tensor_exists(q, prefix)) f = T_SCALES;
-        strcpy(prefix + len - 7, ".weight_scale_2");
-        if (f == T_QUANTIZE && q->fi.tensor_scale && tensor_exists(q, prefix)) f = T_SCALES;
     }
     free(prefix);
     return f;
@@ -143,15 +184,42 @@ static void report(qstate *q, const char *name) {
     if (q->o->progress) q->o->progress(q->o->progress_user, q->ti, q->tn, q->bdone, q->btotal, name);
 }
 
-/* Quantize input tensor t into the entries e[0..2] (codes, scales, tensor scale). */
+/* compressed-tensors pack-quantized tensors from nibble's checkpoint layout
+ * (nibble_io.h, "quantize", INT4 / INT4_SYM): the codes as I32 words along
+ * K, the zero points as I32 words along N.  Both are little-endian words of
+ * eight nibbles, element i at bits 4i, which is the byte order of nibble's
+ * codes (even element in the low nibble): a row of codes is copied, with
+ * bit 3 of every nibble flipped for int4_sym (two's complement -> offset 8),
+ * and padded to whole words. */
+static void ct_pack_codes(const uint8_t *codes, int64_t n, int64_t k, int sym, uint8_t *packed) {
+    const size_t row = (size_t)k / 2, words = (size_t)(k + 7) / 8;
+    for (int64_t r = 0; r < n; r++) {
+        uint8_t *dst = packed + (size_t)r * words * 4;
+        const uint8_t *src = codes + (size_t)r * row;
+        for (size_t j = 0; j < row; j++) dst[j] = sym ? (uint8_t)(src[j] ^ 0x88) : src[j];
+        memset(dst + row, 0, words * 4 - row);
+    }
+}
+
+static void ct_pack_zeros(const uint8_t *zeros, int64_t n, int64_t ng, uint8_t *packed) {
+    memset(packed, 0, (size_t)((n + 7) / 8) * (size_t)ng * 4);
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t b = 0; b < ng; b++) {
+            const size_t word = (size_t)(r / 8) * (size_t)ng + (size_t)b, nib = (size_t)(r % 8);
+            packed[word * 4 + nib / 2] |= (uint8_t)((zeros[r * ng + b] & 15) << (4 * (nib % 2)));
+        }
+}
+
+/* Quantize input tensor t into its entries e[slot(role)]: codes, scales and
+ * the tensor scale (FP4 layouts), or weight_packed, weight_scale,
+ * weight_shape and weight_zero_point (compressed-tensors; zero point for
+ * int4 only). */
 static nb_status quantize_one(qstate *q, nbio_shard *sh, const nb_st_tensor *t, nbio_oent *const *e) {
     nb_weight_desc d;
-    nb_status st = nb_weight_desc_init(&d, q->o->format, t->shape[0], t->shape[1]);
-    nb_weight_sizes sz;
-    if (st == NB_OK) st = nb_weight_get_sizes(&d, &sz);
+    nb_status st = weight_desc(q, t->shape[0], t->shape[1], &d);
+    nb_weight_sizes_v2 sz;
+    if (st == NB_OK) st = nb_weight_get_sizes_v2(&d, &sz);
     if (st != NB_OK) return nbi_fail(NULL, st, "%s: %s", t->name, nb_last_error());
-    if (d.scale_type == NB_SCALE_E8M0) d.scale_rule = q->o->mx_rule;
-    d.method = q->o->method;
     /* nb_quantize_host loads elements with aligned accesses; the writer of
      * any sane file aligns tensors naturally, otherwise take an aligned copy
      * (nb_quantize_staged copies bytes: any alignment). */
@@ -164,18 +232,36 @@ static nb_status quantize_one(qstate *q, nbio_shard *sh, const nb_st_tensor *t, 
         memcpy(copy, src, t->bytes);
         src = copy;
     }
+    const int ct = q->layout == OUT_CT_INT;
     uint8_t *codes = (uint8_t *)malloc(sz.codes_bytes), *scales = (uint8_t *)malloc(sz.scales_bytes);
-    if (!codes || !scales) {
+    uint8_t *zeros = sz.zeros_bytes ? (uint8_t *)malloc(sz.zeros_bytes) : NULL;
+    uint8_t *packed = ct ? (uint8_t *)malloc((size_t)e[0]->bytes) : NULL;
+    uint8_t *zpacked = ct && e[3] ? (uint8_t *)malloc((size_t)e[3]->bytes) : NULL;
+    const nb_weight_buffers out = {.codes = codes, .scales = scales, .zeros = zeros};
+    if (!codes || !scales || (sz.zeros_bytes && !zeros) || (ct && !packed) || (ct && e[3] && !zpacked)) {
         st = nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "%s: out of memory (%zu bytes of codes)", t->name, sz.codes_bytes);
     } else if ((st = q->gpu ? nb_quantize_staged(q->ctx, &d, nb_dt(t->dtype), src, codes, scales, NULL)
+                     : ct   ? nb_quantize_host_v2(q->ctx, &d, nb_dt(t->dtype), src, &out)
                             : nb_quantize_host(q->ctx, &d, nb_dt(t->dtype), src, codes, scales)) != NB_OK) {
         st = nbi_fail(NULL, st, "%s: %s", t->name, nb_context_last_error(q->ctx));
+    } else if (ct) {
+        const int64_t n = d.n, k = d.k, ng = d.k / d.group_size;
+        const int64_t shape[2] = {n, k}; /* I64 little-endian, as every writer here assumes of the host */
+        ct_pack_codes(codes, n, k, d.format == NB_FORMAT_INT4_SYM, packed);
+        if (zpacked) ct_pack_zeros(zeros, n, ng, zpacked);
+        if ((st = nbio_shard_write(sh, e[0], packed, (size_t)e[0]->bytes, 0)) == NB_OK &&
+            (st = nbio_shard_write(sh, e[1], scales, sz.scales_bytes, 0)) == NB_OK &&
+            (st = nbio_shard_write(sh, e[2], shape, sizeof shape, 0)) == NB_OK && zpacked)
+            st = nbio_shard_write(sh, e[3], zpacked, (size_t)e[3]->bytes, 0);
     } else if ((st = nbio_shard_write(sh, e[0], codes, sz.codes_bytes, 0)) == NB_OK &&
                (st = nbio_shard_write(sh, e[1], scales, sz.scales_bytes, 0)) == NB_OK && e[2]) {
         st = nbio_shard_write(sh, e[2], &d.tensor_scale, 4, 0);
     }
     free(codes);
     free(scales);
+    free(zeros);
+    free(packed);
+    free(zpacked);
     free(copy);
     nbio_drop_pages(t->data, t->bytes);
     return st;
@@ -189,34 +275,52 @@ static nb_status plan_copy(nbio_oent *e, const nb_st_tensor *t, size_t i) {
     return e->name ? NB_OK : nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
 }
 
-/* The entries of quantized tensor t (index i): P.weight (codes),
- * P.weight_scale (block scales in the dtype of the format's scale type) and,
- * for a format with a tensor scale, P.weight_scale_2 F32 []. */
-static nb_status plan_quantized(const qstate *q, nbio_oent *ents, size_t *ne, const nb_st_tensor *t, size_t i) {
-    const int64_t n = t->shape[0], k = t->shape[1], g = q->fi.group_size;
+/* One output entry of quantized tensor t (index i): prefix + suffix, dtype,
+ * shape (rank 0 when d1 < 0, rank 1 when d0 < 0), bytes from the dtype. */
+static nb_status plan_entry(nbio_oent *e, const nb_st_tensor *t, size_t i, int role, const char *suf, nb_st_dtype dt,
+                            int64_t d0, int64_t d1) {
     const size_t plen = strlen(t->name) - 7;
-    for (int r = ROLE_CODES; r <= ROLE_TSCALE; r++) {
-        if (r == ROLE_TSCALE && !q->fi.tensor_scale) break;
-        nbio_oent *e = &ents[(*ne)++];
-        const char *suf = r == ROLE_CODES ? ".weight" : r == ROLE_SCALES ? ".weight_scale" : ".weight_scale_2";
-        e->name = (char *)malloc(plen + strlen(suf) + 1);
-        if (!e->name) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
-        memcpy(e->name, t->name, plen);
-        strcpy(e->name + plen, suf);
-        e->src = i;
-        e->role = r;
-        if (r == ROLE_TSCALE) {
-            e->dtype = NB_ST_F32;
-            e->rank = 0;
-            e->bytes = 4;
-            continue;
-        }
-        e->dtype = r == ROLE_CODES ? NB_ST_U8 : nbio_scale_dtype(q->fi.scale_type);
-        e->rank = 2;
-        e->shape[0] = n;
-        e->shape[1] = r == ROLE_CODES ? k * q->fi.element_bits / 8 : k / g;
-        e->bytes = (uint64_t)e->shape[0] * (uint64_t)e->shape[1];
+    e->name = (char *)malloc(plen + strlen(suf) + 1);
+    if (!e->name) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
+    memcpy(e->name, t->name, plen);
+    strcpy(e->name + plen, suf);
+    e->src = i;
+    e->role = role;
+    e->dtype = dt;
+    int bits = 8;
+    nb_st_dtype_info(dt, NULL, &bits);
+    e->rank = d1 < 0 ? 0 : d0 < 0 ? 1 : 2;
+    if (e->rank == 1) e->shape[0] = d1;
+    if (e->rank == 2) e->shape[0] = d0, e->shape[1] = d1;
+    e->bytes = (uint64_t)(e->rank == 2 ? d0 * d1 : e->rank == 1 ? d1 : 1) * (uint64_t)(bits / 8);
+    return NB_OK;
+}
+
+/* The entries of quantized tensor t (index i).  ModelOpt / Quark: P.weight
+ * (codes), P.weight_scale (block scales in the dtype of the format's scale
+ * type) and, for a format with a tensor scale, P.weight_scale_2 F32 [].
+ * compressed-tensors: P.weight_packed I32 [N, ceil(K/8)], P.weight_scale
+ * [N, K/G], P.weight_shape I64 [2], and for int4 P.weight_zero_point I32
+ * [ceil(N/8), K/G]. */
+static nb_status plan_quantized(const qstate *q, nbio_oent *ents, size_t *ne, const nb_st_tensor *t, size_t i) {
+    const int64_t n = t->shape[0], k = t->shape[1];
+    const int64_t g = q->group == NB_CKPT_GROUP_PER_CHANNEL ? k : q->group;
+    nb_status st;
+    if (q->layout == OUT_CT_INT) {
+        const nb_st_dtype sdt = q->scale_type == NB_SCALE_BF16 ? NB_ST_BF16 : NB_ST_F16;
+        if ((st = plan_entry(&ents[(*ne)++], t, i, ROLE_CODES, ".weight_packed", NB_ST_I32, n, (k + 7) / 8)) ||
+            (st = plan_entry(&ents[(*ne)++], t, i, ROLE_SCALES, ".weight_scale", sdt, n, k / g)) ||
+            (st = plan_entry(&ents[(*ne)++], t, i, ROLE_SHAPE, ".weight_shape", NB_ST_I64, -1, 2)))
+            return st;
+        if (q->fi.zero_point)
+            return plan_entry(&ents[(*ne)++], t, i, ROLE_ZEROS, ".weight_zero_point", NB_ST_I32, (n + 7) / 8, k / g);
+        return NB_OK;
     }
+    if ((st = plan_entry(&ents[(*ne)++], t, i, ROLE_CODES, ".weight", NB_ST_U8, n, k * q->fi.element_bits / 8)) ||
+        (st = plan_entry(&ents[(*ne)++], t, i, ROLE_SCALES, ".weight_scale", nbio_scale_dtype(q->fi.scale_type), n,
+                         k / g)))
+        return st;
+    if (q->fi.tensor_scale) return plan_entry(&ents[(*ne)++], t, i, ROLE_TSCALE, ".weight_scale_2", NB_ST_F32, -1, -1);
     return NB_OK;
 }
 
@@ -253,7 +357,7 @@ static nb_status fill_shard(qstate *q, const nb_st_file *f, size_t count, nbio_s
         nb_status st = nb_st_tensor_at(f, i, &t);
         if (st != NB_OK) return st;
         report(q, t.name);
-        nbio_oent *const *e = &by_src[i * 3];
+        nbio_oent *const *e = &by_src[i * NSLOT];
         if (e[0]->role == ROLE_CODES) {
             if ((st = quantize_one(q, sh, &t, e)) != NB_OK) return st;
             q->sum.layers_quantized++;
@@ -273,15 +377,15 @@ static nb_status write_shard(qstate *q, const nb_st_file *f, const char *shard) 
     size_t count = 0, ne = 0;
     nb_status st = nb_st_count(f, &count);
     if (st != NB_OK) return st;
-    nbio_oent *ents = (nbio_oent *)calloc(count * 3 + 1, sizeof *ents);
-    nbio_oent **by_src = (nbio_oent **)calloc(count * 3 + 1, sizeof *by_src);
+    nbio_oent *ents = (nbio_oent *)calloc(count * NSLOT + 1, sizeof *ents);
+    nbio_oent **by_src = (nbio_oent **)calloc(count * NSLOT + 1, sizeof *by_src);
     nbio_shard sh = {.fd = -1};
     if (!ents || !by_src) st = nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
     if (st == NB_OK) st = plan_shard(q, f, count, ents, &ne);
     if (st == NB_OK) st = nbio_shard_begin(&q->out, &sh, shard, f, ents, ne);
     if (st == NB_OK) {
         for (size_t i = 0; i < ne; i++)
-            by_src[ents[i].src * 3 + (size_t)(ents[i].role ? ents[i].role - 1 : 0)] = &ents[i];
+            by_src[ents[i].src * NSLOT + slot(ents[i].role)] = &ents[i];
         st = fill_shard(q, f, count, &sh, by_src);
     }
     if (st == NB_OK) st = nbio_shard_commit(&sh, ents, ne);
@@ -311,7 +415,8 @@ static nb_status write_configs(qstate *q, cJSON *config) {
     }
     if (!config) return NB_OK;
     cJSON *qc = q->layout == OUT_MODELOPT ? nbio_qc_modelopt(ex, q->nexcl)
-                                          : nbio_qc_quark(mx_mode(q->o->mx_rule), ex, q->nexcl);
+                : q->layout == OUT_QUARK  ? nbio_qc_quark(mx_mode(q->o->mx_rule), ex, q->nexcl)
+                                          : nbio_qc_ct_int(q->o->format, q->group, ex, q->nexcl);
     cJSON_DeleteItemFromObjectCaseSensitive(config, "quantization_config");
     cJSON_AddItemToObject(config, "quantization_config", qc);
     return nbio_out_write_json(&q->out, "config.json", config);
@@ -354,9 +459,32 @@ static nb_status check_opts(qstate *q, const nb_ckpt_quantize_opts *opts) {
     if (st != NB_OK) return st;
     for (size_t i = 0; i < sizeof k_out_layouts / sizeof k_out_layouts[0]; i++)
         if (k_out_layouts[i].format == opts->format) q->layout = k_out_layouts[i].layout;
-    if (!q->layout || !nbio_scale_dtype(q->fi.scale_type))
+    if (!q->layout || (q->layout != OUT_CT_INT && !nbio_scale_dtype(q->fi.scale_type)))
         return nbi_fail(NULL, NB_ERR_UNSUPPORTED, "nb_ckpt_quantize: no checkpoint layout is written for format %s "
-                        "(ModelOpt holds nvfp4, Quark mxfp4)", q->fi.name);
+                        "(ModelOpt holds nvfp4, Quark mxfp4, compressed-tensors int4 and int4_sym)", q->fi.name);
+    q->group = q->fi.group_size;
+    q->scale_type = q->fi.scale_type;
+    if (q->layout == OUT_CT_INT) {
+        const int32_t g = opts->group_size;
+        if (g && g != NB_CKPT_GROUP_PER_CHANNEL && (g < 0 || g > 4096 || (g & (g - 1)) || !(q->fi.groups & g)))
+            return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_ckpt_quantize: group_size %d: %s takes 32, 64, 128 or "
+                            "NB_CKPT_GROUP_PER_CHANNEL (0: %d)", (int)g, q->fi.name, (int)q->fi.group_size);
+        if (opts->scale_type && opts->scale_type != NB_SCALE_F16 && opts->scale_type != NB_SCALE_BF16)
+            return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_ckpt_quantize: scale_type %d: %s checkpoints hold F16 "
+                            "(%d) or BF16 (%d) scales (0: F16)", (int)opts->scale_type, q->fi.name, NB_SCALE_F16,
+                            NB_SCALE_BF16);
+        if (g) q->group = g;
+        if (opts->scale_type) q->scale_type = (nb_scale_type)opts->scale_type;
+        if (opts->method != NB_QUANT_RTN)
+            return nbi_fail(NULL, NB_ERR_UNSUPPORTED, "nb_ckpt_quantize: method %d: %s is quantized by rounding to "
+                            "nearest only (the MSE scale search serves nvfp4 and mxfp4)", (int)opts->method, q->fi.name);
+        if (opts->device == NB_CKPT_DEVICE_GPU)
+            return nbi_fail(NULL, NB_ERR_UNSUPPORTED, "nb_ckpt_quantize: %s has no device quantizer; use device cpu "
+                            "or auto (both run nb_quantize_host_v2)", q->fi.name);
+    } else if (opts->group_size || opts->scale_type) {
+        return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_ckpt_quantize: group_size and scale_type choose the group "
+                        "and scales of the integer formats; %s's are fixed (leave them 0)", q->fi.name);
+    }
     if (q->fi.scale_type == NB_SCALE_E8M0 && (opts->mx_rule < NB_MX_SCALE_OCP || opts->mx_rule > NB_MX_SCALE_EVEN))
         return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_ckpt_quantize: unknown MXFP4 scale rule %d",
                         (int)opts->mx_rule);
@@ -406,13 +534,19 @@ static nb_status survey(qstate *q, const char *file) {
     if (n[T_QUANTIZE] || q->o->allow_empty) return NB_OK;
     if (n[T_DTYPE] > 3 && at < sizeof dtypes)
         snprintf(dtypes + at, sizeof dtypes - at, " and %zu more", n[T_DTYPE] - 3);
-    char fname[160];
+    char fname[160], kok[48], kbad[48];
+    if (q->group == NB_CKPT_GROUP_PER_CHANNEL) {
+        snprintf(kok, sizeof kok, "an even K");
+        snprintf(kbad, sizeof kbad, "K odd");
+    } else {
+        snprintf(kok, sizeof kok, "K a multiple of %d", (int)q->group);
+        snprintf(kbad, sizeof kbad, "K not a multiple of %d", (int)q->group);
+    }
     return nbi_fail(NULL, NB_ERR_UNSUPPORTED, "%s: nothing to quantize to %s: no tensor is a rank-2 BF16, F16 or F32 "
-                    "P.weight with K a multiple of %d outside the exclude patterns (%zu weights of another dtype%s%s; "
-                    "%zu excluded by a pattern, %zu with K not a multiple of %d, %zu with scales already); "
-                    "allow_empty copies it anyway", nbi_elide(file, fname, sizeof fname), q->fi.name,
-                    q->fi.group_size, n[T_DTYPE], n[T_DTYPE] ? ": " : "", dtypes, n[T_PATTERN], n[T_SHAPE],
-                    q->fi.group_size, n[T_SCALES]);
+                    "P.weight with %s outside the exclude patterns (%zu weights of another dtype%s%s; "
+                    "%zu excluded by a pattern, %zu with %s, %zu with scales already); "
+                    "allow_empty copies it anyway", nbi_elide(file, fname, sizeof fname), q->fi.name, kok,
+                    n[T_DTYPE], n[T_DTYPE] ? ": " : "", dtypes, n[T_PATTERN], n[T_SHAPE], kbad, n[T_SCALES]);
 }
 
 /* Stage 1: open and measure the input, read its config.json, build the
@@ -438,8 +572,8 @@ static nb_status open_input(qstate *q, const char *file, int sharded, cJSON **co
         q->pat[o->nexclude] = defaults[0];
         q->pat[o->nexclude + 1] = defaults[1];
     }
-    /* MSE has no device version: auto means the CPU then */
-    const nb_ckpt_device where = o->method == NB_QUANT_MSE ? NB_CKPT_DEVICE_CPU : o->device;
+    /* MSE and the integer formats have no device version: auto means the CPU then */
+    const nb_ckpt_device where = o->method == NB_QUANT_MSE || q->layout == OUT_CT_INT ? NB_CKPT_DEVICE_CPU : o->device;
     if ((st = survey(q, file)) != NB_OK || (st = open_device(q, where)) != NB_OK) return st;
     q->sum.device = q->gpu ? NB_CKPT_DEVICE_GPU : NB_CKPT_DEVICE_CPU;
     return NB_OK;

@@ -185,6 +185,10 @@ NB_INTERNAL cJSON *nbio_qc_quark(const char *mode, const char *const *excl, size
  * preset's arguments from f's row); input_acts 0: weight-only
  * (input_activations null), else the preset's dynamic activation scheme. */
 NB_INTERNAL cJSON *nbio_qc_ct(nb_format f, int input_acts, const char *const *ignore, size_t n);
+/* compressed-tensors "pack-quantized" for integer format f (int4: asymmetric,
+ * int4_sym: symmetric), weight-only; group > 0 is the "group" strategy,
+ * NB_CKPT_GROUP_PER_CHANNEL the "channel" one (group_size null). */
+NB_INTERNAL cJSON *nbio_qc_ct_int(nb_format f, int32_t group, const char *const *ignore, size_t n);
 
 /* ------------------------------------------------------------ ckpt_out.c
  * Writing a checkpoint directory, shared by nb_ckpt_quantize and

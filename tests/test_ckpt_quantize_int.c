@@ -1,0 +1,420 @@
+/* test_ckpt_quantize_int.c - nb_ckpt_quantize to int4 / int4_sym in the
+ * compressed-tensors pack-quantized layout (nibble_io.h "quantize",
+ * docs/formats.md 5.4).  A small BF16/F16/F32 checkpoint - rows that are not
+ * a multiple of 8 (zero-point padding), a K that is not a multiple of 8
+ * (weight_packed padding), K that only some groups divide, a layer whose
+ * weight_shape is already there - is quantized with every group (32, 64,
+ * 128, per channel) and both scale types, then:
+ *   - every tensor is checked against bytes packed here element by element
+ *     from nb_quantize_host_v2's codes, scales and zero points (written from
+ *     formats.md 5.4, independently of ckpt_quantize.c's word packing);
+ *   - nb_ckpt_open must classify each quantized layer ct-int4 / ct-int4-sym
+ *     as declared by config.json, and nb_ckpt_layer_weight_v2 must return
+ *     exactly the quantizer's codes, scales and zero points;
+ *   - config.json's quantization_config holds the documented fields;
+ *   - unquantized weights are byte-identical copies and listed in ignore;
+ *   - refusals (MSE, device GPU, groups, scale types) leave no output. */
+#define _POSIX_C_SOURCE 200809L
+#include "ckpt_testlib.h"
+
+#include <cjson/cJSON.h>
+
+#include <math.h>
+#include <unistd.h>
+
+typedef struct ispec {
+    const char *name;
+    nb_st_dtype dt;
+    int rank;
+    int64_t shape[2];
+} ispec;
+
+static const ispec k_t[] = {
+    {"lm_head.weight", NB_ST_BF16, 2, {8, 64}},                 /* default exclude */
+    {"m.layers.0.c_proj.weight", NB_ST_BF16, 2, {8, 64}},       /* its weight_shape is already there */
+    {"m.layers.0.c_proj.weight_shape", NB_ST_I64, 1, {2, 0}},
+    {"m.layers.0.norm.weight", NB_ST_BF16, 1, {64, 0}},
+    {"m.layers.0.o_proj.weight", NB_ST_F32, 2, {13, 128}},      /* N % 8 != 0 */
+    {"m.layers.0.odd_proj.weight", NB_ST_BF16, 2, {5, 20}},     /* K % 8 != 0: per channel only */
+    {"m.layers.0.q_proj.weight", NB_ST_BF16, 2, {24, 256}},
+    {"m.layers.0.up_proj.weight", NB_ST_F16, 2, {16, 64}},
+};
+#define NI (sizeof k_t / sizeof k_t[0])
+static void *g_src[NI];
+static size_t g_nbytes[NI];
+
+static const char *k_cfg = "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 64}\n";
+
+static void make_fixture(void) {
+    tset s = {0};
+    for (size_t i = 0; i < NI; i++) {
+        const ispec *p = &k_t[i];
+        const size_t e = (size_t)p->shape[0] * (p->rank == 2 ? (size_t)p->shape[1] : 1);
+        int bits = 8;
+        nb_st_dtype_info(p->dt, NULL, &bits);
+        uint8_t *b = (uint8_t *)calloc(e, (size_t)bits / 8);
+        for (size_t j = 0; j < e; j++) {
+            float v = (float)((rnd_unit() + rnd_unit() + rnd_unit() - 1.5) * 3.0);
+            if (j % 41 == 7) v = fabsf(v) * 5.0f; /* groups of one sign and of mixed magnitude */
+            if ((j / 32) % 7 == 2) v = fabsf(v);
+            if ((j / 32) % 11 == 4) v = 0.0f;     /* an all-zero group: scale 1, codes of zero */
+            if (p->dt == NB_ST_BF16) {
+                const uint16_t h = ref_bf16(v);
+                memcpy(b + 2 * j, &h, 2);
+            } else if (p->dt == NB_ST_F16) {
+                const uint16_t h = ref_f16(v);
+                memcpy(b + 2 * j, &h, 2);
+            } else if (p->dt == NB_ST_F32) {
+                memcpy(b + 4 * j, &v, 4);
+            } else { /* the I64 weight_shape */
+                const int64_t sh[2] = {8, 64};
+                memcpy(b, sh, 16);
+                break;
+            }
+        }
+        g_nbytes[i] = e * (size_t)bits / 8;
+        g_src[i] = b;
+        add(&s, p->name, p->dt, p->rank, p->shape, b, 0, 0);
+    }
+    write_set(&s, "in", "model.safetensors");
+    free_set(&s);
+    write_text("in", "config.json", k_cfg);
+    write_text("in", "tokenizer.json", "{}\n");
+}
+
+static int ends_with(const char *s, const char *suf) {
+    const size_t n = strlen(s), m = strlen(suf);
+    return n >= m && !strcmp(s + n - m, suf);
+}
+
+/* The group of weight i, or 0 when it is left unquantized (written from the
+ * rules of nibble_io.h, not from ckpt_quantize.c). */
+static int64_t expect_group(size_t i, int32_t group) {
+    const ispec *p = &k_t[i];
+    if (p->rank != 2 || !ends_with(p->name, ".weight") || strstr(p->name, "lm_head") || strstr(p->name, "c_proj"))
+        return 0;
+    const int64_t k = p->shape[1];
+    if (group == NB_CKPT_GROUP_PER_CHANNEL) return k % 2 ? 0 : k;
+    return k % (group ? group : 128) ? 0 : (group ? group : 128);
+}
+
+static nb_dtype src_dtype(nb_st_dtype d) {
+    return d == NB_ST_F32 ? NB_DTYPE_F32 : d == NB_ST_F16 ? NB_DTYPE_F16 : NB_DTYPE_BF16;
+}
+
+static uint32_t rd32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* The prefix's tensor `suf` in the output file (NB_OK or a failed check). */
+static int find(const nb_st_file *f, const char *prefix, const char *suf, nb_st_tensor *t) {
+    char name[320];
+    snprintf(name, sizeof name, "%.255s%s", prefix, suf);
+    const nb_status st = nb_st_tensor_find(f, name, t);
+    CHECK(st == NB_OK, "%s missing", name);
+    return st == NB_OK;
+}
+
+/* Layer i as written: every member tensor against formats.md 5.4 packed here
+ * from the reference quantization, and the reader's conversion back. */
+static void check_layer(const nb_st_file *f, nb_ckpt *c, nb_context *ctx, size_t i, nb_format fmt, int64_t g,
+                        nb_scale_type sty, const char *out) {
+    const ispec *p = &k_t[i];
+    const int64_t n = p->shape[0], k = p->shape[1], ng = k / g;
+    const int sym = fmt == NB_FORMAT_INT4_SYM;
+    char prefix[256];
+    snprintf(prefix, sizeof prefix, "%.*s", (int)(strlen(p->name) - 7), p->name);
+    /* the reference */
+    nb_weight_desc d;
+    nb_weight_desc_init(&d, fmt, n, k);
+    d.group_size = (int32_t)g;
+    d.scale_type = sty;
+    nb_weight_sizes_v2 sz;
+    CHECK(nb_weight_desc_validate(&d) == NB_OK && nb_weight_get_sizes_v2(&d, &sz) == NB_OK, "%s: desc", prefix);
+    uint8_t *rc = (uint8_t *)malloc(sz.codes_bytes), *rs = (uint8_t *)malloc(sz.scales_bytes);
+    uint8_t *rz = sz.zeros_bytes ? (uint8_t *)malloc(sz.zeros_bytes) : NULL;
+    const nb_weight_buffers rb = {.codes = rc, .scales = rs, .zeros = rz};
+    nb_status st = nb_quantize_host_v2(ctx, &d, src_dtype(p->dt), g_src[i], &rb);
+    CHECK(st == NB_OK, "%s: reference quantize: %s", prefix, nb_last_error());
+
+    nb_st_tensor t;
+    char name[320];
+    snprintf(name, sizeof name, "%.255s.weight", prefix);
+    CHECK(nb_st_tensor_find(f, name, &t) == NB_ERR_NOT_FOUND, "%s: %s is still there", out, name);
+    /* weight_packed I32 [N, ceil(K/8)]: element j at bits 4(j % 8) of word j / 8, offset 8 when symmetric */
+    const int64_t words = (k + 7) / 8;
+    if (find(f, prefix, ".weight_packed", &t)) {
+        CHECK(t.dtype == NB_ST_I32 && t.rank == 2 && t.shape[0] == n && t.shape[1] == words, "%s: %s shape", out,
+              t.name);
+        int bad = 0;
+        for (int64_t r = 0; r < n && !bad && t.shape[1] == words; r++)
+            for (int64_t w = 0; w < words && !bad; w++) {
+                uint32_t want = 0;
+                for (int64_t e = 0; e < 8 && w * 8 + e < k; e++) {
+                    const unsigned q = (unsigned)nib(rc, (size_t)(r * k + w * 8 + e));
+                    const unsigned stored = sym ? (unsigned)((((int)q ^ 8) - 8) + 8) & 15 : q; /* signed q + 8 */
+                    want |= (uint32_t)stored << (4 * e);
+                }
+                const uint32_t got = rd32((const uint8_t *)t.data + 4 * (r * words + w));
+                if (got != want) {
+                    CHECK(0, "%s: %s row %lld word %lld = %08x, want %08x", out, t.name, (long long)r, (long long)w,
+                          got, want);
+                    bad = 1;
+                }
+            }
+        CHECK(!bad, "%s: %s", out, t.name);
+    }
+    if (find(f, prefix, ".weight_scale", &t))
+        CHECK(t.dtype == (sty == NB_SCALE_BF16 ? NB_ST_BF16 : NB_ST_F16) && t.rank == 2 && t.shape[0] == n &&
+                  t.shape[1] == ng && t.bytes == sz.scales_bytes && !memcmp(t.data, rs, sz.scales_bytes),
+              "%s: %s differs from the quantizer's scales", out, t.name);
+    if (find(f, prefix, ".weight_shape", &t)) {
+        int64_t sh[2] = {0, 0};
+        if (t.bytes == 16) memcpy(sh, t.data, 16);
+        CHECK(t.dtype == NB_ST_I64 && t.rank == 1 && t.shape[0] == 2 && sh[0] == n && sh[1] == k, "%s: %s", out,
+              t.name);
+    }
+    snprintf(name, sizeof name, "%.255s.weight_zero_point", prefix);
+    const nb_status zst = nb_st_tensor_find(f, name, &t);
+    if (sym) {
+        CHECK(zst == NB_ERR_NOT_FOUND, "%s: int4_sym wrote %s", out, name);
+    } else if (zst != NB_OK) {
+        CHECK(0, "%s: %s missing", out, name);
+    } else {
+        /* I32 [ceil(N/8), K/G]: row r at bits 4(r % 8) of word row r / 8, padding rows zero */
+        const int64_t zr = (n + 7) / 8;
+        CHECK(t.dtype == NB_ST_I32 && t.rank == 2 && t.shape[0] == zr && t.shape[1] == ng, "%s: %s shape", out, name);
+        int bad = 0;
+        for (int64_t w = 0; w < zr && !bad && t.shape[0] == zr && t.shape[1] == ng; w++)
+            for (int64_t b = 0; b < ng && !bad; b++) {
+                uint32_t want = 0;
+                for (int64_t e = 0; e < 8 && w * 8 + e < n; e++) want |= (uint32_t)(rz[(w * 8 + e) * ng + b] & 15) << (4 * e);
+                const uint32_t got = rd32((const uint8_t *)t.data + 4 * (w * ng + b));
+                if (got != want) {
+                    CHECK(0, "%s: %s word [%lld, %lld] = %08x, want %08x", out, name, (long long)w, (long long)b, got,
+                          want);
+                    bad = 1;
+                }
+            }
+        for (int64_t r = 0; r < n && !bad; r++) /* the quantizer's zero points are 4-bit (packing keeps them) */
+            for (int64_t b = 0; b < ng; b++) bad |= rz[r * ng + b] > 15;
+        CHECK(!bad, "%s: %s", out, name);
+    }
+
+    /* the reader: ct-int4 / ct-int4-sym, declared by config.json, the same bytes back */
+    size_t li = 0;
+    st = nb_ckpt_layer_find(c, prefix, &li);
+    CHECK(st == NB_OK, "%s: layer %s not found", out, prefix);
+    if (st == NB_OK) {
+        nb_ckpt_layer L;
+        nb_ckpt_layer_at(c, li, &L);
+        const nb_ckpt_format want = sym ? NB_CKPT_CT_INT4_SYM : NB_CKPT_CT_INT4;
+        CHECK(L.format == want && L.n == n && L.k == k && !L.config_mismatch && !L.excluded && !L.k_permuted &&
+                  L.decided_by == NB_CKPT_SRC_CONFIG_JSON,
+              "%s: %s is %s %lldx%lld by %s (%s)", out, prefix, fmt_name(L.format), (long long)L.n, (long long)L.k,
+              src_name(L.decided_by), L.problem);
+        nb_weight_desc got;
+        uint8_t *gc = (uint8_t *)calloc(1, sz.codes_bytes), *gs = (uint8_t *)calloc(1, sz.scales_bytes);
+        uint8_t *gz = sz.zeros_bytes ? (uint8_t *)calloc(1, sz.zeros_bytes) : NULL;
+        const nb_weight_buffers gb = {.codes = gc, .scales = gs, .zeros = gz};
+        nb_weight_sizes_v2 cap = sz;
+        st = nb_ckpt_layer_weight_v2(c, li, 0, &got, &gb, &cap);
+        CHECK(st == NB_OK, "%s: %s weight_v2: %s", out, prefix, nb_last_error());
+        if (st == NB_OK) {
+            CHECK(got.format == fmt && got.group_size == g && got.scale_type == sty && got.n == n && got.k == k,
+                  "%s: %s read back as format %d group %d scales %d", out, prefix, (int)got.format,
+                  (int)got.group_size, (int)got.scale_type);
+            CHECK(!memcmp(gc, rc, sz.codes_bytes), "%s: %s codes differ from nb_quantize_host_v2", out, prefix);
+            CHECK(!memcmp(gs, rs, sz.scales_bytes), "%s: %s scales differ from nb_quantize_host_v2", out, prefix);
+            CHECK(!rz || !memcmp(gz, rz, sz.zeros_bytes), "%s: %s zero points differ from nb_quantize_host_v2", out,
+                  prefix);
+        }
+        free(gc);
+        free(gs);
+        free(gz);
+    }
+    free(rc);
+    free(rs);
+    free(rz);
+}
+
+static const cJSON *jget(const cJSON *o, const char *a, const char *b, const char *c) {
+    o = cJSON_GetObjectItemCaseSensitive(o, a);
+    if (b) o = cJSON_GetObjectItemCaseSensitive(o, b);
+    if (c) o = cJSON_GetObjectItemCaseSensitive(o, c);
+    return o;
+}
+
+static int jis(const cJSON *o, const char *s) { return cJSON_IsString(o) && !strcmp(o->valuestring, s); }
+
+static int has(const cJSON *a, const char *s) {
+    const cJSON *e;
+    cJSON_ArrayForEach(e, a) if (jis(e, s)) return 1;
+    return 0;
+}
+
+static void check_config(const char *out, nb_format fmt, int32_t group) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s/config.json", g_dir, out);
+    size_t n = 0;
+    char *txt = read_file_all(path, &n);
+    cJSON *j = txt ? cJSON_Parse(txt) : NULL;
+    free(txt);
+    CHECK(j != NULL, "%s: config.json missing or malformed", out);
+    if (!j) return;
+    CHECK(cJSON_GetNumberValue(jget(j, "hidden_size", NULL, NULL)) == 64, "%s: config.json lost hidden_size", out);
+    const cJSON *qc = jget(j, "quantization_config", NULL, NULL);
+    CHECK(jis(jget(qc, "quant_method", NULL, NULL), "compressed-tensors") &&
+              jis(jget(qc, "format", NULL, NULL), "pack-quantized") &&
+              jis(jget(qc, "quantization_status", NULL, NULL), "compressed") &&
+              jis(jget(qc, "producer", "name", NULL), "nibble"),
+          "%s: quant_method / format / status / producer", out);
+    const cJSON *g0 = jget(qc, "config_groups", "group_0", NULL);
+    const cJSON *w = jget(g0, "weights", NULL, NULL);
+    CHECK(has(jget(g0, "targets", NULL, NULL), "Linear") && cJSON_IsNull(jget(g0, "input_activations", NULL, NULL)),
+          "%s: targets / input_activations", out);
+    CHECK(cJSON_GetNumberValue(jget(w, "num_bits", NULL, NULL)) == 4 && jis(jget(w, "type", NULL, NULL), "int") &&
+              cJSON_IsBool(jget(w, "symmetric", NULL, NULL)) &&
+              cJSON_IsTrue(jget(w, "symmetric", NULL, NULL)) == (fmt == NB_FORMAT_INT4_SYM) &&
+              cJSON_IsFalse(jget(w, "dynamic", NULL, NULL)),
+          "%s: weights num_bits / type / symmetric / dynamic", out);
+    if (group == NB_CKPT_GROUP_PER_CHANNEL)
+        CHECK(jis(jget(w, "strategy", NULL, NULL), "channel") && cJSON_IsNull(jget(w, "group_size", NULL, NULL)),
+              "%s: per channel: strategy channel, group_size null", out);
+    else
+        CHECK(jis(jget(w, "strategy", NULL, NULL), "group") &&
+                  cJSON_GetNumberValue(jget(w, "group_size", NULL, NULL)) == (group ? group : 128),
+              "%s: strategy group, group_size %d", out, group ? group : 128);
+    const cJSON *ig = jget(qc, "ignore", NULL, NULL);
+    CHECK(has(ig, "lm_head") && has(ig, "m.layers.0.c_proj"), "%s: ignore lacks lm_head or c_proj", out);
+    for (size_t i = 0; i < NI; i++) {
+        if (k_t[i].rank != 2 || !ends_with(k_t[i].name, ".weight")) continue;
+        char prefix[256];
+        snprintf(prefix, sizeof prefix, "%.*s", (int)(strlen(k_t[i].name) - 7), k_t[i].name);
+        CHECK(has(ig, prefix) == !expect_group(i, group), "%s: ignore and %s disagree", out, prefix);
+    }
+    cJSON_Delete(j);
+}
+
+static void run_int(const char *out, nb_format fmt, int32_t group, int32_t sty) {
+    char in[1024], op[1024];
+    snprintf(in, sizeof in, "%s/in", g_dir);
+    snprintf(op, sizeof op, "%s/%s", g_dir, out);
+    nb_ckpt_quantize_opts o;
+    nb_ckpt_quantize_opts_init(&o);
+    o.format = fmt;
+    o.group_size = group;
+    o.scale_type = sty;
+    nb_ckpt_quantize_summary s;
+    nb_status st = nb_ckpt_quantize(in, op, &o, &s);
+    CHECK(st == NB_OK, "quantize %s: %s %s", out, nb_status_name(st), nb_last_error());
+    if (st != NB_OK) return;
+    size_t nq = 0, nw = 0;
+    for (size_t i = 0; i < NI; i++) {
+        nq += expect_group(i, group) != 0;
+        nw += k_t[i].rank == 2 && ends_with(k_t[i].name, ".weight");
+    }
+    CHECK(s.layers_quantized == nq && s.tensors_copied == NI - nq && s.weights_excluded == nw - nq &&
+              s.device == NB_CKPT_DEVICE_CPU && !strcmp(s.device_name, "host") && s.files_copied == 1,
+          "%s: summary %zu quantized, %zu copied, %zu excluded, device %s (want %zu quantized)", out,
+          s.layers_quantized, s.tensors_copied, s.weights_excluded, s.device_name, nq);
+    char file[1100];
+    snprintf(file, sizeof file, "%s/model.safetensors", op);
+    nb_st_file *f = NULL;
+    nb_ckpt *c = NULL;
+    nb_context *ctx = NULL;
+    CHECK(nb_st_open(file, &f) == NB_OK && nb_ckpt_open(op, &c) == NB_OK &&
+              nb_context_create(NB_DEVICE_NONE, &ctx) == NB_OK,
+          "%s: open: %s", out, nb_last_error());
+    if (f && c && ctx) {
+        nb_ckpt_config cfg;
+        nb_ckpt_get_config(c, &cfg);
+        CHECK(cfg.declared == (fmt == NB_FORMAT_INT4 ? NB_CKPT_CT_INT4 : NB_CKPT_CT_INT4_SYM),
+              "%s: config declares %s", out, fmt_name(cfg.declared));
+        size_t count = 0;
+        nb_st_count(f, &count);
+        CHECK(count == NI + nq * (fmt == NB_FORMAT_INT4 ? 3 : 2), "%s: %zu tensors", out, count);
+        for (size_t i = 0; i < NI; i++) {
+            const int64_t g = expect_group(i, group);
+            if (g) {
+                check_layer(f, c, ctx, i, fmt, g, sty ? (nb_scale_type)sty : NB_SCALE_F16, out);
+                continue;
+            }
+            nb_st_tensor t;
+            CHECK(nb_st_tensor_find(f, k_t[i].name, &t) == NB_OK && t.dtype == k_t[i].dt && t.bytes == g_nbytes[i] &&
+                      !memcmp(t.data, g_src[i], g_nbytes[i]),
+                  "%s: %s is not a byte-identical copy", out, k_t[i].name);
+        }
+        /* the layer whose weight_shape was there is a float layer, not a broken ct one */
+        size_t li = 0;
+        nb_ckpt_layer L = {0};
+        CHECK(nb_ckpt_layer_find(c, "m.layers.0.c_proj", &li) == NB_OK && nb_ckpt_layer_at(c, li, &L) == NB_OK &&
+                  L.format == NB_CKPT_NONE,
+              "%s: c_proj is %s (%s)", out, fmt_name(L.format), L.problem);
+    }
+    nb_context_destroy(ctx);
+    nb_ckpt_close(c);
+    nb_st_close(f);
+    check_config(out, fmt, group);
+    snprintf(file, sizeof file, "%s/tokenizer.json", op);
+    CHECK(access(file, F_OK) == 0, "%s: tokenizer.json not copied", out);
+}
+
+static void test_refusals(void) {
+    char in[1024], op[1024];
+    snprintf(in, sizeof in, "%s/in", g_dir);
+    snprintf(op, sizeof op, "%s/refused", g_dir);
+    nb_ckpt_quantize_opts o;
+    nb_ckpt_quantize_opts_init(&o);
+    o.format = NB_FORMAT_INT4;
+    o.method = NB_QUANT_MSE;
+    nb_status st = nb_ckpt_quantize(in, op, &o, NULL);
+    CHECK(st == NB_ERR_UNSUPPORTED && strstr(nb_last_error(), "nearest"), "int4 mse: %s (%s)", nb_status_name(st),
+          nb_last_error());
+    o.method = NB_QUANT_RTN;
+    o.device = NB_CKPT_DEVICE_GPU;
+    st = nb_ckpt_quantize(in, op, &o, NULL);
+    CHECK(st == NB_ERR_UNSUPPORTED && strstr(nb_last_error(), "device"), "int4 gpu: %s (%s)", nb_status_name(st),
+          nb_last_error());
+    o.device = NB_CKPT_DEVICE_AUTO;
+    o.group_size = 16;
+    st = nb_ckpt_quantize(in, op, &o, NULL);
+    CHECK(st == NB_ERR_INVALID_ARGUMENT && strstr(nb_last_error(), "group_size 16"), "group 16: %s (%s)",
+          nb_status_name(st), nb_last_error());
+    o.group_size = 0;
+    o.scale_type = NB_SCALE_F32;
+    st = nb_ckpt_quantize(in, op, &o, NULL);
+    CHECK(st == NB_ERR_INVALID_ARGUMENT && strstr(nb_last_error(), "scale_type"), "scales f32: %s (%s)",
+          nb_status_name(st), nb_last_error());
+    o.scale_type = 0;
+    /* nothing to quantize: the reason names the group */
+    const char *all[1] = {"m.*"};
+    o.exclude = all;
+    o.nexclude = 1;
+    st = nb_ckpt_quantize(in, op, &o, NULL);
+    CHECK(st == NB_ERR_UNSUPPORTED && strstr(nb_last_error(), "nothing to quantize to int4") &&
+              strstr(nb_last_error(), "multiple of 128"),
+          "nothing to quantize: %s (%s)", nb_status_name(st), nb_last_error());
+    o.group_size = NB_CKPT_GROUP_PER_CHANNEL;
+    st = nb_ckpt_quantize(in, op, &o, NULL);
+    CHECK(st == NB_ERR_UNSUPPORTED && strstr(nb_last_error(), "an even K"), "nothing to quantize per channel: %s (%s)",
+          nb_status_name(st), nb_last_error());
+    CHECK(access(op, F_OK) != 0, "a refused quantization created OUT");
+}
+
+int main(int argc, char **argv) {
+    int keep = fixture_dir_open(argc, argv, "nb_ckptqi_test");
+    if (keep < 0) return 2;
+    make_fixture();
+    run_int("i4_default", NB_FORMAT_INT4, 0, 0);
+    run_int("i4_g32_bf16", NB_FORMAT_INT4, 32, NB_SCALE_BF16);
+    run_int("i4_g64", NB_FORMAT_INT4, 64, NB_SCALE_F16);
+    run_int("i4_channel_bf16", NB_FORMAT_INT4, NB_CKPT_GROUP_PER_CHANNEL, NB_SCALE_BF16);
+    run_int("i4s_default", NB_FORMAT_INT4_SYM, 0, 0);
+    run_int("i4s_g32", NB_FORMAT_INT4_SYM, 32, 0);
+    run_int("i4s_g64_bf16", NB_FORMAT_INT4_SYM, 64, NB_SCALE_BF16);
+    run_int("i4s_channel", NB_FORMAT_INT4_SYM, NB_CKPT_GROUP_PER_CHANNEL, NB_SCALE_F16);
+    test_refusals();
+    for (size_t i = 0; i < NI; i++) free(g_src[i]);
+    return fixture_dir_close(keep);
+}
