@@ -40,7 +40,9 @@ Loading a 4-bit checkpoint
   int4; quant_method "awq" and "gptq" belong to other quantizers in
   transformers, so these load with quantization_config=NibbleConfig()).  Before transformers
   loads anything, each quantized nn.Linear becomes a nibble.torch.Linear
-  placeholder (experts modules of gpt-oss: nibble.torch.MoeExperts) and the checkpoint's
+  placeholder (experts modules: nibble.torch.MoeExperts; checkpoint names
+  renamed as transformers renames them, e.g. Mixtral's block_sparse_moe ->
+  mlp) and the checkpoint's
   4-bit tensors are left to nibble; transformers loads every other tensor
   (embeddings, norms, biases, layers left in BF16) with its own device map
   and dtype.  After that the 4-bit weights are read through the reader (the

@@ -1,7 +1,8 @@
 """Tests of the mixture-of-experts layer of the Python package: nibble.moe
 (QuantizedExperts, moe_pack / moe_unpack, moe_reference), the expert groups
 of nibble.Checkpoint, and nibble.torch's nibble::moe_mlp op, MoeExperts,
-quantize_model and load_quantized of MoE models (gpt-oss, Qwen3-MoE).
+quantize_model and load_quantized of MoE models (gpt-oss, Qwen3-MoE,
+Mixtral, DeepSeek-V3).
 
 What is compared with what:
   * moe_reference(out_dtype=float64) (nb_moe_mlp_host_f64) against the
@@ -15,9 +16,13 @@ What is compared with what:
     errors are at rounding level;
   * moe_pack / moe_unpack: the bytes back exactly; the CPU op on packed
     weights bit for bit equal to the host reference on the checkpoint layout;
-  * MoeExperts of transformers' GptOssExperts / Qwen3MoeExperts against the
-    transformers module holding the dequantized weights (float32: relative
-    2^-16 normwise; only the summation order differs);
+  * MoeExperts of transformers' GptOssExperts / Qwen3MoeExperts /
+    MixtralExperts / DeepseekV3Experts against the transformers module
+    holding the dequantized weights (float32: relative 2^-16 normwise; only
+    the summation order differs); likewise whole tiny Mixtral and
+    DeepSeek-V3 models loaded from hand-written ModelOpt NVFP4 checkpoints
+    (Mixtral's block_sparse_moe.experts.<e>.w1 / w3 / w2 names mapped onto
+    the model's mlp.experts) against their dequantized twins;
   * on a GPU (skipped without one): nibble::moe_mlp against nb_moe_mlp_host_f64
     by the same 2x rule (the host float reference's error as yardstick), CUDA
     graph capture and replay with new routing, torch.compile(fullgraph=True)
