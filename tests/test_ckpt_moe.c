@@ -10,6 +10,9 @@
  *              under text_config;
  *   mixtral    Quark MXFP4 with Mixtral's w1 / w3 / w2 names, and a
  *              compressed-tensors MXFP4 layer; no top_k in any config;
+ *   mixtral_nvfp4  Mixtral's names with ModelOpt NVFP4 (as ModelOpt exports
+ *              Mixtral) and compressed-tensors NVFP4, a router and an
+ *              attention layer next to them, config.json num_experts_per_tok;
  *   gptoss     gpt-oss MXFP4 (expert-major blocks and scales, biases), and
  *              the same converted by nb_ckpt_convert to compressed-tensors and
  *              Quark (one fused gate_up layer per expert): the groups read the
@@ -405,6 +408,62 @@ static void test_mixtral(nb_context *ctx) {
     free_set(&s);
 }
 
+/* Mixtral's names with NVFP4, as ModelOpt exports Mixtral (and as
+ * compressed-tensors names it): w1 is gate, w3 up, w2 down, whatever order
+ * the names sort in; the router (block_sparse_moe.gate) and the attention
+ * stay out of the groups. */
+static void test_mixtral_nvfp4(nb_context *ctx) {
+    tset s = {.n = 0};
+    g_nn = 0;
+    static wrec w0[4 * 3], w1[4 * 3];
+    add_experts(&s, L_MODELOPT, "model.layers.0.block_sparse_moe.experts", 4, 64, 32, k_mixtral, w0);
+    add_experts(&s, L_CT_NV, "model.layers.1.block_sparse_moe.experts", 4, 64, 32, k_mixtral, w1);
+    add_linear(&s, L_MODELOPT, "model.layers.0.self_attn.q_proj", 64, 64, 0.5f);
+    int64_t rs[2] = {4, 64};
+    add(&s, "model.layers.0.block_sparse_moe.gate.weight", NB_ST_BF16, 2, rs, NULL, 0, 127);
+    write_set(&s, "mixtral_nvfp4", "model.safetensors");
+    write_text("mixtral_nvfp4", "config.json",
+               "{\"model_type\": \"mixtral\", \"num_experts_per_tok\": 2, \"num_local_experts\": 4}");
+    nb_ckpt *c = open_fixture("mixtral_nvfp4");
+    if (!c) return;
+    size_t n = 0, g0, g1;
+    CHECK(nb_ckpt_moe_count(c, &n) == NB_OK && n == 2, "mixtral nvfp4: %zu groups, want 2", n);
+    nb_ckpt_moe m = get_group(c, "model.layers.0.block_sparse_moe.experts", &g0);
+    CHECK(m.format == NB_CKPT_MODELOPT_NVFP4 && m.experts == 4 && m.hidden == 64 && m.intermediate == 32 &&
+              m.top_k == 2 && m.activation == NB_MOE_ACT_SWIGLU && m.gate_up_layout == NB_MOE_GATE_UP_CONCAT &&
+              m.per_expert == 1 && m.fused == 0 && m.layers == 12 && m.problem[0] == 0,
+          "mixtral modelopt group: %s E %lld H %lld I %lld top_k %d layers %d (%s)", fmt_name(m.format),
+          (long long)m.experts, (long long)m.hidden, (long long)m.intermediate, m.top_k, m.layers, m.problem);
+    m = get_group(c, "model.layers.1.block_sparse_moe.experts", &g1);
+    CHECK(m.format == NB_CKPT_CT_NVFP4 && m.experts == 4 && m.hidden == 64 && m.intermediate == 32 && m.top_k == 2,
+          "mixtral ct-nvfp4 group: %s (%s)", fmt_name(m.format), m.problem);
+    /* membership: w1 gate, w3 up, w2 down */
+    const struct {
+        const char *name;
+        nb_ckpt_moe_proj proj;
+    } want[3] = {{"w1", NB_CKPT_MOE_GATE}, {"w3", NB_CKPT_MOE_UP}, {"w2", NB_CKPT_MOE_DOWN}};
+    for (int p = 0; p < 3; p++) {
+        size_t li;
+        int64_t grp = 7, ex = 7;
+        nb_ckpt_moe_proj pj = (nb_ckpt_moe_proj)0;
+        const char *pre = nm("model.layers.1.block_sparse_moe.experts.3.%s", want[p].name);
+        CHECK(nb_ckpt_layer_find(c, pre, &li) == NB_OK && nb_ckpt_layer_moe(c, li, &grp, &pj, &ex) == NB_OK &&
+                  grp == (int64_t)g1 && pj == want[p].proj && ex == 3,
+              "mixtral: %s in group %lld proj %d expert %lld", pre, (long long)grp, (int)pj, (long long)ex);
+    }
+    size_t li;
+    int64_t grp = 7;
+    CHECK(nb_ckpt_layer_find(c, "model.layers.0.self_attn.q_proj", &li) == NB_OK &&
+              nb_ckpt_layer_moe(c, li, &grp, NULL, NULL) == NB_OK && grp == -1,
+          "mixtral: q_proj in group %lld", (long long)grp);
+    check_split_group(ctx, c, g0, 4, w0, 0);
+    check_split_group(ctx, c, g1, 4, w1, 0);
+    check_run(ctx, c, g0, 4, w0, 0);
+    check_run(ctx, c, g1, 4, w1, 0);
+    nb_ckpt_close(c);
+    free_set(&s);
+}
+
 /* gpt-oss: expert-major tensors; then converted to per-expert layers. */
 static void test_gptoss(nb_context *ctx) {
     enum { E = 4, H = 64, I = 32 };
@@ -720,6 +779,7 @@ int main(int argc, char **argv) {
     test_modelopt(ctx);
     test_ct(ctx);
     test_mixtral(ctx);
+    test_mixtral_nvfp4(ctx);
     test_gptoss(ctx);
     test_bad();
     test_quantized_bf16();

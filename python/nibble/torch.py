@@ -1496,7 +1496,9 @@ def load_quantized(model, path, device=None, dtype=None, dequantize=False, stric
 
     model: a torch.nn.Module whose state_dict names match the checkpoint's
       tensor names, e.g. a Hugging Face LlamaForCausalLM(config) built on the
-      meta device (`with torch.device("meta"):`) or on the CPU.
+      meta device (`with torch.device("meta"):`) or on the CPU.  For a
+      transformers model, names as transformers' renamings for that model
+      make them (e.g. Mixtral's block_sparse_moe -> mlp; see _renamer).
     path: a .safetensors file, a checkpoint directory (model.safetensors or a
       sharded index) or an index file; or an open nibble.Checkpoint.
     device: where the model ends up; default the current CUDA device (the CPU
@@ -1512,10 +1514,11 @@ def load_quantized(model, path, device=None, dtype=None, dequantize=False, stric
       (unexpected), before anything is loaded; False loads what matches.
 
     Expert groups (gpt-oss MXFP4 experts, per-expert ModelOpt /
-    compressed-tensors layers; Checkpoint.moe_groups) go into the model's
-    experts module of the group's prefix (GptOssExperts, Qwen3MoeExperts),
-    which becomes a MoeExperts (dequantize: its own 3-D weights get the
-    dequantized values).
+    compressed-tensors / Quark layers, Mixtral's w1 / w3 / w2 included;
+    Checkpoint.moe_groups) go into the model's experts module of the
+    group's prefix, renamed as above (GptOssExperts, Qwen3MoeExperts,
+    MixtralExperts, DeepseekV3Experts), which becomes a MoeExperts
+    (dequantize: its own 3-D weights get the dequantized values).
     Quantized layers must be nn.Linear modules of the checkpoint's shape;
     any other shape difference raises ValueError, a layer the C reader found
     inconsistent raises nibble.Error.  Activation and KV-cache scales
@@ -1523,9 +1526,10 @@ def load_quantized(model, path, device=None, dtype=None, dequantize=False, stric
     on the meta device (rotary frequencies) are rebuilt from the owning
     module's config.  Tied weights (lm_head / embed_tokens) stay tied.
 
-    Returns a report: {"quantized": {prefix: checkpoint format}, "loaded":
-    [names], "missing": [names], "unexpected": [names], "ignored": [names],
-    "meta": [buffers still on the meta device]}."""
+    Returns a report: {"quantized": {the model's module name: checkpoint
+    format}, "loaded": [checkpoint names], "missing": [model names],
+    "unexpected": [checkpoint names], "ignored": [checkpoint names], "meta":
+    [buffers still on the meta device]}."""
     from .checkpoint import Checkpoint, open_checkpoint
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"nibble.torch: model must be a torch.nn.Module, got {type(model).__name__}")
@@ -1548,33 +1552,87 @@ def load_quantized(model, path, device=None, dtype=None, dequantize=False, stric
             ck.close()
 
 
+def _renamer(model):
+    """The name `model` gives a checkpoint name, as transformers names what it
+    loads: the WeightRenaming entries of transformers' weight conversions for
+    the model (transformers.conversion_mapping.get_model_conversion_mapping,
+    applied by core_model_loading.rename_source_key; e.g. Mixtral's
+    ".block_sparse_moe." -> ".mlp."); the identity for a model transformers
+    did not build.  The conversions that merge tensors (per-expert weights
+    fused into experts.gate_up_proj) are not applied: nibble reads those
+    tensors itself, as expert groups."""
+    import sys
+    tf = sys.modules.get("transformers")   # a model transformers built means transformers is imported
+    if tf is None or not isinstance(model, tf.PreTrainedModel):
+        return lambda name: name
+    from transformers.conversion_mapping import get_model_conversion_mapping
+    from transformers.core_model_loading import WeightRenaming, rename_source_key
+    renamings = [c for c in get_model_conversion_mapping(model) if isinstance(c, WeightRenaming)]
+    cache = {}
+
+    def rename(name):
+        if name not in cache:
+            cache[name] = rename_source_key(name, renamings, [])[0] if renamings else name
+        return cache[name]
+    return rename
+
+
+def _module_name(rename, modules, prefix, member):
+    """The model's name for checkpoint module `prefix` (a layer or an expert
+    group): the weight name of `member` (prefix, or a layer of the group)
+    renamed as transformers renames it, less what follows prefix; prefix
+    when that names no module of the model (or the renaming changed the
+    tail)."""
+    tail = member[len(prefix):] + ".weight"
+    renamed = rename(member + ".weight")
+    name = renamed[:-len(tail)] if renamed.endswith(tail) else prefix
+    return name if name in modules else prefix
+
+
+def _group_module_names(model, ck, rename=None, modules=None):
+    """{expert group prefix: the model's name for it} (_module_name)."""
+    rename = rename or _renamer(model)
+    modules = modules if modules is not None else dict(model.named_modules())
+    member = {}
+    for L in ck.layers:
+        if L.moe_group:
+            member.setdefault(L.moe_group, L.prefix)
+    return {g.prefix: _module_name(rename, modules, g.prefix, member.get(g.prefix, g.prefix)) for g in ck.moe_groups}
+
+
 def _plan_layers(model, ck):
     """The quantized layers and expert groups of checkpoint `ck` and where
     they go in `model`, settled from names and shapes before any data is
     read (load_quantized and the transformers integration share it).
+    A checkpoint name becomes the model's as transformers renames it when
+    the model is a transformers one (_renamer: Mixtral's
+    block_sparse_moe.experts is the model's mlp.experts).
     Returns (layers, consumed, groups, problems): layers [(CheckpointLayer,
-    module, bias name or None)] whose module is an nn.Linear (or a
-    nibble.torch.Linear) of the layer's shape; consumed, the checkpoint
-    tensor names they account for (and the model's names of what they
-    replace); groups [(CheckpointMoe, module)] for the expert groups whose
-    prefix names an experts module of the model (see _plan_group); problems,
-    expert layers with nowhere to go.  A layer the C reader found
-    inconsistent raises nibble.Error (NB_ERR_CORRUPT), one in a format no
-    GPU kernel serves nibble.Error (NB_ERR_UNSUPPORTED, naming it), a module
-    of another kind or shape ValueError.  A layer whose module the model
-    lacks is left out (its tensors stay unconsumed)."""
+    module, bias name or None, module name)] whose module is an nn.Linear
+    (or a nibble.torch.Linear) of the layer's shape; consumed, the
+    checkpoint tensor names they account for (and the model's names of what
+    they replace); groups [(CheckpointMoe, module, module name)] for the
+    expert groups whose name is an experts module of the model (see
+    _plan_group); problems, expert layers with nowhere to go.  A layer the C
+    reader found inconsistent raises nibble.Error (NB_ERR_CORRUPT), one in a
+    format no GPU kernel serves nibble.Error (NB_ERR_UNSUPPORTED, naming
+    it), a module of another kind or shape ValueError.  A layer whose module
+    the model lacks is left out (its tensors stay unconsumed)."""
     modules = dict(model.named_modules())
+    rename = _renamer(model)
     plan_layers, consumed, problems = [], set(), []
     groups = {}
+    names = _group_module_names(model, ck, rename, modules)
     for g in ck.moe_groups:
-        mod = modules.get(g.prefix)
+        name = names[g.prefix]
+        mod = modules.get(name)
         if mod is None or isinstance(mod, torch.nn.ModuleList):
             continue  # no module of that name, or one module per expert: the layers load one by one
-        _plan_group(ck, g, mod)
-        groups[g.prefix] = (g, mod)
-        for names in ck.moe_bias_names(g) or ():
-            consumed.update(names)
-        consumed.update(f"{g.prefix}.{name}" for name in mod.state_dict())
+        _plan_group(ck, g, mod, name)
+        groups[g.prefix] = (g, mod, name)
+        for bias_names in ck.moe_bias_names(g) or ():
+            consumed.update(bias_names)
+        consumed.update(f"{name}.{t}" for t in mod.state_dict())
     for L in ck.layers:
         if L.format == "inconsistent":
             raise Error(_lib.Status.ERR_CORRUPT, "NB_ERR_CORRUPT", f"{ck.path}: layer {L.prefix}: {L.problem}")
@@ -1591,24 +1649,25 @@ def _plan_layers(model, ck):
             problems.append(f"{L.prefix}: {L.format} expert weights ({L.experts} experts) have no experts module "
                             "(GptOssExperts) to go into")
             continue
-        mod = modules.get(L.prefix)
+        name = _module_name(rename, modules, L.prefix, L.prefix)
+        mod = modules.get(name)
         if mod is None:
             continue  # its tensors stay unconsumed: reported as unexpected
         if not isinstance(mod, (torch.nn.Linear, Linear)):
             raise ValueError(f"nibble.torch: checkpoint layer {L.prefix} ({L.format}, {L.n} x {L.k}) but the model's "
-                             f"{L.prefix} is a {type(mod).__name__}, not an nn.Linear")
+                             f"{name} is a {type(mod).__name__}, not an nn.Linear")
         if (mod.out_features, mod.in_features) != (L.n, L.k):
             raise ValueError(f"nibble.torch: {L.prefix}: the checkpoint's weight is {L.n} x {L.k} (out x in) but the "
-                             f"model's layer is {mod.out_features} x {mod.in_features}")
+                             f"model's layer {name} is {mod.out_features} x {mod.in_features}")
         bias_name = L.prefix + ".bias"
         has_bias = getattr(mod, "bias", None) is not None
         if bias_name in ck:
             if not has_bias:
                 raise ValueError(f"nibble.torch: the checkpoint has {bias_name} but the model's layer has no bias")
             members.append(bias_name)
-        plan_layers.append((L, mod, bias_name if bias_name in ck else None))
+        plan_layers.append((L, mod, bias_name if bias_name in ck else None, name))
         consumed.update(members)
-        consumed.add(L.prefix + ".weight")  # the model's name for it, whatever the checkpoint calls it
+        consumed.add(name + ".weight")  # the model's name for it, whatever the checkpoint calls it
     return plan_layers, consumed, list(groups.values()), problems
 
 
@@ -1621,12 +1680,15 @@ def _module_moe_kind(mod):
     return kind[:3] if kind else None
 
 
-def _plan_group(ck, g, mod):
+def _plan_group(ck, g, mod, name=None):
     """Check that expert group g of checkpoint ck fits the model's module
-    `mod`: an experts module of the group's activation, E, H and I, with
-    biases exactly when the group has them.  nibble.Error for an
-    inconsistent group (NB_ERR_CORRUPT) or one of a format without MoE
-    kernels (NB_ERR_UNSUPPORTED); ValueError otherwise."""
+    `mod` (named `name`; default the group's prefix): an experts module of
+    the group's activation, E, H and I, with biases exactly when the group
+    has them.  nibble.Error for an inconsistent group (NB_ERR_CORRUPT) or
+    one of a format without MoE kernels (NB_ERR_UNSUPPORTED); ValueError
+    otherwise."""
+    name = name or g.prefix
+    where = g.prefix if name == g.prefix else f"{g.prefix} (the model's {name})"
     if g.format == "inconsistent":
         raise Error(_lib.Status.ERR_CORRUPT, "NB_ERR_CORRUPT", f"{ck.path}: expert group {g.prefix}: {g.problem}")
     if not g.quant_format or not _fp4(_lib.format_from_name(g.quant_format)):
@@ -1635,38 +1697,42 @@ def _plan_group(ck, g, mod):
     kind = _module_moe_kind(mod)
     if kind is None:
         raise ValueError(f"nibble.torch: checkpoint expert group {g.prefix} ({g.format}, {g.experts} experts) but the "
-                         f"model's {g.prefix} is a {type(mod).__name__}, not an experts module nibble replaces "
-                         "(GptOssExperts, Qwen3MoeExperts)")
+                         f"model's {name} is a {type(mod).__name__}, not an experts module nibble replaces "
+                         "(GptOssExperts, Qwen3MoeExperts, MixtralExperts, ...)")
     shape = _expert_dims(mod)
     if (kind[0], *shape) != (g.activation, g.experts, g.hidden, g.intermediate):
-        raise ValueError(f"nibble.torch: {g.prefix}: the checkpoint's experts are {g.activation} with E = "
+        raise ValueError(f"nibble.torch: {where}: the checkpoint's experts are {g.activation} with E = "
                          f"{g.experts}, H = {g.hidden}, I = {g.intermediate} but the model's {type(mod).__name__} is "
                          f"{kind[0]} with E = {shape[0]}, H = {shape[1]}, I = {shape[2]}")
     biases = ck.moe_bias_names(g)
     if kind[2] != (biases is not None and all(biases)):
-        raise ValueError(f"nibble.torch: {g.prefix}: the model's experts {'have' if kind[2] else 'have no'} biases, "
+        raise ValueError(f"nibble.torch: {where}: the model's experts {'have' if kind[2] else 'have no'} biases, "
                          f"the checkpoint's {'have none' if kind[2] else 'have'}")
 
 
 def _load(model, ck, device, dtype, dequantize, strict):
     slots = _model_slots(model)
     plan_layers, consumed, groups, problems = _plan_layers(model, ck)
+    rename = _renamer(model)
 
     loaded, unexpected, ignored = [], [], []
+    model_name = {}   # checkpoint name -> the model's (transformers' renamings)
     for t in ck.tensors:
         if t.name in consumed:
             continue
-        if t.name in slots:
-            model_t = _slot_tensor(slots[t.name])
+        name = rename(t.name)
+        if name in slots:
+            model_t = _slot_tensor(slots[name])
             if tuple(model_t.shape) != t.shape:
                 raise ValueError(f"nibble.torch: {t.name}: the checkpoint's tensor has shape {list(t.shape)} "
-                                 f"({t.dtype}) but the model's has {list(model_t.shape)}")
+                                 f"({t.dtype}) but the model's {name} has {list(model_t.shape)}")
             loaded.append(t.name)
+            model_name[t.name] = name
         elif t.name.endswith(_IGNORED_SUFFIXES):
             ignored.append(t.name)
         else:
             unexpected.append(t.name)
-    covered = {id(_slot_tensor(slots[n])) for n in loaded}
+    covered = {id(_slot_tensor(slots[model_name[n]])) for n in loaded}
     covered |= {id(_slot_tensor(slots[n])) for n in consumed if n in slots}
     missing = [n for n, sl in slots.items() if id(_slot_tensor(sl)) not in covered and n not in consumed]
     if problems:
@@ -1681,7 +1747,7 @@ def _load(model, ck, device, dtype, dequantize, strict):
 
     # Quantized layers.
     report_q = {}
-    for L, mod, bias_name in plan_layers:
+    for L, mod, bias_name, name in plan_layers:
         qw = ck.quantized_weight(L)
         perm = torch.from_numpy(ck.perm(L).astype(np.int64)) if L.k_permuted else None
         wdtype = dtype or (mod.weight.dtype if isinstance(mod, torch.nn.Linear) else torch.bfloat16)
@@ -1691,26 +1757,26 @@ def _load(model, ck, device, dtype, dequantize, strict):
             bias = _torch_tensor(ck, bias_name).to(device=device, dtype=bdtype)
         if dequantize:
             if isinstance(mod, Linear):
-                raise ValueError(f"nibble.torch: {L.prefix} is already a nibble.torch.Linear; dequantize=True needs "
+                raise ValueError(f"nibble.torch: {name} is already a nibble.torch.Linear; dequantize=True needs "
                                  "an nn.Linear")
             w = _unpermuted(dequantize_weight(qw, wdtype, device), perm)
             _place([(mod, "weight", True)], w, True)
             if bias is not None:
                 _place([(mod, "bias", True)], bias, True)
         else:
-            parent_name, _, child = L.prefix.rpartition(".")
+            parent_name, _, child = name.rpartition(".")
             parent = model.get_submodule(parent_name) if parent_name else model
             setattr(parent, child, Linear.from_quantized(qw, bias, device=device, perm=perm))
-        report_q[L.prefix] = L.format
+        report_q[name] = L.format
 
     # Expert groups.
-    for g, mod in groups:
+    for g, mod, mname in groups:
         qm = ck.moe(g)
         _, transposed, has_bias = _module_moe_kind(mod)
         bdtype = dtype or (mod.gate_up_proj_bias.dtype if has_bias else torch.bfloat16)
         if dequantize:
             if isinstance(mod, MoeExperts):
-                raise ValueError(f"nibble.torch: {g.prefix} is already a nibble.torch.MoeExperts; dequantize=True "
+                raise ValueError(f"nibble.torch: {mname} is already a nibble.torch.MoeExperts; dequantize=True "
                                  "needs the model's own experts module")
             wdtype = dtype or mod.gate_up_proj.dtype
             for name, qe in (("gate_up_proj", qm.gate_up), ("down_proj", qm.down)):
@@ -1719,14 +1785,14 @@ def _load(model, ck, device, dtype, dequantize, strict):
                 for name, b in (("gate_up_proj_bias", qm.gate_up_bias), ("down_proj_bias", qm.down_bias)):
                     _place([(mod, name, True)], _np_float_tensor(b, bdtype).to(device), True)
         else:
-            parent_name, _, child = g.prefix.rpartition(".")
+            parent_name, _, child = mname.rpartition(".")
             parent = model.get_submodule(parent_name) if parent_name else model
             setattr(parent, child, MoeExperts.from_quantized(qm, device=device, dtype=bdtype))
-        report_q[g.prefix] = g.format
+        report_q[mname] = g.format
 
     # Everything else, converted on the host, then moved.
     for name in loaded:
-        slot = slots[name]
+        slot = slots[model_name[name]]
         model_t = _slot_tensor(slot)
         t = _torch_tensor(ck, name)
         if t.is_floating_point():

@@ -40,7 +40,9 @@ Loading a 4-bit checkpoint
   int4; quant_method "awq" and "gptq" belong to other quantizers in
   transformers, so these load with quantization_config=NibbleConfig()).  Before transformers
   loads anything, each quantized nn.Linear becomes a nibble.torch.Linear
-  placeholder (experts modules of gpt-oss: nibble.torch.MoeExperts) and the checkpoint's
+  placeholder (experts modules: nibble.torch.MoeExperts; checkpoint names
+  renamed as transformers renames them, e.g. Mixtral's block_sparse_moe ->
+  mlp) and the checkpoint's
   4-bit tensors are left to nibble; transformers loads every other tensor
   (embeddings, norms, biases, layers left in BF16) with its own device map
   and dtype.  After that the 4-bit weights are read through the reader (the
@@ -399,8 +401,8 @@ class NibbleHfQuantizer(HfQuantizer):
     def __init__(self, quantization_config, **kwargs):
         super().__init__(quantization_config, **kwargs)
         self._ck = None
-        self._layers = []          # [(CheckpointLayer, prefix)] of a 4-bit checkpoint
-        self._experts = []         # [CheckpointMoe] of the expert groups, in MoeExperts placeholders
+        self._layers = []          # [(CheckpointLayer, the model's module name)] of a 4-bit checkpoint
+        self._experts = []         # [(CheckpointMoe, the model's module name)]: groups in MoeExperts placeholders
         self._targets = set()      # prefixes quantized at load
         self._pending = {}         # prefix -> PackedLinearWeight quantized at load, swapped in after it
         self._expert_targets = {}  # prefix -> nibble.torch._expert_kind of experts modules quantized at load
@@ -409,6 +411,7 @@ class NibbleHfQuantizer(HfQuantizer):
         self._errors = {}
         self._dtype = None
         self._unread = None        # (model, checkpoint tensor names nibble reads) until the conversions are known
+        self._built_dtypes = {}    # parameter name -> dtype the model was built with (pre-quantized loads)
 
     # -------------------------------------------------------- environment
 
@@ -444,6 +447,10 @@ class NibbleHfQuantizer(HfQuantizer):
             if ck is not None and any(L.quant_format for L in ck.layers):
                 self._plan_prequantized(model, ck)
                 self._ck, ck = ck, None
+                rename = nt._renamer(model)
+                renamed = {rename(t.name) for t in self._ck.tensors if rename(t.name) != t.name}
+                self._built_dtypes = {n: p.dtype for n, p in model.named_parameters()
+                                      if n in renamed and p.is_floating_point()}
             else:
                 self._plan_quantize(model, ck)
         finally:
@@ -463,29 +470,30 @@ class NibbleHfQuantizer(HfQuantizer):
             raise ValueError(f"nibble.transformers: NibbleConfig(format={cfg.format!r}) but {ck.path} holds "
                              f"{', '.join(formats)} layers (format=None takes the checkpoint as it is)")
         layers, consumed, groups, problems = nt._plan_layers(model, ck)
-        planned = {g.prefix for g, _ in groups}
+        planned = {g.prefix for g, _, _ in groups}
         modules = dict(model.named_modules())
+        names = nt._group_module_names(model, ck, modules=modules)
         for g in ck.moe_groups:   # 4-bit experts that would be left to transformers (which cannot read them)
-            if g.quant_format and g.prefix not in planned and not isinstance(modules.get(g.prefix),
+            if g.quant_format and g.prefix not in planned and not isinstance(modules.get(names[g.prefix]),
                                                                                 torch.nn.ModuleList):
                 problems.append(f"{ck.path}: expert group {g.prefix} ({g.format}) has no experts module of that "
-                                "name in the model")
+                                "name in the model (nor of the name transformers' renamings give it)")
         if problems:
             raise ValueError("nibble.transformers: " + "; ".join(problems))
         missing = []
-        for g, mod in groups:
-            _swap(model, g.prefix, _moe_placeholder(g, mod))
-            self._experts.append(g)
+        for g, mod, name in groups:
+            _swap(model, name, _moe_placeholder(g, mod))
+            self._experts.append((g, name))
             if g.per_expert and nt._module_moe_kind(mod)[2]:   # biases nibble reads per expert
-                missing += [f"{g.prefix}.gate_up_proj_bias", f"{g.prefix}.down_proj_bias"]
+                missing += [f"{name}.gate_up_proj_bias", f"{name}.down_proj_bias"]
         if missing:
             model._keys_to_ignore_on_load_missing = set(model._keys_to_ignore_on_load_missing or ())
             model._keys_to_ignore_on_load_missing.add("^(?:" + "|".join(re.escape(n) for n in missing) + ")$")
-        for L, mod, _bias in layers:
+        for L, mod, _bias, name in layers:
             lay = ck.weight_layout(L)
-            _swap(model, L.prefix, _placeholder(L.n, L.k, L.quant_format, L.tensor_scale, mod.bias, lay["group"],
-                                                lay["scale_type"]))
-            self._layers.append(L)
+            _swap(model, name, _placeholder(L.n, L.k, L.quant_format, L.tensor_scale, mod.bias, lay["group"],
+                                            lay["scale_type"]))
+            self._layers.append((L, name))
         # The 4-bit tensors are nibble's: transformers leaves them unread and unreported.
         keys = set(model.state_dict().keys())
         # (consumed also names what the replaced experts modules held, e.g.
@@ -607,10 +615,26 @@ class NibbleHfQuantizer(HfQuantizer):
 
     # -------------------------------------------------------- after load
 
+    def _built_dtype(self, model):
+        """Float parameters loaded under a name transformers' renamings gave
+        them, in another dtype than the model built them in, given the
+        model's: transformers 5.17 keeps the checkpoint's dtype for every
+        tensor it renames while loading a pre-quantized checkpoint (Mixtral's
+        router, block_sparse_moe.gate -> mlp.gate, stays BF16 in a float32
+        model); 5.23 gives them the model's dtype, as it does for every
+        other float tensor."""
+        for name, p in model.named_parameters():
+            want = self._built_dtypes.get(name)
+            if want is not None and p.is_floating_point() and p.dtype != want:
+                mod, _, attr = name.rpartition(".")
+                owner = model.get_submodule(mod) if mod else model
+                owner._parameters[attr] = torch.nn.Parameter(p.detach().to(want), requires_grad=p.requires_grad)
+
     def _process_model_after_weight_loading(self, model, **kwargs):
         cfg = self.quantization_config
         try:
             if self.pre_quantized:
+                self._built_dtype(model)
                 self._fill(model)
             else:
                 for prefix, pw in self._pending.items():
@@ -649,8 +673,8 @@ class NibbleHfQuantizer(HfQuantizer):
     def _fill(self, model):
         cfg = self.quantization_config
         ck = self._ck
-        for L in self._layers:
-            mod = model.get_submodule(L.prefix)
+        for L, name in self._layers:
+            mod = model.get_submodule(name)
             dev = mod.packed.device if not mod.packed.is_meta else torch.device("cpu")
             bias = mod.bias
             if bias is not None and bias.is_meta:
@@ -665,12 +689,12 @@ class NibbleHfQuantizer(HfQuantizer):
                                                 requires_grad=False)
                 if bias is not None:
                     lin.bias = bias
-                _swap(model, L.prefix, lin)
+                _swap(model, name, lin)
             else:
-                _swap(model, L.prefix, nt.Linear.from_quantized(qw, bias, device=dev, perm=perm))
-        for g in self._experts:
-            mod = model.get_submodule(g.prefix)
-            _swap(model, g.prefix, _moe_fill(mod, ck, g, model.config, cfg.dequantize, self._dtype))
+                _swap(model, name, nt.Linear.from_quantized(qw, bias, device=dev, perm=perm))
+        for g, name in self._experts:
+            mod = model.get_submodule(name)
+            _swap(model, name, _moe_fill(mod, ck, g, model.config, cfg.dequantize, self._dtype))
 
     # ---------------------------------------------------------- saving
 

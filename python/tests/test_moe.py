@@ -1,7 +1,8 @@
 """Tests of the mixture-of-experts layer of the Python package: nibble.moe
 (QuantizedExperts, moe_pack / moe_unpack, moe_reference), the expert groups
 of nibble.Checkpoint, and nibble.torch's nibble::moe_mlp op, MoeExperts,
-quantize_model and load_quantized of MoE models (gpt-oss, Qwen3-MoE).
+quantize_model and load_quantized of MoE models (gpt-oss, Qwen3-MoE,
+Mixtral, DeepSeek-V3).
 
 What is compared with what:
   * moe_reference(out_dtype=float64) (nb_moe_mlp_host_f64) against the
@@ -15,9 +16,13 @@ What is compared with what:
     errors are at rounding level;
   * moe_pack / moe_unpack: the bytes back exactly; the CPU op on packed
     weights bit for bit equal to the host reference on the checkpoint layout;
-  * MoeExperts of transformers' GptOssExperts / Qwen3MoeExperts against the
-    transformers module holding the dequantized weights (float32: relative
-    2^-16 normwise; only the summation order differs);
+  * MoeExperts of transformers' GptOssExperts / Qwen3MoeExperts /
+    MixtralExperts / DeepseekV3Experts against the transformers module
+    holding the dequantized weights (float32: relative 2^-16 normwise; only
+    the summation order differs); likewise whole tiny Mixtral and
+    DeepSeek-V3 models loaded from hand-written ModelOpt NVFP4 checkpoints
+    (Mixtral's block_sparse_moe.experts.<e>.w1 / w3 / w2 names mapped onto
+    the model's mlp.experts) against their dequantized twins;
   * on a GPU (skipped without one): nibble::moe_mlp against nb_moe_mlp_host_f64
     by the same 2x rule (the host float reference's error as yardstick), CUDA
     graph capture and replay with new routing, torch.compile(fullgraph=True)
@@ -319,7 +324,15 @@ def _mixtral_experts(E=4, H=64, I=32, dtype=torch.float32):
                           dtype)
 
 
-EXPERTS = {"gpt_oss": _gptoss_experts, "qwen3_moe": _qwen3_experts, "mixtral": _mixtral_experts}
+def _deepseek_v3_experts(E=4, H=64, I=32, dtype=torch.float32):
+    from transformers import DeepseekV3Config
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3Experts
+    return _fused_experts(DeepseekV3Config(n_routed_experts=E, hidden_size=H, moe_intermediate_size=I),
+                          DeepseekV3Experts, dtype)
+
+
+EXPERTS = {"gpt_oss": _gptoss_experts, "qwen3_moe": _qwen3_experts, "mixtral": _mixtral_experts,
+           "deepseek_v3": _deepseek_v3_experts}
 
 
 def _dequantized_twin(mod, experts):
@@ -336,17 +349,18 @@ def _dequantized_twin(mod, experts):
 
 
 @hf
-@pytest.mark.parametrize("kind", ["gpt_oss", "qwen3_moe", "mixtral"])
+@pytest.mark.parametrize("kind", sorted(EXPERTS))
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_moe_experts_match_transformers(kind, fmt):
     """MoeExperts.from_module of transformers' experts module runs (host
     reference, float32) what that module computes with the dequantized
     weights: the interleaved / concatenated rows, the transposes, the clamps
     and the biases all agree.  Mixtral's MixtralExperts (w1 / w3 / w2 fused
-    into gate_up_proj by transformers 5) is the SwiGLU form of Qwen3-MoE's."""
+    into gate_up_proj by transformers 5) and DeepSeek-V3's DeepseekV3Experts
+    are the SwiGLU form of Qwen3-MoE's."""
     mod = EXPERTS[kind]()
     assert type(mod).__name__ == {"gpt_oss": "GptOssExperts", "qwen3_moe": "Qwen3MoeExperts",
-                                  "mixtral": "MixtralExperts"}[kind]
+                                  "mixtral": "MixtralExperts", "deepseek_v3": "DeepseekV3Experts"}[kind]
     ex = nt.MoeExperts.from_module(mod, format=fmt, device="cpu")
     assert ex.spec.activation == ("swiglu_oai" if kind == "gpt_oss" else "swiglu")
     assert (ex.gate_up_proj_bias is not None) == (kind == "gpt_oss")
@@ -372,19 +386,24 @@ def test_moe_experts_match_transformers(kind, fmt):
     assert ex(x.bfloat16(), ids, w).dtype == torch.bfloat16
 
 
+def _random_model(cls, cfg, seed):
+    """A tiny transformers model of class `cls`, weights N(0, 0.1) (every tensor of rank 2 and more)."""
+    torch.manual_seed(seed)
+    m = cls(cfg)
+    with torch.no_grad():
+        for p in m.parameters():
+            if p.dim() >= 2:
+                p.normal_(0, 0.1)
+    return m.eval()
+
+
 def _tiny_qwen3(seed=0):
     from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
     cfg = Qwen3MoeConfig(vocab_size=256, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                          num_experts=4, num_experts_per_tok=2, max_position_embeddings=128, bos_token_id=1,
                          eos_token_id=2, pad_token_id=0, tie_word_embeddings=False)
-    torch.manual_seed(seed)
-    m = Qwen3MoeForCausalLM(cfg)
-    with torch.no_grad():
-        for p in m.parameters():
-            if p.dim() >= 2:
-                p.normal_(0, 0.1)
-    return m.eval()
+    return _random_model(Qwen3MoeForCausalLM, cfg, seed)
 
 
 @hf
@@ -417,12 +436,18 @@ def test_quantize_model_packs_experts_on_the_cpu():
 
 # -------------------------------------------------------- checkpoints
 
-def write_qwen3_nvfp4(model, d):
-    """`model` (a tiny Qwen3MoeForCausalLM) as a ModelOpt NVFP4 export of
-    Qwen3-MoE looks: one linear layer per expert and projection
-    (mlp.experts.<e>.gate_proj / up_proj / down_proj: weight U8, weight_scale
-    F8_E4M3, weight_scale_2 F32), gate and up of an expert sharing one
-    weight_scale_2 as ModelOpt writes them, every other tensor BF16."""
+HF_NAMES = ("gate_proj", "up_proj", "down_proj")
+MIXTRAL_NAMES = ("w1", "w3", "w2")   # gate, up, down
+
+
+def write_moe_nvfp4(model, d, names=HF_NAMES, rename=lambda name: name, ignore=("*mlp.gate",)):
+    """`model` (a tiny transformers MoE model with fused experts modules) as
+    a ModelOpt NVFP4 export of it looks: one linear layer per expert and
+    projection (<experts>.<e>.<gate> / <up> / <down>, `names`: weight U8,
+    weight_scale F8_E4M3, weight_scale_2 F32, input_scale F32), gate and up
+    of an expert sharing one weight_scale_2 as ModelOpt writes them, every
+    other tensor BF16; `rename` gives each tensor its checkpoint name
+    (Mixtral's: .mlp. -> .block_sparse_moe.)."""
     os.makedirs(d)
     tensors = {}
 
@@ -431,28 +456,35 @@ def write_qwen3_nvfp4(model, d):
         tensors[prefix + ".weight"] = ("U8", qw.codes)
         tensors[prefix + ".weight_scale"] = ("F8_E4M3", qw.scales)
         tensors[prefix + ".weight_scale_2"] = ("F32", np.array(qw.tensor_scale, np.float32))
+        tensors[prefix + ".input_scale"] = ("F32", np.array(1.0, np.float32))
+    gate, up, down = names
     for name, v in model.state_dict().items():
-        pre = name.rsplit(".", 1)[0]
+        pre = rename(name).rsplit(".", 1)[0]
         if name.endswith("experts.gate_up_proj"):
             I = v.shape[1] // 2
             for e in range(v.shape[0]):
                 ts = float(v[e].abs().max()) / (6 * 448)      # one tensor scale for gate and up
-                put(f"{pre}.{e}.gate_proj", v[e, :I], ts)
-                put(f"{pre}.{e}.up_proj", v[e, I:], ts)
+                put(f"{pre}.{e}.{gate}", v[e, :I], ts)
+                put(f"{pre}.{e}.{up}", v[e, I:], ts)
         elif name.endswith("experts.down_proj"):
             for e in range(v.shape[0]):
-                put(f"{pre}.{e}.down_proj", v[e], float(v[e].abs().max()) / (6 * 448))
+                put(f"{pre}.{e}.{down}", v[e], float(v[e].abs().max()) / (6 * 448))
         else:
-            tensors[name] = ("BF16", bf16_bits(v.bfloat16()))
+            tensors[rename(name)] = ("BF16", bf16_bits(v.bfloat16()))
     write_safetensors(os.path.join(d, "model.safetensors"), tensors)
     model.config.save_pretrained(d)
     with open(os.path.join(d, "config.json")) as f:
         config = json.load(f)
     config["quantization_config"] = {"quant_method": "modelopt", "quant_algo": "NVFP4",
-                                     "ignore": ["lm_head", "*self_attn*", "*mlp.gate"]}
+                                     "ignore": ["lm_head", "*self_attn*", *ignore]}
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(config, f)
     return d
+
+
+def write_qwen3_nvfp4(model, d):
+    """A ModelOpt NVFP4 export of a tiny Qwen3MoeForCausalLM (write_moe_nvfp4)."""
+    return write_moe_nvfp4(model, d)
 
 
 @pytest.fixture(scope="module")
@@ -523,6 +555,174 @@ def test_load_quantized_refuses_mismatched_experts(qwen3_ckpt):
         model = Qwen3MoeForCausalLM(cfg)
     with pytest.raises(ValueError, match="I = 32"):
         nt.load_quantized(model, qwen3_ckpt["path"], dequantize=True)
+
+
+# ------------------------------------ Mixtral and DeepSeek-V3 checkpoints
+
+def _tiny_mixtral(seed=0):
+    from transformers import MixtralConfig, MixtralForCausalLM
+    cfg = MixtralConfig(vocab_size=256, hidden_size=64, intermediate_size=32, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_local_experts=4,
+                        num_experts_per_tok=2, max_position_embeddings=128, bos_token_id=1, eos_token_id=2,
+                        pad_token_id=0, tie_word_embeddings=False)
+    return _random_model(MixtralForCausalLM, cfg, seed)
+
+
+@pytest.fixture(scope="module")
+def mixtral_ckpt(tmp_path_factory):
+    """A tiny Mixtral as ModelOpt exports Mixtral: block_sparse_moe.experts.<e>.w1
+    / w3 / w2 (gate, up, down) NVFP4 layers and the router
+    block_sparse_moe.gate in BF16, the names of Mixtral checkpoints (which
+    transformers 5 renames to the model's mlp.experts / mlp.gate)."""
+    if not (HAS_TF and HAS_IO):
+        pytest.skip("needs transformers and the checkpoint API")
+    model = _tiny_mixtral()
+    d = str(tmp_path_factory.mktemp("mixtral") / "nvfp4")
+    write_moe_nvfp4(model, d, MIXTRAL_NAMES, lambda name: name.replace(".mlp.", ".block_sparse_moe."),
+                    ("*block_sparse_moe.gate",))
+    return {"path": d, "model": model}
+
+
+@io
+@hf
+def test_mixtral_checkpoint_groups(mixtral_ckpt):
+    """The reader groups Mixtral's w1 / w3 / w2 layers with w1 as gate and w3
+    as up (gate_up = w1's rows then w3's) and w2 as down."""
+    with nibble.open_checkpoint(mixtral_ckpt["path"]) as ck:
+        assert [g.prefix for g in ck.moe_groups] == [f"model.layers.{i}.block_sparse_moe.experts" for i in range(2)]
+        g = ck.moe_groups[1]
+        assert (g.format, g.experts, g.hidden, g.intermediate, g.activation, g.gate_up_layout, g.top_k) == \
+            ("modelopt-nvfp4", 4, 64, 32, "swiglu", "concat", 2)
+        qm = ck.moe(g)
+        w1, w3, w2 = (ck.quantized_weight(f"{g.prefix}.2.{n}") for n in MIXTRAL_NAMES)
+        np.testing.assert_array_equal(qm.gate_up.codes[2], np.concatenate([w1.codes, w3.codes]))
+        np.testing.assert_array_equal(qm.down.codes[2], w2.codes)
+        assert qm.down.tensor_scales[2] == w2.tensor_scale
+
+
+@io
+@hf
+def test_load_quantized_mixtral_names(mixtral_ckpt):
+    """load_quantized maps Mixtral's checkpoint names onto transformers 5's
+    model as transformers does (block_sparse_moe -> mlp): the experts module
+    gets w1's and w3's dequantized rows as gate_up, w2's as down, the router
+    its BF16 weight; nothing missing or unexpected, the report in the
+    model's names.  The MixtralForCausalLM then computes what the original
+    BF16 model does within the NVFP4 quantization error."""
+    from transformers import MixtralForCausalLM
+    src = mixtral_ckpt["model"]
+    with torch.device("meta"):
+        model = MixtralForCausalLM(src.config)
+    rep = nt.load_quantized(model, mixtral_ckpt["path"], dequantize=True, dtype=torch.float32)
+    assert not rep["missing"] and not rep["unexpected"], rep
+    assert sorted(rep["quantized"]) == [f"model.layers.{i}.mlp.experts" for i in range(2)]
+    assert "model.layers.0.block_sparse_moe.gate.weight" in rep["loaded"]
+    with nibble.open_checkpoint(mixtral_ckpt["path"]) as ck:
+        P = "model.layers.1.block_sparse_moe.experts.3"
+        w1, w3, w2 = (ck.quantized_weight(f"{P}.{n}") for n in MIXTRAL_NAMES)
+    ex = model.model.layers[1].mlp.experts
+    assert type(ex).__name__ == "MixtralExperts"
+    np.testing.assert_array_equal(ex.gate_up_proj[3, :32].numpy(), nibble.dequantize(w1))
+    np.testing.assert_array_equal(ex.gate_up_proj[3, 32:].numpy(), nibble.dequantize(w3))
+    np.testing.assert_array_equal(ex.down_proj[3].numpy(), nibble.dequantize(w2))
+    assert torch.equal(model.model.layers[1].mlp.gate.weight, src.model.layers[1].mlp.gate.weight.bfloat16().float())
+    ids = torch.tensor([[1, 17, 33, 99, 5]])
+    model.config._experts_implementation = "eager"
+    with torch.no_grad():
+        out, want = model(ids).logits, src(ids).logits
+    assert rel(out.numpy(), want.numpy()) < 0.25   # NVFP4 of N(0, 0.1) weights: about 0.1 here
+
+
+@io
+@hf
+def test_transformers_loads_mixtral_names(mixtral_ckpt):
+    """from_pretrained of the ModelOpt Mixtral checkpoint (quant_method
+    "modelopt"): each of the model's mlp.experts becomes a MoeExperts
+    holding nb_moe_pack_host of the reader's block_sparse_moe.experts
+    group, nothing is reported missing or unexpected, and the CPU forward
+    (host reference) is the dequantized model's in float32 up to the
+    summation order (relative 2^-16; in BF16 the tiny model's routing flips
+    on rounding differences, so BF16 logits say nothing about the mapping)."""
+    import nibble.transformers  # noqa: F401  (registers the quantizer)
+    from nibble.transformers import NibbleConfig
+    from transformers import AutoModelForCausalLM
+    model, info = AutoModelForCausalLM.from_pretrained(mixtral_ckpt["path"], output_loading_info=True,
+                                                       dtype=torch.float32)
+    assert not info["unexpected_keys"] and not info["missing_keys"], info
+    with nibble.open_checkpoint(mixtral_ckpt["path"]) as ck:
+        for i, g in enumerate(ck.moe_groups):
+            ex = model.get_submodule(f"model.layers.{i}.mlp.experts")
+            assert isinstance(ex, nt.MoeExperts)
+            want = nibble.moe_pack(ck.moe(g))
+            np.testing.assert_array_equal(ex.gate_up_packed.numpy(), want.gate_up)
+            np.testing.assert_array_equal(ex.down_packed.numpy(), want.down)
+            np.testing.assert_array_equal(ex.weights.gate_up_scales.numpy(), want.gate_up_scales)
+    src = mixtral_ckpt["model"]
+    gate = model.model.layers[0].mlp.gate.weight   # float32 as asked (transformers 5.17 left renamed tensors BF16)
+    assert gate.dtype == torch.float32 and torch.equal(gate, src.model.layers[0].mlp.gate.weight.bfloat16().float())
+    ref = AutoModelForCausalLM.from_pretrained(mixtral_ckpt["path"], quantization_config=NibbleConfig(dequantize=True),
+                                               dtype=torch.float32)
+    assert type(ref.model.layers[0].mlp.experts).__name__ == "MixtralExperts"
+    ref.config._experts_implementation = "eager"
+    ids = torch.tensor([[1, 17, 33, 99, 5]])
+    with torch.no_grad():
+        out, base = model(ids).logits, ref(ids).logits
+    assert rel(out.numpy(), base.numpy()) < 2.0 ** -16
+
+
+def _tiny_deepseek_v3(seed=0):
+    """A tiny DeepSeek-V3: layer 0 dense, layer 1 MoE (4 routed experts, a
+    shared expert, the top-k router with its correction bias), MLA attention."""
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+    cfg = DeepseekV3Config(vocab_size=256, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+                           num_hidden_layers=2, first_k_dense_replace=1, num_attention_heads=4,
+                           num_key_value_heads=4, n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2,
+                           n_group=1, topk_group=1, q_lora_rank=None, kv_lora_rank=32, qk_rope_head_dim=16,
+                           qk_nope_head_dim=16, v_head_dim=16, max_position_embeddings=128, bos_token_id=1,
+                           eos_token_id=2, pad_token_id=0, tie_word_embeddings=False)
+    return _random_model(DeepseekV3ForCausalLM, cfg, seed)
+
+
+@io
+@hf
+def test_deepseek_v3_experts_checkpoint(tmp_path):
+    """DeepSeek-V3's routed experts (mlp.experts.<e>.gate_proj / up_proj /
+    down_proj, ModelOpt NVFP4) load into transformers 5's DeepseekV3Experts
+    (fused like Qwen3-MoE's) as a MoeExperts; the shared expert
+    (mlp.shared_experts, no index) and the router (mlp.gate, with
+    e_score_correction_bias) are not experts and load as they are.  Both
+    from_pretrained and load_quantized; the CPU forward (float32) is the
+    dequantized model's up to the summation order (relative 2^-16)."""
+    import nibble.transformers  # noqa: F401
+    from nibble.transformers import NibbleConfig
+    from transformers import AutoModelForCausalLM, DeepseekV3ForCausalLM
+    src = _tiny_deepseek_v3()
+    d = write_moe_nvfp4(src, str(tmp_path / "nvfp4"), ignore=("*mlp.gate", "*shared_experts*", "*mlp.gate_proj",
+                                                              "*mlp.up_proj", "*mlp.down_proj"))
+    with nibble.open_checkpoint(d) as ck:
+        assert [g.prefix for g in ck.moe_groups] == ["model.layers.1.mlp.experts"]
+        assert ck.layer("model.layers.1.mlp.shared_experts.gate_proj").moe_group is None
+        want = nibble.moe_pack(ck.moe(ck.moe_groups[0]))
+    model, info = AutoModelForCausalLM.from_pretrained(d, output_loading_info=True, dtype=torch.float32)
+    assert not info["unexpected_keys"] and not info["missing_keys"], info
+    ex = model.model.layers[1].mlp.experts
+    assert isinstance(ex, nt.MoeExperts)
+    np.testing.assert_array_equal(ex.gate_up_packed.numpy(), want.gate_up)
+    np.testing.assert_array_equal(ex.down_packed.numpy(), want.down)
+    assert type(model.model.layers[1].mlp.shared_experts.gate_proj) is torch.nn.Linear
+    with torch.device("meta"):
+        twin = DeepseekV3ForCausalLM(src.config)
+    rep = nt.load_quantized(twin, d, dequantize=True, dtype=torch.float32)
+    assert not rep["missing"] and not rep["unexpected"], rep
+    assert rep["quantized"] == {"model.layers.1.mlp.experts": "modelopt-nvfp4"}
+    ref = AutoModelForCausalLM.from_pretrained(d, quantization_config=NibbleConfig(dequantize=True),
+                                               dtype=torch.float32)
+    assert torch.equal(ref.model.layers[1].mlp.experts.gate_up_proj, twin.model.layers[1].mlp.experts.gate_up_proj)
+    ref.config._experts_implementation = "eager"
+    ids = torch.tensor([[1, 17, 33, 99, 5]])
+    with torch.no_grad():
+        out, base = model(ids).logits, ref(ids).logits
+    assert rel(out.numpy(), base.numpy()) < 2.0 ** -16
 
 
 # ----------------------------------------------------------------- GPU

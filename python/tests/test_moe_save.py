@@ -162,10 +162,10 @@ def assert_same_linears(a, b):
 FLOAT_LINEARS = ["*self_attn*", "lm_head"]
 
 
-# (Mixtral is not here: transformers saves its experts under Mixtral's
-# checkpoint names, block_sparse_moe.experts.<e>, which nibble's loader does
-# not map to the model's mlp.experts yet; test_mixtral_save_names says so)
-@pytest.mark.parametrize("kind", ["gpt_oss", "qwen3_moe"])
+# (Mixtral's experts are saved under Mixtral's checkpoint names,
+# block_sparse_moe.experts.<e>, which transformers and nibble's loader both
+# map back onto the model's mlp.experts)
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
 @pytest.mark.parametrize("scope", ["experts", "all"])
 def test_save_pretrained_round_trip(bf16, tmp_path, kind, fmt, scope):
@@ -209,11 +209,15 @@ def test_save_pretrained_round_trip(bf16, tmp_path, kind, fmt, scope):
 def test_mixtral_save_names(bf16, tmp_path):
     """Mixtral's experts are written per expert (ModelOpt NVFP4) under the
     names transformers gives Mixtral checkpoints (its save reverts .mlp. to
-    .block_sparse_moe.), which nibble's reader groups; reading them back
-    into the model's mlp.experts is not done yet: the reload is refused,
-    not silently left with uninitialised experts."""
+    .block_sparse_moe.), which nibble's reader groups, and read back into
+    the model's mlp.experts (transformers' renaming for Mixtral) by
+    from_pretrained and load_quantized: the same packed bytes and logits,
+    and in float32 the logits of the model whose MixtralExperts hold the
+    dequantized weights (load_quantized(dequantize=True)) up to the
+    summation order (relative 2^-16)."""
     model = AutoModelForCausalLM.from_pretrained(bf16["mixtral"]["path"],
-                                                 quantization_config=NibbleConfig(format="nvfp4"))
+                                                 quantization_config=NibbleConfig(format="nvfp4",
+                                                                                  modules_to_not_convert=FLOAT_LINEARS))
     out = str(tmp_path / "saved")
     model.save_pretrained(out)
     with nibble.open_checkpoint(out) as ck:
@@ -222,8 +226,26 @@ def test_mixtral_save_names(bf16, tmp_path):
         g = ck.moe_groups[0]
         np.testing.assert_array_equal(ck.moe(g).down.codes,
                                       model.model.layers[0].mlp.experts.quantized_moe().down.codes)
-    with pytest.raises(ValueError, match="block_sparse_moe.experts.*no experts module"):
-        AutoModelForCausalLM.from_pretrained(out)
+        assert "model.layers.0.block_sparse_moe.gate.weight" in ck
+    again = AutoModelForCausalLM.from_pretrained(out)
+    assert_same_experts(model, again)
+    assert torch.equal(logits(again), logits(model))
+    twin = meta_twin(model)
+    rep = nt.load_quantized(twin, out, dequantize=True, dtype=torch.float32)
+    assert not rep["missing"] and not rep["unexpected"]
+    assert sorted(rep["quantized"]) == [f"model.layers.{i}.mlp.experts" for i in range(2)]
+    assert "model.layers.1.block_sparse_moe.gate.weight" in rep["loaded"]
+    assert torch.equal(twin.model.layers[1].mlp.gate.weight, model.model.layers[1].mlp.gate.weight.float())
+    assert type(twin.model.layers[0].mlp.experts).__name__ == "MixtralExperts"
+    for name, ex in experts_modules(model).items():
+        qm, mod = ex.quantized_moe(), twin.get_submodule(name)
+        assert torch.equal(mod.gate_up_proj, nt._dense_experts(qm.gate_up, torch.float32, "cpu", False))
+        assert torch.equal(mod.down_proj, nt._dense_experts(qm.down, torch.float32, "cpu", False))
+    # the host op on the packed bytes against transformers' own experts on the dequantized weights
+    again32 = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
+    twin.config._experts_implementation = "eager"
+    a, b = logits(again32), logits(twin)
+    assert float((a - b).norm() / b.norm()) < 2.0 ** -16
 
 
 from test_transformers import gptoss  # noqa: E402,F401  (the gpt-oss MXFP4 checkpoint fixture)
