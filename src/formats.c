@@ -67,7 +67,19 @@ size_t nbi_packed_chunk_bytes(const nb_weight_desc *d) {
     const nbi_format_traits *t = nbi_traits(d->format);
     if (t->element == NB_ELEMENT_E2M1) return nbi_chunk_bytes(t);
     const size_t gpc = (size_t)(NBI_CHUNK_K / nbi_kernel_group(d)); /* kernel groups per chunk row */
-    return NBI_CHUNK_CODE_BYTES + NBI_CHUNK_ROWS * gpc * (2 + (t->zero_point != NB_ZERO_NONE));
+    const size_t sb = (size_t)nbi_scale_bytes(d->scale_type);
+    return NBI_CHUNK_CODE_BYTES + NBI_CHUNK_ROWS * gpc * (sb + (t->zero_point != NB_ZERO_NONE));
+}
+
+void nbi_table_planes(nb_element_type e, nb_dtype act, uint32_t planes[8]) {
+    memset(planes, 0, 8 * sizeof *planes);
+    for (int c = 0; c < 16; c++) {
+        const float v = nbi_element(e, (uint8_t)c);
+        const uint32_t h = act == NB_DTYPE_BF16 ? nbi_f32_to_bf16(v) : nbi_f32_to_f16(v);
+        const int w = c / 4; /* codes 0..3 in word 0, 4..7 in word 1, 8..11 in 2, 12..15 in 3 */
+        planes[w] |= (h & 0xFFu) << (8 * (c % 4));
+        planes[4 + w] |= (h >> 8) << (8 * (c % 4));
+    }
 }
 
 nb_status nb_format_get_info(nb_format format, nb_format_info *out) {
@@ -950,26 +962,26 @@ void nbi_scale_exp_range(const uint8_t *scales, size_t count, int32_t *emin, int
     *emax = hi;
 }
 
-/* The integer formats' scales and zero points in chunk (rb, kc) (docs/
- * formats.md section 8.7), both directions as pack_walk: per lane group g,
- * the 2 x gpc scales of rows g and g+8 (index h * gpc + j for row g + 8h,
- * kernel group j), and after all scales their zero points in the same
- * order. */
+/* The integer and table formats' scales and zero points in chunk (rb, kc)
+ * (docs/formats.md sections 8.7, 8.8), both directions as pack_walk: per
+ * lane group g, the 2 x gpc scales of sb bytes of rows g and g+8 (index h *
+ * gpc + j for row g + 8h, kernel group j), and after all scales their zero
+ * points in the same order. */
 static void pack_int_scales(const nb_weight_desc *desc, uint8_t *chunk, int64_t kc, int64_t rb, uint8_t *scales,
                             uint8_t *zeros, int to_packed) {
     const int64_t n = desc->n, k = desc->k, group = desc->group_size, ng = k / group;
-    const int kg = nbi_kernel_group(desc), gpc = NBI_CHUNK_K / kg;
+    const int kg = nbi_kernel_group(desc), gpc = NBI_CHUNK_K / kg, sb = nbi_scale_bytes(desc->scale_type);
     for (int gi = 0; gi < 8; gi++)
         for (int half = 0; half < 2; half++)
             for (int j = 0; j < gpc; j++) {
                 const int64_t row = rb * 16 + gi + 8 * half, col = kc * NBI_CHUNK_K + (int64_t)kg * j;
                 if (row >= n || col >= k) continue; /* padding: scale 0, zero point 0 */
                 const size_t src = (size_t)(row * ng + col / group), at = (size_t)(half * gpc + j);
-                uint8_t *sd = chunk + NBI_CHUNK_CODE_BYTES + (size_t)(4 * gpc * gi) + 2 * at;
-                uint8_t *zd = chunk + NBI_CHUNK_CODE_BYTES + (size_t)(32 * gpc + 2 * gpc * gi) + at;
-                for (int b = 0; b < 2; b++) {
-                    if (to_packed) sd[b] = scales[2 * src + b];
-                    else scales[2 * src + b] = sd[b];
+                uint8_t *sd = chunk + NBI_CHUNK_CODE_BYTES + (size_t)(2 * sb * gpc * gi) + sb * at;
+                uint8_t *zd = chunk + NBI_CHUNK_CODE_BYTES + (size_t)(16 * sb * gpc + 2 * gpc * gi) + at;
+                for (int b = 0; b < sb; b++) {
+                    if (to_packed) sd[b] = scales[sb * src + b];
+                    else scales[sb * src + b] = sd[b];
                 }
                 if (zeros && to_packed) *zd = zeros[src];
                 else if (zeros) zeros[src] = *zd;
@@ -989,6 +1001,7 @@ static void pack_walk(const nbi_format_traits *t, const nb_weight_desc *desc, ui
     const int64_t rb_count = (n + 15) / 16, kc_count = (k + NBI_CHUNK_K - 1) / NBI_CHUNK_K;
     const size_t cb = nbi_packed_chunk_bytes(desc);
     const int e2m1 = t->element == NB_ELEMENT_E2M1;
+    const int table = t->element == NB_ELEMENT_NF4 || t->element == NB_ELEMENT_FP4_BNB;
     const int gpc = NBI_CHUNK_K / (int)g; /* E2M1: groups per chunk, 8 or 4 */
     for (int64_t rb = 0; rb < rb_count; rb++)
         for (int64_t kc = 0; kc < kc_count; kc++) {
@@ -1003,8 +1016,9 @@ static void pack_walk(const nbi_format_traits *t, const nb_weight_desc *desc, ui
                         if (!to_packed)
                             for (int b = 0; b < 4; b++) word |= (uint32_t)dst[4 * w + b] << (8 * b);
                         for (int p = 0; p < 8; p++) {
-                            /* nibble p holds element 2p (p < 4) or 2(p-4)+1 */
-                            int e = p < 4 ? 2 * p : 2 * (p - 4) + 1;
+                            /* nibble p holds element 2p (p < 4) or 2(p-4)+1; the table
+                             * formats' element p (docs/formats.md 8.8) */
+                            int e = table ? p : p < 4 ? 2 * p : 2 * (p - 4) + 1;
                             /* E2M1: lane t holds k = 32t..32t+31; integers: word w holds 32w + 8t.. */
                             int64_t col = kc * NBI_CHUNK_K + (e2m1 ? 32 * ti + 8 * w : 32 * w + 8 * ti) + e;
                             if (row >= n || col >= k) continue; /* padding: code 0 */

@@ -34,10 +34,11 @@ enum {
 #define NBI_KERNEL_FORMATS(X, A) X(NVFP4, A) X(MXFP4, A)
 #define NBI_KERNEL_DTYPES(X, A) X(BF16, A) X(F16, A)
 /* The formats only nb_pack and the decode kernel 1 serve (the 4-bit integer
- * formats: gemv_fp4.cu "INTEGER FORMATS"); nb_gemm runs every m through that
- * kernel, 32 rows per launch.  Not in NBI_KERNEL_FORMATS: no other kernel
- * family (quantize, dequantize, the tensor-core paths, MoE) decodes them. */
-#define NBI_DECODE_FORMATS(X, A) X(INT4, A) X(INT4_SYM, A)
+ * formats and bitsandbytes' table formats: gemv_fp4.cu "INTEGER FORMATS" and
+ * "TABLE FORMATS"); nb_gemm runs every m through that kernel, 32 rows per
+ * launch.  Not in NBI_KERNEL_FORMATS: no other kernel family (quantize,
+ * dequantize, the tensor-core paths, MoE) decodes them. */
+#define NBI_DECODE_FORMATS(X, A) X(INT4, A) X(INT4_SYM, A) X(NF4, A) X(BNB_FP4, A)
 
 typedef struct nbi_format_traits {
     nb_format format;
@@ -100,12 +101,19 @@ NB_INTERNAL size_t nbi_chunk_bytes(const nbi_format_traits *t);
 /* The packed layout of a weight (checked descriptor, a format with
  * kernels): bytes per chunk, and the kernel group (k per scale within a
  * chunk).  E2M1 formats: nbi_chunk_bytes and the format's group.  4-bit
- * integer formats (docs/formats.md section 8.7): the group when it is 32,
- * 64 or 128, else 128 (one scale per row, or a group a multiple of 128: the
- * scale repeats per chunk); 1024 code bytes, then 2 scale bytes (and 1 zero
- * byte with zero points) per row and kernel group. */
+ * integer and table formats (docs/formats.md sections 8.7, 8.8): the group
+ * when it is 32, 64 or 128, else 128 (one scale per row, or a group a
+ * multiple of 128: the scale repeats per chunk); 1024 code bytes, then the
+ * scale bytes (2 for F16/BF16, 4 for F32) and 1 zero byte with zero points
+ * per row and kernel group. */
 NB_INTERNAL int nbi_kernel_group(const nb_weight_desc *d);
 NB_INTERNAL size_t nbi_packed_chunk_bytes(const nb_weight_desc *d);
+/* The table formats' MMA operands (docs/formats.md 8.8): the 16 table
+ * values rounded to the activation dtype act (BF16 or F16, to nearest even)
+ * as four byte planes of two words each: words 0-1 the low bytes of codes
+ * 0..7 (code c in byte c of the pair), 2-3 of codes 8..15, 4-5 and 6-7 the
+ * high bytes.  What the kernel's PRMT lookup reads (gemv_step.cuh). */
+NB_INTERNAL void nbi_table_planes(nb_element_type e, nb_dtype act, uint32_t planes[8]);
 
 /* Scalar codecs (formats.c). */
 NB_INTERNAL float nbi_element(nb_element_type t, uint8_t code);       /* the value of a code */
@@ -279,7 +287,7 @@ NB_INTERNAL nb_status nbi_cuda_dequantize(nb_context *ctx, const nb_weight_desc 
                                           const uint8_t *scales, nb_dtype dst_dtype, void *dst, void *stream);
 NB_INTERNAL nb_status nbi_cuda_pack(nb_context *ctx, const nb_weight_desc *d, const uint8_t *codes,
                                     const uint8_t *scales, void *packed, int32_t *emin, int32_t *emax, void *stream);
-/* The integer formats' packing (docs/formats.md 8.7); zeros NULL without
+/* The integer and table formats' packing (docs/formats.md 8.7, 8.8); zeros NULL without
  * zero points, whose byte range (*zmin, *zmax) it reads back then. */
 NB_INTERNAL nb_status nbi_cuda_pack_int(nb_context *ctx, const nb_weight_desc *d, const uint8_t *codes,
                                         const uint8_t *scales, const uint8_t *zeros, void *packed, int32_t *zmin,

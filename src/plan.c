@@ -313,8 +313,16 @@ static nb_status plan_scales(nb_context *ctx, const nb_gemm_desc *g, const nbi_f
         p->table_shift = 0;
         p->tensor_scale = d->tensor_scale;
         return NB_OK;
-    case NB_SCALE_F32: /* (no kernel serves a format with these scales: refused before the plan) */
-        return nbi_fail(ctx, NB_ERR_INTERNAL, "nb_gemm: no kernel reads %s scales", nbi_scale_name(t->scale_type));
+    case NB_SCALE_F32:
+        /* The table formats (gemv_fp4.cu "TABLE FORMATS"): the absmax is
+         * applied in FP32; the MMA operands are the table values rounded to
+         * the activation dtype, passed as byte planes in the first words of
+         * the scale table. */
+        nbi_table_planes(t->element, (nb_dtype)p->act, p->scale_table);
+        p->exp_shift = 0;
+        p->table_shift = 0;
+        p->tensor_scale = d->tensor_scale;
+        return NB_OK;
     }
     p->tensor_scale = d->tensor_scale;
     /* The 256-entry table scale byte -> 16-bit adjusted scale, cached per

@@ -1031,9 +1031,10 @@ static void test_v2_functions(nb_context *ctx) {
     EXPECT(ctx, NB_ERR_UNSUPPORTED, nb_pack_host(ctx, &d, codes, scales, out, sizeof out));
     CHECK(strstr(nb_last_error(), "use nb_pack_host_v2") != NULL, "pack int4: \"%s\"", nb_last_error());
     gb = g, gb.act_dtype = gb.out_dtype = NB_DTYPE_BF16;
-    nb_weight_desc_init(&gb.weight, NB_FORMAT_NF4, N, K);
+    nb_weight_desc_init(&gb.weight, NB_FORMAT_INT8, N, K);
+    gb.weight.group_size = 32; /* (int8's default group, 128, does not divide K) */
     EXPECT(ctx, NB_ERR_UNSUPPORTED, nb_context_set_tuning(ctx, &gb, NULL, 0));
-    CHECK(strstr(nb_last_error(), "no GPU kernel serves nf4") != NULL, "tuning nf4: \"%s\"", nb_last_error());
+    CHECK(strstr(nb_last_error(), "no GPU kernel serves int8") != NULL, "tuning int8: \"%s\"", nb_last_error());
 }
 
 static void test_scalar_nan(void) {

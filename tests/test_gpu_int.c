@@ -1,26 +1,33 @@
 /* test_gpu_int.c - the 4-bit integer formats (int4 with zero points,
- * int4_sym) on a real GPU: nb_pack_v2 and nb_gemm's decode kernel
- * (gemv_fp4.cu "INTEGER FORMATS").
+ * int4_sym) and bitsandbytes' table formats (nf4, bnb_fp4) on a real GPU:
+ * nb_pack_v2 and nb_gemm's decode kernel (gemv_fp4.cu "INTEGER FORMATS",
+ * "TABLE FORMATS").
  *
  *   test_gpu_int [--quick]    exit 0 pass, 1 fail, 77 no device (skipped)
  *
- * For each format, activation type (BF16, FP16), scale type (F16, BF16) and
- * group (32, 64, 128, one per row), on ragged layers (n not a multiple of
- * 16, k not a multiple of 128):
+ * For each format, activation type (BF16, FP16), scale type (integers: F16,
+ * BF16; tables: F32) and group (integers: 32, 64, 128, one per row; tables:
+ * bitsandbytes' blocks 32, 64, 128, 256, 1024), on ragged layers (n not a
+ * multiple of 16, k not a multiple of 128):
  *   - nb_pack_v2 on the device writes the bytes of nb_pack_host_v2 and the
  *     zero-point range into the descriptor;
  *   - nb_gemm for m = 1..32 and m in {33, 45, 64, 100} (several launches of
  *     the decode kernel) against nb_gemm_host_f64_v2 with the rule of
  *     test_gpu.c: |y - ref| <= ulp_out(|ref|) + 2^-14 * max|ref| per
  *     element (output rounding plus float accumulation in another order; the
- *     kernel's weight operands q - z are exact and its scales FP32);
+ *     kernel's weight operands q - z are exact and its scales FP32); the
+ *     table formats add the rounding of their operands (DESIGN.md 4.2.2):
+ *     sum over k of |x| |absmax| (|r16(v) - v| + 2^-24 |v|), v the table
+ *     value, r16 its rounding to the activation dtype, 2^-24 |v| |absmax|
+ *     the reference's own float32 product;
  *     outputs are poisoned (NaN) first, so an unwritten element fails;
  *   - zero points at their extremes: rows with z = 0 and z = 15, and with
  *     FP16 activations z = 255 (any byte; BF16 takes z <= 127 and nb_gemm
  *     refuses more with NB_ERR_UNSUPPORTED);
- *   - a NaN scale gives NaN in its row and only there;
+ *   - a NaN scale (absmax) gives NaN in its row and only there;
  *   - the refusals: nb_pack for int4 (zero points need nb_pack_v2), the
- *     tensor-core and staged paths, k not a multiple of 8. */
+ *     tensor-core and staged paths, k not a multiple of 8; nb_dequantize and
+ *     the naive reference for the table formats. */
 #include "nibble.h"
 #include "check.h"
 #include "gpu_testlib.h"
@@ -42,16 +49,43 @@ typedef struct tcase {
     int group; /* 0: one per row */
 } tcase;
 
+static int is_table(nb_format f) { return f == NB_FORMAT_NF4 || f == NB_FORMAT_BNB_FP4; }
+
+/* Per k of row r: |absmax| (|r16(v) - v| + 2^-24 |v|), the table formats'
+ * weight term of the bound (see the top). */
+static void table_terms(const tcase *c, const nb_weight_desc *d, const uint8_t *codes, const uint8_t *scales,
+                        int64_t r, double *out) {
+    const nb_element_type e = c->fmt == NB_FORMAT_NF4 ? NB_ELEMENT_NF4 : NB_ELEMENT_FP4_BNB;
+    double dv[16];
+    for (int q = 0; q < 16; q++) { /* r16: round to 8 (BF16) or 11 (FP16) significant bits, to nearest even */
+        const double v = nb_element_to_float(e, (uint8_t)q);
+        int ex = 0;
+        frexp(v, &ex);
+        const double ulp = ldexp(1.0, ex - (c->act == NB_DTYPE_BF16 ? 8 : 11)); /* (every value is normal) */
+        const double v16 = v == 0 ? 0 : nearbyint(v / ulp) * ulp;
+        dv[q] = fabs(v16 - v) + ldexp(fabs(v), -24);
+    }
+    const int64_t k = d->k, ng = k / d->group_size;
+    for (int64_t j = 0; j < k; j++) {
+        float a;
+        memcpy(&a, scales + 4 * (size_t)(r * ng + j / d->group_size), 4);
+        const size_t i = (size_t)(r * k + j);
+        out[j] = fabs((double)a) * dv[(codes[i / 2] >> (4 * (i & 1))) & 15];
+    }
+}
+
 static void run_case(nb_context *ctx, const tcase *c, const int64_t *ms, int nms, uint64_t seed) {
-    const int zp = c->fmt == NB_FORMAT_INT4;
+    const int zp = c->fmt == NB_FORMAT_INT4, tab = is_table(c->fmt);
     nb_weight_desc d;
     nb_weight_desc_init(&d, c->fmt, c->n, 128);
     d.k = c->k;
     d.group_size = c->group ? c->group : (int32_t)c->k;
     d.scale_type = c->st;
     char what[128];
-    snprintf(what, sizeof what, "%s %s scales=%s n=%lld k=%lld group=%d", zp ? "int4" : "int4_sym",
-             c->act == NB_DTYPE_BF16 ? "bf16" : "f16", c->st == NB_SCALE_BF16 ? "bf16" : "f16", (long long)c->n,
+    snprintf(what, sizeof what, "%s %s scales=%s n=%lld k=%lld group=%d",
+             zp ? "int4" : c->fmt == NB_FORMAT_INT4_SYM ? "int4_sym" : c->fmt == NB_FORMAT_NF4 ? "nf4" : "bnb_fp4",
+             c->act == NB_DTYPE_BF16 ? "bf16" : "f16",
+             c->st == NB_SCALE_BF16 ? "bf16" : c->st == NB_SCALE_F32 ? "f32" : "f16", (long long)c->n,
              (long long)c->k, (int)d.group_size);
     nb_weight_sizes_v2 sz;
     GT_NB(nb_weight_get_sizes_v2(&d, &sz));
@@ -61,7 +95,12 @@ static void run_case(nb_context *ctx, const tcase *c, const int64_t *ms, int nms
     uint16_t *x = malloc(2 * (size_t)(mmax * k)), *y = malloc(2 * (size_t)(mmax * n));
     double *ref = malloc(sizeof(double) * (size_t)(mmax * n));
     for (size_t i = 0; i < sz.codes_bytes; i++) codes[i] = (uint8_t)gt_rand(&seed);
-    for (int64_t i = 0; i < n * ng; i++) { /* +-2^-8 .. 2^-4 in the scale type */
+    for (int64_t i = 0; i < n * ng && tab; i++) { /* absmax: 2^-6 .. 2^2, one in eight negative */
+        const uint32_t e = 121 + (uint32_t)(gt_rand(&seed) % 8), neg = (gt_rand(&seed) % 8) == 0;
+        const uint32_t bits = neg << 31 | e << 23 | (uint32_t)(gt_rand(&seed) & 0x7FFFFF);
+        memcpy(scales + 4 * i, &bits, 4);
+    }
+    for (int64_t i = 0; i < n * ng && !tab; i++) { /* +-2^-8 .. 2^-4 in the scale type */
         const int e = -8 + (int)(gt_rand(&seed) % 4), neg = (int)(gt_rand(&seed) & 1);
         const uint16_t mant = (uint16_t)(gt_rand(&seed) & 0x7F);
         const uint16_t h = c->st == NB_SCALE_BF16 ? (uint16_t)(neg << 15 | (127 + e) << 7 | mant)
@@ -76,8 +115,13 @@ static void run_case(nb_context *ctx, const tcase *c, const int64_t *ms, int nms
                                                                                  : (uint8_t)(gt_rand(&seed) % 16);
             }
     const int nan_row = (int)(n / 2); /* one NaN scale: its row's outputs are NaN */
-    scales[2 * (nan_row * ng)] = 0x01, scales[2 * (nan_row * ng) + 1] = c->st == NB_SCALE_BF16 ? 0x7F : 0x7E;
-    if (c->st == NB_SCALE_BF16) scales[2 * (nan_row * ng)] = 0xC1;
+    if (tab) {
+        const uint32_t qnan = 0x7FC00001u;
+        memcpy(scales + 4 * (size_t)(nan_row * ng), &qnan, 4);
+    } else {
+        scales[2 * (nan_row * ng)] = 0x01, scales[2 * (nan_row * ng) + 1] = c->st == NB_SCALE_BF16 ? 0x7F : 0x7E;
+        if (c->st == NB_SCALE_BF16) scales[2 * (nan_row * ng)] = 0xC1;
+    }
     for (int64_t i = 0; i < mmax * k; i++) x[i] = gt_act16(c->act, gt_rand(&seed));
 
     uint8_t *dc, *ds, *dz = NULL;
@@ -119,6 +163,21 @@ static void run_case(nb_context *ctx, const tcase *c, const int64_t *ms, int nms
         GT_CUDA(cudaMalloc(&dws, ws));
         GT_CUDA(cudaMemset(dws, 0, ws));
     }
+    /* the table formats' weight term of the bound, per output element */
+    double *wterm = NULL;
+    if (tab) {
+        wterm = calloc((size_t)(mmax * n), sizeof *wterm);
+        double *row = malloc(sizeof(double) * (size_t)k);
+        for (int64_t r = 0; r < n; r++) {
+            table_terms(c, &d, codes, scales, r, row);
+            for (int64_t i = 0; i < mmax; i++) {
+                double sum = 0;
+                for (int64_t j = 0; j < k; j++) sum += fabs((double)gt_from16(c->act, x[i * k + j])) * row[j];
+                wterm[i * n + r] = sum;
+            }
+        }
+        free(row);
+    }
     for (int mi = 0; mi < nms; mi++) {
         const int64_t m = ms[mi];
         g.m = m;
@@ -139,7 +198,7 @@ static void run_case(nb_context *ctx, const tcase *c, const int64_t *ms, int nms
             double e = 0;
             if (isnan(r)) ok = isnan(v); /* the NaN-scale row */
             else {
-                const double tol = ulp_out(c->act, fabs(r)) + ldexp(maxref, -14);
+                const double tol = ulp_out(c->act, fabs(r)) + ldexp(maxref, -14) + (wterm ? wterm[i] : 0);
                 e = fabs(v - r) / tol;
                 ok = e <= 1.0; /* (NaN fails) */
             }
@@ -157,7 +216,7 @@ static void run_case(nb_context *ctx, const tcase *c, const int64_t *ms, int nms
     GT_CUDA(cudaFree(dx));
     GT_CUDA(cudaFree(dy));
     if (dz) GT_CUDA(cudaFree(dz));
-    free(codes), free(scales), free(zeros), free(hp), free(dp_h), free(x), free(y), free(ref);
+    free(codes), free(scales), free(zeros), free(hp), free(dp_h), free(x), free(y), free(ref), free(wterm);
 }
 
 /* What nb_gemm and nb_pack refuse for the integer formats. */
@@ -228,6 +287,84 @@ static void test_refusals(nb_context *ctx) {
     GT_CUDA(cudaFree(dy));
 }
 
+/* The table formats: nb_pack (first version) writes nb_pack_v2's bytes;
+ * what no kernel serves for them is refused by name; m = 64 runs the decode
+ * kernel twice with the kernel group in the configuration. */
+static void test_table_refusals(nb_context *ctx) {
+    enum { N = 48, K = 512 };
+    nb_weight_desc d;
+    nb_weight_desc_init(&d, NB_FORMAT_NF4, N, K);
+    nb_weight_sizes_v2 sz;
+    GT_NB(nb_weight_get_sizes_v2(&d, &sz));
+    CHECK(sz.packed_bytes == (size_t)(N / 16) * (K / 128) * 1152, "nf4 %dx%d blocks of 64: packed %zu", N, K,
+          sz.packed_bytes);
+    uint8_t *hc = malloc(sz.codes_bytes), *hs = malloc(sz.scales_bytes), *h1 = malloc(sz.packed_bytes),
+            *h2 = malloc(sz.packed_bytes);
+    uint64_t seed = 99;
+    for (size_t i = 0; i < sz.codes_bytes; i++) hc[i] = (uint8_t)gt_rand(&seed);
+    for (size_t i = 0; i < sz.scales_bytes / 4; i++) {
+        const float a = (float)(gt_rand(&seed) % 1000 + 1) / 1000.0f;
+        memcpy(hs + 4 * i, &a, 4);
+    }
+    uint8_t *dc, *ds;
+    void *p1, *p2, *dx, *dy, *dw;
+    GT_CUDA(cudaMalloc((void **)&dc, sz.codes_bytes));
+    GT_CUDA(cudaMalloc((void **)&ds, sz.scales_bytes));
+    GT_CUDA(cudaMalloc(&p1, sz.packed_bytes));
+    GT_CUDA(cudaMalloc(&p2, sz.packed_bytes));
+    GT_CUDA(cudaMalloc(&dx, 2 * 64 * K));
+    GT_CUDA(cudaMalloc(&dy, 2 * 64 * N));
+    GT_CUDA(cudaMalloc(&dw, 4 * (size_t)N * K));
+    GT_CUDA(cudaMemcpy(dc, hc, sz.codes_bytes, cudaMemcpyHostToDevice));
+    GT_CUDA(cudaMemcpy(ds, hs, sz.scales_bytes, cudaMemcpyHostToDevice));
+    GT_CUDA(cudaMemset(dx, 0, 2 * 64 * K));
+    nb_weight_desc a = d, b = d;
+    const nb_weight_data w = {.codes = dc, .scales = ds};
+    GT_NB(nb_pack(ctx, &a, dc, ds, p1, sz.packed_bytes, NULL));
+    GT_NB(nb_pack_v2(ctx, &b, &w, p2, sz.packed_bytes, NULL));
+    GT_CUDA(cudaMemcpy(h1, p1, sz.packed_bytes, cudaMemcpyDeviceToHost));
+    GT_CUDA(cudaMemcpy(h2, p2, sz.packed_bytes, cudaMemcpyDeviceToHost));
+    CHECK(!memcmp(h1, h2, sz.packed_bytes) && a.layout == NB_LAYOUT_PACKED, "nf4: nb_pack equals nb_pack_v2");
+    CHECK(nb_dequantize(ctx, &d, dc, ds, NB_DTYPE_F32, dw, NULL) == NB_ERR_UNSUPPORTED &&
+              strstr(nb_last_error(), "nb_pack and nb_gemm do"), "nf4: nb_dequantize refused: %s", nb_last_error());
+    nb_gemm_desc g;
+    GT_NB(nb_gemm_desc_init(&g, &d, 4, NB_DTYPE_BF16, NB_DTYPE_BF16));
+    CHECK(nb_gemm_reference_device(ctx, &g, dx, dc, ds, NULL, dy, NULL) == NB_ERR_UNSUPPORTED,
+          "nf4: naive GPU reference refused: %s", nb_last_error());
+    GT_NB(nb_gemm_desc_init(&g, &a, 64, NB_DTYPE_BF16, NB_DTYPE_BF16));
+    size_t ws = 1;
+    nb_gemm_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.path = NB_GEMM_PATH_TENSOR_CORE;
+    CHECK(nb_gemm_workspace_size_ex(ctx, &g, &cfg, &ws) == NB_ERR_UNSUPPORTED, "nf4: path tc refused: %s",
+          nb_last_error());
+    cfg.path = NB_GEMM_PATH_DECODE, cfg.variant = 1, cfg.kw = 1;
+    g.m = 16;
+    CHECK(nb_gemm_workspace_size_ex(ctx, &g, &cfg, &ws) == NB_ERR_UNSUPPORTED, "nf4: staged variant refused: %s",
+          nb_last_error());
+    GT_NB(nb_gemm_workspace_size(ctx, &g, &ws));
+    void *dws = NULL;
+    if (ws) {
+        GT_CUDA(cudaMalloc(&dws, ws));
+        GT_CUDA(cudaMemset(dws, 0, ws));
+    }
+    char cfgs[256] = "";
+    g.m = 64;
+    CHECK(nb_gemm(ctx, &g, dx, p1, NULL, dy, dws, ws, NULL) == NB_OK &&
+              nb_gemm_last_config(ctx, cfgs, sizeof cfgs) == NB_OK && strstr(cfgs, "nf4,group=64") &&
+              strstr(cfgs, "launches=2"), "nf4: m = 64 runs the decode kernel twice: %s", cfgs);
+    GT_CUDA(cudaDeviceSynchronize());
+    if (dws) GT_CUDA(cudaFree(dws));
+    GT_CUDA(cudaFree(dc));
+    GT_CUDA(cudaFree(ds));
+    GT_CUDA(cudaFree(p1));
+    GT_CUDA(cudaFree(p2));
+    GT_CUDA(cudaFree(dx));
+    GT_CUDA(cudaFree(dy));
+    GT_CUDA(cudaFree(dw));
+    free(hc), free(hs), free(h1), free(h2);
+}
+
 int main(int argc, char **argv) {
     gt_need_device("test_gpu_int");
     int quick = argc > 1 && !strcmp(argv[1], "--quick");
@@ -257,7 +394,25 @@ int main(int argc, char **argv) {
     const tcase odd[2] = {{NB_FORMAT_INT4, NB_DTYPE_F16, NB_SCALE_F16, 21, 200, 0},
                           {NB_FORMAT_INT4_SYM, NB_DTYPE_BF16, NB_SCALE_BF16, 5, 72, 0}};
     for (int i = 0; i < 2; i++) run_case(ctx, &odd[i], all, nall, seed++);
+    /* the table formats: bitsandbytes' blocks (F32 absmax; 256 and 1024 are
+     * stored once per chunk) */
+    static const int tgroups[5] = {32, 64, 128, 256, 1024};
+    for (int f = 0; f < 2; f++)
+        for (int a = 0; a < 2; a++)
+            for (int gi = 0; gi < 5; gi++)
+                for (int sh = 0; sh < (quick ? 2 : 3); sh++) {
+                    const tcase c = {f ? NB_FORMAT_BNB_FP4 : NB_FORMAT_NF4, a ? NB_DTYPE_F16 : NB_DTYPE_BF16,
+                                     NB_SCALE_F32, shapes[sh][0], shapes[sh][1], tgroups[gi]};
+                    if (c.k % c.group) continue;
+                    if (sh == 0) run_case(ctx, &c, all, nall, seed++);
+                    else run_case(ctx, &c, few, 6, seed++);
+                }
+    /* k not a multiple of 128: kernel groups past k in the last chunk */
+    const tcase todd[2] = {{NB_FORMAT_NF4, NB_DTYPE_BF16, NB_SCALE_F32, 21, 192, 64},
+                           {NB_FORMAT_BNB_FP4, NB_DTYPE_F16, NB_SCALE_F32, 5, 96, 32}};
+    for (int i = 0; i < 2; i++) run_case(ctx, &todd[i], all, nall, seed++);
     test_refusals(ctx);
+    test_table_refusals(ctx);
     nb_context_destroy(ctx);
     printf("%d passed, %d failed\n", g_pass, g_fail);
     return g_fail ? 1 : 0;

@@ -64,7 +64,7 @@ static double copy_bandwidth(void) {
 }
 
 static void help(void) {
-    printf("usage: nibble bench [--shapes KxN,...] [--m 1,2,...] [--formats nvfp4,mxfp4] [--dtype bf16|f16]\n"
+    printf("usage: nibble bench [--shapes KxN,...] [--m 1,2,...] [--formats nvfp4,mxfp4,...] [--dtype bf16|f16]\n"
            "                    [--csv FILE] [--json FILE] [--min-bytes MB] [--tune-cache FILE]\n"
            "  Times Y[m,n] = X[m,k] . W[n,k]^T for each layer k -> n and each m, nibble's kernel vs\n"
            "  cuBLAS BF16 in the same run (CUDA graphs, weights rotated past L2, median of replays).\n"
@@ -267,10 +267,11 @@ static void bench_format(bench *b, bench_layer *l, nb_format fmt) {
     if (l->rot_b < 2) l->rot_b = 2;
     l->wb = nbt_calloc((size_t)l->rot_b, sizeof *l->wb);
     CK(cudaMalloc(&l->wb[0], wbytes_b));
-    /* the integer formats have no device dequantizer or naive GPU reference:
-     * the host dequantizes (exact, then rounded to act) and the reference is
-     * cuBLAS on those weights with FP32 output (its weight rounding, about
-     * 2^-9 relative, is well inside the check's 1e-2) */
+    /* the integer and table formats have no device dequantizer or naive GPU
+     * reference: the host dequantizes (exact or, for the tables, float32,
+     * then rounded to act) and the reference is cuBLAS on those weights with
+     * FP32 output (its weight rounding, at most 2^-8 relative, and the
+     * table formats' own operand rounding are well inside the check's 1e-2) */
     const int host_ref = fi.element != NB_ELEMENT_E2M1;
     if (host_ref) {
         void *hw = nbt_calloc((size_t)(n * k), 2);

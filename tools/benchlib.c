@@ -88,8 +88,14 @@ void nbt_layer_make(nb_context *ctx, nb_format fmt, int64_t n, int64_t k, double
     for (size_t i = 0; i < l->sz.codes_bytes; i++) hc[i] = (uint8_t)nbt_rand();
     /* scales spanning a few binades, as in real checkpoints: E4M3 bytes
      * 0x28..0x4F (2^-3 .. 2^1.9), E8M0 bytes 118..127 (2^-9 .. 2^0), F16
-     * 2^-8 .. 2^-5 (bytes of 0x1C00..0x29FF, little-end first) */
-    if (fi.scale_bytes == 2)
+     * 2^-8 .. 2^-5 (bytes of 0x1C00..0x29FF, little-end first), F32 absmax
+     * 2^-7 .. 2^-3 */
+    if (fi.scale_bytes == 4)
+        for (size_t i = 0; i < l->sz.scales_bytes; i += 4) {
+            const uint32_t bits = (uint32_t)(120 + nbt_rand() % 4) << 23 | (uint32_t)(nbt_rand() & 0x7FFFFF);
+            memcpy(hs + i, &bits, 4);
+        }
+    else if (fi.scale_bytes == 2)
         for (size_t i = 0; i < l->sz.scales_bytes; i += 2) {
             const uint16_t h = (uint16_t)(0x1C00 + nbt_rand() % 0x0E00);
             hs[i] = (uint8_t)h, hs[i + 1] = (uint8_t)(h >> 8);

@@ -56,7 +56,8 @@ void *nbt_device_activations(nb_dtype t, size_t count);
  * nb_pack left), at least two and together at least min_mb megabytes.  The
  * scales span a few binades of the format's scale type; a format with a
  * tensor scale gets 0.0087 (a typical NVFP4 weight_scale_2); 16-bit scales
- * 2^-8 .. 2^-5 and zero points 0..15 (int4). */
+ * 2^-8 .. 2^-5 and zero points 0..15 (int4); F32 absmax 2^-7 .. 2^-3 (nf4,
+ * bnb_fp4). */
 typedef struct nbt_layer {
     nb_weight_desc desc, packed;
     nb_weight_sizes_v2 sz;

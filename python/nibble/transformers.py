@@ -49,7 +49,8 @@ Loading a 4-bit checkpoint
   checkpoint's exact bytes) and packed where the placeholder was placed:
   nb_pack on a GPU, nb_pack_host on the CPU (same bytes; a model loaded on
   the CPU runs after model.to("cuda")).  Refused by name, before any data
-  is read: a layer in a format no GPU kernel serves (int8, nf4, bnb_fp4), an
+  is read: a layer in a format no GPU kernel serves (int8) or not loaded
+  here yet (bitsandbytes nf4, fp4), an
   inconsistent layer, a checkpoint whose config declares another format
   than its tensors (or excludes a quantized layer), a NibbleConfig(format=)
   that differs from the checkpoint's, a module that is not an nn.Linear of
@@ -119,6 +120,7 @@ _SAVE_LAYOUT = {"nvfp4": "modelopt", "mxfp4": "quark", "int4": "compressed-tenso
                 "int4_sym": "compressed-tensors"}
 _EXPERT_WEIGHTS = ("gate_up_proj", "down_proj")   # the 3-D weights of an experts module quantized at load
 _QUARK_MODE = {"even": "even", "ocp": "floor", "round_up": "round_up"}   # Quark's scale_calculation_mode
+_TABLE_FORMATS = ("nf4", "bnb_fp4")   # GPU kernels, but no load-time quantization or saving here yet
 
 
 def _kernel_format(fmt, what):
@@ -131,6 +133,9 @@ def _kernel_format(fmt, what):
                          f"{', '.join(sorted(_SAVE_LAYOUT))}")
     if not _lib.FORMAT_INFO[_FORMATS[name]]["kernels"]:
         raise ValueError(f"nibble.transformers: {what} {name}: no GPU kernel serves {name} yet")
+    if name in _TABLE_FORMATS:
+        raise ValueError(f"nibble.transformers: {what} {name}: bitsandbytes' formats are not quantized at load or "
+                         "saved here yet (nibble.torch.quantize, Linear and the nibble::gemm op take them)")
     return name
 
 
@@ -140,8 +145,9 @@ class NibbleConfig(QuantizationConfigMixin):
     format: None (take the checkpoint's 4-bit layers as they are) or "nvfp4" /
       "mxfp4" / "int4" / "int4_sym": quantize a checkpoint without 4-bit
       layers at load; for a 4-bit checkpoint it must name the checkpoint's
-      format (else ValueError).  Formats no GPU kernel serves (int8, nf4,
-      bnb_fp4) are refused by name.
+      format (else ValueError).  Formats no GPU kernel serves (int8) and
+      bitsandbytes' nf4 / bnb_fp4 (kernels, but no load-time quantization or
+      saving here yet) are refused by name.
     scale_rule, method: as nibble.torch.quantize ("mse" runs on the host).
     group_size, scale_type: int4 / int4_sym only, as nibble.torch.quantize
       (32, 64 or 128, None: 128; "f16", the default, or "bf16").

@@ -542,7 +542,7 @@ def test_format_rows_and_sets():
     assert nibble.formats() == ["nvfp4", "mxfp4", "int4", "int4_sym", "int8", "nf4", "bnb_fp4"]
     assert nibble.Format.INT4 == 3 and nibble.Format.BNB_FP4 == 7
     assert rows["int4"]["zero_point"] and rows["int4"]["zero_type"] == 1
-    assert [f for f, r in rows.items() if r["kernels"]] == ["nvfp4", "mxfp4", "int4", "int4_sym"]
+    assert [f for f, r in rows.items() if r["kernels"]] == ["nvfp4", "mxfp4", "int4", "int4_sym", "nf4", "bnb_fp4"]
     assert rows["int4"]["group_sizes"] == [32, 64, 128] and rows["int4"]["per_channel"]
     assert rows["int4_sym"]["scale_type_names"] == ["f16", "bf16"] and rows["nf4"]["scale_type_names"] == ["f32"]
     assert rows["nf4"]["group_size"] == 64 and rows["nf4"]["group_sizes"][-1] == 4096 and not rows["nf4"]["per_channel"]
@@ -591,6 +591,38 @@ def test_bnb_quantize_matches_numpy(fmt):
     np.testing.assert_array_equal(nibble.dequantize(qw), want)
 
 
+@pytest.mark.parametrize("fmt,group", [("nf4", 64), ("bnb_fp4", 32), ("nf4", 256)])
+def test_bnb_pack_layout(fmt, group):
+    # docs/formats.md 8.8 written out in numpy: chunks of 16 rows x 128 k,
+    # lane 4g + t's word G holds k = 32G + 8t + e in nibble e; per lane group
+    # g the F32 absmax of rows g, g + 8 and each kernel group (k / kg per chunk)
+    n, k = 37, 512
+    qw = nibble.quantize(weights(n, k, seed=5), fmt, group_size=group)
+    pw = nibble.pack(qw)
+    kg = min(group, 128)
+    gpc, kchunks, rbs = 128 // kg, k // 128, (n + 15) // 16
+    cb = 1024 + 16 * gpc * 4
+    assert pw.data.nbytes == rbs * kchunks * cb
+    want = np.zeros(rbs * kchunks * cb, np.uint8)
+    codes = np.stack([qw.codes & 15, qw.codes >> 4], -1).reshape(n, k)   # element j: low nibble first
+    absmax = np.asarray(qw.scales, np.float32).reshape(n, k // group)
+    for r in range(n):
+        rb, h, g = r // 16, (r % 16) // 8, r % 8
+        for c in range(k):
+            kc, kk = c // 128, c % 128
+            G, t, e = kk // 32, (kk % 32) // 8, kk % 8
+            at = (rb * kchunks + kc) * cb + 512 * h + 16 * (4 * g + t) + 4 * G + e // 2
+            want[at] |= codes[r, c] << (4 * (e % 2))
+        for kc in range(kchunks):
+            for j in range(gpc):
+                at = (rb * kchunks + kc) * cb + 1024 + 8 * gpc * g + 4 * (h * gpc + j)
+                want[at:at + 4] = np.frombuffer(absmax[r, (kc * 128 + kg * j) // group].tobytes(), np.uint8)
+    np.testing.assert_array_equal(pw.data, want)
+    back = nibble.unpack(pw)
+    np.testing.assert_array_equal(back.codes, qw.codes)
+    np.testing.assert_array_equal(back.scales, qw.scales)
+
+
 def test_int_formats_errors():
     w = weights(4, 128, seed=1)
     with pytest.raises(nibble.Error) as e:
@@ -600,9 +632,9 @@ def test_int_formats_errors():
         nibble.quantize(w, "int4", scale_type="f32")
     with pytest.raises(ValueError, match="unknown scale type"):
         nibble.quantize(w, "int4", scale_type="fp16")
-    with pytest.raises(nibble.Error) as e:                    # nf4: no GPU kernel, so no packed layout
-        nibble.pack(nibble.quantize(w, "nf4"))
-    assert e.value.status == nibble.Status.ERR_UNSUPPORTED and "nf4 has no packed layout" in e.value.message
+    with pytest.raises(nibble.Error) as e:                    # int8: no GPU kernel, so no packed layout
+        nibble.pack(nibble.quantize(w, "int8"))
+    assert e.value.status == nibble.Status.ERR_UNSUPPORTED and "int8 has no packed layout" in e.value.message
     qw = nibble.quantize(w, "int4")
     bad = nibble.QuantizedWeight(qw.codes, qw.scales, 1.0, 4, 128, "int4")  # zeros missing
     with pytest.raises(TypeError, match="zeros"):

@@ -132,8 +132,8 @@ def test_argument_refusals():
         nt.quantize(w, format="int4_sym", scale_type="f32", device=0)
     with pytest.raises(ValueError, match="no GPU kernel serves int8 yet"):
         nt.quantize(w, format="int8")
-    with pytest.raises(ValueError, match="no GPU kernel serves nf4 yet"):
-        nt.pack(nibble.quantize(w.numpy(), "nf4"), "cpu")
+    with pytest.raises(ValueError, match="no GPU kernel serves int8 yet"):
+        nt.pack(nibble.quantize(w.numpy(), "int8"), "cpu")
     model = torch.nn.Sequential(torch.nn.Linear(256, 16))
     with pytest.raises(ValueError, match="group_size"):
         nt.quantize_model(model, format="int4", group_size=48)

@@ -141,8 +141,8 @@ def test_errors_before_c():
         nt.quantize(torch.zeros(K))
     with pytest.raises(ValueError, match="unknown format"):
         nt.quantize(torch.zeros(4, K), format="int3")
-    with pytest.raises(ValueError, match="no GPU kernel serves nf4 yet"):
-        nt.quantize(torch.zeros(4, K), format="nf4")
+    with pytest.raises(ValueError, match="no GPU kernel serves int8 yet"):
+        nt.quantize(torch.zeros(4, K), format="int8")
     with pytest.raises(ValueError, match="not a CUDA device"):
         nt.quantize(torch.zeros(4, K), device="cpu")
     with pytest.raises(TypeError):

@@ -148,7 +148,9 @@ def test_config_arguments():
     assert (c.format, c.scale_rule, c.modules_to_not_convert) == ("mxfp4", "round_up", ["lm_head"])
     assert c.to_dict()["quant_method"] == "nibble" and NibbleConfig.from_dict(c.to_dict()).format == "mxfp4"
     assert "mxfp4" in repr(c)
-    with pytest.raises(ValueError, match="no GPU kernel serves nf4"):
+    with pytest.raises(ValueError, match="no GPU kernel serves int8"):
+        NibbleConfig(format="int8")
+    with pytest.raises(ValueError, match="nf4: bitsandbytes' formats are not quantized at load"):
         NibbleConfig(format="nf4")
     assert NibbleConfig(format="int4").format == "int4"     # (int4 and int4_sym have kernels)
     with pytest.raises(ValueError, match="not a nibble format"):

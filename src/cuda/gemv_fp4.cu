@@ -77,10 +77,30 @@
  *   m > 32 runs one launch per 32 rows (weights re-read per launch): correct
  *   for prefill, not fast (no tensor-core path for these formats yet).
  *
+ * TABLE FORMATS (bitsandbytes nf4 and fp4; kernel 1 only:
+ *   gemv_table_kernel<FMT, ACT, MT, KG>)
+ *   A code indexes a table of 16 float32 values; each block of 32..4096
+ *   (default 64) has an F32 absmax (a nested absmax is resolved by the
+ *   checkpoint reader, as bitsandbytes does).  The same group-aligned chunks
+ *   as the integer formats (docs/formats.md 8.8: F32 scales, and a word's
+ *   nibbles in k order), so the absmax is applied in FP32 per kernel group
+ *   exactly as the integer scales are.  The MMA operand is the table value
+ *   rounded to ACT (round to nearest even, on the host: nbi_table_planes),
+ *   looked up in registers with PRMT (gemv_step.cuh a_frag_table, 21
+ *   instructions per word of 8 codes, against about 12 for the integers'
+ *   magic numbers and 20 for E2M1's decode and HMUL2).  That rounding is
+ *   the one difference from the reference's fl32(v * absmax): at most
+ *   |x| |absmax| |r(v) - v| per term, r(v) within 2^-8 (BF16) or 2^-11
+ *   (FP16) of v relative (DESIGN.md 4.2.2; bitsandbytes itself rounds
+ *   fl32(v * absmax) to ACT, an error of the same size).  Padding codes
+ *   (0, a table value of -1 in nf4) meet a scale of 0 or activations read
+ *   as zero.  A NaN absmax gives NaN in its row.
+ *
  * LIMITS  m <= 32 per launch (nb_gemm slices larger m); x rows 16-byte
  *   aligned; k a multiple of the group.
- * TEST    build/tests/test_gpu (scripts/device-check runs it under
- *         compute-sanitizer too).  BENCH  nibble bench.
+ * TEST    build/tests/test_gpu, build/tests/test_gpu_int (the integer and
+ *         table formats; scripts/device-check runs both under
+ *         compute-sanitizer too).  BENCH  nibble bench (--formats nf4 ...).
  */
 #include "common.cuh"
 #include "gemv_step.cuh"
@@ -177,11 +197,13 @@ constexpr int kernel1_chunk_bytes() {
  * independent of tA), which then enter acc and acc2 times the group's
  * FP32 scale (rows g and g+8 are accumulator elements {0,1} and {2,3}). */
 template <int FMT, int ACT, int MT, int KG, bool SYM>
-__device__ __forceinline__ void int_step(const uint4 &L, const uint4 &H, const uint32_t (&sw)[NBI_CHUNK_K / KG],
-                                         const uint32_t (&zw)[2], const __nv_bfloat16 *const (&xp)[MT],
+__device__ __forceinline__ void int_step(const uint4 &L, const uint4 &H,
+                                         const uint32_t (&sw)[nbc_int_chunk<FMT, KG>::sw], const uint32_t (&zw)[2],
+                                         const nbc_table &tab, const __nv_bfloat16 *const (&xp)[MT],
                                          const bool (&tok_ok)[MT], int i, int kbase, const GemvParams &p,
                                          float (&acc)[MT][4], float (&acc2)[MT][4]) {
     constexpr int GPC = NBI_CHUNK_K / KG, SPG = KG / 32; /* kernel groups per chunk, sub-ranges per group */
+    constexpr bool TABLE = nbc_int_chunk<FMT, KG>::table;
     float tA[MT][4], tB[MT][4];
 #pragma unroll
     for (int G = 0; G < 4; G++) {
@@ -197,16 +219,27 @@ __device__ __forceinline__ void int_step(const uint4 &L, const uint4 &H, const u
         for (int mt = 0; mt < MT; mt++)
             xv[mt] = tok_ok[mt] && kbase + 32 * G < p.k ? __ldg((const uint4 *)(xp[mt] + i * NBI_CHUNK_K) + 4 * G)
                                                         : make_uint4(0, 0, 0, 0);
-        const uint32_t zg = int_zero<ACT, SYM>(zw, j), zh = int_zero<ACT, SYM>(zw, GPC + j);
         uint32_t a[4];
-        a_frag_int<ACT, 0, SYM>(word(L, G), word(H, G), zg, zh, a); /* tile 2G: elements 0..3 */
+        if constexpr (TABLE) { /* both tiles' operands from the table (see "TABLE FORMATS") */
+            uint32_t b[4];
+            a_frag_table(word(L, G), word(H, G), tab, a, b);
 #pragma unroll
-        for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(tA[mt], a[0], a[1], a[2], a[3], xv[mt].x, xv[mt].y);
-        a_frag_int<ACT, 2, SYM>(word(L, G), word(H, G), zg, zh, a); /* tile 2G+1: elements 4..7 */
+            for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(tA[mt], a[0], a[1], a[2], a[3], xv[mt].x, xv[mt].y);
 #pragma unroll
-        for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(tB[mt], a[0], a[1], a[2], a[3], xv[mt].z, xv[mt].w);
+            for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(tB[mt], b[0], b[1], b[2], b[3], xv[mt].z, xv[mt].w);
+        } else {
+            const uint32_t zg = int_zero<ACT, SYM>(zw, j), zh = int_zero<ACT, SYM>(zw, GPC + j);
+            a_frag_int<ACT, 0, SYM>(word(L, G), word(H, G), zg, zh, a); /* tile 2G: elements 0..3 */
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(tA[mt], a[0], a[1], a[2], a[3], xv[mt].x, xv[mt].y);
+            a_frag_int<ACT, 2, SYM>(word(L, G), word(H, G), zg, zh, a); /* tile 2G+1: elements 4..7 */
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(tB[mt], a[0], a[1], a[2], a[3], xv[mt].z, xv[mt].w);
+        }
         if (G % SPG == SPG - 1) { /* the group's scale, in FP32 */
-            const float sg = int_scale<KG>(sw, j, p.scale_bf16), sh = int_scale<KG>(sw, GPC + j, p.scale_bf16);
+            float sg, sh;
+            if constexpr (TABLE) sg = table_scale(sw, j), sh = table_scale(sw, GPC + j);
+            else sg = int_scale<KG>(sw, j, p.scale_bf16), sh = int_scale<KG>(sw, GPC + j, p.scale_bf16);
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
                 acc[mt][0] = fmaf(sg, tA[mt][0], acc[mt][0]);
@@ -258,6 +291,12 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
     for (int i = 0; i < MT; i++)
 #pragma unroll
         for (int j = 0; j < 4; j++) acc[0][i][j] = acc2[i][j] = 0.0f;
+    /* the table formats' operand planes, from the parameters to registers */
+    nbc_table tab;
+    if constexpr (nbc_is_table<FMT>()) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) tab.lo[i] = p.stab[i], tab.hi[i] = p.stab[4 + i];
+    }
 
     /* Weights stream through a per-warp ring of STAGES chunks in shared
      * memory, filled by cp.async STAGES-1 chunks ahead: many bytes in flight
@@ -314,11 +353,11 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
         const uint4 *slot = ring + s * (CB / 16);
         const uint4 L = slot[lane], H = slot[32 + lane];
         if constexpr (INT) {
-            uint32_t sw[NBI_CHUNK_K / KG1], zw[2];
+            uint32_t sw[nbc_int_chunk<FMT, KG1>::sw], zw[2];
             int_tail<FMT, KG1>(slot, g, sw, zw);
             __syncwarp(); /* slot s may now be refilled */
-            int_step<FMT, ACT, MT, KG1, SYM>(L, H, sw, zw, xp, tok_ok, i, (c_begin + i) * NBI_CHUNK_K + 8 * t, p,
-                                             acc[0], acc2);
+            int_step<FMT, ACT, MT, KG1, SYM>(L, H, sw, zw, tab, xp, tok_ok, i, (c_begin + i) * NBI_CHUNK_K + 8 * t,
+                                             p, acc[0], acc2);
             continue;
         }
         const uint32_t S = SB == 4 ? ((const uint32_t *)(slot + 64))[lane] : ((const uint16_t *)(slot + 64))[lane];
@@ -383,6 +422,13 @@ __global__ void __launch_bounds__(WARPS * 32, GEMV_MINB) gemv_fp4_kernel(const G
 template <int FMT, int ACT, int MT, int KG, int WARPS, int STAGES>
 __global__ void __launch_bounds__(WARPS * 32, GEMV_MINB) gemv_int4_kernel(const GemvParams p) {
     static_assert(KG == 32 || KG == 64 || KG == 128, "kernel groups of 32, 64 or 128");
+    gemv_kernel1<FMT, ACT, MT, WARPS, STAGES, KG>(p);
+}
+
+/* The table formats (nf4, bnb_fp4), kernel group KG (32, 64 or 128). */
+template <int FMT, int ACT, int MT, int KG, int WARPS, int STAGES>
+__global__ void __launch_bounds__(WARPS * 32, GEMV_MINB) gemv_table_kernel(const GemvParams p) {
+    static_assert(nbc_int_chunk<FMT, KG>::table, "the table formats' instances");
     gemv_kernel1<FMT, ACT, MT, WARPS, STAGES, KG>(p);
 }
 
@@ -636,10 +682,17 @@ static gemv_fn pick_mt(int mt, int xs, int rpw) {
     return NULL; /* kernel 2 needs rpw 1 or 2 */
 }
 
-/* The integer formats' instances: kernel 1 for mt x kernel group. */
+/* The instance of an integer or table format. */
+template <int FMT, int ACT, int MT, int KG>
+static gemv_fn int_instance() {
+    if constexpr (nbc_is_table<FMT>()) return gemv_table_kernel<FMT, ACT, MT, KG, NBI_GEMV_WARPS, GEMV_STAGES>;
+    else return gemv_int4_kernel<FMT, ACT, MT, KG, NBI_GEMV_WARPS, GEMV_STAGES>;
+}
+
+/* The integer and table formats' instances: kernel 1 for mt x kernel group. */
 template <int FMT, int ACT>
 static gemv_fn pick_int(int mt, int kg) {
-#define INT_KERNEL(MT, KG) gemv_int4_kernel<FMT, ACT, MT, KG, NBI_GEMV_WARPS, GEMV_STAGES>
+#define INT_KERNEL(MT, KG) int_instance<FMT, ACT, MT, KG>()
 #define INT_MT(KG)                                                    \
     switch (mt) {                                                     \
     case 1: return INT_KERNEL(1, KG);                                 \

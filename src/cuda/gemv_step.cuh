@@ -44,20 +44,30 @@ __device__ __forceinline__ void a_frag(uint32_t ql, uint32_t qh, uint32_t sg, ui
 __device__ __forceinline__ uint32_t word(const uint4 &v, int w) { return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w; }
 
 
-/* ------------------------------------------- integer formats (kernel 1) */
+/* ------------------------------- integer and table formats (kernel 1) */
 
-/* The packed chunk of a 4-bit integer format with kernel group KG (32, 64,
- * 128; docs/formats.md 8.7): 1024 code bytes, then per lane group g the
- * 2 x GPC 16-bit scales of rows g and g+8, then their GPC zero-point bytes
- * each (formats with zero points). */
+/* The packed chunk of a 4-bit integer or table format with kernel group KG
+ * (32, 64, 128; docs/formats.md 8.7, 8.8): 1024 code bytes, then per lane
+ * group g the 2 x GPC scales (SB bytes: F16/BF16 2, F32 4) of rows g and
+ * g+8, then their GPC zero-point bytes each (formats with zero points).
+ * SW: the 32-bit words of a lane group's scales. */
+template <int FMT>
+constexpr bool nbc_is_table() {
+    return nbc_fmt<FMT>::element == NB_ELEMENT_NF4 || nbc_fmt<FMT>::element == NB_ELEMENT_FP4_BNB;
+}
 template <int FMT, int KG>
 struct nbc_int_chunk {
-    static_assert((nbc_fmt<FMT>::element == NB_ELEMENT_UINT4 || nbc_fmt<FMT>::element == NB_ELEMENT_INT4) &&
+    static constexpr bool table = nbc_is_table<FMT>();
+    static_assert((nbc_fmt<FMT>::element == NB_ELEMENT_UINT4 || nbc_fmt<FMT>::element == NB_ELEMENT_INT4 || table) &&
                       (KG == 32 || KG == 64 || KG == 128),
-                  "the integer decode step takes 4-bit integer codes in kernel groups of 32, 64 or 128");
+                  "the group-scaled decode step takes 4-bit integer or table codes in kernel groups of 32, 64 or 128");
+    static_assert(table ? nbc_fmt<FMT>::scale_types == NB_SCALE_BIT(NB_SCALE_F32) : nbc_fmt<FMT>::scale_bytes == 2,
+                  "table formats have F32 scales only, integer formats 16-bit ones");
     static constexpr int gpc = NBI_CHUNK_K / KG; /* kernel groups per row of a chunk */
     static constexpr int zp = nbc_fmt<FMT>::zero_point != NB_ZERO_NONE;
-    static constexpr int bytes = NBI_CHUNK_CODE_BYTES + NBI_CHUNK_ROWS * gpc * (2 + zp);
+    static constexpr int sb = nbc_fmt<FMT>::scale_bytes;
+    static constexpr int sw = 2 * gpc * sb / 4;
+    static constexpr int bytes = NBI_CHUNK_CODE_BYTES + NBI_CHUNK_ROWS * gpc * (sb + zp);
 };
 
 /* 2 x 16-bit lanes of word q's elements 2I, 2I+1 (nibbles I, I+4) as the
@@ -85,15 +95,27 @@ __device__ __forceinline__ void a_frag_int(uint32_t ql, uint32_t qh, uint32_t zg
 }
 
 /* Lane group g's share of a chunk's tail (after the 1024 code bytes): the
- * 2 x GPC scales as 16-bit halves of sw (index h * GPC + j: row g + 8h,
- * kernel group j) and the zero-point bytes of zw (same index).  One or two
- * vector loads from the chunk's shared-memory slot. */
+ * 2 x GPC scales as 16-bit halves (F32: whole words) of sw (index h * GPC +
+ * j: row g + 8h, kernel group j) and the zero-point bytes of zw (same
+ * index).  One or two vector loads from the chunk's shared-memory slot. */
 template <int FMT, int KG>
-__device__ __forceinline__ void int_tail(const uint4 *slot, int g, uint32_t (&sw)[NBI_CHUNK_K / KG],
+__device__ __forceinline__ void int_tail(const uint4 *slot, int g, uint32_t (&sw)[nbc_int_chunk<FMT, KG>::sw],
                                          uint32_t (&zw)[2]) {
     constexpr int GPC = nbc_int_chunk<FMT, KG>::gpc;
     const uint8_t *tail = (const uint8_t *)(slot + NBI_CHUNK_CODE_BYTES / 16);
-    if (GPC == 4) {
+    if constexpr (nbc_int_chunk<FMT, KG>::sb == 4) { /* F32 scales: 8 x GPC bytes per lane group */
+        const uint4 *v = (const uint4 *)(tail + 8 * GPC * g);
+        if constexpr (GPC == 1) {
+            const uint2 u = *(const uint2 *)v;
+            sw[0] = u.x, sw[1] = u.y;
+        } else {
+#pragma unroll
+            for (int i = 0; i < GPC / 2; i++) {
+                const uint4 u = v[i];
+                sw[4 * i] = u.x, sw[4 * i + 1] = u.y, sw[4 * i + 2] = u.z, sw[4 * i + 3] = u.w;
+            }
+        }
+    } else if (GPC == 4) {
         const uint4 v = *(const uint4 *)(tail + 16 * g);
         sw[0] = v.x, sw[GPC > 1 ? 1 : 0] = v.y, sw[GPC > 2 ? 2 : 0] = v.z, sw[GPC > 3 ? 3 : 0] = v.w;
     } else if (GPC == 2) {
@@ -121,6 +143,73 @@ template <int KG>
 __device__ __forceinline__ float int_scale(const uint32_t (&sw)[NBI_CHUNK_K / KG], int i, int bf16) {
     const uint32_t h = (sw[i >> 1] >> (16 * (i & 1))) & 0xFFFFu;
     return bf16 ? __uint_as_float(h << 16) : __half2float(__ushort_as_half((unsigned short)h));
+}
+
+/* ------------------------------------------------ table formats (kernel 1) */
+
+/* The table formats' 16 values as MMA operands (nbi_table_planes, built on
+ * the host and passed in the kernel parameters): four byte planes of two
+ * words, so that one PRMT looks up one byte of four codes at once.  lo[0..1]
+ * hold the low bytes of codes 0..7 (code c in byte c of the pair), lo[2..3]
+ * those of codes 8..15; hi[] the high bytes. */
+struct nbc_table {
+    uint32_t lo[4], hi[4];
+};
+
+/* PTX ISA "prmt": byte i of the result is byte sel[4i+2 : 4i] of the 8 bytes
+ * {b, a} (a is bytes 0..3), or with sel bit 4i+3 set the sign of that byte
+ * replicated: only the low 16 bits of sel count. */
+__device__ __forceinline__ uint32_t nbc_prmt(uint32_t a, uint32_t b, uint32_t sel) {
+    uint32_t d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
+}
+
+/* Elements 4H .. 4H+3 of word q (the table formats keep k order in a word:
+ * element e in nibble e, docs/formats.md 8.8) as two 16-bit pairs p0 =
+ * (4H, 4H+1), p1 = (4H+2, 4H+3): the A-fragment registers of one tile.
+ * s: the word with bit 3 of every nibble cleared (PRMT's byte selectors,
+ * 3 bits each; bit 3 would ask for a sign replication); m: byte i 0xFF
+ * where element 4H+i has code bit 3 set (codes 8..15).  Four PRMT read the
+ * low and high bytes from the planes of codes 0..7 and 8..15, two LOP3 keep
+ * the right plane per byte, two PRMT interleave low and high bytes into
+ * 16-bit values: 8 instructions per 4 elements. */
+template <int H>
+__device__ __forceinline__ void table_quad(uint32_t s, uint32_t m, const nbc_table &tab, uint32_t &p0, uint32_t &p1) {
+    const uint32_t sel = H ? s >> 16 : s;
+    const uint32_t la = nbc_prmt(tab.lo[0], tab.lo[1], sel), lb = nbc_prmt(tab.lo[2], tab.lo[3], sel);
+    const uint32_t ha = nbc_prmt(tab.hi[0], tab.hi[1], sel), hb = nbc_prmt(tab.hi[2], tab.hi[3], sel);
+    const uint32_t l = (la & ~m) | (lb & m), h = (ha & ~m) | (hb & m); /* one LOP3 each */
+    p0 = nbc_prmt(l, h, 0x5140); /* lo0 hi0 lo1 hi1 */
+    p1 = nbc_prmt(l, h, 0x7362); /* lo2 hi2 lo3 hi3 */
+}
+
+/* The byte masks of table_quad for elements 4H .. 4H+3 of q: bit 3 of
+ * nibble e is the sign bit of byte e/2 of q (e odd) or of q << 4 (e even),
+ * and a PRMT with sign replication spreads each to a whole byte. */
+template <int H>
+__device__ __forceinline__ uint32_t table_mask(uint32_t q, uint32_t q4) {
+    return nbc_prmt(q4, q, H ? 0xFBEA : 0xD9C8);
+}
+
+/* The A fragments of tiles 2G (elements 0..3 of the words) and 2G+1 (4..7)
+ * from word ql (row g) and qh (row g+8): a[0..3] and b[0..3] as a_frag's.
+ * 21 instructions per word: 2 x 8 in table_quad, the shared selector (LOP3),
+ * its upper half (SHF), q << 4 (SHF) and two mask PRMT. */
+__device__ __forceinline__ void a_frag_table(uint32_t ql, uint32_t qh, const nbc_table &tab, uint32_t (&a)[4],
+                                             uint32_t (&b)[4]) {
+    const uint32_t sl = ql & 0x77777777u, sh = qh & 0x77777777u;
+    const uint32_t l4 = ql << 4, h4 = qh << 4;
+    table_quad<0>(sl, table_mask<0>(ql, l4), tab, a[0], a[2]);
+    table_quad<0>(sh, table_mask<0>(qh, h4), tab, a[1], a[3]);
+    table_quad<1>(sl, table_mask<1>(ql, l4), tab, b[0], b[2]);
+    table_quad<1>(sh, table_mask<1>(qh, h4), tab, b[1], b[3]);
+}
+
+/* Scale i of a table format's sw: the F32 absmax, as stored. */
+template <int N>
+__device__ __forceinline__ float table_scale(const uint32_t (&sw)[N], int i) {
+    return __uint_as_float(sw[i]);
 }
 
 /* The zero-point pair (M + z, twice) of index i, or M + 8 for SYM. */

@@ -9,10 +9,12 @@
 
 /* A lane's 2 x 16 code bytes of chunk (rb, kc) at c: word w of row g
  * (bytes 16 lane..) and row g+8 (512 + 16 lane..) holds k = 32t + 8w ..
- * +7 (E2M1) or 32w + 8t .. +7 (int_order: the integer formats), element e
- * in nibble [0,4,1,5,2,6,3,7][e]. */
+ * +7 (E2M1) or 32w + 8t .. +7 (int_order: the integer and table formats),
+ * element e in nibble [0,4,1,5,2,6,3,7][e] (plain: in nibble e, the table
+ * formats). */
 __device__ __forceinline__ void pack_lane_codes(int64_t n, int64_t k, int64_t rb, int64_t kc, int lane,
-                                                const uint8_t *__restrict__ codes, uint8_t *c, bool int_order) {
+                                                const uint8_t *__restrict__ codes, uint8_t *c, bool int_order,
+                                                bool plain = false) {
     const int gi = lane >> 2, ti = lane & 3;
     for (int half = 0; half < 2; half++) {
         const int64_t row = rb * 16 + gi + 8 * half;
@@ -20,7 +22,7 @@ __device__ __forceinline__ void pack_lane_codes(int64_t n, int64_t k, int64_t rb
         for (int w = 0; w < 4; w++) {
             uint32_t word = 0;
             for (int p = 0; p < 8; p++) {
-                int e = p < 4 ? 2 * p : 2 * (p - 4) + 1;
+                int e = plain ? p : p < 4 ? 2 * p : 2 * (p - 4) + 1;
                 int64_t col = kc * NBI_CHUNK_K + (int_order ? 32 * w + 8 * ti : 32 * ti + 8 * w) + e;
                 uint32_t v = 0;
                 if (row < n && col < k) {
@@ -110,20 +112,23 @@ extern "C" nb_status nbi_cuda_pack(nb_context *ctx, const nb_weight_desc *d, con
     return t->scale_type == NB_SCALE_E8M0 ? exp_range(ctx, d, scales, 0xFF, emin, emax, s) : NB_OK;
 }
 
-/* The 4-bit integer formats (docs/formats.md 8.7; nb_pack_host_v2 is the
- * specification): one thread per (chunk, lane) writes the lane's 2 x 16
- * code bytes, word w holding k = 32w + 8t .. +7; lane 4g also writes lane
- * group g's scales (rows g, g+8: 2 x gpc of 2 bytes) and zero points. */
-__global__ void pack_int_kernel(int64_t n, int64_t k, int group, int kg, int chunk_bytes, int64_t kchunks,
-                                int64_t total, const uint8_t *__restrict__ codes, const uint8_t *__restrict__ scales,
-                                const uint8_t *__restrict__ zeros, uint8_t *__restrict__ out) {
+/* The 4-bit integer and table formats (docs/formats.md 8.7, 8.8;
+ * nb_pack_host_v2 is the specification): one thread per (chunk, lane)
+ * writes the lane's 2 x 16 code bytes, word w holding k = 32w + 8t .. +7
+ * (plain: element e in nibble e, the table formats); lane 4g also writes
+ * lane group g's scales (rows g, g+8: 2 x gpc of sb bytes) and zero
+ * points. */
+__global__ void pack_int_kernel(int64_t n, int64_t k, int group, int kg, int sb, bool plain, int chunk_bytes,
+                                int64_t kchunks, int64_t total, const uint8_t *__restrict__ codes,
+                                const uint8_t *__restrict__ scales, const uint8_t *__restrict__ zeros,
+                                uint8_t *__restrict__ out) {
     int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (tid >= total) return;
     const int lane = (int)(tid & 31);
     const int64_t chunk = tid >> 5, rb = chunk / kchunks, kc = chunk % kchunks;
     const int gi = lane >> 2, ti = lane & 3;
     uint8_t *c = out + chunk * chunk_bytes;
-    pack_lane_codes(n, k, rb, kc, lane, codes, c, true);
+    pack_lane_codes(n, k, rb, kc, lane, codes, c, true, plain);
     if (ti) return;
     const int gpc = NBI_CHUNK_K / kg;
     const int64_t ng = k / group;
@@ -133,9 +138,9 @@ __global__ void pack_int_kernel(int64_t n, int64_t k, int group, int kg, int chu
             const bool in = row < n && col < k;
             const int64_t src = in ? row * ng + col / group : 0;
             const int at = half * gpc + j;
-            c[NBI_CHUNK_CODE_BYTES + 4 * gpc * gi + 2 * at] = in ? scales[2 * src] : 0;
-            c[NBI_CHUNK_CODE_BYTES + 4 * gpc * gi + 2 * at + 1] = in ? scales[2 * src + 1] : 0;
-            if (zeros) c[NBI_CHUNK_CODE_BYTES + 32 * gpc + 2 * gpc * gi + at] = in ? zeros[src] : 0;
+            for (int b = 0; b < sb; b++)
+                c[NBI_CHUNK_CODE_BYTES + 2 * sb * gpc * gi + sb * at + b] = in ? scales[sb * src + b] : 0;
+            if (zeros) c[NBI_CHUNK_CODE_BYTES + 16 * sb * gpc + 2 * gpc * gi + at] = in ? zeros[src] : 0;
         }
 }
 
@@ -145,8 +150,10 @@ extern "C" nb_status nbi_cuda_pack_int(nb_context *ctx, const nb_weight_desc *d,
     const int64_t kchunks = (d->k + NBI_CHUNK_K - 1) / NBI_CHUNK_K, rbs = (d->n + 15) / 16;
     const int64_t total = rbs * kchunks * 32;
     cudaStream_t s = (cudaStream_t)stream;
+    const nb_element_type e = nbi_traits(d->format)->element;
     pack_int_kernel<<<(unsigned)((total + 255) / 256), 256, 0, s>>>(
-        d->n, d->k, d->group_size, nbi_kernel_group(d), (int)nbi_packed_chunk_bytes(d), kchunks, total, codes, scales,
+        d->n, d->k, d->group_size, nbi_kernel_group(d), nbi_scale_bytes(d->scale_type),
+        e == NB_ELEMENT_NF4 || e == NB_ELEMENT_FP4_BNB, (int)nbi_packed_chunk_bytes(d), kchunks, total, codes, scales,
         zeros, (uint8_t *)packed);
     NBC_LAUNCHED("pack kernel launch");
     *zmin = *zmax = -1;
