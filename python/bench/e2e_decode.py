@@ -154,9 +154,11 @@ class Decoder:
     """Greedy decoding of a Hugging Face Llama with a static KV cache kept
     here.  forward() takes T tokens at positions pos0 .. pos0+T-1 (prefill or
     one decode step); step() is one greedy decode step on the static state
-    (ids, pos, history), safe to capture in a CUDA graph."""
+    (ids, pos, history), safe to capture in a CUDA graph.  heads: (query
+    heads, key/value heads) of this process when the model's attention is
+    sharded (nibble.tp.shard_llama); None: the config's."""
 
-    def __init__(self, model, batch, max_len):
+    def __init__(self, model, batch, max_len, heads=None):
         from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
         self.rope = apply_rotary_pos_emb
         self.model = model
@@ -164,8 +166,8 @@ class Decoder:
         p = model.model.embed_tokens.weight
         dev, dt = p.device, p.dtype
         self.B, self.L = batch, max_len
-        self.H, self.KVH = cfg.num_attention_heads, cfg.num_key_value_heads
-        self.hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.H
+        self.H, self.KVH = heads or (cfg.num_attention_heads, cfg.num_key_value_heads)
+        self.hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.G = self.H // self.KVH
         n = len(model.model.layers)
         self.k = [torch.zeros(batch, self.KVH, max_len, self.hd, dtype=dt, device=dev) for _ in range(n)]
@@ -409,13 +411,13 @@ def run_batch(model, batch, args, device, gen, modes, fmt):
     return rows
 
 
-def greedy(model, prompt, steps, forced=None):
+def greedy(model, prompt, steps, forced=None, heads=None):
     """Eager decode of `steps` steps after the prompt.  Returns (tokens
     [B, steps+1], logits [steps+1, B, vocab] on the CPU): greedy, or, with
     `forced` [B, steps+1], fed the forced tokens (teacher forcing) while the
-    returned tokens are still each step's argmax."""
+    returned tokens are still each step's argmax.  heads: as Decoder."""
     with torch.no_grad():
-        dec = Decoder(model, prompt.shape[0], cache_len(prompt.shape[1] + steps))
+        dec = Decoder(model, prompt.shape[0], cache_len(prompt.shape[1] + steps), heads)
         P = prompt.shape[1]
         logits = [dec.prefill(prompt).cpu()]
         tokens = [logits[0].argmax(-1)]
