@@ -466,6 +466,19 @@ def quantize_cpu(model, fmt, bf16_linears):
 
 # ------------------------------------------------------------------- main
 
+def parse_lists(ap, args, formats):
+    """args.batches and args.formats from their comma lists (ap.error on a
+    bad one; formats must be among `formats`)."""
+    try:
+        args.batches = [int(b) for b in args.batches.split(",") if b.strip()]
+    except ValueError:
+        ap.error(f"--batches: a comma list of integers, got {args.batches!r}")
+    args.formats = [f.strip().lower() for f in args.formats.split(",") if f.strip()]
+    for f in args.formats:
+        if f not in formats:
+            ap.error(f"unknown format {f!r}; choose from {', '.join(formats)}")
+
+
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -497,14 +510,7 @@ def parse_args(argv=None):
     ap.add_argument("--out", default=None, help="directory for e2e_decode.json and e2e_decode.csv")
     args = ap.parse_args(argv)
 
-    try:
-        args.batches = [int(b) for b in args.batches.split(",") if b.strip()]
-    except ValueError:
-        ap.error(f"--batches: a comma list of integers, got {args.batches!r}")
-    args.formats = [f.strip().lower() for f in args.formats.split(",") if f.strip()]
-    for f in args.formats:
-        if f not in FORMATS:
-            ap.error(f"unknown format {f!r}; choose from {', '.join(FORMATS)}")
+    parse_lists(ap, args, FORMATS)
     if args.layers is None:
         args.layers = SHAPES["tiny" if args.tiny else args.shape][1]
     if args.layers < 1 or not args.batches or min(args.batches) < 1 or args.steps < 1:
@@ -758,15 +764,20 @@ def print_table(rows):
     print()
 
 
+def commit():
+    """The checkout's commit (git), else $NB_GIT_COMMIT, else "unknown"."""
+    try:
+        c = subprocess.run(["git", "-C", REPO, "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                           text=True).stdout.strip()
+    except OSError:
+        c = ""
+    return c or os.environ.get("NB_GIT_COMMIT", "unknown")
+
+
 def write_out(args, rows, checks, cfg, gpu, total, tf_version):
     import nibble
     os.makedirs(args.out, exist_ok=True)
-    try:
-        commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short=12", "HEAD"], capture_output=True,
-                                text=True).stdout.strip()
-    except OSError:
-        commit = ""
-    meta = {"gpu": gpu, "commit": commit or os.environ.get("NB_GIT_COMMIT", "unknown"),
+    meta = {"gpu": gpu, "commit": commit(),
             "date": time.strftime("%Y-%m-%d %H:%M:%S"), "torch": torch.__version__, "transformers": tf_version,
             "nibble": nibble.version_string(), "shape": "tiny" if args.tiny else args.shape, "layers": args.layers,
             "tiny": args.tiny, "prompt": args.prompt, "steps": args.steps, "warmup": args.warmup,

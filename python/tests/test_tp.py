@@ -50,6 +50,7 @@ import nibble.torch as nt  # noqa: E402
 import nibble.tp as tp  # noqa: E402
 
 BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
+sys.path.insert(0, BENCH)   # e2e_decode (its Decoder) and tp_decode, in this process and the ranks
 WORLD = 2
 U_BF16 = 2.0 ** -8
 N, K = 96, 512          # n: 48 rows per rank (three row blocks); k: 256 per rank (two 128-wide chunks)
@@ -219,7 +220,6 @@ def _worker(rank, port, out):
         res["errors"]["untouched"] = type(heads.model.layers[0].self_attn.q_proj).__name__
 
         # The tiny Llama: TP = 1 is computed by the parent; here the shards.
-        sys.path.insert(0, BENCH)
         import e2e_decode as e2e
         ids = LLAMA_IDS
         for dtype in (torch.float32, torch.bfloat16):
@@ -238,6 +238,15 @@ def _worker(rank, port, out):
         model = _tiny_llama(torch.bfloat16)            # from BF16 nn.Linear layers, quantized whole, then split
         tp.shard_llama(model, format="nvfp4")
         res["llama_from_bf16_q_w"] = model.model.layers[0].self_attn.q_proj.local.quantized_weight()
+        # The benchmark's own per-rank code (python/bench/tp_decode.py) on the tiny shape, over gloo.
+        import tp_decode
+        _, args = tp_decode.parse_args(TP_BENCH_ARGS)
+        import contextlib
+        import io
+        log = io.StringIO()
+        with contextlib.redirect_stdout(log):
+            res["bench"] = tp_decode.run(args, rank, torch.device("cpu"))[:2]
+        res["bench_log"] = log.getvalue()
         torch.save(res, os.path.join(out, f"rank{rank}.pt"))
         dist.destroy_process_group()
     except BaseException:
@@ -246,6 +255,8 @@ def _worker(rank, port, out):
         raise
 
 
+TP_BENCH_ARGS = ["--device", "cpu", "--tiny", "--layers", "1", "--batches", "1,2", "--steps", "2", "--warmup", "1",
+                 "--prompt", "4", "--check-steps", "3", "--formats", "bf16,nvfp4,mxfp4"]
 LLAMA_IDS = torch.randint(0, 256, (2, 6), generator=torch.Generator().manual_seed(9))
 
 
@@ -253,7 +264,6 @@ def _one_process_llama(dtype):
     """The unsharded NVFP4 tiny Llama: logits of transformers' forward,
     greedy tokens and step logits of the benchmark's Decoder, and for BF16
     the same packed weights run with float32 activations (the yardstick)."""
-    sys.path.insert(0, BENCH)
     import e2e_decode as e2e
     model = _tiny_llama(dtype)
     nt.quantize_model(model, format="nvfp4", exclude=["lm_head"], device="cpu")
@@ -399,3 +409,47 @@ def test_dataclass_shards_copy():
     s = tp.split_weight(qw, "n", 0, 2)
     s.codes[:] = 0
     assert qw.codes.any() and dataclasses.is_dataclass(s)
+
+
+@gloo
+def test_bench_plumbing_over_gloo(ranks):
+    """tp_decode.run on the tiny shape over the two gloo ranks: every format
+    and batch timed, both ranks decoding the same tokens, the TP=2 against
+    TP=1 check computed on rank 0 (nibble's layers from the one-process
+    bytes: within 2x BF16's own TP=2-to-TP=1 distance)."""
+    import tp_decode
+    for r, (rows, checks) in enumerate(res["bench"] for res in ranks):
+        assert [(x["format"], x["batch"]) for x in rows] == [(f, b) for f in ("bf16", "nvfp4", "mxfp4") for b in (1, 2)]
+        assert all(x["ranks_agree"] and x["step_ms"] > 0 and x["graph"] == "eager" for x in rows)
+        if r:
+            assert checks == []
+            continue
+        assert [c["format"] for c in checks] == ["bf16", "nvfp4", "mxfp4"]
+        assert all(c["steps"] == 4 and c["top1_agree"] == 4 for c in checks)
+        assert checks[0]["ok"] is None and all(c["ok"] for c in checks[1:]), checks
+        assert tp_decode.exit_code(rows, checks) == 0
+        assert "check: TP=2 logits" in ranks[0]["bench_log"] and ranks[1]["bench_log"] == ""
+
+
+def test_bench_refusals(capsys, monkeypatch):
+    import tp_decode
+    _, args = tp_decode.parse_args([])
+    assert args.layers == 10 and args.batches == [1, 8] and args.formats == ["bf16", "nvfp4"]
+    env = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "x", "MASTER_PORT": "1"}
+    assert tp_decode.launch_error(args, env, 2) is None
+    assert "needs 2 visible CUDA devices; 1 visible" in tp_decode.launch_error(args, env, 1)
+    assert "not launched by torchrun (RANK, WORLD_SIZE" in tp_decode.launch_error(args, {}, 2)
+    assert "world size 4" in tp_decode.launch_error(args, {**env, "WORLD_SIZE": "4"}, 8)
+    _, cpu = tp_decode.parse_args(["--device", "cpu", "--tiny"])
+    assert cpu.layers == 2 and tp_decode.launch_error(cpu, env, 0) is None
+    e = {"NCCL_NVLS_ENABLE": "1"}
+    assert tp_decode.nccl_env(e) == "1" and e["NCCL_NVLS_ENABLE"] == "0" and tp_decode.nccl_env({}) is None
+    for bad in (["--formats", "int8"], ["--batches", "1,x"], ["--steps", "0"], ["--check-factor", "0"],
+                ["--formats", ","]):
+        with pytest.raises(SystemExit):
+            tp_decode.parse_args(bad)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(SystemExit):
+        tp_decode.main([])                      # one GPU (as seen here): refused before anything is built
+    assert "needs 2 visible CUDA devices; 1 visible" in capsys.readouterr().err
