@@ -1575,8 +1575,9 @@ def load_quantized(model, path, device=None, dtype=None, dequantize=False, stric
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     if not dequantize and device.type != "cuda":
-        raise ValueError(f"nibble.torch: nibble.torch.Linear runs on CUDA devices only, not {device}; pass "
-                         "dequantize=True for a dequantized model on the CPU")
+        raise ValueError(f"nibble.torch: load_quantized packs for CUDA devices only, not {device} (on the CPU a "
+                         "nibble.torch.Linear runs only the host reference, for checking); pass dequantize=True "
+                         "for a dequantized model on the CPU")
     own = not isinstance(path, Checkpoint)
     ck = open_checkpoint(path) if own else path
     try:
