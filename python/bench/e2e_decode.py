@@ -154,9 +154,11 @@ class Decoder:
     """Greedy decoding of a Hugging Face Llama with a static KV cache kept
     here.  forward() takes T tokens at positions pos0 .. pos0+T-1 (prefill or
     one decode step); step() is one greedy decode step on the static state
-    (ids, pos, history), safe to capture in a CUDA graph."""
+    (ids, pos, history), safe to capture in a CUDA graph.  heads: (query
+    heads, key/value heads) of this process when the model's attention is
+    sharded (nibble.tp.shard_llama); None: the config's."""
 
-    def __init__(self, model, batch, max_len):
+    def __init__(self, model, batch, max_len, heads=None):
         from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
         self.rope = apply_rotary_pos_emb
         self.model = model
@@ -164,8 +166,8 @@ class Decoder:
         p = model.model.embed_tokens.weight
         dev, dt = p.device, p.dtype
         self.B, self.L = batch, max_len
-        self.H, self.KVH = cfg.num_attention_heads, cfg.num_key_value_heads
-        self.hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.H
+        self.H, self.KVH = heads or (cfg.num_attention_heads, cfg.num_key_value_heads)
+        self.hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         self.G = self.H // self.KVH
         n = len(model.model.layers)
         self.k = [torch.zeros(batch, self.KVH, max_len, self.hd, dtype=dt, device=dev) for _ in range(n)]
@@ -409,13 +411,13 @@ def run_batch(model, batch, args, device, gen, modes, fmt):
     return rows
 
 
-def greedy(model, prompt, steps, forced=None):
+def greedy(model, prompt, steps, forced=None, heads=None):
     """Eager decode of `steps` steps after the prompt.  Returns (tokens
     [B, steps+1], logits [steps+1, B, vocab] on the CPU): greedy, or, with
     `forced` [B, steps+1], fed the forced tokens (teacher forcing) while the
-    returned tokens are still each step's argmax."""
+    returned tokens are still each step's argmax.  heads: as Decoder."""
     with torch.no_grad():
-        dec = Decoder(model, prompt.shape[0], cache_len(prompt.shape[1] + steps))
+        dec = Decoder(model, prompt.shape[0], cache_len(prompt.shape[1] + steps), heads)
         P = prompt.shape[1]
         logits = [dec.prefill(prompt).cpu()]
         tokens = [logits[0].argmax(-1)]
@@ -464,6 +466,19 @@ def quantize_cpu(model, fmt, bf16_linears):
 
 # ------------------------------------------------------------------- main
 
+def parse_lists(ap, args, formats):
+    """args.batches and args.formats from their comma lists (ap.error on a
+    bad one; formats must be among `formats`)."""
+    try:
+        args.batches = [int(b) for b in args.batches.split(",") if b.strip()]
+    except ValueError:
+        ap.error(f"--batches: a comma list of integers, got {args.batches!r}")
+    args.formats = [f.strip().lower() for f in args.formats.split(",") if f.strip()]
+    for f in args.formats:
+        if f not in formats:
+            ap.error(f"unknown format {f!r}; choose from {', '.join(formats)}")
+
+
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -495,14 +510,7 @@ def parse_args(argv=None):
     ap.add_argument("--out", default=None, help="directory for e2e_decode.json and e2e_decode.csv")
     args = ap.parse_args(argv)
 
-    try:
-        args.batches = [int(b) for b in args.batches.split(",") if b.strip()]
-    except ValueError:
-        ap.error(f"--batches: a comma list of integers, got {args.batches!r}")
-    args.formats = [f.strip().lower() for f in args.formats.split(",") if f.strip()]
-    for f in args.formats:
-        if f not in FORMATS:
-            ap.error(f"unknown format {f!r}; choose from {', '.join(FORMATS)}")
+    parse_lists(ap, args, FORMATS)
     if args.layers is None:
         args.layers = SHAPES["tiny" if args.tiny else args.shape][1]
     if args.layers < 1 or not args.batches or min(args.batches) < 1 or args.steps < 1:
@@ -756,15 +764,20 @@ def print_table(rows):
     print()
 
 
+def commit():
+    """The checkout's commit (git), else $NB_GIT_COMMIT, else "unknown"."""
+    try:
+        c = subprocess.run(["git", "-C", REPO, "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                           text=True).stdout.strip()
+    except OSError:
+        c = ""
+    return c or os.environ.get("NB_GIT_COMMIT", "unknown")
+
+
 def write_out(args, rows, checks, cfg, gpu, total, tf_version):
     import nibble
     os.makedirs(args.out, exist_ok=True)
-    try:
-        commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short=12", "HEAD"], capture_output=True,
-                                text=True).stdout.strip()
-    except OSError:
-        commit = ""
-    meta = {"gpu": gpu, "commit": commit or os.environ.get("NB_GIT_COMMIT", "unknown"),
+    meta = {"gpu": gpu, "commit": commit(),
             "date": time.strftime("%Y-%m-%d %H:%M:%S"), "torch": torch.__version__, "transformers": tf_version,
             "nibble": nibble.version_string(), "shape": "tiny" if args.tiny else args.shape, "layers": args.layers,
             "tiny": args.tiny, "prompt": args.prompt, "steps": args.steps, "warmup": args.warmup,

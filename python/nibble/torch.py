@@ -34,14 +34,20 @@ Mixture of experts
                            down_bias, format, experts, hidden, intermediate,
                            activation, gate_up_layout, limit, alpha,
                            exponent ranges) -> y
-  runs a whole MoE MLP (nb_moe_mlp; moe() and MoeExperts wrap it).  Unlike
+  runs a whole MoE MLP (nb_moe_mlp; moe() and MoeExperts wrap it).  Like
   gemm it also runs on CPU tensors, as the host reference (nb_moe_mlp_host
   on the unpacked bytes): for checking, not for speed.
 
 Devices
-  gemm: GPU only.  CPU (or other non-CUDA) tensors raise ValueError: the packed
-  layout is the GPU kernels' and there is no host fallback here; the host
-  reference is nibble.gemm_reference on the checkpoint layout (numpy).
+  Both ops run on CUDA devices (nb_gemm, nb_moe_mlp) and on CPU tensors.  On
+  the CPU, gemm unpacks the packed bytes (nb_unpack_host_v2: exactly the
+  checkpoint-layout codes, scales and zero points they hold) and runs the
+  host reference on them (nb_gemm_host_v2: the arithmetic the kernels are
+  held to, float32 accumulation and one rounding to x's dtype, in its own
+  summation order): a checking path, for tests without a GPU (tensor
+  parallelism over gloo, nibble/tp.py), slow and never chosen in place of a
+  GPU.  It takes bfloat16, float16 and float32 x (float32: CPU only).  Other
+  devices raise ValueError.
 
 Errors
   Wrong Python types or dtypes raise TypeError, wrong shapes, devices or
@@ -65,7 +71,7 @@ import torch
 
 from . import _lib
 from . import PackedWeight, QuantizedWeight, quantize as _np_quantize, dequantize as _np_dequantize
-from . import pack as _np_pack, unpack as _np_unpack
+from . import pack as _np_pack, unpack as _np_unpack, gemm_reference as _np_gemm_reference
 from . import _FORMATS, _FORMAT_NAMES, _GROUP, _RULES, _quant_args, _rule_name, _scale_type
 from . import _format as _np_format
 from .moe import ACTIVATIONS, GATE_UP_LAYOUTS, MoeSpec, QuantizedExperts, QuantizedMoe
@@ -80,6 +86,7 @@ __all__ = ["PackedLinearWeight", "quantize", "pack", "dequantize_weight", "gemm"
            "MoeExperts"]
 
 _DTYPES = {torch.bfloat16: DType.BF16, torch.float16: DType.F16}
+_GEMM_DTYPES = (torch.bfloat16, torch.float16, torch.float32)   # float32: the host reference only (CPU tensors)
 
 
 # ---------------------------------------------------------------- contexts
@@ -284,8 +291,8 @@ def pack(qw, device=None):
 
     device="cpu" packs on the host instead (nb_pack_host_v2, the same bytes):
     the weight then waits in host memory, with an empty workspace, for a
-    Linear holding it to be moved to a GPU (module.to("cuda")); nothing runs
-    it on the CPU."""
+    Linear holding it to be moved to a GPU (module.to("cuda")); on the CPU
+    the op runs the host reference on it (for checking, not for speed)."""
     if not isinstance(qw, QuantizedWeight):
         raise TypeError(f"nibble.torch: expected a nibble.QuantizedWeight, got {type(qw).__name__}")
     if _is_cpu(device):
@@ -486,8 +493,9 @@ def _check_args(x, packed, workspace, bias, n, k, fmt, group_size, scale_type, f
     meta)."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"nibble.torch: x must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype not in _DTYPES:
-        raise TypeError(f"nibble.torch: x has dtype {x.dtype}; expected torch.bfloat16 or torch.float16")
+    if x.dtype not in _GEMM_DTYPES:
+        raise TypeError(f"nibble.torch: x has dtype {x.dtype}; expected torch.bfloat16 or torch.float16 (and "
+                        "torch.float32 on the CPU)")
     if packed.dtype != torch.uint8 or workspace.dtype != torch.uint8:
         raise TypeError(f"nibble.torch: packed and workspace must be uint8 tensors (got {packed.dtype}, "
                         f"{workspace.dtype})")
@@ -518,12 +526,15 @@ def _check_args(x, packed, workspace, bias, n, k, fmt, group_size, scale_type, f
             raise ValueError(f"nibble.torch: bias has shape {tuple(bias.shape)}; expected [{n}]")
     if not fake:
         devs = {t.device for t in (x, packed, workspace) + ((bias,) if bias is not None else ())}
-        if x.device.type != "cuda":
-            raise ValueError(f"nibble.torch: x is on {x.device}; nibble's GEMM runs on CUDA devices only (the host "
-                             "reference is nibble.gemm_reference on numpy arrays)")
+        if x.device.type not in ("cuda", "cpu"):
+            raise ValueError(f"nibble.torch: x is on {x.device}; nibble's GEMM runs on CUDA devices (nb_gemm) and "
+                             "on the CPU (the host reference, for checking)")
         if len(devs) != 1:
             raise ValueError(f"nibble.torch: x, packed, workspace and bias must be on one device, got "
                              f"{sorted(str(t) for t in devs)}")
+        if x.device.type == "cuda" and x.dtype == torch.float32:
+            raise TypeError("nibble.torch: x is float32; the GEMM kernels take bfloat16 or float16 (float32 runs on "
+                            "the CPU only)")
 
 
 @torch.library.custom_op("nibble::gemm", mutates_args=())
@@ -537,6 +548,9 @@ def _gemm_op(x: torch.Tensor, packed: torch.Tensor, workspace: torch.Tensor, bia
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0:
         return y.reshape(*lead, n)
+    if x.device.type == "cpu":
+        return _gemm_host(x2, packed, bias, n, k, format, tensor_scale, scale_exp_min, scale_exp_max, group_size,
+                          scale_type).reshape(*lead, n)
     # nb_gemm reads rows lda elements apart and needs 16-byte aligned rows.
     if x2.stride(1) != 1 or (m > 1 and (x2.stride(0) < k or x2.stride(0) * 2 % 16)) or x2.data_ptr() % 16:
         x2 = x2.clone(memory_format=torch.contiguous_format)
@@ -560,6 +574,33 @@ def _gemm_op(x: torch.Tensor, packed: torch.Tensor, workspace: torch.Tensor, bia
     return y.reshape(*lead, n)
 
 
+def _host_np(t):
+    """A CPU tensor as the numpy array the host reference takes (bfloat16 as
+    uint16 bits)."""
+    t = t.detach().contiguous()
+    return t.view(torch.int16).numpy().view(np.uint16) if t.dtype == torch.bfloat16 else t.numpy()
+
+
+def _gemm_host(x, packed, bias, n, k, fmt, tensor_scale, scale_exp_min, scale_exp_max, group_size, scale_type):
+    """nibble::gemm on the CPU: the packed bytes unpacked (nb_unpack_host_v2)
+    and the host reference nb_gemm_host_v2 run on them (float32
+    accumulation, one rounding to x's dtype) - the arithmetic the kernels are
+    held to, for checking, not for speed."""
+    pw = PackedWeight(data=_host_np(packed), n=n, k=k, format=_FORMAT_NAMES[Format(fmt)], tensor_scale=tensor_scale,
+                      scale_exp_min=scale_exp_min, scale_exp_max=scale_exp_max, group=group_size or None,
+                      scale_type=_scale_name(scale_type))
+    out = {torch.bfloat16: "bfloat16", torch.float16: np.float16, torch.float32: np.float32}[x.dtype]
+    y = _np_gemm_reference(_host_np(x), _np_unpack(pw), None if bias is None else _host_np(bias), out_dtype=out)
+    return _torch_of_np(y, x.dtype)
+
+
+def _torch_of_np(y, dtype):
+    """The host reference's numpy output as a tensor of `dtype` (bfloat16
+    arrives as uint16 bits)."""
+    t = torch.from_numpy(y.view(np.int16) if dtype == torch.bfloat16 else y)
+    return t.view(torch.bfloat16) if dtype == torch.bfloat16 else t
+
+
 @_gemm_op.register_fake
 def _gemm_fake(x, packed, workspace, bias, n, k, format, tensor_scale, scale_exp_min, scale_exp_max, group_size=0,
                scale_type=0):
@@ -572,7 +613,8 @@ def gemm(x, weight, bias=None):
 
     x: bfloat16 or float16 CUDA tensor; weight: a PackedLinearWeight on the
     same device; bias: None or an [n] tensor of x's dtype.  Returns a new
-    tensor of x's dtype."""
+    tensor of x's dtype.  CPU tensors (bfloat16, float16 or float32) run the
+    host reference instead: a checking path (see the module docstring)."""
     if not isinstance(weight, PackedLinearWeight):
         raise TypeError(f"nibble.torch: weight must be a PackedLinearWeight, got {type(weight).__name__}")
     return torch.ops.nibble.gemm(x, weight.packed, weight.workspace, bias, *weight.op_args())
@@ -1147,16 +1189,8 @@ def _moe_host(x, ids, wts, gate_up, down, gu_scales, dn_scales, gu_bias, dn_bias
     spec = MoeSpec(_FORMAT_NAMES[Format(fmt)], experts, hidden, inter, names[0][activation], names[1][layout],
                    limit if oai else None, alpha if oai else None)
     qm = moe_unpack(_packed_moe_host(spec, gate_up, down, gu_scales, dn_scales, gu_exp, dn_exp))
-
-    def host(t):
-        if t is None:
-            return None
-        t = t.detach().contiguous()
-        return t.view(torch.int16).numpy().view(np.uint16) if t.dtype == torch.bfloat16 else t.numpy()
-    qm.gate_up_bias, qm.down_bias = host(gu_bias), host(dn_bias)
-    y = moe_reference(host(x), ids.numpy(), wts.numpy(), qm)
-    t = torch.from_numpy(y.view(np.int16) if x.dtype == torch.bfloat16 else y)
-    return t.view(torch.bfloat16) if x.dtype == torch.bfloat16 else t
+    qm.gate_up_bias, qm.down_bias = (None if t is None else _host_np(t) for t in (gu_bias, dn_bias))
+    return _torch_of_np(moe_reference(_host_np(x), ids.numpy(), wts.numpy(), qm), x.dtype)
 
 
 @_moe_op.register_fake
@@ -1541,8 +1575,9 @@ def load_quantized(model, path, device=None, dtype=None, dequantize=False, stric
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     if not dequantize and device.type != "cuda":
-        raise ValueError(f"nibble.torch: nibble.torch.Linear runs on CUDA devices only, not {device}; pass "
-                         "dequantize=True for a dequantized model on the CPU")
+        raise ValueError(f"nibble.torch: load_quantized packs for CUDA devices only, not {device} (on the CPU a "
+                         "nibble.torch.Linear runs only the host reference, for checking); pass dequantize=True "
+                         "for a dequantized model on the CPU")
     own = not isinstance(path, Checkpoint)
     ck = open_checkpoint(path) if own else path
     try:

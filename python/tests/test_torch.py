@@ -112,10 +112,10 @@ def _op(x, n=N, k=K, fmt=1, bias=None, packed=None, ws=None, device=None):
 
 def test_errors_before_c():
     x = torch.zeros(2, K, dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match="CUDA devices only"):
-        _op(x)                                                    # CPU tensors: no host fallback
+    with pytest.raises(nibble.Error, match="packed"):
+        _op(x)                                                    # CPU: the host reference checks the packed size
     with pytest.raises(TypeError, match="bfloat16 or torch.float16"):
-        _op(x.float())
+        _op(x.double())
     with pytest.raises(ValueError, match="expected \\[..., k"):
         _op(torch.zeros(2, K + 16, dtype=torch.bfloat16))
     with pytest.raises(ValueError, match="multiple of 32"):
@@ -240,8 +240,10 @@ def test_batch_dims_layouts_and_workspace(fmt, dtype):
 def test_gpu_error_paths():
     _, pw = _packed("nvfp4")
     x = _x((2, K), torch.bfloat16)
-    with pytest.raises(ValueError, match="CUDA devices only"):
-        nt.gemm(x, pw)
+    with pytest.raises(ValueError, match="one device"):
+        nt.gemm(x, pw)                                            # CPU x, CUDA weight
+    with pytest.raises(TypeError, match="float32 runs on the CPU only"):
+        nt.gemm(x.float().cuda(), pw)
     with pytest.raises(ValueError, match="one device"):
         nt.gemm(x.cuda(), pw, torch.zeros(N, dtype=torch.bfloat16))
     # a workspace that is too small is the library's to reject (the need
@@ -342,6 +344,40 @@ def test_opcheck(fmt):
     bias = _x((N,), torch.bfloat16, seed=4).cuda()
     torch.library.opcheck(torch.ops.nibble.gemm.default, (x, pw.packed, pw.workspace, bias, *pw.op_args()),
                           test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
+
+
+# ---------------------------------------------- the op on the CPU (host reference)
+
+@pytest.mark.parametrize("fmt,group", [("nvfp4", None), ("mxfp4", None), ("int4", 32), ("int4_sym", 64)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_op_on_the_cpu_is_the_host_reference(fmt, group, dtype):
+    """nibble::gemm on CPU tensors is nibble.gemm_reference (nb_gemm_host_v2)
+    on the unpacked bytes, bit for bit: leading dimensions, bias, m = 0, a
+    Linear held on the CPU (with an activation permutation), and a result
+    within the float64 rule of the module docstring (eps of the dtype)."""
+    kw = {"group_size": group} if group else {}
+    qw = nibble.quantize(_weight(), format=fmt, **kw)
+    pw = nt.pack(qw, "cpu")
+    x = _x((2, 3, K), dtype)
+    bias = _x((N,), dtype, seed=4)
+    y = nt.gemm(x, pw, bias)
+    assert y.dtype == dtype and y.shape == (2, 3, N)
+    xs = x.reshape(-1, K)
+    xa = xs.view(torch.int16).numpy().view(np.uint16) if dtype == torch.bfloat16 else xs.numpy()
+    ba = bias.view(torch.int16).numpy().view(np.uint16) if dtype == torch.bfloat16 else bias.numpy()
+    out = {torch.bfloat16: "bfloat16", torch.float16: np.float16, torch.float32: np.float32}[dtype]
+    want = nibble.gemm_reference(xa, qw, ba, out_dtype=out)
+    got = y.reshape(-1, N)
+    got = got.view(torch.int16).numpy().view(np.uint16) if dtype == torch.bfloat16 else got.numpy()
+    assert np.array_equal(got, want), f"{fmt} {dtype}: the CPU op differs from nibble.gemm_reference"
+    y64 = nibble.gemm_reference(xs.float().numpy(), qw, out_dtype=np.float64) + bias.double().numpy()
+    eps = EPS.get(dtype, 2.0 ** -24)
+    _check_close(y.reshape(-1, N).float().numpy(), y64, xs.float().numpy(), nibble.dequantize(qw), eps,
+                 f"{fmt} {dtype} CPU")
+    assert nt.gemm(x[:0], pw).shape == (0, 3, N)
+    perm = torch.randperm(K, generator=torch.Generator().manual_seed(7))
+    lin = nt.Linear(pw, bias, perm=perm)
+    assert torch.equal(lin(x), nt.gemm(x.index_select(-1, perm), pw, bias))
 
 
 # ------------------------------------------- quantization on the device

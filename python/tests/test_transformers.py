@@ -234,12 +234,18 @@ def test_dequantize_loads_the_reference_model(ckpts):
     assert ((out - base).norm() / base.norm()).item() < 0.5
 
 
-def test_forward_on_the_cpu_is_refused(ckpts):
+def test_forward_on_the_cpu_is_the_host_reference(ckpts):
     """A model loaded on the CPU holds the packed bytes until
-    model.to("cuda"); its forward does not run some other way."""
-    model = AutoModelForCausalLM.from_pretrained(ckpts["nvfp4"])
-    with pytest.raises(ValueError, match="CUDA devices only"):
-        model(torch.tensor([[1, 2, 3]]))
+    model.to("cuda"); its forward there runs nibble::gemm's host reference
+    (a checking path), close to the dequantized model's in float32."""
+    ids = torch.tensor([[1, 2, 3]])
+    model = AutoModelForCausalLM.from_pretrained(ckpts["nvfp4"], dtype=torch.float32)
+    ref = AutoModelForCausalLM.from_pretrained(ckpts["nvfp4"], dtype=torch.float32,
+                                               quantization_config=NibbleConfig(dequantize=True))
+    assert _nibble_layers(model) and not _nibble_layers(ref)
+    with torch.no_grad():
+        got, want = model(ids).logits, ref(ids).logits
+    assert float((got - want).norm() / want.norm()) < 1e-5   # float32 summation order only
 
 
 # --------------------------------------------------------- quantize at load
