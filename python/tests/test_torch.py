@@ -348,7 +348,8 @@ def test_opcheck(fmt):
 
 # ---------------------------------------------- the op on the CPU (host reference)
 
-@pytest.mark.parametrize("fmt,group", [("nvfp4", None), ("mxfp4", None), ("int4", 32), ("int4_sym", 64)])
+@pytest.mark.parametrize("fmt,group", [("nvfp4", None), ("mxfp4", None), ("int4", 32), ("int4_sym", 64), ("nf4", None),
+                                       ("bnb_fp4", 128)])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_op_on_the_cpu_is_the_host_reference(fmt, group, dtype):
     """nibble::gemm on CPU tensors is nibble.gemm_reference (nb_gemm_host_v2)

@@ -54,7 +54,8 @@ sys.path.insert(0, BENCH)   # e2e_decode (its Decoder) and tp_decode, in this pr
 WORLD = 2
 U_BF16 = 2.0 ** -8
 N, K = 96, 512          # n: 48 rows per rank (three row blocks); k: 256 per rank (two 128-wide chunks)
-CASES = [(None, None), ("nvfp4", None), ("mxfp4", None), ("int4", 32), ("int4_sym", 64)]   # (format, group)
+CASES = [(None, None), ("nvfp4", None), ("mxfp4", None), ("int4", 32), ("int4_sym", 64), ("nf4", None),
+         ("bnb_fp4", 128)]   # (format, group)
 
 gloo = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
                           reason="torch.distributed without gloo")
