@@ -1,6 +1,6 @@
-"""nibble: 4-bit weights - NVFP4, MXFP4, int4 with zero points and int4_sym
-on the GPU kernels; int8, nf4 and bnb_fp4 on the host reference only -
-Python bindings to libnibble's C API.
+"""nibble: 4-bit weights - NVFP4, MXFP4, int4 with zero points, int4_sym
+and bitsandbytes' nf4 and bnb_fp4 on the GPU kernels; int8 on the host
+reference only - Python bindings to libnibble's C API.
 
 This module is the numpy-level API over the host reference functions (no GPU
 needed); nibble._lib is the ctypes image of include/nibble.h and

@@ -1518,15 +1518,17 @@ def _rebuild_meta_buffers(model, device):
 def load_quantized(model, path, device=None, dtype=None, dequantize=False, strict=True):
     """Load a 4-bit checkpoint into `model` through nibble's C checkpoint
     reader (nibble_io.h in libnibble): ModelOpt NVFP4, Quark MXFP4,
-    compressed-tensors nvfp4/mxfp4-pack-quantized, and the int4 layouts the
+    compressed-tensors nvfp4/mxfp4-pack-quantized, the int4 layouts the
     reader converts into nibble's (AWQ GEMM, GPTQ v1/v2 including act-order,
-    compressed-tensors pack-quantized int4 asymmetric and symmetric),
-    detected per layer.  An act-order layer (CheckpointLayer.k_permuted)
-    becomes a Linear with its activation permutation (Checkpoint.perm;
-    dequantize=True puts the columns back in the model's order instead).
-    Layers in formats no GPU kernel serves (compressed-tensors int8) and
-    bitsandbytes nf4 / fp4 layers (GPU kernels, not loaded here yet) raise
-    nibble.Error (NB_ERR_UNSUPPORTED) naming them.
+    compressed-tensors pack-quantized int4 asymmetric and symmetric), and
+    bitsandbytes' serialized 4-bit weights (nf4 and fp4 -> nf4 / bnb_fp4,
+    F32 absmax per block; a nested absmax resolved by the reader as
+    bitsandbytes does), detected per layer.  An act-order layer
+    (CheckpointLayer.k_permuted) becomes a Linear with its activation
+    permutation (Checkpoint.perm; dequantize=True puts the columns back in
+    the model's order instead).  Layers in formats no GPU kernel serves
+    (compressed-tensors int8) raise nibble.Error (NB_ERR_UNSUPPORTED)
+    naming them.
 
     model: a torch.nn.Module whose state_dict names match the checkpoint's
       tensor names, e.g. a Hugging Face LlamaForCausalLM(config) built on the
@@ -1676,10 +1678,6 @@ def _plan_layers(model, ck):
         if not _lib.FORMAT_INFO[_lib.format_from_name(L.quant_format)]["kernels"]:
             raise Error(_lib.Status.ERR_UNSUPPORTED, "NB_ERR_UNSUPPORTED",
                         f"{ck.path}: layer {L.prefix} is {L.format}: no GPU kernel serves {L.quant_format} yet")
-        if L.quant_format in ("nf4", "bnb_fp4"):
-            raise Error(_lib.Status.ERR_UNSUPPORTED, "NB_ERR_UNSUPPORTED",
-                        f"{ck.path}: layer {L.prefix} is {L.format}: bitsandbytes layers are not loaded here yet "
-                        f"(nibble.torch.pack of the reader's weight takes {L.quant_format})")
         members = [t.name for t in ck.tensors if t.layer == L.prefix]
         if L.moe_group in groups:
             consumed.update(members)

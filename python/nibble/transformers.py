@@ -37,8 +37,10 @@ Loading a 4-bit checkpoint
   tensors, as load_quantized does: ModelOpt NVFP4, compressed-tensors
   nvfp4/mxfp4, Quark MXFP4, gpt-oss MXFP4 experts, and the int4 layouts it
   converts (AWQ GEMM, GPTQ with act-order, compressed-tensors pack-quantized
-  int4; quant_method "awq" and "gptq" belong to other quantizers in
-  transformers, so these load with quantization_config=NibbleConfig()).  Before transformers
+  int4), and bitsandbytes' serialized 4-bit weights (nf4, fp4; plain or
+  nested absmax); quant_method "awq", "gptq" and "bitsandbytes" belong to
+  other quantizers in transformers, so these load with
+  quantization_config=NibbleConfig().  Before transformers
   loads anything, each quantized nn.Linear becomes a nibble.torch.Linear
   placeholder (experts modules: nibble.torch.MoeExperts; checkpoint names
   renamed as transformers renames them, e.g. Mixtral's block_sparse_moe ->
@@ -49,8 +51,7 @@ Loading a 4-bit checkpoint
   checkpoint's exact bytes) and packed where the placeholder was placed:
   nb_pack on a GPU, nb_pack_host on the CPU (same bytes; a model loaded on
   the CPU runs after model.to("cuda")).  Refused by name, before any data
-  is read: a layer in a format no GPU kernel serves (int8) or not loaded
-  here yet (bitsandbytes nf4, fp4), an
+  is read: a layer in a format no GPU kernel serves (int8), an
   inconsistent layer, a checkpoint whose config declares another format
   than its tensors (or excludes a quantized layer), a NibbleConfig(format=)
   that differs from the checkpoint's, a module that is not an nn.Linear of
@@ -59,10 +60,11 @@ Loading a 4-bit checkpoint
   on the CPU).
 
 Quantizing at load
-  NibbleConfig(format="nvfp4" | "mxfp4" | "int4" | "int4_sym") (the integer
-  formats with group_size 32/64/128, default 128, and scale_type "f16" or
-  "bf16", default "f16", quantized on the host; experts modules are
-  refused with them) on a checkpoint without 4-bit
+  NibbleConfig(format="nvfp4" | "mxfp4" | "int4" | "int4_sym" | "nf4" |
+  "bnb_fp4") (the integer formats with group_size 32/64/128, default 128,
+  and scale_type "f16" or "bf16", default "f16"; nf4 / bnb_fp4 with
+  group_size 32 .. 4096, default 64; both quantized on the host; experts
+  modules are refused with them) on a checkpoint without 4-bit
   layers quantizes every nn.Linear (but modules_to_not_convert, by default
   transformers' choice: the output head and tied embeddings, and layers whose
   in_features is not a multiple of the group) as its weight is read:
@@ -91,7 +93,8 @@ Saving
   an act-order layer; docs/formats.md 5.4), as `nibble quantize --format
   int4` writes it, with one group for the model (layers of different
   groups are refused); they load back through NibbleConfig() or
-  override("compressed-tensors").
+  override("compressed-tensors").  nf4 / bnb_fp4 models are not saved yet
+  (ValueError).
 """
 
 import copy
@@ -120,7 +123,7 @@ _SAVE_LAYOUT = {"nvfp4": "modelopt", "mxfp4": "quark", "int4": "compressed-tenso
                 "int4_sym": "compressed-tensors"}
 _EXPERT_WEIGHTS = ("gate_up_proj", "down_proj")   # the 3-D weights of an experts module quantized at load
 _QUARK_MODE = {"even": "even", "ocp": "floor", "round_up": "round_up"}   # Quark's scale_calculation_mode
-_TABLE_FORMATS = ("nf4", "bnb_fp4")   # GPU kernels, but no load-time quantization or saving here yet
+_TABLE_FORMATS = ("nf4", "bnb_fp4")   # bitsandbytes' formats: loaded and quantized at load, not saved yet
 
 
 def _kernel_format(fmt, what):
@@ -130,12 +133,9 @@ def _kernel_format(fmt, what):
     name = str(fmt).lower()
     if name not in _FORMATS:
         raise ValueError(f"nibble.transformers: {what} {fmt!r} is not a nibble format; expected one of "
-                         f"{', '.join(sorted(_SAVE_LAYOUT))}")
+                         f"{', '.join(f for f, c in _FORMATS.items() if _lib.FORMAT_INFO[c]['kernels'])}")
     if not _lib.FORMAT_INFO[_FORMATS[name]]["kernels"]:
         raise ValueError(f"nibble.transformers: {what} {name}: no GPU kernel serves {name} yet")
-    if name in _TABLE_FORMATS:
-        raise ValueError(f"nibble.transformers: {what} {name}: bitsandbytes' formats are not quantized at load or "
-                         "saved here yet (nibble.torch.quantize, Linear and the nibble::gemm op take them)")
     return name
 
 
@@ -143,14 +143,17 @@ class NibbleConfig(QuantizationConfigMixin):
     """The quantization_config that selects nibble in from_pretrained.
 
     format: None (take the checkpoint's 4-bit layers as they are) or "nvfp4" /
-      "mxfp4" / "int4" / "int4_sym": quantize a checkpoint without 4-bit
-      layers at load; for a 4-bit checkpoint it must name the checkpoint's
-      format (else ValueError).  Formats no GPU kernel serves (int8) and
-      bitsandbytes' nf4 / bnb_fp4 (kernels, but no load-time quantization or
-      saving here yet) are refused by name.
-    scale_rule, method: as nibble.torch.quantize ("mse" runs on the host).
-    group_size, scale_type: int4 / int4_sym only, as nibble.torch.quantize
-      (32, 64 or 128, None: 128; "f16", the default, or "bf16").
+      "mxfp4" / "int4" / "int4_sym" / "nf4" / "bnb_fp4": quantize a
+      checkpoint without 4-bit layers at load; for a 4-bit checkpoint it
+      must name the checkpoint's format (else ValueError).  Formats no GPU
+      kernel serves (int8) are refused by name.  Models of nf4 / bnb_fp4
+      layers are not saved yet (save_pretrained raises ValueError).
+    scale_rule, method: as nibble.torch.quantize ("mse" runs on the host,
+      for the FP4 formats).
+    group_size: int4 / int4_sym (32, 64 or 128, None: 128) and nf4 /
+      bnb_fp4 (bitsandbytes' blocksize: 32, 64, ..., 4096, None: 64), as
+      nibble.torch.quantize.
+    scale_type: int4 / int4_sym only ("f16", the default, or "bf16").
     modules_to_not_convert: fnmatch patterns (as quantize_model's exclude) of
       layers left in BF16 when quantizing at load; None: transformers' default
       (output head, tied embeddings).
@@ -175,10 +178,18 @@ class NibbleConfig(QuantizationConfigMixin):
         if method not in ("rtn", "mse"):
             raise ValueError(f"nibble.transformers: unknown method {method!r}; expected 'rtn' or 'mse'")
         self.method = method
-        if (group_size is not None or scale_type is not None) and self.format not in ("int4", "int4_sym"):
-            raise ValueError("nibble.transformers: group_size and scale_type apply to format 'int4' or 'int4_sym'")
-        if group_size is not None and (isinstance(group_size, bool) or group_size not in (32, 64, 128)):
-            raise ValueError(f"nibble.transformers: group_size {group_size!r}; expected 32, 64 or 128")
+        if scale_type is not None and self.format not in ("int4", "int4_sym"):
+            raise ValueError("nibble.transformers: scale_type applies to format 'int4' or 'int4_sym'")
+        if group_size is not None and self.format not in ("int4", "int4_sym") + _TABLE_FORMATS:
+            raise ValueError("nibble.transformers: group_size applies to format 'int4', 'int4_sym', 'nf4' or "
+                             "'bnb_fp4'")
+        groups = (32, 64, 128) if self.format in ("int4", "int4_sym") else (
+            tuple(_lib.FORMAT_INFO[_FORMATS[self.format]]["group_sizes"]) if self.format else ())
+        if group_size is not None and (isinstance(group_size, bool) or group_size not in groups):
+            raise ValueError(f"nibble.transformers: group_size {group_size!r}; {self.format} takes "
+                             f"{', '.join(map(str, groups))}")
+        if self.format in _TABLE_FORMATS and method != "rtn":
+            raise ValueError(f"nibble.transformers: method {method!r} serves nvfp4 and mxfp4 only")
         if scale_type is not None and scale_type not in ("f16", "bf16"):
             raise ValueError(f"nibble.transformers: scale_type {scale_type!r}; expected 'f16' or 'bf16'")
         self.group_size, self.scale_type = group_size, scale_type
@@ -774,7 +785,7 @@ def save_layout(model):
     if fmts[0] not in _SAVE_LAYOUT:
         raise ValueError(f"nibble.transformers: save_pretrained writes ModelOpt NVFP4, Quark MXFP4 and "
                          f"compressed-tensors int4 layouts; no checkpoint layout is written for {fmts[0]} layers yet "
-                         "(the checkpoint they were loaded from holds them)")
+                         "(bitsandbytes' serialization is not written by nibble)")
     group = None
     if fmts[0] in ("int4", "int4_sym"):
         if experts:

@@ -13,9 +13,6 @@ float64 with the bound of test_torch.py, Linear, quantize_model, a loaded
 checkpoint against its dequantized twin, and the BF16 zero-point limit.
 """
 
-import json
-import os
-
 import numpy as np
 import pytest
 
@@ -23,9 +20,8 @@ torch = pytest.importorskip("torch")
 
 import nibble  # noqa: E402
 import nibble.torch as nt  # noqa: E402
-from test_checkpoint import write_safetensors  # noqa: E402
 from test_load import HAS_IO, HAS_TF, gpu, hf, io  # noqa: E402,F401  (the same skip rules)
-from test_torch import EPS, _check_close, _x  # noqa: E402
+from test_torch import EPS, _check_close, _x, check_gemm_against_float64  # noqa: E402
 
 # (format, group or "k" for one group per row, scale type)
 CASES = [("int4", 32, "f16"), ("int4", 64, "bf16"), ("int4", 128, "f16"), ("int4", "k", "bf16"),
@@ -271,25 +267,9 @@ def write_int4_checkpoint(ref, d, layout, g=32, seed=0):
     """ref's state_dict with every linear layer of its decoder in `layout`
     (config.json with that layout's quantization_config); returns {prefix:
     dense float32 weight}."""
-    from test_load import bf16_bits
-    os.makedirs(d, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    tensors, dense = {}, {}
-    for name, t in ref.state_dict().items():
-        prefix = name[:-len(".weight")]
-        if name.endswith(".weight") and t.dim() == 2 and ".layers." in name:
-            parts, dense[prefix] = int4_layer(t.float().numpy(), layout, g, rng)
-            tensors.update({f"{prefix}.{k}": v for k, v in parts.items()})
-        elif not (name == "lm_head.weight" and ref.config.tie_word_embeddings):
-            tensors[name] = ("BF16", bf16_bits(t.to(torch.bfloat16)))
-    write_safetensors(os.path.join(d, "model.safetensors"), tensors)
-    ref.config.save_pretrained(d)
-    with open(os.path.join(d, "config.json")) as f:
-        cfg = json.load(f)
-    cfg["quantization_config"] = _qconfig(layout, g)
-    with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump(cfg, f)
-    return dense
+    from test_load import write_quantized_checkpoint
+    return write_quantized_checkpoint(ref, d, lambda w, rng: int4_layer(w, layout, g, rng), _qconfig(layout, g),
+                                      seed)
 
 
 LAYOUTS = {"awq": "awq-int4", "gptq": "gptq-int4", "gptq-act": "gptq-int4", "ct": "ct-int4", "ct-sym": "ct-int4-sym"}
@@ -297,15 +277,8 @@ LAYOUTS = {"awq": "awq-int4", "gptq": "gptq-int4", "gptq-act": "gptq-int4", "ct"
 
 @pytest.fixture(scope="module")
 def int4_ckpts(tmp_path_factory):
-    if not (HAS_IO and HAS_TF):
-        pytest.skip("needs the checkpoint API and transformers")
-    from test_load import reference_model
-    ref = reference_model()
-    base = tmp_path_factory.mktemp("int4")
-    out = {"ref": ref}
-    for layout in LAYOUTS:
-        out[layout] = (str(base / layout), write_int4_checkpoint(ref, str(base / layout), layout))
-    return out
+    from test_load import checkpoint_set
+    return checkpoint_set(tmp_path_factory, "int4", write_int4_checkpoint, LAYOUTS)
 
 
 @io
@@ -372,19 +345,8 @@ def test_transformers_int4_on_the_cpu(int4_ckpts, tmp_path):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("m", [1, 7, 32, 33])
 def test_gemm_int4_against_float64(fmt, group, st, dtype, m):
-    n, k = 136, 384        # n past a 16-row block; per channel: k not a multiple of 128
-    qw = _quant(fmt, group, st, n=n, k=k, seed=m)
-    pw = nt.pack(qw)
-    x = _x((m, k), dtype, seed=m)
-    bias = _x((n,), dtype, seed=2)
-    y = nt.gemm(x.cuda(), pw, bias.cuda())
-    torch.cuda.synchronize()
-    assert y.shape == (m, n) and y.dtype == dtype
-    xs = x.float().numpy()
-    y64 = nibble.gemm_reference(xs, qw, bias=bias.float().numpy(), out_dtype=np.float64)
-    _check_close(y.float().cpu().numpy(), y64, xs, nibble.dequantize(qw), EPS[dtype],
-                 f"{fmt} g={group} {st} {dtype} m={m} vs float64")
-    assert int(pw.workspace.count_nonzero()) == 0
+    qw = _quant(fmt, group, st, n=136, k=384, seed=m)   # n past a 16-row block; per channel: k not a multiple of 128
+    check_gemm_against_float64(qw, dtype, m, f"{fmt} g={group} {st} {dtype} m={m} vs float64")
 
 
 @gpu
@@ -463,16 +425,9 @@ def test_linear_and_quantize_model_int4(fmt):
 @gpu
 @pytest.mark.parametrize("layout", ["awq", "gptq-act", "ct-sym"])
 def test_load_int4_gpu_generation_equals_dequantized(int4_ckpts, layout):
-    from test_load import assert_generation_agrees, meta_model
+    from test_load import assert_load_agrees_with_dequantized
     path, dense = int4_ckpts[layout]
-    model = meta_model()
-    rep = nt.load_quantized(model, path, dtype=torch.bfloat16)
-    assert not rep["missing"] and not rep["unexpected"]
-    layers = [m for m in model.modules() if isinstance(m, nt.Linear)]
-    assert len(layers) == len(dense) and all(m.packed.is_cuda for m in layers)
-    ref = meta_model()
-    nt.load_quantized(ref, path, dequantize=True, device="cuda", dtype=torch.bfloat16)
-    assert_generation_agrees(model, ref)
+    assert_load_agrees_with_dequantized(path, len(dense))
 
 
 @hf

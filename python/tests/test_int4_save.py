@@ -231,7 +231,7 @@ def test_save_layout_refusals():
     nt.quantize_model(model, format="int4", group_size=64, exclude=["lm_head"], device="cpu")
     with pytest.raises(ValueError, match=r"one group; this model's int4 layers have groups \[32, 64\]"):
         ntf.save_layout(model)
-    with pytest.raises(ValueError, match="apply to format 'int4'"):
+    with pytest.raises(ValueError, match="group_size applies to format 'int4'"):
         NibbleConfig(format="nvfp4", group_size=32)
     with pytest.raises(ValueError, match="group_size 16"):
         NibbleConfig(format="int4", group_size=16)

@@ -14,6 +14,7 @@ nibble.torch.Linear layers whose greedy generation equals that of the
 dequantized model.
 """
 
+import json
 import os
 
 import numpy as np
@@ -69,6 +70,51 @@ def write_model(model, d, drop=(), extra=None):
     tensors.update(extra or {})
     write_safetensors(os.path.join(d, "model.safetensors"), tensors)
     model.config.save_pretrained(d)
+
+
+def write_quantized_checkpoint(ref, d, layer, quantization_config, seed=0, edit=None):
+    """ref's state_dict with every linear layer of its decoder written by
+    `layer(w float32 [n, k], rng)` -> ({suffix: (dtype, array)} under the
+    layer's prefix, dense float32 weight), everything else in BF16 (the tied
+    lm_head left out), and config.json with `quantization_config`; edit, if
+    given, is called with the tensors before they are written.  Returns
+    {prefix: dense float32 weight} (test_int4.py and test_bnb.py write
+    their checkpoints with it)."""
+    os.makedirs(d, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    tensors, dense = {}, {}
+    for name, t in ref.state_dict().items():
+        prefix = name[:-len(".weight")]
+        if name.endswith(".weight") and t.dim() == 2 and ".layers." in name:
+            parts, dense[prefix] = layer(t.float().numpy(), rng)
+            tensors.update({f"{prefix}.{k}": v for k, v in parts.items()})
+        elif not (name == "lm_head.weight" and ref.config.tie_word_embeddings):
+            tensors[name] = ("BF16", bf16_bits(t.to(torch.bfloat16)))
+    if edit is not None:
+        edit(tensors)
+    write_safetensors(os.path.join(d, "model.safetensors"), tensors)
+    ref.config.save_pretrained(d)
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["quantization_config"] = quantization_config
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    return dense
+
+
+def checkpoint_set(tmp_path_factory, name, write, keys):
+    """A module's checkpoints of reference_model(): {"ref": the model, key:
+    (directory, write(ref, directory, key))} for each key, under a fresh
+    directory `name`; skipped without the checkpoint API or transformers."""
+    if not (HAS_IO and HAS_TF):
+        pytest.skip("needs the checkpoint API and transformers")
+    ref = reference_model()
+    base = tmp_path_factory.mktemp(name)
+    out = {"ref": ref}
+    for key in keys:
+        d = str(base / (key if isinstance(key, str) else "-".join(map(str, key))))
+        out[key] = (d, write(ref, d, key))
+    return out
 
 
 def reference_model(tie=True, seed=0):
@@ -339,15 +385,26 @@ def test_quantize_model_threads_give_the_same_packed_weights():
 @gpu
 @pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
 def test_load_quantized_gpu_generation_equals_dequantized(checkpoints, fmt):
+    model = assert_load_agrees_with_dequantized(checkpoints[fmt], 14, fmt)
+    assert all(t.device.type == "cuda" for t in list(model.parameters()) + list(model.buffers()))
+
+
+def assert_load_agrees_with_dequantized(path, n_layers, fmt=None):
+    """load_quantized of checkpoint `path` into the tiny Llama on the GPU
+    (n_layers nibble layers, of `fmt` if given, nothing missing or
+    unexpected) generating as load_quantized(dequantize=True) of the same
+    checkpoint; returns the nibble model (test_int4.py and test_bnb.py use
+    it too)."""
     model = meta_model()
-    rep = nt.load_quantized(model, checkpoints[fmt], dtype=torch.bfloat16)
+    rep = nt.load_quantized(model, path, dtype=torch.bfloat16)
     assert not rep["missing"] and not rep["unexpected"]
     layers = [m for m in model.modules() if isinstance(m, nt.Linear)]
-    assert len(layers) == 14 and all(m.format == fmt for m in layers)
-    assert all(t.device.type == "cuda" for t in list(model.parameters()) + list(model.buffers()))
+    assert len(layers) == n_layers and all(m.packed.is_cuda for m in layers)
+    assert fmt is None or all(m.format == fmt for m in layers)
     ref = meta_model()
-    nt.load_quantized(ref, checkpoints[fmt], dequantize=True, device="cuda", dtype=torch.bfloat16)
+    nt.load_quantized(ref, path, dequantize=True, device="cuda", dtype=torch.bfloat16)
     assert_generation_agrees(model, ref)
+    return model
 
 
 def assert_generation_agrees(model, ref):

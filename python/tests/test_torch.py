@@ -57,16 +57,35 @@ def _packed(fmt, w=None):
     return qw, nt.pack(qw)
 
 
-def _check_close(y, y64, xs, wh, eps, what):
-    """Elementwise bound of the module docstring; prints the worst element."""
+def _check_close(y, y64, xs, wh, eps, what, operand=0.0):
+    """Elementwise bound of the module docstring; prints the worst element.
+    operand: a relative error of the kernel's weight operands, added as
+    operand * sum |x| |w| (the table formats, DESIGN.md 4.2.2)."""
     y = np.asarray(y, dtype=np.float64)
     acc = np.abs(xs).astype(np.float64) @ np.abs(wh).astype(np.float64).T
     k = xs.shape[-1]
-    tol = eps * np.abs(y64) + 2.0 ** -20 * k * acc + 1e-30
+    tol = eps * np.abs(y64) + (2.0 ** -20 * k + operand) * acc + 1e-30
     err = np.abs(y - y64)
     ratio = err / tol
     i = np.unravel_index(np.argmax(ratio), ratio.shape)
     assert ratio[i] <= 1.0, f"{what}: worst at {i}: got {y[i]!r}, want {y64[i]!r} (|err| {err[i]:.3g} > tol {tol[i]:.3g})"
+
+
+def check_gemm_against_float64(qw, dtype, m, what, operand=0.0):
+    """nibble::gemm of nibble.QuantizedWeight qw on the GPU (m tokens of
+    dtype, a bias) against the float64 host reference by _check_close; the
+    workspace stays zeroed (test_int4.py and test_bnb.py use it)."""
+    n, k = qw.n, qw.k
+    pw = nt.pack(qw)
+    x = _x((m, k), dtype, seed=m)
+    bias = _x((n,), dtype, seed=2)
+    y = nt.gemm(x.cuda(), pw, bias.cuda())
+    torch.cuda.synchronize()
+    assert y.shape == (m, n) and y.dtype == dtype
+    xs = x.float().numpy()
+    y64 = nibble.gemm_reference(xs, qw, bias=bias.float().numpy(), out_dtype=np.float64)
+    _check_close(y.float().cpu().numpy(), y64, xs, nibble.dequantize(qw), EPS[dtype], what, operand)
+    assert int(pw.workspace.count_nonzero()) == 0
 
 
 # ------------------------------------------------------- no GPU needed

@@ -150,9 +150,8 @@ def test_config_arguments():
     assert "mxfp4" in repr(c)
     with pytest.raises(ValueError, match="no GPU kernel serves int8"):
         NibbleConfig(format="int8")
-    with pytest.raises(ValueError, match="nf4: bitsandbytes' formats are not quantized at load"):
-        NibbleConfig(format="nf4")
-    assert NibbleConfig(format="int4").format == "int4"     # (int4 and int4_sym have kernels)
+    assert NibbleConfig(format="int4").format == "int4"     # (int4, int4_sym, nf4, bnb_fp4 have kernels)
+    assert NibbleConfig(format="NF4").format == "nf4"
     with pytest.raises(ValueError, match="not a nibble format"):
         NibbleConfig(format="fp8")
     with pytest.raises(ValueError, match="MXFP4 only"):
