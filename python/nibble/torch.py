@@ -378,10 +378,12 @@ def quantize(w, format="nvfp4", scale_rule=None, tensor_scale=None, device=None,
     CUDA one, else the current CUDA device).  Returns a PackedLinearWeight.
 
     format: "nvfp4", "mxfp4", "int4" (unsigned codes with zero points, (q -
-    z) * s, AWQ / GPTQ style) or "int4_sym" (q * s); group_size (None: the
-    format's default, 128 for the integer formats; 32, 64, 128 or k, one
-    group per row) and scale_type (None: "f16"; "bf16") as nibble.quantize
-    takes them - the FP4 formats have one group and scale type each.
+    z) * s, AWQ / GPTQ style), "int4_sym" (q * s), or bitsandbytes' "nf4" /
+    "bnb_fp4" (table codes, F32 absmax per block); group_size (None: the
+    format's default, 128 for the integer formats, 64 for nf4 / bnb_fp4;
+    int4: 32, 64, 128 or k, one group per row; nf4 / bnb_fp4: 32 .. 4096)
+    and scale_type (int4: None: "f16"; "bf16") as nibble.quantize takes
+    them - the FP4 formats have one group and scale type each.
 
     Where it runs follows w:
       * w on a GPU: the device quantizer, nb_quantize, on w's device and
@@ -844,15 +846,17 @@ def quantize_model(model, format="nvfp4", exclude=("lm_head",), scale_rule=None,
     the format's group are left alone.
 
     format "int4" / "int4_sym" take group_size (32, 64, 128; None: 128) and
-    scale_type ("f16", the default, or "bf16"); experts modules are left
-    alone with them (no MoE kernel serves the integer formats) and listed
-    under "skipped".
+    scale_type ("f16", the default, or "bf16"), "nf4" / "bnb_fp4" group_size
+    (32 .. 4096; None: 64); experts modules are left alone with them (no
+    MoE kernel serves the integer or table formats) and listed under
+    "skipped".
 
     FP4 weights on a GPU are quantized there by the device quantizer
     (nb_quantize, then nb_pack, on the current stream; nothing is copied to
-    the host), layer by layer; the integer formats, which have no device
-    quantizer, go through the host reference like CPU weights.  Weights on the CPU go through the host
-    reference, different layers on `threads` threads (default: the CPU
+    the host), layer by layer; the integer and table formats, which have
+    no device quantizer, go through the host reference like CPU weights.
+    Weights on the CPU go through the host reference, different layers on
+    `threads` threads (default: the CPU
     count, at most 32; ctypes releases the GIL), bfloat16 ones as their
     16-bit patterns, and are packed on the GPU in layer order.  The bytes are
     the same either way.  method="mse" runs on the host for every layer
