@@ -22,6 +22,7 @@
  * activation, combine).  GB/s counts the packed bytes of the experts a
  * routing activates, averaged over the R routings. */
 #include "nibble.h"
+#include "../tests/gpu_testlib.h" /* GT_CUDA, GT_NB, gt_rand */
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -32,22 +33,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CU(call)                                                                                               \
-    do {                                                                                                       \
-        cudaError_t e_ = (call);                                                                               \
-        if (e_ != cudaSuccess) {                                                                               \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));             \
-            exit(1);                                                                                           \
-        }                                                                                                      \
-    } while (0)
-#define NB(call)                                                                                               \
-    do {                                                                                                       \
-        nb_status s_ = (call);                                                                                 \
-        if (s_ != NB_OK) {                                                                                     \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, nb_last_error());                    \
-            exit(1);                                                                                           \
-        }                                                                                                      \
-    } while (0)
 #define CB(call)                                                                                               \
     do {                                                                                                       \
         cublasStatus_t s_ = (call);                                                                            \
@@ -73,12 +58,7 @@ static const layer k_layers[] = {
 };
 
 static uint64_t g_rng = 0x243F6A8885A308D3ull;
-static uint64_t rnd(void) {
-    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+static uint64_t rnd(void) { return gt_rand(&g_rng); }
 static double unit(void) { return (double)(rnd() >> 11) * 0x1p-53; }
 static float normal(void) { return (float)(sqrt(-2.0 * log(unit() + 1e-300)) * cos(6.283185307179586 * unit())); }
 
@@ -108,30 +88,30 @@ static void fill_bf16(void *d, size_t n) {
         h[i] = (uint16_t)((b + 0x7FFF + ((b >> 16) & 1)) >> 16);
     }
     for (size_t off = 0; off < n; off += chunk)
-        CU(cudaMemcpy((uint16_t *)d + off, h, 2 * (n - off < chunk ? n - off : chunk), cudaMemcpyHostToDevice));
+        GT_CUDA(cudaMemcpy((uint16_t *)d + off, h, 2 * (n - off < chunk ? n - off : chunk), cudaMemcpyHostToDevice));
     free(h);
 }
 
 static float time_graph(cudaGraphExec_t g, cudaStream_t s, int iters) {
     cudaEvent_t a, b;
-    CU(cudaEventCreate(&a));
-    CU(cudaEventCreate(&b));
-    for (int i = 0; i < 2; i++) CU(cudaGraphLaunch(g, s));
+    GT_CUDA(cudaEventCreate(&a));
+    GT_CUDA(cudaEventCreate(&b));
+    for (int i = 0; i < 2; i++) GT_CUDA(cudaGraphLaunch(g, s));
     /* replays per measurement: --iters, fewer when one launch is long (about 0.1 s per measurement) */
     float one;
-    CU(cudaEventRecord(a, s));
-    CU(cudaGraphLaunch(g, s));
-    CU(cudaEventRecord(b, s));
-    CU(cudaEventSynchronize(b));
-    CU(cudaEventElapsedTime(&one, a, b));
+    GT_CUDA(cudaEventRecord(a, s));
+    GT_CUDA(cudaGraphLaunch(g, s));
+    GT_CUDA(cudaEventRecord(b, s));
+    GT_CUDA(cudaEventSynchronize(b));
+    GT_CUDA(cudaEventElapsedTime(&one, a, b));
     if (one * (float)iters > 100.0f) iters = one > 100.0f ? 1 : (int)(100.0f / one);
     float best[5];
     for (int r = 0; r < 5; r++) {
-        CU(cudaEventRecord(a, s));
-        for (int i = 0; i < iters; i++) CU(cudaGraphLaunch(g, s));
-        CU(cudaEventRecord(b, s));
-        CU(cudaEventSynchronize(b));
-        CU(cudaEventElapsedTime(&best[r], a, b));
+        GT_CUDA(cudaEventRecord(a, s));
+        for (int i = 0; i < iters; i++) GT_CUDA(cudaGraphLaunch(g, s));
+        GT_CUDA(cudaEventRecord(b, s));
+        GT_CUDA(cudaEventSynchronize(b));
+        GT_CUDA(cudaEventElapsedTime(&best[r], a, b));
     }
     for (int i = 0; i < 5; i++) /* median */
         for (int j = i + 1; j < 5; j++)
@@ -140,8 +120,8 @@ static float time_graph(cudaGraphExec_t g, cudaStream_t s, int iters) {
                 best[i] = best[j];
                 best[j] = t;
             }
-    CU(cudaEventDestroy(a));
-    CU(cudaEventDestroy(b));
+    GT_CUDA(cudaEventDestroy(a));
+    GT_CUDA(cudaEventDestroy(b));
     return best[2] * 1000.0f / (float)(iters * R); /* us per call */
 }
 
@@ -185,14 +165,14 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_moe: no device (%s)\n", nb_last_error());
         return 77;
     }
-    NB(nb_context_create(NB_DEVICE_NONE, &hctx));
+    GT_NB(nb_context_create(NB_DEVICE_NONE, &hctx));
     cudaStream_t s;
-    CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    GT_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     cublasHandle_t cb;
     CB(cublasCreate(&cb));
     CB(cublasSetStream(cb, s));
     struct cudaDeviceProp prop;
-    CU(cudaGetDeviceProperties(&prop, 0));
+    GT_CUDA(cudaGetDeviceProperties(&prop, 0));
     printf("bench_moe on %s; R = %d routings per graph, %d replays x 5\n", prop.name, R, iters);
     printf("%-14s %-6s %5s %10s %10s %8s %8s  %s\n", "layer", "format", "batch", "nibble_us", "bf16_us", "speedup",
            "GB/s", "config");
@@ -201,8 +181,8 @@ int main(int argc, char **argv) {
         const int64_t H = L->H, I = L->I, E = L->E;
         /* BF16 baseline weights: [E, 2I, H] and [E, H, I] */
         void *bgu, *bdn;
-        CU(cudaMalloc(&bgu, (size_t)E * 2 * I * H * 2));
-        CU(cudaMalloc(&bdn, (size_t)E * H * I * 2));
+        GT_CUDA(cudaMalloc(&bgu, (size_t)E * 2 * I * H * 2));
+        GT_CUDA(cudaMalloc(&bdn, (size_t)E * H * I * 2));
         fill_bf16(bgu, (size_t)E * 2 * I * H);
         fill_bf16(bdn, (size_t)E * H * I);
         for (int fi = 0; fi < 2; fi++) {
@@ -210,17 +190,17 @@ int main(int argc, char **argv) {
             if ((fmt == NB_FORMAT_NVFP4 && !use_nv) || (fmt == NB_FORMAT_MXFP4 && !use_mx)) continue;
             /* one expert quantized on the host, packed, copied to E slots */
             nb_moe_desc d1, d;
-            NB(nb_moe_desc_init(&d1, fmt, 1, 1, 1, H, I, NB_MOE_ACT_SWIGLU, NB_DTYPE_BF16));
+            GT_NB(nb_moe_desc_init(&d1, fmt, 1, 1, 1, H, I, NB_MOE_ACT_SWIGLU, NB_DTYPE_BF16));
             nb_weight_sizes sgu, sdn;
-            NB(nb_weight_get_sizes(&d1.gate_up, &sgu));
-            NB(nb_weight_get_sizes(&d1.down, &sdn));
+            GT_NB(nb_weight_get_sizes(&d1.gate_up, &sgu));
+            GT_NB(nb_weight_get_sizes(&d1.down, &sdn));
             float *w = malloc(sizeof(float) * (size_t)(2 * I * H));
             uint8_t *guc = malloc(sgu.codes_bytes), *gus = malloc(sgu.scales_bytes);
             uint8_t *dnc = malloc(sdn.codes_bytes), *dns = malloc(sdn.scales_bytes);
             for (int64_t i = 0; i < 2 * I * H; i++) w[i] = normal() * 0.02f;
-            NB(nb_quantize_host(hctx, &d1.gate_up, NB_DTYPE_F32, w, guc, gus));
+            GT_NB(nb_quantize_host(hctx, &d1.gate_up, NB_DTYPE_F32, w, guc, gus));
             for (int64_t i = 0; i < H * I; i++) w[i] = normal() * 0.02f;
-            NB(nb_quantize_host(hctx, &d1.down, NB_DTYPE_F32, w, dnc, dns));
+            GT_NB(nb_quantize_host(hctx, &d1.down, NB_DTYPE_F32, w, dnc, dns));
             free(w);
             const float ts_gu = d1.gate_up.tensor_scale, ts_dn = d1.down.tensor_scale;
             nb_moe_weights hw;
@@ -230,30 +210,30 @@ int main(int argc, char **argv) {
             hw.down.codes = dnc;
             hw.down.scales = dns;
             nb_moe_packed_sizes ps1;
-            NB(nb_moe_packed_get_sizes(&d1, &ps1));
+            GT_NB(nb_moe_packed_get_sizes(&d1, &ps1));
             uint8_t *pg = malloc(ps1.gate_up_bytes), *pd = malloc(ps1.down_bytes);
-            NB(nb_moe_pack_host(hctx, &d1, &hw, pg, ps1.gate_up_bytes, pd, ps1.down_bytes));
+            GT_NB(nb_moe_pack_host(hctx, &d1, &hw, pg, ps1.gate_up_bytes, pd, ps1.down_bytes));
             free(guc), free(gus), free(dnc), free(dns);
             uint8_t *dgu, *ddn;
-            CU(cudaMalloc((void **)&dgu, ps1.gate_up_expert_bytes * (size_t)E));
-            CU(cudaMalloc((void **)&ddn, ps1.down_expert_bytes * (size_t)E));
+            GT_CUDA(cudaMalloc((void **)&dgu, ps1.gate_up_expert_bytes * (size_t)E));
+            GT_CUDA(cudaMalloc((void **)&ddn, ps1.down_expert_bytes * (size_t)E));
             for (int64_t e = 0; e < E; e++) {
-                CU(cudaMemcpy(dgu + (size_t)e * ps1.gate_up_expert_bytes, pg, ps1.gate_up_expert_bytes,
+                GT_CUDA(cudaMemcpy(dgu + (size_t)e * ps1.gate_up_expert_bytes, pg, ps1.gate_up_expert_bytes,
                               cudaMemcpyHostToDevice));
-                CU(cudaMemcpy(ddn + (size_t)e * ps1.down_expert_bytes, pd, ps1.down_expert_bytes,
+                GT_CUDA(cudaMemcpy(ddn + (size_t)e * ps1.down_expert_bytes, pd, ps1.down_expert_bytes,
                               cudaMemcpyHostToDevice));
             }
             free(pg), free(pd);
             float *tsh = malloc(sizeof(float) * 2 * (size_t)E), *dts = NULL;
             for (int64_t e = 0; e < E; e++) tsh[e] = ts_gu, tsh[E + e] = ts_dn;
             if (fmt == NB_FORMAT_NVFP4) {
-                CU(cudaMalloc((void **)&dts, sizeof(float) * 2 * (size_t)E));
-                CU(cudaMemcpy(dts, tsh, sizeof(float) * 2 * (size_t)E, cudaMemcpyHostToDevice));
+                GT_CUDA(cudaMalloc((void **)&dts, sizeof(float) * 2 * (size_t)E));
+                GT_CUDA(cudaMemcpy(dts, tsh, sizeof(float) * 2 * (size_t)E, cudaMemcpyHostToDevice));
             }
             free(tsh);
             for (int bi = 0; bi < nbatch; bi++) {
                 const int64_t m = batches[bi];
-                NB(nb_moe_desc_init(&d, fmt, m, L->E, L->K, H, I, NB_MOE_ACT_SWIGLU, NB_DTYPE_BF16));
+                GT_NB(nb_moe_desc_init(&d, fmt, m, L->E, L->K, H, I, NB_MOE_ACT_SWIGLU, NB_DTYPE_BF16));
                 d.gate_up.layout = d.down.layout = NB_LAYOUT_PACKED;
                 d.gate_up.scale_exp_min = d1.gate_up.scale_exp_min;
                 d.gate_up.scale_exp_max = d1.gate_up.scale_exp_max;
@@ -266,16 +246,16 @@ int main(int argc, char **argv) {
                 pw.gate_up_scales = dts;
                 pw.down_scales = dts ? dts + E : NULL;
                 size_t wsb;
-                NB(nb_moe_workspace_size(ctx, &d, &wsb));
+                GT_NB(nb_moe_workspace_size(ctx, &d, &wsb));
                 void *ws, *x, *y, *xg, *hg, *og;
-                CU(cudaMalloc(&ws, wsb));
-                CU(cudaMalloc(&x, (size_t)m * H * 2));
-                CU(cudaMalloc(&y, (size_t)m * H * 2));
+                GT_CUDA(cudaMalloc(&ws, wsb));
+                GT_CUDA(cudaMalloc(&x, (size_t)m * H * 2));
+                GT_CUDA(cudaMalloc(&y, (size_t)m * H * 2));
                 fill_bf16(x, (size_t)(m * H));
                 /* the baseline's gathered inputs and outputs: m * K rows each */
-                CU(cudaMalloc(&xg, (size_t)m * L->K * H * 2));
-                CU(cudaMalloc(&hg, (size_t)m * L->K * 2 * I * 2));
-                CU(cudaMalloc(&og, (size_t)m * L->K * H * 2));
+                GT_CUDA(cudaMalloc(&xg, (size_t)m * L->K * H * 2));
+                GT_CUDA(cudaMalloc(&hg, (size_t)m * L->K * 2 * I * 2));
+                GT_CUDA(cudaMalloc(&og, (size_t)m * L->K * H * 2));
                 fill_bf16(xg, (size_t)(m * L->K * H));
                 fill_bf16(hg, (size_t)(m * L->K * 2 * I));
                 int32_t *ids[R];
@@ -286,10 +266,10 @@ int main(int argc, char **argv) {
                 double active_bytes = 0.0;
                 for (int r = 0; r < R; r++) {
                     route(L, m, hid, htw);
-                    CU(cudaMalloc((void **)&ids[r], sizeof(int32_t) * (size_t)(m * L->K)));
-                    CU(cudaMalloc((void **)&tw[r], sizeof(float) * (size_t)(m * L->K)));
-                    CU(cudaMemcpy(ids[r], hid, sizeof(int32_t) * (size_t)(m * L->K), cudaMemcpyHostToDevice));
-                    CU(cudaMemcpy(tw[r], htw, sizeof(float) * (size_t)(m * L->K), cudaMemcpyHostToDevice));
+                    GT_CUDA(cudaMalloc((void **)&ids[r], sizeof(int32_t) * (size_t)(m * L->K)));
+                    GT_CUDA(cudaMalloc((void **)&tw[r], sizeof(float) * (size_t)(m * L->K)));
+                    GT_CUDA(cudaMemcpy(ids[r], hid, sizeof(int32_t) * (size_t)(m * L->K), cudaMemcpyHostToDevice));
+                    GT_CUDA(cudaMemcpy(tw[r], htw, sizeof(float) * (size_t)(m * L->K), cudaMemcpyHostToDevice));
                     for (int64_t e = 0; e < E; e++) cnt[r * E + e] = 0;
                     for (int64_t i = 0; i < m * L->K; i++) cnt[r * E + hid[i]]++;
                     for (int64_t e = 0; e < E; e++)
@@ -299,15 +279,15 @@ int main(int argc, char **argv) {
                 /* nibble: the whole MLP, R routings in one graph */
                 cudaGraph_t g1, g2;
                 cudaGraphExec_t e1, e2;
-                CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-                for (int r = 0; r < R; r++) NB(nb_moe_mlp(ctx, &d, x, &pw, ids[r], tw[r], y, ws, wsb, s));
-                CU(cudaStreamEndCapture(s, &g1));
-                CU(cudaGraphInstantiate(&e1, g1, 0));
+                GT_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+                for (int r = 0; r < R; r++) GT_NB(nb_moe_mlp(ctx, &d, x, &pw, ids[r], tw[r], y, ws, wsb, s));
+                GT_CUDA(cudaStreamEndCapture(s, &g1));
+                GT_CUDA(cudaGraphInstantiate(&e1, g1, 0));
                 char cfg[256];
                 nb_gemm_last_config(ctx, cfg, sizeof cfg);
                 /* baseline: per active expert, gate_up then down (cuBLAS, column-major views of row-major data) */
                 const float one = 1.0f, zero = 0.0f;
-                CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+                GT_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
                 for (int r = 0; r < R; r++) {
                     int64_t row = 0;
                     for (int64_t e = 0; e < E; e++) {
@@ -327,17 +307,17 @@ int main(int argc, char **argv) {
                         row += c;
                     }
                 }
-                CU(cudaStreamEndCapture(s, &g2));
-                CU(cudaGraphInstantiate(&e2, g2, 0));
+                GT_CUDA(cudaStreamEndCapture(s, &g2));
+                GT_CUDA(cudaGraphInstantiate(&e2, g2, 0));
                 const float tn = time_graph(e1, s, iters), tb = time_graph(e2, s, iters);
                 printf("%-14s %-6s %5lld %10.1f %10.1f %7.2fx %8.0f  %s\n", L->name,
                        fmt == NB_FORMAT_NVFP4 ? "nvfp4" : "mxfp4", (long long)m, tn, tb, tb / tn,
                        active_bytes / (tn * 1e-6) / 1e9, cfg);
                 fflush(stdout);
-                CU(cudaGraphExecDestroy(e1));
-                CU(cudaGraphExecDestroy(e2));
-                CU(cudaGraphDestroy(g1));
-                CU(cudaGraphDestroy(g2));
+                GT_CUDA(cudaGraphExecDestroy(e1));
+                GT_CUDA(cudaGraphExecDestroy(e2));
+                GT_CUDA(cudaGraphDestroy(g1));
+                GT_CUDA(cudaGraphDestroy(g2));
                 for (int r = 0; r < R; r++) cudaFree(ids[r]), cudaFree(tw[r]);
                 free(hid), free(htw), free(cnt);
                 cudaFree(ws), cudaFree(x), cudaFree(y), cudaFree(xg), cudaFree(hg), cudaFree(og);

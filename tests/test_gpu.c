@@ -699,11 +699,7 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
-    int count = 0;
-    if (nb_device_count(&count) != NB_OK || count == 0) {
-        printf("test_gpu: no CUDA device, skipped\n");
-        return 77;
-    }
+    gt_need_device("test_gpu");
     const char *path = getenv("NIBBLE_PATH");
     g_mma = path && !strcmp(path, "mma");
     env_t e = {0};

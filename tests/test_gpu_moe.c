@@ -292,11 +292,7 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-        printf("test_gpu_moe: no CUDA device, skipped\n");
-        return 77;
-    }
+    gt_need_device("test_gpu_moe");
     nb_context *ctx = NULL;
     if (nb_context_create(0, &ctx) != NB_OK) {
         printf("test_gpu_moe: no device context (%s), skipped\n", nb_last_error());

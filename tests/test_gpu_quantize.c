@@ -38,6 +38,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "gpu_testlib.h" /* gt_need_device */
 
 #define CK(call)                                                                                             \
     do {                                                                                                     \
@@ -497,7 +498,6 @@ static void time_one(env *e, int64_t n, int64_t k) {
 
 int main(int argc, char **argv) {
     int quick = 0, small = 0;
-    setvbuf(stdout, NULL, _IOLBF, 0);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--small")) small = quick = 1;
@@ -506,11 +506,7 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
-    int count = 0;
-    if (nb_device_count(&count) != NB_OK || count == 0) {
-        printf("test_gpu_quantize: no CUDA device, skipped\n");
-        return 77;
-    }
+    gt_need_device("test_gpu_quantize"); /* (stdout line-buffered from here) */
     env e = {0};
     if (nb_context_create(0, &e.ctx) != NB_OK) {
         fprintf(stderr, "nb_context_create: %s\n", nb_last_error());

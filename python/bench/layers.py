@@ -34,7 +34,6 @@ import json
 import math
 import os
 import platform
-import subprocess
 import sys
 import time
 
@@ -133,17 +132,6 @@ def load_marlin(path):
     return marlin_peer, "loaded from " + path
 
 
-def git_commit():
-    c = os.environ.get("NB_GIT_COMMIT")
-    if c:
-        return c
-    try:
-        return subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              timeout=10).stdout.strip() or "unknown"
-    except Exception:
-        return "unknown"
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shapes", default=DEFAULT_SHAPES, help="KxN,... (default: the bench set)")
@@ -163,6 +151,7 @@ def main(argv=None):
         raise SystemExit("layers.py: --reps must be >= 3 and --rotate-mb > 0")
 
     import torch
+    from e2e_decode import commit  # the checkout's commit, as the end-to-end benchmark records it
     if not torch.cuda.is_available():
         raise SystemExit("layers.py: needs a CUDA GPU (torch.cuda.is_available() is False)")
     import nibble.torch as nt
@@ -170,7 +159,7 @@ def main(argv=None):
     dev = torch.device("cuda")
     props = torch.cuda.get_device_properties(0)
     bw = copy_gbps(torch)
-    meta = {"gpu": props.name, "sms": props.multi_processor_count, "commit": git_commit(),
+    meta = {"gpu": props.name, "sms": props.multi_processor_count, "commit": commit(),
             "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__, "copy_gbps": bw,
             "marlin": marlin_note, "host": platform.node()}
     print(f"{props.name} ({props.multi_processor_count} SMs), torch {torch.__version__}, commit {meta['commit']}, "

@@ -35,6 +35,7 @@ import nibble.torch as nt  # noqa: E402
 
 from test_checkpoint import write_safetensors  # noqa: E402
 from test_load import HAS_IO  # noqa: E402
+from test_moe import _random_model  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not HAS_IO, reason="no checkpoint API (package built without cJSON)")
 
@@ -62,13 +63,7 @@ def tiny_model(kind, seed=0):
     else:
         cfg = tf.MixtralConfig(num_local_experts=4, intermediate_size=32, **common)
         cls = tf.MixtralForCausalLM
-    torch.manual_seed(seed)
-    m = cls(cfg)
-    with torch.no_grad():
-        for p in m.parameters():
-            if p.dim() >= 2:
-                p.normal_(0, 0.1)
-    return m.to(torch.bfloat16).eval()
+    return _random_model(cls, cfg, seed).to(torch.bfloat16).eval()
 
 
 @pytest.fixture(scope="module")
