@@ -89,11 +89,21 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
         p->kw = 1;
         p->rpw = rpw;
         grid_x = (p->row_blocks + warps * rpw - 1) / (warps * rpw);
-        if (grid_x < resident) s = resident / grid_x;
-        /* A CTA needs a run of chunks to fill its pipelines: with fewer than
-         * 6 per split (narrow layers with short k, e.g. 4096 -> 4096) kernel
-         * 1 with its in-CTA k split was faster in every case measured. */
-        if (p->kchunks / s < 6 && !staged) xs = 0;
+        /* Split k only while the CTAs leave a quarter of the SMs idle, and
+         * into runs of at least 8 chunks: a split adds the partial-sum round
+         * trip and shortens each CTA's run (H100, nvfp4, m = 16 / 32: 4096 ->
+         * 28672, 112 CTAs, 31.6 / 45.5 us unsplit against 38.2 / 58.1 with 2
+         * splits; 4096 -> 6144, 24 CTAs, 14.1 us with 4 splits, 15.2 with 8). */
+        if (4 * grid_x < 3 * sms) {
+            s = resident / grid_x;
+            if (s > p->kchunks / 8) s = p->kchunks / 8 > 1 ? p->kchunks / 8 : 1;
+        }
+        /* A CTA needs a run of chunks to fill its pipelines, and the split
+         * must still fill most SMs: otherwise (narrow layers with short k,
+         * e.g. 4096 -> 4096: 16 CTAs, 4 splits of 8 chunks) kernel 1 with its
+         * in-CTA k split (kw warps per row block) is the better plan; with
+         * fewer than 6 chunks per split it was faster in every case measured. */
+        if ((p->kchunks / s < 6 || 10 * grid_x * s < 7 * sms) && !staged) xs = 0;
         /* 8 tokens: kernel 1 costs 13-18% more than at 7 on 8192 -> 57344
          * (121 vs 107 us, H100), kernel 2 110 us; with a k split kernel 2
          * lost (8192 -> 8192: 23.8 vs 21.5 us). */
@@ -173,14 +183,18 @@ static int plan_tc(const nb_context *ctx, const nb_gemm_desc *g, const nbi_reque
      * 8192-wide layers: 64 tiles of 128 rows for 132 SMs), never past one
      * CTA per SM, which bounds the workspace (nbi_plan_workspace); its CTAs
      * sum through the workspace (in L2), charged here as 5% per extra
-     * split. */
-    static const int widths[3] = {64, 128, 256};
-    static const double chunk_us[3] = {0.75, 0.9, 1.5};
-    const int fb = rq->bn == 64 || rq->bn == 128 || rq->bn == 256 ? rq->bn : 0;
+     * split.  The 16- and 32-token tiles serve batches that fit one of
+     * them (m <= 32 on narrow layers): the decode work per chunk is the
+     * tile's whole cost there, and the narrower wgmma saves 8-12% (H100,
+     * nvfp4, m = 32, 2 splits: 8192 -> 8192 25.9 us against 28.2 with 64
+     * tokens, 4096 -> 6144 15.2 against 17.0; m = 16: 25.1 against 27.9). */
+    static const int widths[5] = {64, 128, 256, 16, 32};
+    static const double chunk_us[5] = {0.75, 0.9, 1.5, 0.67, 0.69};
+    const int fb = rq->bn == 16 || rq->bn == 32 || rq->bn == 64 || rq->bn == 128 || rq->bn == 256 ? rq->bn : 0;
     int bn = 64, splits = 1;
     double best = 0.0;
-    for (int i = 0; i < 3; i++) {
-        if (fb && fb != widths[i]) continue;
+    for (int i = 0; i < 5; i++) {
+        if (fb ? fb != widths[i] : i >= 3 && g->m > widths[i]) continue; /* 16, 32: one tile of tokens */
         const int64_t tiles = tn * ((g->m + widths[i] - 1) / widths[i]);
         int64_t most = tiles > NBI_MAX_SPLIT_COLUMNS ? 1 : ctx->info.sm_count / tiles;
         if (most > NBI_SM90_MAX_SPLITS) most = NBI_SM90_MAX_SPLITS;
@@ -453,9 +467,9 @@ int nbi_config_check(const nb_gemm_config *c, int64_t m_lo, int complete, char *
     }
     if (c->path == NB_GEMM_PATH_TENSOR_CORE || c->path == NB_GEMM_PATH_MMA) {
         const int mma = c->path == NB_GEMM_PATH_MMA;
-        static const int bns[3] = {64, 128, 256}, depths[2] = {2, 3};
-        if (!one_of(c->bn, bns, mma ? 2 : 3, open))
-            return snprintf(why, wn, "bn = %d is not 64, 128%s", (int)c->bn, mma ? " (path mma)" : " or 256"), 0;
+        static const int bns[5] = {64, 128, 256, 16, 32}, depths[2] = {2, 3};
+        if (!one_of(c->bn, bns, mma ? 2 : 5, open))
+            return snprintf(why, wn, "bn = %d is not 64, 128%s", (int)c->bn, mma ? " (path mma)" : ", 256, 16 or 32"), 0;
         if (!(c->raster >= 1 && c->raster <= 1024) && !(open && c->raster == 0))
             return snprintf(why, wn, "raster = %d is not in 1..1024", (int)c->raster), 0;
         if (c->splits < 0 || c->splits > (mma ? 1 : NBI_SM90_MAX_SPLITS)) /* 0: read as 1 (caches from before the tc split) */
@@ -483,11 +497,12 @@ int nbi_config_check(const nb_gemm_config *c, int64_t m_lo, int complete, char *
 static const struct cand_row {
     int path, variant;
     int64_t m_min, m_max;
-    int kw[5], rpw[3], splits[7], bn[4], raster[5];
+    int kw[5], rpw[3], splits[7], bn[6], raster[5];
 } k_rows[] = {
     {NB_GEMM_PATH_DECODE, 0, 1, 64, {1, 2, 4, 8}, {0}, {1, 2, 4, 8, 16}, {0}, {0}},
     {NB_GEMM_PATH_DECODE, 1, 5, 64, {1}, {1, 2}, {1, 2, 4, 8, 16}, {0}, {0}},
-    {NB_GEMM_PATH_TENSOR_CORE, 0, 17, INT64_MAX, {0}, {0}, {1, 2, 3, 4}, {64, 128, 256}, {16, 4, 8, 32}},
+    {NB_GEMM_PATH_TENSOR_CORE, 0, 9, 32, {0}, {0}, {1, 2, 3, 4}, {16, 32, 64}, {16}},
+    {NB_GEMM_PATH_TENSOR_CORE, 0, 33, INT64_MAX, {0}, {0}, {1, 2, 3, 4}, {64, 128, 256}, {16, 4, 8, 32}},
     {NB_GEMM_PATH_MMA, 0, 17, INT64_MAX, {0}, {0}, {1}, {64, 128}, {16, 4, 8, 32}},
 };
 #define MAX_CANDS 64
@@ -533,7 +548,7 @@ nb_status nb_gemm_list_configs(nb_context *ctx, const nb_gemm_desc *g, nb_gemm_c
             continue;
         if (g->m > row->m_max && (fast || tc_ok || mma_ok)) continue;
         const int nkw = list_len(row->kw, 5), nrpw = list_len(row->rpw, 3), ns = list_len(row->splits, 7),
-                  nbn = list_len(row->bn, 4), nr = list_len(row->raster, 5);
+                  nbn = list_len(row->bn, 6), nr = list_len(row->raster, 5);
         for (int a = 0; a < nkw; a++)
             for (int b = 0; b < nrpw; b++)
                 for (int s = 0; s < ns; s++)

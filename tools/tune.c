@@ -30,14 +30,14 @@
 
 static void help(void) {
     printf("usage: nibble tune [--shapes KxN,...] [--m 1,4,...] [--formats nvfp4,mxfp4] [--act bf16|f16]\n"
-           "                   [--out FILE] [--min-bytes MB]\n"
+           "                   [--out FILE] [--min-bytes MB] [--all]\n"
            "  For each layer k -> n, format and m: times every kernel configuration nb_gemm can run\n"
            "  (decode kernel: warps per row block, k splits, staged activations; Hopper tensor-core\n"
            "  kernel, or the mma.sync kernel on other GPUs: tile width, raster group), each checked\n"
            "  against the heuristic's output first, and writes the fastest per (GPU, format, dtype,\n"
            "  n, k, m bucket) to FILE, merged with the entries already there.  nb_gemm follows the\n"
            "  file when NIBBLE_TUNE_CACHE names it or after nb_context_load_tuning; `nibble bench\n"
-           "  --tune-cache FILE` shows the effect.\n"
+           "  --tune-cache FILE` shows the effect.  --all also prints every candidate's time.\n"
            "  An entry serves its whole m bucket: 1, 2, 3-4, 5-8, ..., 2049-4096, 4097+.\n"
            "  defaults: --shapes 8192x8192,8192x57344,28672x8192,4096x6144,4096x4096\n"
            "            --m 1,4,16,32,64,128,256,1024 --formats nvfp4,mxfp4 --act bf16 --min-bytes 240\n"
@@ -80,6 +80,7 @@ typedef struct tune {
     void *dws;
     size_t ws_bytes;
     int tty;
+    int all; /* --all: every candidate's time, not only the winner */
     int problems, done;
     int rc; /* 2 once a candidate failed or differed */
 } tune;
@@ -98,8 +99,9 @@ typedef struct tune_problem {
 /* Stage 1: the options and the sweep (m values in distinct buckets):
  * 0 to go on, -1 after --help, 1 on a usage error. */
 static int tune_parse(tune *t, int argc, char **argv) {
-    nba_opt o[NBT_SWEEP_OPTS + 1] = {{.name = "--out", .kind = NBA_STRING, .dst = &t->out}};
-    nbt_sweep_opts(&t->sw, "--act", o + 1);
+    nba_opt o[NBT_SWEEP_OPTS + 2] = {{.name = "--out", .kind = NBA_STRING, .dst = &t->out},
+                                     {.name = "--all", .kind = NBA_FLAG, .dst = &t->all}};
+    nbt_sweep_opts(&t->sw, "--act", o + 2);
     const int rc = nba_parse("tune", argc, argv, o, sizeof o / sizeof o[0], NULL, help);
     if (rc) return rc;
     if (!nbt_sweep_parse(&t->sw, "tune")) return 1;
@@ -226,6 +228,12 @@ static void tune_one(tune *t, tune_problem *p) {
     if (us[best] > 0.97 * us[0]) best = 0; /* within noise of the heuristic: keep its choice */
     NB(nb_context_set_tuning(t->ctx, &p->g, &cand[best], us[best]));
     tune_print(t, p, nc, us[0], us[best], &cand[best], best == 0);
+    for (size_t c = 0; t->all && c < nc; c++) {
+        char text[96];
+        config_text(&cand[c], text, sizeof text);
+        if (us[c] >= 0) printf("        candidate %-38s %10.2f us %6.3f of the heuristic's\n", text, us[c], us[c] / us[0]);
+        else printf("        candidate %-38s failed\n", text);
+    }
     free(cand);
     free(us);
 }

@@ -121,10 +121,14 @@ template <int ACT, int BN>
 __device__ __forceinline__ void wgmma_tile(float (&d)[BN / 2], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                            uint64_t desc, int scale_d) {
     if constexpr (ACT == NB_DTYPE_BF16) {
+        if constexpr (BN == 16) wgmma_m64n16k16_bf16(d, a0, a1, a2, a3, desc, scale_d);
+        if constexpr (BN == 32) wgmma_m64n32k16_bf16(d, a0, a1, a2, a3, desc, scale_d);
         if constexpr (BN == 64) wgmma_m64n64k16_bf16(d, a0, a1, a2, a3, desc, scale_d);
         if constexpr (BN == 128) wgmma_m64n128k16_bf16(d, a0, a1, a2, a3, desc, scale_d);
         if constexpr (BN == 256) wgmma_m64n256k16_bf16(d, a0, a1, a2, a3, desc, scale_d);
     } else {
+        if constexpr (BN == 16) wgmma_m64n16k16_f16(d, a0, a1, a2, a3, desc, scale_d);
+        if constexpr (BN == 32) wgmma_m64n32k16_f16(d, a0, a1, a2, a3, desc, scale_d);
         if constexpr (BN == 64) wgmma_m64n64k16_f16(d, a0, a1, a2, a3, desc, scale_d);
         if constexpr (BN == 128) wgmma_m64n128k16_f16(d, a0, a1, a2, a3, desc, scale_d);
         if constexpr (BN == 256) wgmma_m64n256k16_f16(d, a0, a1, a2, a3, desc, scale_d);
@@ -365,12 +369,14 @@ typedef void (*sm90_fn)(const CUtensorMap, const Sm90Params);
 /* Pipeline depth per tile width: 6, 4, 3 for 64, 128, 256 tokens, the most
  * the 227 KB of an H100 SM allow (the 256-token tile's 74 KB stages leave
  * room for three; deeper 64/128 rings measured no faster: DESIGN.md). */
-#define SM90_STAGES(BN) ((BN) == 256 ? 3 : (BN) == 128 ? 4 : 6)
+#define SM90_STAGES(BN) ((BN) == 256 ? 3 : (BN) == 128 ? 4 : (BN) == 64 ? 6 : 8)
 #define SM90_K(BN) gemm_sm90_kernel<FMT, ACT, BN, SM90_STAGES(BN)>
 
 template <int FMT, int ACT>
 static sm90_fn sm90_pick_bn(int bn, size_t *smem) {
     switch (bn) {
+    case 16: *smem = Sm90Smem<FMT, 16, SM90_STAGES(16)>::BYTES; return SM90_K(16);
+    case 32: *smem = Sm90Smem<FMT, 32, SM90_STAGES(32)>::BYTES; return SM90_K(32);
     case 64: *smem = Sm90Smem<FMT, 64, SM90_STAGES(64)>::BYTES; return SM90_K(64);
     case 128: *smem = Sm90Smem<FMT, 128, SM90_STAGES(128)>::BYTES; return SM90_K(128);
     case 256: *smem = Sm90Smem<FMT, 256, SM90_STAGES(256)>::BYTES; return SM90_K(256);
