@@ -182,8 +182,9 @@ static void describe(nb_context *ctx, const nbi_gemm_plan *p, int64_t m) {
         snprintf(b, n, "gemm_sm90<%s,%s,128x%d> tiles=%dx%d k-split=%d raster=%d launches=1", fmt, act, p->bn,
                  p->tiles_n, p->tiles_m, p->splits, p->raster_group);
     else if (p->xsh)
-        snprintf(b, n, "gemv_fp4_xs<%s,%s,mt=%d,rows/warp=%d> grid=%dx%d warps=%d k-split=1x%d chunks/cta=%d "
-                 "launches=%lld", fmt, act, p->mt, p->rpw * 16, p->grid_x, p->splits, p->warps, p->splits,
+        snprintf(b, n, "gemv_fp4_xs<%s,%s,mt=%d,rows/warp=%d%s> grid=%dx%d warps=%d k-split=1x%d chunks/cta=%d "
+                 "launches=%lld", fmt, act, p->mt, p->rpw * 16, p->xsh == 2 ? ",cta/sm=1" : "", p->grid_x, p->splits,
+                 p->warps, p->splits,
                  p->chunks_per_split, (long long)((m + 31) / 32));
     else
         snprintf(b, n, "gemv_fp4<%s,%s,mt=%d> grid=%dx%d warps=%d k-split=%dx%d chunks/warp=%d launches=%lld", fmt,

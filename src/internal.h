@@ -178,7 +178,8 @@ typedef struct nbi_gemm_plan {
     int mt;             /* token tiles of 8: 1..4 */
     int warps;          /* warps per CTA */
     int kw;             /* warps sharing one 16-row block (in-CTA split of k) */
-    int xsh;            /* kernel 2: activations staged per CTA in shared memory (mt >= 2; kw = 1) */
+    int xsh;            /* kernel 2: activations staged per CTA in shared memory (mt >= 2; kw = 1);
+                           2: its instance for at most one CTA per SM (mt 3..4, rpw 2) */
     int rpw;            /* kernel 2: row blocks per warp (1 or 2), sharing the activation fragments */
     int64_t m, n, k;
     int64_t lda, ldc;

@@ -128,6 +128,10 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
     if (s > p->kchunks / per_split_min) s = p->kchunks / per_split_min > 1 ? p->kchunks / per_split_min : 1;
     if (s > 64) s = 64;
     set_splits(p, s);
+    /* At most one CTA per SM: kernel 2's instance without the register cap
+     * of two CTAs per SM (24 and 32 tokens, two row blocks per warp; at 32
+     * the capped instance spills) */
+    if (p->xsh && p->mt >= 3 && p->rpw == 2 && grid_x * p->splits <= sms) p->xsh = 2;
     return grid_x; /* CTAs along n (range-checked by the caller) */
 }
 

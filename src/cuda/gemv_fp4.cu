@@ -529,8 +529,8 @@ __device__ __forceinline__ void xs_step(const uint4 *wsl, const uint4 *xsl, cons
  * advance by a chunk per step, and out-of-range row blocks and tokens read
  * valid data (row block n-1, token row g) that is never stored instead of
  * branching. */
-template <int FMT, int ACT, int MT, int RPW, int STAGES, int SEG, int XSEGS>
-__global__ void __launch_bounds__(XS_THREADS, XS_MINB) gemv_fp4_xs_kernel(const GemvParams p) {
+template <int FMT, int ACT, int MT, int RPW, int STAGES, int SEG, int XSEGS, int MINB>
+__global__ void __launch_bounds__(XS_THREADS, MINB) gemv_fp4_xs_kernel(const GemvParams p) {
     constexpr int WARPS = NBI_GEMV_WARPS; /* consumer warps; warp WARPS is the producer */
     NBC_CHECK_KERNEL_FORMAT(FMT);
     constexpr int CB = nbc_fmt<FMT>::chunk_bytes;      /* bytes per packed chunk */
@@ -667,7 +667,12 @@ static gemv_fn pick_mt(int mt, int xs, int rpw) {
         }
         return NULL;
     }
-#define XS_KERNEL(MT, R) gemv_fp4_xs_kernel<FMT, ACT, MT, R, XS_STAGES, XS_SEG, XS_XSEGS>
+#define XS_KERNEL(MT, R) gemv_fp4_xs_kernel<FMT, ACT, MT, R, XS_STAGES, XS_SEG, XS_XSEGS, XS_MINB>
+    /* xs = 2: a grid of at most one CTA per SM, where the register cap of two
+     * (XS_MINB) buys nothing: 24 and 32 tokens without it (at 32 tokens the
+     * two-CTA instance spills) */
+    if (xs == 2 && rpw == 2 && mt == 3) return gemv_fp4_xs_kernel<FMT, ACT, 3, 2, XS_STAGES, XS_SEG, XS_XSEGS, 1>;
+    if (xs == 2 && rpw == 2 && mt == 4) return gemv_fp4_xs_kernel<FMT, ACT, 4, 2, XS_STAGES, XS_SEG, XS_XSEGS, 1>;
     switch (mt * 4 + rpw) {
     case 5: return XS_KERNEL(1, 1);
     case 6: return XS_KERNEL(1, 2);
