@@ -89,21 +89,26 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
         p->kw = 1;
         p->rpw = rpw;
         grid_x = (p->row_blocks + warps * rpw - 1) / (warps * rpw);
-        /* Split k only while the CTAs leave a quarter of the SMs idle, and
-         * into runs of at least 8 chunks: a split adds the partial-sum round
-         * trip and shortens each CTA's run (H100, nvfp4, m = 16 / 32: 4096 ->
-         * 28672, 112 CTAs, 31.6 / 45.5 us unsplit against 38.2 / 58.1 with 2
-         * splits; 4096 -> 6144, 24 CTAs, 14.1 us with 4 splits, 15.2 with 8). */
-        if (4 * grid_x < 3 * sms) {
-            s = resident / grid_x;
-            if (s > p->kchunks / 8) s = p->kchunks / 8 > 1 ? p->kchunks / 8 : 1;
+        /* 25..32 tokens on a grid that already fills three quarters of the
+         * SMs: no split, so that the grid takes the instance for one CTA per
+         * SM (below), which does not spill (H100, nvfp4, m = 32: 5120 ->
+         * 27648 59.1 us against 77.8 with 2 splits, 4096 -> 28672 42.5
+         * against 58.1).  Otherwise split k until two CTAs per SM fill the
+         * GPU: two resident CTAs hide more latency than one, even past the
+         * split's cost (m = 16: 5120 -> 27648 48.9 us with 2 splits, 55.6
+         * without; 14336 -> 4096 with 16 splits of 7 chunks, 14 of 8: 1.18x). */
+        if (p->mt == 4 && 4 * grid_x >= 3 * sms) s = 1;
+        else if (grid_x < resident) s = resident / grid_x;
+        /* A CTA needs a run of chunks to fill its pipelines: with fewer than
+         * 6 per split kernel 1 (its in-CTA k split) was faster in every case
+         * measured, unless splits of 8 chunks still fill 70% of the SMs
+         * (4096 -> 6144, m = 16: 24 CTAs x 4 splits 14.1 us, kernel 1 15.5;
+         * 4096 -> 4096 with 16 CTAs stays with kernel 1). */
+        if (p->kchunks / s < 6 && !staged) {
+            const int64_t s8 = p->kchunks / 8;
+            if (s8 >= 1 && 10 * grid_x * s8 >= 7 * (int64_t)sms) s = s8;
+            else xs = 0;
         }
-        /* A CTA needs a run of chunks to fill its pipelines, and the split
-         * must still fill most SMs: otherwise (narrow layers with short k,
-         * e.g. 4096 -> 4096: 16 CTAs, 4 splits of 8 chunks) kernel 1 with its
-         * in-CTA k split (kw warps per row block) is the better plan; with
-         * fewer than 6 chunks per split it was faster in every case measured. */
-        if ((p->kchunks / s < 6 || 10 * grid_x * s < 7 * sms) && !staged) xs = 0;
         /* 8 tokens: kernel 1 costs 13-18% more than at 7 on 8192 -> 57344
          * (121 vs 107 us, H100), kernel 2 110 us; with a k split kernel 2
          * lost (8192 -> 8192: 23.8 vs 21.5 us). */
