@@ -89,15 +89,15 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
         p->kw = 1;
         p->rpw = rpw;
         grid_x = (p->row_blocks + warps * rpw - 1) / (warps * rpw);
-        /* 25..32 tokens on a grid that already fills three quarters of the
+        /* 17..32 tokens on a grid that already fills three quarters of the
          * SMs: no split, so that the grid takes the instance for one CTA per
-         * SM (below), which does not spill (H100, nvfp4, m = 32: 5120 ->
-         * 27648 59.1 us against 77.8 with 2 splits, 4096 -> 28672 42.5
-         * against 58.1).  Otherwise split k until two CTAs per SM fill the
+         * SM (below), which has the registers it needs (H100, nvfp4, m = 32:
+         * 5120 -> 27648 59.1 us against 77.8 with 2 splits, 4096 -> 28672
+         * 42.5 against 58.1; m = 24: 52.5 against 61.5, 38.8 against 51.5).  Otherwise split k until two CTAs per SM fill the
          * GPU: two resident CTAs hide more latency than one, even past the
          * split's cost (m = 16: 5120 -> 27648 48.9 us with 2 splits, 55.6
          * without; 14336 -> 4096 with 16 splits of 7 chunks, 14 of 8: 1.18x). */
-        if (p->mt == 4 && 4 * grid_x >= 3 * sms) s = 1;
+        if (p->mt >= 3 && 4 * grid_x >= 3 * sms) s = 1;
         else if (grid_x < resident) s = resident / grid_x;
         /* A CTA needs a run of chunks to fill its pipelines: with fewer than
          * 6 per split kernel 1 (its in-CTA k split) was faster in every case
