@@ -765,13 +765,16 @@ def print_table(rows):
 
 
 def commit():
-    """The checkout's commit (git), else $NB_GIT_COMMIT, else "unknown"."""
+    """$NB_GIT_COMMIT when set (a copy of the tree on another machine may
+    carry a stale .git), else the checkout's commit (git), else "unknown"."""
+    if os.environ.get("NB_GIT_COMMIT"):
+        return os.environ["NB_GIT_COMMIT"]
     try:
         c = subprocess.run(["git", "-C", REPO, "rev-parse", "--short=12", "HEAD"], capture_output=True,
                            text=True).stdout.strip()
     except OSError:
         c = ""
-    return c or os.environ.get("NB_GIT_COMMIT", "unknown")
+    return c or "unknown"
 
 
 def write_out(args, rows, checks, cfg, gpu, total, tf_version):

@@ -4,7 +4,8 @@
  * paths), X and Y in BF16 or FP16.
  *
  * WHAT IT DOES
- *   A CTA owns a tile of 128 weight rows x BN tokens and walks k in chunks
+ *   A CTA owns a tile of 128 weight rows x BN tokens (BN = 16, 32, 64, 128
+ *   or 256) and walks k in chunks
  *   of 128 (one packed chunk per 16-row block).  Three warpgroups:
  *     WG0, the producer: one thread issues, per chunk, two TMA loads of the
  *         activation tile (BN rows x 64 k each, 128-byte swizzle) and eight
@@ -368,7 +369,9 @@ typedef void (*sm90_fn)(const CUtensorMap, const Sm90Params);
 
 /* Pipeline depth per tile width: 6, 4, 3 for 64, 128, 256 tokens, the most
  * the 227 KB of an H100 SM allow (the 256-token tile's 74 KB stages leave
- * room for three; deeper 64/128 rings measured no faster: DESIGN.md). */
+ * room for three; deeper 64/128 rings measured no faster: DESIGN.md); 8 for
+ * the 16- and 32-token tiles (13-17 KB stages), which serve batches of up
+ * to 32 tokens on narrow layers. */
 #define SM90_STAGES(BN) ((BN) == 256 ? 3 : (BN) == 128 ? 4 : (BN) == 64 ? 6 : 8)
 #define SM90_K(BN) gemm_sm90_kernel<FMT, ACT, BN, SM90_STAGES(BN)>
 
