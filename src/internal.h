@@ -95,6 +95,8 @@ NB_INTERNAL const char *nbi_elide(const char *s, char *buf, size_t cap);
 /* Split-K arrival counters at the start of the gemm workspace. */
 #define NBI_MAX_SPLIT_COLUMNS 4096
 #define NBI_SM90_MAX_SPLITS 8 /* tensor-core path: CTAs per tile along k */
+/* tensor-core path: weight rows per tile (gemm_sm90.cu SM90_ROWS) */
+static inline int nbi_sm90_tile_rows(int bn) { return bn <= 32 ? 256 : 128; }
 #define NBI_GEMV_WARPS 8      /* decode kernels: (consumer) warps per CTA */
 
 NB_INTERNAL size_t nbi_chunk_bytes(const nbi_format_traits *t);

@@ -171,6 +171,13 @@ static nb_status plan_decode(nb_context *ctx, const nbi_request *rq, nbi_gemm_pl
  * the same layers 29.6 / 28.4, 73.3 / 83.1, 13.1 / 12.0, 29.1 / 25.7, so at
  * 17..24 tokens only layers with k < 16384 switch; m = 16 and 8192 -> 57344
  * (448 tiles) stay with the decode kernels at every m <= 32. */
+/* Weight-row tiles of the tensor-core kernel for a tile width: 128 rows (8
+ * row blocks), 256 for the 16- and 32-token tiles (gemm_sm90.cu SM90_ROWS). */
+static int64_t tc_tiles_n(const nbi_gemm_plan *p, int bn) {
+    const int64_t rb = nbi_sm90_tile_rows(bn) / 16;
+    return (p->row_blocks + rb - 1) / rb;
+}
+
 static int plan_tc(const nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq, nbi_gemm_plan *p) {
     const int can = nbi_cuda_has_sm90a() && ctx->info.cc_major == 9 && ctx->info.cc_minor == 0 && g->m <= INT32_MAX &&
                     ctx->info.smem_per_block_optin >= 227 * 1024;
@@ -204,7 +211,7 @@ static int plan_tc(const nb_context *ctx, const nb_gemm_desc *g, const nbi_reque
     double best = 0.0;
     for (int i = 0; i < 5; i++) {
         if (fb ? fb != widths[i] : i >= 3 && g->m > widths[i]) continue; /* 16, 32: one tile of tokens */
-        const int64_t tiles = tn * ((g->m + widths[i] - 1) / widths[i]);
+        const int64_t tiles = tc_tiles_n(p, widths[i]) * ((g->m + widths[i] - 1) / widths[i]);
         int64_t most = tiles > NBI_MAX_SPLIT_COLUMNS ? 1 : ctx->info.sm_count / tiles;
         if (most > NBI_SM90_MAX_SPLITS) most = NBI_SM90_MAX_SPLITS;
         if (most > p->kchunks) most = p->kchunks;
@@ -217,20 +224,21 @@ static int plan_tc(const nb_context *ctx, const nb_gemm_desc *g, const nbi_reque
             if (best == 0.0 || cost < best) best = cost, bn = widths[i], splits = (int)s;
         }
     }
-    const int64_t tm = (g->m + bn - 1) / bn;
-    if (tn * tm > INT32_MAX / NBI_SM90_MAX_SPLITS) return 0;
+    const int64_t tm = (g->m + bn - 1) / bn, tnb = tc_tiles_n(p, bn);
+    if (tnb * tm > INT32_MAX / NBI_SM90_MAX_SPLITS) return 0;
     set_splits(p, splits);
     p->path = NBI_PATH_SM90;
     p->m = g->m;
     p->mt = 0;
     p->bn = bn;
-    p->tiles_n = (int)tn;
+    p->tiles_n = (int)tnb;
     p->tiles_m = (int)tm;
     p->raster_group = rq->raster > 0 ? rq->raster : 16;
-    p->grid_x = (int)(tn * tm);
+    p->grid_x = (int)(tnb * tm);
     if (p->splits > 1) {
         p->ws_counter_bytes = NBI_MAX_SPLIT_COLUMNS * sizeof(int);
-        p->ws_partial_bytes = (size_t)p->splits * (size_t)(tn * tm) * 128 * (size_t)bn * sizeof(float);
+        p->ws_partial_bytes = (size_t)p->splits * (size_t)(tnb * tm) * (size_t)nbi_sm90_tile_rows(bn) * (size_t)bn *
+                              sizeof(float);
     }
     return 1;
 }
@@ -419,7 +427,8 @@ nb_status nbi_plan(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
 }
 
 /* The most workspace the tensor-core path takes for any m: splits x tiles
- * stays within one CTA per SM, each 128 x 256 FP32 partials at most. */
+ * stays within one CTA per SM, each 128 x 256 FP32 partials at most (the
+ * 256-row tiles hold 16 or 32 tokens). */
 size_t nbi_plan_workspace(const nb_context *ctx, const nbi_gemm_plan *p) {
     if (p->path == NBI_PATH_SM90)
         return NBI_MAX_SPLIT_COLUMNS * sizeof(int) + (size_t)ctx->info.sm_count * 128 * 256 * sizeof(float);

@@ -4,14 +4,14 @@
  * paths), X and Y in BF16 or FP16.
  *
  * WHAT IT DOES
- *   A CTA owns a tile of 128 weight rows x BN tokens (BN = 16, 32, 64, 128
- *   or 256) and walks k in chunks
- *   of 128 (one packed chunk per 16-row block).  Three warpgroups:
+ *   A CTA owns a tile of 128 weight rows x BN tokens (BN = 64, 128, 256;
+ *   256 rows for BN = 16 and 32) and walks k in chunks of 128 (one packed
+ *   chunk per 16-row block).  Warpgroups:
  *     WG0, the producer: one thread issues, per chunk, two TMA loads of the
- *         activation tile (BN rows x 64 k each, 128-byte swizzle) and eight
- *         bulk copies of packed chunks (one per row block, contiguous), all
+ *         activation tile (BN rows x 64 k each, 128-byte swizzle) and one
+ *         bulk copy per row block of its packed chunk (contiguous), all
  *         completing on the stage's "full" mbarrier, STAGES chunks ahead;
- *     WG1, WG2, the consumers: 64 weight rows each.  Per k16 tile a thread
+ *     WG1, WG2 (WG1..WG4 for BN <= 32), the consumers: 64 weight rows each.  Per k16 tile a thread
  *         dequantizes its A fragment (4 registers) straight from the packed
  *         chunk in shared memory and issues wgmma m64nBNk16 with A from
  *         registers and B (the activations) from shared memory.  The
@@ -54,8 +54,14 @@
 
 #include <cudaTypedefs.h>
 
-#define SM90_THREADS 384 /* producer warpgroup + two consumer warpgroups */
-#define SM90_ROWS 128    /* weight rows per CTA: 8 row blocks */
+/* Consumer warpgroups per CTA, 64 weight rows each: two for tiles of 64 or
+ * more tokens; four for the 16- and 32-token tiles, whose accumulators are
+ * small (8 or 16 registers) and whose time is the dequantization: twice the
+ * warps to hide its latency (two consumer warps per scheduler left 48% of
+ * the issue cycles without an eligible warp, ncu, 8192 -> 57344, m = 32). */
+#define SM90_CWG(BN) ((BN) <= 32 ? 4 : 2)
+#define SM90_THREADS(BN) (128 * (SM90_CWG(BN) + 1)) /* + the producer warpgroup */
+#define SM90_ROWS(BN) (64 * SM90_CWG(BN))          /* weight rows per CTA */
 /* Whether a tile width releases each stage's two 64-k halves on barriers
  * of their own, so the producer refills half 0 (with the weights) half a
  * chunk sooner: the 256-token tile, whose 74 KB stages leave room for only
@@ -145,7 +151,7 @@ template <int FMT, int BN, int STAGES>
 struct Sm90Smem {
     static constexpr int CB = nbc_fmt<FMT>::chunk_bytes;
     static constexpr int X_STAGE = BN * 256;
-    static constexpr int W_STAGE = 8 * CB;
+    static constexpr int W_STAGE = SM90_ROWS(BN) / 16 * CB;
     static constexpr int X_OFF = 0;
     static constexpr int W_OFF = STAGES * X_STAGE;
     static constexpr int TAB_OFF = W_OFF + STAGES * W_STAGE;
@@ -282,20 +288,21 @@ __device__ __forceinline__ void sm90_consume(uint8_t *smem, const uint32_t *stab
 template <int BN>
 __device__ __forceinline__ bool sm90_split_reduce(const Sm90Params &p, int tile, int split, int *flag,
                                                   float (&acc)[BN / 2]) {
+    constexpr int NC = 128 * SM90_CWG(BN); /* consumer threads */
     const int c = threadIdx.x - 128;
     const int ntiles = p.tiles_n * p.tiles_m;
-    float4 *mine = (float4 *)p.partial + ((size_t)split * ntiles + tile) * (32 * BN) + c;
+    float4 *mine = (float4 *)p.partial + ((size_t)split * ntiles + tile) * (NC * BN / 8) + c;
 #pragma unroll
     for (int i = 0; i < BN / 8; i++)
-        __stcg(mine + 256 * i, make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
-    if (!nbc_split_last<256>(&p.counters[tile], p.splits, flag, c == 0)) return false; /* the consumer warpgroups */
+        __stcg(mine + NC * i, make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
+    if (!nbc_split_last<NC>(&p.counters[tile], p.splits, flag, c == 0)) return false; /* the consumer warpgroups */
 #pragma unroll
     for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
     for (int s = 0; s < p.splits; s++) {
-        const float4 *part = (const float4 *)p.partial + ((size_t)s * ntiles + tile) * (32 * BN) + c;
+        const float4 *part = (const float4 *)p.partial + ((size_t)s * ntiles + tile) * (NC * BN / 8) + c;
 #pragma unroll
         for (int i = 0; i < BN / 8; i++) {
-            const float4 v = __ldcg(part + 256 * i);
+            const float4 v = __ldcg(part + NC * i);
             acc[4 * i] += v.x, acc[4 * i + 1] += v.y, acc[4 * i + 2] += v.z, acc[4 * i + 3] += v.w;
         }
     }
@@ -305,7 +312,7 @@ __device__ __forceinline__ bool sm90_split_reduce(const Sm90Params &p, int tile,
 #endif
 
 template <int FMT, int ACT, int BN, int STAGES>
-__global__ void __launch_bounds__(SM90_THREADS, 1)
+__global__ void __launch_bounds__(SM90_THREADS(BN), 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap xmap, const Sm90Params p) {
 #ifdef NB_SM90_DEVICE
     NBC_CHECK_KERNEL_FORMAT(FMT);
@@ -322,19 +329,20 @@ __global__ void __launch_bounds__(SM90_THREADS, 1)
     const int tile = blockIdx.x / p.splits, split = blockIdx.x % p.splits;
     int tn, tm;
     nbc_raster(tile, p.group, p.tiles_n, p.tiles_m, tn, tm);
-    const int rb0 = tn * 8;
-    const int nrb = min(8, p.row_blocks - rb0);
+    constexpr int RB = SM90_ROWS(BN) / 16; /* row blocks per tile */
+    const int rb0 = tn * RB;
+    const int nrb = min(RB, p.row_blocks - rb0);
     /* this CTA's k chunks (the planner gives each split at least one) */
     const int c0 = split * p.cps, nch = min(p.cps, p.kchunks - c0);
 
-    nbc_load_scale_table<SM90_THREADS>(stab, p.stab);
+    nbc_load_scale_table<SM90_THREADS(BN)>(stab, p.stab);
     if (threadIdx.x == 0) {
         if constexpr (SM90_HALF(BN)) {
             for (int s = 0; s < 4 * STAGES; s++) nbc_mbar_init(bar0 + 8 * s, s < 2 * STAGES ? 1 : 256);
         } else {
             for (int s = 0; s < STAGES; s++) {
                 nbc_mbar_init(bar0 + 8 * s, 1);              /* the producer's arrive + the copy bytes */
-                nbc_mbar_init(bar0 + 8 * (STAGES + s), 256); /* every consumer thread arrives */
+                nbc_mbar_init(bar0 + 8 * (STAGES + s), 128 * SM90_CWG(BN)); /* every consumer thread arrives */
             }
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -343,13 +351,17 @@ __global__ void __launch_bounds__(SM90_THREADS, 1)
 
     if (wg == 0) {
         /* Producer warpgroup: give registers to the consumers. */
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if constexpr (SM90_CWG(BN) == 4) asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
+        else asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
         if (warp == 0 && lane == 0) sm90_produce<FMT, BN, STAGES>(&xmap, p, smem, bar0, c0, nch, rb0, nrb, tm);
         return;
     }
 
     /* Consumers. */
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    /* (640 threads start at 96 registers; with the producer at 24 the four
+     * consumer warpgroups fit 112 in the 64K of the SM) */
+    if constexpr (SM90_CWG(BN) == 4) asm volatile("setmaxnreg.inc.sync.aligned.u32 112;");
+    else asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
     const int g = lane >> 2, t = lane & 3;
     const int rbl = 4 * (wg - 1) + (warp & 3); /* row block within the tile */
     float acc[BN / 2];
@@ -447,7 +459,8 @@ extern "C" nb_status nbi_cuda_gemm_sm90(nb_context *ctx, const nbi_gemm_plan *pl
     if (st) return st;
     cudaLaunchAttribute attr[1];
     const dim3 grid((unsigned)(pl->tiles_n * pl->tiles_m * pl->splits));
-    cudaLaunchConfig_t cfg = nbc_launch_config(grid, dim3(SM90_THREADS), smem, stream, pl->pdl, attr);
+    const int threads = pl->bn <= 32 ? 128 * 5 : 128 * 3; /* SM90_THREADS(bn) */
+    cudaLaunchConfig_t cfg = nbc_launch_config(grid, dim3(threads), smem, stream, pl->pdl, attr);
     NBC_TRY(cudaLaunchKernelEx(&cfg, f, map, p), "gemm_sm90 kernel launch");
     return NB_OK;
 }
