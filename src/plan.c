@@ -200,12 +200,14 @@ static int plan_tc(const nb_context *ctx, const nb_gemm_desc *g, const nbi_reque
      * CTA per SM, which bounds the workspace (nbi_plan_workspace); its CTAs
      * sum through the workspace (in L2), charged here as 5% per extra
      * split.  The 16- and 32-token tiles serve batches that fit one of
-     * them (m <= 32 on narrow layers): the decode work per chunk is the
-     * tile's whole cost there, and the narrower wgmma saves 8-12% (H100,
-     * nvfp4, m = 32, 2 splits: 8192 -> 8192 25.9 us against 28.2 with 64
-     * tokens, 4096 -> 6144 15.2 against 17.0; m = 16: 25.1 against 27.9). */
+     * them (m <= 32 on narrow layers) with 256-row tiles (four consumer
+     * warpgroups): about 1.4 us per chunk unsplit (8192 -> 8192, m = 32:
+     * 91 us for 64 chunks), charged 1.3 as their split runs measured
+     * (H100, nvfp4, m = 32, against the best 64-token plan: 8192 -> 8192
+     * 25.9 us with 4 splits against 28.2, 8192 -> 10240 33.3 with 3
+     * against 46.7, 4096 -> 6144 14.6 with 5 against 17.0). */
     static const int widths[5] = {64, 128, 256, 16, 32};
-    static const double chunk_us[5] = {0.75, 0.9, 1.5, 0.67, 0.69};
+    static const double chunk_us[5] = {0.75, 0.9, 1.5, 1.3, 1.3};
     const int fb = rq->bn == 16 || rq->bn == 32 || rq->bn == 64 || rq->bn == 128 || rq->bn == 256 ? rq->bn : 0;
     int bn = 64, splits = 1;
     double best = 0.0;
