@@ -80,9 +80,10 @@ fuzz: deps
 # The Python package (python/): CPU-only build into a fresh venv, then pytest.
 # PY_TEST_DEPS: what the torch and transformers tests need (PyPI's torch
 # wheel brings its CUDA libraries: about 90 s and 5.6 GB uncached, measured
-# 2026-11-24); `make test-python PY_TEST_DEPS=` runs the numpy tests only
-# (the others skip).
-PY_TEST_DEPS ?= torch transformers accelerate
+# 2026-11-24); bitsandbytes (its CPU backend) for the tests against its own
+# 4-bit quantization and serialization; `make test-python PY_TEST_DEPS=`
+# runs the numpy tests only (the others skip).
+PY_TEST_DEPS ?= torch transformers accelerate bitsandbytes
 test-python: deps
 	rm -rf $(BUILD)-py && python3 -m venv $(BUILD)-py
 	$(BUILD)-py/bin/pip install -q --upgrade pip
