@@ -1,16 +1,40 @@
 #!/usr/bin/env python3
 """Linear layers, one process, one harness: nibble (through its PyTorch op)
-against cuBLAS BF16 and, when a peer directory is given, vLLM's Marlin FP4
-kernel, so every speedup is over the cuBLAS of the same run.
+against cuBLAS BF16 and the peers of its formats - vLLM's Marlin FP4 kernel
+when a peer directory is given, torch's tinygemm INT4 and bitsandbytes NF4 /
+FP4 with --int-peers - so every speedup is over the cuBLAS of the same run.
 
     python python/bench/layers.py                                # the bench set
     python python/bench/layers.py --peers .peers/marlin_fp4      # + Marlin FP4
     python python/bench/layers.py --shapes 4096x4096 --m 1,16 --formats nvfp4
+    python python/bench/layers.py --formats int4,nf4 --int-peers # + tinygemm INT4, bitsandbytes NF4
+
+--formats takes nibble's nvfp4 and mxfp4 (the default), int4 (unsigned codes
+with zero points, groups of 128 along k, F16 scales), int4_sym (groups of
+128) and bitsandbytes' nf4 / bnb_fp4 (table codes, F32 absmax per block of
+64), quantized by nibble.torch.quantize from the same BF16 weights.
 
 --peers DIR names a directory holding marlin_peer.py (a torch-free build of
 vLLM's Marlin FP4 GEMM with a Python driver: make(K, N, fmt, device) returns a
-graph-safe fn(x) on random weights).  Without it, or when it cannot be
-loaded, the Marlin columns are left out and the reason printed.
+graph-safe fn(x) on random weights); it runs beside nvfp4 and mxfp4.  Without
+it, or when it cannot be loaded, the Marlin columns are left out and the
+reason printed.
+
+--int-peers adds, beside the formats given:
+  - tinygemm_int4 (with int4 or int4_sym): torch's INT4 kernel
+    (aten._convert_weight_to_int4pack with 8 inner k tiles, then
+    aten._weight_int4pack_mm), groups of 128 along k with a BF16 scale and a
+    BF16 float zero point each, w = (q - 8) * s + z, quantized here from the
+    same weights (min-max, round to nearest).  Timed for m <= 256 only: it
+    is a small-batch kernel (one CTA per 16 x 8 tile of the output, the
+    weights read again for every 16 rows of x);
+  - bnb_nf4 (with nf4) and bnb_fp4 (with bnb_fp4): bitsandbytes'
+    quantize_4bit (blocks of 64, nested absmax: compress_statistics=True)
+    and matmul_4bit (its gemv kernel at m = 1, dequantize_4bit and a BF16
+    matmul above), when `import bitsandbytes` works.
+A peer that cannot be imported, fails to build for a shape or computes a
+wrong product has its columns left out and the reason printed (and kept in
+the JSON's meta.left_out).
 
 Method (the same for every implementation):
   - each call sequence is captured in one CUDA graph and replayed; the time
@@ -19,17 +43,26 @@ Method (the same for every implementation):
     copies together hold at least --rotate-mb MB (well past the 50 MB L2),
     and one replay calls them in turn: every call reads its weights from HBM;
   - activations are Gaussian, weights Gaussian * 0.02 (never zeros);
-  - nibble's result is checked against the BF16 product with its own
-    dequantized weights (relative error printed, the run fails above 2%);
+  - each result is checked at m = 1 and 8 against the BF16 product with the
+    implementation's own dequantized weights (nibble: its packed bytes
+    unpacked and dequantized; tinygemm: (q - 8) * s + z of the values built
+    here; bitsandbytes: dequantize_4bit): above 2% relative error nibble
+    fails the run, a peer's columns are left out (Marlin's random weights
+    are its own, unchecked here);
   - copy bandwidth: a device-to-device copy of 1 GiB, bytes read + written
-    per second; nibble's "of copy" column is (packed weights + x + y) bytes
-    per call over that.
+    per second; nibble's "of copy" column is (packed weights, scales and
+    zero points included, + x + y) bytes per call over that.
 
-Output: a table on stdout; layers.csv, layers.json and layers.md in --out.
+Output: a table on stdout; layers.csv, layers.json and layers.md in --out
+(columns <impl>_us and <impl>_x, the speedup over cuBLAS, per implementation:
+nibble_<format>, marlin_<format>, tinygemm_int4, bnb_nf4, bnb_fp4; nibble's
+also <impl>_copy).
 """
 
 import argparse
 import csv
+import dataclasses
+import functools
 import json
 import math
 import os
@@ -46,6 +79,13 @@ if os.path.isdir(os.path.join(REPO, "python", "nibble")) and "nibble" not in sys
 DEFAULT_SHAPES = ("4096x4096,4096x6144,4096x28672,14336x4096,8192x8192,8192x10240,8192x57344,28672x8192,"
                   "5120x27648,27648x5120")
 DEFAULT_MS = "1,2,4,8,16,32,64,128,256,512,1024"
+FP4_FORMATS = ("nvfp4", "mxfp4")
+# nibble's integer and table formats and the group each is timed with
+INT_FORMATS = {"int4": 128, "int4_sym": 128, "nf4": 64, "bnb_fp4": 64}
+CHECK_MS = (1, 8)         # rows of x in the correctness check
+MAX_REL = 0.02            # relative error allowed there
+MAX_M = {"tinygemm_int4": 256}   # implementations timed only up to an m
+INT_PEER_NOTES = ("tinygemm", "bitsandbytes")   # meta keys of --int-peers
 
 
 def parse_shapes(text):
@@ -67,6 +107,20 @@ def parse_ms(text):
         if not item.strip().isdigit() or not 1 <= int(item) <= 65536:
             raise SystemExit(f"layers.py: --m: '{item}' is not an integer in 1..65536")
         out.append(int(item))
+    return out
+
+
+def parse_formats(text):
+    names = FP4_FORMATS + tuple(INT_FORMATS)
+    out = []
+    for item in text.split(","):
+        f = item.strip().lower()
+        if f and f not in names:
+            raise SystemExit(f"layers.py: --formats: '{f}' is not one of {', '.join(names)}")
+        if f and f not in out:
+            out.append(f)
+    if not out:
+        raise SystemExit("layers.py: --formats names no format")
     return out
 
 
@@ -119,6 +173,18 @@ def copy_gbps(torch):
     return 2 * n / ts[len(ts) // 2] / 1e9
 
 
+def rel_error(torch, fn, w_ref, k, device):
+    """The largest relative error of fn(x) against the BF16 product x . w_ref^T
+    (accumulated in float32) over Gaussian BF16 x of CHECK_MS rows; NaN when
+    any is."""
+    rels = []
+    for m in CHECK_MS:
+        x = torch.randn(m, k, dtype=torch.bfloat16, device=device)
+        ref = torch.nn.functional.linear(x.float(), w_ref.float())
+        rels.append(((fn(x).float() - ref).norm() / ref.norm()).item())
+    return float("nan") if any(r != r for r in rels) else max(rels)
+
+
 def load_marlin(path):
     if path is None:
         return None, "no --peers directory"
@@ -132,23 +198,143 @@ def load_marlin(path):
     return marlin_peer, "loaded from " + path
 
 
-def main(argv=None):
+def tinygemm_int4(torch, w, want_ref=False, group=128, inner_k_tiles=8):
+    """torch's tinygemm INT4 on W[n, k] (BF16): per group of k, a BF16 scale
+    s = (max - min) / 15 and zero z = min + 8 s, codes q = round((w - z) / s
+    + 8) in 0..15, w = (q - 8) * s + z as the kernel computes it (one fused
+    multiply-add, rounded to BF16 once).  Returns fn(x) and, with want_ref,
+    those dequantized weights [n, k] in BF16.  On a CUDA device the codes
+    are packed two to a byte, even k in the high nibble, for
+    _convert_weight_to_int4pack; on the CPU (the tests) torch's CPU variants
+    of both ops take the same scales and zeros."""
+    n, k = w.shape
+    g = w.float().reshape(n, k // group, group)
+    lo, hi = g.amin(-1, keepdim=True), g.amax(-1, keepdim=True)
+    s = ((hi - lo).clamp(min=1e-6) / 15).to(torch.bfloat16)
+    z = (lo + 8 * s.float()).to(torch.bfloat16)
+    q = torch.round((g - z.float()) / s.float() + 8).clamp(0, 15).to(torch.int32)
+    ref = ((q.float() - 8) * s.float() + z.float()).reshape(n, k).to(torch.bfloat16) if want_ref else None
+    del g
+    sz = torch.cat([s, z], -1).transpose(0, 1).contiguous()   # [k / group, n, 2]
+    q = q.reshape(n, k)
+    if w.device.type == "cuda":
+        wp = torch.ops.aten._convert_weight_to_int4pack((q[:, ::2] << 4 | q[:, 1::2]).to(torch.uint8), inner_k_tiles)
+        mm = torch.ops.aten._weight_int4pack_mm
+    else:
+        wp = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, inner_k_tiles)
+        mm = torch.ops.aten._weight_int4pack_mm_for_cpu
+    del q
+
+    def fn(x):
+        return mm(x, wp, group, sz)
+    return fn, ref
+
+
+def bnb_4bit(bnb, quant_type, w, want_ref=False, blocksize=64):
+    """bitsandbytes' NF4 or FP4 (quant_type "nf4" / "fp4") of W[n, k]: blocks
+    of `blocksize`, nested absmax.  Returns fn(x) = matmul_4bit and, with
+    want_ref, dequantize_4bit's weights [n, k]."""
+    qw, st = bnb.functional.quantize_4bit(w, quant_type=quant_type, blocksize=blocksize, compress_statistics=True)
+
+    def fn(x):
+        return bnb.matmul_4bit(x, qw.t(), quant_state=st)
+    return fn, (bnb.functional.dequantize_4bit(qw, st) if want_ref else None)
+
+
+def load_int_peers(torch, formats):
+    """The --int-peers beside `formats`: ({column: build(w, want_ref)},
+    {"tinygemm": note, "bitsandbytes": note})."""
+    builds, notes = {}, {}
+    if not {"int4", "int4_sym"} & set(formats):
+        notes["tinygemm"] = "no int4 or int4_sym in --formats"
+    elif not hasattr(torch.ops.aten, "_weight_int4pack_mm"):
+        notes["tinygemm"] = f"torch {torch.__version__} has no aten._weight_int4pack_mm"
+    else:
+        builds["tinygemm_int4"] = functools.partial(tinygemm_int4, torch)
+        notes["tinygemm"] = f"torch {torch.__version__} aten._weight_int4pack_mm (m <= {MAX_M['tinygemm_int4']})"
+    wanted = [f for f in ("nf4", "bnb_fp4") if f in formats]
+    if not wanted:
+        notes["bitsandbytes"] = "no nf4 or bnb_fp4 in --formats"
+        return builds, notes
+    try:
+        import bitsandbytes as bnb
+        import bitsandbytes.functional  # noqa: F401  (quantize_4bit, dequantize_4bit)
+    except Exception as e:  # a peer that does not import leaves its columns out
+        notes["bitsandbytes"] = f"bitsandbytes did not import: {e!r}"[:300]
+        return builds, notes
+    notes["bitsandbytes"] = f"bitsandbytes {getattr(bnb, '__version__', '?')}"
+    for f in wanted:
+        qt = "nf4" if f == "nf4" else "fp4"
+        builds["bnb_" + qt] = functools.partial(bnb_4bit, bnb, qt)
+    return builds, notes
+
+
+def build_peer(torch, build, w, nrep, device):
+    """nrep copies of a peer's fn on w, the first checked against its own
+    dequantized weights (ValueError when off)."""
+    fn, ref = build(w, want_ref=True)
+    rel = rel_error(torch, fn, ref, w.shape[1], device)
+    del ref
+    if not rel <= MAX_REL:
+        raise ValueError(f"relative error {rel:.4f} against its dequantized weights")
+    return [fn] + [build(w)[0] for _ in range(nrep - 1)]
+
+
+def table_lines(rows, meta):
+    """The markdown table (a heading line, then the table; the peers left
+    out, if any, last)."""
+    cols = list(dict.fromkeys(c for r in rows for c in r if c.endswith("_x")))
+    lines = [f"{meta['gpu']}, {meta['date']}, commit {meta['commit']}, torch {meta['torch']}, copy bandwidth "
+             f"{meta['copy_gbps']:.0f} GB/s; Marlin: {meta['marlin']}" +
+             "".join(f"; {p}: {meta[p]}" for p in INT_PEER_NOTES if p in meta), "",
+             "| layer k->n | m | cuBLAS us | " + " | ".join(c[:-2].replace("_", " ") for c in cols) + " |",
+             "|---|---|---|" + "---|" * len(cols)]
+    for r in rows:
+        lines.append(f"| {r['k']}->{r['n']} | {r['m']} | {r['cublas_us']:.1f} | " +
+                     " | ".join(f"{r[c]:.2f}x" if c in r and r[c] == r[c] else "-" for c in cols) + " |")
+    if meta.get("left_out"):
+        lines += ["", "Left out: " + "; ".join(meta["left_out"])]
+    return lines
+
+
+def write_outputs(out, rows, meta, lines):
+    """layers.csv (a row per layer and m, empty where an implementation did
+    not run), layers.json ({"meta", "rows"}) and layers.md in out."""
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "layers.csv"), "w", newline="") as f:
+        keys = sorted({k for r in rows for k in r}, key=lambda c: (c not in ("shape", "k", "n", "m"), c))
+        wr = csv.DictWriter(f, fieldnames=keys)
+        wr.writeheader()
+        wr.writerows(rows)
+    with open(os.path.join(out, "layers.json"), "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    with open(os.path.join(out, "layers.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shapes", default=DEFAULT_SHAPES, help="KxN,... (default: the bench set)")
     ap.add_argument("--m", default=DEFAULT_MS, help="tokens per call, comma-separated")
-    ap.add_argument("--formats", default="nvfp4,mxfp4", help="nibble formats (nvfp4, mxfp4)")
+    ap.add_argument("--formats", default="nvfp4,mxfp4",
+                    help="nibble formats: nvfp4, mxfp4, int4, int4_sym, nf4, bnb_fp4")
     ap.add_argument("--peers", default=None, help="directory of marlin_peer.py (vLLM's Marlin FP4)")
+    ap.add_argument("--int-peers", action="store_true",
+                    help="also time torch's tinygemm INT4 (beside int4 / int4_sym) and bitsandbytes NF4 / FP4 "
+                         "(beside nf4 / bnb_fp4)")
     ap.add_argument("--rotate-mb", type=float, default=240.0, help="weight bytes per replay, per implementation")
     ap.add_argument("--reps", type=int, default=15, help="timed replays per cell (median)")
     ap.add_argument("--out", default=None, help="directory for layers.csv/json/md")
     args = ap.parse_args(argv)
-    shapes, ms = parse_shapes(args.shapes), parse_ms(args.m)
-    formats = [f.strip().lower() for f in args.formats.split(",") if f.strip()]
-    for f in formats:
-        if f not in ("nvfp4", "mxfp4"):
-            raise SystemExit(f"layers.py: --formats: '{f}' is not nvfp4 or mxfp4")
+    args.shapes, args.m, args.formats = parse_shapes(args.shapes), parse_ms(args.m), parse_formats(args.formats)
     if args.reps < 3 or args.rotate_mb <= 0:
         raise SystemExit("layers.py: --reps must be >= 3 and --rotate-mb > 0")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    shapes, ms, formats = args.shapes, args.m, args.formats
 
     import torch
     from e2e_decode import commit  # the checkout's commit, as the end-to-end benchmark records it
@@ -156,18 +342,24 @@ def main(argv=None):
         raise SystemExit("layers.py: needs a CUDA GPU (torch.cuda.is_available() is False)")
     import nibble.torch as nt
     marlin, marlin_note = load_marlin(args.peers)
+    int_peers, int_notes = load_int_peers(torch, formats) if args.int_peers else ({}, {})
     dev = torch.device("cuda")
     props = torch.cuda.get_device_properties(0)
     bw = copy_gbps(torch)
     meta = {"gpu": props.name, "sms": props.multi_processor_count, "commit": commit(),
             "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__, "copy_gbps": bw,
-            "marlin": marlin_note, "host": platform.node()}
+            "marlin": marlin_note, "host": platform.node(), **int_notes}
     print(f"{props.name} ({props.multi_processor_count} SMs), torch {torch.__version__}, commit {meta['commit']}, "
-          f"copy {bw:.0f} GB/s; marlin: {marlin_note}", flush=True)
+          f"copy {bw:.0f} GB/s; marlin: {marlin_note}" + "".join(f"; {p}: {v}" for p, v in int_notes.items()),
+          flush=True)
     torch.manual_seed(0)
 
     def copies(nbytes):
         return max(2, min(64, math.ceil(args.rotate_mb * 1e6 / nbytes)))
+
+    def leave_out(what, e):
+        print(f"  {what}: {e!r}"[:300], flush=True)
+        meta.setdefault("left_out", []).append(f"{what}: {e!r}"[:300])
 
     rows, bad = [], []
     for (k, n) in shapes:
@@ -177,30 +369,35 @@ def main(argv=None):
                  [lambda xx, w=w.clone(): torch.nn.functional.linear(xx, w) for _ in range(copies(2 * n * k) - 1)]}
         nbytes = {}
         for fmt in formats:
-            pw = nt.quantize(w, format=fmt, device=dev)
+            pw = nt.quantize(w, format=fmt, device=dev, group_size=INT_FORMATS.get(fmt))
             ref_w = nt.dequantize_weight(nt.unpack(pw), dtype=torch.bfloat16, device=dev)
-            xs = torch.randn(8, k, dtype=torch.bfloat16, device=dev)
-            ref = torch.nn.functional.linear(xs.float(), ref_w.float())
-            rel = ((nt.gemm(xs, pw).float() - ref).norm() / ref.norm()).item()
-            if not rel <= 0.02:
+            rel = rel_error(torch, lambda xx, pw=pw: nt.gemm(xx, pw), ref_w, k, dev)
+            if not rel <= MAX_REL:
                 bad.append(f"nibble {fmt} {name}: relative error {rel:.4f} against its dequantized weights")
-            reps = [pw] + [nt.PackedLinearWeight(packed=pw.packed.clone(), workspace=pw.workspace.clone(), n=pw.n,
-                                                 k=pw.k, format=pw.format, tensor_scale=pw.tensor_scale,
-                                                 scale_exp_min=pw.scale_exp_min, scale_exp_max=pw.scale_exp_max)
+            del ref_w
+            reps = [pw] + [dataclasses.replace(pw, packed=pw.packed.clone(), workspace=pw.workspace.clone())
                            for _ in range(copies(pw.packed.numel()) - 1)]
             impls["nibble_" + fmt] = [lambda xx, p=p: nt.gemm(xx, p) for p in reps]
             nbytes["nibble_" + fmt] = pw.packed.numel()
-            del ref_w
         if marlin is not None:
             for fmt in formats:
+                if fmt not in FP4_FORMATS:
+                    continue
                 try:
                     impls["marlin_" + fmt] = [marlin.make(k, n, fmt, dev) for _ in range(copies(n * k // 2))]
                 except Exception as e:
                     print(f"  marlin {fmt} {name}: {e!r}"[:300], flush=True)
+        for col, build in int_peers.items():
+            try:
+                impls[col] = build_peer(torch, build, w, copies(n * k // 2), dev)
+            except Exception as e:  # a peer that fails leaves its columns out
+                leave_out(f"{col} {name}", e)
         for m in ms:
             x = torch.randn(m, k, dtype=torch.bfloat16, device=dev)
             res = {}
             for iname, fl in impls.items():
+                if m > MAX_M.get(iname, m):
+                    continue
                 try:
                     res[iname] = graph_us(torch, fl, x, args.reps)
                 except Exception as e:
@@ -223,26 +420,10 @@ def main(argv=None):
         del impls, w
         torch.cuda.empty_cache()
 
-    cols = [c for c in rows[0] if c.endswith("_x")] if rows else []
-    lines = [f"{meta['gpu']}, {meta['date']}, commit {meta['commit']}, torch {meta['torch']}, copy bandwidth "
-             f"{bw:.0f} GB/s; Marlin: {marlin_note}", "",
-             "| layer k->n | m | cuBLAS us | " + " | ".join(c[:-2].replace("_", " ") for c in cols) + " |",
-             "|---|---|---|" + "---|" * len(cols)]
-    for r in rows:
-        lines.append(f"| {r['k']}->{r['n']} | {r['m']} | {r['cublas_us']:.1f} | " +
-                     " | ".join(f"{r[c]:.2f}x" if c in r and r[c] == r[c] else "-" for c in cols) + " |")
+    lines = table_lines(rows, meta)
     print("\n".join(lines))
     if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "layers.csv"), "w", newline="") as f:
-            keys = sorted({k for r in rows for k in r}, key=lambda c: (c not in ("shape", "k", "n", "m"), c))
-            wr = csv.DictWriter(f, fieldnames=keys)
-            wr.writeheader()
-            wr.writerows(rows)
-        with open(os.path.join(args.out, "layers.json"), "w") as f:
-            json.dump({"meta": meta, "rows": rows}, f, indent=1)
-        with open(os.path.join(args.out, "layers.md"), "w") as f:
-            f.write("\n".join(lines) + "\n")
+        write_outputs(args.out, rows, meta, lines)
     for b in bad:
         print("FAIL", b)
     return 2 if bad else 0
