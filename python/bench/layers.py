@@ -63,6 +63,7 @@ import argparse
 import csv
 import dataclasses
 import functools
+import importlib
 import json
 import math
 import os
@@ -85,7 +86,7 @@ INT_FORMATS = {"int4": 128, "int4_sym": 128, "nf4": 64, "bnb_fp4": 64}
 CHECK_MS = (1, 8)         # rows of x in the correctness check
 MAX_REL = 0.02            # relative error allowed there
 MAX_M = {"tinygemm_int4": 256}   # implementations timed only up to an m
-INT_PEER_NOTES = ("tinygemm", "bitsandbytes")   # meta keys of --int-peers
+INT_PEER_NOTES = ("tinygemm", "bitsandbytes", "marlin_int4")   # meta keys of the integer peers
 
 
 def parse_shapes(text):
@@ -185,17 +186,30 @@ def rel_error(torch, fn, w_ref, k, device):
     return float("nan") if any(r != r for r in rels) else max(rels)
 
 
-def load_marlin(path):
+def _load_driver(path, module, option):
+    """A peer's Python driver `module`.py in directory `path`: (module or
+    None, note); one that is missing or does not import leaves its columns
+    out with the reason."""
     if path is None:
-        return None, "no --peers directory"
-    if not os.path.isfile(os.path.join(path, "marlin_peer.py")):
-        return None, f"{path}/marlin_peer.py not found"
+        return None, f"no {option} directory"
+    if not os.path.isfile(os.path.join(path, module + ".py")):
+        return None, f"{path}/{module}.py not found"
     sys.path.insert(0, os.path.abspath(path))
     try:
-        import marlin_peer
-    except Exception as e:  # a peer that does not load leaves its columns out
-        return None, f"marlin_peer did not load: {e!r}"[:300]
-    return marlin_peer, "loaded from " + path
+        mod = importlib.import_module(module)
+    except Exception as e:
+        return None, f"{module} did not load: {e!r}"[:300]
+    return mod, "loaded from " + path
+
+
+def load_marlin(path):
+    """vLLM's Marlin FP4 driver, marlin_peer.py in `path`."""
+    return _load_driver(path, "marlin_peer", "--peers")
+
+
+def load_marlin_int4(path):
+    """vLLM's Marlin INT4 (gptq_marlin) driver, marlin_int4_peer.py in `path`."""
+    return _load_driver(path, "marlin_int4_peer", "--marlin-int4")
 
 
 def tinygemm_int4(torch, w, want_ref=False, group=128, inner_k_tiles=8):
@@ -319,6 +333,9 @@ def parse_args(argv=None):
     ap.add_argument("--formats", default="nvfp4,mxfp4",
                     help="nibble formats: nvfp4, mxfp4, int4, int4_sym, nf4, bnb_fp4")
     ap.add_argument("--peers", default=None, help="directory of marlin_peer.py (vLLM's Marlin FP4)")
+    ap.add_argument("--marlin-int4", default=None,
+                    help="directory of marlin_int4_peer.py (vLLM's Marlin INT4, gptq_marlin), timed beside int4 / "
+                         "int4_sym on random weights of the same shape after its own check against float64")
     ap.add_argument("--int-peers", action="store_true",
                     help="also time torch's tinygemm INT4 (beside int4 / int4_sym) and bitsandbytes NF4 / FP4 "
                          "(beside nf4 / bnb_fp4)")
@@ -343,6 +360,9 @@ def main(argv=None):
     import nibble.torch as nt
     marlin, marlin_note = load_marlin(args.peers)
     int_peers, int_notes = load_int_peers(torch, formats) if args.int_peers else ({}, {})
+    marlin4, marlin4_note = load_marlin_int4(args.marlin_int4) if args.marlin_int4 else (None, None)
+    if marlin4_note:
+        int_notes["marlin_int4"] = marlin4_note
     dev = torch.device("cuda")
     props = torch.cuda.get_device_properties(0)
     bw = copy_gbps(torch)
@@ -387,6 +407,15 @@ def main(argv=None):
                     impls["marlin_" + fmt] = [marlin.make(k, n, fmt, dev) for _ in range(copies(n * k // 2))]
                 except Exception as e:
                     print(f"  marlin {fmt} {name}: {e!r}"[:300], flush=True)
+        for fmt in [f for f in formats if f in ("int4", "int4_sym")] if marlin4 is not None else []:
+            try:  # its own check first: random weights against their float64 product
+                err = marlin4.check(k, n, fmt, [8], device=dev, verbose=False)
+                err = err[0] if isinstance(err, (list, tuple)) else err
+                if not err <= MAX_REL:
+                    raise ValueError(f"relative error {err:.4f} against float64")
+                impls["marlin_" + fmt] = [marlin4.make(k, n, fmt, dev) for _ in range(copies(n * k // 2))]
+            except Exception as e:  # a peer that fails leaves its columns out
+                leave_out(f"marlin_{fmt} {name}", e)
         for col, build in int_peers.items():
             try:
                 impls[col] = build_peer(torch, build, w, copies(n * k // 2), dev)

@@ -148,3 +148,17 @@ def test_table_and_files_with_int_peers(tmp_path):
     assert data["meta"]["bitsandbytes"] == "bitsandbytes 0.50.2" and data["meta"]["left_out"] == meta["left_out"]
     assert data["rows"][1] == rows[1]
     assert (tmp_path / "out" / "layers.md").read_text() == "\n".join(lines) + "\n"
+
+
+def test_marlin_int4_peer_loading(tmp_path):
+    """--marlin-int4 names the directory of vLLM's Marlin INT4 driver; a
+    directory without it, or a driver that does not import, leaves the
+    columns out with the reason (the run goes on)."""
+    assert layers.parse_args(["--marlin-int4", str(tmp_path)]).marlin_int4 == str(tmp_path)
+    assert layers.parse_args([]).marlin_int4 is None
+    mod, note = layers.load_marlin_int4(str(tmp_path))
+    assert mod is None and "marlin_int4_peer.py not found" in note
+    (tmp_path / "marlin_int4_peer.py").write_text("raise ImportError('no library here')\n")
+    mod, note = layers.load_marlin_int4(str(tmp_path))
+    assert mod is None and "did not load" in note and "no library here" in note
+    sys.modules.pop("marlin_int4_peer", None)
