@@ -180,7 +180,7 @@ static void describe(nb_context *ctx, const nbi_gemm_plan *p, int64_t m) {
                  p->stages, p->tiles_n, p->tiles_m, p->raster_group);
     else if (p->path == NBI_PATH_SM90)
         snprintf(b, n, "gemm_sm90<%s,%s,%dx%d> tiles=%dx%d k-split=%d raster=%d launches=1", fmt, act,
-                 nbi_sm90_tile_rows(p->bn), p->bn, p->tiles_n, p->tiles_m, p->splits, p->raster_group);
+                 64 * p->cwg, p->bn, p->tiles_n, p->tiles_m, p->splits, p->raster_group);
     else if (p->xsh)
         snprintf(b, n, "gemv_fp4_xs<%s,%s,mt=%d,rows/warp=%d%s> grid=%dx%d warps=%d k-split=1x%d chunks/cta=%d "
                  "launches=%lld", fmt, act, p->mt, p->rpw * 16, p->xsh == 2 ? ",cta/sm=1" : "", p->grid_x, p->splits,

@@ -95,8 +95,7 @@ NB_INTERNAL const char *nbi_elide(const char *s, char *buf, size_t cap);
 /* Split-K arrival counters at the start of the gemm workspace. */
 #define NBI_MAX_SPLIT_COLUMNS 4096
 #define NBI_SM90_MAX_SPLITS 8 /* tensor-core path: CTAs per tile along k */
-/* tensor-core path: weight rows per tile (gemm_sm90.cu SM90_ROWS) */
-static inline int nbi_sm90_tile_rows(int bn) { return bn <= 32 ? 256 : 128; }
+
 #define NBI_GEMV_WARPS 8      /* decode kernels: (consumer) warps per CTA */
 
 NB_INTERNAL size_t nbi_chunk_bytes(const nbi_format_traits *t);
@@ -199,7 +198,8 @@ typedef struct nbi_gemm_plan {
     int pdl;            /* launch with programmatic dependent launch (sm_90+) */
     /* Tensor-core paths (gemm_sm90.cu, gemm_sm80.cu), when path != NBI_PATH_GEMV: */
     int path;           /* NBI_PATH_GEMV, NBI_PATH_SM90 or NBI_PATH_SM80 */
-    int bn;             /* tokens per CTA tile: 64, 128 or 256 (sm80: 64, 128) */
+    int bn;             /* tokens per CTA tile: 16, 32, 64, 128 or 256 (sm80: 64, 128) */
+    int cwg;            /* sm90: consumer warpgroups per CTA, 64 weight rows each (2, or 4 for bn <= 32) */
     int stages;         /* sm80: chunks in the cp.async ring (chosen by the shared-memory limit) */
     int tiles_n, tiles_m, raster_group;
     int source;         /* who chose: NBI_FROM_* (device.c) */

@@ -171,10 +171,21 @@ static nb_status plan_decode(nb_context *ctx, const nbi_request *rq, nbi_gemm_pl
  * the same layers 29.6 / 28.4, 73.3 / 83.1, 13.1 / 12.0, 29.1 / 25.7, so at
  * 17..24 tokens only layers with k < 16384 switch; m = 16 and 8192 -> 57344
  * (448 tiles) stay with the decode kernels at every m <= 32. */
-/* Weight-row tiles of the tensor-core kernel for a tile width: 128 rows (8
- * row blocks), 256 for the 16- and 32-token tiles (gemm_sm90.cu SM90_ROWS). */
+/* Consumer warpgroups of the tensor-core kernel for a tile width (64 weight
+ * rows each, gemm_sm90.cu): four (256-row tiles) for the 16- and 32-token
+ * tiles on layers of at least 48 128-row tiles, where half as many tiles
+ * leave room for a k split; else two (128-row tiles).  Measured on an H100
+ * (nvfp4, m = 32, us, two / four warpgroups at the split the planner
+ * gives): 8192 -> 10240 (80 tiles) 44.8 / 33.3, 4096 -> 6144 (48) 15.2 /
+ * 14.6, 8192 -> 8192 (64) 25.9 / 25.9; with 32 tiles (4096 -> 4096,
+ * 14336 -> 4096) two warpgroups and 4 splits ran 10.2 and 23.4 us, while
+ * the four-warpgroup tile there was not measured. */
+static int tc_cwg(const nbi_gemm_plan *p, int bn) {
+    return bn <= 32 && (p->row_blocks + 7) / 8 >= 48 ? 4 : 2;
+}
+
 static int64_t tc_tiles_n(const nbi_gemm_plan *p, int bn) {
-    const int64_t rb = nbi_sm90_tile_rows(bn) / 16;
+    const int64_t rb = 4 * tc_cwg(p, bn); /* row blocks per tile */
     return (p->row_blocks + rb - 1) / rb;
 }
 
@@ -200,14 +211,16 @@ static int plan_tc(const nb_context *ctx, const nb_gemm_desc *g, const nbi_reque
      * CTA per SM, which bounds the workspace (nbi_plan_workspace); its CTAs
      * sum through the workspace (in L2), charged here as 5% per extra
      * split.  The 16- and 32-token tiles serve batches that fit one of
-     * them (m <= 32 on narrow layers) with 256-row tiles (four consumer
-     * warpgroups): about 1.4 us per chunk unsplit (8192 -> 8192, m = 32:
-     * 91 us for 64 chunks), charged 1.3 as their split runs measured
-     * (H100, nvfp4, m = 32, against the best 64-token plan: 8192 -> 8192
-     * 25.9 us with 4 splits against 28.2, 8192 -> 10240 33.3 with 3
-     * against 46.7, 4096 -> 6144 14.6 with 5 against 17.0). */
+     * them (m <= 32 on narrow layers): with 128-row tiles charged 0.67 /
+     * 0.69 us per chunk (8-12% under the 64-token tile: 8192 -> 8192,
+     * m = 32, 2 splits, 25.9 against 28.2 us), with 256-row tiles (tc_cwg)
+     * 1.3 (1.4 measured unsplit: 8192 -> 8192, m = 32, 91 us for 64
+     * chunks); the choices this gives were the fastest measured (m = 32:
+     * 8192 -> 8192 25.9 us with 4 splits, 8192 -> 10240 33.3 with 3,
+     * 4096 -> 6144 14.6 with 5; 4096 -> 4096 10.2 with 128-row tiles and
+     * 4 splits against 12.2 for the 64-token tile). */
     static const int widths[5] = {64, 128, 256, 16, 32};
-    static const double chunk_us[5] = {0.75, 0.9, 1.5, 1.3, 1.3};
+    static const double chunk_us[5] = {0.75, 0.9, 1.5, 0.67, 0.69};
     const int fb = rq->bn == 16 || rq->bn == 32 || rq->bn == 64 || rq->bn == 128 || rq->bn == 256 ? rq->bn : 0;
     int bn = 64, splits = 1;
     double best = 0.0;
@@ -221,8 +234,9 @@ static int plan_tc(const nb_context *ctx, const nb_gemm_desc *g, const nbi_reque
         for (int64_t s = 1; s <= most; s++) {
             if (rq->splits > 0 && s != (rq->splits < most ? rq->splits : most)) continue;
             const int64_t cps = (p->kchunks + s - 1) / s;
+            const double per_chunk = tc_cwg(p, widths[i]) == 4 ? 1.3 : chunk_us[i];
             const double cost = (double)((tiles * s + ctx->info.sm_count - 1) / ctx->info.sm_count) *
-                                chunk_us[i] * (double)cps * (1.0 + 0.05 * (double)(s - 1));
+                                per_chunk * (double)cps * (1.0 + 0.05 * (double)(s - 1));
             if (best == 0.0 || cost < best) best = cost, bn = widths[i], splits = (int)s;
         }
     }
@@ -233,13 +247,14 @@ static int plan_tc(const nb_context *ctx, const nb_gemm_desc *g, const nbi_reque
     p->m = g->m;
     p->mt = 0;
     p->bn = bn;
+    p->cwg = tc_cwg(p, bn);
     p->tiles_n = (int)tnb;
     p->tiles_m = (int)tm;
     p->raster_group = rq->raster > 0 ? rq->raster : 16;
     p->grid_x = (int)(tnb * tm);
     if (p->splits > 1) {
         p->ws_counter_bytes = NBI_MAX_SPLIT_COLUMNS * sizeof(int);
-        p->ws_partial_bytes = (size_t)p->splits * (size_t)(tnb * tm) * (size_t)nbi_sm90_tile_rows(bn) * (size_t)bn *
+        p->ws_partial_bytes = (size_t)p->splits * (size_t)(tnb * tm) * (size_t)(64 * p->cwg) * (size_t)bn *
                               sizeof(float);
     }
     return 1;

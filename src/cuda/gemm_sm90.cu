@@ -54,14 +54,14 @@
 
 #include <cudaTypedefs.h>
 
-/* Consumer warpgroups per CTA, 64 weight rows each: two for tiles of 64 or
- * more tokens; four for the 16- and 32-token tiles, whose accumulators are
- * small (8 or 16 registers) and whose time is the dequantization: twice the
- * warps to hide its latency (two consumer warps per scheduler left 48% of
- * the issue cycles without an eligible warp, ncu, 8192 -> 57344, m = 32). */
-#define SM90_CWG(BN) ((BN) <= 32 ? 4 : 2)
-#define SM90_THREADS(BN) (128 * (SM90_CWG(BN) + 1)) /* + the producer warpgroup */
-#define SM90_ROWS(BN) (64 * SM90_CWG(BN))          /* weight rows per CTA */
+/* CWG, the consumer warpgroups per CTA, 64 weight rows each: two (128-row
+ * tiles) for every tile width; four (256-row tiles) for the 16- and 32-token
+ * tiles on layers with enough rows (the planner's choice, plan.c), whose
+ * accumulators are small (8 or 16 registers): half as many tiles leave room
+ * for a k split (8192 -> 10240, m = 32: 33.3 us with 3 splits against 44.8
+ * with two warpgroups). */
+#define SM90_THREADS(CWG) (128 * ((CWG) + 1)) /* + the producer warpgroup */
+#define SM90_ROWS(CWG) (64 * (CWG))            /* weight rows per CTA */
 /* Whether a tile width releases each stage's two 64-k halves on barriers
  * of their own, so the producer refills half 0 (with the weights) half a
  * chunk sooner: the 256-token tile, whose 74 KB stages leave room for only
@@ -147,11 +147,11 @@ __device__ __forceinline__ void wgmma_tile(float (&d)[BN / 2], uint32_t a0, uint
 /* Shared memory: STAGES activation tiles (two 128-byte-swizzled halves of
  * BN x 64 each; 1024-byte aligned as the swizzle requires), STAGES x 8
  * packed chunks, the scale table, the mbarriers; plus 1 KB to align. */
-template <int FMT, int BN, int STAGES>
+template <int FMT, int BN, int STAGES, int CWG>
 struct Sm90Smem {
     static constexpr int CB = nbc_fmt<FMT>::chunk_bytes;
     static constexpr int X_STAGE = BN * 256;
-    static constexpr int W_STAGE = SM90_ROWS(BN) / 16 * CB;
+    static constexpr int W_STAGE = SM90_ROWS(CWG) / 16 * CB;
     static constexpr int X_OFF = 0;
     static constexpr int W_OFF = STAGES * X_STAGE;
     static constexpr int TAB_OFF = W_OFF + STAGES * W_STAGE;
@@ -168,10 +168,10 @@ struct Sm90Smem {
  * empty[s] at bar0 + 8(STAGES + s); with HALF, full[h][s] at
  * bar0 + 8(h STAGES + s) and empty[h][s] at bar0 + 8((2 + h) STAGES + s),
  * half 0 carrying the weights and k 0..63, half 1 k 64..127. */
-template <int FMT, int BN, int STAGES>
+template <int FMT, int BN, int STAGES, int CWG>
 __device__ __forceinline__ void sm90_produce(const CUtensorMap *xmap, const Sm90Params &p, uint8_t *smem, uint32_t bar0,
                                              int c0, int nch, int rb0, int nrb, int tm) {
-    typedef Sm90Smem<FMT, BN, STAGES> L;
+    typedef Sm90Smem<FMT, BN, STAGES, CWG> L;
     constexpr int CB = L::CB;
     const uint64_t pol = nbc_policy_evict_first();
     const uint32_t bytes = (uint32_t)(L::X_STAGE + nrb * CB);
@@ -214,10 +214,10 @@ __device__ __forceinline__ void sm90_produce(const CUtensorMap *xmap, const Sm90
  * wgmma.wait_group 1 after issuing chunk c+1 retires chunk c, which frees
  * its set and its stage.  The loop is unrolled by two so that both sets are
  * plain registers. */
-template <int FMT, int ACT, int BN, int STAGES>
+template <int FMT, int ACT, int BN, int STAGES, int CWG>
 __device__ __forceinline__ void sm90_consume(uint8_t *smem, const uint32_t *stab, uint32_t bar0, int nch, int rbl,
                                              int g, int t, float (&acc)[BN / 2]) {
-    typedef Sm90Smem<FMT, BN, STAGES> L;
+    typedef Sm90Smem<FMT, BN, STAGES, CWG> L;
     constexpr int CB = L::CB;
     uint32_t fa[8][4], fb[8][4];
     if constexpr (SM90_HALF(BN)) {
@@ -285,10 +285,10 @@ __device__ __forceinline__ void sm90_consume(uint8_t *smem, const uint32_t *stab
  * consumer thread c at 4 (256 i + c): coalesced), and the last to arrive
  * sums them in split order, so the result does not depend on timing.
  * Returns false in every CTA but that one. */
-template <int BN>
+template <int BN, int CWG>
 __device__ __forceinline__ bool sm90_split_reduce(const Sm90Params &p, int tile, int split, int *flag,
                                                   float (&acc)[BN / 2]) {
-    constexpr int NC = 128 * SM90_CWG(BN); /* consumer threads */
+    constexpr int NC = 128 * CWG; /* consumer threads */
     const int c = threadIdx.x - 128;
     const int ntiles = p.tiles_n * p.tiles_m;
     float4 *mine = (float4 *)p.partial + ((size_t)split * ntiles + tile) * (NC * BN / 8) + c;
@@ -311,12 +311,12 @@ __device__ __forceinline__ bool sm90_split_reduce(const Sm90Params &p, int tile,
 }
 #endif
 
-template <int FMT, int ACT, int BN, int STAGES>
-__global__ void __launch_bounds__(SM90_THREADS(BN), 1)
+template <int FMT, int ACT, int BN, int STAGES, int CWG>
+__global__ void __launch_bounds__(SM90_THREADS(CWG), 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap xmap, const Sm90Params p) {
 #ifdef NB_SM90_DEVICE
     NBC_CHECK_KERNEL_FORMAT(FMT);
-    typedef Sm90Smem<FMT, BN, STAGES> L;
+    typedef Sm90Smem<FMT, BN, STAGES, CWG> L;
     extern __shared__ uint8_t smem_raw[];
     /* Align by offsetting smem_raw itself, so that the compiler still knows
      * every access is to shared memory (LDS, not generic loads). */
@@ -329,20 +329,20 @@ __global__ void __launch_bounds__(SM90_THREADS(BN), 1)
     const int tile = blockIdx.x / p.splits, split = blockIdx.x % p.splits;
     int tn, tm;
     nbc_raster(tile, p.group, p.tiles_n, p.tiles_m, tn, tm);
-    constexpr int RB = SM90_ROWS(BN) / 16; /* row blocks per tile */
+    constexpr int RB = SM90_ROWS(CWG) / 16; /* row blocks per tile */
     const int rb0 = tn * RB;
     const int nrb = min(RB, p.row_blocks - rb0);
     /* this CTA's k chunks (the planner gives each split at least one) */
     const int c0 = split * p.cps, nch = min(p.cps, p.kchunks - c0);
 
-    nbc_load_scale_table<SM90_THREADS(BN)>(stab, p.stab);
+    nbc_load_scale_table<SM90_THREADS(CWG)>(stab, p.stab);
     if (threadIdx.x == 0) {
         if constexpr (SM90_HALF(BN)) {
             for (int s = 0; s < 4 * STAGES; s++) nbc_mbar_init(bar0 + 8 * s, s < 2 * STAGES ? 1 : 256);
         } else {
             for (int s = 0; s < STAGES; s++) {
                 nbc_mbar_init(bar0 + 8 * s, 1);              /* the producer's arrive + the copy bytes */
-                nbc_mbar_init(bar0 + 8 * (STAGES + s), 128 * SM90_CWG(BN)); /* every consumer thread arrives */
+                nbc_mbar_init(bar0 + 8 * (STAGES + s), 128 * CWG); /* every consumer thread arrives */
             }
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -351,25 +351,25 @@ __global__ void __launch_bounds__(SM90_THREADS(BN), 1)
 
     if (wg == 0) {
         /* Producer warpgroup: give registers to the consumers. */
-        if constexpr (SM90_CWG(BN) == 4) asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
+        if constexpr (CWG == 4) asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
         else asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-        if (warp == 0 && lane == 0) sm90_produce<FMT, BN, STAGES>(&xmap, p, smem, bar0, c0, nch, rb0, nrb, tm);
+        if (warp == 0 && lane == 0) sm90_produce<FMT, BN, STAGES, CWG>(&xmap, p, smem, bar0, c0, nch, rb0, nrb, tm);
         return;
     }
 
     /* Consumers. */
     /* (640 threads start at 96 registers; with the producer at 24 the four
      * consumer warpgroups fit 112 in the 64K of the SM) */
-    if constexpr (SM90_CWG(BN) == 4) asm volatile("setmaxnreg.inc.sync.aligned.u32 112;");
+    if constexpr (CWG == 4) asm volatile("setmaxnreg.inc.sync.aligned.u32 112;");
     else asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
     const int g = lane >> 2, t = lane & 3;
     const int rbl = 4 * (wg - 1) + (warp & 3); /* row block within the tile */
     float acc[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
-    sm90_consume<FMT, ACT, BN, STAGES>(smem, stab, bar0, nch, rbl, g, t, acc);
+    sm90_consume<FMT, ACT, BN, STAGES, CWG>(smem, stab, bar0, nch, rbl, g, t, acc);
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    if (p.splits > 1 && !sm90_split_reduce<BN>(p, tile, split, (int *)(smem + L::FLAG_OFF), acc)) return;
+    if (p.splits > 1 && !sm90_split_reduce<BN, CWG>(p, tile, split, (int *)(smem + L::FLAG_OFF), acc)) return;
     /* Epilogue: accumulator (row, token) -> Y[token, row]. */
     nbc_store_block<ACT, BN / 8>(acc, (rb0 + rbl) * 16, tm * BN, g, t, p.m, p.n, p.ldc, p.y, p.bias, p.exp_shift, p.ts);
 #endif
@@ -382,25 +382,35 @@ typedef void (*sm90_fn)(const CUtensorMap, const Sm90Params);
 /* Pipeline depth per tile width: 6, 4, 3 for 64, 128, 256 tokens, the most
  * the 227 KB of an H100 SM allow (the 256-token tile's 74 KB stages leave
  * room for three; deeper 64/128 rings measured no faster: DESIGN.md); 8 for
- * the 16- and 32-token tiles (13-17 KB stages), which serve batches of up
- * to 32 tokens on narrow layers. */
+ * the 16- and 32-token tiles (13-17 KB stages with two consumer warpgroups,
+ * 22-27 KB with four), which serve batches of up to 32 tokens on narrow
+ * layers. */
 #define SM90_STAGES(BN) ((BN) == 256 ? 3 : (BN) == 128 ? 4 : (BN) == 64 ? 6 : 8)
-#define SM90_K(BN) gemm_sm90_kernel<FMT, ACT, BN, SM90_STAGES(BN)>
+#define SM90_K(BN, CWG) gemm_sm90_kernel<FMT, ACT, BN, SM90_STAGES(BN), CWG>
+#define SM90_CASE(BN, CWG) *smem = Sm90Smem<FMT, BN, SM90_STAGES(BN), CWG>::BYTES; return SM90_K(BN, CWG)
 
+/* The instances: two consumer warpgroups for every tile width, four for 16
+ * and 32 tokens. */
 template <int FMT, int ACT>
-static sm90_fn sm90_pick_bn(int bn, size_t *smem) {
+static sm90_fn sm90_pick_bn(int bn, int cwg, size_t *smem) {
+    if (cwg == 4) {
+        if (bn == 16) { SM90_CASE(16, 4); }
+        if (bn == 32) { SM90_CASE(32, 4); }
+        return NULL;
+    }
+    if (cwg != 2) return NULL;
     switch (bn) {
-    case 16: *smem = Sm90Smem<FMT, 16, SM90_STAGES(16)>::BYTES; return SM90_K(16);
-    case 32: *smem = Sm90Smem<FMT, 32, SM90_STAGES(32)>::BYTES; return SM90_K(32);
-    case 64: *smem = Sm90Smem<FMT, 64, SM90_STAGES(64)>::BYTES; return SM90_K(64);
-    case 128: *smem = Sm90Smem<FMT, 128, SM90_STAGES(128)>::BYTES; return SM90_K(128);
-    case 256: *smem = Sm90Smem<FMT, 256, SM90_STAGES(256)>::BYTES; return SM90_K(256);
+    case 16: SM90_CASE(16, 2);
+    case 32: SM90_CASE(32, 2);
+    case 64: SM90_CASE(64, 2);
+    case 128: SM90_CASE(128, 2);
+    case 256: SM90_CASE(256, 2);
     }
     return NULL;
 }
 
-static sm90_fn sm90_pick(int fmt, int act, int bn, size_t *smem) {
-#define SM90_RUNG(F, A) return sm90_pick_bn<F, A>(bn, smem);
+static sm90_fn sm90_pick(int fmt, int act, int bn, int cwg, size_t *smem) {
+#define SM90_RUNG(F, A) return sm90_pick_bn<F, A>(bn, cwg, smem);
     NBC_LADDER(fmt, act, SM90_RUNG)
 #undef SM90_RUNG
     return NULL;
@@ -425,10 +435,10 @@ static PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder(char *err) {
 extern "C" nb_status nbi_cuda_gemm_sm90(nb_context *ctx, const nbi_gemm_plan *pl, const void *x, const void *packed,
                                         const void *bias, void *y, void *workspace, void *stream) {
     size_t smem = 0;
-    sm90_fn f = sm90_pick(pl->fmt, pl->act, pl->bn, &smem);
+    sm90_fn f = sm90_pick(pl->fmt, pl->act, pl->bn, pl->cwg, &smem);
     if (!f)
-        return nbi_fail(ctx, NB_ERR_INTERNAL, "gemm_sm90: no kernel for %s, %s, %d-token tiles",
-                        nbi_traits((nb_format)pl->fmt)->name, nbi_dtype_name((nb_dtype)pl->act), pl->bn);
+        return nbi_fail(ctx, NB_ERR_INTERNAL, "gemm_sm90: no kernel for %s, %s, %d-token tiles, %d consumer warpgroups",
+                        nbi_traits((nb_format)pl->fmt)->name, nbi_dtype_name((nb_dtype)pl->act), pl->bn, pl->cwg);
     char err[NB_ERRBUF] = "";
     PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder(err);
     if (!encode) return nbi_fail(ctx, NB_ERR_CUDA, "gemm_sm90: %s", err);
@@ -459,7 +469,7 @@ extern "C" nb_status nbi_cuda_gemm_sm90(nb_context *ctx, const nbi_gemm_plan *pl
     if (st) return st;
     cudaLaunchAttribute attr[1];
     const dim3 grid((unsigned)(pl->tiles_n * pl->tiles_m * pl->splits));
-    const int threads = pl->bn <= 32 ? 128 * 5 : 128 * 3; /* SM90_THREADS(bn) */
+    const int threads = SM90_THREADS(pl->cwg);
     cudaLaunchConfig_t cfg = nbc_launch_config(grid, dim3(threads), smem, stream, pl->pdl, attr);
     NBC_TRY(cudaLaunchKernelEx(&cfg, f, map, p), "gemm_sm90 kernel launch");
     return NB_OK;
