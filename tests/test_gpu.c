@@ -738,6 +738,10 @@ int main(int argc, char **argv) {
             test_shape(&e, fmts[f], acts[a], 24000 + 8, 1536 + 64, few_m, 8, 0);
             test_shape(&e, fmts[f], acts[a], 24000 + 8, 256 + 64, few_m, 8, 0);
             test_shape(&e, fmts[f], acts[a], 1000 + 24, 4096 + 96, tc_m, 9, 1);
+            /* the 16- and 32-token tiles with four consumer warpgroups (layers
+             * of >= 48 128-row tiles: here 49, so 25 tiles of 256 rows, the
+             * last with 2 of its 16 row blocks) */
+            test_shape(&e, fmts[f], acts[a], 6144 + 24, 1024 + 96, tc_m, 9, 0);
             test_shape(&e, fmts[f], acts[a], 129, 16 * 9 * (fmts[f] == NB_FORMAT_NVFP4 ? 1 : 2), tc_m, 9, 0);
             if (g_force_max_m < 0 && !g_mma) test_every_config(&e, fmts[f], acts[a], quick);
             if (g_mma) { /* a ragged layer and a Llama layer (4096 -> 4096) up to m = 4096 */
