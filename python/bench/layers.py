@@ -81,6 +81,7 @@ DEFAULT_SHAPES = ("4096x4096,4096x6144,4096x28672,14336x4096,8192x8192,8192x1024
                   "5120x27648,27648x5120")
 DEFAULT_MS = "1,2,4,8,16,32,64,128,256,512,1024"
 FP4_FORMATS = ("nvfp4", "mxfp4")
+INT4_FORMATS = ("int4", "int4_sym")   # the formats vLLM's Marlin INT4 serves
 # nibble's integer and table formats and the group each is timed with
 INT_FORMATS = {"int4": 128, "int4_sym": 128, "nf4": 64, "bnb_fp4": 64}
 CHECK_MS = (1, 8)         # rows of x in the correctness check
@@ -259,7 +260,7 @@ def load_int_peers(torch, formats):
     """The --int-peers beside `formats`: ({column: build(w, want_ref)},
     {"tinygemm": note, "bitsandbytes": note})."""
     builds, notes = {}, {}
-    if not {"int4", "int4_sym"} & set(formats):
+    if not set(INT4_FORMATS) & set(formats):
         notes["tinygemm"] = "no int4 or int4_sym in --formats"
     elif not hasattr(torch.ops.aten, "_weight_int4pack_mm"):
         notes["tinygemm"] = f"torch {torch.__version__} has no aten._weight_int4pack_mm"
@@ -407,15 +408,17 @@ def main(argv=None):
                     impls["marlin_" + fmt] = [marlin.make(k, n, fmt, dev) for _ in range(copies(n * k // 2))]
                 except Exception as e:
                     print(f"  marlin {fmt} {name}: {e!r}"[:300], flush=True)
-        for fmt in [f for f in formats if f in ("int4", "int4_sym")] if marlin4 is not None else []:
-            try:  # its own check first: random weights against their float64 product
-                err = marlin4.check(k, n, fmt, [8], device=dev, verbose=False)
-                err = err[0] if isinstance(err, (list, tuple)) else err
-                if not err <= MAX_REL:
-                    raise ValueError(f"relative error {err:.4f} against float64")
-                impls["marlin_" + fmt] = [marlin4.make(k, n, fmt, dev) for _ in range(copies(n * k // 2))]
-            except Exception as e:  # a peer that fails leaves its columns out
-                leave_out(f"marlin_{fmt} {name}", e)
+        if marlin4 is not None:
+            for fmt in formats:
+                if fmt not in INT4_FORMATS:
+                    continue
+                try:  # its own check first: random weights against their float64 product
+                    err = marlin4.check(k, n, fmt, 8, device=dev, verbose=False)   # (an int m: one float)
+                    if not err <= MAX_REL:
+                        raise ValueError(f"relative error {err:.4f} against float64")
+                    impls["marlin_" + fmt] = [marlin4.make(k, n, fmt, dev) for _ in range(copies(n * k // 2))]
+                except Exception as e:  # a peer that fails leaves its columns out
+                    leave_out(f"marlin_{fmt} {name}", e)
         for col, build in int_peers.items():
             try:
                 impls[col] = build_peer(torch, build, w, copies(n * k // 2), dev)
