@@ -78,6 +78,9 @@ def test_peer_with_a_wrong_product_is_refused():
 
     def build(w, want_ref=False):   # a peer whose kernel drops half of k
         return (lambda x: torch.nn.functional.linear(x[:, :128], w[:, :128])), (w if want_ref else None)
+    # the check's activations come from torch's global generator: fixed here, as
+    # a 16-output product at m = 1 may lose more than its own norm (error > 1)
+    torch.manual_seed(0)
     with pytest.raises(ValueError, match="relative error 0.[0-9]+ against its dequantized weights"):
         layers.build_peer(torch, build, w, 2, "cpu")
 
