@@ -93,10 +93,11 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
          * SMs: no split, so that the grid takes the instance for one CTA per
          * SM (below), which has the registers it needs (H100, nvfp4, m = 32:
          * 5120 -> 27648 59.1 us against 77.8 with 2 splits, 4096 -> 28672
-         * 42.5 against 58.1; m = 24: 52.5 against 61.5, 38.8 against 51.5).  Otherwise split k until two CTAs per SM fill the
-         * GPU: two resident CTAs hide more latency than one, even past the
-         * split's cost (m = 16: 5120 -> 27648 48.9 us with 2 splits, 55.6
-         * without; 14336 -> 4096 with 16 splits of 7 chunks, 14 of 8: 1.18x). */
+         * 42.5 against 58.1; m = 24: 52.5 against 61.5, 38.8 against 51.5).
+         * Otherwise split k until two CTAs per SM fill the GPU: two resident
+         * CTAs hide more latency than one, even past the split's cost
+         * (m = 16: 5120 -> 27648 48.9 us with 2 splits, 55.6 without;
+         * 14336 -> 4096 with 16 splits of 7 chunks, 14 of 8: 1.18x). */
         if (p->mt >= 3 && 4 * grid_x >= 3 * sms) s = 1;
         else if (grid_x < resident) s = resident / grid_x;
         /* A CTA needs a run of chunks to fill its pipelines: with fewer than
@@ -134,7 +135,7 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
     if (s > 64) s = 64;
     set_splits(p, s);
     /* At most one CTA per SM: kernel 2's instance without the register cap
-     * of two CTAs per SM (24 and 32 tokens, two row blocks per warp; at 32
+     * of two CTAs per SM (17..32 tokens, two row blocks per warp; at 25..32
      * the capped instance spills) */
     if (p->xsh && p->mt >= 3 && p->rpw == 2 && grid_x * p->splits <= sms) p->xsh = 2;
     return grid_x; /* CTAs along n (range-checked by the caller) */
@@ -159,18 +160,6 @@ static nb_status plan_decode(nb_context *ctx, const nbi_request *rq, nbi_gemm_pl
 
 /* ----------------------------------------- Hopper tensor-core kernel */
 
-/* The tensor-core path (gemm_sm90.cu) on Hopper for batches past the decode
- * range: one launch for every m, weights read once per 128-row x bn-token
- * tile.  Returns 1 when it takes the call (p filled).
- *
- * It also takes 17..32 tokens on layers with fewer 128-row tiles than SMs
- * (it then splits k to fill the GPU): its time does not grow with m below
- * 64 while the decode kernels' does.  Measured on an H100 (nvfp4, us,
- * decode / tensor core): m = 32: 8192 -> 8192 36.3 / 28.5, 28672 -> 8192
- * 90.0 / 82.9, 4096 -> 4096 18.1 / 12.0, 14336 -> 4096 43.1 / 25.8; m = 24:
- * the same layers 29.6 / 28.4, 73.3 / 83.1, 13.1 / 12.0, 29.1 / 25.7, so at
- * 17..24 tokens only layers with k < 16384 switch; m = 16 and 8192 -> 57344
- * (448 tiles) stay with the decode kernels at every m <= 32. */
 /* Consumer warpgroups of the tensor-core kernel for a tile width (64 weight
  * rows each, gemm_sm90.cu): four (256-row tiles) for the 16- and 32-token
  * tiles on layers of at least 48 128-row tiles, where half as many tiles
@@ -189,6 +178,18 @@ static int64_t tc_tiles_n(const nbi_gemm_plan *p, int bn) {
     return (p->row_blocks + rb - 1) / rb;
 }
 
+/* The tensor-core path (gemm_sm90.cu) on Hopper for batches past the decode
+ * range: one launch for every m, weights read once per 128-row (tc_cwg:
+ * 256-row) x bn-token tile.  Returns 1 when it takes the call (p filled).
+ *
+ * It also takes 17..32 tokens on layers with fewer 128-row tiles than SMs
+ * (it then splits k to fill the GPU): its time does not grow with m below
+ * 64 while the decode kernels' does.  Measured on an H100 (nvfp4, us,
+ * decode / tensor core): m = 32: 8192 -> 8192 36.3 / 28.5, 28672 -> 8192
+ * 90.0 / 82.9, 4096 -> 4096 18.1 / 12.0, 14336 -> 4096 43.1 / 25.8; m = 24:
+ * the same layers 29.6 / 28.4, 73.3 / 83.1, 13.1 / 12.0, 29.1 / 25.7, so at
+ * 17..24 tokens only layers with k < 16384 switch; m = 16 and 8192 -> 57344
+ * (448 tiles) stay with the decode kernels at every m <= 32. */
 static int plan_tc(const nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq, nbi_gemm_plan *p) {
     const int can = nbi_cuda_has_sm90a() && ctx->info.cc_major == 9 && ctx->info.cc_minor == 0 && g->m <= INT32_MAX &&
                     ctx->info.smem_per_block_optin >= 227 * 1024;

@@ -669,7 +669,7 @@ static gemv_fn pick_mt(int mt, int xs, int rpw) {
     }
 #define XS_KERNEL(MT, R) gemv_fp4_xs_kernel<FMT, ACT, MT, R, XS_STAGES, XS_SEG, XS_XSEGS, XS_MINB>
     /* xs = 2: a grid of at most one CTA per SM, where the register cap of two
-     * (XS_MINB) buys nothing: 24 and 32 tokens without it (at 32 tokens the
+     * (XS_MINB) buys nothing: 17..32 tokens without it (at 25..32 tokens the
      * two-CTA instance spills) */
     if (xs == 2 && rpw == 2 && mt == 3) return gemv_fp4_xs_kernel<FMT, ACT, 3, 2, XS_STAGES, XS_SEG, XS_XSEGS, 1>;
     if (xs == 2 && rpw == 2 && mt == 4) return gemv_fp4_xs_kernel<FMT, ACT, 4, 2, XS_STAGES, XS_SEG, XS_XSEGS, 1>;
