@@ -348,7 +348,21 @@ __device__ __forceinline__ uint32_t nbc_smem_u32(const void *p) { return (uint32
 /* Programmatic dependent launch (sm_90): wait until the previous grid in
  * the stream has finished and its writes are visible; let the next grid
  * start its prologue early.  No-ops before sm_90 (the host launches without
- * the attribute there). */
+ * the attribute there).
+ *
+ * Every kernel does, in this order: request its first weight chunks (they
+ * do not depend on the previous kernel), griddepcontrol.wait, then
+ * griddepcontrol.launch_dependents, then everything that reads activations
+ * or writes anything.  Triggering right after the wait (not after the main
+ * loop) lets the next kernel's CTAs take the SM room this grid leaves and
+ * request their own weights while this one still streams, so the pipeline
+ * fill and the last CTAs' drain of consecutive calls overlap; and since a
+ * grid triggers only once its predecessor is done, at most two of our
+ * grids are in flight.  A dependent CTA does nothing but load weights
+ * before its own wait, so it never reads this grid's output or workspace
+ * early.  (Not for kernels that write packed weights: quantize.cu and
+ * repack.cu never trigger, and the next kernel's weight prefetch must not
+ * see half-written weights.) */
 __device__ __forceinline__ void nbc_grid_dependency_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");

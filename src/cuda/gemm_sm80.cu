@@ -270,6 +270,7 @@ __global__ void __launch_bounds__(SM80_THREADS, 1) gemm_sm80_kernel(const Sm80Pa
     for (int s = 0; s < STAGES - 1; s++)
         if (s < p.kchunks) fetch_w(s);
     nbc_grid_dependency_wait();
+    nbc_grid_dependents_launch();
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
         if (s < p.kchunks) fetch_x(s, s);
@@ -307,7 +308,6 @@ __global__ void __launch_bounds__(SM80_THREADS, 1) gemm_sm80_kernel(const Sm80Pa
     }
     nbc_cp_async_wait<0>();
     __syncthreads(); /* every warp is past its last read of the stages */
-    nbc_grid_dependents_launch();
 
     sm80_exchange<NT>(acc, (float4 *)smem, warp, lane, kh);
     /* Epilogue: accumulator (row, token) -> Y[token, row]. */

@@ -167,44 +167,63 @@ struct Sm90Smem {
  * completing on the stage's "full" barrier.  Barriers: full[s] at bar0 + 8s,
  * empty[s] at bar0 + 8(STAGES + s); with HALF, full[h][s] at
  * bar0 + 8(h STAGES + s) and empty[h][s] at bar0 + 8((2 + h) STAGES + s),
- * half 0 carrying the weights and k 0..63, half 1 k 64..127. */
+ * half 0 carrying the weights and k 0..63, half 1 k 64..127.
+ * The weights of the first STAGES chunks are requested before
+ * griddepcontrol.wait (they do not depend on the previous kernel; their
+ * stages' barriers are announced with the activation bytes too, so no phase
+ * can complete before the activations land), the activations after it;
+ * then the CTA lets the next grid launch (common.cuh). */
 template <int FMT, int BN, int STAGES, int CWG>
 __device__ __forceinline__ void sm90_produce(const CUtensorMap *xmap, const Sm90Params &p, uint8_t *smem, uint32_t bar0,
                                              int c0, int nch, int rb0, int nrb, int tm) {
     typedef Sm90Smem<FMT, BN, STAGES, CWG> L;
     constexpr int CB = L::CB;
     const uint64_t pol = nbc_policy_evict_first();
-    const uint32_t bytes = (uint32_t)(L::X_STAGE + nrb * CB);
-    asm volatile("griddepcontrol.wait;" ::: "memory"); /* X comes from the previous kernel */
-    if constexpr (SM90_HALF(BN)) for (int i = 0; i < nch; i++) {
-        const int s = i % STAGES, kc = c0 + i;
-        const uint32_t ph = ((i / STAGES) - 1) & 1;
-        const uint32_t xs = nbc_smem_u32(smem + L::X_OFF + s * L::X_STAGE);
-        /* half 0: the weights and k 0..63 of the activations */
-        if (i >= STAGES) nbc_mbar_wait(bar0 + 8 * (2 * STAGES + s), ph);
-        const uint32_t full0 = bar0 + 8 * s;
-        mbar_expect_tx(full0, (uint32_t)(L::X_STAGE / 2 + nrb * CB));
-        tma_load_2d(xs, xmap, kc * NBI_CHUNK_K, tm * BN, full0);
-        const uint32_t ws = nbc_smem_u32(smem + L::W_OFF + s * L::W_STAGE);
-        for (int r = 0; r < nrb; r++)
-            bulk_load(ws + r * CB, p.w + ((size_t)(rb0 + r) * p.kchunks + kc) * CB, CB, full0, pol);
-        /* half 1: k 64..127 */
-        if (i >= STAGES) nbc_mbar_wait(bar0 + 8 * (3 * STAGES + s), ph);
-        const uint32_t full1 = bar0 + 8 * (STAGES + s);
-        mbar_expect_tx(full1, (uint32_t)(L::X_STAGE / 2));
-        tma_load_2d(xs + BN * 128, xmap, kc * NBI_CHUNK_K + 64, tm * BN, full1);
-    }
-    else for (int i = 0; i < nch; i++) {
-        const int s = i % STAGES, kc = c0 + i;
-        if (i >= STAGES) nbc_mbar_wait(bar0 + 8 * (STAGES + s), ((i / STAGES) - 1) & 1);
-        const uint32_t full = bar0 + 8 * s;
+    /* the weight half of chunk i into stage s, completing on barrier `full` */
+    auto weights = [&](int i, int s, uint32_t full, uint32_t bytes) {
         mbar_expect_tx(full, bytes);
-        const uint32_t xs = nbc_smem_u32(smem + L::X_OFF + s * L::X_STAGE);
-        tma_load_2d(xs, xmap, kc * NBI_CHUNK_K, tm * BN, full);
-        tma_load_2d(xs + BN * 128, xmap, kc * NBI_CHUNK_K + 64, tm * BN, full);
         const uint32_t ws = nbc_smem_u32(smem + L::W_OFF + s * L::W_STAGE);
         for (int r = 0; r < nrb; r++)
-            bulk_load(ws + r * CB, p.w + ((size_t)(rb0 + r) * p.kchunks + kc) * CB, CB, full, pol);
+            bulk_load(ws + r * CB, p.w + ((size_t)(rb0 + r) * p.kchunks + c0 + i) * CB, CB, full, pol);
+    };
+    const int pre = nch < STAGES ? nch : STAGES;
+    if constexpr (SM90_HALF(BN)) {
+        for (int i = 0; i < pre; i++) weights(i, i, bar0 + 8 * i, (uint32_t)(L::X_STAGE / 2 + nrb * CB));
+        asm volatile("griddepcontrol.wait;" ::: "memory"); /* X comes from the previous kernel */
+        asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+        for (int i = 0; i < nch; i++) {
+            const int s = i % STAGES, kc = c0 + i;
+            const uint32_t ph = ((i / STAGES) - 1) & 1;
+            const uint32_t xs = nbc_smem_u32(smem + L::X_OFF + s * L::X_STAGE);
+            /* half 0: the weights and k 0..63 of the activations */
+            const uint32_t full0 = bar0 + 8 * s;
+            if (i >= STAGES) {
+                nbc_mbar_wait(bar0 + 8 * (2 * STAGES + s), ph);
+                weights(i, s, full0, (uint32_t)(L::X_STAGE / 2 + nrb * CB));
+            }
+            tma_load_2d(xs, xmap, kc * NBI_CHUNK_K, tm * BN, full0);
+            /* half 1: k 64..127 */
+            if (i >= STAGES) nbc_mbar_wait(bar0 + 8 * (3 * STAGES + s), ph);
+            const uint32_t full1 = bar0 + 8 * (STAGES + s);
+            mbar_expect_tx(full1, (uint32_t)(L::X_STAGE / 2));
+            tma_load_2d(xs + BN * 128, xmap, kc * NBI_CHUNK_K + 64, tm * BN, full1);
+        }
+    } else {
+        const uint32_t bytes = (uint32_t)(L::X_STAGE + nrb * CB);
+        for (int i = 0; i < pre; i++) weights(i, i, bar0 + 8 * i, bytes);
+        asm volatile("griddepcontrol.wait;" ::: "memory"); /* X comes from the previous kernel */
+        asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+        for (int i = 0; i < nch; i++) {
+            const int s = i % STAGES, kc = c0 + i;
+            const uint32_t full = bar0 + 8 * s;
+            if (i >= STAGES) {
+                nbc_mbar_wait(bar0 + 8 * (STAGES + s), ((i / STAGES) - 1) & 1);
+                weights(i, s, full, bytes);
+            }
+            const uint32_t xs = nbc_smem_u32(smem + L::X_OFF + s * L::X_STAGE);
+            tma_load_2d(xs, xmap, kc * NBI_CHUNK_K, tm * BN, full);
+            tma_load_2d(xs + BN * 128, xmap, kc * NBI_CHUNK_K + 64, tm * BN, full);
+        }
     }
 }
 
@@ -368,7 +387,6 @@ __global__ void __launch_bounds__(SM90_THREADS(CWG), 1)
 #pragma unroll
     for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
     sm90_consume<FMT, ACT, BN, STAGES, CWG>(smem, stab, bar0, nch, rbl, g, t, acc);
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     if (p.splits > 1 && !sm90_split_reduce<BN, CWG>(p, tile, split, (int *)(smem + L::FLAG_OFF), acc)) return;
     /* Epilogue: accumulator (row, token) -> Y[token, row]. */
     nbc_store_block<ACT, BN / 8>(acc, (rb0 + rbl) * 16, tm * BN, g, t, p.m, p.n, p.ldc, p.y, p.bias, p.exp_shift, p.ts);

@@ -164,10 +164,12 @@ __device__ __forceinline__ bool split_k_reduce(const GemvParams &p, float (&acc)
             for (int mt = 0; mt < MT; mt++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
+                    /* in split order; this CTA's own partial from its registers */
                     float s0 = 0.0f, s1 = 0.0f;
                     for (int s = 0; s < p.splits; s++) {
                         const size_t idx = ((size_t)s * rows_pad + rb[r] * 16 + g + 8 * h) * (MT * 8) + mt * 8 + 2 * t;
-                        const float2 v = __ldcg((const float2 *)(p.partial + idx));
+                        const float2 v = s == (int)blockIdx.y ? make_float2(acc[r][mt][2 * h], acc[r][mt][2 * h + 1])
+                                                              : __ldcg((const float2 *)(p.partial + idx));
                         s0 += v.x;
                         s1 += v.y;
                     }
@@ -327,6 +329,7 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
         nbc_cp_async_commit();
     }
     nbc_grid_dependency_wait();
+    nbc_grid_dependents_launch(); /* (why here: common.cuh) */
     __syncthreads(); /* scale table ready */
 
     /* X rows of this lane's tokens */
@@ -407,7 +410,6 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
     }
     const int rbs[1] = {rb};
     const bool own[1] = {valid && ks == 0}; /* this warp writes the row block's result */
-    nbc_grid_dependents_launch();
     if (p.splits > 1 && !split_k_reduce<MT, 1>(p, acc, rbs, own, g, t, &is_last)) return;
     if (own[0]) store_block<ACT, MT>(p, acc[0], rb, g, t);
 }
@@ -595,6 +597,7 @@ __global__ void __launch_bounds__(XS_THREADS, MINB) gemv_fp4_xs_kernel(const Gem
         }
     }
     nbc_grid_dependency_wait();
+    nbc_grid_dependents_launch();
     __syncthreads(); /* scale table and barriers initialized */
 
     if (producer) {
@@ -631,7 +634,6 @@ __global__ void __launch_bounds__(XS_THREADS, MINB) gemv_fp4_xs_kernel(const Gem
     int rbs[RPW];
 #pragma unroll
     for (int r = 0; r < RPW; r++) rbs[r] = rb0 + r;
-    nbc_grid_dependents_launch();
     if (p.splits > 1 && !split_k_reduce<MT, RPW>(p, acc, rbs, rvalid, g, t, &is_last)) return;
 #pragma unroll
     for (int r = 0; r < RPW; r++)
