@@ -163,6 +163,10 @@ nb_status nb_context_create(int device, nb_context **out) {
         }
         c->has_device = 1;
         c->env_path = env_path;
+        /* NIBBLE_SM90_CLUSTER=0: the tensor-core path's k splits sum through
+         * the workspace, as on GPUs without clusters (to test that path) */
+        const char *cl = getenv("NIBBLE_SM90_CLUSTER");
+        c->env_no_cluster = cl && !strcmp(cl, "0");
         for (int f = 0; f < NBI_FORMAT_COUNT; f++)
             for (int t = 0; t < 4; t++) c->table_shift[f][t] = INT32_MIN;
     }

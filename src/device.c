@@ -179,8 +179,9 @@ static void describe(nb_context *ctx, const nbi_gemm_plan *p, int64_t m) {
         snprintf(b, n, "gemm_sm80<%s,%s,128x%d,stages=%d> tiles=%dx%d raster=%d launches=1", fmt, act, p->bn,
                  p->stages, p->tiles_n, p->tiles_m, p->raster_group);
     else if (p->path == NBI_PATH_SM90)
-        snprintf(b, n, "gemm_sm90<%s,%s,%dx%d> tiles=%dx%d k-split=%d raster=%d launches=1", fmt, act,
-                 64 * p->cwg, p->bn, p->tiles_n, p->tiles_m, p->splits, p->raster_group);
+        snprintf(b, n, "gemm_sm90<%s,%s,%dx%d> tiles=%dx%d k-split=%d%s raster=%d launches=1", fmt, act,
+                 64 * p->cwg, p->bn, p->tiles_n, p->tiles_m, p->splits, p->cluster ? " (cluster)" : "",
+                 p->raster_group);
     else if (p->xsh)
         snprintf(b, n, "gemv_fp4_xs<%s,%s,mt=%d,rows/warp=%d%s> grid=%dx%d warps=%d k-split=1x%d chunks/cta=%d "
                  "launches=%lld", fmt, act, p->mt, p->rpw * 16, p->xsh == 2 ? ",cta/sm=1" : "", p->grid_x, p->splits,

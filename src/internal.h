@@ -65,6 +65,8 @@ NB_INTERNAL const nbi_format_traits *nbi_traits(nb_format f);
 NB_INTERNAL const nbi_format_traits *nbi_traits_at(int index);
 
 /* ------------------------------------------------------------ context */
+#define NBI_SM90_MAX_SPLITS 8 /* tensor-core path: CTAs per tile along k */
+
 struct nb_context {
     nb_device_info info;
     int has_device;
@@ -75,6 +77,11 @@ struct nb_context {
     int table_shift[NBI_FORMAT_COUNT][4];
     uint32_t table[NBI_FORMAT_COUNT][4][128];
     int env_path;                /* NIBBLE_PATH at creation: an nb_gemm_path, 0 when unset */
+    int env_no_cluster;          /* NIBBLE_SM90_CLUSTER=0 at creation: tensor-core split-K through the workspace */
+    /* clusters of s CTAs of the tensor-core kernel that run at once, per
+     * instance (nbi_sm90_instance) and s (plan.c asks nbi_cuda_sm90_clusters
+     * once and keeps the answer + 1 here; 0: not asked yet) */
+    int sm90_clusters[7][NBI_SM90_MAX_SPLITS + 1];
     struct nbi_tune_table *tune; /* tuning table (tune.c), NULL when empty */
 };
 
@@ -94,7 +101,6 @@ NB_INTERNAL const char *nbi_elide(const char *s, char *buf, size_t cap);
 #define NBI_CHUNK_CODE_BYTES 1024
 /* Split-K arrival counters at the start of the gemm workspace. */
 #define NBI_MAX_SPLIT_COLUMNS 4096
-#define NBI_SM90_MAX_SPLITS 8 /* tensor-core path: CTAs per tile along k */
 
 #define NBI_GEMV_WARPS 8      /* decode kernels: (consumer) warps per CTA */
 
@@ -202,6 +208,8 @@ typedef struct nbi_gemm_plan {
     int cwg;            /* sm90: consumer warpgroups per CTA, 64 weight rows each (2, or 4 for bn <= 32) */
     int stages;         /* sm80: chunks in the cp.async ring (chosen by the shared-memory limit) */
     int tiles_n, tiles_m, raster_group;
+    int cluster;        /* sm90 split-K: a tile's `splits` CTAs are one cluster and sum through their shared
+                           memory (no workspace); else the last CTA sums the partials in the workspace */
     int source;         /* who chose: NBI_FROM_* (device.c) */
     uint32_t scale_table[128]; /* 256 adjusted 16-bit scales, two per word */
     size_t ws_partial_bytes;
@@ -342,6 +350,10 @@ NB_INTERNAL nb_status nbi_cuda_moe_mlp(nb_context *ctx, const nbi_moe_plan *p, c
  * deepest mma.sync instance of tile width bn (and depth `want` when not 0)
  * whose shared memory fits smem_limit, its bytes in *smem, 0 when none does. */
 NB_INTERNAL size_t nbi_cuda_gemv_smem(int fmt, int xs, int rpw, int mt, int m);
+/* Clusters of s CTAs of the tensor-core kernel (format, dtype, tile width,
+ * consumer warpgroups) that can run at once on the current device; 0 when
+ * none can or the build has no Hopper kernels. */
+NB_INTERNAL int nbi_cuda_sm90_clusters(nb_context *ctx, int fmt, int act, int bn, int cwg, int s);
 NB_INTERNAL int nbi_cuda_gemm_sm80_stages(int fmt, int bn, int want, size_t smem_limit, size_t *smem);
 
 #ifdef __cplusplus

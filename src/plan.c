@@ -178,6 +178,40 @@ static int64_t tc_tiles_n(const nbi_gemm_plan *p, int bn) {
     return (p->row_blocks + rb - 1) / rb;
 }
 
+/* The instance index of a tile width and consumer warpgroups (the rows of
+ * ctx->sm90_clusters). */
+static int sm90_instance(int bn, int cwg) {
+    const int i = bn == 16 ? 0 : bn == 32 ? 1 : bn == 64 ? 2 : bn == 128 ? 3 : 4;
+    return cwg == 4 ? 5 + i : i;
+}
+
+/* Clusters of s CTAs of that instance that run at once (0: none, or cluster
+ * split-K turned off by NIBBLE_SM90_CLUSTER=0); asked of the device once per
+ * context. */
+static int tc_clusters(nb_context *ctx, const nbi_gemm_plan *p, int bn, int cwg, int s) {
+    if (ctx->env_no_cluster || s < 2 || s > NBI_SM90_MAX_SPLITS) return 0;
+    int *slot = &ctx->sm90_clusters[sm90_instance(bn, cwg)][s];
+    if (!*slot) *slot = 1 + nbi_cuda_sm90_clusters(ctx, p->fmt, p->act, bn, cwg, s);
+    return *slot - 1;
+}
+
+/* What summing a tile's s k splits costs, in us.  Each CTA's partial is
+ * B = 256 x cwg x bn bytes of FP32 (128 KB for the 256-token tile).
+ * Through the workspace (sm90_split_reduce) every CTA writes B and the last
+ * to arrive reads s B alone, at about 35 bytes per ns per SM (H100, nvfp4,
+ * 4096 -> 4096, m = 256, against the unsplit time per chunk: 10, 14 and 18
+ * us at 2, 3 and 4 splits of the 256-token tile, 7.7 at 2 of the 128-token
+ * one).  In a cluster (sm90_cluster_reduce) each CTA writes B to its own
+ * shared memory and reads B / s from each of the s CTAs, about B (s-1) / s
+ * of it from other SMs; charged at the same 35 bytes per ns plus 0.5 us for
+ * the two cluster-wide waits (to be measured: NOTES.md). */
+static double tc_reduce_us(int s, int bn, int cwg, int cluster) {
+    if (s <= 1) return 0.0;
+    const double kb = 256.0 * cwg * bn / 1024.0, rate = 35.0; /* KB of partials per CTA, KB per us */
+    if (cluster) return 0.5 + kb * (s - 1) / s / rate;
+    return kb * (1 + s) / rate;
+}
+
 /* The tensor-core path (gemm_sm90.cu) on Hopper for batches past the decode
  * range: one launch for every m, weights read once per 128-row (tc_cwg:
  * 256-row) x bn-token tile.  Returns 1 when it takes the call (p filled).
@@ -190,7 +224,7 @@ static int64_t tc_tiles_n(const nbi_gemm_plan *p, int bn) {
  * the same layers 29.6 / 28.4, 73.3 / 83.1, 13.1 / 12.0, 29.1 / 25.7, so at
  * 17..24 tokens only layers with k < 16384 switch; m = 16 and 8192 -> 57344
  * (448 tiles) stay with the decode kernels at every m <= 32. */
-static int plan_tc(const nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq, nbi_gemm_plan *p) {
+static int plan_tc(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq, nbi_gemm_plan *p) {
     const int can = nbi_cuda_has_sm90a() && ctx->info.cc_major == 9 && ctx->info.cc_minor == 0 && g->m <= INT32_MAX &&
                     ctx->info.smem_per_block_optin >= 227 * 1024;
     if (!nbi_traits(p->fmt)->every_kernel) return 0; /* (decode kernel 1 only) */
@@ -201,7 +235,8 @@ static int plan_tc(const nb_context *ctx, const nb_gemm_desc *g, const nbi_reque
     if (rq->path == NB_GEMM_PATH_TENSOR_CORE) use = can;
     if (!use) return 0;
     /* Tile width and k split: the pair with the least waves x time per k
-     * chunk x chunks per CTA.  Time per chunk measured on an H100
+     * chunk x chunks per CTA, plus the cost of summing the splits
+     * (tc_reduce_us).  Time per chunk measured on an H100
      * (bench/RESULTS.md: 8192 -> 8192 and 28672 -> 8192; 8192 -> 57344 in
      * bench/data/2026-11-22-h100-prefill-sweep.csv): about 0.75, 0.9
      * and 1.5 us for 64, 128 and 256 tokens.  Narrow tiles win while the
@@ -209,37 +244,47 @@ static int plan_tc(const nb_context *ctx, const nb_gemm_desc *g, const nbi_reque
      * wide ones once every SM has work (m = 1024: 204 us with 256, 259 us
      * with 128).  A k split fills the SMs the tiles leave idle (m <= 256 on
      * 8192-wide layers: 64 tiles of 128 rows for 132 SMs), never past one
-     * CTA per SM, which bounds the workspace (nbi_plan_workspace); its CTAs
-     * sum through the workspace (in L2), charged here as 5% per extra
-     * split.  The 16- and 32-token tiles serve batches that fit one of
-     * them (m <= 32 on narrow layers): with 128-row tiles charged 0.67 /
-     * 0.69 us per chunk (8-12% under the 64-token tile: 8192 -> 8192,
-     * m = 32, 2 splits, 25.9 against 28.2 us), with 256-row tiles (tc_cwg)
-     * 1.3 (1.4 measured unsplit: 8192 -> 8192, m = 32, 91 us for 64
-     * chunks); the choices this gives were the fastest measured (m = 32:
-     * 8192 -> 8192 25.9 us with 4 splits, 8192 -> 10240 33.3 with 3,
-     * 4096 -> 6144 14.6 with 5; 4096 -> 4096 10.2 with 128-row tiles and
-     * 4 splits against 12.2 for the 64-token tile). */
+     * wave: the splits of a tile form a cluster and sum through their shared
+     * memory where all the tiles' clusters fit at once (tc_clusters), else
+     * they sum through the workspace, within one CTA per SM (which bounds
+     * the workspace: nbi_plan_workspace).  The 16- and 32-token tiles serve
+     * batches that fit one of them (m <= 32 on narrow layers): with 128-row
+     * tiles charged 0.67 / 0.69 us per chunk (8-12% under the 64-token tile:
+     * 8192 -> 8192, m = 32, 2 splits, 25.9 against 28.2 us), with 256-row
+     * tiles (tc_cwg) 1.3 (1.4 measured unsplit: 8192 -> 8192, m = 32, 91 us
+     * for 64 chunks). */
     static const int widths[5] = {64, 128, 256, 16, 32};
     static const double chunk_us[5] = {0.75, 0.9, 1.5, 0.67, 0.69};
     const int fb = rq->bn == 16 || rq->bn == 32 || rq->bn == 64 || rq->bn == 128 || rq->bn == 256 ? rq->bn : 0;
-    int bn = 64, splits = 1;
+    int bn = 64, splits = 1, cluster = 0;
     double best = 0.0;
     for (int i = 0; i < 5; i++) {
         if (fb ? fb != widths[i] : i >= 3 && g->m > widths[i]) continue; /* 16, 32: one tile of tokens */
+        const int cwg = tc_cwg(p, widths[i]);
         const int64_t tiles = tc_tiles_n(p, widths[i]) * ((g->m + widths[i] - 1) / widths[i]);
-        int64_t most = tiles > NBI_MAX_SPLIT_COLUMNS ? 1 : ctx->info.sm_count / tiles;
-        if (most > NBI_SM90_MAX_SPLITS) most = NBI_SM90_MAX_SPLITS;
+        int64_t most = NBI_SM90_MAX_SPLITS;
         if (most > p->kchunks) most = p->kchunks;
-        if (most < 1) most = 1; /* (a requested split is clamped to this too) */
-        for (int64_t s = 1; s <= most; s++) {
-            if (rq->splits > 0 && s != (rq->splits < most ? rq->splits : most)) continue;
+        if (rq->splits > 0) most = 1; /* (a requested split: the one tried below) */
+        for (int64_t s = 1; s <= NBI_SM90_MAX_SPLITS; s++) {
+            /* a requested split, clamped to what can run: the largest s <= it */
+            if (rq->splits > 0 ? s != rq->splits : s > most) continue;
+            int cl = 0;
+            if (s > 1) {
+                if (s > p->kchunks) continue;
+                cl = tiles <= tc_clusters(ctx, p, widths[i], cwg, (int)s);
+                if (!cl && (tiles > NBI_MAX_SPLIT_COLUMNS || tiles * s > ctx->info.sm_count)) continue;
+            }
             const int64_t cps = (p->kchunks + s - 1) / s;
-            const double per_chunk = tc_cwg(p, widths[i]) == 4 ? 1.3 : chunk_us[i];
-            const double cost = (double)((tiles * s + ctx->info.sm_count - 1) / ctx->info.sm_count) *
-                                per_chunk * (double)cps * (1.0 + 0.05 * (double)(s - 1));
-            if (best == 0.0 || cost < best) best = cost, bn = widths[i], splits = (int)s;
+            const double per_chunk = cwg == 4 ? 1.3 : chunk_us[i];
+            const double cost = (double)((tiles * s + ctx->info.sm_count - 1) / ctx->info.sm_count) * per_chunk *
+                                    (double)cps + tc_reduce_us((int)s, widths[i], cwg, cl);
+            if (best == 0.0 || cost < best) best = cost, bn = widths[i], splits = (int)s, cluster = cl;
         }
+    }
+    if (best == 0.0) { /* a requested split that cannot run: the largest that can, for that width */
+        nbi_request r2 = *rq;
+        r2.splits = rq->splits > 1 ? rq->splits - 1 : 0;
+        return plan_tc(ctx, g, &r2, p);
     }
     const int64_t tm = (g->m + bn - 1) / bn, tnb = tc_tiles_n(p, bn);
     if (tnb * tm > INT32_MAX / NBI_SM90_MAX_SPLITS) return 0;
@@ -253,7 +298,9 @@ static int plan_tc(const nb_context *ctx, const nb_gemm_desc *g, const nbi_reque
     p->tiles_m = (int)tm;
     p->raster_group = rq->raster > 0 ? rq->raster : 16;
     p->grid_x = (int)(tnb * tm);
-    if (p->splits > 1) {
+    /* set_splits may merge splits (k chunks spread evenly): the cluster is the split count it gives */
+    p->cluster = p->splits > 1 && cluster && tnb * tm <= tc_clusters(ctx, p, bn, p->cwg, p->splits);
+    if (p->splits > 1 && !p->cluster) {
         p->ws_counter_bytes = NBI_MAX_SPLIT_COLUMNS * sizeof(int);
         p->ws_partial_bytes = (size_t)p->splits * (size_t)(tnb * tm) * (size_t)(64 * p->cwg) * (size_t)bn *
                               sizeof(float);

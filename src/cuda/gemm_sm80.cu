@@ -270,7 +270,7 @@ __global__ void __launch_bounds__(SM80_THREADS, 1) gemm_sm80_kernel(const Sm80Pa
     for (int s = 0; s < STAGES - 1; s++)
         if (s < p.kchunks) fetch_w(s);
     nbc_grid_dependency_wait();
-    nbc_grid_dependents_launch();
+    if (p.kchunks <= STAGES - 1) nbc_grid_dependents_launch(); /* every load issued (common.cuh) */
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
         if (s < p.kchunks) fetch_x(s, s);
@@ -298,6 +298,7 @@ __global__ void __launch_bounds__(SM80_THREADS, 1) gemm_sm80_kernel(const Sm80Pa
             const int fs = rs == 0 ? STAGES - 1 : rs - 1;
             fetch_w(fs);
             fetch_x(kc + STAGES - 1, fs);
+            if (kc + STAGES == p.kchunks) nbc_grid_dependents_launch(); /* the last loads are in flight */
         }
         nbc_cp_async_commit();
 

@@ -82,6 +82,7 @@ struct Sm90Params {
     int splits, cps;             /* CTAs per tile along k, chunks per split */
     float *partial;              /* split-K: per split and tile, the consumers' accumulators */
     int *counters;               /* split-K: arrivals per tile (left zero) */
+    int cluster;                 /* split-K: a tile's CTAs are a cluster and sum through shared memory */
     int exp_shift;
     float ts;
     uint32_t stab[128];
@@ -110,6 +111,39 @@ __device__ __forceinline__ void bulk_load(uint32_t dst, const void *src, uint32_
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;"
                  ::"r"(dst), "l"(src), "r"(bytes), "r"(bar), "l"(pol)
                  : "memory");
+}
+
+/* Thread block clusters (PTX ISA "Distributed Shared Memory", "mbarrier"):
+ * the address of the same shared location in CTA `rank` of the cluster, an
+ * arrival on a barrier there (release: this thread's earlier shared-memory
+ * writes are visible to whoever completes the phase with acquire), a wait
+ * with cluster-scope acquire, and a 16-byte load from any CTA's shared
+ * memory. */
+__device__ __forceinline__ uint32_t cluster_map(uint32_t addr, int rank) {
+    uint32_t r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
+    return r;
+}
+__device__ __forceinline__ void cluster_arrive_remote(uint32_t cluster_addr) {
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(cluster_addr) : "memory");
+}
+__device__ __forceinline__ void cluster_mbar_wait(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+__device__ __forceinline__ float4 cluster_ld16(uint32_t cluster_addr) {
+    float4 v;
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(cluster_addr)
+                 : "memory");
+    return v;
 }
 
 /* wgmma shared-memory descriptor (PTX ISA "Matrix Descriptor Format"): a
@@ -157,7 +191,10 @@ struct Sm90Smem {
     static constexpr int TAB_OFF = W_OFF + STAGES * W_STAGE;
     static constexpr int BAR_OFF = TAB_OFF + 1024;
     static constexpr int FLAG_OFF = BAR_OFF + 16 * STAGES * (SM90_HALF(BN) ? 2 : 1); /* split-K: "this CTA sums the tile" */
-    static constexpr int BYTES = FLAG_OFF + 16 + 1024;
+    static constexpr int RED_OFF = FLAG_OFF + 16; /* cluster split-K: the "partials ready" and "partials read" mbarriers */
+    static constexpr int BYTES = RED_OFF + 16 + 1024;
+    /* cluster split-K: the consumers' FP32 accumulators, over the (then idle) stages */
+    static_assert(128 * CWG * BN / 2 * 4 <= W_OFF + STAGES * W_STAGE, "the partials fit the stages");
 };
 
 #ifdef NB_SM90_DEVICE
@@ -172,7 +209,8 @@ struct Sm90Smem {
  * griddepcontrol.wait (they do not depend on the previous kernel; their
  * stages' barriers are announced with the activation bytes too, so no phase
  * can complete before the activations land), the activations after it;
- * then the CTA lets the next grid launch (common.cuh). */
+ * once the last chunk's loads are issued the CTA lets the next grid launch
+ * (common.cuh). */
 template <int FMT, int BN, int STAGES, int CWG>
 __device__ __forceinline__ void sm90_produce(const CUtensorMap *xmap, const Sm90Params &p, uint8_t *smem, uint32_t bar0,
                                              int c0, int nch, int rb0, int nrb, int tm) {
@@ -190,7 +228,6 @@ __device__ __forceinline__ void sm90_produce(const CUtensorMap *xmap, const Sm90
     if constexpr (SM90_HALF(BN)) {
         for (int i = 0; i < pre; i++) weights(i, i, bar0 + 8 * i, (uint32_t)(L::X_STAGE / 2 + nrb * CB));
         asm volatile("griddepcontrol.wait;" ::: "memory"); /* X comes from the previous kernel */
-        asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
         for (int i = 0; i < nch; i++) {
             const int s = i % STAGES, kc = c0 + i;
             const uint32_t ph = ((i / STAGES) - 1) & 1;
@@ -212,7 +249,6 @@ __device__ __forceinline__ void sm90_produce(const CUtensorMap *xmap, const Sm90
         const uint32_t bytes = (uint32_t)(L::X_STAGE + nrb * CB);
         for (int i = 0; i < pre; i++) weights(i, i, bar0 + 8 * i, bytes);
         asm volatile("griddepcontrol.wait;" ::: "memory"); /* X comes from the previous kernel */
-        asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
         for (int i = 0; i < nch; i++) {
             const int s = i % STAGES, kc = c0 + i;
             const uint32_t full = bar0 + 8 * s;
@@ -225,6 +261,7 @@ __device__ __forceinline__ void sm90_produce(const CUtensorMap *xmap, const Sm90
             tma_load_2d(xs + BN * 128, xmap, kc * NBI_CHUNK_K + 64, tm * BN, full);
         }
     }
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); /* every load issued (common.cuh) */
 }
 
 /* A consumer warpgroup's main loop over the CTA's nch chunks: row block rbl
@@ -328,6 +365,48 @@ __device__ __forceinline__ bool sm90_split_reduce(const Sm90Params &p, int tile,
     if (c == 0) p.counters[tile] = 0; /* ready for the next call */
     return true;
 }
+
+/* Split-K within a cluster (p.cluster): the `splits` CTAs of a tile are one
+ * cluster, co-scheduled by the hardware, so they can wait for each other.
+ * Each puts its accumulators in its own shared memory (float4 i of consumer
+ * thread c at 16 (NC i + c), over the stages, idle once every consumer
+ * warpgroup's wgmmas have retired), tells every CTA of the cluster so (the
+ * "ready" mbarrier of each, NC x splits arrivals), and once all have, sums
+ * its share of the tile, the float4s [i0, i1) of every thread, reading the
+ * splits' partials from their shared memory in split order (the same
+ * additions in the same order as sm90_split_reduce: the same bits) and
+ * stores it.  Then it tells every CTA it is done reading ("read" mbarrier)
+ * and waits until all are before it exits, since its shared memory must
+ * outlive the others' reads.  No workspace, and the reduction is spread
+ * over the tile's CTAs instead of falling on the last one: measured on an
+ * H100 (NOTES.md), the workspace sum cost 8 to 18 us on a 256-token tile.
+ * Every consumer thread calls it; rank (the CTA's rank in the cluster) is
+ * its split. */
+template <int ACT, int BN, int CWG>
+__device__ __forceinline__ void sm90_cluster_reduce(const Sm90Params &p, uint8_t *smem, uint32_t ready, uint32_t read,
+                                                    int rank, float (&acc)[BN / 2], int row0, int tok0, int g, int t) {
+    constexpr int NC = 128 * CWG, NV = BN / 8; /* consumer threads; float4s per thread */
+    const int c = threadIdx.x - 128, S = p.splits;
+    nbc_split_barrier<NC>(); /* every consumer warpgroup is past its last wgmma: the stages are free */
+    float4 *mine = (float4 *)smem + c;
+#pragma unroll
+    for (int i = 0; i < NV; i++) mine[NC * i] = make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
+    asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); /* every CTA of the cluster has set up its barriers */
+    for (int r = 0; r < S; r++) cluster_arrive_remote(cluster_map(ready, r));
+    cluster_mbar_wait(ready, 0);
+    const int i0 = rank * NV / S, i1 = (rank + 1) * NV / S;
+    const uint32_t base = nbc_smem_u32(smem) + 16u * (uint32_t)c;
+    for (int i = i0; i < i1; i++) {
+        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int r = 0; r < S; r++) {
+            const float4 q = cluster_ld16(cluster_map(base + 16u * NC * (uint32_t)i, r));
+            v[0] += q.x, v[1] += q.y, v[2] += q.z, v[3] += q.w;
+        }
+        nbc_store_block<ACT, 1>(v, row0, tok0 + 8 * i, g, t, p.m, p.n, p.ldc, p.y, p.bias, p.exp_shift, p.ts);
+    }
+    for (int r = 0; r < S; r++) cluster_arrive_remote(cluster_map(read, r));
+    cluster_mbar_wait(read, 0); /* no CTA reads this one's shared memory any more */
+}
 #endif
 
 template <int FMT, int ACT, int BN, int STAGES, int CWG>
@@ -364,9 +443,16 @@ __global__ void __launch_bounds__(SM90_THREADS(CWG), 1)
                 nbc_mbar_init(bar0 + 8 * (STAGES + s), 128 * CWG); /* every consumer thread arrives */
             }
         }
+        if (p.cluster) {
+            nbc_mbar_init(nbc_smem_u32(smem + L::RED_OFF), 128 * CWG * p.splits);
+            nbc_mbar_init(nbc_smem_u32(smem + L::RED_OFF + 8), 128 * CWG * p.splits);
+        }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
+    /* cluster split-K: the CTAs of the cluster may arrive on each other's
+     * barriers only once all are initialized (sm90_cluster_reduce waits) */
+    if (p.cluster) asm volatile("barrier.cluster.arrive.release;" ::: "memory");
 
     if (wg == 0) {
         /* Producer warpgroup: give registers to the consumers. */
@@ -387,6 +473,11 @@ __global__ void __launch_bounds__(SM90_THREADS(CWG), 1)
 #pragma unroll
     for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
     sm90_consume<FMT, ACT, BN, STAGES, CWG>(smem, stab, bar0, nch, rbl, g, t, acc);
+    if (p.cluster) {
+        const uint32_t ready = nbc_smem_u32(smem + L::RED_OFF);
+        sm90_cluster_reduce<ACT, BN, CWG>(p, smem, ready, ready + 8, split, acc, (rb0 + rbl) * 16, tm * BN, g, t);
+        return;
+    }
     if (p.splits > 1 && !sm90_split_reduce<BN, CWG>(p, tile, split, (int *)(smem + L::FLAG_OFF), acc)) return;
     /* Epilogue: accumulator (row, token) -> Y[token, row]. */
     nbc_store_block<ACT, BN / 8>(acc, (rb0 + rbl) * 16, tm * BN, g, t, p.m, p.n, p.ldc, p.y, p.bias, p.exp_shift, p.ts);
@@ -482,13 +573,46 @@ extern "C" nb_status nbi_cuda_gemm_sm90(nb_context *ctx, const nbi_gemm_plan *pl
     p.cps = pl->chunks_per_split;
     p.counters = (int *)workspace;
     p.partial = (float *)((char *)workspace + pl->ws_counter_bytes);
+    p.cluster = pl->cluster;
 
     nb_status st = nbc_smem_opt_in(ctx, (const void *)f, smem);
     if (st) return st;
-    cudaLaunchAttribute attr[1];
+    cudaLaunchAttribute attr[2];
     const dim3 grid((unsigned)(pl->tiles_n * pl->tiles_m * pl->splits));
     const int threads = SM90_THREADS(pl->cwg);
     cudaLaunchConfig_t cfg = nbc_launch_config(grid, dim3(threads), smem, stream, pl->pdl, attr);
+    if (pl->cluster) { /* the splits of a tile (consecutive CTAs) as one cluster */
+        attr[cfg.numAttrs].id = cudaLaunchAttributeClusterDimension;
+        attr[cfg.numAttrs].val.clusterDim.x = (unsigned)pl->splits;
+        attr[cfg.numAttrs].val.clusterDim.y = 1;
+        attr[cfg.numAttrs].val.clusterDim.z = 1;
+        cfg.numAttrs++;
+    }
     NBC_TRY(cudaLaunchKernelEx(&cfg, f, map, p), "gemm_sm90 kernel launch");
     return NB_OK;
+}
+
+/* How many clusters of s CTAs of the tensor-core kernel for a tile width
+ * and consumer warpgroups can run at once (cudaOccupancyMaxActiveClusters;
+ * clusters are placed within a GPC, so this can be less than SMs / s);
+ * 0 where it cannot run or the query fails.  The planner's one-wave rule
+ * for cluster split-K. */
+extern "C" int nbi_cuda_sm90_clusters(nb_context *ctx, int fmt, int act, int bn, int cwg, int s) {
+    size_t smem = 0;
+    sm90_fn f = sm90_pick(fmt, act, bn, cwg, &smem);
+    if (!f || s < 2 || s > 8) return 0;
+    if (nbc_smem_opt_in(ctx, (const void *)f, smem)) return 0;
+    cudaLaunchAttribute attr[1];
+    cudaLaunchConfig_t cfg = nbc_launch_config(dim3((unsigned)s), dim3(SM90_THREADS(cwg)), smem, NULL, 0, attr);
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = (unsigned)s;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.numAttrs = 1;
+    int n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, (const void *)f, &cfg) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
 }

@@ -329,7 +329,7 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
         nbc_cp_async_commit();
     }
     nbc_grid_dependency_wait();
-    nbc_grid_dependents_launch(); /* (why here: common.cuh) */
+    if (nchunks > 0 && nchunks <= STAGES - 1) nbc_grid_dependents_launch(); /* every load issued (common.cuh) */
     __syncthreads(); /* scale table ready */
 
     /* X rows of this lane's tokens */
@@ -349,7 +349,10 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
     for (int s = 0; s < STAGES; s++) {
         const int i = i0 + s;
         if (i >= nchunks) break;
-        if (i + STAGES - 1 < nchunks) fetch((s + STAGES - 1) % STAGES); /* slot released by the __syncwarp of chunk i-1 */
+        if (i + STAGES - 1 < nchunks) {
+            fetch((s + STAGES - 1) % STAGES); /* slot released by the __syncwarp of chunk i-1 */
+            if (i + STAGES == nchunks) nbc_grid_dependents_launch(); /* this warp's last loads are in flight */
+        }
         nbc_cp_async_commit();
         nbc_cp_async_wait<STAGES - 1>(); /* this lane's part of chunk i has landed */
         __syncwarp();                /* ... and every other lane's */
@@ -597,7 +600,7 @@ __global__ void __launch_bounds__(XS_THREADS, MINB) gemv_fp4_xs_kernel(const Gem
         }
     }
     nbc_grid_dependency_wait();
-    nbc_grid_dependents_launch();
+    if (!producer && nch > 0 && nch <= STAGES - 1) nbc_grid_dependents_launch(); /* every weight load issued */
     __syncthreads(); /* scale table and barriers initialized */
 
     if (producer) {
@@ -612,7 +615,10 @@ __global__ void __launch_bounds__(XS_THREADS, MINB) gemv_fp4_xs_kernel(const Gem
         const uint4 *wring = smem + (size_t)warp * STAGES * RPW * (CB / 16);
         int c = 0, seg = 0, xs = 0;
         for (int i = 0; i < nch; i++) {
-            if (i + STAGES - 1 < nch) fetch(); /* into the slot released by step i-1 */
+            if (i + STAGES - 1 < nch) {
+                fetch(); /* into the slot released by step i-1 */
+                if (i + STAGES == nch) nbc_grid_dependents_launch(); /* this warp's last weight loads are in flight */
+            }
             nbc_cp_async_commit();
             nbc_cp_async_wait<STAGES - 1>(); /* this lane's part of step i has landed */
             if (c == 0) nbc_mbar_wait(nbc_smem_u32(&full[xs]), (uint32_t)((seg / XSEGS) & 1));
