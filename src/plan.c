@@ -195,21 +195,21 @@ static int tc_clusters(nb_context *ctx, const nbi_gemm_plan *p, int bn, int cwg,
     return *slot - 1;
 }
 
-/* What summing a tile's s k splits costs, in us.  Each CTA's partial is
- * B = 256 x cwg x bn bytes of FP32 (128 KB for the 256-token tile).
- * Through the workspace (sm90_split_reduce) every CTA writes B and the last
- * to arrive reads s B alone, at about 35 bytes per ns per SM (H100, nvfp4,
- * 4096 -> 4096, m = 256, against the unsplit time per chunk: 10, 14 and 18
- * us at 2, 3 and 4 splits of the 256-token tile, 7.7 at 2 of the 128-token
- * one).  In a cluster (sm90_cluster_reduce) each CTA writes B to its own
- * shared memory and reads B / s from each of the s CTAs, about B (s-1) / s
- * of it from other SMs; charged at the same 35 bytes per ns plus 0.5 us for
- * the two cluster-wide waits (to be measured: NOTES.md). */
+/* What summing a tile's s k splits costs, in us, fitted to 48 split
+ * configurations measured on an H100 (nvfp4; 4096 -> 4096, 4096 -> 6144,
+ * 8192 -> 8192, 14336 -> 4096, 27648 -> 5120 at m = 128, 256, 512; the
+ * time over the unsplit model of the same chunks; NOTES.md).  Each CTA's
+ * partial is KB = cwg x bn / 4 KB of FP32 (128 for the 256-token tile).
+ * Through the workspace (sm90_split_reduce) every CTA writes it and the last
+ * to arrive reads all s; in a cluster (sm90_cluster_reduce) each CTA writes
+ * it to its own shared memory and sums 1/s of the tile from every CTA's, at
+ * the price of two cluster barriers.  Measured, the cluster is 3-4 us
+ * cheaper for the 256-token tile, even at 2 splits of the 128-token one,
+ * and about 1 us dearer for the 64-token one. */
 static double tc_reduce_us(int s, int bn, int cwg, int cluster) {
     if (s <= 1) return 0.0;
-    const double kb = 256.0 * cwg * bn / 1024.0, rate = 35.0; /* KB of partials per CTA, KB per us */
-    if (cluster) return 0.5 + kb * (s - 1) / s / rate;
-    return kb * (1 + s) / rate;
+    const double kb = 256.0 * cwg * bn / 1024.0;
+    return cluster ? 1.9 + kb * (0.018 + 0.011 * s) : 1.8 + kb * (0.028 + 0.007 * s);
 }
 
 /* The tensor-core path (gemm_sm90.cu) on Hopper for batches past the decode
@@ -234,27 +234,27 @@ static int plan_tc(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
     if (rq->path == NB_GEMM_PATH_DECODE || rq->path == NB_GEMM_PATH_MMA) use = 0;
     if (rq->path == NB_GEMM_PATH_TENSOR_CORE) use = can;
     if (!use) return 0;
-    /* Tile width and k split: the pair with the least waves x time per k
-     * chunk x chunks per CTA, plus the cost of summing the splits
-     * (tc_reduce_us).  Time per chunk measured on an H100
-     * (bench/RESULTS.md: 8192 -> 8192 and 28672 -> 8192; 8192 -> 57344 in
-     * bench/data/2026-11-22-h100-prefill-sweep.csv): about 0.75, 0.9
-     * and 1.5 us for 64, 128 and 256 tokens.  Narrow tiles win while the
-     * wider ones leave SMs idle (m = 128: 48 us with 64, 58 us with 128),
-     * wide ones once every SM has work (m = 1024: 204 us with 256, 259 us
-     * with 128).  A k split fills the SMs the tiles leave idle (m <= 256 on
-     * 8192-wide layers: 64 tiles of 128 rows for 132 SMs), never past one
-     * wave: the splits of a tile form a cluster and sum through their shared
-     * memory where all the tiles' clusters fit at once (tc_clusters), else
-     * they sum through the workspace, within one CTA per SM (which bounds
-     * the workspace: nbi_plan_workspace).  The 16- and 32-token tiles serve
-     * batches that fit one of them (m <= 32 on narrow layers): with 128-row
-     * tiles charged 0.67 / 0.69 us per chunk (8-12% under the 64-token tile:
-     * 8192 -> 8192, m = 32, 2 splits, 25.9 against 28.2 us), with 256-row
-     * tiles (tc_cwg) 1.3 (1.4 measured unsplit: 8192 -> 8192, m = 32, 91 us
-     * for 64 chunks). */
+    /* Tile width and k split: the pair with the least waves x time per CTA
+     * plus the cost of summing the splits (tc_reduce_us).  A CTA of the 64-,
+     * 128- and 256-token tiles costs 0.68, 0.80 and 1.16 us per k chunk plus
+     * 3.5, 5 and 7 us of pipeline fill and epilogue (H100, nvfp4, unsplit
+     * one-wave runs of 32 to 216 chunks on the layers of tc_reduce_us: within
+     * 5% of each; two-wave runs measured up to 10% more).  Narrow tiles win while the wider ones leave SMs idle,
+     * wide ones once every SM has work (m = 1024: 178 us with 256 tokens,
+     * 231 with 128 on 8192 -> 8192).  A k split fills the SMs the tiles
+     * leave idle (m <= 256 on 8192-wide layers: 64 tiles of 128 rows for 132
+     * SMs), never past one wave: the splits of a tile may form a cluster and
+     * sum through their shared memory where all the tiles' clusters fit at
+     * once (tc_clusters), or sum through the workspace within one CTA per SM
+     * (which bounds the workspace: nbi_plan_workspace), whichever costs less.
+     * The 16- and 32-token tiles serve batches that fit one of them (m <= 32
+     * on narrow layers), charged as measured before this model: 0.67 / 0.69
+     * us per chunk with 128-row tiles (8-12% under the 64-token tile:
+     * 8192 -> 8192, m = 32, 2 splits, 25.9 against 28.2 us), 1.3 with
+     * 256-row tiles (tc_cwg; 1.4 measured unsplit: 8192 -> 8192, m = 32, 91
+     * us for 64 chunks), and 5% of the time per extra split. */
     static const int widths[5] = {64, 128, 256, 16, 32};
-    static const double chunk_us[5] = {0.75, 0.9, 1.5, 0.67, 0.69};
+    static const double chunk_us[5] = {0.68, 0.80, 1.16, 0.67, 0.69}, fill_us[5] = {3.5, 5.0, 7.0, 0.0, 0.0};
     const int fb = rq->bn == 16 || rq->bn == 32 || rq->bn == 64 || rq->bn == 128 || rq->bn == 256 ? rq->bn : 0;
     int bn = 64, splits = 1, cluster = 0;
     double best = 0.0;
@@ -268,16 +268,27 @@ static int plan_tc(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
         for (int64_t s = 1; s <= NBI_SM90_MAX_SPLITS; s++) {
             /* a requested split, clamped to what can run: the largest s <= it */
             if (rq->splits > 0 ? s != rq->splits : s > most) continue;
-            int cl = 0;
+            int can_cl = 0, can_ws = 1;
             if (s > 1) {
                 if (s > p->kchunks) continue;
-                cl = tiles <= tc_clusters(ctx, p, widths[i], cwg, (int)s);
-                if (!cl && (tiles > NBI_MAX_SPLIT_COLUMNS || tiles * s > ctx->info.sm_count)) continue;
+                can_cl = tiles <= tc_clusters(ctx, p, widths[i], cwg, (int)s);
+                can_ws = tiles <= NBI_MAX_SPLIT_COLUMNS && tiles * s <= ctx->info.sm_count;
+                if (!can_cl && !can_ws) continue;
             }
             const int64_t cps = (p->kchunks + s - 1) / s;
-            const double per_chunk = cwg == 4 ? 1.3 : chunk_us[i];
-            const double cost = (double)((tiles * s + ctx->info.sm_count - 1) / ctx->info.sm_count) * per_chunk *
-                                    (double)cps + tc_reduce_us((int)s, widths[i], cwg, cl);
+            const double waves = (double)((tiles * s + ctx->info.sm_count - 1) / ctx->info.sm_count);
+            double cost;
+            int cl = 0;
+            if (i >= 3) { /* the 16- and 32-token tiles */
+                cost = waves * (cwg == 4 ? 1.3 : chunk_us[i]) * (double)cps * (1.0 + 0.05 * (double)(s - 1));
+                cl = can_cl && (!can_ws || tc_reduce_us((int)s, widths[i], cwg, 1) <
+                                               tc_reduce_us((int)s, widths[i], cwg, 0));
+            } else {
+                const double ws = can_ws ? tc_reduce_us((int)s, widths[i], cwg, 0) : 1e30,
+                             cs = can_cl ? tc_reduce_us((int)s, widths[i], cwg, 1) : 1e30;
+                cl = cs < ws;
+                cost = waves * (chunk_us[i] * (double)cps + fill_us[i]) + (cl ? cs : ws);
+            }
             if (best == 0.0 || cost < best) best = cost, bn = widths[i], splits = (int)s, cluster = cl;
         }
     }

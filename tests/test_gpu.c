@@ -656,8 +656,22 @@ static void test_device_errors(env_t *e) {
     if (ws) {
         check(nb_gemm(e->ctx, &g32, dx, w.d_packed, NULL, dy, e->ws, ws, NULL) == NB_OK,
               "nb_gemm: m = 32 runs in the reported workspace");
-        check(nb_gemm(e->ctx, &g32, dx, w.d_packed, NULL, dy, e->ws, 64, NULL) == NB_ERR_WORKSPACE,
-              "nb_gemm: a 64-byte workspace where the k split needs more -> NB_ERR_WORKSPACE");
+        /* a k split summed through the workspace (the decode kernels' always
+         * is; the tensor-core path's only where its splits cannot form a
+         * cluster) with too little of it */
+        nb_gemm_config dsplit;
+        memset(&dsplit, 0, sizeof dsplit);
+        dsplit.path = NB_GEMM_PATH_DECODE, dsplit.kw = 1, dsplit.splits = 8;
+        check(nb_gemm_ex(e->ctx, &g32, &dsplit, dx, w.d_packed, NULL, dy, e->ws, 64, NULL) == NB_ERR_WORKSPACE,
+              "nb_gemm_ex: a 64-byte workspace where the decode k split needs more -> NB_ERR_WORKSPACE");
+        char cfg[256] = "";
+        const nb_status st64 = nb_gemm(e->ctx, &g32, dx, w.d_packed, NULL, dy, e->ws, 64, NULL);
+        nb_gemm_last_config(e->ctx, cfg, sizeof cfg);
+        if (strstr(cfg, "(cluster)"))
+            check(st64 == NB_OK, "nb_gemm: a tensor-core k split summed in a cluster needs no workspace");
+        else
+            check(st64 == NB_ERR_WORKSPACE, "nb_gemm: a 64-byte workspace where the k split needs more -> "
+                  "NB_ERR_WORKSPACE");
     }
     nb_gemm_desc h = g;
     h.lda = 4100; /* rows no longer 16-byte aligned */

@@ -353,19 +353,19 @@ __device__ __forceinline__ uint32_t nbc_smem_u32(const void *p) { return (uint32
  * Every kernel requests its first weight chunks (they do not depend on the
  * previous kernel) before griddepcontrol.wait, and reads activations and
  * writes anything only after it.  It triggers griddepcontrol.launch_dependents
- * once a warp (the tensor-core producer: the CTA) has issued the loads of its
- * last chunk: from then on the CTA asks memory for nothing more, so the next
- * grid's CTAs, launched into the SM room this grid leaves, request their
- * weights while this one drains, and the pipeline fill of one call overlaps
- * the tail of the one before.  Measured on an H100 (NOTES.md): triggering
- * right after the wait instead gained 13% on 4096 -> 4096 at m = 1 (four
- * chunks per warp, so every load is issued there anyway) but lost 17-26% on
- * longer streams (8192 -> 8192, 14336 -> 4096), where the next grid's early
- * CTAs took SM slots unevenly.  A dependent CTA loads only weights before
- * its own wait, so it never reads this grid's output or workspace early.
- * (Not for kernels that write packed weights: quantize.cu and repack.cu
- * never trigger, and the next kernel's weight prefetch must not see
- * half-written weights.) */
+ * after its main loop, so the next grid's CTAs take the SM room of CTAs that
+ * have finished and request their weights while the last ones drain.
+ * Decode kernel 1 on short streams (at most GEMV_EARLY_CHUNKS chunks per
+ * warp) triggers earlier, once a warp has issued the loads of its last
+ * chunk: the next call's pipeline fill then overlaps this one's, which is
+ * most of the time of a small layer.  Measured on an H100 (NOTES.md):
+ * triggering early gained 8-12% on the 4096-wide layers at m = 1 but lost
+ * 10-26% on longer streams (8192 -> 8192, 14336 -> 4096) and up to 24% in
+ * the other kernels, so they keep the late trigger.  A dependent CTA loads
+ * only weights before its own wait, so it never reads this grid's output or
+ * workspace early.  (Not for kernels that write packed weights:
+ * quantize.cu and repack.cu never trigger, and the next kernel's weight
+ * prefetch must not see half-written weights.) */
 __device__ __forceinline__ void nbc_grid_dependency_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");

@@ -270,7 +270,6 @@ __global__ void __launch_bounds__(SM80_THREADS, 1) gemm_sm80_kernel(const Sm80Pa
     for (int s = 0; s < STAGES - 1; s++)
         if (s < p.kchunks) fetch_w(s);
     nbc_grid_dependency_wait();
-    if (p.kchunks <= STAGES - 1) nbc_grid_dependents_launch(); /* every load issued (common.cuh) */
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
         if (s < p.kchunks) fetch_x(s, s);
@@ -298,7 +297,6 @@ __global__ void __launch_bounds__(SM80_THREADS, 1) gemm_sm80_kernel(const Sm80Pa
             const int fs = rs == 0 ? STAGES - 1 : rs - 1;
             fetch_w(fs);
             fetch_x(kc + STAGES - 1, fs);
-            if (kc + STAGES == p.kchunks) nbc_grid_dependents_launch(); /* the last loads are in flight */
         }
         nbc_cp_async_commit();
 
@@ -309,6 +307,7 @@ __global__ void __launch_bounds__(SM80_THREADS, 1) gemm_sm80_kernel(const Sm80Pa
     }
     nbc_cp_async_wait<0>();
     __syncthreads(); /* every warp is past its last read of the stages */
+    nbc_grid_dependents_launch();
 
     sm80_exchange<NT>(acc, (float4 *)smem, warp, lane, kh);
     /* Epilogue: accumulator (row, token) -> Y[token, row]. */

@@ -113,29 +113,15 @@ __device__ __forceinline__ void bulk_load(uint32_t dst, const void *src, uint32_
                  : "memory");
 }
 
-/* Thread block clusters (PTX ISA "Distributed Shared Memory", "mbarrier"):
- * the address of the same shared location in CTA `rank` of the cluster, an
- * arrival on a barrier there (release: this thread's earlier shared-memory
- * writes are visible to whoever completes the phase with acquire), a wait
- * with cluster-scope acquire, and a 16-byte load from any CTA's shared
- * memory. */
+/* Thread block clusters (PTX ISA "Distributed Shared Memory",
+ * "barrier.cluster"): the address of the same shared location in CTA `rank`
+ * of the cluster, a 16-byte load from there, and a barrier of every
+ * non-exited thread of the cluster (release / acquire: shared-memory writes
+ * before it are visible to every CTA of the cluster after it). */
 __device__ __forceinline__ uint32_t cluster_map(uint32_t addr, int rank) {
     uint32_t r;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
     return r;
-}
-__device__ __forceinline__ void cluster_arrive_remote(uint32_t cluster_addr) {
-    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(cluster_addr) : "memory");
-}
-__device__ __forceinline__ void cluster_mbar_wait(uint32_t bar, uint32_t parity) {
-    uint32_t done;
-    do {
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-                     "selp.u32 %0, 1, 0, p;\n}"
-                     : "=r"(done)
-                     : "r"(bar), "r"(parity)
-                     : "memory");
-    } while (!done);
 }
 __device__ __forceinline__ float4 cluster_ld16(uint32_t cluster_addr) {
     float4 v;
@@ -144,6 +130,9 @@ __device__ __forceinline__ float4 cluster_ld16(uint32_t cluster_addr) {
                  : "r"(cluster_addr)
                  : "memory");
     return v;
+}
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
 }
 
 /* wgmma shared-memory descriptor (PTX ISA "Matrix Descriptor Format"): a
@@ -191,8 +180,7 @@ struct Sm90Smem {
     static constexpr int TAB_OFF = W_OFF + STAGES * W_STAGE;
     static constexpr int BAR_OFF = TAB_OFF + 1024;
     static constexpr int FLAG_OFF = BAR_OFF + 16 * STAGES * (SM90_HALF(BN) ? 2 : 1); /* split-K: "this CTA sums the tile" */
-    static constexpr int RED_OFF = FLAG_OFF + 16; /* cluster split-K: the "partials ready" and "partials read" mbarriers */
-    static constexpr int BYTES = RED_OFF + 16 + 1024;
+    static constexpr int BYTES = FLAG_OFF + 16 + 1024;
     /* cluster split-K: the consumers' FP32 accumulators, over the (then idle) stages */
     static_assert(128 * CWG * BN / 2 * 4 <= W_OFF + STAGES * W_STAGE, "the partials fit the stages");
 };
@@ -204,64 +192,45 @@ struct Sm90Smem {
  * completing on the stage's "full" barrier.  Barriers: full[s] at bar0 + 8s,
  * empty[s] at bar0 + 8(STAGES + s); with HALF, full[h][s] at
  * bar0 + 8(h STAGES + s) and empty[h][s] at bar0 + 8((2 + h) STAGES + s),
- * half 0 carrying the weights and k 0..63, half 1 k 64..127.
- * The weights of the first STAGES chunks are requested before
- * griddepcontrol.wait (they do not depend on the previous kernel; their
- * stages' barriers are announced with the activation bytes too, so no phase
- * can complete before the activations land), the activations after it;
- * once the last chunk's loads are issued the CTA lets the next grid launch
- * (common.cuh). */
+ * half 0 carrying the weights and k 0..63, half 1 k 64..127. */
 template <int FMT, int BN, int STAGES, int CWG>
 __device__ __forceinline__ void sm90_produce(const CUtensorMap *xmap, const Sm90Params &p, uint8_t *smem, uint32_t bar0,
                                              int c0, int nch, int rb0, int nrb, int tm) {
     typedef Sm90Smem<FMT, BN, STAGES, CWG> L;
     constexpr int CB = L::CB;
     const uint64_t pol = nbc_policy_evict_first();
-    /* the weight half of chunk i into stage s, completing on barrier `full` */
-    auto weights = [&](int i, int s, uint32_t full, uint32_t bytes) {
-        mbar_expect_tx(full, bytes);
+    const uint32_t bytes = (uint32_t)(L::X_STAGE + nrb * CB);
+    asm volatile("griddepcontrol.wait;" ::: "memory"); /* X comes from the previous kernel */
+    if constexpr (SM90_HALF(BN)) for (int i = 0; i < nch; i++) {
+        const int s = i % STAGES, kc = c0 + i;
+        const uint32_t ph = ((i / STAGES) - 1) & 1;
+        const uint32_t xs = nbc_smem_u32(smem + L::X_OFF + s * L::X_STAGE);
+        /* half 0: the weights and k 0..63 of the activations */
+        if (i >= STAGES) nbc_mbar_wait(bar0 + 8 * (2 * STAGES + s), ph);
+        const uint32_t full0 = bar0 + 8 * s;
+        mbar_expect_tx(full0, (uint32_t)(L::X_STAGE / 2 + nrb * CB));
+        tma_load_2d(xs, xmap, kc * NBI_CHUNK_K, tm * BN, full0);
         const uint32_t ws = nbc_smem_u32(smem + L::W_OFF + s * L::W_STAGE);
         for (int r = 0; r < nrb; r++)
-            bulk_load(ws + r * CB, p.w + ((size_t)(rb0 + r) * p.kchunks + c0 + i) * CB, CB, full, pol);
-    };
-    const int pre = nch < STAGES ? nch : STAGES;
-    if constexpr (SM90_HALF(BN)) {
-        for (int i = 0; i < pre; i++) weights(i, i, bar0 + 8 * i, (uint32_t)(L::X_STAGE / 2 + nrb * CB));
-        asm volatile("griddepcontrol.wait;" ::: "memory"); /* X comes from the previous kernel */
-        for (int i = 0; i < nch; i++) {
-            const int s = i % STAGES, kc = c0 + i;
-            const uint32_t ph = ((i / STAGES) - 1) & 1;
-            const uint32_t xs = nbc_smem_u32(smem + L::X_OFF + s * L::X_STAGE);
-            /* half 0: the weights and k 0..63 of the activations */
-            const uint32_t full0 = bar0 + 8 * s;
-            if (i >= STAGES) {
-                nbc_mbar_wait(bar0 + 8 * (2 * STAGES + s), ph);
-                weights(i, s, full0, (uint32_t)(L::X_STAGE / 2 + nrb * CB));
-            }
-            tma_load_2d(xs, xmap, kc * NBI_CHUNK_K, tm * BN, full0);
-            /* half 1: k 64..127 */
-            if (i >= STAGES) nbc_mbar_wait(bar0 + 8 * (3 * STAGES + s), ph);
-            const uint32_t full1 = bar0 + 8 * (STAGES + s);
-            mbar_expect_tx(full1, (uint32_t)(L::X_STAGE / 2));
-            tma_load_2d(xs + BN * 128, xmap, kc * NBI_CHUNK_K + 64, tm * BN, full1);
-        }
-    } else {
-        const uint32_t bytes = (uint32_t)(L::X_STAGE + nrb * CB);
-        for (int i = 0; i < pre; i++) weights(i, i, bar0 + 8 * i, bytes);
-        asm volatile("griddepcontrol.wait;" ::: "memory"); /* X comes from the previous kernel */
-        for (int i = 0; i < nch; i++) {
-            const int s = i % STAGES, kc = c0 + i;
-            const uint32_t full = bar0 + 8 * s;
-            if (i >= STAGES) {
-                nbc_mbar_wait(bar0 + 8 * (STAGES + s), ((i / STAGES) - 1) & 1);
-                weights(i, s, full, bytes);
-            }
-            const uint32_t xs = nbc_smem_u32(smem + L::X_OFF + s * L::X_STAGE);
-            tma_load_2d(xs, xmap, kc * NBI_CHUNK_K, tm * BN, full);
-            tma_load_2d(xs + BN * 128, xmap, kc * NBI_CHUNK_K + 64, tm * BN, full);
-        }
+            bulk_load(ws + r * CB, p.w + ((size_t)(rb0 + r) * p.kchunks + kc) * CB, CB, full0, pol);
+        /* half 1: k 64..127 */
+        if (i >= STAGES) nbc_mbar_wait(bar0 + 8 * (3 * STAGES + s), ph);
+        const uint32_t full1 = bar0 + 8 * (STAGES + s);
+        mbar_expect_tx(full1, (uint32_t)(L::X_STAGE / 2));
+        tma_load_2d(xs + BN * 128, xmap, kc * NBI_CHUNK_K + 64, tm * BN, full1);
     }
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); /* every load issued (common.cuh) */
+    else for (int i = 0; i < nch; i++) {
+        const int s = i % STAGES, kc = c0 + i;
+        if (i >= STAGES) nbc_mbar_wait(bar0 + 8 * (STAGES + s), ((i / STAGES) - 1) & 1);
+        const uint32_t full = bar0 + 8 * s;
+        mbar_expect_tx(full, bytes);
+        const uint32_t xs = nbc_smem_u32(smem + L::X_OFF + s * L::X_STAGE);
+        tma_load_2d(xs, xmap, kc * NBI_CHUNK_K, tm * BN, full);
+        tma_load_2d(xs + BN * 128, xmap, kc * NBI_CHUNK_K + 64, tm * BN, full);
+        const uint32_t ws = nbc_smem_u32(smem + L::W_OFF + s * L::W_STAGE);
+        for (int r = 0; r < nrb; r++)
+            bulk_load(ws + r * CB, p.w + ((size_t)(rb0 + r) * p.kchunks + kc) * CB, CB, full, pol);
+    }
 }
 
 /* A consumer warpgroup's main loop over the CTA's nch chunks: row block rbl
@@ -370,30 +339,26 @@ __device__ __forceinline__ bool sm90_split_reduce(const Sm90Params &p, int tile,
  * cluster, co-scheduled by the hardware, so they can wait for each other.
  * Each puts its accumulators in its own shared memory (float4 i of consumer
  * thread c at 16 (NC i + c), over the stages, idle once every consumer
- * warpgroup's wgmmas have retired), tells every CTA of the cluster so (the
- * "ready" mbarrier of each, NC x splits arrivals), and once all have, sums
- * its share of the tile, the float4s [i0, i1) of every thread, reading the
+ * warpgroup's wgmmas have retired); after a cluster barrier it sums its
+ * share of the tile, the float4s [i0, i1) of every thread, reading the
  * splits' partials from their shared memory in split order (the same
- * additions in the same order as sm90_split_reduce: the same bits) and
- * stores it.  Then it tells every CTA it is done reading ("read" mbarrier)
- * and waits until all are before it exits, since its shared memory must
- * outlive the others' reads.  No workspace, and the reduction is spread
- * over the tile's CTAs instead of falling on the last one: measured on an
- * H100 (NOTES.md), the workspace sum cost 8 to 18 us on a 256-token tile.
- * Every consumer thread calls it; rank (the CTA's rank in the cluster) is
- * its split. */
+ * additions in the same order as sm90_split_reduce: the same bits), and
+ * stores it; a second cluster barrier keeps every CTA's shared memory alive
+ * until the others have read it.  The producer warpgroup has exited by then
+ * (barrier.cluster counts the non-exited threads).  No workspace, and the
+ * sum is spread over the tile's CTAs instead of falling on the last one.
+ * Every consumer thread calls it; rank (the CTA's rank in the cluster, whose
+ * CTAs are consecutive along x) is its split. */
 template <int ACT, int BN, int CWG>
-__device__ __forceinline__ void sm90_cluster_reduce(const Sm90Params &p, uint8_t *smem, uint32_t ready, uint32_t read,
-                                                    int rank, float (&acc)[BN / 2], int row0, int tok0, int g, int t) {
+__device__ __forceinline__ void sm90_cluster_reduce(const Sm90Params &p, uint8_t *smem, int rank, float (&acc)[BN / 2],
+                                                    int row0, int tok0, int g, int t) {
     constexpr int NC = 128 * CWG, NV = BN / 8; /* consumer threads; float4s per thread */
     const int c = threadIdx.x - 128, S = p.splits;
     nbc_split_barrier<NC>(); /* every consumer warpgroup is past its last wgmma: the stages are free */
     float4 *mine = (float4 *)smem + c;
 #pragma unroll
     for (int i = 0; i < NV; i++) mine[NC * i] = make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
-    asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); /* every CTA of the cluster has set up its barriers */
-    for (int r = 0; r < S; r++) cluster_arrive_remote(cluster_map(ready, r));
-    cluster_mbar_wait(ready, 0);
+    cluster_sync(); /* every split's partial is in place */
     const int i0 = rank * NV / S, i1 = (rank + 1) * NV / S;
     const uint32_t base = nbc_smem_u32(smem) + 16u * (uint32_t)c;
     for (int i = i0; i < i1; i++) {
@@ -404,8 +369,7 @@ __device__ __forceinline__ void sm90_cluster_reduce(const Sm90Params &p, uint8_t
         }
         nbc_store_block<ACT, 1>(v, row0, tok0 + 8 * i, g, t, p.m, p.n, p.ldc, p.y, p.bias, p.exp_shift, p.ts);
     }
-    for (int r = 0; r < S; r++) cluster_arrive_remote(cluster_map(read, r));
-    cluster_mbar_wait(read, 0); /* no CTA reads this one's shared memory any more */
+    cluster_sync(); /* no CTA reads this one's shared memory any more */
 }
 #endif
 
@@ -443,16 +407,9 @@ __global__ void __launch_bounds__(SM90_THREADS(CWG), 1)
                 nbc_mbar_init(bar0 + 8 * (STAGES + s), 128 * CWG); /* every consumer thread arrives */
             }
         }
-        if (p.cluster) {
-            nbc_mbar_init(nbc_smem_u32(smem + L::RED_OFF), 128 * CWG * p.splits);
-            nbc_mbar_init(nbc_smem_u32(smem + L::RED_OFF + 8), 128 * CWG * p.splits);
-        }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
-    /* cluster split-K: the CTAs of the cluster may arrive on each other's
-     * barriers only once all are initialized (sm90_cluster_reduce waits) */
-    if (p.cluster) asm volatile("barrier.cluster.arrive.release;" ::: "memory");
 
     if (wg == 0) {
         /* Producer warpgroup: give registers to the consumers. */
@@ -473,9 +430,9 @@ __global__ void __launch_bounds__(SM90_THREADS(CWG), 1)
 #pragma unroll
     for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
     sm90_consume<FMT, ACT, BN, STAGES, CWG>(smem, stab, bar0, nch, rbl, g, t, acc);
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     if (p.cluster) {
-        const uint32_t ready = nbc_smem_u32(smem + L::RED_OFF);
-        sm90_cluster_reduce<ACT, BN, CWG>(p, smem, ready, ready + 8, split, acc, (rb0 + rbl) * 16, tm * BN, g, t);
+        sm90_cluster_reduce<ACT, BN, CWG>(p, smem, split, acc, (rb0 + rbl) * 16, tm * BN, g, t);
         return;
     }
     if (p.splits > 1 && !sm90_split_reduce<BN, CWG>(p, tile, split, (int *)(smem + L::FLAG_OFF), acc)) return;
