@@ -169,12 +169,10 @@ __device__ __forceinline__ bool split_k_reduce(const GemvParams &p, float (&acc)
             for (int mt = 0; mt < MT; mt++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    /* in split order; this CTA's own partial from its registers */
                     float s0 = 0.0f, s1 = 0.0f;
                     for (int s = 0; s < p.splits; s++) {
                         const size_t idx = ((size_t)s * rows_pad + rb[r] * 16 + g + 8 * h) * (MT * 8) + mt * 8 + 2 * t;
-                        const float2 v = s == (int)blockIdx.y ? make_float2(acc[r][mt][2 * h], acc[r][mt][2 * h + 1])
-                                                              : __ldcg((const float2 *)(p.partial + idx));
+                        const float2 v = __ldcg((const float2 *)(p.partial + idx));
                         s0 += v.x;
                         s1 += v.y;
                     }
@@ -267,7 +265,7 @@ __device__ __forceinline__ void int_step(const uint4 &L, const uint4 &H,
  * the only kernel of the integer formats (KG > 0, their kernel group: see
  * "INTEGER FORMATS" above).  The body of gemv_fp4_kernel and
  * gemv_int4_kernel. */
-template <int FMT, int ACT, int MT, int WARPS, int STAGES, int KG>
+template <int FMT, int ACT, int MT, int WARPS, int STAGES, int KG, bool EARLY>
 __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
     constexpr bool INT = KG > 0;
     constexpr bool SYM = nbc_fmt<FMT>::zero_point == NB_ZERO_NONE; /* (integer formats: two's complement codes) */
@@ -334,10 +332,9 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
         nbc_cp_async_commit();
     }
     nbc_grid_dependency_wait();
-    /* short streams let the next grid launch once their last loads are
-     * issued, long ones after the loop (common.cuh) */
-    const bool early = per_warp <= GEMV_EARLY_CHUNKS; /* (the same in every warp of the CTA) */
-    if (early && nchunks > 0 && nchunks <= STAGES - 1) nbc_grid_dependents_launch();
+    /* EARLY (short streams): let the next grid launch once this warp's last
+     * loads are issued; else after the loop (common.cuh) */
+    if (EARLY && nchunks > 0 && nchunks <= STAGES - 1) nbc_grid_dependents_launch();
     __syncthreads(); /* scale table ready */
 
     /* X rows of this lane's tokens */
@@ -359,7 +356,7 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
         if (i >= nchunks) break;
         if (i + STAGES - 1 < nchunks) {
             fetch((s + STAGES - 1) % STAGES); /* slot released by the __syncwarp of chunk i-1 */
-            if (early && i + STAGES == nchunks) nbc_grid_dependents_launch(); /* this warp's last loads are in flight */
+            if (EARLY && i + STAGES == nchunks) nbc_grid_dependents_launch(); /* this warp's last loads are in flight */
         }
         nbc_cp_async_commit();
         nbc_cp_async_wait<STAGES - 1>(); /* this lane's part of chunk i has landed */
@@ -421,29 +418,29 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
     }
     const int rbs[1] = {rb};
     const bool own[1] = {valid && ks == 0}; /* this warp writes the row block's result */
-    if (!early) nbc_grid_dependents_launch();
+    if (!EARLY) nbc_grid_dependents_launch();
     if (p.splits > 1 && !split_k_reduce<MT, 1>(p, acc, rbs, own, g, t, &is_last)) return;
     if (own[0]) store_block<ACT, MT>(p, acc[0], rb, g, t);
 }
 
-template <int FMT, int ACT, int MT, int WARPS, int STAGES>
+template <int FMT, int ACT, int MT, int WARPS, int STAGES, bool EARLY>
 __global__ void __launch_bounds__(WARPS * 32, GEMV_MINB) gemv_fp4_kernel(const GemvParams p) {
     NBC_CHECK_KERNEL_FORMAT(FMT);
-    gemv_kernel1<FMT, ACT, MT, WARPS, STAGES, 0>(p);
+    gemv_kernel1<FMT, ACT, MT, WARPS, STAGES, 0, EARLY>(p);
 }
 
 /* The integer formats, kernel group KG (32, 64 or 128). */
 template <int FMT, int ACT, int MT, int KG, int WARPS, int STAGES>
 __global__ void __launch_bounds__(WARPS * 32, GEMV_MINB) gemv_int4_kernel(const GemvParams p) {
     static_assert(KG == 32 || KG == 64 || KG == 128, "kernel groups of 32, 64 or 128");
-    gemv_kernel1<FMT, ACT, MT, WARPS, STAGES, KG>(p);
+    gemv_kernel1<FMT, ACT, MT, WARPS, STAGES, KG, false>(p);
 }
 
 /* The table formats (nf4, bnb_fp4), kernel group KG (32, 64 or 128). */
 template <int FMT, int ACT, int MT, int KG, int WARPS, int STAGES>
 __global__ void __launch_bounds__(WARPS * 32, GEMV_MINB) gemv_table_kernel(const GemvParams p) {
     static_assert(nbc_int_chunk<FMT, KG>::table, "the table formats' instances");
-    gemv_kernel1<FMT, ACT, MT, WARPS, STAGES, KG>(p);
+    gemv_kernel1<FMT, ACT, MT, WARPS, STAGES, KG, false>(p);
 }
 
 /* ------------------------------------ kernel 2: staged activations, 8..32 */
@@ -669,18 +666,21 @@ static size_t gemv_smem_bytes(int fmt, int xs, int rpw, int mt, int m, size_t cb
 }
 
 /* The instances of one format and dtype: kernel 1 for mt = 1..4 tiles of 8
- * tokens, kernel 2 for mt x rows per warp (1, 2). */
-template <int FMT, int ACT>
-static gemv_fn pick_mt(int mt, int xs, int rpw) {
-    if (!xs) {
-        switch (mt) {
-        case 1: return gemv_fp4_kernel<FMT, ACT, 1, NBI_GEMV_WARPS, GEMV_STAGES>;
-        case 2: return gemv_fp4_kernel<FMT, ACT, 2, NBI_GEMV_WARPS, GEMV_STAGES>;
-        case 3: return gemv_fp4_kernel<FMT, ACT, 3, NBI_GEMV_WARPS, GEMV_STAGES>;
-        case 4: return gemv_fp4_kernel<FMT, ACT, 4, NBI_GEMV_WARPS, GEMV_STAGES>;
-        }
-        return NULL;
+ * tokens (each with the early and the late trigger), kernel 2 for mt x rows
+ * per warp (1, 2). */
+template <int FMT, int ACT, bool EARLY>
+static gemv_fn pick_k1(int mt) {
+    switch (mt) {
+    case 1: return gemv_fp4_kernel<FMT, ACT, 1, NBI_GEMV_WARPS, GEMV_STAGES, EARLY>;
+    case 2: return gemv_fp4_kernel<FMT, ACT, 2, NBI_GEMV_WARPS, GEMV_STAGES, EARLY>;
+    case 3: return gemv_fp4_kernel<FMT, ACT, 3, NBI_GEMV_WARPS, GEMV_STAGES, EARLY>;
+    case 4: return gemv_fp4_kernel<FMT, ACT, 4, NBI_GEMV_WARPS, GEMV_STAGES, EARLY>;
     }
+    return NULL;
+}
+template <int FMT, int ACT>
+static gemv_fn pick_mt(int mt, int xs, int rpw, int early) {
+    if (!xs) return early ? pick_k1<FMT, ACT, true>(mt) : pick_k1<FMT, ACT, false>(mt);
 #define XS_KERNEL(MT, R) gemv_fp4_xs_kernel<FMT, ACT, MT, R, XS_STAGES, XS_SEG, XS_XSEGS, XS_MINB>
     /* xs = 2: a grid of at most one CTA per SM, where the register cap of two
      * (XS_MINB) buys nothing: 17..32 tokens without it (at 25..32 tokens the
@@ -728,8 +728,8 @@ static gemv_fn pick_int(int mt, int kg) {
     return NULL;
 }
 
-static gemv_fn pick_kernel(int fmt, int act, int mt, int xs, int rpw, int kg) {
-#define GEMV_RUNG(F, A) return pick_mt<F, A>(mt, xs, rpw);
+static gemv_fn pick_kernel(int fmt, int act, int mt, int xs, int rpw, int kg, int early) {
+#define GEMV_RUNG(F, A) return pick_mt<F, A>(mt, xs, rpw, early);
     NBC_LADDER(fmt, act, GEMV_RUNG)
 #undef GEMV_RUNG
 #define INT_RUNG(F, A) return xs ? NULL : pick_int<F, A>(mt, kg);
@@ -744,7 +744,9 @@ extern "C" size_t nbi_cuda_gemv_smem(int fmt, int xs, int rpw, int mt, int m) {
 
 extern "C" nb_status nbi_cuda_gemv(nb_context *ctx, const nbi_gemm_plan *pl, const void *x, const void *packed,
                                    const void *bias, void *y, void *workspace, void *stream) {
-    gemv_fn f = pick_kernel(pl->fmt, pl->act, pl->mt, pl->xsh, pl->rpw, pl->group);
+    /* kernel 1's early trigger for streams of at most GEMV_EARLY_CHUNKS chunks a warp */
+    const int early = !pl->xsh && (pl->chunks_per_split + pl->kw - 1) / pl->kw <= GEMV_EARLY_CHUNKS;
+    gemv_fn f = pick_kernel(pl->fmt, pl->act, pl->mt, pl->xsh, pl->rpw, pl->group, early);
     if (!f)
         return nbi_fail(ctx, NB_ERR_INTERNAL, "gemv: no kernel for %s, %s, mt = %d, staged %d, rows per warp %d, "
                         "group %d", nbi_traits((nb_format)pl->fmt)->name, nbi_dtype_name((nb_dtype)pl->act), pl->mt,
