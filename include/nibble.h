@@ -655,6 +655,13 @@ NB_API nb_status nb_gemm_reference_device(nb_context *ctx, const nb_gemm_desc *g
  * candidates) never happens inside nb_gemm: `nibble tune` does it ahead of
  * time.
  *
+ * On Hopper the tensor-core path sums a k split either in a thread block
+ * cluster, through the CTAs' shared memory (no workspace; the configuration
+ * reads "k-split=N (cluster)"), or through the workspace, as the planner
+ * finds cheaper and the device's clusters allow; NIBBLE_SM90_CLUSTER=0 at
+ * context creation keeps every split on the workspace.  Both give the same
+ * bits, and nb_gemm_workspace_size covers either.
+ *
  * m buckets (an entry tuned at one m serves every m of its bucket): 1, 2,
  * 3-4, 5-8, 9-16, 17-32, 33-64, 65-128, 129-256, 257-512, 513-1024,
  * 1025-2048, 2049-4096, 4097+. */
@@ -673,7 +680,8 @@ typedef enum nb_gemm_path {
 typedef struct nb_gemm_config {
     int32_t path;    /* nb_gemm_path */
     int32_t kw;      /* decode: warps of a CTA that split one 16-row block's k range: 1, 2, 4 or 8 */
-    int32_t splits;  /* CTAs along k (more than 1 sums through the workspace): decode 1..64;
+    int32_t splits;  /* CTAs along k (more than 1 sums through the workspace, or for tc in a
+                      * cluster where the planner chooses it): decode 1..64;
                       * tensor core 1..8, at most one CTA per SM in all (0 in a cache reads as 1);
                       * mma 1 */
     int32_t variant; /* decode: 0 "plain", activations loaded per warp; 1 "staged", loaded once

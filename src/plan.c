@@ -13,8 +13,9 @@
  *
  * The configurations `nibble tune` tries (nb_gemm_list_configs) are listed
  * here too: they are the requests this planner accepts.
- * Test: tests/test_plan.c (every m on the bench layers and odd shapes, with
- * the device facts of an H100, an A100 and an L40S), tests/test_tune.c. */
+ * Test: tests/test_plan.c (the tensor-core path's plans on a host context
+ * with an H100's device facts and cluster capacity), tests/test_tune.c,
+ * tests/test_gpu.c (every offered configuration against the reference). */
 #include "internal.h"
 
 #include <math.h>

@@ -582,7 +582,7 @@ def main(argv=None):
                 weights = nt.quantize_model(model, format=fmt, exclude=["lm_head"], threads=args.threads,
                                             return_weights=True)["weights"]
                 torch.cuda.synchronize()
-                how = "host C reference + nb_pack"
+                how = "on the GPU: nb_quantize + nb_pack"
             else:
                 weights = quantize_cpu(model, fmt, bf16_linears)
                 how = "CPU stand-in: dequantized weights"

@@ -21,9 +21,13 @@
  *         producer.  The 256-token tile (three stages) fills and frees each
  *         64-k half of a stage on barriers of its own (SM90_HALF).
  *   When the tiles leave SMs idle (m <= 256 on 8192-row layers), `splits`
- *   CTAs share a tile, each walking its own range of chunks; they store FP32
- *   partials in the workspace and the last to arrive sums them in split
- *   order (deterministic) and runs the epilogue.
+ *   CTAs share a tile, each walking its own range of chunks, and their FP32
+ *   partials are summed in split order (deterministic) one of two ways,
+ *   the planner's choice: the tile's CTAs form a thread block cluster and
+ *   each sums a share of the tile from all of their shared memory
+ *   (sm90_cluster_reduce), or they store the partials in the workspace and
+ *   the last to arrive sums them and runs the epilogue (sm90_split_reduce).
+ *   Both give the same bits.
  *   The epilogue multiplies by 2^exp_shift * tensor_scale, adds the bias and
  *   stores BF16/FP16 (rows past n and tokens past m are not stored).
  *
@@ -46,7 +50,9 @@
  *
  * LIMITS  sm_90a only (the host checks); x rows 16-byte aligned (TMA); k a
  *         multiple of the group; m < 2^31.
- * TEST    build/tests/test_gpu (m in 33..4096).  BENCH  nibble bench.
+ * TEST    build/tests/test_gpu (m in 33..4096; NIBBLE_SM90_CLUSTER=0 for
+ *         the workspace sum everywhere), build/tests/test_plan (the
+ *         planner's choices, no GPU).  BENCH  nibble bench.
  */
 #include "common.cuh"
 #include "tc_dequant.cuh"

@@ -1,0 +1,247 @@
+/* test_plan.c - the tensor-core path's planner (src/plan.c, plan_tc) without
+ * a device: the library's C sources are compiled in with the no-CUDA stubs,
+ * except two hooks this file supplies, so a host-only context can play an
+ * H100 (132 SMs, sm_90a, 227 KB of shared memory per block) whose clusters
+ * of s CTAs of the tensor-core kernel fit as measured on one
+ * (cudaOccupancyMaxActiveClusters, 2026-11-26: 66, 39, 30, 22, 17, 15, 15
+ * clusters of 2..8).
+ *
+ *   test_plan     (exit 0 pass, 1 fail)
+ *
+ * - every plan of the bench layers and of ragged and real-model shapes at
+ *   m = 33..8192 is valid: a k split never needs more than one wave (in a
+ *   cluster: every tile's cluster fits at once; through the workspace: one
+ *   CTA per SM), a cluster split needs no workspace, a workspace split fits
+ *   in nbi_plan_workspace, the splits cover k;
+ * - the choices measured fastest on the H100 (bench/RESULTS.md, NOTES.md):
+ *   4096 -> 4096 at m = 256 in 2 splits of 128-token tiles summed in a
+ *   cluster, 8192 -> 8192 at m = 256 in 2 of 256-token tiles in a cluster,
+ *   m = 64 on 4096 -> 4096 in 4 splits through the workspace (the
+ *   64-token tile's partials are small), m = 1024 unsplit;
+ * - NIBBLE_SM90_CLUSTER=0 (env_no_cluster) and a GPU whose clusters do not
+ *   fit never get a cluster split, and still get valid plans;
+ * - a requested split that cannot run is clamped to the largest that can;
+ *   one whose clusters do not all fit sums through the workspace;
+ * - the cluster capacity is asked of the device once per instance and size.
+ */
+#define _POSIX_C_SOURCE 200809L
+#define nbi_cuda_has_sm90a nbi_stub_has_sm90a
+#define nbi_cuda_sm90_clusters nbi_stub_sm90_clusters
+#include "../src/cuda_stub.c"
+#undef nbi_cuda_has_sm90a
+#undef nbi_cuda_sm90_clusters
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+
+int nbi_cuda_has_sm90a(void);
+int nbi_cuda_sm90_clusters(nb_context *ctx, int fmt, int act, int bn, int cwg, int s);
+
+int nbi_cuda_has_sm90a(void) { return 1; }
+
+/* clusters of s (index) CTAs that fit at once; g_queries counts the asks */
+static int g_cap[NBI_SM90_MAX_SPLITS + 1] = {0, 132, 66, 39, 30, 22, 17, 15, 15};
+static int g_queries;
+int nbi_cuda_sm90_clusters(nb_context *ctx, int fmt, int act, int bn, int cwg, int s) {
+    (void)ctx, (void)fmt, (void)act, (void)bn, (void)cwg;
+    g_queries++;
+    return s >= 2 && s <= NBI_SM90_MAX_SPLITS ? g_cap[s] : 0;
+}
+
+/* A host context with the device facts of an H100 SXM. */
+static nb_context *h100(void) {
+    nb_context *c = NULL;
+    if (nb_context_create(NB_DEVICE_NONE, &c) != NB_OK) {
+        printf("nb_context_create failed: %s\n", nb_last_error());
+        exit(1);
+    }
+    snprintf(c->info.name, sizeof c->info.name, "NVIDIA H100 80GB HBM3 (test)");
+    c->info.device = 0;
+    c->info.cc_major = 9, c->info.cc_minor = 0;
+    c->info.sm_count = 132;
+    c->info.max_threads_per_sm = 2048;
+    c->info.regs_per_sm = 65536;
+    c->info.l2_bytes = 50u << 20;
+    c->info.smem_per_block_optin = 227 * 1024;
+    c->info.smem_per_sm = 228 * 1024;
+    c->has_device = 1;
+    for (int f = 0; f < NBI_FORMAT_COUNT; f++)
+        for (int t = 0; t < 4; t++) c->table_shift[f][t] = INT32_MIN;
+    return c;
+}
+
+static nb_gemm_desc problem(nb_format fmt, int64_t k, int64_t n, int64_t m) {
+    nb_weight_desc w;
+    nb_gemm_desc g;
+    nb_weight_desc_init(&w, fmt, n, k);
+    w.layout = NB_LAYOUT_PACKED;
+    nb_gemm_desc_init(&g, &w, m, NB_DTYPE_BF16, NB_DTYPE_BF16);
+    return g;
+}
+
+/* The invariants of a tensor-core plan (see the top of this file). */
+static void check_valid(nb_context *ctx, const nbi_gemm_plan *p, int64_t k, int64_t n, int64_t m) {
+    const int64_t tiles = (int64_t)p->tiles_n * p->tiles_m;
+    CHECK(p->path == NBI_PATH_SM90, "%lld -> %lld m = %lld: the tensor-core path (path %d)", (long long)k,
+          (long long)n, (long long)m, p->path);
+    if (p->path != NBI_PATH_SM90) return;
+    CHECK(p->splits >= 1 && p->splits <= NBI_SM90_MAX_SPLITS && (int64_t)p->splits * p->chunks_per_split >= p->kchunks &&
+              (int64_t)(p->splits - 1) * p->chunks_per_split < p->kchunks,
+          "%lld -> %lld m = %lld: %d splits of %d chunks cover %lld chunks, each split non-empty", (long long)k,
+          (long long)n, (long long)m, p->splits, p->chunks_per_split, (long long)p->kchunks);
+    CHECK(tiles * p->bn >= m && (int64_t)p->tiles_n * 64 * p->cwg >= n, "%lld -> %lld m = %lld: the tiles cover the output",
+          (long long)k, (long long)n, (long long)m);
+    if (p->splits == 1) {
+        CHECK(!p->cluster && p->ws_partial_bytes == 0, "%lld -> %lld m = %lld: no split, no cluster, no workspace",
+              (long long)k, (long long)n, (long long)m);
+        return;
+    }
+    if (p->cluster) {
+        CHECK(tiles <= g_cap[p->splits] && p->ws_partial_bytes == 0 && p->ws_counter_bytes == 0,
+              "%lld -> %lld m = %lld: %lld tiles x %d splits in clusters: all fit at once (%d), no workspace",
+              (long long)k, (long long)n, (long long)m, (long long)tiles, p->splits, g_cap[p->splits]);
+    } else {
+        CHECK(tiles * p->splits <= ctx->info.sm_count && p->ws_partial_bytes > 0 &&
+                  p->ws_partial_bytes + p->ws_counter_bytes <= nbi_plan_workspace(ctx, p),
+              "%lld -> %lld m = %lld: %lld tiles x %d splits through the workspace: one wave, %zu bytes within "
+              "the bound %zu", (long long)k, (long long)n, (long long)m, (long long)tiles, p->splits,
+              p->ws_partial_bytes + p->ws_counter_bytes, nbi_plan_workspace(ctx, p));
+    }
+}
+
+static int plan(nb_context *ctx, nb_format fmt, int64_t k, int64_t n, int64_t m, const nbi_request *rq,
+                nbi_gemm_plan *p) {
+    const nb_gemm_desc g = problem(fmt, k, n, m);
+    const nb_status st = nbi_plan(ctx, &g, rq, p);
+    CHECK(st == NB_OK, "plan %lld -> %lld m = %lld: %s", (long long)k, (long long)n, (long long)m,
+          st ? nb_last_error() : "ok");
+    return st == NB_OK;
+}
+
+static const int64_t k_shapes[][2] = {
+    /* the bench set (k, n) */
+    {4096, 4096}, {4096, 6144}, {4096, 28672}, {14336, 4096}, {8192, 8192}, {8192, 10240}, {8192, 57344},
+    {28672, 8192}, {5120, 27648}, {27648, 5120},
+    /* real models off the bench set: Qwen2.5-7B, Gemma-2-2B, Phi-3-mini, a GQA k/v projection */
+    {3584, 18944}, {18944, 3584}, {2304, 9216}, {3072, 9216}, {4096, 1024},
+    /* ragged: n off the 16-row block and the tile, k off the chunk */
+    {4096 + 96, 1000}, {1024 + 32, 6168}, {32 * 37, 17}};
+static const int64_t k_ms[] = {33, 64, 100, 128, 200, 256, 384, 512, 1000, 1024, 2048, 4096, 8192};
+
+static void test_every_plan_valid(void) {
+    nb_context *ctx = h100();
+    const nb_format fmts[2] = {NB_FORMAT_NVFP4, NB_FORMAT_MXFP4};
+    int clusters = 0, workspace = 0;
+    for (int f = 0; f < 2; f++)
+        for (size_t s = 0; s < sizeof k_shapes / sizeof k_shapes[0]; s++)
+            for (size_t i = 0; i < sizeof k_ms / sizeof k_ms[0]; i++) {
+                nbi_gemm_plan p;
+                if (!plan(ctx, fmts[f], k_shapes[s][0], k_shapes[s][1], k_ms[i], NULL, &p)) continue;
+                check_valid(ctx, &p, k_shapes[s][0], k_shapes[s][1], k_ms[i]);
+                clusters += p.splits > 1 && p.cluster;
+                workspace += p.splits > 1 && !p.cluster;
+            }
+    printf("bench and real-model layers: %d cluster splits, %d workspace splits\n", clusters, workspace);
+    CHECK(clusters > 0 && workspace > 0, "both kinds of k split are chosen somewhere (%d cluster, %d workspace)",
+          clusters, workspace);
+    nb_context_destroy(ctx);
+}
+
+/* The configurations measured fastest on the H100 (2026-11-26). */
+static void test_measured_choices(void) {
+    nb_context *ctx = h100();
+    nbi_gemm_plan p;
+    if (plan(ctx, NB_FORMAT_NVFP4, 4096, 4096, 256, NULL, &p))
+        CHECK(p.bn == 128 && p.splits == 2 && p.cluster, "4096 -> 4096 m = 256: 128-token tiles, 2 splits in a cluster "
+              "(got bn %d, %d splits, cluster %d)", p.bn, p.splits, p.cluster);
+    if (plan(ctx, NB_FORMAT_NVFP4, 8192, 8192, 256, NULL, &p))
+        CHECK(p.bn == 256 && p.splits == 2 && p.cluster, "8192 -> 8192 m = 256: 256-token tiles, 2 splits in a cluster "
+              "(got bn %d, %d splits, cluster %d)", p.bn, p.splits, p.cluster);
+    if (plan(ctx, NB_FORMAT_NVFP4, 14336, 4096, 512, NULL, &p))
+        CHECK(p.bn == 256 && p.splits == 2 && p.cluster, "14336 -> 4096 m = 512: 256-token tiles, 2 splits in a "
+              "cluster (got bn %d, %d splits, cluster %d)", p.bn, p.splits, p.cluster);
+    if (plan(ctx, NB_FORMAT_NVFP4, 4096, 4096, 64, NULL, &p))
+        CHECK(p.bn == 64 && p.splits == 4 && !p.cluster, "4096 -> 4096 m = 64: 64-token tiles, 4 splits through the "
+              "workspace (got bn %d, %d splits, cluster %d)", p.bn, p.splits, p.cluster);
+    if (plan(ctx, NB_FORMAT_NVFP4, 8192, 8192, 1024, NULL, &p))
+        CHECK(p.bn == 256 && p.splits == 1, "8192 -> 8192 m = 1024: 256-token tiles, unsplit (got bn %d, %d splits)",
+              p.bn, p.splits);
+    nb_context_destroy(ctx);
+}
+
+/* No cluster split where clusters are off or do not fit; the plans stay valid. */
+static void test_without_clusters(void) {
+    for (int mode = 0; mode < 2; mode++) {
+        nb_context *ctx = h100();
+        int saved[NBI_SM90_MAX_SPLITS + 1];
+        memcpy(saved, g_cap, sizeof saved);
+        if (mode == 0) ctx->env_no_cluster = 1; /* NIBBLE_SM90_CLUSTER=0 */
+        else memset(g_cap, 0, sizeof g_cap);    /* a device where no cluster of the kernel fits */
+        int clusters = 0, splits = 0;
+        for (size_t s = 0; s < sizeof k_shapes / sizeof k_shapes[0]; s++)
+            for (size_t i = 0; i < sizeof k_ms / sizeof k_ms[0]; i++) {
+                nbi_gemm_plan p;
+                if (!plan(ctx, NB_FORMAT_NVFP4, k_shapes[s][0], k_shapes[s][1], k_ms[i], NULL, &p)) continue;
+                check_valid(ctx, &p, k_shapes[s][0], k_shapes[s][1], k_ms[i]);
+                clusters += p.cluster;
+                splits += p.splits > 1;
+            }
+        CHECK(clusters == 0 && splits > 0, "%s: no cluster split (%d), workspace splits still used (%d)",
+              mode == 0 ? "NIBBLE_SM90_CLUSTER=0" : "no cluster fits", clusters, splits);
+        memcpy(g_cap, saved, sizeof saved);
+        nb_context_destroy(ctx);
+    }
+}
+
+/* A requested split is the largest that can run, at most the one asked. */
+static void test_requested_splits(void) {
+    nb_context *ctx = h100();
+    nbi_gemm_plan p;
+    nbi_request rq;
+    memset(&rq, 0, sizeof rq);
+    rq.path = NB_GEMM_PATH_TENSOR_CORE;
+    rq.bn = 256;
+    rq.splits = 8; /* 8192 -> 8192 m = 256: 64 tiles; 8 clusters of 8 (15 fit) nor 512 CTAs fit one wave */
+    if (plan(ctx, NB_FORMAT_NVFP4, 8192, 8192, 256, &rq, &p)) {
+        check_valid(ctx, &p, 8192, 8192, 256);
+        CHECK(p.bn == 256 && p.splits == 2, "8 splits asked where 2 is the most that runs: 2 (got bn %d, %d)", p.bn,
+              p.splits);
+    }
+    rq.splits = 3; /* 32 tiles x 3: 39 clusters of 3 fit, and 96 CTAs one wave */
+    if (plan(ctx, NB_FORMAT_NVFP4, 4096, 4096, 256, &rq, &p)) {
+        check_valid(ctx, &p, 4096, 4096, 256);
+        CHECK(p.splits == 3, "3 splits asked and possible: 3 (got %d)", p.splits);
+    }
+    rq.splits = 4; /* 32 tiles x 4: 30 clusters of 4 fit, but 128 CTAs fit one wave through the workspace */
+    if (plan(ctx, NB_FORMAT_NVFP4, 4096, 4096, 256, &rq, &p)) {
+        check_valid(ctx, &p, 4096, 4096, 256);
+        CHECK(p.splits == 4 && !p.cluster, "4 splits where their clusters do not all fit: through the workspace "
+              "(got %d, cluster %d)", p.splits, p.cluster);
+    }
+    nb_context_destroy(ctx);
+}
+
+/* The device is asked once per context, instance and cluster size. */
+static void test_capacity_cached(void) {
+    nb_context *ctx = h100();
+    nbi_gemm_plan p;
+    g_queries = 0;
+    plan(ctx, NB_FORMAT_NVFP4, 4096, 4096, 256, NULL, &p);
+    const int first = g_queries;
+    for (int i = 0; i < 5; i++) plan(ctx, NB_FORMAT_NVFP4, 4096, 4096, 256, NULL, &p);
+    CHECK(first > 0 && g_queries == first, "cluster capacity asked %d times for the first plan, %d in all after 5 more",
+          first, g_queries);
+    nb_context_destroy(ctx);
+}
+
+int main(void) {
+    test_every_plan_valid();
+    test_measured_choices();
+    test_without_clusters();
+    test_requested_splits();
+    test_capacity_cached();
+    printf("%d passed, %d failed\n", g_pass, g_fail);
+    return g_fail ? 1 : 0;
+}
