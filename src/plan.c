@@ -240,9 +240,9 @@ static int plan_tc(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
      * 128- and 256-token tiles costs 0.68, 0.80 and 1.16 us per k chunk plus
      * 3.5, 5 and 7 us of pipeline fill and epilogue (H100, nvfp4, unsplit
      * one-wave runs of 32 to 216 chunks on the layers of tc_reduce_us: within
-     * 5% of each; two-wave runs measured up to 10% more).  Narrow tiles win while the wider ones leave SMs idle,
-     * wide ones once every SM has work (m = 1024: 178 us with 256 tokens,
-     * 231 with 128 on 8192 -> 8192).  A k split fills the SMs the tiles
+     * 5% of each; two-wave runs measured up to 10% more).  Narrow tiles win
+     * while the wider ones leave SMs idle, wide ones once every SM has work
+     * (m = 1024: 178 us with 256 tokens, 231 with 128 on 8192 -> 8192).  A k split fills the SMs the tiles
      * leave idle (m <= 256 on 8192-wide layers: 64 tiles of 128 rows for 132
      * SMs), never past one wave: the splits of a tile may form a cluster and
      * sum through their shared memory where all the tiles' clusters fit at
@@ -263,15 +263,10 @@ static int plan_tc(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
         if (fb ? fb != widths[i] : i >= 3 && g->m > widths[i]) continue; /* 16, 32: one tile of tokens */
         const int cwg = tc_cwg(p, widths[i]);
         const int64_t tiles = tc_tiles_n(p, widths[i]) * ((g->m + widths[i] - 1) / widths[i]);
-        int64_t most = NBI_SM90_MAX_SPLITS;
-        if (most > p->kchunks) most = p->kchunks;
-        if (rq->splits > 0) most = 1; /* (a requested split: the one tried below) */
-        for (int64_t s = 1; s <= NBI_SM90_MAX_SPLITS; s++) {
-            /* a requested split, clamped to what can run: the largest s <= it */
-            if (rq->splits > 0 ? s != rq->splits : s > most) continue;
+        for (int64_t s = 1; s <= NBI_SM90_MAX_SPLITS && s <= p->kchunks; s++) {
+            if (rq->splits > 0 && s != rq->splits) continue; /* (one that cannot run: below) */
             int can_cl = 0, can_ws = 1;
             if (s > 1) {
-                if (s > p->kchunks) continue;
                 can_cl = tiles <= tc_clusters(ctx, p, widths[i], cwg, (int)s);
                 can_ws = tiles <= NBI_MAX_SPLIT_COLUMNS && tiles * s <= ctx->info.sm_count;
                 if (!can_cl && !can_ws) continue;
@@ -293,7 +288,7 @@ static int plan_tc(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
             if (best == 0.0 || cost < best) best = cost, bn = widths[i], splits = (int)s, cluster = cl;
         }
     }
-    if (best == 0.0) { /* a requested split that cannot run: the largest that can, for that width */
+    if (best == 0.0) { /* a requested split that cannot run: the largest that can, at or below it */
         nbi_request r2 = *rq;
         r2.splits = rq->splits > 1 ? rq->splits - 1 : 0;
         return plan_tc(ctx, g, &r2, p);

@@ -504,6 +504,17 @@ static PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder(char *err) {
     return fn;
 }
 
+/* The launch attribute that makes every s consecutive CTAs one cluster. */
+static cudaLaunchAttribute sm90_cluster_attr(int s) {
+    cudaLaunchAttribute a;
+    memset(&a, 0, sizeof a);
+    a.id = cudaLaunchAttributeClusterDimension;
+    a.val.clusterDim.x = (unsigned)s;
+    a.val.clusterDim.y = 1;
+    a.val.clusterDim.z = 1;
+    return a;
+}
+
 extern "C" nb_status nbi_cuda_gemm_sm90(nb_context *ctx, const nbi_gemm_plan *pl, const void *x, const void *packed,
                                         const void *bias, void *y, void *workspace, void *stream) {
     size_t smem = 0;
@@ -544,13 +555,7 @@ extern "C" nb_status nbi_cuda_gemm_sm90(nb_context *ctx, const nbi_gemm_plan *pl
     const dim3 grid((unsigned)(pl->tiles_n * pl->tiles_m * pl->splits));
     const int threads = SM90_THREADS(pl->cwg);
     cudaLaunchConfig_t cfg = nbc_launch_config(grid, dim3(threads), smem, stream, pl->pdl, attr);
-    if (pl->cluster) { /* the splits of a tile (consecutive CTAs) as one cluster */
-        attr[cfg.numAttrs].id = cudaLaunchAttributeClusterDimension;
-        attr[cfg.numAttrs].val.clusterDim.x = (unsigned)pl->splits;
-        attr[cfg.numAttrs].val.clusterDim.y = 1;
-        attr[cfg.numAttrs].val.clusterDim.z = 1;
-        cfg.numAttrs++;
-    }
+    if (pl->cluster) attr[cfg.numAttrs++] = sm90_cluster_attr(pl->splits); /* a tile's splits (consecutive CTAs) */
     NBC_TRY(cudaLaunchKernelEx(&cfg, f, map, p), "gemm_sm90 kernel launch");
     return NB_OK;
 }
@@ -563,15 +568,11 @@ extern "C" nb_status nbi_cuda_gemm_sm90(nb_context *ctx, const nbi_gemm_plan *pl
 extern "C" int nbi_cuda_sm90_clusters(nb_context *ctx, int fmt, int act, int bn, int cwg, int s) {
     size_t smem = 0;
     sm90_fn f = sm90_pick(fmt, act, bn, cwg, &smem);
-    if (!f || s < 2 || s > 8) return 0;
+    if (!f || s < 2 || s > NBI_SM90_MAX_SPLITS) return 0;
     if (nbc_smem_opt_in(ctx, (const void *)f, smem)) return 0;
     cudaLaunchAttribute attr[1];
     cudaLaunchConfig_t cfg = nbc_launch_config(dim3((unsigned)s), dim3(SM90_THREADS(cwg)), smem, NULL, 0, attr);
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = (unsigned)s;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.numAttrs = 1;
+    attr[cfg.numAttrs++] = sm90_cluster_attr(s);
     int n = 0;
     if (cudaOccupancyMaxActiveClusters(&n, (const void *)f, &cfg) != cudaSuccess) {
         cudaGetLastError();
