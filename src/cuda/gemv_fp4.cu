@@ -111,9 +111,11 @@
 #define GEMV_STAGES 4
 #define GEMV_MINB 1
 /* Kernel 1 lets the next grid launch once a warp has issued its last loads
- * when its stream is at most this many chunks, else after its loop
- * (common.cuh; H100, nvfp4, m = 1: 4096 -> 4096 (4 chunks a warp) -12%,
- * 4096 -> 6144 (8) -8%; 8192 -> 8192 (16) +15%, 14336 -> 4096 (14) +10%). */
+ * when its stream is at most this many chunks, else after its loop (the
+ * EARLY instances; common.cuh).  H100, nvfp4, m = 1, against the late
+ * trigger: 4096 -> 4096 (4 chunks a warp) -12%, 4096 -> 6144 (8) -9%,
+ * 4096 -> 28672 (8) -5%; the early trigger on every stream cost 8192 ->
+ * 8192 (16) 15% and 14336 -> 4096 (14) 10% (NOTES.md). */
 #define GEMV_EARLY_CHUNKS 8
 #define XROW 20 /* uint4 per staged activation row of a chunk: 256 bytes + 64 of padding */
 
