@@ -66,6 +66,7 @@ NB_INTERNAL const nbi_format_traits *nbi_traits_at(int index);
 
 /* ------------------------------------------------------------ context */
 #define NBI_SM90_MAX_SPLITS 8 /* tensor-core path: CTAs per tile along k */
+#define NBI_SM90_INSTANCES 7  /* tensor-core kernel shapes: bn 16..256 with 2 consumer warpgroups, 16 and 32 with 4 */
 
 struct nb_context {
     nb_device_info info;
@@ -79,9 +80,9 @@ struct nb_context {
     int env_path;                /* NIBBLE_PATH at creation: an nb_gemm_path, 0 when unset */
     int env_no_cluster;          /* NIBBLE_SM90_CLUSTER=0 at creation: tensor-core split-K through the workspace */
     /* clusters of s CTAs of the tensor-core kernel that run at once, per
-     * instance (nbi_sm90_instance) and s (plan.c asks nbi_cuda_sm90_clusters
+     * instance (plan.c sm90_instance) and s (plan.c asks nbi_cuda_sm90_clusters
      * once and keeps the answer + 1 here; 0: not asked yet) */
-    int sm90_clusters[7][NBI_SM90_MAX_SPLITS + 1];
+    int sm90_clusters[NBI_SM90_INSTANCES][NBI_SM90_MAX_SPLITS + 1];
     struct nbi_tune_table *tune; /* tuning table (tune.c), NULL when empty */
 };
 

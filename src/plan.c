@@ -180,7 +180,7 @@ static int64_t tc_tiles_n(const nbi_gemm_plan *p, int bn) {
 }
 
 /* The instance index of a tile width and consumer warpgroups (the rows of
- * ctx->sm90_clusters). */
+ * ctx->sm90_clusters: 0..NBI_SM90_INSTANCES-1). */
 static int sm90_instance(int bn, int cwg) {
     const int i = bn == 16 ? 0 : bn == 32 ? 1 : bn == 64 ? 2 : bn == 128 ? 3 : 4;
     return cwg == 4 ? 5 + i : i;
