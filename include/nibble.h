@@ -948,17 +948,24 @@ NB_API nb_status nb_moe_align_host(nb_context *ctx, const nb_moe_desc *d, int32_
 
 /* ---------------------------------------------- mixture of experts on the GPU
  *
- * nb_moe_mlp runs the whole MoE MLP above on the device in four launches,
- * none per expert: the routing layout (nb_moe_align), the gate_up grouped
- * GEMM with the activation applied in its epilogue (h [m * top_k, I]), the
- * down grouped GEMM (o [m * top_k, H]), and the combine in top-k order.
- * Each launch covers the worst-case number of routing blocks, so the work
- * does not depend on the routing on the host: no host synchronization, no
- * allocation, capturable in a CUDA graph.  An expert without tokens reads
- * none of its weights.  The grouped GEMMs are the decode kernels' tensor-core
- * step (gemv_fp4.cu) applied to blocks of up to 8 * mt slots of one expert,
- * so every active expert's weights stream once per block; many tokens per
- * expert (prefill) re-read an expert's weights once per block of 32 slots.
+ * nb_moe_mlp runs the whole MoE MLP above on the device, none of its
+ * launches per expert: the routing layout (nb_moe_align), the gate_up
+ * grouped GEMM with the activation applied in its epilogue (h [m * top_k,
+ * I]), the down grouped GEMM (o [m * top_k, H]), and the combine in top-k
+ * order.  Each launch covers the worst-case number of routing blocks, so the
+ * work does not depend on the routing on the host: no host synchronization,
+ * no allocation, capturable in a CUDA graph.  An expert without tokens reads
+ * none of its weights.  Two kernel paths, chosen from the average number of
+ * slots per expert (m * top_k / E):
+ *   - decode (fewer than 24): the decode kernels' tensor-core step
+ *     (gemv_fp4.cu) applied to blocks of up to 8 * mt slots of one expert,
+ *     so every active expert's weights stream once per block; when few
+ *     experts are active (batch 1) two warps may split each row block's k;
+ *   - tensor-core tiles (24 or more, Hopper sm_90a): the token rows are
+ *     first gathered per expert (one more launch), then each tile of 128
+ *     weight rows x 64 or 128 tokens of one expert runs on wgmma with TMA
+ *     loads, as nb_gemm's tensor-core path does.
+ * nb_gemm_last_config names the path, block and split afterwards.
  * NVFP4 and MXFP4, F16 and BF16 activations.
  *
  * WEIGHTS on the device are packed per expert (nb_moe_pack_host; the
@@ -971,8 +978,8 @@ NB_API nb_status nb_moe_align_host(nb_context *ctx, const nb_moe_desc *d, int32_
  * ARITHMETIC: that of nb_moe_mlp_host (h, o_s and y rounded to act_dtype at
  * the same points, the combine in top-k order) with float32 dot products
  * summed in the tensor cores' order instead of k order; tests/test_gpu_moe.c
- * checks every result against nb_moe_mlp_host_f64 with the bound the host
- * float version meets. Routing data is not validated on the device (see
+ * checks every result of both paths against nb_moe_mlp_host_f64 with the
+ * bound the host float version meets. Routing data is not validated on the device (see
  * ROUTING DATA): ids outside [0, E) are ignored (that slot contributes 0). */
 
 /* Bytes of the packed weights: one expert's (the stride between experts)
@@ -1008,8 +1015,10 @@ typedef struct nb_moe_packed_weights {
     const void *reserved[4];     /* NULL */
 } nb_moe_packed_weights;
 
-/* Device workspace of nb_moe_mlp for d (packed): the routing layout and the
- * per-slot intermediates h and o; it depends on m, E, top_k, H and I only. */
+/* Device workspace of nb_moe_mlp for d (packed): the routing layout, the
+ * per-slot intermediates h and o and, on the tensor-core path, the gathered
+ * token rows [m * top_k, H]; it depends on m, E, top_k, H, I and the device
+ * only (the routing does not change it). */
 NB_API nb_status nb_moe_workspace_size(nb_context *ctx, const nb_moe_desc *d, size_t *bytes);
 
 /* y [m, H] = the MoE MLP of x [m, H] (act_dtype F16 or BF16; rows of H

@@ -82,8 +82,15 @@ int nbi_cuda_gemm_sm80_stages(int fmt, int bn, int want, size_t smem_limit, size
     return 0;
 }
 nb_status nbi_cuda_moe_align(nb_context *ctx, const nbi_moe_plan *p, const int32_t *ids, int32_t *sorted,
-                             int32_t *blocks, int32_t *offsets, int32_t *counts, void *stream) {
-    (void)p, (void)ids, (void)sorted, (void)blocks, (void)offsets, (void)counts, (void)stream;
+                             int32_t *blocks, int32_t *offsets, int32_t *counts, int32_t *ustart, void *stream) {
+    (void)p, (void)ids, (void)sorted, (void)blocks, (void)offsets, (void)counts, (void)ustart, (void)stream;
+    return no_cuda(ctx);
+}
+nb_status nbi_cuda_moe_sm90(nb_context *ctx, const nbi_moe_plan *p, int mode, const void *x,
+                            const nb_moe_packed_weights *w, void *out, const int32_t *sorted, const int32_t *blockexp,
+                            const int32_t *offsets, const int32_t *ustart, void *stream) {
+    (void)p, (void)mode, (void)x, (void)w, (void)out, (void)sorted, (void)blockexp, (void)offsets, (void)ustart,
+        (void)stream;
     return no_cuda(ctx);
 }
 nb_status nbi_cuda_moe_mlp(nb_context *ctx, const nbi_moe_plan *p, const void *x, const nb_moe_packed_weights *w,

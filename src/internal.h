@@ -328,7 +328,9 @@ NB_INTERNAL nb_status nbi_cuda_gemm_sm80(nb_context *ctx, const nbi_gemm_plan *p
  * per CTA row), the two projections' scale handling (as nbi_plan computes
  * it for a GEMM of that weight) and the workspace carve-up. */
 typedef struct nbi_moe_plan {
-    int fmt, act, mt, block;  /* block = 8 * mt */
+    int fmt, act, mt, block;  /* block: 8 * mt (decode kernels) or the tensor-core tile width (tc) */
+    int tc;                   /* the projections run on the tensor-core path (gemm_sm90.cu moe_sm90_kernel) */
+    int pdl;                  /* kernels after the routing layout launch with programmatic dependent launch */
     int activation, interleaved;
     float limit, alpha;
     int64_t m, experts, top_k, hidden, inter;
@@ -336,12 +338,20 @@ typedef struct nbi_moe_plan {
     int64_t gu_row_blocks, gu_kchunks, dn_row_blocks, dn_kchunks;
     size_t gu_stride, dn_stride;  /* packed bytes per expert */
     int gu_exp_shift, dn_exp_shift;
+    int gu_kw, dn_kw;             /* decode kernels: warps splitting a row block's k range (1, 2, 4, 8) */
     uint32_t gu_table[128], dn_table[128];
-    size_t off_sorted, off_blocks, off_offsets, off_counts, off_h, off_o, ws_bytes;
+    size_t off_sorted, off_blocks, off_offsets, off_counts, off_ustart, off_xg, off_h, off_o, ws_bytes;
 } nbi_moe_plan;
 
 NB_INTERNAL nb_status nbi_cuda_moe_align(nb_context *ctx, const nbi_moe_plan *p, const int32_t *ids, int32_t *sorted,
-                                         int32_t *blocks, int32_t *offsets, int32_t *counts, void *stream);
+                                         int32_t *blocks, int32_t *offsets, int32_t *counts, int32_t *ustart,
+                                         void *stream);
+/* One projection (mode 0 gate_up, 1 down) of the MoE MLP on the Hopper
+ * tensor-core path, over the compact rows x (gathered tokens or h). */
+NB_INTERNAL nb_status nbi_cuda_moe_sm90(nb_context *ctx, const nbi_moe_plan *p, int mode, const void *x,
+                                        const nb_moe_packed_weights *w, void *out, const int32_t *sorted,
+                                        const int32_t *blockexp, const int32_t *offsets, const int32_t *ustart,
+                                        void *stream);
 NB_INTERNAL nb_status nbi_cuda_moe_mlp(nb_context *ctx, const nbi_moe_plan *p, const void *x,
                                        const nb_moe_packed_weights *w, const int32_t *ids, const float *tw, void *y,
                                        void *workspace, void *stream);

@@ -566,6 +566,57 @@ static int moe_mt(const nb_moe_desc *d) {
     return per_expert <= 8.0 ? 1 : per_expert <= 16.0 ? 2 : 4;
 }
 
+/* The tensor-core path for the projections (Hopper): when experts see many
+ * tokens each (prefill), a tile of 64 or 128 tokens of one expert reads its
+ * weights once per tile instead of once per 32 slots, on the tensor cores'
+ * wgmma.  Returns the tile width, 0 for the decode kernels.  The rule: at
+ * least NBI_MOE_TC_MIN slots per expert on average (at 16 the two paths are
+ * within 12% of each other, each ahead on some layers; at 32 the tiles are
+ * 1.5-2x faster), 128-token tiles from 64 (bench/RESULTS.md, mixture of
+ * experts).  NIBBLE_MOE_PATH=decode / tc and
+ * NIBBLE_MOE_TC_BN=64 / 128 override it (measurement). */
+#define NBI_MOE_TC_MIN 24.0
+static int moe_tc(const nb_context *ctx, const nb_moe_desc *d) {
+    const int can = nbi_cuda_has_sm90a() && ctx->info.cc_major == 9 && ctx->info.cc_minor == 0 &&
+                    (int64_t)d->m * d->top_k <= INT32_MAX - 256;
+    if (!can) return 0;
+    const char *path = getenv("NIBBLE_MOE_PATH"), *bn = getenv("NIBBLE_MOE_TC_BN");
+    const double per_expert = (double)d->m * (double)d->top_k / (double)d->experts;
+    int tc = per_expert >= NBI_MOE_TC_MIN;
+    if (path && !strcmp(path, "decode")) tc = 0;
+    if (path && !strcmp(path, "tc")) tc = 1;
+    if (!tc) return 0;
+    if (bn && (!strcmp(bn, "64") || !strcmp(bn, "128"))) return atoi(bn);
+    return per_expert >= 64.0 ? 128 : 64;
+}
+
+/* Warps per row block along k for one projection of the decode kernels
+ * (1, 2, 4, 8): at batch 1 only top_k experts have tokens, and one warp per
+ * row block leaves much of the GPU idle (gpt-oss-120b down: 4 experts x 180
+ * row blocks = 720 warps for 132 SMs), so the kw warps of a CTA split each
+ * row block's chunks while fewer than 16 warps per SM would stream, keeping
+ * at least 3 chunks per warp for kw = 2 and 8 for more (each CTA's fixed
+ * cost, scale table, routing reads and the in-CTA sum, is paid for fewer
+ * row blocks).  Measured on an H100 at batch 1 (bench/RESULTS.md): kw = 2
+ * gains 6-19% where fewer than 2100 row blocks have tokens, kw = 4 and 8
+ * lose.  The routing blocks with tokens are estimated from the expected
+ * number of experts a uniform router picks.  NIBBLE_MOE_KW overrides it
+ * (measurement). */
+static int moe_kw(const nb_context *ctx, const nb_moe_desc *d, int block, int64_t row_blocks, int64_t kchunks) {
+    const char *env = getenv("NIBBLE_MOE_KW");
+    if (env && (!strcmp(env, "1") || !strcmp(env, "2") || !strcmp(env, "4") || !strcmp(env, "8"))) {
+        const int kw = atoi(env);
+        return kchunks >= kw ? kw : 1;
+    }
+    const double E = (double)d->experts, slots = (double)d->m * (double)d->top_k;
+    const double active = E * (1.0 - pow(1.0 - (double)d->top_k / E, (double)d->m)); /* experts with tokens */
+    const double blocks = fmax(active, ceil(slots / (double)block));
+    const double want = 16.0 * (double)ctx->info.sm_count; /* warps streaming */
+    int kw = 1;
+    while (kw < 8 && blocks * (double)row_blocks * kw < want && kchunks >= (kw == 1 ? 6 : 16 * kw)) kw *= 2;
+    return kw;
+}
+
 /* The scale handling of one packed projection: nbi_plan's, for a GEMM of
  * that weight (it also checks the MXFP4 exponent span against the dtype). */
 static nb_status moe_scales(nb_context *ctx, const nb_moe_desc *d, const nb_weight_desc *w, int *exp_shift,
@@ -603,6 +654,9 @@ static nb_status moe_plan(nb_context *ctx, const nb_moe_desc *d, nbi_moe_plan *p
     p->act = d->act_dtype;
     p->mt = moe_mt(d);
     p->block = 8 * p->mt;
+    p->tc = moe_tc(ctx, d);
+    p->pdl = ctx->info.cc_major >= 9;
+    if (p->tc) p->block = p->tc;
     p->activation = d->activation;
     p->interleaved = d->gate_up_layout == NB_MOE_GATE_UP_INTERLEAVED;
     p->limit = d->limit;
@@ -619,15 +673,21 @@ static nb_status moe_plan(nb_context *ctx, const nb_moe_desc *d, nbi_moe_plan *p
     p->blocks = as.blocks;
     if (d->experts > 4096)
         return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s: %d experts (at most 4096 on the device)", fn, (int)d->experts);
-    if ((d->hidden + 127) / 128 > 65535 || (d->intermediate + 63) / 64 > 65535) /* the grids' y */
-        return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s: hidden = %lld or intermediate = %lld is too large for one "
-                        "launch", fn, (long long)d->hidden, (long long)d->intermediate);
     p->gu_row_blocks = gate_up_packed_rows(d) / 16;
     p->gu_kchunks = (d->hidden + NBI_CHUNK_K - 1) / NBI_CHUNK_K;
     p->dn_row_blocks = (d->hidden + 15) / 16;
     p->dn_kchunks = (d->intermediate + NBI_CHUNK_K - 1) / NBI_CHUNK_K;
     p->gu_stride = ps.gate_up_expert_bytes;
     p->dn_stride = ps.down_expert_bytes;
+    p->gu_kw = moe_kw(ctx, d, p->block, p->gu_row_blocks, p->gu_kchunks);
+    p->dn_kw = moe_kw(ctx, d, p->block, p->dn_row_blocks, p->dn_kchunks);
+    /* the decode kernels' 1-D grids: routing blocks x groups of row blocks */
+    const int64_t gu_groups = (p->gu_row_blocks + 8 / p->gu_kw - 1) / (8 / p->gu_kw);
+    const int64_t dn_groups = (p->dn_row_blocks + 8 / p->dn_kw - 1) / (8 / p->dn_kw);
+    if (p->blocks * gu_groups > INT32_MAX || p->blocks * dn_groups > INT32_MAX)
+        return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s: m = %lld, hidden = %lld and intermediate = %lld with %d experts "
+                        "need more CTAs than one launch has", fn, (long long)d->m, (long long)d->hidden,
+                        (long long)d->intermediate, (int)d->experts);
     nb_weight_desc gu, dn;
     packed_descs(d, &gu, &dn);
     gu.layout = dn.layout = NB_LAYOUT_PACKED;
@@ -644,6 +704,10 @@ static nb_status moe_plan(nb_context *ctx, const nb_moe_desc *d, nbi_moe_plan *p
     off += align256((size_t)(p->experts + 1) * 4);
     p->off_counts = off;
     off += align256((size_t)p->experts * 4);
+    p->off_ustart = off;
+    off += align256((size_t)p->experts * 4);
+    p->off_xg = off;
+    if (p->tc) off += align256((size_t)p->slots * (size_t)p->hidden * es);
     p->off_h = off;
     off += align256((size_t)p->slots * (size_t)p->inter * es);
     p->off_o = off;
@@ -697,9 +761,9 @@ nb_status nb_moe_mlp(nb_context *ctx, const nb_moe_desc *d, const void *x, const
         return nbi_fail(ctx, NB_ERR_MISALIGNED, "%s: workspace must be 256-byte aligned", fn);
     if ((st = nbi_cuda_moe_mlp(ctx, &p, x, w, topk_ids, topk_weights, y, workspace, stream)))
         return nbi_reraise(ctx, st, fn);
-    snprintf(ctx->last_config, sizeof ctx->last_config, "moe<%s,%s> block=%d routing_blocks=%lld gate_up=%lldx%lld "
-             "down=%lldx%lld", nbi_traits(d->gate_up.format)->name, nbi_dtype_name(d->act_dtype), p.block,
-             (long long)p.blocks, (long long)(2 * p.inter), (long long)p.hidden, (long long)p.hidden,
+    snprintf(ctx->last_config, sizeof ctx->last_config, "moe<%s,%s> %s block=%d routing_blocks=%lld kw=%d/%d "
+             "gate_up=%lldx%lld down=%lldx%lld", nbi_traits(d->gate_up.format)->name, nbi_dtype_name(d->act_dtype),
+             p.tc ? "tc" : "decode", p.block, (long long)p.blocks, p.gu_kw, p.dn_kw, (long long)(2 * p.inter), (long long)p.hidden, (long long)p.hidden,
              (long long)p.inter);
     return NB_OK;
 }
@@ -738,7 +802,7 @@ nb_status nb_moe_align(nb_context *ctx, const nb_moe_desc *d, int32_t block, con
     p.sorted_len = as.sorted_len;
     p.blocks = as.blocks;
     if ((st = nbi_cuda_moe_align(ctx, &p, topk_ids, sorted_slots, block_experts, expert_offsets, expert_counts,
-                                 stream)))
+                                 NULL, stream)))
         return nbi_reraise(ctx, st, fn);
     return NB_OK;
 }

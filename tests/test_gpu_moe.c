@@ -9,9 +9,13 @@
  *      E = 8..128, top_k 1..8, m = 1..300 (routing blocks of 8, 16 and 32
  *      slots), experts with no token, NVFP4 (per-expert tensor scales) and
  *      MXFP4, SwiGLU concatenated and gpt-oss interleaved with biases, BF16
- *      and FP16; one gpt-oss-shaped layer (H = I = 2880, 8 experts).
+ *      and FP16; one gpt-oss-shaped layer (H = I = 2880, 8 experts).  Every
+ *      problem runs through each kernel variant (k_variants: the planner's
+ *      choice, the decode kernels with k split over warps, the tensor-core
+ *      tiles of 64 and 128 tokens).
  *   3. Captured in a CUDA graph and replayed after the routing buffers were
- *      rewritten on the device: bit for bit what a direct call gives.
+ *      rewritten on the device: bit for bit what a direct call gives (the
+ *      planner's path and the tensor-core tiles).
  *   4. A NaN in one token's activations makes that token's outputs NaN and
  *      no other's.
  *   5. Refusals: a checkpoint-layout descriptor, a short workspace, NULL and
@@ -137,6 +141,40 @@ static nb_status run(nb_context *ctx, gpu_moe *g, cudaStream_t s) {
 
 static double g_worst_gpu;
 
+/* The kernel variants every problem runs: the planner's choice, the decode
+ * kernels with their k range split over 2 and 8 warps (where a row block
+ * has that many chunks), and the tensor-core path with 64- and 128-token
+ * tiles (where the build and the GPU have it: sm_90a; elsewhere the decode
+ * kernels run again).  Chosen through the variables the planner reads. */
+static const struct {
+    const char *name, *path, *kw, *bn;
+} k_variants[] = {
+    {"auto", NULL, NULL, NULL},       {"decode kw 2", "decode", "2", NULL}, {"decode kw 8", "decode", "8", NULL},
+    {"tc 64", "tc", NULL, "64"},      {"tc 128", "tc", NULL, "128"},
+};
+#define NVARIANTS ((int)(sizeof k_variants / sizeof k_variants[0]))
+
+static void set_env(const char *name, const char *value) {
+    if (value) setenv(name, value, 1);
+    else unsetenv(name);
+}
+static void set_variant(int v) {
+    set_env("NIBBLE_MOE_PATH", k_variants[v].path);
+    set_env("NIBBLE_MOE_KW", k_variants[v].kw);
+    set_env("NIBBLE_MOE_TC_BN", k_variants[v].bn);
+}
+
+/* The workspace of the variant now chosen (the tensor-core path also holds
+ * the gathered token rows): reallocated when it grows. */
+static void fit_workspace(nb_context *ctx, gpu_moe *g, const char *what) {
+    size_t need = 0;
+    CHECK(nb_moe_workspace_size(ctx, &g->d, &need) == NB_OK, "workspace size %s: %s", what, nb_last_error());
+    if (need <= g->ws_bytes) return;
+    GT_CUDA(cudaFree(g->ws));
+    GT_CUDA(cudaMalloc(&g->ws, need));
+    g->ws_bytes = need;
+}
+
 static void check_mlp(nb_context *ctx, const mcase *c, int graph) {
     char what[160];
     case_name(c, what, sizeof what);
@@ -154,25 +192,34 @@ static void check_mlp(nb_context *ctx, const mcase *c, int graph) {
     }
     const int64_t mh = c->m * c->H;
     void *y = malloc(g.y_bytes);
-    GT_CUDA(cudaMemset(g.y, 0xFF, g.y_bytes)); /* NaN poison */
-    nb_status st = run(ctx, &g, NULL);
-    CHECK(st == NB_OK, "moe %s: %s", what, nb_last_error());
-    GT_CUDA(cudaDeviceSynchronize());
-    GT_CUDA(cudaMemcpy(y, g.y, g.y_bytes, cudaMemcpyDeviceToHost));
     double *ref = malloc(sizeof(double) * (size_t)mh), *bound = malloc(sizeof(double) * (size_t)mh);
     moe_double(&p, 0x1p-24, 1, ref, bound);
-    double worst = 0.0;
-    int64_t wi = 0;
-    for (int64_t i = 0; i < mh; i++) {
-        const double got = (double)load_as(c->dt, y, (size_t)i);
-        const double r = isfinite(got) ? fabs(got - ref[i]) / (bound[i] + 1e-12 * fabs(ref[i])) : INFINITY;
-        if (!(r <= worst)) worst = r, wi = i;
+    nb_status st = NB_OK;
+    for (int v = 0; v < NVARIANTS; v++) { /* the planner's choice, then each kernel path forced */
+        set_variant(v);
+        fit_workspace(ctx, &g, what);
+        GT_CUDA(cudaMemset(g.y, 0xFF, g.y_bytes)); /* NaN poison */
+        st = run(ctx, &g, NULL);
+        CHECK(st == NB_OK, "moe %s [%s]: %s", what, k_variants[v].name, nb_last_error());
+        GT_CUDA(cudaDeviceSynchronize());
+        GT_CUDA(cudaMemcpy(y, g.y, g.y_bytes, cudaMemcpyDeviceToHost));
+        double worst = 0.0;
+        int64_t wi = 0;
+        for (int64_t i = 0; i < mh; i++) {
+            const double got = (double)load_as(c->dt, y, (size_t)i);
+            const double r = isfinite(got) ? fabs(got - ref[i]) / (bound[i] + 1e-12 * fabs(ref[i])) : INFINITY;
+            if (!(r <= worst)) worst = r, wi = i;
+        }
+        if (worst > g_worst_gpu) g_worst_gpu = worst;
+        CHECK(worst <= 1.0, "moe %s [%s]: worst [%lld, %lld] got %.9g exact %.17g bound %.3g (err/bound %.3g)", what,
+              k_variants[v].name, (long long)(wi / c->H), (long long)(wi % c->H),
+              (double)load_as(c->dt, y, (size_t)wi), ref[wi], bound[wi], worst);
     }
-    if (worst > g_worst_gpu) g_worst_gpu = worst;
-    CHECK(worst <= 1.0, "moe %s: worst [%lld, %lld] got %.9g exact %.17g bound %.3g (err/bound %.3g)", what,
-          (long long)(wi / c->H), (long long)(wi % c->H), (double)load_as(c->dt, y, (size_t)wi), ref[wi], bound[wi],
-          worst);
-    if (graph) { /* 3. a graph replays it after the routing changed on the device */
+    set_variant(0);
+    for (int v = 0; graph && v < NVARIANTS; v += NVARIANTS - 2) { /* 3. a graph replays it after the routing changed
+                                                                  * on the device: the planner's path and tc */
+        set_variant(v);
+        fit_workspace(ctx, &g, what);
         cudaStream_t s;
         GT_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
         int32_t *ids2 = malloc(4 * (size_t)(c->m * c->K));
@@ -203,13 +250,14 @@ static void check_mlp(nb_context *ctx, const mcase *c, int graph) {
         GT_CUDA(cudaGraphLaunch(exec, s));
         GT_CUDA(cudaStreamSynchronize(s));
         GT_CUDA(cudaMemcpy(y3, g.y, g.y_bytes, cudaMemcpyDeviceToHost));
-        CHECK(!memcmp(y2, y3, g.y_bytes), "moe %s: graph replay after a routing change differs from a direct call",
-              what);
+        CHECK(!memcmp(y2, y3, g.y_bytes), "moe %s [%s]: graph replay after a routing change differs from a direct "
+              "call", what, k_variants[v].name);
         GT_CUDA(cudaGraphExecDestroy(exec));
         GT_CUDA(cudaGraphDestroy(graph_));
         GT_CUDA(cudaStreamDestroy(s));
         free(ids2), free(tw2), free(y2), free(y3);
     }
+    set_variant(0);
     free(y), free(ref), free(bound);
     gpu_release(&g);
     release(&p);

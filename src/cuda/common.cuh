@@ -227,6 +227,70 @@ __device__ __forceinline__ void nbc_store_block(const float *acc, int row0, int 
             }
 }
 
+/* The MoE activation of gate and up (nibble.h nb_moe_activation): SwiGLU,
+ * or gpt-oss's clamped variant; the comparisons keep a NaN, as the host
+ * reference's do (src/moe.c). */
+__device__ __forceinline__ float nbc_moe_act(int activation, float limit, float alpha, float g, float u) {
+    if (activation == NB_MOE_ACT_SWIGLU) return g / (1.0f + expf(-g)) * u;
+    g = g > limit ? limit : g;
+    u = u > limit ? limit : u < -limit ? -limit : u;
+    return (u + 1.0f) * (g / (1.0f + expf(-(alpha * g))));
+}
+
+/* The epilogue of the MoE projections (moe.cu's decode kernels and
+ * gemm_sm90.cu's tiles): where the results go and what is applied. */
+struct nbc_moe_epi {
+    void *out;        /* h [slots, I] or o [slots, H] */
+    int64_t ldo;
+    const void *bias; /* [E, 2I] (checkpoint row order) or [E, H], or NULL */
+    int n_out;        /* I (gate_up) or H (down) */
+    int interleaved, activation;
+    float limit, alpha;
+};
+
+static inline nbc_moe_epi nbc_moe_epilogue(const nbi_moe_plan *p, bool gate_up, void *out,
+                                           const nb_moe_packed_weights *w) {
+    nbc_moe_epi q;
+    q.out = out;
+    q.ldo = gate_up ? p->inter : p->hidden;
+    q.bias = gate_up ? w->gate_up_bias : w->down_bias;
+    q.n_out = (int)(gate_up ? p->inter : p->hidden);
+    q.interleaved = p->interleaved;
+    q.activation = p->activation;
+    q.limit = p->limit;
+    q.alpha = p->alpha;
+    return q;
+}
+
+/* One token's two results of expert e's 16-row block rb, lo (row g) and hi
+ * (row g + 8), scaled, stored in output row `row`: gate_up (the rows are
+ * gate i and up i, i = 8 rb + g) stores act(gate + bias, up + bias) at
+ * column i; down stores rows 16 rb + g and + 8, plus the bias. */
+template <int ACT, bool GATE_UP>
+__device__ __forceinline__ void nbc_moe_store(const nbc_moe_epi &q, int e, int rb, int g, int64_t row, float lo,
+                                              float hi) {
+    if (GATE_UP) {
+        const int i = 8 * rb + g;
+        if (i >= q.n_out) return;
+        float gate = lo, up = hi;
+        if (q.bias) {
+            const int64_t I = q.n_out, rg = q.interleaved ? 2 * i : i, ru = q.interleaved ? 2 * i + 1 : I + i;
+            gate += nbc_load(ACT, q.bias, (size_t)(e * 2 * I + rg));
+            up += nbc_load(ACT, q.bias, (size_t)(e * 2 * I + ru));
+        }
+        nbc_store(ACT, q.out, (size_t)row * q.ldo + i, nbc_moe_act(q.activation, q.limit, q.alpha, gate, up));
+    } else {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int c = 16 * rb + g + 8 * h;
+            if (c >= q.n_out) continue;
+            float v = h ? hi : lo;
+            if (q.bias) v += nbc_load(ACT, q.bias, (size_t)e * q.n_out + c);
+            nbc_store(ACT, q.out, (size_t)row * q.ldo + c, v);
+        }
+    }
+}
+
 /* Raster order of the tensor-core kernels' tiles: groups of `group` n tiles
  * walk every m tile, so the weights of a group and the activations of an m
  * tile stay in L2 together.  Tile index -> (n tile, m tile); the index

@@ -200,8 +200,8 @@ struct Sm90Smem {
  * bar0 + 8(h STAGES + s) and empty[h][s] at bar0 + 8((2 + h) STAGES + s),
  * half 0 carrying the weights and k 0..63, half 1 k 64..127. */
 template <int FMT, int BN, int STAGES, int CWG>
-__device__ __forceinline__ void sm90_produce(const CUtensorMap *xmap, const Sm90Params &p, uint8_t *smem, uint32_t bar0,
-                                             int c0, int nch, int rb0, int nrb, int tm) {
+__device__ __forceinline__ void sm90_produce(const CUtensorMap *xmap, const uint8_t *w, int kchunks, uint8_t *smem,
+                                             uint32_t bar0, int c0, int nch, int rb0, int nrb, int xrow) {
     typedef Sm90Smem<FMT, BN, STAGES, CWG> L;
     constexpr int CB = L::CB;
     const uint64_t pol = nbc_policy_evict_first();
@@ -215,15 +215,15 @@ __device__ __forceinline__ void sm90_produce(const CUtensorMap *xmap, const Sm90
         if (i >= STAGES) nbc_mbar_wait(bar0 + 8 * (2 * STAGES + s), ph);
         const uint32_t full0 = bar0 + 8 * s;
         mbar_expect_tx(full0, (uint32_t)(L::X_STAGE / 2 + nrb * CB));
-        tma_load_2d(xs, xmap, kc * NBI_CHUNK_K, tm * BN, full0);
+        tma_load_2d(xs, xmap, kc * NBI_CHUNK_K, xrow, full0);
         const uint32_t ws = nbc_smem_u32(smem + L::W_OFF + s * L::W_STAGE);
         for (int r = 0; r < nrb; r++)
-            bulk_load(ws + r * CB, p.w + ((size_t)(rb0 + r) * p.kchunks + kc) * CB, CB, full0, pol);
+            bulk_load(ws + r * CB, w + ((size_t)(rb0 + r) * kchunks + kc) * CB, CB, full0, pol);
         /* half 1: k 64..127 */
         if (i >= STAGES) nbc_mbar_wait(bar0 + 8 * (3 * STAGES + s), ph);
         const uint32_t full1 = bar0 + 8 * (STAGES + s);
         mbar_expect_tx(full1, (uint32_t)(L::X_STAGE / 2));
-        tma_load_2d(xs + BN * 128, xmap, kc * NBI_CHUNK_K + 64, tm * BN, full1);
+        tma_load_2d(xs + BN * 128, xmap, kc * NBI_CHUNK_K + 64, xrow, full1);
     }
     else for (int i = 0; i < nch; i++) {
         const int s = i % STAGES, kc = c0 + i;
@@ -231,11 +231,11 @@ __device__ __forceinline__ void sm90_produce(const CUtensorMap *xmap, const Sm90
         const uint32_t full = bar0 + 8 * s;
         mbar_expect_tx(full, bytes);
         const uint32_t xs = nbc_smem_u32(smem + L::X_OFF + s * L::X_STAGE);
-        tma_load_2d(xs, xmap, kc * NBI_CHUNK_K, tm * BN, full);
-        tma_load_2d(xs + BN * 128, xmap, kc * NBI_CHUNK_K + 64, tm * BN, full);
+        tma_load_2d(xs, xmap, kc * NBI_CHUNK_K, xrow, full);
+        tma_load_2d(xs + BN * 128, xmap, kc * NBI_CHUNK_K + 64, xrow, full);
         const uint32_t ws = nbc_smem_u32(smem + L::W_OFF + s * L::W_STAGE);
         for (int r = 0; r < nrb; r++)
-            bulk_load(ws + r * CB, p.w + ((size_t)(rb0 + r) * p.kchunks + kc) * CB, CB, full, pol);
+            bulk_load(ws + r * CB, w + ((size_t)(rb0 + r) * kchunks + kc) * CB, CB, full, pol);
     }
 }
 
@@ -310,6 +310,22 @@ __device__ __forceinline__ void sm90_consume(uint8_t *smem, const uint32_t *stab
         }
     }
     wgmma_wait<0>();
+}
+
+/* Thread 0 initializes the stages' mbarriers (see sm90_produce for their
+ * places); the caller's __syncthreads publishes them. */
+template <int BN, int STAGES, int CWG>
+__device__ __forceinline__ void sm90_init_barriers(uint32_t bar0) {
+    if (threadIdx.x != 0) return;
+    if constexpr (SM90_HALF(BN)) {
+        for (int s = 0; s < 4 * STAGES; s++) nbc_mbar_init(bar0 + 8 * s, s < 2 * STAGES ? 1 : 256);
+    } else {
+        for (int s = 0; s < STAGES; s++) {
+            nbc_mbar_init(bar0 + 8 * s, 1);                    /* the producer's arrive + the copy bytes */
+            nbc_mbar_init(bar0 + 8 * (STAGES + s), 128 * CWG); /* every consumer thread arrives */
+        }
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
 
 /* Split-K: each CTA of the tile stores its accumulators (float4 i of
@@ -404,24 +420,15 @@ __global__ void __launch_bounds__(SM90_THREADS(CWG), 1)
     const int c0 = split * p.cps, nch = min(p.cps, p.kchunks - c0);
 
     nbc_load_scale_table<SM90_THREADS(CWG)>(stab, p.stab);
-    if (threadIdx.x == 0) {
-        if constexpr (SM90_HALF(BN)) {
-            for (int s = 0; s < 4 * STAGES; s++) nbc_mbar_init(bar0 + 8 * s, s < 2 * STAGES ? 1 : 256);
-        } else {
-            for (int s = 0; s < STAGES; s++) {
-                nbc_mbar_init(bar0 + 8 * s, 1);              /* the producer's arrive + the copy bytes */
-                nbc_mbar_init(bar0 + 8 * (STAGES + s), 128 * CWG); /* every consumer thread arrives */
-            }
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
+    sm90_init_barriers<BN, STAGES, CWG>(bar0);
     __syncthreads();
 
     if (wg == 0) {
         /* Producer warpgroup: give registers to the consumers. */
         if constexpr (CWG == 4) asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
         else asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-        if (warp == 0 && lane == 0) sm90_produce<FMT, BN, STAGES, CWG>(&xmap, p, smem, bar0, c0, nch, rb0, nrb, tm);
+        if (warp == 0 && lane == 0)
+            sm90_produce<FMT, BN, STAGES, CWG>(&xmap, p.w, p.kchunks, smem, bar0, c0, nch, rb0, nrb, tm * BN);
         return;
     }
 
@@ -444,6 +451,91 @@ __global__ void __launch_bounds__(SM90_THREADS(CWG), 1)
     if (p.splits > 1 && !sm90_split_reduce<BN, CWG>(p, tile, split, (int *)(smem + L::FLAG_OFF), acc)) return;
     /* Epilogue: accumulator (row, token) -> Y[token, row]. */
     nbc_store_block<ACT, BN / 8>(acc, (rb0 + rbl) * 16, tm * BN, g, t, p.m, p.n, p.ldc, p.y, p.bias, p.exp_shift, p.ts);
+#endif
+}
+
+/* ------------------------------------------------- grouped tiles (MoE) */
+
+/* The mixture-of-experts projections at prefill batch sizes (moe.cu): the
+ * same producer and consumers over one expert's packed weight per tile.
+ * The routing layout is padded to the tile width (nb_moe_align with block
+ * BN), so each token tile tm belongs to one expert e = blockexp[tm]; its
+ * activations are BN consecutive rows of a compact input (the gathered
+ * token rows xg for gate_up, h for down: expert e's rows start at
+ * ustart[e], without padding), loaded by TMA from row
+ * ustart[e] + tm * BN - offsets[e].  Rows past the expert's count belong to
+ * the next expert (or are TMA's zeros past the end): they are multiplied
+ * and never stored, because the epilogue stores only the columns whose
+ * layout entry is a slot.  gate_up: h [ustart[e] + j, i] = act(gate i,
+ * up i) (the packed row block holds gate rows then up rows, so a thread's
+ * rows g and g+8 are gate i and up i); down: o [slot, c] = dot + bias. */
+struct Sm90MoeParams {
+    Sm90Params g;      /* w: expert 0's packed weight; row_blocks, kchunks, tiles_n, exp_shift, stab */
+    size_t stride;     /* packed bytes per expert */
+    const float *tscale;
+    nbc_moe_epi epi;   /* h [slots, I] (compact rows) or o [slots, H], biases, activation */
+    const int32_t *sorted, *blockexp, *offsets, *ustart;
+    int sentinel;
+};
+
+template <int FMT, int ACT, int BN, int STAGES, int MODE>
+__global__ void __launch_bounds__(SM90_THREADS(2), 1)
+    moe_sm90_kernel(const __grid_constant__ CUtensorMap xmap, const Sm90MoeParams q) {
+#ifdef NB_SM90_DEVICE
+    NBC_CHECK_KERNEL_FORMAT(FMT);
+    constexpr int CWG = 2;
+    typedef Sm90Smem<FMT, BN, STAGES, CWG> L;
+    const Sm90Params &p = q.g;
+    /* token-tile major: the tiles of the routing blocks with an expert come
+     * first, the ones past the padded total (expert -1) exit at once */
+    const int tm = blockIdx.x / p.tiles_n, tn = blockIdx.x % p.tiles_n;
+    /* (the layout is complete before this grid starts: the kernel before it
+     * lets it launch only after its own griddepcontrol.wait; the producer
+     * waits for that kernel's output before its first load) */
+    const int e = q.blockexp[tm];
+    if (e < 0) return;
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t *smem = smem_raw + ((1024u - (nbc_smem_u32(smem_raw) & 1023u)) & 1023u);
+    uint32_t *stab = (uint32_t *)(smem + L::TAB_OFF);
+    const uint32_t bar0 = nbc_smem_u32(smem + L::BAR_OFF);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int wg = warp >> 2;
+    constexpr int RB = SM90_ROWS(CWG) / 16;
+    const int rb0 = tn * RB;
+    const int nrb = min(RB, p.row_blocks - rb0);
+    const int xrow = q.ustart[e] + tm * BN - q.offsets[e];
+
+    nbc_load_scale_table<SM90_THREADS(CWG)>(stab, p.stab);
+    sm90_init_barriers<BN, STAGES, CWG>(bar0);
+    __syncthreads();
+    if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (warp == 0 && lane == 0)
+            sm90_produce<FMT, BN, STAGES, CWG>(&xmap, p.w + (size_t)e * q.stride, p.kchunks, smem, bar0, 0, p.kchunks,
+                                               rb0, nrb, xrow);
+        return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    const int g = lane >> 2, t = lane & 3;
+    const int rb = rb0 + 4 * (wg - 1) + (warp & 3); /* this warp's row block */
+    float acc[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
+    sm90_consume<FMT, ACT, BN, STAGES, CWG>(smem, stab, bar0, p.kchunks, rb - rb0, g, t, acc);
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    if (rb >= p.row_blocks) return;
+    /* epilogue: acc[4i + j] is row g at token column 8i + 2t + j, acc[4i + 2 + j] row g + 8 */
+    const float sc = ldexpf(1.0f, p.exp_shift) * (q.tscale ? q.tscale[e] : 1.0f);
+    const int32_t *srt = q.sorted + (int64_t)tm * BN;
+#pragma unroll
+    for (int i = 0; i < BN / 8; i++)
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            const int col = 8 * i + 2 * t + j, slot = srt[col];
+            if (slot >= q.sentinel) continue; /* padding */
+            const float lo = acc[4 * i + j] * sc, hi = acc[4 * i + 2 + j] * sc;
+            nbc_moe_store<ACT, MODE == 0>(q.epi, e, rb, g, MODE == 0 ? xrow + col : slot, lo, hi);
+        }
 #endif
 }
 
@@ -515,6 +607,26 @@ static cudaLaunchAttribute sm90_cluster_attr(int s) {
     return a;
 }
 
+/* The TMA map of the activations: rows x k elements of act (BF16 or F16),
+ * ld elements apart, read in boxes of 64 k x bn rows with the 128-byte
+ * swizzle; boxes past the edges read zeros. */
+static nb_status sm90_xmap(nb_context *ctx, int act, const void *x, int64_t k, int64_t rows, int64_t ld, int bn,
+                           CUtensorMap *map, const char *who) {
+    char err[NB_ERRBUF] = "";
+    PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder(err);
+    if (!encode) return nbi_fail(ctx, NB_ERR_CUDA, "%s: %s", who, err);
+    const cuuint64_t dims[2] = {(cuuint64_t)k, (cuuint64_t)rows};
+    const cuuint64_t strides[1] = {(cuuint64_t)ld * 2};
+    const cuuint32_t box[2] = {64, (cuuint32_t)bn};
+    const cuuint32_t estr[2] = {1, 1};
+    CUresult r = encode(map, act == NB_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
+                        (void *)x, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return nbi_fail(ctx, NB_ERR_CUDA, "%s: cuTensorMapEncodeTiled failed (CUresult %d)", who, (int)r);
+    return NB_OK;
+}
+
 extern "C" nb_status nbi_cuda_gemm_sm90(nb_context *ctx, const nbi_gemm_plan *pl, const void *x, const void *packed,
                                         const void *bias, void *y, void *workspace, void *stream) {
     size_t smem = 0;
@@ -522,21 +634,9 @@ extern "C" nb_status nbi_cuda_gemm_sm90(nb_context *ctx, const nbi_gemm_plan *pl
     if (!f)
         return nbi_fail(ctx, NB_ERR_INTERNAL, "gemm_sm90: no kernel for %s, %s, %d-token tiles, %d consumer warpgroups",
                         nbi_traits((nb_format)pl->fmt)->name, nbi_dtype_name((nb_dtype)pl->act), pl->bn, pl->cwg);
-    char err[NB_ERRBUF] = "";
-    PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder(err);
-    if (!encode) return nbi_fail(ctx, NB_ERR_CUDA, "gemm_sm90: %s", err);
-
     CUtensorMap map;
-    const cuuint64_t dims[2] = {(cuuint64_t)pl->k, (cuuint64_t)pl->m};
-    const cuuint64_t strides[1] = {(cuuint64_t)pl->lda * 2};
-    const cuuint32_t box[2] = {64, (cuuint32_t)pl->bn};
-    const cuuint32_t estr[2] = {1, 1};
-    CUresult r = encode(&map, pl->act == NB_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-                        2, (void *)x, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS)
-        return nbi_fail(ctx, NB_ERR_CUDA, "gemm_sm90: cuTensorMapEncodeTiled failed (CUresult %d)", (int)r);
+    nb_status st = sm90_xmap(ctx, pl->act, x, pl->k, pl->m, pl->lda, pl->bn, &map, "gemm_sm90");
+    if (st) return st;
 
     Sm90Params p;
     NBC_SET_GEMM_PARAMS(p, pl, packed, y, bias);
@@ -549,7 +649,7 @@ extern "C" nb_status nbi_cuda_gemm_sm90(nb_context *ctx, const nbi_gemm_plan *pl
     p.partial = (float *)((char *)workspace + pl->ws_counter_bytes);
     p.cluster = pl->cluster;
 
-    nb_status st = nbc_smem_opt_in(ctx, (const void *)f, smem);
+    st = nbc_smem_opt_in(ctx, (const void *)f, smem);
     if (st) return st;
     cudaLaunchAttribute attr[2];
     const dim3 grid((unsigned)(pl->tiles_n * pl->tiles_m * pl->splits));
@@ -579,4 +679,68 @@ extern "C" int nbi_cuda_sm90_clusters(nb_context *ctx, int fmt, int act, int bn,
         return 0;
     }
     return n;
+}
+
+/* ---------------------------------------------- grouped tiles: dispatch */
+
+typedef void (*moe_sm90_fn)(const CUtensorMap, const Sm90MoeParams);
+
+template <int FMT, int ACT>
+static moe_sm90_fn moe_sm90_pick_bn(int bn, int mode, size_t *smem) {
+#define MOE_SM90_CASE(BN)                                                                   \
+    *smem = Sm90Smem<FMT, BN, SM90_STAGES(BN), 2>::BYTES;                                   \
+    return mode ? moe_sm90_kernel<FMT, ACT, BN, SM90_STAGES(BN), 1> : moe_sm90_kernel<FMT, ACT, BN, SM90_STAGES(BN), 0>
+    if (bn == 64) { MOE_SM90_CASE(64); }
+    if (bn == 128) { MOE_SM90_CASE(128); }
+#undef MOE_SM90_CASE
+    return NULL;
+}
+
+static moe_sm90_fn moe_sm90_pick(int fmt, int act, int bn, int mode, size_t *smem) {
+#define MOE_SM90_RUNG(F, A) return moe_sm90_pick_bn<F, A>(bn, mode, smem);
+    NBC_LADDER(fmt, act, MOE_SM90_RUNG)
+#undef MOE_SM90_RUNG
+    return NULL;
+}
+
+extern "C" nb_status nbi_cuda_moe_sm90(nb_context *ctx, const nbi_moe_plan *pl, int mode, const void *x,
+                                       const nb_moe_packed_weights *w, void *out, const int32_t *sorted,
+                                       const int32_t *blockexp, const int32_t *offsets, const int32_t *ustart,
+                                       void *stream) {
+    size_t smem = 0;
+    moe_sm90_fn f = moe_sm90_pick(pl->fmt, pl->act, pl->block, mode, &smem);
+    if (!f)
+        return nbi_fail(ctx, NB_ERR_INTERNAL, "moe_sm90: no kernel for %s, %s, %d-token tiles",
+                        nbi_traits((nb_format)pl->fmt)->name, nbi_dtype_name((nb_dtype)pl->act), pl->block);
+    const bool gu = mode == 0;
+    const int64_t k = gu ? pl->hidden : pl->inter;
+    CUtensorMap map;
+    nb_status st = sm90_xmap(ctx, pl->act, x, k, pl->slots, k, pl->block, &map, "moe_sm90");
+    if (st) return st;
+
+    Sm90MoeParams q;
+    memset(&q, 0, sizeof q);
+    q.g.w = (const uint8_t *)(gu ? w->gate_up : w->down);
+    q.g.k = (int)k;
+    q.g.row_blocks = (int)(gu ? pl->gu_row_blocks : pl->dn_row_blocks);
+    q.g.kchunks = (int)(gu ? pl->gu_kchunks : pl->dn_kchunks);
+    q.g.tiles_n = (q.g.row_blocks + SM90_ROWS(2) / 16 - 1) / (SM90_ROWS(2) / 16);
+    q.g.exp_shift = gu ? pl->gu_exp_shift : pl->dn_exp_shift;
+    memcpy(q.g.stab, gu ? pl->gu_table : pl->dn_table, sizeof q.g.stab);
+    q.stride = gu ? pl->gu_stride : pl->dn_stride;
+    q.tscale = gu ? w->gate_up_scales : w->down_scales;
+    q.epi = nbc_moe_epilogue(pl, gu, out, w);
+    q.sorted = sorted;
+    q.blockexp = blockexp;
+    q.offsets = offsets;
+    q.ustart = ustart;
+    q.sentinel = (int)pl->slots;
+
+    st = nbc_smem_opt_in(ctx, (const void *)f, smem);
+    if (st) return st;
+    cudaLaunchAttribute attr[2];
+    const dim3 grid((unsigned)(pl->blocks * q.g.tiles_n)); /* (bounded by moe_plan) */
+    cudaLaunchConfig_t cfg = nbc_launch_config(grid, dim3(SM90_THREADS(2)), smem, stream, pl->pdl, attr);
+    NBC_TRY(cudaLaunchKernelEx(&cfg, f, map, q), gu ? "moe_sm90 gate_up kernel launch" : "moe_sm90 down kernel launch");
+    return NB_OK;
 }

@@ -1,6 +1,6 @@
 /* moe.cu - the mixture-of-experts MLP on the GPU (nb_moe_mlp, nb_moe_align;
  * nibble.h "mixture of experts on the GPU" and src/moe.c, whose host
- * reference is the specification).  Four launches, none per expert:
+ * reference is the specification).  No launch per expert:
  *
  *   1. moe_align_kernel: the routing layout of nb_moe_align_host (vLLM's
  *      moe_align_block_size with slots ascending within an expert), one CTA
@@ -8,22 +8,35 @@
  *      sums the padded counts before its own for its offset, and writes its
  *      slots in ascending order with a block-wide ballot scan.  No atomics
  *      decide an order, so every byte is determined by the routing.
- *   2. moe_gemv_kernel<.., GATE_UP>: one CTA column per routing block (8 * MT
- *      slots of one expert; blocks past the padded total, expert -1, exit at
- *      once, so inactive experts cost nothing), 8 warps each streaming one
- *      16-row block of that expert's packed gate_up through a cp.async ring
- *      and multiplying it with the block's token rows by mma.m16n8k16 (the
- *      step of the dense decode kernel, gemv_step.cuh).  The gate_up weights
- *      are packed with gate rows 8b..8b+7 and up rows 8b..8b+7 in row block
- *      b, so a lane's accumulators hold gate i and up i of the same tokens:
- *      the activation runs in registers and h [slot, i] is stored rounded.
+ *   Decode path (few slots per expert):
+ *   2. moe_gemv_kernel<.., GATE_UP>: per routing block (8 * MT slots of one
+ *      expert; blocks past the padded total, expert -1, exit at once, so
+ *      inactive experts cost nothing) a row of CTAs, each of 8 warps
+ *      streaming 8 / kw 16-row blocks of that expert's packed gate_up
+ *      through cp.async rings (kw warps split a row block's k and are summed
+ *      in shared memory) and multiplying them with the block's token rows by
+ *      mma.m16n8k16 (the step of the dense decode kernel, gemv_step.cuh).
+ *      The gate_up weights are packed with gate rows 8b..8b+7 and up rows
+ *      8b..8b+7 in row block b, so a lane's accumulators hold gate i and up
+ *      i of the same tokens: the activation runs in registers and h [slot,
+ *      i] is stored rounded.
  *   3. moe_gemv_kernel<.., DOWN>: the same over the down weights with h's
  *      rows as tokens, o [slot, c] = dot + bias, rounded.
+ *   Tensor-core path (prefill, Hopper):
+ *   2. moe_gather_kernel: each expert's token rows, compact (no padding),
+ *      into xg [slots, H];
+ *   3. gemm_sm90.cu moe_sm90_kernel, gate_up then down: tiles of 128 weight
+ *      rows x 64 or 128 tokens of one expert, h in the compact row order.
  *   4. moe_combine_kernel: y[t] = sum over s in top-k order of w[t, s] *
  *      o[t * top_k + s], float products and sums as the host does.
  *
  * Every launch covers the worst case of its grid (nb_moe_align_get_sizes),
- * so nothing on the host depends on the routing: capturable in a graph. */
+ * so nothing on the host depends on the routing: capturable in a graph.
+ * Launches after the layout use programmatic dependent launch (sm_90): each
+ * waits (griddepcontrol.wait) before it reads what the previous one wrote,
+ * and lets the next one launch only after that wait, so a kernel may read
+ * the layout before its own wait (the down kernels fetch their first weight
+ * chunks while gate_up finishes). */
 #include "common.cuh"
 #include "gemv_step.cuh"
 
@@ -37,18 +50,15 @@ struct MoeParams {
     size_t stride;
     const void *x;           /* token rows: x [m, H] (GATE_UP, row slot / top_k) or h [slots, I] (DOWN, row slot) */
     int64_t lda;
-    void *out;               /* h [slots, I] or o [slots, H] */
-    int64_t ldo;
+    nbc_moe_epi epi;         /* h [slots, I] or o [slots, H], biases, activation */
     const float *tscale;     /* [E] or NULL */
-    const void *bias;        /* [E, 2I] (checkpoint row order) or [E, H], or NULL */
     const int32_t *sorted;   /* routing layout */
     const int32_t *blockexp;
     int sentinel, top_k, block;
-    int n_out;               /* I (GATE_UP) or H (DOWN) */
     int k, row_blocks, kchunks;
-    int interleaved, activation;
-    float limit, alpha;
     int exp_shift;
+    int kw;                  /* warps of a CTA that split one row block's k range (1, 2, 4, 8) */
+    int groups;              /* CTAs per routing block: row_blocks / (8 / kw), rounded up */
     uint32_t stab[128];
 };
 
@@ -58,12 +68,13 @@ __global__ void __launch_bounds__(MOE_ALIGN_THREADS) moe_align_kernel(const int3
                                                                         int experts, int block, int sorted_len,
                                                                         int nblocks, int32_t *sorted,
                                                                         int32_t *blockexp, int32_t *offsets,
-                                                                        int32_t *counts) {
+                                                                        int32_t *counts, int32_t *ustart) {
     extern __shared__ int hist[]; /* [experts] */
-    __shared__ int red[2][MOE_ALIGN_THREADS / 32];
+    __shared__ int red[3][MOE_ALIGN_THREADS / 32];
     __shared__ int warp_sum[MOE_ALIGN_THREADS / 32];
     const int e = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     constexpr int NW = MOE_ALIGN_THREADS / 32;
+    nbc_grid_dependents_launch(); /* the next kernel may start; it waits for this one before reading the layout */
     for (int j = tid; j < experts; j += MOE_ALIGN_THREADS) hist[j] = 0;
     __syncthreads();
     for (int i = tid; i < slots; i += MOE_ALIGN_THREADS) {
@@ -71,25 +82,28 @@ __global__ void __launch_bounds__(MOE_ALIGN_THREADS) moe_align_kernel(const int3
         if ((unsigned)id < (unsigned)experts) atomicAdd(&hist[id], 1);
     }
     __syncthreads();
-    /* offset of e: the padded counts of the experts before it; and the total */
-    int before = 0, total = 0;
+    /* offset of e: the padded counts of the experts before it; the total;
+     * and (the tensor-core path's compact rows) the counts before it */
+    int before = 0, total = 0, ubefore = 0;
     for (int j = tid; j < experts; j += MOE_ALIGN_THREADS) {
         const int p = (hist[j] + block - 1) / block * block;
         total += p;
-        if (j < e) before += p;
+        if (j < e) before += p, ubefore += hist[j];
     }
     for (int o = 16; o; o >>= 1) {
         before += __shfl_xor_sync(0xFFFFFFFFu, before, o);
         total += __shfl_xor_sync(0xFFFFFFFFu, total, o);
+        ubefore += __shfl_xor_sync(0xFFFFFFFFu, ubefore, o);
     }
-    if (lane == 0) red[0][warp] = before, red[1][warp] = total;
+    if (lane == 0) red[0][warp] = before, red[1][warp] = total, red[2][warp] = ubefore;
     __syncthreads();
-    before = total = 0;
-    for (int w = 0; w < NW; w++) before += red[0][w], total += red[1][w];
+    before = total = ubefore = 0;
+    for (int w = 0; w < NW; w++) before += red[0][w], total += red[1][w], ubefore += red[2][w];
     const int c = hist[e], pc = (c + block - 1) / block * block;
     if (tid == 0) {
         offsets[e] = before;
         if (counts) counts[e] = c;
+        if (ustart) ustart[e] = ubefore;
         if (e == experts - 1) offsets[experts] = total;
     }
     /* e's slots in ascending order: a ballot scan per chunk of the slots */
@@ -117,16 +131,33 @@ __global__ void __launch_bounds__(MOE_ALIGN_THREADS) moe_align_kernel(const int3
     }
 }
 
-/* ------------------------------------------------------ grouped GEMMs */
-
-template <int ACT>
-__device__ __forceinline__ float moe_act(const MoeParams &p, float g, float u) {
-    if (p.activation == NB_MOE_ACT_SWIGLU) return g / (1.0f + expf(-g)) * u;
-    const float L = p.limit; /* comparisons keep a NaN, as the host's do */
-    g = g > L ? L : g;
-    u = u > L ? L : u < -L ? -L : u;
-    return (u + 1.0f) * (g / (1.0f + expf(-(p.alpha * g))));
+/* The tensor-core path's input rows: xg [slots, H] holds, for each expert in
+ * order, the token rows of its slots in the layout's order (compact: no
+ * padding), so a tile's activations are consecutive rows for TMA.  One warp
+ * per entry of the layout (grid-stride); the padding is skipped. */
+__global__ void __launch_bounds__(256) moe_gather_kernel(const uint4 *__restrict__ x, int64_t row16, int top_k,
+                                                         const int32_t *__restrict__ sorted,
+                                                         const int32_t *__restrict__ blockexp,
+                                                         const int32_t *__restrict__ offsets,
+                                                         const int32_t *__restrict__ ustart, int sentinel, int block,
+                                                         int64_t sorted_len, uint4 *__restrict__ xg) {
+    const int lane = threadIdx.x & 31;
+    const int64_t nw = (int64_t)gridDim.x * 8;
+    nbc_grid_dependency_wait(); /* the layout */
+    nbc_grid_dependents_launch();
+    for (int64_t i = (int64_t)blockIdx.x * 8 + (threadIdx.x >> 5); i < sorted_len; i += nw) {
+        const int slot = sorted[i];
+        if (slot >= sentinel) continue; /* padding, or past the total */
+        const int e = blockexp[i / block];
+        const int64_t pos = ustart[e] + (i - offsets[e]);
+        const uint4 *src = x + (int64_t)(slot / top_k) * row16;
+        uint4 *dst = xg + pos * row16;
+#pragma unroll 1
+        for (int j = lane; j < (int)row16; j += 32) dst[j] = __ldg(src + j);
+    }
 }
+
+/* ------------------------------------------------------ grouped GEMMs */
 
 template <int FMT, int ACT, int MT, int MODE>
 __global__ void __launch_bounds__(NBI_GEMV_WARPS * 32, 1) moe_gemv_kernel(const MoeParams p) {
@@ -134,16 +165,29 @@ __global__ void __launch_bounds__(NBI_GEMV_WARPS * 32, 1) moe_gemv_kernel(const 
     constexpr int SB = nbc_fmt<FMT>::lane_scale_bytes;
     constexpr int CB = nbc_fmt<FMT>::chunk_bytes;
     __shared__ uint32_t stab[256];
-    const int b = blockIdx.x;
+    /* CTA -> (routing block, group of row blocks), the groups of a routing
+     * block consecutive: the CTAs of the active blocks (the first ones of
+     * the layout) come first in the grid, the ones that exit at once last. */
+    const int b = blockIdx.x / p.groups, grp = blockIdx.x % p.groups;
+    /* Programmatic dependent launch: gate_up waits for the routing layout
+     * before it reads it.  down reads the layout before it waits (the layout
+     * is complete: gate_up let down launch only after its own wait) and
+     * fetches its first weight chunks, then waits for h. */
+    if (MODE == MOE_GATE_UP) nbc_grid_dependency_wait();
     const int e = p.blockexp[b];
     if (e < 0) return; /* past the padded total: no expert (uniform over the CTA) */
     nbc_load_scale_table<NBI_GEMV_WARPS * 32>(stab, p.stab);
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const int rb = blockIdx.y * NBI_GEMV_WARPS + warp;
+    /* warp -> (row block, k slice): the kw warps of a row block split its k
+     * range and are summed through shared memory at the end */
+    const int ks = warp % p.kw;
+    const int rb = grp * (NBI_GEMV_WARPS / p.kw) + warp / p.kw;
     const bool valid = rb < p.row_blocks;
-    const int nchunks = valid ? p.kchunks : 0;
+    const int per_warp = (p.kchunks + p.kw - 1) / p.kw;
+    const int c_begin = ks * per_warp, c_end = min(c_begin + per_warp, p.kchunks);
+    const int nchunks = valid ? max(c_end - c_begin, 0) : 0;
 
     float acc[MT][4], acc2[MT][4];
 #pragma unroll
@@ -154,7 +198,8 @@ __global__ void __launch_bounds__(NBI_GEMV_WARPS * 32, 1) moe_gemv_kernel(const 
     extern __shared__ uint4 ring_all[];
     uint4 *ring = ring_all + (size_t)warp * MOE_STAGES * (CB / 16);
     const uint64_t pol = nbc_policy_evict_first();
-    const uint8_t *gnext = p.w + (size_t)e * p.stride + (size_t)(valid ? rb : 0) * p.kchunks * CB + 16 * lane;
+    const uint8_t *gnext =
+        p.w + (size_t)e * p.stride + ((size_t)(valid ? rb : 0) * p.kchunks + c_begin) * CB + 16 * lane;
     const uint32_t ring_s = nbc_smem_u32(ring) + 16 * lane;
     auto fetch = [&](int slot) {
         const uint32_t d = ring_s + slot * CB;
@@ -169,7 +214,8 @@ __global__ void __launch_bounds__(NBI_GEMV_WARPS * 32, 1) moe_gemv_kernel(const 
         nbc_cp_async_commit();
     }
 
-    /* this lane's token rows (B operand column g of each tile) */
+    if (MODE == MOE_DOWN) nbc_grid_dependency_wait(); /* h */
+    /* this lane's token rows (B operand column g of each tile), from its k slice */
     const __nv_bfloat16 *xp[MT];
     bool tok_ok[MT];
 #pragma unroll
@@ -177,7 +223,7 @@ __global__ void __launch_bounds__(NBI_GEMV_WARPS * 32, 1) moe_gemv_kernel(const 
         const int slot = p.sorted[b * p.block + mt * 8 + g];
         tok_ok[mt] = slot < p.sentinel;
         const int64_t row = !tok_ok[mt] ? 0 : MODE == MOE_GATE_UP ? slot / p.top_k : slot;
-        xp[mt] = (const __nv_bfloat16 *)p.x + row * p.lda + 32 * t;
+        xp[mt] = (const __nv_bfloat16 *)p.x + row * p.lda + (size_t)c_begin * NBI_CHUNK_K + 32 * t;
     }
     __syncthreads(); /* scale table ready */
 
@@ -194,7 +240,7 @@ __global__ void __launch_bounds__(NBI_GEMV_WARPS * 32, 1) moe_gemv_kernel(const 
         const uint4 L = slotp[lane], H = slotp[32 + lane];
         const uint32_t S = SB == 4 ? ((const uint32_t *)(slotp + 64))[lane] : ((const uint16_t *)(slotp + 64))[lane];
         __syncwarp();
-        const int kbase = i * NBI_CHUNK_K + 32 * t;
+        const int kbase = (c_begin + i) * NBI_CHUNK_K + 32 * t;
         uint32_t sg[2], sh[2];
         chunk_scales<FMT>(S, stab, sg, sh);
 #pragma unroll
@@ -214,7 +260,28 @@ __global__ void __launch_bounds__(NBI_GEMV_WARPS * 32, 1) moe_gemv_kernel(const 
         }
     }
     nbc_cp_async_wait<0>();
-    if (!valid) return;
+    nbc_grid_dependents_launch();
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[i][j] += acc2[i][j];
+    if (p.kw > 1) { /* slices 1..kw-1 hand their sums to slice 0, which adds them in slice order */
+        float *red = (float *)ring_all; /* the rings are idle now */
+        __syncthreads();
+        if (ks)
+#pragma unroll
+            for (int i = 0; i < MT; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) red[((warp * MT + i) * 4 + j) * 32 + lane] = acc[i][j];
+        __syncthreads();
+        if (!ks)
+            for (int o = 1; o < p.kw; o++)
+#pragma unroll
+                for (int i = 0; i < MT; i++)
+#pragma unroll
+                    for (int j = 0; j < 4; j++) acc[i][j] += red[(((warp + o) * MT + i) * 4 + j) * 32 + lane];
+    }
+    if (!valid || ks) return;
 
     /* epilogue: acc[mt][0, 1] are row g at tokens 2t, 2t+1 of tile mt, acc[mt][2, 3] row g+8 */
     const float sc = ldexpf(1.0f, p.exp_shift), ts = p.tscale ? p.tscale[e] : 1.0f;
@@ -224,27 +291,8 @@ __global__ void __launch_bounds__(NBI_GEMV_WARPS * 32, 1) moe_gemv_kernel(const 
         for (int j = 0; j < 2; j++) {
             const int slot = p.sorted[b * p.block + mt * 8 + 2 * t + j];
             if (slot >= p.sentinel) continue;
-            const float lo = (acc[mt][j] + acc2[mt][j]) * sc * ts, hi = (acc[mt][2 + j] + acc2[mt][2 + j]) * sc * ts;
-            if (MODE == MOE_GATE_UP) {
-                const int i = 8 * rb + g; /* gate i (row g) and up i (row g+8) */
-                if (i >= p.n_out) continue;
-                float gate = lo, up = hi;
-                if (p.bias) {
-                    const int64_t I = p.n_out, rg = p.interleaved ? 2 * i : i, ru = p.interleaved ? 2 * i + 1 : I + i;
-                    gate += nbc_load(ACT, p.bias, (size_t)(e * 2 * I + rg));
-                    up += nbc_load(ACT, p.bias, (size_t)(e * 2 * I + ru));
-                }
-                nbc_store(ACT, p.out, (size_t)slot * p.ldo + i, moe_act<ACT>(p, gate, up));
-            } else {
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int c = 16 * rb + g + 8 * h;
-                    if (c >= p.n_out) continue;
-                    float v = h ? hi : lo;
-                    if (p.bias) v += nbc_load(ACT, p.bias, (size_t)e * p.n_out + c);
-                    nbc_store(ACT, p.out, (size_t)slot * p.ldo + c, v);
-                }
-            }
+            const float lo = acc[mt][j] * sc * ts, hi = acc[mt][2 + j] * sc * ts;
+            nbc_moe_store<ACT, MODE == MOE_GATE_UP>(p.epi, e, rb, g, slot, lo, hi);
         }
 }
 
@@ -253,6 +301,7 @@ __global__ void __launch_bounds__(NBI_GEMV_WARPS * 32, 1) moe_gemv_kernel(const 
 template <int ACT>
 __global__ void moe_combine_kernel(const void *o, const int32_t *__restrict__ ids, const float *__restrict__ tw,
                                    void *y, int64_t m, int64_t hidden, int top_k, int experts) {
+    nbc_grid_dependency_wait(); /* o */
     const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= m * hidden) return;
     const int64_t tok = idx / hidden, c = idx % hidden;
@@ -289,11 +338,12 @@ static moe_fn pick_moe(int fmt, int act, int mt, int mode) {
 }
 
 extern "C" nb_status nbi_cuda_moe_align(nb_context *ctx, const nbi_moe_plan *p, const int32_t *ids, int32_t *sorted,
-                                        int32_t *blocks, int32_t *offsets, int32_t *counts, void *stream) {
+                                        int32_t *blocks, int32_t *offsets, int32_t *counts, int32_t *ustart,
+                                        void *stream) {
     const size_t smem = (size_t)p->experts * sizeof(int); /* (E <= 4096: 16 KB, under the default limit) */
     moe_align_kernel<<<(unsigned)p->experts, MOE_ALIGN_THREADS, smem, (cudaStream_t)stream>>>(
         ids, (int)p->slots, (int)p->experts, p->block, (int)p->sorted_len, (int)p->blocks, sorted, blocks, offsets,
-        counts);
+        counts, ustart);
     NBC_TRY(cudaGetLastError(), "moe align kernel launch");
     return NB_OK;
 }
@@ -303,12 +353,28 @@ extern "C" nb_status nbi_cuda_moe_mlp(nb_context *ctx, const nbi_moe_plan *p, co
                                       void *workspace, void *stream) {
     char *ws = (char *)workspace;
     int32_t *sorted = (int32_t *)(ws + p->off_sorted), *blockexp = (int32_t *)(ws + p->off_blocks);
-    nb_status st = nbi_cuda_moe_align(ctx, p, ids, sorted, blockexp, (int32_t *)(ws + p->off_offsets),
-                                      (int32_t *)(ws + p->off_counts), stream);
+    int32_t *offsets = (int32_t *)(ws + p->off_offsets), *ustart = (int32_t *)(ws + p->off_ustart);
+    nb_status st = nbi_cuda_moe_align(ctx, p, ids, sorted, blockexp, offsets, (int32_t *)(ws + p->off_counts), ustart,
+                                      stream);
     if (st) return st;
+    if (p->tc) { /* prefill: the token rows gathered per expert, two grouped tensor-core GEMMs */
+        const int64_t row16 = p->hidden * (int64_t)nbi_dtype_size((nb_dtype)p->act) / 16;
+        cudaLaunchAttribute attr[1];
+        cudaLaunchConfig_t cfg = nbc_launch_config(dim3(1024), dim3(256), 0, stream, p->pdl, attr);
+        NBC_TRY(cudaLaunchKernelEx(&cfg, moe_gather_kernel, (const uint4 *)x, row16, (int)p->top_k,
+                                   (const int32_t *)sorted, (const int32_t *)blockexp, (const int32_t *)offsets,
+                                   (const int32_t *)ustart, (int)p->slots, p->block, p->sorted_len,
+                                   (uint4 *)(ws + p->off_xg)),
+                "moe gather kernel launch");
+        if ((st = nbi_cuda_moe_sm90(ctx, p, 0, ws + p->off_xg, w, ws + p->off_h, sorted, blockexp, offsets, ustart,
+                                    stream)) ||
+            (st = nbi_cuda_moe_sm90(ctx, p, 1, ws + p->off_h, w, ws + p->off_o, sorted, blockexp, offsets, ustart,
+                                    stream)))
+            return st;
+    }
     const size_t cb = nbi_chunk_bytes(nbi_traits((nb_format)p->fmt));
     const size_t smem = (size_t)NBI_GEMV_WARPS * MOE_STAGES * cb;
-    for (int mode = MOE_GATE_UP; mode <= MOE_DOWN; mode++) {
+    for (int mode = MOE_GATE_UP; mode <= MOE_DOWN && !p->tc; mode++) {
         moe_fn f = pick_moe(p->fmt, p->act, p->mt, mode);
         if (!f)
             return nbi_fail(ctx, NB_ERR_INTERNAL, "moe: no kernel for %s, %s, mt = %d",
@@ -320,37 +386,34 @@ extern "C" nb_status nbi_cuda_moe_mlp(nb_context *ctx, const nbi_moe_plan *p, co
         q.stride = gu ? p->gu_stride : p->dn_stride;
         q.x = gu ? x : ws + p->off_h;
         q.lda = gu ? p->hidden : p->inter;
-        q.out = gu ? ws + p->off_h : ws + p->off_o;
-        q.ldo = gu ? p->inter : p->hidden;
+        q.epi = nbc_moe_epilogue(p, gu, gu ? ws + p->off_h : ws + p->off_o, w);
         q.tscale = gu ? w->gate_up_scales : w->down_scales;
-        q.bias = gu ? w->gate_up_bias : w->down_bias;
         q.sorted = sorted;
         q.blockexp = blockexp;
         q.sentinel = (int)p->slots;
         q.top_k = (int)p->top_k;
         q.block = p->block;
-        q.n_out = (int)(gu ? p->inter : p->hidden);
         q.k = (int)(gu ? p->hidden : p->inter);
         q.row_blocks = (int)(gu ? p->gu_row_blocks : p->dn_row_blocks);
         q.kchunks = (int)(gu ? p->gu_kchunks : p->dn_kchunks);
-        q.interleaved = p->interleaved;
-        q.activation = p->activation;
-        q.limit = p->limit;
-        q.alpha = p->alpha;
         q.exp_shift = gu ? p->gu_exp_shift : p->dn_exp_shift;
         memcpy(q.stab, gu ? p->gu_table : p->dn_table, sizeof q.stab);
-        const dim3 grid((unsigned)p->blocks, (unsigned)((q.row_blocks + NBI_GEMV_WARPS - 1) / NBI_GEMV_WARPS));
-        f<<<grid, NBI_GEMV_WARPS * 32, smem, (cudaStream_t)stream>>>(q);
-        NBC_TRY(cudaGetLastError(), gu ? "moe gate_up kernel launch" : "moe down kernel launch");
+        q.kw = gu ? p->gu_kw : p->dn_kw;
+        const int rbs_per_cta = NBI_GEMV_WARPS / q.kw;
+        q.groups = (q.row_blocks + rbs_per_cta - 1) / rbs_per_cta;
+        const dim3 grid((unsigned)(p->blocks * q.groups)); /* (bounded by moe_plan) */
+        cudaLaunchAttribute attr[1];
+        cudaLaunchConfig_t cfg = nbc_launch_config(grid, dim3(NBI_GEMV_WARPS * 32), smem, stream, p->pdl, attr);
+        NBC_TRY(cudaLaunchKernelEx(&cfg, f, q), gu ? "moe gate_up kernel launch" : "moe down kernel launch");
     }
     const int64_t total = p->m * p->hidden;
     const unsigned cgrid = (unsigned)((total + 255) / 256);
-    if (p->act == NB_DTYPE_BF16)
-        moe_combine_kernel<NB_DTYPE_BF16><<<cgrid, 256, 0, (cudaStream_t)stream>>>(
-            ws + p->off_o, ids, tw, y, p->m, p->hidden, (int)p->top_k, (int)p->experts);
-    else
-        moe_combine_kernel<NB_DTYPE_F16><<<cgrid, 256, 0, (cudaStream_t)stream>>>(
-            ws + p->off_o, ids, tw, y, p->m, p->hidden, (int)p->top_k, (int)p->experts);
-    NBC_TRY(cudaGetLastError(), "moe combine kernel launch");
+    cudaLaunchAttribute attr[1];
+    cudaLaunchConfig_t cfg = nbc_launch_config(dim3(cgrid), dim3(256), 0, stream, p->pdl, attr);
+    NBC_TRY(cudaLaunchKernelEx(&cfg, p->act == NB_DTYPE_BF16 ? moe_combine_kernel<NB_DTYPE_BF16>
+                                                              : moe_combine_kernel<NB_DTYPE_F16>,
+                               (const void *)(ws + p->off_o), ids, tw, y, (int64_t)p->m, (int64_t)p->hidden,
+                               (int)p->top_k, (int)p->experts),
+            "moe combine kernel launch");
     return NB_OK;
 }
