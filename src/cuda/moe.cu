@@ -40,7 +40,7 @@
 #include "common.cuh"
 #include "gemv_step.cuh"
 
-#define MOE_STAGES 4      /* weight chunks in each warp's ring */
+#define MOE_STAGES 4      /* weight chunks in each warp's ring (6, or 4 CTAs per SM, measured no faster: NOTES.md) */
 #define MOE_ALIGN_THREADS 512
 
 enum { MOE_GATE_UP = 0, MOE_DOWN = 1 };
@@ -297,21 +297,32 @@ __global__ void __launch_bounds__(NBI_GEMV_WARPS * 32, 1) moe_gemv_kernel(const 
 }
 
 /* y[t, c] = sum over s (top-k order) of w[t, s] * o[t * top_k + s, c]; a slot
- * whose id is outside [0, E) adds nothing. */
+ * whose id is outside [0, E) adds nothing.  A thread owns 8 consecutive
+ * columns of a token (hidden is a multiple of 8, o's rows are 16-byte
+ * aligned): one 16-byte load per slot. */
 template <int ACT>
 __global__ void moe_combine_kernel(const void *o, const int32_t *__restrict__ ids, const float *__restrict__ tw,
                                    void *y, int64_t m, int64_t hidden, int top_k, int experts) {
     nbc_grid_dependency_wait(); /* o */
-    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= m * hidden) return;
-    const int64_t tok = idx / hidden, c = idx % hidden;
-    float acc = 0.0f;
+    const int64_t h8 = hidden / 8, idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= m * h8) return;
+    const int64_t tok = idx / h8, c = idx % h8 * 8;
+    float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
     for (int s = 0; s < top_k; s++) {
         const int64_t slot = tok * top_k + s;
         if ((unsigned)ids[slot] >= (unsigned)experts) continue;
-        acc = __fadd_rn(acc, __fmul_rn(tw[slot], nbc_load(ACT, o, (size_t)(slot * hidden + c))));
+        const float w = tw[slot];
+        const uint4 v = *(const uint4 *)((const uint16_t *)o + slot * hidden + c);
+        const uint32_t q[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const unsigned short b = (unsigned short)(q[j / 2] >> (16 * (j & 1)));
+            const float x = ACT == NB_DTYPE_BF16 ? __bfloat162float(__ushort_as_bfloat16(b)) : __half2float(__ushort_as_half(b));
+            acc[j] = __fadd_rn(acc[j], __fmul_rn(w, x));
+        }
     }
-    nbc_store(ACT, y, (size_t)idx, acc);
+#pragma unroll
+    for (int j = 0; j < 8; j++) nbc_store(ACT, y, (size_t)(tok * hidden + c + j), acc[j]);
 }
 
 /* ------------------------------------------------------------ dispatch */
@@ -402,11 +413,12 @@ extern "C" nb_status nbi_cuda_moe_mlp(nb_context *ctx, const nbi_moe_plan *p, co
         const int rbs_per_cta = NBI_GEMV_WARPS / q.kw;
         q.groups = (q.row_blocks + rbs_per_cta - 1) / rbs_per_cta;
         const dim3 grid((unsigned)(p->blocks * q.groups)); /* (bounded by moe_plan) */
+        if ((st = nbc_smem_opt_in(ctx, (const void *)f, smem))) return st;
         cudaLaunchAttribute attr[1];
         cudaLaunchConfig_t cfg = nbc_launch_config(grid, dim3(NBI_GEMV_WARPS * 32), smem, stream, p->pdl, attr);
         NBC_TRY(cudaLaunchKernelEx(&cfg, f, q), gu ? "moe gate_up kernel launch" : "moe down kernel launch");
     }
-    const int64_t total = p->m * p->hidden;
+    const int64_t total = p->m * (p->hidden / 8); /* (threads: 8 columns each) */
     const unsigned cgrid = (unsigned)((total + 255) / 256);
     cudaLaunchAttribute attr[1];
     cudaLaunchConfig_t cfg = nbc_launch_config(dim3(cgrid), dim3(256), 0, stream, p->pdl, attr);
