@@ -967,7 +967,7 @@ def quantize_model(model, format="nvfp4", exclude=("lm_head",), scale_rule=None,
 
 # ------------------------------------------------------ mixture of experts
 # nb_moe_mlp runs a whole MoE MLP (E experts' gate_up, activation, down and
-# the weighted combine over each token's top-k experts) in four launches on
+# the weighted combine over each token's top-k experts) in four or five launches on
 # the current stream, none per expert and nothing read back to the host.
 # The router stays the model's: only the experts' computation is replaced.
 
