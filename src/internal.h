@@ -335,6 +335,7 @@ typedef struct nbi_moe_plan {
     float limit, alpha;
     int64_t m, experts, top_k, hidden, inter;
     int64_t slots, sorted_len, blocks;
+    int64_t launch_blocks;        /* routing blocks the projections' grids cover (a bound on the padded total) */
     int64_t gu_row_blocks, gu_kchunks, dn_row_blocks, dn_kchunks;
     size_t gu_stride, dn_stride;  /* packed bytes per expert */
     int gu_exp_shift, dn_exp_shift;

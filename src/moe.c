@@ -671,6 +671,17 @@ static nb_status moe_plan(nb_context *ctx, const nb_moe_desc *d, nbi_moe_plan *p
     p->slots = as.slots;
     p->sorted_len = as.sorted_len;
     p->blocks = as.blocks;
+    /* The grids cover the routing blocks any routing can fill: each expert
+     * with c > 0 slots pads to ceil(c / block) <= 1 + (c - 1) / block blocks,
+     * so the padded total is at most min(E, slots) + slots / block blocks
+     * (the layout's buffers keep nb_moe_align_get_sizes' looser count).  At
+     * batch 1 with 128 experts and top-4 that is 4 blocks of 113: the CTAs
+     * past it would only exit. */
+    {
+        const int64_t active = p->slots < p->experts ? p->slots : p->experts;
+        const int64_t bound = active + p->slots / p->block;
+        p->launch_blocks = bound < p->blocks ? bound : p->blocks;
+    }
     if (d->experts > 4096)
         return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s: %d experts (at most 4096 on the device)", fn, (int)d->experts);
     p->gu_row_blocks = gate_up_packed_rows(d) / 16;
@@ -684,7 +695,7 @@ static nb_status moe_plan(nb_context *ctx, const nb_moe_desc *d, nbi_moe_plan *p
     /* the decode kernels' 1-D grids: routing blocks x groups of row blocks */
     const int64_t gu_groups = (p->gu_row_blocks + 8 / p->gu_kw - 1) / (8 / p->gu_kw);
     const int64_t dn_groups = (p->dn_row_blocks + 8 / p->dn_kw - 1) / (8 / p->dn_kw);
-    if (p->blocks * gu_groups > INT32_MAX || p->blocks * dn_groups > INT32_MAX)
+    if (p->launch_blocks * gu_groups > INT32_MAX || p->launch_blocks * dn_groups > INT32_MAX)
         return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s: m = %lld, hidden = %lld and intermediate = %lld with %d experts "
                         "need more CTAs than one launch has", fn, (long long)d->m, (long long)d->hidden,
                         (long long)d->intermediate, (int)d->experts);

@@ -739,7 +739,7 @@ extern "C" nb_status nbi_cuda_moe_sm90(nb_context *ctx, const nbi_moe_plan *pl, 
     st = nbc_smem_opt_in(ctx, (const void *)f, smem);
     if (st) return st;
     cudaLaunchAttribute attr[2];
-    const dim3 grid((unsigned)(pl->blocks * q.g.tiles_n)); /* (bounded by moe_plan) */
+    const dim3 grid((unsigned)(pl->launch_blocks * q.g.tiles_n)); /* (bounded by moe_plan) */
     cudaLaunchConfig_t cfg = nbc_launch_config(grid, dim3(SM90_THREADS(2)), smem, stream, pl->pdl, attr);
     NBC_TRY(cudaLaunchKernelEx(&cfg, f, map, q), gu ? "moe_sm90 gate_up kernel launch" : "moe_sm90 down kernel launch");
     return NB_OK;

@@ -412,7 +412,7 @@ extern "C" nb_status nbi_cuda_moe_mlp(nb_context *ctx, const nbi_moe_plan *p, co
         q.kw = gu ? p->gu_kw : p->dn_kw;
         const int rbs_per_cta = NBI_GEMV_WARPS / q.kw;
         q.groups = (q.row_blocks + rbs_per_cta - 1) / rbs_per_cta;
-        const dim3 grid((unsigned)(p->blocks * q.groups)); /* (bounded by moe_plan) */
+        const dim3 grid((unsigned)(p->launch_blocks * q.groups)); /* (bounded by moe_plan) */
         if ((st = nbc_smem_opt_in(ctx, (const void *)f, smem))) return st;
         cudaLaunchAttribute attr[1];
         cudaLaunchConfig_t cfg = nbc_launch_config(grid, dim3(NBI_GEMV_WARPS * 32), smem, stream, p->pdl, attr);
