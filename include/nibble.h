@@ -952,9 +952,10 @@ NB_API nb_status nb_moe_align_host(nb_context *ctx, const nb_moe_desc *d, int32_
  * launches per expert: the routing layout (nb_moe_align), the gate_up
  * grouped GEMM with the activation applied in its epilogue (h [m * top_k,
  * I]), the down grouped GEMM (o [m * top_k, H]), and the combine in top-k
- * order.  Each launch covers the worst-case number of routing blocks, so the
- * work does not depend on the routing on the host: no host synchronization,
- * no allocation, capturable in a CUDA graph.  An expert without tokens reads
+ * order.  Each launch covers the most routing blocks any routing can fill
+ * (min(E, m * top_k) + m * top_k / block), so the work does not depend on
+ * the routing on the host: no host synchronization, no allocation,
+ * capturable in a CUDA graph.  An expert without tokens reads
  * none of its weights.  Two kernel paths, chosen from the average number of
  * slots per expert (m * top_k / E):
  *   - decode (fewer than 24): the decode kernels' tensor-core step
