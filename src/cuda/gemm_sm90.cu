@@ -198,10 +198,12 @@ struct Sm90Smem {
  * completing on the stage's "full" barrier.  Barriers: full[s] at bar0 + 8s,
  * empty[s] at bar0 + 8(STAGES + s); with HALF, full[h][s] at
  * bar0 + 8(h STAGES + s) and empty[h][s] at bar0 + 8((2 + h) STAGES + s),
- * half 0 carrying the weights and k 0..63, half 1 k 64..127. */
-template <int FMT, int BN, int STAGES, int CWG>
-__device__ __forceinline__ void sm90_produce(const CUtensorMap *xmap, const uint8_t *w, int kchunks, uint8_t *smem,
-                                             uint32_t bar0, int c0, int nch, int rb0, int nrb, int xrow) {
+ * half 0 carrying the weights and k 0..63, half 1 k 64..127.  The weights
+ * are p.w's and the activation rows tm * BN's, or (GROUPED: a MoE tile) wg's
+ * and xrow's; the two instances keep the dense kernels' code as it was. */
+template <int FMT, int BN, int STAGES, int CWG, bool GROUPED>
+__device__ __forceinline__ void sm90_produce(const CUtensorMap *xmap, const Sm90Params &p, const uint8_t *wg, uint8_t *smem,
+                                             uint32_t bar0, int c0, int nch, int rb0, int nrb, int tm, int xrow) {
     typedef Sm90Smem<FMT, BN, STAGES, CWG> L;
     constexpr int CB = L::CB;
     const uint64_t pol = nbc_policy_evict_first();
@@ -215,15 +217,15 @@ __device__ __forceinline__ void sm90_produce(const CUtensorMap *xmap, const uint
         if (i >= STAGES) nbc_mbar_wait(bar0 + 8 * (2 * STAGES + s), ph);
         const uint32_t full0 = bar0 + 8 * s;
         mbar_expect_tx(full0, (uint32_t)(L::X_STAGE / 2 + nrb * CB));
-        tma_load_2d(xs, xmap, kc * NBI_CHUNK_K, xrow, full0);
+        tma_load_2d(xs, xmap, kc * NBI_CHUNK_K, GROUPED ? xrow : tm * BN, full0);
         const uint32_t ws = nbc_smem_u32(smem + L::W_OFF + s * L::W_STAGE);
         for (int r = 0; r < nrb; r++)
-            bulk_load(ws + r * CB, w + ((size_t)(rb0 + r) * kchunks + kc) * CB, CB, full0, pol);
+            bulk_load(ws + r * CB, (GROUPED ? wg : p.w) + ((size_t)(rb0 + r) * p.kchunks + kc) * CB, CB, full0, pol);
         /* half 1: k 64..127 */
         if (i >= STAGES) nbc_mbar_wait(bar0 + 8 * (3 * STAGES + s), ph);
         const uint32_t full1 = bar0 + 8 * (STAGES + s);
         mbar_expect_tx(full1, (uint32_t)(L::X_STAGE / 2));
-        tma_load_2d(xs + BN * 128, xmap, kc * NBI_CHUNK_K + 64, xrow, full1);
+        tma_load_2d(xs + BN * 128, xmap, kc * NBI_CHUNK_K + 64, GROUPED ? xrow : tm * BN, full1);
     }
     else for (int i = 0; i < nch; i++) {
         const int s = i % STAGES, kc = c0 + i;
@@ -231,11 +233,11 @@ __device__ __forceinline__ void sm90_produce(const CUtensorMap *xmap, const uint
         const uint32_t full = bar0 + 8 * s;
         mbar_expect_tx(full, bytes);
         const uint32_t xs = nbc_smem_u32(smem + L::X_OFF + s * L::X_STAGE);
-        tma_load_2d(xs, xmap, kc * NBI_CHUNK_K, xrow, full);
-        tma_load_2d(xs + BN * 128, xmap, kc * NBI_CHUNK_K + 64, xrow, full);
+        tma_load_2d(xs, xmap, kc * NBI_CHUNK_K, GROUPED ? xrow : tm * BN, full);
+        tma_load_2d(xs + BN * 128, xmap, kc * NBI_CHUNK_K + 64, GROUPED ? xrow : tm * BN, full);
         const uint32_t ws = nbc_smem_u32(smem + L::W_OFF + s * L::W_STAGE);
         for (int r = 0; r < nrb; r++)
-            bulk_load(ws + r * CB, w + ((size_t)(rb0 + r) * kchunks + kc) * CB, CB, full, pol);
+            bulk_load(ws + r * CB, (GROUPED ? wg : p.w) + ((size_t)(rb0 + r) * p.kchunks + kc) * CB, CB, full, pol);
     }
 }
 
@@ -428,7 +430,7 @@ __global__ void __launch_bounds__(SM90_THREADS(CWG), 1)
         if constexpr (CWG == 4) asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
         else asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
         if (warp == 0 && lane == 0)
-            sm90_produce<FMT, BN, STAGES, CWG>(&xmap, p.w, p.kchunks, smem, bar0, c0, nch, rb0, nrb, tm * BN);
+            sm90_produce<FMT, BN, STAGES, CWG, false>(&xmap, p, NULL, smem, bar0, c0, nch, rb0, nrb, tm, 0);
         return;
     }
 
@@ -511,8 +513,8 @@ __global__ void __launch_bounds__(SM90_THREADS(2), 1)
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
         if (warp == 0 && lane == 0)
-            sm90_produce<FMT, BN, STAGES, CWG>(&xmap, p.w + (size_t)e * q.stride, p.kchunks, smem, bar0, 0, p.kchunks,
-                                               rb0, nrb, xrow);
+            sm90_produce<FMT, BN, STAGES, CWG, true>(&xmap, p, p.w + (size_t)e * q.stride, smem, bar0, 0, p.kchunks,
+                                                     rb0, nrb, tm, xrow);
         return;
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
