@@ -774,8 +774,8 @@ nb_status nb_moe_mlp(nb_context *ctx, const nb_moe_desc *d, const void *x, const
         return nbi_reraise(ctx, st, fn);
     snprintf(ctx->last_config, sizeof ctx->last_config, "moe<%s,%s> %s block=%d routing_blocks=%lld kw=%d/%d "
              "gate_up=%lldx%lld down=%lldx%lld", nbi_traits(d->gate_up.format)->name, nbi_dtype_name(d->act_dtype),
-             p.tc ? "tc" : "decode", p.block, (long long)p.blocks, p.gu_kw, p.dn_kw, (long long)(2 * p.inter), (long long)p.hidden, (long long)p.hidden,
-             (long long)p.inter);
+             p.tc ? "tc" : "decode", p.block, (long long)p.launch_blocks, p.gu_kw, p.dn_kw, (long long)(2 * p.inter),
+             (long long)p.hidden, (long long)p.hidden, (long long)p.inter);
     return NB_OK;
 }
 
