@@ -116,20 +116,43 @@ nb_status nb_device_count(int *count) {
     return NB_OK;
 }
 
-/* NIBBLE_PATH: the one planner choice the environment may fix (nibble.h,
- * "tuning"); anything but decode, tc or mma is refused, not ignored. */
-static nb_status read_env_path(int *path) {
-    const char *v = getenv("NIBBLE_PATH");
-    *path = 0;
+/* An environment switch of the planner, read once at context creation:
+ * *out = i + 1 when the variable is values[i], 0 when it is unset or empty;
+ * any other value is refused, not ignored, with the value named. */
+static nb_status read_env_choice(const char *name, const char *const *values, int n, int *out) {
+    const char *v = getenv(name);
+    *out = 0;
     if (!v || !v[0]) return NB_OK;
-    static const char *const names[4] = {"", "decode", "tc", "mma"};
-    for (int i = 1; i < 4; i++)
-        if (!strcmp(v, names[i])) {
-            *path = i; /* NB_GEMM_PATH_DECODE, _TENSOR_CORE, _MMA */
+    char list[96] = "";
+    for (int i = 0; i < n; i++) {
+        if (!strcmp(v, values[i])) {
+            *out = i + 1;
             return NB_OK;
         }
-    return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_context_create: NIBBLE_PATH=\"%.64s\" is not decode, tc or "
-                    "mma (unset it for the automatic choice)", v);
+        const size_t len = strlen(list);
+        snprintf(list + len, sizeof list - len, "%s%s", i == 0 ? "" : i == n - 1 ? " or " : ", ", values[i]);
+    }
+    return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_context_create: %s=\"%.64s\" is not %s (unset it for the "
+                    "automatic choice)", name, v, list);
+}
+
+/* The planner's environment switches (nibble.h, "tuning"): NIBBLE_PATH, the
+ * one planner choice for nb_gemm, and the MoE planner's NIBBLE_MOE_PATH,
+ * NIBBLE_MOE_KW and NIBBLE_MOE_TC_BN (measurement and tests). */
+static nb_status read_env(int *path, int *moe_path, int *moe_kw, int *moe_bn) {
+    static const char *const paths[3] = {"decode", "tc", "mma"}; /* NB_GEMM_PATH_DECODE, _TENSOR_CORE, _MMA */
+    static const char *const moe_paths[2] = {"decode", "tc"};
+    static const char *const kws[4] = {"1", "2", "4", "8"};
+    static const char *const bns[2] = {"64", "128"};
+    int kw = 0, bn = 0;
+    nb_status st;
+    if ((st = read_env_choice("NIBBLE_PATH", paths, 3, path)) ||
+        (st = read_env_choice("NIBBLE_MOE_PATH", moe_paths, 2, moe_path)) ||
+        (st = read_env_choice("NIBBLE_MOE_KW", kws, 4, &kw)) || (st = read_env_choice("NIBBLE_MOE_TC_BN", bns, 2, &bn)))
+        return st;
+    *moe_kw = kw ? 1 << (kw - 1) : 0;
+    *moe_bn = bn ? 64 << (bn - 1) : 0;
+    return NB_OK;
 }
 
 nb_status nb_context_create(int device, nb_context **out) {
@@ -138,8 +161,8 @@ nb_status nb_context_create(int device, nb_context **out) {
     if (device < NB_DEVICE_NONE)
         return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_context_create: device %d is not an ordinal or "
                         "NB_DEVICE_NONE", device);
-    int env_path = 0;
-    nb_status st = device == NB_DEVICE_NONE ? NB_OK : read_env_path(&env_path);
+    int env_path = 0, env_moe_path = 0, env_moe_kw = 0, env_moe_bn = 0;
+    nb_status st = device == NB_DEVICE_NONE ? NB_OK : read_env(&env_path, &env_moe_path, &env_moe_kw, &env_moe_bn);
     if (st) return st;
     nb_context *c = (nb_context *)calloc(1, sizeof *c);
     if (!c) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "nb_context_create: out of host memory");
@@ -163,6 +186,9 @@ nb_status nb_context_create(int device, nb_context **out) {
         }
         c->has_device = 1;
         c->env_path = env_path;
+        c->env_moe_path = env_moe_path;
+        c->env_moe_kw = env_moe_kw;
+        c->env_moe_bn = env_moe_bn;
         /* NIBBLE_SM90_CLUSTER=0: the tensor-core path's k splits sum through
          * the workspace, as on GPUs without clusters (to test that path) */
         const char *cl = getenv("NIBBLE_SM90_CLUSTER");

@@ -79,6 +79,9 @@ struct nb_context {
     uint32_t table[NBI_FORMAT_COUNT][4][128];
     int env_path;                /* NIBBLE_PATH at creation: an nb_gemm_path, 0 when unset */
     int env_no_cluster;          /* NIBBLE_SM90_CLUSTER=0 at creation: tensor-core split-K through the workspace */
+    int env_moe_path;            /* NIBBLE_MOE_PATH at creation: 1 decode, 2 tc, 0 when unset */
+    int env_moe_kw;              /* NIBBLE_MOE_KW at creation: 1, 2, 4 or 8; 0 when unset */
+    int env_moe_bn;              /* NIBBLE_MOE_TC_BN at creation: 64 or 128; 0 when unset */
     /* clusters of s CTAs of the tensor-core kernel that run at once, per
      * instance (plan.c sm90_instance) and s (plan.c asks nbi_cuda_sm90_clusters
      * once and keeps the answer + 1 here; 0: not asked yet) */

@@ -573,20 +573,17 @@ static int moe_mt(const nb_moe_desc *d) {
  * least NBI_MOE_TC_MIN slots per expert on average (at 16 the two paths are
  * within 12% of each other, each ahead on some layers; at 32 the tiles are
  * 1.5-2x faster), 128-token tiles from 64 (bench/RESULTS.md, mixture of
- * experts).  NIBBLE_MOE_PATH=decode / tc and
- * NIBBLE_MOE_TC_BN=64 / 128 override it (measurement). */
+ * experts).  NIBBLE_MOE_PATH=decode / tc and NIBBLE_MOE_TC_BN=64 / 128 at
+ * context creation override it (measurement, tests). */
 #define NBI_MOE_TC_MIN 24.0
 static int moe_tc(const nb_context *ctx, const nb_moe_desc *d) {
     const int can = nbi_cuda_has_sm90a() && ctx->info.cc_major == 9 && ctx->info.cc_minor == 0 &&
                     (int64_t)d->m * d->top_k <= INT32_MAX - 256;
     if (!can) return 0;
-    const char *path = getenv("NIBBLE_MOE_PATH"), *bn = getenv("NIBBLE_MOE_TC_BN");
     const double per_expert = (double)d->m * (double)d->top_k / (double)d->experts;
-    int tc = per_expert >= NBI_MOE_TC_MIN;
-    if (path && !strcmp(path, "decode")) tc = 0;
-    if (path && !strcmp(path, "tc")) tc = 1;
+    const int tc = ctx->env_moe_path ? ctx->env_moe_path == 2 : per_expert >= NBI_MOE_TC_MIN;
     if (!tc) return 0;
-    if (bn && (!strcmp(bn, "64") || !strcmp(bn, "128"))) return atoi(bn);
+    if (ctx->env_moe_bn) return ctx->env_moe_bn;
     return per_expert >= 64.0 ? 128 : 64;
 }
 
@@ -600,14 +597,11 @@ static int moe_tc(const nb_context *ctx, const nb_moe_desc *d) {
  * row blocks).  Measured on an H100 at batch 1 (bench/RESULTS.md): kw = 2
  * gains 6-19% where fewer than 2100 row blocks have tokens, kw = 4 and 8
  * lose.  The routing blocks with tokens are estimated from the expected
- * number of experts a uniform router picks.  NIBBLE_MOE_KW overrides it
- * (measurement). */
+ * number of experts a uniform router picks.  NIBBLE_MOE_KW at context
+ * creation overrides it where a row block has that many chunks (measurement,
+ * tests). */
 static int moe_kw(const nb_context *ctx, const nb_moe_desc *d, int block, int64_t row_blocks, int64_t kchunks) {
-    const char *env = getenv("NIBBLE_MOE_KW");
-    if (env && (!strcmp(env, "1") || !strcmp(env, "2") || !strcmp(env, "4") || !strcmp(env, "8"))) {
-        const int kw = atoi(env);
-        return kchunks >= kw ? kw : 1;
-    }
+    if (ctx->env_moe_kw) return kchunks >= ctx->env_moe_kw ? ctx->env_moe_kw : 1;
     const double E = (double)d->experts, slots = (double)d->m * (double)d->top_k;
     const double active = E * (1.0 - pow(1.0 - (double)d->top_k / E, (double)d->m)); /* experts with tokens */
     const double blocks = fmax(active, ceil(slots / (double)block));

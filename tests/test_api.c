@@ -164,6 +164,28 @@ static void test_context(void) {
         EXPECT(NULL, NB_ERR_NO_DEVICE, nb_context_create(0, &c)); /* a valid value: on to the device check */
     }
     unsetenv("NIBBLE_PATH");
+    /* the MoE planner's switches: refused the same way, the accepted values
+     * listed in the message */
+    static const char *const moe_env[3][3] = {{"NIBBLE_MOE_PATH", "fast", "decode or tc"},
+                                              {"NIBBLE_MOE_KW", "3", "1, 2, 4 or 8"},
+                                              {"NIBBLE_MOE_TC_BN", "256", "64 or 128"}};
+    for (int i = 0; i < 3; i++) {
+        setenv(moe_env[i][0], moe_env[i][1], 1);
+        EXPECT(NULL, NB_ERR_INVALID_ARGUMENT, nb_context_create(0, &c));
+        char want[64];
+        snprintf(want, sizeof want, "%s=\"%s\" is not %s", moe_env[i][0], moe_env[i][1], moe_env[i][2]);
+        CHECK(strstr(nb_last_error(), want) != NULL, "the message names %s: \"%s\"", moe_env[i][0], nb_last_error());
+        unsetenv(moe_env[i][0]);
+    }
+    if (count == 0) { /* valid values: on to the device check */
+        setenv("NIBBLE_MOE_PATH", "tc", 1);
+        setenv("NIBBLE_MOE_KW", "8", 1);
+        setenv("NIBBLE_MOE_TC_BN", "64", 1);
+        EXPECT(NULL, NB_ERR_NO_DEVICE, nb_context_create(0, &c));
+        unsetenv("NIBBLE_MOE_PATH");
+        unsetenv("NIBBLE_MOE_KW");
+        unsetenv("NIBBLE_MOE_TC_BN");
+    }
 
     nb_context *ctx = NULL;
     EXPECT(NULL, NB_OK, nb_context_create(NB_DEVICE_NONE, &ctx));

@@ -145,7 +145,8 @@ static double g_worst_gpu;
  * kernels with their k range split over 2 and 8 warps (where a row block
  * has that many chunks), and the tensor-core path with 64- and 128-token
  * tiles (where the build and the GPU have it: sm_90a; elsewhere the decode
- * kernels run again).  Chosen through the variables the planner reads. */
+ * kernels run again).  Chosen through the variables the planner reads at
+ * context creation. */
 static const struct {
     const char *name, *path, *kw, *bn;
 } k_variants[] = {
@@ -158,10 +159,18 @@ static void set_env(const char *name, const char *value) {
     if (value) setenv(name, value, 1);
     else unsetenv(name);
 }
-static void set_variant(int v) {
+/* A context for variant v: the planner reads the variables at creation. */
+static nb_context *variant_context(int v) {
     set_env("NIBBLE_MOE_PATH", k_variants[v].path);
     set_env("NIBBLE_MOE_KW", k_variants[v].kw);
     set_env("NIBBLE_MOE_TC_BN", k_variants[v].bn);
+    nb_context *c = NULL;
+    const nb_status st = nb_context_create(0, &c);
+    CHECK(st == NB_OK, "context for variant %s: %s", k_variants[v].name, nb_last_error());
+    unsetenv("NIBBLE_MOE_PATH");
+    unsetenv("NIBBLE_MOE_KW");
+    unsetenv("NIBBLE_MOE_TC_BN");
+    return st == NB_OK ? c : NULL;
 }
 
 /* The workspace of the variant now chosen (the tensor-core path also holds
@@ -196,10 +205,11 @@ static void check_mlp(nb_context *ctx, const mcase *c, int graph) {
     moe_double(&p, 0x1p-24, 1, ref, bound);
     nb_status st = NB_OK;
     for (int v = 0; v < NVARIANTS; v++) { /* the planner's choice, then each kernel path forced */
-        set_variant(v);
-        fit_workspace(ctx, &g, what);
+        nb_context *vc = v == 0 ? ctx : variant_context(v);
+        if (!vc) continue;
+        fit_workspace(vc, &g, what);
         GT_CUDA(cudaMemset(g.y, 0xFF, g.y_bytes)); /* NaN poison */
-        st = run(ctx, &g, NULL);
+        st = run(vc, &g, NULL);
         CHECK(st == NB_OK, "moe %s [%s]: %s", what, k_variants[v].name, nb_last_error());
         GT_CUDA(cudaDeviceSynchronize());
         GT_CUDA(cudaMemcpy(y, g.y, g.y_bytes, cudaMemcpyDeviceToHost));
@@ -214,12 +224,13 @@ static void check_mlp(nb_context *ctx, const mcase *c, int graph) {
         CHECK(worst <= 1.0, "moe %s [%s]: worst [%lld, %lld] got %.9g exact %.17g bound %.3g (err/bound %.3g)", what,
               k_variants[v].name, (long long)(wi / c->H), (long long)(wi % c->H),
               (double)load_as(c->dt, y, (size_t)wi), ref[wi], bound[wi], worst);
+        if (vc != ctx) nb_context_destroy(vc);
     }
-    set_variant(0);
     for (int v = 0; graph && v < NVARIANTS; v += NVARIANTS - 2) { /* 3. a graph replays it after the routing changed
                                                                   * on the device: the planner's path and tc */
-        set_variant(v);
-        fit_workspace(ctx, &g, what);
+        nb_context *vc = v == 0 ? ctx : variant_context(v);
+        if (!vc) continue;
+        fit_workspace(vc, &g, what);
         cudaStream_t s;
         GT_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
         int32_t *ids2 = malloc(4 * (size_t)(c->m * c->K));
@@ -230,7 +241,7 @@ static void check_mlp(nb_context *ctx, const mcase *c, int graph) {
         /* the direct result of the second routing */
         GT_CUDA(cudaMemcpy(g.ids, ids2, 4 * (size_t)(c->m * c->K), cudaMemcpyHostToDevice));
         GT_CUDA(cudaMemcpy(g.tw, tw2, 4 * (size_t)(c->m * c->K), cudaMemcpyHostToDevice));
-        CHECK(run(ctx, &g, s) == NB_OK, "moe %s: direct call: %s", what, nb_last_error());
+        CHECK(run(vc, &g, s) == NB_OK, "moe %s: direct call: %s", what, nb_last_error());
         void *y2 = malloc(g.y_bytes), *y3 = malloc(g.y_bytes);
         GT_CUDA(cudaStreamSynchronize(s));
         GT_CUDA(cudaMemcpy(y2, g.y, g.y_bytes, cudaMemcpyDeviceToHost));
@@ -240,7 +251,7 @@ static void check_mlp(nb_context *ctx, const mcase *c, int graph) {
         cudaGraph_t graph_;
         cudaGraphExec_t exec;
         GT_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-        st = run(ctx, &g, s);
+        st = run(vc, &g, s);
         GT_CUDA(cudaStreamEndCapture(s, &graph_));
         CHECK(st == NB_OK, "moe %s: capture: %s", what, nb_last_error());
         GT_CUDA(cudaGraphInstantiate(&exec, graph_, 0));
@@ -256,8 +267,8 @@ static void check_mlp(nb_context *ctx, const mcase *c, int graph) {
         GT_CUDA(cudaGraphDestroy(graph_));
         GT_CUDA(cudaStreamDestroy(s));
         free(ids2), free(tw2), free(y2), free(y3);
+        if (vc != ctx) nb_context_destroy(vc);
     }
-    set_variant(0);
     free(y), free(ref), free(bound);
     gpu_release(&g);
     release(&p);
