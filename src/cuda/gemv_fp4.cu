@@ -400,24 +400,8 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
 #pragma unroll
         for (int j = 0; j < 4; j++) acc[0][i][j] += acc2[i][j];
 
-    if (p.kw > 1) { /* in-CTA split-K: slices 1..kw-1 hand their sums to slice 0, in order */
-        float *red = (float *)ring_all; /* the rings are idle now */
-        __syncthreads();
-        if (ks) {
-#pragma unroll
-            for (int i = 0; i < MT; i++)
-#pragma unroll
-                for (int j = 0; j < 4; j++) red[((warp * MT + i) * 4 + j) * 32 + lane] = acc[0][i][j];
-        }
-        __syncthreads();
-        if (!ks) {
-            for (int o = 1; o < p.kw; o++)
-#pragma unroll
-                for (int i = 0; i < MT; i++)
-#pragma unroll
-                    for (int j = 0; j < 4; j++) acc[0][i][j] += red[(((warp + o) * MT + i) * 4 + j) * 32 + lane];
-        }
-    }
+    if (p.kw > 1) /* in-CTA split-K: slices 1..kw-1 hand their sums to slice 0, in order */
+        gemv_kw_reduce<MT>(acc[0], (float *)ring_all, warp, lane, ks, p.kw);
     const int rbs[1] = {rb};
     const bool own[1] = {valid && ks == 0}; /* this warp writes the row block's result */
     if (!EARLY) nbc_grid_dependents_launch();

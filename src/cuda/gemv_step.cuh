@@ -219,3 +219,26 @@ __device__ __forceinline__ uint32_t int_zero(const uint32_t (&zw)[2], int i) {
     const uint32_t z = SYM ? 8u : (zw[i >> 2] >> (8 * (i & 3))) & 0xFFu;
     return (m | z) * 0x10001u;
 }
+
+/* In-CTA split-K of the decode kernels: the kw consecutive warps of a row
+ * block each summed a slice of its k range; slices 1..kw-1 hand their
+ * accumulators to slice 0 through red (the rings, idle by then), which adds
+ * them in slice order.  Every thread of the CTA calls it (two barriers). */
+template <int MT>
+__device__ __forceinline__ void gemv_kw_reduce(float (&acc)[MT][4], float *red, int warp, int lane, int ks, int kw) {
+    __syncthreads();
+    if (ks) {
+#pragma unroll
+        for (int i = 0; i < MT; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) red[((warp * MT + i) * 4 + j) * 32 + lane] = acc[i][j];
+    }
+    __syncthreads();
+    if (!ks) {
+        for (int o = 1; o < kw; o++)
+#pragma unroll
+            for (int i = 0; i < MT; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) acc[i][j] += red[(((warp + o) * MT + i) * 4 + j) * 32 + lane];
+    }
+}

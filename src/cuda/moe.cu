@@ -265,22 +265,7 @@ __global__ void __launch_bounds__(NBI_GEMV_WARPS * 32, 1) moe_gemv_kernel(const 
     for (int i = 0; i < MT; i++)
 #pragma unroll
         for (int j = 0; j < 4; j++) acc[i][j] += acc2[i][j];
-    if (p.kw > 1) { /* slices 1..kw-1 hand their sums to slice 0, which adds them in slice order */
-        float *red = (float *)ring_all; /* the rings are idle now */
-        __syncthreads();
-        if (ks)
-#pragma unroll
-            for (int i = 0; i < MT; i++)
-#pragma unroll
-                for (int j = 0; j < 4; j++) red[((warp * MT + i) * 4 + j) * 32 + lane] = acc[i][j];
-        __syncthreads();
-        if (!ks)
-            for (int o = 1; o < p.kw; o++)
-#pragma unroll
-                for (int i = 0; i < MT; i++)
-#pragma unroll
-                    for (int j = 0; j < 4; j++) acc[i][j] += red[(((warp + o) * MT + i) * 4 + j) * 32 + lane];
-    }
+    if (p.kw > 1) gemv_kw_reduce<MT>(acc, (float *)ring_all, warp, lane, ks, p.kw); /* slices summed in order */
     if (!valid || ks) return;
 
     /* epilogue: acc[mt][0, 1] are row g at tokens 2t, 2t+1 of tile mt, acc[mt][2, 3] row g+8 */
@@ -413,8 +398,7 @@ extern "C" nb_status nbi_cuda_moe_mlp(nb_context *ctx, const nbi_moe_plan *p, co
         const int rbs_per_cta = NBI_GEMV_WARPS / q.kw;
         q.groups = (q.row_blocks + rbs_per_cta - 1) / rbs_per_cta;
         const dim3 grid((unsigned)(p->launch_blocks * q.groups)); /* (bounded by moe_plan) */
-        if ((st = nbc_smem_opt_in(ctx, (const void *)f, smem))) return st;
-        cudaLaunchAttribute attr[1];
+        cudaLaunchAttribute attr[1]; /* (smem, 37 KB at most, is under the default limit: no opt-in) */
         cudaLaunchConfig_t cfg = nbc_launch_config(grid, dim3(NBI_GEMV_WARPS * 32), smem, stream, p->pdl, attr);
         NBC_TRY(cudaLaunchKernelEx(&cfg, f, q), gu ? "moe gate_up kernel launch" : "moe down kernel launch");
     }
