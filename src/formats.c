@@ -34,6 +34,7 @@ static const nbi_format_traits k_traits[NBI_FORMAT_COUNT] = {
      .index = NBI_FORMAT_INDEX_##NAME,                                                                         \
      .kernels = 0 NBI_KERNEL_FORMATS(NBI_X_IS, NAME) NBI_DECODE_FORMATS(NBI_X_IS, NAME),                       \
      .every_kernel = 0 NBI_KERNEL_FORMATS(NBI_X_IS, NAME),                                                     \
+     .tensor_core = 0 NBI_KERNEL_FORMATS(NBI_X_IS, NAME) NBI_TC_FORMATS(NBI_X_IS, NAME),                       \
      .chunk_scale_bytes = NBI_CHUNK_ROWS * NBI_CHUNK_K / (grp) * (sbytes),                                    \
      .code_shift = (bits) == 2 ? 2 : (bits) == 4 ? 1 : 0},
 #define NBI_X_IS(K, NAME) || NBI_FORMAT_INDEX_##K == NBI_FORMAT_INDEX_##NAME

@@ -33,12 +33,17 @@ enum {
  * through.  A format outside this list is NB_ERR_UNSUPPORTED on the device. */
 #define NBI_KERNEL_FORMATS(X, A) X(NVFP4, A) X(MXFP4, A)
 #define NBI_KERNEL_DTYPES(X, A) X(BF16, A) X(F16, A)
-/* The formats only nb_pack and the decode kernel 1 serve (the 4-bit integer
- * formats and bitsandbytes' table formats: gemv_fp4.cu "INTEGER FORMATS" and
- * "TABLE FORMATS"); nb_gemm runs every m through that kernel, 32 rows per
- * launch.  Not in NBI_KERNEL_FORMATS: no other kernel family (quantize,
- * dequantize, the tensor-core paths, MoE) decodes them. */
+/* The formats that nb_pack, the decode kernel 1 and (NBI_TC_FORMATS) the
+ * Hopper tensor-core kernel serve (the 4-bit integer formats and
+ * bitsandbytes' table formats: gemv_fp4.cu "INTEGER FORMATS" and "TABLE
+ * FORMATS"); where the tensor-core kernel does not run, nb_gemm runs every m
+ * through the decode kernel, 32 rows per launch.  Not in NBI_KERNEL_FORMATS:
+ * no other kernel family (quantize, dequantize, the mma.sync path, MoE)
+ * decodes them. */
 #define NBI_DECODE_FORMATS(X, A) X(INT4, A) X(INT4_SYM, A) X(NF4, A) X(BNB_FP4, A)
+/* Of those, the ones the Hopper tensor-core kernel also serves for m > 32
+ * (gemm_sm90.cu; tc_dequant.cuh "4-bit integer formats", "table formats"). */
+#define NBI_TC_FORMATS(X, A) X(INT4, A) X(INT4_SYM, A) X(NF4, A) X(BNB_FP4, A)
 
 typedef struct nbi_format_traits {
     nb_format format;
@@ -55,6 +60,7 @@ typedef struct nbi_format_traits {
     int index;             /* position in NB_FORMAT_LIST */
     int kernels;           /* in NBI_KERNEL_FORMATS or NBI_DECODE_FORMATS: nb_pack and nb_gemm serve it */
     int every_kernel;      /* in NBI_KERNEL_FORMATS: every kernel family serves it */
+    int tensor_core;       /* in NBI_KERNEL_FORMATS or NBI_TC_FORMATS: the Hopper tensor-core kernel serves it */
     int chunk_scale_bytes; /* scale bytes in one packed chunk (16 rows x 128 k) */
     int code_shift;        /* log2 of the codes per byte (8 / element_bits: 2, 4, 8 bits) */
 } nbi_format_traits;
@@ -368,7 +374,7 @@ NB_INTERNAL size_t nbi_cuda_gemv_smem(int fmt, int xs, int rpw, int mt, int m);
 /* Clusters of s CTAs of the tensor-core kernel (format, dtype, tile width,
  * consumer warpgroups) that can run at once on the current device; 0 when
  * none can or the build has no Hopper kernels. */
-NB_INTERNAL int nbi_cuda_sm90_clusters(nb_context *ctx, int fmt, int act, int bn, int cwg, int s);
+NB_INTERNAL int nbi_cuda_sm90_clusters(nb_context *ctx, int fmt, int act, int bn, int cwg, int kg, int s);
 NB_INTERNAL int nbi_cuda_gemm_sm80_stages(int fmt, int bn, int want, size_t smem_limit, size_t *smem);
 
 #ifdef __cplusplus

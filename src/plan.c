@@ -188,11 +188,13 @@ static int sm90_instance(int bn, int cwg) {
 
 /* Clusters of s CTAs of that instance that run at once (0: none, or cluster
  * split-K turned off by NIBBLE_SM90_CLUSTER=0); asked of the device once per
- * context. */
+ * context, for the first format that asks (every instance runs one CTA per
+ * SM, whose shared memory the integer formats' larger chunks, at most 1.5 KB
+ * more per stage, do not change). */
 static int tc_clusters(nb_context *ctx, const nbi_gemm_plan *p, int bn, int cwg, int s) {
     if (ctx->env_no_cluster || s < 2 || s > NBI_SM90_MAX_SPLITS) return 0;
     int *slot = &ctx->sm90_clusters[sm90_instance(bn, cwg)][s];
-    if (!*slot) *slot = 1 + nbi_cuda_sm90_clusters(ctx, p->fmt, p->act, bn, cwg, s);
+    if (!*slot) *slot = 1 + nbi_cuda_sm90_clusters(ctx, p->fmt, p->act, bn, cwg, p->group, s);
     return *slot - 1;
 }
 
@@ -213,6 +215,30 @@ static double tc_reduce_us(int s, int bn, int cwg, int cluster) {
     return cluster ? 1.9 + kb * (0.018 + 0.011 * s) : 1.8 + kb * (0.028 + 0.007 * s);
 }
 
+/* Whether the tensor-core kernel serves these weights and activations:
+ * every E2M1 format, and the integer and table formats of NBI_TC_FORMATS
+ * except integer weights with BF16 scales and FP16 activations, where the
+ * scale rounded to FP16 (tc_dequant.cuh) could overflow: those keep the
+ * decode kernel, which applies the scale in FP32. */
+/* The integer and table formats on the tensor-core kernel: from m =
+ * NBI_INT_TC_MIN on request; by the heuristic from m = 24, and from 17 on
+ * layers of at least 2^25 weights (below, their decode kernel 1, which has
+ * no staged variant).  Measured on an H100 (int4 / nf4, us, decode /
+ * tensor core, 64-token tiles): m = 17: 8192 -> 8192 33.9 / 27.9, 4096 ->
+ * 14336 30.3 / 25.4, 14336 -> 4096 34.9 / 25.4, but 4096 -> 4096 11.7 /
+ * 12.4 and 4096 -> 6144 16.8 / 17.5 (nf4 12.6 / 13.0, 18.2 / 18.6); m =
+ * 24: the tensor core ahead on every layer measured (4096 -> 4096 13.3 /
+ * 12.1, 4096 -> 6144 19.4 / 16.9), by 1.3-1.6x at m = 32. */
+#define NBI_INT_TC_MIN 17
+static int int_tc_auto(const nb_gemm_desc *g) {
+    return g->m >= 24 || (g->m >= NBI_INT_TC_MIN && g->weight.n * g->weight.k >= ((int64_t)1 << 25));
+}
+
+static int tc_serves(const nb_gemm_desc *g, const nbi_format_traits *t) {
+    if (t->every_kernel) return 1;
+    return t->tensor_core && !(g->act_dtype == NB_DTYPE_F16 && g->weight.scale_type == NB_SCALE_BF16);
+}
+
 /* The tensor-core path (gemm_sm90.cu) on Hopper for batches past the decode
  * range: one launch for every m, weights read once per 128-row (tc_cwg:
  * 256-row) x bn-token tile.  Returns 1 when it takes the call (p filled).
@@ -226,12 +252,15 @@ static double tc_reduce_us(int s, int bn, int cwg, int cluster) {
  * 17..24 tokens only layers with k < 16384 switch; m = 16 and 8192 -> 57344
  * (448 tiles) stay with the decode kernels at every m <= 32. */
 static int plan_tc(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq, nbi_gemm_plan *p) {
+    const nbi_format_traits *t = nbi_traits(p->fmt);
+    if (!tc_serves(g, t)) return 0;
     const int can = nbi_cuda_has_sm90a() && ctx->info.cc_major == 9 && ctx->info.cc_minor == 0 && g->m <= INT32_MAX &&
                     ctx->info.smem_per_block_optin >= 227 * 1024;
-    if (!nbi_traits(p->fmt)->every_kernel) return 0; /* (decode kernel 1 only) */
+    const int integer = !t->every_kernel; /* (64-, 128-, 256-token tiles, m >= NBI_INT_TC_MIN) */
     const int64_t tn = (p->row_blocks + 7) / 8; /* 128-row tiles */
     const int small_grid = tn < ctx->info.sm_count;
-    int use = can && (g->m > 32 || (g->m > 16 && small_grid && (g->m > 24 || g->weight.k < 16384)));
+    int use = can && (integer ? int_tc_auto(g)
+                              : g->m > 32 || (g->m > 16 && small_grid && (g->m > 24 || g->weight.k < 16384)));
     if (rq->path == NB_GEMM_PATH_DECODE || rq->path == NB_GEMM_PATH_MMA) use = 0;
     if (rq->path == NB_GEMM_PATH_TENSOR_CORE) use = can;
     if (!use) return 0;
@@ -257,9 +286,10 @@ static int plan_tc(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
     static const int widths[5] = {64, 128, 256, 16, 32};
     static const double chunk_us[5] = {0.68, 0.80, 1.16, 0.67, 0.69}, fill_us[5] = {3.5, 5.0, 7.0, 0.0, 0.0};
     const int fb = rq->bn == 16 || rq->bn == 32 || rq->bn == 64 || rq->bn == 128 || rq->bn == 256 ? rq->bn : 0;
+    if (integer && (fb == 16 || fb == 32 || g->m < NBI_INT_TC_MIN)) return 0; /* (nbi_plan says why) */
     int bn = 64, splits = 1, cluster = 0;
     double best = 0.0;
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < (integer ? 3 : 5); i++) {
         if (fb ? fb != widths[i] : i >= 3 && g->m > widths[i]) continue; /* 16, 32: one tile of tokens */
         const int cwg = tc_cwg(p, widths[i]);
         const int64_t tiles = tc_tiles_n(p, widths[i]) * ((g->m + widths[i] - 1) / widths[i]);
@@ -473,11 +503,19 @@ nb_status nbi_plan(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
     p->group = nbi_kernel_group(d);
     p->chunk_bytes = (int)nbi_packed_chunk_bytes(d);
     p->scale_bf16 = d->scale_type == NB_SCALE_BF16;
-    if (!t->every_kernel) { /* decode kernel 1 only (NBI_DECODE_FORMATS) */
-        if (rq->path == NB_GEMM_PATH_TENSOR_CORE || rq->path == NB_GEMM_PATH_MMA || rq->variant == 2)
-            return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_gemm: %s weights run on the plain decode kernel only (path "
-                            "decode, variant plain), not %s%s", t->name, path_name(rq->path ? rq->path : 1),
+    if (!t->every_kernel) { /* decode kernel 1 (NBI_DECODE_FORMATS), and for some the Hopper tensor-core kernel */
+        const int tc = rq->path == NB_GEMM_PATH_TENSOR_CORE;
+        if ((tc && !t->tensor_core) || rq->path == NB_GEMM_PATH_MMA || rq->variant == 2)
+            return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_gemm: %s weights run on the plain decode kernel%s only (path "
+                            "decode, variant plain%s), not %s%s", t->name, t->tensor_core ? " and path tc" : "",
+                            t->tensor_core ? "; tc on Hopper for larger m" : "", path_name(rq->path ? rq->path : 1),
                             rq->variant == 2 ? " staged" : "");
+        if (tc && !tc_serves(g, t))
+            return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_gemm: %s with BF16 scales and FP16 activations runs on the "
+                            "decode kernel only (a BF16 scale rounded to FP16 could overflow)", t->name);
+        if (tc && (g->m < NBI_INT_TC_MIN || rq->bn == 16 || rq->bn == 32))
+            return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_gemm: %s takes path tc for m >= %d with 64-, 128- or 256-token "
+                            "tiles (m = %lld, bn = %d)", t->name, NBI_INT_TC_MIN, (long long)g->m, (int)rq->bn);
         if (d->k % 8)
             return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_gemm: %s with k = %lld: the decode kernel reads activations "
                             "in pieces of 8 and needs k a multiple of 8", t->name, (long long)d->k);

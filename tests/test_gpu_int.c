@@ -11,23 +11,35 @@
  * multiple of 16, k not a multiple of 128):
  *   - nb_pack_v2 on the device writes the bytes of nb_pack_host_v2 and the
  *     zero-point range into the descriptor;
- *   - nb_gemm for m = 1..32 and m in {33, 45, 64, 100} (several launches of
- *     the decode kernel) against nb_gemm_host_f64_v2 with the rule of
- *     test_gpu.c: |y - ref| <= ulp_out(|ref|) + 2^-14 * max|ref| per
- *     element (output rounding plus float accumulation in another order; the
- *     kernel's weight operands q - z are exact and its scales FP32); the
- *     table formats add the rounding of their operands (DESIGN.md 4.2.2):
- *     sum over k of |x| |absmax| (|r16(v) - v| + 2^-24 |v|), v the table
- *     value, r16 its rounding to the activation dtype, 2^-24 |v| |absmax|
- *     the reference's own float32 product;
+ *   - nb_gemm for m = 1..32 and larger m (on Hopper the tensor-core
+ *     kernel, except integer weights with BF16 scales and F16 activations:
+ *     several launches of the decode kernel) against
+ *     nb_gemm_host_f64_v2 with the rule of test_gpu.c: |y - ref| <=
+ *     ulp_out(|ref|) + 2^-14 * max|ref| per element (output rounding plus
+ *     float accumulation in another order; the decode kernel's weight
+ *     operands q - z are exact and its scales FP32); the tensor-core kernel
+ *     adds the rounding of its weights (DESIGN.md 4.2.3): sum over k of |x|
+ *     |w16 - w|, w16 = r16((q - z) r16(s)) (s rounded only when the scale
+ *     type differs) or r16(r16(v) r16(absmax)) + 2^-24 |v absmax|, r16 the
+ *     rounding to the activation dtype, v the table value; the decode
+ *     kernel's table formats add the rounding of their operands (DESIGN.md
+ *     4.2.2): sum over k of |x| |absmax| (|r16(v) - v| + 2^-24 |v|), 2^-24
+ *     |v| |absmax| the reference's own float32 product;
+ *   - the path: the tensor-core kernel runs exactly where it should
+ *     (Hopper, m >= 24 on these layers; not for integer weights with BF16
+ *     scales and F16 activations);
+ *     on the middle layer every configuration nb_gemm_list_configs offers
+ *     at m = 64 and 300 (tile widths, k splits, both split sums; the table
+ *     formats in blocks of 64);
  *     outputs are poisoned (NaN) first, so an unwritten element fails;
  *   - zero points at their extremes: rows with z = 0 and z = 15, and with
  *     FP16 activations z = 255 (any byte; BF16 takes z <= 127 and nb_gemm
  *     refuses more with NB_ERR_UNSUPPORTED);
  *   - a NaN scale (absmax) gives NaN in its row and only there;
  *   - the refusals: nb_pack for int4 (zero points need nb_pack_v2), the
- *     tensor-core and staged paths, k not a multiple of 8; nb_dequantize and
- *     the naive reference for the table formats. */
+ *     tensor-core path for m <= 16, 16/32-token tiles and F16 activations
+ *     with BF16 scales, the mma and staged paths, k not a multiple of 8;
+ *     nb_dequantize and the naive reference for the table formats. */
 #include "nibble.h"
 #include "check.h"
 #include "gpu_testlib.h"
@@ -39,6 +51,38 @@ static double ulp_out(nb_dtype t, double a) {
     frexp(a, &e);
     int q = e - (t == NB_DTYPE_BF16 ? 8 : 11), minexp = t == NB_DTYPE_BF16 ? -133 : -24;
     return ldexp(1.0, q < minexp ? minexp : q);
+}
+
+/* v rounded to the 16-bit dtype t, to nearest even (subnormals, overflow
+ * to infinity). */
+static double round16(nb_dtype t, double v) {
+    if (v == 0 || !isfinite(v)) return v;
+    int e;
+    frexp(v, &e);
+    const int bits = t == NB_DTYPE_BF16 ? 8 : 11, minq = t == NB_DTYPE_BF16 ? -133 : -24;
+    const double q = ldexp(1.0, e - bits < minq ? minq : e - bits), r = nearbyint(v / q) * q;
+    const double big = t == NB_DTYPE_BF16 ? ldexp(255.0 / 128.0, 127) : 65504.0;
+    return fabs(r) > big ? copysign(INFINITY, v) : r;
+}
+
+/* Whether the tensor-core path is there for the integer formats (Hopper
+ * with an sm_90a build): path tc accepted at m = 64 on a small int4 layer. */
+static int g_tc_int = -1;
+static int tc_for_int(nb_context *ctx) {
+    if (g_tc_int >= 0) return g_tc_int;
+    nb_weight_desc d;
+    nb_weight_desc_init(&d, NB_FORMAT_INT4, 128, 256);
+    d.layout = NB_LAYOUT_PACKED;
+    d.scale_exp_min = d.scale_exp_max = 8;
+    nb_gemm_desc g;
+    nb_gemm_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.path = NB_GEMM_PATH_TENSOR_CORE;
+    size_t ws = 0;
+    g_tc_int = nb_gemm_desc_init(&g, &d, 64, NB_DTYPE_BF16, NB_DTYPE_BF16) == NB_OK &&
+               nb_gemm_workspace_size_ex(ctx, &g, &cfg, &ws) == NB_OK;
+    printf("tensor-core path for the integer formats: %s\n", g_tc_int ? "yes" : "no (decode kernel for every m)");
+    return g_tc_int;
 }
 
 typedef struct tcase {
@@ -74,7 +118,87 @@ static void table_terms(const tcase *c, const nb_weight_desc *d, const uint8_t *
     }
 }
 
-static void run_case(nb_context *ctx, const tcase *c, const int64_t *ms, int nms, uint64_t seed) {
+/* Per k of row r: the tensor-core kernel's weight term of the bound (see
+ * the top): integers |r16((q - z) r16(s)) - (q - z) s| (s rounded only when
+ * its type is not the activation dtype), tables |r16(r16(v) r16(absmax)) -
+ * v absmax| + 2^-24 |v absmax|. */
+static void tc_terms(const tcase *c, const nb_weight_desc *d, const uint8_t *codes, const uint8_t *scales,
+                     const uint8_t *zeros, int64_t r, double *out) {
+    const int64_t k = d->k, ng = k / d->group_size;
+    if (is_table(c->fmt)) {
+        const nb_element_type e = c->fmt == NB_FORMAT_NF4 ? NB_ELEMENT_NF4 : NB_ELEMENT_FP4_BNB;
+        for (int64_t j = 0; j < k; j++) {
+            float a;
+            memcpy(&a, scales + 4 * (size_t)(r * ng + j / d->group_size), 4);
+            const size_t i = (size_t)(r * k + j);
+            const double v = nb_element_to_float(e, (uint8_t)((codes[i / 2] >> (4 * (i & 1))) & 15)), va = v * a;
+            out[j] = fabs(round16(c->act, round16(c->act, v) * round16(c->act, a)) - va) + ldexp(fabs(va), -24);
+        }
+        return;
+    }
+    const nb_dtype st = c->st == NB_SCALE_BF16 ? NB_DTYPE_BF16 : NB_DTYPE_F16;
+    for (int64_t j = 0; j < k; j++) {
+        const size_t gi = (size_t)(r * ng + j / d->group_size), i = (size_t)(r * k + j);
+        const double sc = gt_from16(st, (uint16_t)(scales[2 * gi] | scales[2 * gi + 1] << 8));
+        const int nib = (codes[i / 2] >> (4 * (i & 1))) & 15;
+        const int q = c->fmt == NB_FORMAT_INT4_SYM ? (nib >= 8 ? nib - 16 : nib) : nib - zeros[gi];
+        const double s16 = st == c->act ? sc : round16(c->act, sc);
+        out[j] = fabs(round16(c->act, q * s16) - q * sc);
+    }
+}
+
+/* sum over k of |x[i, j]| * per-k term of row r, for every row i < m and
+ * output row r: the weight term of the bound per output element. */
+static double *weight_term(const tcase *c, const nb_weight_desc *d, const uint8_t *codes, const uint8_t *scales,
+                           const uint8_t *zeros, const uint16_t *x, int64_t m, int tc) {
+    const int64_t n = d->n, k = d->k;
+    double *w = calloc((size_t)(m * n), sizeof *w), *row = malloc(sizeof(double) * (size_t)k);
+    for (int64_t r = 0; r < n; r++) {
+        if (tc) tc_terms(c, d, codes, scales, zeros, r, row);
+        else table_terms(c, d, codes, scales, r, row);
+        for (int64_t i = 0; i < m; i++) {
+            double sum = 0;
+            for (int64_t j = 0; j < k; j++) sum += fabs((double)gt_from16(c->act, x[i * k + j])) * row[j];
+            w[i * n + r] = sum;
+        }
+    }
+    free(row);
+    return w;
+}
+
+/* y (m x n, from the device) against the float64 reference under the rule
+ * at the top; wterm may be NULL.  Returns the number of bad elements. */
+static int check_out(const tcase *c, const char *what, const char *cfg, int64_t m, int64_t n, const uint16_t *y,
+                     const double *ref, const double *wterm) {
+    double maxref = 0;
+    for (int64_t i = 0; i < m * n; i++)
+        if (isfinite(ref[i]) && fabs(ref[i]) > maxref) maxref = fabs(ref[i]);
+    int bad = 0;
+    int64_t wi = -1;
+    double worst = 0;
+    for (int64_t i = 0; i < m * n; i++) {
+        const double v = gt_from16(c->act, y[i]), r = ref[i];
+        int ok;
+        double e = 0;
+        if (isnan(r)) ok = isnan(v); /* the NaN-scale row */
+        else {
+            const double tol = ulp_out(c->act, fabs(r)) + ldexp(maxref, -14) + (wterm ? wterm[i] : 0);
+            e = fabs(v - r) / tol;
+            ok = e <= 1.0; /* (NaN fails) */
+        }
+        if (!ok) bad++;
+        if (!ok && (wi < 0 || e > worst)) worst = e, wi = i;
+    }
+    CHECK(bad == 0, "%s m=%lld [%s]: %d bad, worst at [%lld,%lld] got %g want %g (err/tol %.3g)", what, (long long)m,
+          cfg, bad, wi < 0 ? -1LL : (long long)(wi / n), wi < 0 ? -1LL : (long long)(wi % n),
+          wi < 0 ? 0.0 : (double)gt_from16(c->act, y[wi]), wi < 0 ? 0.0 : ref[wi], worst);
+    return bad;
+}
+
+/* ms: the batch sizes run with the planner's choice (ascending); sweep: the
+ * ones also run with every configuration nb_gemm_list_configs offers. */
+static void run_case(nb_context *ctx, const tcase *c, const int64_t *ms, int nms, const int64_t *sweep, int nsweep,
+                     uint64_t seed) {
     const int zp = c->fmt == NB_FORMAT_INT4, tab = is_table(c->fmt);
     nb_weight_desc d;
     nb_weight_desc_init(&d, c->fmt, c->n, 128);
@@ -89,7 +213,9 @@ static void run_case(nb_context *ctx, const tcase *c, const int64_t *ms, int nms
              (long long)c->k, (int)d.group_size);
     nb_weight_sizes_v2 sz;
     GT_NB(nb_weight_get_sizes_v2(&d, &sz));
-    const int64_t n = c->n, k = c->k, ng = k / d.group_size, mmax = ms[nms - 1];
+    const int64_t n = c->n, k = c->k, ng = k / d.group_size;
+    int64_t mmax = ms[nms - 1];
+    for (int i = 0; i < nsweep; i++) mmax = sweep[i] > mmax ? sweep[i] : mmax;
     uint8_t *codes = malloc(sz.codes_bytes), *scales = malloc(sz.scales_bytes), *zeros = zp ? malloc(sz.zeros_bytes) : NULL;
     uint8_t *hp = malloc(sz.packed_bytes), *dp_h = malloc(sz.packed_bytes);
     uint16_t *x = malloc(2 * (size_t)(mmax * k)), *y = malloc(2 * (size_t)(mmax * n));
@@ -163,21 +289,13 @@ static void run_case(nb_context *ctx, const tcase *c, const int64_t *ms, int nms
         GT_CUDA(cudaMalloc(&dws, ws));
         GT_CUDA(cudaMemset(dws, 0, ws));
     }
-    /* the table formats' weight term of the bound, per output element */
-    double *wterm = NULL;
-    if (tab) {
-        wterm = calloc((size_t)(mmax * n), sizeof *wterm);
-        double *row = malloc(sizeof(double) * (size_t)k);
-        for (int64_t r = 0; r < n; r++) {
-            table_terms(c, &d, codes, scales, r, row);
-            for (int64_t i = 0; i < mmax; i++) {
-                double sum = 0;
-                for (int64_t j = 0; j < k; j++) sum += fabs((double)gt_from16(c->act, x[i * k + j])) * row[j];
-                wterm[i * n + r] = sum;
-            }
-        }
-        free(row);
-    }
+    /* the weight terms of the bound, per output element: the table formats'
+     * operands, the integer formats' tensor-core weights */
+    double *wtab = tab ? weight_term(c, &d, codes, scales, zeros, x, mmax, 0) : NULL;
+    double *wtc = NULL;
+    const int tc_here = tc_for_int(ctx) && !(c->act == NB_DTYPE_F16 && c->st == NB_SCALE_BF16);
+    if (tc_here && mmax >= 17) wtc = weight_term(c, &d, codes, scales, zeros, x, mmax, 1);
+    char cfgs[512];
     for (int mi = 0; mi < nms; mi++) {
         const int64_t m = ms[mi];
         g.m = m;
@@ -185,29 +303,47 @@ static void run_case(nb_context *ctx, const tcase *c, const int64_t *ms, int nms
         nb_status st = nb_gemm(ctx, &g, dx, dpk, NULL, dy, dws, ws, NULL);
         CHECK(st == NB_OK, "%s m=%lld: nb_gemm: %s", what, (long long)m, nb_last_error());
         if (st != NB_OK) continue;
+        GT_NB(nb_gemm_last_config(ctx, cfgs, sizeof cfgs));
+        const int on_tc = strstr(cfgs, "gemm_sm90<") != NULL;
+        /* (the planner's rule: m >= 24 on these layers of fewer than 2^25 weights) */
+        CHECK(on_tc == (tc_here && m >= 24), "%s m=%lld: %s, expected the %s", what, (long long)m, cfgs,
+              tc_here && m >= 24 ? "tensor-core kernel" : "decode kernel");
         GT_CUDA(cudaMemcpy(y, dy, 2 * (size_t)(m * n), cudaMemcpyDeviceToHost));
-        double maxref = 0;
-        for (int64_t i = 0; i < m * n; i++)
-            if (isfinite(ref[i]) && fabs(ref[i]) > maxref) maxref = fabs(ref[i]);
-        int bad = 0;
-        int64_t wi = -1;
-        double worst = 0;
-        for (int64_t i = 0; i < m * n; i++) {
-            const double v = gt_from16(c->act, y[i]), r = ref[i];
-            int ok;
-            double e = 0;
-            if (isnan(r)) ok = isnan(v); /* the NaN-scale row */
-            else {
-                const double tol = ulp_out(c->act, fabs(r)) + ldexp(maxref, -14) + (wterm ? wterm[i] : 0);
-                e = fabs(v - r) / tol;
-                ok = e <= 1.0; /* (NaN fails) */
+        check_out(c, what, cfgs, m, n, y, ref, on_tc ? wtc : wtab);
+    }
+    /* every configuration offered at the sweep's batch sizes */
+    for (int si = 0; si < nsweep; si++) {
+        const int64_t m = sweep[si];
+        g.m = m;
+        nb_gemm_config cf[64];
+        size_t ncf = 0;
+        GT_NB(nb_gemm_list_configs(ctx, &g, cf, 64, &ncf));
+        int ntc = 0;
+        for (size_t ci = 0; ci < ncf && ci < 64; ci++) {
+            size_t need = 0;
+            if (nb_gemm_workspace_size_ex(ctx, &g, &cf[ci], &need) != NB_OK) {
+                CHECK(0, "%s m=%lld: offered configuration %zu refused: %s", what, (long long)m, ci, nb_last_error());
+                continue;
             }
-            if (!ok) bad++;
-            if (!ok && (wi < 0 || e > worst)) worst = e, wi = i;
+            void *cws = NULL;
+            if (need) {
+                GT_CUDA(cudaMalloc(&cws, need));
+                GT_CUDA(cudaMemset(cws, 0, need));
+            }
+            GT_CUDA(cudaMemset(dy, 0xFF, 2 * (size_t)(m * n)));
+            nb_status st = nb_gemm_ex(ctx, &g, &cf[ci], dx, dpk, NULL, dy, cws, need, NULL);
+            CHECK(st == NB_OK, "%s m=%lld: configuration %zu: %s", what, (long long)m, ci, nb_last_error());
+            if (st == NB_OK) {
+                GT_NB(nb_gemm_last_config(ctx, cfgs, sizeof cfgs));
+                const int on_tc = strstr(cfgs, "gemm_sm90<") != NULL;
+                ntc += on_tc;
+                GT_CUDA(cudaMemcpy(y, dy, 2 * (size_t)(m * n), cudaMemcpyDeviceToHost));
+                check_out(c, what, cfgs, m, n, y, ref, on_tc ? wtc : wtab);
+            }
+            if (cws) GT_CUDA(cudaFree(cws));
         }
-        CHECK(bad == 0, "%s m=%lld: %d bad, worst at [%lld,%lld] got %g want %g (err/tol %.3g)", what, (long long)m,
-              bad, wi < 0 ? -1LL : (long long)(wi / n), wi < 0 ? -1LL : (long long)(wi % n),
-              wi < 0 ? 0.0 : (double)gt_from16(c->act, y[wi]), wi < 0 ? 0.0 : ref[wi], worst);
+        CHECK(!tc_here || ntc >= 3, "%s m=%lld: %d tensor-core configurations offered (want several)", what,
+              (long long)m, ntc);
     }
     if (dws) GT_CUDA(cudaFree(dws));
     GT_CUDA(cudaFree(dc));
@@ -216,7 +352,7 @@ static void run_case(nb_context *ctx, const tcase *c, const int64_t *ms, int nms
     GT_CUDA(cudaFree(dx));
     GT_CUDA(cudaFree(dy));
     if (dz) GT_CUDA(cudaFree(dz));
-    free(codes), free(scales), free(zeros), free(hp), free(dp_h), free(x), free(y), free(ref), free(wterm);
+    free(codes), free(scales), free(zeros), free(hp), free(dp_h), free(x), free(y), free(ref), free(wtab), free(wtc);
 }
 
 /* What nb_gemm and nb_pack refuse for the integer formats. */
@@ -253,8 +389,24 @@ static void test_refusals(nb_context *ctx) {
     nb_gemm_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.path = NB_GEMM_PATH_TENSOR_CORE;
+    const int tc = tc_for_int(ctx);
     g.m = 64;
-    CHECK(nb_gemm_workspace_size_ex(ctx, &g, &cfg, &ws) == NB_ERR_UNSUPPORTED, "path tc refused: %s", nb_last_error());
+    CHECK((nb_gemm_workspace_size_ex(ctx, &g, &cfg, &ws) == NB_OK) == tc, "path tc at m = 64 %s: %s",
+          tc ? "accepted" : "refused", nb_last_error());
+    g.m = 16;
+    CHECK(nb_gemm_workspace_size_ex(ctx, &g, &cfg, &ws) == NB_ERR_UNSUPPORTED && strstr(nb_last_error(), "m >= 17"),
+          "path tc at m = 16 refused: %s", nb_last_error());
+    g.m = 64, cfg.bn = 32;
+    CHECK(nb_gemm_workspace_size_ex(ctx, &g, &cfg, &ws) == NB_ERR_UNSUPPORTED && strstr(nb_last_error(), "bn = 32"),
+          "path tc with 32-token tiles refused: %s", nb_last_error());
+    cfg.bn = 0;
+    nb_gemm_desc gb = g;
+    gb.weight.scale_type = NB_SCALE_BF16; /* FP16 activations with BF16 scales: decode kernel only */
+    CHECK(nb_gemm_workspace_size_ex(ctx, &gb, &cfg, &ws) == NB_ERR_UNSUPPORTED && strstr(nb_last_error(), "BF16 scales"),
+          "path tc with BF16 scales and FP16 activations refused: %s", nb_last_error());
+    cfg.path = NB_GEMM_PATH_MMA;
+    CHECK(nb_gemm_workspace_size_ex(ctx, &g, &cfg, &ws) == NB_ERR_UNSUPPORTED, "path mma refused: %s", nb_last_error());
+    memset(&cfg, 0, sizeof cfg);
     cfg.path = NB_GEMM_PATH_DECODE, cfg.variant = 1, cfg.kw = 1;
     g.m = 16;
     CHECK(nb_gemm_workspace_size_ex(ctx, &g, &cfg, &ws) == NB_ERR_UNSUPPORTED, "staged variant refused: %s",
@@ -266,10 +418,17 @@ static void test_refusals(nb_context *ctx) {
         GT_CUDA(cudaMalloc(&dws, ws));
         GT_CUDA(cudaMemset(dws, 0, ws));
     }
-    g.m = 64; /* two launches of 32 */
+    g.m = 64; /* the tensor-core kernel once, or two launches of 32 of the decode kernel */
     CHECK(nb_gemm(ctx, &g, dx, dpk, NULL, dy, dws, ws, NULL) == NB_OK && nb_gemm_last_config(ctx, cfgs, sizeof cfgs) == NB_OK &&
+              (tc ? strstr(cfgs, "gemm_sm90<int4,") && strstr(cfgs, "launches=1")
+                  : strstr(cfgs, "int4,group=128") && strstr(cfgs, "launches=2")),
+          "m = 64 runs the %s: %s", tc ? "tensor-core kernel once" : "decode kernel twice", cfgs);
+    nb_weight_desc pb = p;
+    pb.scale_type = NB_SCALE_BF16; /* (the same bytes: every scale is 0) */
+    GT_NB(nb_gemm_desc_init(&gb, &pb, 64, NB_DTYPE_F16, NB_DTYPE_F16));
+    CHECK(nb_gemm(ctx, &gb, dx, dpk, NULL, dy, dws, ws, NULL) == NB_OK && nb_gemm_last_config(ctx, cfgs, sizeof cfgs) == NB_OK &&
               strstr(cfgs, "int4,group=128") && strstr(cfgs, "launches=2"),
-          "m = 64 runs the decode kernel twice: %s", cfgs);
+          "m = 64 with BF16 scales and FP16 activations runs the decode kernel twice: %s", cfgs);
     nb_weight_desc k12;
     nb_weight_desc_init(&k12, NB_FORMAT_INT4_SYM, 16, 128);
     k12.k = 36, k12.group_size = 36; /* one group per row, k not a multiple of 8 */
@@ -288,8 +447,9 @@ static void test_refusals(nb_context *ctx) {
 }
 
 /* The table formats: nb_pack (first version) writes nb_pack_v2's bytes;
- * what no kernel serves for them is refused by name; m = 64 runs the decode
- * kernel twice with the kernel group in the configuration. */
+ * what no kernel serves for them is refused by name; m = 64 runs the
+ * tensor-core kernel (Hopper) or the decode kernel twice, with the kernel
+ * group in the configuration. */
 static void test_table_refusals(nb_context *ctx) {
     enum { N = 48, K = 512 };
     nb_weight_desc d;
@@ -336,8 +496,16 @@ static void test_table_refusals(nb_context *ctx) {
     nb_gemm_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.path = NB_GEMM_PATH_TENSOR_CORE;
-    CHECK(nb_gemm_workspace_size_ex(ctx, &g, &cfg, &ws) == NB_ERR_UNSUPPORTED, "nf4: path tc refused: %s",
+    const int tc = tc_for_int(ctx);
+    CHECK((nb_gemm_workspace_size_ex(ctx, &g, &cfg, &ws) == NB_OK) == tc, "nf4: path tc at m = 64 %s: %s",
+          tc ? "accepted" : "refused", nb_last_error());
+    g.m = 16;
+    CHECK(nb_gemm_workspace_size_ex(ctx, &g, &cfg, &ws) == NB_ERR_UNSUPPORTED, "nf4: path tc at m = 16 refused: %s",
           nb_last_error());
+    cfg.path = NB_GEMM_PATH_MMA, g.m = 64;
+    CHECK(nb_gemm_workspace_size_ex(ctx, &g, &cfg, &ws) == NB_ERR_UNSUPPORTED, "nf4: path mma refused: %s",
+          nb_last_error());
+    memset(&cfg, 0, sizeof cfg);
     cfg.path = NB_GEMM_PATH_DECODE, cfg.variant = 1, cfg.kw = 1;
     g.m = 16;
     CHECK(nb_gemm_workspace_size_ex(ctx, &g, &cfg, &ws) == NB_ERR_UNSUPPORTED, "nf4: staged variant refused: %s",
@@ -352,7 +520,8 @@ static void test_table_refusals(nb_context *ctx) {
     g.m = 64;
     CHECK(nb_gemm(ctx, &g, dx, p1, NULL, dy, dws, ws, NULL) == NB_OK &&
               nb_gemm_last_config(ctx, cfgs, sizeof cfgs) == NB_OK && strstr(cfgs, "nf4,group=64") &&
-              strstr(cfgs, "launches=2"), "nf4: m = 64 runs the decode kernel twice: %s", cfgs);
+              strstr(cfgs, tc ? "gemm_sm90<" : "launches=2"), "nf4: m = 64 runs the %s: %s",
+          tc ? "tensor-core kernel" : "decode kernel twice", cfgs);
     GT_CUDA(cudaDeviceSynchronize());
     if (dws) GT_CUDA(cudaFree(dws));
     GT_CUDA(cudaFree(dc));
@@ -370,11 +539,11 @@ int main(int argc, char **argv) {
     int quick = argc > 1 && !strcmp(argv[1], "--quick");
     nb_context *ctx = NULL;
     GT_NB(nb_context_create(0, &ctx));
-    int64_t all[36];
+    int64_t all[40];
     int nall = 0;
     for (int m = 1; m <= 32; m++) all[nall++] = m;
-    all[nall++] = 33, all[nall++] = 45, all[nall++] = 64, all[nall++] = 100;
-    static const int64_t few[6] = {1, 7, 8, 16, 32, 45};
+    all[nall++] = 33, all[nall++] = 45, all[nall++] = 64, all[nall++] = 100, all[nall++] = 128, all[nall++] = 200;
+    static const int64_t few[8] = {1, 7, 8, 16, 32, 45, 64, 300}, sweep[2] = {64, 300}, big[7] = {1, 7, 8, 16, 32, 45, 100};
     static const int groups[4] = {32, 64, 128, 0};
     static const int64_t shapes[3][2] = {{37, 640}, {1000, 1152}, {4100, 4096}}; /* ragged n; k off 128 by 0 / 1 chunk */
     uint64_t seed = 1;
@@ -386,14 +555,15 @@ int main(int argc, char **argv) {
                         const tcase c = {f ? NB_FORMAT_INT4_SYM : NB_FORMAT_INT4, a ? NB_DTYPE_F16 : NB_DTYPE_BF16,
                                          s ? NB_SCALE_BF16 : NB_SCALE_F16, shapes[sh][0], shapes[sh][1], groups[gi]};
                         if (c.group && c.k % c.group) continue;
-                        /* every m on the small layer, a few on the larger ones */
-                        if (sh == 0) run_case(ctx, &c, all, nall, seed++);
-                        else run_case(ctx, &c, few, 6, seed++);
+                        /* every m on the small layer, a few (and every configuration at two) on the others */
+                        if (sh == 0) run_case(ctx, &c, all, nall, NULL, 0, seed++);
+                        else if (sh == 1) run_case(ctx, &c, few, 8, sweep, 2, seed++);
+                        else run_case(ctx, &c, big, 7, NULL, 0, seed++);
                     }
     /* k not a multiple of 128 with one group per row (a padded kernel group) */
     const tcase odd[2] = {{NB_FORMAT_INT4, NB_DTYPE_F16, NB_SCALE_F16, 21, 200, 0},
                           {NB_FORMAT_INT4_SYM, NB_DTYPE_BF16, NB_SCALE_BF16, 5, 72, 0}};
-    for (int i = 0; i < 2; i++) run_case(ctx, &odd[i], all, nall, seed++);
+    for (int i = 0; i < 2; i++) run_case(ctx, &odd[i], all, nall, NULL, 0, seed++);
     /* the table formats: bitsandbytes' blocks (F32 absmax; 256 and 1024 are
      * stored once per chunk) */
     static const int tgroups[5] = {32, 64, 128, 256, 1024};
@@ -404,13 +574,14 @@ int main(int argc, char **argv) {
                     const tcase c = {f ? NB_FORMAT_BNB_FP4 : NB_FORMAT_NF4, a ? NB_DTYPE_F16 : NB_DTYPE_BF16,
                                      NB_SCALE_F32, shapes[sh][0], shapes[sh][1], tgroups[gi]};
                     if (c.k % c.group) continue;
-                    if (sh == 0) run_case(ctx, &c, all, nall, seed++);
-                    else run_case(ctx, &c, few, 6, seed++);
+                    if (sh == 0) run_case(ctx, &c, all, nall, NULL, 0, seed++);
+                    else if (sh == 1) run_case(ctx, &c, few, 8, gi == 1 ? sweep : NULL, gi == 1 ? 2 : 0, seed++);
+                    else run_case(ctx, &c, big, 7, NULL, 0, seed++);
                 }
     /* k not a multiple of 128: kernel groups past k in the last chunk */
     const tcase todd[2] = {{NB_FORMAT_NF4, NB_DTYPE_BF16, NB_SCALE_F32, 21, 192, 64},
                            {NB_FORMAT_BNB_FP4, NB_DTYPE_F16, NB_SCALE_F32, 5, 96, 32}};
-    for (int i = 0; i < 2; i++) run_case(ctx, &todd[i], all, nall, seed++);
+    for (int i = 0; i < 2; i++) run_case(ctx, &todd[i], all, nall, NULL, 0, seed++);
     test_refusals(ctx);
     test_table_refusals(ctx);
     nb_context_destroy(ctx);

@@ -37,15 +37,15 @@
 #include "check.h"
 
 int nbi_cuda_has_sm90a(void);
-int nbi_cuda_sm90_clusters(nb_context *ctx, int fmt, int act, int bn, int cwg, int s);
+int nbi_cuda_sm90_clusters(nb_context *ctx, int fmt, int act, int bn, int cwg, int kg, int s);
 
 int nbi_cuda_has_sm90a(void) { return 1; }
 
 /* clusters of s (index) CTAs that fit at once; g_queries counts the asks */
 static int g_cap[NBI_SM90_MAX_SPLITS + 1] = {0, 132, 66, 39, 30, 22, 17, 15, 15};
 static int g_queries;
-int nbi_cuda_sm90_clusters(nb_context *ctx, int fmt, int act, int bn, int cwg, int s) {
-    (void)ctx, (void)fmt, (void)act, (void)bn, (void)cwg;
+int nbi_cuda_sm90_clusters(nb_context *ctx, int fmt, int act, int bn, int cwg, int kg, int s) {
+    (void)ctx, (void)fmt, (void)act, (void)bn, (void)cwg, (void)kg;
     g_queries++;
     return s >= 2 && s <= NBI_SM90_MAX_SPLITS ? g_cap[s] : 0;
 }
@@ -236,8 +236,81 @@ static void test_capacity_cached(void) {
     nb_context_destroy(ctx);
 }
 
+/* The 4-bit integer and table formats: the tensor-core kernel from m = 24,
+ * from 17 on layers of 2^25 weights or more (64-, 128- and 256-token tiles,
+ * valid plans on every layer and group), the decode kernel below and for
+ * integer weights with BF16 scales and FP16 activations; a request for path
+ * tc where it does not serve is refused. */
+static void test_integer_formats(void) {
+    nb_context *ctx = h100();
+    static const nb_format fmts[4] = {NB_FORMAT_INT4, NB_FORMAT_INT4_SYM, NB_FORMAT_NF4, NB_FORMAT_BNB_FP4};
+    static const int groups[4] = {32, 64, 128, 0};
+    static const int64_t ms[8] = {1, 16, 17, 23, 24, 33, 256, 4096};
+    int tc = 0;
+    for (int f = 0; f < 4; f++)
+        for (int gi = 0; gi < 4; gi++)
+            for (int a = 0; a < 3; a++) /* BF16 / F16 activations with F16 scales, F16 with BF16 scales */
+                for (size_t s = 0; s < sizeof k_shapes / sizeof k_shapes[0]; s++)
+                    for (int mi = 0; mi < 8; mi++) {
+                        const int64_t k = k_shapes[s][0], n = k_shapes[s][1], m = ms[mi];
+                        nb_weight_desc w;
+                        nb_weight_desc_init(&w, fmts[f], n, k);
+                        w.layout = NB_LAYOUT_PACKED;
+                        w.group_size = groups[gi] ? groups[gi] : (int32_t)k;
+                        if (k % w.group_size || k % 8 || (f >= 2 && groups[gi] == 0)) continue;
+                        if (f >= 2) w.group_size = groups[gi] == 128 ? 256 : groups[gi]; /* (256: kernel group 128) */
+                        if (k % w.group_size) continue;
+                        if (f < 2) w.scale_type = a == 2 ? NB_SCALE_BF16 : NB_SCALE_F16;
+                        else if (a == 2) continue;
+                        w.scale_exp_min = 0, w.scale_exp_max = f == 0 ? 15 : -1;
+                        nb_gemm_desc g;
+                        nb_gemm_desc_init(&g, &w, m, a == 0 ? NB_DTYPE_BF16 : NB_DTYPE_F16,
+                                          a == 0 ? NB_DTYPE_BF16 : NB_DTYPE_F16);
+                        nbi_gemm_plan p;
+                        const nb_status st = nbi_plan(ctx, &g, NULL, &p);
+                        CHECK(st == NB_OK, "fmt %d group %d act %d %lld -> %lld m = %lld: %s", (int)fmts[f],
+                              groups[gi], a, (long long)k, (long long)n, (long long)m, st ? nb_last_error() : "");
+                        if (st) continue;
+                        /* from m = 24, and from 17 on layers of 2^25 weights and more */
+                        const int want = a != 2 && (m >= 24 || (m >= 17 && n * k >= (1 << 25)));
+                        CHECK((p.path == NBI_PATH_SM90) == want, "fmt %d group %d act %d %lld -> %lld m = %lld: path %d, "
+                              "want %s", (int)fmts[f], groups[gi], a, (long long)k, (long long)n, (long long)m, p.path,
+                              want ? "tc" : "decode");
+                        if (!want || p.path != NBI_PATH_SM90) continue;
+                        tc++;
+                        check_valid(ctx, &p, k, n, m);
+                        CHECK(p.bn >= 64 && p.cwg == 2 && p.group == (groups[gi] ? groups[gi] : 128),
+                              "%lld -> %lld m = %lld: bn %d (64..256), cwg %d, kernel group %d", (long long)k,
+                              (long long)n, (long long)m, p.bn, p.cwg, p.group);
+                    }
+    printf("integer formats: %d tensor-core plans\n", tc);
+    /* requests for path tc that it does not serve */
+    nb_gemm_desc g = problem(NB_FORMAT_INT4, 4096, 4096, 16);
+    g.weight.scale_exp_min = 0, g.weight.scale_exp_max = 15;
+    const nbi_request tc_rq = {.path = NB_GEMM_PATH_TENSOR_CORE}, tc32 = {.path = NB_GEMM_PATH_TENSOR_CORE, .bn = 32};
+    nbi_gemm_plan p;
+    CHECK(nbi_plan(ctx, &g, &tc_rq, &p) == NB_ERR_UNSUPPORTED, "int4 m = 16, path tc: refused");
+    g.m = 17;
+    CHECK(nbi_plan(ctx, &g, &tc_rq, &p) == NB_OK && p.path == NBI_PATH_SM90 && p.bn == 64, "int4 m = 17, path tc: %s",
+          nb_last_error());
+    g.m = 64;
+    CHECK(nbi_plan(ctx, &g, &tc_rq, &p) == NB_OK && p.path == NBI_PATH_SM90, "int4 m = 64, path tc: %s", nb_last_error());
+    CHECK(nbi_plan(ctx, &g, &tc32, &p) == NB_ERR_UNSUPPORTED, "int4 m = 64, path tc with 32-token tiles: refused");
+    g = problem(NB_FORMAT_NF4, 4096, 4096, 64);
+    CHECK(nbi_plan(ctx, &g, &tc_rq, &p) == NB_OK && p.path == NBI_PATH_SM90, "nf4 m = 64, path tc: %s", nb_last_error());
+    g.weight.scale_type = NB_SCALE_F32, g.act_dtype = g.out_dtype = NB_DTYPE_F16;
+    CHECK(nbi_plan(ctx, &g, &tc_rq, &p) == NB_OK && p.path == NBI_PATH_SM90, "nf4 FP16 m = 64, path tc: %s",
+          nb_last_error());
+    g = problem(NB_FORMAT_INT4, 4096, 4096, 64);
+    g.weight.scale_type = NB_SCALE_BF16, g.act_dtype = g.out_dtype = NB_DTYPE_F16;
+    g.weight.scale_exp_min = 0, g.weight.scale_exp_max = 15;
+    CHECK(nbi_plan(ctx, &g, &tc_rq, &p) == NB_ERR_UNSUPPORTED, "int4 BF16 scales, FP16 activations, path tc: refused");
+    nb_context_destroy(ctx);
+}
+
 int main(void) {
     test_every_plan_valid();
+    test_integer_formats();
     test_measured_choices();
     test_without_clusters();
     test_requested_splits();

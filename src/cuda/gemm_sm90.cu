@@ -1,7 +1,10 @@
 /* gemm_sm90.cu - the tensor-core path on Hopper (sm_90a):
  * Y[m, n] = X[m, k] . W[n, k]^T for m above the decode range, W in NVFP4 or
  * MXFP4 in the packed layout of gemv_fp4.cu (the same bytes serve both
- * paths), X and Y in BF16 or FP16.
+ * paths), or in a 4-bit integer (int4, int4_sym) or table format (nf4,
+ * bnb_fp4) in their group-aligned layout (docs/formats.md 8.7, 8.8: the
+ * template parameter KG, the kernel group; 0 for E2M1), X and Y in BF16 or
+ * FP16.
  *
  * WHAT IT DOES
  *   A CTA owns a tile of 128 weight rows x BN tokens (BN = 64, 128, 256;
@@ -46,13 +49,18 @@
  *   lanes of a row read the same 16 bytes (a broadcast).  Scales: NVFP4
  *   group j of rows g / g+8 is byte 4(j/2)+(j&1) / +2 of the 16 bytes at
  *   1024+16g; MXFP4 group j/2 is byte 2(j/2) / +1 of the 8 bytes at
- *   1024+8g.
+ *   1024+8g.  The integer and table formats keep the decode kernel's k
+ *   order inside a chunk; the thread reads its rows' four 16-byte pieces
+ *   and takes each tile's words from them, and their weights are rounded
+ *   to the activation dtype once dequantized (tc_dequant.cuh; DESIGN.md
+ *   4.2.3), where their decode kernel applies the scale in FP32.
  *
  * LIMITS  sm_90a only (the host checks); x rows 16-byte aligned (TMA); k a
  *         multiple of the group; m < 2^31.
  * TEST    build/tests/test_gpu (m in 33..4096; NIBBLE_SM90_CLUSTER=0 for
- *         the workspace sum everywhere), build/tests/test_plan (the
- *         planner's choices, no GPU).  BENCH  nibble bench.
+ *         the workspace sum everywhere), build/tests/test_gpu_int (the
+ *         integer and table formats), build/tests/test_plan (the planner's
+ *         choices, no GPU).  BENCH  nibble bench.
  */
 #include "common.cuh"
 #include "tc_dequant.cuh"
@@ -92,6 +100,7 @@ struct Sm90Params {
     int exp_shift;
     float ts;
     uint32_t stab[128];
+    int scale_bf16;              /* integer formats: the scales are BF16 (else F16) */
 };
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -176,9 +185,9 @@ __device__ __forceinline__ void wgmma_tile(float (&d)[BN / 2], uint32_t a0, uint
 /* Shared memory: STAGES activation tiles (two 128-byte-swizzled halves of
  * BN x 64 each; 1024-byte aligned as the swizzle requires), STAGES x 8
  * packed chunks, the scale table, the mbarriers; plus 1 KB to align. */
-template <int FMT, int BN, int STAGES, int CWG>
+template <int FMT, int KG, int BN, int STAGES, int CWG>
 struct Sm90Smem {
-    static constexpr int CB = nbc_fmt<FMT>::chunk_bytes;
+    static constexpr int CB = nbc_tc_chunk_bytes<FMT, KG>();
     static constexpr int X_STAGE = BN * 256;
     static constexpr int W_STAGE = SM90_ROWS(CWG) / 16 * CB;
     static constexpr int X_OFF = 0;
@@ -201,10 +210,10 @@ struct Sm90Smem {
  * half 0 carrying the weights and k 0..63, half 1 k 64..127.  The weights
  * are p.w's and the activation rows tm * BN's, or (GROUPED: a MoE tile) wg's
  * and xrow's; the two instances keep the dense kernels' code as it was. */
-template <int FMT, int BN, int STAGES, int CWG, bool GROUPED>
+template <int FMT, int KG, int BN, int STAGES, int CWG, bool GROUPED>
 __device__ __forceinline__ void sm90_produce(const CUtensorMap *xmap, const Sm90Params &p, const uint8_t *wg, uint8_t *smem,
                                              uint32_t bar0, int c0, int nch, int rb0, int nrb, int tm, int xrow) {
-    typedef Sm90Smem<FMT, BN, STAGES, CWG> L;
+    typedef Sm90Smem<FMT, KG, BN, STAGES, CWG> L;
     constexpr int CB = L::CB;
     const uint64_t pol = nbc_policy_evict_first();
     const uint32_t bytes = (uint32_t)(L::X_STAGE + nrb * CB);
@@ -247,10 +256,10 @@ __device__ __forceinline__ void sm90_produce(const CUtensorMap *xmap, const Sm90
  * wgmma.wait_group 1 after issuing chunk c+1 retires chunk c, which frees
  * its set and its stage.  The loop is unrolled by two so that both sets are
  * plain registers. */
-template <int FMT, int ACT, int BN, int STAGES, int CWG>
-__device__ __forceinline__ void sm90_consume(uint8_t *smem, const uint32_t *stab, uint32_t bar0, int nch, int rbl,
-                                             int g, int t, float (&acc)[BN / 2]) {
-    typedef Sm90Smem<FMT, BN, STAGES, CWG> L;
+template <int FMT, int ACT, int KG, int BN, int STAGES, int CWG>
+__device__ __forceinline__ void sm90_consume(uint8_t *smem, const uint32_t *stab, int scale_bf16, uint32_t bar0, int nch,
+                                             int rbl, int g, int t, float (&acc)[BN / 2]) {
+    typedef Sm90Smem<FMT, KG, BN, STAGES, CWG> L;
     constexpr int CB = L::CB;
     uint32_t fa[8][4], fb[8][4];
     if constexpr (SM90_HALF(BN)) {
@@ -261,7 +270,7 @@ __device__ __forceinline__ void sm90_consume(uint8_t *smem, const uint32_t *stab
             const int s = i % STAGES, prev = (i + STAGES - 1) % STAGES;
             const uint32_t ph = (i / STAGES) & 1;
             nbc_mbar_wait(bar0 + 8 * s, ph);
-            nbc_dequant_chunk<FMT, ACT>(smem + L::W_OFF + s * L::W_STAGE + rbl * CB, stab, g, t, a);
+            nbc_dequant_any<FMT, ACT, KG>(smem + L::W_OFF + s * L::W_STAGE + rbl * CB, stab, g, t, scale_bf16, a);
             const uint32_t xs = nbc_smem_u32(smem + L::X_OFF + s * L::X_STAGE);
 #pragma unroll
             for (int h = 0; h < 2; h++) {
@@ -286,7 +295,7 @@ __device__ __forceinline__ void sm90_consume(uint8_t *smem, const uint32_t *stab
         auto chunk = [&](int i, uint32_t (&a)[8][4]) { /* the CTA's chunk i (stage i % STAGES) */
             const int s = i % STAGES;
             nbc_mbar_wait(bar0 + 8 * s, (i / STAGES) & 1);
-            nbc_dequant_chunk<FMT, ACT>(smem + L::W_OFF + s * L::W_STAGE + rbl * CB, stab, g, t, a);
+            nbc_dequant_any<FMT, ACT, KG>(smem + L::W_OFF + s * L::W_STAGE + rbl * CB, stab, g, t, scale_bf16, a);
             const uint32_t xs = nbc_smem_u32(smem + L::X_OFF + s * L::X_STAGE);
             wgmma_fence();
 #pragma unroll
@@ -397,12 +406,12 @@ __device__ __forceinline__ void sm90_cluster_reduce(const Sm90Params &p, uint8_t
 }
 #endif
 
-template <int FMT, int ACT, int BN, int STAGES, int CWG>
+template <int FMT, int ACT, int KG, int BN, int STAGES, int CWG>
 __global__ void __launch_bounds__(SM90_THREADS(CWG), 1)
     gemm_sm90_kernel(const __grid_constant__ CUtensorMap xmap, const Sm90Params p) {
 #ifdef NB_SM90_DEVICE
-    NBC_CHECK_KERNEL_FORMAT(FMT);
-    typedef Sm90Smem<FMT, BN, STAGES, CWG> L;
+    if constexpr (KG == 0) NBC_CHECK_KERNEL_FORMAT(FMT);
+    typedef Sm90Smem<FMT, KG, BN, STAGES, CWG> L;
     extern __shared__ uint8_t smem_raw[];
     /* Align by offsetting smem_raw itself, so that the compiler still knows
      * every access is to shared memory (LDS, not generic loads). */
@@ -430,7 +439,7 @@ __global__ void __launch_bounds__(SM90_THREADS(CWG), 1)
         if constexpr (CWG == 4) asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
         else asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
         if (warp == 0 && lane == 0)
-            sm90_produce<FMT, BN, STAGES, CWG, false>(&xmap, p, NULL, smem, bar0, c0, nch, rb0, nrb, tm, 0);
+            sm90_produce<FMT, KG, BN, STAGES, CWG, false>(&xmap, p, NULL, smem, bar0, c0, nch, rb0, nrb, tm, 0);
         return;
     }
 
@@ -444,7 +453,7 @@ __global__ void __launch_bounds__(SM90_THREADS(CWG), 1)
     float acc[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
-    sm90_consume<FMT, ACT, BN, STAGES, CWG>(smem, stab, bar0, nch, rbl, g, t, acc);
+    sm90_consume<FMT, ACT, KG, BN, STAGES, CWG>(smem, stab, p.scale_bf16, bar0, nch, rbl, g, t, acc);
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     if (p.cluster) {
         sm90_cluster_reduce<ACT, BN, CWG>(p, smem, split, acc, (rb0 + rbl) * 16, tm * BN, g, t);
@@ -486,7 +495,7 @@ __global__ void __launch_bounds__(SM90_THREADS(2), 1)
 #ifdef NB_SM90_DEVICE
     NBC_CHECK_KERNEL_FORMAT(FMT);
     constexpr int CWG = 2;
-    typedef Sm90Smem<FMT, BN, STAGES, CWG> L;
+    typedef Sm90Smem<FMT, 0, BN, STAGES, CWG> L;
     const Sm90Params &p = q.g;
     /* token-tile major: the tiles of the routing blocks with an expert come
      * first, the ones past the padded total (expert -1) exit at once */
@@ -513,7 +522,7 @@ __global__ void __launch_bounds__(SM90_THREADS(2), 1)
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
         if (warp == 0 && lane == 0)
-            sm90_produce<FMT, BN, STAGES, CWG, true>(&xmap, p, p.w + (size_t)e * q.stride, smem, bar0, 0, p.kchunks,
+            sm90_produce<FMT, 0, BN, STAGES, CWG, true>(&xmap, p, p.w + (size_t)e * q.stride, smem, bar0, 0, p.kchunks,
                                                      rb0, nrb, tm, xrow);
         return;
     }
@@ -523,7 +532,7 @@ __global__ void __launch_bounds__(SM90_THREADS(2), 1)
     float acc[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
-    sm90_consume<FMT, ACT, BN, STAGES, CWG>(smem, stab, bar0, p.kchunks, rb - rb0, g, t, acc);
+    sm90_consume<FMT, ACT, 0, BN, STAGES, CWG>(smem, stab, 0, bar0, p.kchunks, rb - rb0, g, t, acc);
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     if (rb >= p.row_blocks) return;
     /* epilogue: acc[4i + j] is row g at token column 8i + 2t + j, acc[4i + 2 + j] row g + 8 */
@@ -552,33 +561,56 @@ typedef void (*sm90_fn)(const CUtensorMap, const Sm90Params);
  * 22-27 KB with four), which serve batches of up to 32 tokens on narrow
  * layers. */
 #define SM90_STAGES(BN) ((BN) == 256 ? 3 : (BN) == 128 ? 4 : (BN) == 64 ? 6 : 8)
-#define SM90_K(BN, CWG) gemm_sm90_kernel<FMT, ACT, BN, SM90_STAGES(BN), CWG>
-#define SM90_CASE(BN, CWG) *smem = Sm90Smem<FMT, BN, SM90_STAGES(BN), CWG>::BYTES; return SM90_K(BN, CWG)
+#define SM90_K(BN, CWG) gemm_sm90_kernel<FMT, ACT, KG, BN, SM90_STAGES(BN), CWG>
+#define SM90_CASE(BN, CWG) *smem = Sm90Smem<FMT, KG, BN, SM90_STAGES(BN), CWG>::BYTES; return SM90_K(BN, CWG)
 
 /* The instances: two consumer warpgroups for every tile width, four for 16
- * and 32 tokens. */
-template <int FMT, int ACT>
+ * and 32 tokens (E2M1 formats, KG = 0); the 4-bit integer formats (kernel
+ * group KG) have the 64-, 128- and 256-token tiles, for m > 32. */
+template <int FMT, int ACT, int KG>
 static sm90_fn sm90_pick_bn(int bn, int cwg, size_t *smem) {
-    if (cwg == 4) {
-        if (bn == 16) { SM90_CASE(16, 4); }
-        if (bn == 32) { SM90_CASE(32, 4); }
+    if constexpr (KG > 0) {
+        if (cwg != 2) return NULL;
+        switch (bn) {
+        case 64: SM90_CASE(64, 2);
+        case 128: SM90_CASE(128, 2);
+        case 256: SM90_CASE(256, 2);
+        }
+        return NULL;
+    } else {
+        if (cwg == 4) {
+            if (bn == 16) { SM90_CASE(16, 4); }
+            if (bn == 32) { SM90_CASE(32, 4); }
+            return NULL;
+        }
+        if (cwg != 2) return NULL;
+        switch (bn) {
+        case 16: SM90_CASE(16, 2);
+        case 32: SM90_CASE(32, 2);
+        case 64: SM90_CASE(64, 2);
+        case 128: SM90_CASE(128, 2);
+        case 256: SM90_CASE(256, 2);
+        }
         return NULL;
     }
-    if (cwg != 2) return NULL;
-    switch (bn) {
-    case 16: SM90_CASE(16, 2);
-    case 32: SM90_CASE(32, 2);
-    case 64: SM90_CASE(64, 2);
-    case 128: SM90_CASE(128, 2);
-    case 256: SM90_CASE(256, 2);
-    }
+}
+
+/* An integer or table format's instances for its kernel group. */
+template <int FMT, int ACT>
+static sm90_fn sm90_pick_int(int bn, int cwg, int kg, size_t *smem) {
+    if (kg == 32) return sm90_pick_bn<FMT, ACT, 32>(bn, cwg, smem);
+    if (kg == 64) return sm90_pick_bn<FMT, ACT, 64>(bn, cwg, smem);
+    if (kg == 128) return sm90_pick_bn<FMT, ACT, 128>(bn, cwg, smem);
     return NULL;
 }
 
-static sm90_fn sm90_pick(int fmt, int act, int bn, int cwg, size_t *smem) {
-#define SM90_RUNG(F, A) return sm90_pick_bn<F, A>(bn, cwg, smem);
+static sm90_fn sm90_pick(int fmt, int act, int bn, int cwg, int kg, size_t *smem) {
+#define SM90_RUNG(F, A) return sm90_pick_bn<F, A, 0>(bn, cwg, smem);
     NBC_LADDER(fmt, act, SM90_RUNG)
 #undef SM90_RUNG
+#define SM90_INT_RUNG(F, A) return sm90_pick_int<F, A>(bn, cwg, kg, smem);
+    NBC_DECODE_LADDER(fmt, act, SM90_INT_RUNG)
+#undef SM90_INT_RUNG
     return NULL;
 }
 
@@ -632,10 +664,11 @@ static nb_status sm90_xmap(nb_context *ctx, int act, const void *x, int64_t k, i
 extern "C" nb_status nbi_cuda_gemm_sm90(nb_context *ctx, const nbi_gemm_plan *pl, const void *x, const void *packed,
                                         const void *bias, void *y, void *workspace, void *stream) {
     size_t smem = 0;
-    sm90_fn f = sm90_pick(pl->fmt, pl->act, pl->bn, pl->cwg, &smem);
+    sm90_fn f = sm90_pick(pl->fmt, pl->act, pl->bn, pl->cwg, pl->group, &smem);
     if (!f)
-        return nbi_fail(ctx, NB_ERR_INTERNAL, "gemm_sm90: no kernel for %s, %s, %d-token tiles, %d consumer warpgroups",
-                        nbi_traits((nb_format)pl->fmt)->name, nbi_dtype_name((nb_dtype)pl->act), pl->bn, pl->cwg);
+        return nbi_fail(ctx, NB_ERR_INTERNAL, "gemm_sm90: no kernel for %s, %s, %d-token tiles, %d consumer warpgroups, "
+                        "group %d", nbi_traits((nb_format)pl->fmt)->name, nbi_dtype_name((nb_dtype)pl->act), pl->bn,
+                        pl->cwg, pl->group);
     CUtensorMap map;
     nb_status st = sm90_xmap(ctx, pl->act, x, pl->k, pl->m, pl->lda, pl->bn, &map, "gemm_sm90");
     if (st) return st;
@@ -650,6 +683,7 @@ extern "C" nb_status nbi_cuda_gemm_sm90(nb_context *ctx, const nbi_gemm_plan *pl
     p.counters = (int *)workspace;
     p.partial = (float *)((char *)workspace + pl->ws_counter_bytes);
     p.cluster = pl->cluster;
+    p.scale_bf16 = pl->scale_bf16;
 
     st = nbc_smem_opt_in(ctx, (const void *)f, smem);
     if (st) return st;
@@ -667,9 +701,9 @@ extern "C" nb_status nbi_cuda_gemm_sm90(nb_context *ctx, const nbi_gemm_plan *pl
  * clusters are placed within a GPC, so this can be less than SMs / s);
  * 0 where it cannot run or the query fails.  The planner's one-wave rule
  * for cluster split-K. */
-extern "C" int nbi_cuda_sm90_clusters(nb_context *ctx, int fmt, int act, int bn, int cwg, int s) {
+extern "C" int nbi_cuda_sm90_clusters(nb_context *ctx, int fmt, int act, int bn, int cwg, int kg, int s) {
     size_t smem = 0;
-    sm90_fn f = sm90_pick(fmt, act, bn, cwg, &smem);
+    sm90_fn f = sm90_pick(fmt, act, bn, cwg, kg, &smem);
     if (!f || s < 2 || s > NBI_SM90_MAX_SPLITS) return 0;
     if (nbc_smem_opt_in(ctx, (const void *)f, smem)) return 0;
     cudaLaunchAttribute attr[1];
@@ -690,7 +724,7 @@ typedef void (*moe_sm90_fn)(const CUtensorMap, const Sm90MoeParams);
 template <int FMT, int ACT>
 static moe_sm90_fn moe_sm90_pick_bn(int bn, int mode, size_t *smem) {
 #define MOE_SM90_CASE(BN)                                                                   \
-    *smem = Sm90Smem<FMT, BN, SM90_STAGES(BN), 2>::BYTES;                                   \
+    *smem = Sm90Smem<FMT, 0, BN, SM90_STAGES(BN), 2>::BYTES;                                \
     return mode ? moe_sm90_kernel<FMT, ACT, BN, SM90_STAGES(BN), 1> : moe_sm90_kernel<FMT, ACT, BN, SM90_STAGES(BN), 0>
     if (bn == 64) { MOE_SM90_CASE(64); }
     if (bn == 128) { MOE_SM90_CASE(128); }

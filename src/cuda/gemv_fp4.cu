@@ -74,8 +74,9 @@
  *   A NaN scale gives NaN; an infinite one gives inf (NaN where the group's
  *   sum is 0), where the reference's per-element products give NaN for
  *   every element with q = z: infinite scales are not matched.
- *   m > 32 runs one launch per 32 rows (weights re-read per launch): correct
- *   for prefill, not fast (no tensor-core path for these formats yet).
+ *   Larger m runs on the Hopper tensor-core kernel (gemm_sm90.cu, from m =
+ *   24, or 17 on large layers: plan.c); elsewhere, and for BF16 scales with
+ *   FP16 activations, one launch per 32 rows (weights re-read per launch).
  *
  * TABLE FORMATS (bitsandbytes nf4 and fp4; kernel 1 only:
  *   gemv_table_kernel<FMT, ACT, MT, KG>)

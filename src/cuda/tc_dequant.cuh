@@ -23,6 +23,7 @@
 #define NB_TC_DEQUANT_CUH
 
 #include "common.cuh"
+#include "gemv_step.cuh" /* the integer formats' chunk tail and q - z pairs */
 
 /* One pair of E2M1 codes already at bits 12..15 and 28..31 (the word
  * shifted left by 12 - 4t) as a 16-bit pair with the sign at bit 15 and
@@ -103,6 +104,153 @@ __device__ __forceinline__ void nbc_dequant_chunk(const uint8_t *wsm, const uint
 #pragma unroll
     for (int q = 0; q < 4; q++) /* tiles 2q, 2q+1 */
         nbc_dequant_tiles<FMT, ACT>(wsm, stab, g, sh, q, nbc_fmt<FMT>::group == 16 ? sc[q >> 1][q & 1] : sc[0][q >> 1], a);
+}
+
+/* ------------------------------------------ 4-bit integer formats (sm90) */
+
+/* A group's scale (index i of a lane group's tail, int_tail) as two copies
+ * in ACT: the stored bits when the scale type is ACT's, else rounded to ACT
+ * (F16 scales with BF16 activations: the planner sends no other mix). */
+template <int ACT, int KG>
+__device__ __forceinline__ uint32_t nbc_int_scale_pair(const uint32_t (&sw)[NBI_CHUNK_K / KG], int i, int scale_bf16) {
+    const uint32_t h = (sw[i >> 1] >> (16 * (i & 1))) & 0xFFFFu;
+    if ((ACT == NB_DTYPE_BF16) == (scale_bf16 != 0)) return h * 0x10001u;
+    const float f = int_scale<KG>(sw, i, scale_bf16);
+    const uint32_t r = ACT == NB_DTYPE_BF16 ? (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(f))
+                                            : (uint32_t)__half_as_ushort(__float2half_rn(f));
+    return r * 0x10001u;
+}
+
+/* A fragments of the eight k16 tiles of one packed chunk of a 4-bit integer
+ * format (int4, int4_sym; kernel group KG: docs/formats.md 8.7) for rows g,
+ * g+8, in natural k order, as dequantized weights r((q - z) s) in ACT.
+ * The chunk keeps k = 32G + 8t' + e in word G of lane t' (the decode
+ * kernel's order), so row g's 64 bytes at 64g hold the word of k/8 = w at
+ * position 4 (w % 4) + w / 4: the thread reads all four 16-byte pieces of
+ * each row and takes tile j's words 2j, 2j+1 from there (a transposition in
+ * registers, no extra loads).  Elements 2t, 2t+1 of a word sit at nibbles
+ * t and t+4, as in E2M1's order: one shift and int_pair's LOP3 + HSUB2
+ * give the exact q - z, one HMUL2 by the group's scale rounds it once
+ * (when the scale type is ACT's; F16 scales with BF16 activations are
+ * rounded to BF16 first).  Every 32-wide sub-range lies in one kernel
+ * group. */
+template <int FMT, int ACT, int KG>
+__device__ __forceinline__ void nbc_dequant_chunk_int(const uint8_t *wsm, int g, int t, int scale_bf16,
+                                                      uint32_t (&a)[8][4]) {
+    typedef nbc_int_chunk<FMT, KG> C;
+    constexpr int SPG = KG / 32; /* sub-ranges per kernel group */
+    constexpr bool SYM = C::zp == 0;
+    static_assert(!C::table, "the table formats are not decoded here");
+    uint32_t sw[C::sw], zw[2];
+    int_tail<FMT, KG>((const uint4 *)wsm, g, sw, zw);
+    uint4 L[4], H[4]; /* piece p of rows g, g+8: word G holds k/8 = 4G + p */
+#pragma unroll
+    for (int p = 0; p < 4; p++) {
+        L[p] = *(const uint4 *)(wsm + 64 * g + 16 * p);
+        H[p] = *(const uint4 *)(wsm + 512 + 64 * g + 16 * p);
+    }
+    constexpr uint32_t magic = (ACT == NB_DTYPE_BF16 ? 0x43004300u : 0x64006400u) | (SYM ? 0x00080008u : 0u);
+    const int sh = 4 * t;
+    uint32_t sg = 0, s8 = 0, zg = 0, z8 = 0;
+#pragma unroll
+    for (int q = 0; q < 4; q++) { /* sub-range q: tiles 2q, 2q+1, words 4q .. 4q+3 */
+        if (q % SPG == 0) {
+            const int j = q / SPG, gpc = C::gpc;
+            sg = nbc_int_scale_pair<ACT, KG>(sw, j, scale_bf16);
+            s8 = nbc_int_scale_pair<ACT, KG>(sw, gpc + j, scale_bf16);
+            zg = int_zero<ACT, SYM>(zw, j);
+            z8 = int_zero<ACT, SYM>(zw, gpc + j);
+        }
+#pragma unroll
+        for (int p = 0; p < 4; p++) { /* word 4q + p: tile 2q + p / 2, registers 2 (p % 2) and +1 */
+            const uint32_t wl = word(L[p], q) >> sh, wh = word(H[p], q) >> sh;
+            a[2 * q + p / 2][2 * (p % 2)] = nbc_hmul2_ptx<ACT>(nbc_hsub2<ACT>((wl & 0x000F000Fu) ^ magic, zg), sg);
+            a[2 * q + p / 2][2 * (p % 2) + 1] = nbc_hmul2_ptx<ACT>(nbc_hsub2<ACT>((wh & 0x000F000Fu) ^ magic, z8), s8);
+        }
+    }
+}
+
+/* ------------------------------------ bitsandbytes' table formats (sm90) */
+
+/* A fragments of the eight k16 tiles of one packed chunk of a table format
+ * (nf4, bnb_fp4; kernel group KG: docs/formats.md 8.8) for rows g, g+8, in
+ * natural k order, as r(r(v) r(absmax)) in ACT: v the table value, r the
+ * rounding to ACT.  The chunk's k order is the integer formats' (word 4q+p
+ * of a row at piece p, word q), but a word keeps its elements in nibble
+ * order, so elements 2t, 2t+1 are byte t.  Per tile the thread gathers
+ * byte t of its four words (rows g, g+8 at k/8 = 2j and 2j+1) into one word
+ * Q (three PRMT) whose nibbles are the eight codes of its four A registers
+ * in order, and looks them up four at a time with the decode kernel's PRMT
+ * table (gemv_step.cuh table_quad: the table's byte planes are the first
+ * eight words of the kernel's parameter table, which stab holds expanded,
+ * a 16-bit half per word); one HMUL2 by the kernel group's absmax rounded
+ * to ACT. */
+template <int FMT, int ACT, int KG>
+__device__ __forceinline__ void nbc_dequant_chunk_table(const uint8_t *wsm, const uint32_t *stab, int g, int t,
+                                                        uint32_t (&a)[8][4]) {
+    typedef nbc_int_chunk<FMT, KG> C;
+    static_assert(C::table, "the table formats");
+    constexpr int SPG = KG / 32;
+    uint32_t sw[C::sw], zw[2];
+    int_tail<FMT, KG>((const uint4 *)wsm, g, sw, zw);
+    nbc_table tab; /* (stab is the expanded table: word w of the planes is halves 2w, 2w + 1) */
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const uint2 v = *(const uint2 *)(stab + 2 * i);
+        const uint32_t w = (v.x & 0xFFFFu) | (v.y << 16);
+        if (i < 4) tab.lo[i] = w;
+        else tab.hi[i - 4] = w;
+    }
+    const uint32_t bsel = (uint32_t)t | (uint32_t)(t + 4) << 4; /* byte t of each of two words */
+    uint32_t sc[2 * C::gpc]; /* the absmax pairs in ACT: row g (index j), row g+8 (gpc + j) */
+#pragma unroll
+    for (int i = 0; i < 2 * C::gpc; i++) {
+        const float f = table_scale(sw, i);
+        sc[i] = (ACT == NB_DTYPE_BF16 ? (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(f))
+                                      : (uint32_t)__half_as_ushort(__float2half_rn(f))) * 0x10001u;
+    }
+    /* Half the code pieces at a time (tiles 2q + h read pieces 2h, 2h+1):
+     * 16 registers of codes live instead of 32 (the 256-token tile with
+     * blocks of 32 spilled with all of them). */
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const uint4 L0 = *(const uint4 *)(wsm + 64 * g + 32 * h), L1 = *(const uint4 *)(wsm + 64 * g + 32 * h + 16);
+        const uint4 H0 = *(const uint4 *)(wsm + 512 + 64 * g + 32 * h),
+                    H1 = *(const uint4 *)(wsm + 512 + 64 * g + 32 * h + 16);
+#pragma unroll
+        for (int q = 0; q < 4; q++) { /* tile 2q + h: words 4q + 2h (registers 0, 1) and 4q + 2h + 1 (2, 3) */
+            const int j = q / SPG;
+            const uint32_t lo = nbc_prmt(word(L0, q), word(H0, q), bsel); /* a0, a1 codes */
+            const uint32_t hi = nbc_prmt(word(L1, q), word(H1, q), bsel); /* a2, a3 codes */
+            const uint32_t Q = nbc_prmt(lo, hi, 0x5410);
+            const uint32_t sel = Q & 0x77777777u, q4 = Q << 4;
+            uint32_t r[4];
+            table_quad<0>(sel, table_mask<0>(Q, q4), tab, r[0], r[1]);
+            table_quad<1>(sel, table_mask<1>(Q, q4), tab, r[2], r[3]);
+            a[2 * q + h][0] = nbc_hmul2_ptx<ACT>(r[0], sc[j]);
+            a[2 * q + h][1] = nbc_hmul2_ptx<ACT>(r[1], sc[C::gpc + j]);
+            a[2 * q + h][2] = nbc_hmul2_ptx<ACT>(r[2], sc[j]);
+            a[2 * q + h][3] = nbc_hmul2_ptx<ACT>(r[3], sc[C::gpc + j]);
+        }
+    }
+}
+
+/* The A fragments of a chunk for any kind of format: E2M1 (KG = 0, the
+ * scale table), a 4-bit integer format or a table format of kernel group
+ * KG. */
+template <int FMT, int ACT, int KG>
+__device__ __forceinline__ void nbc_dequant_any(const uint8_t *wsm, const uint32_t *stab, int g, int t, int scale_bf16,
+                                                uint32_t (&a)[8][4]) {
+    if constexpr (KG == 0) nbc_dequant_chunk<FMT, ACT>(wsm, stab, g, t, a);
+    else if constexpr (nbc_is_table<FMT>()) nbc_dequant_chunk_table<FMT, ACT, KG>(wsm, stab, g, t, a);
+    else nbc_dequant_chunk_int<FMT, ACT, KG>(wsm, g, t, scale_bf16, a);
+}
+
+/* Bytes of a packed chunk: E2M1 (KG = 0) or an integer format's. */
+template <int FMT, int KG>
+constexpr int nbc_tc_chunk_bytes() {
+    if constexpr (KG == 0) return nbc_fmt<FMT>::chunk_bytes;
+    else return nbc_int_chunk<FMT, KG>::bytes;
 }
 
 #endif
