@@ -76,8 +76,8 @@ size_t nbi_cuda_gemv_smem(int fmt, int xs, int rpw, int mt, int m) {
     (void)fmt, (void)xs, (void)rpw, (void)mt, (void)m;
     return 0;
 }
-int nbi_cuda_gemm_sm80_stages(int fmt, int bn, int want, size_t smem_limit, size_t *smem) {
-    (void)fmt, (void)bn, (void)want, (void)smem_limit;
+int nbi_cuda_gemm_sm80_stages(int fmt, int kg, int bn, int want, size_t smem_limit, size_t *smem) {
+    (void)fmt, (void)kg, (void)bn, (void)want, (void)smem_limit;
     *smem = 0;
     return 0;
 }

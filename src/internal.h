@@ -375,7 +375,7 @@ NB_INTERNAL size_t nbi_cuda_gemv_smem(int fmt, int xs, int rpw, int mt, int m);
  * consumer warpgroups) that can run at once on the current device; 0 when
  * none can or the build has no Hopper kernels. */
 NB_INTERNAL int nbi_cuda_sm90_clusters(nb_context *ctx, int fmt, int act, int bn, int cwg, int kg, int s);
-NB_INTERNAL int nbi_cuda_gemm_sm80_stages(int fmt, int bn, int want, size_t smem_limit, size_t *smem);
+NB_INTERNAL int nbi_cuda_gemm_sm80_stages(int fmt, int kg, int bn, int want, size_t smem_limit, size_t *smem);
 
 #ifdef __cplusplus
 }

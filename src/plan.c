@@ -215,11 +215,11 @@ static double tc_reduce_us(int s, int bn, int cwg, int cluster) {
     return cluster ? 1.9 + kb * (0.018 + 0.011 * s) : 1.8 + kb * (0.028 + 0.007 * s);
 }
 
-/* Whether the tensor-core kernel serves these weights and activations:
- * every E2M1 format, and the integer and table formats of NBI_TC_FORMATS
- * except integer weights with BF16 scales and FP16 activations, where the
- * scale rounded to FP16 (tc_dequant.cuh) could overflow: those keep the
- * decode kernel, which applies the scale in FP32. */
+/* Whether the tensor-core kernels (Hopper's and mma.sync) serve these
+ * weights and activations: every E2M1 format, and the integer and table
+ * formats of NBI_TC_FORMATS except integer weights with BF16 scales and FP16
+ * activations, where the scale rounded to FP16 (tc_dequant.cuh) could
+ * overflow: those keep the decode kernel, which applies the scale in FP32. */
 /* The integer and table formats on the tensor-core kernel: from m =
  * NBI_INT_TC_MIN on request; by the heuristic from m = 24, and from 17 on
  * layers of at least 2^25 weights (below, their decode kernel 1, which has
@@ -355,7 +355,7 @@ static int plan_tc(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
  * it takes the call (p filled). */
 static int plan_mma(const nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq, nbi_gemm_plan *p) {
     const int cc = ctx->info.cc_major;
-    if (!nbi_traits(p->fmt)->every_kernel) return 0; /* (decode kernel 1 only) */
+    if (!tc_serves(g, nbi_traits(p->fmt))) return 0;
     int use = (cc == 8 || cc == 9) && g->m > 32;
     if (rq->path == NB_GEMM_PATH_DECODE || rq->path == NB_GEMM_PATH_TENSOR_CORE) use = 0;
     if (rq->path == NB_GEMM_PATH_MMA) use = cc >= 8;
@@ -381,9 +381,9 @@ static int plan_mma(const nb_context *ctx, const nb_gemm_desc *g, const nbi_requ
     const size_t limit = ctx->info.smem_per_block_optin;
     const int want = rq->stages == 2 || rq->stages == 3 ? rq->stages : 0;
     size_t smem = 0;
-    int stages = nbi_cuda_gemm_sm80_stages(p->fmt, bn, want, limit, &smem);
-    if (!stages) stages = nbi_cuda_gemm_sm80_stages(p->fmt, bn, 0, limit, &smem);
-    if (!stages && bn == 128) stages = nbi_cuda_gemm_sm80_stages(p->fmt, bn = 64, 0, limit, &smem);
+    int stages = nbi_cuda_gemm_sm80_stages(p->fmt, p->group, bn, want, limit, &smem);
+    if (!stages) stages = nbi_cuda_gemm_sm80_stages(p->fmt, p->group, bn, 0, limit, &smem);
+    if (!stages && bn == 128) stages = nbi_cuda_gemm_sm80_stages(p->fmt, p->group, bn = 64, 0, limit, &smem);
     const int64_t tm = (g->m + bn - 1) / bn;
     if (!stages || tn * tm > INT32_MAX) return 0;
     p->path = NBI_PATH_SM80;
@@ -503,14 +503,14 @@ nb_status nbi_plan(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
     p->group = nbi_kernel_group(d);
     p->chunk_bytes = (int)nbi_packed_chunk_bytes(d);
     p->scale_bf16 = d->scale_type == NB_SCALE_BF16;
-    if (!t->every_kernel) { /* decode kernel 1 (NBI_DECODE_FORMATS), and for some the Hopper tensor-core kernel */
-        const int tc = rq->path == NB_GEMM_PATH_TENSOR_CORE;
-        if ((tc && !t->tensor_core) || rq->path == NB_GEMM_PATH_MMA || rq->variant == 2)
+    if (!t->every_kernel) { /* decode kernel 1 (NBI_DECODE_FORMATS), and for some the tensor-core kernels */
+        const int tc = rq->path == NB_GEMM_PATH_TENSOR_CORE, mma = rq->path == NB_GEMM_PATH_MMA;
+        if (((tc || mma) && !t->tensor_core) || rq->variant == 2)
             return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_gemm: %s weights run on the plain decode kernel%s only (path "
-                            "decode, variant plain%s), not %s%s", t->name, t->tensor_core ? " and path tc" : "",
+                            "decode, variant plain%s), not %s%s", t->name, t->tensor_core ? " and paths tc and mma" : "",
                             t->tensor_core ? "; tc on Hopper for larger m" : "", path_name(rq->path ? rq->path : 1),
                             rq->variant == 2 ? " staged" : "");
-        if (tc && !tc_serves(g, t))
+        if ((tc || mma) && !tc_serves(g, t))
             return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_gemm: %s with BF16 scales and FP16 activations runs on the "
                             "decode kernel only (a BF16 scale rounded to FP16 could overflow)", t->name);
         if (tc && (g->m < NBI_INT_TC_MIN || rq->bn == 16 || rq->bn == 32))

@@ -27,7 +27,9 @@
  *     |v| |absmax| the reference's own float32 product;
  *   - the path: the tensor-core kernel runs exactly where it should
  *     (Hopper, m >= 24 on these layers; not for integer weights with BF16
- *     scales and F16 activations);
+ *     scales and F16 activations); with NIBBLE_PATH=mma every call runs the
+ *     mma.sync kernel (same weight rounding and bound) or is refused for
+ *     that mix, and the refusal checks are left out;
  *     on the middle layer every configuration nb_gemm_list_configs offers
  *     at m = 64 and 300 (tile widths, k splits, both split sums; the table
  *     formats in blocks of 64);
@@ -66,8 +68,9 @@ static double round16(nb_dtype t, double v) {
 }
 
 /* Whether the tensor-core path is there for the integer formats (Hopper
- * with an sm_90a build): path tc accepted at m = 64 on a small int4 layer. */
-static int g_tc_int = -1;
+ * with an sm_90a build): path tc accepted at m = 64 on a small int4 layer.
+ * g_mma: NIBBLE_PATH=mma, every call on the mma.sync kernel. */
+static int g_tc_int = -1, g_mma;
 static int tc_for_int(nb_context *ctx) {
     if (g_tc_int >= 0) return g_tc_int;
     nb_weight_desc d;
@@ -195,6 +198,22 @@ static int check_out(const tcase *c, const char *what, const char *cfg, int64_t 
     return bad;
 }
 
+/* NIBBLE_PATH=mma with BF16 scales and F16 activations: nb_gemm refuses
+ * the layer, naming the reason. */
+static void mma_refused(nb_context *ctx, const tcase *c) {
+    nb_weight_desc d;
+    nb_weight_desc_init(&d, c->fmt, c->n, c->k);
+    d.group_size = c->group ? c->group : (int32_t)c->k;
+    d.scale_type = c->st;
+    d.layout = NB_LAYOUT_PACKED;
+    d.scale_exp_min = 0, d.scale_exp_max = 15;
+    nb_gemm_desc g;
+    size_t ws = 0;
+    GT_NB(nb_gemm_desc_init(&g, &d, 64, c->act, c->act));
+    CHECK(nb_gemm_workspace_size(ctx, &g, &ws) == NB_ERR_UNSUPPORTED && strstr(nb_last_error(), "BF16 scales"),
+          "NIBBLE_PATH=mma, BF16 scales with F16 activations: refused: %s", nb_last_error());
+}
+
 /* ms: the batch sizes run with the planner's choice (ascending); sweep: the
  * ones also run with every configuration nb_gemm_list_configs offers. */
 static void run_case(nb_context *ctx, const tcase *c, const int64_t *ms, int nms, const int64_t *sweep, int nsweep,
@@ -293,8 +312,9 @@ static void run_case(nb_context *ctx, const tcase *c, const int64_t *ms, int nms
      * operands, the integer formats' tensor-core weights */
     double *wtab = tab ? weight_term(c, &d, codes, scales, zeros, x, mmax, 0) : NULL;
     double *wtc = NULL;
-    const int tc_here = tc_for_int(ctx) && !(c->act == NB_DTYPE_F16 && c->st == NB_SCALE_BF16);
-    if (tc_here && mmax >= 17) wtc = weight_term(c, &d, codes, scales, zeros, x, mmax, 1);
+    const int served = !(c->act == NB_DTYPE_F16 && c->st == NB_SCALE_BF16); /* by the tensor-core kernels */
+    const int tc_here = tc_for_int(ctx) && served && !g_mma;
+    if ((tc_here && mmax >= 17) || (g_mma && served)) wtc = weight_term(c, &d, codes, scales, zeros, x, mmax, 1);
     char cfgs[512];
     for (int mi = 0; mi < nms; mi++) {
         const int64_t m = ms[mi];
@@ -304,10 +324,11 @@ static void run_case(nb_context *ctx, const tcase *c, const int64_t *ms, int nms
         CHECK(st == NB_OK, "%s m=%lld: nb_gemm: %s", what, (long long)m, nb_last_error());
         if (st != NB_OK) continue;
         GT_NB(nb_gemm_last_config(ctx, cfgs, sizeof cfgs));
-        const int on_tc = strstr(cfgs, "gemm_sm90<") != NULL;
-        /* (the planner's rule: m >= 24 on these layers of fewer than 2^25 weights) */
-        CHECK(on_tc == (tc_here && m >= 24), "%s m=%lld: %s, expected the %s", what, (long long)m, cfgs,
-              tc_here && m >= 24 ? "tensor-core kernel" : "decode kernel");
+        const int on_tc = strstr(cfgs, "gemm_sm90<") != NULL || strstr(cfgs, "gemm_sm80<") != NULL;
+        /* (the planner's rule: m >= 24 on these layers of fewer than 2^25 weights; every m with NIBBLE_PATH=mma) */
+        const int want_tc = g_mma || (tc_here && m >= 24);
+        CHECK(on_tc == want_tc && (!g_mma || strstr(cfgs, "gemm_sm80<")), "%s m=%lld: %s, expected the %s", what,
+              (long long)m, cfgs, g_mma ? "mma.sync kernel" : want_tc ? "tensor-core kernel" : "decode kernel");
         GT_CUDA(cudaMemcpy(y, dy, 2 * (size_t)(m * n), cudaMemcpyDeviceToHost));
         check_out(c, what, cfgs, m, n, y, ref, on_tc ? wtc : wtab);
     }
@@ -335,7 +356,7 @@ static void run_case(nb_context *ctx, const tcase *c, const int64_t *ms, int nms
             CHECK(st == NB_OK, "%s m=%lld: configuration %zu: %s", what, (long long)m, ci, nb_last_error());
             if (st == NB_OK) {
                 GT_NB(nb_gemm_last_config(ctx, cfgs, sizeof cfgs));
-                const int on_tc = strstr(cfgs, "gemm_sm90<") != NULL;
+                const int on_tc = strstr(cfgs, "gemm_sm90<") != NULL || strstr(cfgs, "gemm_sm80<") != NULL;
                 ntc += on_tc;
                 GT_CUDA(cudaMemcpy(y, dy, 2 * (size_t)(m * n), cudaMemcpyDeviceToHost));
                 check_out(c, what, cfgs, m, n, y, ref, on_tc ? wtc : wtab);
@@ -405,7 +426,9 @@ static void test_refusals(nb_context *ctx) {
     CHECK(nb_gemm_workspace_size_ex(ctx, &gb, &cfg, &ws) == NB_ERR_UNSUPPORTED && strstr(nb_last_error(), "BF16 scales"),
           "path tc with BF16 scales and FP16 activations refused: %s", nb_last_error());
     cfg.path = NB_GEMM_PATH_MMA;
-    CHECK(nb_gemm_workspace_size_ex(ctx, &g, &cfg, &ws) == NB_ERR_UNSUPPORTED, "path mma refused: %s", nb_last_error());
+    CHECK(nb_gemm_workspace_size_ex(ctx, &g, &cfg, &ws) == NB_OK, "path mma accepted: %s", nb_last_error());
+    CHECK(nb_gemm_workspace_size_ex(ctx, &gb, &cfg, &ws) == NB_ERR_UNSUPPORTED && strstr(nb_last_error(), "BF16 scales"),
+          "path mma with BF16 scales and FP16 activations refused: %s", nb_last_error());
     memset(&cfg, 0, sizeof cfg);
     cfg.path = NB_GEMM_PATH_DECODE, cfg.variant = 1, cfg.kw = 1;
     g.m = 16;
@@ -503,8 +526,7 @@ static void test_table_refusals(nb_context *ctx) {
     CHECK(nb_gemm_workspace_size_ex(ctx, &g, &cfg, &ws) == NB_ERR_UNSUPPORTED, "nf4: path tc at m = 16 refused: %s",
           nb_last_error());
     cfg.path = NB_GEMM_PATH_MMA, g.m = 64;
-    CHECK(nb_gemm_workspace_size_ex(ctx, &g, &cfg, &ws) == NB_ERR_UNSUPPORTED, "nf4: path mma refused: %s",
-          nb_last_error());
+    CHECK(nb_gemm_workspace_size_ex(ctx, &g, &cfg, &ws) == NB_OK, "nf4: path mma accepted: %s", nb_last_error());
     memset(&cfg, 0, sizeof cfg);
     cfg.path = NB_GEMM_PATH_DECODE, cfg.variant = 1, cfg.kw = 1;
     g.m = 16;
@@ -537,6 +559,8 @@ static void test_table_refusals(nb_context *ctx) {
 int main(int argc, char **argv) {
     gt_need_device("test_gpu_int");
     int quick = argc > 1 && !strcmp(argv[1], "--quick");
+    const char *path = getenv("NIBBLE_PATH");
+    g_mma = path && !strcmp(path, "mma");
     nb_context *ctx = NULL;
     GT_NB(nb_context_create(0, &ctx));
     int64_t all[40];
@@ -555,6 +579,10 @@ int main(int argc, char **argv) {
                         const tcase c = {f ? NB_FORMAT_INT4_SYM : NB_FORMAT_INT4, a ? NB_DTYPE_F16 : NB_DTYPE_BF16,
                                          s ? NB_SCALE_BF16 : NB_SCALE_F16, shapes[sh][0], shapes[sh][1], groups[gi]};
                         if (c.group && c.k % c.group) continue;
+                        if (g_mma && a && s) { /* NIBBLE_PATH=mma refuses BF16 scales with F16 activations */
+                            mma_refused(ctx, &c);
+                            continue;
+                        }
                         /* every m on the small layer, a few (and every configuration at two) on the others */
                         if (sh == 0) run_case(ctx, &c, all, nall, NULL, 0, seed++);
                         else if (sh == 1) run_case(ctx, &c, few, 8, sweep, 2, seed++);
@@ -582,8 +610,11 @@ int main(int argc, char **argv) {
     const tcase todd[2] = {{NB_FORMAT_NF4, NB_DTYPE_BF16, NB_SCALE_F32, 21, 192, 64},
                            {NB_FORMAT_BNB_FP4, NB_DTYPE_F16, NB_SCALE_F32, 5, 96, 32}};
     for (int i = 0; i < 2; i++) run_case(ctx, &todd[i], all, nall, NULL, 0, seed++);
-    test_refusals(ctx);
-    test_table_refusals(ctx);
+    if (!g_mma) {
+        test_refusals(ctx);
+        test_table_refusals(ctx);
+    } else
+        printf("NIBBLE_PATH=mma: the refusal checks are left out\n");
     nb_context_destroy(ctx);
     printf("%d passed, %d failed\n", g_pass, g_fail);
     return g_fail ? 1 : 0;

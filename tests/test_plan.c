@@ -296,6 +296,8 @@ static void test_integer_formats(void) {
     g.m = 64;
     CHECK(nbi_plan(ctx, &g, &tc_rq, &p) == NB_OK && p.path == NBI_PATH_SM90, "int4 m = 64, path tc: %s", nb_last_error());
     CHECK(nbi_plan(ctx, &g, &tc32, &p) == NB_ERR_UNSUPPORTED, "int4 m = 64, path tc with 32-token tiles: refused");
+    /* (path mma itself needs the device's kernel table: test_gpu_int with NIBBLE_PATH=mma) */
+    const nbi_request mma_rq = {.path = NB_GEMM_PATH_MMA};
     g = problem(NB_FORMAT_NF4, 4096, 4096, 64);
     CHECK(nbi_plan(ctx, &g, &tc_rq, &p) == NB_OK && p.path == NBI_PATH_SM90, "nf4 m = 64, path tc: %s", nb_last_error());
     g.weight.scale_type = NB_SCALE_F32, g.act_dtype = g.out_dtype = NB_DTYPE_F16;
@@ -305,6 +307,14 @@ static void test_integer_formats(void) {
     g.weight.scale_type = NB_SCALE_BF16, g.act_dtype = g.out_dtype = NB_DTYPE_F16;
     g.weight.scale_exp_min = 0, g.weight.scale_exp_max = 15;
     CHECK(nbi_plan(ctx, &g, &tc_rq, &p) == NB_ERR_UNSUPPORTED, "int4 BF16 scales, FP16 activations, path tc: refused");
+    CHECK(nbi_plan(ctx, &g, &mma_rq, &p) == NB_ERR_UNSUPPORTED, "int4 BF16 scales, FP16 activations, path mma: refused");
+    /* an A100 (compute capability 8.0): the decode kernel up to m = 32, as for E2M1 (the mma.sync kernel
+     * past it, whose shared-memory sizes come from the device's kernel table) */
+    ctx->info.cc_major = 8, ctx->info.smem_per_block_optin = 163 * 1024, ctx->info.sm_count = 108;
+    g = problem(NB_FORMAT_INT4, 4096, 4096, 32);
+    g.weight.scale_exp_min = 0, g.weight.scale_exp_max = 15;
+    CHECK(nbi_plan(ctx, &g, NULL, &p) == NB_OK && p.path == NBI_PATH_GEMV, "A100 int4 m = 32: decode (%s)",
+          nb_last_error());
     nb_context_destroy(ctx);
 }
 

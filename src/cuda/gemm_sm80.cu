@@ -2,7 +2,13 @@
  * Hopper kernel (A100, A10/A40, L40S, RTX 30/40: sm_80, sm_86, sm_89; it
  * runs on Hopper too): Y[m, n] = X[m, k] . W[n, k]^T (+ bias) for m above
  * the decode range, W in NVFP4 or MXFP4 in the packed layout of
- * gemv_fp4.cu (the same bytes serve every path), X and Y in BF16 or FP16.
+ * gemv_fp4.cu (the same bytes serve every path), or in an integer or table
+ * format (int4, int4_sym, nf4, bnb_fp4; template parameter KG, the kernel
+ * group, 0 for E2M1) in their group-aligned layout, X and Y in BF16 or FP16.
+ * The integer and table formats' warps dequantize their half chunk from
+ * the words 2kh, 2kh+1 of each of their rows' four pieces
+ * (tc_dequant.cuh nbc_dequant_half_grp), rounding the weights to the
+ * activation dtype as the Hopper kernel does (DESIGN.md 4.2.3).
  *
  * WHAT IT DOES
  *   A CTA (256 threads) owns a tile of 128 weight rows (8 row blocks of 16)
@@ -109,15 +115,16 @@ struct Sm80Params {
     int exp_shift;
     float ts;
     uint32_t stab[128];
+    int scale_bf16; /* integer formats: the scales are BF16 (else F16) */
 };
 
 /* Shared memory: STAGES activation tiles, STAGES x 8 packed chunks, the
  * scale table; 128 bytes to align the base (the swizzle and the XOR
  * addressing assume a 128-byte aligned base).  The exchange of partial sums
  * at the end reuses the stages. */
-template <int FMT, int BN, int STAGES>
+template <int FMT, int KG, int BN, int STAGES>
 struct Sm80Smem {
-    static constexpr int CB = nbc_fmt<FMT>::chunk_bytes;
+    static constexpr int CB = nbc_tc_chunk_bytes<FMT, KG>();
     static constexpr int X_STAGE = BN * 256; /* BN tokens x 128 k, 16-bit */
     static constexpr int W_STAGE = 8 * CB;
     static constexpr int X_OFF = 0;
@@ -136,15 +143,40 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
                  : "r"(addr));
 }
 
+/* k16 tile jj of the warp's two row blocks (A fragments a0, a1) times the
+ * B fragments of all BN tokens (xa: this lane's ldmatrix row of the tile). */
+template <int ACT, int BN>
+__device__ __forceinline__ void sm80_mma_tile(uint32_t xa, const uint32_t (&a0)[4], const uint32_t (&a1)[4],
+                                              float (&acc)[2][BN / 8][4]) {
+#pragma unroll
+    for (int nb = 0; nb < BN / 16; nb++) {
+        uint32_t b[4];
+        ldmatrix_x4(b, xa + nb * 4096);
+        nbc_mma16816<ACT>(acc[0][2 * nb], a0[0], a0[1], a0[2], a0[3], b[0], b[1]);
+        nbc_mma16816<ACT>(acc[0][2 * nb + 1], a0[0], a0[1], a0[2], a0[3], b[2], b[3]);
+        nbc_mma16816<ACT>(acc[1][2 * nb], a1[0], a1[1], a1[2], a1[3], b[0], b[1]);
+        nbc_mma16816<ACT>(acc[1][2 * nb + 1], a1[0], a1[1], a1[2], a1[3], b[2], b[3]);
+    }
+}
+
 /* One chunk of a warp's work: its 2 row blocks x 4 k16 tiles (half kh of
  * the chunk's k), dequantized from the packed bytes of the stage (wst: row
  * block 2rp) into A fragments, times the B fragments of all BN tokens
  * loaded with ldmatrix from the staged activations (xst: this lane's row
  * address), into acc[row block][n8 tile]. */
-template <int FMT, int ACT, int BN>
+template <int FMT, int ACT, int KG, int BN>
 __device__ __forceinline__ void sm80_mma_chunk(const uint8_t *wst, uint32_t xst, const uint32_t *stab, int g, int sh,
-                                               int kh, float (&acc)[2][BN / 8][4]) {
-    constexpr int CB = nbc_fmt<FMT>::chunk_bytes;
+                                               int kh, int scale_bf16, float (&acc)[2][BN / 8][4]) {
+    constexpr int CB = nbc_tc_chunk_bytes<FMT, KG>();
+    if constexpr (KG > 0) { /* an integer or table format: the half chunk's four tiles, then the MMAs */
+        uint32_t a[2][4][4];
+#pragma unroll
+        for (int r = 0; r < 2; r++) nbc_dequant_half_grp<FMT, ACT, KG>(wst + r * CB, stab, g, (12 - sh) / 4, kh,
+                                                                      scale_bf16, a[r]);
+#pragma unroll
+        for (int jj = 0; jj < 4; jj++) sm80_mma_tile<ACT, BN>(xst ^ (32u * jj), a[0][jj], a[1][jj], acc);
+        return;
+    }
     uint32_t sw[2][2]; /* scale words of this half: row block r, tiles 2qq, 2qq+1 */
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -162,20 +194,7 @@ __device__ __forceinline__ void sm80_mma_chunk(const uint8_t *wst, uint32_t xst,
         for (int r = 0; r < 2; r++)
             nbc_dequant_tiles<FMT, ACT>(wst + r * CB + 32 * kh, stab, g, sh, qq, sw[r][qq], a[r]);
 #pragma unroll
-        for (int jj = 2 * qq; jj < 2 * qq + 2; jj++) {
-            const uint32_t xa = xst ^ (32u * jj);
-#pragma unroll
-            for (int nb = 0; nb < BN / 16; nb++) {
-                uint32_t b[4];
-                ldmatrix_x4(b, xa + nb * 4096);
-#pragma unroll
-                for (int r = 0; r < 2; r++) {
-                    nbc_mma16816<ACT>(acc[r][2 * nb], a[r][jj][0], a[r][jj][1], a[r][jj][2], a[r][jj][3], b[0], b[1]);
-                    nbc_mma16816<ACT>(acc[r][2 * nb + 1], a[r][jj][0], a[r][jj][1], a[r][jj][2], a[r][jj][3], b[2],
-                                      b[3]);
-                }
-            }
-        }
+        for (int jj = 2 * qq; jj < 2 * qq + 2; jj++) sm80_mma_tile<ACT, BN>(xst ^ (32u * jj), a[0][jj], a[1][jj], acc);
     }
 }
 
@@ -207,10 +226,10 @@ __device__ __forceinline__ void sm80_exchange(float (&acc)[2][NT][4], float4 *xc
     }
 }
 
-template <int FMT, int ACT, int BN, int STAGES>
+template <int FMT, int ACT, int KG, int BN, int STAGES>
 __global__ void __launch_bounds__(SM80_THREADS, 1) gemm_sm80_kernel(const Sm80Params p) {
-    NBC_CHECK_KERNEL_FORMAT(FMT);
-    typedef Sm80Smem<FMT, BN, STAGES> L;
+    if constexpr (KG == 0) NBC_CHECK_KERNEL_FORMAT(FMT);
+    typedef Sm80Smem<FMT, KG, BN, STAGES> L;
     constexpr int CB = L::CB;
     constexpr int NT = BN / 8; /* n8 tiles per warp */
     extern __shared__ uint8_t smem_raw[];
@@ -303,7 +322,7 @@ __global__ void __launch_bounds__(SM80_THREADS, 1) gemm_sm80_kernel(const Sm80Pa
         const uint8_t *wst = smem + L::W_OFF + rs * L::W_STAGE + 2 * rp * CB;
         const uint32_t xst = xlane + rs * L::X_STAGE;
         rs = rs == STAGES - 1 ? 0 : rs + 1;
-        sm80_mma_chunk<FMT, ACT, BN>(wst, xst, stab, g, sh, kh, acc);
+        sm80_mma_chunk<FMT, ACT, KG, BN>(wst, xst, stab, g, sh, kh, p.scale_bf16, acc);
     }
     nbc_cp_async_wait<0>();
     __syncthreads(); /* every warp is past its last read of the stages */
@@ -324,20 +343,32 @@ typedef void (*sm80_fn)(const Sm80Params);
  * SM), 128 x 3 (127 KB: A100, Hopper), 128 x 2 (85 KB: sm_86/sm_89). */
 static const int k_shapes[3][2] = {{64, 3}, {128, 3}, {128, 2}};
 
-template <int FMT, int ACT>
+template <int FMT, int ACT, int KG>
 static sm80_fn sm80_pick_shape(int shape, size_t *smem) {
     switch (shape) {
-    case 0: *smem = Sm80Smem<FMT, 64, 3>::BYTES; return gemm_sm80_kernel<FMT, ACT, 64, 3>;
-    case 1: *smem = Sm80Smem<FMT, 128, 3>::BYTES; return gemm_sm80_kernel<FMT, ACT, 128, 3>;
-    case 2: *smem = Sm80Smem<FMT, 128, 2>::BYTES; return gemm_sm80_kernel<FMT, ACT, 128, 2>;
+    case 0: *smem = Sm80Smem<FMT, KG, 64, 3>::BYTES; return gemm_sm80_kernel<FMT, ACT, KG, 64, 3>;
+    case 1: *smem = Sm80Smem<FMT, KG, 128, 3>::BYTES; return gemm_sm80_kernel<FMT, ACT, KG, 128, 3>;
+    case 2: *smem = Sm80Smem<FMT, KG, 128, 2>::BYTES; return gemm_sm80_kernel<FMT, ACT, KG, 128, 2>;
     }
     return NULL;
 }
 
-static sm80_fn sm80_pick(int fmt, int act, int shape, size_t *smem) {
-#define SM80_RUNG(F, A) return sm80_pick_shape<F, A>(shape, smem);
+/* An integer or table format's instances for its kernel group. */
+template <int FMT, int ACT>
+static sm80_fn sm80_pick_grp(int shape, int kg, size_t *smem) {
+    if (kg == 32) return sm80_pick_shape<FMT, ACT, 32>(shape, smem);
+    if (kg == 64) return sm80_pick_shape<FMT, ACT, 64>(shape, smem);
+    if (kg == 128) return sm80_pick_shape<FMT, ACT, 128>(shape, smem);
+    return NULL;
+}
+
+static sm80_fn sm80_pick(int fmt, int act, int shape, int kg, size_t *smem) {
+#define SM80_RUNG(F, A) return sm80_pick_shape<F, A, 0>(shape, smem);
     NBC_LADDER(fmt, act, SM80_RUNG)
 #undef SM80_RUNG
+#define SM80_GRP_RUNG(F, A) return sm80_pick_grp<F, A>(shape, kg, smem);
+    NBC_DECODE_LADDER(fmt, act, SM80_GRP_RUNG)
+#undef SM80_GRP_RUNG
     return NULL;
 }
 
@@ -347,10 +378,10 @@ static int shape_of(int bn, int stages) {
     return -1;
 }
 
-extern "C" int nbi_cuda_gemm_sm80_stages(int fmt, int bn, int want, size_t smem_limit, size_t *smem) {
+extern "C" int nbi_cuda_gemm_sm80_stages(int fmt, int kg, int bn, int want, size_t smem_limit, size_t *smem) {
     for (int i = 0; i < 3; i++) {
         size_t bytes = 0;
-        if (k_shapes[i][0] != bn || (want && k_shapes[i][1] != want) || !sm80_pick(fmt, NB_DTYPE_BF16, i, &bytes))
+        if (k_shapes[i][0] != bn || (want && k_shapes[i][1] != want) || !sm80_pick(fmt, NB_DTYPE_BF16, i, kg, &bytes))
             continue;
         if (bytes <= smem_limit) {
             *smem = bytes;
@@ -364,7 +395,7 @@ extern "C" nb_status nbi_cuda_gemm_sm80(nb_context *ctx, const nbi_gemm_plan *pl
                                         const void *bias, void *y, void *stream) {
     size_t smem = 0;
     const int shape = shape_of(pl->bn, pl->stages);
-    sm80_fn f = shape < 0 ? NULL : sm80_pick(pl->fmt, pl->act, shape, &smem);
+    sm80_fn f = shape < 0 ? NULL : sm80_pick(pl->fmt, pl->act, shape, pl->group, &smem);
     if (!f)
         return nbi_fail(ctx, NB_ERR_INTERNAL, "gemm_sm80: no kernel for %s, %s, %d-token tiles, %d stages",
                         nbi_traits((nb_format)pl->fmt)->name, nbi_dtype_name((nb_dtype)pl->act), pl->bn, pl->stages);
@@ -375,6 +406,7 @@ extern "C" nb_status nbi_cuda_gemm_sm80(nb_context *ctx, const nbi_gemm_plan *pl
     p.tiles_n = pl->tiles_n;
     p.tiles_m = pl->tiles_m;
     p.group = pl->raster_group;
+    p.scale_bf16 = pl->scale_bf16;
     nb_status st = nbc_smem_opt_in(ctx, (const void *)f, smem);
     if (st) return st;
     cudaLaunchAttribute attr[1];

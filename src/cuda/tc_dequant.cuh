@@ -121,6 +121,16 @@ __device__ __forceinline__ uint32_t nbc_int_scale_pair(const uint32_t (&sw)[NBI_
     return r * 0x10001u;
 }
 
+/* One A register of an integer format: elements 2t, 2t+1 of word w (at
+ * nibbles t, t+4; sh = 4t) as r((q - z) s): int_pair's LOP3 + HSUB2 give
+ * the exact q - z (zz: M + z twice), one HMUL2 the product (ss: the scale
+ * twice, in ACT). */
+template <int ACT, bool SYM>
+__device__ __forceinline__ uint32_t nbc_int_reg(uint32_t w, int sh, uint32_t zz, uint32_t ss) {
+    constexpr uint32_t magic = (ACT == NB_DTYPE_BF16 ? 0x43004300u : 0x64006400u) | (SYM ? 0x00080008u : 0u);
+    return nbc_hmul2_ptx<ACT>(nbc_hsub2<ACT>(((w >> sh) & 0x000F000Fu) ^ magic, zz), ss);
+}
+
 /* A fragments of the eight k16 tiles of one packed chunk of a 4-bit integer
  * format (int4, int4_sym; kernel group KG: docs/formats.md 8.7) for rows g,
  * g+8, in natural k order, as dequantized weights r((q - z) s) in ACT.
@@ -149,7 +159,6 @@ __device__ __forceinline__ void nbc_dequant_chunk_int(const uint8_t *wsm, int g,
         L[p] = *(const uint4 *)(wsm + 64 * g + 16 * p);
         H[p] = *(const uint4 *)(wsm + 512 + 64 * g + 16 * p);
     }
-    constexpr uint32_t magic = (ACT == NB_DTYPE_BF16 ? 0x43004300u : 0x64006400u) | (SYM ? 0x00080008u : 0u);
     const int sh = 4 * t;
     uint32_t sg = 0, s8 = 0, zg = 0, z8 = 0;
 #pragma unroll
@@ -163,14 +172,60 @@ __device__ __forceinline__ void nbc_dequant_chunk_int(const uint8_t *wsm, int g,
         }
 #pragma unroll
         for (int p = 0; p < 4; p++) { /* word 4q + p: tile 2q + p / 2, registers 2 (p % 2) and +1 */
-            const uint32_t wl = word(L[p], q) >> sh, wh = word(H[p], q) >> sh;
-            a[2 * q + p / 2][2 * (p % 2)] = nbc_hmul2_ptx<ACT>(nbc_hsub2<ACT>((wl & 0x000F000Fu) ^ magic, zg), sg);
-            a[2 * q + p / 2][2 * (p % 2) + 1] = nbc_hmul2_ptx<ACT>(nbc_hsub2<ACT>((wh & 0x000F000Fu) ^ magic, z8), s8);
+            a[2 * q + p / 2][2 * (p % 2)] = nbc_int_reg<ACT, SYM>(word(L[p], q), sh, zg, sg);
+            a[2 * q + p / 2][2 * (p % 2) + 1] = nbc_int_reg<ACT, SYM>(word(H[p], q), sh, z8, s8);
         }
     }
 }
 
 /* ------------------------------------ bitsandbytes' table formats (sm90) */
+
+/* The planes of a table format's values (the first eight words of the
+ * kernel's parameter table), read back from stab, the table in shared
+ * memory that nbc_load_scale_table expands to a 16-bit half per word. */
+__device__ __forceinline__ nbc_table nbc_table_from_stab(const uint32_t *stab) {
+    nbc_table tab;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const uint2 v = *(const uint2 *)(stab + 2 * i);
+        const uint32_t w = (v.x & 0xFFFFu) | (v.y << 16);
+        if (i < 4) tab.lo[i] = w;
+        else tab.hi[i - 4] = w;
+    }
+    return tab;
+}
+
+/* One k16 tile of a table format: words l0, h0 (rows g, g+8, k/8 = 2j) and
+ * l1, h1 (2j + 1); byte t of each (bsel) gathered into one word of eight
+ * codes, looked up four at a time, times the absmax pairs sg, s8. */
+__device__ __forceinline__ void nbc_table_tile_base(uint32_t l0, uint32_t h0, uint32_t l1, uint32_t h1, uint32_t bsel,
+                                                    const nbc_table &tab, uint32_t (&r)[4]) {
+    const uint32_t lo = nbc_prmt(l0, h0, bsel); /* a0, a1 codes */
+    const uint32_t hi = nbc_prmt(l1, h1, bsel); /* a2, a3 codes */
+    const uint32_t Q = nbc_prmt(lo, hi, 0x5410);
+    const uint32_t sel = Q & 0x77777777u, q4 = Q << 4;
+    table_quad<0>(sel, table_mask<0>(Q, q4), tab, r[0], r[1]);
+    table_quad<1>(sel, table_mask<1>(Q, q4), tab, r[2], r[3]);
+}
+template <int ACT>
+__device__ __forceinline__ void nbc_table_tile(uint32_t l0, uint32_t h0, uint32_t l1, uint32_t h1, uint32_t bsel,
+                                               const nbc_table &tab, uint32_t sg, uint32_t s8, uint32_t (&a)[4]) {
+    uint32_t r[4];
+    nbc_table_tile_base(l0, h0, l1, h1, bsel, tab, r);
+    a[0] = nbc_hmul2_ptx<ACT>(r[0], sg);
+    a[1] = nbc_hmul2_ptx<ACT>(r[1], s8);
+    a[2] = nbc_hmul2_ptx<ACT>(r[2], sg);
+    a[3] = nbc_hmul2_ptx<ACT>(r[3], s8);
+}
+
+/* A table format's absmax (index i of a lane group's tail) rounded to ACT,
+ * twice. */
+template <int ACT, int N>
+__device__ __forceinline__ uint32_t nbc_absmax_pair(const uint32_t (&sw)[N], int i) {
+    const float f = table_scale(sw, i);
+    return (ACT == NB_DTYPE_BF16 ? (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(f))
+                                 : (uint32_t)__half_as_ushort(__float2half_rn(f))) * 0x10001u;
+}
 
 /* A fragments of the eight k16 tiles of one packed chunk of a table format
  * (nf4, bnb_fp4; kernel group KG: docs/formats.md 8.8) for rows g, g+8, in
@@ -193,22 +248,11 @@ __device__ __forceinline__ void nbc_dequant_chunk_table(const uint8_t *wsm, cons
     constexpr int SPG = KG / 32;
     uint32_t sw[C::sw], zw[2];
     int_tail<FMT, KG>((const uint4 *)wsm, g, sw, zw);
-    nbc_table tab; /* (stab is the expanded table: word w of the planes is halves 2w, 2w + 1) */
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        const uint2 v = *(const uint2 *)(stab + 2 * i);
-        const uint32_t w = (v.x & 0xFFFFu) | (v.y << 16);
-        if (i < 4) tab.lo[i] = w;
-        else tab.hi[i - 4] = w;
-    }
+    const nbc_table tab = nbc_table_from_stab(stab);
     const uint32_t bsel = (uint32_t)t | (uint32_t)(t + 4) << 4; /* byte t of each of two words */
     uint32_t sc[2 * C::gpc]; /* the absmax pairs in ACT: row g (index j), row g+8 (gpc + j) */
 #pragma unroll
-    for (int i = 0; i < 2 * C::gpc; i++) {
-        const float f = table_scale(sw, i);
-        sc[i] = (ACT == NB_DTYPE_BF16 ? (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(f))
-                                      : (uint32_t)__half_as_ushort(__float2half_rn(f))) * 0x10001u;
-    }
+    for (int i = 0; i < 2 * C::gpc; i++) sc[i] = nbc_absmax_pair<ACT>(sw, i);
     /* Half the code pieces at a time (tiles 2q + h read pieces 2h, 2h+1):
      * 16 registers of codes live instead of 32 (the 256-token tile with
      * blocks of 32 spilled with all of them). */
@@ -220,17 +264,55 @@ __device__ __forceinline__ void nbc_dequant_chunk_table(const uint8_t *wsm, cons
 #pragma unroll
         for (int q = 0; q < 4; q++) { /* tile 2q + h: words 4q + 2h (registers 0, 1) and 4q + 2h + 1 (2, 3) */
             const int j = q / SPG;
-            const uint32_t lo = nbc_prmt(word(L0, q), word(H0, q), bsel); /* a0, a1 codes */
-            const uint32_t hi = nbc_prmt(word(L1, q), word(H1, q), bsel); /* a2, a3 codes */
-            const uint32_t Q = nbc_prmt(lo, hi, 0x5410);
-            const uint32_t sel = Q & 0x77777777u, q4 = Q << 4;
-            uint32_t r[4];
-            table_quad<0>(sel, table_mask<0>(Q, q4), tab, r[0], r[1]);
-            table_quad<1>(sel, table_mask<1>(Q, q4), tab, r[2], r[3]);
-            a[2 * q + h][0] = nbc_hmul2_ptx<ACT>(r[0], sc[j]);
-            a[2 * q + h][1] = nbc_hmul2_ptx<ACT>(r[1], sc[C::gpc + j]);
-            a[2 * q + h][2] = nbc_hmul2_ptx<ACT>(r[2], sc[j]);
-            a[2 * q + h][3] = nbc_hmul2_ptx<ACT>(r[3], sc[C::gpc + j]);
+            nbc_table_tile<ACT>(word(L0, q), word(H0, q), word(L1, q), word(H1, q), bsel, tab, sc[j], sc[C::gpc + j],
+                                a[2 * q + h]);
+        }
+    }
+}
+
+/* ------------------------- integer and table formats, half a chunk (sm80) */
+
+/* Tiles 4kh .. 4kh+3 (sub-ranges 2kh, 2kh+1: k = 64kh .. 64kh+63 of the
+ * chunk) of an integer or table format (kernel group KG) for rows g, g+8
+ * into a[0..3], as the whole-chunk functions above compute them: words
+ * 2kh, 2kh+1 of each of the rows' four pieces (one 8-byte load per piece
+ * and row), the scales and zero points of the lane group's tail.  The
+ * mma.sync kernel (gemm_sm80.cu) gives each warp half a chunk. */
+template <int FMT, int ACT, int KG>
+__device__ __forceinline__ void nbc_dequant_half_grp(const uint8_t *wsm, const uint32_t *stab, int g, int t, int kh,
+                                                     int scale_bf16, uint32_t (&a)[4][4]) {
+    typedef nbc_int_chunk<FMT, KG> C;
+    constexpr int SPG = KG / 32;
+    uint32_t sw[C::sw], zw[2];
+    int_tail<FMT, KG>((const uint4 *)wsm, g, sw, zw);
+    uint2 L[4], H[4]; /* piece p of rows g, g+8: words 2kh (x) and 2kh + 1 (y) */
+#pragma unroll
+    for (int p = 0; p < 4; p++) {
+        L[p] = *(const uint2 *)(wsm + 64 * g + 16 * p + 8 * kh);
+        H[p] = *(const uint2 *)(wsm + 512 + 64 * g + 16 * p + 8 * kh);
+    }
+#pragma unroll
+    for (int qq = 0; qq < 2; qq++) { /* sub-range q = 2kh + qq: tiles 2qq, 2qq + 1 of a */
+        const int j = (2 * kh + qq) / SPG;
+        if constexpr (C::table) {
+            const nbc_table tab = nbc_table_from_stab(stab);
+            const uint32_t bsel = (uint32_t)t | (uint32_t)(t + 4) << 4;
+            const uint32_t sg = nbc_absmax_pair<ACT>(sw, j), s8 = nbc_absmax_pair<ACT>(sw, C::gpc + j);
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                nbc_table_tile<ACT>(qq ? L[2 * h].y : L[2 * h].x, qq ? H[2 * h].y : H[2 * h].x,
+                                    qq ? L[2 * h + 1].y : L[2 * h + 1].x, qq ? H[2 * h + 1].y : H[2 * h + 1].x, bsel,
+                                    tab, sg, s8, a[2 * qq + h]);
+        } else {
+            constexpr bool SYM = C::zp == 0;
+            const uint32_t sg = nbc_int_scale_pair<ACT, KG>(sw, j, scale_bf16);
+            const uint32_t s8 = nbc_int_scale_pair<ACT, KG>(sw, C::gpc + j, scale_bf16);
+            const uint32_t zg = int_zero<ACT, SYM>(zw, j), z8 = int_zero<ACT, SYM>(zw, C::gpc + j);
+#pragma unroll
+            for (int p = 0; p < 4; p++) {
+                a[2 * qq + p / 2][2 * (p % 2)] = nbc_int_reg<ACT, SYM>(qq ? L[p].y : L[p].x, 4 * t, zg, sg);
+                a[2 * qq + p / 2][2 * (p % 2) + 1] = nbc_int_reg<ACT, SYM>(qq ? H[p].y : H[p].x, 4 * t, z8, s8);
+            }
         }
     }
 }
