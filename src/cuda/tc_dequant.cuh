@@ -291,12 +291,13 @@ __device__ __forceinline__ void nbc_dequant_half_grp(const uint8_t *wsm, const u
         L[p] = *(const uint2 *)(wsm + 64 * g + 16 * p + 8 * kh);
         H[p] = *(const uint2 *)(wsm + 512 + 64 * g + 16 * p + 8 * kh);
     }
+    nbc_table tab = {};
+    if constexpr (C::table) tab = nbc_table_from_stab(stab);
+    const uint32_t bsel = (uint32_t)t | (uint32_t)(t + 4) << 4; /* (the table formats) */
 #pragma unroll
     for (int qq = 0; qq < 2; qq++) { /* sub-range q = 2kh + qq: tiles 2qq, 2qq + 1 of a */
         const int j = (2 * kh + qq) / SPG;
         if constexpr (C::table) {
-            const nbc_table tab = nbc_table_from_stab(stab);
-            const uint32_t bsel = (uint32_t)t | (uint32_t)(t + 4) << 4;
             const uint32_t sg = nbc_absmax_pair<ACT>(sw, j), s8 = nbc_absmax_pair<ACT>(sw, C::gpc + j);
 #pragma unroll
             for (int h = 0; h < 2; h++)
