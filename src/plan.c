@@ -215,11 +215,6 @@ static double tc_reduce_us(int s, int bn, int cwg, int cluster) {
     return cluster ? 1.9 + kb * (0.018 + 0.011 * s) : 1.8 + kb * (0.028 + 0.007 * s);
 }
 
-/* Whether the tensor-core kernels (Hopper's and mma.sync) serve these
- * weights and activations: every E2M1 format, and the integer and table
- * formats of NBI_TC_FORMATS except integer weights with BF16 scales and FP16
- * activations, where the scale rounded to FP16 (tc_dequant.cuh) could
- * overflow: those keep the decode kernel, which applies the scale in FP32. */
 /* The integer and table formats on the tensor-core kernel: from m =
  * NBI_INT_TC_MIN on request; by the heuristic from m = 24, and from 17 on
  * layers of at least 2^25 weights (below, their decode kernel 1, which has
@@ -234,6 +229,11 @@ static int int_tc_auto(const nb_gemm_desc *g) {
     return g->m >= 24 || (g->m >= NBI_INT_TC_MIN && g->weight.n * g->weight.k >= ((int64_t)1 << 25));
 }
 
+/* Whether the tensor-core kernels (Hopper's and mma.sync) serve these
+ * weights and activations: every E2M1 format, and the integer and table
+ * formats of NBI_TC_FORMATS except integer weights with BF16 scales and FP16
+ * activations, where the scale rounded to FP16 (tc_dequant.cuh) could
+ * overflow: those keep the decode kernel, which applies the scale in FP32. */
 static int tc_serves(const nb_gemm_desc *g, const nbi_format_traits *t) {
     if (t->every_kernel) return 1;
     return t->tensor_core && !(g->act_dtype == NB_DTYPE_F16 && g->weight.scale_type == NB_SCALE_BF16);
