@@ -124,7 +124,7 @@ struct Sm80Params {
  * at the end reuses the stages. */
 template <int FMT, int KG, int BN, int STAGES>
 struct Sm80Smem {
-    static constexpr int CB = nbc_tc_chunk_bytes<FMT, KG>();
+    static constexpr int CB = nbc_chunk_bytes<FMT, KG>();
     static constexpr int X_STAGE = BN * 256; /* BN tokens x 128 k, 16-bit */
     static constexpr int W_STAGE = 8 * CB;
     static constexpr int X_OFF = 0;
@@ -167,7 +167,7 @@ __device__ __forceinline__ void sm80_mma_tile(uint32_t xa, const uint32_t (&a0)[
 template <int FMT, int ACT, int KG, int BN>
 __device__ __forceinline__ void sm80_mma_chunk(const uint8_t *wst, uint32_t xst, const uint32_t *stab, int g, int sh,
                                                int kh, int scale_bf16, float (&acc)[2][BN / 8][4]) {
-    constexpr int CB = nbc_tc_chunk_bytes<FMT, KG>();
+    constexpr int CB = nbc_chunk_bytes<FMT, KG>();
     if constexpr (KG > 0) { /* an integer or table format: the half chunk's four tiles, then the MMAs */
         uint32_t a[2][4][4];
 #pragma unroll

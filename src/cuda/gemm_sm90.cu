@@ -187,7 +187,7 @@ __device__ __forceinline__ void wgmma_tile(float (&d)[BN / 2], uint32_t a0, uint
  * packed chunks, the scale table, the mbarriers; plus 1 KB to align. */
 template <int FMT, int KG, int BN, int STAGES, int CWG>
 struct Sm90Smem {
-    static constexpr int CB = nbc_tc_chunk_bytes<FMT, KG>();
+    static constexpr int CB = nbc_chunk_bytes<FMT, KG>();
     static constexpr int X_STAGE = BN * 256;
     static constexpr int W_STAGE = SM90_ROWS(CWG) / 16 * CB;
     static constexpr int X_OFF = 0;

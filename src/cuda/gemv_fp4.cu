@@ -189,13 +189,6 @@ __device__ __forceinline__ bool split_k_reduce(const GemvParams &p, float (&acc)
 
 /* ------------------------------------------- kernel 1: per-warp streams */
 
-/* Bytes per packed chunk of kernel 1's instance (KG = 0: an E2M1 format). */
-template <int FMT, int KG>
-constexpr int kernel1_chunk_bytes() {
-    if constexpr (KG > 0) return nbc_int_chunk<FMT, KG>::bytes;
-    else return nbc_fmt<FMT>::chunk_bytes;
-}
-
 /* One chunk of an integer format in kernel 1 (see "INTEGER FORMATS"):
  * word G (0..3) of this lane's 16 bytes of row g (L) and row g+8 (H) holds
  * k = 32G + 8t .. +7 of the chunk, so tiles 2G (elements 0..3) and 2G+1
@@ -273,7 +266,7 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
     constexpr bool INT = KG > 0;
     constexpr bool SYM = nbc_fmt<FMT>::zero_point == NB_ZERO_NONE; /* (integer formats: two's complement codes) */
     constexpr int SB = INT ? 0 : nbc_fmt<FMT>::lane_scale_bytes;  /* E2M1 scale bytes per lane: 4 or 2 */
-    constexpr int CB = kernel1_chunk_bytes<FMT, KG>();           /* bytes per chunk */
+    constexpr int CB = nbc_chunk_bytes<FMT, KG>();           /* bytes per chunk */
     constexpr int KG1 = INT ? KG : 128;                           /* (a valid group for the E2M1 instances' dead code) */
     __shared__ uint32_t stab[256];                       /* scale byte -> adjusted 16-bit pair */
     __shared__ int is_last;

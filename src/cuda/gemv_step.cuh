@@ -70,6 +70,14 @@ struct nbc_int_chunk {
     static constexpr int bytes = NBI_CHUNK_CODE_BYTES + NBI_CHUNK_ROWS * gpc * (sb + zp);
 };
 
+/* Bytes of a packed chunk: an E2M1 format's (KG = 0) or, with kernel group
+ * KG, an integer or table format's. */
+template <int FMT, int KG>
+constexpr int nbc_chunk_bytes() {
+    if constexpr (KG > 0) return nbc_int_chunk<FMT, KG>::bytes;
+    else return nbc_fmt<FMT>::chunk_bytes;
+}
+
 /* 2 x 16-bit lanes of word q's elements 2I, 2I+1 (nibbles I, I+4) as the
  * exact small integers q - z, in one LOP3 and one HSUB2: the nibble ORed
  * into the mantissa of a magic number M whose last mantissa bit weighs 1

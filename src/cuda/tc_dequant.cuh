@@ -108,17 +108,20 @@ __device__ __forceinline__ void nbc_dequant_chunk(const uint8_t *wsm, const uint
 
 /* ------------------------------------------ 4-bit integer formats (sm90) */
 
+/* f rounded to ACT (to nearest even), two copies. */
+template <int ACT>
+__device__ __forceinline__ uint32_t nbc_act_pair(float f) {
+    return (ACT == NB_DTYPE_BF16 ? (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(f))
+                                 : (uint32_t)__half_as_ushort(__float2half_rn(f))) * 0x10001u;
+}
+
 /* A group's scale (index i of a lane group's tail, int_tail) as two copies
  * in ACT: the stored bits when the scale type is ACT's, else rounded to ACT
  * (F16 scales with BF16 activations: the planner sends no other mix). */
 template <int ACT, int KG>
 __device__ __forceinline__ uint32_t nbc_int_scale_pair(const uint32_t (&sw)[NBI_CHUNK_K / KG], int i, int scale_bf16) {
-    const uint32_t h = (sw[i >> 1] >> (16 * (i & 1))) & 0xFFFFu;
-    if ((ACT == NB_DTYPE_BF16) == (scale_bf16 != 0)) return h * 0x10001u;
-    const float f = int_scale<KG>(sw, i, scale_bf16);
-    const uint32_t r = ACT == NB_DTYPE_BF16 ? (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(f))
-                                            : (uint32_t)__half_as_ushort(__float2half_rn(f));
-    return r * 0x10001u;
+    if ((ACT == NB_DTYPE_BF16) == (scale_bf16 != 0)) return ((sw[i >> 1] >> (16 * (i & 1))) & 0xFFFFu) * 0x10001u;
+    return nbc_act_pair<ACT>(int_scale<KG>(sw, i, scale_bf16));
 }
 
 /* One A register of an integer format: elements 2t, 2t+1 of word w (at
@@ -127,8 +130,7 @@ __device__ __forceinline__ uint32_t nbc_int_scale_pair(const uint32_t (&sw)[NBI_
  * twice, in ACT). */
 template <int ACT, bool SYM>
 __device__ __forceinline__ uint32_t nbc_int_reg(uint32_t w, int sh, uint32_t zz, uint32_t ss) {
-    constexpr uint32_t magic = (ACT == NB_DTYPE_BF16 ? 0x43004300u : 0x64006400u) | (SYM ? 0x00080008u : 0u);
-    return nbc_hmul2_ptx<ACT>(nbc_hsub2<ACT>(((w >> sh) & 0x000F000Fu) ^ magic, zz), ss);
+    return nbc_hmul2_ptx<ACT>(int_pair<ACT, 0, SYM>(w >> sh, zz), ss);
 }
 
 /* A fragments of the eight k16 tiles of one packed chunk of a 4-bit integer
@@ -198,20 +200,16 @@ __device__ __forceinline__ nbc_table nbc_table_from_stab(const uint32_t *stab) {
 /* One k16 tile of a table format: words l0, h0 (rows g, g+8, k/8 = 2j) and
  * l1, h1 (2j + 1); byte t of each (bsel) gathered into one word of eight
  * codes, looked up four at a time, times the absmax pairs sg, s8. */
-__device__ __forceinline__ void nbc_table_tile_base(uint32_t l0, uint32_t h0, uint32_t l1, uint32_t h1, uint32_t bsel,
-                                                    const nbc_table &tab, uint32_t (&r)[4]) {
+template <int ACT>
+__device__ __forceinline__ void nbc_table_tile(uint32_t l0, uint32_t h0, uint32_t l1, uint32_t h1, uint32_t bsel,
+                                               const nbc_table &tab, uint32_t sg, uint32_t s8, uint32_t (&a)[4]) {
     const uint32_t lo = nbc_prmt(l0, h0, bsel); /* a0, a1 codes */
     const uint32_t hi = nbc_prmt(l1, h1, bsel); /* a2, a3 codes */
     const uint32_t Q = nbc_prmt(lo, hi, 0x5410);
     const uint32_t sel = Q & 0x77777777u, q4 = Q << 4;
+    uint32_t r[4];
     table_quad<0>(sel, table_mask<0>(Q, q4), tab, r[0], r[1]);
     table_quad<1>(sel, table_mask<1>(Q, q4), tab, r[2], r[3]);
-}
-template <int ACT>
-__device__ __forceinline__ void nbc_table_tile(uint32_t l0, uint32_t h0, uint32_t l1, uint32_t h1, uint32_t bsel,
-                                               const nbc_table &tab, uint32_t sg, uint32_t s8, uint32_t (&a)[4]) {
-    uint32_t r[4];
-    nbc_table_tile_base(l0, h0, l1, h1, bsel, tab, r);
     a[0] = nbc_hmul2_ptx<ACT>(r[0], sg);
     a[1] = nbc_hmul2_ptx<ACT>(r[1], s8);
     a[2] = nbc_hmul2_ptx<ACT>(r[2], sg);
@@ -222,9 +220,7 @@ __device__ __forceinline__ void nbc_table_tile(uint32_t l0, uint32_t h0, uint32_
  * twice. */
 template <int ACT, int N>
 __device__ __forceinline__ uint32_t nbc_absmax_pair(const uint32_t (&sw)[N], int i) {
-    const float f = table_scale(sw, i);
-    return (ACT == NB_DTYPE_BF16 ? (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(f))
-                                 : (uint32_t)__half_as_ushort(__float2half_rn(f))) * 0x10001u;
+    return nbc_act_pair<ACT>(table_scale(sw, i));
 }
 
 /* A fragments of the eight k16 tiles of one packed chunk of a table format
@@ -327,13 +323,6 @@ __device__ __forceinline__ void nbc_dequant_any(const uint8_t *wsm, const uint32
     if constexpr (KG == 0) nbc_dequant_chunk<FMT, ACT>(wsm, stab, g, t, a);
     else if constexpr (nbc_is_table<FMT>()) nbc_dequant_chunk_table<FMT, ACT, KG>(wsm, stab, g, t, a);
     else nbc_dequant_chunk_int<FMT, ACT, KG>(wsm, g, t, scale_bf16, a);
-}
-
-/* Bytes of a packed chunk: E2M1 (KG = 0) or an integer format's. */
-template <int FMT, int KG>
-constexpr int nbc_tc_chunk_bytes() {
-    if constexpr (KG == 0) return nbc_fmt<FMT>::chunk_bytes;
-    else return nbc_int_chunk<FMT, KG>::bytes;
 }
 
 #endif
