@@ -12,11 +12,12 @@
  *   The host reference (quantize, dequantize, GEMM) also serves the integer
  *   formats of AWQ, GPTQ and compressed-tensors (int4 with zero points,
  *   int4_sym, int8) and bitsandbytes' nf4 and bnb_fp4 (NB_FORMAT_LIST, and
- *   the _v2 functions for zero points).  On the GPU, int4, int4_sym, nf4 and
- *   bnb_fp4 run through nb_pack(_v2) and nb_gemm's decode kernel (every m,
- *   32 rows per launch: fast for decoding, not for prefill; nf4 and bnb_fp4
- *   multiply by the table values rounded to the activation dtype, see
- *   nb_gemm); int8 has no GPU kernel yet.
+ *   the _v2 functions for zero points).  On the GPU, every one of them runs
+ *   through nb_pack(_v2) and nb_gemm: the decode kernel for small batches
+ *   (scales applied in FP32; nf4 and bnb_fp4 multiply by the table values
+ *   rounded to the activation dtype) and the tensor-core kernels for larger
+ *   ones (weights rounded to the activation dtype once dequantized,
+ *   docs/formats.md section 8, DESIGN.md 4.2).
  *   Two memory layouts exist for a quantized weight:
  *     NB_LAYOUT_CHECKPOINT  what checkpoints store: codes [n, k/2] bytes, low
  *                           nibble = even element; scales [n, k/group] bytes;
@@ -524,7 +525,7 @@ NB_API nb_status nb_dequantize(nb_context *ctx, const nb_weight_desc *desc, cons
 
 /* Convert checkpoint layout (codes, scales) into the kernel layout.  Only
  * the formats the GPU kernels serve (nb_format_info.kernels: NVFP4, MXFP4,
- * INT4 through nb_pack_v2, INT4_SYM, NF4, BNB_FP4) have one; another is
+ * INT4 through nb_pack_v2, INT4_SYM, INT8, NF4, BNB_FP4) have one; another is
  * NB_ERR_UNSUPPORTED, named in the message, as it is for nb_gemm and the
  * tuning functions (nb_quantize, nb_dequantize and MoE serve NVFP4 and
  * MXFP4 only).
@@ -538,9 +539,9 @@ NB_API nb_status nb_pack_host(nb_context *ctx, nb_weight_desc *desc, const uint8
 NB_API nb_status nb_pack(nb_context *ctx, nb_weight_desc *desc, const uint8_t *codes,
                          const uint8_t *scales, void *packed, size_t packed_bytes, void *stream);
 /* nb_pack_host and nb_pack for every format with kernels (nb_format_info.
- * kernels: nvfp4, mxfp4, int4, int4_sym, nf4, bnb_fp4), w holding codes,
- * scales and, for int4, zeros (docs/formats.md sections 8.7 and 8.8 for the
- * integer and table formats' layouts; nf4 / bnb_fp4 scales are the F32
+ * kernels: nvfp4, mxfp4, int4, int4_sym, int8, nf4, bnb_fp4), w holding
+ * codes, scales and, for int4, zeros (docs/formats.md sections 8.7 - 8.9 for
+ * the integer and table formats' layouts; nf4 / bnb_fp4 scales are the F32
  * absmax, a nested absmax resolved first as nb_ckpt_layer_weight_v2 does).
  * nb_pack_host_v2 reads host memory; nb_pack_v2 device memory (the
  * nb_weight_data pointers are device pointers there), and it reads back the

@@ -53,6 +53,10 @@ const nbi_format_traits *nbi_traits_at(int index) {
     return index >= 0 && index < NBI_FORMAT_COUNT ? &k_traits[index] : NULL;
 }
 
+size_t nbi_code_bytes(const nbi_format_traits *t) {
+    return (size_t)(NBI_CHUNK_ROWS * NBI_CHUNK_K * t->element_bits / 8);
+}
+
 size_t nbi_chunk_bytes(const nbi_format_traits *t) {
     return NBI_CHUNK_CODE_BYTES + (size_t)t->chunk_scale_bytes;
 }
@@ -69,7 +73,7 @@ size_t nbi_packed_chunk_bytes(const nb_weight_desc *d) {
     if (t->element == NB_ELEMENT_E2M1) return nbi_chunk_bytes(t);
     const size_t gpc = (size_t)(NBI_CHUNK_K / nbi_kernel_group(d)); /* kernel groups per chunk row */
     const size_t sb = (size_t)nbi_scale_bytes(d->scale_type);
-    return NBI_CHUNK_CODE_BYTES + NBI_CHUNK_ROWS * gpc * (sb + (t->zero_point != NB_ZERO_NONE));
+    return nbi_code_bytes(t) + NBI_CHUNK_ROWS * gpc * (sb + (t->zero_point != NB_ZERO_NONE));
 }
 
 void nbi_table_planes(nb_element_type e, nb_dtype act, uint32_t planes[8]) {
@@ -972,14 +976,15 @@ static void pack_int_scales(const nb_weight_desc *desc, uint8_t *chunk, int64_t 
                             uint8_t *zeros, int to_packed) {
     const int64_t n = desc->n, k = desc->k, group = desc->group_size, ng = k / group;
     const int kg = nbi_kernel_group(desc), gpc = NBI_CHUNK_K / kg, sb = nbi_scale_bytes(desc->scale_type);
+    const size_t cb = nbi_code_bytes(nbi_traits(desc->format));
     for (int gi = 0; gi < 8; gi++)
         for (int half = 0; half < 2; half++)
             for (int j = 0; j < gpc; j++) {
                 const int64_t row = rb * 16 + gi + 8 * half, col = kc * NBI_CHUNK_K + (int64_t)kg * j;
                 if (row >= n || col >= k) continue; /* padding: scale 0, zero point 0 */
                 const size_t src = (size_t)(row * ng + col / group), at = (size_t)(half * gpc + j);
-                uint8_t *sd = chunk + NBI_CHUNK_CODE_BYTES + (size_t)(2 * sb * gpc * gi) + sb * at;
-                uint8_t *zd = chunk + NBI_CHUNK_CODE_BYTES + (size_t)(16 * sb * gpc + 2 * gpc * gi) + at;
+                uint8_t *sd = chunk + cb + (size_t)(2 * sb * gpc * gi) + sb * at;
+                uint8_t *zd = chunk + cb + (size_t)(16 * sb * gpc + 2 * gpc * gi) + at;
                 for (int b = 0; b < sb; b++) {
                     if (to_packed) sd[b] = scales[sb * src + b];
                     else scales[sb * src + b] = sd[b];
@@ -987,6 +992,30 @@ static void pack_int_scales(const nb_weight_desc *desc, uint8_t *chunk, int64_t 
                 if (zeros && to_packed) *zd = zeros[src];
                 else if (zeros) zeros[src] = *zd;
             }
+}
+
+/* The 8-bit codes of chunk (rb, kc) (docs/formats.md 8.9), both
+ * directions as pack_walk: lane L = 4g + t, row half h (rows g, g+8) and
+ * piece P own the 16 bytes at 1024 h + 512 P + 16 L; their word w holds
+ * elements e = 4 (w / 2) .. +3 of sub-range G = 2P + w % 2 (k = 32 G + 8 t
+ * + e of the chunk), element e in byte [0, 2, 1, 3][e % 4]. */
+static void pack_walk_bytes(const nb_weight_desc *desc, uint8_t *chunk, int64_t kc, int64_t rb, uint8_t *codes,
+                            int to_packed) {
+    static const int byte_of[4] = {0, 2, 1, 3};
+    const int64_t n = desc->n, k = desc->k;
+    for (int lane = 0; lane < 32; lane++)
+        for (int h = 0; h < 2; h++)
+            for (int P = 0; P < 2; P++)
+                for (int w = 0; w < 4; w++)
+                    for (int e4 = 0; e4 < 4; e4++) {
+                        const int G = 2 * P + w % 2, e = 4 * (w / 2) + e4;
+                        const int64_t row = rb * 16 + (lane >> 2) + 8 * h;
+                        const int64_t col = kc * NBI_CHUNK_K + 32 * G + 8 * (lane & 3) + e;
+                        if (row >= n || col >= k) continue; /* padding: code 0 */
+                        uint8_t *b = chunk + 1024 * h + 512 * P + 16 * lane + 4 * w + byte_of[e4];
+                        if (to_packed) *b = codes[row * k + col];
+                        else codes[row * k + col] = *b;
+                    }
 }
 
 /* One walk over the packed layout (documented at the top of
@@ -1007,6 +1036,11 @@ static void pack_walk(const nbi_format_traits *t, const nb_weight_desc *desc, ui
     for (int64_t rb = 0; rb < rb_count; rb++)
         for (int64_t kc = 0; kc < kc_count; kc++) {
             uint8_t *chunk = out + (size_t)(rb * kc_count + kc) * cb;
+            if (t->element_bits == 8) { /* int8 (docs/formats.md 8.9) */
+                pack_walk_bytes(desc, chunk, kc, rb, codes, to_packed);
+                pack_int_scales(desc, chunk, kc, rb, scales, zeros, to_packed);
+                continue;
+            }
             for (int lane = 0; lane < 32; lane++) {
                 const int gi = lane >> 2, ti = lane & 3;
                 for (int half = 0; half < 2; half++) {

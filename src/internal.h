@@ -34,16 +34,15 @@ enum {
 #define NBI_KERNEL_FORMATS(X, A) X(NVFP4, A) X(MXFP4, A)
 #define NBI_KERNEL_DTYPES(X, A) X(BF16, A) X(F16, A)
 /* The formats that nb_pack, the decode kernel 1 and (NBI_TC_FORMATS) the
- * Hopper tensor-core kernel serve (the 4-bit integer formats and
- * bitsandbytes' table formats: gemv_fp4.cu "INTEGER FORMATS" and "TABLE
- * FORMATS"); where the tensor-core kernel does not run, nb_gemm runs every m
- * through the decode kernel, 32 rows per launch.  Not in NBI_KERNEL_FORMATS:
- * no other kernel family (quantize, dequantize, the mma.sync path, MoE)
- * decodes them. */
-#define NBI_DECODE_FORMATS(X, A) X(INT4, A) X(INT4_SYM, A) X(NF4, A) X(BNB_FP4, A)
-/* Of those, the ones the Hopper tensor-core kernel also serves for m > 32
- * (gemm_sm90.cu; tc_dequant.cuh "4-bit integer formats", "table formats"). */
-#define NBI_TC_FORMATS(X, A) X(INT4, A) X(INT4_SYM, A) X(NF4, A) X(BNB_FP4, A)
+ * tensor-core kernels serve (the integer formats and bitsandbytes' table
+ * formats: gemv_fp4.cu "INTEGER FORMATS" and "TABLE FORMATS"); where the
+ * tensor-core kernels do not run, nb_gemm runs every m through the decode
+ * kernel, 32 rows per launch.  Not in NBI_KERNEL_FORMATS: no other kernel
+ * family (quantize, dequantize, MoE) decodes them. */
+#define NBI_DECODE_FORMATS(X, A) X(INT4, A) X(INT4_SYM, A) X(INT8, A) X(NF4, A) X(BNB_FP4, A)
+/* Of those, the ones the tensor-core kernels (Hopper's, mma.sync) also
+ * serve for larger m (tc_dequant.cuh "integer formats", "table formats"). */
+#define NBI_TC_FORMATS(X, A) X(INT4, A) X(INT4_SYM, A) X(INT8, A) X(NF4, A) X(BNB_FP4, A)
 
 typedef struct nbi_format_traits {
     nb_format format;
@@ -108,21 +107,24 @@ NB_INTERNAL const char *nbi_elide(const char *s, char *buf, size_t cap);
  * section 8, the comment at the top of gemv_fp4.cu). */
 #define NBI_CHUNK_ROWS 16
 #define NBI_CHUNK_K 128
-#define NBI_CHUNK_CODE_BYTES 1024
+#define NBI_CHUNK_CODE_BYTES 1024 /* 4-bit codes; 8-bit codes (int8) take twice as many */
 /* Split-K arrival counters at the start of the gemm workspace. */
 #define NBI_MAX_SPLIT_COLUMNS 4096
 
 #define NBI_GEMV_WARPS 8      /* decode kernels: (consumer) warps per CTA */
 
 NB_INTERNAL size_t nbi_chunk_bytes(const nbi_format_traits *t);
+/* Code bytes of a packed chunk: 16 x 128 codes, 1024 bytes of 4-bit codes,
+ * 2048 of 8-bit ones. */
+NB_INTERNAL size_t nbi_code_bytes(const nbi_format_traits *t);
 /* The packed layout of a weight (checked descriptor, a format with
  * kernels): bytes per chunk, and the kernel group (k per scale within a
- * chunk).  E2M1 formats: nbi_chunk_bytes and the format's group.  4-bit
- * integer and table formats (docs/formats.md sections 8.7, 8.8): the group
- * when it is 32, 64 or 128, else 128 (one scale per row, or a group a
- * multiple of 128: the scale repeats per chunk); 1024 code bytes, then the
- * scale bytes (2 for F16/BF16, 4 for F32) and 1 zero byte with zero points
- * per row and kernel group. */
+ * chunk).  E2M1 formats: nbi_chunk_bytes and the format's group.  Integer
+ * and table formats (docs/formats.md sections 8.7 - 8.9): the group when it
+ * is 32, 64 or 128, else 128 (one scale per row, or a group a multiple of
+ * 128: the scale repeats per chunk); 1024 code bytes (2048 for int8), then
+ * the scale bytes (2 for F16/BF16, 4 for F32) and 1 zero byte with zero
+ * points per row and kernel group. */
 NB_INTERNAL int nbi_kernel_group(const nb_weight_desc *d);
 NB_INTERNAL size_t nbi_packed_chunk_bytes(const nb_weight_desc *d);
 /* The table formats' MMA operands (docs/formats.md 8.8): the 16 table

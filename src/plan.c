@@ -223,9 +223,14 @@ static double tc_reduce_us(int s, int bn, int cwg, int cluster) {
  * 14336 30.3 / 25.4, 14336 -> 4096 34.9 / 25.4, but 4096 -> 4096 11.7 /
  * 12.4 and 4096 -> 6144 16.8 / 17.5 (nf4 12.6 / 13.0, 18.2 / 18.6); m =
  * 24: the tensor core ahead on every layer measured (4096 -> 4096 13.3 /
- * 12.1, 4096 -> 6144 19.4 / 16.9), by 1.3-1.6x at m = 32. */
+ * 12.1, 4096 -> 6144 19.4 / 16.9), by 1.3-1.6x at m = 32.  int8 (twice
+ * the bytes) from m = 17 on every layer: its decode kernel at m = 17 was
+ * slower than the tensor core at m = 24 on every layer measured (4096 ->
+ * 4096 14.2 / 13.9, 8192 -> 8192 40.5 / 30.8, 8192 -> 57344 274.9 /
+ * 218.5), and the tensor core's time does not grow from 17 to 24. */
 #define NBI_INT_TC_MIN 17
 static int int_tc_auto(const nb_gemm_desc *g) {
+    if (nbi_traits(g->weight.format)->element_bits == 8) return g->m >= NBI_INT_TC_MIN;
     return g->m >= 24 || (g->m >= NBI_INT_TC_MIN && g->weight.n * g->weight.k >= ((int64_t)1 << 25));
 }
 
@@ -286,10 +291,13 @@ static int plan_tc(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
     static const int widths[5] = {64, 128, 256, 16, 32};
     static const double chunk_us[5] = {0.68, 0.80, 1.16, 0.67, 0.69}, fill_us[5] = {3.5, 5.0, 7.0, 0.0, 0.0};
     const int fb = rq->bn == 16 || rq->bn == 32 || rq->bn == 64 || rq->bn == 128 || rq->bn == 256 ? rq->bn : 0;
-    if (integer && (fb == 16 || fb == 32 || g->m < NBI_INT_TC_MIN)) return 0; /* (nbi_plan says why) */
+    /* (int8's 2 KB chunks leave no room for the 256-token tile's stages) */
+    const int nwidths = !integer ? 5 : t->element_bits == 8 ? 2 : 3;
+    if (integer && (fb == 16 || fb == 32 || (fb == 256 && nwidths == 2) || g->m < NBI_INT_TC_MIN))
+        return 0; /* (nbi_plan says why) */
     int bn = 64, splits = 1, cluster = 0;
     double best = 0.0;
-    for (int i = 0; i < (integer ? 3 : 5); i++) {
+    for (int i = 0; i < nwidths; i++) {
         if (fb ? fb != widths[i] : i >= 3 && g->m > widths[i]) continue; /* 16, 32: one tile of tokens */
         const int cwg = tc_cwg(p, widths[i]);
         const int64_t tiles = tc_tiles_n(p, widths[i]) * ((g->m + widths[i] - 1) / widths[i]);
@@ -513,9 +521,11 @@ nb_status nbi_plan(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
         if ((tc || mma) && !tc_serves(g, t))
             return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_gemm: %s with BF16 scales and FP16 activations runs on the "
                             "decode kernel only (a BF16 scale rounded to FP16 could overflow)", t->name);
-        if (tc && (g->m < NBI_INT_TC_MIN || rq->bn == 16 || rq->bn == 32))
-            return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_gemm: %s takes path tc for m >= %d with 64-, 128- or 256-token "
-                            "tiles (m = %lld, bn = %d)", t->name, NBI_INT_TC_MIN, (long long)g->m, (int)rq->bn);
+        const int i8 = t->element_bits == 8;
+        if (tc && (g->m < NBI_INT_TC_MIN || rq->bn == 16 || rq->bn == 32 || (i8 && rq->bn == 256)))
+            return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_gemm: %s takes path tc for m >= %d with 64-, 128-%s token "
+                            "tiles (m = %lld, bn = %d)", t->name, NBI_INT_TC_MIN, i8 ? "" : " or 256-",
+                            (long long)g->m, (int)rq->bn);
         if (d->k % 8)
             return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_gemm: %s with k = %lld: the decode kernel reads activations "
                             "in pieces of 8 and needs k a multiple of 8", t->name, (long long)d->k);

@@ -920,8 +920,9 @@ static void test_row_sets(void) {
     EXPECT(NULL, NB_ERR_OVERFLOW, nb_weight_get_sizes_v2(&d, &s2));
     nb_weight_desc_init(&d, NB_FORMAT_INT8, 3, 128);
     EXPECT(NULL, NB_OK, nb_weight_get_sizes(&d, &sz));
-    CHECK(sz.codes_bytes == 384 && sz.scales_bytes == 6 && sz.packed_bytes == 0, "int8 3x128 sizes: %zu %zu %zu",
-          sz.codes_bytes, sz.scales_bytes, sz.packed_bytes);
+    CHECK(sz.codes_bytes == 384 && sz.scales_bytes == 6 && sz.packed_bytes == 2048 + 32,
+          "int8 3x128 sizes: %zu %zu %zu (one chunk: 2048 code bytes, 16 x 2 scale bytes)", sz.codes_bytes,
+          sz.scales_bytes, sz.packed_bytes);
     nb_weight_desc_init(&d, NB_FORMAT_NF4, 3, 128);
     EXPECT(NULL, NB_OK, nb_weight_get_sizes(&d, &sz));
     CHECK(sz.codes_bytes == 192 && sz.scales_bytes == 24, "nf4 3x128 sizes: %zu %zu", sz.codes_bytes, sz.scales_bytes);
@@ -1055,8 +1056,7 @@ static void test_v2_functions(nb_context *ctx) {
     gb = g, gb.act_dtype = gb.out_dtype = NB_DTYPE_BF16;
     nb_weight_desc_init(&gb.weight, NB_FORMAT_INT8, N, K);
     gb.weight.group_size = 32; /* (int8's default group, 128, does not divide K) */
-    EXPECT(ctx, NB_ERR_UNSUPPORTED, nb_context_set_tuning(ctx, &gb, NULL, 0));
-    CHECK(strstr(nb_last_error(), "no GPU kernel serves int8") != NULL, "tuning int8: \"%s\"", nb_last_error());
+    EXPECT(ctx, NB_OK, nb_context_set_tuning(ctx, &gb, NULL, 0)); /* (int8 has kernels: its entry may be cleared) */
 }
 
 static void test_scalar_nan(void) {

@@ -1,9 +1,10 @@
-/* test_gpu_int.c - the 4-bit integer formats (int4 with zero points,
- * int4_sym) and bitsandbytes' table formats (nf4, bnb_fp4) on a real GPU:
+/* test_gpu_int.c - the integer formats (int4 with zero points, int4_sym,
+ * int8) and bitsandbytes' table formats (nf4, bnb_fp4) on a real GPU:
  * nb_pack_v2 and nb_gemm's decode kernel (gemv_fp4.cu "INTEGER FORMATS",
  * "TABLE FORMATS").
  *
- *   test_gpu_int [--quick]    exit 0 pass, 1 fail, 77 no device (skipped)
+ *   test_gpu_int [--quick] [--format NAME]    exit 0 pass, 1 fail, 77 no device (skipped)
+ *   (--format: only the cases of one format, e.g. under compute-sanitizer)
  *
  * For each format, activation type (BF16, FP16), scale type (integers: F16,
  * BF16; tables: F32) and group (integers: 32, 64, 128, one per row; tables:
@@ -26,7 +27,7 @@
  *     4.2.2): sum over k of |x| |absmax| (|r16(v) - v| + 2^-24 |v|), 2^-24
  *     |v| |absmax| the reference's own float32 product;
  *   - the path: the tensor-core kernel runs exactly where it should
- *     (Hopper, m >= 24 on these layers; not for integer weights with BF16
+ *     (Hopper, m >= 24 on these layers, int8 m >= 17; not for integer weights with BF16
  *     scales and F16 activations); with NIBBLE_PATH=mma every call runs the
  *     mma.sync kernel (same weight rounding and bound) or is refused for
  *     that mix, and the refusal checks are left out;
@@ -144,7 +145,9 @@ static void tc_terms(const tcase *c, const nb_weight_desc *d, const uint8_t *cod
         const size_t gi = (size_t)(r * ng + j / d->group_size), i = (size_t)(r * k + j);
         const double sc = gt_from16(st, (uint16_t)(scales[2 * gi] | scales[2 * gi + 1] << 8));
         const int nib = (codes[i / 2] >> (4 * (i & 1))) & 15;
-        const int q = c->fmt == NB_FORMAT_INT4_SYM ? (nib >= 8 ? nib - 16 : nib) : nib - zeros[gi];
+        const int q = c->fmt == NB_FORMAT_INT8       ? (int)(int8_t)codes[i]
+                      : c->fmt == NB_FORMAT_INT4_SYM ? (nib >= 8 ? nib - 16 : nib)
+                                                     : nib - zeros[gi];
         const double s16 = st == c->act ? sc : round16(c->act, sc);
         out[j] = fabs(round16(c->act, q * s16) - q * sc);
     }
@@ -226,7 +229,8 @@ static void run_case(nb_context *ctx, const tcase *c, const int64_t *ms, int nms
     d.scale_type = c->st;
     char what[128];
     snprintf(what, sizeof what, "%s %s scales=%s n=%lld k=%lld group=%d",
-             zp ? "int4" : c->fmt == NB_FORMAT_INT4_SYM ? "int4_sym" : c->fmt == NB_FORMAT_NF4 ? "nf4" : "bnb_fp4",
+             zp ? "int4" : c->fmt == NB_FORMAT_INT4_SYM ? "int4_sym" : c->fmt == NB_FORMAT_INT8 ? "int8"
+                 : c->fmt == NB_FORMAT_NF4 ? "nf4" : "bnb_fp4",
              c->act == NB_DTYPE_BF16 ? "bf16" : "f16",
              c->st == NB_SCALE_BF16 ? "bf16" : c->st == NB_SCALE_F32 ? "f32" : "f16", (long long)c->n,
              (long long)c->k, (int)d.group_size);
@@ -325,8 +329,9 @@ static void run_case(nb_context *ctx, const tcase *c, const int64_t *ms, int nms
         if (st != NB_OK) continue;
         GT_NB(nb_gemm_last_config(ctx, cfgs, sizeof cfgs));
         const int on_tc = strstr(cfgs, "gemm_sm90<") != NULL || strstr(cfgs, "gemm_sm80<") != NULL;
-        /* (the planner's rule: m >= 24 on these layers of fewer than 2^25 weights; every m with NIBBLE_PATH=mma) */
-        const int want_tc = g_mma || (tc_here && m >= 24);
+        /* (the planner's rule: m >= 24 on these layers of fewer than 2^25 weights, int8 m >= 17; every m with
+         * NIBBLE_PATH=mma) */
+        const int want_tc = g_mma || (tc_here && m >= (c->fmt == NB_FORMAT_INT8 ? 17 : 24));
         CHECK(on_tc == want_tc && (!g_mma || strstr(cfgs, "gemm_sm80<")), "%s m=%lld: %s, expected the %s", what,
               (long long)m, cfgs, g_mma ? "mma.sync kernel" : want_tc ? "tensor-core kernel" : "decode kernel");
         GT_CUDA(cudaMemcpy(y, dy, 2 * (size_t)(m * n), cudaMemcpyDeviceToHost));
@@ -452,6 +457,18 @@ static void test_refusals(nb_context *ctx) {
     CHECK(nb_gemm(ctx, &gb, dx, dpk, NULL, dy, dws, ws, NULL) == NB_OK && nb_gemm_last_config(ctx, cfgs, sizeof cfgs) == NB_OK &&
               strstr(cfgs, "int4,group=128") && strstr(cfgs, "launches=2"),
           "m = 64 with BF16 scales and FP16 activations runs the decode kernel twice: %s", cfgs);
+    /* int8: the 256-token tile does not fit its chunks; m = 64 on the tensor-core kernel */
+    nb_weight_desc i8;
+    nb_weight_desc_init(&i8, NB_FORMAT_INT8, N, K);
+    i8.layout = NB_LAYOUT_PACKED;
+    GT_NB(nb_gemm_desc_init(&g, &i8, 300, NB_DTYPE_BF16, NB_DTYPE_BF16));
+    memset(&cfg, 0, sizeof cfg);
+    cfg.path = NB_GEMM_PATH_TENSOR_CORE, cfg.bn = 256;
+    CHECK(nb_gemm_workspace_size_ex(ctx, &g, &cfg, &ws) == NB_ERR_UNSUPPORTED && strstr(nb_last_error(), "bn = 256"),
+          "int8: path tc with 256-token tiles refused: %s", nb_last_error());
+    cfg.bn = 128;
+    CHECK((nb_gemm_workspace_size_ex(ctx, &g, &cfg, &ws) == NB_OK) == tc, "int8: path tc, 128-token tiles %s: %s",
+          tc ? "accepted" : "refused", nb_last_error());
     nb_weight_desc k12;
     nb_weight_desc_init(&k12, NB_FORMAT_INT4_SYM, 16, 128);
     k12.k = 36, k12.group_size = 36; /* one group per row, k not a multiple of 8 */
@@ -558,7 +575,16 @@ static void test_table_refusals(nb_context *ctx) {
 
 int main(int argc, char **argv) {
     gt_need_device("test_gpu_int");
-    int quick = argc > 1 && !strcmp(argv[1], "--quick");
+    int quick = 0;
+    nb_format only = (nb_format)0; /* --format: 0 for every format */
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--format") && i + 1 < argc && nb_format_from_name(argv[i + 1], &only) == NB_OK) i++;
+        else {
+            printf("usage: test_gpu_int [--quick] [--format NAME]\n");
+            return 1;
+        }
+    }
     const char *path = getenv("NIBBLE_PATH");
     g_mma = path && !strcmp(path, "mma");
     nb_context *ctx = NULL;
@@ -571,14 +597,15 @@ int main(int argc, char **argv) {
     static const int groups[4] = {32, 64, 128, 0};
     static const int64_t shapes[3][2] = {{37, 640}, {1000, 1152}, {4100, 4096}}; /* ragged n; k off 128 by 0 / 1 chunk */
     uint64_t seed = 1;
-    for (int f = 0; f < 2; f++)
+    static const nb_format ints[3] = {NB_FORMAT_INT4, NB_FORMAT_INT4_SYM, NB_FORMAT_INT8};
+    for (int f = 0; f < 3; f++)
         for (int a = 0; a < 2; a++)
             for (int s = 0; s < 2; s++)
                 for (int gi = 0; gi < 4; gi++)
                     for (int sh = 0; sh < (quick ? 2 : 3); sh++) {
-                        const tcase c = {f ? NB_FORMAT_INT4_SYM : NB_FORMAT_INT4, a ? NB_DTYPE_F16 : NB_DTYPE_BF16,
+                        const tcase c = {ints[f], a ? NB_DTYPE_F16 : NB_DTYPE_BF16,
                                          s ? NB_SCALE_BF16 : NB_SCALE_F16, shapes[sh][0], shapes[sh][1], groups[gi]};
-                        if (c.group && c.k % c.group) continue;
+                        if ((c.group && c.k % c.group) || (only && c.fmt != only)) continue;
                         if (g_mma && a && s) { /* NIBBLE_PATH=mma refuses BF16 scales with F16 activations */
                             mma_refused(ctx, &c);
                             continue;
@@ -589,9 +616,11 @@ int main(int argc, char **argv) {
                         else run_case(ctx, &c, big, 7, NULL, 0, seed++);
                     }
     /* k not a multiple of 128 with one group per row (a padded kernel group) */
-    const tcase odd[2] = {{NB_FORMAT_INT4, NB_DTYPE_F16, NB_SCALE_F16, 21, 200, 0},
-                          {NB_FORMAT_INT4_SYM, NB_DTYPE_BF16, NB_SCALE_BF16, 5, 72, 0}};
-    for (int i = 0; i < 2; i++) run_case(ctx, &odd[i], all, nall, NULL, 0, seed++);
+    const tcase odd[3] = {{NB_FORMAT_INT4, NB_DTYPE_F16, NB_SCALE_F16, 21, 200, 0},
+                          {NB_FORMAT_INT4_SYM, NB_DTYPE_BF16, NB_SCALE_BF16, 5, 72, 0},
+                          {NB_FORMAT_INT8, NB_DTYPE_BF16, NB_SCALE_F16, 19, 168, 0}};
+    for (int i = 0; i < 3; i++)
+        if (!only || odd[i].fmt == only) run_case(ctx, &odd[i], all, nall, NULL, 0, seed++);
     /* the table formats: bitsandbytes' blocks (F32 absmax; 256 and 1024 are
      * stored once per chunk) */
     static const int tgroups[5] = {32, 64, 128, 256, 1024};
@@ -601,7 +630,7 @@ int main(int argc, char **argv) {
                 for (int sh = 0; sh < (quick ? 2 : 3); sh++) {
                     const tcase c = {f ? NB_FORMAT_BNB_FP4 : NB_FORMAT_NF4, a ? NB_DTYPE_F16 : NB_DTYPE_BF16,
                                      NB_SCALE_F32, shapes[sh][0], shapes[sh][1], tgroups[gi]};
-                    if (c.k % c.group) continue;
+                    if (c.k % c.group || (only && c.fmt != only)) continue;
                     if (sh == 0) run_case(ctx, &c, all, nall, NULL, 0, seed++);
                     else if (sh == 1) run_case(ctx, &c, few, 8, gi == 1 ? sweep : NULL, gi == 1 ? 2 : 0, seed++);
                     else run_case(ctx, &c, big, 7, NULL, 0, seed++);
@@ -609,7 +638,8 @@ int main(int argc, char **argv) {
     /* k not a multiple of 128: kernel groups past k in the last chunk */
     const tcase todd[2] = {{NB_FORMAT_NF4, NB_DTYPE_BF16, NB_SCALE_F32, 21, 192, 64},
                            {NB_FORMAT_BNB_FP4, NB_DTYPE_F16, NB_SCALE_F32, 5, 96, 32}};
-    for (int i = 0; i < 2; i++) run_case(ctx, &todd[i], all, nall, NULL, 0, seed++);
+    for (int i = 0; i < 2; i++)
+        if (!only || todd[i].fmt == only) run_case(ctx, &todd[i], all, nall, NULL, 0, seed++);
     if (!g_mma) {
         test_refusals(ctx);
         test_table_refusals(ctx);

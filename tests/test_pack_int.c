@@ -1,6 +1,7 @@
-/* test_pack_int.c - the packed layout of the 4-bit integer formats (int4
- * with zero points, int4_sym; docs/formats.md section 8.7) and of
- * bitsandbytes' table formats (nf4, bnb_fp4; section 8.8), on the CPU.
+/* test_pack_int.c - the packed layout of the integer formats (int4 with
+ * zero points, int4_sym; docs/formats.md section 8.7; int8, section 8.9)
+ * and of bitsandbytes' table formats (nf4, bnb_fp4; section 8.8), on the
+ * CPU.
  *
  *   - nb_pack_host_v2's bytes against the layout written out here from the
  *     document (element (r, c) -> chunk, lane, word, nibble; scale and zero
@@ -38,12 +39,17 @@
 /* The document's kernel group: the group when 32, 64 or 128, else 128. */
 static int kgroup(int group) { return group == 32 || group == 64 || group == 128 ? group : 128; }
 
-/* Bytes of one chunk: 1024 codes, 16 rows x (128 / kg) x (sb scale bytes + 1 zero byte with zero points). */
-static size_t chunk_bytes(int group, int zp, int sb) { return 1024 + 16 * (size_t)(128 / kgroup(group)) * (sb + zp); }
+/* Code bytes of one chunk: 16 x 128 codes of 4 bits, or of 8 (int8). */
+static size_t code_bytes(nb_format f) { return f == NB_FORMAT_INT8 ? 2048 : 1024; }
+/* Bytes of one chunk: the codes, 16 rows x (128 / kg) x (sb scale bytes + 1 zero byte with zero points). */
+static size_t chunk_bytes(nb_format f, int group, int zp, int sb) {
+    return code_bytes(f) + 16 * (size_t)(128 / kgroup(group)) * (sb + zp);
+}
 
 static int is_table(nb_format f) { return f == NB_FORMAT_NF4 || f == NB_FORMAT_BNB_FP4; }
 static const char *fname(nb_format f) {
-    return f == NB_FORMAT_INT4 ? "int4" : f == NB_FORMAT_INT4_SYM ? "int4_sym" : f == NB_FORMAT_NF4 ? "nf4" : "bnb_fp4";
+    return f == NB_FORMAT_INT4 ? "int4" : f == NB_FORMAT_INT4_SYM ? "int4_sym" : f == NB_FORMAT_INT8 ? "int8"
+           : f == NB_FORMAT_NF4 ? "nf4" : "bnb_fp4";
 }
 
 /* The table value of code c rounded to the activation dtype (to nearest
@@ -78,10 +84,19 @@ static void expected_bytes(const layout_case *c, int zp, int sb, const uint8_t *
                            const uint8_t *zeros, uint8_t *out, size_t bytes) {
     const int64_t n = c->n, k = c->k, kchunks = (k + 127) / 128, ng = k / c->group;
     const int kg = kgroup(c->group), gpc = 128 / kg;
-    const size_t cb = chunk_bytes(c->group, zp, sb);
+    const size_t cb = chunk_bytes(c->f, c->group, zp, sb), code = code_bytes(c->f);
     memset(out, 0, bytes);
-    static const int nibble_of[8] = {0, 4, 1, 5, 2, 6, 3, 7};
-    for (int64_t r = 0; r < n; r++)
+    static const int nibble_of[8] = {0, 4, 1, 5, 2, 6, 3, 7}, byte_of[4] = {0, 2, 1, 3};
+    for (int64_t r = 0; r < n && c->f == NB_FORMAT_INT8; r++) /* int8 (8.9): byte (r, col) */
+        for (int64_t col = 0; col < k; col++) {
+            const int64_t rb = r / 16, kc = col / 128;
+            const int rr = (int)(r % 16), kk = (int)(col % 128);
+            const int g = rr % 8, h = rr / 8, G = kk / 32, t = (kk % 32) / 8, e = kk % 8;
+            const int P = G / 2, w = 2 * (e / 4) + G % 2; /* piece, word */
+            out[(size_t)(rb * kchunks + kc) * cb + 1024 * h + 512 * P + 16 * (4 * g + t) + 4 * w + byte_of[e % 4]] =
+                codes[r * k + col];
+        }
+    for (int64_t r = 0; r < n && c->f != NB_FORMAT_INT8; r++)
         for (int64_t col = 0; col < k; col++) {
             const int64_t rb = r / 16, kc = col / 128;
             const int rr = (int)(r % 16), kk = (int)(col % 128);
@@ -98,8 +113,8 @@ static void expected_bytes(const layout_case *c, int zp, int sb, const uint8_t *
                 const int rr = (int)(r % 16), g = rr % 8, h = rr / 8;
                 uint8_t *chunk = out + (size_t)((r / 16) * kchunks + kc) * cb;
                 const size_t src = (size_t)(r * ng + col / c->group);
-                memcpy(chunk + 1024 + 2 * sb * gpc * g + sb * (h * gpc + j), scales + sb * src, (size_t)sb);
-                if (zp) chunk[1024 + 16 * sb * gpc + 2 * gpc * g + h * gpc + j] = zeros[src];
+                memcpy(chunk + code + 2 * sb * gpc * g + sb * (h * gpc + j), scales + sb * src, (size_t)sb);
+                if (zp) chunk[code + 16 * sb * gpc + 2 * gpc * g + h * gpc + j] = zeros[src];
             }
 }
 
@@ -112,8 +127,8 @@ static double emulate(const layout_case *c, int zp, nb_dtype act, const uint8_t 
                       const double *ref) {
     const int64_t n = c->n, k = c->k, kchunks = (k + 127) / 128;
     const int kg = kgroup(c->group), gpc = 128 / kg;
-    const size_t cb = chunk_bytes(c->group, zp, 2);
-    const int bf16 = act == NB_DTYPE_BF16;
+    const size_t cb = chunk_bytes(c->f, c->group, zp, 2), code = code_bytes(c->f);
+    const int bf16 = act == NB_DTYPE_BF16, i8 = c->f == NB_FORMAT_INT8;
     const uint16_t magic = bf16 ? 0x4300 : 0x6400; /* 128 + q, 1024 + q */
     double worst = 0;
     for (int64_t r = 0; r < n; r++) {
@@ -124,13 +139,25 @@ static double emulate(const layout_case *c, int zp, nb_dtype act, const uint8_t 
                 const uint8_t *chunk = packed + (size_t)((r / 16) * kchunks + kc) * cb;
                 for (int j = 0; j < gpc; j++) {
                     uint16_t sbits;
-                    memcpy(&sbits, chunk + 1024 + 4 * gpc * g + 2 * (h * gpc + j), 2);
+                    memcpy(&sbits, chunk + code + 4 * gpc * g + 2 * (h * gpc + j), 2);
                     const double s = c->st == NB_SCALE_BF16 ? ref_bf16_to_f32(sbits) : ref_f16_to_f32(sbits);
                     const int z = zp ? chunk[1024 + 32 * gpc + 2 * gpc * g + h * gpc + j] : 8;
                     const uint16_t zbits = (uint16_t)(magic | z);
                     double sum = 0;
                     for (int kk = kg * j; kk < kg * (j + 1); kk++) {
                         const int G = kk / 32, t = (kk % 32) / 8, e = kk % 8;
+                        const int64_t col = kc * 128 + kk;
+                        if (i8) { /* the byte (8.9), then the kernel's two 16-bit values (gemv_step.cuh i8_pair) */
+                            static const int byte_of[4] = {0, 2, 1, 3};
+                            const uint8_t b = chunk[1024 * h + 512 * (G / 2) + 16 * (4 * g + t) +
+                                                    4 * (2 * (e / 4) + G % 2) + byte_of[e % 4]];
+                            const uint16_t ab = bf16 ? (uint16_t)(0x4300 | (b & 0x7F)) : (uint16_t)(0x6400 | (b ^ 0x80));
+                            const uint16_t bb = bf16 ? (uint16_t)(0x4300 | (b & 0x80)) : (uint16_t)0x6480;
+                            const float a = bf16 ? ref_bf16_to_f32(ab) : ref_f16_to_f32(ab);
+                            const float bv = bf16 ? ref_bf16_to_f32(bb) : ref_f16_to_f32(bb);
+                            if (col < k) sum += (double)(a - bv) * x[i * k + col];
+                            continue;
+                        }
                         const int p = e % 2 ? 4 + e / 2 : e / 2; /* nibble of element e */
                         const uint32_t word = (uint32_t)chunk[512 * h + 16 * (4 * g + t) + 4 * G] |
                                               (uint32_t)chunk[512 * h + 16 * (4 * g + t) + 4 * G + 1] << 8 |
@@ -140,7 +167,6 @@ static double emulate(const layout_case *c, int zp, nb_dtype act, const uint8_t 
                         const uint16_t qbits = (uint16_t)((magic | ((word >> (4 * p)) & 15)) ^ (zp ? 0 : 8));
                         const float a = bf16 ? ref_bf16_to_f32(qbits) : ref_f16_to_f32(qbits);
                         const float b = bf16 ? ref_bf16_to_f32(zbits) : ref_f16_to_f32(zbits);
-                        const int64_t col = kc * 128 + kk;
                         if (col < k) sum += (double)(a - b) * x[i * k + col];
                     }
                     acc += s * sum;
@@ -164,7 +190,7 @@ static void emulate_table(const layout_case *c, nb_dtype act, const uint32_t pla
                           const float *x, int64_t m, double *out) {
     const int64_t n = c->n, k = c->k, kchunks = (k + 127) / 128;
     const int kg = kgroup(c->group), gpc = 128 / kg;
-    const size_t cb = chunk_bytes(c->group, 0, 4);
+    const size_t cb = chunk_bytes(c->f, c->group, 0, 4);
     (void)act;
     for (int64_t r = 0; r < n; r++) {
         const int rr = (int)(r % 16), g = rr % 8, h = rr / 8;
@@ -266,7 +292,7 @@ static void check_case(nb_context *ctx, const layout_case *c) {
     if (st != NB_OK) return;
     const int zp = c->f == NB_FORMAT_INT4, sb = is_table(c->f) ? 4 : 2;
     const size_t want_bytes =
-        (size_t)((c->n + 15) / 16) * (size_t)((c->k + 127) / 128) * chunk_bytes(c->group, zp, sb);
+        (size_t)((c->n + 15) / 16) * (size_t)((c->k + 127) / 128) * chunk_bytes(c->f, c->group, zp, sb);
     CHECK(sz.packed_bytes == want_bytes, "%s: packed_bytes %zu, want %zu", what, sz.packed_bytes, want_bytes);
     uint8_t *codes = malloc(sz.codes_bytes), *scales = malloc(sz.scales_bytes), *zeros = zp ? malloc(sz.zeros_bytes) : NULL;
     uint8_t *packed = malloc(sz.packed_bytes), *want = malloc(sz.packed_bytes);
@@ -368,9 +394,18 @@ static void test_args(nb_context *ctx) {
           "int4_sym: nb_pack_host equals nb_pack_host_v2");
     CHECK(nb_unpack_host(ctx, &s1, packed, sizeof packed, c2, s2) == NB_OK && !memcmp(c2, codes, 1024),
           "int4_sym: nb_unpack_host");
-    /* formats without a packed layout */
-    nb_weight_desc_init(&d, NB_FORMAT_INT8, 16, 128);
-    CHECK(nb_pack_host_v2(ctx, &d, &ws, packed, sizeof packed) == NB_ERR_UNSUPPORTED, "int8 has no packed layout");
+    /* int8 through the first version: the same bytes as the second, 2048 code bytes per chunk */
+    nb_weight_desc i1, i2;
+    nb_weight_desc_init(&i1, NB_FORMAT_INT8, 16, 128);
+    i2 = i1;
+    uint8_t codes8[2048], pk8[2 * 2048], pk8b[2 * 2048];
+    for (int i = 0; i < 2048; i++) codes8[i] = (uint8_t)rnd_u64();
+    const nb_weight_data w8 = {.codes = codes8, .scales = scales};
+    CHECK(nb_weight_get_sizes_v2(&i1, &sz) == NB_OK && sz.packed_bytes == 2048 + 32,
+          "int8 16x128 g128: packed_bytes %zu", sz.packed_bytes);
+    CHECK(nb_pack_host(ctx, &i1, codes8, scales, pk8, sizeof pk8) == NB_OK &&
+              nb_pack_host_v2(ctx, &i2, &w8, pk8b, sizeof pk8b) == NB_OK && !memcmp(pk8, pk8b, 2048 + 32),
+          "int8: nb_pack_host equals nb_pack_host_v2");
     nb_format_info fi;
     nb_format_get_info(NB_FORMAT_INT4, &fi);
     CHECK(fi.kernels == 1, "int4: kernels");
@@ -379,7 +414,7 @@ static void test_args(nb_context *ctx) {
     nb_format_get_info(NB_FORMAT_BNB_FP4, &fi);
     CHECK(fi.kernels == 1, "bnb_fp4: kernels");
     nb_format_get_info(NB_FORMAT_INT8, &fi);
-    CHECK(fi.kernels == 0, "int8: no kernels yet");
+    CHECK(fi.kernels == 1, "int8: kernels");
     /* nf4 through the first version: the same bytes as the second, 16 rows x 128 in blocks of 64 */
     nb_weight_desc n1, n2;
     nb_weight_desc_init(&n1, NB_FORMAT_NF4, 16, 128);
@@ -412,11 +447,12 @@ int main(void) {
     }
     static const int groups[4] = {32, 64, 128, 0}; /* 0: one group per row (k: the scale repeats per chunk) */
     static const int64_t shapes[4][2] = {{16, 128}, {37, 512}, {1, 768}, {50, 1280}};
-    for (int f = 0; f < 2; f++)
+    static const nb_format ints[3] = {NB_FORMAT_INT4, NB_FORMAT_INT4_SYM, NB_FORMAT_INT8};
+    for (int f = 0; f < 3; f++)
         for (int gi = 0; gi < 4; gi++)
             for (int s = 0; s < 4; s++)
                 for (int st = 0; st < 2; st++) {
-                    layout_case c = {f ? NB_FORMAT_INT4_SYM : NB_FORMAT_INT4, shapes[s][0], shapes[s][1],
+                    layout_case c = {ints[f], shapes[s][0], shapes[s][1],
                                      groups[gi], st ? NB_SCALE_BF16 : NB_SCALE_F16};
                     if (!c.group) c.group = (int)c.k;
                     if (c.k % c.group) continue;
@@ -435,8 +471,10 @@ int main(void) {
                 check_case(ctx, &c);
             }
     /* one group per row with k not a multiple of 128 (a padded kernel group) */
-    const layout_case odd[2] = {{NB_FORMAT_INT4, 21, 200, 200, NB_SCALE_F16}, {NB_FORMAT_INT4_SYM, 5, 72, 72, NB_SCALE_BF16}};
-    for (int i = 0; i < 2; i++) check_case(ctx, &odd[i]);
+    const layout_case odd[3] = {{NB_FORMAT_INT4, 21, 200, 200, NB_SCALE_F16},
+                                {NB_FORMAT_INT4_SYM, 5, 72, 72, NB_SCALE_BF16},
+                                {NB_FORMAT_INT8, 19, 168, 168, NB_SCALE_BF16}};
+    for (int i = 0; i < 3; i++) check_case(ctx, &odd[i]);
     /* a table format whose last chunk is half padding (k = 192, blocks of 64 and 32) */
     const layout_case todd[2] = {{NB_FORMAT_NF4, 21, 192, 64, NB_SCALE_F32}, {NB_FORMAT_BNB_FP4, 5, 96, 32, NB_SCALE_F32}};
     for (int i = 0; i < 2; i++) check_case(ctx, &todd[i]);

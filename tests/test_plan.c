@@ -243,11 +243,12 @@ static void test_capacity_cached(void) {
  * tc where it does not serve is refused. */
 static void test_integer_formats(void) {
     nb_context *ctx = h100();
-    static const nb_format fmts[4] = {NB_FORMAT_INT4, NB_FORMAT_INT4_SYM, NB_FORMAT_NF4, NB_FORMAT_BNB_FP4};
+    static const nb_format fmts[5] = {NB_FORMAT_INT4, NB_FORMAT_INT4_SYM, NB_FORMAT_NF4, NB_FORMAT_BNB_FP4,
+                                      NB_FORMAT_INT8};
     static const int groups[4] = {32, 64, 128, 0};
     static const int64_t ms[8] = {1, 16, 17, 23, 24, 33, 256, 4096};
     int tc = 0;
-    for (int f = 0; f < 4; f++)
+    for (int f = 0; f < 5; f++)
         for (int gi = 0; gi < 4; gi++)
             for (int a = 0; a < 3; a++) /* BF16 / F16 activations with F16 scales, F16 with BF16 scales */
                 for (size_t s = 0; s < sizeof k_shapes / sizeof k_shapes[0]; s++)
@@ -257,10 +258,11 @@ static void test_integer_formats(void) {
                         nb_weight_desc_init(&w, fmts[f], n, k);
                         w.layout = NB_LAYOUT_PACKED;
                         w.group_size = groups[gi] ? groups[gi] : (int32_t)k;
-                        if (k % w.group_size || k % 8 || (f >= 2 && groups[gi] == 0)) continue;
-                        if (f >= 2) w.group_size = groups[gi] == 128 ? 256 : groups[gi]; /* (256: kernel group 128) */
+                        const int tab = f == 2 || f == 3;
+                        if (k % w.group_size || k % 8 || (tab && groups[gi] == 0)) continue;
+                        if (tab) w.group_size = groups[gi] == 128 ? 256 : groups[gi]; /* (256: kernel group 128) */
                         if (k % w.group_size) continue;
-                        if (f < 2) w.scale_type = a == 2 ? NB_SCALE_BF16 : NB_SCALE_F16;
+                        if (!tab) w.scale_type = a == 2 ? NB_SCALE_BF16 : NB_SCALE_F16;
                         else if (a == 2) continue;
                         w.scale_exp_min = 0, w.scale_exp_max = f == 0 ? 15 : -1;
                         nb_gemm_desc g;
@@ -271,17 +273,18 @@ static void test_integer_formats(void) {
                         CHECK(st == NB_OK, "fmt %d group %d act %d %lld -> %lld m = %lld: %s", (int)fmts[f],
                               groups[gi], a, (long long)k, (long long)n, (long long)m, st ? nb_last_error() : "");
                         if (st) continue;
-                        /* from m = 24, and from 17 on layers of 2^25 weights and more */
-                        const int want = a != 2 && (m >= 24 || (m >= 17 && n * k >= (1 << 25)));
+                        /* from m = 24, and from 17 on layers of 2^25 weights and more; int8 from 17 */
+                        const int want = a != 2 && (m >= 24 || (m >= 17 && (n * k >= (1 << 25) || f == 4)));
                         CHECK((p.path == NBI_PATH_SM90) == want, "fmt %d group %d act %d %lld -> %lld m = %lld: path %d, "
                               "want %s", (int)fmts[f], groups[gi], a, (long long)k, (long long)n, (long long)m, p.path,
                               want ? "tc" : "decode");
                         if (!want || p.path != NBI_PATH_SM90) continue;
                         tc++;
                         check_valid(ctx, &p, k, n, m);
-                        CHECK(p.bn >= 64 && p.cwg == 2 && p.group == (groups[gi] ? groups[gi] : 128),
-                              "%lld -> %lld m = %lld: bn %d (64..256), cwg %d, kernel group %d", (long long)k,
-                              (long long)n, (long long)m, p.bn, p.cwg, p.group);
+                        CHECK(p.bn >= 64 && p.bn <= (f == 4 ? 128 : 256) && p.cwg == 2 &&
+                                  p.group == (groups[gi] ? groups[gi] : 128),
+                              "fmt %d %lld -> %lld m = %lld: bn %d (64..256, int8 ..128), cwg %d, kernel group %d",
+                              (int)fmts[f], (long long)k, (long long)n, (long long)m, p.bn, p.cwg, p.group);
                     }
     printf("integer formats: %d tensor-core plans\n", tc);
     /* requests for path tc that it does not serve */
@@ -296,6 +299,13 @@ static void test_integer_formats(void) {
     g.m = 64;
     CHECK(nbi_plan(ctx, &g, &tc_rq, &p) == NB_OK && p.path == NBI_PATH_SM90, "int4 m = 64, path tc: %s", nb_last_error());
     CHECK(nbi_plan(ctx, &g, &tc32, &p) == NB_ERR_UNSUPPORTED, "int4 m = 64, path tc with 32-token tiles: refused");
+    /* int8: no 256-token tile (its stages do not fit) */
+    g = problem(NB_FORMAT_INT8, 4096, 4096, 1024);
+    const nbi_request tc256 = {.path = NB_GEMM_PATH_TENSOR_CORE, .bn = 256};
+    CHECK(nbi_plan(ctx, &g, &tc256, &p) == NB_ERR_UNSUPPORTED && strstr(nb_last_error(), "bn = 256"),
+          "int8 m = 1024, path tc with 256-token tiles: refused (%s)", nb_last_error());
+    CHECK(nbi_plan(ctx, &g, NULL, &p) == NB_OK && p.path == NBI_PATH_SM90 && p.bn <= 128, "int8 m = 1024: tc, bn %d",
+          p.bn);
     /* (path mma itself needs the device's kernel table: test_gpu_int with NIBBLE_PATH=mma) */
     const nbi_request mma_rq = {.path = NB_GEMM_PATH_MMA};
     g = problem(NB_FORMAT_NF4, 4096, 4096, 64);

@@ -383,10 +383,10 @@ static void test_malformed(void) {
     /* unknown names */
     expect_entry("path_fast.json", GOOD_HEAD "\"m\": \"1\", \"path\": \"fast\", \"kw\": 4, \"splits\": 1, "
                  "\"variant\": \"plain\", \"us\": 1", NB_ERR_CORRUPT, "\"path\" is \"fast\"");
-    expect_entry("format_int8.json", "\"gpu\": \"host\", \"format\": \"int8\", \"act\": \"bf16\", \"k\": 64, "
+    expect_entry("format_int2.json", "\"gpu\": \"host\", \"format\": \"int2\", \"act\": \"bf16\", \"k\": 64, "
                  "\"n\": 64, \"m\": \"1\", \"path\": \"decode\", \"kw\": 4, \"splits\": 1, \"variant\": \"plain\", "
-                 "\"us\": 1", NB_ERR_CORRUPT, "\"format\" is \"int8\", not one of \"nvfp4\", \"mxfp4\", \"int4\", "
-                 "\"int4_sym\", \"nf4\", \"bnb_fp4\"");
+                 "\"us\": 1", NB_ERR_CORRUPT, "\"format\" is \"int2\", not one of \"nvfp4\", \"mxfp4\", \"int4\", "
+                 "\"int4_sym\", \"int8\", \"nf4\", \"bnb_fp4\"");
     expect_entry("act_f32.json", "\"gpu\": \"host\", \"format\": \"nvfp4\", \"act\": \"f32\", \"k\": 64, \"n\": 64, "
                  "\"m\": \"1\", \"path\": \"decode\", \"kw\": 4, \"splits\": 1, \"variant\": \"plain\", \"us\": 1",
                  NB_ERR_CORRUPT, "\"act\" is \"f32\"");

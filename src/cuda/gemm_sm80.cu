@@ -247,16 +247,21 @@ __global__ void __launch_bounds__(SM80_THREADS, 1) gemm_sm80_kernel(const Sm80Pa
     nbc_load_scale_table<SM80_THREADS>(stab, p.stab); /* (published by the first barrier of the loop) */
 
     /* Weights: warp w copies row block rb0 + w of each chunk, lane L its
-     * pieces L and L + 32 and (first lanes) the scale bytes: one contiguous
+     * pieces L, L + 32 (+ 64, + 96 for int8) and (first lanes) the scale bytes: one contiguous
      * stream per warp, the next chunk CB bytes on. */
     const uint64_t pol = nbc_policy_evict_first();
     const uint8_t *wnext = p.w + (size_t)min(rb0 + warp, p.row_blocks - 1) * p.kchunks * CB + 16 * lane;
     const uint32_t wdst = sbase + L::W_OFF + warp * CB + 16 * lane;
     auto fetch_w = [&](int s) {
         const uint32_t d = wdst + s * L::W_STAGE;
+        constexpr int CODE = nbc_code_bytes<FMT, KG>(); /* 1024, or 2048 (int8) */
         nbc_cp_async16_s(d, wnext, pol);
         nbc_cp_async16_s(d + 512, wnext + 512, pol);
-        if (lane < (CB - 1024) / 16) nbc_cp_async16_s(d + 1024, wnext + 1024, pol);
+        if constexpr (CODE == 2048) {
+            nbc_cp_async16_s(d + 1024, wnext + 1024, pol);
+            nbc_cp_async16_s(d + 1536, wnext + 1536, pol);
+        }
+        if (lane < (CB - CODE) / 16) nbc_cp_async16_s(d + CODE, wnext + CODE, pol);
         wnext += CB;
     };
     /* Activations: 256 / BN threads per token row, each copying a run of

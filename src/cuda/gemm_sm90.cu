@@ -565,8 +565,8 @@ typedef void (*sm90_fn)(const CUtensorMap, const Sm90Params);
 #define SM90_CASE(BN, CWG) *smem = Sm90Smem<FMT, KG, BN, SM90_STAGES(BN), CWG>::BYTES; return SM90_K(BN, CWG)
 
 /* The instances: two consumer warpgroups for every tile width, four for 16
- * and 32 tokens (E2M1 formats, KG = 0); the 4-bit integer formats (kernel
- * group KG) have the 64-, 128- and 256-token tiles, for m > 32. */
+ * and 32 tokens (E2M1 formats, KG = 0); the integer and table formats
+ * (kernel group KG) have the 64-, 128- and (not int8) 256-token tiles. */
 template <int FMT, int ACT, int KG>
 static sm90_fn sm90_pick_bn(int bn, int cwg, size_t *smem) {
     if constexpr (KG > 0) {
@@ -574,7 +574,9 @@ static sm90_fn sm90_pick_bn(int bn, int cwg, size_t *smem) {
         switch (bn) {
         case 64: SM90_CASE(64, 2);
         case 128: SM90_CASE(128, 2);
-        case 256: SM90_CASE(256, 2);
+        case 256:
+            /* int8's 2 KB chunks: three 256-token stages are 243 KB, past the SM's 227 */
+            if constexpr (!nbc_int_chunk<FMT, KG>::i8) { SM90_CASE(256, 2); }
         }
         return NULL;
     } else {

@@ -59,7 +59,7 @@
  *   scales give NaN outputs.  c: NVFP4 BF16 7, FP16 8; MXFP4 BF16 emax-127
  *   (needs emax - emin <= 125), FP16 emax-128 (needs emax - emin <= 24).
  *
- * INTEGER FORMATS (int4 with zero points, int4_sym; kernel 1 only:
+ * INTEGER FORMATS (int4 with zero points, int4_sym, int8; kernel 1 only:
  *   gemv_int4_kernel<FMT, ACT, MT, KG>, KG the kernel group 32, 64 or 128)
  *   Their scales are F16/BF16 per group of 32..128 (or one per row), too
  *   many distinct values for a table and (q - z) * s is not exact in 16
@@ -67,7 +67,9 @@
  *   layout (docs/formats.md 8.7) puts k = 32G + 8t + e in word G of lane t,
  *   so tiles 2G and 2G+1 lie in the 32-wide sub-range G and inside one
  *   kernel group.  The MMA operand is the exact integer q - z built in 16
- *   bits with a magic number (gemv_step.cuh int_pair: one LOP3, one HSUB2);
+ *   bits with a magic number (gemv_step.cuh int_pair: one LOP3, one HSUB2;
+ *   int8's q in i8_pair, docs/formats.md 8.9: a chunk holds 2048 code
+ *   bytes, two 16-byte pieces per lane and row, the same k per word pair);
  *   each kernel group's MMAs accumulate into zeroed FP32 tiles, which then
  *   enter the accumulators times the group's scale (one FFMA per element).
  *   The only roundings are FP32 accumulation and the final one to ACT.
@@ -197,8 +199,8 @@ __device__ __forceinline__ bool split_k_reduce(const GemvParams &p, float (&acc)
  * the exact integers (q - z) times x into tA (even tiles) and tB (odd,
  * independent of tA), which then enter acc and acc2 times the group's
  * FP32 scale (rows g and g+8 are accumulator elements {0,1} and {2,3}). */
-template <int FMT, int ACT, int MT, int KG, bool SYM>
-__device__ __forceinline__ void int_step(const uint4 &L, const uint4 &H,
+template <int FMT, int ACT, int MT, int KG, bool SYM, int NP>
+__device__ __forceinline__ void int_step(const uint4 (&L)[NP], const uint4 (&H)[NP],
                                          const uint32_t (&sw)[nbc_int_chunk<FMT, KG>::sw], const uint32_t (&zw)[2],
                                          const nbc_table &tab, const __nv_bfloat16 *const (&xp)[MT],
                                          const bool (&tok_ok)[MT], int i, int kbase, const GemvParams &p,
@@ -221,19 +223,26 @@ __device__ __forceinline__ void int_step(const uint4 &L, const uint4 &H,
             xv[mt] = tok_ok[mt] && kbase + 32 * G < p.k ? __ldg((const uint4 *)(xp[mt] + i * NBI_CHUNK_K) + 4 * G)
                                                         : make_uint4(0, 0, 0, 0);
         uint32_t a[4];
-        if constexpr (TABLE) { /* both tiles' operands from the table (see "TABLE FORMATS") */
+        if constexpr (nbc_int_chunk<FMT, KG>::i8) { /* int8: tile 2G in word G % 2 of piece G / 2, 2G+1 in 2 + G % 2 */
+            a_frag_i8<ACT>(word(L[G / 2 % NP], G % 2), word(H[G / 2 % NP], G % 2), a);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(tA[mt], a[0], a[1], a[2], a[3], xv[mt].x, xv[mt].y);
+            a_frag_i8<ACT>(word(L[G / 2 % NP], 2 + G % 2), word(H[G / 2 % NP], 2 + G % 2), a);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(tB[mt], a[0], a[1], a[2], a[3], xv[mt].z, xv[mt].w);
+        } else if constexpr (TABLE) { /* both tiles' operands from the table (see "TABLE FORMATS") */
             uint32_t b[4];
-            a_frag_table(word(L, G), word(H, G), tab, a, b);
+            a_frag_table(word(L[0], G), word(H[0], G), tab, a, b);
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(tA[mt], a[0], a[1], a[2], a[3], xv[mt].x, xv[mt].y);
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(tB[mt], b[0], b[1], b[2], b[3], xv[mt].z, xv[mt].w);
         } else {
             const uint32_t zg = int_zero<ACT, SYM>(zw, j), zh = int_zero<ACT, SYM>(zw, GPC + j);
-            a_frag_int<ACT, 0, SYM>(word(L, G), word(H, G), zg, zh, a); /* tile 2G: elements 0..3 */
+            a_frag_int<ACT, 0, SYM>(word(L[0], G), word(H[0], G), zg, zh, a); /* tile 2G: elements 0..3 */
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(tA[mt], a[0], a[1], a[2], a[3], xv[mt].x, xv[mt].y);
-            a_frag_int<ACT, 2, SYM>(word(L, G), word(H, G), zg, zh, a); /* tile 2G+1: elements 4..7 */
+            a_frag_int<ACT, 2, SYM>(word(L[0], G), word(H[0], G), zg, zh, a); /* tile 2G+1: elements 4..7 */
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(tB[mt], a[0], a[1], a[2], a[3], xv[mt].z, xv[mt].w);
         }
@@ -267,6 +276,8 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
     constexpr bool SYM = nbc_fmt<FMT>::zero_point == NB_ZERO_NONE; /* (integer formats: two's complement codes) */
     constexpr int SB = INT ? 0 : nbc_fmt<FMT>::lane_scale_bytes;  /* E2M1 scale bytes per lane: 4 or 2 */
     constexpr int CB = nbc_chunk_bytes<FMT, KG>();           /* bytes per chunk */
+    constexpr int CODE = nbc_code_bytes<FMT, KG>();          /* of which codes: 1024, or 2048 (int8) */
+    constexpr int NP = CODE / 1024;                          /* 16-byte pieces a lane holds per row */
     constexpr int KG1 = INT ? KG : 128;                           /* (a valid group for the E2M1 instances' dead code) */
     __shared__ uint32_t stab[256];                       /* scale byte -> adjusted 16-bit pair */
     __shared__ int is_last;
@@ -317,9 +328,9 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
     const uint32_t ring_s = nbc_smem_u32(ring) + 16 * lane;
     auto fetch = [&](int slot) { /* the next chunk of this warp's range into slot */
         const uint32_t d = ring_s + slot * CB;
-        nbc_cp_async16_s(d, gnext, pol);
-        nbc_cp_async16_s(d + 512, gnext + 512, pol);
-        if (lane < (CB - 1024) / 16) nbc_cp_async16_s(d + 1024, gnext + 1024, pol);
+#pragma unroll
+        for (int o = 0; o < CODE; o += 512) nbc_cp_async16_s(d + o, gnext + o, pol);
+        if (lane < (CB - CODE) / 16) nbc_cp_async16_s(d + CODE, gnext + CODE, pol);
         gnext += CB;
     };
 #pragma unroll
@@ -358,15 +369,18 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
         nbc_cp_async_wait<STAGES - 1>(); /* this lane's part of chunk i has landed */
         __syncwarp();                /* ... and every other lane's */
         const uint4 *slot = ring + s * (CB / 16);
-        const uint4 L = slot[lane], H = slot[32 + lane];
-        if constexpr (INT) {
+        if constexpr (INT) { /* piece j of row g at 512 j, of row g+8 at CODE / 2 + 512 j */
+            uint4 Lp[NP], Hp[NP];
+#pragma unroll
+            for (int j = 0; j < NP; j++) Lp[j] = slot[32 * j + lane], Hp[j] = slot[32 * (NP + j) + lane];
             uint32_t sw[nbc_int_chunk<FMT, KG1>::sw], zw[2];
             int_tail<FMT, KG1>(slot, g, sw, zw);
             __syncwarp(); /* slot s may now be refilled */
-            int_step<FMT, ACT, MT, KG1, SYM>(L, H, sw, zw, tab, xp, tok_ok, i, (c_begin + i) * NBI_CHUNK_K + 8 * t,
-                                             p, acc[0], acc2);
+            int_step<FMT, ACT, MT, KG1, SYM, NP>(Lp, Hp, sw, zw, tab, xp, tok_ok, i,
+                                                 (c_begin + i) * NBI_CHUNK_K + 8 * t, p, acc[0], acc2);
             continue;
         }
+        const uint4 L = slot[lane], H = slot[32 + lane];
         const uint32_t S = SB == 4 ? ((const uint32_t *)(slot + 64))[lane] : ((const uint16_t *)(slot + 64))[lane];
         __syncwarp(); /* slot s may now be refilled */
         const int kbase = (c_begin + i) * NBI_CHUNK_K + 32 * t;
@@ -747,6 +761,9 @@ extern "C" nb_status nbi_cuda_gemv(nb_context *ctx, const nbi_gemm_plan *pl, con
      * its largest launch. */
     if (pl->xsh) {
         nb_status st = nbc_smem_opt_in(ctx, (const void *)f, gemv_smem_bytes(pl->fmt, 1, pl->rpw, pl->mt, 8 * pl->mt, 0));
+        if (st) return st;
+    } else if (smem > 40 * 1024) { /* kernel 1 of int8 (2 KB chunks: 68 KB) */
+        nb_status st = nbc_smem_opt_in(ctx, (const void *)f, smem);
         if (st) return st;
     }
     cudaLaunchAttribute attr[1];

@@ -46,11 +46,12 @@ __device__ __forceinline__ uint32_t word(const uint4 &v, int w) { return w == 0 
 
 /* ------------------------------- integer and table formats (kernel 1) */
 
-/* The packed chunk of a 4-bit integer or table format with kernel group KG
- * (32, 64, 128; docs/formats.md 8.7, 8.8): 1024 code bytes, then per lane
- * group g the 2 x GPC scales (SB bytes: F16/BF16 2, F32 4) of rows g and
- * g+8, then their GPC zero-point bytes each (formats with zero points).
- * SW: the 32-bit words of a lane group's scales. */
+/* The packed chunk of an integer or table format with kernel group KG
+ * (32, 64, 128; docs/formats.md 8.7 - 8.9): 1024 code bytes (2048 for
+ * int8's 8-bit codes), then per lane group g the 2 x GPC scales (SB bytes:
+ * F16/BF16 2, F32 4) of rows g and g+8, then their GPC zero-point bytes
+ * each (formats with zero points).  SW: the 32-bit words of a lane group's
+ * scales. */
 template <int FMT>
 constexpr bool nbc_is_table() {
     return nbc_fmt<FMT>::element == NB_ELEMENT_NF4 || nbc_fmt<FMT>::element == NB_ELEMENT_FP4_BNB;
@@ -58,24 +59,60 @@ constexpr bool nbc_is_table() {
 template <int FMT, int KG>
 struct nbc_int_chunk {
     static constexpr bool table = nbc_is_table<FMT>();
-    static_assert((nbc_fmt<FMT>::element == NB_ELEMENT_UINT4 || nbc_fmt<FMT>::element == NB_ELEMENT_INT4 || table) &&
+    static_assert((nbc_fmt<FMT>::element == NB_ELEMENT_UINT4 || nbc_fmt<FMT>::element == NB_ELEMENT_INT4 ||
+                   nbc_fmt<FMT>::element == NB_ELEMENT_INT8 || table) &&
                       (KG == 32 || KG == 64 || KG == 128),
-                  "the group-scaled decode step takes 4-bit integer or table codes in kernel groups of 32, 64 or 128");
+                  "the group-scaled decode step takes integer or table codes in kernel groups of 32, 64 or 128");
     static_assert(table ? nbc_fmt<FMT>::scale_types == NB_SCALE_BIT(NB_SCALE_F32) : nbc_fmt<FMT>::scale_bytes == 2,
                   "table formats have F32 scales only, integer formats 16-bit ones");
     static constexpr int gpc = NBI_CHUNK_K / KG; /* kernel groups per row of a chunk */
     static constexpr int zp = nbc_fmt<FMT>::zero_point != NB_ZERO_NONE;
     static constexpr int sb = nbc_fmt<FMT>::scale_bytes;
     static constexpr int sw = 2 * gpc * sb / 4;
-    static constexpr int bytes = NBI_CHUNK_CODE_BYTES + NBI_CHUNK_ROWS * gpc * (sb + zp);
+    static constexpr bool i8 = nbc_fmt<FMT>::element_bits == 8;
+    static constexpr int code = i8 ? 2 * NBI_CHUNK_CODE_BYTES : NBI_CHUNK_CODE_BYTES; /* code bytes */
+    static constexpr int bytes = code + NBI_CHUNK_ROWS * gpc * (sb + zp);
 };
 
 /* Bytes of a packed chunk: an E2M1 format's (KG = 0) or, with kernel group
- * KG, an integer or table format's. */
+ * KG, an integer or table format's; and of its codes. */
 template <int FMT, int KG>
 constexpr int nbc_chunk_bytes() {
     if constexpr (KG > 0) return nbc_int_chunk<FMT, KG>::bytes;
     else return nbc_fmt<FMT>::chunk_bytes;
+}
+template <int FMT, int KG>
+constexpr int nbc_code_bytes() {
+    if constexpr (KG > 0) return nbc_int_chunk<FMT, KG>::code;
+    else return NBI_CHUNK_CODE_BYTES;
+}
+
+/* 2 x 16-bit lanes of bytes 0 and 2 of y (the other bytes are ignored)
+ * as the exact signed integers they hold (int8, docs/formats.md 8.9: a
+ * word keeps elements e in byte [0,2,1,3][e], so bytes 0, 2 are elements
+ * 0, 1 and, shifted by 8, bytes 1, 3 elements 2, 3).  FP16: the byte with
+ * its sign bit flipped (q + 128) in the mantissa of 1024 (0x6400: last bit
+ * weighs 1) is 1152 + q exactly, less 1152: one LOP3, one HSUB2.  BF16 has
+ * 8 significant bits, too few for 1024 + 0..255: the low 7 bits in the
+ * mantissa of 128 (0x4300) give 128 + (q & 127), and the sign bit in the
+ * same place gives 128 or 256 (0x4380), the weight 128 carries in two's
+ * complement plus 128; their difference is q: two LOP3, one HSUB2.  Every
+ * value is an integer of at most 8 significant bits: exact. */
+template <int ACT>
+__device__ __forceinline__ uint32_t i8_pair(uint32_t y) {
+    if (ACT == NB_DTYPE_BF16)
+        return nbc_hsub2<ACT>((y & 0x007F007Fu) | 0x43004300u, (y & 0x00800080u) | 0x43004300u);
+    return nbc_hsub2<ACT>((y & 0x00FF00FFu) ^ 0x64806480u, 0x64806480u);
+}
+
+/* The A fragment of one tile of int8 (elements 0..3 of this lane's k in a
+ * word: a_frag's registers) from word ql (row g) and qh (row g+8). */
+template <int ACT>
+__device__ __forceinline__ void a_frag_i8(uint32_t ql, uint32_t qh, uint32_t (&a)[4]) {
+    a[0] = i8_pair<ACT>(ql);
+    a[1] = i8_pair<ACT>(qh);
+    a[2] = i8_pair<ACT>(ql >> 8);
+    a[3] = i8_pair<ACT>(qh >> 8);
 }
 
 /* 2 x 16-bit lanes of word q's elements 2I, 2I+1 (nibbles I, I+4) as the
@@ -110,7 +147,7 @@ template <int FMT, int KG>
 __device__ __forceinline__ void int_tail(const uint4 *slot, int g, uint32_t (&sw)[nbc_int_chunk<FMT, KG>::sw],
                                          uint32_t (&zw)[2]) {
     constexpr int GPC = nbc_int_chunk<FMT, KG>::gpc;
-    const uint8_t *tail = (const uint8_t *)(slot + NBI_CHUNK_CODE_BYTES / 16);
+    const uint8_t *tail = (const uint8_t *)(slot + nbc_int_chunk<FMT, KG>::code / 16);
     if constexpr (nbc_int_chunk<FMT, KG>::sb == 4) { /* F32 scales: 8 x GPC bytes per lane group */
         const uint4 *v = (const uint4 *)(tail + 8 * GPC * g);
         if constexpr (GPC == 1) {

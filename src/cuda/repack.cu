@@ -37,6 +37,31 @@ __device__ __forceinline__ void pack_lane_codes(int64_t n, int64_t k, int64_t rb
     }
 }
 
+/* A lane's 4 x 16 bytes of 8-bit codes (int8, docs/formats.md 8.9) of
+ * chunk (rb, kc) at c: row half h and piece P at 1024 h + 512 P + 16 lane,
+ * word w holding elements e = 4 (w / 2) .. +3 of k = 32 G + 8 t + e, G = 2P
+ * + w % 2, element e in byte [0, 2, 1, 3][e % 4]. */
+__device__ __forceinline__ void pack_lane_bytes(int64_t n, int64_t k, int64_t rb, int64_t kc, int lane,
+                                                const uint8_t *__restrict__ codes, uint8_t *c) {
+    const int gi = lane >> 2, ti = lane & 3;
+    for (int h = 0; h < 2; h++) {
+        const int64_t row = rb * 16 + gi + 8 * h;
+        for (int P = 0; P < 2; P++) {
+            uint32_t words[4];
+            for (int w = 0; w < 4; w++) {
+                uint32_t word = 0;
+                for (int e4 = 0; e4 < 4; e4++) {
+                    const int64_t col = kc * NBI_CHUNK_K + 32 * (2 * P + w % 2) + 8 * ti + 4 * (w / 2) + e4;
+                    const uint32_t v = row < n && col < k ? codes[row * k + col] : 0u;
+                    word |= v << (8 * (e4 == 1 ? 2 : e4 == 2 ? 1 : e4));
+                }
+                words[w] = word;
+            }
+            *(uint4 *)(c + 1024 * h + 512 * P + lane * 16) = make_uint4(words[0], words[1], words[2], words[3]);
+        }
+    }
+}
+
 /* One thread per (chunk, lane): writes the lane's 2 x 16 code bytes and its
  * scale bytes exactly as nb_pack_host does. */
 __global__ void pack_kernel(int64_t n, int64_t k, int group, int chunk_bytes, int64_t kchunks, int64_t total,
@@ -112,14 +137,14 @@ extern "C" nb_status nbi_cuda_pack(nb_context *ctx, const nb_weight_desc *d, con
     return t->scale_type == NB_SCALE_E8M0 ? exp_range(ctx, d, scales, 0xFF, emin, emax, s) : NB_OK;
 }
 
-/* The 4-bit integer and table formats (docs/formats.md 8.7, 8.8;
+/* The integer and table formats (docs/formats.md 8.7 - 8.9;
  * nb_pack_host_v2 is the specification): one thread per (chunk, lane)
  * writes the lane's 2 x 16 code bytes, word w holding k = 32w + 8t .. +7
- * (plain: element e in nibble e, the table formats); lane 4g also writes
- * lane group g's scales (rows g, g+8: 2 x gpc of sb bytes) and zero
- * points. */
-__global__ void pack_int_kernel(int64_t n, int64_t k, int group, int kg, int sb, bool plain, int chunk_bytes,
-                                int64_t kchunks, int64_t total, const uint8_t *__restrict__ codes,
+ * (plain: element e in nibble e, the table formats), or with 8-bit codes
+ * (bytes) its 4 x 16; lane 4g also writes lane group g's scales (rows g,
+ * g+8: 2 x gpc of sb bytes) and zero points after the code bytes cb. */
+__global__ void pack_int_kernel(int64_t n, int64_t k, int group, int kg, int sb, bool plain, bool bytes, int cb,
+                                int chunk_bytes, int64_t kchunks, int64_t total, const uint8_t *__restrict__ codes,
                                 const uint8_t *__restrict__ scales, const uint8_t *__restrict__ zeros,
                                 uint8_t *__restrict__ out) {
     int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -128,7 +153,8 @@ __global__ void pack_int_kernel(int64_t n, int64_t k, int group, int kg, int sb,
     const int64_t chunk = tid >> 5, rb = chunk / kchunks, kc = chunk % kchunks;
     const int gi = lane >> 2, ti = lane & 3;
     uint8_t *c = out + chunk * chunk_bytes;
-    pack_lane_codes(n, k, rb, kc, lane, codes, c, true, plain);
+    if (bytes) pack_lane_bytes(n, k, rb, kc, lane, codes, c);
+    else pack_lane_codes(n, k, rb, kc, lane, codes, c, true, plain);
     if (ti) return;
     const int gpc = NBI_CHUNK_K / kg;
     const int64_t ng = k / group;
@@ -139,8 +165,8 @@ __global__ void pack_int_kernel(int64_t n, int64_t k, int group, int kg, int sb,
             const int64_t src = in ? row * ng + col / group : 0;
             const int at = half * gpc + j;
             for (int b = 0; b < sb; b++)
-                c[NBI_CHUNK_CODE_BYTES + 2 * sb * gpc * gi + sb * at + b] = in ? scales[sb * src + b] : 0;
-            if (zeros) c[NBI_CHUNK_CODE_BYTES + 16 * sb * gpc + 2 * gpc * gi + at] = in ? zeros[src] : 0;
+                c[cb + 2 * sb * gpc * gi + sb * at + b] = in ? scales[sb * src + b] : 0;
+            if (zeros) c[cb + 16 * sb * gpc + 2 * gpc * gi + at] = in ? zeros[src] : 0;
         }
 }
 
@@ -150,11 +176,12 @@ extern "C" nb_status nbi_cuda_pack_int(nb_context *ctx, const nb_weight_desc *d,
     const int64_t kchunks = (d->k + NBI_CHUNK_K - 1) / NBI_CHUNK_K, rbs = (d->n + 15) / 16;
     const int64_t total = rbs * kchunks * 32;
     cudaStream_t s = (cudaStream_t)stream;
-    const nb_element_type e = nbi_traits(d->format)->element;
+    const nbi_format_traits *t = nbi_traits(d->format);
+    const nb_element_type e = t->element;
     pack_int_kernel<<<(unsigned)((total + 255) / 256), 256, 0, s>>>(
         d->n, d->k, d->group_size, nbi_kernel_group(d), nbi_scale_bytes(d->scale_type),
-        e == NB_ELEMENT_NF4 || e == NB_ELEMENT_FP4_BNB, (int)nbi_packed_chunk_bytes(d), kchunks, total, codes, scales,
-        zeros, (uint8_t *)packed);
+        e == NB_ELEMENT_NF4 || e == NB_ELEMENT_FP4_BNB, t->element_bits == 8, (int)nbi_code_bytes(t),
+        (int)nbi_packed_chunk_bytes(d), kchunks, total, codes, scales, zeros, (uint8_t *)packed);
     NBC_LAUNCHED("pack kernel launch");
     *zmin = *zmax = -1;
     return zeros ? exp_range(ctx, d, zeros, -1, zmin, zmax, s) : NB_OK;

@@ -180,6 +180,68 @@ __device__ __forceinline__ void nbc_dequant_chunk_int(const uint8_t *wsm, int g,
     }
 }
 
+/* ------------------------------------------------------ int8 (sm90) */
+
+/* One A register of int8: bytes sh/8 and sh/8 + 2 of word w (elements 2t,
+ * 2t+1 of the tile, sh = 8 (t % 2)) as r(q s): i8_pair's exact q, one
+ * HMUL2 by the scale pair ss (in ACT). */
+template <int ACT>
+__device__ __forceinline__ uint32_t nbc_i8_reg(uint32_t w, int sh, uint32_t ss) {
+    return nbc_hmul2_ptx<ACT>(i8_pair<ACT>(w >> sh), ss);
+}
+
+/* Tiles 4P .. 4P+3 (sub-ranges G = 2P, 2P+1: k = 64P .. 64P+63 of the
+ * chunk) of an int8 chunk (docs/formats.md 8.9) for rows g, g+8 into
+ * a[a0 .. a0+3] (a0 a constant after unrolling), as r(q s) in ACT.  The chunk keeps the decode kernel's k order:
+ * piece P of lane 4g + t' holds, for row g at 512P + 64g + 16t' (row g+8
+ * 1024 further), k = 32G + 8t' + e of G = 2P, 2P+1 in word 2 (e / 4) + G
+ * % 2, element e in byte [0,2,1,3][e % 4].  Tile 2G + jj's registers 0, 1
+ * need elements 2t, 2t+1 of piece t' = 2jj, registers 2, 3 those of piece
+ * 2jj + 1: words 2 (t / 2) + G % 2, bytes t % 2 and t % 2 + 2.  So the
+ * thread reads 8 bytes per piece and row (words 2 (t / 2), + 1: G = 2P,
+ * 2P + 1) and shifts each word by 8 (t % 2).  sc: the scale pairs in ACT,
+ * row g at index j, row g+8 at GPC + j, per kernel group j. */
+template <int ACT, int KG, int N>
+__device__ __forceinline__ void nbc_i8_half(const uint8_t *wsm, int g, int t, int P,
+                                            const uint32_t (&sc)[2 * (NBI_CHUNK_K / KG)], uint32_t (&a)[N][4], int a0) {
+    constexpr int GPC = NBI_CHUNK_K / KG, SPG = KG / 32;
+    const int sh = 8 * (t & 1);
+    const uint8_t *base = wsm + 512 * P + 64 * g + 8 * (t >> 1);
+#pragma unroll
+    for (int tp = 0; tp < 4; tp++) { /* piece t' */
+        const uint2 l = *(const uint2 *)(base + 16 * tp), h = *(const uint2 *)(base + 1024 + 16 * tp);
+#pragma unroll
+        for (int gg = 0; gg < 2; gg++) { /* G = 2P + gg: tile 2G + tp / 2, local 2 gg + tp / 2 */
+            const int j = (2 * P + gg) / SPG;
+            uint32_t(&r)[4] = a[a0 + 2 * gg + tp / 2];
+            r[2 * (tp & 1)] = nbc_i8_reg<ACT>(gg ? l.y : l.x, sh, sc[j]);
+            r[2 * (tp & 1) + 1] = nbc_i8_reg<ACT>(gg ? h.y : h.x, sh, sc[GPC + j]);
+        }
+    }
+}
+
+/* The scale pairs in ACT of a lane group's tail (int_tail): row g at
+ * index j, row g+8 at gpc + j. */
+template <int FMT, int ACT, int KG>
+__device__ __forceinline__ void nbc_int_scale_pairs(const uint8_t *wsm, int g, int scale_bf16,
+                                                    uint32_t (&sc)[2 * (NBI_CHUNK_K / KG)]) {
+    uint32_t sw[nbc_int_chunk<FMT, KG>::sw], zw[2];
+    int_tail<FMT, KG>((const uint4 *)wsm, g, sw, zw);
+#pragma unroll
+    for (int i = 0; i < 2 * (NBI_CHUNK_K / KG); i++) sc[i] = nbc_int_scale_pair<ACT, KG>(sw, i, scale_bf16);
+}
+
+/* A fragments of the eight k16 tiles of an int8 chunk (rows g, g+8, natural
+ * k order), both halves of nbc_i8_half. */
+template <int FMT, int ACT, int KG>
+__device__ __forceinline__ void nbc_dequant_chunk_i8(const uint8_t *wsm, int g, int t, int scale_bf16,
+                                                     uint32_t (&a)[8][4]) {
+    uint32_t sc[2 * (NBI_CHUNK_K / KG)];
+    nbc_int_scale_pairs<FMT, ACT, KG>(wsm, g, scale_bf16, sc);
+    nbc_i8_half<ACT, KG>(wsm, g, t, 0, sc, a, 0);
+    nbc_i8_half<ACT, KG>(wsm, g, t, 1, sc, a, 4);
+}
+
 /* ------------------------------------ bitsandbytes' table formats (sm90) */
 
 /* The planes of a table format's values (the first eight words of the
@@ -278,6 +340,12 @@ template <int FMT, int ACT, int KG>
 __device__ __forceinline__ void nbc_dequant_half_grp(const uint8_t *wsm, const uint32_t *stab, int g, int t, int kh,
                                                      int scale_bf16, uint32_t (&a)[4][4]) {
     typedef nbc_int_chunk<FMT, KG> C;
+    if constexpr (C::i8) { /* int8: the half is piece kh */
+        uint32_t sc[2 * C::gpc];
+        nbc_int_scale_pairs<FMT, ACT, KG>(wsm, g, scale_bf16, sc);
+        nbc_i8_half<ACT, KG>(wsm, g, t, kh, sc, a, 0);
+        return;
+    }
     constexpr int SPG = KG / 32;
     uint32_t sw[C::sw], zw[2];
     int_tail<FMT, KG>((const uint4 *)wsm, g, sw, zw);
@@ -321,6 +389,7 @@ template <int FMT, int ACT, int KG>
 __device__ __forceinline__ void nbc_dequant_any(const uint8_t *wsm, const uint32_t *stab, int g, int t, int scale_bf16,
                                                 uint32_t (&a)[8][4]) {
     if constexpr (KG == 0) nbc_dequant_chunk<FMT, ACT>(wsm, stab, g, t, a);
+    else if constexpr (nbc_int_chunk<FMT, KG>::i8) nbc_dequant_chunk_i8<FMT, ACT, KG>(wsm, g, t, scale_bf16, a);
     else if constexpr (nbc_is_table<FMT>()) nbc_dequant_chunk_table<FMT, ACT, KG>(wsm, stab, g, t, a);
     else nbc_dequant_chunk_int<FMT, ACT, KG>(wsm, g, t, scale_bf16, a);
 }
