@@ -10,9 +10,10 @@ FP4 with --int-peers - so every speedup is over the cuBLAS of the same run.
     python python/bench/layers.py --formats int4,nf4 --int-peers # + tinygemm INT4, bitsandbytes NF4
 
 --formats takes nibble's nvfp4 and mxfp4 (the default), int4 (unsigned codes
-with zero points, groups of 128 along k, F16 scales), int4_sym (groups of
-128) and bitsandbytes' nf4 / bnb_fp4 (table codes, F32 absmax per block of
-64), quantized by nibble.torch.quantize from the same BF16 weights.
+with zero points, groups of 128 along k, F16 scales), int4_sym and int8
+(signed codes, groups of 128) and bitsandbytes' nf4 / bnb_fp4 (table codes,
+F32 absmax per block of 64), quantized by nibble.torch.quantize from the
+same BF16 weights.
 
 --peers DIR names a directory holding marlin_peer.py (a torch-free build of
 vLLM's Marlin FP4 GEMM with a Python driver: make(K, N, fmt, device) returns a
@@ -28,6 +29,10 @@ reason printed.
     same weights (min-max, round to nearest).  Timed for m <= 256 only: it
     is a small-batch kernel (one CTA per 16 x 8 tile of the output, the
     weights read again for every 16 rows of x);
+  - torch_int8 (with int8): torch's W8A16 kernel aten._weight_int8pack_mm,
+    one BF16 scale per output row (s = amax / 127, codes round(w / s)),
+    quantized here from the same weights (nibble's int8 is timed with groups
+    of 128: 1.6% more bytes than one scale per row);
   - bnb_nf4 (with nf4) and bnb_fp4 (with bnb_fp4): bitsandbytes'
     quantize_4bit (blocks of 64, nested absmax: compress_statistics=True)
     and matmul_4bit (its gemv kernel at m = 1, dequantize_4bit and a BF16
@@ -55,7 +60,7 @@ Method (the same for every implementation):
 
 Output: a table on stdout; layers.csv, layers.json and layers.md in --out
 (columns <impl>_us and <impl>_x, the speedup over cuBLAS, per implementation:
-nibble_<format>, marlin_<format>, tinygemm_int4, bnb_nf4, bnb_fp4; nibble's
+nibble_<format>, marlin_<format>, tinygemm_int4, torch_int8, bnb_nf4, bnb_fp4; nibble's
 also <impl>_copy).
 """
 
@@ -83,11 +88,11 @@ DEFAULT_MS = "1,2,4,8,16,32,64,128,256,512,1024"
 FP4_FORMATS = ("nvfp4", "mxfp4")
 INT4_FORMATS = ("int4", "int4_sym")   # the formats vLLM's Marlin INT4 serves
 # nibble's integer and table formats and the group each is timed with
-INT_FORMATS = {"int4": 128, "int4_sym": 128, "nf4": 64, "bnb_fp4": 64}
+INT_FORMATS = {"int4": 128, "int4_sym": 128, "int8": 128, "nf4": 64, "bnb_fp4": 64}
 CHECK_MS = (1, 8)         # rows of x in the correctness check
 MAX_REL = 0.02            # relative error allowed there
 MAX_M = {"tinygemm_int4": 256}   # implementations timed only up to an m
-INT_PEER_NOTES = ("tinygemm", "bitsandbytes", "marlin_int4")   # meta keys of the integer peers
+INT_PEER_NOTES = ("tinygemm", "torch_int8", "bitsandbytes", "marlin_int4")   # meta keys of the integer peers
 
 
 def parse_shapes(text):
@@ -245,6 +250,19 @@ def tinygemm_int4(torch, w, want_ref=False, group=128, inner_k_tiles=8):
     return fn, ref
 
 
+def torch_int8(torch, w, want_ref=False):
+    """torch's W8A16 kernel (aten._weight_int8pack_mm) on W[n, k] (BF16):
+    one BF16 scale per row, s = amax / 127, codes round(w / s) in -127..127,
+    w = q * s.  Returns fn(x) and, with want_ref, those weights in BF16."""
+    s = (w.float().abs().amax(1) / 127).clamp(min=1e-8).to(torch.bfloat16)
+    q = torch.round(w.float() / s.float()[:, None]).clamp(-127, 127).to(torch.int8).contiguous()
+    ref = (q.float() * s.float()[:, None]).to(torch.bfloat16) if want_ref else None
+
+    def fn(x):
+        return torch.ops.aten._weight_int8pack_mm(x, q, s)
+    return fn, ref
+
+
 def bnb_4bit(bnb, quant_type, w, want_ref=False, blocksize=64):
     """bitsandbytes' NF4 or FP4 (quant_type "nf4" / "fp4") of W[n, k]: blocks
     of `blocksize`, nested absmax.  Returns fn(x) = matmul_4bit and, with
@@ -258,15 +276,20 @@ def bnb_4bit(bnb, quant_type, w, want_ref=False, blocksize=64):
 
 def load_int_peers(torch, formats):
     """The --int-peers beside `formats`: ({column: build(w, want_ref)},
-    {"tinygemm": note, "bitsandbytes": note})."""
+    {"tinygemm": note, "torch_int8": note, "bitsandbytes": note})."""
     builds, notes = {}, {}
-    if not set(INT4_FORMATS) & set(formats):
-        notes["tinygemm"] = "no int4 or int4_sym in --formats"
-    elif not hasattr(torch.ops.aten, "_weight_int4pack_mm"):
-        notes["tinygemm"] = f"torch {torch.__version__} has no aten._weight_int4pack_mm"
-    else:
-        builds["tinygemm_int4"] = functools.partial(tinygemm_int4, torch)
-        notes["tinygemm"] = f"torch {torch.__version__} aten._weight_int4pack_mm (m <= {MAX_M['tinygemm_int4']})"
+    # torch's own kernels: (note key, column, the formats they go with, the aten op, builder, note suffix)
+    for key, col, fmts, op, build, suffix in (
+            ("tinygemm", "tinygemm_int4", INT4_FORMATS, "_weight_int4pack_mm", tinygemm_int4,
+             f" (m <= {MAX_M['tinygemm_int4']})"),
+            ("torch_int8", "torch_int8", ("int8",), "_weight_int8pack_mm", torch_int8, "")):
+        if not set(fmts) & set(formats):
+            notes[key] = f"no {' or '.join(fmts)} in --formats"
+        elif not hasattr(torch.ops.aten, op):
+            notes[key] = f"torch {torch.__version__} has no aten.{op}"
+        else:
+            builds[col] = functools.partial(build, torch)
+            notes[key] = f"torch {torch.__version__} aten.{op}{suffix}"
     wanted = [f for f in ("nf4", "bnb_fp4") if f in formats]
     if not wanted:
         notes["bitsandbytes"] = "no nf4 or bnb_fp4 in --formats"
@@ -332,7 +355,7 @@ def parse_args(argv=None):
     ap.add_argument("--shapes", default=DEFAULT_SHAPES, help="KxN,... (default: the bench set)")
     ap.add_argument("--m", default=DEFAULT_MS, help="tokens per call, comma-separated")
     ap.add_argument("--formats", default="nvfp4,mxfp4",
-                    help="nibble formats: nvfp4, mxfp4, int4, int4_sym, nf4, bnb_fp4")
+                    help="nibble formats: nvfp4, mxfp4, int4, int4_sym, int8, nf4, bnb_fp4")
     ap.add_argument("--peers", default=None, help="directory of marlin_peer.py (vLLM's Marlin FP4)")
     ap.add_argument("--marlin-int4", default=None,
                     help="directory of marlin_int4_peer.py (vLLM's Marlin INT4, gptq_marlin), timed beside int4 / "

@@ -1,6 +1,6 @@
-"""nibble: 4-bit weights - NVFP4, MXFP4, int4 with zero points, int4_sym
-and bitsandbytes' nf4 and bnb_fp4 on the GPU kernels; int8 on the host
-reference only - Python bindings to libnibble's C API.
+"""nibble: quantized weights - NVFP4, MXFP4, int4 with zero points,
+int4_sym, int8 and bitsandbytes' nf4 and bnb_fp4 on the GPU kernels -
+Python bindings to libnibble's C API.
 
 This module is the numpy-level API over the host reference functions (no GPU
 needed); nibble._lib is the ctypes image of include/nibble.h and
@@ -251,7 +251,8 @@ def _scale_type(st, fmt):
 class QuantizedWeight:
     """A weight in the checkpoint layout (what ModelOpt / compressed-tensors /
     gpt-oss store, and nibble's form of the AWQ / GPTQ / bitsandbytes ones):
-    codes uint8 [n, k*bits/8] (4 bits: [n, k/2], low nibble = even element),
+    codes uint8 [n, k*bits/8] (4 bits: [n, k/2], low nibble = even element;
+    int8: [n, k], the two's-complement bytes),
     scales [n, k/group] (uint8 E4M3 for NVFP4, E8M0 for MXFP4; float16,
     uint16 = BF16 bits or float32 for the formats with such scales), zeros
     uint8 [n, k/group] for a format with zero points (int4; None otherwise),
@@ -470,9 +471,9 @@ def pack(qw, ctx=None):
     """The kernel layout of a QuantizedWeight (nb_pack_host_v2: codes,
     scales and, for int4, zero points): a PackedWeight whose .data is a 1-D
     uint8 array, bit-identical to what nb_pack_v2 produces on the GPU.  Only
-    the formats the GPU kernels serve (format_info(f)["kernels"]: nvfp4,
-    mxfp4, int4, int4_sym) have a packed layout; another raises nibble.Error
-    (NB_ERR_UNSUPPORTED) naming it."""
+    the formats the GPU kernels serve (format_info(f)["kernels"]: all of
+    nvfp4, mxfp4, int4, int4_sym, int8, nf4, bnb_fp4) have a packed layout;
+    another raises nibble.Error (NB_ERR_UNSUPPORTED) naming it."""
     if not isinstance(qw, QuantizedWeight):
         raise TypeError(f"nibble: expected a QuantizedWeight, got {type(qw).__name__}")
     d = qw.desc()

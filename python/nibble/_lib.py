@@ -867,7 +867,7 @@ def io_lib():
 
 
 def ckpt_weight_format(ckpt_format):
-    """The Format a 4-bit checkpoint layout holds (nb_ckpt_format_weight), or
+    """The Format a quantized checkpoint layout holds (nb_ckpt_format_weight), or
     None for unquantized and inconsistent layers."""
     value = c_int(0)
     if io_lib().nb_ckpt_format_weight(int(ckpt_format), ctypes.byref(value)) != 0:

@@ -230,8 +230,9 @@ class PackedLinearWeight:
     workspace  uint8 CUDA tensor of nb_gemm_workspace_size bytes, zero-filled
                once here; nb_gemm leaves it zeroed.  It serves any m but must
                not be used by two GEMMs running concurrently (two streams).
-    n, k, format ("nvfp4", "mxfp4", "int4", "int4_sym"), tensor_scale (NVFP4
-    weight_scale_2, 1.0 for the others), scale_exp_min/max (found by nb_pack:
+    n, k, format ("nvfp4", "mxfp4", "int4", "int4_sym", "int8", "nf4",
+    "bnb_fp4"), tensor_scale (NVFP4 weight_scale_2, 1.0 for the others),
+    scale_exp_min/max (found by nb_pack:
     the MXFP4 scale exponent range, the int4 zero-point range), group (None:
     the format's default; k: one group per row) and scale_type (None: the
     default; "f16" or "bf16" for the integer formats): the nb_weight_desc
@@ -378,12 +379,13 @@ def quantize(w, format="nvfp4", scale_rule=None, tensor_scale=None, device=None,
     CUDA one, else the current CUDA device).  Returns a PackedLinearWeight.
 
     format: "nvfp4", "mxfp4", "int4" (unsigned codes with zero points, (q -
-    z) * s, AWQ / GPTQ style), "int4_sym" (q * s), or bitsandbytes' "nf4" /
-    "bnb_fp4" (table codes, F32 absmax per block); group_size (None: the
-    format's default, 128 for the integer formats, 64 for nf4 / bnb_fp4;
-    int4: 32, 64, 128 or k, one group per row; nf4 / bnb_fp4: 32 .. 4096)
-    and scale_type (int4: None: "f16"; "bf16") as nibble.quantize takes
-    them - the FP4 formats have one group and scale type each.
+    z) * s, AWQ / GPTQ style), "int4_sym" (q * s), "int8" (signed 8-bit
+    codes, q * s), or bitsandbytes' "nf4" / "bnb_fp4" (table codes, F32
+    absmax per block); group_size (None: the format's default, 128 for the
+    integer formats, 64 for nf4 / bnb_fp4; int4, int4_sym, int8: 32, 64,
+    128 or k, one group per row; nf4 / bnb_fp4: 32 .. 4096) and scale_type
+    (integer formats: None: "f16"; "bf16") as nibble.quantize takes them -
+    the FP4 formats have one group and scale type each.
 
     Where it runs follows w:
       * w on a GPU: the device quantizer, nb_quantize, on w's device and
@@ -625,7 +627,8 @@ def gemm(x, weight, bias=None):
 # ------------------------------------------------------------------ modules
 
 class Linear(torch.nn.Module):
-    """nn.Linear with a 4-bit weight: forward(x) = nibble::gemm(x, W, bias).
+    """nn.Linear with a quantized weight (4-bit, or int8): forward(x) =
+    nibble::gemm(x, W, bias).
 
     Buffers: `packed` and `workspace` (uint8, not in the state_dict: a
     checkpoint format for them is not defined yet), and `perm` (int64 [k] or
@@ -845,9 +848,9 @@ def quantize_model(model, format="nvfp4", exclude=("lm_head",), scale_rule=None,
     in_features (experts: hidden or intermediate size) is not a multiple of
     the format's group are left alone.
 
-    format "int4" / "int4_sym" take group_size (32, 64, 128; None: 128) and
-    scale_type ("f16", the default, or "bf16"), "nf4" / "bnb_fp4" group_size
-    (32 .. 4096; None: 64); experts modules are left alone with them (no
+    format "int4" / "int4_sym" / "int8" take group_size (32, 64, 128; None:
+    128) and scale_type ("f16", the default, or "bf16"), "nf4" / "bnb_fp4"
+    group_size (32 .. 4096; None: 64); experts modules are left alone with them (no
     MoE kernel serves the integer or table formats) and listed under
     "skipped".
 
@@ -1520,19 +1523,21 @@ def _rebuild_meta_buffers(model, device):
 
 
 def load_quantized(model, path, device=None, dtype=None, dequantize=False, strict=True):
-    """Load a 4-bit checkpoint into `model` through nibble's C checkpoint
+    """Load a quantized checkpoint into `model` through nibble's C checkpoint
     reader (nibble_io.h in libnibble): ModelOpt NVFP4, Quark MXFP4,
-    compressed-tensors nvfp4/mxfp4-pack-quantized, the int4 layouts the
+    compressed-tensors nvfp4/mxfp4-pack-quantized, the integer layouts the
     reader converts into nibble's (AWQ GEMM, GPTQ v1/v2 including act-order,
-    compressed-tensors pack-quantized int4 asymmetric and symmetric), and
-    bitsandbytes' serialized 4-bit weights (nf4 and fp4 -> nf4 / bnb_fp4,
-    F32 absmax per block; a nested absmax resolved by the reader as
-    bitsandbytes does), detected per layer.  An act-order layer
-    (CheckpointLayer.k_permuted) becomes a Linear with its activation
+    compressed-tensors pack-quantized int4 asymmetric and symmetric, and
+    int8 symmetric), and bitsandbytes' serialized 4-bit weights (nf4 and
+    fp4 -> nf4 / bnb_fp4, F32 absmax per block; a nested absmax resolved by
+    the reader as bitsandbytes does), detected per layer.  An act-order
+    layer (CheckpointLayer.k_permuted) becomes a Linear with its activation
     permutation (Checkpoint.perm; dequantize=True puts the columns back in
-    the model's order instead).  Layers in formats no GPU kernel serves
-    (compressed-tensors int8) raise nibble.Error (NB_ERR_UNSUPPORTED)
-    naming them.
+    the model's order instead).  Layers the reader found inconsistent
+    (among them 8-bit layouts no nibble format holds: GPTQ 8-bit,
+    compressed-tensors asymmetric 8-bit) raise nibble.Error
+    (NB_ERR_CORRUPT) with its reason; layers in a format no GPU kernel
+    serves nibble.Error (NB_ERR_UNSUPPORTED) naming them.
 
     model: a torch.nn.Module whose state_dict names match the checkpoint's
       tensor names, e.g. a Hugging Face LlamaForCausalLM(config) built on the
@@ -1546,7 +1551,7 @@ def load_quantized(model, path, device=None, dtype=None, dequantize=False, stric
     dtype: the dtype of every floating-point tensor (default: each model
       tensor's own dtype).
     dequantize: False replaces every quantized layer by a nibble.torch.Linear
-      (4-bit in GPU memory, nibble's GEMM); True keeps the model's nn.Linear
+      (quantized in GPU memory, nibble's GEMM); True keeps the model's nn.Linear
       and loads the weights dequantized exactly as nibble's kernels see them
       (a reference model; also runs on the CPU).
     strict: raise ValueError when the model has tensors the checkpoint lacks

@@ -1,5 +1,5 @@
 """nibble.tp: tensor parallelism over torch.distributed (Megatron's split of
-a transformer's linear layers), with nibble's 4-bit weights or plain ones.
+a transformer's linear layers), with nibble's quantized weights or plain ones.
 
     import torch.distributed as dist, nibble.tp as tp
     dist.init_process_group("nccl")                       # one process per GPU (torchrun)
@@ -21,7 +21,7 @@ heads per rank), o row-parallel: one all-reduce per block, two per decoder
 layer.  All communication is torch.distributed's (NCCL on GPUs, gloo on the
 CPU); this module has none of its own.
 
-Shards are slices of the one-GPU weight.  A 4-bit layer is quantized once,
+Shards are slices of the one-GPU weight.  A nibble layer is quantized once,
 whole (nibble.torch's quantizers; an NVFP4 weight keeps its one tensor
 scale), and split in the checkpoint layout (split_weight): every shard's
 codes, block scales and int4 zero points are byte for byte a slice of the

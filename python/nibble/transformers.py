@@ -9,7 +9,7 @@
                                                  quantization_config=NibbleConfig())        # Quark, CT, gpt-oss
     model = AutoModelForCausalLM.from_pretrained("Llama-BF16/", device_map="cuda",
                                                  quantization_config=NibbleConfig(format="nvfp4"))
-    model.save_pretrained("Llama-NVFP4-nibble/")     # ModelOpt NVFP4 (MXFP4: Quark; int4: compressed-tensors)
+    model.save_pretrained("Llama-NVFP4-nibble/")     # ModelOpt NVFP4 (MXFP4: Quark; int4, int8: compressed-tensors)
 
 Dispatch
   transformers picks a quantizer by the checkpoint's
@@ -32,39 +32,41 @@ Dispatch
     * process-wide: nibble.transformers.override("quark", ...) (all four
       with no argument; restore() or the `with` form undoes it).
 
-Loading a 4-bit checkpoint
+Loading a quantized checkpoint
   nibble's C reader (nibble.open_checkpoint) decides every layer from the
   tensors, as load_quantized does: ModelOpt NVFP4, compressed-tensors
-  nvfp4/mxfp4, Quark MXFP4, gpt-oss MXFP4 experts, and the int4 layouts it
+  nvfp4/mxfp4, Quark MXFP4, gpt-oss MXFP4 experts, the integer layouts it
   converts (AWQ GEMM, GPTQ with act-order, compressed-tensors pack-quantized
-  int4), and bitsandbytes' serialized 4-bit weights (nf4, fp4; plain or
-  nested absmax); quant_method "awq", "gptq" and "bitsandbytes" belong to
-  other quantizers in transformers, so these load with
+  int4 and int8), and bitsandbytes' serialized 4-bit weights (nf4, fp4;
+  plain or nested absmax); quant_method "awq", "gptq" and "bitsandbytes"
+  belong to other quantizers in transformers, so these load with
   quantization_config=NibbleConfig().  Before transformers
   loads anything, each quantized nn.Linear becomes a nibble.torch.Linear
   placeholder (experts modules: nibble.torch.MoeExperts; checkpoint names
   renamed as transformers renames them, e.g. Mixtral's block_sparse_moe ->
   mlp) and the checkpoint's
-  4-bit tensors are left to nibble; transformers loads every other tensor
+  quantized tensors are left to nibble; transformers loads every other tensor
   (embeddings, norms, biases, layers left in BF16) with its own device map
-  and dtype.  After that the 4-bit weights are read through the reader (the
-  checkpoint's exact bytes) and packed where the placeholder was placed:
+  and dtype.  After that the quantized weights are read through the reader
+  (the checkpoint's exact bytes) and packed where the placeholder was placed:
   nb_pack on a GPU, nb_pack_host on the CPU (same bytes; a model loaded on
   the CPU runs after model.to("cuda")).  Refused by name, before any data
-  is read: a layer in a format no GPU kernel serves (int8), an
-  inconsistent layer, a checkpoint whose config declares another format
-  than its tensors (or excludes a quantized layer), a NibbleConfig(format=)
+  is read: a layer the reader found inconsistent (with its reason, e.g.
+  8-bit layouts no nibble format holds: GPTQ 8-bit, compressed-tensors
+  asymmetric 8-bit), a layer in a format no GPU kernel serves, a checkpoint
+  whose config declares another format than its tensors (or excludes a
+  quantized layer), a NibbleConfig(format=)
   that differs from the checkpoint's, a module that is not an nn.Linear of
   the layer's shape, disk offload.  NibbleConfig(dequantize=True) loads
   nn.Linear layers with the dequantized weights instead (the reference; runs
   on the CPU).
 
 Quantizing at load
-  NibbleConfig(format="nvfp4" | "mxfp4" | "int4" | "int4_sym" | "nf4" |
-  "bnb_fp4") (the integer formats with group_size 32/64/128, default 128,
-  and scale_type "f16" or "bf16", default "f16"; nf4 / bnb_fp4 with
-  group_size 32 .. 4096, default 64; both quantized on the host; experts
-  modules are refused with them) on a checkpoint without 4-bit
+  NibbleConfig(format="nvfp4" | "mxfp4" | "int4" | "int4_sym" | "int8" |
+  "nf4" | "bnb_fp4") (the integer formats with group_size 32/64/128,
+  default 128, and scale_type "f16" or "bf16", default "f16"; nf4 / bnb_fp4
+  with group_size 32 .. 4096, default 64; both quantized on the host;
+  experts modules are refused with them) on a checkpoint without quantized
   layers quantizes every nn.Linear (but modules_to_not_convert, by default
   transformers' choice: the output head and tied embeddings, and layers whose
   in_features is not a multiple of the group) as its weight is read:
@@ -87,14 +89,15 @@ Saving
   per-expert biases); a gpt-oss model whose only 4-bit modules are its
   MXFP4 experts is written in gpt-oss's own layout (*_blocks, *_scales,
   biases, quant_method "mxfp4"), read back through NibbleConfig() or
-  override("mxfp4").  See save_layout.  Models with int4 / int4_sym layers
-  are written in compressed-tensors' pack-quantized layout (weight_packed,
-  weight_scale, weight_shape, weight_zero_point for int4, weight_g_idx for
-  an act-order layer; docs/formats.md 5.4), as `nibble quantize --format
-  int4` writes it, with one group for the model (layers of different
-  groups are refused); they load back through NibbleConfig() or
-  override("compressed-tensors").  nf4 / bnb_fp4 models are not saved yet
-  (ValueError).
+  override("mxfp4").  See save_layout.  Models with int4 / int4_sym / int8
+  layers are written in compressed-tensors' pack-quantized layout
+  (weight_packed, weight_scale, weight_shape, weight_zero_point for int4,
+  weight_g_idx for an act-order layer; docs/formats.md 5.4), as `nibble
+  quantize --format int4` writes it (int8: num_bits 8, four codes plus 128
+  per word; written here only, the C writer has no int8 row), with one
+  group for the model (layers of different groups are refused); they load
+  back through NibbleConfig() or override("compressed-tensors").  nf4 /
+  bnb_fp4 models are not saved yet (ValueError).
 """
 
 import copy
@@ -120,7 +123,8 @@ OVERRIDABLE = ("modelopt", "compressed-tensors", "quark", "mxfp4")
 
 # Where save_pretrained's layout comes from: one per format with GPU kernels.
 _SAVE_LAYOUT = {"nvfp4": "modelopt", "mxfp4": "quark", "int4": "compressed-tensors",
-                "int4_sym": "compressed-tensors"}
+                "int4_sym": "compressed-tensors", "int8": "compressed-tensors"}
+_INT_FORMATS = ("int4", "int4_sym", "int8")   # group_size 32/64/128, F16/BF16 scales, compressed-tensors when saved
 _EXPERT_WEIGHTS = ("gate_up_proj", "down_proj")   # the 3-D weights of an experts module quantized at load
 _QUARK_MODE = {"even": "even", "ocp": "floor", "round_up": "round_up"}   # Quark's scale_calculation_mode
 _TABLE_FORMATS = ("nf4", "bnb_fp4")   # bitsandbytes' formats: loaded and quantized at load, not saved yet
@@ -142,18 +146,20 @@ def _kernel_format(fmt, what):
 class NibbleConfig(QuantizationConfigMixin):
     """The quantization_config that selects nibble in from_pretrained.
 
-    format: None (take the checkpoint's 4-bit layers as they are) or "nvfp4" /
-      "mxfp4" / "int4" / "int4_sym" / "nf4" / "bnb_fp4": quantize a
-      checkpoint without 4-bit layers at load; for a 4-bit checkpoint it
-      must name the checkpoint's format (else ValueError).  Formats no GPU
-      kernel serves (int8) are refused by name.  Models of nf4 / bnb_fp4
-      layers are not saved yet (save_pretrained raises ValueError).
+    format: None (take the checkpoint's quantized layers as they are) or
+      "nvfp4" / "mxfp4" / "int4" / "int4_sym" / "int8" / "nf4" / "bnb_fp4":
+      quantize a checkpoint without quantized layers at load; for a
+      quantized checkpoint it must name the checkpoint's format (else
+      ValueError).  A format without GPU kernels is refused by name.
+      Models of nf4 / bnb_fp4 layers are not saved yet (save_pretrained
+      raises ValueError).
     scale_rule, method: as nibble.torch.quantize ("mse" runs on the host,
       for the FP4 formats).
-    group_size: int4 / int4_sym (32, 64 or 128, None: 128) and nf4 /
-      bnb_fp4 (bitsandbytes' blocksize: 32, 64, ..., 4096, None: 64), as
+    group_size: int4 / int4_sym / int8 (32, 64 or 128, None: 128) and nf4
+      / bnb_fp4 (bitsandbytes' blocksize: 32, 64, ..., 4096, None: 64), as
       nibble.torch.quantize.
-    scale_type: int4 / int4_sym only ("f16", the default, or "bf16").
+    scale_type: int4 / int4_sym / int8 only ("f16", the default, or
+      "bf16").
     modules_to_not_convert: fnmatch patterns (as quantize_model's exclude) of
       layers left in BF16 when quantizing at load; None: transformers' default
       (output head, tied embeddings).
@@ -163,8 +169,9 @@ class NibbleConfig(QuantizationConfigMixin):
     After a model is loaded, `format` is its layers' format and
     to_dict() (what save_pretrained writes into config.json) is the
     quantization_config of the layout save_pretrained writes: ModelOpt NVFP4,
-    Quark MXFP4 or compressed-tensors pack-quantized int4.  `source` keeps the checkpoint's own quantization_config
-    when nibble took it over."""
+    Quark MXFP4 or compressed-tensors pack-quantized int4 / int8.  `source`
+    keeps the checkpoint's own quantization_config when nibble took it
+    over."""
 
     def __init__(self, format=None, scale_rule=None, method="rtn", modules_to_not_convert=None, dequantize=False,
                  source=None, group_size=None, scale_type=None, **kwargs):
@@ -178,12 +185,12 @@ class NibbleConfig(QuantizationConfigMixin):
         if method not in ("rtn", "mse"):
             raise ValueError(f"nibble.transformers: unknown method {method!r}; expected 'rtn' or 'mse'")
         self.method = method
-        if scale_type is not None and self.format not in ("int4", "int4_sym"):
-            raise ValueError("nibble.transformers: scale_type applies to format 'int4' or 'int4_sym'")
-        if group_size is not None and self.format not in ("int4", "int4_sym") + _TABLE_FORMATS:
-            raise ValueError("nibble.transformers: group_size applies to format 'int4', 'int4_sym', 'nf4' or "
-                             "'bnb_fp4'")
-        groups = (32, 64, 128) if self.format in ("int4", "int4_sym") else (
+        if scale_type is not None and self.format not in _INT_FORMATS:
+            raise ValueError("nibble.transformers: scale_type applies to format 'int4', 'int4_sym' or 'int8'")
+        if group_size is not None and self.format not in _INT_FORMATS + _TABLE_FORMATS:
+            raise ValueError("nibble.transformers: group_size applies to format 'int4', 'int4_sym', 'int8', 'nf4' "
+                             "or 'bnb_fp4'")
+        groups = (32, 64, 128) if self.format in _INT_FORMATS else (
             tuple(_lib.FORMAT_INFO[_FORMATS[self.format]]["group_sizes"]) if self.format else ())
         if group_size is not None and (isinstance(group_size, bool) or group_size not in groups):
             raise ValueError(f"nibble.transformers: group_size {group_size!r}; {self.format} takes "
@@ -255,10 +262,11 @@ def _producer():
 def _layout_config(fmt, scale_rule, exclude, group=None):
     """config.json's quantization_config of the layout save_pretrained writes,
     as nibble's C writer (src/io/ckpt_out.c, `nibble quantize`) writes it.
-    group: int4 / int4_sym only, the group size or "channel"."""
+    group: int4 / int4_sym / int8 only, the group size or "channel" (int8:
+    the same config with num_bits 8, which the C writer does not write)."""
     exclude = list(exclude)
-    if fmt in ("int4", "int4_sym"):
-        w = {"num_bits": 4, "type": "int", "symmetric": fmt == "int4_sym"}
+    if fmt in _INT_FORMATS:
+        w = {"num_bits": 8 if fmt == "int8" else 4, "type": "int", "symmetric": fmt != "int4"}
         if group == "channel":
             w.update(strategy="channel", group_size=None)
         else:
@@ -418,7 +426,7 @@ class NibbleHfQuantizer(HfQuantizer):
     def __init__(self, quantization_config, **kwargs):
         super().__init__(quantization_config, **kwargs)
         self._ck = None
-        self._layers = []          # [(CheckpointLayer, the model's module name)] of a 4-bit checkpoint
+        self._layers = []          # [(CheckpointLayer, the model's module name)] of a quantized checkpoint
         self._experts = []         # [(CheckpointMoe, the model's module name)]: groups in MoeExperts placeholders
         self._targets = set()      # prefixes quantized at load
         self._pending = {}         # prefix -> PackedLinearWeight quantized at load, swapped in after it
@@ -461,7 +469,9 @@ class NibbleHfQuantizer(HfQuantizer):
         path = _checkpoint_path(checkpoint_files)
         ck = open_checkpoint(path) if path is not None else None
         try:
-            if ck is not None and any(L.quant_format for L in ck.layers):
+            # (an inconsistent layer is refused with the reader's reason, as
+            # load_quantized refuses it, whatever else the checkpoint holds)
+            if ck is not None and any(L.quant_format or L.format == "inconsistent" for L in ck.layers):
                 self._plan_prequantized(model, ck)
                 self._ck, ck = ck, None
                 rename = nt._renamer(model)
@@ -480,6 +490,8 @@ class NibbleHfQuantizer(HfQuantizer):
         self.pre_quantized = True
         formats = sorted({L.quant_format for L in ck.layers if L.quant_format})
         for L in ck.layers:
+            if L.format == "inconsistent":   # (as nibble.torch._plan_layers refuses it, before the format checks)
+                raise nt.Error(_lib.Status.ERR_CORRUPT, "NB_ERR_CORRUPT", f"{ck.path}: layer {L.prefix}: {L.problem}")
             if L.quant_format and L.config_mismatch:
                 raise ValueError(f"nibble.transformers: {ck.path}: layer {L.prefix} ({L.format}) disagrees with the "
                                  f"checkpoint's config: {L.problem}")
@@ -490,7 +502,7 @@ class NibbleHfQuantizer(HfQuantizer):
         planned = {g.prefix for g, _, _ in groups}
         modules = dict(model.named_modules())
         names = nt._group_module_names(model, ck, modules=modules)
-        for g in ck.moe_groups:   # 4-bit experts that would be left to transformers (which cannot read them)
+        for g in ck.moe_groups:   # quantized experts that would be left to transformers (which cannot read them)
             if g.quant_format and g.prefix not in planned and not isinstance(modules.get(names[g.prefix]),
                                                                                 torch.nn.ModuleList):
                 problems.append(f"{ck.path}: expert group {g.prefix} ({g.format}) has no experts module of that "
@@ -511,7 +523,7 @@ class NibbleHfQuantizer(HfQuantizer):
             _swap(model, name, _placeholder(L.n, L.k, L.quant_format, L.tensor_scale, mod.bias, lay["group"],
                                             lay["scale_type"]))
             self._layers.append((L, name))
-        # The 4-bit tensors are nibble's: transformers leaves them unread and unreported.
+        # The quantized tensors are nibble's: transformers leaves them unread and unreported.
         keys = set(model.state_dict().keys())
         # (consumed also names what the replaced experts modules held, e.g.
         # experts.gate_up_proj: the name transformers' weight conversion
@@ -540,11 +552,12 @@ class NibbleHfQuantizer(HfQuantizer):
         cfg = self.quantization_config
         if cfg.format is None:
             where = f"{ck.path} has" if ck is not None else "the weights have"
-            raise ValueError(f"nibble.transformers: {where} no 4-bit layer nibble reads; "
+            raise ValueError(f"nibble.transformers: {where} no quantized layer nibble reads; "
                              "NibbleConfig(format='nvfp4' or 'mxfp4') quantizes at load")
         if self.pre_quantized and cfg.source:
             raise ValueError(f"nibble.transformers: the checkpoint's quantization_config declares quant_method "
-                             f"{cfg.source.get('quant_method')!r} but nibble's reader found no 4-bit layer in it")
+                             f"{cfg.source.get('quant_method')!r} but nibble's reader found no quantized layer "
+                             "in it")
         self.pre_quantized = False
         fmt = _FORMATS[cfg.format]
         group = cfg.group_size or _lib.FORMAT_INFO[fmt]["group_size"]
@@ -729,7 +742,7 @@ class NibbleHfQuantizer(HfQuantizer):
     def get_state_dict_and_metadata(self, model):
         """The model's state_dict with every nibble layer in the checkpoint
         layout of its format (ModelOpt NVFP4, Quark MXFP4, compressed-tensors
-        pack-quantized int4 / int4_sym) and every
+        pack-quantized int4 / int4_sym / int8) and every
         MoeExperts as layers_of_experts writes it; sets what to_dict() then
         writes into config.json (save_pretrained saves the config after the
         tensors)."""
@@ -757,25 +770,27 @@ def _model_type(model):
 
 def save_layout(model):
     """What save_pretrained writes for `model`: {"format": "nvfp4" | "mxfp4" |
-    "int4" | "int4_sym", "experts": "gptoss" (gpt-oss's *_blocks / *_scales
-    tensors) or "per-expert" (a layer per expert and projection, in the
-    format's layout), "unquantized": the names of the float nn.Linear layers,
-    "group": for int4 / int4_sym the group every layer has, or "channel"
-    when every layer has one group per row (None for the FP4 formats)}.
+    "int4" | "int4_sym" | "int8", "experts": "gptoss" (gpt-oss's *_blocks /
+    *_scales tensors) or "per-expert" (a layer per expert and projection, in
+    the format's layout), "unquantized": the names of the float nn.Linear
+    layers, "group": for int4 / int4_sym / int8 the group every layer has,
+    or "channel" when every layer has one group per row (None for the FP4
+    formats)}.
 
-    int4 and int4_sym are written in compressed-tensors' pack-quantized
-    layout (layer_tensors), whose config names one group for the whole
-    model: layers of different groups are refused (ValueError), as are int4
-    experts modules (no expert layout is written for them).
+    int4, int4_sym and int8 are written in compressed-tensors'
+    pack-quantized layout (layer_tensors), whose config names one group for
+    the whole model: layers of different groups are refused (ValueError),
+    as are integer experts modules (no expert layout is written for them).
 
     One checkpoint holds one layout, so that nibble's reader, which
     cross-checks every layer against config.json's quantization_config,
-    and other tools read it: gpt-oss's own MXFP4 layout when the only 4-bit
-    modules are gpt-oss experts in MXFP4 (a gpt-oss checkpoint as gpt-oss
-    ships it); otherwise ModelOpt NVFP4 or Quark MXFP4 for the linear layers
-    and the experts alike (experts one layer per expert, as `nibble convert`
-    writes gpt-oss experts and as ModelOpt exports Qwen3-MoE).  ValueError
-    for a model with both formats or without 4-bit layers."""
+    and other tools read it: gpt-oss's own MXFP4 layout when the only
+    quantized modules are gpt-oss experts in MXFP4 (a gpt-oss checkpoint as
+    gpt-oss ships it); otherwise ModelOpt NVFP4 or Quark MXFP4 for the
+    linear layers and the experts alike (experts one layer per expert, as
+    `nibble convert` writes gpt-oss experts and as ModelOpt exports
+    Qwen3-MoE).  ValueError for a model with both formats or without
+    quantized layers."""
     linears = [m for m in model.modules() if isinstance(m, nt.Linear)]
     experts = [m for m in model.modules() if isinstance(m, nt.MoeExperts)]
     fmts = sorted({m.format for m in linears} | {m.format for m in experts})
@@ -784,10 +799,10 @@ def save_layout(model):
                          + (f"{', '.join(fmts)} layers" if fmts else "no nibble layers"))
     if fmts[0] not in _SAVE_LAYOUT:
         raise ValueError(f"nibble.transformers: save_pretrained writes ModelOpt NVFP4, Quark MXFP4 and "
-                         f"compressed-tensors int4 layouts; no checkpoint layout is written for {fmts[0]} layers yet "
-                         "(bitsandbytes' serialization is not written by nibble)")
+                         f"compressed-tensors int4 / int8 layouts; no checkpoint layout is written for {fmts[0]} "
+                         "layers yet (bitsandbytes' serialization is not written by nibble)")
     group = None
-    if fmts[0] in ("int4", "int4_sym"):
+    if fmts[0] in _INT_FORMATS:
         if experts:
             raise ValueError(f"nibble.transformers: save_pretrained writes no layout for {fmts[0]} experts modules")
         groups = {m.group if m.group else 128 for m in linears}
@@ -879,34 +894,43 @@ def experts_tensors(prefix, qm, layout, model_type=None, gate_up_bias=None, down
 
 
 def _ct_int_tensors(qw, perm):
-    """compressed-tensors pack-quantized tensors of an int4 / int4_sym
-    nibble.QuantizedWeight (docs/formats.md 5.4), as nb_ckpt_quantize writes
-    them: weight_packed I32 [n, ceil(k/8)] (element j at bits 4(j % 8) of
-    word j / 8, int4_sym's two's-complement codes offset by 8), weight_scale
-    F16/BF16 [n, k/g] as they are, weight_shape I64 [2], and for int4
+    """compressed-tensors pack-quantized tensors of an int4 / int4_sym /
+    int8 nibble.QuantizedWeight (docs/formats.md 5.4), as nb_ckpt_quantize
+    writes the 4-bit ones: weight_packed I32 [n, ceil(k b / 32)] for b-bit
+    codes (element j at bits b (j % (32 / b)) of word j / (32 / b),
+    int4_sym's and int8's two's-complement codes offset by 8 or 128),
+    weight_scale F16/BF16 [n, k/g] as they are, weight_shape I64 [2], and
+    for int4
     weight_zero_point I32 [ceil(n/8), k/g] (the zero points, packed along
-    n).  With perm (the columns' input features, act-order) the codes are
-    put back in input-feature order and weight_g_idx I32 [k] says each
-    feature's group, which the reader turns back into the same weight."""
+    n).  Both store their codes little-endian from element 0 (nibble's low
+    nibble first, or its bytes), so weight_packed is nibble's code bytes
+    with the offset's bit flipped.  With perm (the columns' input features,
+    act-order) the codes are put back in input-feature order and
+    weight_g_idx I32 [k] says each feature's group, which the reader turns
+    back into the same weight."""
     n, k, g = int(qw.n), int(qw.k), int(qw.group_size)
     codes = np.ascontiguousarray(qw.codes, dtype=np.uint8)
+    i8 = qw.format == "int8"
     out = {}
     if perm is not None:
         perm = np.asarray(perm, dtype=np.int64)
         if perm.shape != (k,) or not np.array_equal(np.sort(perm), np.arange(k)):
             raise ValueError(f"nibble.transformers: perm is not a permutation of {k} input features")
-        nib = np.stack([codes & 15, codes >> 4], -1).reshape(n, k)
-        orig = np.empty_like(nib)
-        orig[:, perm] = nib
-        codes = (orig[:, 0::2] | (orig[:, 1::2] << 4)).astype(np.uint8)
+        elems = codes if i8 else np.stack([codes & 15, codes >> 4], -1).reshape(n, k)
+        orig = np.empty_like(elems)
+        orig[:, perm] = elems
+        codes = orig if i8 else (orig[:, 0::2] | (orig[:, 1::2] << 4)).astype(np.uint8)
         gidx = np.empty(k, np.int32)
         gidx[perm] = np.arange(k) // g
         out["weight_g_idx"] = torch.from_numpy(gidx)
     if qw.format == "int4_sym":
         codes = codes ^ np.uint8(0x88)   # each nibble's bit 3: two's complement -> offset 8
-    words = (k + 7) // 8
+    elif i8:
+        codes = codes ^ np.uint8(0x80)   # each byte's bit 7: two's complement -> offset 128
+    per = 4 if i8 else 8                 # codes per 32-bit word
+    words = (k + per - 1) // per
     packed = np.zeros((n, words * 4), np.uint8)
-    packed[:, :k // 2] = codes
+    packed[:, :codes.shape[1]] = codes
     out["weight_packed"] = torch.from_numpy(packed.view("<i4").astype(np.int32))
     scales = np.ascontiguousarray(qw.scales)
     if scales.dtype == np.uint16:   # BF16 bits
@@ -931,11 +955,11 @@ def _ct_int_tensors(qw, perm):
 def layer_tensors(qw, perm=None):
     """The tensors of one layer in the layout save_pretrained writes:
     ModelOpt NVFP4 (weight U8, weight_scale F8_E4M3, weight_scale_2 F32 0-d),
-    Quark MXFP4 (weight U8, weight_scale U8), or for int4 / int4_sym
+    Quark MXFP4 (weight U8, weight_scale U8), or for int4 / int4_sym / int8
     compressed-tensors pack-quantized (weight_packed, weight_scale,
     weight_shape, weight_zero_point for int4; weight_g_idx when perm, the
     act-order permutation of nibble.torch.Linear, is given)."""
-    if qw.format in ("int4", "int4_sym"):
+    if qw.format in _INT_FORMATS:
         return _ct_int_tensors(qw, perm)
     if perm is not None:
         raise ValueError(f"nibble.transformers: {qw.format} layers have no act-order layout")

@@ -542,7 +542,11 @@ def test_format_rows_and_sets():
     assert nibble.formats() == ["nvfp4", "mxfp4", "int4", "int4_sym", "int8", "nf4", "bnb_fp4"]
     assert nibble.Format.INT4 == 3 and nibble.Format.BNB_FP4 == 7
     assert rows["int4"]["zero_point"] and rows["int4"]["zero_type"] == 1
-    assert [f for f, r in rows.items() if r["kernels"]] == ["nvfp4", "mxfp4", "int4", "int4_sym", "nf4", "bnb_fp4"]
+    assert [f for f, r in rows.items() if r["kernels"]] == ["nvfp4", "mxfp4", "int4", "int4_sym", "int8", "nf4",
+                                                            "bnb_fp4"]
+    assert rows["int8"]["element_bits"] == 8 and not rows["int8"]["zero_point"]
+    assert rows["int8"]["group_sizes"] == [32, 64, 128] and rows["int8"]["per_channel"]
+    assert rows["int8"]["scale_type_names"] == ["f16", "bf16"]
     assert rows["int4"]["group_sizes"] == [32, 64, 128] and rows["int4"]["per_channel"]
     assert rows["int4_sym"]["scale_type_names"] == ["f16", "bf16"] and rows["nf4"]["scale_type_names"] == ["f32"]
     assert rows["nf4"]["group_size"] == 64 and rows["nf4"]["group_sizes"][-1] == 4096 and not rows["nf4"]["per_channel"]
@@ -623,6 +627,47 @@ def test_bnb_pack_layout(fmt, group):
     np.testing.assert_array_equal(back.scales, qw.scales)
 
 
+@pytest.mark.parametrize("group,st,n,k", [(32, "f16", 37, 512), (64, "bf16", 37, 512), (128, "f16", 16, 384),
+                                          ("k", "bf16", 21, 200), ("k", "f16", 9, 512)])
+def test_int8_pack_layout(group, st, n, k):
+    # docs/formats.md 8.9 written out in numpy: chunks of 16 rows x 128 k;
+    # lane L = 4g + t, row half h (rows g, g + 8) and piece P own the 16
+    # bytes at 1024h + 512P + 16L; their word w holds elements e = 4(w // 2)
+    # .. + 3 of sub-range G = 2P + w % 2 (chunk k = 32G + 8t + e), element e
+    # in byte [0, 2, 1, 3][e % 4]; after the 2048 code bytes, per lane group
+    # g the 2 gpc scales of rows g, g + 8 at 2048 + 4 gpc g, index h gpc + j
+    # (kernel group j, from k = kg j); rows past n and kernel groups starting
+    # past k are zero (8.7's padding)
+    g = k if group == "k" else group
+    qw = nibble.quantize(weights(n, k, seed=7), "int8", group_size=g, scale_type=st)
+    pw = nibble.pack(qw)
+    kg = g if g in (32, 64, 128) else 128
+    gpc, kchunks, rbs = 128 // kg, (k + 127) // 128, (n + 15) // 16
+    cb = 2048 + 16 * gpc * 2
+    assert pw.data.nbytes == rbs * kchunks * cb == nibble.weight_sizes(n, k, "int8", g, st)["packed_bytes"]
+    want = np.zeros(rbs * kchunks * cb, np.uint8)
+    sbytes = qw.scales.view(np.uint8).reshape(n, k // g, 2)
+    for r in range(n):
+        rb, h, gl = r // 16, (r % 16) // 8, r % 8
+        for c in range(k):
+            kc, kk = c // 128, c % 128
+            G, t, e = kk // 32, (kk % 32) // 8, kk % 8
+            P, w = G // 2, 2 * (e // 4) + G % 2
+            at = (rb * kchunks + kc) * cb + 1024 * h + 512 * P + 16 * (4 * gl + t) + 4 * w + [0, 2, 1, 3][e % 4]
+            want[at] = qw.codes[r, c]
+        for kc in range(kchunks):
+            for j in range(gpc):
+                if 128 * kc + kg * j >= k:
+                    continue
+                at = (rb * kchunks + kc) * cb + 2048 + 4 * gpc * gl + 2 * (h * gpc + j)
+                want[at:at + 2] = sbytes[r, (128 * kc + kg * j) // g]
+    np.testing.assert_array_equal(pw.data, want)
+    back = nibble.unpack(pw)
+    np.testing.assert_array_equal(back.codes, qw.codes)
+    np.testing.assert_array_equal(back.scales, qw.scales)
+    assert back.scales.dtype == qw.scales.dtype and back.zeros is None
+
+
 def test_int_formats_errors():
     w = weights(4, 128, seed=1)
     with pytest.raises(nibble.Error) as e:
@@ -632,9 +677,10 @@ def test_int_formats_errors():
         nibble.quantize(w, "int4", scale_type="f32")
     with pytest.raises(ValueError, match="unknown scale type"):
         nibble.quantize(w, "int4", scale_type="fp16")
-    with pytest.raises(nibble.Error) as e:                    # int8: no GPU kernel, so no packed layout
-        nibble.pack(nibble.quantize(w, "int8"))
-    assert e.value.status == nibble.Status.ERR_UNSUPPORTED and "int8 has no packed layout" in e.value.message
+    with pytest.raises(nibble.Error, match="32, 64, 128"):
+        nibble.quantize(w, "int8", group_size=16)
+    with pytest.raises(nibble.Error, match="takes scale type"):
+        nibble.quantize(w, "int8", scale_type="f32")
     qw = nibble.quantize(w, "int4")
     bad = nibble.QuantizedWeight(qw.codes, qw.scales, 1.0, 4, 128, "int4")  # zeros missing
     with pytest.raises(TypeError, match="zeros"):

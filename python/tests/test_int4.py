@@ -1,16 +1,18 @@
-"""Tests of the 4-bit integer formats (int4 with zero points, int4_sym) in
+"""Tests of the integer formats (int4 with zero points, int4_sym, int8) in
 Python: the packed layout, nibble.torch (quantize, pack, unpack, the
 nibble::gemm op, Linear, quantize_model) and loading AWQ, GPTQ and
-compressed-tensors int4 checkpoints (load_quantized, nibble.transformers).
+compressed-tensors int4 / int8 checkpoints (load_quantized,
+nibble.transformers).
 
 Without a GPU: pack / unpack round trips, the packed bytes against the
-layout of docs/formats.md section 8.7 written out here in numpy, argument
-refusals, the op's fake implementation, and load_quantized(dequantize=True)
-of small checkpoints written by the test (every layer exactly the values
-AWQ's / GPTQ's / compressed-tensors' own dequantization gives, in the
-model's column order).  On a GPU (skipped without one): the op against
-float64 with the bound of test_torch.py, Linear, quantize_model, a loaded
-checkpoint against its dequantized twin, and the BF16 zero-point limit.
+layout of docs/formats.md sections 8.7 (int4, int4_sym) and 8.9 (int8)
+written out here in numpy, argument refusals, the op's fake
+implementation, and load_quantized(dequantize=True) of small checkpoints
+written by the test (every layer exactly the values AWQ's / GPTQ's /
+compressed-tensors' own dequantization gives, in the model's column
+order).  On a GPU (skipped without one): the op against float64 with the
+bound of test_torch.py, Linear, quantize_model, a loaded checkpoint
+against its dequantized twin, and the BF16 zero-point limit.
 """
 
 import numpy as np
@@ -25,7 +27,8 @@ from test_torch import EPS, _check_close, _x, check_gemm_against_float64  # noqa
 
 # (format, group or "k" for one group per row, scale type)
 CASES = [("int4", 32, "f16"), ("int4", 64, "bf16"), ("int4", 128, "f16"), ("int4", "k", "bf16"),
-         ("int4_sym", 32, "bf16"), ("int4_sym", 128, "f16"), ("int4_sym", "k", "f16")]
+         ("int4_sym", 32, "bf16"), ("int4_sym", 128, "f16"), ("int4_sym", "k", "f16"),
+         ("int8", 32, "f16"), ("int8", 64, "bf16"), ("int8", 128, "bf16"), ("int8", "k", "f16")]
 DTYPES = [torch.bfloat16, torch.float16]
 
 
@@ -40,22 +43,28 @@ def _quant(fmt, group, st, n=48, k=384, seed=0):
 # ------------------------------------------- the packed layout, in numpy
 
 P = [0, 4, 1, 5, 2, 6, 3, 7]   # nibble position of element e in a word (formats.md 8.2)
+B8 = [0, 2, 1, 3]              # int8: byte of element e % 4 in a word (formats.md 8.9)
 
 
 def np_pack_int(qw):
-    """docs/formats.md section 8.7 written out: 16 x 128 chunks, row-block
-    major; lane L = 4g + t holds rows g and g + 8, word G the k = 32G + 8t +
-    e; then the scales, then (int4) the zero points.  n a multiple of 16
-    and k of 128 here (no padding)."""
+    """docs/formats.md sections 8.7 and 8.9 written out: 16 x 128 chunks,
+    row-block major.  4 bits: lane L = 4g + t holds rows g and g + 8, word G
+    the k = 32G + 8t + e.  int8 (2048 code bytes a chunk): row half h and
+    piece P of lane L own the 16 bytes at 1024h + 512P + 16L, whose word w
+    holds the k = 32G + 8t + e of sub-range G = 2P + w % 2, e = 4 (w // 2)
+    .. + 3.  Then the scales, then (int4) the zero points.  n a multiple of
+    16 and k of 128 here (no padding)."""
     n, k = qw.n, qw.k
     g = qw.group_size
     kg = g if g in (32, 64, 128) else 128
     gpc = 128 // kg
     zp = qw.zeros is not None
-    cb = 1024 + 16 * gpc * (2 + zp)
+    i8 = qw.format == "int8"
+    cbytes = 2048 if i8 else 1024                                        # code bytes of a chunk
+    cb = cbytes + 16 * gpc * (2 + zp)
     KC = k // 128
     out = np.zeros((n // 16) * KC * cb, np.uint8)
-    q = np.stack([qw.codes & 15, qw.codes >> 4], -1).reshape(n, k)      # element k of row r
+    q = qw.codes if i8 else np.stack([qw.codes & 15, qw.codes >> 4], -1).reshape(n, k)   # element k of row r
     sbytes = qw.scales.view(np.uint8).reshape(n, -1, 2)
     for rb in range(n // 16):
         for kc in range(KC):
@@ -65,6 +74,11 @@ def np_pack_int(qw):
                 gl, h = r % 8, r // 8
                 for t in range(4):
                     for G in range(4):
+                        if i8:
+                            for e in range(8):
+                                at = base + 1024 * h + 512 * (G // 2) + 16 * (4 * gl + t) + 4 * (2 * (e // 4) + G % 2)
+                                out[at + B8[e % 4]] = q[row, 128 * kc + 32 * G + 8 * t + e]
+                            continue
                         word = 0
                         for e in range(8):
                             word |= int(q[row, 128 * kc + 32 * G + 8 * t + e]) << (4 * P[e])
@@ -73,10 +87,10 @@ def np_pack_int(qw):
                 for j in range(gpc):
                     grp = (128 * kc + kg * j) // g                   # the checkpoint group holding that k
                     idx = h * gpc + j
-                    at = base + 1024 + 4 * gpc * gl + 2 * idx
+                    at = base + cbytes + 4 * gpc * gl + 2 * idx
                     out[at:at + 2] = sbytes[row, grp]
                     if zp:
-                        out[base + 1024 + 32 * gpc + 2 * gpc * gl + idx] = qw.zeros[row, grp]
+                        out[base + cbytes + 32 * gpc + 2 * gpc * gl + idx] = qw.zeros[row, grp]
     return out
 
 
@@ -126,10 +140,12 @@ def test_argument_refusals():
         nt.quantize(w, format="int4", group_size=16, device=0)         # (the host quantizer refuses it first)
     with pytest.raises(nibble.Error, match="scale type"):
         nt.quantize(w, format="int4_sym", scale_type="f32", device=0)
-    with pytest.raises(ValueError, match="no GPU kernel serves int8 yet"):
-        nt.quantize(w, format="int8")
-    with pytest.raises(ValueError, match="no GPU kernel serves int8 yet"):
-        nt.pack(nibble.quantize(w.numpy(), "int8"), "cpu")
+    with pytest.raises(nibble.Error, match="32, 64, 128"):
+        nt.quantize(w, format="int8", group_size=16, device=0)
+    with pytest.raises(nibble.Error, match="scale type"):
+        nt.quantize(w, format="int8", scale_type="e8m0", device=0)
+    pw8 = nt.pack(nibble.quantize(w.numpy(), "int8"), "cpu")           # int8 has GPU kernels: packed, not refused
+    assert pw8.format == "int8" and pw8.packed.numel() == nibble.weight_sizes(16, 256, "int8")["packed_bytes"]
     model = torch.nn.Sequential(torch.nn.Linear(256, 16))
     with pytest.raises(ValueError, match="group_size"):
         nt.quantize_model(model, format="int4", group_size=48)
@@ -146,11 +162,12 @@ def test_argument_refusals():
         nt.Linear(pw, perm=torch.arange(255))
     if HAS_TF:
         experts = _qwen3_experts()
-        with pytest.raises(ValueError, match="no MoE kernel serves int4"):
-            nt.MoeExperts.from_module(experts, format="int4")
-        moe_model = torch.nn.ModuleDict({"experts": experts})
-        rep = nt.quantize_model(moe_model, format="int4", exclude=[])
-        assert "no MoE kernel serves int4" in rep["skipped"]["experts"] and moe_model["experts"] is experts
+        for fmt in ("int4", "int8"):   # the MoE kernels serve nvfp4 and mxfp4 only
+            with pytest.raises(ValueError, match=f"no MoE kernel serves {fmt}"):
+                nt.MoeExperts.from_module(experts, format=fmt)
+            moe_model = torch.nn.ModuleDict({"experts": experts})
+            rep = nt.quantize_model(moe_model, format=fmt, exclude=[])
+            assert f"no MoE kernel serves {fmt}" in rep["skipped"]["experts"] and moe_model["experts"] is experts
 
 
 def _qwen3_experts():
@@ -192,6 +209,14 @@ def test_op_argument_checks():
         op(x, st=int(nibble.ScaleType.E4M3))
     with pytest.raises(ValueError, match="takes groups of 16"):
         op(x, group=32, fmt=int(nibble.Format.NVFP4))
+    I8 = int(nibble.Format.INT8)
+    assert op(x, group=64, st=int(nibble.ScaleType.BF16), fmt=I8).shape == (2, 16)
+    with pytest.raises(ValueError, match="int8 takes groups of 32, 64, 128 or k"):
+        op(x, group=16, fmt=I8)
+    with pytest.raises(ValueError, match="int8 takes scale types f16, bf16"):
+        op(x, st=int(nibble.ScaleType.F32), fmt=I8)
+    with pytest.raises(ValueError, match="int8 with k = 100"):           # per channel, k not a multiple of 8
+        op(torch.empty(2, 100, dtype=torch.float16, device="meta"), k=100, group=100, fmt=I8)
     with pytest.raises(nibble.Error, match="packed"):                  # the real implementation on the CPU
         torch.ops.nibble.gemm(torch.zeros(2, 256, dtype=torch.float16), torch.zeros(8, dtype=torch.uint8),
                               torch.zeros(8, dtype=torch.uint8), None, 16, 256, I4, 1.0, 0, 15, 0, 0)
@@ -202,36 +227,46 @@ def test_op_argument_checks():
 AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]   # AutoAWQ: physical nibble i holds logical column AWQ_ORDER[i]
 
 
-def _words(nibbles, axis):
-    """Eight 4-bit values along `axis` (its length a multiple of 8) into one
-    int32 word, value i at bits 4i."""
-    v = np.moveaxis(nibbles.astype(np.uint32), axis, -1)
-    v = v.reshape(*v.shape[:-1], -1, 8)
+def _words(values, axis, bits=4):
+    """32 / bits values of `bits` bits along `axis` (its length a multiple of
+    that) into one int32 word, value i at bits `bits` * i."""
+    per = 32 // bits
+    v = np.moveaxis(values.astype(np.uint32), axis, -1)
+    v = v.reshape(*v.shape[:-1], -1, per)
     w = np.zeros(v.shape[:-1], np.uint32)
-    for i in range(8):
-        w |= v[..., i] << (4 * i)
+    for i in range(per):
+        w |= v[..., i] << (bits * i)
     return np.moveaxis(w, -1, axis).view(np.int32)
+
+
+# layout -> the nibble format its layers are read as
+FORMAT_OF = {"awq": "int4", "gptq": "int4", "gptq-act": "int4", "ct": "int4", "ct-sym": "int4_sym", "ct-int8": "int8"}
 
 
 def int4_layer(w, layout, g, rng):
     """One n x k float weight written as `layout` ("awq", "gptq" v1,
-    "gptq-act" v1 with act-order, "ct" asymmetric, "ct-sym"): (tensors
-    {suffix: (dtype, array)}, the dequantized weight in the model's column
-    order as that layout's own reader computes it, float32)."""
+    "gptq-act" v1 with act-order, "ct" asymmetric, "ct-sym", "ct-int8"
+    symmetric 8-bit): (tensors {suffix: (dtype, array)}, the dequantized
+    weight in the model's column order as that layout's own reader computes
+    it, float32)."""
     n, k = w.shape
     perm = np.arange(k)
     if layout == "gptq-act":
         perm = rng.permutation(k)                # column perm[j] is quantized in group j / g
-    sym = layout == "ct-sym"
+    fmt = FORMAT_OF[layout]
+    sym, bits = fmt != "int4", 8 if fmt == "int8" else 4
     st = "bf16" if layout.startswith("ct") else "f16"
-    qw = nibble.quantize(w[:, perm], "int4_sym" if sym else "int4", group_size=g, scale_type=st)
-    codes = np.stack([qw.codes & 15, qw.codes >> 4], -1).reshape(n, k)
+    qw = nibble.quantize(w[:, perm], fmt, group_size=g, scale_type=st)
+    codes = qw.codes if bits == 8 else np.stack([qw.codes & 15, qw.codes >> 4], -1).reshape(n, k)
     q = np.empty_like(codes)
     q[:, perm] = codes                           # the codes in the model's column order
     gidx = np.empty(k, np.int32)
     gidx[perm] = np.arange(k) // g
     s = nibble.from_bf16(qw.scales) if st == "bf16" else qw.scales.astype(np.float32)
-    qv = np.where(q >= 8, q.astype(np.int64) - 16, q) if sym else q.astype(np.int64)
+    if bits == 8:
+        qv = q.view(np.int8).astype(np.int64)   # two's complement bytes
+    else:
+        qv = np.where(q >= 8, q.astype(np.int64) - 16, q) if sym else q.astype(np.int64)
     z = 0 if sym else qw.zeros[:, gidx].astype(np.int64)
     dense = ((qv - z) * s[:, gidx].astype(np.float64)).astype(np.float32)
     sdt, sarr = ("BF16", qw.scales) if st == "bf16" else ("F16", qw.scales)
@@ -245,8 +280,8 @@ def int4_layer(w, layout, g, rng):
         stored = (qw.zeros.astype(np.int64) - 1) & 15            # GPTQ v1 stores z - 1
         return {"qweight": ("I32", _words(q.T, 0)), "qzeros": ("I32", _words(stored.T, 1)),
                 "scales": (sdt, np.ascontiguousarray(sarr.T)), "g_idx": ("I32", gidx)}, dense
-    stored_q = (qv + 8) if sym else q              # compressed-tensors: codes offset by 8 (asymmetric: as is)
-    t = {"weight_packed": ("I32", _words(stored_q, 1)), "weight_scale": (sdt, sarr),
+    stored_q = (qv + 2 ** (bits - 1)) if sym else q   # compressed-tensors: offset by 8 or 128 (asymmetric: as is)
+    t = {"weight_packed": ("I32", _words(stored_q, 1, bits)), "weight_scale": (sdt, sarr),
          "weight_shape": ("I64", np.array([n, k], np.int64))}
     if not sym:
         t["weight_zero_point"] = ("I32", _words(qw.zeros.T, 1).T.copy())     # packed along n
@@ -258,7 +293,8 @@ def _qconfig(layout, g):
         return {"quant_method": "awq", "bits": 4, "group_size": g, "zero_point": True, "version": "gemm"}
     if layout.startswith("gptq"):
         return {"quant_method": "gptq", "bits": 4, "group_size": g, "desc_act": layout == "gptq-act", "sym": False}
-    w = {"num_bits": 4, "type": "int", "symmetric": layout == "ct-sym", "strategy": "group", "group_size": g}
+    w = {"num_bits": 8 if layout == "ct-int8" else 4, "type": "int", "symmetric": layout != "ct", "strategy": "group",
+         "group_size": g}
     return {"quant_method": "compressed-tensors", "format": "pack-quantized",
             "config_groups": {"group_0": {"targets": ["Linear"], "weights": w}}, "ignore": ["lm_head"]}
 
@@ -272,7 +308,8 @@ def write_int4_checkpoint(ref, d, layout, g=32, seed=0):
                                       seed)
 
 
-LAYOUTS = {"awq": "awq-int4", "gptq": "gptq-int4", "gptq-act": "gptq-int4", "ct": "ct-int4", "ct-sym": "ct-int4-sym"}
+LAYOUTS = {"awq": "awq-int4", "gptq": "gptq-int4", "gptq-act": "gptq-int4", "ct": "ct-int4", "ct-sym": "ct-int4-sym",
+           "ct-int8": "ct-int8"}
 
 
 @pytest.fixture(scope="module")
@@ -302,7 +339,7 @@ def test_load_dequantized_int4_is_exact(int4_ckpts, layout):
         L = ck.layer("model.layers.0.mlp.down_proj")
         assert L.k_permuted == (layout == "gptq-act")
         qw = ck.quantized_weight(L)
-        assert ck.weight_layout(L) == {"format": "int4_sym" if layout == "ct-sym" else "int4", "n": L.n, "k": L.k,
+        assert ck.weight_layout(L) == {"format": FORMAT_OF[layout], "n": L.n, "k": L.k,
                                        "group": 32, "scale_type": "bf16" if layout.startswith("ct") else None}
         back = nibble.unpack(nibble.pack(qw))
         np.testing.assert_array_equal(back.codes, qw.codes)
@@ -311,27 +348,31 @@ def test_load_dequantized_int4_is_exact(int4_ckpts, layout):
 
 @io
 @hf
-def test_transformers_int4_on_the_cpu(int4_ckpts, tmp_path):
+@pytest.mark.parametrize("layout", ["gptq-act", "ct-int8"])
+def test_transformers_int4_on_the_cpu(int4_ckpts, tmp_path, layout):
     """from_pretrained(quantization_config=NibbleConfig()) of a GPTQ
-    act-order checkpoint: nibble.torch.Linear layers packed on the host
-    (with the activation permutation), the dequantized twin exact, and
-    save_pretrained writing compressed-tensors int4 (test_int4_save.py
-    checks what it writes)."""
+    act-order and a compressed-tensors int8 checkpoint: nibble.torch.Linear
+    layers packed on the host (with the activation permutation where the
+    layer has one), the dequantized twin exact, and save_pretrained writing
+    compressed-tensors int4 / int8 (test_int4_save.py checks what it
+    writes)."""
     from transformers import AutoModelForCausalLM
     from nibble.transformers import NibbleConfig
     from test_load import bf16_bits
-    path, dense = int4_ckpts["gptq-act"]
+    path, dense = int4_ckpts[layout]
+    fmt = FORMAT_OF[layout]
     m = AutoModelForCausalLM.from_pretrained(path, quantization_config=NibbleConfig(), dtype=torch.bfloat16)
     layers = {name: mod for name, mod in m.named_modules() if isinstance(mod, nt.Linear)}
-    assert set(layers) == set(dense) and all(mod.format == "int4" and mod.group == 32 for mod in layers.values())
+    assert set(layers) == set(dense) and all(mod.format == fmt and mod.group == 32 for mod in layers.values())
     with nibble.open_checkpoint(path) as ck:
         for prefix, mod in layers.items():
-            assert mod.packed.device.type == "cpu" and mod.perm is not None
-            assert torch.equal(mod.perm, torch.from_numpy(ck.perm(prefix).astype(np.int64)))
+            assert mod.packed.device.type == "cpu" and (mod.perm is not None) == (layout == "gptq-act")
+            if mod.perm is not None:
+                assert torch.equal(mod.perm, torch.from_numpy(ck.perm(prefix).astype(np.int64)))
             np.testing.assert_array_equal(mod.packed.numpy(), nibble.pack(ck.quantized_weight(prefix)).data)
     m.save_pretrained(str(tmp_path / "out"))
     with nibble.open_checkpoint(str(tmp_path / "out")) as ck:
-        assert {L.format for L in ck.layers if L.quant_format} == {"ct-int4"}
+        assert {L.format for L in ck.layers if L.quant_format} == {"ct-int8" if fmt == "int8" else "ct-int4"}
     ref = AutoModelForCausalLM.from_pretrained(path, quantization_config=NibbleConfig(dequantize=True),
                                                dtype=torch.bfloat16)
     for prefix, want in dense.items():
@@ -350,7 +391,7 @@ def test_gemm_int4_against_float64(fmt, group, st, dtype, m):
 
 
 @gpu
-@pytest.mark.parametrize("fmt", ["int4", "int4_sym"])
+@pytest.mark.parametrize("fmt", ["int4", "int4_sym", "int8"])
 def test_device_pack_and_quantize_equal_host(fmt):
     w = torch.from_numpy(_w(136, 384, seed=5)).to(torch.bfloat16)
     pw = nt.quantize(w.cuda(), format=fmt, group_size=64, scale_type="bf16")   # host quantizer, nb_pack_v2
@@ -363,10 +404,11 @@ def test_device_pack_and_quantize_equal_host(fmt):
 
 
 @gpu
-def test_opcheck_int4():
+@pytest.mark.parametrize("fmt", ["int4", "int8"])
+def test_opcheck_int4(fmt):
     """torch.library.opcheck with the integer formats' trailing arguments
     (group_size, scale_type): schema, fake against real, dynamic shapes."""
-    pw = nt.pack(_quant("int4", 64, "bf16", n=32, k=256))
+    pw = nt.pack(_quant(fmt, 64, "bf16", n=32, k=256))
     x = _x((2, 3, 256), torch.bfloat16).cuda()
     torch.library.opcheck(torch.ops.nibble.gemm.default, (x, pw.packed, pw.workspace, None, *pw.op_args()),
                           test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
@@ -402,7 +444,7 @@ class _Mlp(torch.nn.Module):
 
 
 @gpu
-@pytest.mark.parametrize("fmt", ["int4", "int4_sym"])
+@pytest.mark.parametrize("fmt", ["int4", "int4_sym", "int8"])
 def test_linear_and_quantize_model_int4(fmt):
     torch.manual_seed(0)
     model = _Mlp().to(torch.bfloat16).cuda()
@@ -417,13 +459,13 @@ def test_linear_and_quantize_model_int4(fmt):
         assert mod.format == fmt and mod.group == 32
         assert np.array_equal(mod.packed.cpu().numpy(), nibble.pack(qw).data)
     rel = ((model(x).float() - ref).norm() / ref.norm()).item()
-    assert rel < 0.2, f"int4 model output too far from the BF16 model ({rel:.3f})"
+    assert rel < (0.02 if fmt == "int8" else 0.2), f"{fmt} model output too far from the BF16 model ({rel:.3f})"
 
 
 @io
 @hf
 @gpu
-@pytest.mark.parametrize("layout", ["awq", "gptq-act", "ct-sym"])
+@pytest.mark.parametrize("layout", ["awq", "gptq-act", "ct-sym", "ct-int8"])
 def test_load_int4_gpu_generation_equals_dequantized(int4_ckpts, layout):
     from test_load import assert_load_agrees_with_dequantized
     path, dense = int4_ckpts[layout]
@@ -432,13 +474,16 @@ def test_load_int4_gpu_generation_equals_dequantized(int4_ckpts, layout):
 
 @hf
 @gpu
-def test_transformers_awq_from_pretrained_gpu(int4_ckpts):
+@pytest.mark.parametrize("layout", ["awq", "ct-int8"])
+def test_transformers_awq_from_pretrained_gpu(int4_ckpts, layout):
     pytest.importorskip("accelerate", reason="device_map needs accelerate")
     from transformers import AutoModelForCausalLM
     from nibble.transformers import NibbleConfig
     from test_load import assert_generation_agrees
-    path, _ = int4_ckpts["awq"]
+    path, dense = int4_ckpts[layout]
     m = AutoModelForCausalLM.from_pretrained(path, device_map="cuda", quantization_config=NibbleConfig())
+    layers = [mod for mod in m.modules() if isinstance(mod, nt.Linear)]
+    assert len(layers) == len(dense) and all(mod.format == FORMAT_OF[layout] and mod.packed.is_cuda for mod in layers)
     ref = AutoModelForCausalLM.from_pretrained(path, device_map="cuda",
                                                quantization_config=NibbleConfig(dequantize=True))
     assert_generation_agrees(m, ref)

@@ -7,7 +7,8 @@ docs/formats.md 5.4), on the CPU:
     and zero points; its config.json quantization_config is the one
     nibble.transformers writes; refusals;
   * save_pretrained of a model quantized at load with NibbleConfig(format=
-    "int4" | "int4_sym") (the same host quantizer as quantize_model): the
+    "int4" | "int4_sym" | "int8") (the same host quantizer as
+    quantize_model; int8 is written by Python only, num_bits 8): the
     tensors are packed as formats.md 5.4 says (checked here in numpy), the
     reader returns quantize_model's bytes, from_pretrained(NibbleConfig())
     packs the same bytes again, load_quantized(dequantize=True) gives the
@@ -28,22 +29,24 @@ from test_load import HAS_IO, HAS_TF, bf16_bits, io, hf, meta_model, reference_m
 
 pytestmark = [io, hf]
 
-INT_LAYOUT = {"int4": "ct-int4", "int4_sym": "ct-int4-sym"}
+INT_LAYOUT = {"int4": "ct-int4", "int4_sym": "ct-int4-sym", "int8": "ct-int8"}
 
 
 def _bf16_to_f32(t):
     return t.detach().float().numpy()
 
 
-def _words_along(nibbles, axis):
-    """Eight 4-bit values along `axis` (padded with zeros to a multiple of 8)
-    into one little-endian int32 word, value i at bits 4i."""
-    v = np.moveaxis(np.asarray(nibbles, np.uint32), axis, -1)
-    pad = (-v.shape[-1]) % 8
-    v = np.concatenate([v, np.zeros(v.shape[:-1] + (pad,), np.uint32)], -1).reshape(*v.shape[:-1], -1, 8)
+def _words_along(values, axis, bits=4):
+    """32 / bits values of `bits` bits along `axis` (padded with zeros to a
+    multiple of that) into one little-endian int32 word, value i at bits
+    `bits` * i."""
+    per = 32 // bits
+    v = np.moveaxis(np.asarray(values, np.uint32), axis, -1)
+    pad = (-v.shape[-1]) % per
+    v = np.concatenate([v, np.zeros(v.shape[:-1] + (pad,), np.uint32)], -1).reshape(*v.shape[:-1], -1, per)
     w = np.zeros(v.shape[:-1], np.uint32)
-    for i in range(8):
-        w |= v[..., i] << np.uint32(4 * i)
+    for i in range(per):
+        w |= v[..., i] << np.uint32(bits * i)
     return np.moveaxis(w, -1, axis).view(np.int32)
 
 
@@ -53,10 +56,14 @@ def _nibbles(codes, k):
 
 def expected_tensors(qw):
     """formats.md 5.4 written out in numpy from a QuantizedWeight."""
-    q = _nibbles(qw.codes, qw.k).astype(np.int64)
+    bits = 8 if qw.format == "int8" else 4
+    if bits == 8:
+        q = qw.codes.view(np.int8).astype(np.int64) + 128   # the signed code plus 128
+    else:
+        q = _nibbles(qw.codes, qw.k).astype(np.int64)
     if qw.format == "int4_sym":
         q = np.where(q >= 8, q - 16, q) + 8                 # the signed code plus 8
-    out = {"weight_packed": _words_along(q, 1), "weight_shape": np.array([qw.n, qw.k], np.int64)}
+    out = {"weight_packed": _words_along(q, 1, bits), "weight_shape": np.array([qw.n, qw.k], np.int64)}
     if qw.format == "int4":
         out["weight_zero_point"] = _words_along(qw.zeros, 0)   # packed along n
     return out
@@ -140,7 +147,7 @@ def test_quantize_checkpoint_int_refusals(bf16, tmp_path):
 
 # ------------------------------------------------------- save_pretrained
 
-@pytest.mark.parametrize("fmt,st", [("int4", "bf16"), ("int4_sym", None)])
+@pytest.mark.parametrize("fmt,st", [("int4", "bf16"), ("int4_sym", None), ("int8", "bf16"), ("int8", None)])
 def test_save_pretrained_int_round_trip(bf16, tmp_path, fmt, st):
     from transformers import AutoModelForCausalLM
     from nibble.transformers import NibbleConfig
@@ -160,7 +167,7 @@ def test_save_pretrained_int_round_trip(bf16, tmp_path, fmt, st):
     w = qc["config_groups"]["group_0"]["weights"]
     assert qc["quant_method"] == "compressed-tensors" and qc["format"] == "pack-quantized"
     assert (w["num_bits"], w["type"], w["symmetric"], w["strategy"], w["group_size"]) == \
-        (4, "int", fmt == "int4_sym", "group", 32)
+        (8 if fmt == "int8" else 4, "int", fmt != "int4", "group", 32)
     assert qc["producer"]["name"] == "nibble"
     raw = raw_tensors(out)
     with nibble.open_checkpoint(out) as ck:
@@ -219,6 +226,40 @@ def test_save_pretrained_act_order_keeps_permutation(tmp_path_factory, tmp_path)
     for prefix, mod in layers.items():
         b = again.get_submodule(prefix)
         assert torch.equal(mod.packed, b.packed) and torch.equal(mod.perm, b.perm), prefix
+
+
+def test_int8_act_order_layer_tensors_read_back(tmp_path):
+    """layer_tensors of an int8 layer with an activation permutation: the
+    codes go back to input-feature order with weight_g_idx, and nibble's
+    reader returns the same permutation (the stable order of the features
+    by group), codes and scales."""
+    from nibble.transformers import layer_tensors
+    from test_checkpoint import write_safetensors
+    n, k, g = 24, 256, 32
+    rng = np.random.default_rng(11)
+    qw = nibble.quantize(rng.standard_normal((n, k)).astype(np.float32), "int8", group_size=g, scale_type="bf16")
+    gidx = rng.permutation(np.repeat(np.arange(k // g), g))
+    perm = np.argsort(gidx, kind="stable")      # column j of qw multiplies input feature perm[j]
+    t = layer_tensors(qw, perm)
+    assert set(t) == {"weight_packed", "weight_scale", "weight_shape", "weight_g_idx"}
+    np.testing.assert_array_equal(t["weight_g_idx"].numpy(), gidx)
+    orig = np.empty_like(qw.codes)
+    orig[:, perm] = qw.codes                    # the codes in input-feature order, plus 128, four to a word
+    np.testing.assert_array_equal(t["weight_packed"].numpy(),
+                                  _words_along(orig.view(np.int8).astype(np.int64) + 128, 1, 8))
+    P = "model.layers.0.mlp.down_proj"
+    write_safetensors(str(tmp_path / "model.safetensors"), {
+        f"{P}.weight_packed": ("I32", t["weight_packed"].numpy()),
+        f"{P}.weight_scale": ("BF16", t["weight_scale"].view(torch.int16).numpy().view(np.uint16)),
+        f"{P}.weight_shape": ("I64", t["weight_shape"].numpy()),
+        f"{P}.weight_g_idx": ("I32", t["weight_g_idx"].numpy())})
+    with nibble.open_checkpoint(str(tmp_path)) as ck:
+        L = ck.layer(P)
+        assert L.format == "ct-int8" and L.k_permuted and (L.n, L.k) == (n, k)
+        np.testing.assert_array_equal(ck.perm(L), perm)
+        back = ck.quantized_weight(L)
+        np.testing.assert_array_equal(back.codes, qw.codes)
+        np.testing.assert_array_equal(back.scales, qw.scales)
 
 
 def test_save_layout_refusals():

@@ -25,11 +25,11 @@ def test_arguments(capsys):
     a = layers.parse_args([])
     assert a.formats == ["nvfp4", "mxfp4"] and not a.int_peers and a.peers is None
     assert a.m == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024] and len(a.shapes) == 10
-    a = layers.parse_args(["--formats", "INT4, nf4,int4,int4_sym,bnb_fp4", "--int-peers", "--shapes", "4096x4096",
-                           "--m", "1,8"])
-    assert a.formats == ["int4", "nf4", "int4_sym", "bnb_fp4"] and a.int_peers
+    a = layers.parse_args(["--formats", "INT4, nf4,int4,int4_sym,bnb_fp4,int8", "--int-peers", "--shapes",
+                           "4096x4096", "--m", "1,8"])
+    assert a.formats == ["int4", "nf4", "int4_sym", "bnb_fp4", "int8"] and a.int_peers
     assert a.shapes == [(4096, 4096)] and a.m == [1, 8]
-    for bad, why in ((["--formats", "int8"], "'int8' is not one of nvfp4, mxfp4, int4, int4_sym, nf4, bnb_fp4"),
+    for bad, why in ((["--formats", "fp8"], "'fp8' is not one of nvfp4, mxfp4, int4, int4_sym, int8, nf4, bnb_fp4"),
                      (["--formats", ","], "names no format"), (["--shapes", "4000x4096"], "multiple of 128"),
                      (["--m", "0"], "1..65536"), (["--reps", "2"], "--reps must be >= 3")):
         with pytest.raises(SystemExit) as e:
@@ -48,7 +48,11 @@ def _w(n, k, seed=0):
 def test_peer_notes(monkeypatch):
     builds, notes = layers.load_int_peers(torch, ["nvfp4", "mxfp4"])
     assert builds == {} and notes == {"tinygemm": "no int4 or int4_sym in --formats",
+                                      "torch_int8": "no int8 in --formats",
                                       "bitsandbytes": "no nf4 or bnb_fp4 in --formats"}
+    if hasattr(torch.ops.aten, "_weight_int8pack_mm"):
+        builds, notes = layers.load_int_peers(torch, ["int8"])
+        assert list(builds) == ["torch_int8"] and "_weight_int8pack_mm" in notes["torch_int8"]
     monkeypatch.setitem(sys.modules, "bitsandbytes", None)   # as if it were not installed
     builds, notes = layers.load_int_peers(torch, ["int4_sym", "bnb_fp4"])
     assert list(builds) == ["tinygemm_int4"] and notes["tinygemm"].endswith("(m <= 256)")
@@ -71,6 +75,23 @@ def test_tinygemm_against_its_dequantized_weights():
     fns = layers.build_peer(torch, layers.load_int_peers(torch, ["int4"])[0]["tinygemm_int4"], w, 3, "cpu")
     x = _w(5, k, seed=2)
     assert len(fns) == 3 and all(torch.equal(f(x), fn(x)) for f in fns)
+
+
+@pytest.mark.skipif(not hasattr(torch.ops.aten, "_weight_int8pack_mm"), reason="torch without _weight_int8pack_mm")
+def test_torch_int8_against_its_dequantized_weights():
+    n, k = 64, 512
+    w = _w(n, k)
+    fn, ref = layers.torch_int8(torch, w, want_ref=True)
+    assert ref.shape == (n, k) and ref.dtype == torch.bfloat16
+    # one scale per row, 127 levels each side: within half a step of w, plus the BF16 roundings of s
+    # (relative 2^-9, times up to 127 steps: 2^-8 of the row's amax with the clamp) and of ref
+    amax = w.float().abs().amax(1, keepdim=True)
+    tol = 0.5 * amax / 127 * (1 + 2 ** -8) + 2 ** -8 * amax + 2 ** -9 * w.float().abs()
+    assert ((ref.float() - w.float()).abs() <= tol).all()
+    # the op multiplies by exactly ref; another layer's weights are caught; the build without ref
+    assert layers.rel_error(torch, fn, ref, k, "cpu") < 0.005
+    assert layers.rel_error(torch, fn, _w(n, k, seed=1), k, "cpu") > layers.MAX_REL
+    assert layers.torch_int8(torch, w)[1] is None
 
 
 def test_peer_with_a_wrong_product_is_refused():

@@ -292,21 +292,46 @@ def test_load_argument_errors(checkpoints):
         nt.load_quantized(model, checkpoints["nvfp4"], dequantize=True)
 
 
+def write_8bit_without_format(d, layout):
+    """A one-layer checkpoint (model.layers.0.mlp.down_proj, 64 x 128) in an
+    8-bit layout no nibble format holds, which the reader marks
+    inconsistent: "ct-asym" compressed-tensors pack-quantized 8-bit with
+    zero points, "gptq" GPTQ with bits 8 (nibble reads 4-bit GPTQ).
+    Returns the reason the reader gives."""
+    n, k = 64, 128
+    P = "model.layers.0.mlp.down_proj"
+    os.makedirs(d, exist_ok=True)
+    if layout == "ct-asym":
+        write_safetensors(os.path.join(d, "model.safetensors"), {
+            f"{P}.weight_packed": ("I32", np.zeros((n, k // 4), np.int32)),
+            f"{P}.weight_scale": ("BF16", np.full((n, 1), 0x3F80, np.uint16)),
+            f"{P}.weight_zero_point": ("I32", np.zeros((n // 8, 1), np.int32)),
+            f"{P}.weight_shape": ("I64", np.array([n, k], np.int64))})
+        return "asymmetric 8-bit weights: no format holds them"
+    write_safetensors(os.path.join(d, "model.safetensors"), {
+        f"{P}.qweight": ("I32", np.zeros((k // 4, n), np.int32)),
+        f"{P}.qzeros": ("I32", np.zeros((1, n // 4), np.int32)),
+        f"{P}.scales": ("F16", np.ones((1, n), np.float16))})
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump({"quantization_config": {"quant_method": "gptq", "bits": 8, "group_size": -1, "sym": False}}, f)
+    return "the config says 8 bits; nibble reads 4-bit GPTQ"
+
+
 @io
 @hf
-def test_load_refuses_formats_without_kernels(tmp_path):
-    """A compressed-tensors int8 layer is refused by name: no GPU kernel
-    serves int8, and nothing slower runs in its place."""
-    n, k = 64, 64   # compressed-tensors pack-quantized int8, one scale per row (bits from the shapes)
-    write_safetensors(str(tmp_path / "model.safetensors"), {
-        "model.layers.0.mlp.down_proj.weight_packed": ("I32", np.zeros((n, k // 4), np.int32)),
-        "model.layers.0.mlp.down_proj.weight_scale": ("BF16", np.full((n, 1), 0x3F80, np.uint16)),
-        "model.layers.0.mlp.down_proj.weight_shape": ("I64", np.array([n, k], np.int64))})
+@pytest.mark.parametrize("layout", ["ct-asym", "gptq"])
+def test_load_refuses_8bit_layouts_without_a_format(tmp_path, layout):
+    """8-bit layers no nibble format holds (compressed-tensors asymmetric,
+    GPTQ 8-bit) are refused by name with the reader's reason; nothing
+    slower runs in their place.  (Symmetric compressed-tensors int8 loads
+    onto the int8 kernels: test_int4.py.)"""
+    why = write_8bit_without_format(str(tmp_path), layout)
     for dq in (True, False):
         with pytest.raises(nibble.Error) as e:  # (an explicit device: no CUDA call before the refusal)
-            nt.load_quantized(meta_model(), str(tmp_path), dequantize=dq, device="cpu" if dq else "cuda:0")
-        assert e.value.status == nibble.Status.ERR_UNSUPPORTED
-        assert "ct-int8: no GPU kernel serves int8 yet" in e.value.message
+            nt.load_quantized(meta_model(), str(tmp_path), dequantize=dq, device="cpu" if dq else "cuda:0",
+                              strict=False)
+        assert e.value.status == nibble.Status.ERR_CORRUPT
+        assert "model.layers.0.mlp.down_proj" in e.value.message and why in e.value.message, e.value.message
 
 
 @io

@@ -76,15 +76,16 @@ def check_gemm_against_float64(qw, dtype, m, what, operand=0.0):
     dtype, a bias) against the float64 host reference by _check_close; the
     workspace stays zeroed (test_int4.py and test_bnb.py use it).  Where the
     integer and table formats ran on the tensor-core kernel (Hopper, larger
-    m), its weights are rounded to dtype (DESIGN.md 4.2.3): (q - z) s once,
-    twice with the scale rounded first; r(v) r(absmax) three times."""
+    m), its weights are rounded to dtype (DESIGN.md 4.2.3): (q - z) s and
+    q s once, twice with the scale rounded first; r(v) r(absmax) three
+    times."""
     n, k = qw.n, qw.k
     pw = nt.pack(qw)
     x = _x((m, k), dtype, seed=m)
     bias = _x((n,), dtype, seed=2)
     y = nt.gemm(x.cuda(), pw, bias.cuda())
     torch.cuda.synchronize()
-    if "gemm_sm90<" in nt.last_config() and qw.format in ("int4", "int4_sym", "nf4", "bnb_fp4"):
+    if "gemm_sm90<" in nt.last_config() and qw.format in ("int4", "int4_sym", "int8", "nf4", "bnb_fp4"):
         u = EPS[dtype]
         operand = (1 + u) ** 3 - 1 + 2.0 ** -24 if qw.format in ("nf4", "bnb_fp4") else (1 + u) ** 2 - 1
     assert y.shape == (m, n) and y.dtype == dtype
@@ -166,8 +167,6 @@ def test_errors_before_c():
         nt.quantize(torch.zeros(K))
     with pytest.raises(ValueError, match="unknown format"):
         nt.quantize(torch.zeros(4, K), format="int3")
-    with pytest.raises(ValueError, match="no GPU kernel serves int8 yet"):
-        nt.quantize(torch.zeros(4, K), format="int8")
     with pytest.raises(ValueError, match="not a CUDA device"):
         nt.quantize(torch.zeros(4, K), device="cpu")
     with pytest.raises(TypeError):

@@ -54,7 +54,7 @@ sys.path.insert(0, BENCH)   # e2e_decode (its Decoder) and tp_decode, in this pr
 WORLD = 2
 U_BF16 = 2.0 ** -8
 N, K = 96, 512          # n: 48 rows per rank (three row blocks); k: 256 per rank (two 128-wide chunks)
-CASES = [(None, None), ("nvfp4", None), ("mxfp4", None), ("int4", 32), ("int4_sym", 64), ("nf4", None),
+CASES = [(None, None), ("nvfp4", None), ("mxfp4", None), ("int4", 32), ("int4_sym", 64), ("int8", 32), ("nf4", None),
          ("bnb_fp4", 128)]   # (format, group)
 
 gloo = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
@@ -114,7 +114,7 @@ def test_split_weight_is_a_slice(fmt, group):
     whole = nibble.pack(qw).data
     rb, kc = N // 16, K // 128
     chunks = whole.reshape(rb, kc, -1)
-    bits = 4
+    bits = nibble.format_info(fmt)["element_bits"]   # int8: a byte per element
     for r in range(WORLD):
         s = tp.split_weight(qw, "n", r, WORLD)
         rows = slice(r * N // WORLD, (r + 1) * N // WORLD)
@@ -341,10 +341,10 @@ def test_parallel_layers(ranks, fmt, group):
             assert np.array_equal(s.codes, qw.codes[cols]) and np.array_equal(s.scales, qw.scales[cols])
             assert s.zeros is None or np.array_equal(s.zeros, qw.zeros[cols])
         lo, hi = r * K // WORLD, (r + 1) * K // WORLD
-        g = qw.group_size
+        g, per = qw.group_size, 8 // nibble.format_info(fmt)["element_bits"]   # elements per code byte
         for key in ("row_w", "row_from_linear"):
             s = got[key]
-            assert s.tensor_scale == qw.tensor_scale and np.array_equal(s.codes, qw.codes[:, lo // 2:hi // 2])
+            assert s.tensor_scale == qw.tensor_scale and np.array_equal(s.codes, qw.codes[:, lo // per:hi // per])
             assert np.array_equal(s.scales, qw.scales[:, lo // g:hi // g])
             assert s.zeros is None or np.array_equal(s.zeros, qw.zeros[:, lo // g:hi // g])
         assert (got["row_bias"] is not None) == (r == 0), "the bias belongs to rank 0's shard only"

@@ -148,9 +148,12 @@ def test_config_arguments():
     assert (c.format, c.scale_rule, c.modules_to_not_convert) == ("mxfp4", "round_up", ["lm_head"])
     assert c.to_dict()["quant_method"] == "nibble" and NibbleConfig.from_dict(c.to_dict()).format == "mxfp4"
     assert "mxfp4" in repr(c)
-    with pytest.raises(ValueError, match="no GPU kernel serves int8"):
-        NibbleConfig(format="int8")
-    assert NibbleConfig(format="int4").format == "int4"     # (int4, int4_sym, nf4, bnb_fp4 have kernels)
+    assert NibbleConfig(format="int4").format == "int4"     # (int4, int4_sym, int8, nf4, bnb_fp4 have kernels)
+    c = NibbleConfig(format="INT8", group_size=64, scale_type="bf16")
+    assert (c.format, c.group_size, c.scale_type) == ("int8", 64, "bf16")
+    assert NibbleConfig.from_dict(c.to_dict()).group_size == 64
+    with pytest.raises(ValueError, match="group_size 16; int8 takes 32, 64, 128"):
+        NibbleConfig(format="int8", group_size=16)
     assert NibbleConfig(format="NF4").format == "nf4"
     with pytest.raises(ValueError, match="not a nibble format"):
         NibbleConfig(format="fp8")
@@ -402,20 +405,30 @@ def test_gpu_gptoss_generates_as_the_dequantized_model(gptoss):
 
 # ------------------------------------------------------------------ refusals
 
-def test_refuses_formats_without_kernels(tmp_path):
-    """A compressed-tensors int8 checkpoint taken over by NibbleConfig() is
-    refused by name: no GPU kernel serves int8, and nothing slower runs
-    instead."""
-    n, k = 64, 64   # compressed-tensors pack-quantized int8, one scale per row (bits from the shapes)
-    write_safetensors(str(tmp_path / "model.safetensors"), {
-        "model.layers.0.mlp.down_proj.weight_packed": ("I32", np.zeros((n, k // 4), np.int32)),
-        "model.layers.0.mlp.down_proj.weight_scale": ("BF16", np.full((n, 1), 0x3F80, np.uint16)),
-        "model.layers.0.mlp.down_proj.weight_shape": ("I64", np.array([n, k], np.int64))})
+@pytest.mark.parametrize("layout", ["ct-asym", "gptq"])
+def test_refuses_8bit_layouts_without_a_format(tmp_path, layout):
+    """An 8-bit checkpoint no nibble format holds (compressed-tensors
+    asymmetric, GPTQ 8-bit) taken over by NibbleConfig() is refused by name
+    with the reader's reason, as load_quantized refuses it; nothing slower
+    runs instead.  (Symmetric compressed-tensors int8 loads onto the int8
+    kernels: test_int4.py.)"""
+    from test_load import write_8bit_without_format
+    why = write_8bit_without_format(str(tmp_path), layout)
+    qc = None
+    if os.path.exists(tmp_path / "config.json"):
+        with open(tmp_path / "config.json") as f:
+            qc = json.load(f)["quantization_config"]
     tiny_config().save_pretrained(str(tmp_path))
+    if qc is not None:   # the GPTQ config (bits 8) in the model's config.json
+        with open(tmp_path / "config.json") as f:
+            config = json.load(f)
+        config["quantization_config"] = qc
+        with open(tmp_path / "config.json", "w") as f:
+            json.dump(config, f)
     with pytest.raises(nibble.Error) as e:
         AutoModelForCausalLM.from_pretrained(str(tmp_path), quantization_config=NibbleConfig())
-    assert e.value.status == nibble.Status.ERR_UNSUPPORTED
-    assert "ct-int8: no GPU kernel serves int8 yet" in e.value.message
+    assert e.value.status == nibble.Status.ERR_CORRUPT
+    assert "model.layers.0.mlp.down_proj" in e.value.message and why in e.value.message, e.value.message
 
 
 def test_refuses_mismatched_configs(ckpts, tmp_path):
@@ -434,7 +447,7 @@ def test_refuses_mismatched_configs(ckpts, tmp_path):
 
 
 def test_refuses_what_it_cannot_do(ckpts):
-    with pytest.raises(ValueError, match="no 4-bit layer.*quantizes at load"):
+    with pytest.raises(ValueError, match="no quantized layer.*quantizes at load"):
         AutoModelForCausalLM.from_pretrained(ckpts["bf16"], quantization_config=NibbleConfig())
 
 
