@@ -26,7 +26,7 @@
  *                 the layout allows);
  *     nb_ckpt_quantize  BF16/F16/F32 checkpoint -> ModelOpt NVFP4, Quark
  *                 MXFP4 or compressed-tensors pack-quantized int4 /
- *                 int4_sym checkpoint (what `nibble quantize` runs);
+ *                 int4_sym / int8 checkpoint (what `nibble quantize` runs);
  *     nb_ckpt_convert   4-bit checkpoint (or GGUF file) -> another 4-bit
  *                 layout, codes and block scales byte for byte (`nibble
  *                 convert`);
@@ -631,17 +631,17 @@ NB_API nb_status nb_ckpt_moe_read(const nb_ckpt *c, size_t i, nb_ckpt_moe_proj p
 
 /* ================================================================ quantize
  *
- * nb_ckpt_quantize writes a BF16/F16/F32 checkpoint as a 4-bit one, in the
- * checkpoint layout of opts.format: NVFP4 as ModelOpt (docs/formats.md
- * 2.2-2.3), MXFP4 as Quark (3.3), INT4 and INT4_SYM as compressed-tensors
- * pack-quantized (5.4; opts.group_size and opts.scale_type choose the group
- * and the scales' dtype).  A format of nibble.h's table that has no such
+ * nb_ckpt_quantize writes a BF16/F16/F32 checkpoint as a 4-bit or 8-bit one,
+ * in the checkpoint layout of opts.format: NVFP4 as ModelOpt
+ * (docs/formats.md 2.2-2.3), MXFP4 as Quark (3.3), INT4, INT4_SYM and INT8
+ * as compressed-tensors pack-quantized (5.4; opts.group_size and
+ * opts.scale_type choose the group and the scales' dtype).  A format of nibble.h's table that has no such
  * layout here is NB_ERR_UNSUPPORTED.
  *
  * WHAT IS QUANTIZED: a tensor "P.weight" (P not empty) of rank 2, dtype
  * BF16, F16 or F32, with N, K > 0 and K a multiple of the format's group
  * (the chosen one for the integer formats; one group per row takes any even
- * K), whose prefix P matches no exclude pattern, and for which the input has
+ * K, any K for INT8), whose prefix P matches no exclude pattern, and for which the input has
  * none of the tensors the layout writes for P besides P.weight
  * (P.weight_scale, P.weight_scale_2 for formats with a tensor scale;
  * P.weight_packed, P.weight_scale, P.weight_shape, P.weight_zero_point and
@@ -665,11 +665,15 @@ NB_API nb_status nb_ckpt_moe_read(const nb_ckpt *c, size_t i, nb_ckpt_moe_proj p
  *   MXFP4: P.weight U8 [N,K/2], P.weight_scale U8 [N,K/32] (E8M0);
  *          config.json (when the input has one) with a Quark
  *          quantization_config whose scale_calculation_mode names the rule.
- *   INT4, INT4_SYM (compressed-tensors pack-quantized, docs/formats.md 5.4):
+ *   INT4, INT4_SYM, INT8 (compressed-tensors pack-quantized,
+ *          docs/formats.md 5.4):
  *          P.weight_packed I32 [N, ceil(K/8)] (element k at bits 4(k % 8) of
  *          word k / 8: the bytes of nb_quantize_host_v2's codes, with
  *          int4_sym's codes offset by 8, i.e. each nibble's bit 3 flipped;
- *          a row whose K is not a multiple of 8 is padded with zero bits),
+ *          INT8: I32 [N, ceil(K/4)], element k at bits 8(k % 4) of word
+ *          k / 4, each code byte with bit 7 flipped, the two's-complement
+ *          code plus 128; a row whose K is not a multiple of 32/bits is
+ *          padded with zero bits),
  *          P.weight_scale F16 or BF16 [N, K/G] (the scales as they are),
  *          P.weight_shape I64 [2] = {N, K}, and for int4
  *          P.weight_zero_point I32 [ceil(N/8), K/G] (the zero points as they
@@ -677,12 +681,13 @@ NB_API nb_status nb_ckpt_moe_read(const nb_ckpt *c, size_t i, nb_ckpt_moe_proj p
  *          row n at bits 4(n % 8) of word row n / 8, padding rows zero);
  *          config.json (when the input has one) with a compressed-tensors
  *          quantization_config: format "pack-quantized", config_groups
- *          group_0 {targets ["Linear"], weights {num_bits 4, type "int",
- *          symmetric, strategy "group" with group_size G, or "channel" with
- *          group_size null, dynamic false, observer "minmax", actorder null},
- *          input_activations null}, ignore (the unquantized weights),
+ *          group_0 {targets ["Linear"], weights {num_bits 4 (INT8: 8),
+ *          type "int", symmetric (true but for INT4), strategy "group"
+ *          with group_size G, or "channel" with group_size null, dynamic
+ *          false, observer "minmax", actorder null}, input_activations
+ *          null}, ignore (the unquantized weights),
  *          quantization_status "compressed", producer nibble.  Read back,
- *          these are the ct-int4 / ct-int4-sym layers of
+ *          these are the ct-int4 / ct-int4-sym / ct-int8 layers of
  *          nb_ckpt_layer_weight_v2 with exactly the quantizer's codes, scales
  *          and zero points.
  *   One output safetensors file per input file, with the same base name, and
@@ -738,7 +743,7 @@ NB_API nb_status nb_ckpt_device_name(nb_ckpt_device d, const char **name);
 NB_API nb_status nb_ckpt_device_parse(const char *s, nb_ckpt_device *out);
 
 typedef struct nb_ckpt_quantize_opts {
-    nb_format format;             /* a format with a checkpoint layout: NVFP4, MXFP4 */
+    nb_format format;             /* a format with a checkpoint layout: NVFP4, MXFP4, INT4, INT4_SYM, INT8 */
     nb_mx_scale_rule mx_rule;     /* formats with E8M0 scales (MXFP4); EVEN is Quark's default */
     const char *const *exclude;   /* fnmatch patterns on the layer prefix; may be NULL when nexclude is 0 */
     size_t nexclude;
@@ -749,7 +754,7 @@ typedef struct nb_ckpt_quantize_opts {
     int32_t allow_empty;          /* 1: a checkpoint with nothing to quantize is copied (else refused) */
     int32_t method;               /* nb_quant_method: RTN, or MSE (host only: device AUTO then quantizes on
                                    * the CPU, device GPU is NB_ERR_UNSUPPORTED; FP4 formats only) */
-    /* Integer formats (int4, int4_sym): the group, 0 for the format's default
+    /* Integer formats (int4, int4_sym, int8): the group, 0 for the format's default
      * (128), 32, 64, 128, or NB_CKPT_GROUP_PER_CHANNEL (one group per row,
      * compressed-tensors' "channel" strategy); must be 0 for the FP4 formats,
      * whose group is fixed. */
@@ -801,7 +806,7 @@ typedef struct nb_ckpt_quantize_summary {
 NB_API nb_status nb_ckpt_quantize(const char *in, const char *out, const nb_ckpt_quantize_opts *opts,
                                   nb_ckpt_quantize_summary *summary);
 /* The formats nb_ckpt_quantize writes a checkpoint layout for (ModelOpt
- * NVFP4, Quark MXFP4, compressed-tensors INT4 and INT4_SYM): *count receives how many, at most `max` are written
+ * NVFP4, Quark MXFP4, compressed-tensors INT4, INT4_SYM and INT8): *count receives how many, at most `max` are written
  * (formats may be NULL when max is 0). */
 NB_API nb_status nb_ckpt_quantize_formats(nb_format *formats, size_t max, size_t *count);
 

@@ -1,16 +1,17 @@
-/* test_ckpt_quantize_int.c - nb_ckpt_quantize to int4 / int4_sym in the
- * compressed-tensors pack-quantized layout (nibble_io.h "quantize",
+/* test_ckpt_quantize_int.c - nb_ckpt_quantize to int4 / int4_sym / int8 in
+ * the compressed-tensors pack-quantized layout (nibble_io.h "quantize",
  * docs/formats.md 5.4).  A small BF16/F16/F32 checkpoint - rows that are not
  * a multiple of 8 (zero-point padding), a K that is not a multiple of 8
- * (weight_packed padding), K that only some groups divide, a layer whose
- * weight_shape is already there - is quantized with every group (32, 64,
- * 128, per channel) and both scale types, then:
+ * (4-bit weight_packed padding), an odd K (per channel: int8 only, 8-bit
+ * padding), K that only some groups divide, a layer whose weight_shape is
+ * already there - is quantized with every group (32, 64, 128, per channel)
+ * and both scale types, then:
  *   - every tensor is checked against bytes packed here element by element
  *     from nb_quantize_host_v2's codes, scales and zero points (written from
  *     formats.md 5.4, independently of ckpt_quantize.c's word packing);
  *   - nb_ckpt_open must classify each quantized layer ct-int4 / ct-int4-sym
- *     as declared by config.json, and nb_ckpt_layer_weight_v2 must return
- *     exactly the quantizer's codes, scales and zero points;
+ *     / ct-int8 as declared by config.json, and nb_ckpt_layer_weight_v2 must
+ *     return exactly the quantizer's codes, scales and zero points;
  *   - config.json's quantization_config holds the documented fields;
  *   - unquantized weights are byte-identical copies and listed in ignore;
  *   - refusals (MSE, device GPU, groups, scale types) leave no output. */
@@ -37,6 +38,7 @@ static const ispec k_t[] = {
     {"m.layers.0.o_proj.weight", NB_ST_F32, 2, {13, 128}},      /* N % 8 != 0 */
     {"m.layers.0.odd_proj.weight", NB_ST_BF16, 2, {5, 20}},     /* K % 8 != 0: per channel only */
     {"m.layers.0.q_proj.weight", NB_ST_BF16, 2, {24, 256}},
+    {"m.layers.0.tail_proj.weight", NB_ST_F16, 2, {3, 21}},     /* K odd: int8 per channel only */
     {"m.layers.0.up_proj.weight", NB_ST_F16, 2, {16, 64}},
 };
 #define NI (sizeof k_t / sizeof k_t[0])
@@ -87,15 +89,20 @@ static int ends_with(const char *s, const char *suf) {
     return n >= m && !strcmp(s + n - m, suf);
 }
 
-/* The group of weight i, or 0 when it is left unquantized (written from the
- * rules of nibble_io.h, not from ckpt_quantize.c). */
-static int64_t expect_group(size_t i, int32_t group) {
+/* The group of weight i in format fmt, or 0 when it is left unquantized
+ * (written from the rules of nibble_io.h, not from ckpt_quantize.c). */
+static int64_t expect_group(size_t i, nb_format fmt, int32_t group) {
     const ispec *p = &k_t[i];
     if (p->rank != 2 || !ends_with(p->name, ".weight") || strstr(p->name, "lm_head") || strstr(p->name, "c_proj"))
         return 0;
     const int64_t k = p->shape[1];
-    if (group == NB_CKPT_GROUP_PER_CHANNEL) return k % 2 ? 0 : k;
+    if (group == NB_CKPT_GROUP_PER_CHANNEL) return k % 2 && fmt != NB_FORMAT_INT8 ? 0 : k;
     return k % (group ? group : 128) ? 0 : (group ? group : 128);
+}
+
+/* The layout nibble's reader names a compressed-tensors layer of format f. */
+static nb_ckpt_format ct_layout(nb_format f) {
+    return f == NB_FORMAT_INT4 ? NB_CKPT_CT_INT4 : f == NB_FORMAT_INT4_SYM ? NB_CKPT_CT_INT4_SYM : NB_CKPT_CT_INT8;
 }
 
 static nb_dtype src_dtype(nb_st_dtype d) {
@@ -121,7 +128,7 @@ static void check_layer(const nb_st_file *f, nb_ckpt *c, nb_context *ctx, size_t
                         nb_scale_type sty, const char *out) {
     const ispec *p = &k_t[i];
     const int64_t n = p->shape[0], k = p->shape[1], ng = k / g;
-    const int sym = fmt == NB_FORMAT_INT4_SYM;
+    const int sym = fmt != NB_FORMAT_INT4, bits = fmt == NB_FORMAT_INT8 ? 8 : 4, per = 32 / bits;
     char prefix[256];
     snprintf(prefix, sizeof prefix, "%.*s", (int)(strlen(p->name) - 7), p->name);
     /* the reference */
@@ -141,8 +148,9 @@ static void check_layer(const nb_st_file *f, nb_ckpt *c, nb_context *ctx, size_t
     char name[320];
     snprintf(name, sizeof name, "%.255s.weight", prefix);
     CHECK(nb_st_tensor_find(f, name, &t) == NB_ERR_NOT_FOUND, "%s: %s is still there", out, name);
-    /* weight_packed I32 [N, ceil(K/8)]: element j at bits 4(j % 8) of word j / 8, offset 8 when symmetric */
-    const int64_t words = (k + 7) / 8;
+    /* weight_packed I32 [N, ceil(K/per)]: element j at bits b(j % per) of word j / per, offset 2^(b-1) when
+     * symmetric (per = 32/b: 8 nibbles or 4 bytes) */
+    const int64_t words = (k + per - 1) / per;
     if (find(f, prefix, ".weight_packed", &t)) {
         CHECK(t.dtype == NB_ST_I32 && t.rank == 2 && t.shape[0] == n && t.shape[1] == words, "%s: %s shape", out,
               t.name);
@@ -150,10 +158,16 @@ static void check_layer(const nb_st_file *f, nb_ckpt *c, nb_context *ctx, size_t
         for (int64_t r = 0; r < n && !bad && t.shape[1] == words; r++)
             for (int64_t w = 0; w < words && !bad; w++) {
                 uint32_t want = 0;
-                for (int64_t e = 0; e < 8 && w * 8 + e < k; e++) {
-                    const unsigned q = (unsigned)nib(rc, (size_t)(r * k + w * 8 + e));
-                    const unsigned stored = sym ? (unsigned)((((int)q ^ 8) - 8) + 8) & 15 : q; /* signed q + 8 */
-                    want |= (uint32_t)stored << (4 * e);
+                for (int64_t e = 0; e < per && w * per + e < k; e++) {
+                    const size_t j = (size_t)(r * k + w * per + e);
+                    unsigned stored;
+                    if (bits == 8) {
+                        stored = (unsigned)((int)(int8_t)rc[j] + 128); /* signed q + 128 */
+                    } else {
+                        const unsigned q = (unsigned)nib(rc, j);
+                        stored = sym ? (unsigned)((((int)q ^ 8) - 8) + 8) & 15 : q; /* signed q + 8 */
+                    }
+                    want |= (uint32_t)stored << (bits * e);
                 }
                 const uint32_t got = rd32((const uint8_t *)t.data + 4 * (r * words + w));
                 if (got != want) {
@@ -177,7 +191,7 @@ static void check_layer(const nb_st_file *f, nb_ckpt *c, nb_context *ctx, size_t
     snprintf(name, sizeof name, "%.255s.weight_zero_point", prefix);
     const nb_status zst = nb_st_tensor_find(f, name, &t);
     if (sym) {
-        CHECK(zst == NB_ERR_NOT_FOUND, "%s: int4_sym wrote %s", out, name);
+        CHECK(zst == NB_ERR_NOT_FOUND, "%s: a symmetric format wrote %s", out, name);
     } else if (zst != NB_OK) {
         CHECK(0, "%s: %s missing", out, name);
     } else {
@@ -201,14 +215,14 @@ static void check_layer(const nb_st_file *f, nb_ckpt *c, nb_context *ctx, size_t
         CHECK(!bad, "%s: %s", out, name);
     }
 
-    /* the reader: ct-int4 / ct-int4-sym, declared by config.json, the same bytes back */
+    /* the reader: ct-int4 / ct-int4-sym / ct-int8, declared by config.json, the same bytes back */
     size_t li = 0;
     st = nb_ckpt_layer_find(c, prefix, &li);
     CHECK(st == NB_OK, "%s: layer %s not found", out, prefix);
     if (st == NB_OK) {
         nb_ckpt_layer L;
         nb_ckpt_layer_at(c, li, &L);
-        const nb_ckpt_format want = sym ? NB_CKPT_CT_INT4_SYM : NB_CKPT_CT_INT4;
+        const nb_ckpt_format want = ct_layout(fmt);
         CHECK(L.format == want && L.n == n && L.k == k && !L.config_mismatch && !L.excluded && !L.k_permuted &&
                   L.decided_by == NB_CKPT_SRC_CONFIG_JSON,
               "%s: %s is %s %lldx%lld by %s (%s)", out, prefix, fmt_name(L.format), (long long)L.n, (long long)L.k,
@@ -273,9 +287,9 @@ static void check_config(const char *out, nb_format fmt, int32_t group) {
     const cJSON *w = jget(g0, "weights", NULL, NULL);
     CHECK(has(jget(g0, "targets", NULL, NULL), "Linear") && cJSON_IsNull(jget(g0, "input_activations", NULL, NULL)),
           "%s: targets / input_activations", out);
-    CHECK(cJSON_GetNumberValue(jget(w, "num_bits", NULL, NULL)) == 4 && jis(jget(w, "type", NULL, NULL), "int") &&
-              cJSON_IsBool(jget(w, "symmetric", NULL, NULL)) &&
-              cJSON_IsTrue(jget(w, "symmetric", NULL, NULL)) == (fmt == NB_FORMAT_INT4_SYM) &&
+    CHECK(cJSON_GetNumberValue(jget(w, "num_bits", NULL, NULL)) == (fmt == NB_FORMAT_INT8 ? 8 : 4) &&
+              jis(jget(w, "type", NULL, NULL), "int") && cJSON_IsBool(jget(w, "symmetric", NULL, NULL)) &&
+              cJSON_IsTrue(jget(w, "symmetric", NULL, NULL)) == (fmt != NB_FORMAT_INT4) &&
               cJSON_IsFalse(jget(w, "dynamic", NULL, NULL)),
           "%s: weights num_bits / type / symmetric / dynamic", out);
     if (group == NB_CKPT_GROUP_PER_CHANNEL)
@@ -291,7 +305,7 @@ static void check_config(const char *out, nb_format fmt, int32_t group) {
         if (k_t[i].rank != 2 || !ends_with(k_t[i].name, ".weight")) continue;
         char prefix[256];
         snprintf(prefix, sizeof prefix, "%.*s", (int)(strlen(k_t[i].name) - 7), k_t[i].name);
-        CHECK(has(ig, prefix) == !expect_group(i, group), "%s: ignore and %s disagree", out, prefix);
+        CHECK(has(ig, prefix) == !expect_group(i, fmt, group), "%s: ignore and %s disagree", out, prefix);
     }
     cJSON_Delete(j);
 }
@@ -311,7 +325,7 @@ static void run_int(const char *out, nb_format fmt, int32_t group, int32_t sty) 
     if (st != NB_OK) return;
     size_t nq = 0, nw = 0;
     for (size_t i = 0; i < NI; i++) {
-        nq += expect_group(i, group) != 0;
+        nq += expect_group(i, fmt, group) != 0;
         nw += k_t[i].rank == 2 && ends_with(k_t[i].name, ".weight");
     }
     CHECK(s.layers_quantized == nq && s.tensors_copied == NI - nq && s.weights_excluded == nw - nq &&
@@ -329,13 +343,12 @@ static void run_int(const char *out, nb_format fmt, int32_t group, int32_t sty) 
     if (f && c && ctx) {
         nb_ckpt_config cfg;
         nb_ckpt_get_config(c, &cfg);
-        CHECK(cfg.declared == (fmt == NB_FORMAT_INT4 ? NB_CKPT_CT_INT4 : NB_CKPT_CT_INT4_SYM),
-              "%s: config declares %s", out, fmt_name(cfg.declared));
+        CHECK(cfg.declared == ct_layout(fmt), "%s: config declares %s", out, fmt_name(cfg.declared));
         size_t count = 0;
         nb_st_count(f, &count);
         CHECK(count == NI + nq * (fmt == NB_FORMAT_INT4 ? 3 : 2), "%s: %zu tensors", out, count);
         for (size_t i = 0; i < NI; i++) {
-            const int64_t g = expect_group(i, group);
+            const int64_t g = expect_group(i, fmt, group);
             if (g) {
                 check_layer(f, c, ctx, i, fmt, g, sty ? (nb_scale_type)sty : NB_SCALE_F16, out);
                 continue;
@@ -360,38 +373,39 @@ static void run_int(const char *out, nb_format fmt, int32_t group, int32_t sty) 
     CHECK(access(file, F_OK) == 0, "%s: tokenizer.json not copied", out);
 }
 
+/* The option refusals of integer format fmt: MSE, device GPU, group `group`
+ * and scale type `sty` (neither of which it takes). */
+static void refuse_opts(const char *in, const char *op, nb_format fmt, int32_t group, int32_t sty) {
+    char says[4][32] = {"nearest", "device", "", "scale_type"};
+    snprintf(says[2], sizeof says[2], "group_size %d", (int)group);
+    for (int c = 0; c < 4; c++) {
+        nb_ckpt_quantize_opts o;
+        nb_ckpt_quantize_opts_init(&o);
+        o.format = fmt;
+        if (c == 0) o.method = NB_QUANT_MSE;
+        if (c == 1) o.device = NB_CKPT_DEVICE_GPU;
+        if (c == 2) o.group_size = group;
+        if (c == 3) o.scale_type = sty;
+        const nb_status st = nb_ckpt_quantize(in, op, &o, NULL);
+        CHECK(st == (c < 2 ? NB_ERR_UNSUPPORTED : NB_ERR_INVALID_ARGUMENT) && strstr(nb_last_error(), says[c]),
+              "format %d, refusal \"%s\": %s (%s)", (int)fmt, says[c], nb_status_name(st), nb_last_error());
+    }
+}
+
 static void test_refusals(void) {
     char in[1024], op[1024];
     snprintf(in, sizeof in, "%s/in", g_dir);
     snprintf(op, sizeof op, "%s/refused", g_dir);
+    refuse_opts(in, op, NB_FORMAT_INT4, 16, NB_SCALE_F32);
+    refuse_opts(in, op, NB_FORMAT_INT8, 256, NB_SCALE_E4M3);
+    /* nothing to quantize: the reason names the group */
     nb_ckpt_quantize_opts o;
     nb_ckpt_quantize_opts_init(&o);
     o.format = NB_FORMAT_INT4;
-    o.method = NB_QUANT_MSE;
-    nb_status st = nb_ckpt_quantize(in, op, &o, NULL);
-    CHECK(st == NB_ERR_UNSUPPORTED && strstr(nb_last_error(), "nearest"), "int4 mse: %s (%s)", nb_status_name(st),
-          nb_last_error());
-    o.method = NB_QUANT_RTN;
-    o.device = NB_CKPT_DEVICE_GPU;
-    st = nb_ckpt_quantize(in, op, &o, NULL);
-    CHECK(st == NB_ERR_UNSUPPORTED && strstr(nb_last_error(), "device"), "int4 gpu: %s (%s)", nb_status_name(st),
-          nb_last_error());
-    o.device = NB_CKPT_DEVICE_AUTO;
-    o.group_size = 16;
-    st = nb_ckpt_quantize(in, op, &o, NULL);
-    CHECK(st == NB_ERR_INVALID_ARGUMENT && strstr(nb_last_error(), "group_size 16"), "group 16: %s (%s)",
-          nb_status_name(st), nb_last_error());
-    o.group_size = 0;
-    o.scale_type = NB_SCALE_F32;
-    st = nb_ckpt_quantize(in, op, &o, NULL);
-    CHECK(st == NB_ERR_INVALID_ARGUMENT && strstr(nb_last_error(), "scale_type"), "scales f32: %s (%s)",
-          nb_status_name(st), nb_last_error());
-    o.scale_type = 0;
-    /* nothing to quantize: the reason names the group */
     const char *all[1] = {"m.*"};
     o.exclude = all;
     o.nexclude = 1;
-    st = nb_ckpt_quantize(in, op, &o, NULL);
+    nb_status st = nb_ckpt_quantize(in, op, &o, NULL);
     CHECK(st == NB_ERR_UNSUPPORTED && strstr(nb_last_error(), "nothing to quantize to int4") &&
               strstr(nb_last_error(), "multiple of 128"),
           "nothing to quantize: %s (%s)", nb_status_name(st), nb_last_error());
@@ -399,6 +413,11 @@ static void test_refusals(void) {
     st = nb_ckpt_quantize(in, op, &o, NULL);
     CHECK(st == NB_ERR_UNSUPPORTED && strstr(nb_last_error(), "an even K"), "nothing to quantize per channel: %s (%s)",
           nb_status_name(st), nb_last_error());
+    o.format = NB_FORMAT_INT8; /* (per channel, 8 bits: no K parity) */
+    st = nb_ckpt_quantize(in, op, &o, NULL);
+    CHECK(st == NB_ERR_UNSUPPORTED && strstr(nb_last_error(), "nothing to quantize to int8") &&
+              !strstr(nb_last_error(), "even K"),
+          "int8 nothing to quantize per channel: %s (%s)", nb_status_name(st), nb_last_error());
     CHECK(access(op, F_OK) != 0, "a refused quantization created OUT");
 }
 
@@ -414,6 +433,13 @@ int main(int argc, char **argv) {
     run_int("i4s_g32", NB_FORMAT_INT4_SYM, 32, 0);
     run_int("i4s_g64_bf16", NB_FORMAT_INT4_SYM, 64, NB_SCALE_BF16);
     run_int("i4s_channel", NB_FORMAT_INT4_SYM, NB_CKPT_GROUP_PER_CHANNEL, NB_SCALE_F16);
+    run_int("i8_default", NB_FORMAT_INT8, 0, 0);
+    run_int("i8_g32", NB_FORMAT_INT8, 32, NB_SCALE_F16);
+    run_int("i8_g32_bf16", NB_FORMAT_INT8, 32, NB_SCALE_BF16);
+    run_int("i8_g64_bf16", NB_FORMAT_INT8, 64, NB_SCALE_BF16);
+    run_int("i8_g128_bf16", NB_FORMAT_INT8, 128, NB_SCALE_BF16);
+    run_int("i8_channel", NB_FORMAT_INT8, NB_CKPT_GROUP_PER_CHANNEL, 0);
+    run_int("i8_channel_bf16", NB_FORMAT_INT8, NB_CKPT_GROUP_PER_CHANNEL, NB_SCALE_BF16);
     test_refusals();
     for (size_t i = 0; i < NI; i++) free(g_src[i]);
     return fixture_dir_close(keep);

@@ -85,9 +85,9 @@ case_ 1 "info: unknown option '--all'" info --all
 case_ 1 "demo: unknown option '--csv'" demo --csv x
 case_ 1 "demo: --m: the value is empty" demo --m=
 # --- choices: the bad value quoted, the valid ones listed
-case_ 1 "quantize: --format: 'NVFP4' is not one of nvfp4, mxfp4, int4, int4_sym" quantize "$IN" "$O" --format NVFP4
-case_ 1 "quantize: --format: 'nvfp5' is not one of nvfp4, mxfp4, int4, int4_sym" quantize "$IN" "$O" --format nvfp5
-case_ 1 "quantize: --format is required \(nvfp4, mxfp4, int4, int4_sym\)" quantize "$IN" "$O"
+case_ 1 "quantize: --format: 'NVFP4' is not one of nvfp4, mxfp4, int4, int4_sym, int8" quantize "$IN" "$O" --format NVFP4
+case_ 1 "quantize: --format: 'nvfp5' is not one of nvfp4, mxfp4, int4, int4_sym, int8" quantize "$IN" "$O" --format nvfp5
+case_ 1 "quantize: --format is required \(nvfp4, mxfp4, int4, int4_sym, int8\)" quantize "$IN" "$O"
 case_ 1 "quantize: --mx-rule: 'floor' is not one of ocp, even, round-up" quantize "$IN" "$O" --format mxfp4 --mx-rule floor
 case_ 1 "quantize: --mx-rule applies to .* not to --format nvfp4" quantize "$IN" "$O" --format nvfp4 --mx-rule even
 case_ 1 "quantize: --device: 'tpu' is not one of auto, cpu, gpu" quantize "$IN" "$O" --format nvfp4 --device=tpu
@@ -104,6 +104,11 @@ case_ 0 '"format":[[:space:]]*"int4".*"group_size":[[:space:]]*64.*"scale_type":
 case_ 0 'ct-int4 ' inspect --summary "$W/i4"
 case_ 0 '"group_size":[[:space:]]*"channel".*"scale_type":[[:space:]]*"f16"' quantize "$IN" "$W/i4s" --format int4_sym --group-size=channel --json
 case_ 0 'ct-int4-sym' inspect --summary "$W/i4s"
+case_ 1 "quantize: --format int8 is quantized on the CPU" quantize "$IN" "$O" --format int8 --device gpu
+case_ 0 '"format":[[:space:]]*"int8".*"group_size":[[:space:]]*"channel".*"scale_type":[[:space:]]*"bf16"' quantize "$IN" "$W/i8" --format int8 --group-size channel --scale-type=bf16 --json
+case_ 0 'ct-int8' inspect --summary "$W/i8"
+case_ 0 '"format":[[:space:]]*"int8".*"group_size":[[:space:]]*32.*"scale_type":[[:space:]]*"f16"' quantize "$IN" "$W/i8g" --format=int8 --group-size 32 --json
+case_ 0 'ct-int8' inspect --summary "$W/i8g"
 case_ 1 "convert: --to: 'gguf' is not one of modelopt, compressed-tensors, ct, quark" convert "$IN" "$O" --to gguf
 case_ 1 "convert: --to is required" convert "$IN" "$O"
 expect "[ ! -e '$O' ]" "usage errors created OUT"

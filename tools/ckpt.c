@@ -612,7 +612,7 @@ static void quantize_progress(void *user, size_t i, size_t n, uint64_t done, uin
 }
 
 static void quantize_help(void) {
-    printf("usage: nibble quantize IN OUT --format nvfp4|mxfp4|int4|int4_sym [--exclude PATTERN]...\n"
+    printf("usage: nibble quantize IN OUT --format nvfp4|mxfp4|int4|int4_sym|int8 [--exclude PATTERN]...\n"
            "                       [--mx-rule ocp|even|round-up] [--group-size 32|64|128|channel]\n"
            "                       [--scale-type f16|bf16] [--no-default-excludes]\n"
            "                       [--method rtn|mse] [--device auto|cpu|gpu] [--allow-empty] [--json]\n"
@@ -621,23 +621,25 @@ static void quantize_help(void) {
            "  OUT  a directory that must not exist or be empty.  It receives, per input\n"
            "       file, a file of the same name; the index when IN is sharded;\n"
            "       config.json with a quantization_config (ModelOpt for nvfp4, Quark for\n"
-           "       mxfp4, compressed-tensors pack-quantized for int4 and int4_sym);\n"
+           "       mxfp4, compressed-tensors pack-quantized for int4, int4_sym, int8);\n"
            "       hf_quant_config.json (nvfp4); every other file of IN's directory\n"
            "       byte for byte (not other *.safetensors, not subdirectories).\n"
            "  Quantized: every 2-D BF16/F16/F32 tensor P.weight whose K is a multiple of the\n"
-           "  group (16 nvfp4, 32 mxfp4, --group-size for int4 / int4_sym: default 128,\n"
-           "  channel = one group per row, any even K) and whose prefix P matches no exclude pattern\n"
-           "  (shell wildcards, fnmatch on P, '*' crosses dots: --exclude '*.mlp.gate').\n"
+           "  group (16 nvfp4, 32 mxfp4, --group-size for int4 / int4_sym / int8: default\n"
+           "  128, channel = one group per row: any even K, any K for int8) and whose\n"
+           "  prefix P matches no exclude pattern (shell wildcards, fnmatch on P, '*'\n"
+           "  crosses dots: --exclude '*.mlp.gate').\n"
            "  Excluded by default: '*lm_head' and '*embed*' (--no-default-excludes drops\n"
            "  them).  Every other tensor is copied unchanged with its dtype.\n"
            "  nvfp4: P.weight U8 [N,K/2], P.weight_scale F8_E4M3 [N,K/16], P.weight_scale_2\n"
            "  F32 [] (ModelOpt numerics; no input_scale).  mxfp4: P.weight U8 [N,K/2],\n"
            "  P.weight_scale U8 [N,K/32] (E8M0); --mx-rule picks the block exponent\n"
            "  (default even, as Quark; ocp = floor(log2 amax)-2; round-up = triton).\n"
-           "  int4 (zero points) / int4_sym: compressed-tensors pack-quantized,\n"
-           "  P.weight_packed I32 [N,K/8], P.weight_scale [N,K/G] (--scale-type: f16,\n"
-           "  the default, or bf16), P.weight_shape I64 [2], and for int4\n"
-           "  P.weight_zero_point I32 [N/8,K/G]; quantized on the CPU (C reference).\n"
+           "  int4 (zero points) / int4_sym / int8: compressed-tensors pack-quantized,\n"
+           "  P.weight_packed I32 [N,K/8] (int8: [N,K/4], num_bits 8), P.weight_scale\n"
+           "  [N,K/G] (--scale-type: f16, the default, or bf16), P.weight_shape I64 [2],\n"
+           "  and for int4 P.weight_zero_point I32 [N/8,K/G]; quantized on the CPU\n"
+           "  (C reference).\n"
            "  --method: rtn (default: the format's rule) or mse (per block, the scale among\n"
            "  the rule's and its neighbours with the least squared error; never worse\n"
            "  than rtn per block; slower, CPU only: --device auto then uses the CPU;\n"
@@ -670,6 +672,9 @@ static void format_choices(char *buf, size_t n) {
             at += (size_t)snprintf(buf + at, n - at, "%s%s", at ? "|" : "", fi.name);
     }
 }
+
+/* The integer formats: the ones --group-size and --scale-type apply to. */
+static int is_integer(nb_format f) { return f == NB_FORMAT_INT4 || f == NB_FORMAT_INT4_SYM || f == NB_FORMAT_INT8; }
 
 typedef struct quantize_args {
     const char *in, *out, *fmt, *rule, *device, *method, *group, *scale;
@@ -711,9 +716,9 @@ static int quantize_parse(int argc, char **argv, quantize_args *a, nb_ckpt_quant
     if (a->rule && fi.scale_type != NB_SCALE_E8M0)
         return nba_usage("quantize", "--mx-rule applies to formats with E8M0 scales (mxfp4), not to --format %s",
                          a->fmt);
-    const int integer = o->format == NB_FORMAT_INT4 || o->format == NB_FORMAT_INT4_SYM;
+    const int integer = is_integer(o->format);
     if ((a->group || a->scale) && !integer)
-        return nba_usage("quantize", "%s applies to the integer formats (int4, int4_sym), not to --format %s",
+        return nba_usage("quantize", "%s applies to the integer formats (int4, int4_sym, int8), not to --format %s",
                          a->group ? "--group-size" : "--scale-type", a->fmt);
     if (a->group) o->group_size = !strcmp(a->group, "channel") ? NB_CKPT_GROUP_PER_CHANNEL : atoi(a->group);
     if (a->scale) o->scale_type = !strcmp(a->scale, "bf16") ? NB_SCALE_BF16 : NB_SCALE_F16;
@@ -777,7 +782,7 @@ static int quantize_report(const quantize_args *a, const nb_ckpt_quantize_opts *
     if (fi.scale_type == NB_SCALE_E8M0)
         cJSON_AddStringToObject(j, "mx_rule", o->mx_rule == NB_MX_SCALE_OCP ? "ocp"
                                               : o->mx_rule == NB_MX_SCALE_EVEN ? "even" : "round-up");
-    if (o->format == NB_FORMAT_INT4 || o->format == NB_FORMAT_INT4_SYM) {
+    if (is_integer(o->format)) {
         if (o->group_size == NB_CKPT_GROUP_PER_CHANNEL) cJSON_AddStringToObject(j, "group_size", "channel");
         else json_add_i64(j, "group_size", o->group_size ? o->group_size : fi.group_size);
         cJSON_AddStringToObject(j, "scale_type", o->scale_type == NB_SCALE_BF16 ? "bf16" : "f16");

@@ -469,13 +469,14 @@ def quantize_checkpoint(src, dst, format="nvfp4", scale_rule=DEFAULT_SCALE_RULE,
                         progress=None, device="auto", allow_empty=False, method="rtn", group_size=None,
                         scale_type=None):
     """`nibble quantize` (nb_ckpt_quantize): write a ModelOpt NVFP4, Quark
-    MXFP4 or compressed-tensors pack-quantized int4 / int4_sym checkpoint of
-    the BF16/F16/F32 checkpoint `src` into directory `dst` (new or empty).
-    group_size and scale_type apply to int4 / int4_sym only: None (the
-    format's default: 128, "f16"), 32, 64, 128 or "channel" (one group per
-    row); "f16" or "bf16".  int4 / int4_sym are quantized on the CPU
-    (device "gpu" and method "mse" raise nibble.Error).  scale_rule: the MXFP4 block exponent rule, "even"
-    by default as everywhere in nibble.  exclude: fnmatch patterns on layer
+    MXFP4 or compressed-tensors pack-quantized int4 / int4_sym / int8
+    checkpoint of the BF16/F16/F32 checkpoint `src` into directory `dst` (new
+    or empty).  group_size and scale_type apply to int4 / int4_sym / int8
+    only: None (the format's default: 128, "f16"), 32, 64, 128 or "channel"
+    (one group per row); "f16" or "bf16".  The integer formats are quantized
+    on the CPU (device "gpu" and method "mse" raise nibble.Error).
+    scale_rule: the MXFP4 block exponent rule, "even" by default as
+    everywhere in nibble.  exclude: fnmatch patterns on layer
     prefixes; default_excludes adds "*lm_head" and "*embed*".  progress, if
     given, is called as progress(i, n, bytes_done, bytes_total, name).
     device: "gpu" (CUDA device 0, nb_quantize), "cpu" (the C reference) or
@@ -507,9 +508,9 @@ def quantize_checkpoint(src, dst, format="nvfp4", scale_rule=DEFAULT_SCALE_RULE,
     if method not in ("rtn", "mse"):
         raise ValueError(f"nibble: unknown method {method!r}; expected 'rtn' or 'mse'")
     opts.method = 1 if method == "mse" else 0
-    integer = fmt in (Format.INT4, Format.INT4_SYM)
+    integer = fmt in (Format.INT4, Format.INT4_SYM, Format.INT8)
     if (group_size is not None or scale_type is not None) and not integer:
-        raise ValueError(f"nibble: group_size and scale_type apply to int4 and int4_sym, not to {format!r}")
+        raise ValueError(f"nibble: group_size and scale_type apply to int4, int4_sym and int8, not to {format!r}")
     if group_size is not None:
         if group_size == "channel":
             opts.group_size = -1     # NB_CKPT_GROUP_PER_CHANNEL
@@ -520,7 +521,7 @@ def quantize_checkpoint(src, dst, format="nvfp4", scale_rule=DEFAULT_SCALE_RULE,
     if scale_type is not None:
         st = _scale_type(scale_type, fmt)
         if st not in (ScaleType.F16, ScaleType.BF16):
-            raise ValueError(f"nibble: scale_type {scale_type!r}; int4 checkpoints hold 'f16' or 'bf16' scales")
+            raise ValueError(f"nibble: scale_type {scale_type!r}; integer checkpoints hold 'f16' or 'bf16' scales")
         opts.scale_type = int(st)
     if progress is not None:
         def cb(_user, i, n, done, total, name):

@@ -93,8 +93,8 @@ Saving
   layers are written in compressed-tensors' pack-quantized layout
   (weight_packed, weight_scale, weight_shape, weight_zero_point for int4,
   weight_g_idx for an act-order layer; docs/formats.md 5.4), as `nibble
-  quantize --format int4` writes it (int8: num_bits 8, four codes plus 128
-  per word; written here only, the C writer has no int8 row), with one
+  quantize --format int4 | int4_sym | int8` writes it (int8: num_bits 8,
+  four codes plus 128 per word), with one
   group for the model (layers of different groups are refused); they load
   back through NibbleConfig() or override("compressed-tensors").  nf4 /
   bnb_fp4 models are not saved yet (ValueError).

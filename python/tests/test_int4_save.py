@@ -1,14 +1,15 @@
-"""Writing int4 / int4_sym checkpoints (compressed-tensors pack-quantized,
-docs/formats.md 5.4), on the CPU:
+"""Writing int4 / int4_sym / int8 checkpoints (compressed-tensors
+pack-quantized, docs/formats.md 5.4), on the CPU:
 
-  * nibble.quantize_checkpoint(format="int4" | "int4_sym", group_size,
-    scale_type) (nb_ckpt_quantize): every layer read back by nibble's reader
-    as ct-int4 / ct-int4-sym with exactly nibble.quantize's codes, scales
-    and zero points; its config.json quantization_config is the one
-    nibble.transformers writes; refusals;
+  * nibble.quantize_checkpoint(format="int4" | "int4_sym" | "int8",
+    group_size, scale_type) (nb_ckpt_quantize): every layer read back by
+    nibble's reader as ct-int4 / ct-int4-sym / ct-int8 with exactly
+    nibble.quantize's codes, scales and zero points, its tensors packed as
+    formats.md 5.4 says (checked here in numpy); its config.json
+    quantization_config is the one nibble.transformers writes; refusals;
   * save_pretrained of a model quantized at load with NibbleConfig(format=
     "int4" | "int4_sym" | "int8") (the same host quantizer as
-    quantize_model; int8 is written by Python only, num_bits 8): the
+    quantize_model; int8 with num_bits 8): the
     tensors are packed as formats.md 5.4 says (checked here in numpy), the
     reader returns quantize_model's bytes, from_pretrained(NibbleConfig())
     packs the same bytes again, load_quantized(dequantize=True) gives the
@@ -99,7 +100,8 @@ def bf16(tmp_path_factory):
 # --------------------------------------------------- quantize_checkpoint
 
 @pytest.mark.parametrize("fmt,group,st", [("int4", 32, "bf16"), ("int4", None, None), ("int4_sym", 64, "f16"),
-                                          ("int4_sym", "channel", "bf16")])
+                                          ("int4_sym", "channel", "bf16"), ("int8", None, None), ("int8", 32, "bf16"),
+                                          ("int8", 64, "f16"), ("int8", 128, "bf16"), ("int8", "channel", "f16")])
 def test_quantize_checkpoint_int(bf16, tmp_path, fmt, group, st):
     out = str(tmp_path / "q")
     s = nibble.quantize_checkpoint(bf16["path"], out, format=fmt, group_size=group, scale_type=st, device="auto")
@@ -142,6 +144,10 @@ def test_quantize_checkpoint_int_refusals(bf16, tmp_path):
         nibble.quantize_checkpoint(bf16["path"], out, format="int4", device="gpu")
     with pytest.raises(nibble.Error, match="nearest"):
         nibble.quantize_checkpoint(bf16["path"], out, format="int4_sym", method="mse")
+    with pytest.raises(ValueError, match="group_size 16"):
+        nibble.quantize_checkpoint(bf16["path"], out, format="int8", group_size=16)
+    with pytest.raises(nibble.Error, match="no device quantizer"):
+        nibble.quantize_checkpoint(bf16["path"], out, format="int8", device="gpu")
     assert not os.path.exists(out)
 
 

@@ -1,6 +1,6 @@
 /* ckpt_quantize.c - BF16/F16/F32 checkpoint -> ModelOpt NVFP4, Quark MXFP4
- * or compressed-tensors pack-quantized int4 / int4_sym checkpoint (rules and
- * output in nibble_io.h, "quantize").
+ * or compressed-tensors pack-quantized int4 / int4_sym / int8 checkpoint
+ * (rules and output in nibble_io.h, "quantize").
  *
  * Each output file is streamed through ckpt_out.c: its tensor list (names,
  * dtypes, shapes) is derived from the input shard's header alone - quantized
@@ -45,7 +45,7 @@ static const struct {
     nb_format format;
     out_layout layout;
 } k_out_layouts[] = {{NB_FORMAT_NVFP4, OUT_MODELOPT}, {NB_FORMAT_MXFP4, OUT_QUARK}, {NB_FORMAT_INT4, OUT_CT_INT},
-                     {NB_FORMAT_INT4_SYM, OUT_CT_INT}};
+                     {NB_FORMAT_INT4_SYM, OUT_CT_INT}, {NB_FORMAT_INT8, OUT_CT_INT}};
 
 /* The tensors a layout writes for prefix P besides what replaces P.weight:
  * an input that already has one of them keeps P.weight unquantized. */
@@ -152,8 +152,11 @@ static fate decide(const qstate *q, const nb_st_tensor *t) {
     if (!is_float(t->dtype)) return T_DTYPE;
     if (t->shape[0] <= 0 || t->shape[1] <= 0) return T_SHAPE;
     if (q->group == NB_CKPT_GROUP_PER_CHANNEL) {
+        /* (a probe: K too large; and a 4-bit row of odd K is no whole bytes
+         * of codes, which ct_pack_codes copies row by row) */
         nb_weight_desc d;
-        if (weight_desc(q, t->shape[0], t->shape[1], &d) != NB_OK) return T_SHAPE; /* (a probe: K odd or too large) */
+        if (weight_desc(q, t->shape[0], t->shape[1], &d) != NB_OK || t->shape[1] * q->fi.element_bits % 8)
+            return T_SHAPE;
     } else if (t->shape[1] % q->group) {
         return T_SHAPE;
     }
@@ -185,18 +188,22 @@ static void report(qstate *q, const char *name) {
 }
 
 /* compressed-tensors pack-quantized tensors from nibble's checkpoint layout
- * (nibble_io.h, "quantize", INT4 / INT4_SYM): the codes as I32 words along
- * K, the zero points as I32 words along N.  Both are little-endian words of
- * eight nibbles, element i at bits 4i, which is the byte order of nibble's
- * codes (even element in the low nibble): a row of codes is copied, with
- * bit 3 of every nibble flipped for int4_sym (two's complement -> offset 8),
- * and padded to whole words. */
-static void ct_pack_codes(const uint8_t *codes, int64_t n, int64_t k, int sym, uint8_t *packed) {
-    const size_t row = (size_t)k / 2, words = (size_t)(k + 7) / 8;
+ * (nibble_io.h, "quantize", INT4 / INT4_SYM / INT8): the codes as I32 words
+ * along K, the zero points as I32 words along N.  A code word is 32/b
+ * little-endian b-bit fields, element i at bits b*i, which is the byte order
+ * of nibble's codes (4 bits: even element in the low nibble; 8 bits: one
+ * byte each): a row of codes (K*b/8 bytes: decide() keeps 4-bit rows even)
+ * is copied with the top bit of every field flipped when the format is
+ * signed (two's complement -> offset 2^(b-1): 0x88 per byte for int4_sym,
+ * 0x80 for int8) and padded with zero bytes to whole words.  Zero points
+ * are eight nibbles per word. */
+static void ct_pack_codes(const uint8_t *codes, int64_t n, int64_t k, int bits, int sym, uint8_t *packed) {
+    const size_t row = (size_t)k * (size_t)bits / 8, words = ((size_t)k * (size_t)bits + 31) / 32;
+    const uint8_t flip = !sym ? 0 : bits == 8 ? 0x80 : 0x88;
     for (int64_t r = 0; r < n; r++) {
         uint8_t *dst = packed + (size_t)r * words * 4;
         const uint8_t *src = codes + (size_t)r * row;
-        for (size_t j = 0; j < row; j++) dst[j] = sym ? (uint8_t)(src[j] ^ 0x88) : src[j];
+        for (size_t j = 0; j < row; j++) dst[j] = (uint8_t)(src[j] ^ flip);
         memset(dst + row, 0, words * 4 - row);
     }
 }
@@ -212,8 +219,8 @@ static void ct_pack_zeros(const uint8_t *zeros, int64_t n, int64_t ng, uint8_t *
 
 /* Quantize input tensor t into its entries e[slot(role)]: codes, scales and
  * the tensor scale (FP4 layouts), or weight_packed, weight_scale,
- * weight_shape and weight_zero_point (compressed-tensors; zero point for
- * int4 only). */
+ * weight_shape and weight_zero_point (compressed-tensors int4, int4_sym,
+ * int8; zero point for int4 only). */
 static nb_status quantize_one(qstate *q, nbio_shard *sh, const nb_st_tensor *t, nbio_oent *const *e) {
     nb_weight_desc d;
     nb_status st = weight_desc(q, t->shape[0], t->shape[1], &d);
@@ -247,7 +254,7 @@ static nb_status quantize_one(qstate *q, nbio_shard *sh, const nb_st_tensor *t, 
     } else if (ct) {
         const int64_t n = d.n, k = d.k, ng = d.k / d.group_size;
         const int64_t shape[2] = {n, k}; /* I64 little-endian, as every writer here assumes of the host */
-        ct_pack_codes(codes, n, k, d.format == NB_FORMAT_INT4_SYM, packed);
+        ct_pack_codes(codes, n, k, q->fi.element_bits, !q->fi.zero_point, packed);
         if (zpacked) ct_pack_zeros(zeros, n, ng, zpacked);
         if ((st = nbio_shard_write(sh, e[0], packed, (size_t)e[0]->bytes, 0)) == NB_OK &&
             (st = nbio_shard_write(sh, e[1], scales, sz.scales_bytes, 0)) == NB_OK &&
@@ -299,8 +306,9 @@ static nb_status plan_entry(nbio_oent *e, const nb_st_tensor *t, size_t i, int r
 /* The entries of quantized tensor t (index i).  ModelOpt / Quark: P.weight
  * (codes), P.weight_scale (block scales in the dtype of the format's scale
  * type) and, for a format with a tensor scale, P.weight_scale_2 F32 [].
- * compressed-tensors: P.weight_packed I32 [N, ceil(K/8)], P.weight_scale
- * [N, K/G], P.weight_shape I64 [2], and for int4 P.weight_zero_point I32
+ * compressed-tensors: P.weight_packed I32 [N, ceil(K*b/32)] (K/8 words
+ * of 4-bit codes, K/4 of 8-bit ones, rounded up), P.weight_scale [N, K/G],
+ * P.weight_shape I64 [2], and for int4 P.weight_zero_point I32
  * [ceil(N/8), K/G]. */
 static nb_status plan_quantized(const qstate *q, nbio_oent *ents, size_t *ne, const nb_st_tensor *t, size_t i) {
     const int64_t n = t->shape[0], k = t->shape[1];
@@ -308,7 +316,8 @@ static nb_status plan_quantized(const qstate *q, nbio_oent *ents, size_t *ne, co
     nb_status st;
     if (q->layout == OUT_CT_INT) {
         const nb_st_dtype sdt = q->scale_type == NB_SCALE_BF16 ? NB_ST_BF16 : NB_ST_F16;
-        if ((st = plan_entry(&ents[(*ne)++], t, i, ROLE_CODES, ".weight_packed", NB_ST_I32, n, (k + 7) / 8)) ||
+        const int64_t words = (k * q->fi.element_bits + 31) / 32;
+        if ((st = plan_entry(&ents[(*ne)++], t, i, ROLE_CODES, ".weight_packed", NB_ST_I32, n, words)) ||
             (st = plan_entry(&ents[(*ne)++], t, i, ROLE_SCALES, ".weight_scale", sdt, n, k / g)) ||
             (st = plan_entry(&ents[(*ne)++], t, i, ROLE_SHAPE, ".weight_shape", NB_ST_I64, -1, 2)))
             return st;
@@ -461,7 +470,7 @@ static nb_status check_opts(qstate *q, const nb_ckpt_quantize_opts *opts) {
         if (k_out_layouts[i].format == opts->format) q->layout = k_out_layouts[i].layout;
     if (!q->layout || (q->layout != OUT_CT_INT && !nbio_scale_dtype(q->fi.scale_type)))
         return nbi_fail(NULL, NB_ERR_UNSUPPORTED, "nb_ckpt_quantize: no checkpoint layout is written for format %s "
-                        "(ModelOpt holds nvfp4, Quark mxfp4, compressed-tensors int4 and int4_sym)", q->fi.name);
+                        "(ModelOpt holds nvfp4, Quark mxfp4, compressed-tensors int4, int4_sym and int8)", q->fi.name);
     q->group = q->fi.group_size;
     q->scale_type = q->fi.scale_type;
     if (q->layout == OUT_CT_INT) {
@@ -535,9 +544,12 @@ static nb_status survey(qstate *q, const char *file) {
     if (n[T_DTYPE] > 3 && at < sizeof dtypes)
         snprintf(dtypes + at, sizeof dtypes - at, " and %zu more", n[T_DTYPE] - 3);
     char fname[160], kok[48], kbad[48];
-    if (q->group == NB_CKPT_GROUP_PER_CHANNEL) {
+    if (q->group == NB_CKPT_GROUP_PER_CHANNEL && q->fi.element_bits == 4) {
         snprintf(kok, sizeof kok, "an even K");
         snprintf(kbad, sizeof kbad, "K odd");
+    } else if (q->group == NB_CKPT_GROUP_PER_CHANNEL) { /* (8 bits: any K the descriptor takes) */
+        snprintf(kok, sizeof kok, "K at most 2^31");
+        snprintf(kbad, sizeof kbad, "too large a shape");
     } else {
         snprintf(kok, sizeof kok, "K a multiple of %d", (int)q->group);
         snprintf(kbad, sizeof kbad, "K not a multiple of %d", (int)q->group);
