@@ -289,8 +289,9 @@ NB_API nb_status nb_st_index_shard_at(const nb_st_index *x, size_t i, const char
  *   quark-mxfp4    [P.weight]          P.weight U8 [N,K/2], P.weight_scale U8 [N,K/G]
  *   gptoss-mxfp4   [P_blocks/P.blocks] P_blocks U8 [E,R,K/32,16], P_scales U8
  *                                      [E,R,K/32]  (n = R, experts = E)
- *   awq-int4, gptq-int4 [P.qweight]    with P.qzeros, P.scales (and g_idx): see
- *                                      nb_ckpt_layer_weight_v2 for every layout below
+ *   awq-int4, gptq-int4, gptq-int8 [P.qweight]  with P.qzeros, P.scales (and
+ *                                      g_idx): see nb_ckpt_layer_weight_v2 for
+ *                                      every layout below
  *   ct-int4, ct-int4-sym, ct-int8 [P.weight_packed of dtype I32]
  *   bnb-nf4, bnb-fp4 [P.weight]        with P.weight.quant_state.bitsandbytes__nf4/fp4
  *   none           [P.weight]          BF16/F16/F32, rank 2, no P.weight_scale
@@ -338,7 +339,8 @@ typedef enum nb_ckpt_format {
     NB_CKPT_CT_INT4_SYM = 10,   /* compressed-tensors pack-quantized, symmetric -> int4_sym */
     NB_CKPT_CT_INT8 = 11,       /* compressed-tensors pack-quantized, 8 bits, symmetric -> int8 */
     NB_CKPT_BNB_NF4 = 12,       /* bitsandbytes 4-bit serialized weights -> nf4 */
-    NB_CKPT_BNB_FP4 = 13        /* the same with quant_type fp4 -> bnb_fp4 */
+    NB_CKPT_BNB_FP4 = 13,       /* the same with quant_type fp4 -> bnb_fp4 */
+    NB_CKPT_GPTQ_INT8 = 14      /* GPTQ 8 bits, symmetric: qweight [K/4, N], qzeros, scales, g_idx -> int8 */
 } nb_ckpt_format;
 
 /* Where a decision (or the declared format) comes from.  Append only. */
@@ -350,15 +352,16 @@ typedef enum nb_ckpt_source {
 
 /* "none", "modelopt-nvfp4", "ct-nvfp4", "ct-mxfp4", "quark-mxfp4",
  * "gptoss-mxfp4", "inconsistent", "awq-int4", "gptq-int4", "ct-int4",
- * "ct-int4-sym", "ct-int8", "bnb-nf4", "bnb-fp4"; and "tensors",
+ * "ct-int4-sym", "ct-int8", "bnb-nf4", "bnb-fp4", "gptq-int8"; and "tensors",
  * "hf_quant_config.json", "config.json".  NB_ERR_INVALID_ARGUMENT for
  * another value. */
 NB_API nb_status nb_ckpt_format_name(nb_ckpt_format f, const char **name);
 NB_API nb_status nb_ckpt_source_name(nb_ckpt_source s, const char **name);
 /* The nb_format of a quantized layout (NVFP4 for modelopt-nvfp4 and
  * ct-nvfp4, MXFP4 for ct-mxfp4, quark-mxfp4 and gptoss-mxfp4, INT4 for
- * awq-int4, gptq-int4 and ct-int4, INT4_SYM, INT8, NF4 and BNB_FP4 for the
- * others); NB_ERR_UNSUPPORTED for none and inconsistent. */
+ * awq-int4, gptq-int4 and ct-int4, INT4_SYM for ct-int4-sym, INT8 for ct-int8
+ * and gptq-int8, NF4 and BNB_FP4 for the bitsandbytes ones);
+ * NB_ERR_UNSUPPORTED for none and inconsistent. */
 NB_API nb_status nb_ckpt_format_weight(nb_ckpt_format f, nb_format *out);
 
 typedef struct nb_ckpt_layer {
@@ -471,6 +474,14 @@ NB_API nb_status nb_ckpt_layer_weight(const nb_ckpt *c, size_t i, int64_t expert
  *              GPTQ's reader computes); a g_idx whose groups are not
  *              contiguous reorders k (k_permuted, nb_ckpt_layer_perm) ->
  *              int4;
+ *   gptq-int8  GPTQ with "bits": 8 in the config (the shapes alone read as
+ *              4-bit): P.qweight I32 [K/4, N] (input channel k at bits
+ *              8(k%4) of word k/4), P.qzeros I32 [K/G, N/4] (eight bits per
+ *              zero point, along N), P.scales [K/G, N], optional P.g_idx as
+ *              gptq-int4's; zero points as gptq-int4's ((stored + 1) & 255
+ *              for v1) and every one must be 128 (sym=True; int8 holds no
+ *              zero points, so an asymmetric layer is inconsistent) -> int8
+ *              codes q - 128 (the stored byte ^ 0x80) and scales;
  *   ct-int4, ct-int4-sym, ct-int8  compressed-tensors pack-quantized:
  *              P.weight_packed I32 [N, K*bits/32] (element k at bits
  *              bits*(k % (32/bits)), offset by 2^(bits-1)), P.weight_scale
@@ -545,7 +556,7 @@ NB_API nb_status nb_ckpt_layer_perm(const nb_ckpt *c, size_t i, int32_t *perm, s
  * absent.  A set that names experts but breaks a rule - an expert or
  * projection missing, members of different layouts or shapes, an
  * unquantized or inconsistent member, experts in a layout converted when read
- * (awq-int4 ... bnb-fp4: not grouped yet), a bias of the wrong shape - is a
+ * (awq-int4 ... gptq-int8: not grouped yet), a bias of the wrong shape - is a
  * group with format NB_CKPT_INCONSISTENT and the reason in `problem`; its
  * layers are still read one by one.  Experts that are all unquantized
  * (a BF16 checkpoint) form no group.  Biases of per-expert layers are not

@@ -12,7 +12,8 @@ producers' own code, when it is installed (exit 77, skipped, otherwise):
     here with torch bit operations, dequantized with the producers' formulas
     in PyTorch half arithmetic (AutoAWQ: (iweight - izeros) * scales; GPTQ:
     scales[g_idx] * (weight - zeros)), equal nibble's reading of the same
-    file bit for bit.
+    file bit for bit; likewise a symmetric 8-bit GPTQ layer (v1, act-order,
+    every zero point 128) read as int8.
 
 usage: int_crosscheck.py LIBNIBBLE PYTHON_PACKAGE_DIR WORK_DIR
 Prints the versions used and "N passed, M failed"."""
@@ -165,6 +166,35 @@ def main():
         exact = (s.float()[g_idx.long()] * (wq - zz[g_idx.long()]).float()).T
         y_ref = x.double() @ exact.double().T
         check(np.allclose(y, y_ref.numpy(), rtol=1e-12, atol=1e-12), "GPTQ act-order GEMM with x[:, perm]")
+
+    # GPTQ 8-bit, sym=True (v1: every zero point stored as 127), act-order: read as int8 codes q - 128
+    q8 = torch.randint(0, 256, (N, K), generator=gen, dtype=torch.int32)
+    g8 = torch.zeros(K // 4, N, dtype=torch.int64)
+    for i in range(4):
+        g8 |= q8.T[i::4, :].to(torch.int64) << (8 * i)
+    z8 = torch.full((K // G, N // 4), 0x7F7F7F7F, dtype=torch.int64)
+    # GPTQ's dequantization at 8 bits: shifts 0..24, masks 255, zeros + 1, then scales[g_idx] * (weight - zeros)
+    shifts8 = torch.arange(0, 32, 8)
+    wq8 = ((g8[:, None, :] >> shifts8[None, :, None]) & 255).reshape(K, N)
+    zz8 = ((((z8[:, :, None] >> shifts8) & 255) + 1) & 255).reshape(K // G, N)
+    gptq8_ref = (s[g_idx.long()] * (wq8 - zz8[g_idx.long()]).to(torch.float16)).T.contiguous()  # [N, K]
+    path = os.path.join(work, "int8")
+    os.makedirs(path, exist_ok=True)
+    save_file({"gptq.qweight": g8.to(torch.int32), "gptq.qzeros": z8.to(torch.int32), "gptq.scales": s.clone(),
+               "gptq.g_idx": g_idx}, os.path.join(path, "model.safetensors"))
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump({"quantization_config": {"quant_method": "gptq", "bits": 8, "group_size": G, "desc_act": True,
+                                           "sym": True}}, f)
+    with nibble.open_checkpoint(path) as ck:
+        L = ck.layer("gptq")
+        check(L.format == "gptq-int8" and L.quant_format == "int8" and L.k_permuted, f"int8 layout ({L.problem})")
+        if L.format == "gptq-int8":
+            g, p = ck.quantized_weight("gptq"), ck.perm("gptq")
+            check(np.array_equal(g.codes.view(np.int8), (q8[:, p] - 128).to(torch.int8).numpy()),
+                  "GPTQ 8-bit: codes differ from weight - 128")
+            got = nibble.dequantize(g, np.float16)
+            check(np.array_equal(got.view(np.int16), bits(gptq8_ref[:, p])),
+                  "GPTQ 8-bit act-order: differs from scales[g_idx] * (weight - zeros) in the permuted order")
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 

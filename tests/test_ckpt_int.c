@@ -1,5 +1,6 @@
 /* test_ckpt_int.c - checkpoints of the layouts converted when read (AWQ
- * GEMM, GPTQ v1 and v2 with and without act-order, compressed-tensors
+ * GEMM, GPTQ v1 and v2 with and without act-order, symmetric 8-bit GPTQ
+ * (codes and scales also checked against the packed tensors), compressed-tensors
  * pack-quantized int4 / int4 symmetric / int8 with and without g_idx,
  * bitsandbytes nf4 and fp4 with plain and nested absmax), written here with
  * the packing formulas of docs/formats.md sections 4.3 and 5, opened with
@@ -108,6 +109,20 @@ static void stable_order(const int32_t *gidx, int64_t k, int64_t g, int32_t *per
             if (gidx[kk] == b) perm[pos++] = (int32_t)kk;
 }
 
+/* g_idx for groups of g over k columns: with act, the groups follow a random
+ * permutation of k (g_idx = invperm / g, as GPTQ's act-order writes it),
+ * else g_idx = k / g; perm: the column order the weight comes back in. */
+static void act_order_gidx(int64_t k, int64_t g, int act, int32_t *gidx, int32_t *perm) {
+    for (int64_t j = 0; j < k; j++) perm[j] = (int32_t)j;
+    for (int64_t j = k - 1; act && j > 0; j--) {
+        int64_t r = (int64_t)(rnd_u64() % (uint64_t)(j + 1));
+        int32_t t = perm[j];
+        perm[j] = perm[r], perm[r] = t;
+    }
+    for (int64_t j = 0; j < k; j++) gidx[perm[j]] = (int32_t)(j / g); /* column perm[j] is in group j / g */
+    stable_order(gidx, k, g, perm);
+}
+
 /* ------------------------------------------------------------ AWQ, GPTQ */
 
 /* One AWQ or GPTQ layer P of n x k with groups of g: tensors into s, the
@@ -122,15 +137,7 @@ static void add_qweight_layer(tset *s, const char *P, int awq, int64_t n, int64_
     int32_t *gidx = malloc(4 * (size_t)k), *perm = malloc(4 * (size_t)k);
     for (int64_t i = 0; i < n * k; i++) q[i] = (uint8_t)(rnd_u64() & 15);
     for (int64_t i = 0; i < n * G; i++) zs[i] = (uint8_t)(rnd_u64() & 15), sc[i] = rnd_scale16(bf16);
-    /* act-order: groups follow a random permutation of k (g_idx = invperm / g) */
-    for (int64_t j = 0; j < k; j++) perm[j] = (int32_t)j;
-    for (int64_t j = k - 1; act_order && j > 0; j--) {
-        int64_t r = (int64_t)(rnd_u64() % (uint64_t)(j + 1));
-        int32_t t = perm[j];
-        perm[j] = perm[r], perm[r] = t;
-    }
-    for (int64_t j = 0; j < k; j++) gidx[perm[j]] = (int32_t)(j / g); /* column perm[j] is in group j / g */
-    stable_order(gidx, k, g, perm);
+    act_order_gidx(k, g, act_order, gidx, perm);
     uint32_t *qw = words((size_t)(n * k / 8)), *qz = words((size_t)(n * G / 8));
     for (int64_t r = 0; r < n; r++)
         for (int64_t kk = 0; kk < k; kk++) {
@@ -231,14 +238,22 @@ static void test_awq_gptq(void) {
     check_layer(c, "model.layers.1.mlp.gate_proj", NB_CKPT_GPTQ_INT4, N, K, want[0], 0);
     nb_ckpt_close(c);
 
-    /* inconsistent: 8 bits declared; qzeros of the wrong shape; a g_idx with an uneven group */
-    add_qweight_layer(&s, "a", 0, N, K, 64, 0, 1, 0, want[0], &names[0]);
-    write_set(&s, "gptq_bits", "model.safetensors");
-    write_text("gptq_bits", "config.json", "{\"quantization_config\": {\"quant_method\": \"gptq\", \"bits\": 8}}");
-    free_set(&s);
-    c = open_fixture("gptq_bits");
-    check_bad(c, "a", "8 bits");
-    nb_ckpt_close(c);
+    /* inconsistent: 3 bits declared (GPTQ), 8 bits declared (AWQ: 4-bit only); qzeros of the wrong shape; a
+     * g_idx with an uneven group */
+    static const struct { int awq; const char *dir, *config, *why; } bits[2] = {
+        {0, "gptq_bits", "{\"quantization_config\": {\"quant_method\": \"gptq\", \"bits\": 3}}",
+         "the config says 3 bits; nibble reads 4- and 8-bit GPTQ"},
+        {1, "awq_bits", "{\"quantization_config\": {\"quant_method\": \"awq\", \"bits\": 8}}",
+         "the config says 8 bits; nibble reads 4-bit AWQ"}};
+    for (int j = 0; j < 2; j++) {
+        add_qweight_layer(&s, "a", bits[j].awq, N, K, 64, 0, !bits[j].awq, 0, want[0], &names[0]);
+        write_set(&s, bits[j].dir, "model.safetensors");
+        write_text(bits[j].dir, "config.json", bits[j].config);
+        free_set(&s);
+        c = open_fixture(bits[j].dir);
+        check_bad(c, "a", bits[j].why);
+        nb_ckpt_close(c);
+    }
     add_qweight_layer(&s, "b", 1, N, K, 64, 0, 0, 0, want[0], &names[0]);
     s.t[1].shape[0] = 2, s.t[1].shape[1] = 4, s.t[1].bytes = 32; /* qzeros [2, 4], want [4, 2] */
     add_qweight_layer(&s, "c", 0, N, K, 64, 0, 1, 0, want[0], &names[4]);
@@ -248,6 +263,164 @@ static void test_awq_gptq(void) {
     c = open_fixture("qweight_bad");
     check_bad(c, "b", "qzeros is [2, 4]");
     check_bad(c, "c", "more than 64 columns in group 3");
+    nb_ckpt_close(c);
+    for (int j = 0; j < 4; j++) free(want[j]);
+}
+
+/* ------------------------------------------------------------ GPTQ 8-bit */
+
+/* One symmetric 8-bit GPTQ layer P of n x k with groups of g (g = k: per
+ * channel, one scale row): qweight I32 [k/4, n] (unsigned code u of channel
+ * kk at bits 8(kk%4) of word kk/4), qzeros I32 [k/g, n/4] (column r at bits
+ * 8(r%4)), scales F16 [k/g, n], g_idx I32 [k].  Every zero point is 128,
+ * stored as 127 (v1) or 128 (v2); asym puts zero point 100 at group 1,
+ * column 5.  want: GPTQ's (u - z) * s in the column order v2 returns. */
+static void add_gptq8_layer(tset *s, const char *P, int64_t n, int64_t k, int64_t g, int act_order, int v2, int asym,
+                            float *want, char names[][96]) {
+    const int64_t G = k / g;
+    uint8_t *u = malloc((size_t)(n * k)), *zs = malloc((size_t)(n * G));
+    uint16_t *sc = malloc(2 * (size_t)(n * G));
+    int32_t *gidx = malloc(4 * (size_t)k), *perm = malloc(4 * (size_t)k);
+    for (int64_t i = 0; i < n * k; i++) u[i] = (uint8_t)(rnd_u64() & 255); /* [n, k] */
+    for (int64_t i = 0; i < n * G; i++) zs[i] = 128, sc[i] = rnd_scale16(0); /* [G, n] */
+    if (asym) zs[1 * n + 5] = 100;
+    act_order_gidx(k, g, act_order, gidx, perm);
+    uint32_t *qw = words((size_t)(n * k / 4)), *qz = words((size_t)(n * G / 4));
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t kk = 0; kk < k; kk++) qw[(kk / 4) * n + r] |= (uint32_t)u[r * k + kk] << (8 * (kk % 4));
+    for (int64_t b = 0; b < G; b++)
+        for (int64_t r = 0; r < n; r++)
+            qz[b * (n / 4) + r / 4] |= (uint32_t)((zs[b * n + r] - (v2 ? 0 : 1)) & 255) << (8 * (r % 4));
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t j = 0; j < k; j++) {
+            const int64_t kk = perm[j], b = gidx[kk];
+            want[r * k + j] = (float)((double)(u[r * k + kk] - zs[b * n + r]) * ref_f16_to_f32(sc[b * n + r]));
+        }
+    const char *suffix[4] = {"qweight", "qzeros", "scales", "g_idx"};
+    for (int i = 0; i < 4; i++) snprintf(names[i], 96, "%s.%s", P, suffix[i]);
+    const int64_t qshape[2] = {k / 4, n}, zshape[2] = {G, n / 4}, sshape[2] = {G, n};
+    add(s, names[0], NB_ST_I32, 2, qshape, qw, 0, 0);
+    add(s, names[1], NB_ST_I32, 2, zshape, qz, 0, 0);
+    add(s, names[2], NB_ST_F16, 2, sshape, sc, 0, 0);
+    add(s, names[3], NB_ST_I32, 1, &k, gidx, 0, 0);
+    free(u), free(zs), free(sc), free(gidx), free(perm), free(qw), free(qz);
+}
+
+static uint32_t tensor_word(nb_ckpt *c, const char *P, const char *member, int64_t i) {
+    char name[128];
+    size_t ti;
+    nb_st_tensor t;
+    uint32_t w = 0;
+    snprintf(name, sizeof name, "%s.%s", P, member);
+    if (nb_ckpt_tensor_find(c, name, &ti) == NB_OK && nb_ckpt_tensor_at(c, ti, &t, NULL) == NB_OK)
+        memcpy(&w, (const uint8_t *)t.data + 4 * i, 4);
+    return w;
+}
+
+/* Layer P of gptq-int8, v1 or v2, read by v2 as int8: the codes and scales
+ * equal what this function unpacks from the checkpoint's own tensors
+ * (code = u - z as a two's-complement byte, columns in the g_idx order),
+ * no zero points; then the dequantized values (check_layer). */
+static void check_gptq8(nb_ckpt *c, const char *P, int64_t n, int64_t k, int64_t g, int v2, const float *want,
+                        int permuted) {
+    check_layer(c, P, NB_CKPT_GPTQ_INT8, n, k, want, permuted);
+    size_t i;
+    nb_ckpt_layer L;
+    const char *name = "";
+    nb_format f = (nb_format)0;
+    nb_weight_desc d;
+    nb_weight_sizes_v2 sz;
+    if (!c || nb_ckpt_layer_find(c, P, &i) != NB_OK || nb_ckpt_layer_at(c, i, &L) != NB_OK ||
+        L.format != NB_CKPT_GPTQ_INT8 || nb_ckpt_layer_weight_v2(c, i, 0, &d, NULL, NULL) != NB_OK ||
+        nb_weight_get_sizes_v2(&d, &sz) != NB_OK)
+        return; /* (check_layer said why) */
+    CHECK(nb_ckpt_format_name(L.format, &name) == NB_OK && !strcmp(name, "gptq-int8") &&
+              nb_ckpt_format_weight(L.format, &f) == NB_OK && f == NB_FORMAT_INT8,
+          "%s: layout \"%s\" holds format %d, want gptq-int8 holding int8", P, name, (int)f);
+    CHECK(d.format == NB_FORMAT_INT8 && d.group_size == g && d.scale_type == NB_SCALE_F16 && sz.zeros_bytes == 0 &&
+              sz.codes_bytes == (size_t)(n * k) && sz.scales_bytes == (size_t)(2 * n * (k / g)),
+          "%s: desc format %d group %d scale type %d, %zu zero bytes", P, (int)d.format, (int)d.group_size,
+          (int)d.scale_type, sz.zeros_bytes);
+    uint8_t *codes = malloc(sz.codes_bytes), *scales = malloc(sz.scales_bytes);
+    int32_t *gidx = malloc(4 * (size_t)k), *perm = malloc(4 * (size_t)k);
+    nb_weight_buffers b = {.codes = codes, .scales = scales};
+    nb_status st = nb_ckpt_layer_weight_v2(c, i, 0, &d, &b, &sz);
+    CHECK(st == NB_OK, "%s: read: %s", P, nb_last_error());
+    for (int64_t kk = 0; kk < k; kk++) gidx[kk] = (int32_t)tensor_word(c, P, "g_idx", kk);
+    stable_order(gidx, k, g, perm);
+    int64_t bad = 0;
+    for (int64_t r = 0; st == NB_OK && r < n; r++) {
+        for (int64_t j = 0; j < k; j++) {
+            const int64_t kk = perm[j], grp = gidx[kk];
+            const unsigned q = (tensor_word(c, P, "qweight", (kk / 4) * n + r) >> (8 * (kk % 4))) & 255;
+            const unsigned zst = (tensor_word(c, P, "qzeros", grp * (n / 4) + r / 4) >> (8 * (r % 4))) & 255;
+            const unsigned z = v2 ? zst : (zst + 1) & 255;
+            const int8_t want_code = (int8_t)(int)(q - z), got = (int8_t)codes[r * k + j];
+            if (got != want_code && !bad++)
+                CHECK(0, "%s: code [%lld, %lld] = %d, want %u - %u", P, (long long)r, (long long)j, got, q, z);
+        }
+        for (int64_t grp = 0; grp < k / g; grp++) {
+            const int64_t e = grp * n + r, o = 2 * (r * (k / g) + grp); /* F16 [G, N], two per word; ours [N, G] */
+            const uint16_t want_s = (uint16_t)(tensor_word(c, P, "scales", e / 2) >> (16 * (e % 2)));
+            const uint16_t got = (uint16_t)(scales[o] | scales[o + 1] << 8);
+            if (got != want_s && !bad++)
+                CHECK(0, "%s: scale [%lld, %lld] = %#x, want %#x", P, (long long)r, (long long)grp, got, want_s);
+        }
+    }
+    CHECK(bad == 0, "%s: %lld codes or scales differ from the checkpoint's", P, (long long)bad);
+    free(codes), free(scales), free(gidx), free(perm);
+}
+
+static void test_gptq_int8(void) {
+    enum { N = 16, K = 512 };
+    static char names[16][96];
+    float *want[4];
+    for (int i = 0; i < 4; i++) want[i] = malloc(sizeof(float) * N * K);
+    tset s = {0};
+    /* v1 (the config's default): act-order, and g_idx = k / g */
+    add_gptq8_layer(&s, "model.layers.0.mlp.down_proj", N, K, 128, 1, 0, 0, want[0], &names[0]);
+    add_gptq8_layer(&s, "model.layers.0.mlp.up_proj", N, K, 128, 0, 0, 0, want[1], &names[4]);
+    write_set(&s, "gptq8", "model.safetensors");
+    write_text("gptq8", "config.json", "{\"quantization_config\": {\"quant_method\": \"gptq\", \"bits\": 8, "
+                                       "\"group_size\": 128, \"desc_act\": true, \"sym\": true}}");
+    free_set(&s);
+    nb_ckpt *c = open_fixture("gptq8");
+    check_gptq8(c, "model.layers.0.mlp.down_proj", N, K, 128, 0, want[0], 1);
+    check_gptq8(c, "model.layers.0.mlp.up_proj", N, K, 128, 0, want[1], 0);
+    nb_ckpt_config cfg;
+    size_t i;
+    nb_ckpt_layer L;
+    CHECK(c && nb_ckpt_get_config(c, &cfg) == NB_OK && cfg.declared == NB_CKPT_GPTQ_INT8, "bits 8 declares gptq-int8");
+    if (c && nb_ckpt_layer_find(c, "model.layers.0.mlp.up_proj", &i) == NB_OK && nb_ckpt_layer_at(c, i, &L) == NB_OK)
+        CHECK(L.decided_by == NB_CKPT_SRC_CONFIG_JSON && !L.config_mismatch, "gptq-int8 decided by config.json (%s)",
+              L.problem);
+    nb_ckpt_close(c);
+
+    /* v2: zero points stored as they are; per channel (G = 1); a layer stored as v1 is asymmetric under v2 */
+    add_gptq8_layer(&s, "l.chan", N, K, K, 0, 1, 0, want[2], &names[0]);
+    add_gptq8_layer(&s, "l.v1", N, K, 128, 0, 0, 0, want[3], &names[4]);
+    write_set(&s, "gptq8_v2", "model.safetensors");
+    write_text("gptq8_v2", "config.json", "{\"quantization_config\": {\"quant_method\": \"gptq\", \"bits\": 8, "
+               "\"group_size\": -1, \"sym\": true, \"checkpoint_format\": \"gptq_v2\"}}");
+    free_set(&s);
+    c = open_fixture("gptq8_v2");
+    check_gptq8(c, "l.chan", N, K, K, 1, want[2], 0);
+    check_bad(c, "l.v1", "asymmetric 8-bit GPTQ (zero point 127 at group 0, column 0): no format holds 8-bit codes "
+              "with zero points");
+    nb_ckpt_close(c);
+
+    /* asymmetric (v1); a group int8 does not take; qzeros at 4 bits per zero point */
+    add_gptq8_layer(&s, "x.asym", N, K, 128, 1, 0, 1, want[0], &names[0]);
+    add_gptq8_layer(&s, "x.group", N, K, 16, 0, 0, 0, want[1], &names[4]);
+    add_gptq8_layer(&s, "x.zeros", N, K, 128, 0, 0, 0, want[2], &names[8]);
+    s.t[s.n - 3].shape[1] = N / 8, s.t[s.n - 3].bytes /= 2; /* qzeros [4, 2], want [4, 4] */
+    write_set(&s, "gptq8_bad", "model.safetensors");
+    write_text("gptq8_bad", "config.json", "{\"quantization_config\": {\"quant_method\": \"gptq\", \"bits\": 8}}");
+    free_set(&s);
+    c = open_fixture("gptq8_bad");
+    check_bad(c, "x.asym", "asymmetric 8-bit GPTQ (zero point 100 at group 1, column 5)");
+    check_bad(c, "x.group", "group 16 (K = 512) is not one int8 takes");
+    check_bad(c, "x.zeros", "qzeros is [4, 2], want [4, 4] ([K/G, N/4])");
     nb_ckpt_close(c);
     for (int j = 0; j < 4; j++) free(want[j]);
 }
@@ -263,14 +436,7 @@ static void add_ct_layer(tset *s, const char *P, int bits, int asym, int64_t n, 
     int32_t *gidx = malloc(4 * (size_t)k), *perm = malloc(4 * (size_t)k);
     for (int64_t i = 0; i < n * k; i++) q[i] = (int8_t)((int64_t)(rnd_u64() % (uint64_t)(2 * off)) - off);
     for (int64_t i = 0; i < n * G; i++) zp[i] = asym ? (int8_t)((int)(rnd_u64() % 16) - 8) : 0, sc[i] = rnd_scale16(1);
-    for (int64_t j = 0; j < k; j++) perm[j] = (int32_t)j;
-    for (int64_t j = k - 1; act && j > 0; j--) {
-        int64_t r = (int64_t)(rnd_u64() % (uint64_t)(j + 1));
-        int32_t t = perm[j];
-        perm[j] = perm[r], perm[r] = t;
-    }
-    for (int64_t j = 0; j < k; j++) gidx[perm[j]] = (int32_t)(j / g);
-    stable_order(gidx, k, g, perm);
+    act_order_gidx(k, g, act, gidx, perm);
     uint32_t *wp = words((size_t)(n * k / per)), *wz = words((size_t)((n + 7) / 8 * G));
     for (int64_t r = 0; r < n; r++)
         for (int64_t kk = 0; kk < k; kk++)
@@ -426,6 +592,7 @@ int main(int argc, char **argv) {
     int keep = fixture_dir_open(argc, argv, "nibble_ckpt_int");
     if (keep < 0) return 1;
     test_awq_gptq();
+    test_gptq_int8();
     test_ct();
     test_bnb();
     return fixture_dir_close(keep);

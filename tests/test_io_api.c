@@ -141,9 +141,9 @@ static void test_names(void) {
     EXPECT(NB_ERR_NULL_POINTER, nb_st_dtype_parse(NULL, &dt));
     EXPECT(NB_ERR_NULL_POINTER, nb_st_dtype_parse("BF16", NULL));
 
-    for (int v = NB_CKPT_NONE; v <= NB_CKPT_BNB_FP4; v++)
+    for (int v = NB_CKPT_NONE; v <= NB_CKPT_GPTQ_INT8; v++)
         CHECK(nb_ckpt_format_name((nb_ckpt_format)v, &s) == NB_OK && s[0], "nb_ckpt_format_name(%d)", v);
-    EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_format_name((nb_ckpt_format)(NB_CKPT_BNB_FP4 + 1), &s));
+    EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_format_name((nb_ckpt_format)(NB_CKPT_GPTQ_INT8 + 1), &s));
     EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_format_name((nb_ckpt_format)-1, &s));
     EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_format_name(NB_CKPT_NONE, NULL));
     for (int v = NB_CKPT_SRC_TENSORS; v <= NB_CKPT_SRC_CONFIG_JSON; v++)
@@ -154,9 +154,9 @@ static void test_names(void) {
     nb_format f = (nb_format)0;
     CHECK(nb_ckpt_format_weight(NB_CKPT_CT_NVFP4, &f) == NB_OK && f == NB_FORMAT_NVFP4, "ct-nvfp4 holds nvfp4");
     CHECK(nb_ckpt_format_weight(NB_CKPT_GPTOSS_MXFP4, &f) == NB_OK && f == NB_FORMAT_MXFP4, "gptoss holds mxfp4");
-    static const nb_format conv_formats[7] = {NB_FORMAT_INT4, NB_FORMAT_INT4, NB_FORMAT_INT4, NB_FORMAT_INT4_SYM,
-                                              NB_FORMAT_INT8, NB_FORMAT_NF4, NB_FORMAT_BNB_FP4};
-    for (int v = NB_CKPT_AWQ_INT4; v <= NB_CKPT_BNB_FP4; v++)
+    static const nb_format conv_formats[8] = {NB_FORMAT_INT4, NB_FORMAT_INT4, NB_FORMAT_INT4, NB_FORMAT_INT4_SYM,
+                                              NB_FORMAT_INT8, NB_FORMAT_NF4, NB_FORMAT_BNB_FP4, NB_FORMAT_INT8};
+    for (int v = NB_CKPT_AWQ_INT4; v <= NB_CKPT_GPTQ_INT8; v++)
         CHECK(nb_ckpt_format_weight((nb_ckpt_format)v, &f) == NB_OK && f == conv_formats[v - NB_CKPT_AWQ_INT4],
               "layout %d holds format %d", v, (int)f);
     EXPECT(NB_ERR_UNSUPPORTED, nb_ckpt_format_weight(NB_CKPT_NONE, &f));

@@ -3,8 +3,9 @@ a Hugging Face style checkpoint (a .safetensors file, a directory with
 model.safetensors or a sharded index, or the index itself), list its files,
 tensors and linear layers with the format nibble's C reader detected for
 each (ModelOpt NVFP4, compressed-tensors NVFP4/MXFP4, Quark MXFP4, gpt-oss
-MXFP4, AWQ and GPTQ int4, compressed-tensors pack-quantized int4/int8,
-bitsandbytes NF4/FP4, unquantized, or inconsistent with the reason), and
+MXFP4, AWQ and GPTQ int4, symmetric GPTQ int8, compressed-tensors
+pack-quantized int4/int8, bitsandbytes NF4/FP4, unquantized, or
+inconsistent with the reason), and
 read tensors and quantized weights as numpy arrays.
 
     ck = nibble.open_checkpoint("Llama-3.1-8B-NVFP4/")
@@ -64,8 +65,8 @@ class CheckpointLayer:
 
     format: "modelopt-nvfp4", "ct-nvfp4", "ct-mxfp4", "quark-mxfp4",
     "gptoss-mxfp4", "awq-int4", "gptq-int4", "ct-int4", "ct-int4-sym",
-    "ct-int8", "bnb-nf4", "bnb-fp4", "none" (unquantized) or "inconsistent"
-    (see `problem`).
+    "ct-int8", "bnb-nf4", "bnb-fp4", "gptq-int8", "none" (unquantized) or
+    "inconsistent" (see `problem`).
     quant_format: the library's format name ("nvfp4", "int4", "nf4", ...) for
     the quantized layers, else None.  k_permuted: the layer's k is reordered
     (act-order); Checkpoint.perm gives the activation permutation.

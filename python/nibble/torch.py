@@ -1527,14 +1527,14 @@ def load_quantized(model, path, device=None, dtype=None, dequantize=False, stric
     reader (nibble_io.h in libnibble): ModelOpt NVFP4, Quark MXFP4,
     compressed-tensors nvfp4/mxfp4-pack-quantized, the integer layouts the
     reader converts into nibble's (AWQ GEMM, GPTQ v1/v2 including act-order,
-    compressed-tensors pack-quantized int4 asymmetric and symmetric, and
-    int8 symmetric), and bitsandbytes' serialized 4-bit weights (nf4 and
+    4-bit and symmetric 8-bit, compressed-tensors pack-quantized int4
+    asymmetric and symmetric, and int8 symmetric), and bitsandbytes' serialized 4-bit weights (nf4 and
     fp4 -> nf4 / bnb_fp4, F32 absmax per block; a nested absmax resolved by
     the reader as bitsandbytes does), detected per layer.  An act-order
     layer (CheckpointLayer.k_permuted) becomes a Linear with its activation
     permutation (Checkpoint.perm; dequantize=True puts the columns back in
     the model's order instead).  Layers the reader found inconsistent
-    (among them 8-bit layouts no nibble format holds: GPTQ 8-bit,
+    (among them 8-bit layouts no nibble format holds: GPTQ and
     compressed-tensors asymmetric 8-bit) raise nibble.Error
     (NB_ERR_CORRUPT) with its reason; layers in a format no GPU kernel
     serves nibble.Error (NB_ERR_UNSUPPORTED) naming them.

@@ -36,8 +36,9 @@ Loading a quantized checkpoint
   nibble's C reader (nibble.open_checkpoint) decides every layer from the
   tensors, as load_quantized does: ModelOpt NVFP4, compressed-tensors
   nvfp4/mxfp4, Quark MXFP4, gpt-oss MXFP4 experts, the integer layouts it
-  converts (AWQ GEMM, GPTQ with act-order, compressed-tensors pack-quantized
-  int4 and int8), and bitsandbytes' serialized 4-bit weights (nf4, fp4;
+  converts (AWQ GEMM, GPTQ 4-bit and symmetric 8-bit with act-order,
+  compressed-tensors pack-quantized int4 and int8), and bitsandbytes'
+  serialized 4-bit weights (nf4, fp4;
   plain or nested absmax); quant_method "awq", "gptq" and "bitsandbytes"
   belong to other quantizers in transformers, so these load with
   quantization_config=NibbleConfig().  Before transformers
@@ -52,7 +53,7 @@ Loading a quantized checkpoint
   nb_pack on a GPU, nb_pack_host on the CPU (same bytes; a model loaded on
   the CPU runs after model.to("cuda")).  Refused by name, before any data
   is read: a layer the reader found inconsistent (with its reason, e.g.
-  8-bit layouts no nibble format holds: GPTQ 8-bit, compressed-tensors
+  8-bit layouts no nibble format holds: GPTQ and compressed-tensors
   asymmetric 8-bit), a layer in a format no GPU kernel serves, a checkpoint
   whose config declares another format than its tensors (or excludes a
   quantized layer), a NibbleConfig(format=)

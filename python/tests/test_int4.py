@@ -240,18 +240,20 @@ def _words(values, axis, bits=4):
 
 
 # layout -> the nibble format its layers are read as
-FORMAT_OF = {"awq": "int4", "gptq": "int4", "gptq-act": "int4", "ct": "int4", "ct-sym": "int4_sym", "ct-int8": "int8"}
+FORMAT_OF = {"awq": "int4", "gptq": "int4", "gptq-act": "int4", "ct": "int4", "ct-sym": "int4_sym", "ct-int8": "int8",
+             "gptq-int8": "int8", "gptq-int8-act": "int8"}
 
 
 def int4_layer(w, layout, g, rng):
     """One n x k float weight written as `layout` ("awq", "gptq" v1,
     "gptq-act" v1 with act-order, "ct" asymmetric, "ct-sym", "ct-int8"
-    symmetric 8-bit): (tensors {suffix: (dtype, array)}, the dequantized
+    symmetric 8-bit, "gptq-int8" and "gptq-int8-act" symmetric 8-bit GPTQ
+    v1): (tensors {suffix: (dtype, array)}, the dequantized
     weight in the model's column order as that layout's own reader computes
     it, float32)."""
     n, k = w.shape
     perm = np.arange(k)
-    if layout == "gptq-act":
+    if layout.endswith("-act"):
         perm = rng.permutation(k)                # column perm[j] is quantized in group j / g
     fmt = FORMAT_OF[layout]
     sym, bits = fmt != "int4", 8 if fmt == "int8" else 4
@@ -276,6 +278,10 @@ def int4_layer(w, layout, g, rng):
         zt = qw.zeros.T.reshape(-1, n // 8, 8)[:, :, np.argsort(phys)]
         return {"qweight": ("I32", _words(qt.reshape(k, n), 1)), "qzeros": ("I32", _words(zt.reshape(-1, n), 1)),
                 "scales": (sdt, np.ascontiguousarray(sarr.T))}, dense
+    if layout.startswith("gptq") and bits == 8:   # unsigned codes q + 128, every zero point 128 (v1 stores 127)
+        zeros = np.full((k // g, n), 127, np.uint32)
+        return {"qweight": ("I32", _words((qv + 128).T, 0, 8)), "qzeros": ("I32", _words(zeros, 1, 8)),
+                "scales": (sdt, np.ascontiguousarray(sarr.T)), "g_idx": ("I32", gidx)}, dense
     if layout.startswith("gptq"):
         stored = (qw.zeros.astype(np.int64) - 1) & 15            # GPTQ v1 stores z - 1
         return {"qweight": ("I32", _words(q.T, 0)), "qzeros": ("I32", _words(stored.T, 1)),
@@ -292,7 +298,9 @@ def _qconfig(layout, g):
     if layout == "awq":
         return {"quant_method": "awq", "bits": 4, "group_size": g, "zero_point": True, "version": "gemm"}
     if layout.startswith("gptq"):
-        return {"quant_method": "gptq", "bits": 4, "group_size": g, "desc_act": layout == "gptq-act", "sym": False}
+        int8 = layout.startswith("gptq-int8")
+        return {"quant_method": "gptq", "bits": 8 if int8 else 4, "group_size": g, "desc_act": layout.endswith("-act"),
+                "sym": int8}
     w = {"num_bits": 8 if layout == "ct-int8" else 4, "type": "int", "symmetric": layout != "ct", "strategy": "group",
          "group_size": g}
     return {"quant_method": "compressed-tensors", "format": "pack-quantized",
@@ -309,7 +317,7 @@ def write_int4_checkpoint(ref, d, layout, g=32, seed=0):
 
 
 LAYOUTS = {"awq": "awq-int4", "gptq": "gptq-int4", "gptq-act": "gptq-int4", "ct": "ct-int4", "ct-sym": "ct-int4-sym",
-           "ct-int8": "ct-int8"}
+           "ct-int8": "ct-int8", "gptq-int8": "gptq-int8", "gptq-int8-act": "gptq-int8"}
 
 
 @pytest.fixture(scope="module")
@@ -337,7 +345,7 @@ def test_load_dequantized_int4_is_exact(int4_ckpts, layout):
                                       err_msg=prefix)
     with nibble.open_checkpoint(path) as ck:
         L = ck.layer("model.layers.0.mlp.down_proj")
-        assert L.k_permuted == (layout == "gptq-act")
+        assert L.k_permuted == layout.endswith("-act")
         qw = ck.quantized_weight(L)
         assert ck.weight_layout(L) == {"format": FORMAT_OF[layout], "n": L.n, "k": L.k,
                                        "group": 32, "scale_type": "bf16" if layout.startswith("ct") else None}
@@ -348,14 +356,14 @@ def test_load_dequantized_int4_is_exact(int4_ckpts, layout):
 
 @io
 @hf
-@pytest.mark.parametrize("layout", ["gptq-act", "ct-int8"])
+@pytest.mark.parametrize("layout", ["gptq-act", "ct-int8", "gptq-int8-act"])
 def test_transformers_int4_on_the_cpu(int4_ckpts, tmp_path, layout):
     """from_pretrained(quantization_config=NibbleConfig()) of a GPTQ
-    act-order and a compressed-tensors int8 checkpoint: nibble.torch.Linear
-    layers packed on the host (with the activation permutation where the
-    layer has one), the dequantized twin exact, and save_pretrained writing
-    compressed-tensors int4 / int8 (test_int4_save.py checks what it
-    writes)."""
+    act-order (4- and 8-bit) and a compressed-tensors int8 checkpoint:
+    nibble.torch.Linear layers packed on the host (with the activation
+    permutation where the layer has one), the dequantized twin exact, and
+    save_pretrained writing compressed-tensors int4 / int8
+    (test_int4_save.py checks what it writes)."""
     from transformers import AutoModelForCausalLM
     from nibble.transformers import NibbleConfig
     from test_load import bf16_bits
@@ -366,7 +374,7 @@ def test_transformers_int4_on_the_cpu(int4_ckpts, tmp_path, layout):
     assert set(layers) == set(dense) and all(mod.format == fmt and mod.group == 32 for mod in layers.values())
     with nibble.open_checkpoint(path) as ck:
         for prefix, mod in layers.items():
-            assert mod.packed.device.type == "cpu" and (mod.perm is not None) == (layout == "gptq-act")
+            assert mod.packed.device.type == "cpu" and (mod.perm is not None) == layout.endswith("-act")
             if mod.perm is not None:
                 assert torch.equal(mod.perm, torch.from_numpy(ck.perm(prefix).astype(np.int64)))
             np.testing.assert_array_equal(mod.packed.numpy(), nibble.pack(ck.quantized_weight(prefix)).data)
@@ -465,7 +473,7 @@ def test_linear_and_quantize_model_int4(fmt):
 @io
 @hf
 @gpu
-@pytest.mark.parametrize("layout", ["awq", "gptq-act", "ct-sym", "ct-int8"])
+@pytest.mark.parametrize("layout", ["awq", "gptq-act", "ct-sym", "ct-int8", "gptq-int8-act"])
 def test_load_int4_gpu_generation_equals_dequantized(int4_ckpts, layout):
     from test_load import assert_load_agrees_with_dequantized
     path, dense = int4_ckpts[layout]

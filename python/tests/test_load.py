@@ -296,7 +296,8 @@ def write_8bit_without_format(d, layout):
     """A one-layer checkpoint (model.layers.0.mlp.down_proj, 64 x 128) in an
     8-bit layout no nibble format holds, which the reader marks
     inconsistent: "ct-asym" compressed-tensors pack-quantized 8-bit with
-    zero points, "gptq" GPTQ with bits 8 (nibble reads 4-bit GPTQ).
+    zero points, "gptq" asymmetric GPTQ 8-bit (zero points other than 128;
+    symmetric GPTQ 8-bit loads onto int8: test_int4.py).
     Returns the reason the reader gives."""
     n, k = 64, 128
     P = "model.layers.0.mlp.down_proj"
@@ -314,7 +315,7 @@ def write_8bit_without_format(d, layout):
         f"{P}.scales": ("F16", np.ones((1, n), np.float16))})
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump({"quantization_config": {"quant_method": "gptq", "bits": 8, "group_size": -1, "sym": False}}, f)
-    return "the config says 8 bits; nibble reads 4-bit GPTQ"
+    return "asymmetric 8-bit GPTQ (zero point 1 at group 0, column 0)"
 
 
 @io
@@ -322,9 +323,9 @@ def write_8bit_without_format(d, layout):
 @pytest.mark.parametrize("layout", ["ct-asym", "gptq"])
 def test_load_refuses_8bit_layouts_without_a_format(tmp_path, layout):
     """8-bit layers no nibble format holds (compressed-tensors asymmetric,
-    GPTQ 8-bit) are refused by name with the reader's reason; nothing
-    slower runs in their place.  (Symmetric compressed-tensors int8 loads
-    onto the int8 kernels: test_int4.py.)"""
+    asymmetric GPTQ 8-bit) are refused by name with the reader's reason;
+    nothing slower runs in their place.  (Symmetric compressed-tensors and
+    GPTQ int8 load onto the int8 kernels: test_int4.py.)"""
     why = write_8bit_without_format(str(tmp_path), layout)
     for dq in (True, False):
         with pytest.raises(nibble.Error) as e:  # (an explicit device: no CUDA call before the refusal)

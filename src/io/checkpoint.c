@@ -101,6 +101,7 @@ static const struct ckpt_layout {
     {NB_CKPT_CT_INT8, "ct-int8", NB_FORMAT_INT8, NB_MX_SCALE_OCP},
     {NB_CKPT_BNB_NF4, "bnb-nf4", NB_FORMAT_NF4, NB_MX_SCALE_OCP},
     {NB_CKPT_BNB_FP4, "bnb-fp4", NB_FORMAT_BNB_FP4, NB_MX_SCALE_OCP},
+    {NB_CKPT_GPTQ_INT8, "gptq-int8", NB_FORMAT_INT8, NB_MX_SCALE_OCP},
 };
 #define N_LAYOUTS (sizeof k_layouts / sizeof k_layouts[0])
 

@@ -69,7 +69,7 @@ nb_ckpt_format nbio_qcfg_read(const cJSON *qc, nbio_qcfg *q) {
     if (nbio_ieq(method, "gptq")) {
         q->sym = jbool(qc, "sym", -1);
         q->gptq_v2 = nbio_ieq(jstr(qc, "checkpoint_format"), "gptq_v2");
-        return NB_CKPT_GPTQ_INT4;
+        return q->bits == 8 ? NB_CKPT_GPTQ_INT8 : NB_CKPT_GPTQ_INT4;
     }
     if (nbio_ieq(method, "bitsandbytes")) {
         if (!jbool(qc, "load_in_4bit", 0)) return NB_CKPT_NONE;
@@ -178,49 +178,62 @@ nb_status nbio_classify_qweight(nb_ckpt *c, size_t ti) {
     if (s->rank != 2) return nbio_ck_bad(c, li, "scales must be rank 2, is rank %d", s->rank), NB_OK;
     const nbio_qcfg *q = nbio_ck_qcfg(c);
     const int64_t G = s->shape[0], N = s->shape[1];
+    /* GPTQ's shapes cannot tell [K/8, N] at 4 bits from [K/4, N] at 8: only the config says 8 (AWQ is 4-bit) */
+    const int bits = q->bits == 8 ? 8 : 4, per = 32 / bits;
     int64_t K;
     nb_ckpt_format layout;
-    if (w->shape[1] == N) { /* GPTQ: [K/8, N] */
-        layout = NB_CKPT_GPTQ_INT4;
-        K = w->shape[0] * 8;
+    if (w->shape[1] == N) { /* GPTQ: [K/per, N] */
+        layout = bits == 8 ? NB_CKPT_GPTQ_INT8 : NB_CKPT_GPTQ_INT4;
+        K = w->shape[0] * per;
     } else if (w->shape[1] * 8 == N) { /* AWQ: [K, N/8] */
         layout = NB_CKPT_AWQ_INT4;
         K = w->shape[0];
     } else {
-        return nbio_ck_bad(c, li, "qweight [%lld, %lld] is neither GPTQ's [K/8, N] nor AWQ's [K, N/8] for scales "
-                           "[%lld, %lld]", (long long)w->shape[0], (long long)w->shape[1], (long long)G, (long long)N),
-               NB_OK;
+        return nbio_ck_bad(c, li, "qweight [%lld, %lld] is neither GPTQ's [K/%d, N] nor AWQ's [K, N/8] for scales "
+                           "[%lld, %lld]", (long long)w->shape[0], (long long)w->shape[1], per, (long long)G,
+                           (long long)N), NB_OK;
     }
     L->n = N, L->k = K;
     if (layout == NB_CKPT_AWQ_INT4 && jg >= 0) return nbio_ck_bad(c, li, "g_idx next to an AWQ qweight"), NB_OK;
-    if (q->bits && q->bits != 4)
-        return nbio_ck_bad(c, li, "the config says %d bits; nibble reads 4-bit %s", q->bits,
-                           layout == NB_CKPT_AWQ_INT4 ? "AWQ" : "GPTQ"), NB_OK;
+    if (q->bits && q->bits != 4 && !(q->bits == 8 && layout == NB_CKPT_GPTQ_INT8))
+        return nbio_ck_bad(c, li, "the config says %d bits; nibble reads %s", q->bits,
+                           layout == NB_CKPT_AWQ_INT4 ? "4-bit AWQ" : "4- and 8-bit GPTQ"), NB_OK;
     if (layout == NB_CKPT_AWQ_INT4 && q->awq_not_gemm)
         return nbio_ck_bad(c, li, "AWQ version \"%s\": only the GEMM layout is read", q->awq_version), NB_OK;
-    if (N <= 0 || K <= 0 || G <= 0 || N % 8 || K % G)
-        return nbio_ck_bad(c, li, "N = %lld must be a positive multiple of 8 and K = %lld one of the %lld groups",
-                           (long long)N, (long long)K, (long long)G), NB_OK;
-    if (z->shape[0] != G || z->shape[1] != N / 8)
-        return nbio_ck_bad(c, li, "qzeros is [%lld, %lld], want [%lld, %lld] ([K/G, N/8])", (long long)z->shape[0],
-                           (long long)z->shape[1], (long long)G, (long long)(N / 8)), NB_OK;
+    if (N <= 0 || K <= 0 || G <= 0 || N % per || K % G)
+        return nbio_ck_bad(c, li, "N = %lld must be a positive multiple of %d and K = %lld one of the %lld groups",
+                           (long long)N, per, (long long)K, (long long)G), NB_OK;
+    if (z->shape[0] != G || z->shape[1] != N / per)
+        return nbio_ck_bad(c, li, "qzeros is [%lld, %lld], want [%lld, %lld] ([K/G, N/%d])", (long long)z->shape[0],
+                           (long long)z->shape[1], (long long)G, (long long)(N / per), per), NB_OK;
     const int64_t g = K / G;
+    const nb_format f = bits == 8 ? NB_FORMAT_INT8 : NB_FORMAT_INT4;
     char why[200];
     if (q->group_size > 0 && q->group_size != g && !(G == 1 && q->group_size >= K)) { /* the tensors decide */
         L->config_mismatch = 1;
         snprintf(L->problem, sizeof L->problem, "config.json says group_size %d; the tensors have groups of %lld",
                  q->group_size, (long long)g);
     }
-    if (row_refuses(NB_FORMAT_INT4, g, K, scale_type_of(s->dtype), why, sizeof why)[0])
+    if (row_refuses(f, g, K, scale_type_of(s->dtype), why, sizeof why)[0])
         return nbio_ck_bad(c, li, "%s (scales %s)", why, dt_name(s->dtype)), NB_OK;
     int permuted = 0;
     if (jg >= 0 && check_gidx(nbio_ck_tensor(c, jg), K, g, &permuted, why, sizeof why)[0])
         return nbio_ck_bad(c, li, "%s", why), NB_OK;
-    nbio_conv *cv = new_conv(layout, NB_FORMAT_INT4);
+    const int zero_plus_one = layout != NB_CKPT_AWQ_INT4 && !q->gptq_v2;
+    /* int8 has no zero points: 8-bit GPTQ is read when every one is 128 (sym=True), codes q - 128 */
+    for (int64_t b = 0; bits == 8 && b < G; b++)
+        for (int64_t r = 0; r < N; r++) {
+            const unsigned zst = ((uint32_t)rd32(z->data, (size_t)(b * (N / 4) + r / 4)) >> (8 * (r % 4))) & 255;
+            const unsigned zv = zero_plus_one ? (zst + 1) & 255 : zst;
+            if (zv != 128)
+                return nbio_ck_bad(c, li, "asymmetric 8-bit GPTQ (zero point %u at group %lld, column %lld): no "
+                                   "format holds 8-bit codes with zero points", zv, (long long)b, (long long)r), NB_OK;
+        }
+    nbio_conv *cv = new_conv(layout, f);
     if (!cv) return NB_ERR_OUT_OF_MEMORY;
-    cv->group = (int32_t)g, cv->scale_type = scale_type_of(s->dtype), cv->bits = 4;
-    cv->codes = (int64_t)ti, cv->scales = js, cv->zeros = jz, cv->gidx = permuted ? jg : -1;
-    cv->zero_plus_one = layout == NB_CKPT_GPTQ_INT4 && !q->gptq_v2;
+    cv->group = (int32_t)g, cv->scale_type = scale_type_of(s->dtype), cv->bits = bits;
+    cv->codes = (int64_t)ti, cv->scales = js, cv->zeros = bits == 8 ? -1 : jz, cv->gidx = permuted ? jg : -1;
+    cv->zero_plus_one = zero_plus_one;
     cv->k_permuted = permuted;
     nbio_ck_set_conv(c, li, cv);
     L->format = layout, L->tensor_scale = 1.0f, L->k_permuted = permuted;
@@ -434,21 +447,25 @@ nb_status nbio_conv_read(const nb_ckpt *c, const char *prefix, const nbio_conv *
     uint8_t *codes = (uint8_t *)out->codes, *scales = (uint8_t *)out->scales, *zeros = (uint8_t *)out->zeros;
     memset(codes, 0, sz.codes_bytes);
     switch (cv->layout) {
-    case NB_CKPT_AWQ_INT4:   /* qweight [K, N/8], qzeros [K/G, N/8], scales [K/G, N] */
-    case NB_CKPT_GPTQ_INT4: { /* qweight [K/8, N], qzeros [K/G, N/8], scales [K/G, N] */
-        const int awq = cv->layout == NB_CKPT_AWQ_INT4;
+    case NB_CKPT_AWQ_INT4:    /* qweight [K, N/8], qzeros [K/G, N/8], scales [K/G, N] */
+    case NB_CKPT_GPTQ_INT4:   /* qweight [K/8, N], qzeros [K/G, N/8], scales [K/G, N] */
+    case NB_CKPT_GPTQ_INT8: { /* qweight [K/4, N]; zero points all 128 (classification): code q - 128 = q ^ 0x80 */
+        const int awq = cv->layout == NB_CKPT_AWQ_INT4, bits = cv->bits, per = 32 / bits;
+        const unsigned mask = (1u << bits) - 1, flip = bits == 8 ? 0x80 : 0;
         for (int64_t r = 0; r < n; r++) {
             for (int64_t j = 0; j < k; j++) {
                 const int64_t src = perm[j];
                 const uint32_t word = (uint32_t)(awq ? rd32(qt->data, (size_t)(src * (n / 8) + r / 8))
-                                                     : rd32(qt->data, (size_t)((src / 8) * n + r)));
-                put_code(codes, 4, r * k + j, word >> (4 * (awq ? awq_nibble[r % 8] : (int)(src % 8))));
+                                                     : rd32(qt->data, (size_t)((src / per) * n + r)));
+                const int shift = bits * (awq ? awq_nibble[r % 8] : (int)(src % per));
+                put_code(codes, bits, r * k + j, ((word >> shift) & mask) ^ flip);
             }
             for (int64_t b = 0; b < ng; b++) {
+                memcpy(scales + 2 * (r * ng + b), (const uint8_t *)stt->data + 2 * (b * n + r), 2);
+                if (!zt) continue; /* 8 bits: no zero points */
                 const uint32_t zw = (uint32_t)rd32(zt->data, (size_t)(b * (n / 8) + r / 8));
                 const unsigned z = (zw >> (4 * (awq ? awq_nibble[r % 8] : (int)(r % 8)))) & 15;
                 zeros[r * ng + b] = (uint8_t)(cv->zero_plus_one ? (z + 1) & 15 : z);
-                memcpy(scales + 2 * (r * ng + b), (const uint8_t *)stt->data + 2 * (b * n + r), 2);
             }
         }
         break;
