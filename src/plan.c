@@ -291,10 +291,8 @@ static int plan_tc(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
     static const int widths[5] = {64, 128, 256, 16, 32};
     static const double chunk_us[5] = {0.68, 0.80, 1.16, 0.67, 0.69}, fill_us[5] = {3.5, 5.0, 7.0, 0.0, 0.0};
     const int fb = rq->bn == 16 || rq->bn == 32 || rq->bn == 64 || rq->bn == 128 || rq->bn == 256 ? rq->bn : 0;
-    /* (int8's 2 KB chunks leave no room for the 256-token tile's stages) */
-    const int nwidths = !integer ? 5 : t->element_bits == 8 ? 2 : 3;
-    if (integer && (fb == 16 || fb == 32 || (fb == 256 && nwidths == 2) || g->m < NBI_INT_TC_MIN))
-        return 0; /* (nbi_plan says why) */
+    const int nwidths = integer ? 3 : 5;
+    if (integer && (fb == 16 || fb == 32 || g->m < NBI_INT_TC_MIN)) return 0; /* (nbi_plan says why) */
     int bn = 64, splits = 1, cluster = 0;
     double best = 0.0;
     for (int i = 0; i < nwidths; i++) {
@@ -521,11 +519,9 @@ nb_status nbi_plan(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
         if ((tc || mma) && !tc_serves(g, t))
             return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_gemm: %s with BF16 scales and FP16 activations runs on the "
                             "decode kernel only (a BF16 scale rounded to FP16 could overflow)", t->name);
-        const int i8 = t->element_bits == 8;
-        if (tc && (g->m < NBI_INT_TC_MIN || rq->bn == 16 || rq->bn == 32 || (i8 && rq->bn == 256)))
-            return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_gemm: %s takes path tc for m >= %d with 64-, 128-%s token "
-                            "tiles (m = %lld, bn = %d)", t->name, NBI_INT_TC_MIN, i8 ? "" : " or 256-",
-                            (long long)g->m, (int)rq->bn);
+        if (tc && (g->m < NBI_INT_TC_MIN || rq->bn == 16 || rq->bn == 32))
+            return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_gemm: %s takes path tc for m >= %d with 64-, 128- or 256-token "
+                            "tiles (m = %lld, bn = %d)", t->name, NBI_INT_TC_MIN, (long long)g->m, (int)rq->bn);
         if (d->k % 8)
             return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_gemm: %s with k = %lld: the decode kernel reads activations "
                             "in pieces of 8 and needs k a multiple of 8", t->name, (long long)d->k);

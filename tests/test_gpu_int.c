@@ -457,18 +457,18 @@ static void test_refusals(nb_context *ctx) {
     CHECK(nb_gemm(ctx, &gb, dx, dpk, NULL, dy, dws, ws, NULL) == NB_OK && nb_gemm_last_config(ctx, cfgs, sizeof cfgs) == NB_OK &&
               strstr(cfgs, "int4,group=128") && strstr(cfgs, "launches=2"),
           "m = 64 with BF16 scales and FP16 activations runs the decode kernel twice: %s", cfgs);
-    /* int8: the 256-token tile does not fit its chunks; m = 64 on the tensor-core kernel */
+    /* int8: every tile width on the tensor-core kernel (256 tokens with two stages) */
     nb_weight_desc i8;
     nb_weight_desc_init(&i8, NB_FORMAT_INT8, N, K);
     i8.layout = NB_LAYOUT_PACKED;
     GT_NB(nb_gemm_desc_init(&g, &i8, 300, NB_DTYPE_BF16, NB_DTYPE_BF16));
     memset(&cfg, 0, sizeof cfg);
-    cfg.path = NB_GEMM_PATH_TENSOR_CORE, cfg.bn = 256;
-    CHECK(nb_gemm_workspace_size_ex(ctx, &g, &cfg, &ws) == NB_ERR_UNSUPPORTED && strstr(nb_last_error(), "bn = 256"),
-          "int8: path tc with 256-token tiles refused: %s", nb_last_error());
-    cfg.bn = 128;
-    CHECK((nb_gemm_workspace_size_ex(ctx, &g, &cfg, &ws) == NB_OK) == tc, "int8: path tc, 128-token tiles %s: %s",
-          tc ? "accepted" : "refused", nb_last_error());
+    cfg.path = NB_GEMM_PATH_TENSOR_CORE;
+    for (int bn = 64; bn <= 256; bn *= 2) {
+        cfg.bn = bn;
+        CHECK((nb_gemm_workspace_size_ex(ctx, &g, &cfg, &ws) == NB_OK) == tc, "int8: path tc, %d-token tiles %s: %s",
+              bn, tc ? "accepted" : "refused", nb_last_error());
+    }
     nb_weight_desc k12;
     nb_weight_desc_init(&k12, NB_FORMAT_INT4_SYM, 16, 128);
     k12.k = 36, k12.group_size = 36; /* one group per row, k not a multiple of 8 */

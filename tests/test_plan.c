@@ -281,9 +281,8 @@ static void test_integer_formats(void) {
                         if (!want || p.path != NBI_PATH_SM90) continue;
                         tc++;
                         check_valid(ctx, &p, k, n, m);
-                        CHECK(p.bn >= 64 && p.bn <= (f == 4 ? 128 : 256) && p.cwg == 2 &&
-                                  p.group == (groups[gi] ? groups[gi] : 128),
-                              "fmt %d %lld -> %lld m = %lld: bn %d (64..256, int8 ..128), cwg %d, kernel group %d",
+                        CHECK(p.bn >= 64 && p.bn <= 256 && p.cwg == 2 && p.group == (groups[gi] ? groups[gi] : 128),
+                              "fmt %d %lld -> %lld m = %lld: bn %d (64..256), cwg %d, kernel group %d",
                               (int)fmts[f], (long long)k, (long long)n, (long long)m, p.bn, p.cwg, p.group);
                     }
     printf("integer formats: %d tensor-core plans\n", tc);
@@ -299,13 +298,11 @@ static void test_integer_formats(void) {
     g.m = 64;
     CHECK(nbi_plan(ctx, &g, &tc_rq, &p) == NB_OK && p.path == NBI_PATH_SM90, "int4 m = 64, path tc: %s", nb_last_error());
     CHECK(nbi_plan(ctx, &g, &tc32, &p) == NB_ERR_UNSUPPORTED, "int4 m = 64, path tc with 32-token tiles: refused");
-    /* int8: no 256-token tile (its stages do not fit) */
+    /* int8: the 256-token tile (two stages) */
     g = problem(NB_FORMAT_INT8, 4096, 4096, 1024);
     const nbi_request tc256 = {.path = NB_GEMM_PATH_TENSOR_CORE, .bn = 256};
-    CHECK(nbi_plan(ctx, &g, &tc256, &p) == NB_ERR_UNSUPPORTED && strstr(nb_last_error(), "bn = 256"),
-          "int8 m = 1024, path tc with 256-token tiles: refused (%s)", nb_last_error());
-    CHECK(nbi_plan(ctx, &g, NULL, &p) == NB_OK && p.path == NBI_PATH_SM90 && p.bn <= 128, "int8 m = 1024: tc, bn %d",
-          p.bn);
+    CHECK(nbi_plan(ctx, &g, &tc256, &p) == NB_OK && p.path == NBI_PATH_SM90 && p.bn == 256,
+          "int8 m = 1024, path tc with 256-token tiles: %s", nb_last_error());
     /* (path mma itself needs the device's kernel table: test_gpu_int with NIBBLE_PATH=mma) */
     const nbi_request mma_rq = {.path = NB_GEMM_PATH_MMA};
     g = problem(NB_FORMAT_NF4, 4096, 4096, 64);

@@ -561,12 +561,21 @@ typedef void (*sm90_fn)(const CUtensorMap, const Sm90Params);
  * 22-27 KB with four), which serve batches of up to 32 tokens on narrow
  * layers. */
 #define SM90_STAGES(BN) ((BN) == 256 ? 3 : (BN) == 128 ? 4 : (BN) == 64 ? 6 : 8)
-#define SM90_K(BN, CWG) gemm_sm90_kernel<FMT, ACT, KG, BN, SM90_STAGES(BN), CWG>
-#define SM90_CASE(BN, CWG) *smem = Sm90Smem<FMT, KG, BN, SM90_STAGES(BN), CWG>::BYTES; return SM90_K(BN, CWG)
+/* The depth of format FMT's instances: int8's 2 KB chunks make a 256-token
+ * stage 82 KB, so two of them (the 4-bit formats' 74 KB stages: three). */
+template <int FMT, int KG>
+constexpr int sm90_stages(int bn) {
+    if constexpr (KG > 0) {
+        if (nbc_int_chunk<FMT, KG>::i8 && bn == 256) return 2;
+    }
+    return SM90_STAGES(bn);
+}
+#define SM90_K(BN, CWG) gemm_sm90_kernel<FMT, ACT, KG, BN, sm90_stages<FMT, KG>(BN), CWG>
+#define SM90_CASE(BN, CWG) *smem = Sm90Smem<FMT, KG, BN, sm90_stages<FMT, KG>(BN), CWG>::BYTES; return SM90_K(BN, CWG)
 
 /* The instances: two consumer warpgroups for every tile width, four for 16
  * and 32 tokens (E2M1 formats, KG = 0); the integer and table formats
- * (kernel group KG) have the 64-, 128- and (not int8) 256-token tiles. */
+ * (kernel group KG) have the 64-, 128- and 256-token tiles. */
 template <int FMT, int ACT, int KG>
 static sm90_fn sm90_pick_bn(int bn, int cwg, size_t *smem) {
     if constexpr (KG > 0) {
@@ -574,9 +583,7 @@ static sm90_fn sm90_pick_bn(int bn, int cwg, size_t *smem) {
         switch (bn) {
         case 64: SM90_CASE(64, 2);
         case 128: SM90_CASE(128, 2);
-        case 256:
-            /* int8's 2 KB chunks: three 256-token stages are 243 KB, past the SM's 227 */
-            if constexpr (!nbc_int_chunk<FMT, KG>::i8) { SM90_CASE(256, 2); }
+        case 256: SM90_CASE(256, 2);
         }
         return NULL;
     } else {
