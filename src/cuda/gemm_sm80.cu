@@ -175,26 +175,27 @@ __device__ __forceinline__ void sm80_mma_chunk(const uint8_t *wst, uint32_t xst,
                                                                       scale_bf16, a[r]);
 #pragma unroll
         for (int jj = 0; jj < 4; jj++) sm80_mma_tile<ACT, BN>(xst ^ (32u * jj), a[0][jj], a[1][jj], acc);
-        return;
-    }
-    uint32_t sw[2][2]; /* scale words of this half: row block r, tiles 2qq, 2qq+1 */
+    } else { /* E2M1 */
+        uint32_t sw[2][2]; /* scale words of this half: row block r, tiles 2qq, 2qq+1 */
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        if (nbc_fmt<FMT>::group == 16) { /* words 2kh, 2kh+1 of the 16 bytes at 1024 + 16g */
-            const uint2 v = *(const uint2 *)(wst + r * CB + 1024 + 16 * g + 8 * kh);
-            sw[r][0] = v.x, sw[r][1] = v.y;
-        } else { /* word kh of the 8 bytes at 1024 + 8g */
-            sw[r][0] = sw[r][1] = *(const uint32_t *)(wst + r * CB + 1024 + 8 * g + 4 * kh);
+        for (int r = 0; r < 2; r++) {
+            if (nbc_fmt<FMT>::group == 16) { /* words 2kh, 2kh+1 of the 16 bytes at 1024 + 16g */
+                const uint2 v = *(const uint2 *)(wst + r * CB + 1024 + 16 * g + 8 * kh);
+                sw[r][0] = v.x, sw[r][1] = v.y;
+            } else { /* word kh of the 8 bytes at 1024 + 8g */
+                sw[r][0] = sw[r][1] = *(const uint32_t *)(wst + r * CB + 1024 + 8 * g + 4 * kh);
+            }
         }
-    }
-    uint32_t a[2][4][4];
+        uint32_t a[2][4][4];
 #pragma unroll
-    for (int qq = 0; qq < 2; qq++) {
+        for (int qq = 0; qq < 2; qq++) {
 #pragma unroll
-        for (int r = 0; r < 2; r++)
-            nbc_dequant_tiles<FMT, ACT>(wst + r * CB + 32 * kh, stab, g, sh, qq, sw[r][qq], a[r]);
+            for (int r = 0; r < 2; r++)
+                nbc_dequant_tiles<FMT, ACT>(wst + r * CB + 32 * kh, stab, g, sh, qq, sw[r][qq], a[r]);
 #pragma unroll
-        for (int jj = 2 * qq; jj < 2 * qq + 2; jj++) sm80_mma_tile<ACT, BN>(xst ^ (32u * jj), a[0][jj], a[1][jj], acc);
+            for (int jj = 2 * qq; jj < 2 * qq + 2; jj++)
+                sm80_mma_tile<ACT, BN>(xst ^ (32u * jj), a[0][jj], a[1][jj], acc);
+        }
     }
 }
 
