@@ -254,15 +254,7 @@ __global__ void __launch_bounds__(SM80_THREADS, 1) gemm_sm80_kernel(const Sm80Pa
     const uint8_t *wnext = p.w + (size_t)min(rb0 + warp, p.row_blocks - 1) * p.kchunks * CB + 16 * lane;
     const uint32_t wdst = sbase + L::W_OFF + warp * CB + 16 * lane;
     auto fetch_w = [&](int s) {
-        const uint32_t d = wdst + s * L::W_STAGE;
-        constexpr int CODE = nbc_code_bytes<FMT, KG>(); /* 1024, or 2048 (int8) */
-        nbc_cp_async16_s(d, wnext, pol);
-        nbc_cp_async16_s(d + 512, wnext + 512, pol);
-        if constexpr (CODE == 2048) {
-            nbc_cp_async16_s(d + 1024, wnext + 1024, pol);
-            nbc_cp_async16_s(d + 1536, wnext + 1536, pol);
-        }
-        if (lane < (CB - CODE) / 16) nbc_cp_async16_s(d + CODE, wnext + CODE, pol);
+        nbc_fetch_chunk<nbc_code_bytes<FMT, KG>(), CB>(wdst + s * L::W_STAGE, wnext, lane, pol);
         wnext += CB;
     };
     /* Activations: 256 / BN threads per token row, each copying a run of

@@ -327,10 +327,7 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
     const uint8_t *gnext = p.w + ((size_t)(valid ? rb : 0) * p.kchunks + c_begin) * CB + 16 * lane;
     const uint32_t ring_s = nbc_smem_u32(ring) + 16 * lane;
     auto fetch = [&](int slot) { /* the next chunk of this warp's range into slot */
-        const uint32_t d = ring_s + slot * CB;
-#pragma unroll
-        for (int o = 0; o < CODE; o += 512) nbc_cp_async16_s(d + o, gnext + o, pol);
-        if (lane < (CB - CODE) / 16) nbc_cp_async16_s(d + CODE, gnext + CODE, pol);
+        nbc_fetch_chunk<CODE, CB>(ring_s + slot * CB, gnext, lane, pol);
         gnext += CB;
     };
 #pragma unroll

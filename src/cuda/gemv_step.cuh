@@ -87,6 +87,22 @@ constexpr int nbc_code_bytes() {
     else return NBI_CHUNK_CODE_BYTES;
 }
 
+/* One lane's cp.async copies of a packed chunk of CB bytes (CODE of them
+ * codes) from global src to shared d, as a warp streams a row block: the
+ * code pieces at lane offsets 0, 512 (and 1024, 1536 for 8-bit codes), then
+ * the first lanes the tail of scales and zero points.  The decode kernel
+ * and the mma.sync kernel fetch their chunks with it. */
+template <int CODE, int CB>
+__device__ __forceinline__ void nbc_fetch_chunk(uint32_t d, const uint8_t *src, int lane, uint64_t pol) {
+    nbc_cp_async16_s(d, src, pol);
+    nbc_cp_async16_s(d + 512, src + 512, pol);
+    if constexpr (CODE == 2048) {
+        nbc_cp_async16_s(d + 1024, src + 1024, pol);
+        nbc_cp_async16_s(d + 1536, src + 1536, pol);
+    }
+    if (lane < (CB - CODE) / 16) nbc_cp_async16_s(d + CODE, src + CODE, pol);
+}
+
 /* 2 x 16-bit lanes of bytes 0 and 2 of y (the other bytes are ignored)
  * as the exact signed integers they hold (int8, docs/formats.md 8.9: a
  * word keeps elements e in byte [0,2,1,3][e], so bytes 0, 2 are elements
