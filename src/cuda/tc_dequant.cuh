@@ -180,7 +180,7 @@ __device__ __forceinline__ void nbc_dequant_chunk_int(const uint8_t *wsm, int g,
     }
 }
 
-/* ------------------------------------------------------ int8 (sm90) */
+/* ------------------------------------- int8 (both tensor-core kernels) */
 
 /* One A register of int8: bytes sh/8 and sh/8 + 2 of word w (elements 2t,
  * 2t+1 of the tile, sh = 8 (t % 2)) as r(q s): i8_pair's exact q, one
@@ -192,10 +192,11 @@ __device__ __forceinline__ uint32_t nbc_i8_reg(uint32_t w, int sh, uint32_t ss) 
 
 /* Tiles 4P .. 4P+3 (sub-ranges G = 2P, 2P+1: k = 64P .. 64P+63 of the
  * chunk) of an int8 chunk (docs/formats.md 8.9) for rows g, g+8 into
- * a[a0 .. a0+3] (a0 a constant after unrolling), as r(q s) in ACT.  The chunk keeps the decode kernel's k order:
- * piece P of lane 4g + t' holds, for row g at 512P + 64g + 16t' (row g+8
- * 1024 further), k = 32G + 8t' + e of G = 2P, 2P+1 in word 2 (e / 4) + G
- * % 2, element e in byte [0,2,1,3][e % 4].  Tile 2G + jj's registers 0, 1
+ * a[a0 .. a0+3] (a0 a constant after unrolling), as r(q s) in ACT.  The
+ * chunk keeps the decode kernel's k order: piece P of lane 4g + t' holds,
+ * for row g at 512P + 64g + 16t' (row g+8 1024 further), k = 32G + 8t' + e
+ * of G = 2P, 2P+1 in word 2 (e / 4) + G % 2, element e in byte
+ * [0,2,1,3][e % 4].  Tile 2G + jj's registers 0, 1
  * need elements 2t, 2t+1 of piece t' = 2jj, registers 2, 3 those of piece
  * 2jj + 1: words 2 (t / 2) + G % 2, bytes t % 2 and t % 2 + 2.  So the
  * thread reads 8 bytes per piece and row (words 2 (t / 2), + 1: G = 2P,
