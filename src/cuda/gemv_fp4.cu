@@ -121,6 +121,7 @@
  * 8192 (16) 15% and 14336 -> 4096 (14) 10% (NOTES.md). */
 #define GEMV_EARLY_CHUNKS 8
 #define XROW 20 /* uint4 per staged activation row of a chunk: 256 bytes + 64 of padding */
+#define GEMV_STATIC_SMEM (256 * 4 + 16) /* static shared memory: the scale table, is_last (kernel 2: + barriers) */
 
 struct GemvParams {
     const uint8_t *w;
@@ -730,7 +731,7 @@ static gemv_fn pick_kernel(int fmt, int act, int mt, int xs, int rpw, int kg, in
 }
 
 extern "C" size_t nbi_cuda_gemv_smem(int fmt, int xs, int rpw, int mt, int m) {
-    return gemv_smem_bytes(fmt, xs, rpw, mt, m, 0) + 256 * 4 + 16 * XS_XSEGS + 16; /* + static: scale table, barriers */
+    return gemv_smem_bytes(fmt, xs, rpw, mt, m, 0) + GEMV_STATIC_SMEM + 16 * XS_XSEGS; /* + static: + kernel 2's barriers */
 }
 
 extern "C" nb_status nbi_cuda_gemv(nb_context *ctx, const nbi_gemm_plan *pl, const void *x, const void *packed,
@@ -759,7 +760,7 @@ extern "C" nb_status nbi_cuda_gemv(nb_context *ctx, const nbi_gemm_plan *pl, con
     if (pl->xsh) {
         nb_status st = nbc_smem_opt_in(ctx, (const void *)f, gemv_smem_bytes(pl->fmt, 1, pl->rpw, pl->mt, 8 * pl->mt, 0));
         if (st) return st;
-    } else if (smem > 40 * 1024) { /* kernel 1 of int8 (2 KB chunks: 68 KB) */
+    } else if (smem + GEMV_STATIC_SMEM > 48 * 1024) { /* past the default: kernel 1 of int8 (2 KB chunks, 68 KB) */
         nb_status st = nbc_smem_opt_in(ctx, (const void *)f, smem);
         if (st) return st;
     }

@@ -70,7 +70,7 @@ struct nbc_int_chunk {
     static constexpr int sb = nbc_fmt<FMT>::scale_bytes;
     static constexpr int sw = 2 * gpc * sb / 4;
     static constexpr bool i8 = nbc_fmt<FMT>::element_bits == 8;
-    static constexpr int code = i8 ? 2 * NBI_CHUNK_CODE_BYTES : NBI_CHUNK_CODE_BYTES; /* code bytes */
+    static constexpr int code = NBI_CHUNK_ROWS * NBI_CHUNK_K * nbc_fmt<FMT>::element_bits / 8; /* as nbi_code_bytes */
     static constexpr int bytes = code + NBI_CHUNK_ROWS * gpc * (sb + zp);
 };
 
