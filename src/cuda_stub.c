@@ -72,8 +72,8 @@ nb_status nbi_cuda_gemm_sm80(nb_context *ctx, const nbi_gemm_plan *p, const void
     (void)p, (void)x, (void)packed, (void)bias, (void)y, (void)stream;
     return no_cuda(ctx);
 }
-size_t nbi_cuda_gemv_smem(int fmt, int xs, int rpw, int mt, int m) {
-    (void)fmt, (void)xs, (void)rpw, (void)mt, (void)m;
+size_t nbi_cuda_gemv_smem(int fmt, int xs, int rpw, int mt, int m, size_t chunk_bytes) {
+    (void)fmt, (void)xs, (void)rpw, (void)mt, (void)m, (void)chunk_bytes;
     return 0;
 }
 int nbi_cuda_gemm_sm80_stages(int fmt, int kg, int bn, int want, size_t smem_limit, size_t *smem) {

@@ -369,10 +369,11 @@ NB_INTERNAL nb_status nbi_cuda_moe_mlp(nb_context *ctx, const nbi_moe_plan *p, c
                                        void *workspace, void *stream);
 
 /* What the planner asks of the kernels' shapes.  Shared memory per CTA of a
- * decode kernel (static + dynamic), for occupancy; the pipeline depth of the
+ * decode kernel (static + dynamic; chunk_bytes of the packed weight, 0 for
+ * an E2M1 format's), for occupancy; the pipeline depth of the
  * deepest mma.sync instance of tile width bn (and depth `want` when not 0)
  * whose shared memory fits smem_limit, its bytes in *smem, 0 when none does. */
-NB_INTERNAL size_t nbi_cuda_gemv_smem(int fmt, int xs, int rpw, int mt, int m);
+NB_INTERNAL size_t nbi_cuda_gemv_smem(int fmt, int xs, int rpw, int mt, int m, size_t chunk_bytes);
 /* Clusters of s CTAs of the tensor-core kernel (format, dtype, tile width,
  * consumer warpgroups) that can run at once on the current device; 0 when
  * none can or the build has no Hopper kernels. */

@@ -70,22 +70,28 @@ static void set_splits(nbi_gemm_plan *p, int64_t s) {
  * A request's variant, kw, rpw and splits replace the rules. */
 static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, nbi_gemm_plan *p) {
     const int sms = ctx->info.sm_count, warps = NBI_GEMV_WARPS;
-    const int staged = rq->variant == 2, plain = rq->variant == 1 || !nbi_traits(p->fmt)->every_kernel;
-    /* kernel 2 at 8 tokens too, on layers wide enough for no k split (below);
-     * the integer formats have kernel 1 only */
-    int xs = staged || (!plain && (p->mt >= 2 || p->m == 8));
-    int rpw = rq->rpw == 1 || rq->rpw == 2 ? rq->rpw : 2;
+    const int staged = rq->variant == 2, plain = rq->variant == 1;
+    /* the integer and table formats' kernel 2 has two row blocks per warp only */
+    const int rpw2 = !nbi_traits(p->fmt)->every_kernel;
+    /* kernel 2 at 8 tokens too, on layers wide enough for no k split (below),
+     * but not for the table formats (H200, nf4 8192 -> 57344: kernel 2 128.4
+     * us, kernel 1 117.4; int4 88.8 / 93.7, int8 130.9 / 152.5) */
+    const nb_element_type el = nbi_traits(p->fmt)->element;
+    const int table = el == NB_ELEMENT_NF4 || el == NB_ELEMENT_FP4_BNB;
+    int xs = staged || (!plain && (p->mt >= 2 || (p->m == 8 && !table)));
+    int rpw = rpw2 ? 2 : rq->rpw == 1 || rq->rpw == 2 ? rq->rpw : 2;
     size_t smem = 0;
     if (xs) {
-        smem = nbi_cuda_gemv_smem(p->fmt, 1, rpw, p->mt, 8 * p->mt);
-        if (smem > ctx->info.smem_per_block_optin && rpw == 2)
-            smem = nbi_cuda_gemv_smem(p->fmt, 1, rpw = 1, p->mt, 8 * p->mt);
+        smem = nbi_cuda_gemv_smem(p->fmt, 1, rpw, p->mt, 8 * p->mt, (size_t)p->chunk_bytes);
+        if (smem > ctx->info.smem_per_block_optin && rpw == 2 && !rpw2)
+            smem = nbi_cuda_gemv_smem(p->fmt, 1, rpw = 1, p->mt, 8 * p->mt, (size_t)p->chunk_bytes);
         if (smem > ctx->info.smem_per_block_optin) xs = 0; /* (smaller GPUs) */
     }
     int64_t grid_x, s = 1;
     if (xs) {
         int per_sm = (int)(ctx->info.smem_per_sm / (smem + 1024)); /* + the runtime's reserve per CTA */
         per_sm = per_sm < 1 ? 1 : per_sm > 2 ? 2 : per_sm;         /* registers allow two (launch bounds) */
+        if (rpw2 && p->mt >= 3) per_sm = 1; /* (the integer and table formats' only instances at 17..32 tokens) */
         const int64_t resident = (int64_t)sms * per_sm;
         p->kw = 1;
         p->rpw = rpw;
@@ -113,8 +119,11 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
         }
         /* 8 tokens: kernel 1 costs 13-18% more than at 7 on 8192 -> 57344
          * (121 vs 107 us, H100), kernel 2 110 us; with a k split kernel 2
-         * lost (8192 -> 8192: 23.8 vs 21.5 us). */
-        if (p->mt == 1 && s > 1 && !staged) xs = 0;
+         * lost for the E2M1 formats (8192 -> 8192: 23.8 vs 21.5 us) but won
+         * for the integer ones (H200, int4, us, kernel 2 / kernel 1: 8192 ->
+         * 8192 16.5 / 18.0 with 4 splits, 28672 -> 8192 42.7 / 52.2 with 8;
+         * int8 21.8 / 24.5, 63.2 / 73.2). */
+        if (p->mt == 1 && s > 1 && !staged && !(rpw2 && !table)) xs = 0;
     }
     if (!xs) {
         s = 1;
@@ -138,7 +147,7 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
     /* At most one CTA per SM: kernel 2's instance without the register cap
      * of two CTAs per SM (17..32 tokens, two row blocks per warp; at 25..32
      * the capped instance spills) */
-    if (p->xsh && p->mt >= 3 && p->rpw == 2 && grid_x * p->splits <= sms) p->xsh = 2;
+    if (p->xsh && p->mt >= 3 && p->rpw == 2 && (grid_x * p->splits <= sms || rpw2)) p->xsh = 2;
     return grid_x; /* CTAs along n (range-checked by the caller) */
 }
 
@@ -216,22 +225,25 @@ static double tc_reduce_us(int s, int bn, int cwg, int cluster) {
 }
 
 /* The integer and table formats on the tensor-core kernel: from m =
- * NBI_INT_TC_MIN on request; by the heuristic from m = 24, and from 17 on
- * layers of at least 2^25 weights (below, their decode kernel 1, which has
- * no staged variant).  Measured on an H100 (int4 / nf4, us, decode /
- * tensor core, 64-token tiles): m = 17: 8192 -> 8192 33.9 / 27.9, 4096 ->
- * 14336 30.3 / 25.4, 14336 -> 4096 34.9 / 25.4, but 4096 -> 4096 11.7 /
- * 12.4 and 4096 -> 6144 16.8 / 17.5 (nf4 12.6 / 13.0, 18.2 / 18.6); m =
- * 24: the tensor core ahead on every layer measured (4096 -> 4096 13.3 /
- * 12.1, 4096 -> 6144 19.4 / 16.9), by 1.3-1.6x at m = 32.  int8 (twice
- * the bytes) from m = 17 on every layer: its decode kernel at m = 17 was
- * slower than the tensor core at m = 24 on every layer measured (4096 ->
- * 4096 14.2 / 13.9, 8192 -> 8192 40.5 / 30.8, 8192 -> 57344 274.9 /
- * 218.5), and the tensor core's time does not grow from 17 to 24. */
+ * NBI_INT_TC_MIN on request; by the heuristic past the decode range (m >
+ * 32), and from m = 25 (table formats: 17) on layers with fewer 128-row
+ * tiles than SMs (tn), where the tensor-core kernel splits k and its time
+ * does not grow with m.  Below that the staged decode kernel (kernel 2)
+ * runs.  Measured on an H200 (2026-11-26, int4 groups of 128 / nf4 blocks
+ * of 64, us, staged decode / tensor core): m = 20: 8192 -> 28672 65.2 /
+ * 95.9, nf4 89.7 / 105.2; 8192 -> 57344 130.0 / 193.8, nf4 178.7 / 209.8;
+ * 8192 -> 8192 25.7 / 29.4, nf4 31.6 / 31.0; 4096 -> 14336 25.7 / 25.4, nf4
+ * 31.7 / 28.3; m = 32 (tensor core as at 24): 8192 -> 28672 70.6 / 95.1,
+ * 8192 -> 8192 29.0 / 28.1, 4096 -> 14336 29.1 / 25.4, nf4 34.4 / 28.3.
+ * Layers of k >= 16384 keep the decode kernel to m = 32 (28672 -> 8192, 64
+ * tiles: m = 32 int4 70.5 / 84.0, int8 84.8 / 91.3, nf4 88.5 / 93.2; m = 20
+ * nf4 85.1 / 92.3; nibble tune, H200). */
 #define NBI_INT_TC_MIN 17
-static int int_tc_auto(const nb_gemm_desc *g) {
-    if (nbi_traits(g->weight.format)->element_bits == 8) return g->m >= NBI_INT_TC_MIN;
-    return g->m >= 24 || (g->m >= NBI_INT_TC_MIN && g->weight.n * g->weight.k >= ((int64_t)1 << 25));
+static int int_tc_auto(const nb_context *ctx, const nb_gemm_desc *g, int64_t tn) {
+    const nbi_format_traits *t = nbi_traits(g->weight.format);
+    const int table = t->element == NB_ELEMENT_NF4 || t->element == NB_ELEMENT_FP4_BNB;
+    return g->m > 32 ||
+           (tn < ctx->info.sm_count && g->weight.k < 16384 && g->m >= (table ? NBI_INT_TC_MIN : 25));
 }
 
 /* Whether the tensor-core kernels (Hopper's and mma.sync) serve these
@@ -264,7 +276,7 @@ static int plan_tc(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
     const int integer = !t->every_kernel; /* (64-, 128-, 256-token tiles, m >= NBI_INT_TC_MIN) */
     const int64_t tn = (p->row_blocks + 7) / 8; /* 128-row tiles */
     const int small_grid = tn < ctx->info.sm_count;
-    int use = can && (integer ? int_tc_auto(g)
+    int use = can && (integer ? int_tc_auto(ctx, g, tn)
                               : g->m > 32 || (g->m > 16 && small_grid && (g->m > 24 || g->weight.k < 16384)));
     if (rq->path == NB_GEMM_PATH_DECODE || rq->path == NB_GEMM_PATH_MMA) use = 0;
     if (rq->path == NB_GEMM_PATH_TENSOR_CORE) use = can;
@@ -509,13 +521,14 @@ nb_status nbi_plan(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
     p->group = nbi_kernel_group(d);
     p->chunk_bytes = (int)nbi_packed_chunk_bytes(d);
     p->scale_bf16 = d->scale_type == NB_SCALE_BF16;
-    if (!t->every_kernel) { /* decode kernel 1 (NBI_DECODE_FORMATS), and for some the tensor-core kernels */
+    if (!t->every_kernel) { /* the decode kernels (NBI_DECODE_FORMATS), and for some the tensor-core kernels */
         const int tc = rq->path == NB_GEMM_PATH_TENSOR_CORE, mma = rq->path == NB_GEMM_PATH_MMA;
-        if (((tc || mma) && !t->tensor_core) || rq->variant == 2)
-            return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_gemm: %s weights run on the plain decode kernel%s only (path "
-                            "decode, variant plain%s), not %s%s", t->name, t->tensor_core ? " and paths tc and mma" : "",
-                            t->tensor_core ? "; tc on Hopper for larger m" : "", path_name(rq->path ? rq->path : 1),
-                            rq->variant == 2 ? " staged" : "");
+        if ((tc || mma) && !t->tensor_core)
+            return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_gemm: %s weights run on the decode kernels only (path "
+                            "decode), not %s", t->name, path_name(rq->path));
+        if (rq->variant == 2 && rq->rpw == 1)
+            return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_gemm: %s weights run the staged decode variant with rpw = 2 "
+                            "only, not 1", t->name);
         if ((tc || mma) && !tc_serves(g, t))
             return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_gemm: %s with BF16 scales and FP16 activations runs on the "
                             "decode kernel only (a BF16 scale rounded to FP16 could overflow)", t->name);

@@ -3,8 +3,9 @@
  * nb_pack_v2 and nb_gemm's decode kernel (gemv_fp4.cu "INTEGER FORMATS",
  * "TABLE FORMATS").
  *
- *   test_gpu_int [--quick] [--format NAME]    exit 0 pass, 1 fail, 77 no device (skipped)
- *   (--format: only the cases of one format, e.g. under compute-sanitizer)
+ *   test_gpu_int [--quick] [--format NAME] [--m-max M]    exit 0 pass, 1 fail, 77 no device (skipped)
+ *   (--format: only the cases of one format, --m-max: only batch sizes up
+ *   to M, e.g. under compute-sanitizer)
  *
  * For each format, activation type (BF16, FP16), scale type (integers: F16,
  * BF16; tables: F32) and group (integers: 32, 64, 128, one per row; tables:
@@ -26,8 +27,11 @@
  *     kernel's table formats add the rounding of their operands (DESIGN.md
  *     4.2.2): sum over k of |x| |absmax| (|r16(v) - v| + 2^-24 |v|), 2^-24
  *     |v| |absmax| the reference's own float32 product;
+ *   - the staged decode kernel (kernel 2) forced at every m = 5..32 where
+ *     the planner chose kernel 1, and every decode configuration offered at
+ *     m = 5, 16 and 27 (the sweep);
  *   - the path: the tensor-core kernel runs exactly where it should
- *     (Hopper, m >= 24 on these layers, int8 m >= 17; not for integer weights with BF16
+ *     (Hopper, m >= 25 on these layers, the table formats m >= 17; not for integer weights with BF16
  *     scales and F16 activations); with NIBBLE_PATH=mma every call runs the
  *     mma.sync kernel (same weight rounding and bound) or is refused for
  *     that mix, and the refusal checks are left out;
@@ -72,6 +76,7 @@ static double round16(nb_dtype t, double v) {
  * with an sm_90a build): path tc accepted at m = 64 on a small int4 layer.
  * g_mma: NIBBLE_PATH=mma, every call on the mma.sync kernel. */
 static int g_tc_int = -1, g_mma;
+static int64_t g_mmax = INT64_MAX; /* --m-max: the batch sizes run stop here */
 static int tc_for_int(nb_context *ctx) {
     if (g_tc_int >= 0) return g_tc_int;
     nb_weight_desc d;
@@ -320,7 +325,7 @@ static void run_case(nb_context *ctx, const tcase *c, const int64_t *ms, int nms
     const int tc_here = tc_for_int(ctx) && served && !g_mma;
     if ((tc_here && mmax >= 17) || (g_mma && served)) wtc = weight_term(c, &d, codes, scales, zeros, x, mmax, 1);
     char cfgs[512];
-    for (int mi = 0; mi < nms; mi++) {
+    for (int mi = 0; mi < nms && ms[mi] <= g_mmax; mi++) {
         const int64_t m = ms[mi];
         g.m = m;
         GT_CUDA(cudaMemset(dy, 0xFF, 2 * (size_t)(m * n)));
@@ -329,22 +334,47 @@ static void run_case(nb_context *ctx, const tcase *c, const int64_t *ms, int nms
         if (st != NB_OK) continue;
         GT_NB(nb_gemm_last_config(ctx, cfgs, sizeof cfgs));
         const int on_tc = strstr(cfgs, "gemm_sm90<") != NULL || strstr(cfgs, "gemm_sm80<") != NULL;
-        /* (the planner's rule: m >= 24 on these layers of fewer than 2^25 weights, int8 m >= 17; every m with
-         * NIBBLE_PATH=mma) */
-        const int want_tc = g_mma || (tc_here && m >= (c->fmt == NB_FORMAT_INT8 ? 17 : 24));
+        /* (the planner's rule on these layers of fewer 128-row tiles than SMs: m >= 25, the table formats
+         * m >= 17; every m with NIBBLE_PATH=mma) */
+        const int want_tc = g_mma || (tc_here && m >= (tab ? 17 : 25));
         CHECK(on_tc == want_tc && (!g_mma || strstr(cfgs, "gemm_sm80<")), "%s m=%lld: %s, expected the %s", what,
               (long long)m, cfgs, g_mma ? "mma.sync kernel" : want_tc ? "tensor-core kernel" : "decode kernel");
         GT_CUDA(cudaMemcpy(y, dy, 2 * (size_t)(m * n), cudaMemcpyDeviceToHost));
         check_out(c, what, cfgs, m, n, y, ref, on_tc ? wtc : wtab);
+        /* the staged decode kernel (kernel 2) as well, where the planner chose kernel 1 */
+        if (m >= 5 && m <= 32 && !g_mma && !strstr(cfgs, "gemv_fp4_xs<")) {
+            nb_gemm_config sc;
+            memset(&sc, 0, sizeof sc);
+            sc.path = NB_GEMM_PATH_DECODE, sc.variant = 1, sc.kw = 1, sc.rpw = 2;
+            size_t need = 0;
+            st = nb_gemm_workspace_size_ex(ctx, &g, &sc, &need);
+            CHECK(st == NB_OK, "%s m=%lld: staged variant: %s", what, (long long)m, nb_last_error());
+            void *sws = NULL;
+            if (st == NB_OK && need) {
+                GT_CUDA(cudaMalloc(&sws, need));
+                GT_CUDA(cudaMemset(sws, 0, need));
+            }
+            GT_CUDA(cudaMemset(dy, 0xFF, 2 * (size_t)(m * n)));
+            if (st == NB_OK) st = nb_gemm_ex(ctx, &g, &sc, dx, dpk, NULL, dy, sws, need, NULL);
+            CHECK(st == NB_OK, "%s m=%lld: staged variant run: %s", what, (long long)m, nb_last_error());
+            if (st == NB_OK) {
+                GT_NB(nb_gemm_last_config(ctx, cfgs, sizeof cfgs));
+                CHECK(strstr(cfgs, "gemv_fp4_xs<") != NULL, "%s m=%lld: %s, expected the staged kernel", what,
+                      (long long)m, cfgs);
+                GT_CUDA(cudaMemcpy(y, dy, 2 * (size_t)(m * n), cudaMemcpyDeviceToHost));
+                check_out(c, what, cfgs, m, n, y, ref, wtab);
+            }
+            if (sws) GT_CUDA(cudaFree(sws));
+        }
     }
     /* every configuration offered at the sweep's batch sizes */
-    for (int si = 0; si < nsweep; si++) {
+    for (int si = 0; si < nsweep && sweep[si] <= g_mmax; si++) {
         const int64_t m = sweep[si];
         g.m = m;
         nb_gemm_config cf[64];
         size_t ncf = 0;
         GT_NB(nb_gemm_list_configs(ctx, &g, cf, 64, &ncf));
-        int ntc = 0;
+        int ntc = 0, nxs = 0;
         for (size_t ci = 0; ci < ncf && ci < 64; ci++) {
             size_t need = 0;
             if (nb_gemm_workspace_size_ex(ctx, &g, &cf[ci], &need) != NB_OK) {
@@ -363,13 +393,16 @@ static void run_case(nb_context *ctx, const tcase *c, const int64_t *ms, int nms
                 GT_NB(nb_gemm_last_config(ctx, cfgs, sizeof cfgs));
                 const int on_tc = strstr(cfgs, "gemm_sm90<") != NULL || strstr(cfgs, "gemm_sm80<") != NULL;
                 ntc += on_tc;
+                nxs += strstr(cfgs, "gemv_fp4_xs<") != NULL;
                 GT_CUDA(cudaMemcpy(y, dy, 2 * (size_t)(m * n), cudaMemcpyDeviceToHost));
                 check_out(c, what, cfgs, m, n, y, ref, on_tc ? wtc : wtab);
             }
             if (cws) GT_CUDA(cudaFree(cws));
         }
-        CHECK(!tc_here || ntc >= 3, "%s m=%lld: %d tensor-core configurations offered (want several)", what,
+        CHECK(!tc_here || m < 17 || ntc >= 3, "%s m=%lld: %d tensor-core configurations offered (want several)", what,
               (long long)m, ntc);
+        CHECK(g_mma || m < 5 || m > 32 || nxs >= 2, "%s m=%lld: %d staged decode configurations offered (want several)",
+              what, (long long)m, nxs);
     }
     if (dws) GT_CUDA(cudaFree(dws));
     GT_CUDA(cudaFree(dc));
@@ -437,8 +470,10 @@ static void test_refusals(nb_context *ctx) {
     memset(&cfg, 0, sizeof cfg);
     cfg.path = NB_GEMM_PATH_DECODE, cfg.variant = 1, cfg.kw = 1;
     g.m = 16;
-    CHECK(nb_gemm_workspace_size_ex(ctx, &g, &cfg, &ws) == NB_ERR_UNSUPPORTED, "staged variant refused: %s",
-          nb_last_error());
+    CHECK(nb_gemm_workspace_size_ex(ctx, &g, &cfg, &ws) == NB_OK, "staged variant accepted: %s", nb_last_error());
+    cfg.rpw = 1;
+    CHECK(nb_gemm_workspace_size_ex(ctx, &g, &cfg, &ws) == NB_ERR_UNSUPPORTED && strstr(nb_last_error(), "rpw = 2"),
+          "staged variant with one row block per warp refused: %s", nb_last_error());
     CHECK(nb_gemm_workspace_size(ctx, &g, &ws) == NB_OK, "workspace size: %s", nb_last_error());
     char cfgs[256];
     void *dws = NULL;
@@ -547,8 +582,10 @@ static void test_table_refusals(nb_context *ctx) {
     memset(&cfg, 0, sizeof cfg);
     cfg.path = NB_GEMM_PATH_DECODE, cfg.variant = 1, cfg.kw = 1;
     g.m = 16;
-    CHECK(nb_gemm_workspace_size_ex(ctx, &g, &cfg, &ws) == NB_ERR_UNSUPPORTED, "nf4: staged variant refused: %s",
-          nb_last_error());
+    CHECK(nb_gemm_workspace_size_ex(ctx, &g, &cfg, &ws) == NB_OK, "nf4: staged variant accepted: %s", nb_last_error());
+    cfg.rpw = 1;
+    CHECK(nb_gemm_workspace_size_ex(ctx, &g, &cfg, &ws) == NB_ERR_UNSUPPORTED && strstr(nb_last_error(), "rpw = 2"),
+          "nf4: staged variant with one row block per warp refused: %s", nb_last_error());
     GT_NB(nb_gemm_workspace_size(ctx, &g, &ws));
     void *dws = NULL;
     if (ws) {
@@ -580,8 +617,9 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--format") && i + 1 < argc && nb_format_from_name(argv[i + 1], &only) == NB_OK) i++;
+        else if (!strcmp(argv[i], "--m-max") && i + 1 < argc && atoll(argv[i + 1]) > 0) g_mmax = atoll(argv[++i]);
         else {
-            printf("usage: test_gpu_int [--quick] [--format NAME]\n");
+            printf("usage: test_gpu_int [--quick] [--format NAME] [--m-max M]\n");
             return 1;
         }
     }
@@ -593,7 +631,7 @@ int main(int argc, char **argv) {
     int nall = 0;
     for (int m = 1; m <= 32; m++) all[nall++] = m;
     all[nall++] = 33, all[nall++] = 45, all[nall++] = 64, all[nall++] = 100, all[nall++] = 128, all[nall++] = 200;
-    static const int64_t few[8] = {1, 7, 8, 16, 32, 45, 64, 300}, sweep[2] = {64, 300}, big[7] = {1, 7, 8, 16, 32, 45, 100};
+    static const int64_t few[8] = {1, 7, 8, 16, 32, 45, 64, 300}, sweep[5] = {5, 16, 27, 64, 300}, big[10] = {1, 7, 8, 12, 16, 20, 28, 32, 45, 100};
     static const int groups[4] = {32, 64, 128, 0};
     static const int64_t shapes[3][2] = {{37, 640}, {1000, 1152}, {4100, 4096}}; /* ragged n; k off 128 by 0 / 1 chunk */
     uint64_t seed = 1;
@@ -612,8 +650,8 @@ int main(int argc, char **argv) {
                         }
                         /* every m on the small layer, a few (and every configuration at two) on the others */
                         if (sh == 0) run_case(ctx, &c, all, nall, NULL, 0, seed++);
-                        else if (sh == 1) run_case(ctx, &c, few, 8, sweep, 2, seed++);
-                        else run_case(ctx, &c, big, 7, NULL, 0, seed++);
+                        else if (sh == 1) run_case(ctx, &c, few, 8, sweep, 5, seed++);
+                        else run_case(ctx, &c, big, 10, NULL, 0, seed++);
                     }
     /* k not a multiple of 128 with one group per row (a padded kernel group) */
     const tcase odd[3] = {{NB_FORMAT_INT4, NB_DTYPE_F16, NB_SCALE_F16, 21, 200, 0},
@@ -632,8 +670,8 @@ int main(int argc, char **argv) {
                                      NB_SCALE_F32, shapes[sh][0], shapes[sh][1], tgroups[gi]};
                     if (c.k % c.group || (only && c.fmt != only)) continue;
                     if (sh == 0) run_case(ctx, &c, all, nall, NULL, 0, seed++);
-                    else if (sh == 1) run_case(ctx, &c, few, 8, gi == 1 ? sweep : NULL, gi == 1 ? 2 : 0, seed++);
-                    else run_case(ctx, &c, big, 7, NULL, 0, seed++);
+                    else if (sh == 1) run_case(ctx, &c, few, 8, gi == 1 ? sweep : NULL, gi == 1 ? 5 : 0, seed++);
+                    else run_case(ctx, &c, big, 10, NULL, 0, seed++);
                 }
     /* k not a multiple of 128: kernel groups past k in the last chunk */
     const tcase todd[2] = {{NB_FORMAT_NF4, NB_DTYPE_BF16, NB_SCALE_F32, 21, 192, 64},

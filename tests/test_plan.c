@@ -236,11 +236,13 @@ static void test_capacity_cached(void) {
     nb_context_destroy(ctx);
 }
 
-/* The 4-bit integer and table formats: the tensor-core kernel from m = 24,
- * from 17 on layers of 2^25 weights or more (64-, 128- and 256-token tiles,
- * valid plans on every layer and group), the decode kernel below and for
- * integer weights with BF16 scales and FP16 activations; a request for path
- * tc where it does not serve is refused. */
+/* The integer and table formats: the tensor-core kernel past m = 32, and
+ * from 25 (table formats 17) on layers of fewer 128-row tiles than SMs and
+ * k < 16384 (64-, 128- and 256-token tiles, valid plans on every layer and
+ * group), the decode kernels below (the staged one with two row blocks per
+ * warp on wide layers from 9 tokens) and for integer weights with BF16
+ * scales and FP16 activations; a request for path tc where it does not
+ * serve is refused. */
 static void test_integer_formats(void) {
     nb_context *ctx = h100();
     static const nb_format fmts[5] = {NB_FORMAT_INT4, NB_FORMAT_INT4_SYM, NB_FORMAT_NF4, NB_FORMAT_BNB_FP4,
@@ -273,11 +275,19 @@ static void test_integer_formats(void) {
                         CHECK(st == NB_OK, "fmt %d group %d act %d %lld -> %lld m = %lld: %s", (int)fmts[f],
                               groups[gi], a, (long long)k, (long long)n, (long long)m, st ? nb_last_error() : "");
                         if (st) continue;
-                        /* from m = 24, and from 17 on layers of 2^25 weights and more; int8 from 17 */
-                        const int want = a != 2 && (m >= 24 || (m >= 17 && (n * k >= (1 << 25) || f == 4)));
+                        /* past m = 32, and on layers of fewer 128-row tiles than SMs (132) and k < 16384
+                         * from m = 25 (the table formats from 17) */
+                        const int small = (n + 127) / 128 < 132 && k < 16384;
+                        const int want = a != 2 && (m > 32 || (small && m >= (tab ? 17 : 25)));
                         CHECK((p.path == NBI_PATH_SM90) == want, "fmt %d group %d act %d %lld -> %lld m = %lld: path %d, "
                               "want %s", (int)fmts[f], groups[gi], a, (long long)k, (long long)n, (long long)m, p.path,
                               want ? "tc" : "decode");
+                        /* the staged decode kernel on the wide layers (no k split) from 9 tokens */
+                        if (!want && m > 8 && m <= 32 && n >= 28672 && k <= 8192)
+                            CHECK(p.path == NBI_PATH_GEMV && p.xsh && p.rpw == 2 && (p.xsh == 2) == (m > 16),
+                                  "fmt %d group %d act %d %lld -> %lld m = %lld: xsh %d rpw %d splits %d, want the "
+                                  "staged kernel", (int)fmts[f], groups[gi], a, (long long)k, (long long)n,
+                                  (long long)m, p.xsh, p.rpw, p.splits);
                         if (!want || p.path != NBI_PATH_SM90) continue;
                         tc++;
                         check_valid(ctx, &p, k, n, m);

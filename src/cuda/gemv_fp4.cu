@@ -59,8 +59,9 @@
  *   scales give NaN outputs.  c: NVFP4 BF16 7, FP16 8; MXFP4 BF16 emax-127
  *   (needs emax - emin <= 125), FP16 emax-128 (needs emax - emin <= 24).
  *
- * INTEGER FORMATS (int4 with zero points, int4_sym, int8; kernel 1 only:
- *   gemv_int4_kernel<FMT, ACT, MT, KG>, KG the kernel group 32, 64 or 128)
+ * INTEGER FORMATS (int4 with zero points, int4_sym, int8; kernel 1
+ *   gemv_int4_kernel<FMT, ACT, MT, KG> and kernel 2 gemv_int_xs_kernel
+ *   <FMT, ACT, MT, KG, MINB>, KG the kernel group 32, 64 or 128)
  *   Their scales are F16/BF16 per group of 32..128 (or one per row), too
  *   many distinct values for a table and (q - z) * s is not exact in 16
  *   bits, so the scale is applied after the MMA, in FP32.  The packed
@@ -76,12 +77,14 @@
  *   A NaN scale gives NaN; an infinite one gives inf (NaN where the group's
  *   sum is 0), where the reference's per-element products give NaN for
  *   every element with q = z: infinite scales are not matched.
- *   Larger m runs on the Hopper tensor-core kernel (gemm_sm90.cu, from m =
- *   24, or 17 on large layers: plan.c); elsewhere, and for BF16 scales with
- *   FP16 activations, one launch per 32 rows (weights re-read per launch).
+ *   Kernel 2 stages a chunk's activations in k order (word G of lane t at
+ *   position 4G + t) and runs the same step per row block (xs_step_int).
+ *   Larger m runs on the Hopper tensor-core kernel (gemm_sm90.cu, past m =
+ *   32, or from 25 on small layers: plan.c); elsewhere, and for BF16 scales
+ *   with FP16 activations, one launch per 32 rows (weights re-read).
  *
- * TABLE FORMATS (bitsandbytes nf4 and fp4; kernel 1 only:
- *   gemv_table_kernel<FMT, ACT, MT, KG>)
+ * TABLE FORMATS (bitsandbytes nf4 and fp4; kernel 1 gemv_table_kernel
+ *   <FMT, ACT, MT, KG>, kernel 2 gemv_int_xs_kernel as the integers)
  *   A code indexes a table of 16 float32 values; each block of 32..4096
  *   (default 64) has an F32 absmax (a nested absmax is resolved by the
  *   checkpoint reader, as bitsandbytes does).  The same group-aligned chunks
@@ -268,9 +271,9 @@ __device__ __forceinline__ void int_step(const uint4 (&L)[NP], const uint4 (&H)[
 
 /* m = 1..32 with each lane loading its activations through L1: the kernel
  * for 1..8 tokens, and for more tokens on layers too narrow for kernel 2;
- * the only kernel of the integer formats (KG > 0, their kernel group: see
- * "INTEGER FORMATS" above).  The body of gemv_fp4_kernel and
- * gemv_int4_kernel. */
+ * KG > 0: an integer or table format's kernel group (see "INTEGER FORMATS"
+ * above).  The body of gemv_fp4_kernel, gemv_int4_kernel and
+ * gemv_table_kernel. */
 template <int FMT, int ACT, int MT, int WARPS, int STAGES, int KG, bool EARLY>
 __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
     constexpr bool INT = KG > 0;
@@ -451,7 +454,7 @@ __global__ void __launch_bounds__(WARPS * 32, GEMV_MINB) gemv_table_kernel(const
  * slot s % XSEGS once every consumer warp has released the slot's previous
  * segment (barrier `empty` + 8 slot), then signals the slot's `full`
  * barrier when its copies land; k past the end is zero-filled. */
-template <int SEG, int XSEGS>
+template <int SEG, int XSEGS, bool INT>
 __device__ __forceinline__ void xs_stage_activations(const GemvParams &p, uint4 *xring, uint32_t full, uint32_t empty,
                                                      int c0, int nch, int m_rows, int xchunk, int lane) {
     const __nv_bfloat16 *xg = (const __nv_bfloat16 *)p.x;
@@ -463,8 +466,9 @@ __device__ __forceinline__ void xs_stage_activations(const GemvParams &p, uint4 
             if (ch >= nch) break;
             uint4 *dst = xring + (size_t)(slot * SEG + c) * xchunk;
             for (int q = lane; q < m_rows * 16; q += 32) {
-                const int row = q >> 4, pos = q & 15; /* pos = 4w + t holds k = 32t + 8w */
-                const int kk = (c0 + ch) * NBI_CHUNK_K + 8 * (4 * (pos & 3) + (pos >> 2));
+                /* pos = 4w + t holds k = 32t + 8w (E2M1), 32w + 8t (integer formats: the chunk's k in order) */
+                const int row = q >> 4, pos = q & 15;
+                const int kk = (c0 + ch) * NBI_CHUNK_K + 8 * (INT ? pos : 4 * (pos & 3) + (pos >> 2));
                 const bool in = kk < p.k;
                 nbc_cp_async16_zfill(nbc_smem_u32(dst + row * XROW + pos), in ? xg + (size_t)row * p.lda + kk : xg, in);
             }
@@ -511,6 +515,78 @@ __device__ __forceinline__ void xs_step(const uint4 *wsl, const uint4 *xsl, cons
     }
 }
 
+/* The same step for an integer or table format (kernel group KG; see
+ * "INTEGER FORMATS"): word G of a row's piece holds k = 32G + 8t .. +7, at
+ * staged position 4G + t, so each sub-range G shares its B fragments
+ * between the RPW row blocks as xs_step's words do.  A kernel group's MMAs
+ * (both tiles of each sub-range) accumulate into zeroed FP32 tiles, which
+ * then enter acc times the group's FP32 scale. */
+template <int FMT, int ACT, int MT, int RPW, int KG>
+__device__ __forceinline__ void xs_step_int(const uint4 *wsl, const uint4 *xsl, const int (&xrow)[MT],
+                                            const nbc_table &tab, const GemvParams &p, int g, int lane,
+                                            float (&acc)[RPW][MT][4]) {
+    using C = nbc_int_chunk<FMT, KG>;
+    constexpr int CB = C::bytes, NP = C::code / 1024, GPC = C::gpc, SPG = KG / 32;
+    constexpr bool SYM = nbc_fmt<FMT>::zero_point == NB_ZERO_NONE;
+    uint4 L[RPW][NP], H[RPW][NP];
+    uint32_t sw[RPW][C::sw], zw[RPW][2];
+#pragma unroll
+    for (int r = 0; r < RPW; r++) {
+#pragma unroll
+        for (int j = 0; j < NP; j++) L[r][j] = wsl[r * (CB / 16) + 32 * j + lane], H[r][j] = wsl[r * (CB / 16) + 32 * (NP + j) + lane];
+        int_tail<FMT, KG>(wsl + r * (CB / 16), g, sw[r], zw[r]);
+    }
+    float tq[RPW][MT][4];
+#pragma unroll
+    for (int G = 0; G < 4; G++) {
+        const int j = G / SPG;
+        if (G % SPG == 0) {
+#pragma unroll
+            for (int r = 0; r < RPW; r++)
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) tq[r][mt][e] = 0.0f;
+        }
+        uint4 xv[MT];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) xv[mt] = xsl[xrow[mt] + 4 * G];
+#pragma unroll
+        for (int r = 0; r < RPW; r++) {
+            uint32_t a[4], b[4];
+            if constexpr (C::i8) { /* tile 2G in word G % 2 of piece G / 2, 2G+1 in word 2 + G % 2 */
+                a_frag_i8<ACT>(word(L[r][G / 2 % NP], G % 2), word(H[r][G / 2 % NP], G % 2), a);
+                a_frag_i8<ACT>(word(L[r][G / 2 % NP], 2 + G % 2), word(H[r][G / 2 % NP], 2 + G % 2), b);
+            } else if constexpr (C::table) {
+                a_frag_table(word(L[r][0], G), word(H[r][0], G), tab, a, b);
+            } else {
+                const uint32_t zg = int_zero<ACT, SYM>(zw[r], j), zh = int_zero<ACT, SYM>(zw[r], GPC + j);
+                a_frag_int<ACT, 0, SYM>(word(L[r][0], G), word(H[r][0], G), zg, zh, a);
+                a_frag_int<ACT, 2, SYM>(word(L[r][0], G), word(H[r][0], G), zg, zh, b);
+            }
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(tq[r][mt], a[0], a[1], a[2], a[3], xv[mt].x, xv[mt].y);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(tq[r][mt], b[0], b[1], b[2], b[3], xv[mt].z, xv[mt].w);
+        }
+        if (G % SPG == SPG - 1) { /* the group's scale, in FP32 */
+#pragma unroll
+            for (int r = 0; r < RPW; r++) {
+                float sg, sh;
+                if constexpr (C::table) sg = table_scale(sw[r], j), sh = table_scale(sw[r], GPC + j);
+                else sg = int_scale<KG>(sw[r], j, p.scale_bf16), sh = int_scale<KG>(sw[r], GPC + j, p.scale_bf16);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    acc[r][mt][0] = fmaf(sg, tq[r][mt][0], acc[r][mt][0]);
+                    acc[r][mt][1] = fmaf(sg, tq[r][mt][1], acc[r][mt][1]);
+                    acc[r][mt][2] = fmaf(sh, tq[r][mt][2], acc[r][mt][2]);
+                    acc[r][mt][3] = fmaf(sh, tq[r][mt][3], acc[r][mt][3]);
+                }
+            }
+        }
+    }
+}
+
 /* 9..32 tokens (and 8 where the planner says; any m <= 32 works).  The
  * CTA's 8 consumer warps walk one k range; each owns RPW row blocks,
  * streams their chunks through its own cp.async ring (no CTA barrier for
@@ -532,17 +608,17 @@ __device__ __forceinline__ void xs_step(const uint4 *wsl, const uint4 *xsl, cons
  * advance by a chunk per step, and out-of-range row blocks and tokens read
  * valid data (row block n-1, token row g) that is never stored instead of
  * branching. */
-template <int FMT, int ACT, int MT, int RPW, int STAGES, int SEG, int XSEGS, int MINB>
-__global__ void __launch_bounds__(XS_THREADS, MINB) gemv_fp4_xs_kernel(const GemvParams p) {
+template <int FMT, int ACT, int MT, int RPW, int STAGES, int SEG, int XSEGS, int KG>
+__device__ __forceinline__ void gemv_xs_body(const GemvParams &p) {
     constexpr int WARPS = NBI_GEMV_WARPS; /* consumer warps; warp WARPS is the producer */
-    NBC_CHECK_KERNEL_FORMAT(FMT);
-    constexpr int CB = nbc_fmt<FMT>::chunk_bytes;      /* bytes per packed chunk */
-    constexpr int TAIL = (CB - 1024) / 16;             /* lanes that copy the chunk's scale bytes */
+    constexpr bool INT = KG > 0;
+    constexpr int CB = nbc_chunk_bytes<FMT, KG>();     /* bytes per packed chunk */
+    constexpr int CODE = nbc_code_bytes<FMT, KG>();    /* of which codes */
     static_assert(MT >= 1 && MT <= 4, "kernel 2 serves up to 32 tokens");
     __shared__ uint32_t stab[256];
     __shared__ uint64_t full[XSEGS], empty[XSEGS];
     __shared__ int is_last;
-    nbc_load_scale_table<XS_THREADS>(stab, p.stab);
+    if constexpr (!INT) nbc_load_scale_table<XS_THREADS>(stab, p.stab);
     if (threadIdx.x < XSEGS) {
         nbc_mbar_init(nbc_smem_u32(&full[threadIdx.x]), 32);          /* the producer warp's lanes */
         nbc_mbar_init(nbc_smem_u32(&empty[threadIdx.x]), WARPS * 32); /* every consumer thread (each read ordered) */
@@ -574,10 +650,7 @@ __global__ void __launch_bounds__(XS_THREADS, MINB) gemv_fp4_xs_kernel(const Gem
     auto fetch = [&]() { /* the next step's chunks into slot `fill` */
 #pragma unroll
         for (int r = 0; r < RPW; r++) {
-            const uint32_t d = ring_s + fill + r * CB;
-            nbc_cp_async16_s(d, gw[r], pol);
-            nbc_cp_async16_s(d + 512, gw[r] + 512, pol);
-            if (lane < TAIL) nbc_cp_async16_s(d + 1024, gw[r] + 1024, pol);
+            nbc_fetch_chunk<CODE, CB>(ring_s + fill + r * CB, gw[r], lane, pol);
             gw[r] += CB;
         }
         fill = fill == (STAGES - 1) * RPW * CB ? 0 : fill + RPW * CB;
@@ -597,11 +670,17 @@ __global__ void __launch_bounds__(XS_THREADS, MINB) gemv_fp4_xs_kernel(const Gem
             nbc_cp_async_commit();
         }
     }
+    /* the table formats' operand planes, from the parameters to registers */
+    nbc_table tab;
+    if constexpr (INT && nbc_is_table<FMT>()) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) tab.lo[i] = p.stab[i], tab.hi[i] = p.stab[4 + i];
+    }
     nbc_grid_dependency_wait();
     __syncthreads(); /* scale table and barriers initialized */
 
     if (producer) {
-        xs_stage_activations<SEG, XSEGS>(p, xring, nbc_smem_u32(full), nbc_smem_u32(empty), c0, nch, m_rows, xchunk,
+        xs_stage_activations<SEG, XSEGS, INT>(p, xring, nbc_smem_u32(full), nbc_smem_u32(empty), c0, nch, m_rows, xchunk,
                                          lane);
     } else {
         /* token rows past m read a staged row (row g when m > 8, else row 0: valid, never stored) */
@@ -617,8 +696,12 @@ __global__ void __launch_bounds__(XS_THREADS, MINB) gemv_fp4_xs_kernel(const Gem
             nbc_cp_async_wait<STAGES - 1>(); /* this lane's part of step i has landed */
             if (c == 0) nbc_mbar_wait(nbc_smem_u32(&full[xs]), (uint32_t)((seg / XSEGS) & 1));
             __syncwarp(); /* ... and every other lane's */
-            xs_step<FMT, ACT, MT, RPW>(wring + read / 16, xring + (size_t)(xs * SEG + c) * xchunk, xrow, stab, lane,
-                                       acc);
+            if constexpr (INT)
+                xs_step_int<FMT, ACT, MT, RPW, KG>(wring + read / 16, xring + (size_t)(xs * SEG + c) * xchunk, xrow,
+                                                   tab, p, g, lane, acc);
+            else
+                xs_step<FMT, ACT, MT, RPW>(wring + read / 16, xring + (size_t)(xs * SEG + c) * xchunk, xrow, stab,
+                                           lane, acc);
             __syncwarp(); /* weight slot and (at a segment's end) activation slot read by every lane */
             read = read == (STAGES - 1) * RPW * CB ? 0 : read + RPW * CB;
             if (++c == SEG || i == nch - 1) {
@@ -639,6 +722,20 @@ __global__ void __launch_bounds__(XS_THREADS, MINB) gemv_fp4_xs_kernel(const Gem
 #pragma unroll
     for (int r = 0; r < RPW; r++)
         if (rvalid[r]) store_block<ACT, MT>(p, acc[r], rbs[r], g, t);
+}
+
+template <int FMT, int ACT, int MT, int RPW, int STAGES, int SEG, int XSEGS, int MINB>
+__global__ void __launch_bounds__(XS_THREADS, MINB) gemv_fp4_xs_kernel(const GemvParams p) {
+    NBC_CHECK_KERNEL_FORMAT(FMT);
+    gemv_xs_body<FMT, ACT, MT, RPW, STAGES, SEG, XSEGS, 0>(p);
+}
+
+/* The integer and table formats, kernel group KG (32, 64 or 128): two row
+ * blocks per warp. */
+template <int FMT, int ACT, int MT, int KG, int MINB>
+__global__ void __launch_bounds__(XS_THREADS, MINB) gemv_int_xs_kernel(const GemvParams p) {
+    static_assert(KG == 32 || KG == 64 || KG == 128, "kernel groups of 32, 64 or 128");
+    gemv_xs_body<FMT, ACT, MT, 2, XS_STAGES, XS_SEG, XS_XSEGS, KG>(p);
 }
 
 /* ------------------------------------------------------------- dispatch */
@@ -720,18 +817,41 @@ static gemv_fn pick_int(int mt, int kg) {
     return NULL;
 }
 
+/* Their kernel 2 instances (two row blocks per warp) for mt x kernel group:
+ * 17..32 tokens only with one CTA per SM (under the register cap of two
+ * every such instance spills, 88 to 1268 bytes; ptxas, sm_90a). */
+template <int FMT, int ACT>
+static gemv_fn pick_int_xs(int mt, int kg) {
+#define INT_XS(MT, KG, MINB) gemv_int_xs_kernel<FMT, ACT, MT, KG, MINB>
+#define INT_XS_MT(KG)                                                          \
+    switch (mt) {                                                              \
+    case 1: return INT_XS(1, KG, XS_MINB);                                     \
+    case 2: return INT_XS(2, KG, XS_MINB);                                     \
+    case 3: return INT_XS(3, KG, 1);                                           \
+    case 4: return INT_XS(4, KG, 1);                                           \
+    }                                                                          \
+    return NULL;
+    if (kg == 32) { INT_XS_MT(32) }
+    if (kg == 64) { INT_XS_MT(64) }
+    if (kg == 128) { INT_XS_MT(128) }
+#undef INT_XS_MT
+#undef INT_XS
+    return NULL;
+}
+
 static gemv_fn pick_kernel(int fmt, int act, int mt, int xs, int rpw, int kg, int early) {
 #define GEMV_RUNG(F, A) return pick_mt<F, A>(mt, xs, rpw, early);
     NBC_LADDER(fmt, act, GEMV_RUNG)
 #undef GEMV_RUNG
-#define INT_RUNG(F, A) return xs ? NULL : pick_int<F, A>(mt, kg);
+#define INT_RUNG(F, A) return !xs ? pick_int<F, A>(mt, kg) : rpw == 2 && (mt <= 2 || xs == 2) ? pick_int_xs<F, A>(mt, kg) : NULL;
     NBC_DECODE_LADDER(fmt, act, INT_RUNG)
 #undef INT_RUNG
     return NULL;
 }
 
-extern "C" size_t nbi_cuda_gemv_smem(int fmt, int xs, int rpw, int mt, int m) {
-    return gemv_smem_bytes(fmt, xs, rpw, mt, m, 0) + GEMV_STATIC_SMEM + 16 * XS_XSEGS; /* + static: + kernel 2's barriers */
+extern "C" size_t nbi_cuda_gemv_smem(int fmt, int xs, int rpw, int mt, int m, size_t chunk_bytes) {
+    /* + static: + kernel 2's barriers */
+    return gemv_smem_bytes(fmt, xs, rpw, mt, m, chunk_bytes) + GEMV_STATIC_SMEM + 16 * XS_XSEGS;
 }
 
 extern "C" nb_status nbi_cuda_gemv(nb_context *ctx, const nbi_gemm_plan *pl, const void *x, const void *packed,
@@ -758,7 +878,8 @@ extern "C" nb_status nbi_cuda_gemv(nb_context *ctx, const nbi_gemm_plan *pl, con
     /* Kernel 2 can exceed the 48 KB default (static + dynamic): opt in, for
      * its largest launch. */
     if (pl->xsh) {
-        nb_status st = nbc_smem_opt_in(ctx, (const void *)f, gemv_smem_bytes(pl->fmt, 1, pl->rpw, pl->mt, 8 * pl->mt, 0));
+        nb_status st = nbc_smem_opt_in(ctx, (const void *)f,
+                                       gemv_smem_bytes(pl->fmt, 1, pl->rpw, pl->mt, 8 * pl->mt, (size_t)pl->chunk_bytes));
         if (st) return st;
     } else if (smem + GEMV_STATIC_SMEM > 48 * 1024) { /* past the default: kernel 1 of int8 (2 KB chunks, 68 KB) */
         nb_status st = nbc_smem_opt_in(ctx, (const void *)f, smem);
