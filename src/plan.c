@@ -129,7 +129,10 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
         s = 1;
         const double want = 1.4 * (double)sms; /* CTAs */
         int kw = warps / 2;
-        if ((double)p->row_blocks * kw / warps < want) kw = warps;
+        /* (not for the integer and table formats at 17..32 tokens: kw = 4
+         * beat 8 on 4096 -> 4096 by 14-26%, H200, int4 / nf4 / int8 at m =
+         * 20 and 24, `nibble tune`) */
+        if ((double)p->row_blocks * kw / warps < want && !(rpw2 && p->mt >= 3)) kw = warps;
         const int fk = rq->kw;
         if (fk == 1 || fk == 2 || fk == 4 || fk == 8) kw = fk <= warps ? fk : warps;
         p->kw = kw;
