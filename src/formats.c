@@ -68,6 +68,10 @@ int nbi_kernel_group(const nb_weight_desc *d) {
     return g == 32 || g == 64 || g == 128 ? g : NBI_CHUNK_K;
 }
 
+int nbi_is_table(const nbi_format_traits *t) {
+    return t->element == NB_ELEMENT_NF4 || t->element == NB_ELEMENT_FP4_BNB;
+}
+
 size_t nbi_packed_chunk_bytes(const nb_weight_desc *d) {
     const nbi_format_traits *t = nbi_traits(d->format);
     if (t->element == NB_ELEMENT_E2M1) return nbi_chunk_bytes(t);
@@ -1031,7 +1035,7 @@ static void pack_walk(const nbi_format_traits *t, const nb_weight_desc *desc, ui
     const int64_t rb_count = (n + 15) / 16, kc_count = (k + NBI_CHUNK_K - 1) / NBI_CHUNK_K;
     const size_t cb = nbi_packed_chunk_bytes(desc);
     const int e2m1 = t->element == NB_ELEMENT_E2M1;
-    const int table = t->element == NB_ELEMENT_NF4 || t->element == NB_ELEMENT_FP4_BNB;
+    const int table = nbi_is_table(t);
     const int gpc = NBI_CHUNK_K / (int)g; /* E2M1: groups per chunk, 8 or 4 */
     for (int64_t rb = 0; rb < rb_count; rb++)
         for (int64_t kc = 0; kc < kc_count; kc++) {

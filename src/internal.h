@@ -127,6 +127,9 @@ NB_INTERNAL size_t nbi_code_bytes(const nbi_format_traits *t);
  * points per row and kernel group. */
 NB_INTERNAL int nbi_kernel_group(const nb_weight_desc *d);
 NB_INTERNAL size_t nbi_packed_chunk_bytes(const nb_weight_desc *d);
+/* Whether t is one of bitsandbytes' table formats (nf4, bnb_fp4: codes
+ * index a 16-value table, docs/formats.md 8.8). */
+NB_INTERNAL int nbi_is_table(const nbi_format_traits *t);
 /* The table formats' MMA operands (docs/formats.md 8.8): the 16 table
  * values rounded to the activation dtype act (BF16 or F16, to nearest even)
  * as four byte planes of two words each: words 0-1 the low bytes of codes

@@ -76,8 +76,7 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
     /* kernel 2 at 8 tokens too, on layers wide enough for no k split (below),
      * but not for the table formats (H200, nf4 8192 -> 57344: kernel 2 128.4
      * us, kernel 1 117.4; int4 88.8 / 93.7, int8 130.9 / 152.5) */
-    const nb_element_type el = nbi_traits(p->fmt)->element;
-    const int table = el == NB_ELEMENT_NF4 || el == NB_ELEMENT_FP4_BNB;
+    const int table = nbi_is_table(nbi_traits(p->fmt));
     int xs = staged || (!plain && (p->mt >= 2 || (p->m == 8 && !table)));
     int rpw = rpw2 ? 2 : rq->rpw == 1 || rq->rpw == 2 ? rq->rpw : 2;
     size_t smem = 0;
@@ -243,8 +242,7 @@ static double tc_reduce_us(int s, int bn, int cwg, int cluster) {
  * nf4 85.1 / 92.3; nibble tune, H200). */
 #define NBI_INT_TC_MIN 17
 static int int_tc_auto(const nb_context *ctx, const nb_gemm_desc *g, int64_t tn) {
-    const nbi_format_traits *t = nbi_traits(g->weight.format);
-    const int table = t->element == NB_ELEMENT_NF4 || t->element == NB_ELEMENT_FP4_BNB;
+    const int table = nbi_is_table(nbi_traits(g->weight.format));
     return g->m > 32 ||
            (tn < ctx->info.sm_count && g->weight.k < 16384 && g->m >= (table ? NBI_INT_TC_MIN : 25));
 }

@@ -177,10 +177,9 @@ extern "C" nb_status nbi_cuda_pack_int(nb_context *ctx, const nb_weight_desc *d,
     const int64_t total = rbs * kchunks * 32;
     cudaStream_t s = (cudaStream_t)stream;
     const nbi_format_traits *t = nbi_traits(d->format);
-    const nb_element_type e = t->element;
     pack_int_kernel<<<(unsigned)((total + 255) / 256), 256, 0, s>>>(
-        d->n, d->k, d->group_size, nbi_kernel_group(d), nbi_scale_bytes(d->scale_type),
-        e == NB_ELEMENT_NF4 || e == NB_ELEMENT_FP4_BNB, t->element_bits == 8, (int)nbi_code_bytes(t),
+        d->n, d->k, d->group_size, nbi_kernel_group(d), nbi_scale_bytes(d->scale_type), nbi_is_table(t),
+        t->element_bits == 8, (int)nbi_code_bytes(t),
         (int)nbi_packed_chunk_bytes(d), kchunks, total, codes, scales, zeros, (uint8_t *)packed);
     NBC_LAUNCHED("pack kernel launch");
     *zmin = *zmax = -1;
