@@ -98,7 +98,11 @@ Saving
   four codes plus 128 per word), with one
   group for the model (layers of different groups are refused); they load
   back through NibbleConfig() or override("compressed-tensors").  nf4 /
-  bnb_fp4 models are not saved yet (ValueError).
+  bnb_fp4 layers are written in bitsandbytes' 4-bit serialization (weight,
+  weight.absmax F32, weight.quant_map, weight.quant_state.bitsandbytes__nf4
+  / __fp4) under quant_method "bitsandbytes" without double quantization,
+  the absmax as nibble holds it; they load back through NibbleConfig() and
+  through bitsandbytes itself.
 """
 
 import copy
@@ -114,6 +118,7 @@ from transformers.utils.quantization_config import QuantizationConfigMixin
 
 from . import __version__ as _nibble_version
 from . import _FORMATS, QuantizedExperts, QuantizedMoe, _lib, _rule_name, weight_sizes
+from . import element_to_float as nibble_element_to_float
 from . import quantize as _np_quantize
 from . import torch as nt
 
@@ -124,11 +129,13 @@ OVERRIDABLE = ("modelopt", "compressed-tensors", "quark", "mxfp4")
 
 # Where save_pretrained's layout comes from: one per format with GPU kernels.
 _SAVE_LAYOUT = {"nvfp4": "modelopt", "mxfp4": "quark", "int4": "compressed-tensors",
-                "int4_sym": "compressed-tensors", "int8": "compressed-tensors"}
+                "int4_sym": "compressed-tensors", "int8": "compressed-tensors", "nf4": "bitsandbytes",
+                "bnb_fp4": "bitsandbytes"}
 _INT_FORMATS = ("int4", "int4_sym", "int8")   # group_size 32/64/128, F16/BF16 scales, compressed-tensors when saved
 _EXPERT_WEIGHTS = ("gate_up_proj", "down_proj")   # the 3-D weights of an experts module quantized at load
 _QUARK_MODE = {"even": "even", "ocp": "floor", "round_up": "round_up"}   # Quark's scale_calculation_mode
-_TABLE_FORMATS = ("nf4", "bnb_fp4")   # bitsandbytes' formats: loaded and quantized at load, not saved yet
+_TABLE_FORMATS = ("nf4", "bnb_fp4")   # bitsandbytes' formats: saved in bitsandbytes' 4-bit serialization
+_BNB_TYPE = {"nf4": "nf4", "bnb_fp4": "fp4"}   # bitsandbytes' quant_type of each
 
 
 def _kernel_format(fmt, what):
@@ -152,8 +159,7 @@ class NibbleConfig(QuantizationConfigMixin):
       quantize a checkpoint without quantized layers at load; for a
       quantized checkpoint it must name the checkpoint's format (else
       ValueError).  A format without GPU kernels is refused by name.
-      Models of nf4 / bnb_fp4 layers are not saved yet (save_pretrained
-      raises ValueError).
+      Models of nf4 / bnb_fp4 layers save in bitsandbytes' serialization.
     scale_rule, method: as nibble.torch.quantize ("mse" runs on the host,
       for the FP4 formats).
     group_size: int4 / int4_sym / int8 (32, 64 or 128, None: 128) and nf4
@@ -243,7 +249,8 @@ class NibbleConfig(QuantizationConfigMixin):
         layout = self._saved_as
         if layout["experts"] == "gptoss":   # gpt-oss's own quantization_config, as its checkpoints carry it
             return {"quant_method": "mxfp4", "modules_to_not_convert": list(layout["unquantized"])}
-        return _layout_config(layout["format"], self.scale_rule, layout["unquantized"], layout.get("group"))
+        return _layout_config(layout["format"], self.scale_rule, layout["unquantized"], layout.get("group"),
+                              layout.get("dtype"))
 
     def to_diff_dict(self):
         return self.to_dict()
@@ -260,12 +267,21 @@ def _producer():
     return {"name": "nibble", "version": _nibble_version}
 
 
-def _layout_config(fmt, scale_rule, exclude, group=None):
+def _layout_config(fmt, scale_rule, exclude, group=None, dtype=None):
     """config.json's quantization_config of the layout save_pretrained writes,
     as nibble's C writer (src/io/ckpt_out.c, `nibble quantize`) writes it.
     group: int4 / int4_sym / int8 only, the group size or "channel" (int8:
-    the same config with num_bits 8, which the C writer does not write)."""
+    the same config with num_bits 8, which the C writer does not write).
+    nf4 / bnb_fp4: transformers' BitsAndBytesConfig for 4-bit weights
+    without double quantization (the absmax stays the F32 nibble holds),
+    dtype the compute dtype (default "bfloat16")."""
     exclude = list(exclude)
+    if fmt in _TABLE_FORMATS:
+        return {"quant_method": "bitsandbytes", "_load_in_4bit": True, "_load_in_8bit": False, "load_in_4bit": True,
+                "load_in_8bit": False, "bnb_4bit_quant_type": _BNB_TYPE[fmt], "bnb_4bit_use_double_quant": False,
+                "bnb_4bit_compute_dtype": dtype or "bfloat16", "bnb_4bit_quant_storage": "uint8",
+                "llm_int8_threshold": 6.0, "llm_int8_skip_modules": exclude or None,
+                "llm_int8_enable_fp32_cpu_offload": False, "llm_int8_has_fp16_weight": False}
     if fmt in _INT_FORMATS:
         w = {"num_bits": 8 if fmt == "int8" else 4, "type": "int", "symmetric": fmt != "int4"}
         if group == "channel":
@@ -753,7 +769,8 @@ class NibbleHfQuantizer(HfQuantizer):
             pre = name + "." if name else ""
             if isinstance(mod, nt.Linear):
                 perm = None if mod.perm is None else mod.perm.cpu().numpy()
-                state.update({pre + k: v for k, v in layer_tensors(mod.quantized_weight(), perm).items()})
+                state.update({pre + k: v for k, v in
+                              layer_tensors(mod.quantized_weight(), perm, layout["dtype"]).items()})
             elif isinstance(mod, nt.MoeExperts):
                 for k in ("gate_up_proj_bias", "down_proj_bias"):
                     state.pop(pre + k, None)
@@ -799,10 +816,12 @@ def save_layout(model):
         raise ValueError("nibble.transformers: save_pretrained writes one layout, and this model holds "
                          + (f"{', '.join(fmts)} layers" if fmts else "no nibble layers"))
     if fmts[0] not in _SAVE_LAYOUT:
-        raise ValueError(f"nibble.transformers: save_pretrained writes ModelOpt NVFP4, Quark MXFP4 and "
-                         f"compressed-tensors int4 / int8 layouts; no checkpoint layout is written for {fmts[0]} "
-                         "layers yet (bitsandbytes' serialization is not written by nibble)")
+        raise ValueError(f"nibble.transformers: save_pretrained writes ModelOpt NVFP4, Quark MXFP4, "
+                         f"compressed-tensors int4 / int8 and bitsandbytes nf4 / fp4 layouts; no checkpoint layout "
+                         f"is written for {fmts[0]} layers")
     group = None
+    if fmts[0] in _TABLE_FORMATS and experts:
+        raise ValueError(f"nibble.transformers: save_pretrained writes no layout for {fmts[0]} experts modules")
     if fmts[0] in _INT_FORMATS:
         if experts:
             raise ValueError(f"nibble.transformers: save_pretrained writes no layout for {fmts[0]} experts modules")
@@ -818,8 +837,10 @@ def save_layout(model):
     gptoss = bool(experts) and not linears and fmts == ["mxfp4"] and all(
         m.spec.activation == "swiglu_oai" and m.spec.gate_up_layout == "interleaved" for m in experts)
     unquantized = sorted(name for name, m in model.named_modules() if isinstance(m, torch.nn.Linear))
+    dtype = getattr(model, "dtype", None)
+    dtype = str(dtype).replace("torch.", "") if isinstance(dtype, torch.dtype) and dtype.is_floating_point else None
     return {"format": fmts[0], "experts": "gptoss" if gptoss else "per-expert", "unquantized": unquantized,
-            "group": group}
+            "group": group, "dtype": dtype}
 
 
 def _expert_slices(qe, rows):
@@ -894,6 +915,35 @@ def experts_tensors(prefix, qm, layout, model_type=None, gate_up_bias=None, down
     return out
 
 
+def _bnb_tensors(qw, dtype=None):
+    """bitsandbytes' 4-bit serialization of an nf4 / bnb_fp4
+    nibble.QuantizedWeight (what transformers saves for a Linear4bit without
+    double quantization, and what nibble's reader takes): weight U8
+    [n k / 2, 1], the codes in row-major order two per byte with the first
+    in the high nibble (nibble's low nibble first: the nibbles swapped);
+    weight.absmax F32 [n k / B], nibble's absmax as it is (B divides k, so
+    bitsandbytes' blocks of the flattened tensor are nibble's groups);
+    weight.quant_map F32 [16], the format's table; and
+    weight.quant_state.bitsandbytes__nf4 (or __fp4) U8, the JSON of
+    quant_type, blocksize, dtype (default "bfloat16") and shape [n, k]."""
+    import json
+    n, k, B = int(qw.n), int(qw.k), int(qw.group_size)
+    codes = np.ascontiguousarray(qw.codes, dtype=np.uint8)
+    absmax = np.ascontiguousarray(qw.scales).view(np.float32).reshape(-1)
+    if codes.shape != (n, k // 2) or k % 2 or absmax.size != n * k // B:
+        raise ValueError(f"nibble.transformers: a {qw.format} weight of [{n}, {k}] with codes {codes.shape} and "
+                         f"{absmax.size} absmax values has no bitsandbytes layout")
+    qt = _BNB_TYPE[qw.format]
+    element = "NF4" if qt == "nf4" else "FP4_BNB"
+    table = np.array([nibble_element_to_float(element, c) for c in range(16)], np.float32)
+    state = {"quant_type": qt, "blocksize": B, "dtype": dtype or "bfloat16", "shape": [n, k]}
+    swapped = ((codes >> 4) | (codes << 4)).astype(np.uint8).reshape(-1, 1)
+    return {"weight": torch.from_numpy(swapped.copy()), "weight.absmax": torch.from_numpy(absmax.copy()),
+            "weight.quant_map": torch.from_numpy(table),
+            f"weight.quant_state.bitsandbytes__{qt}": torch.from_numpy(
+                np.frombuffer(json.dumps(state).encode(), np.uint8).copy())}
+
+
 def _ct_int_tensors(qw, perm):
     """compressed-tensors pack-quantized tensors of an int4 / int4_sym /
     int8 nibble.QuantizedWeight (docs/formats.md 5.4), as nb_ckpt_quantize
@@ -953,15 +1003,19 @@ def _ct_int_tensors(qw, perm):
     return out
 
 
-def layer_tensors(qw, perm=None):
+def layer_tensors(qw, perm=None, dtype=None):
     """The tensors of one layer in the layout save_pretrained writes:
     ModelOpt NVFP4 (weight U8, weight_scale F8_E4M3, weight_scale_2 F32 0-d),
-    Quark MXFP4 (weight U8, weight_scale U8), or for int4 / int4_sym / int8
+    Quark MXFP4 (weight U8, weight_scale U8), for int4 / int4_sym / int8
     compressed-tensors pack-quantized (weight_packed, weight_scale,
     weight_shape, weight_zero_point for int4; weight_g_idx when perm, the
-    act-order permutation of nibble.torch.Linear, is given)."""
+    act-order permutation of nibble.torch.Linear, is given), or for nf4 /
+    bnb_fp4 bitsandbytes' serialization (_bnb_tensors; dtype its
+    quant_state's dtype)."""
     if qw.format in _INT_FORMATS:
         return _ct_int_tensors(qw, perm)
+    if qw.format in _TABLE_FORMATS and perm is None:
+        return _bnb_tensors(qw, dtype)
     if perm is not None:
         raise ValueError(f"nibble.transformers: {qw.format} layers have no act-order layout")
     codes = torch.from_numpy(np.ascontiguousarray(qw.codes).copy())

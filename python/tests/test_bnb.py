@@ -288,9 +288,9 @@ def test_quantizer_against_bitsandbytes(quant_type, B):
 @hf
 def test_bnb_refusals(bnb_ckpts, tmp_path):
     """A config that says fp4 over nf4 tensors, NibbleConfig(format=) unlike
-    the checkpoint, a quant_map that is not the table (the reader's reason),
-    load_quantized packing on the CPU, and save_pretrained of nf4 layers
-    (no bitsandbytes writer): each refused by name, before anything runs."""
+    the checkpoint, a quant_map that is not the table (the reader's reason)
+    and load_quantized packing on the CPU: each refused by name, before
+    anything runs."""
     from transformers import AutoModelForCausalLM
     from nibble.transformers import NibbleConfig
     from test_load import meta_model
@@ -315,10 +315,64 @@ def test_bnb_refusals(bnb_ckpts, tmp_path):
     assert e.value.name == "NB_ERR_CORRUPT" and "model.layers.0.mlp.up_proj" in e.value.message
     assert "quant_map[3]" in e.value.message
 
+
+@io
+@hf
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_save_pretrained_table_formats(bnb_ckpts, tmp_path, case):
+    """save_pretrained of a model of nf4 / bnb_fp4 layers writes
+    bitsandbytes' 4-bit serialization: config.json's quantization_config is
+    bitsandbytes' (the format's quant_type, no double quantization, the
+    tied head listed as skipped); loaded back through NibbleConfig() every
+    layer packs to the same bytes; dequantized it is the source checkpoint's
+    dense weight bit for bit (a nested absmax is written as the float32
+    values it stands for); bitsandbytes, when installed, reads the saved
+    tensors (QuantState.from_dict) and its dequantize_4bit gives the same
+    weights."""
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+    from nibble.transformers import NibbleConfig
+    path, dense = bnb_ckpts[case]
+    quant_type, B, nested = case
     m = AutoModelForCausalLM.from_pretrained(path, quantization_config=NibbleConfig(), dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match="no checkpoint layout is written for nf4 layers yet"):
-        m.save_pretrained(str(tmp_path / "out"))
-    assert not os.path.exists(os.path.join(tmp_path, "out", "model.safetensors"))
+    out = str(tmp_path / "out")
+    m.save_pretrained(out)
+    with open(os.path.join(out, "config.json")) as f:
+        qc = json.load(f)["quantization_config"]
+    assert qc["quant_method"] == "bitsandbytes" and qc["load_in_4bit"] and qc["bnb_4bit_quant_type"] == quant_type
+    assert qc["bnb_4bit_use_double_quant"] is False and qc["bnb_4bit_compute_dtype"] == "bfloat16"
+    assert qc["llm_int8_skip_modules"] == ["lm_head"]
+    again = AutoModelForCausalLM.from_pretrained(out, quantization_config=NibbleConfig(), dtype=torch.bfloat16)
+    layers = {name: mod for name, mod in m.named_modules() if isinstance(mod, nt.Linear)}
+    assert set(layers) == set(dense)
+    for name, mod in layers.items():
+        back = again.get_submodule(name)
+        assert isinstance(back, nt.Linear) and back.format == FORMAT[quant_type] and (back.group or 64) == B
+        np.testing.assert_array_equal(back.packed.numpy(), mod.packed.numpy(), err_msg=name)
+    ref = AutoModelForCausalLM.from_pretrained(out, quantization_config=NibbleConfig(dequantize=True),
+                                               dtype=torch.float32)
+    for prefix, want in dense.items():
+        np.testing.assert_array_equal(ref.get_submodule(prefix).weight.detach().numpy(), want, err_msg=prefix)
+    t = {}
+    for fn in sorted(os.listdir(out)):
+        if fn.endswith(".safetensors"):
+            t.update(load_file(os.path.join(out, fn)))
+    prefix = "model.layers.0.mlp.up_proj"
+    assert t[prefix + ".weight"].dtype == torch.uint8 and t[prefix + ".weight"].shape[1] == 1
+    assert t[prefix + ".weight.absmax"].dtype == torch.float32 and prefix + ".weight.nested_absmax" not in t
+    np.testing.assert_array_equal(t[prefix + ".weight.quant_map"].numpy(), TABLE[quant_type])
+    state = json.loads(bytes(t[f"{prefix}.weight.quant_state.bitsandbytes__{quant_type}"].numpy()))
+    assert state == {"quant_type": quant_type, "blocksize": B, "dtype": "bfloat16", "shape": list(dense[prefix].shape)}
+    try:
+        import bitsandbytes.functional as F
+    except ImportError:
+        return
+    for prefix, want in dense.items():
+        qs = {k[len(prefix) + len(".weight."):]: v for k, v in t.items() if k.startswith(prefix + ".weight.")}
+        st = F.QuantState.from_dict(qs, device=torch.device("cpu"))
+        st.dtype = torch.float32
+        got = F.dequantize_4bit(t[prefix + ".weight"], st).float().numpy()
+        np.testing.assert_array_equal(got, want, err_msg=prefix)
 
 
 @hf
@@ -346,7 +400,8 @@ def test_quantize_at_load_and_quantize_model_table_formats(tmp_path, fmt, group)
     quantize_model on the same model give every decoder linear layer the
     bytes of nibble.pack(nibble.quantize(weight)) (the host reference, the
     block as asked); the tied head stays BF16; the CPU model runs (the host
-    reference) within the format's error of the BF16 model."""
+    reference) within the format's error of the BF16 model; saved and
+    loaded again it holds the same bytes."""
     from transformers import AutoModelForCausalLM
     from nibble.transformers import NibbleConfig
     from test_load import reference_model, write_model
@@ -373,6 +428,12 @@ def test_quantize_at_load_and_quantize_model_table_formats(tmp_path, fmt, group)
     with torch.no_grad():
         out, base = m(ids).logits.float(), ref(ids).logits.float()
     assert _rel(out.numpy(), base.numpy()) < 0.25   # 4-bit weights of a random model: a loose sanity bound
+    # saved in bitsandbytes' serialization and read back: the same packed bytes
+    m.save_pretrained(str(tmp_path / "saved"))
+    again = AutoModelForCausalLM.from_pretrained(str(tmp_path / "saved"), quantization_config=NibbleConfig(),
+                                                 dtype=torch.bfloat16)
+    for name, mod in layers.items():
+        np.testing.assert_array_equal(again.get_submodule(name).packed.numpy(), mod.packed.numpy(), err_msg=name)
 
 
 # ----------------------------------------------------------- GPU tests
