@@ -195,6 +195,45 @@ __device__ __forceinline__ bool split_k_reduce(const GemvParams &p, float (&acc)
 
 /* ------------------------------------------- kernel 1: per-warp streams */
 
+/* The A fragment of tile 2G + T (T = 0: elements 0..3 of the words, 1:
+ * 4..7) of an integer format's sub-range G from this lane's pieces L (row
+ * g) and H (row g+8) of a chunk: int8 keeps tile 2G in word G % 2 of piece
+ * G / 2 and 2G+1 in word 2 + G % 2; the 4-bit integers subtract the zero
+ * points of kernel group j (zw). */
+template <int FMT, int ACT, int KG, bool SYM, int NP, int T>
+__device__ __forceinline__ void int_frag(const uint4 (&L)[NP], const uint4 (&H)[NP], const uint32_t (&zw)[2], int G,
+                                         int j, uint32_t (&a)[4]) {
+    if constexpr (nbc_int_chunk<FMT, KG>::i8) {
+        a_frag_i8<ACT>(word(L[G / 2 % NP], 2 * T + G % 2), word(H[G / 2 % NP], 2 * T + G % 2), a);
+    } else {
+        constexpr int GPC = NBI_CHUNK_K / KG;
+        const uint32_t zg = int_zero<ACT, SYM>(zw, j), zh = int_zero<ACT, SYM>(zw, GPC + j);
+        a_frag_int<ACT, 2 * T, SYM>(word(L[0], G), word(H[0], G), zg, zh, a);
+    }
+}
+
+/* Both tiles' fragments (a: 2G, b: 2G+1) of an integer or table format
+ * (the table formats' from the operand planes tab, in one lookup). */
+template <int FMT, int ACT, int KG, bool SYM, int NP>
+__device__ __forceinline__ void int_frags(const uint4 (&L)[NP], const uint4 (&H)[NP], const uint32_t (&zw)[2],
+                                          const nbc_table &tab, int G, int j, uint32_t (&a)[4], uint32_t (&b)[4]) {
+    if constexpr (nbc_int_chunk<FMT, KG>::table) {
+        a_frag_table(word(L[0], G), word(H[0], G), tab, a, b);
+    } else {
+        int_frag<FMT, ACT, KG, SYM, NP, 0>(L, H, zw, G, j, a);
+        int_frag<FMT, ACT, KG, SYM, NP, 1>(L, H, zw, G, j, b);
+    }
+}
+
+/* The FP32 scales of kernel group j for rows g (sg) and g+8 (sh). */
+template <int FMT, int KG>
+__device__ __forceinline__ void int_group_scales(const uint32_t (&sw)[nbc_int_chunk<FMT, KG>::sw], int j, int bf16,
+                                                 float &sg, float &sh) {
+    constexpr int GPC = NBI_CHUNK_K / KG;
+    if constexpr (nbc_int_chunk<FMT, KG>::table) sg = table_scale(sw, j), sh = table_scale(sw, GPC + j);
+    else sg = int_scale<KG>(sw, j, bf16), sh = int_scale<KG>(sw, GPC + j, bf16);
+}
+
 /* One chunk of an integer format in kernel 1 (see "INTEGER FORMATS"):
  * word G (0..3) of this lane's 16 bytes of row g (L) and row g+8 (H) holds
  * k = 32G + 8t .. +7 of the chunk, so tiles 2G (elements 0..3) and 2G+1
@@ -209,8 +248,7 @@ __device__ __forceinline__ void int_step(const uint4 (&L)[NP], const uint4 (&H)[
                                          const nbc_table &tab, const __nv_bfloat16 *const (&xp)[MT],
                                          const bool (&tok_ok)[MT], int i, int kbase, const GemvParams &p,
                                          float (&acc)[MT][4], float (&acc2)[MT][4]) {
-    constexpr int GPC = NBI_CHUNK_K / KG, SPG = KG / 32; /* kernel groups per chunk, sub-ranges per group */
-    constexpr bool TABLE = nbc_int_chunk<FMT, KG>::table;
+    constexpr int SPG = KG / 32; /* sub-ranges per kernel group */
     float tA[MT][4], tB[MT][4];
 #pragma unroll
     for (int G = 0; G < 4; G++) {
@@ -226,34 +264,19 @@ __device__ __forceinline__ void int_step(const uint4 (&L)[NP], const uint4 (&H)[
         for (int mt = 0; mt < MT; mt++)
             xv[mt] = tok_ok[mt] && kbase + 32 * G < p.k ? __ldg((const uint4 *)(xp[mt] + i * NBI_CHUNK_K) + 4 * G)
                                                         : make_uint4(0, 0, 0, 0);
-        uint32_t a[4];
-        if constexpr (nbc_int_chunk<FMT, KG>::i8) { /* int8: tile 2G in word G % 2 of piece G / 2, 2G+1 in 2 + G % 2 */
-            a_frag_i8<ACT>(word(L[G / 2 % NP], G % 2), word(H[G / 2 % NP], G % 2), a);
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(tA[mt], a[0], a[1], a[2], a[3], xv[mt].x, xv[mt].y);
-            a_frag_i8<ACT>(word(L[G / 2 % NP], 2 + G % 2), word(H[G / 2 % NP], 2 + G % 2), a);
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(tB[mt], a[0], a[1], a[2], a[3], xv[mt].z, xv[mt].w);
-        } else if constexpr (TABLE) { /* both tiles' operands from the table (see "TABLE FORMATS") */
-            uint32_t b[4];
+        uint32_t a[4], b[4];
+        if constexpr (nbc_int_chunk<FMT, KG>::table) /* both tiles' operands from the table (see "TABLE FORMATS") */
             a_frag_table(word(L[0], G), word(H[0], G), tab, a, b);
+        else /* (tile 2G+1's fragment after tile 2G's MMAs are issued) */
+            int_frag<FMT, ACT, KG, SYM, NP, 0>(L, H, zw, G, j, a);
 #pragma unroll
-            for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(tA[mt], a[0], a[1], a[2], a[3], xv[mt].x, xv[mt].y);
+        for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(tA[mt], a[0], a[1], a[2], a[3], xv[mt].x, xv[mt].y);
+        if constexpr (!nbc_int_chunk<FMT, KG>::table) int_frag<FMT, ACT, KG, SYM, NP, 1>(L, H, zw, G, j, b);
 #pragma unroll
-            for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(tB[mt], b[0], b[1], b[2], b[3], xv[mt].z, xv[mt].w);
-        } else {
-            const uint32_t zg = int_zero<ACT, SYM>(zw, j), zh = int_zero<ACT, SYM>(zw, GPC + j);
-            a_frag_int<ACT, 0, SYM>(word(L[0], G), word(H[0], G), zg, zh, a); /* tile 2G: elements 0..3 */
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(tA[mt], a[0], a[1], a[2], a[3], xv[mt].x, xv[mt].y);
-            a_frag_int<ACT, 2, SYM>(word(L[0], G), word(H[0], G), zg, zh, a); /* tile 2G+1: elements 4..7 */
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(tB[mt], a[0], a[1], a[2], a[3], xv[mt].z, xv[mt].w);
-        }
+        for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(tB[mt], b[0], b[1], b[2], b[3], xv[mt].z, xv[mt].w);
         if (G % SPG == SPG - 1) { /* the group's scale, in FP32 */
             float sg, sh;
-            if constexpr (TABLE) sg = table_scale(sw, j), sh = table_scale(sw, GPC + j);
-            else sg = int_scale<KG>(sw, j, p.scale_bf16), sh = int_scale<KG>(sw, GPC + j, p.scale_bf16);
+            int_group_scales<FMT, KG>(sw, j, p.scale_bf16, sg, sh);
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
                 acc[mt][0] = fmaf(sg, tA[mt][0], acc[mt][0]);
@@ -526,7 +549,7 @@ __device__ __forceinline__ void xs_step_int(const uint4 *wsl, const uint4 *xsl, 
                                             const nbc_table &tab, const GemvParams &p, int g, int lane,
                                             float (&acc)[RPW][MT][4]) {
     using C = nbc_int_chunk<FMT, KG>;
-    constexpr int CB = C::bytes, NP = C::code / 1024, GPC = C::gpc, SPG = KG / 32;
+    constexpr int CB = C::bytes, NP = C::code / 1024, SPG = KG / 32;
     constexpr bool SYM = nbc_fmt<FMT>::zero_point == NB_ZERO_NONE;
     uint4 L[RPW][NP], H[RPW][NP];
     uint32_t sw[RPW][C::sw], zw[RPW][2];
@@ -554,16 +577,7 @@ __device__ __forceinline__ void xs_step_int(const uint4 *wsl, const uint4 *xsl, 
 #pragma unroll
         for (int r = 0; r < RPW; r++) {
             uint32_t a[4], b[4];
-            if constexpr (C::i8) { /* tile 2G in word G % 2 of piece G / 2, 2G+1 in word 2 + G % 2 */
-                a_frag_i8<ACT>(word(L[r][G / 2 % NP], G % 2), word(H[r][G / 2 % NP], G % 2), a);
-                a_frag_i8<ACT>(word(L[r][G / 2 % NP], 2 + G % 2), word(H[r][G / 2 % NP], 2 + G % 2), b);
-            } else if constexpr (C::table) {
-                a_frag_table(word(L[r][0], G), word(H[r][0], G), tab, a, b);
-            } else {
-                const uint32_t zg = int_zero<ACT, SYM>(zw[r], j), zh = int_zero<ACT, SYM>(zw[r], GPC + j);
-                a_frag_int<ACT, 0, SYM>(word(L[r][0], G), word(H[r][0], G), zg, zh, a);
-                a_frag_int<ACT, 2, SYM>(word(L[r][0], G), word(H[r][0], G), zg, zh, b);
-            }
+            int_frags<FMT, ACT, KG, SYM, NP>(L[r], H[r], zw[r], tab, G, j, a, b);
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(tq[r][mt], a[0], a[1], a[2], a[3], xv[mt].x, xv[mt].y);
 #pragma unroll
@@ -573,8 +587,7 @@ __device__ __forceinline__ void xs_step_int(const uint4 *wsl, const uint4 *xsl, 
 #pragma unroll
             for (int r = 0; r < RPW; r++) {
                 float sg, sh;
-                if constexpr (C::table) sg = table_scale(sw[r], j), sh = table_scale(sw[r], GPC + j);
-                else sg = int_scale<KG>(sw[r], j, p.scale_bf16), sh = int_scale<KG>(sw[r], GPC + j, p.scale_bf16);
+                int_group_scales<FMT, KG>(sw[r], j, p.scale_bf16, sg, sh);
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
                     acc[r][mt][0] = fmaf(sg, tq[r][mt][0], acc[r][mt][0]);
