@@ -495,3 +495,20 @@ def test_transformers_bnb_from_pretrained_gpu(bnb_ckpts, tmp_path):
             with torch.no_grad():
                 twin.get_submodule(name).weight.copy_(nt.dequantize_weight(qw, torch.bfloat16, "cuda"))
     assert_generation_agrees(q, twin)
+
+
+@hf
+def test_bnb_layer_tensors_refusals():
+    """layer_tensors of an nf4 weight whose absmax does not match its blocks,
+    or with an act-order permutation (bitsandbytes has no such layout), is
+    refused by name."""
+    from nibble.transformers import layer_tensors
+    qw = nibble.quantize(np.linspace(-1, 1, 16 * 128, dtype=np.float32).reshape(16, 128), "nf4")
+    t = layer_tensors(qw, None, "float16")
+    assert json.loads(bytes(t["weight.quant_state.bitsandbytes__nf4"].numpy()))["dtype"] == "float16"
+    bad = nibble.QuantizedWeight(codes=qw.codes, scales=qw.scales[:, :1].copy(), tensor_scale=1.0, n=16, k=128,
+                                 format="nf4", group=64)
+    with pytest.raises(ValueError, match="has no bitsandbytes layout"):
+        layer_tensors(bad)
+    with pytest.raises(ValueError, match="nf4 layers have no act-order layout"):
+        layer_tensors(qw, np.arange(128))
