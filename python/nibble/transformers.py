@@ -820,11 +820,9 @@ def save_layout(model):
                          f"compressed-tensors int4 / int8 and bitsandbytes nf4 / fp4 layouts; no checkpoint layout "
                          f"is written for {fmts[0]} layers")
     group = None
-    if fmts[0] in _TABLE_FORMATS and experts:
+    if experts and fmts[0] in _INT_FORMATS + _TABLE_FORMATS:
         raise ValueError(f"nibble.transformers: save_pretrained writes no layout for {fmts[0]} experts modules")
     if fmts[0] in _INT_FORMATS:
-        if experts:
-            raise ValueError(f"nibble.transformers: save_pretrained writes no layout for {fmts[0]} experts modules")
         groups = {m.group if m.group else 128 for m in linears}
         if len(groups) == 1:
             group = groups.pop()

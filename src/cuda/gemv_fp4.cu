@@ -803,52 +803,32 @@ static gemv_fn pick_mt(int mt, int xs, int rpw, int early) {
     return NULL; /* kernel 2 needs rpw 1 or 2 */
 }
 
-/* The instance of an integer or table format. */
+/* The instance of an integer or table format: kernel 1, or kernel 2 (xs)
+ * with two row blocks per warp, 17..32 tokens only with one CTA per SM
+ * (under the register cap of two every such instance spills, 88 to 1268
+ * bytes; ptxas, sm_90a). */
 template <int FMT, int ACT, int MT, int KG>
-static gemv_fn int_instance() {
+static gemv_fn int_instance(int xs) {
+    if (xs) return gemv_int_xs_kernel<FMT, ACT, MT, KG, MT <= 2 ? XS_MINB : 1>;
     if constexpr (nbc_is_table<FMT>()) return gemv_table_kernel<FMT, ACT, MT, KG, NBI_GEMV_WARPS, GEMV_STAGES>;
     else return gemv_int4_kernel<FMT, ACT, MT, KG, NBI_GEMV_WARPS, GEMV_STAGES>;
 }
 
-/* The integer and table formats' instances: kernel 1 for mt x kernel group. */
+/* The integer and table formats' instances for mt x kernel group. */
 template <int FMT, int ACT>
-static gemv_fn pick_int(int mt, int kg) {
-#define INT_KERNEL(MT, KG) int_instance<FMT, ACT, MT, KG>()
+static gemv_fn pick_int(int mt, int kg, int xs) {
 #define INT_MT(KG)                                                    \
     switch (mt) {                                                     \
-    case 1: return INT_KERNEL(1, KG);                                 \
-    case 2: return INT_KERNEL(2, KG);                                 \
-    case 3: return INT_KERNEL(3, KG);                                 \
-    case 4: return INT_KERNEL(4, KG);                                 \
+    case 1: return int_instance<FMT, ACT, 1, KG>(xs);                 \
+    case 2: return int_instance<FMT, ACT, 2, KG>(xs);                 \
+    case 3: return int_instance<FMT, ACT, 3, KG>(xs);                 \
+    case 4: return int_instance<FMT, ACT, 4, KG>(xs);                 \
     }                                                                 \
     return NULL;
     if (kg == 32) { INT_MT(32) }
     if (kg == 64) { INT_MT(64) }
     if (kg == 128) { INT_MT(128) }
 #undef INT_MT
-#undef INT_KERNEL
-    return NULL;
-}
-
-/* Their kernel 2 instances (two row blocks per warp) for mt x kernel group:
- * 17..32 tokens only with one CTA per SM (under the register cap of two
- * every such instance spills, 88 to 1268 bytes; ptxas, sm_90a). */
-template <int FMT, int ACT>
-static gemv_fn pick_int_xs(int mt, int kg) {
-#define INT_XS(MT, KG, MINB) gemv_int_xs_kernel<FMT, ACT, MT, KG, MINB>
-#define INT_XS_MT(KG)                                                          \
-    switch (mt) {                                                              \
-    case 1: return INT_XS(1, KG, XS_MINB);                                     \
-    case 2: return INT_XS(2, KG, XS_MINB);                                     \
-    case 3: return INT_XS(3, KG, 1);                                           \
-    case 4: return INT_XS(4, KG, 1);                                           \
-    }                                                                          \
-    return NULL;
-    if (kg == 32) { INT_XS_MT(32) }
-    if (kg == 64) { INT_XS_MT(64) }
-    if (kg == 128) { INT_XS_MT(128) }
-#undef INT_XS_MT
-#undef INT_XS
     return NULL;
 }
 
@@ -856,7 +836,7 @@ static gemv_fn pick_kernel(int fmt, int act, int mt, int xs, int rpw, int kg, in
 #define GEMV_RUNG(F, A) return pick_mt<F, A>(mt, xs, rpw, early);
     NBC_LADDER(fmt, act, GEMV_RUNG)
 #undef GEMV_RUNG
-#define INT_RUNG(F, A) return !xs ? pick_int<F, A>(mt, kg) : rpw == 2 && (mt <= 2 || xs == 2) ? pick_int_xs<F, A>(mt, kg) : NULL;
+#define INT_RUNG(F, A) return !xs || (rpw == 2 && (mt <= 2 || xs == 2)) ? pick_int<F, A>(mt, kg, xs) : NULL;
     NBC_DECODE_LADDER(fmt, act, INT_RUNG)
 #undef INT_RUNG
     return NULL;
