@@ -207,7 +207,7 @@ typedef struct nbi_gemm_plan {
     int64_t lda, ldc;
     int64_t row_blocks; /* ceil(n / 16) */
     int64_t kchunks;    /* ceil(k / 128) */
-    int grid_x;         /* CTAs along n */
+    int grid_x;         /* CTAs along n (kernel 2's stream-K grid: all its CTAs, fewer than tiles_n) */
     int splits;         /* CTAs along k (both paths) */
     int chunks_per_split;
     int exp_shift;      /* epilogue multiplies by 2^exp_shift ... */
@@ -222,7 +222,7 @@ typedef struct nbi_gemm_plan {
     int bn;             /* tokens per CTA tile: 16, 32, 64, 128 or 256 (sm80: 64, 128) */
     int cwg;            /* sm90: consumer warpgroups per CTA, 64 weight rows each (2, or 4 for bn <= 32) */
     int stages;         /* sm80: chunks in the cp.async ring (chosen by the shared-memory limit) */
-    int tiles_n, tiles_m, raster_group;
+    int tiles_n, tiles_m, raster_group; /* (tiles_n also kernel 2's column tiles of 8 * rpw row blocks) */
     int cluster;        /* sm90 split-K: a tile's `splits` CTAs are one cluster and sum through their shared
                            memory (no workspace); else the last CTA sums the partials in the workspace */
     int source;         /* who chose: NBI_FROM_* (device.c) */

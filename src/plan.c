@@ -86,26 +86,26 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
             smem = nbi_cuda_gemv_smem(p->fmt, 1, rpw = 1, p->mt, 8 * p->mt, (size_t)p->chunk_bytes);
         if (smem > ctx->info.smem_per_block_optin) xs = 0; /* (smaller GPUs) */
     }
-    int64_t grid_x, s = 1;
+    int64_t grid_x, s = 1, resident = 0;
     if (xs) {
         int per_sm = (int)(ctx->info.smem_per_sm / (smem + 1024)); /* + the runtime's reserve per CTA */
         per_sm = per_sm < 1 ? 1 : per_sm > 2 ? 2 : per_sm;         /* registers allow two (launch bounds) */
         if (rpw2 && p->mt >= 3) per_sm = 1; /* (the integer and table formats' only instances at 17..32 tokens) */
-        const int64_t resident = (int64_t)sms * per_sm;
         p->kw = 1;
         p->rpw = rpw;
-        grid_x = (p->row_blocks + warps * rpw - 1) / (warps * rpw);
-        /* 17..32 tokens on a grid that already fills three quarters of the
-         * SMs: no split, so that the grid takes the instance for one CTA per
-         * SM (below), which has the registers it needs (H100, nvfp4, m = 32:
-         * 5120 -> 27648 59.1 us against 77.8 with 2 splits, 4096 -> 28672
-         * 42.5 against 58.1; m = 24: 52.5 against 61.5, 38.8 against 51.5).
-         * Otherwise split k until two CTAs per SM fill the GPU: two resident
-         * CTAs hide more latency than one, even past the split's cost
-         * (m = 16: 5120 -> 27648 48.9 us with 2 splits, 55.6 without;
-         * 14336 -> 4096 with 16 splits of 7 chunks, 14 of 8: 1.18x). */
-        if (p->mt >= 3 && 4 * grid_x >= 3 * sms) s = 1;
-        else if (grid_x < resident) s = resident / grid_x;
+        grid_x = (p->row_blocks + warps * rpw - 1) / (warps * rpw); /* column tiles */
+        /* 17..32 tokens on a layer whose tiles already fill three quarters
+         * of the SMs: one CTA per SM, the instance with the registers it
+         * needs (H100, nvfp4, m = 32: 5120 -> 27648 59.1 us against 77.8
+         * with 2 splits, 4096 -> 28672 42.5 against 58.1; m = 24: 52.5
+         * against 61.5, 38.8 against 51.5).  Otherwise two CTAs per SM: two
+         * resident CTAs hide more latency than one, even past the cost of
+         * partial tiles (m = 16: 5120 -> 27648 48.9 us with 2 splits, 55.6
+         * without; 14336 -> 4096 with 16 splits of 7 chunks, 14 of 8:
+         * 1.18x). */
+        if (p->mt >= 3 && 4 * grid_x >= 3 * sms) per_sm = 1;
+        resident = (int64_t)sms * per_sm;
+        if (grid_x < resident) s = resident / grid_x;
         /* A CTA needs a run of chunks to fill its pipelines: with fewer than
          * 6 per split kernel 1 (its in-CTA k split) was faster in every case
          * measured, unless splits of 8 chunks still fill 70% of the SMs
@@ -146,11 +146,37 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
     if (s > p->kchunks / per_split_min) s = p->kchunks / per_split_min > 1 ? p->kchunks / per_split_min : 1;
     if (s > 64) s = 64;
     set_splits(p, s);
-    /* At most one CTA per SM: kernel 2's instance without the register cap
-     * of two CTAs per SM (17..32 tokens, two row blocks per warp; at 25..32
-     * the capped instance spills) */
-    if (p->xsh && p->mt >= 3 && p->rpw == 2 && (grid_x * p->splits <= sms || rpw2)) p->xsh = 2;
-    return grid_x; /* CTAs along n (range-checked by the caller) */
+    if (xs) {
+        /* Kernel 2: `splits` CTAs per column tile, each a k range of one
+         * tile; or, where the tiles alone are more than one resident wave
+         * and the last wave would leave more than a tenth of the slots idle
+         * (splits = 1), stream-K: one wave of CTAs over which the tiles'
+         * chunks spread evenly (gemv_fp4.cu, gemv_xs_sk_body).  H100, the
+         * same run: 8192 -> 57344 (224 tiles, 132 slots at 17..32 tokens)
+         * nvfp4 m = 24 128.8 us against 143.8, m = 32 147.7 against 164.2
+         * (int4 123.2 / 126.8, 136.1 / 141.4); 4096 -> 128256 (501 tiles,
+         * 95% of four waves) lost 2-8% with it, and with one wave holding
+         * every tile it lost 2-12% (4096 -> 28672, 28672 -> 8192, 27648 ->
+         * 5120 at m = 16 / 24; NOTES.md). */
+        const int64_t tiles = grid_x, units = tiles * p->kchunks, waves = (tiles + resident - 1) / resident;
+        int64_t ctas = tiles * p->splits;
+        /* (the stream-K instances: two row blocks per warp; the integer and
+         * table formats' for 17..32 tokens only) */
+        const int sk = p->splits == 1 && tiles > resident && 10 * tiles < 9 * waves * resident &&
+                       tiles <= NBI_MAX_SPLIT_COLUMNS && units >= 6 * resident && p->rpw == 2 &&
+                       (!rpw2 || p->mt >= 3);
+        if (sk) ctas = resident;
+        p->tiles_n = (int)tiles;
+        if (sk) {
+            p->chunks_per_split = (int)((units + ctas - 1) / ctas);
+            grid_x = ctas; /* (fewer than tiles_n: the stream-K grid) */
+        }
+        /* At most one CTA per SM: kernel 2's instance without the register
+         * cap of two CTAs per SM (17..32 tokens, two row blocks per warp; at
+         * 25..32 the capped instance spills) */
+        if (p->mt >= 3 && p->rpw == 2 && (ctas <= sms || rpw2)) p->xsh = 2;
+    }
+    return grid_x; /* CTAs along n (kernel 2's stream-K grid: all of them; range-checked by the caller) */
 }
 
 static nb_status plan_decode(nb_context *ctx, const nbi_request *rq, nbi_gemm_plan *p) {
@@ -163,7 +189,13 @@ static nb_status plan_decode(nb_context *ctx, const nbi_request *rq, nbi_gemm_pl
     if (grid_x > 0x7FFFFFFF)
         return nbi_fail(ctx, NB_ERR_BAD_SHAPE, "nb_gemm: n = %lld needs too many CTAs", (long long)p->n);
     p->grid_x = (int)grid_x;
-    if (p->splits > 1) {
+    if (p->xsh && p->grid_x != p->tiles_n) {
+        /* kernel 2's stream-K partial tiles: slot b + tile for CTA b
+         * (gemv_fp4.cu, xs_slot), 8 * rpw row blocks x 8 mt tokens each */
+        p->ws_counter_bytes = NBI_MAX_SPLIT_COLUMNS * sizeof(int);
+        p->ws_partial_bytes = (size_t)(p->grid_x + p->tiles_n - 1) * (size_t)(p->warps * p->rpw * 16) *
+                              (size_t)(8 * p->mt) * sizeof(float);
+    } else if (p->splits > 1) {
         p->ws_counter_bytes = NBI_MAX_SPLIT_COLUMNS * sizeof(int);
         p->ws_partial_bytes = (size_t)p->splits * (size_t)p->row_blocks * 16 * 32 * sizeof(float);
     }

@@ -751,6 +751,10 @@ int main(int argc, char **argv) {
              * enough for it, with a ragged tail) and kernel 1 (k too short) */
             test_shape(&e, fmts[f], acts[a], 24000 + 8, 1536 + 64, few_m, 8, 0);
             test_shape(&e, fmts[f], acts[a], 24000 + 8, 256 + 64, few_m, 8, 0);
+            /* more 256-row tiles (301, of 7 chunks) than a wave of kernel 2's
+             * CTAs: its stream-K grid, runs over tile ends, whole tiles between
+             * partial ones (m = 17..32: 16 chunks a CTA) */
+            test_shape(&e, fmts[f], acts[a], 76800 + 8, 832, few_m, 8, 0);
             test_shape(&e, fmts[f], acts[a], 1000 + 24, 4096 + 96, tc_m, 9, 1);
             /* the 16- and 32-token tiles with four consumer warpgroups (layers
              * of >= 48 128-row tiles: here 49, so 25 tiles of 256 rows, the

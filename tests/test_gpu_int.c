@@ -323,6 +323,9 @@ static void run_case(nb_context *ctx, const tcase *c, const int64_t *ms, int nms
     double *wtc = NULL;
     const int served = !(c->act == NB_DTYPE_F16 && c->st == NB_SCALE_BF16); /* by the tensor-core kernels */
     const int tc_here = tc_for_int(ctx) && served && !g_mma;
+    nb_device_info info;
+    GT_NB(nb_context_device_info(ctx, &info));
+    const int small = (c->n + 127) / 128 < info.sm_count && c->k < 16384;
     if ((tc_here && mmax >= 17) || (g_mma && served)) wtc = weight_term(c, &d, codes, scales, zeros, x, mmax, 1);
     char cfgs[512];
     for (int mi = 0; mi < nms && ms[mi] <= g_mmax; mi++) {
@@ -334,9 +337,9 @@ static void run_case(nb_context *ctx, const tcase *c, const int64_t *ms, int nms
         if (st != NB_OK) continue;
         GT_NB(nb_gemm_last_config(ctx, cfgs, sizeof cfgs));
         const int on_tc = strstr(cfgs, "gemm_sm90<") != NULL || strstr(cfgs, "gemm_sm80<") != NULL;
-        /* (the planner's rule on these layers of fewer 128-row tiles than SMs: m >= 25, the table formats
-         * m >= 17; every m with NIBBLE_PATH=mma) */
-        const int want_tc = g_mma || (tc_here && m >= (tab ? 17 : 25));
+        /* (the planner's rule: past m = 32, and on layers of fewer 128-row tiles than SMs (and k < 16384)
+         * from m = 25, the table formats from 17; every m with NIBBLE_PATH=mma) */
+        const int want_tc = g_mma || (tc_here && (m > 32 || (small && m >= (tab ? 17 : 25))));
         CHECK(on_tc == want_tc && (!g_mma || strstr(cfgs, "gemm_sm80<")), "%s m=%lld: %s, expected the %s", what,
               (long long)m, cfgs, g_mma ? "mma.sync kernel" : want_tc ? "tensor-core kernel" : "decode kernel");
         GT_CUDA(cudaMemcpy(y, dy, 2 * (size_t)(m * n), cudaMemcpyDeviceToHost));
@@ -678,6 +681,15 @@ int main(int argc, char **argv) {
                            {NB_FORMAT_BNB_FP4, NB_DTYPE_F16, NB_SCALE_F32, 5, 96, 32}};
     for (int i = 0; i < 2; i++)
         if (!only || todd[i].fmt == only) run_case(ctx, &todd[i], all, nall, NULL, 0, seed++);
+    /* more 256-row tiles (301, of 7 chunks) than a wave of one CTA per SM at
+     * 17..32 tokens: the staged kernel's stream-K grid (runs over tile ends,
+     * whole tiles between partial ones); 16 tokens its plain split */
+    static const int64_t skm[3] = {16, 17, 32};
+    const tcase sk[3] = {{NB_FORMAT_INT4, NB_DTYPE_BF16, NB_SCALE_F16, 76808, 896, 128},
+                         {NB_FORMAT_INT8, NB_DTYPE_F16, NB_SCALE_BF16, 76808, 896, 64},
+                         {NB_FORMAT_NF4, NB_DTYPE_BF16, NB_SCALE_F32, 76808, 896, 64}};
+    for (int i = 0; i < 3; i++)
+        if (!only || sk[i].fmt == only) run_case(ctx, &sk[i], skm, 3, NULL, 0, seed++);
     if (!g_mma) {
         test_refusals(ctx);
         test_table_refusals(ctx);

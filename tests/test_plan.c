@@ -335,6 +335,53 @@ static void test_integer_formats(void) {
     nb_context_destroy(ctx);
 }
 
+/* Kernel 2's stream-K grid: chosen where the column tiles (256 rows) are
+ * more than one resident wave and the last wave would leave more than a
+ * tenth of the slots idle; one wave of CTAs, each with the same number of
+ * chunks (give or take one), and a workspace for the partial tiles. */
+static void test_stream_k(void) {
+    nb_context *ctx = h100();
+    static const struct {
+        nb_format fmt;
+        int64_t k, n, m;
+        int sk, ctas; /* stream-K expected, its CTAs */
+    } cases[] = {
+        {NB_FORMAT_NVFP4, 8192, 57344, 24, 1, 132},  /* 224 tiles, one CTA per SM at 17..32 tokens */
+        {NB_FORMAT_MXFP4, 8192, 57344, 32, 1, 132},
+        {NB_FORMAT_INT4_SYM, 8192, 57344, 32, 1, 132},
+        {NB_FORMAT_NVFP4, 8192, 57344, 16, 0, 0},    /* 224 tiles in one wave of 264 */
+        {NB_FORMAT_NVFP4, 4096, 128256, 32, 0, 0},   /* 501 tiles: 95% of four waves of 132 */
+        {NB_FORMAT_NVFP4, 4096, 128256, 16, 0, 0},   /* 95% of two waves of 264 */
+        {NB_FORMAT_NVFP4, 832, 76808, 9, 1, 264},    /* 301 tiles: 57% of two waves */
+        {NB_FORMAT_NVFP4, 832, 76808, 24, 1, 132},   /* 76% of three waves */
+        {NB_FORMAT_INT4_SYM, 896, 76808, 16, 0, 0},  /* the integer formats: 17..32 tokens only */
+        {NB_FORMAT_INT4_SYM, 896, 76808, 24, 1, 132},
+        {NB_FORMAT_NVFP4, 5120, 27648, 32, 0, 0},    /* 108 tiles: one wave */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        nbi_gemm_plan p;
+        if (!plan(ctx, cases[i].fmt, cases[i].k, cases[i].n, cases[i].m, NULL, &p)) continue;
+        const int64_t tiles = (cases[i].n + 255) / 256, units = tiles * ((cases[i].k + 127) / 128);
+        const int sk = p.path == NBI_PATH_GEMV && p.xsh && p.grid_x != p.tiles_n;
+        CHECK(p.path == NBI_PATH_GEMV && p.xsh && p.tiles_n == tiles && sk == cases[i].sk,
+              "%lld -> %lld m = %lld: staged kernel over %d tiles (want %lld), stream-K %d (want %d)",
+              (long long)cases[i].k, (long long)cases[i].n, (long long)cases[i].m, p.tiles_n, (long long)tiles, sk,
+              cases[i].sk);
+        if (!sk) continue;
+        CHECK(p.grid_x == cases[i].ctas && p.splits == 1 && (int64_t)p.chunks_per_split * p.grid_x >= units &&
+                  (int64_t)(p.chunks_per_split - 1) * p.grid_x < units && (p.xsh == 2) == (cases[i].m > 16),
+              "%lld -> %lld m = %lld: %d CTAs (want %d) of %d chunks over %lld units, xsh %d",
+              (long long)cases[i].k, (long long)cases[i].n, (long long)cases[i].m, p.grid_x, cases[i].ctas,
+              p.chunks_per_split, (long long)units, p.xsh);
+        /* slots b + tile: CTAs + tiles - 1 partial tiles of 256 rows x 8 mt tokens */
+        CHECK(p.ws_partial_bytes == (size_t)(p.grid_x + p.tiles_n - 1) * 256 * (8 * p.mt) * sizeof(float) &&
+                  p.ws_counter_bytes > 0 && p.ws_partial_bytes + p.ws_counter_bytes <= nbi_plan_workspace(ctx, &p),
+              "%lld -> %lld m = %lld: stream-K workspace %zu + %zu", (long long)cases[i].k, (long long)cases[i].n,
+              (long long)cases[i].m, p.ws_partial_bytes, p.ws_counter_bytes);
+    }
+    nb_context_destroy(ctx);
+}
+
 int main(void) {
     test_every_plan_valid();
     test_integer_formats();
@@ -342,6 +389,7 @@ int main(void) {
     test_without_clusters();
     test_requested_splits();
     test_capacity_cached();
+    test_stream_k();
     printf("%d passed, %d failed\n", g_pass, g_fail);
     return g_fail ? 1 : 0;
 }

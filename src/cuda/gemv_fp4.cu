@@ -19,8 +19,12 @@
  *     (no CTA-wide barrier in the loop).
  *   CTAs along grid.y may split k further (partials in the workspace, summed
  *   in split order by the last CTA to arrive: the result does not depend on
- *   timing).  The planner (src/plan.c) picks the kernel, kw, RPW and the
- *   split from the shape and the device.
+ *   timing).  Where kernel 2's column tiles alone are more than one resident
+ *   wave, its grid is one wave over which the tiles' k chunks spread evenly
+ *   (stream-K, gemv_xs_sk_body; a tile shared by CTAs is summed the same
+ *   way).  The planner
+ *   (src/plan.c) picks the kernel, kw, RPW and the grid from the shape and
+ *   the device.
  *
  * PACKED LAYOUT (nb_pack; src/formats.c nb_pack_host is the specification)
  *   The weight is cut into chunks of 16 rows x 128 k, stored row-block major:
@@ -134,6 +138,7 @@ struct GemvParams {
     float *partial;
     int *counters;
     int m, n, k;
+    int tiles; /* kernel 2's stream-K grid: column tiles of 8 * rpw row blocks (in the padding before lda) */
     int64_t lda, ldc;
     int row_blocks, kchunks, cps, splits;
     int kw;          /* warps of a CTA that split one row block's k range (1, 2, 4, 8) */
@@ -473,14 +478,16 @@ __global__ void __launch_bounds__(WARPS * 32, GEMV_MINB) gemv_table_kernel(const
 #define XS_MINB 2
 #define XS_THREADS ((NBI_GEMV_WARPS + 1) * 32) /* + the activation producer warp */
 
-/* The producer warp: segment s of the CTA's nch chunks of activations into
- * slot s % XSEGS once every consumer warp has released the slot's previous
+/* The producer warp: segment s of the CTA's nch chunks of activations
+ * (k chunk kc0 first; WRAP: back to 0 where a tile ends) into slot
+ * s % XSEGS once every consumer warp has released the slot's previous
  * segment (barrier `empty` + 8 slot), then signals the slot's `full`
  * barrier when its copies land; k past the end is zero-filled. */
-template <int SEG, int XSEGS, bool INT>
+template <int SEG, int XSEGS, bool INT, bool WRAP>
 __device__ __forceinline__ void xs_stage_activations(const GemvParams &p, uint4 *xring, uint32_t full, uint32_t empty,
-                                                     int c0, int nch, int m_rows, int xchunk, int lane) {
+                                                     int kc0, int nch, int m_rows, int xchunk, int lane) {
     const __nv_bfloat16 *xg = (const __nv_bfloat16 *)p.x;
+    int kc = kc0;
     for (int s = 0; s < (nch + SEG - 1) / SEG; s++) {
         const int slot = s % XSEGS;
         if (s >= XSEGS) nbc_mbar_wait(empty + 8 * slot, (uint32_t)((s / XSEGS - 1) & 1));
@@ -491,10 +498,11 @@ __device__ __forceinline__ void xs_stage_activations(const GemvParams &p, uint4 
             for (int q = lane; q < m_rows * 16; q += 32) {
                 /* pos = 4w + t holds k = 32t + 8w (E2M1), 32w + 8t (integer formats: the chunk's k in order) */
                 const int row = q >> 4, pos = q & 15;
-                const int kk = (c0 + ch) * NBI_CHUNK_K + 8 * (INT ? pos : 4 * (pos & 3) + (pos >> 2));
+                const int kk = (WRAP ? kc : kc0 + ch) * NBI_CHUNK_K + 8 * (INT ? pos : 4 * (pos & 3) + (pos >> 2));
                 const bool in = kk < p.k;
                 nbc_cp_async16_zfill(nbc_smem_u32(dst + row * XROW + pos), in ? xg + (size_t)row * p.lda + kk : xg, in);
             }
+            if (WRAP) kc = kc == p.kchunks - 1 ? 0 : kc + 1;
         }
         nbc_mbar_arrive_cp_async(full + 8 * slot);
     }
@@ -600,6 +608,74 @@ __device__ __forceinline__ void xs_step_int(const uint4 *wsl, const uint4 *xsl, 
     }
 }
 
+/* Kernel 2's stream-K grid (the planner's choice where the column tiles
+ * alone are more than one resident wave): the layer's column tiles (8 *
+ * RPW row blocks each) times its k chunks are units numbered tile-major,
+ * and CTA b of the G in the grid takes units [b U / G, (b+1) U / G): every
+ * CTA the same number of chunks, one wave, whatever the shape.  A CTA's
+ * part of a tile that is not the whole tile is a partial sum: it goes to
+ * workspace slot b + tile (distinct for every pair a range can form), and
+ * the last of the tile's CTAs to arrive adds the tile's partials in CTA
+ * order (the result does not depend on timing) and stores it.  A whole
+ * tile is stored directly. */
+struct xs_range {
+    int64_t u0, u1; /* this CTA's units */
+};
+__device__ __forceinline__ xs_range xs_units(int64_t U, int b, int G) {
+    return {(int64_t)b * U / G, (int64_t)(b + 1) * U / G};
+}
+/* The CTA whose range holds unit u. */
+__device__ __forceinline__ int xs_owner(int64_t u, int64_t U, int G) { return (int)(((u + 1) * G - 1) / U); }
+
+/* The partial tile set of warp `warp` to workspace slot `slot` (RPW row
+ * blocks of 16 rows x 8 MT tokens, FP32). */
+template <int MT, int RPW>
+__device__ __forceinline__ float *xs_slot(const GemvParams &p, int64_t slot, int warp, int r, int h, int g) {
+    return p.partial + ((size_t)slot * (NBI_GEMV_WARPS * RPW * 16) + (warp * RPW + r) * 16 + g + 8 * h) * (MT * 8);
+}
+
+/* Shared by both kernel-2 bodies (gemv_xs_body, gemv_xs_sk_body). The
+ * CTA's shared state: the E2M1 scale table, and the activation ring's
+ * barriers ("full": the producer warp's lanes; "empty": every consumer
+ * thread, each read ordered). */
+template <int XSEGS, bool INT>
+__device__ __forceinline__ void xs_init(const GemvParams &p, uint32_t *stab, uint64_t *full, uint64_t *empty) {
+    if constexpr (!INT) nbc_load_scale_table<XS_THREADS>(stab, p.stab);
+    if (threadIdx.x < XSEGS) {
+        nbc_mbar_init(nbc_smem_u32(&full[threadIdx.x]), 32);
+        nbc_mbar_init(nbc_smem_u32(&empty[threadIdx.x]), NBI_GEMV_WARPS * 32);
+    }
+}
+
+/* Step i of a consumer warp's nch: wait until its weights (this lane's
+ * cp.async group, then the warp) and the segment's activations have
+ * landed, multiply, and release the weight slot and, at a segment's end,
+ * the activation slot. */
+template <int FMT, int ACT, int MT, int RPW, int STAGES, int SEG, int XSEGS, int KG>
+__device__ __forceinline__ void xs_consume(const GemvParams &p, const uint4 *wring, const uint4 *xring, int xchunk,
+                                           const int (&xrow)[MT], const uint32_t *stab, const nbc_table &tab,
+                                           uint64_t *full, uint64_t *empty, int i, int nch, int g, int lane, int &c,
+                                           int &seg, int &xs, uint32_t &read, float (&acc)[RPW][MT][4]) {
+    constexpr int CB = nbc_chunk_bytes<FMT, KG>();
+    nbc_cp_async_commit();
+    nbc_cp_async_wait<STAGES - 1>(); /* this lane's part of step i has landed */
+    if (c == 0) nbc_mbar_wait(nbc_smem_u32(&full[xs]), (uint32_t)((seg / XSEGS) & 1));
+    __syncwarp(); /* ... and every other lane's */
+    if constexpr (KG > 0)
+        xs_step_int<FMT, ACT, MT, RPW, KG>(wring + read / 16, xring + (size_t)(xs * SEG + c) * xchunk, xrow, tab, p, g,
+                                           lane, acc);
+    else
+        xs_step<FMT, ACT, MT, RPW>(wring + read / 16, xring + (size_t)(xs * SEG + c) * xchunk, xrow, stab, lane, acc);
+    __syncwarp(); /* weight slot and (at a segment's end) activation slot read by every lane */
+    read = read == (STAGES - 1) * RPW * CB ? 0 : read + RPW * CB;
+    if (++c == SEG || i == nch - 1) {
+        nbc_mbar_arrive(nbc_smem_u32(&empty[xs]));
+        c = 0;
+        seg++;
+        xs = xs == XSEGS - 1 ? 0 : xs + 1;
+    }
+}
+
 /* 9..32 tokens (and 8 where the planner says; any m <= 32 works).  The
  * CTA's 8 consumer warps walk one k range; each owns RPW row blocks,
  * streams their chunks through its own cp.async ring (no CTA barrier for
@@ -631,11 +707,7 @@ __device__ __forceinline__ void gemv_xs_body(const GemvParams &p) {
     __shared__ uint32_t stab[256];
     __shared__ uint64_t full[XSEGS], empty[XSEGS];
     __shared__ int is_last;
-    if constexpr (!INT) nbc_load_scale_table<XS_THREADS>(stab, p.stab);
-    if (threadIdx.x < XSEGS) {
-        nbc_mbar_init(nbc_smem_u32(&full[threadIdx.x]), 32);          /* the producer warp's lanes */
-        nbc_mbar_init(nbc_smem_u32(&empty[threadIdx.x]), WARPS * 32); /* every consumer thread (each read ordered) */
-    }
+    xs_init<XSEGS, INT>(p, stab, full, empty);
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -693,8 +765,8 @@ __device__ __forceinline__ void gemv_xs_body(const GemvParams &p) {
     __syncthreads(); /* scale table and barriers initialized */
 
     if (producer) {
-        xs_stage_activations<SEG, XSEGS, INT>(p, xring, nbc_smem_u32(full), nbc_smem_u32(empty), c0, nch, m_rows, xchunk,
-                                         lane);
+        xs_stage_activations<SEG, XSEGS, INT, false>(p, xring, nbc_smem_u32(full), nbc_smem_u32(empty), c0, nch, m_rows, xchunk,
+                                              lane);
     } else {
         /* token rows past m read a staged row (row g when m > 8, else row 0: valid, never stored) */
         int xrow[MT];
@@ -705,24 +777,8 @@ __device__ __forceinline__ void gemv_xs_body(const GemvParams &p) {
         int c = 0, seg = 0, xs = 0;
         for (int i = 0; i < nch; i++) {
             if (i + STAGES - 1 < nch) fetch(); /* into the slot released by step i-1 */
-            nbc_cp_async_commit();
-            nbc_cp_async_wait<STAGES - 1>(); /* this lane's part of step i has landed */
-            if (c == 0) nbc_mbar_wait(nbc_smem_u32(&full[xs]), (uint32_t)((seg / XSEGS) & 1));
-            __syncwarp(); /* ... and every other lane's */
-            if constexpr (INT)
-                xs_step_int<FMT, ACT, MT, RPW, KG>(wring + read / 16, xring + (size_t)(xs * SEG + c) * xchunk, xrow,
-                                                   tab, p, g, lane, acc);
-            else
-                xs_step<FMT, ACT, MT, RPW>(wring + read / 16, xring + (size_t)(xs * SEG + c) * xchunk, xrow, stab,
-                                           lane, acc);
-            __syncwarp(); /* weight slot and (at a segment's end) activation slot read by every lane */
-            read = read == (STAGES - 1) * RPW * CB ? 0 : read + RPW * CB;
-            if (++c == SEG || i == nch - 1) {
-                nbc_mbar_arrive(nbc_smem_u32(&empty[xs]));
-                c = 0;
-                seg++;
-                xs = xs == XSEGS - 1 ? 0 : xs + 1;
-            }
+            xs_consume<FMT, ACT, MT, RPW, STAGES, SEG, XSEGS, KG>(p, wring, xring, xchunk, xrow, stab, tab, full, empty, i,
+                                                                 nch, g, lane, c, seg, xs, read, acc);
         }
         nbc_cp_async_wait<0>();
     }
@@ -737,18 +793,195 @@ __device__ __forceinline__ void gemv_xs_body(const GemvParams &p) {
         if (rvalid[r]) store_block<ACT, MT>(p, acc[r], rbs[r], g, t);
 }
 
-template <int FMT, int ACT, int MT, int RPW, int STAGES, int SEG, int XSEGS, int MINB>
+/* Kernel 2 on a stream-K grid (xs_units): the body above, but a CTA's
+ * units may run over the end of a tile into the next ones.  Its weight
+ * pointers are set again where a tile ends (the tile found again from the
+ * unit: rare), and each tile's part is finished where it ends: stored when
+ * whole, else left in the workspace for the arrival at the end. */
+template <int FMT, int ACT, int MT, int RPW, int STAGES, int SEG, int XSEGS, int KG>
+__device__ __forceinline__ void gemv_xs_sk_body(const GemvParams &p) {
+    constexpr int WARPS = NBI_GEMV_WARPS; /* consumer warps; warp WARPS is the producer */
+    constexpr bool INT = KG > 0;
+    constexpr int CB = nbc_chunk_bytes<FMT, KG>();     /* bytes per packed chunk */
+    constexpr int CODE = nbc_code_bytes<FMT, KG>();    /* of which codes */
+    static_assert(MT >= 1 && MT <= 4, "kernel 2 serves up to 32 tokens");
+    __shared__ uint32_t stab[256];
+    __shared__ uint64_t full[XSEGS], empty[XSEGS];
+    __shared__ int is_last;
+    xs_init<XSEGS, INT>(p, stab, full, empty);
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const bool producer = warp == WARPS;
+    const int K = p.kchunks, G = (int)gridDim.x;
+    const int64_t U = (int64_t)p.tiles * K;
+    const xs_range rg = xs_units(U, (int)blockIdx.x, G);
+    const int nch = (int)(rg.u1 - rg.u0);
+    const int tile0 = (int)(rg.u0 / K), kc0 = (int)(rg.u0 - (int64_t)tile0 * K);
+    const int m_rows = min(p.m, 8 * MT);
+    const int xchunk = m_rows * XROW; /* uint4 per staged chunk of activations */
+
+    extern __shared__ uint4 smem[];
+    uint4 *xring = smem + (size_t)WARPS * STAGES * RPW * (CB / 16);
+    const uint64_t pol = nbc_policy_evict_first();
+    const int wrb = (producer ? 0 : warp) * RPW; /* this warp's first row block within a tile */
+    /* this lane's 16 bytes of chunk kc of row block r of tile `tile` (row blocks past n read row block n-1:
+     * valid, never stored) */
+    auto chunk_ptr = [&](int tile, int kc, int r) {
+        const int rb = min(tile * (WARPS * RPW) + wrb + r, p.row_blocks - 1);
+        return p.w + ((size_t)rb * K + kc) * CB + 16 * lane;
+    };
+    const uint8_t *gw[RPW]; /* the next chunk to fetch, per row block */
+#pragma unroll
+    for (int r = 0; r < RPW; r++) gw[r] = chunk_ptr(tile0, kc0, r);
+    int fleft = K - kc0; /* fetches left in the tile of the next fetch */
+    /* this lane's 16 bytes of slot 0 (shared address), and the slot being filled / read */
+    const uint32_t ring_s = nbc_smem_u32(smem) + (uint32_t)(warp * STAGES * RPW * CB + 16 * lane);
+    uint32_t fill = 0, read = 0;
+    auto fetch = [&](int f) { /* unit u0 + f: the next step's chunks into slot `fill` */
+#pragma unroll
+        for (int r = 0; r < RPW; r++) {
+            nbc_fetch_chunk<CODE, CB>(ring_s + fill + r * CB, gw[r], lane, pol);
+            gw[r] += CB;
+        }
+        fill = fill == (STAGES - 1) * RPW * CB ? 0 : fill + RPW * CB;
+        if (--fleft == 0) { /* the next tile's row blocks (rare: the tile found again from the unit) */
+            fleft = K;
+            const int ft = (int)((xs_units(U, (int)blockIdx.x, G).u0 + f + 1) / K);
+#pragma unroll
+            for (int r = 0; r < RPW; r++) gw[r] = chunk_ptr(ft, 0, r);
+        }
+    };
+    float acc[RPW][MT][4];
+#pragma unroll
+    for (int r = 0; r < RPW; r++)
+#pragma unroll
+        for (int i = 0; i < MT; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) acc[r][i][j] = 0.0f;
+
+    if (!producer) { /* weights do not depend on the previous kernel: prefetch before griddepcontrol.wait */
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; s++) {
+            if (s < nch) fetch(s);
+            nbc_cp_async_commit();
+        }
+    }
+    /* the table formats' operand planes, from the parameters to registers */
+    nbc_table tab;
+    if constexpr (INT && nbc_is_table<FMT>()) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) tab.lo[i] = p.stab[i], tab.hi[i] = p.stab[4 + i];
+    }
+    nbc_grid_dependency_wait();
+    __syncthreads(); /* scale table and barriers initialized */
+
+    if (producer) {
+        xs_stage_activations<SEG, XSEGS, INT, true>(p, xring, nbc_smem_u32(full), nbc_smem_u32(empty), kc0, nch, m_rows,
+                                              xchunk, lane);
+    } else {
+        /* token rows past m read a staged row (row g when m > 8, else row 0: valid, never stored) */
+        int xrow[MT];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+            xrow[mt] = (mt * 8 + g < m_rows ? mt * 8 + g : g < m_rows ? g : 0) * XROW + t;
+        const uint4 *wring = smem + (size_t)warp * STAGES * RPW * (CB / 16);
+        /* the end of this CTA's part of `tile`: stored when whole, else a partial in slot b + tile; then zeroed */
+        auto finish = [&](int tile, bool whole) {
+#pragma unroll
+            for (int r = 0; r < RPW; r++) {
+                const int rb = tile * (WARPS * RPW) + wrb + r;
+                if (rb < p.row_blocks) {
+                    if (whole) {
+                        store_block<ACT, MT>(p, acc[r], rb, g, t);
+                    } else {
+#pragma unroll
+                        for (int h = 0; h < 2; h++) {
+                            float *d = xs_slot<MT, RPW>(p, (int64_t)blockIdx.x + tile, warp, r, h, g);
+#pragma unroll
+                            for (int mt = 0; mt < MT; mt++)
+                                __stcg((float2 *)(d + mt * 8 + 2 * t), make_float2(acc[r][mt][2 * h], acc[r][mt][2 * h + 1]));
+                        }
+                    }
+                }
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int j = 0; j < 4; j++) acc[r][mt][j] = 0.0f;
+            }
+        };
+        int c = 0, seg = 0, xs = 0;
+        int left = min(K - kc0, nch); /* steps left in this CTA's part of the current tile */
+        for (int i = 0; i < nch; i++) {
+            if (i + STAGES - 1 < nch) fetch(i + STAGES - 1); /* into the slot released by step i-1 */
+            xs_consume<FMT, ACT, MT, RPW, STAGES, SEG, XSEGS, KG>(p, wring, xring, xchunk, xrow, stab, tab, full, empty, i,
+                                                                 nch, g, lane, c, seg, xs, read, acc);
+            if (--left == 0) { /* the end of this CTA's part of the tile (rare: the unit found again) */
+                const int64_t u = xs_units(U, (int)blockIdx.x, G).u0 + i;
+                const int tile = (int)(u / K);
+                /* whole when it ran K steps: ending at chunk K - 1, it began at chunk 0 */
+                finish(tile, u - (int64_t)tile * K == K - 1 && i >= K - 1);
+                left = min(K, nch - i - 1);
+            }
+        }
+        nbc_cp_async_wait<0>();
+    }
+
+    nbc_grid_dependents_launch();
+    /* The tiles this CTA holds a partial of (its first and its last, at
+     * most two): arrive at each; the last of a tile's CTAs sums its
+     * partials in CTA order and stores the tile. */
+    const int tile1 = (int)((rg.u1 - 1) / K);
+    const bool part0 = kc0 != 0 || rg.u1 < (int64_t)(tile0 + 1) * K;
+    const bool part1 = tile1 != tile0 && rg.u1 != (int64_t)(tile1 + 1) * K;
+    for (int q = 0; q < 2; q++) {
+        if (!(q == 0 ? part0 : part1)) continue;
+        const int pt = q == 0 ? tile0 : tile1;
+        const int bf = xs_owner((int64_t)pt * K, U, G), bl = xs_owner((int64_t)(pt + 1) * K - 1, U, G);
+        if (!nbc_split_last<0>(&p.counters[pt], bl - bf + 1, &is_last, threadIdx.x == 0)) continue;
+        if (!producer) {
+#pragma unroll
+            for (int r = 0; r < RPW; r++) {
+                const int rb = pt * (WARPS * RPW) + wrb + r;
+                if (rb >= p.row_blocks) continue;
+                float sum[MT][4];
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int j = 0; j < 4; j++) sum[mt][j] = 0.0f;
+                for (int b = bf; b <= bl; b++) {
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const float *s = xs_slot<MT, RPW>(p, (int64_t)b + pt, warp, r, h, g);
+#pragma unroll
+                        for (int mt = 0; mt < MT; mt++) {
+                            const float2 v = __ldcg((const float2 *)(s + mt * 8 + 2 * t));
+                            sum[mt][2 * h] += v.x;
+                            sum[mt][2 * h + 1] += v.y;
+                        }
+                    }
+                }
+                store_block<ACT, MT>(p, sum, rb, g, t);
+            }
+        }
+        if (threadIdx.x == 0) p.counters[pt] = 0;
+    }
+}
+
+template <int FMT, int ACT, int MT, int RPW, int STAGES, int SEG, int XSEGS, int MINB, bool SK>
 __global__ void __launch_bounds__(XS_THREADS, MINB) gemv_fp4_xs_kernel(const GemvParams p) {
     NBC_CHECK_KERNEL_FORMAT(FMT);
-    gemv_xs_body<FMT, ACT, MT, RPW, STAGES, SEG, XSEGS, 0>(p);
+    if constexpr (SK) gemv_xs_sk_body<FMT, ACT, MT, RPW, STAGES, SEG, XSEGS, 0>(p);
+    else gemv_xs_body<FMT, ACT, MT, RPW, STAGES, SEG, XSEGS, 0>(p);
 }
 
 /* The integer and table formats, kernel group KG (32, 64 or 128): two row
  * blocks per warp. */
-template <int FMT, int ACT, int MT, int KG, int MINB>
+template <int FMT, int ACT, int MT, int KG, int MINB, bool SK>
 __global__ void __launch_bounds__(XS_THREADS, MINB) gemv_int_xs_kernel(const GemvParams p) {
     static_assert(KG == 32 || KG == 64 || KG == 128, "kernel groups of 32, 64 or 128");
-    gemv_xs_body<FMT, ACT, MT, 2, XS_STAGES, XS_SEG, XS_XSEGS, KG>(p);
+    if constexpr (SK) gemv_xs_sk_body<FMT, ACT, MT, 2, XS_STAGES, XS_SEG, XS_XSEGS, KG>(p);
+    else gemv_xs_body<FMT, ACT, MT, 2, XS_STAGES, XS_SEG, XS_XSEGS, KG>(p);
 }
 
 /* ------------------------------------------------------------- dispatch */
@@ -781,14 +1014,28 @@ static gemv_fn pick_k1(int mt) {
     return NULL;
 }
 template <int FMT, int ACT>
-static gemv_fn pick_mt(int mt, int xs, int rpw, int early) {
+static gemv_fn pick_mt(int mt, int xs, int rpw, int early, int sk) {
     if (!xs) return early ? pick_k1<FMT, ACT, true>(mt) : pick_k1<FMT, ACT, false>(mt);
-#define XS_KERNEL(MT, R) gemv_fp4_xs_kernel<FMT, ACT, MT, R, XS_STAGES, XS_SEG, XS_XSEGS, XS_MINB>
+#define XS_KERNEL(MT, R) gemv_fp4_xs_kernel<FMT, ACT, MT, R, XS_STAGES, XS_SEG, XS_XSEGS, XS_MINB, false>
+#define XS_SK(MT, MINB) gemv_fp4_xs_kernel<FMT, ACT, MT, 2, XS_STAGES, XS_SEG, XS_XSEGS, MINB, true>
+    /* stream-K (two row blocks per warp): 17..32 tokens at one CTA per SM
+     * (the planner's wave for them), fewer at two */
+    if (sk) {
+        if (rpw != 2) return NULL;
+        switch (mt) {
+        case 1: return xs == 1 ? XS_SK(1, XS_MINB) : NULL;
+        case 2: return xs == 1 ? XS_SK(2, XS_MINB) : NULL;
+        case 3: return xs == 2 ? XS_SK(3, 1) : NULL;
+        case 4: return xs == 2 ? XS_SK(4, 1) : NULL;
+        }
+        return NULL;
+    }
+#undef XS_SK
     /* xs = 2: a grid of at most one CTA per SM, where the register cap of two
      * (XS_MINB) buys nothing: 17..32 tokens without it (at 25..32 tokens the
      * two-CTA instance spills) */
-    if (xs == 2 && rpw == 2 && mt == 3) return gemv_fp4_xs_kernel<FMT, ACT, 3, 2, XS_STAGES, XS_SEG, XS_XSEGS, 1>;
-    if (xs == 2 && rpw == 2 && mt == 4) return gemv_fp4_xs_kernel<FMT, ACT, 4, 2, XS_STAGES, XS_SEG, XS_XSEGS, 1>;
+    if (xs == 2 && rpw == 2 && mt == 3) return gemv_fp4_xs_kernel<FMT, ACT, 3, 2, XS_STAGES, XS_SEG, XS_XSEGS, 1, false>;
+    if (xs == 2 && rpw == 2 && mt == 4) return gemv_fp4_xs_kernel<FMT, ACT, 4, 2, XS_STAGES, XS_SEG, XS_XSEGS, 1, false>;
     switch (mt * 4 + rpw) {
     case 5: return XS_KERNEL(1, 1);
     case 6: return XS_KERNEL(1, 2);
@@ -806,23 +1053,27 @@ static gemv_fn pick_mt(int mt, int xs, int rpw, int early) {
 /* The instance of an integer or table format: kernel 1, or kernel 2 (xs)
  * with two row blocks per warp, 17..32 tokens only with one CTA per SM
  * (under the register cap of two every such instance spills, 88 to 1268
- * bytes; ptxas, sm_90a). */
+ * bytes; ptxas, sm_90a); stream-K (sk) only for 17..32 tokens. */
 template <int FMT, int ACT, int MT, int KG>
-static gemv_fn int_instance(int xs) {
-    if (xs) return gemv_int_xs_kernel<FMT, ACT, MT, KG, MT <= 2 ? XS_MINB : 1>;
+static gemv_fn int_instance(int xs, int sk) {
+    if (sk) {
+        if constexpr (MT >= 3) return xs ? gemv_int_xs_kernel<FMT, ACT, MT, KG, 1, true> : NULL;
+        return NULL;
+    }
+    if (xs) return gemv_int_xs_kernel<FMT, ACT, MT, KG, MT <= 2 ? XS_MINB : 1, false>;
     if constexpr (nbc_is_table<FMT>()) return gemv_table_kernel<FMT, ACT, MT, KG, NBI_GEMV_WARPS, GEMV_STAGES>;
     else return gemv_int4_kernel<FMT, ACT, MT, KG, NBI_GEMV_WARPS, GEMV_STAGES>;
 }
 
 /* The integer and table formats' instances for mt x kernel group. */
 template <int FMT, int ACT>
-static gemv_fn pick_int(int mt, int kg, int xs) {
+static gemv_fn pick_int(int mt, int kg, int xs, int sk) {
 #define INT_MT(KG)                                                    \
     switch (mt) {                                                     \
-    case 1: return int_instance<FMT, ACT, 1, KG>(xs);                 \
-    case 2: return int_instance<FMT, ACT, 2, KG>(xs);                 \
-    case 3: return int_instance<FMT, ACT, 3, KG>(xs);                 \
-    case 4: return int_instance<FMT, ACT, 4, KG>(xs);                 \
+    case 1: return int_instance<FMT, ACT, 1, KG>(xs, sk);             \
+    case 2: return int_instance<FMT, ACT, 2, KG>(xs, sk);             \
+    case 3: return int_instance<FMT, ACT, 3, KG>(xs, sk);             \
+    case 4: return int_instance<FMT, ACT, 4, KG>(xs, sk);             \
     }                                                                 \
     return NULL;
     if (kg == 32) { INT_MT(32) }
@@ -832,11 +1083,11 @@ static gemv_fn pick_int(int mt, int kg, int xs) {
     return NULL;
 }
 
-static gemv_fn pick_kernel(int fmt, int act, int mt, int xs, int rpw, int kg, int early) {
-#define GEMV_RUNG(F, A) return pick_mt<F, A>(mt, xs, rpw, early);
+static gemv_fn pick_kernel(int fmt, int act, int mt, int xs, int rpw, int kg, int early, int sk) {
+#define GEMV_RUNG(F, A) return pick_mt<F, A>(mt, xs, rpw, early, sk);
     NBC_LADDER(fmt, act, GEMV_RUNG)
 #undef GEMV_RUNG
-#define INT_RUNG(F, A) return !xs || (rpw == 2 && (mt <= 2 || xs == 2)) ? pick_int<F, A>(mt, kg, xs) : NULL;
+#define INT_RUNG(F, A) return !xs || (rpw == 2 && (mt <= 2 || xs == 2)) ? pick_int<F, A>(mt, kg, xs, sk) : NULL;
     NBC_DECODE_LADDER(fmt, act, INT_RUNG)
 #undef INT_RUNG
     return NULL;
@@ -851,11 +1102,13 @@ extern "C" nb_status nbi_cuda_gemv(nb_context *ctx, const nbi_gemm_plan *pl, con
                                    const void *bias, void *y, void *workspace, void *stream) {
     /* kernel 1's early trigger for streams of at most GEMV_EARLY_CHUNKS chunks a warp */
     const int early = !pl->xsh && (pl->chunks_per_split + pl->kw - 1) / pl->kw <= GEMV_EARLY_CHUNKS;
-    gemv_fn f = pick_kernel(pl->fmt, pl->act, pl->mt, pl->xsh, pl->rpw, pl->group, early);
+    /* kernel 2's stream-K grid: fewer CTAs than column tiles (plan.c) */
+    const int sk = pl->xsh && pl->grid_x != pl->tiles_n;
+    gemv_fn f = pick_kernel(pl->fmt, pl->act, pl->mt, pl->xsh, pl->rpw, pl->group, early, sk);
     if (!f)
         return nbi_fail(ctx, NB_ERR_INTERNAL, "gemv: no kernel for %s, %s, mt = %d, staged %d, rows per warp %d, "
-                        "group %d", nbi_traits((nb_format)pl->fmt)->name, nbi_dtype_name((nb_dtype)pl->act), pl->mt,
-                        pl->xsh, pl->rpw, pl->group);
+                        "group %d, stream-K %d", nbi_traits((nb_format)pl->fmt)->name, nbi_dtype_name((nb_dtype)pl->act),
+                        pl->mt, pl->xsh, pl->rpw, pl->group, sk);
     GemvParams p;
     NBC_SET_GEMM_PARAMS(p, pl, packed, y, bias);
     p.x = x;
@@ -865,8 +1118,11 @@ extern "C" nb_status nbi_cuda_gemv(nb_context *ctx, const nbi_gemm_plan *pl, con
     p.cps = pl->chunks_per_split;
     p.splits = pl->splits;
     p.kw = pl->kw;
+    p.tiles = pl->tiles_n;
     p.scale_bf16 = pl->scale_bf16;
-    dim3 grid((unsigned)pl->grid_x, (unsigned)pl->splits);
+    /* grid_x CTAs along n times `splits` along k; kernel 2's stream-K grid:
+     * grid_x CTAs over tiles_n column tiles x kchunks (gemv_xs_sk_body) */
+    dim3 grid((unsigned)pl->grid_x, sk ? 1u : (unsigned)pl->splits);
     const size_t smem = gemv_smem_bytes(pl->fmt, pl->xsh, pl->rpw, pl->mt, (int)pl->m, (size_t)pl->chunk_bytes);
     /* Kernel 2 can exceed the 48 KB default (static + dynamic): opt in, for
      * its largest launch. */
