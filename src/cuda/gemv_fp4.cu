@@ -676,6 +676,45 @@ __device__ __forceinline__ void xs_consume(const GemvParams &p, const uint4 *wri
     }
 }
 
+/* The start of both kernel-2 bodies: zeroed accumulators; the consumer
+ * warps' first STAGES-1 weight steps fetched (fetch(s) for step s: weights
+ * do not depend on the previous kernel, so before griddepcontrol.wait);
+ * the table formats' operand planes from the parameters to registers; then
+ * the wait for the previous kernel and a CTA barrier (scale table and
+ * barriers initialized). */
+template <int FMT, int KG, int RPW, int MT, int STAGES, class Fetch>
+__device__ __forceinline__ void xs_start(const GemvParams &p, bool producer, int nch, Fetch &fetch, nbc_table &tab,
+                                         float (&acc)[RPW][MT][4]) {
+#pragma unroll
+    for (int r = 0; r < RPW; r++)
+#pragma unroll
+        for (int i = 0; i < MT; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) acc[r][i][j] = 0.0f;
+    if (!producer) {
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; s++) {
+            if (s < nch) fetch(s);
+            nbc_cp_async_commit();
+        }
+    }
+    if constexpr (KG > 0 && nbc_is_table<FMT>()) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) tab.lo[i] = p.stab[i], tab.hi[i] = p.stab[4 + i];
+    }
+    nbc_grid_dependency_wait();
+    __syncthreads();
+}
+
+/* A consumer lane's staged token rows, one per tile of 8 tokens: rows
+ * past m read a staged row (row g when m > 8, else row 0: valid, never
+ * stored). */
+template <int MT>
+__device__ __forceinline__ void xs_token_rows(int (&xrow)[MT], int m_rows, int g, int t) {
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) xrow[mt] = (mt * 8 + g < m_rows ? mt * 8 + g : g < m_rows ? g : 0) * XROW + t;
+}
+
 /* 9..32 tokens (and 8 where the planner says; any m <= 32 works).  The
  * CTA's 8 consumer warps walk one k range; each owns RPW row blocks,
  * streams their chunks through its own cp.async ring (no CTA barrier for
@@ -732,7 +771,7 @@ __device__ __forceinline__ void gemv_xs_body(const GemvParams &p) {
     /* this lane's 16 bytes of slot 0 (shared address), and the slot being filled / read */
     const uint32_t ring_s = nbc_smem_u32(smem) + (uint32_t)(warp * STAGES * RPW * CB + 16 * lane);
     uint32_t fill = 0, read = 0;
-    auto fetch = [&]() { /* the next step's chunks into slot `fill` */
+    auto fetch = [&](int) { /* the next step's chunks into slot `fill` */
 #pragma unroll
         for (int r = 0; r < RPW; r++) {
             nbc_fetch_chunk<CODE, CB>(ring_s + fill + r * CB, gw[r], lane, pol);
@@ -741,42 +780,19 @@ __device__ __forceinline__ void gemv_xs_body(const GemvParams &p) {
         fill = fill == (STAGES - 1) * RPW * CB ? 0 : fill + RPW * CB;
     };
     float acc[RPW][MT][4];
-#pragma unroll
-    for (int r = 0; r < RPW; r++)
-#pragma unroll
-        for (int i = 0; i < MT; i++)
-#pragma unroll
-            for (int j = 0; j < 4; j++) acc[r][i][j] = 0.0f;
-
-    if (!producer) { /* weights do not depend on the previous kernel: prefetch before griddepcontrol.wait */
-#pragma unroll
-        for (int s = 0; s < STAGES - 1; s++) {
-            if (s < nch) fetch();
-            nbc_cp_async_commit();
-        }
-    }
-    /* the table formats' operand planes, from the parameters to registers */
     nbc_table tab;
-    if constexpr (INT && nbc_is_table<FMT>()) {
-#pragma unroll
-        for (int i = 0; i < 4; i++) tab.lo[i] = p.stab[i], tab.hi[i] = p.stab[4 + i];
-    }
-    nbc_grid_dependency_wait();
-    __syncthreads(); /* scale table and barriers initialized */
+    xs_start<FMT, KG, RPW, MT, STAGES>(p, producer, nch, fetch, tab, acc);
 
     if (producer) {
         xs_stage_activations<SEG, XSEGS, INT, false>(p, xring, nbc_smem_u32(full), nbc_smem_u32(empty), c0, nch, m_rows, xchunk,
                                               lane);
     } else {
-        /* token rows past m read a staged row (row g when m > 8, else row 0: valid, never stored) */
         int xrow[MT];
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-            xrow[mt] = (mt * 8 + g < m_rows ? mt * 8 + g : g < m_rows ? g : 0) * XROW + t;
+        xs_token_rows<MT>(xrow, m_rows, g, t);
         const uint4 *wring = smem + (size_t)warp * STAGES * RPW * (CB / 16);
         int c = 0, seg = 0, xs = 0;
         for (int i = 0; i < nch; i++) {
-            if (i + STAGES - 1 < nch) fetch(); /* into the slot released by step i-1 */
+            if (i + STAGES - 1 < nch) fetch(i + STAGES - 1); /* into the slot released by step i-1 */
             xs_consume<FMT, ACT, MT, RPW, STAGES, SEG, XSEGS, KG>(p, wring, xring, xchunk, xrow, stab, tab, full, empty, i,
                                                                  nch, g, lane, c, seg, xs, read, acc);
         }
@@ -853,38 +869,15 @@ __device__ __forceinline__ void gemv_xs_sk_body(const GemvParams &p) {
         }
     };
     float acc[RPW][MT][4];
-#pragma unroll
-    for (int r = 0; r < RPW; r++)
-#pragma unroll
-        for (int i = 0; i < MT; i++)
-#pragma unroll
-            for (int j = 0; j < 4; j++) acc[r][i][j] = 0.0f;
-
-    if (!producer) { /* weights do not depend on the previous kernel: prefetch before griddepcontrol.wait */
-#pragma unroll
-        for (int s = 0; s < STAGES - 1; s++) {
-            if (s < nch) fetch(s);
-            nbc_cp_async_commit();
-        }
-    }
-    /* the table formats' operand planes, from the parameters to registers */
     nbc_table tab;
-    if constexpr (INT && nbc_is_table<FMT>()) {
-#pragma unroll
-        for (int i = 0; i < 4; i++) tab.lo[i] = p.stab[i], tab.hi[i] = p.stab[4 + i];
-    }
-    nbc_grid_dependency_wait();
-    __syncthreads(); /* scale table and barriers initialized */
+    xs_start<FMT, KG, RPW, MT, STAGES>(p, producer, nch, fetch, tab, acc);
 
     if (producer) {
         xs_stage_activations<SEG, XSEGS, INT, true>(p, xring, nbc_smem_u32(full), nbc_smem_u32(empty), kc0, nch, m_rows,
                                               xchunk, lane);
     } else {
-        /* token rows past m read a staged row (row g when m > 8, else row 0: valid, never stored) */
         int xrow[MT];
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-            xrow[mt] = (mt * 8 + g < m_rows ? mt * 8 + g : g < m_rows ? g : 0) * XROW + t;
+        xs_token_rows<MT>(xrow, m_rows, g, t);
         const uint4 *wring = smem + (size_t)warp * STAGES * RPW * (CB / 16);
         /* the end of this CTA's part of `tile`: stored when whole, else a partial in slot b + tile; then zeroed */
         auto finish = [&](int tile, bool whole) {
