@@ -182,7 +182,7 @@ static void describe(nb_context *ctx, const nbi_gemm_plan *p, int64_t m) {
         snprintf(b, n, "gemm_sm90<%s,%s,%dx%d> tiles=%dx%d k-split=%d%s raster=%d launches=1", fmt, act,
                  64 * p->cwg, p->bn, p->tiles_n, p->tiles_m, p->splits, p->cluster ? " (cluster)" : "",
                  p->raster_group);
-    else if (p->xsh && p->grid_x != p->tiles_n) /* kernel 2's stream-K grid */
+    else if (nbi_plan_stream_k(p))
         snprintf(b, n, "gemv_fp4_xs<%s,%s,mt=%d,rows/warp=%d%s> stream-k ctas=%d over tiles=%d x kchunks=%lld "
                  "warps=%d chunks/cta=%d launches=%lld", fmt, act, p->mt, p->rpw * 16, p->xsh == 2 ? ",cta/sm=1" : "",
                  p->grid_x, p->tiles_n, (long long)p->kchunks, p->warps, p->chunks_per_split,

@@ -260,6 +260,11 @@ NB_INTERNAL int nbi_config_check(const nb_gemm_config *c, int64_t m_lo, int comp
 /* Workspace bytes plan p needs, enough for every m that shares its tiles
  * and splits rule (the tensor-core bound covers any m). */
 NB_INTERNAL size_t nbi_plan_workspace(const nb_context *ctx, const nbi_gemm_plan *p);
+/* Whether plan p runs decode kernel 2 on its stream-K grid (grid_x CTAs
+ * over tiles_n column tiles, fewer CTAs than tiles; plan.c). */
+static inline int nbi_plan_stream_k(const nbi_gemm_plan *p) {
+    return p->path == NBI_PATH_GEMV && p->xsh && p->grid_x != p->tiles_n;
+}
 
 /* ------------------------------------------------- tuning table (tune.c) */
 typedef struct nbi_tune_table nbi_tune_table;

@@ -165,11 +165,11 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
         const int sk = p->splits == 1 && tiles > resident && 10 * tiles < 9 * waves * resident &&
                        tiles <= NBI_MAX_SPLIT_COLUMNS && units >= 6 * resident && p->rpw == 2 &&
                        (!rpw2 || p->mt >= 3);
-        if (sk) ctas = resident;
         p->tiles_n = (int)tiles;
-        if (sk) {
+        if (sk) { /* (fewer CTAs than tiles_n: the stream-K grid) */
+            ctas = resident;
             p->chunks_per_split = (int)((units + ctas - 1) / ctas);
-            grid_x = ctas; /* (fewer than tiles_n: the stream-K grid) */
+            grid_x = ctas;
         }
         /* At most one CTA per SM: kernel 2's instance without the register
          * cap of two CTAs per SM (17..32 tokens, two row blocks per warp; at
@@ -189,7 +189,7 @@ static nb_status plan_decode(nb_context *ctx, const nbi_request *rq, nbi_gemm_pl
     if (grid_x > 0x7FFFFFFF)
         return nbi_fail(ctx, NB_ERR_BAD_SHAPE, "nb_gemm: n = %lld needs too many CTAs", (long long)p->n);
     p->grid_x = (int)grid_x;
-    if (p->xsh && p->grid_x != p->tiles_n) {
+    if (nbi_plan_stream_k(p)) {
         /* kernel 2's stream-K partial tiles: slot b + tile for CTA b
          * (gemv_fp4.cu, xs_slot), 8 * rpw row blocks x 8 mt tokens each */
         p->ws_counter_bytes = NBI_MAX_SPLIT_COLUMNS * sizeof(int);

@@ -362,7 +362,7 @@ static void test_stream_k(void) {
         nbi_gemm_plan p;
         if (!plan(ctx, cases[i].fmt, cases[i].k, cases[i].n, cases[i].m, NULL, &p)) continue;
         const int64_t tiles = (cases[i].n + 255) / 256, units = tiles * ((cases[i].k + 127) / 128);
-        const int sk = p.path == NBI_PATH_GEMV && p.xsh && p.grid_x != p.tiles_n;
+        const int sk = nbi_plan_stream_k(&p);
         CHECK(p.path == NBI_PATH_GEMV && p.xsh && p.tiles_n == tiles && sk == cases[i].sk,
               "%lld -> %lld m = %lld: staged kernel over %d tiles (want %lld), stream-K %d (want %d)",
               (long long)cases[i].k, (long long)cases[i].n, (long long)cases[i].m, p.tiles_n, (long long)tiles, sk,

@@ -1095,8 +1095,7 @@ extern "C" nb_status nbi_cuda_gemv(nb_context *ctx, const nbi_gemm_plan *pl, con
                                    const void *bias, void *y, void *workspace, void *stream) {
     /* kernel 1's early trigger for streams of at most GEMV_EARLY_CHUNKS chunks a warp */
     const int early = !pl->xsh && (pl->chunks_per_split + pl->kw - 1) / pl->kw <= GEMV_EARLY_CHUNKS;
-    /* kernel 2's stream-K grid: fewer CTAs than column tiles (plan.c) */
-    const int sk = pl->xsh && pl->grid_x != pl->tiles_n;
+    const int sk = nbi_plan_stream_k(pl); /* kernel 2's stream-K grid */
     gemv_fn f = pick_kernel(pl->fmt, pl->act, pl->mt, pl->xsh, pl->rpw, pl->group, early, sk);
     if (!f)
         return nbi_fail(ctx, NB_ERR_INTERNAL, "gemv: no kernel for %s, %s, mt = %d, staged %d, rows per warp %d, "
