@@ -22,9 +22,8 @@
  *   timing).  Where kernel 2's column tiles alone are more than one resident
  *   wave, its grid is one wave over which the tiles' k chunks spread evenly
  *   (stream-K, gemv_xs_sk_body; a tile shared by CTAs is summed the same
- *   way).  The planner
- *   (src/plan.c) picks the kernel, kw, RPW and the grid from the shape and
- *   the device.
+ *   way).  The planner (src/plan.c) picks the kernel, kw, RPW and the grid
+ *   from the shape and the device.
  *
  * PACKED LAYOUT (nb_pack; src/formats.c nb_pack_host is the specification)
  *   The weight is cut into chunks of 16 rows x 128 k, stored row-block major:
