@@ -24,6 +24,15 @@ max_len = prompt + warm-up + steps positions, and attends over all of them
 with a position mask, so one decode step has fixed shapes and no host
 synchronization.
 
+Fused projections (the default; --no-fuse keeps them separate): before
+anything else the BF16 model's q/k/v and gate/up projections are fused
+(nibble.torch.fuse_projections: one [6144, 4096] and one [28672, 4096]
+layer per decoder layer on the 8B shape), so every format, BF16 included,
+runs four GEMMs per layer as serving engines do, and the quantized formats
+quantize the fused layers (one NVFP4 tensor scale per fused layer, as
+ModelOpt and llm-compressor export them).  The decode loop calls the fused
+layer and splits its output.
+
 Modes (--modes, both by default on CUDA):
   eager     the step as PyTorch runs it (every norm, rotary and attention
             operation its own kernel), captured once per batch size in a
@@ -49,7 +58,8 @@ Modes (--modes, both by default on CUDA):
 Measured per format, mode and batch: the step time (CUDA events over
 --steps replays after --warmup), tokens/s = batch / step time, and the
 linear-layer time: a graph holding only the step's linear layers (every
-layer's q, k, v, o, gate, up, down on static inputs, plus lm_head), eager,
+layer's qkv, o, gate_up, down, or q, k, v, o, gate, up, down unfused, on
+static inputs, plus lm_head), eager,
 replayed the same way; its share of the step time is the GEMM share (lm_head
 stays BF16 in every format, as in quantized checkpoints).
 
@@ -190,9 +200,14 @@ class Decoder:
         for i, layer in enumerate(m.layers):
             a = layer.self_attn
             h = layer.input_layernorm(x)
-            q = a.q_proj(h).view(B, T, self.H, self.hd).transpose(1, 2)
-            k = a.k_proj(h).view(B, T, self.KVH, self.hd).transpose(1, 2)
-            v = a.v_proj(h).view(B, T, self.KVH, self.hd).transpose(1, 2)
+            if hasattr(a, "qkv_proj"):     # fused (nibble.torch.fuse_projections): one GEMM, split as engines do
+                q, k, v = a.qkv_proj(h).split([a.q_proj.out_features, a.k_proj.out_features,
+                                               a.v_proj.out_features], dim=-1)
+            else:
+                q, k, v = a.q_proj(h), a.k_proj(h), a.v_proj(h)
+            q = q.view(B, T, self.H, self.hd).transpose(1, 2)
+            k = k.view(B, T, self.KVH, self.hd).transpose(1, 2)
+            v = v.view(B, T, self.KVH, self.hd).transpose(1, 2)
             q, k = self.rope(q, k, cos, sin)
             # (an index_put_, as in gpt-fast: Inductor writes it in place)
             self.k[i][:, :, positions] = k
@@ -204,7 +219,13 @@ class Decoder:
             o = F.scaled_dot_product_attention(qg, self.k[i], self.v[i], attn_mask=mask, scale=a.scaling)
             o = o.reshape(B, self.H, T, self.hd).transpose(1, 2).reshape(B, T, self.H * self.hd)
             x = x + a.o_proj(o)
-            x = x + layer.mlp(layer.post_attention_layernorm(x))
+            mlp = layer.mlp
+            if hasattr(mlp, "gate_up_proj"):
+                g, u = mlp.gate_up_proj(layer.post_attention_layernorm(x)).split(
+                    [mlp.gate_proj.out_features, mlp.up_proj.out_features], dim=-1)
+                x = x + mlp.down_proj(mlp.act_fn(g) * u)
+            else:
+                x = x + mlp(layer.post_attention_layernorm(x))
         x = m.norm(x[:, -1:])
         return self.model.lm_head(x)[:, -1].float()                             # [B, vocab]
 
@@ -242,8 +263,10 @@ def linear_calls(model, batch):
     calls = []
     for layer in model.model.layers:
         a, mlp = layer.self_attn, layer.mlp
-        calls += [(a.q_proj, xh), (a.k_proj, xh), (a.v_proj, xh), (a.o_proj, xo), (mlp.gate_proj, xh),
-                  (mlp.up_proj, xh), (mlp.down_proj, xi)]
+        qkv = [(a.qkv_proj, xh)] if hasattr(a, "qkv_proj") else [(a.q_proj, xh), (a.k_proj, xh), (a.v_proj, xh)]
+        gate_up = ([(mlp.gate_up_proj, xh)] if hasattr(mlp, "gate_up_proj")
+                   else [(mlp.gate_proj, xh), (mlp.up_proj, xh)])
+        calls += qkv + [(a.o_proj, xo)] + gate_up + [(mlp.down_proj, xi)]
     head = [(model.lm_head, xh)]
     return calls, head
 
@@ -506,6 +529,9 @@ def parse_args(argv=None):
     ap.add_argument("--tiny", action="store_true", help="a tiny model of the same structure (for --device cpu)")
     ap.add_argument("--no-graph", action="store_true",
                     help="time eager steps instead of CUDA graph replays (eager mode only)")
+    ap.add_argument("--no-fuse", action="store_true",
+                    help="keep q/k/v and gate/up as separate layers (default: fused in every format, "
+                         "nibble.torch.fuse_projections before quantizing, as serving engines run them)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None, help="directory for e2e_decode.json and e2e_decode.csv")
     args = ap.parse_args(argv)
@@ -557,6 +583,9 @@ def main(argv=None):
     t0 = time.time()
     model = build_model(cfg, device, dtype, args.seed)
     nparams = sum(p.numel() for p in model.parameters())
+    if not args.no_fuse:
+        from nibble.fuse import fuse_projections
+        fuse_projections(model)   # BF16 layers: every format (BF16 too) runs q/k/v and gate/up fused
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
     name = {"8b": "Llama-3.1-8B", "70b": "Llama-3.1-70B", "tiny": "tiny Llama"}[shape]
     print(f"model: {name} shape, {args.layers} layers, {nparams / 1e9:.2f}B parameters, {dtype}, random "
@@ -564,7 +593,9 @@ def main(argv=None):
     print(f"decode: prompt {args.prompt}, {args.warmup} warm-up + {args.steps} timed steps per batch; "
           f"batches {args.batches}; modes {', '.join(args.modes)}"
           + (f" (torch.compile mode {args.compile_mode})" if "compiled" in args.modes else "")
-          + f"; graphs {'off (eager mode)' if args.no_graph else 'on'}", flush=True)
+          + f"; graphs {'off (eager mode)' if args.no_graph else 'on'}"
+          + f"; q/k/v and gate/up {'separate' if args.no_fuse else 'fused (one GEMM each, every format)'}",
+          flush=True)
 
     gen = torch.Generator().manual_seed(args.seed + 1)
     rows, checks = [], []
@@ -784,7 +815,8 @@ def write_out(args, rows, checks, cfg, gpu, total, tf_version):
             "date": time.strftime("%Y-%m-%d %H:%M:%S"), "torch": torch.__version__, "transformers": tf_version,
             "nibble": nibble.version_string(), "shape": "tiny" if args.tiny else args.shape, "layers": args.layers,
             "tiny": args.tiny, "prompt": args.prompt, "steps": args.steps, "warmup": args.warmup,
-            "modes": args.modes, "compile_mode": args.compile_mode, "device": str(args.device), "seconds": total,
+            "modes": args.modes, "compile_mode": args.compile_mode, "fused": not args.no_fuse,
+            "device": str(args.device), "seconds": total,
             "config": {k: getattr(cfg, k) for k in ("hidden_size", "intermediate_size", "num_attention_heads",
                                                     "num_key_value_heads", "vocab_size", "num_hidden_layers")}}
     with open(os.path.join(args.out, "e2e_decode.json"), "w") as fh:
@@ -793,9 +825,10 @@ def write_out(args, rows, checks, cfg, gpu, total, tf_version):
             "compile_s", "compiled_vs_eager", "quantize_s", "weights_gb", "error"]
     with open(os.path.join(args.out, "e2e_decode.csv"), "w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(keys + ["gpu", "commit"])
+        w.writerow(keys + ["fused", "gpu", "commit"])
         for r in rows:
-            w.writerow([r.get(k, "") if r.get(k) is not None else "" for k in keys] + [gpu, meta["commit"]])
+            w.writerow([r.get(k, "") if r.get(k) is not None else "" for k in keys]
+                       + [int(meta["fused"]), gpu, meta["commit"]])
     print(f"wrote {args.out}/e2e_decode.json and e2e_decode.csv")
 
 

@@ -83,7 +83,7 @@ if not hasattr(torch, "library") or not hasattr(torch.library, "custom_op"):
 
 __all__ = ["PackedLinearWeight", "quantize", "pack", "dequantize_weight", "gemm", "Linear", "quantize_model",
            "load_quantized", "last_config", "context", "Error", "PackedMoeWeights", "pack_moe", "unpack_moe", "moe",
-           "MoeExperts"]
+           "MoeExperts", "fuse_linears", "fuse_projections", "unfuse_projections", "ProjectionSlice"]
 
 _DTYPES = {torch.bfloat16: DType.BF16, torch.float16: DType.F16}
 _GEMM_DTYPES = (torch.bfloat16, torch.float16, torch.float32)   # float32: the host reference only (CPU tensors)
@@ -1873,3 +1873,6 @@ def _unpermuted(w, perm):
 
 def _some(names, k=6):
     return ", ".join(names[:k]) + (f", ... ({len(names) - k} more)" if len(names) > k else "")
+
+
+from .fuse import ProjectionSlice, fuse_linears, fuse_projections, unfuse_projections  # noqa: E402,F401

@@ -809,6 +809,11 @@ def save_layout(model):
     `nibble convert` writes gpt-oss experts and as ModelOpt exports
     Qwen3-MoE).  ValueError for a model with both formats or without
     quantized layers."""
+    fused = [name for name, m in model.named_modules() if isinstance(m, nt.ProjectionSlice)]
+    if fused:
+        raise ValueError(f"nibble.transformers: the model's projections are fused ({nt._some(fused, 3)}); checkpoint "
+                         "layouts name each projection, so call nibble.torch.unfuse_projections(model) before "
+                         "save_pretrained")
     linears = [m for m in model.modules() if isinstance(m, nt.Linear)]
     experts = [m for m in model.modules() if isinstance(m, nt.MoeExperts)]
     fmts = sorted({m.format for m in linears} | {m.format for m in experts})

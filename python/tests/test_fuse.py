@@ -1,0 +1,237 @@
+"""Tests of nibble.fuse (fuse_linears, fuse_projections, unfuse_projections).
+
+On the CPU: a tiny random LlamaForCausalLM, its q/k/v and gate/up
+projections fused as float layers and as nibble layers (the op's host
+reference on CPU tensors); the fused model's logits against the unfused
+model's, one GEMM call per group (counted in eager mode and in the graph
+torch.compile traces), exact weights after fuse and unfuse, the refusals.
+The GPU test runs the same comparison with the CUDA kernels.
+
+Run on a GPU machine:  python3 -m pytest python/tests/test_fuse.py
+"""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+import nibble.torch as nt  # noqa: E402
+from nibble import fuse as nf  # noqa: E402
+
+gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+def tiny_llama(layers=2, seed=0, dtype=torch.float32):
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=256, hidden_size=128, intermediate_size=256, num_attention_heads=4,
+                      num_key_value_heads=2, num_hidden_layers=layers)
+    return LlamaForCausalLM(cfg).to(dtype).eval()
+
+
+def count_calls(model, name):
+    """Wrap the forward of every module called `name` to count its calls."""
+    counts = []
+    for mod_name, mod in model.named_modules():
+        if mod_name.endswith("." + name):
+            orig = mod.forward
+            counts.append(0)
+            i = len(counts) - 1
+
+            def fwd(x, orig=orig, i=i):
+                counts[i] += 1
+                return orig(x)
+            mod.forward = fwd
+    return counts
+
+
+def packed_bytes(model):
+    return {n: m.packed.clone() for n, m in model.named_modules() if isinstance(m, nt.Linear)}
+
+
+def test_dense_fuse_same_logits_one_call_per_group():
+    m = tiny_llama()
+    ids = torch.randint(0, 256, (2, 7), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        ref = m(ids).logits
+        r = nt.fuse_projections(m)
+        assert sorted(r["fused"]) == sorted(f"model.layers.{i}.{g}" for i in range(2)
+                                            for g in ("self_attn.qkv_proj", "mlp.gate_up_proj"))
+        assert r["skipped"] == {}
+        a = m.model.layers[0].self_attn
+        assert isinstance(a.q_proj, nt.ProjectionSlice) and a.qkv_proj.out_features == 128 + 64 + 64
+        assert (a.q_proj.start, a.q_proj.stop, a.k_proj.stop, a.v_proj.stop) == (0, 128, 192, 256)
+        assert a.k_proj.in_features == 128 and a.k_proj.out_features == 64
+        qkv, gu = count_calls(m, "qkv_proj"), count_calls(m, "gate_up_proj")
+        out = m(ids).logits
+        assert qkv == [1, 1] and gu == [1, 1]
+        torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+        # the kept output is released once every member took its columns
+        assert a.q_proj._stash.y is None and a.q_proj._stash.x is None
+
+
+def test_member_called_alone_or_with_other_input():
+    m = tiny_llama(layers=1)
+    a = m.model.layers[0].self_attn
+    q, k, v = a.q_proj, a.k_proj, a.v_proj
+    nt.fuse_projections(m)
+    x, x2 = torch.randn(3, 128), torch.randn(3, 128)
+    with torch.no_grad():
+        torch.testing.assert_close(a.k_proj(x), k(x), rtol=1e-5, atol=1e-5)      # alone, first member skipped
+        torch.testing.assert_close(a.q_proj(x), q(x), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(a.k_proj(x2), k(x2), rtol=1e-5, atol=1e-5)    # another input: computed again
+        torch.testing.assert_close(a.v_proj(x2), v(x2), rtol=1e-5, atol=1e-5)
+        y = a.q_proj(x)
+        x.add_(1.0)                                                              # changed in place: not reused
+        torch.testing.assert_close(a.k_proj(x), k(x), rtol=1e-5, atol=1e-5)
+        assert y.shape == (3, 128)
+
+
+def test_nibble_fuse_exact_and_unfuse_restores_bytes():
+    m = tiny_llama()
+    nt.quantize_model(m, format="mxfp4", device="cpu")
+    before = packed_bytes(m)
+    before_q = {n: mod.quantized_weight() for n, mod in m.named_modules() if isinstance(mod, nt.Linear)}
+    ids = torch.randint(0, 256, (1, 5), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        ref = m(ids).logits
+        r = nt.fuse_projections(m)
+        assert len(r["fused"]) == 4 and r["skipped"] == {}
+        for layer in range(2):
+            for fused_name, members in (("self_attn.qkv_proj", ("q", "k", "v")), ("mlp.gate_up_proj", ("gate", "up"))):
+                fused = m.get_submodule(f"model.layers.{layer}.{fused_name}")
+                parts = [before_q[f"model.layers.{layer}.{fused_name.split('.')[0]}.{p}_proj"] for p in members]
+                assert isinstance(fused, nt.Linear) and fused.format == "mxfp4"
+                assert fused.out_features == sum(p.n for p in parts)
+                qf = fused.quantized_weight()
+                assert np.array_equal(qf.codes, np.concatenate([p.codes for p in parts]))
+                assert np.array_equal(qf.scales, np.concatenate([p.scales for p in parts]))
+        out = m(ids).logits
+        assert torch.equal(out, ref)   # the host reference computes every output element as before
+        removed = nt.unfuse_projections(m)
+        assert len(removed) == 4 and not hasattr(m.model.layers[0].self_attn, "qkv_proj")
+        after = packed_bytes(m)
+        assert set(after) == set(before)
+        for n in before:
+            assert torch.equal(after[n], before[n]), n
+        assert torch.equal(m(ids).logits, ref)
+
+
+def test_nvfp4_tensor_scales():
+    # quantized separately: three tensor scales, not fused (nothing changes)
+    m = tiny_llama(layers=1)
+    nt.quantize_model(m, format="nvfp4", device="cpu")
+    r = nt.fuse_projections(m)
+    assert r["fused"] == [] and set(r["skipped"]) == {"model.layers.0.self_attn.qkv_proj",
+                                                      "model.layers.0.mlp.gate_up_proj"}
+    assert all("tensor scales differ" in why for why in r["skipped"].values())
+    assert isinstance(m.model.layers[0].self_attn.q_proj, nt.Linear)
+    # fused first, then quantized: one layer, one tensor scale
+    m = tiny_llama(layers=1)
+    ids = torch.randint(0, 256, (1, 4), generator=torch.Generator().manual_seed(3))
+    nt.fuse_projections(m)
+    rq = nt.quantize_model(m, format="nvfp4", device="cpu")
+    assert "model.layers.0.self_attn.qkv_proj" in rq["quantized"]
+    assert not any(n.endswith(("q_proj", "k_proj", "gate_proj")) for n in rq["quantized"])
+    a = m.model.layers[0].self_attn
+    assert isinstance(a.qkv_proj, nt.Linear) and a.q_proj.fused is a.qkv_proj   # the slices read the new layer
+    with torch.no_grad():
+        out = m(ids).logits
+        nt.unfuse_projections(m)
+        assert isinstance(a.k_proj, nt.Linear) and a.k_proj.tensor_scale == a.q_proj.tensor_scale
+        assert torch.equal(m(ids).logits, out)
+        # same tensor scales: quantized layers fuse again, exactly
+        assert len(nt.fuse_projections(m)["fused"]) == 2
+        assert torch.equal(m(ids).logits, out)
+
+
+def test_fuse_linears_refusals():
+    a, b = torch.nn.Linear(64, 32), torch.nn.Linear(64, 16, bias=False)
+    f = nt.fuse_linears([a, b])
+    assert f.weight.shape == (48, 64) and torch.equal(f.bias[32:], torch.zeros(16))
+    x = torch.randn(2, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(f(x), torch.cat([a(x), b(x)], -1))
+    with pytest.raises(TypeError):
+        nt.fuse_linears([a])
+    with pytest.raises(ValueError, match="in_features"):
+        nt.fuse_linears([a, torch.nn.Linear(32, 16)])
+    with pytest.raises(ValueError, match="dtypes"):
+        nt.fuse_linears([a, torch.nn.Linear(64, 16).to(torch.bfloat16)])
+    import nibble
+    qa = nt.Linear.from_quantized(nibble.quantize(a.weight.detach().numpy(), format="mxfp4"), device="cpu")
+    qn = nt.Linear.from_quantized(nibble.quantize(b.weight.detach().numpy(), format="nvfp4"), device="cpu")
+    with pytest.raises(TypeError, match="all nibble.torch.Linear"):
+        nt.fuse_linears([qa, b])
+    with pytest.raises(ValueError, match="formats"):
+        nt.fuse_linears([qa, qn])
+    q1 = nt.Linear.from_quantized(nibble.quantize(a.weight.detach().numpy(), format="nvfp4", tensor_scale=0.5),
+                                  device="cpu")
+    q2 = nt.Linear.from_quantized(nibble.quantize(b.weight.detach().numpy(), format="nvfp4", tensor_scale=0.25),
+                                  device="cpu")
+    with pytest.raises(ValueError, match="tensor scales differ"):
+        nt.fuse_linears([q1, q2])
+    q2s = nt.Linear.from_quantized(nibble.quantize(b.weight.detach().numpy(), format="nvfp4", tensor_scale=0.5),
+                                   device="cpu", perm=torch.arange(64).flip(0))
+    with pytest.raises(ValueError, match="activation orders"):
+        nt.fuse_linears([q1, q2s])
+    with pytest.raises(ValueError, match="groups must be"):
+        nt.fuse_projections(tiny_llama(layers=1), groups=[("qkv", ("q_proj",))])
+
+
+def test_save_refused_while_fused():
+    ntf = pytest.importorskip("nibble.transformers")
+    m = tiny_llama(layers=1)
+    nt.quantize_model(m, format="mxfp4", device="cpu")
+    nt.fuse_projections(m)
+    with pytest.raises(ValueError, match="unfuse_projections"):
+        ntf.save_layout(m)
+    nt.unfuse_projections(m)
+    assert ntf.save_layout(m)["format"] == "mxfp4"
+
+
+def test_compiled_graph_holds_one_gemm_per_group():
+    m = tiny_llama()
+    nt.quantize_model(m, format="mxfp4", device="cpu")
+    nt.fuse_projections(m)
+    ids = torch.randint(0, 256, (1, 6), generator=torch.Generator().manual_seed(4))
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        eager = m(ids).logits
+        out = torch.compile(m, backend=backend, fullgraph=True)(ids).logits
+    torch._dynamo.reset()
+    assert len(graphs) == 1
+    gemms = [n for n in graphs[0].graph.nodes if n.op == "call_function" and "nibble.gemm" in str(n.target)]
+    assert len(gemms) == 2 * 4    # per layer: qkv, o, gate_up, down
+    torch.testing.assert_close(out, eager, rtol=0, atol=0)
+
+
+@gpu
+def test_gpu_fused_model():
+    m = tiny_llama(dtype=torch.bfloat16).cuda()
+    ids = torch.randint(0, 256, (2, 9), generator=torch.Generator().manual_seed(5)).cuda()
+    for fmt in ("nvfp4", "mxfp4"):
+        mm = tiny_llama(dtype=torch.bfloat16).cuda()
+        nt.quantize_model(mm, format=fmt)
+        with torch.no_grad():
+            ref = mm(ids).logits.float()
+            if fmt == "mxfp4":
+                assert len(nt.fuse_projections(mm)["fused"]) == 4
+            else:   # NVFP4: fuse the float layers, then quantize the fused ones
+                mm = tiny_llama(dtype=torch.bfloat16).cuda()
+                nt.fuse_projections(mm)
+                nt.quantize_model(mm, format=fmt)
+                nt.unfuse_projections(mm)
+                ref = mm(ids).logits.float()
+                assert len(nt.fuse_projections(mm)["fused"]) == 4
+            out = mm(ids).logits.float()
+        # the fused GEMM may pick another kernel configuration: BF16 rounding apart
+        assert (out - ref).norm() / ref.norm() < 2e-2, fmt
+    del m
