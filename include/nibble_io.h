@@ -661,6 +661,29 @@ NB_API nb_status nb_ckpt_moe_read(const nb_ckpt *c, size_t i, nb_ckpt_moe_proj p
  * and "*embed*" are excluded (output head and embeddings).  Every other
  * tensor is copied unchanged; rank-2 "*.weight" tensors of any other dtype
  * (F64, I32, U8, ...) are counted in summary.weights_unsupported.
+ * GPT-OSS: with format MXFP4 and a config.json whose model_type is
+ * "gpt_oss", the output is gpt-oss's own MXFP4 layout (the one its
+ * published checkpoints, transformers and vLLM read): the experts are
+ * quantized and every linear weight stays as it is.  An experts tensor is
+ * "G.gate_up_proj" [E, H, 2I] or "G.down_proj" [E, I, H] (rank 3, BF16, F16
+ * or F32, G's last component "experts"; transformers' GptOssExperts
+ * multiplies x [T, K] by the expert's [K, N] slice), quantized when K is a
+ * multiple of 32, gate_up's 2I is even, no exclude pattern matches G and
+ * neither output tensor exists yet: expert e's slice is transposed to the
+ * [N, K] weight and quantized as any weight (opts.mx_rule, opts.method),
+ * its rows in the input's order (gate_up's interleaved gate and up rows
+ * stay interleaved), and written as G.gate_up_proj_blocks U8 [E, N, K/32,
+ * 16] (the codes, expert-major) and G.gate_up_proj_scales U8 [E, N, K/32]
+ * (E8M0); likewise G.down_proj_blocks / _scales.  The biases
+ * (G.gate_up_proj_bias, G.down_proj_bias) and every other tensor are
+ * copied; the rank-2 weights left as they are count in weights_excluded.
+ * config.json gets quantization_config {"quant_method": "mxfp4",
+ * "modules_to_not_convert": [every module whose weight was left
+ * unquantized, sorted]}.  Read back, each G is a gpt-oss group
+ * (nb_ckpt_moe_at) whose experts are exactly the quantizer's codes and
+ * scales.  The whole tensor need not fit twice in memory: one expert's
+ * slice, codes and scales are held at a time.  Other formats copy gpt-oss
+ * experts unchanged (there is no NVFP4 layout of them here).
  * NOTHING TO QUANTIZE: when no tensor qualifies, the call fails with
  * NB_ERR_UNSUPPORTED before `out` is touched, saying why (the dtypes found,
  * with tensor names; how many weights the patterns, K or existing scales
@@ -701,6 +724,9 @@ NB_API nb_status nb_ckpt_moe_read(const nb_ckpt *c, size_t i, nb_ckpt_moe_proj p
  *          these are the ct-int4 / ct-int4-sym / ct-int8 layers of
  *          nb_ckpt_layer_weight_v2 with exactly the quantizer's codes, scales
  *          and zero points.
+ *   config.json is the input's with quantization_config set; every other
+ *   key and value is kept as the input wrote it (numbers with their text:
+ *   7.0 stays 7.0), the indentation is cJSON's.
  *   One output safetensors file per input file, with the same base name, and
  *   the index (same base name as the input's) when the input is sharded.
  *   Every other regular file in the input's directory (tokenizer files,
@@ -796,7 +822,8 @@ typedef struct nb_ckpt_quantize_summary {
     nb_ckpt_device device;    /* where the weights were quantized: CPU or GPU */
     char device_name[256];    /* "host" or the GPU's name */
     int32_t weights_unsupported; /* rank-2 *.weight tensors of a dtype that is not quantized (copied) */
-    int32_t reserved[7];
+    int32_t experts_quantized;   /* gpt-oss experts tensors quantized (also counted in layers_quantized) */
+    int32_t reserved[6];
 } nb_ckpt_quantize_summary;
 
 /* Quantize checkpoint `in` (as nb_ckpt_open takes it) into directory `out`.

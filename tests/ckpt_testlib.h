@@ -108,6 +108,29 @@ static inline char *read_file_all(const char *path, size_t *n) {
     return p;
 }
 
+/* nb_ckpt_quantize of fixture g_dir/<in> into g_dir/<out> with the format,
+ * MXFP4 rule, method, device and at most one exclude pattern (NULL: none)
+ * given; the other options at their defaults. */
+static inline nb_status quantize_fixture(const char *in, const char *out, nb_format fmt, nb_mx_scale_rule rule,
+                                         int method, nb_ckpt_device dev, const char *exclude,
+                                         nb_ckpt_quantize_summary *sum) {
+    char pin[1024], pout[1024];
+    snprintf(pin, sizeof pin, "%s/%s", g_dir, in);
+    snprintf(pout, sizeof pout, "%s/%s", g_dir, out);
+    nb_ckpt_quantize_opts o;
+    nb_ckpt_quantize_opts_init(&o);
+    o.format = fmt;
+    o.mx_rule = rule;
+    o.method = method;
+    o.device = dev;
+    const char *ex[1] = {exclude};
+    if (exclude) {
+        o.exclude = ex;
+        o.nexclude = 1;
+    }
+    return nb_ckpt_quantize(pin, pout, &o, sum);
+}
+
 /* Open the fixture checkpoint g_dir/<sub> (NULL, and a failed check, when it
  * does not open). */
 static inline nb_ckpt *open_fixture(const char *sub) {

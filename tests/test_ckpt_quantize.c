@@ -276,22 +276,8 @@ static int g_method;   /* nb_quant_method of the next run_case */
 
 static void run_case(const char *sub, const char *out, int sharded, nb_format fmt, nb_mx_scale_rule rule,
                      const char *extra_pattern, const char *extra_substr, nb_ckpt_device dev) {
-    char in_path[1024], out_path[1024];
-    path_of(in_path, sizeof in_path, sub, NULL);
-    path_of(out_path, sizeof out_path, out, NULL);
-    nb_ckpt_quantize_opts o;
-    nb_ckpt_quantize_opts_init(&o);
-    o.format = fmt;
-    o.mx_rule = rule;
-    o.device = dev;
-    o.method = g_method;
-    const char *pats[1] = {extra_pattern};
-    if (extra_pattern) {
-        o.exclude = pats;
-        o.nexclude = 1;
-    }
     nb_ckpt_quantize_summary s;
-    nb_status st = nb_ckpt_quantize(in_path, out_path, &o, &s);
+    nb_status st = quantize_fixture(sub, out, fmt, rule, g_method, dev, extra_pattern, &s);
     CHECK(st == NB_OK, "quantize %s -> %s: %s %s", sub, out, nb_status_name(st), nb_last_error());
     if (st != NB_OK) return;
 
@@ -310,9 +296,7 @@ static void run_case(const char *sub, const char *out, int sharded, nb_format fm
           "%s: ran on %s (%s), want %s", out, dev_name(s.device), s.device_name,
           dev_name(wdev));
 
-    nb_ckpt *c = NULL;
-    st = nb_ckpt_open(out_path, &c);
-    CHECK(st == NB_OK, "open %s: %s", out, nb_last_error());
+    nb_ckpt *c = open_fixture(out);
     if (!c) return;
     nb_ckpt_config cfg;
     nb_ckpt_get_config(c, &cfg);

@@ -635,6 +635,12 @@ static void quantize_help(void) {
            "  F32 [] (ModelOpt numerics; no input_scale).  mxfp4: P.weight U8 [N,K/2],\n"
            "  P.weight_scale U8 [N,K/32] (E8M0); --mx-rule picks the block exponent\n"
            "  (default even, as Quark; ocp = floor(log2 amax)-2; round-up = triton).\n"
+           "  gpt-oss (config.json model_type gpt_oss) with --format mxfp4: gpt-oss's own\n"
+           "  layout, as its published checkpoints hold it: the experts G.gate_up_proj\n"
+           "  [E,H,2I] and G.down_proj [E,I,H] become G.<proj>_blocks U8 [E,N,K/32,16]\n"
+           "  and G.<proj>_scales U8 [E,N,K/32] (each expert transposed to [N,K], rows\n"
+           "  in the input's order), the linear weights stay as they are, and\n"
+           "  quantization_config is {quant_method mxfp4, modules_to_not_convert}.\n"
            "  int4 (zero points) / int4_sym / int8: compressed-tensors pack-quantized,\n"
            "  P.weight_packed I32 [N,K/8] (int8: [N,K/4], num_bits 8), P.weight_scale\n"
            "  [N,K/G] (--scale-type: f16, the default, or bf16), P.weight_shape I64 [2],\n"
@@ -762,9 +768,14 @@ static void warn_unsupported(const char *in, int count) {
 static int quantize_report(const quantize_args *a, const nb_ckpt_quantize_opts *o, const nb_ckpt_quantize_summary *s,
                            double secs) {
     if (!a->json) {
-        printf("%s -> %s: %zu layers quantized (%s), %zu tensors copied, %zu float weights left unquantized, "
+        char experts[96] = "";
+        if (s->experts_quantized)
+            snprintf(experts, sizeof experts, ", %d of them gpt-oss experts tensors (gpt-oss's MXFP4 layout)",
+                     (int)s->experts_quantized);
+        printf("%s -> %s: %zu layers quantized (%s%s), %zu tensors copied, %zu float weights left unquantized, "
                "%zu files copied; %.1f MB -> %.1f MB in %.1f s on %s%s%s\n",
-               a->in, a->out, s->layers_quantized, a->fmt, s->tensors_copied, s->weights_excluded, s->files_copied,
+               a->in, a->out, s->layers_quantized, a->fmt, experts, s->tensors_copied, s->weights_excluded,
+               s->files_copied,
                s->bytes_in / 1e6, s->bytes_out / 1e6, secs,
                s->device == NB_CKPT_DEVICE_GPU ? "the GPU (" : "the CPU (C reference)",
                s->device == NB_CKPT_DEVICE_GPU ? s->device_name : "", s->device == NB_CKPT_DEVICE_GPU ? ")" : "");
@@ -793,6 +804,7 @@ static int quantize_report(const quantize_args *a, const nb_ckpt_quantize_opts *
     json_add_i64(j, "tensors_copied", (int64_t)s->tensors_copied);
     json_add_i64(j, "weights_excluded", (int64_t)s->weights_excluded);
     json_add_i64(j, "weights_unsupported", (int64_t)s->weights_unsupported);
+    json_add_i64(j, "experts_quantized", (int64_t)s->experts_quantized);
     json_add_i64(j, "shards", (int64_t)s->shards);
     json_add_i64(j, "files_copied", (int64_t)s->files_copied);
     json_add_i64(j, "bytes_in", (int64_t)s->bytes_in);

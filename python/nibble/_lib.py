@@ -731,7 +731,8 @@ class CkptQuantizeSummary(Structure):
         ("device", c_int),          # nb_ckpt_device: where the weights were quantized
         ("device_name", c_char * 256),
         ("weights_unsupported", c_int32),  # rank-2 weights copied for their dtype
-        ("reserved", c_int32 * 7),
+        ("experts_quantized", c_int32),    # gpt-oss experts tensors quantized (in layers_quantized too)
+        ("reserved", c_int32 * 6),
     ]
 
 

@@ -488,7 +488,14 @@ def quantize_checkpoint(src, dst, format="nvfp4", scale_rule=DEFAULT_SCALE_RULE,
     the summary as a dict ("device" says "cpu" or "gpu", "device_name" which;
     "weights_unsupported" counts weights copied for their dtype).  method:
     "rtn" (default) or "mse" (nibble.quantize's; CPU only: device "auto"
-    then quantizes on the CPU, "gpu" raises)."""
+    then quantizes on the CPU, "gpu" raises).
+
+    A gpt-oss checkpoint (config.json model_type "gpt_oss") with format
+    "mxfp4" is written in gpt-oss's own MXFP4 layout: every experts module's
+    gate_up_proj [E, H, 2I] and down_proj [E, I, H] become *_blocks /
+    *_scales (each expert transposed to [N, K], rows in the input's order),
+    the linear weights stay as they are and config.json gets gpt-oss's
+    quantization_config ("experts_quantized" counts the experts tensors)."""
     io = _lib.io_lib()
     fmt = _format(format)
     scale_rule = _rule_name(scale_rule, scale_rule)

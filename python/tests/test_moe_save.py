@@ -289,6 +289,27 @@ def test_gptoss_with_4bit_linears_saves_per_expert(gptoss, tmp_path):
     assert_same_linears(model, again)
 
 
+def test_gptoss_bf16_checkpoint_quantized_by_the_c_writer(bf16, tmp_path):
+    """`nibble quantize --format mxfp4` (quantize_checkpoint) of a BF16
+    gpt-oss checkpoint writes gpt-oss's own layout: the experts as *_blocks /
+    *_scales, the linear layers still BF16; loaded back, each experts module
+    holds exactly the bytes MoeExperts.from_module gives the BF16 weights
+    (quantization at load), and the biases are the checkpoint's."""
+    out = str(tmp_path / "gptoss-mxfp4")
+    summary = nibble.quantize_checkpoint(bf16["gpt_oss"]["path"], out, format="mxfp4", device="cpu")
+    assert summary["experts_quantized"] == 4 and summary["layers_quantized"] == 4
+    assert layout_of(out) == ("mxfp4", {"gptoss-mxfp4"}, {False}, False)
+    with open(os.path.join(out, "config.json")) as f:
+        qc = json.load(f)["quantization_config"]
+    assert "model.layers.0.self_attn.q_proj" in qc["modules_to_not_convert"]
+    assert not any("experts" in m for m in qc["modules_to_not_convert"])
+    model = AutoModelForCausalLM.from_pretrained(out, quantization_config=NibbleConfig())
+    assert isinstance(model.model.layers[0].self_attn.q_proj, torch.nn.Linear)
+    ref = AutoModelForCausalLM.from_pretrained(bf16["gpt_oss"]["path"], quantization_config=NibbleConfig(
+        format="mxfp4", modules_to_not_convert=["*self_attn*", "*router*", "lm_head"]))
+    assert_same_experts(model, ref)
+
+
 # ----------------------------------------------------------------- refusals
 
 def test_save_refuses_two_formats(bf16, tmp_path):

@@ -544,7 +544,7 @@ static nb_status write_configs(cstate *s, const char *dir, int *regenerated) {
     *regenerated = cfg.declared != nbio_target_layout(s->o->target, s->fmt);
     if (!*regenerated) return NB_OK; /* the source already declares the target: copied as they are */
     cJSON *config = NULL, *hf = NULL;
-    st = nbio_read_json(dir, "config.json", NB_CKPT_MAX_CONFIG, &config);
+    st = nbio_read_config(dir, "config.json", NB_CKPT_MAX_CONFIG, &config);
     if (st == NB_OK) st = nbio_read_json(dir, "hf_quant_config.json", NB_CKPT_MAX_CONFIG, &hf);
     if (st != NB_OK) goto done;
     const cJSON *kv = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(hf, "quantization"),

@@ -65,7 +65,79 @@ static int read_all(int fd, char *buf, size_t n) {
     return 0;
 }
 
+/* The number nodes of j in document order (cJSON keeps members and elements
+ * in the order parsed); *n counts them, nodes up to cap are stored. */
+static void number_nodes(cJSON *j, cJSON **nodes, size_t cap, size_t *n) {
+    for (; j; j = j->next) {
+        if (cJSON_IsNumber(j)) {
+            if (*n < cap) nodes[*n] = j;
+            (*n)++;
+        }
+        if (j->child) number_nodes(j->child, nodes, cap, n);
+    }
+}
+
+/* Every number of j becomes a raw node holding its text in `text` (the
+ * document j was parsed from), so that a rewritten file keeps each number as
+ * it was written: cJSON stores a double and prints 7.0 as 7, which typed
+ * readers (transformers' config classes) then refuse as an int.  The number
+ * tokens are found by scanning the text outside strings; when their count
+ * differs from the tree's numbers (it cannot for text cJSON parsed), j is
+ * left as it is.  NB_OK, or out of memory. */
+static nb_status keep_number_text(cJSON *j, const char *text, size_t len) {
+    size_t count = 0;
+    number_nodes(j, NULL, 0, &count);
+    if (!count) return NB_OK;
+    cJSON **nodes = (cJSON **)malloc(count * sizeof *nodes);
+    if (!nodes) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
+    size_t n = 0;
+    number_nodes(j, nodes, count, &n);
+    size_t *at = (size_t *)malloc(2 * count * sizeof *at), tokens = 0;
+    if (!at) {
+        free(nodes);
+        return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
+    }
+    for (size_t i = 0; i < len && tokens <= count; i++) {
+        const char c = text[i];
+        if (c == '"') { /* a string (key or value): skip it, escapes included */
+            for (i++; i < len && text[i] != '"'; i++)
+                if (text[i] == '\\') i++;
+        } else if (c == '-' || (c >= '0' && c <= '9')) {
+            size_t e = i;
+            while (e < len && strchr("+-0123456789.eE", text[e]) && text[e]) e++;
+            if (tokens < count) at[2 * tokens] = i, at[2 * tokens + 1] = e - i;
+            tokens++;
+            i = e - 1;
+        }
+    }
+    nb_status st = NB_OK;
+    for (size_t t = 0; tokens == count && t < count && st == NB_OK; t++) {
+        char *raw = (char *)malloc(at[2 * t + 1] + 1);
+        if (!raw) {
+            st = nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
+            break;
+        }
+        memcpy(raw, text + at[2 * t], at[2 * t + 1]);
+        raw[at[2 * t + 1]] = 0;
+        nodes[t]->type = cJSON_Raw | (nodes[t]->type & cJSON_StringIsConst);
+        nodes[t]->valuestring = raw;
+    }
+    free(at);
+    free(nodes);
+    return st;
+}
+
+static nb_status read_json(const char *dir, const char *name, size_t max, int keep_numbers, cJSON **out);
+
 nb_status nbio_read_json(const char *dir, const char *name, size_t max, cJSON **out) {
+    return read_json(dir, name, max, 0, out);
+}
+
+nb_status nbio_read_config(const char *dir, const char *name, size_t max, cJSON **out) {
+    return read_json(dir, name, max, 1, out);
+}
+
+static nb_status read_json(const char *dir, const char *name, size_t max, int keep_numbers, cJSON **out) {
     *out = NULL;
     char *path = nbio_join(dir, name);
     if (!path) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
@@ -88,6 +160,10 @@ nb_status nbio_read_json(const char *dir, const char *name, size_t max, cJSON **
     if (st == NB_OK) {
         buf[size] = 0;
         st = nbio_parse_json(path, buf, (size_t)size, out);
+        if (st == NB_OK && keep_numbers && (st = keep_number_text(*out, buf, (size_t)size)) != NB_OK) {
+            cJSON_Delete(*out);
+            *out = NULL;
+        }
     }
     if (fd >= 0) close(fd);
     free(buf);

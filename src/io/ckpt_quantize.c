@@ -29,10 +29,22 @@
  * NSLOT output tensors; slot() says where each is kept in write_shard's
  * by_src table (the tensor scale of the FP4 layouts and compressed-tensors'
  * weight_shape share a slot: no layout has both). */
-enum { ROLE_COPY = 0, ROLE_CODES = 1, ROLE_SCALES = 2, ROLE_TSCALE = 3, ROLE_SHAPE = 4, ROLE_ZEROS = 5 };
+enum {
+    ROLE_COPY = 0,
+    ROLE_CODES = 1,
+    ROLE_SCALES = 2,
+    ROLE_TSCALE = 3,
+    ROLE_SHAPE = 4,
+    ROLE_ZEROS = 5,
+    ROLE_XBLOCKS = 6, /* gpt-oss experts: G.<proj>_blocks */
+    ROLE_XSCALES = 7  /* G.<proj>_scales */
+};
 enum { NSLOT = 4 };
 static size_t slot(int role) {
-    return role == ROLE_ZEROS ? 3 : role == ROLE_SHAPE || role == ROLE_TSCALE ? 2 : role == ROLE_SCALES ? 1 : 0;
+    return role == ROLE_ZEROS                          ? 3
+           : role == ROLE_SHAPE || role == ROLE_TSCALE ? 2
+           : role == ROLE_SCALES || role == ROLE_XSCALES ? 1
+                                                         : 0;
 }
 
 /* The checkpoint layout each format is written in.  This is knowledge of the
@@ -62,6 +74,7 @@ typedef struct qstate {
     nb_scale_type scale_type; /* the scales' type: the row's default or opts.scale_type */
     nb_context *ctx;   /* host-only, or CUDA device 0 when gpu */
     int gpu;
+    int gptoss;        /* MXFP4 of a gpt-oss checkpoint: its own layout (experts quantized, linears kept) */
     nbio_out out;
     const char *dir;   /* input directory */
     nb_st_file *single;
@@ -126,10 +139,33 @@ static int tensor_exists(const qstate *q, const char *name) {
 
 static int is_float(nb_st_dtype d) { return d == NB_ST_BF16 || d == NB_ST_F16 || d == NB_ST_F32; }
 
-/* What becomes of a tensor: quantized, or copied because it is no weight,
- * a weight of another dtype, or a float weight left unquantized (its K, an
- * exclude pattern, or scales already there: listed in exclude_modules). */
-typedef enum { T_QUANTIZE, T_OTHER, T_DTYPE, T_SHAPE, T_PATTERN, T_SCALES, T_OOM } fate;
+/* What becomes of a tensor: quantized (a weight, or gpt-oss experts), or
+ * copied because it is no weight, a weight of another dtype, or a float
+ * weight left unquantized (its K, an exclude pattern, scales already there,
+ * or a linear weight of gpt-oss's layout: listed in the config's excluded
+ * modules). */
+typedef enum { T_QUANTIZE, T_OTHER, T_DTYPE, T_SHAPE, T_PATTERN, T_SCALES, T_EXPERTS, T_KEEP, T_OOM } fate;
+
+/* gpt-oss experts (nibble_io.h, "quantize", gpt-oss): "G.gate_up_proj" or
+ * "G.down_proj" of rank 3 and a float dtype, G's last component "experts".
+ * Returns the length of G, 0 for any other tensor. */
+static size_t gptoss_experts(const nb_st_tensor *t) {
+    static const char *const sfx[] = {".gate_up_proj", ".down_proj"};
+    if (t->rank != 3 || !is_float(t->dtype)) return 0;
+    for (int i = 0; i < 2; i++)
+        if (nbio_ends_with(t->name, sfx[i])) {
+            const size_t g = strlen(t->name) - strlen(sfx[i]);
+            if (g >= 7 && !strncmp(t->name + g - 7, "experts", 7) && (g == 7 || t->name[g - 8] == '.')) return g;
+        }
+    return 0;
+}
+
+/* The part of a weight's name that names its module (what exclude patterns
+ * match and the configs list): G for gpt-oss experts, P for "P.weight". */
+static size_t module_len(const qstate *q, const nb_st_tensor *t) {
+    const size_t g = q->gptoss ? gptoss_experts(t) : 0;
+    return g ? g : strlen(t->name) - 7;
+}
 
 /* The descriptor of an n x k weight as it is quantized (format, group,
  * scale type, rule, method); NB_OK or why the format does not take it. */
@@ -146,8 +182,37 @@ static nb_status weight_desc(const qstate *q, int64_t n, int64_t k, nb_weight_de
     return nb_weight_desc_validate(d);
 }
 
+/* A gpt-oss experts tensor [E, K, N] (K = H for gate_up, I for down; N its
+ * output rows): quantized along K per expert unless a dimension is empty, K
+ * is no multiple of the group, gate_up's N is odd (gate and up rows come in
+ * pairs), an exclude pattern matches G or the blocks or scales exist. */
+static fate decide_experts(const qstate *q, const nb_st_tensor *t, size_t glen) {
+    const int64_t E = t->shape[0], K = t->shape[1], N = t->shape[2];
+    if (E <= 0 || K <= 0 || N <= 0 || K % q->group || (nbio_ends_with(t->name, ".gate_up_proj") && N % 2))
+        return T_SHAPE;
+    const size_t len = strlen(t->name);
+    char *name = (char *)malloc(len + 16);
+    if (!name) return T_OOM;
+    memcpy(name, t->name, glen);
+    name[glen] = 0;
+    fate f = T_EXPERTS;
+    for (size_t i = 0; i < q->npat && f == T_EXPERTS; i++)
+        if (fnmatch(q->pat[i], name, 0) == 0) f = T_PATTERN;
+    memcpy(name, t->name, len);
+    strcpy(name + len, "_blocks");
+    if (f == T_EXPERTS && tensor_exists(q, name)) f = T_SCALES;
+    strcpy(name + len, "_scales");
+    if (f == T_EXPERTS && tensor_exists(q, name)) f = T_SCALES;
+    free(name);
+    return f;
+}
+
 static fate decide(const qstate *q, const nb_st_tensor *t) {
     size_t len = strlen(t->name);
+    if (q->gptoss) {
+        const size_t g = gptoss_experts(t);
+        if (g) return decide_experts(q, t, g);
+    }
     if (len <= 7 || !nbio_ends_with(t->name, ".weight") || t->rank != 2) return T_OTHER;
     if (!is_float(t->dtype)) return T_DTYPE;
     if (t->shape[0] <= 0 || t->shape[1] <= 0) return T_SHAPE;
@@ -176,7 +241,8 @@ static fate decide(const qstate *q, const nb_st_tensor *t) {
         if (tensor_exists(q, prefix)) f = T_SCALES;
     }
     free(prefix);
-    return f;
+    /* gpt-oss's layout quantizes the experts only: its linears stay as they are */
+    return f == T_QUANTIZE && q->gptoss ? T_KEEP : f;
 }
 
 static nb_dtype nb_dt(nb_st_dtype d) {
@@ -274,6 +340,69 @@ static nb_status quantize_one(qstate *q, nbio_shard *sh, const nb_st_tensor *t, 
     return st;
 }
 
+/* Transpose a [K, N] matrix of 2- or 4-byte elements into [N, K], in tiles
+ * of 32 x 32 so that both sides stay in cache. */
+#define NBIO_TRANSPOSE(T)                                                                                         \
+    do {                                                                                                          \
+        const T *s_ = (const T *)src;                                                                             \
+        T *d_ = (T *)dst;                                                                                         \
+        for (size_t k0 = 0; k0 < K; k0 += 32)                                                                     \
+            for (size_t n0 = 0; n0 < N; n0 += 32) {                                                               \
+                const size_t k1 = k0 + 32 < K ? k0 + 32 : K, n1 = n0 + 32 < N ? n0 + 32 : N;                      \
+                for (size_t k = k0; k < k1; k++)                                                                  \
+                    for (size_t n = n0; n < n1; n++) d_[n * K + k] = s_[k * N + n];                               \
+            }                                                                                                     \
+    } while (0)
+static void transpose(const void *src, size_t K, size_t N, size_t esz, void *dst) {
+    if ((uintptr_t)src % esz) { /* (a tensor the file does not align to its element: bytes, element by element) */
+        for (size_t k = 0; k < K; k++)
+            for (size_t n = 0; n < N; n++)
+                memcpy((uint8_t *)dst + (n * K + k) * esz, (const uint8_t *)src + (k * N + n) * esz, esz);
+    } else if (esz == 4) {
+        NBIO_TRANSPOSE(uint32_t);
+    } else {
+        NBIO_TRANSPOSE(uint16_t);
+    }
+}
+#undef NBIO_TRANSPOSE
+
+/* Quantize gpt-oss experts tensor t [E, K, N] into e[0] (G.<proj>_blocks U8
+ * [E, N, K/32, 16]) and e[1] (G.<proj>_scales U8 [E, N, K/32]): expert by
+ * expert, its [K, N] slice transposed to the [N, K] weight that multiplies
+ * x (transformers' GptOssExperts computes x @ W[e]) and quantized like any
+ * weight, so its rows keep the input's order (gate_up's interleaved gate
+ * and up rows included). */
+static nb_status quantize_experts(qstate *q, nbio_shard *sh, const nb_st_tensor *t, nbio_oent *const *e) {
+    const int64_t E = t->shape[0], K = t->shape[1], N = t->shape[2];
+    nb_weight_desc d;
+    nb_status st = weight_desc(q, N, K, &d);
+    nb_weight_sizes_v2 sz;
+    if (st == NB_OK) st = nb_weight_get_sizes_v2(&d, &sz);
+    if (st != NB_OK) return nbi_fail(NULL, st, "%s: %s", t->name, nb_last_error());
+    const size_t esz = t->dtype == NB_ST_F32 ? 4 : 2, one = (size_t)K * (size_t)N * esz;
+    uint8_t *w = (uint8_t *)malloc(one), *codes = (uint8_t *)malloc(sz.codes_bytes);
+    uint8_t *scales = (uint8_t *)malloc(sz.scales_bytes);
+    if (!w || !codes || !scales)
+        st = nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "%s: out of memory (%zu bytes per expert)", t->name, one);
+    for (int64_t x = 0; x < E && st == NB_OK; x++) {
+        const uint8_t *src = (const uint8_t *)t->data + (size_t)x * one;
+        transpose(src, (size_t)K, (size_t)N, esz, w);
+        nbio_drop_pages(src, one);
+        st = q->gpu ? nb_quantize_staged(q->ctx, &d, nb_dt(t->dtype), w, codes, scales, NULL)
+                    : nb_quantize_host(q->ctx, &d, nb_dt(t->dtype), w, codes, scales);
+        if (st != NB_OK) {
+            st = nbi_fail(NULL, st, "%s, expert %lld: %s", t->name, (long long)x, nb_context_last_error(q->ctx));
+        } else if ((st = nbio_shard_write(sh, e[0], codes, sz.codes_bytes, (uint64_t)x * sz.codes_bytes)) ==
+                   NB_OK) {
+            st = nbio_shard_write(sh, e[1], scales, sz.scales_bytes, (uint64_t)x * sz.scales_bytes);
+        }
+    }
+    free(w);
+    free(codes);
+    free(scales);
+    return st;
+}
+
 /* ------------------------------------------------------------ one output file */
 
 /* The entry of input tensor t (index i) copied unchanged. */
@@ -333,6 +462,28 @@ static nb_status plan_quantized(const qstate *q, nbio_oent *ents, size_t *ne, co
     return NB_OK;
 }
 
+/* The entries of gpt-oss experts tensor t [E, K, N] (index i):
+ * t.name + "_blocks" U8 [E, N, K/32, 16] and + "_scales" U8 [E, N, K/32]. */
+static nb_status plan_experts(const qstate *q, nbio_oent *ents, size_t *ne, const nb_st_tensor *t, size_t i) {
+    const int64_t E = t->shape[0], K = t->shape[1], N = t->shape[2], g = q->group;
+    for (int r = 0; r < 2; r++) {
+        nbio_oent *e = &ents[(*ne)++];
+        const size_t len = strlen(t->name);
+        e->name = (char *)malloc(len + 8);
+        if (!e->name) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
+        memcpy(e->name, t->name, len);
+        strcpy(e->name + len, r ? "_scales" : "_blocks");
+        e->src = i;
+        e->role = r ? ROLE_XSCALES : ROLE_XBLOCKS;
+        e->dtype = NB_ST_U8;
+        e->rank = r ? 3 : 4;
+        e->shape[0] = E, e->shape[1] = N, e->shape[2] = K / g;
+        if (!r) e->shape[3] = g * q->fi.element_bits / 8;
+        e->bytes = (uint64_t)E * (uint64_t)N * (uint64_t)(K / g) * (uint64_t)(r ? 1 : g * q->fi.element_bits / 8);
+    }
+    return NB_OK;
+}
+
 /* Stage 1 of write_shard: the output tensor list of input file f, and the
  * prefixes of float weights left unquantized. */
 static nb_status plan_shard(qstate *q, const nb_st_file *f, size_t count, nbio_oent *ents, size_t *ne) {
@@ -343,8 +494,8 @@ static nb_status plan_shard(qstate *q, const nb_st_file *f, size_t count, nbio_o
         const fate fa = decide(q, &t);
         if (fa == T_OOM) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
         const int quant = fa == T_QUANTIZE;
-        if (fa == T_SHAPE || fa == T_PATTERN || fa == T_SCALES) {
-            size_t n = strlen(t.name) - 7;
+        if (fa == T_SHAPE || fa == T_PATTERN || fa == T_SCALES || fa == T_KEEP) {
+            size_t n = module_len(q, &t);
             char *p = (char *)malloc(n + 1);
             if (p) {
                 memcpy(p, t.name, n);
@@ -353,7 +504,9 @@ static nb_status plan_shard(qstate *q, const nb_st_file *f, size_t count, nbio_o
             if (!nbio_push_str(&q->excluded, &q->nexcl, p)) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
             q->sum.weights_excluded++;
         }
-        st = quant ? plan_quantized(q, ents, ne, &t, i) : plan_copy(&ents[(*ne)++], &t, i);
+        st = quant                ? plan_quantized(q, ents, ne, &t, i)
+             : fa == T_EXPERTS ? plan_experts(q, ents, ne, &t, i)
+                               : plan_copy(&ents[(*ne)++], &t, i);
         if (st != NB_OK) return st;
     }
     return NB_OK;
@@ -370,6 +523,10 @@ static nb_status fill_shard(qstate *q, const nb_st_file *f, size_t count, nbio_s
         if (e[0]->role == ROLE_CODES) {
             if ((st = quantize_one(q, sh, &t, e)) != NB_OK) return st;
             q->sum.layers_quantized++;
+        } else if (e[0]->role == ROLE_XBLOCKS) {
+            if ((st = quantize_experts(q, sh, &t, e)) != NB_OK) return st;
+            q->sum.layers_quantized++;
+            q->sum.experts_quantized++;
         } else {
             if ((st = nbio_shard_copy(sh, e[0], t.data)) != NB_OK) return st;
             q->sum.tensors_copied++;
@@ -414,6 +571,12 @@ static const char *mx_mode(nb_mx_scale_rule r) {
 
 static nb_status write_configs(qstate *q, cJSON *config) {
     if (q->nexcl) qsort(q->excluded, q->nexcl, sizeof *q->excluded, cmp_str);
+    size_t u = 0; /* (a gpt-oss experts module left as it is has two tensors: named once) */
+    for (size_t i = 0; i < q->nexcl; i++) {
+        if (u && !strcmp(q->excluded[u - 1], q->excluded[i])) free(q->excluded[i]);
+        else q->excluded[u++] = q->excluded[i];
+    }
+    q->nexcl = u;
     const char *const *ex = (const char *const *)q->excluded;
     nb_status st = NB_OK;
     if (q->layout == OUT_MODELOPT) {
@@ -423,6 +586,26 @@ static nb_status write_configs(qstate *q, cJSON *config) {
         if (st != NB_OK) return st;
     }
     if (!config) return NB_OK;
+    if (q->gptoss) { /* gpt-oss's own: quant_method mxfp4, the modules kept unquantized */
+        cJSON *qc = cJSON_CreateObject(), *keep = cJSON_CreateArray();
+        if (!qc || !keep || !cJSON_AddStringToObject(qc, "quant_method", "mxfp4")) {
+            cJSON_Delete(qc);
+            cJSON_Delete(keep);
+            return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
+        }
+        cJSON_AddItemToObject(qc, "modules_to_not_convert", keep);
+        for (size_t i = 0; i < q->nexcl; i++) {
+            cJSON *s = cJSON_CreateString(ex[i]);
+            if (!s) {
+                cJSON_Delete(qc);
+                return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
+            }
+            cJSON_AddItemToArray(keep, s);
+        }
+        cJSON_DeleteItemFromObjectCaseSensitive(config, "quantization_config");
+        cJSON_AddItemToObject(config, "quantization_config", qc);
+        return nbio_out_write_json(&q->out, "config.json", config);
+    }
     cJSON *qc = q->layout == OUT_MODELOPT ? nbio_qc_modelopt(ex, q->nexcl)
                 : q->layout == OUT_QUARK  ? nbio_qc_quark(mx_mode(q->o->mx_rule), ex, q->nexcl)
                                           : nbio_qc_ct_int(q->o->format, q->group, ex, q->nexcl);
@@ -540,7 +723,15 @@ static nb_status survey(qstate *q, const char *file) {
                                    nbi_elide(t.name, name, sizeof name), dn);
     }
     q->sum.weights_unsupported = (int32_t)(n[T_DTYPE] < INT32_MAX ? n[T_DTYPE] : INT32_MAX);
-    if (n[T_QUANTIZE] || q->o->allow_empty) return NB_OK;
+    if (n[T_QUANTIZE] || n[T_EXPERTS] || q->o->allow_empty) return NB_OK;
+    char fname0[160];
+    if (q->gptoss)
+        return nbi_fail(NULL, NB_ERR_UNSUPPORTED, "%s: nothing to quantize to gpt-oss's MXFP4 layout: no experts "
+                        "tensor G.gate_up_proj [E, H, 2I] or G.down_proj [E, I, H] (BF16, F16 or F32, H and I "
+                        "multiples of 32) outside the exclude patterns and without _blocks / _scales already "
+                        "(%zu excluded by a pattern, %zu by shape, %zu with blocks already); its linear layers stay "
+                        "unquantized in that layout; allow_empty copies it anyway",
+                        nbi_elide(file, fname0, sizeof fname0), n[T_PATTERN], n[T_SHAPE], n[T_SCALES]);
     if (n[T_DTYPE] > 3 && at < sizeof dtypes)
         snprintf(dtypes + at, sizeof dtypes - at, " and %zu more", n[T_DTYPE] - 3);
     char fname[160], kok[48], kbad[48];
@@ -573,7 +764,7 @@ static nb_status open_input(qstate *q, const char *file, int sharded, cJSON **co
         st = sharded ? nb_st_index_tensor_at(q->index, i, &t) : nb_st_tensor_at(q->single, i, &t);
         q->btotal += t.bytes;
     }
-    if (st == NB_OK) st = nbio_read_json(q->dir, "config.json", NB_CKPT_MAX_CONFIG, config);
+    if (st == NB_OK) st = nbio_read_config(q->dir, "config.json", NB_CKPT_MAX_CONFIG, config);
     if (st != NB_OK) return st;
     const nb_ckpt_quantize_opts *o = q->o;
     q->npat = o->nexclude + (o->no_default_excludes ? 0 : 2);
@@ -584,6 +775,9 @@ static nb_status open_input(qstate *q, const char *file, int sharded, cJSON **co
         q->pat[o->nexclude] = defaults[0];
         q->pat[o->nexclude + 1] = defaults[1];
     }
+    /* gpt-oss (config.json model_type "gpt_oss") in MXFP4: gpt-oss's own layout */
+    const cJSON *mt = *config ? cJSON_GetObjectItemCaseSensitive(*config, "model_type") : NULL;
+    q->gptoss = o->format == NB_FORMAT_MXFP4 && cJSON_IsString(mt) && !strcmp(mt->valuestring, "gpt_oss");
     /* MSE and the integer formats have no device version: auto means the CPU then */
     const nb_ckpt_device where = o->method == NB_QUANT_MSE || q->layout == OUT_CT_INT ? NB_CKPT_DEVICE_CPU : o->device;
     if ((st = survey(q, file)) != NB_OK || (st = open_device(q, where)) != NB_OK) return st;

@@ -173,6 +173,10 @@ NB_INTERNAL const nbio_moe_set *nbio_ck_moe(const nb_ckpt *c);
  * at most max bytes, else NB_ERR_CORRUPT; malformed JSON: NB_ERR_CORRUPT
  * naming the file and the byte. */
 NB_INTERNAL nb_status nbio_read_json(const char *dir, const char *name, size_t max, cJSON **out);
+/* nbio_read_json of a file that is written out again (config.json): every
+ * number is a cJSON raw node holding its text as the file had it (7.0 stays
+ * 7.0, not 7), so read numbers from it with nbio_read_json instead. */
+NB_INTERNAL nb_status nbio_read_config(const char *dir, const char *name, size_t max, cJSON **out);
 /* n bytes of text (not NUL-terminated) as a JSON object; label names it. */
 NB_INTERNAL nb_status nbio_parse_json(const char *label, const char *text, size_t n, cJSON **out);
 /* Quantization configs (docs/formats.md 2.3, 2.4, 3.3, 3.5) naming nibble as
