@@ -41,9 +41,9 @@ one GEMM call is what the graph holds.  An engine-style loop calls the fused
 layer directly and splits its output (python/bench/e2e_decode.py).
 
 unfuse_projections(model) restores separate layers (rows of the fused weight:
-exactly what they held); nibble.transformers' save_pretrained refuses a
-fused model (its checkpoint layouts name q_proj, k_proj, v_proj), so call it
-first.
+exactly what they held).  nibble.transformers' save_pretrained writes a fused
+model as the separate layers its checkpoint layouts name (each member's rows
+of the fused weight), so the checkpoint is the one the unfused model writes.
 """
 
 import numpy as np
@@ -160,16 +160,34 @@ def _np_cat(arrays):
     return np.ascontiguousarray(np.concatenate(arrays, axis=0))
 
 
+def rows(q, start, stop):
+    """Rows [start, stop) of a nibble.QuantizedWeight (the codes, scales and
+    zero points of those output rows; the same tensor scale): exactly the
+    weight of that part of a fused layer."""
+    return QuantizedWeight(codes=q.codes[start:stop].copy(), scales=q.scales[start:stop].copy(),
+                           tensor_scale=q.tensor_scale, n=stop - start, k=q.k, format=q.format, group=q.group,
+                           scale_type=q.scale_type, zeros=None if q.zeros is None else q.zeros[start:stop].copy())
+
+
+def members(model):
+    """{qualified fused layer name: [(qualified member name, ProjectionSlice)]}
+    of every fused group of `model`, members in output order."""
+    out = {}
+    for name, mod in model.named_modules():
+        if isinstance(mod, ProjectionSlice):
+            owner = name.rpartition(".")[0]
+            out.setdefault(f"{owner}.{mod.fused_name}" if owner else mod.fused_name, []).append((name, mod))
+    for v in out.values():
+        v.sort(key=lambda nm: nm[1].start)
+    return out
+
+
 def _row_slice(layer, start, stop):
     """Rows [start, stop) of a fused layer as a layer of its own kind."""
     nt = _nt()
     bias = None if layer.bias is None else layer.bias.detach()[start:stop].clone()
     if isinstance(layer, nt.Linear):
-        q = layer.quantized_weight()
-        part = QuantizedWeight(codes=q.codes[start:stop].copy(), scales=q.scales[start:stop].copy(),
-                               tensor_scale=q.tensor_scale, n=stop - start, k=q.k, format=q.format, group=q.group,
-                               scale_type=q.scale_type,
-                               zeros=None if q.zeros is None else q.zeros[start:stop].copy())
+        part = rows(layer.quantized_weight(), start, stop)
         dev = layer.packed.device
         return nt.Linear.from_quantized(part, bias=bias, device="cpu" if dev.type == "cpu" else dev, perm=layer.perm)
     w = layer.weight

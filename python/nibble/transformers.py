@@ -120,6 +120,7 @@ from . import __version__ as _nibble_version
 from . import _FORMATS, QuantizedExperts, QuantizedMoe, _lib, _rule_name, weight_sizes
 from . import element_to_float as nibble_element_to_float
 from . import quantize as _np_quantize
+from . import fuse as _fuse
 from . import torch as nt
 
 __all__ = ["NibbleConfig", "NibbleHfQuantizer", "override", "restore", "OVERRIDABLE"]
@@ -172,6 +173,13 @@ class NibbleConfig(QuantizationConfigMixin):
       (output head, tied embeddings).
     dequantize: load nn.Linear layers with the dequantized weights (the
       reference model; transformers then drops the quantization config).
+    fuse: after loading, nibble.torch.fuse_projections(model): q/k/v and
+      gate/up run as one layer each where that changes no weight (a
+      pre-quantized checkpoint whose groups share their tensor scales, as
+      ModelOpt and llm-compressor write them; MXFP4 and the integer
+      formats always); the groups left separate are in
+      `fuse_report["skipped"]`.  save_pretrained writes the layers
+      separately, as the checkpoint had them.
 
     After a model is loaded, `format` is its layers' format and
     to_dict() (what save_pretrained writes into config.json) is the
@@ -181,7 +189,7 @@ class NibbleConfig(QuantizationConfigMixin):
     over."""
 
     def __init__(self, format=None, scale_rule=None, method="rtn", modules_to_not_convert=None, dequantize=False,
-                 source=None, group_size=None, scale_type=None, **kwargs):
+                 source=None, group_size=None, scale_type=None, fuse=False, **kwargs):
         self.quant_method = "nibble"
         self.format = _kernel_format(format, "format")
         if scale_rule is not None:
@@ -211,6 +219,10 @@ class NibbleConfig(QuantizationConfigMixin):
             modules_to_not_convert = [modules_to_not_convert]
         self.modules_to_not_convert = list(modules_to_not_convert) if modules_to_not_convert is not None else None
         self.dequantize = bool(dequantize)
+        if not isinstance(fuse, bool):
+            raise ValueError(f"nibble.transformers: fuse must be True or False, got {fuse!r}")
+        self.fuse = fuse
+        self.fuse_report = None
         self.source = dict(source) if source else None
         if kwargs:
             raise TypeError(f"nibble.transformers: NibbleConfig got unknown arguments {sorted(kwargs)}")
@@ -226,12 +238,13 @@ class NibbleConfig(QuantizationConfigMixin):
         if d.get("quant_method") == "nibble":
             d.pop("quant_method")
             config = cls(**{key: d[key] for key in ("format", "scale_rule", "method", "modules_to_not_convert",
-                                                    "dequantize", "source", "group_size", "scale_type") if key in d})
+                                                    "dequantize", "source", "group_size", "scale_type", "fuse")
+                            if key in d})
         else:
             config = cls(source=d)
         unused = {}
         for key, value in kwargs.items():
-            if key in ("dequantize", "modules_to_not_convert"):
+            if key in ("dequantize", "modules_to_not_convert", "fuse"):
                 setattr(config, key, value)
             else:
                 unused[key] = value
@@ -241,7 +254,7 @@ class NibbleConfig(QuantizationConfigMixin):
         return {"quant_method": "nibble", "format": self.format, "scale_rule": self.scale_rule,
                 "method": self.method, "modules_to_not_convert": self.modules_to_not_convert,
                 "dequantize": self.dequantize, "source": self.source, "group_size": self.group_size,
-                "scale_type": self.scale_type}
+                "scale_type": self.scale_type, "fuse": self.fuse}
 
     def to_dict(self):
         if self._saved_as is None:
@@ -715,6 +728,8 @@ class NibbleHfQuantizer(HfQuantizer):
                     cfg._saved_as = save_layout(model)
                 except ValueError:   # (no layout holds it, e.g. int4 layers of several groups:
                     pass             #  save_pretrained says why)
+        if cfg.fuse:
+            cfg.fuse_report = nt.fuse_projections(model)
         return model
 
     def _fill(self, model):
@@ -765,8 +780,25 @@ class NibbleHfQuantizer(HfQuantizer):
         tensors)."""
         layout = save_layout(model)
         state = model.state_dict()
+        fused = _fuse.members(model)
+        for fname, ms in fused.items():   # each member as the layer it was: its rows of the fused layer
+            f = model.get_submodule(fname)
+            for k in [k for k in state if k.startswith(fname + ".")]:
+                state.pop(k)
+            q = f.quantized_weight() if isinstance(f, nt.Linear) else None
+            for mname, sl in ms:
+                if q is not None:
+                    perm = None if f.perm is None else f.perm.cpu().numpy()
+                    state.update({f"{mname}.{k}": v for k, v in
+                                  layer_tensors(_fuse.rows(q, sl.start, sl.stop), perm, layout["dtype"]).items()})
+                else:
+                    state[f"{mname}.weight"] = f.weight.detach()[sl.start:sl.stop].clone()
+                if f.bias is not None:
+                    state[f"{mname}.bias"] = f.bias.detach()[sl.start:sl.stop].clone()
         for name, mod in model.named_modules():
             pre = name + "." if name else ""
+            if name in fused:
+                continue
             if isinstance(mod, nt.Linear):
                 perm = None if mod.perm is None else mod.perm.cpu().numpy()
                 state.update({pre + k: v for k, v in
@@ -809,11 +841,6 @@ def save_layout(model):
     `nibble convert` writes gpt-oss experts and as ModelOpt exports
     Qwen3-MoE).  ValueError for a model with both formats or without
     quantized layers."""
-    fused = [name for name, m in model.named_modules() if isinstance(m, nt.ProjectionSlice)]
-    if fused:
-        raise ValueError(f"nibble.transformers: the model's projections are fused ({nt._some(fused, 3)}); checkpoint "
-                         "layouts name each projection, so call nibble.torch.unfuse_projections(model) before "
-                         "save_pretrained")
     linears = [m for m in model.modules() if isinstance(m, nt.Linear)]
     experts = [m for m in model.modules() if isinstance(m, nt.MoeExperts)]
     fmts = sorted({m.format for m in linears} | {m.format for m in experts})
@@ -839,7 +866,11 @@ def save_layout(model):
                              f"{sorted(groups)}")
     gptoss = bool(experts) and not linears and fmts == ["mxfp4"] and all(
         m.spec.activation == "swiglu_oai" and m.spec.gate_up_layout == "interleaved" for m in experts)
-    unquantized = sorted(name for name, m in model.named_modules() if isinstance(m, torch.nn.Linear))
+    fused = _fuse.members(model)   # a fused group is written as its members
+    unquantized = sorted([name for name, m in model.named_modules()
+                          if isinstance(m, torch.nn.Linear) and name not in fused] +
+                         [n for f, ms in fused.items() if isinstance(model.get_submodule(f), torch.nn.Linear)
+                          for n, _ in ms])
     dtype = getattr(model, "dtype", None)
     dtype = str(dtype).replace("torch.", "") if isinstance(dtype, torch.dtype) and dtype.is_floating_point else None
     return {"format": fmts[0], "experts": "gptoss" if gptoss else "per-expert", "unquantized": unquantized,

@@ -180,15 +180,52 @@ def test_fuse_linears_refusals():
         nt.fuse_projections(tiny_llama(layers=1), groups=[("qkv", ("q_proj",))])
 
 
-def test_save_refused_while_fused():
+def test_save_layout_of_a_fused_model():
     ntf = pytest.importorskip("nibble.transformers")
     m = tiny_llama(layers=1)
-    nt.quantize_model(m, format="mxfp4", device="cpu")
+    nt.quantize_model(m, format="mxfp4", device="cpu", exclude=["lm_head", "*.mlp.*"])
+    before = ntf.save_layout(m)
     nt.fuse_projections(m)
-    with pytest.raises(ValueError, match="unfuse_projections"):
-        ntf.save_layout(m)
-    nt.unfuse_projections(m)
-    assert ntf.save_layout(m)["format"] == "mxfp4"
+    after = ntf.save_layout(m)   # the members, as the unfused model lists them
+    assert after == before and "model.layers.0.mlp.gate_proj" in after["unquantized"]
+    assert not any("qkv_proj" in n or "gate_up_proj" in n for n in after["unquantized"])
+
+
+def test_transformers_fuse_at_load_and_save(tmp_path):
+    """NibbleConfig(fuse=True): the loaded model's groups are fused (an
+    MXFP4 checkpoint: no tensor scales to differ), it computes what the
+    unfused model computes, and save_pretrained writes the same tensors the
+    unfused model writes; NVFP4 quantized at load keeps its groups separate
+    (one tensor scale per layer) and says why."""
+    import nibble
+    from test_load import HAS_IO, reference_model, write_model
+    if not HAS_IO:
+        pytest.skip("no checkpoint API (package built without cJSON)")
+    from nibble.transformers import NibbleConfig
+    from transformers import AutoModelForCausalLM
+    bf16, mx = str(tmp_path / "bf16"), str(tmp_path / "mx")
+    write_model(reference_model(), bf16)
+    nibble.quantize_checkpoint(bf16, mx, format="mxfp4", device="cpu")
+    plain = AutoModelForCausalLM.from_pretrained(mx, quantization_config=NibbleConfig())
+    cfg = NibbleConfig(fuse=True)
+    fused = AutoModelForCausalLM.from_pretrained(mx, quantization_config=cfg)
+    rep = fused.hf_quantizer.quantization_config.fuse_report
+    assert len(rep["fused"]) == 4 and rep["skipped"] == {}, rep
+    assert isinstance(fused.model.layers[1].mlp.up_proj, nt.ProjectionSlice)
+    ids = torch.tensor([[1, 17, 33, 99, 5]])
+    with torch.no_grad():
+        assert torch.equal(fused(ids).logits, plain(ids).logits)
+    a, b = str(tmp_path / "saved-fused"), str(tmp_path / "saved-plain")
+    fused.save_pretrained(a)
+    plain.save_pretrained(b)
+    with nibble.open_checkpoint(a) as ca, nibble.open_checkpoint(b) as cb:
+        names = sorted(t.name for t in cb.tensors)
+        assert sorted(t.name for t in ca.tensors) == names and any(n.endswith("q_proj.weight_scale") for n in names)
+        for n in names:
+            np.testing.assert_array_equal(ca.tensor(n), cb.tensor(n))
+    nv = AutoModelForCausalLM.from_pretrained(bf16, quantization_config=NibbleConfig(format="nvfp4", fuse=True))
+    rep = nv.hf_quantizer.quantization_config.fuse_report
+    assert rep["fused"] == [] and all("tensor scales differ" in why for why in rep["skipped"].values())
 
 
 def test_compiled_graph_holds_one_gemm_per_group():
