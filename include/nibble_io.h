@@ -692,7 +692,12 @@ NB_API nb_status nb_ckpt_moe_read(const nb_ckpt *c, size_t i, nb_ckpt_moe_proj p
  *
  * OUTPUT (directory `out`, which must not exist or be empty; created 0755):
  *   NVFP4: P.weight U8 [N,K/2], P.weight_scale F8_E4M3 [N,K/16],
- *          P.weight_scale_2 F32 [] (nb_quantize_host's tensor scale);
+ *          P.weight_scale_2 F32 [] (nb_quantize_host's tensor scale; with
+ *          opts.fused_scales, for the quantized members of each group
+ *          M.q_proj / M.k_proj / M.v_proj and M.gate_proj / M.up_proj, the
+ *          one their largest magnitude gives: amax / (6 * 448) over the
+ *          group, found by reading those weights once more before OUT is
+ *          written);
  *          hf_quant_config.json; config.json (when the input has one) with a
  *          ModelOpt quantization_config.  No P.input_scale (there is no
  *          activation calibration).
@@ -799,7 +804,13 @@ typedef struct nb_ckpt_quantize_opts {
     /* Integer formats: the scales' nb_scale_type, 0 for the default (F16),
      * NB_SCALE_F16 or NB_SCALE_BF16; must be 0 for the FP4 formats. */
     int32_t scale_type;
-    int32_t reserved[4];
+    /* Formats with a tensor scale (NVFP4): 1 (the default): the projections
+     * engines fuse (P.q_proj / P.k_proj / P.v_proj, P.gate_proj / P.up_proj
+     * of one module P) share one tensor scale, the one their rows quantized
+     * as one weight would get (ModelOpt's export does the same), so they can
+     * run as one layer; 0: each layer its own. */
+    int32_t fused_scales;
+    int32_t reserved[3];
 } nb_ckpt_quantize_opts;
 
 /* nb_ckpt_quantize_opts.group_size: one group per row (group = K of each weight). */
@@ -807,7 +818,7 @@ typedef struct nb_ckpt_quantize_opts {
 
 /* format NVFP4, mx_rule EVEN, no extra excludes, default excludes on, no
  * progress, device AUTO, allow_empty 0, method RTN, group_size and
- * scale_type 0 (the format's defaults), reserved zero. */
+ * scale_type 0 (the format's defaults), fused_scales 1, reserved zero. */
 NB_API nb_status nb_ckpt_quantize_opts_init(nb_ckpt_quantize_opts *o);
 
 typedef struct nb_ckpt_quantize_summary {

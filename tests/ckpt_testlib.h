@@ -109,10 +109,10 @@ static inline char *read_file_all(const char *path, size_t *n) {
 }
 
 /* nb_ckpt_quantize of fixture g_dir/<in> into g_dir/<out> with the format,
- * MXFP4 rule, method, device and at most one exclude pattern (NULL: none)
- * given; the other options at their defaults. */
+ * MXFP4 rule, method, device, fused_scales and at most one exclude pattern
+ * (NULL: none) given; the other options at their defaults. */
 static inline nb_status quantize_fixture(const char *in, const char *out, nb_format fmt, nb_mx_scale_rule rule,
-                                         int method, nb_ckpt_device dev, const char *exclude,
+                                         int method, nb_ckpt_device dev, int fused_scales, const char *exclude,
                                          nb_ckpt_quantize_summary *sum) {
     char pin[1024], pout[1024];
     snprintf(pin, sizeof pin, "%s/%s", g_dir, in);
@@ -123,6 +123,7 @@ static inline nb_status quantize_fixture(const char *in, const char *out, nb_for
     o.mx_rule = rule;
     o.method = method;
     o.device = dev;
+    o.fused_scales = fused_scales;
     const char *ex[1] = {exclude};
     if (exclude) {
         o.exclude = ex;

@@ -161,6 +161,52 @@ static int expect_quantized(size_t i, nb_format fmt, const char *extra_exclude_s
     return 1;
 }
 
+/* The fused group of fixture tensor i ("M.member.weight"): 0 for q/k/v, 1
+ * for gate/up, -1 for none; *mlen the length of M.  Written independently of
+ * ckpt_quantize.c. */
+static int fused_group(size_t i, size_t *mlen) {
+    static const char *const members[2][3] = {{".q_proj.weight", ".k_proj.weight", ".v_proj.weight"},
+                                              {".gate_proj.weight", ".up_proj.weight", NULL}};
+    const char *n = k_tensors[i].name;
+    for (int g = 0; g < 2; g++)
+        for (int j = 0; j < 3 && members[g][j]; j++)
+            if (ends_with(n, members[g][j])) {
+                *mlen = strlen(n) - strlen(members[g][j]);
+                return g;
+            }
+    return -1;
+}
+
+static int g_fused = 1; /* opts.fused_scales of the next run_case */
+
+/* The NVFP4 tensor scale the output must hold for fixture tensor i: with
+ * fused scales, the largest of the tensor scales nb_quantize_host computes
+ * for the group's quantized members alone (amax / (6 * 448) is monotonic in
+ * amax, so that is the scale of their rows together); 0 otherwise (the
+ * quantizer computes the layer's own). */
+static float expected_tensor_scale(nb_context *ctx, size_t i, nb_format fmt, const char *extra_substr) {
+    size_t mi = 0;
+    const int g = fmt == NB_FORMAT_NVFP4 && g_fused ? fused_group(i, &mi) : -1;
+    float ts = 0.0f;
+    for (size_t j = 0; g >= 0 && j < NT; j++) {
+        size_t mj = 0;
+        if (fused_group(j, &mj) != g || mj != mi || strncmp(k_tensors[i].name, k_tensors[j].name, mi) ||
+            !expect_quantized(j, fmt, extra_substr))
+            continue;
+        const spec *sp = &k_tensors[j];
+        nb_weight_desc d;
+        nb_weight_desc_init(&d, fmt, sp->shape[0], sp->shape[1]);
+        nb_weight_sizes sz;
+        nb_weight_get_sizes(&d, &sz);
+        uint8_t *c = (uint8_t *)malloc(sz.codes_bytes), *sc = (uint8_t *)malloc(sz.scales_bytes);
+        const nb_dtype dt = sp->dt == NB_ST_F32 ? NB_DTYPE_F32 : sp->dt == NB_ST_F16 ? NB_DTYPE_F16 : NB_DTYPE_BF16;
+        if (nb_quantize_host(ctx, &d, dt, g_data[j], c, sc) == NB_OK && d.tensor_scale > ts) ts = d.tensor_scale;
+        free(c);
+        free(sc);
+    }
+    return ts;
+}
+
 static int json_array_has(const cJSON *a, const char *s) {
     const cJSON *e;
     cJSON_ArrayForEach(e, a) if (cJSON_IsString(e) && !strcmp(e->valuestring, s)) return 1;
@@ -277,7 +323,7 @@ static int g_method;   /* nb_quant_method of the next run_case */
 static void run_case(const char *sub, const char *out, int sharded, nb_format fmt, nb_mx_scale_rule rule,
                      const char *extra_pattern, const char *extra_substr, nb_ckpt_device dev) {
     nb_ckpt_quantize_summary s;
-    nb_status st = quantize_fixture(sub, out, fmt, rule, g_method, dev, extra_pattern, &s);
+    nb_status st = quantize_fixture(sub, out, fmt, rule, g_method, dev, g_fused, extra_pattern, &s);
     CHECK(st == NB_OK, "quantize %s -> %s: %s %s", sub, out, nb_status_name(st), nb_last_error());
     if (st != NB_OK) return;
 
@@ -332,6 +378,7 @@ static void run_case(const char *sub, const char *out, int sharded, nb_format fm
             nb_weight_desc_init(&d, fmt, sp->shape[0], sp->shape[1]);
             d.scale_rule = rule;
             d.method = g_method;
+            d.tensor_scale = expected_tensor_scale(ctx, i, fmt, extra_substr);
             nb_weight_sizes sz;
             nb_weight_get_sizes(&d, &sz);
             uint8_t *rc = (uint8_t *)malloc(sz.codes_bytes), *rs = (uint8_t *)malloc(sz.scales_bytes);
@@ -596,6 +643,11 @@ int main(int argc, char **argv) {
     run_case("sharded", "q_mxfp4_ocp_sharded", 1, NB_FORMAT_MXFP4, NB_MX_SCALE_OCP, NULL, NULL, A);
     run_case("bf16", "q_mxfp4_roundup", 0, NB_FORMAT_MXFP4, NB_MX_SCALE_ROUND_UP, "model.layers.?.self_attn.k*",
              "k_proj", A);
+    /* NVFP4 with each layer's own tensor scale (fused_scales 0); the runs
+     * above gave q/k (and gate/up) one scale, checked against the reference */
+    g_fused = 0;
+    run_case("sharded", "q_nvfp4_separate", 1, NB_FORMAT_NVFP4, NB_MX_SCALE_EVEN, NULL, NULL, A);
+    g_fused = 1;
     /* each device explicitly (the GPU only when there is one) */
     run_case("sharded", "q_nvfp4_cpu", 1, NB_FORMAT_NVFP4, NB_MX_SCALE_EVEN, NULL, NULL, NB_CKPT_DEVICE_CPU);
     run_case("bf16", "q_mxfp4_cpu", 0, NB_FORMAT_MXFP4, NB_MX_SCALE_OCP, NULL, NULL, NB_CKPT_DEVICE_CPU);

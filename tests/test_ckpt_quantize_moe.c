@@ -224,7 +224,7 @@ static const char *const k_linears[] = {"model.layers.0.self_attn.q_proj.weight"
 
 static void run_gptoss(nb_context *ctx, const char *out, nb_mx_scale_rule rule, int method, nb_ckpt_device dev) {
     nb_ckpt_quantize_summary sum;
-    nb_status st = quantize_fixture("gptoss", out, NB_FORMAT_MXFP4, rule, method, dev, NULL, &sum);
+    nb_status st = quantize_fixture("gptoss", out, NB_FORMAT_MXFP4, rule, method, dev, 1, NULL, &sum);
     CHECK(st == NB_OK && sum.layers_quantized == 4 && sum.experts_quantized == 4 && sum.weights_excluded == 6 &&
               sum.tensors_copied == NT - 4,
           "%s: quantized (%s): %zu layers, %d experts tensors, %zu weights kept, %zu copied", out,
@@ -292,7 +292,7 @@ int main(int argc, char **argv) {
 
     /* an excluded experts module is copied and listed */
     nb_ckpt_quantize_summary sum;
-    st = quantize_fixture("gptoss", "q_excl", NB_FORMAT_MXFP4, NB_MX_SCALE_EVEN, NB_QUANT_RTN, NB_CKPT_DEVICE_CPU,
+    st = quantize_fixture("gptoss", "q_excl", NB_FORMAT_MXFP4, NB_MX_SCALE_EVEN, NB_QUANT_RTN, NB_CKPT_DEVICE_CPU, 1,
                   "*.layers.1.mlp.experts", &sum);
     CHECK(st == NB_OK && sum.experts_quantized == 2 && sum.weights_excluded == 8,
           "exclude one experts module: %s (%d experts tensors, %zu kept)", st == NB_OK ? "ok" : nb_last_error(),
@@ -315,7 +315,7 @@ int main(int argc, char **argv) {
     }
 
     /* NVFP4: no layout for gpt-oss experts here, so they are copied; the linears are quantized (ModelOpt) */
-    st = quantize_fixture("gptoss", "q_nvfp4", NB_FORMAT_NVFP4, NB_MX_SCALE_EVEN, NB_QUANT_RTN, NB_CKPT_DEVICE_CPU, NULL, &sum);
+    st = quantize_fixture("gptoss", "q_nvfp4", NB_FORMAT_NVFP4, NB_MX_SCALE_EVEN, NB_QUANT_RTN, NB_CKPT_DEVICE_CPU, 1, NULL, &sum);
     CHECK(st == NB_OK && sum.experts_quantized == 0 && sum.layers_quantized == 3,
           "nvfp4 of gpt-oss: %s (%zu layers, %d experts tensors)", st == NB_OK ? "ok" : nb_last_error(),
           sum.layers_quantized, (int)sum.experts_quantized);
@@ -330,7 +330,7 @@ int main(int argc, char **argv) {
 
     /* the same tensors without model_type gpt_oss: experts copied, linears quantized (Quark) */
     write_ckpt("plain", "{\"model_type\": \"llama\"}\n");
-    st = quantize_fixture("plain", "q_plain", NB_FORMAT_MXFP4, NB_MX_SCALE_EVEN, NB_QUANT_RTN, NB_CKPT_DEVICE_CPU, NULL, &sum);
+    st = quantize_fixture("plain", "q_plain", NB_FORMAT_MXFP4, NB_MX_SCALE_EVEN, NB_QUANT_RTN, NB_CKPT_DEVICE_CPU, 1, NULL, &sum);
     CHECK(st == NB_OK && sum.experts_quantized == 0 && sum.layers_quantized == 3,
           "mxfp4 without model_type gpt_oss: %s (%zu layers, %d experts tensors)", st == NB_OK ? "ok" : nb_last_error(),
           sum.layers_quantized, (int)sum.experts_quantized);
@@ -338,7 +338,7 @@ int main(int argc, char **argv) {
     /* every experts module excluded: nothing to quantize in gpt-oss's layout */
     char out[1024];
     snprintf(out, sizeof out, "%s/q_none", g_dir);
-    st = quantize_fixture("gptoss", "q_none", NB_FORMAT_MXFP4, NB_MX_SCALE_EVEN, NB_QUANT_RTN, NB_CKPT_DEVICE_CPU,
+    st = quantize_fixture("gptoss", "q_none", NB_FORMAT_MXFP4, NB_MX_SCALE_EVEN, NB_QUANT_RTN, NB_CKPT_DEVICE_CPU, 1,
                   "*.experts", &sum);
     CHECK(st == NB_ERR_UNSUPPORTED && strstr(nb_last_error(), "gpt-oss") && access(out, F_OK) != 0,
           "gpt-oss with every experts module excluded: %s (%s)", nb_status_name(st), nb_last_error());

@@ -79,6 +79,7 @@ case_ 1 "quantize: --json takes no value \('--json=1'\)" quantize "$IN" "$O" --f
 case_ 1 "quantize: unknown option '--formt'" quantize "$IN" "$O" --formt=nvfp4
 case_ 1 "quantize: unexpected argument 'extra' \(takes IN and OUT\)" quantize "$IN" "$O" extra --format nvfp4
 case_ 1 "quantize: IN and OUT are required" quantize "$IN" --format nvfp4
+case_ 1 "quantize: --separate-tensor-scales applies to formats with a tensor scale \(nvfp4\), not to --format mxfp4" quantize "$IN" "$O" --format mxfp4 --separate-tensor-scales
 case_ 1 "inspect: PATH is required" inspect --json
 case_ 1 "version: unexpected argument 'extra'" version extra
 case_ 1 "info: unknown option '--all'" info --all

@@ -384,16 +384,19 @@ static void test_quantize_convert(const char *path) {
     memset(&q, 0x5A, sizeof q);
     memset(&v, 0x5A, sizeof v);
     CHECK(nb_ckpt_quantize_opts_init(&q) == NB_OK && q.allow_empty == 0 && q.method == NB_QUANT_RTN && q.reserved[0] == 0 &&
-              q.reserved[3] == 0 && q.group_size == 0 && q.scale_type == 0 && !q.exclude,
+              q.reserved[2] == 0 && q.group_size == 0 && q.scale_type == 0 && q.fused_scales == 1 && !q.exclude,
           "quantize opts init");
     CHECK(nb_ckpt_convert_opts_init(&v) == NB_OK && v.reserved[0] == 0 && v.reserved[7] == 0 && !v.warn,
           "convert opts init");
 
     EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_quantize(NULL, out, &q, &qs));
     EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_quantize(path, out, NULL, &qs));
-    q.reserved[3] = 1;
+    q.reserved[2] = 1;
     EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_quantize(path, out, &q, &qs));
-    q.reserved[3] = 0;
+    q.reserved[2] = 0;
+    q.fused_scales = 2;
+    EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_quantize(path, out, &q, &qs));
+    q.fused_scales = 1;
     /* group and scale type: the integer formats' choices, refused for the FP4 ones */
     q.group_size = 64;
     EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_quantize(path, out, &q, &qs));

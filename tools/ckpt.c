@@ -615,7 +615,8 @@ static void quantize_help(void) {
     printf("usage: nibble quantize IN OUT --format nvfp4|mxfp4|int4|int4_sym|int8 [--exclude PATTERN]...\n"
            "                       [--mx-rule ocp|even|round-up] [--group-size 32|64|128|channel]\n"
            "                       [--scale-type f16|bf16] [--no-default-excludes]\n"
-           "                       [--method rtn|mse] [--device auto|cpu|gpu] [--allow-empty] [--json]\n"
+           "                       [--method rtn|mse] [--device auto|cpu|gpu] [--allow-empty]\n"
+           "                       [--separate-tensor-scales] [--json]\n"
            "  IN   a BF16/F16/F32 checkpoint: .safetensors file, directory (index or\n"
            "       model.safetensors) or index file.  It is only read.\n"
            "  OUT  a directory that must not exist or be empty.  It receives, per input\n"
@@ -632,7 +633,10 @@ static void quantize_help(void) {
            "  Excluded by default: '*lm_head' and '*embed*' (--no-default-excludes drops\n"
            "  them).  Every other tensor is copied unchanged with its dtype.\n"
            "  nvfp4: P.weight U8 [N,K/2], P.weight_scale F8_E4M3 [N,K/16], P.weight_scale_2\n"
-           "  F32 [] (ModelOpt numerics; no input_scale).  mxfp4: P.weight U8 [N,K/2],\n"
+           "  F32 [] (ModelOpt numerics; no input_scale).  The layers engines fuse\n"
+           "  (M.q_proj/k_proj/v_proj, M.gate_proj/up_proj) share one tensor scale, that\n"
+           "  of their rows together, as ModelOpt exports them, so they can run as one\n"
+           "  layer (--separate-tensor-scales: each its own).  mxfp4: P.weight U8 [N,K/2],\n"
            "  P.weight_scale U8 [N,K/32] (E8M0); --mx-rule picks the block exponent\n"
            "  (default even, as Quark; ocp = floor(log2 amax)-2; round-up = triton).\n"
            "  gpt-oss (config.json model_type gpt_oss) with --format mxfp4: gpt-oss's own\n"
@@ -684,7 +688,7 @@ static int is_integer(nb_format f) { return f == NB_FORMAT_INT4 || f == NB_FORMA
 
 typedef struct quantize_args {
     const char *in, *out, *fmt, *rule, *device, *method, *group, *scale;
-    int json, allow_empty;
+    int json, allow_empty, separate_scales;
 } quantize_args;
 
 /* Stage 1: the options into a and o (exclude patterns point into argv):
@@ -704,6 +708,7 @@ static int quantize_parse(int argc, char **argv, quantize_args *a, nb_ckpt_quant
         {.name = "--device", .kind = NBA_CHOICE, .dst = &a->device, .choices = "auto|cpu|gpu"},
         {.name = "--method", .kind = NBA_CHOICE, .dst = &a->method, .choices = "rtn|mse"},
         {.name = "--allow-empty", .kind = NBA_FLAG, .dst = &a->allow_empty},
+        {.name = "--separate-tensor-scales", .kind = NBA_FLAG, .dst = &a->separate_scales},
         {.name = "--json", .kind = NBA_FLAG, .dst = &a->json},
     };
     nba_pos pos = {.pos = io, .min = 2, .max = 2, .names = "IN and OUT"};
@@ -714,6 +719,7 @@ static int quantize_parse(int argc, char **argv, quantize_args *a, nb_ckpt_quant
     o->exclude = excl;
     o->nexclude = nexcl;
     o->allow_empty = a->allow_empty;
+    o->fused_scales = !a->separate_scales;
     nb_format_info fi;
     char list[160];
     if (!a->fmt) return nba_usage("quantize", "--format is required (%s)", nba_choices(formats, list, sizeof list));
@@ -722,6 +728,9 @@ static int quantize_parse(int argc, char **argv, quantize_args *a, nb_ckpt_quant
     if (a->rule && fi.scale_type != NB_SCALE_E8M0)
         return nba_usage("quantize", "--mx-rule applies to formats with E8M0 scales (mxfp4), not to --format %s",
                          a->fmt);
+    if (a->separate_scales && !fi.tensor_scale)
+        return nba_usage("quantize", "--separate-tensor-scales applies to formats with a tensor scale (nvfp4), not "
+                         "to --format %s", a->fmt);
     const int integer = is_integer(o->format);
     if ((a->group || a->scale) && !integer)
         return nba_usage("quantize", "%s applies to the integer formats (int4, int4_sym, int8), not to --format %s",

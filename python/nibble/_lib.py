@@ -713,7 +713,8 @@ class CkptQuantizeOpts(Structure):
         ("method", c_int32),        # nb_quant_method: 0 rtn, 1 mse
         ("group_size", c_int32),    # integer formats: 0 default, 32/64/128, -1 one group per row
         ("scale_type", c_int32),    # integer formats: 0 default (F16), nb_scale_type F16 or BF16
-        ("reserved", c_int32 * 4),
+        ("fused_scales", c_int32),  # NVFP4: q/k/v and gate/up of a module share a tensor scale (1, the default)
+        ("reserved", c_int32 * 3),
     ]
 
 

@@ -468,7 +468,7 @@ def open_checkpoint(path):
 
 def quantize_checkpoint(src, dst, format="nvfp4", scale_rule=DEFAULT_SCALE_RULE, exclude=(), default_excludes=True,
                         progress=None, device="auto", allow_empty=False, method="rtn", group_size=None,
-                        scale_type=None):
+                        scale_type=None, fused_scales=True):
     """`nibble quantize` (nb_ckpt_quantize): write a ModelOpt NVFP4, Quark
     MXFP4 or compressed-tensors pack-quantized int4 / int4_sym / int8
     checkpoint of the BF16/F16/F32 checkpoint `src` into directory `dst` (new
@@ -483,7 +483,12 @@ def quantize_checkpoint(src, dst, format="nvfp4", scale_rule=DEFAULT_SCALE_RULE,
     device: "gpu" (CUDA device 0, nb_quantize), "cpu" (the C reference) or
     "auto" (the GPU when there is one); the bytes are the same.  A checkpoint
     with nothing to quantize raises nibble.Error (NB_ERR_UNSUPPORTED, with
-    the reason) unless allow_empty.  dst is written into a staging directory
+    the reason) unless allow_empty.  fused_scales (NVFP4): the projections
+    engines run as one layer (q_proj / k_proj / v_proj and gate_proj /
+    up_proj of one module) share one tensor scale, the one their rows
+    quantized together would get, as ModelOpt exports them, so that
+    nibble.torch.fuse_projections can fuse them after loading; False gives
+    each layer its own.  dst is written into a staging directory
     next to it and published with one rename (never left partial).  Returns
     the summary as a dict ("device" says "cpu" or "gpu", "device_name" which;
     "weights_unsupported" counts weights copied for their dtype).  method:
@@ -513,6 +518,7 @@ def quantize_checkpoint(src, dst, format="nvfp4", scale_rule=DEFAULT_SCALE_RULE,
     opts.no_default_excludes = 0 if default_excludes else 1
     opts.device = _lib.CKPT_DEVICES[device]
     opts.allow_empty = 1 if allow_empty else 0
+    opts.fused_scales = 1 if fused_scales else 0
     if method not in ("rtn", "mse"):
         raise ValueError(f"nibble: unknown method {method!r}; expected 'rtn' or 'mse'")
     opts.method = 1 if method == "mse" else 0

@@ -226,6 +226,19 @@ def test_transformers_fuse_at_load_and_save(tmp_path):
     nv = AutoModelForCausalLM.from_pretrained(bf16, quantization_config=NibbleConfig(format="nvfp4", fuse=True))
     rep = nv.hf_quantizer.quantization_config.fuse_report
     assert rep["fused"] == [] and all("tensor scales differ" in why for why in rep["skipped"].values())
+    # `nibble quantize` NVFP4: q/k/v and gate/up share their tensor scales (ModelOpt's convention), so they fuse
+    for shared in (True, False):
+        nvd = str(tmp_path / f"nv-{shared}")
+        nibble.quantize_checkpoint(bf16, nvd, format="nvfp4", device="cpu", fused_scales=shared)
+        with nibble.open_checkpoint(nvd) as ck:
+            ts = {L.prefix.rpartition(".")[2]: L.tensor_scale for L in ck.layers if ".layers.0." in L.prefix}
+        assert (ts["q_proj"] == ts["k_proj"] == ts["v_proj"] and ts["gate_proj"] == ts["up_proj"]) == shared, ts
+        plain = AutoModelForCausalLM.from_pretrained(nvd, quantization_config=NibbleConfig())
+        fused = AutoModelForCausalLM.from_pretrained(nvd, quantization_config=NibbleConfig(fuse=True))
+        rep = fused.hf_quantizer.quantization_config.fuse_report
+        assert len(rep["fused"]) == (4 if shared else 0), rep
+        with torch.no_grad():
+            assert torch.equal(fused(ids).logits, plain(ids).logits)
 
 
 def test_compiled_graph_holds_one_gemm_per_group():

@@ -66,6 +66,18 @@ static const char *const k_quark_names[] = {".weight_scale", NULL};
 static const char *const k_ct_int_names[] = {".weight_packed", ".weight_scale", ".weight_shape", ".weight_zero_point",
                                              ".weight_g_idx", NULL};
 
+/* A group of projections that read the same input and that engines run as
+ * one layer (nibble_io.h, "quantize", shared tensor scales): the module
+ * holding them (the members' prefix without its last component), which
+ * group, and the largest magnitude over its quantized members. */
+typedef struct fused_amax {
+    char *parent;
+    int group;
+    float amax;
+} fused_amax;
+
+static const char *const k_fused_groups[][4] = {{"q_proj", "k_proj", "v_proj", NULL}, {"gate_proj", "up_proj", NULL}};
+
 typedef struct qstate {
     const nb_ckpt_quantize_opts *o;
     nb_format_info fi; /* the row of o->format */
@@ -75,6 +87,8 @@ typedef struct qstate {
     nb_context *ctx;   /* host-only, or CUDA device 0 when gpu */
     int gpu;
     int gptoss;        /* MXFP4 of a gpt-oss checkpoint: its own layout (experts quantized, linears kept) */
+    struct fused_amax *fused; /* NVFP4: the fused groups' largest magnitudes (shared tensor scales) */
+    size_t nfused;
     nbio_out out;
     const char *dir;   /* input directory */
     nb_st_file *single;
@@ -94,6 +108,7 @@ nb_status nb_ckpt_quantize_opts_init(nb_ckpt_quantize_opts *o) {
     o->format = NB_FORMAT_NVFP4;
     o->mx_rule = NB_MX_SCALE_EVEN;
     o->device = NB_CKPT_DEVICE_AUTO;
+    o->fused_scales = 1;
     return NB_OK;
 }
 
@@ -283,6 +298,120 @@ static void ct_pack_zeros(const uint8_t *zeros, int64_t n, int64_t ng, uint8_t *
         }
 }
 
+/* The fused group of weight "P.weight" (P = parent.member): its index in
+ * k_fused_groups, and in *plen the length of parent; -1 for a weight that
+ * belongs to none. */
+static int fused_group_of(const char *name, size_t *plen) {
+    const size_t len = strlen(name);
+    if (len <= 7) return -1;
+    const char *dot = NULL;
+    for (const char *c = name; c < name + len - 7; c++)
+        if (*c == '.') dot = c;
+    if (!dot) return -1;
+    const size_t mlen = (size_t)(name + len - 7 - (dot + 1));
+    for (int g = 0; g < (int)(sizeof k_fused_groups / sizeof k_fused_groups[0]); g++)
+        for (int i = 0; k_fused_groups[g][i]; i++)
+            if (strlen(k_fused_groups[g][i]) == mlen && !strncmp(dot + 1, k_fused_groups[g][i], mlen)) {
+                *plen = (size_t)(dot - name);
+                return g;
+            }
+    return -1;
+}
+
+static fused_amax *fused_find(const qstate *q, const char *name) {
+    size_t plen = 0;
+    const int g = fused_group_of(name, &plen);
+    for (size_t i = 0; g >= 0 && i < q->nfused; i++)
+        if (q->fused[i].group == g && strlen(q->fused[i].parent) == plen && !strncmp(q->fused[i].parent, name, plen))
+            return &q->fused[i];
+    return NULL;
+}
+
+/* The largest finite magnitude of a float tensor (the quantizer's amax; a
+ * non-finite element fails the quantization itself).  The bit patterns of
+ * non-negative BF16, F16 and F32 values order as unsigned integers, and
+ * those of the non-finite ones are the largest, so the scan is an integer
+ * maximum over the patterns with the sign cleared (one the compiler
+ * vectorizes), converted once at the end. */
+static float tensor_amax(const nb_st_tensor *t) {
+    const size_t esz = t->dtype == NB_ST_F32 ? 4 : 2, n = (size_t)(t->bytes / esz);
+    if (esz == 4) {
+        uint32_t m = 0;
+        if ((uintptr_t)t->data % 4 == 0) {
+            const uint32_t *p = (const uint32_t *)t->data;
+            for (size_t i = 0; i < n; i++) {
+                const uint32_t a = p[i] & 0x7FFFFFFFu;
+                m = a < 0x7F800000u && a > m ? a : m;
+            }
+        } else {
+            for (size_t i = 0; i < n; i++) {
+                uint32_t a;
+                memcpy(&a, (const uint8_t *)t->data + 4 * i, 4);
+                a &= 0x7FFFFFFFu;
+                m = a < 0x7F800000u && a > m ? a : m;
+            }
+        }
+        float v;
+        memcpy(&v, &m, 4);
+        return v;
+    }
+    const uint16_t inf = t->dtype == NB_ST_BF16 ? 0x7F80u : 0x7C00u;
+    uint16_t m = 0;
+    if ((uintptr_t)t->data % 2 == 0) {
+        const uint16_t *p = (const uint16_t *)t->data;
+        for (size_t i = 0; i < n; i++) {
+            const uint16_t a = (uint16_t)(p[i] & 0x7FFFu);
+            m = a < inf && a > m ? a : m;
+        }
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            uint16_t a;
+            memcpy(&a, (const uint8_t *)t->data + 2 * i, 2);
+            a &= 0x7FFFu;
+            m = a < inf && a > m ? a : m;
+        }
+    }
+    return t->dtype == NB_ST_BF16 ? nbi_bf16_to_f32(m) : nbi_f16_to_f32(m);
+}
+
+/* NVFP4 (a format with a tensor scale): each fused group's largest
+ * magnitude over its members that are quantized, before anything is
+ * written, so that every member gets the tensor scale the group's rows
+ * quantized as one weight would get. */
+static nb_status survey_fused(qstate *q) {
+    if (!q->fi.tensor_scale || !q->o->fused_scales) return NB_OK;
+    for (size_t i = 0; i < q->tn; i++) {
+        nb_st_tensor t;
+        nb_status st = q->index ? nb_st_index_tensor_at(q->index, i, &t) : nb_st_tensor_at(q->single, i, &t);
+        if (st != NB_OK) return st;
+        size_t plen = 0;
+        if (fused_group_of(t.name, &plen) < 0) continue;
+        const fate f = decide(q, &t);
+        if (f == T_OOM) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
+        if (f != T_QUANTIZE) continue;
+        fused_amax *a = fused_find(q, t.name);
+        if (!a) {
+            fused_amax *grown = (fused_amax *)realloc(q->fused, (q->nfused + 1) * sizeof *q->fused);
+            char *parent = (char *)malloc(plen + 1);
+            if (grown) q->fused = grown;
+            if (!grown || !parent) {
+                free(parent);
+                return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
+            }
+            memcpy(parent, t.name, plen);
+            parent[plen] = 0;
+            a = &q->fused[q->nfused++];
+            a->parent = parent;
+            a->group = fused_group_of(t.name, &plen);
+            a->amax = 0.0f;
+        }
+        const float m = tensor_amax(&t);
+        if (m > a->amax) a->amax = m;
+        nbio_drop_pages(t.data, t.bytes);
+    }
+    return NB_OK;
+}
+
 /* Quantize input tensor t into its entries e[slot(role)]: codes, scales and
  * the tensor scale (FP4 layouts), or weight_packed, weight_scale,
  * weight_shape and weight_zero_point (compressed-tensors int4, int4_sym,
@@ -290,6 +419,9 @@ static void ct_pack_zeros(const uint8_t *zeros, int64_t n, int64_t ng, uint8_t *
 static nb_status quantize_one(qstate *q, nbio_shard *sh, const nb_st_tensor *t, nbio_oent *const *e) {
     nb_weight_desc d;
     nb_status st = weight_desc(q, t->shape[0], t->shape[1], &d);
+    const fused_amax *fa = q->nfused ? fused_find(q, t->name) : NULL;
+    if (fa) /* the group's tensor scale, by the quantizer's own expression (formats.c, quantize_finish_scan) */
+        d.tensor_scale = fa->amax / (nbi_element_max(q->fi.element) * nbi_scale_max(q->fi.scale_type));
     nb_weight_sizes_v2 sz;
     if (st == NB_OK) st = nb_weight_get_sizes_v2(&d, &sz);
     if (st != NB_OK) return nbi_fail(NULL, st, "%s: %s", t->name, nb_last_error());
@@ -693,6 +825,9 @@ static nb_status check_opts(qstate *q, const nb_ckpt_quantize_opts *opts) {
     if (opts->method != NB_QUANT_RTN && opts->method != NB_QUANT_MSE)
         return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_ckpt_quantize: unknown method %d (rtn %d, mse %d)",
                         (int)opts->method, NB_QUANT_RTN, NB_QUANT_MSE);
+    if (opts->fused_scales != 0 && opts->fused_scales != 1)
+        return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_ckpt_quantize: fused_scales is %d (0 or 1)",
+                        (int)opts->fused_scales);
     if (opts->method == NB_QUANT_MSE && opts->device == NB_CKPT_DEVICE_GPU)
         return nbi_fail(NULL, NB_ERR_UNSUPPORTED, "nb_ckpt_quantize: method mse runs on the CPU only; use device cpu "
                         "or auto");
@@ -780,7 +915,8 @@ static nb_status open_input(qstate *q, const char *file, int sharded, cJSON **co
     q->gptoss = o->format == NB_FORMAT_MXFP4 && cJSON_IsString(mt) && !strcmp(mt->valuestring, "gpt_oss");
     /* MSE and the integer formats have no device version: auto means the CPU then */
     const nb_ckpt_device where = o->method == NB_QUANT_MSE || q->layout == OUT_CT_INT ? NB_CKPT_DEVICE_CPU : o->device;
-    if ((st = survey(q, file)) != NB_OK || (st = open_device(q, where)) != NB_OK) return st;
+    if ((st = survey(q, file)) != NB_OK || (st = survey_fused(q)) != NB_OK || (st = open_device(q, where)) != NB_OK)
+        return st;
     q->sum.device = q->gpu ? NB_CKPT_DEVICE_GPU : NB_CKPT_DEVICE_CPU;
     return NB_OK;
 }
@@ -834,6 +970,8 @@ nb_status nb_ckpt_quantize(const char *in, const char *out, const nb_ckpt_quanti
     if (out_open) st = nbio_out_finish(&q.out, st);
     if (st == NB_OK && summary) *summary = q.sum;
     nbio_free_strs(q.excluded, q.nexcl);
+    for (size_t i = 0; i < q.nfused; i++) free(q.fused[i].parent);
+    free(q.fused);
     free(q.pat);
     cJSON_Delete(config);
     nb_context_destroy(q.ctx);
