@@ -837,7 +837,7 @@ def _excluded(name, patterns):
 
 
 def quantize_model(model, format="nvfp4", exclude=("lm_head",), scale_rule=None, device=None, threads=None,
-                   return_weights=False, method="rtn", group_size=None, scale_type=None):
+                   return_weights=False, method="rtn", group_size=None, scale_type=None, fused_scales=True):
     """Replace, in place, every torch.nn.Linear of `model` whose qualified
     name matches no `exclude` pattern by a nibble.torch.Linear (quantized to
     `format` and packed on `device`, default: each layer's own CUDA device,
@@ -864,6 +864,12 @@ def quantize_model(model, format="nvfp4", exclude=("lm_head",), scale_rule=None,
     16-bit patterns, and are packed on the GPU in layer order.  The bytes are
     the same either way.  method="mse" runs on the host for every layer
     (there is no device MSE quantizer yet), GPU weights being copied there.
+    fused_scales (NVFP4): the layers engines run as one (a module's q_proj,
+    k_proj, v_proj, and its gate_proj, up_proj) share one tensor scale, the
+    one their rows quantized together get (amax / (6 x 448) over the group),
+    as ModelOpt and `nibble quantize` write them, so fuse_projections can
+    fuse them afterwards with nothing changed; False gives each layer its
+    own.
     Returns {"quantized": [names], "skipped": {name: reason}}, plus
     "weights": {name: nibble.QuantizedWeight, or nibble.QuantizedMoe for
     experts} (checkpoint layout, host memory) when return_weights is true."""
@@ -928,16 +934,17 @@ def quantize_model(model, format="nvfp4", exclude=("lm_head",), scale_rule=None,
             _check_weight(mod.weight)
             targets.append(name)
     fname = _FORMAT_NAMES[fmt]
+    shared = _group_tensor_scales(model, targets) if fused_scales and _lib.FORMAT_INFO[fmt]["tensor_scale"] else {}
 
     def on_gpu(w):
         return w.device.type == "cuda" and method == "rtn" and _fp4(fmt)
 
-    def host_quantize(w):
+    def host_quantize(w, ts):
         return _np_quantize(_host_array(w), format=fname, scale_rule=scale_rule, method=method, group_size=group_size,
-                            scale_type=scale_type)
+                            scale_type=scale_type, tensor_scale=ts)
 
     with ThreadPoolExecutor(max_workers=threads) as pool:
-        futures = [(name, None if on_gpu(w) else pool.submit(host_quantize, w))
+        futures = [(name, None if on_gpu(w) else pool.submit(host_quantize, w, shared.get(name)))
                    for name, w in ((name, model.get_submodule(name).weight) for name in targets)]
         for name, fut in futures:
             parent_name, _, child = name.rpartition(".")
@@ -946,7 +953,7 @@ def quantize_model(model, format="nvfp4", exclude=("lm_head",), scale_rule=None,
             dev = device if device is not None else (old.weight.device if old.weight.device.type == "cuda" else None)
             if fut is None:   # the device quantizer
                 w = old.weight.detach().to(torch.device("cuda", _device_index(dev)))
-                codes, scales, d = _quantize_device(w, fmt, scale_rule, None)
+                codes, scales, d = _quantize_device(w, fmt, scale_rule, shared.get(name))
                 del w
                 new = Linear(_pack_device(codes, scales, None, d, fname), old.bias)
                 if return_weights:
@@ -965,6 +972,34 @@ def quantize_model(model, format="nvfp4", exclude=("lm_head",), scale_rule=None,
     out = {"quantized": moe_done + targets, "skipped": skipped}
     if return_weights:
         out["weights"] = weights
+    return out
+
+
+def _group_tensor_scales(model, targets):
+    """{layer name: NVFP4 tensor scale} for the quantized members of every
+    group of projections engines fuse (nibble.fuse.DEFAULT_GROUPS within one
+    module): the largest finite magnitude over the group, divided by E2M1's
+    largest value times E4M3's (6 x 448) in float32, the expression the
+    quantizer applies to one weight's amax (formats.c); members of no group
+    are not listed (the quantizer computes their own)."""
+    from .fuse import DEFAULT_GROUPS
+    groups = {}
+    for name in targets:
+        parent, _, member = name.rpartition(".")
+        for g, (_, members) in enumerate(DEFAULT_GROUPS):
+            if member in members:
+                groups.setdefault((parent, g), []).append(name)
+    out = {}
+    for names in groups.values():
+        amax = np.float32(0.0)
+        for n in names:
+            w = model.get_submodule(n).weight.detach()
+            a = w.float().abs()
+            a = a[torch.isfinite(a)]   # (a non-finite element fails the quantization itself)
+            if a.numel():
+                amax = max(amax, np.float32(a.max().item()))
+        ts = float(np.float32(amax) / np.float32(6.0 * 448.0))
+        out.update({n: ts for n in names})
     return out
 
 

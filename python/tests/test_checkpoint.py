@@ -370,7 +370,7 @@ def test_io_bad_input_sets_the_thread_message(tmp_path):
     opts = _lib.CkptQuantizeOpts()
     assert io.nb_ckpt_quantize_opts_init(None) == nibble.Status.ERR_NULL_POINTER
     assert io.nb_ckpt_quantize_opts_init(ctypes.byref(opts)) == 0
-    opts.reserved[3] = 1
+    opts.reserved[2] = 1
     summary = _lib.CkptQuantizeSummary()
     st = io.nb_ckpt_quantize(b"in", str(tmp_path / "o").encode(), ctypes.byref(opts), ctypes.byref(summary))
     assert st == nibble.Status.ERR_INVALID_ARGUMENT and "reserved" in nibble.last_error()

@@ -119,9 +119,24 @@ def test_nibble_fuse_exact_and_unfuse_restores_bytes():
 
 
 def test_nvfp4_tensor_scales():
-    # quantized separately: three tensor scales, not fused (nothing changes)
+    # quantize_model gives each group one tensor scale (the default): fused exactly
     m = tiny_llama(layers=1)
+    ids = torch.randint(0, 256, (1, 4), generator=torch.Generator().manual_seed(6))
     nt.quantize_model(m, format="nvfp4", device="cpu")
+    a, mlp = m.model.layers[0].self_attn, m.model.layers[0].mlp
+    assert a.q_proj.tensor_scale == a.k_proj.tensor_scale == a.v_proj.tensor_scale != a.o_proj.tensor_scale
+    assert mlp.gate_proj.tensor_scale == mlp.up_proj.tensor_scale
+    w = torch.cat([tiny_llama(layers=1).model.layers[0].self_attn.get_submodule(p).weight.detach()
+                   for p in ("q_proj", "k_proj", "v_proj")])
+    import nibble
+    assert nibble.quantize(w.numpy(), format="nvfp4").tensor_scale == a.q_proj.tensor_scale   # as the rows together
+    with torch.no_grad():
+        ref = m(ids).logits
+        assert len(nt.fuse_projections(m)["fused"]) == 2
+        assert torch.equal(m(ids).logits, ref)
+    # quantized separately (fused_scales=False): three tensor scales, not fused (nothing changes)
+    m = tiny_llama(layers=1)
+    nt.quantize_model(m, format="nvfp4", device="cpu", fused_scales=False)
     r = nt.fuse_projections(m)
     assert r["fused"] == [] and set(r["skipped"]) == {"model.layers.0.self_attn.qkv_proj",
                                                       "model.layers.0.mlp.gate_up_proj"}
