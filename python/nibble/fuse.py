@@ -95,7 +95,7 @@ def _fused_bias(layers, device):
     return torch.cat(parts)
 
 
-def _check_same(layers, what, values):
+def _check_same(what, values):
     if len(set(values)) != 1:
         raise ValueError(f"nibble.fuse: the layers have different {what} ({', '.join(map(str, values))})")
 
@@ -113,11 +113,11 @@ def fuse_linears(layers):
     of the fused layer holds each member's bias, zeros for a member without
     one.  The layers themselves are not changed."""
     kind = _kind(layers)
-    _check_same(layers, "in_features", [m.in_features for m in layers])
+    _check_same("in_features", [m.in_features for m in layers])
     if kind == "dense":
         ws = [m.weight for m in layers]
-        _check_same(layers, "dtypes", [str(w.dtype) for w in ws])
-        _check_same(layers, "devices", [str(w.device) for w in ws])
+        _check_same("dtypes", [str(w.dtype) for w in ws])
+        _check_same("devices", [str(w.device) for w in ws])
         if any(w.is_meta for w in ws):
             raise ValueError("nibble.fuse: a weight is on the meta device (no values to fuse)")
         dev, dt = ws[0].device, ws[0].dtype
@@ -129,10 +129,10 @@ def fuse_linears(layers):
             out.bias = torch.nn.Parameter(bias, requires_grad=False)
         return out
     nt = _nt()
-    _check_same(layers, "formats", [m.format for m in layers])
-    _check_same(layers, "groups", [m.group for m in layers])
-    _check_same(layers, "scale types", [m.scale_type for m in layers])
-    _check_same(layers, "devices", [str(m.packed.device) for m in layers])
+    _check_same("formats", [m.format for m in layers])
+    _check_same("groups", [m.group for m in layers])
+    _check_same("scale types", [m.scale_type for m in layers])
+    _check_same("devices", [str(m.packed.device) for m in layers])
     if any(m.packed.is_meta for m in layers):
         raise ValueError("nibble.fuse: a layer is on the meta device (no bytes to fuse)")
     scales = [float(m.tensor_scale) for m in layers]
@@ -294,7 +294,6 @@ def fuse_projections(model, groups=DEFAULT_GROUPS):
                 setattr(mod, member, ProjectionSlice(mod, fused_name, member, start, stop, len(members), stash))
                 start = stop
             fused.append(where)
-            del layers, f
     return {"fused": fused, "skipped": skipped}
 
 

@@ -786,9 +786,9 @@ class NibbleHfQuantizer(HfQuantizer):
             for k in [k for k in state if k.startswith(fname + ".")]:
                 state.pop(k)
             q = f.quantized_weight() if isinstance(f, nt.Linear) else None
+            perm = None if q is None or f.perm is None else f.perm.cpu().numpy()
             for mname, sl in ms:
                 if q is not None:
-                    perm = None if f.perm is None else f.perm.cpu().numpy()
                     state.update({f"{mname}.{k}": v for k, v in
                                   layer_tensors(_fuse.rows(q, sl.start, sl.stop), perm, layout["dtype"]).items()})
                 else:
