@@ -975,30 +975,46 @@ def quantize_model(model, format="nvfp4", exclude=("lm_head",), scale_rule=None,
     return out
 
 
+def _fused_group_key(name):
+    """(module, group index) of a layer the engines fuse with its siblings
+    (a member of nibble.fuse.DEFAULT_GROUPS, qualified by its module), or
+    None."""
+    from .fuse import DEFAULT_GROUPS
+    parent, _, member = name.rpartition(".")
+    for g, (_, members) in enumerate(DEFAULT_GROUPS):
+        if member in members:
+            return parent, g
+    return None
+
+
+def _shared_tensor_scale(weights):
+    """The NVFP4 tensor scale of the rows of `weights` quantized as one: the
+    largest finite magnitude over them divided by E2M1's largest value times
+    E4M3's (6 x 448) in float32, the expression the quantizer applies to one
+    weight's amax (formats.c; a non-finite element fails the quantization
+    itself)."""
+    amax = np.float32(0.0)
+    for w in weights:
+        a = w.detach().float().abs()
+        a = a[torch.isfinite(a)]
+        if a.numel():
+            amax = max(amax, np.float32(a.max().item()))
+    return float(np.float32(amax) / np.float32(6.0 * 448.0))
+
+
 def _group_tensor_scales(model, targets):
     """{layer name: NVFP4 tensor scale} for the quantized members of every
-    group of projections engines fuse (nibble.fuse.DEFAULT_GROUPS within one
-    module): the largest finite magnitude over the group, divided by E2M1's
-    largest value times E4M3's (6 x 448) in float32, the expression the
-    quantizer applies to one weight's amax (formats.c); members of no group
-    are not listed (the quantizer computes their own)."""
-    from .fuse import DEFAULT_GROUPS
+    group of projections engines fuse (within one module): the group's
+    _shared_tensor_scale; members of no group are not listed (the quantizer
+    computes their own)."""
     groups = {}
     for name in targets:
-        parent, _, member = name.rpartition(".")
-        for g, (_, members) in enumerate(DEFAULT_GROUPS):
-            if member in members:
-                groups.setdefault((parent, g), []).append(name)
+        key = _fused_group_key(name)
+        if key is not None:
+            groups.setdefault(key, []).append(name)
     out = {}
     for names in groups.values():
-        amax = np.float32(0.0)
-        for n in names:
-            w = model.get_submodule(n).weight.detach()
-            a = w.float().abs()
-            a = a[torch.isfinite(a)]   # (a non-finite element fails the quantization itself)
-            if a.numel():
-                amax = max(amax, np.float32(a.max().item()))
-        ts = float(np.float32(amax) / np.float32(6.0 * 448.0))
+        ts = _shared_tensor_scale([model.get_submodule(n).weight for n in names])
         out.update({n: ts for n in names})
     return out
 

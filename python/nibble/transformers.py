@@ -73,6 +73,9 @@ Quantizing at load
   in_features is not a multiple of the group) as its weight is read:
   nibble.torch.quantize on the weight's device (the device quantizer on a
   GPU, the C reference on the CPU), so the BF16 model never exists whole.
+  NVFP4: the members of a module's q/k/v (gate/up) group are held until the
+  group's last is read and then quantized with one tensor scale, the
+  group's, as quantize_model and `nibble quantize` give it.
   Experts modules (GptOssExperts, Qwen3MoeExperts, MixtralExperts) are
   quantized as transformers reads (or fuses) their 3-D weights and become
   MoeExperts, as quantize_model makes them.
@@ -176,8 +179,9 @@ class NibbleConfig(QuantizationConfigMixin):
     fuse: after loading, nibble.torch.fuse_projections(model): q/k/v and
       gate/up run as one layer each where that changes no weight (a
       pre-quantized checkpoint whose groups share their tensor scales, as
-      ModelOpt and llm-compressor write them; MXFP4 and the integer
-      formats always); the groups left separate are in
+      ModelOpt, llm-compressor and `nibble quantize` write them; MXFP4 and
+      the integer formats always; NVFP4 quantized at load, whose groups get
+      one tensor scale each); the groups left separate are in
       `fuse_report["skipped"]`.  save_pretrained writes the layers
       separately, as the checkpoint had them.
 
@@ -460,6 +464,8 @@ class NibbleHfQuantizer(HfQuantizer):
         self._experts = []         # [(CheckpointMoe, the model's module name)]: groups in MoeExperts placeholders
         self._targets = set()      # prefixes quantized at load
         self._pending = {}         # prefix -> PackedLinearWeight quantized at load, swapped in after it
+        self._groups = {}          # (module, group) -> the targets of a fused group (NVFP4: one tensor scale)
+        self._waiting = {}         # (module, group) -> {prefix: weight} read, waiting for the group's others
         self._expert_targets = {}  # prefix -> nibble.torch._expert_kind of experts modules quantized at load
         self._pending_experts = {}  # prefix -> {"gate_up_proj" / "down_proj": (QuantizedExperts, device)}
         self._done_experts = set()
@@ -604,6 +610,11 @@ class NibbleHfQuantizer(HfQuantizer):
                 _, H, I = nt._expert_dims(mod)
                 if H % group == 0 and I % group == 0:
                     self._expert_targets[name] = nt._expert_kind(mod)
+        if _lib.FORMAT_INFO[fmt]["tensor_scale"]:   # NVFP4: a fused group's members share one tensor scale
+            for name in self._targets:
+                key = nt._fused_group_key(name)
+                if key is not None:
+                    self._groups.setdefault(key, set()).add(name)
 
     # -------------------------------------------------- quantize at load
 
@@ -616,17 +627,40 @@ class NibbleHfQuantizer(HfQuantizer):
         return _NibbleQuantize(self)
 
     def _quantize_layer(self, model, prefix, weight, missing_keys):
-        cfg = self.quantization_config
         mod = model.get_submodule(prefix)
         if not isinstance(mod, torch.nn.Linear):
             raise ValueError(f"nibble.transformers: {prefix} is a {type(mod).__name__}, not an nn.Linear")
+        if missing_keys is not None:
+            missing_keys.discard(prefix + ".weight")
+        key = nt._fused_group_key(prefix)
+        if key not in self._groups:
+            self._quantize_now(prefix, weight, None)
+            return
+        # NVFP4, a member of a fused group (q/k/v, gate/up): held until the
+        # group's other members are read, then all quantized with the
+        # group's one tensor scale, as quantize_model and `nibble quantize`
+        # give it (so fuse_projections can fuse them exactly)
+        waiting = self._waiting.setdefault(key, {})
+        waiting[prefix] = weight
+        if set(waiting) == self._groups[key]:
+            self._quantize_group(key)
+
+    def _quantize_group(self, key):
+        waiting = self._waiting.pop(key)
+        ts = nt._shared_tensor_scale(list(waiting.values()))
+        for prefix, weight in waiting.items():
+            self._quantize_now(prefix, weight, ts)
+
+    def _quantize_now(self, prefix, weight, tensor_scale):
+        cfg = self.quantization_config
         try:
             if weight.device.type == "cuda":
                 pw = nt.quantize(weight, format=cfg.format, scale_rule=cfg.scale_rule, method=cfg.method,
-                                 group_size=cfg.group_size, scale_type=cfg.scale_type)
+                                 group_size=cfg.group_size, scale_type=cfg.scale_type, tensor_scale=tensor_scale)
             else:
                 qw = _np_quantize(nt._host_array(weight), format=cfg.format, scale_rule=cfg.scale_rule,
-                                  method=cfg.method, group_size=cfg.group_size, scale_type=cfg.scale_type)
+                                  method=cfg.method, group_size=cfg.group_size, scale_type=cfg.scale_type,
+                                  tensor_scale=tensor_scale)
                 pw = nt.pack(qw, "cpu")
         except Exception as e:
             self._errors[prefix] = f"{type(e).__name__}: {e}"
@@ -634,8 +668,6 @@ class NibbleHfQuantizer(HfQuantizer):
         # The module is swapped after loading: transformers renews every
         # non-persistent buffer (which packed is) at the end of its load.
         self._pending[prefix] = pw
-        if missing_keys is not None:
-            missing_keys.discard(prefix + ".weight")
 
     def _quantize_experts(self, prefix, leaf, weight, missing_keys):
         """One 3-D weight of an experts module (gate_up_proj or down_proj, as
@@ -697,6 +729,8 @@ class NibbleHfQuantizer(HfQuantizer):
                 self._built_dtype(model)
                 self._fill(model)
             else:
+                for key in list(self._waiting):   # a group some of whose members were never read
+                    self._quantize_group(key)
                 for prefix, pw in self._pending.items():
                     bias = model.get_submodule(prefix).bias
                     _swap(model, prefix, nt.Linear(pw, None if bias is None or bias.is_meta else bias))

@@ -252,6 +252,19 @@ def test_forward_on_the_cpu_is_the_host_reference(ckpts):
 
 # --------------------------------------------------------- quantize at load
 
+def _expected_at_load(ck, name, fmt, rule=None, method="rtn"):
+    """nibble.quantize of layer `name`'s BF16 weight as quantization at load
+    must give it.  NVFP4: q/k/v and gate/up of a module share one tensor
+    scale, the largest of the members' own (amax / (6 x 448) is monotonic in
+    amax), which is the scale of their rows quantized together."""
+    ts = None
+    parent, _, member = name.rpartition(".")
+    group = next((g for g in (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj")) if member in g), ())
+    if fmt == "nvfp4" and group:
+        ts = max(nibble.quantize(ck.tensor(f"{parent}.{p}.weight"), format=fmt).tensor_scale for p in group)
+    return nibble.quantize(ck.tensor(name + ".weight"), format=fmt, scale_rule=rule, method=method, tensor_scale=ts)
+
+
 @pytest.mark.parametrize("fmt,rule,method", [("nvfp4", None, "rtn"), ("mxfp4", None, "rtn"),
                                              ("mxfp4", "ocp", "rtn"), ("nvfp4", None, "mse")])
 def test_quantize_at_load_bytes(ckpts, fmt, rule, method):
@@ -261,9 +274,15 @@ def test_quantize_at_load_bytes(ckpts, fmt, rule, method):
     assert len(layers) == LINEARS and not model.hf_quantizer.pre_quantized
     with nibble.open_checkpoint(ckpts["bf16"]) as ck:
         for name, mod in layers.items():
-            qw = nibble.quantize(ck.tensor(name + ".weight"), format=fmt, scale_rule=rule, method=method)
+            qw = _expected_at_load(ck, name, fmt, rule, method)
             np.testing.assert_array_equal(mod.packed.numpy(), nibble.pack(qw).data)
             assert mod.tensor_scale == qw.tensor_scale
+    if fmt == "nvfp4" and method == "rtn":   # the bytes `nibble quantize` writes, shared scales included
+        with nibble.open_checkpoint(ckpts["nvfp4"]) as ck:
+            for L in ck.layers:
+                if L.quant_format:
+                    qw = ck.quantized_weight(L)
+                    np.testing.assert_array_equal(layers[L.prefix].packed.numpy(), nibble.pack(qw).data)
     _assert_float_tensors(model, ckpts["ref"])
 
 
@@ -496,7 +515,7 @@ def test_gpu_quantize_at_load(ckpts, fmt, tmp_path):
                                                  quantization_config=NibbleConfig(format=fmt))
     with nibble.open_checkpoint(ckpts["bf16"]) as ck:
         for name, mod in _nibble_layers(model).items():
-            want = nibble.pack(nibble.quantize(ck.tensor(name + ".weight"), format=fmt))
+            want = nibble.pack(_expected_at_load(ck, name, fmt))
             np.testing.assert_array_equal(mod.packed.cpu().numpy(), want.data)
     out = str(tmp_path / "q")
     model.save_pretrained(out)
