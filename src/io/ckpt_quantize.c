@@ -374,41 +374,34 @@ static float tensor_amax(const nb_st_tensor *t) {
     return t->dtype == NB_ST_BF16 ? nbi_bf16_to_f32(m) : nbi_f16_to_f32(m);
 }
 
-/* NVFP4 (a format with a tensor scale): each fused group's largest
- * magnitude over its members that are quantized, before anything is
- * written, so that every member gets the tensor scale the group's rows
- * quantized as one weight would get. */
-static nb_status survey_fused(qstate *q) {
+/* NVFP4 (a format with a tensor scale): weight t, which is quantized, adds
+ * its largest magnitude to its fused group's (survey() calls it for every
+ * such weight before anything is written), so that every member gets the
+ * tensor scale the group's rows quantized as one weight would get. */
+static nb_status note_fused(qstate *q, const nb_st_tensor *t) {
     if (!q->fi.tensor_scale || !q->o->fused_scales) return NB_OK;
-    for (size_t i = 0; i < q->tn; i++) {
-        nb_st_tensor t;
-        nb_status st = q->index ? nb_st_index_tensor_at(q->index, i, &t) : nb_st_tensor_at(q->single, i, &t);
-        if (st != NB_OK) return st;
-        size_t plen = 0;
-        if (fused_group_of(t.name, &plen) < 0) continue;
-        const fate f = decide(q, &t);
-        if (f == T_OOM) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
-        if (f != T_QUANTIZE) continue;
-        fused_amax *a = fused_find(q, t.name);
-        if (!a) {
-            fused_amax *grown = (fused_amax *)realloc(q->fused, (q->nfused + 1) * sizeof *q->fused);
-            char *parent = (char *)malloc(plen + 1);
-            if (grown) q->fused = grown;
-            if (!grown || !parent) {
-                free(parent);
-                return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
-            }
-            memcpy(parent, t.name, plen);
-            parent[plen] = 0;
-            a = &q->fused[q->nfused++];
-            a->parent = parent;
-            a->group = fused_group_of(t.name, &plen);
-            a->amax = 0.0f;
+    size_t plen = 0;
+    const int g = fused_group_of(t->name, &plen);
+    if (g < 0) return NB_OK;
+    fused_amax *a = fused_find(q, t->name);
+    if (!a) {
+        fused_amax *grown = (fused_amax *)realloc(q->fused, (q->nfused + 1) * sizeof *q->fused);
+        char *parent = (char *)malloc(plen + 1);
+        if (grown) q->fused = grown;
+        if (!grown || !parent) {
+            free(parent);
+            return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
         }
-        const float m = tensor_amax(&t);
-        if (m > a->amax) a->amax = m;
-        nbio_drop_pages(t.data, t.bytes);
+        memcpy(parent, t->name, plen);
+        parent[plen] = 0;
+        a = &q->fused[q->nfused++];
+        a->parent = parent;
+        a->group = g;
+        a->amax = 0.0f;
     }
+    const float m = tensor_amax(t);
+    if (m > a->amax) a->amax = m;
+    nbio_drop_pages(t->data, t->bytes);
     return NB_OK;
 }
 
@@ -838,7 +831,8 @@ static nb_status check_opts(qstate *q, const nb_ckpt_quantize_opts *opts) {
 }
 
 /* Every input tensor's fate before OUT is touched: weights of a dtype that
- * is not quantized are counted (and named when nothing qualifies), and a
+ * is not quantized are counted (and named when nothing qualifies), the
+ * fused groups' largest magnitudes are taken (note_fused), and a
  * checkpoint with nothing to quantize is refused unless allow_empty. */
 static nb_status survey(qstate *q, const char *file) {
     size_t n[T_OOM + 1] = {0};
@@ -850,6 +844,7 @@ static nb_status survey(qstate *q, const char *file) {
         if (st != NB_OK) return st;
         const fate f = decide(q, &t);
         if (f == T_OOM) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
+        if (f == T_QUANTIZE && (st = note_fused(q, &t)) != NB_OK) return st;
         n[f]++;
         const char *dn = "?";
         char name[96];
@@ -915,8 +910,7 @@ static nb_status open_input(qstate *q, const char *file, int sharded, cJSON **co
     q->gptoss = o->format == NB_FORMAT_MXFP4 && cJSON_IsString(mt) && !strcmp(mt->valuestring, "gpt_oss");
     /* MSE and the integer formats have no device version: auto means the CPU then */
     const nb_ckpt_device where = o->method == NB_QUANT_MSE || q->layout == OUT_CT_INT ? NB_CKPT_DEVICE_CPU : o->device;
-    if ((st = survey(q, file)) != NB_OK || (st = survey_fused(q)) != NB_OK || (st = open_device(q, where)) != NB_OK)
-        return st;
+    if ((st = survey(q, file)) != NB_OK || (st = open_device(q, where)) != NB_OK) return st;
     q->sum.device = q->gpu ? NB_CKPT_DEVICE_GPU : NB_CKPT_DEVICE_CPU;
     return NB_OK;
 }
