@@ -193,6 +193,13 @@ def test_fuse_linears_refusals():
         nt.fuse_linears([q1, q2s])
     with pytest.raises(ValueError, match="groups must be"):
         nt.fuse_projections(tiny_llama(layers=1), groups=[("qkv", ("q_proj",))])
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        nt.fuse_projections("model")
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        nt.unfuse_projections(None)
+    ntf = pytest.importorskip("nibble.transformers")
+    with pytest.raises(ValueError, match="fuse must be True or False"):
+        ntf.NibbleConfig(fuse="yes")
 
 
 def test_save_layout_of_a_fused_model():
