@@ -87,6 +87,7 @@ struct nb_context {
     int env_moe_path;            /* NIBBLE_MOE_PATH at creation: 1 decode, 2 tc, 0 when unset */
     int env_moe_kw;              /* NIBBLE_MOE_KW at creation: 1, 2, 4 or 8; 0 when unset */
     int env_moe_bn;              /* NIBBLE_MOE_TC_BN at creation: 64 or 128; 0 when unset */
+    int env_moe_route;           /* NIBBLE_MOE_ROUTE at creation: 1 kernel, 2 inline; 0 when unset */
     /* clusters of s CTAs of the tensor-core kernel that run at once, per
      * instance (plan.c sm90_instance) and s (plan.c asks nbi_cuda_sm90_clusters
      * once and keeps the answer + 1 here; 0: not asked yet) */
@@ -355,12 +356,16 @@ typedef struct nbi_moe_plan {
     int64_t m, experts, top_k, hidden, inter;
     int64_t slots, sorted_len, blocks;
     int64_t launch_blocks;        /* routing blocks the projections' grids cover (a bound on the padded total) */
+    int inline_route;             /* decode kernels with few slots: no layout kernel (each CTA computes its
+                                   * routing block from topk_ids) and no combine kernel (down's last CTA per
+                                   * group of row blocks sums the top-k outputs); moe.c moe_inline */
+    int64_t dn_groups;            /* CTAs of down per routing block (groups of row blocks) */
     int64_t gu_row_blocks, gu_kchunks, dn_row_blocks, dn_kchunks;
     size_t gu_stride, dn_stride;  /* packed bytes per expert */
     int gu_exp_shift, dn_exp_shift;
     int gu_kw, dn_kw;             /* decode kernels: warps splitting a row block's k range (1, 2, 4, 8) */
     uint32_t gu_table[128], dn_table[128];
-    size_t off_sorted, off_blocks, off_offsets, off_counts, off_ustart, off_xg, off_h, off_o, ws_bytes;
+    size_t off_sorted, off_blocks, off_offsets, off_counts, off_ustart, off_xg, off_h, off_o, off_arrive, ws_bytes;
 } nbi_moe_plan;
 
 NB_INTERNAL nb_status nbi_cuda_moe_align(nb_context *ctx, const nbi_moe_plan *p, const int32_t *ids, int32_t *sorted,

@@ -611,6 +611,32 @@ static int moe_kw(const nb_context *ctx, const nb_moe_desc *d, int block, int64_
     return kw;
 }
 
+/* Few slots (decode at batch 1): two kernels instead of four.  Each CTA of
+ * gate_up and down computes its routing block of the layout from topk_ids
+ * itself (every slot against every other in shared memory), and the last
+ * CTA of down to finish a group of row blocks sums the top-k outputs of
+ * those columns for every token (nbi_moe_plan.inline_route).  The layout
+ * and the sums are those of the layout and combine kernels, so the output
+ * is bit for bit the same.  Measured on an H100 (bench/RESULTS.md, mixture
+ * of experts; us, layout kernel -> inline): batch 1, 4 or 8 slots, gpt-oss
+ * 37.6 -> 36.5, Qwen3-30B-A3B 26.0 -> 22.9, but DeepSeek-V3 109.7 -> 112.0,
+ * and batch 8 (32 or 64 slots) 3-19% slower on every layer.  Each CTA pays
+ * the routing before its first weight fetch, so the rule takes inline
+ * routing where it won: at most 8 slots, and every working CTA of both
+ * projections in one resident wave (three CTAs per SM: the decode kernels'
+ * 78-80 registers; DeepSeek-V3's gate_up needs 512).
+ * NBI_MOE_INLINE_SLOTS bounds what a CTA can route (shared memory, one
+ * thread per slot).  NIBBLE_MOE_ROUTE=kernel / inline at context creation
+ * overrides the rule (measurement, tests; inline still needs at most
+ * NBI_MOE_INLINE_SLOTS slots). */
+#define NBI_MOE_INLINE_SLOTS 64
+static int moe_inline(const nb_context *ctx, const nbi_moe_plan *p, int64_t gu_groups) {
+    if (p->tc || p->slots > NBI_MOE_INLINE_SLOTS || p->block > 32) return 0;
+    if (ctx->env_moe_route) return ctx->env_moe_route == 2;
+    const int64_t groups = gu_groups > p->dn_groups ? gu_groups : p->dn_groups;
+    return p->slots <= 8 && p->launch_blocks * groups <= 3 * (int64_t)ctx->info.sm_count;
+}
+
 /* The scale handling of one packed projection: nbi_plan's, for a GEMM of
  * that weight (it also checks the MXFP4 exponent span against the dtype). */
 static nb_status moe_scales(nb_context *ctx, const nb_moe_desc *d, const nb_weight_desc *w, int *exp_shift,
@@ -689,6 +715,8 @@ static nb_status moe_plan(nb_context *ctx, const nb_moe_desc *d, nbi_moe_plan *p
     /* the decode kernels' 1-D grids: routing blocks x groups of row blocks */
     const int64_t gu_groups = (p->gu_row_blocks + 8 / p->gu_kw - 1) / (8 / p->gu_kw);
     const int64_t dn_groups = (p->dn_row_blocks + 8 / p->dn_kw - 1) / (8 / p->dn_kw);
+    p->dn_groups = dn_groups;
+    p->inline_route = moe_inline(ctx, p, gu_groups);
     if (p->launch_blocks * gu_groups > INT32_MAX || p->launch_blocks * dn_groups > INT32_MAX)
         return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s: m = %lld, hidden = %lld and intermediate = %lld with %d experts "
                         "need more CTAs than one launch has", fn, (long long)d->m, (long long)d->hidden,
@@ -717,6 +745,8 @@ static nb_status moe_plan(nb_context *ctx, const nb_moe_desc *d, nbi_moe_plan *p
     off += align256((size_t)p->slots * (size_t)p->inter * es);
     p->off_o = off;
     off += align256((size_t)p->slots * (size_t)p->hidden * es);
+    p->off_arrive = off; /* inline routing: down's arrivals per group of row blocks (gate_up zeroes them) */
+    off += align256((size_t)dn_groups * 4);
     p->ws_bytes = off;
     return NB_OK;
 }
@@ -767,9 +797,10 @@ nb_status nb_moe_mlp(nb_context *ctx, const nb_moe_desc *d, const void *x, const
     if ((st = nbi_cuda_moe_mlp(ctx, &p, x, w, topk_ids, topk_weights, y, workspace, stream)))
         return nbi_reraise(ctx, st, fn);
     snprintf(ctx->last_config, sizeof ctx->last_config, "moe<%s,%s> %s block=%d routing_blocks=%lld kw=%d/%d "
-             "gate_up=%lldx%lld down=%lldx%lld", nbi_traits(d->gate_up.format)->name, nbi_dtype_name(d->act_dtype),
-             p.tc ? "tc" : "decode", p.block, (long long)p.launch_blocks, p.gu_kw, p.dn_kw, (long long)(2 * p.inter),
-             (long long)p.hidden, (long long)p.hidden, (long long)p.inter);
+             "routing=%s gate_up=%lldx%lld down=%lldx%lld", nbi_traits(d->gate_up.format)->name,
+             nbi_dtype_name(d->act_dtype), p.tc ? "tc" : "decode", p.block, (long long)p.launch_blocks, p.gu_kw,
+             p.dn_kw, p.inline_route ? "inline" : "kernel", (long long)(2 * p.inter), (long long)p.hidden,
+             (long long)p.hidden, (long long)p.inter);
     return NB_OK;
 }
 

@@ -12,12 +12,16 @@
  *      and FP16; one gpt-oss-shaped layer (H = I = 2880, 8 experts).  Every
  *      problem runs through each kernel variant (k_variants: the planner's
  *      choice, the decode kernels with k split over warps, the tensor-core
- *      tiles of 64 and 128 tokens).
+ *      tiles of 64 and 128 tokens, inline routing and the layout kernel
+ *      forced).  Where inline routing runs (up to 64 slots: no layout or
+ *      combine kernel), its output is bit for bit that of the four-kernel
+ *      call with the same kernels otherwise.
  *   3. Captured in a CUDA graph and replayed after the routing buffers were
  *      rewritten on the device: bit for bit what a direct call gives (the
- *      planner's path and the tensor-core tiles).
+ *      planner's path, inline routing and the tensor-core tiles).
  *   4. A NaN in one token's activations makes that token's outputs NaN and
- *      no other's.
+ *      no other's.  Routing ids outside [0, E) add nothing, inline as with
+ *      the layout kernel (bit for bit), and with every id outside, y is 0.
  *   5. Refusals: a checkpoint-layout descriptor, a short workspace, NULL and
  *      misaligned pointers, missing tensor scales; nb_moe_align's capacity,
  *      block and NULL checks.
@@ -126,6 +130,7 @@ static int gpu_setup(nb_context *ctx, mprob *p, gpu_moe *g, const char *what) {
     CHECK(st == NB_OK, "workspace %s: %s", what, nb_last_error());
     if (st) return 0;
     GT_CUDA(cudaMalloc(&g->ws, g->ws_bytes));
+    GT_CUDA(cudaMemset(g->ws, 0x7B, g->ws_bytes)); /* nothing may depend on its contents */
     return 1;
 }
 
@@ -148,11 +153,18 @@ static double g_worst_gpu;
  * kernels run again).  Chosen through the variables the planner reads at
  * context creation. */
 static const struct {
-    const char *name, *path, *kw, *bn;
+    const char *name, *path, *kw, *bn, *route;
 } k_variants[] = {
-    {"auto", NULL, NULL, NULL},       {"decode kw 2", "decode", "2", NULL}, {"decode kw 8", "decode", "8", NULL},
-    {"tc 64", "tc", NULL, "64"},      {"tc 128", "tc", NULL, "128"},
+    {"auto", NULL, NULL, NULL, NULL},
+    {"inline routing", NULL, NULL, NULL, "inline"},
+    {"layout kernel", NULL, NULL, NULL, "kernel"},
+    {"decode kw 2", "decode", "2", NULL, NULL},
+    {"decode kw 8", "decode", "8", NULL, NULL},
+    {"tc 64", "tc", NULL, "64", NULL},
+    {"tc 128", "tc", NULL, "128", NULL},
 };
+#define V_INLINE 1
+#define V_LAYOUT_KERNEL 2
 #define NVARIANTS ((int)(sizeof k_variants / sizeof k_variants[0]))
 
 static void set_env(const char *name, const char *value) {
@@ -164,12 +176,14 @@ static nb_context *variant_context(int v) {
     set_env("NIBBLE_MOE_PATH", k_variants[v].path);
     set_env("NIBBLE_MOE_KW", k_variants[v].kw);
     set_env("NIBBLE_MOE_TC_BN", k_variants[v].bn);
+    set_env("NIBBLE_MOE_ROUTE", k_variants[v].route);
     nb_context *c = NULL;
     const nb_status st = nb_context_create(0, &c);
     CHECK(st == NB_OK, "context for variant %s: %s", k_variants[v].name, nb_last_error());
     unsetenv("NIBBLE_MOE_PATH");
     unsetenv("NIBBLE_MOE_KW");
     unsetenv("NIBBLE_MOE_TC_BN");
+    unsetenv("NIBBLE_MOE_ROUTE");
     return st == NB_OK ? c : NULL;
 }
 
@@ -181,6 +195,7 @@ static void fit_workspace(nb_context *ctx, gpu_moe *g, const char *what) {
     if (need <= g->ws_bytes) return;
     GT_CUDA(cudaFree(g->ws));
     GT_CUDA(cudaMalloc(&g->ws, need));
+    GT_CUDA(cudaMemset(g->ws, 0x7B, need)); /* nothing may depend on its contents */
     g->ws_bytes = need;
 }
 
@@ -204,6 +219,8 @@ static void check_mlp(nb_context *ctx, const mcase *c, int graph) {
     double *ref = malloc(sizeof(double) * (size_t)mh), *bound = malloc(sizeof(double) * (size_t)mh);
     moe_double(&p, 0x1p-24, 1, ref, bound);
     nb_status st = NB_OK;
+    void *y0 = malloc(g.y_bytes);
+    int inline1 = 0; /* the inline variant routed inline (at most 64 slots) */
     for (int v = 0; v < NVARIANTS; v++) { /* the planner's choice, then each kernel path forced */
         nb_context *vc = v == 0 ? ctx : variant_context(v);
         if (!vc) continue;
@@ -221,13 +238,24 @@ static void check_mlp(nb_context *ctx, const mcase *c, int graph) {
             if (!(r <= worst)) worst = r, wi = i;
         }
         if (worst > g_worst_gpu) g_worst_gpu = worst;
+        if (v == V_INLINE) {
+            char cfg[256];
+            nb_gemm_last_config(vc, cfg, sizeof cfg);
+            inline1 = strstr(cfg, "routing=inline") != NULL;
+            memcpy(y0, y, g.y_bytes);
+        }
+        if (v == V_LAYOUT_KERNEL && inline1)
+            CHECK(!memcmp(y0, y, g.y_bytes), "moe %s: inline routing differs from the layout and combine kernels",
+                  what);
         CHECK(worst <= 1.0, "moe %s [%s]: worst [%lld, %lld] got %.9g exact %.17g bound %.3g (err/bound %.3g)", what,
               k_variants[v].name, (long long)(wi / c->H), (long long)(wi % c->H),
               (double)load_as(c->dt, y, (size_t)wi), ref[wi], bound[wi], worst);
         if (vc != ctx) nb_context_destroy(vc);
     }
-    for (int v = 0; graph && v < NVARIANTS; v += NVARIANTS - 2) { /* 3. a graph replays it after the routing changed
-                                                                  * on the device: the planner's path and tc */
+    static const int graph_variants[3] = {0, V_INLINE, NVARIANTS - 2};
+    for (int gv = 0; graph && gv < 3; gv++) { /* 3. a graph replays it after the routing changed on the device:
+                                               * the planner's path, inline routing and tc */
+        const int v = graph_variants[gv];
         nb_context *vc = v == 0 ? ctx : variant_context(v);
         if (!vc) continue;
         fit_workspace(vc, &g, what);
@@ -269,7 +297,7 @@ static void check_mlp(nb_context *ctx, const mcase *c, int graph) {
         free(ids2), free(tw2), free(y2), free(y3);
         if (vc != ctx) nb_context_destroy(vc);
     }
-    free(y), free(ref), free(bound);
+    free(y), free(y0), free(ref), free(bound);
     gpu_release(&g);
     release(&p);
 }
@@ -296,6 +324,45 @@ static void check_nan_gpu(nb_context *ctx) {
         gpu_release(&g);
     }
     release(&p);
+}
+
+/* 4b. routing ids outside [0, E): inline routing gives the four-kernel
+ * call's bytes; with no id inside, y is 0 */
+static void check_invalid_ids_gpu(nb_context *ctx) {
+    mcase c = {NB_FORMAT_NVFP4, 16, 4, 3, 64, 32, NB_MOE_ACT_SWIGLU_OAI, NB_DTYPE_BF16, 1, ROUTE_UNIFORM};
+    for (int all = 0; all < 2; all++) {
+        mprob p;
+        if (!make(&c, &p)) return;
+        for (int64_t i = 0; i < c.m * c.K; i++)
+            if (all || i % 5 == 1) p.ids[i] = i % 2 ? -1 : (int32_t)c.E + (int32_t)i; /* outside [0, E) */
+        gpu_moe g;
+        nb_context *ic = variant_context(V_INLINE), *kc = variant_context(V_LAYOUT_KERNEL);
+        if (ic && kc && gpu_setup(ctx, &p, &g, "invalid ids")) {
+            uint16_t *y[2] = {malloc(g.y_bytes), malloc(g.y_bytes)};
+            for (int v = 0; v < 2; v++) {
+                GT_CUDA(cudaMemset(g.y, 0xFF, g.y_bytes)); /* NaN poison */
+                CHECK(run(v ? kc : ic, &g, NULL) == NB_OK, "invalid ids: %s", nb_last_error());
+                char cfg[256];
+                nb_gemm_last_config(v ? kc : ic, cfg, sizeof cfg);
+                CHECK(strstr(cfg, v ? "routing=kernel" : "routing=inline") != NULL, "invalid ids: config %s", cfg);
+                GT_CUDA(cudaMemcpy(y[v], g.y, g.y_bytes, cudaMemcpyDeviceToHost));
+            }
+            int finite = 1, zero = 1;
+            for (int64_t i = 0; i < c.m * c.H; i++) {
+                const float f = ref_bf16_to_f32(y[0][i]);
+                finite &= isfinite(f);
+                zero &= f == 0.0f;
+            }
+            CHECK(finite && !memcmp(y[0], y[1], g.y_bytes), "invalid ids (%s): inline routing gives the layout "
+                  "kernel's bytes", all ? "all" : "some");
+            if (all) CHECK(zero, "invalid ids: no id in [0, E): y is 0");
+            free(y[0]), free(y[1]);
+            gpu_release(&g);
+        }
+        if (ic) nb_context_destroy(ic);
+        if (kc) nb_context_destroy(kc);
+        release(&p);
+    }
 }
 
 /* 5. refusals */
@@ -390,6 +457,7 @@ int main(int argc, char **argv) {
         n++;
     }
     check_nan_gpu(ctx);
+    check_invalid_ids_gpu(ctx);
     check_refusals(ctx);
     char cfg[256];
     nb_gemm_last_config(ctx, cfg, sizeof cfg);

@@ -29,6 +29,12 @@
  *      rows x 64 or 128 tokens of one expert, h in the compact row order.
  *   4. moe_combine_kernel: y[t] = sum over s in top-k order of w[t, s] *
  *      o[t * top_k + s], float products and sums as the host does.
+ *   Inline routing (decode at batch 1; moe.c moe_inline has the rule):
+ *   two kernels.  Each CTA of gate_up and down computes its routing block
+ *   of the layout from topk_ids in shared memory (moe_route_inline: the
+ *   same positions moe_align_kernel gives), and the last CTA of down to
+ *   finish a group of row blocks (an arrival counter per group, zeroed by
+ *   gate_up's first CTA) runs step 4 for those columns of every token.
  *
  * Every launch covers the worst case of its grid (nb_moe_align_get_sizes),
  * so nothing on the host depends on the routing: capturable in a graph.
@@ -59,8 +65,20 @@ struct MoeParams {
     int exp_shift;
     int kw;                  /* warps of a CTA that split one row block's k range (1, 2, 4, 8) */
     int groups;              /* CTAs per routing block: row_blocks / (8 / kw), rounded up */
+    /* inline routing (ids != NULL): the routing from topk_ids [slots]; gate_up
+     * zeroes arrive[0 .. dn_groups); down counts its CTAs per group there and
+     * the last one combines its columns into y (fold) */
+    const int32_t *ids;
+    int experts, slots, dn_groups, fold;
+    int *arrive;
+    const float *tw;
+    void *y;
+    int64_t m, hidden;
     uint32_t stab[128];
 };
+
+#define MOE_INLINE_SLOTS 64 /* moe.c NBI_MOE_INLINE_SLOTS */
+#define MOE_INLINE_BLOCK 32 /* the largest routing block of the decode kernels */
 
 /* ------------------------------------------------------------- routing */
 
@@ -157,6 +175,88 @@ __global__ void __launch_bounds__(256) moe_gather_kernel(const uint4 *__restrict
     }
 }
 
+/* y[t, c .. c+7] = sum over s (top-k order) of w[t, s] * o[t * top_k + s,
+ * c .. c+7]; a slot whose id is outside [0, E) adds nothing.  o through L2
+ * (written by other CTAs of the same kernel in the inline case). */
+template <int ACT>
+__device__ __forceinline__ void moe_combine8(const void *o, const int32_t *ids, const float *tw, void *y,
+                                             int64_t tok, int64_t c, int64_t hidden, int top_k, int experts) {
+    float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    for (int s = 0; s < top_k; s++) {
+        const int64_t slot = tok * top_k + s;
+        if ((unsigned)ids[slot] >= (unsigned)experts) continue;
+        const float w = tw[slot];
+        const uint4 v = __ldcg((const uint4 *)((const uint16_t *)o + slot * hidden + c));
+        const uint32_t q[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const unsigned short b = (unsigned short)(q[j / 2] >> (16 * (j & 1)));
+            const float x = ACT == NB_DTYPE_BF16 ? __bfloat162float(__ushort_as_bfloat16(b)) : __half2float(__ushort_as_half(b));
+            acc[j] = __fadd_rn(acc[j], __fmul_rn(w, x));
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < 8; j++) nbc_store(ACT, y, (size_t)(tok * hidden + c + j), acc[j]);
+}
+
+/* One routing block of the layout moe_align_kernel writes, computed by a
+ * CTA from topk_ids (at most MOE_INLINE_SLOTS slots, thread i holding slot
+ * i): an expert's padded offset is the sum of the padded counts of the
+ * smaller expert ids with slots, and a slot's position is that offset plus
+ * the number of earlier slots with its expert.  Fills slot[0 .. block) with
+ * block b's slots (the sentinel for padding), e with its expert (-1: past
+ * the padded total) and nblocks with the routing blocks that have an
+ * expert.  Every thread of the CTA calls it. */
+struct MoeRoute {
+    int slot[MOE_INLINE_BLOCK];
+    int e, nblocks;
+};
+__device__ __forceinline__ void moe_route_inline(const MoeParams &p, int b, MoeRoute &r) {
+    __shared__ int rid[MOE_INLINE_SLOTS], rpad[MOE_INLINE_SLOTS];
+    const int tid = threadIdx.x, S = p.slots, B = p.block;
+    int id = -1;
+    if (tid < S) {
+        const int v = p.ids[tid];
+        id = (unsigned)v < (unsigned)p.experts ? v : -1;
+        rid[tid] = id;
+    }
+    if (tid < B) r.slot[tid] = p.sentinel;
+    if (tid == 0) r.e = -1;
+    __syncthreads();
+    int rank = 0, cnt = 0;
+    if (id >= 0)
+        for (int j = 0; j < S; j++) {
+            const int same = rid[j] == id;
+            cnt += same;
+            rank += same & (j < tid);
+        }
+    if (tid < S) rpad[tid] = id >= 0 && rank == 0 ? (cnt + B - 1) / B * B : 0; /* an expert's first slot holds its padded count */
+    __syncthreads();
+    if (id >= 0) {
+        int off = 0;
+        for (int j = 0; j < S; j++) off += rid[j] < id ? rpad[j] : 0;
+        const int pos = off + rank;
+        if (pos / B == b) r.slot[pos - b * B] = tid;
+        if (rank == 0 && off <= b * B && b * B < off + rpad[tid]) r.e = id;
+    }
+    if (tid == 0) {
+        int total = 0;
+        for (int j = 0; j < S; j++) total += rpad[j];
+        r.nblocks = total / B;
+    }
+    __syncthreads();
+}
+
+/* down's columns of row-block group grp (16 * 8 / kw of them), combined
+ * into y for every token (inline routing; the CTA's threads share the work). */
+template <int ACT>
+__device__ __forceinline__ void moe_fold_columns(const MoeParams &p, int grp) {
+    const int64_t rpc = 16 * (NBI_GEMV_WARPS / p.kw), c0 = grp * rpc;
+    const int64_t c1 = c0 + rpc < p.hidden ? c0 + rpc : p.hidden, w8 = (c1 - c0) / 8;
+    for (int64_t it = threadIdx.x; it < p.m * w8; it += NBI_GEMV_WARPS * 32)
+        moe_combine8<ACT>(p.epi.out, p.ids, p.tw, p.y, it / w8, c0 + it % w8 * 8, p.hidden, p.top_k, p.experts);
+}
+
 /* ------------------------------------------------------ grouped GEMMs */
 
 template <int FMT, int ACT, int MT, int MODE>
@@ -165,17 +265,36 @@ __global__ void __launch_bounds__(NBI_GEMV_WARPS * 32, 1) moe_gemv_kernel(const 
     constexpr int SB = nbc_fmt<FMT>::lane_scale_bytes;
     constexpr int CB = nbc_fmt<FMT>::chunk_bytes;
     __shared__ uint32_t stab[256];
+    __shared__ MoeRoute route;
+    __shared__ int is_last;
     /* CTA -> (routing block, group of row blocks), the groups of a routing
      * block consecutive: the CTAs of the active blocks (the first ones of
      * the layout) come first in the grid, the ones that exit at once last. */
     const int b = blockIdx.x / p.groups, grp = blockIdx.x % p.groups;
     /* Programmatic dependent launch: gate_up waits for the routing layout
-     * before it reads it.  down reads the layout before it waits (the layout
-     * is complete: gate_up let down launch only after its own wait) and
-     * fetches its first weight chunks, then waits for h. */
+     * (or topk_ids) before it reads it.  down reads the layout (topk_ids)
+     * before it waits (complete: gate_up let down launch only after its own
+     * wait) and fetches its first weight chunks, then waits for h. */
     if (MODE == MOE_GATE_UP) nbc_grid_dependency_wait();
-    const int e = p.blockexp[b];
-    if (e < 0) return; /* past the padded total: no expert (uniform over the CTA) */
+    if (MODE == MOE_GATE_UP && p.ids && blockIdx.x == 0) /* down's arrival counters, for this call */
+        for (int i = threadIdx.x; i < p.dn_groups; i += NBI_GEMV_WARPS * 32) p.arrive[i] = 0;
+    int e;
+    if (p.ids) {
+        moe_route_inline(p, b, route);
+        e = route.e;
+    } else {
+        e = p.blockexp[b];
+    }
+    if (e < 0) {
+        /* past the padded total (uniform over the CTA); with no slot routed
+         * at all, the first routing block's CTAs write y (zeros) */
+        if (MODE == MOE_DOWN && p.fold && route.nblocks == 0 && b == 0) {
+            nbc_grid_dependency_wait();
+            moe_fold_columns<ACT>(p, grp);
+        }
+        return;
+    }
+    auto slot_at = [&](int i) { return p.ids ? route.slot[i] : p.sorted[b * p.block + i]; };
     nbc_load_scale_table<NBI_GEMV_WARPS * 32>(stab, p.stab);
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -220,7 +339,7 @@ __global__ void __launch_bounds__(NBI_GEMV_WARPS * 32, 1) moe_gemv_kernel(const 
     bool tok_ok[MT];
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
-        const int slot = p.sorted[b * p.block + mt * 8 + g];
+        const int slot = slot_at(mt * 8 + g);
         tok_ok[mt] = slot < p.sentinel;
         const int64_t row = !tok_ok[mt] ? 0 : MODE == MOE_GATE_UP ? slot / p.top_k : slot;
         xp[mt] = (const __nv_bfloat16 *)p.x + row * p.lda + (size_t)c_begin * NBI_CHUNK_K + 32 * t;
@@ -266,19 +385,24 @@ __global__ void __launch_bounds__(NBI_GEMV_WARPS * 32, 1) moe_gemv_kernel(const 
 #pragma unroll
         for (int j = 0; j < 4; j++) acc[i][j] += acc2[i][j];
     if (p.kw > 1) gemv_kw_reduce<MT>(acc, (float *)ring_all, warp, lane, ks, p.kw); /* slices summed in order */
-    if (!valid || ks) return;
 
     /* epilogue: acc[mt][0, 1] are row g at tokens 2t, 2t+1 of tile mt, acc[mt][2, 3] row g+8 */
-    const float sc = ldexpf(1.0f, p.exp_shift), ts = p.tscale ? p.tscale[e] : 1.0f;
+    if (valid && !ks) {
+        const float sc = ldexpf(1.0f, p.exp_shift), ts = p.tscale ? p.tscale[e] : 1.0f;
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++)
+        for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int j = 0; j < 2; j++) {
-            const int slot = p.sorted[b * p.block + mt * 8 + 2 * t + j];
-            if (slot >= p.sentinel) continue;
-            const float lo = acc[mt][j] * sc * ts, hi = acc[mt][2 + j] * sc * ts;
-            nbc_moe_store<ACT, MODE == MOE_GATE_UP>(p.epi, e, rb, g, slot, lo, hi);
-        }
+            for (int j = 0; j < 2; j++) {
+                const int slot = slot_at(mt * 8 + 2 * t + j);
+                if (slot >= p.sentinel) continue;
+                const float lo = acc[mt][j] * sc * ts, hi = acc[mt][2 + j] * sc * ts;
+                nbc_moe_store<ACT, MODE == MOE_GATE_UP>(p.epi, e, rb, g, slot, lo, hi);
+            }
+    }
+    /* inline routing: the last of the group's CTAs (one per routing block
+     * with an expert) to store its o combines the group's columns */
+    if (MODE == MOE_DOWN && p.fold && nbc_split_last<0>(&p.arrive[grp], route.nblocks, &is_last, threadIdx.x == 0))
+        moe_fold_columns<ACT>(p, grp);
 }
 
 /* y[t, c] = sum over s (top-k order) of w[t, s] * o[t * top_k + s, c]; a slot
@@ -291,23 +415,7 @@ __global__ void moe_combine_kernel(const void *o, const int32_t *__restrict__ id
     nbc_grid_dependency_wait(); /* o */
     const int64_t h8 = hidden / 8, idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= m * h8) return;
-    const int64_t tok = idx / h8, c = idx % h8 * 8;
-    float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-    for (int s = 0; s < top_k; s++) {
-        const int64_t slot = tok * top_k + s;
-        if ((unsigned)ids[slot] >= (unsigned)experts) continue;
-        const float w = tw[slot];
-        const uint4 v = *(const uint4 *)((const uint16_t *)o + slot * hidden + c);
-        const uint32_t q[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const unsigned short b = (unsigned short)(q[j / 2] >> (16 * (j & 1)));
-            const float x = ACT == NB_DTYPE_BF16 ? __bfloat162float(__ushort_as_bfloat16(b)) : __half2float(__ushort_as_half(b));
-            acc[j] = __fadd_rn(acc[j], __fmul_rn(w, x));
-        }
-    }
-#pragma unroll
-    for (int j = 0; j < 8; j++) nbc_store(ACT, y, (size_t)(tok * hidden + c + j), acc[j]);
+    moe_combine8<ACT>(o, ids, tw, y, idx / h8, idx % h8 * 8, hidden, top_k, experts);
 }
 
 /* ------------------------------------------------------------ dispatch */
@@ -350,9 +458,11 @@ extern "C" nb_status nbi_cuda_moe_mlp(nb_context *ctx, const nbi_moe_plan *p, co
     char *ws = (char *)workspace;
     int32_t *sorted = (int32_t *)(ws + p->off_sorted), *blockexp = (int32_t *)(ws + p->off_blocks);
     int32_t *offsets = (int32_t *)(ws + p->off_offsets), *ustart = (int32_t *)(ws + p->off_ustart);
-    nb_status st = nbi_cuda_moe_align(ctx, p, ids, sorted, blockexp, offsets, (int32_t *)(ws + p->off_counts), ustart,
-                                      stream);
-    if (st) return st;
+    nb_status st = NB_OK;
+    if (!p->inline_route &&
+        (st = nbi_cuda_moe_align(ctx, p, ids, sorted, blockexp, offsets, (int32_t *)(ws + p->off_counts), ustart,
+                                 stream)))
+        return st;
     if (p->tc) { /* prefill: the token rows gathered per expert, two grouped tensor-core GEMMs */
         const int64_t row16 = p->hidden * (int64_t)nbi_dtype_size((nb_dtype)p->act) / 16;
         cudaLaunchAttribute attr[1];
@@ -395,6 +505,18 @@ extern "C" nb_status nbi_cuda_moe_mlp(nb_context *ctx, const nbi_moe_plan *p, co
         q.exp_shift = gu ? p->gu_exp_shift : p->dn_exp_shift;
         memcpy(q.stab, gu ? p->gu_table : p->dn_table, sizeof q.stab);
         q.kw = gu ? p->gu_kw : p->dn_kw;
+        if (p->inline_route) {
+            q.ids = ids;
+            q.experts = (int)p->experts;
+            q.slots = (int)p->slots;
+            q.dn_groups = (int)p->dn_groups;
+            q.arrive = (int *)(ws + p->off_arrive);
+            q.fold = !gu;
+            q.tw = tw;
+            q.y = y;
+            q.m = p->m;
+            q.hidden = p->hidden;
+        }
         const int rbs_per_cta = NBI_GEMV_WARPS / q.kw;
         q.groups = (q.row_blocks + rbs_per_cta - 1) / rbs_per_cta;
         const dim3 grid((unsigned)(p->launch_blocks * q.groups)); /* (bounded by moe_plan) */
@@ -402,6 +524,7 @@ extern "C" nb_status nbi_cuda_moe_mlp(nb_context *ctx, const nbi_moe_plan *p, co
         cudaLaunchConfig_t cfg = nbc_launch_config(grid, dim3(NBI_GEMV_WARPS * 32), smem, stream, p->pdl, attr);
         NBC_TRY(cudaLaunchKernelEx(&cfg, f, q), gu ? "moe gate_up kernel launch" : "moe down kernel launch");
     }
+    if (p->inline_route) return NB_OK; /* down combined y */
     const int64_t total = p->m * (p->hidden / 8); /* (threads: 8 columns each) */
     const unsigned cgrid = (unsigned)((total + 255) / 256);
     cudaLaunchAttribute attr[1];
