@@ -71,6 +71,8 @@ case_ 1 "bench: --min-bytes: '1e3x' is not a number" bench --min-bytes=1e3x
 case_ 1 "tune: --act: 'f32' is not one of bf16, f16" tune --act f32
 case_ 1 "tune: --m: 1 and 1 share the bucket" tune --m 1,1
 case_ 1 "bench: --csv: the value is empty" bench --csv=
+case_ 1 "bench: --sequence takes no value \('--sequence=yes'\)" bench --sequence=yes
+case_ 1 "bench: --m: '2x' is not an integer" bench --sequence --m 1,2x
 fi
 # --- --opt=value, repeated options, flags with values, unknown options, extra arguments
 case_ 1 "demo: --m given twice" demo --m 2 --m=3

@@ -9,7 +9,10 @@
  * (cublasGemmEx, BF16 in/out, FP32 compute) on rotated BF16 copies of the
  * same dequantized weights.  Copy bandwidth is measured in the same process
  * (device-to-device cudaMemcpy, bytes read + written).  Before timing, each
- * configuration's output is checked against the naive GPU reference. */
+ * configuration's output is checked against the naive GPU reference.
+ * --sequence adds, per format and m, one graph that calls every layer once
+ * per pass in order (a model step: each kernel follows a different one),
+ * for nibble and for cuBLAS. */
 #include "nibble.h"
 
 #include <math.h>
@@ -65,14 +68,17 @@ static double copy_bandwidth(void) {
 
 static void help(void) {
     printf("usage: nibble bench [--shapes KxN,...] [--m 1,2,...] [--formats nvfp4,mxfp4,...] [--dtype bf16|f16]\n"
-           "                    [--csv FILE] [--json FILE] [--min-bytes MB] [--tune-cache FILE]\n"
+           "                    [--csv FILE] [--json FILE] [--min-bytes MB] [--tune-cache FILE] [--sequence]\n"
            "  Times Y[m,n] = X[m,k] . W[n,k]^T for each layer k -> n and each m, nibble's kernel vs\n"
            "  cuBLAS BF16 in the same run (CUDA graphs, weights rotated past L2, median of replays).\n"
            "  Prints us per call, GB/s (weights + scales + activations + output), fraction of\n"
            "  the measured copy bandwidth, TFLOP/s (2mnk), speedup over cuBLAS, and the\n"
            "  configuration nb_gemm ran.  m up to 16384.  --tune-cache loads a cache written by\n"
            "  `nibble tune` (nb_context_load_tuning), as NIBBLE_TUNE_CACHE would: configurations\n"
-           "  it chose say \"tuned\".\n"
+           "  it chose say \"tuned\".  --sequence also times the layers as one model step: a graph of\n"
+           "  passes that call every layer once in --shapes order (as a forward pass runs them, each\n"
+           "  kernel after a different one), per format and m, against cuBLAS BF16's same sequence, next\n"
+           "  to the sum of the layers timed alone (printed, not in --csv / --json).\n"
            "  defaults: --shapes 8192x8192,8192x57344,28672x8192,4096x6144,4096x4096\n"
            "            --m 1,2,4,8,16,32 --formats nvfp4,mxfp4 --dtype bf16 --min-bytes 240\n"
            "  Exit: 0 measured, 1 usage, 2 a configuration's output was wrong, 3 no GPU, a library,\n"
@@ -93,6 +99,7 @@ typedef struct bench {
     FILE *fc, *fj;
     int first; /* no JSON row written yet */
     int rc;    /* 2 once a configuration gave a wrong result */
+    int sequence; /* --sequence */
 } bench;
 
 /* What one layer k -> n in one format needs for its rows: the activations
@@ -108,17 +115,18 @@ typedef struct bench_layer {
     int rot_b;
     void *dws;
     size_t ws;
-    const char *fname;
+    char fname[32]; /* the format's name */
 } bench_layer;
 
 /* Stage 1: the options: 0 to go on, -1 after --help, 1 on a usage error. */
 static int bench_parse(bench *b, int argc, char **argv) {
-    nba_opt o[NBT_SWEEP_OPTS + 3] = {
+    nba_opt o[NBT_SWEEP_OPTS + 4] = {
         {.name = "--csv", .kind = NBA_STRING, .dst = &b->csv},
         {.name = "--json", .kind = NBA_STRING, .dst = &b->json},
         {.name = "--tune-cache", .kind = NBA_STRING, .dst = &b->tune_cache},
+        {.name = "--sequence", .kind = NBA_FLAG, .dst = &b->sequence},
     };
-    nbt_sweep_opts(&b->sw, "--dtype", o + 3);
+    nbt_sweep_opts(&b->sw, "--dtype", o + 4);
     const int rc = nba_parse("bench", argc, argv, o, sizeof o / sizeof o[0], NULL, help);
     if (rc) return rc;
     return nbt_sweep_parse(&b->sw, "bench") ? 0 : 1;
@@ -219,7 +227,7 @@ static void bench_check(bench *b, bench_layer *l, const nb_gemm_desc *g, int64_t
 /* Stage 4: one row - correctness first, then nibble's and cuBLAS's graphs;
  * the line, the CSV row and the JSON object, flushed as they are measured (a
  * run stopped part-way by a time limit keeps the rows it finished). */
-static void bench_row(bench *b, bench_layer *l, int64_t m) {
+static void bench_row(bench *b, bench_layer *l, int64_t m, double *us_nibble, double *us_cublas) {
     const int64_t k = l->k, n = l->n;
     const nb_dtype act = b->sw.act;
     nb_gemm_desc g;
@@ -257,17 +265,19 @@ static void bench_row(bench *b, bench_layer *l, int64_t m) {
     b->first = 0;
     if (b->fc) fflush(b->fc);
     if (b->fj) fflush(b->fj);
+    *us_nibble = t_nb;
+    *us_cublas = t_bl;
 }
 
 /* Stage 3: one layer in one format - the packed copies, cuBLAS's BF16
  * copies of the dequantized weights, the reference output for all mmax
- * rows, the workspace; then every m. */
-static void bench_format(bench *b, bench_layer *l, nb_format fmt) {
+ * rows, the workspace (released by bench_release). */
+static void bench_prepare(bench *b, bench_layer *l, nb_format fmt) {
     const int64_t k = l->k, n = l->n, mmax = b->sw.mmax;
     const nb_dtype act = b->sw.act;
     nb_format_info fi;
     NB(nb_format_get_info(fmt, &fi));
-    l->fname = fi.name;
+    snprintf(l->fname, sizeof l->fname, "%s", fi.name);
     nbt_layer_make(b->ctx, fmt, n, k, b->sw.min_mb, b->s, &l->L);
     const size_t wbytes_b = 2 * (size_t)(n * k);
     l->rot_b = (int)ceil(b->sw.min_mb * 1e6 / (double)wbytes_b);
@@ -315,7 +325,9 @@ static void bench_format(bench *b, bench_layer *l, nb_format fmt) {
         CK(cudaMalloc(&l->dws, l->ws));
         CK(cudaMemset(l->dws, 0, l->ws));
     }
-    for (int mi = 0; mi < b->sw.nm; mi++) bench_row(b, l, b->sw.ms[mi]);
+}
+
+static void bench_release(bench_layer *l) {
     nbt_layer_free(&l->L);
     for (int r = 0; r < l->rot_b; r++) CK(cudaFree(l->wb[r]));
     free(l->wb);
@@ -324,23 +336,110 @@ static void bench_format(bench *b, bench_layer *l, nb_format fmt) {
     if (l->dws) CK(cudaFree(l->dws));
 }
 
-/* One layer k -> n: the activations (shared by both libraries, random,
- * BF16/FP16) and output buffers, then every format. */
-static void bench_shape(bench *b, int64_t k, int64_t n) {
+/* A layer k -> n's activations (shared by both libraries and the layer's
+ * formats, random, BF16/FP16) and output buffers. */
+static void shape_alloc(bench *b, bench_layer *l, int64_t k, int64_t n) {
     const int64_t mmax = b->sw.mmax;
+    memset(l, 0, sizeof *l);
+    l->k = k;
+    l->n = n;
+    l->dx = nbt_device_activations(b->sw.act, (size_t)(mmax * k));
+    CK(cudaMalloc(&l->dy, 2 * (size_t)(mmax * n)));
+    CK(cudaMalloc(&l->dyb, 2 * (size_t)(mmax * n)));
+    CK(cudaMalloc((void **)&l->dref, 4 * (size_t)(mmax * n)));
+}
+
+static void shape_free(bench_layer *l) {
+    CK(cudaFree(l->dx));
+    CK(cudaFree(l->dy));
+    CK(cudaFree(l->dyb));
+    CK(cudaFree(l->dref));
+}
+
+/* One layer k -> n: every format, every m. */
+static void bench_shape(bench *b, int64_t k, int64_t n) {
     bench_layer l;
-    memset(&l, 0, sizeof l);
-    l.k = k;
-    l.n = n;
-    l.dx = nbt_device_activations(b->sw.act, (size_t)(mmax * k));
-    CK(cudaMalloc(&l.dy, 2 * (size_t)(mmax * n)));
-    CK(cudaMalloc(&l.dyb, 2 * (size_t)(mmax * n)));
-    CK(cudaMalloc((void **)&l.dref, 4 * (size_t)(mmax * n)));
-    for (int fi = 0; fi < b->sw.nf; fi++) bench_format(b, &l, b->sw.fmts[fi]);
-    CK(cudaFree(l.dx));
-    CK(cudaFree(l.dy));
-    CK(cudaFree(l.dyb));
-    CK(cudaFree(l.dref));
+    shape_alloc(b, &l, k, n);
+    for (int fi = 0; fi < b->sw.nf; fi++) {
+        bench_prepare(b, &l, b->sw.fmts[fi]);
+        for (int mi = 0; mi < b->sw.nm; mi++) {
+            double t_nb, t_bl;
+            bench_row(b, &l, b->sw.ms[mi], &t_nb, &t_bl);
+        }
+        bench_release(&l);
+    }
+    shape_free(&l);
+}
+
+/* --sequence, one format and m: graphs of `passes` passes, each calling
+ * every layer once in order (pass p on copy p of each layer's rotation, so
+ * a layer is read cold), nibble's and cuBLAS's; us per pass, printed next
+ * to the sums of the layers' rows (sum_nb, sum_bl). */
+static void bench_seq_row(bench *b, bench_layer *ls, int nl, int64_t m, double sum_nb, double sum_bl) {
+    const nb_dtype act = b->sw.act;
+    nb_gemm_desc *g = nbt_calloc((size_t)nl, sizeof *g);
+    for (int i = 0; i < nl; i++) NB(nb_gemm_desc_init(&g[i], &ls[i].L.packed, m, act, act));
+    /* about 20 ms of cuBLAS work per graph, 2 to 200 passes */
+    int passes = (int)ceil(20000.0 / (sum_bl > 1.0 ? sum_bl : 1.0));
+    passes = passes < 2 ? 2 : passes > 200 ? 200 : passes;
+    cudaGraph_t gr;
+    cudaGraphExec_t ex;
+    CK(cudaStreamBeginCapture(b->s, cudaStreamCaptureModeThreadLocal));
+    for (int p = 0; p < passes; p++)
+        for (int i = 0; i < nl; i++)
+            NB(nb_gemm(b->ctx, &g[i], ls[i].dx, ls[i].L.pk[p % ls[i].L.rot], NULL, ls[i].dy, ls[i].dws, ls[i].ws,
+                       b->s));
+    CK(cudaStreamEndCapture(b->s, &gr));
+    CK(cudaGraphInstantiate(&ex, gr, 0));
+    const double t_nb = nbt_time_graph(ex, b->s, passes, 9);
+    CK(cudaGraphExecDestroy(ex));
+    CK(cudaGraphDestroy(gr));
+    const float one = 1.0f, zero = 0.0f;
+    const cudaDataType dt = act == NB_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    CK(cudaStreamBeginCapture(b->s, cudaStreamCaptureModeThreadLocal));
+    for (int p = 0; p < passes; p++)
+        for (int i = 0; i < nl; i++)
+            BL(cublasGemmEx(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)ls[i].n, (int)m, (int)ls[i].k, &one,
+                            ls[i].wb[p % ls[i].rot_b], dt, (int)ls[i].k, ls[i].dx, dt, (int)ls[i].k, &zero, ls[i].dyb,
+                            dt, (int)ls[i].n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    CK(cudaStreamEndCapture(b->s, &gr));
+    CK(cudaGraphInstantiate(&ex, gr, 0));
+    const double t_bl = nbt_time_graph(ex, b->s, passes, 9);
+    CK(cudaGraphExecDestroy(ex));
+    CK(cudaGraphDestroy(gr));
+    printf("sequence %s m=%lld, %d layers: nibble %.2f us per pass (layers alone %.2f), cuBLAS %.2f (%.2f), "
+           "speedup %.2fx (alone %.2fx)\n", ls[0].fname, (long long)m, nl, t_nb, sum_nb, t_bl, sum_bl, t_bl / t_nb,
+           sum_bl / sum_nb);
+    fflush(stdout);
+    free(g);
+}
+
+/* --sequence: per format, every layer prepared at once; per m, each layer's
+ * row (checked and timed alone), then the sequence. */
+static void bench_sequence(bench *b) {
+    const int nl = b->sw.nkn / 2;
+    bench_layer *ls = nbt_calloc((size_t)nl, sizeof *ls);
+    for (int fi = 0; fi < b->sw.nf; fi++) {
+        for (int i = 0; i < nl; i++) {
+            shape_alloc(b, &ls[i], b->sw.kn[2 * i], b->sw.kn[2 * i + 1]);
+            bench_prepare(b, &ls[i], b->sw.fmts[fi]);
+        }
+        for (int mi = 0; mi < b->sw.nm; mi++) {
+            double sum_nb = 0.0, sum_bl = 0.0;
+            for (int i = 0; i < nl; i++) {
+                double t_nb, t_bl;
+                bench_row(b, &ls[i], b->sw.ms[mi], &t_nb, &t_bl);
+                sum_nb += t_nb;
+                sum_bl += t_bl;
+            }
+            bench_seq_row(b, ls, nl, b->sw.ms[mi], sum_nb, sum_bl);
+        }
+        for (int i = 0; i < nl; i++) {
+            bench_release(&ls[i]);
+            shape_free(&ls[i]);
+        }
+    }
+    free(ls);
 }
 
 int nb_cli_bench(int argc, char **argv) {
@@ -352,7 +451,9 @@ int nb_cli_bench(int argc, char **argv) {
     if (rc) return rc < 0 ? 0 : rc;
     if (!nbt_have_device()) return 3;
     if ((rc = bench_setup(&b)) != 0) return rc;
-    for (int si = 0; si < b.sw.nkn; si += 2) bench_shape(&b, b.sw.kn[si], b.sw.kn[si + 1]);
+    if (b.sequence) bench_sequence(&b);
+    else
+        for (int si = 0; si < b.sw.nkn; si += 2) bench_shape(&b, b.sw.kn[si], b.sw.kn[si + 1]);
     if (b.fc && fclose(b.fc)) fprintf(stderr, "nibble bench: writing %s failed\n", b.csv), b.rc = 3;
     if (b.fj) {
         fprintf(b.fj, "\n]}\n");
