@@ -59,7 +59,9 @@
  *   scales come from a 256-entry table (built on the host, passed as a
  *   kernel parameter, copied to shared memory by each CTA), which
  *   handles negative, zero and NaN scale bytes with no special code: NaN
- *   scales give NaN outputs.  c: NVFP4 BF16 7, FP16 8; MXFP4 BF16 emax-127
+ *   scales give NaN outputs.  (Kernel 1 converts NVFP4's E4M3 bytes with
+ *   cvt.rn.f16x2.e4m3x2 instead on sm_89+, the same values:
+ *   gemv_step.cuh e4m3_adjusted.)  c: NVFP4 BF16 7, FP16 8; MXFP4 BF16 emax-127
  *   (needs emax - emin <= 125), FP16 emax-128 (needs emax - emin <= 24).
  *
  * INTEGER FORMATS (int4 with zero points, int4_sym, int8; kernel 1
@@ -413,7 +415,7 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
         __syncwarp(); /* slot s may now be refilled */
         const int kbase = (c_begin + i) * NBI_CHUNK_K + 32 * t;
         uint32_t sg[2], sh[2];
-        chunk_scales<FMT>(S, stab, sg, sh);
+        chunk_scales_act<FMT, ACT>(S, stab, sg, sh);
 #pragma unroll
         for (int w = 0; w < 4; w++) {
             uint4 xv[MT];

@@ -30,6 +30,44 @@ __device__ __forceinline__ void chunk_scales(uint32_t S, const uint32_t *stab, u
     }
 }
 
+/* NVFP4's adjusted scales without the table (sm_89+): two E4M3 bytes to
+ * FP16 by the hardware converter (exact; NaN stays NaN, zero and negative
+ * scales keep their value), then to the table's values, s * 2^6 in FP16 or
+ * s * 2^119 in BF16 (exact: powers of two inside both ranges), each
+ * duplicated in both halves.  Four table lookups per lane and chunk, with
+ * random bytes, conflict in the shared-memory banks; kernel 1 with this
+ * conversion was 1.8-2.3% faster on the Llama-3.1-8B layers at m = 1 and 8
+ * (H100, `nibble bench --sequence`, NOTES.md). */
+template <int ACT>
+__device__ __forceinline__ void e4m3_adjusted(uint32_t two, uint32_t &a, uint32_t &b) {
+    uint32_t h2;
+    asm("{.reg .b16 t; cvt.u16.u32 t, %1; cvt.rn.f16x2.e4m3x2 %0, t;}" : "=r"(h2) : "r"(two));
+    if (ACT == NB_DTYPE_F16) {
+        h2 = nbc_hmul2<ACT>(h2, 0x54005400u); /* 2^6 */
+    } else {
+        const __half2 hv = *reinterpret_cast<const __half2 *>(&h2);
+        const float f0 = __low2float(hv) * 0x1p119f, f1 = __high2float(hv) * 0x1p119f;
+        const __nv_bfloat162 bv = __floats2bfloat162_rn(f0, f1);
+        h2 = *reinterpret_cast<const uint32_t *>(&bv);
+    }
+    a = __byte_perm(h2, 0, 0x1010);
+    b = __byte_perm(h2, 0, 0x3232);
+}
+
+/* chunk_scales, NVFP4 through e4m3_adjusted where the GPU converts E4M3. */
+template <int FMT, int ACT>
+__device__ __forceinline__ void chunk_scales_act(uint32_t S, const uint32_t *stab, uint32_t (&sg)[2],
+                                                 uint32_t (&sh)[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    if (nbc_fmt<FMT>::group == 16) {
+        e4m3_adjusted<ACT>(S & 0xFFFFu, sg[0], sg[1]);
+        e4m3_adjusted<ACT>(S >> 16, sh[0], sh[1]);
+        return;
+    }
+#endif
+    chunk_scales<FMT>(S, stab, sg, sh);
+}
+
 /* The A fragment (PTX ISA, mma.m16n8k16 fragments: a0..a3 = rows g, g+8
  * at k-slots 2t..2t+1, then 2t+8..2t+9) built from pairs I and I+1 of word
  * ql (row g) and qh (row g+8). */
