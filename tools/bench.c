@@ -173,20 +173,23 @@ static int bench_setup(bench *b) {
     return 0;
 }
 
-/* cuBLAS BF16/FP16 graph of `calls` GEMMs over the rotated copies:
- * Y^T[n,m] = W[n,k] . X^T[k,m] in column-major terms; median us per call. */
+/* One cuBLAS BF16/FP16 GEMM of layer l on its BF16 copy w:
+ * Y^T[n,m] = W[n,k] . X^T[k,m] in column-major terms. */
+static void blas_gemm(bench *b, const bench_layer *l, int64_t m, const void *w) {
+    const float one = 1.0f, zero = 0.0f;
+    const int n = (int)l->n, k = (int)l->k;
+    const cudaDataType dt = b->sw.act == NB_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    BL(cublasGemmEx(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, n, (int)m, k, &one, w, dt, k, l->dx, dt, k, &zero, l->dyb, dt, n,
+                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+/* cuBLAS graph of `calls` GEMMs over the rotated copies; median us per call. */
 static double bench_cublas(bench *b, const bench_layer *l, int64_t m, int calls) {
     cudaGraph_t gr;
     cudaGraphExec_t ex;
-    float one = 1.0f, zero = 0.0f;
-    const int n = (int)l->n, k = (int)l->k;
-    cudaDataType dt = b->sw.act == NB_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
-    BL(cublasGemmEx(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, n, (int)m, k, &one, l->wb[0], dt, k, l->dx, dt, k, &zero, l->dyb,
-                    dt, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    blas_gemm(b, l, m, l->wb[0]);
     CK(cudaStreamBeginCapture(b->s, cudaStreamCaptureModeThreadLocal));
-    for (int c = 0; c < calls; c++)
-        BL(cublasGemmEx(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, n, (int)m, k, &one, l->wb[c % l->rot_b], dt, k, l->dx, dt,
-                        k, &zero, l->dyb, dt, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    for (int c = 0; c < calls; c++) blas_gemm(b, l, m, l->wb[c % l->rot_b]);
     CK(cudaStreamEndCapture(b->s, &gr));
     CK(cudaGraphInstantiate(&ex, gr, 0));
     const double us = nbt_time_graph(ex, b->s, calls, 9);
@@ -394,14 +397,9 @@ static void bench_seq_row(bench *b, bench_layer *ls, int nl, int64_t m, double s
     const double t_nb = nbt_time_graph(ex, b->s, passes, 9);
     CK(cudaGraphExecDestroy(ex));
     CK(cudaGraphDestroy(gr));
-    const float one = 1.0f, zero = 0.0f;
-    const cudaDataType dt = act == NB_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
     CK(cudaStreamBeginCapture(b->s, cudaStreamCaptureModeThreadLocal));
     for (int p = 0; p < passes; p++)
-        for (int i = 0; i < nl; i++)
-            BL(cublasGemmEx(b->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)ls[i].n, (int)m, (int)ls[i].k, &one,
-                            ls[i].wb[p % ls[i].rot_b], dt, (int)ls[i].k, ls[i].dx, dt, (int)ls[i].k, &zero, ls[i].dyb,
-                            dt, (int)ls[i].n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        for (int i = 0; i < nl; i++) blas_gemm(b, &ls[i], m, ls[i].wb[p % ls[i].rot_b]);
     CK(cudaStreamEndCapture(b->s, &gr));
     CK(cudaGraphInstantiate(&ex, gr, 0));
     const double t_bl = nbt_time_graph(ex, b->s, passes, 9);
