@@ -622,9 +622,10 @@ static int moe_kw(const nb_context *ctx, const nb_moe_desc *d, int block, int64_
  * 37.6 -> 36.5, Qwen3-30B-A3B 26.0 -> 22.9, but DeepSeek-V3 109.7 -> 112.0,
  * and batch 8 (32 or 64 slots) 3-19% slower on every layer.  Each CTA pays
  * the routing before its first weight fetch, so the rule takes inline
- * routing where it won: at most 8 slots, and every working CTA of both
- * projections in one resident wave (three CTAs per SM: the decode kernels'
- * 78-80 registers; DeepSeek-V3's gate_up needs 512).
+ * routing where it won: at most 8 slots, and every CTA both projections
+ * launch (launch_blocks x groups, a bound on the working ones) in one
+ * resident wave (three CTAs per SM: the decode kernels' 78-80 registers;
+ * DeepSeek-V3's gate_up launches 576 for 396).
  * NBI_MOE_INLINE_SLOTS bounds what a CTA can route (shared memory, one
  * thread per slot).  NIBBLE_MOE_ROUTE=kernel / inline at context creation
  * overrides the rule (measurement, tests; inline still needs at most
