@@ -199,6 +199,10 @@ nb_status nb_context_create(int device, nb_context **out) {
          * the workspace, as on GPUs without clusters (to test that path) */
         const char *cl = getenv("NIBBLE_SM90_CLUSTER");
         c->env_no_cluster = cl && !strcmp(cl, "0");
+        /* NIBBLE_SM90_TAIL=0: the tensor-core path's last partial wave runs
+         * unsplit, in the same launch (to measure the split against it) */
+        const char *tl = getenv("NIBBLE_SM90_TAIL");
+        c->env_no_tail = tl && !strcmp(tl, "0");
         for (int f = 0; f < NBI_FORMAT_COUNT; f++)
             for (int t = 0; t < 4; t++) c->table_shift[f][t] = INT32_MIN;
     }

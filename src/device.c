@@ -178,11 +178,14 @@ static void describe(nb_context *ctx, const nbi_gemm_plan *p, int64_t m) {
     if (p->path == NBI_PATH_SM80)
         snprintf(b, n, "gemm_sm80<%s,%s,128x%d,stages=%d> tiles=%dx%d raster=%d launches=1", fmt, act, p->bn,
                  p->stages, p->tiles_n, p->tiles_m, p->raster_group);
-    else if (p->path == NBI_PATH_SM90)
-        snprintf(b, n, "gemm_sm90<%s,%s,%dx%d> tiles=%dx%d k-split=%d%s raster=%d launches=1", fmt, act,
-                 64 * p->cwg, p->bn, p->tiles_n, p->tiles_m, p->splits, p->cluster ? " (cluster)" : "",
-                 p->raster_group);
-    else if (nbi_plan_stream_k(p))
+    else if (p->path == NBI_PATH_SM90) {
+        char tail[64] = "";
+        if (p->tail_tiles)
+            snprintf(tail, sizeof tail, " tail=%d tiles x k-split %d", p->tail_tiles, p->tail_splits);
+        snprintf(b, n, "gemm_sm90<%s,%s,%dx%d> tiles=%dx%d k-split=%d%s%s raster=%d launches=%d", fmt, act,
+                 64 * p->cwg, p->bn, p->tiles_n, p->tiles_m, p->splits, p->cluster ? " (cluster)" : "", tail,
+                 p->raster_group, p->tail_tiles ? 2 : 1);
+    } else if (nbi_plan_stream_k(p))
         snprintf(b, n, "gemv_fp4_xs<%s,%s,mt=%d,rows/warp=%d%s> stream-k ctas=%d over tiles=%d x kchunks=%lld "
                  "warps=%d chunks/cta=%d launches=%lld", fmt, act, p->mt, p->rpw * 16, p->xsh == 2 ? ",cta/sm=1" : "",
                  p->grid_x, p->tiles_n, (long long)p->kchunks, p->warps, p->chunks_per_split,

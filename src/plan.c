@@ -258,6 +258,31 @@ static double tc_reduce_us(int s, int bn, int cwg, int cluster) {
     return cluster ? 1.9 + kb * (0.018 + 0.011 * s) : 1.8 + kb * (0.028 + 0.007 * s);
 }
 
+/* The last wave of an unsplit tensor-core grid.  When the tiles are more
+ * than a wave and the last wave is partial (tiles % SMs), its tiles can run
+ * as a second launch of the same kernel, split along k over the SMs the
+ * whole waves leave idle and summed through the workspace (the tail split):
+ * 8192 -> 10240 at m = 512 is 160 tiles of 256 tokens, a full wave of 132
+ * and 28 left, which unsplit cost a second wave as long as the first.
+ * Returns the cost of the unsplit grid (`unsplit`, in the model's us) or,
+ * where the model charges less, of the whole waves plus the split tail, in
+ * which case *tail_s is the tail's split (else 0).  The tail's splits keep
+ * it within one wave (tail x s <= SMs: the workspace bound of
+ * nbi_plan_workspace holds). */
+static double tc_tail(const nb_context *ctx, const nbi_gemm_plan *p, int64_t tiles, double chunk, double fill, int bn,
+                      int cwg, double unsplit, int *tail_s) {
+    *tail_s = 0;
+    const int64_t sms = ctx->info.sm_count, tail = tiles % sms, full = tiles / sms;
+    if (ctx->env_no_tail || full == 0 || tail == 0) return unsplit;
+    const double whole = (double)full * (chunk * (double)p->kchunks + fill);
+    double best = unsplit;
+    for (int64_t s = 2; s <= NBI_SM90_MAX_SPLITS && s <= p->kchunks && tail * s <= sms; s++) {
+        const double c = whole + chunk * (double)((p->kchunks + s - 1) / s) + fill + tc_reduce_us((int)s, bn, cwg, 0);
+        if (c < best) best = c, *tail_s = (int)s;
+    }
+    return best;
+}
+
 /* The integer and table formats on the tensor-core kernel: from m =
  * NBI_INT_TC_MIN on request; by the heuristic past the decode range (m >
  * 32), and from m = 25 (table formats: 17) on layers with fewer 128-row
@@ -319,7 +344,10 @@ static int plan_tc(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
      * 128- and 256-token tiles costs 0.68, 0.80 and 1.16 us per k chunk plus
      * 3.5, 5 and 7 us of pipeline fill and epilogue (H100, nvfp4, unsplit
      * one-wave runs of 32 to 216 chunks on the layers of tc_reduce_us: within
-     * 5% of each; two-wave runs measured up to 10% more).  Narrow tiles win
+     * 5% of each; two-wave runs measured up to 10% more; fitted before the
+     * epilogue moved to shared memory, which took 1-13% off those calls).
+     * An unsplit grid's partial last wave may be split on its own
+     * (tc_tail).  Narrow tiles win
      * while the wider ones leave SMs idle, wide ones once every SM has work
      * (m = 1024: 178 us with 256 tokens, 231 with 128 on 8192 -> 8192).  A k split fills the SMs the tiles
      * leave idle (m <= 256 on 8192-wide layers: 64 tiles of 128 rows for 132
@@ -338,7 +366,7 @@ static int plan_tc(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
     const int fb = rq->bn == 16 || rq->bn == 32 || rq->bn == 64 || rq->bn == 128 || rq->bn == 256 ? rq->bn : 0;
     const int nwidths = integer ? 3 : 5;
     if (integer && (fb == 16 || fb == 32 || g->m < NBI_INT_TC_MIN)) return 0; /* (nbi_plan says why) */
-    int bn = 64, splits = 1, cluster = 0;
+    int bn = 64, splits = 1, cluster = 0, tail_splits = 0;
     double best = 0.0;
     for (int i = 0; i < nwidths; i++) {
         if (fb ? fb != widths[i] : i >= 3 && g->m > widths[i]) continue; /* 16, 32: one tile of tokens */
@@ -355,7 +383,7 @@ static int plan_tc(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
             const int64_t cps = (p->kchunks + s - 1) / s;
             const double waves = (double)((tiles * s + ctx->info.sm_count - 1) / ctx->info.sm_count);
             double cost;
-            int cl = 0;
+            int cl = 0, tail_s = 0;
             if (i >= 3) { /* the 16- and 32-token tiles */
                 cost = waves * (cwg == 4 ? 1.3 : chunk_us[i]) * (double)cps * (1.0 + 0.05 * (double)(s - 1));
                 cl = can_cl && (!can_ws || tc_reduce_us((int)s, widths[i], cwg, 1) <
@@ -365,8 +393,10 @@ static int plan_tc(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
                              cs = can_cl ? tc_reduce_us((int)s, widths[i], cwg, 1) : 1e30;
                 cl = cs < ws;
                 cost = waves * (chunk_us[i] * (double)cps + fill_us[i]) + (cl ? cs : ws);
+                if (s == 1) cost = tc_tail(ctx, p, tiles, chunk_us[i], fill_us[i], widths[i], cwg, cost, &tail_s);
             }
-            if (best == 0.0 || cost < best) best = cost, bn = widths[i], splits = (int)s, cluster = cl;
+            if (best == 0.0 || cost < best)
+                best = cost, bn = widths[i], splits = (int)s, cluster = cl, tail_splits = tail_s;
         }
     }
     if (best == 0.0) { /* a requested split that cannot run: the largest that can, at or below it */
@@ -391,6 +421,16 @@ static int plan_tc(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
     if (p->splits > 1 && !p->cluster) {
         p->ws_counter_bytes = NBI_MAX_SPLIT_COLUMNS * sizeof(int);
         p->ws_partial_bytes = (size_t)p->splits * (size_t)(tnb * tm) * (size_t)(64 * p->cwg) * (size_t)bn *
+                              sizeof(float);
+    }
+    p->tail_tiles = p->tail_splits = p->tail_cps = 0;
+    if (p->splits == 1 && tail_splits > 1) {
+        p->tail_tiles = (int)(tnb * tm % ctx->info.sm_count);
+        const int64_t cps = (p->kchunks + tail_splits - 1) / tail_splits;
+        p->tail_splits = (int)((p->kchunks + cps - 1) / cps); /* (no empty split) */
+        p->tail_cps = (int)cps;
+        p->ws_counter_bytes = NBI_MAX_SPLIT_COLUMNS * sizeof(int);
+        p->ws_partial_bytes = (size_t)p->tail_splits * (size_t)p->tail_tiles * (size_t)(64 * p->cwg) * (size_t)bn *
                               sizeof(float);
     }
     return 1;

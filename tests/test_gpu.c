@@ -1,6 +1,6 @@
 /* test_gpu.c - correctness of the device path on a real GPU.
  *
- *   test_gpu [--quick] [--no-cublas] [--max-m N] [--staged]
+ *   test_gpu [--quick] [--no-cublas] [--max-m N] [--staged] [--format nvfp4|mxfp4]
  *                           exit 0 pass, 1 fail, 77 no device (skipped)
  *
  * For every format (NVFP4, MXFP4) and activation type (BF16, FP16):
@@ -14,7 +14,11 @@
  *     unwritten element fails;
  *   - NaN scales give NaN rows and only those; negative scales; bias;
  *   - two runs are bitwise identical and a CUDA-graph replay equals a direct
- *     call (split-K reduction is deterministic, workspace left zeroed).
+ *     call (split-K reduction is deterministic, workspace left zeroed);
+ *   - a layer of 133 128-row tiles, whose last tile runs as the tensor-core
+ *     path's tail split (a second launch);
+ *   - output layouts (test_out_layout): ldc above n and y off 16-byte
+ *     alignment give the same bits as ldc = n and write nothing else.
  * With NIBBLE_PATH=mma in the environment every call runs the mma.sync
  * kernel (gemm_sm80.cu), whatever the GPU, and the test adds m in {32, 33,
  * 64, 100, 128, 256, 1000, 1024, 4096} on a ragged layer (n = 1000, k = 4192)
@@ -23,7 +27,8 @@
  * what an L40S runs) given with each call.  --staged gives every call of
  * m <= 32 the staged decode kernel ({decode, variant 1}: every shape through
  * it, split-K included).  --max-m leaves out larger m (the compute-sanitizer
- * runs).
+ * runs); --format runs one of the two formats (so that two sanitizer runs
+ * can share the work).
  * Error rule: |y - ref| <= ulp_out(|ref|) + 2^-14 * max|ref| per element
  * (output rounding plus float accumulation over k in another order). */
 #define _POSIX_C_SOURCE 200809L /* setenv */
@@ -39,6 +44,8 @@
 
 static int g_fail = 0, g_pass = 0;
 static int g_tc_runs = 0, g_tc_split_runs = 0; /* tensor-core path calls, and those with a k split */
+static int g_tc_layout_runs = 0; /* test_out_layout: configurations that ran gemm_sm90 */
+static int g_tc_tail_runs = 0;   /* tensor-core calls with a tail split (a second launch) */
 static int g_no_cublas = 0; /* --no-cublas: racecheck reports hazards inside cuBLAS itself */
 static int g_max_m = 0;      /* --max-m: leave out larger m (0: none left out) */
 static int g_mma = 0;        /* NIBBLE_PATH=mma: every call runs the mma.sync kernel */
@@ -374,6 +381,7 @@ static void test_shape_ref(env_t *e, nb_format fmt, nb_dtype act, int64_t n, int
         nb_gemm_last_config(e->ctx, cfg, sizeof cfg);
         g_tc_runs += strstr(cfg, "gemm_sm90") != NULL;
         g_tc_split_runs += strstr(cfg, "gemm_sm90") && !strstr(cfg, "k-split=1 ");
+        g_tc_tail_runs += strstr(cfg, "gemm_sm90") && strstr(cfg, " tail=");
         snprintf(what, sizeof what, "gemm %s %s n=%lld k=%lld m=%lld%s vs GPU reference", fn, an, (long long)n,
                  (long long)k, (long long)m, use_bias ? " +bias" : "");
         compare(what, act, hy, href, m, n, n);
@@ -470,6 +478,111 @@ static void test_every_config(env_t *e, nb_format fmt, nb_dtype act, int quick) 
     free(hy);
     free(href);
     cudaFree(dx);
+    cudaFree(dy);
+    cudaFree(dref);
+    free_weight(&w);
+}
+
+/* The output's layout: an ldc above n and an output pointer off 16-byte
+ * alignment.  The tensor-core epilogue stores whole 16-byte pieces of 8 rows
+ * through shared memory where y is 16-byte aligned and ldc a multiple of 8
+ * (element by element in the pieces that run past n), and element by element
+ * otherwise; the decode kernels always element by element.  On a layer whose
+ * n is not a multiple of 8 (n = 263: 2 tiles of 128 rows and 7 rows), every
+ * offered configuration at every m, with a bias: ldc = n (odd: element by
+ * element), ldc = 272 (pieces, the last one partial), ldc = 272 one element
+ * past an aligned address (element by element) give the same bits in the
+ * n columns and leave the padding and the rest of the buffer as they were;
+ * ldc = 272 without bias also against the naive GPU reference. */
+static void test_out_layout(env_t *e, nb_format fmt, nb_dtype act) {
+    static const int ms[] = {1, 9, 33, 64, 100, 256};
+    const int64_t n = 263, k = 1024, ldc = 272, mmax = 256, cap = mmax * ldc + 16;
+    const char *fn = fmt == NB_FORMAT_NVFP4 ? "nvfp4" : "mxfp4", *an = act == NB_DTYPE_BF16 ? "bf16" : "f16";
+    weight_t w;
+    make_weight(e->ctx, &w, fmt, n, k, 0, 0);
+    uint16_t *hx = malloc((size_t)(mmax * k) * 2), *hb = malloc((size_t)n * 2);
+    uint16_t *y0 = malloc((size_t)(mmax * n) * 2), *hy = malloc((size_t)cap * 2), *hc = malloc((size_t)(mmax * n) * 2);
+    for (int64_t i = 0; i < mmax * k; i++) hx[i] = to16(act, frand());
+    for (int64_t i = 0; i < n; i++) hb[i] = to16(act, frand());
+    void *dx, *db;
+    uint16_t *dy;
+    float *dref, *href = malloc((size_t)(mmax * n) * 4);
+    CK(cudaMalloc(&dx, (size_t)(mmax * k) * 2));
+    CK(cudaMalloc(&db, (size_t)n * 2));
+    CK(cudaMalloc((void **)&dy, (size_t)cap * 2));
+    CK(cudaMalloc((void **)&dref, (size_t)(mmax * n) * 4));
+    CK(cudaMemcpy(dx, hx, (size_t)(mmax * k) * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(db, hb, (size_t)n * 2, cudaMemcpyHostToDevice));
+    nb_weight_desc cd = w.desc;
+    cd.layout = NB_LAYOUT_CHECKPOINT;
+    int runs = 0, pieces = 0;
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
+        const int64_t m = ms[i];
+        if (g_max_m > 0 && m > g_max_m) continue;
+        nb_gemm_desc rg;
+        NB(nb_gemm_desc_init(&rg, &cd, m, act, act));
+        NB(nb_gemm_reference_device(e->ctx, &rg, dx, w.d_codes, w.d_scales, NULL, dref, NULL));
+        CK(cudaMemcpy(href, dref, (size_t)(m * n) * 4, cudaMemcpyDeviceToHost));
+        nb_gemm_desc g;
+        NB(nb_gemm_desc_init(&g, &w.desc, m, act, act));
+        nb_gemm_config cfgs[64];
+        size_t count = 0;
+        NB(nb_gemm_list_configs(e->ctx, &g, cfgs, 64, &count));
+        for (size_t c = 0; c < count && c < 64; c++) {
+            /* (ldc, element offset, bias): the first is the reference layout */
+            static const int64_t lay[4][3] = {{0, 0, 1}, {272, 0, 1}, {272, 1, 1}, {272, 0, 0}};
+            char cfg[256] = "";
+            for (int l = 0; l < 4; l++) {
+                const int64_t ld = lay[l][0] ? lay[l][0] : n, off = lay[l][1];
+                g.ldc = ld;
+                size_t ws = 0;
+                NB(nb_gemm_workspace_size_ex(e->ctx, &g, &cfgs[c], &ws));
+                ensure_ws(e, ws);
+                CK(cudaMemset(dy, 0xFF, (size_t)cap * 2));
+                NB(nb_gemm_ex(e->ctx, &g, &cfgs[c], dx, w.d_packed, lay[l][2] ? db : NULL, dy + off, e->ws, e->ws_bytes,
+                              NULL));
+                CK(cudaDeviceSynchronize());
+                CK(cudaMemcpy(hy, dy, (size_t)cap * 2, cudaMemcpyDeviceToHost));
+                nb_gemm_last_config(e->ctx, cfg, sizeof cfg);
+                int same = 1, kept = 1;
+                for (int64_t q = 0; q < cap; q++) {
+                    const int64_t r = q - off, tok = r / ld, col = r % ld;
+                    const int out = r >= 0 && tok < m && col < n;
+                    if (!out) kept &= hy[q] == 0xFFFF;
+                    else if (l == 0) y0[tok * n + col] = hy[q];
+                    else if (l < 3) same &= hy[q] == y0[tok * n + col];
+                    else hc[tok * n + col] = hy[q];
+                }
+                char what[512];
+                snprintf(what, sizeof what, "gemm %s %s n=%lld m=%lld ldc=%lld y+%lld%s (%s): nothing written outside "
+                         "the output", fn, an, (long long)n, (long long)m, (long long)ld, (long long)off,
+                         lay[l][2] ? " bias" : "", cfg);
+                check(kept, what);
+                if (l == 1 || l == 2) {
+                    snprintf(what, sizeof what, "gemm %s %s n=%lld m=%lld ldc=%lld y+%lld bias (%s) == ldc=n", fn, an,
+                             (long long)n, (long long)m, (long long)ld, (long long)off, cfg);
+                    check(same, what);
+                }
+                if (l == 3) {
+                    snprintf(what, sizeof what, "gemm %s %s n=%lld m=%lld ldc=%lld (%s) vs GPU reference", fn, an,
+                             (long long)n, (long long)m, (long long)ld, cfg);
+                    compare(what, act, hc, href, m, n, n);
+                }
+                runs++;
+            }
+            pieces += strstr(cfg, "gemm_sm90") != NULL;
+        }
+    }
+    g_tc_layout_runs += pieces;
+    printf("output layouts: %d runs (%s, %s)\n", runs, fn, an);
+    free(hx);
+    free(hb);
+    free(y0);
+    free(hy);
+    free(hc);
+    free(href);
+    cudaFree(dx);
+    cudaFree(db);
     cudaFree(dy);
     cudaFree(dref);
     free_weight(&w);
@@ -700,16 +813,24 @@ static void test_device_errors(env_t *e) {
 
 int main(int argc, char **argv) {
     int quick = 0;
+    const char *only_fmt = NULL; /* --format: one of the two formats (the sanitizer runs, in parallel) */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--no-cublas")) g_no_cublas = 1;
         else if (i + 1 < argc && !strcmp(argv[i], "--max-m")) g_max_m = atoi(argv[++i]);
+        else if (i + 1 < argc && !strcmp(argv[i], "--format")) {
+            only_fmt = argv[++i];
+            if (strcmp(only_fmt, "nvfp4") && strcmp(only_fmt, "mxfp4")) {
+                fprintf(stderr, "test_gpu: --format takes nvfp4 or mxfp4\n");
+                return 1;
+            }
+        }
         else if (!strcmp(argv[i], "--staged")) {
             g_force.path = NB_GEMM_PATH_DECODE;
             g_force.variant = 1; /* the staged-activation kernel; rows per warp and splits by the planner */
             g_force_max_m = 32;
         } else {
-            fprintf(stderr, "usage: test_gpu [--quick] [--no-cublas] [--max-m N] [--staged]\n");
+            fprintf(stderr, "usage: test_gpu [--quick] [--no-cublas] [--max-m N] [--staged] [--format nvfp4|mxfp4]\n");
             return 1;
         }
     }
@@ -740,6 +861,7 @@ int main(int argc, char **argv) {
     const nb_format fmts[2] = {NB_FORMAT_NVFP4, NB_FORMAT_MXFP4};
     const nb_dtype acts[2] = {NB_DTYPE_BF16, NB_DTYPE_F16};
     for (int f = 0; f < 2; f++) {
+        if (only_fmt && strcmp(only_fmt, f == 0 ? "nvfp4" : "mxfp4")) continue;
         test_dequant(&e, fmts[f]);
         for (int a = 0; a < 2; a++) {
             test_nan_scales(&e, fmts[f], acts[a]);
@@ -761,7 +883,12 @@ int main(int argc, char **argv) {
              * last with 2 of its 16 row blocks) */
             test_shape(&e, fmts[f], acts[a], 6144 + 24, 1024 + 96, tc_m, 9, 0);
             test_shape(&e, fmts[f], acts[a], 129, 16 * 9 * (fmts[f] == NB_FORMAT_NVFP4 ? 1 : 2), tc_m, 9, 0);
+            /* 133 tiles of 128 rows (the last of 120): a wave of 132 and a
+             * tail split (plan.c tc_tail) of 1..4 tiles over 33 chunks (7
+             * splits of 5, the last of 3) */
+            test_shape(&e, fmts[f], acts[a], 17016, 4096 + 96, tc_m, 9, 0);
             if (g_force_max_m < 0 && !g_mma) test_every_config(&e, fmts[f], acts[a], quick);
+            if (g_force_max_m < 0) test_out_layout(&e, fmts[f], acts[a]);
             if (g_mma) { /* a ragged layer and a Llama layer (4096 -> 4096) up to m = 4096 */
                 test_shape_ref(&e, fmts[f], acts[a], 1000, 4096 + 96, mma_m, 9, 1, 1);
                 if (quick && !g_no_cublas) test_shape_ref(&e, fmts[f], acts[a], 4096, 4096, llama_m, 4, a == 0, 1);
@@ -779,8 +906,12 @@ int main(int argc, char **argv) {
     if (g_mma) test_mma_small_smem(&e);
     test_mx_range(&e);
     test_device_errors(&e);
-    printf("tensor-core path: %d calls, %d with a k split\n", g_tc_runs, g_tc_split_runs);
+    printf("tensor-core path: %d calls, %d with a k split, %d with a tail split\n", g_tc_runs, g_tc_split_runs,
+           g_tc_tail_runs);
     if (g_tc_runs) check(g_tc_split_runs > 0, "the tensor-core path ran with a k split (small layers at m = 64)");
+    if (g_tc_runs && !g_mma) check(g_tc_layout_runs > 0, "the output-layout test ran gemm_sm90 configurations");
+    if (g_tc_runs && !g_mma && !getenv("NIBBLE_SM90_TAIL"))
+        check(g_tc_tail_runs > 0, "the tensor-core path ran a tail split (17016 rows: 133 tiles)");
     char cfg[256];
     NB(nb_gemm_last_config(e.ctx, cfg, sizeof cfg));
     printf("last config: %s\n", cfg);

@@ -93,11 +93,28 @@ static void check_valid(nb_context *ctx, const nbi_gemm_plan *p, int64_t k, int6
           (long long)n, (long long)m, p->splits, p->chunks_per_split, (long long)p->kchunks);
     CHECK(tiles * p->bn >= m && (int64_t)p->tiles_n * 64 * p->cwg >= n, "%lld -> %lld m = %lld: the tiles cover the output",
           (long long)k, (long long)n, (long long)m);
-    if (p->splits == 1) {
-        CHECK(!p->cluster && p->ws_partial_bytes == 0, "%lld -> %lld m = %lld: no split, no cluster, no workspace",
-              (long long)k, (long long)n, (long long)m);
+    if (p->splits == 1 && p->tail_tiles) {
+        const int64_t sms = ctx->info.sm_count, whole = tiles - p->tail_tiles;
+        CHECK(!p->cluster && whole > 0 && whole % sms == 0 && p->tail_tiles < sms &&
+                  (int64_t)p->tail_tiles * p->tail_splits <= sms && p->tail_splits >= 2 &&
+                  p->tail_splits <= NBI_SM90_MAX_SPLITS && (int64_t)p->tail_splits * p->tail_cps >= p->kchunks &&
+                  (int64_t)(p->tail_splits - 1) * p->tail_cps < p->kchunks,
+              "%lld -> %lld m = %lld: whole waves (%lld tiles), then %d tiles x %d splits of %d chunks within one "
+              "wave covering %lld chunks, each split non-empty", (long long)k, (long long)n, (long long)m,
+              (long long)whole, p->tail_tiles, p->tail_splits, p->tail_cps, (long long)p->kchunks);
+        CHECK(p->ws_partial_bytes == (size_t)p->tail_tiles * p->tail_splits * 64 * p->cwg * p->bn * sizeof(float) &&
+                  p->ws_partial_bytes + p->ws_counter_bytes <= nbi_plan_workspace(ctx, p),
+              "%lld -> %lld m = %lld: the tail's partials (%zu bytes) within the bound %zu", (long long)k,
+              (long long)n, (long long)m, p->ws_partial_bytes, nbi_plan_workspace(ctx, p));
         return;
     }
+    if (p->splits == 1) {
+        CHECK(!p->cluster && p->ws_partial_bytes == 0 && p->tail_tiles == 0,
+              "%lld -> %lld m = %lld: no split, no cluster, no workspace", (long long)k, (long long)n, (long long)m);
+        return;
+    }
+    CHECK(p->tail_tiles == 0, "%lld -> %lld m = %lld: a split grid has no tail split", (long long)k, (long long)n,
+          (long long)m);
     if (p->cluster) {
         CHECK(tiles <= g_cap[p->splits] && p->ws_partial_bytes == 0 && p->ws_counter_bytes == 0,
               "%lld -> %lld m = %lld: %lld tiles x %d splits in clusters: all fit at once (%d), no workspace",
@@ -221,6 +238,37 @@ static void test_requested_splits(void) {
               "(got %d, cluster %d)", p.splits, p.cluster);
     }
     nb_context_destroy(ctx);
+}
+
+/* The tail split (plan.c tc_tail): an unsplit grid of more than a wave
+ * whose last wave is partial runs that wave's tiles split along k, where the
+ * model charges less; NIBBLE_SM90_TAIL=0 keeps them unsplit; a grid of
+ * whole waves or of less than one has none. */
+static void test_tail_split(void) {
+    for (int off = 0; off < 2; off++) {
+        nb_context *ctx = h100();
+        ctx->env_no_tail = off;
+        nbi_gemm_plan p;
+        int tails = 0;
+        for (size_t s = 0; s < sizeof k_shapes / sizeof k_shapes[0]; s++)
+            for (size_t i = 0; i < sizeof k_ms / sizeof k_ms[0]; i++)
+                if (plan(ctx, NB_FORMAT_NVFP4, k_shapes[s][0], k_shapes[s][1], k_ms[i], NULL, &p)) {
+                    check_valid(ctx, &p, k_shapes[s][0], k_shapes[s][1], k_ms[i]);
+                    tails += p.tail_tiles > 0;
+                }
+        CHECK(off ? tails == 0 : tails > 0, "%s: %d plans with a tail split", off ? "NIBBLE_SM90_TAIL=0" : "default",
+              tails);
+        /* 27648 -> 5120 at m = 1024: 40 x 4 tiles of 256 tokens, 132 and 28 */
+        if (plan(ctx, NB_FORMAT_NVFP4, 27648, 5120, 1024, NULL, &p))
+            CHECK(off ? p.tail_tiles == 0 : p.bn == 256 && p.splits == 1 && p.tail_tiles == 28 && p.tail_splits == 4,
+                  "27648 -> 5120 m = 1024%s: tail %d tiles x %d splits (bn %d)", off ? " (tail off)" : "",
+                  p.tail_tiles, p.tail_splits, p.bn);
+        /* 8192 -> 8192 at m = 1024: 64 x 4 = 256 tiles of 256 tokens, 132 and a tail of 124, which cannot
+         * split within a wave */
+        if (plan(ctx, NB_FORMAT_NVFP4, 8192, 8192, 1024, NULL, &p))
+            CHECK(p.tail_tiles == 0, "8192 -> 8192 m = 1024: no tail split (%d tiles)", p.tail_tiles);
+        nb_context_destroy(ctx);
+    }
 }
 
 /* The device is asked once per context, instance and cluster size. */
@@ -389,6 +437,7 @@ int main(void) {
     test_without_clusters();
     test_requested_splits();
     test_capacity_cached();
+    test_tail_split();
     test_stream_k();
     printf("%d passed, %d failed\n", g_pass, g_fail);
     return g_fail ? 1 : 0;

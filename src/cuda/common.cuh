@@ -203,28 +203,59 @@ __device__ __forceinline__ void nbc_load_scale_table(uint32_t *stab, const uint3
     }
 }
 
+/* The epilogue's value of one accumulator: acc * 2^exp_shift * tensor_scale
+ * (+ the row's bias), as FP32.  p2 = ldexpf(1, exp_shift) is exact for every
+ * shift the planner makes (-128..127), so acc * p2 is ldexpf(acc, exp_shift)
+ * bit for bit (one rounding, subnormals kept: no flush to zero here). */
+__device__ __forceinline__ float nbc_epi(float acc, float p2, float ts, bool has_bias, float b) {
+    float v = acc * p2 * ts;
+    if (has_bias) v += b; /* (not v + 0: that would turn -0 into +0) */
+    return v;
+}
+
+/* Two epilogue values rounded (RNE) to a 16-bit ACT and packed, lo in the
+ * low half; a NaN becomes the canonical NaN of nbc_store (cvt's own NaN is
+ * another pattern). */
+template <int ACT>
+__device__ __forceinline__ uint32_t nbc_pack2(float lo, float hi) {
+    uint32_t r;
+    if (ACT == NB_DTYPE_BF16) asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    else asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    const uint32_t qnan = ACT == NB_DTYPE_BF16 ? 0x7FC0u : 0x7E00u;
+    if (isnan(lo)) r = (r & 0xFFFF0000u) | qnan;
+    if (isnan(hi)) r = (r & 0x0000FFFFu) | (qnan << 16);
+    return r;
+}
+
 /* The epilogue of a warp's 16-row block over NT tiles of 8 tokens whose
  * FP32 accumulators are in the mma m16n8 C layout (PTX ISA "Matrix
  * Fragments for mma.m16n8k16"; the wgmma m64nN D fragment repeats it per
  * warp): element 4i + 2h + j is row row0 + g + 8h, token tok0 + 8i + 2t + j.
  * Y[token, row] = acc * 2^exp_shift * tensor_scale (+ bias[row]), rounded
- * once to ACT; rows >= n and tokens >= m are not stored. */
+ * once to ACT; rows >= n and tokens >= m are not stored.  The scale, the
+ * thread's two bias values, its row tests and its first address are set
+ * once (a 2-byte store and two multiplies per element). */
 template <int ACT, int NT>
 __device__ __forceinline__ void nbc_store_block(const float *acc, int row0, int tok0, int g, int t, int m, int n,
                                                 int64_t ldc, void *y, const void *bias, int exp_shift, float ts) {
+    const float p2 = ldexpf(1.0f, exp_shift);
+    const int r0 = row0 + g;
+    const bool ok0 = r0 < n, ok1 = r0 + 8 < n;
+    const float b0 = bias && ok0 ? nbc_load(ACT, bias, (size_t)r0) : 0.0f;
+    const float b1 = bias && ok1 ? nbc_load(ACT, bias, (size_t)r0 + 8) : 0.0f;
+    const int size = ACT == NB_DTYPE_F32 ? 4 : 2;
+    char *p = (char *)y + ((int64_t)(tok0 + 2 * t) * ldc + r0) * size;
+    const int64_t step = ldc * size;
 #pragma unroll
     for (int i = 0; i < NT; i++)
 #pragma unroll
-        for (int h = 0; h < 2; h++)
-#pragma unroll
-            for (int j = 0; j < 2; j++) {
-                const int tok = tok0 + 8 * i + 2 * t + j, row = row0 + g + 8 * h;
-                if (tok < m && row < n) {
-                    float v = ldexpf(acc[4 * i + 2 * h + j], exp_shift) * ts;
-                    if (bias) v += nbc_load(ACT, bias, (size_t)row);
-                    nbc_store(ACT, y, (size_t)tok * ldc + row, v);
-                }
+        for (int j = 0; j < 2; j++) {
+            if (tok0 + 8 * i + 2 * t + j < m) {
+                char *q = p + (8 * i + j) * step;
+                if (ok0) nbc_store(ACT, q, 0, nbc_epi(acc[4 * i + j], p2, ts, bias != NULL, b0));
+                if (ok1) nbc_store(ACT, q + 8 * size, 0, nbc_epi(acc[4 * i + 2 + j], p2, ts, bias != NULL, b1));
             }
+        }
 }
 
 /* The MoE activation of gate and up (nibble.h nb_moe_activation): SwiGLU,

@@ -94,6 +94,7 @@ struct Sm90Params {
     int row_blocks, kchunks;
     int tiles_n, tiles_m, group; /* tile grid and its raster (group of n tiles walked together) */
     int splits, cps;             /* CTAs per tile along k, chunks per split */
+    int tile0, ws_tiles;         /* this launch's first tile; the tiles it splits (workspace rows) */
     float *partial;              /* split-K: per split and tile, the consumers' accumulators */
     int *counters;               /* split-K: arrivals per tile (left zero) */
     int cluster;                 /* split-K: a tile's CTAs are a cluster and sum through shared memory */
@@ -198,6 +199,8 @@ struct Sm90Smem {
     static constexpr int BYTES = FLAG_OFF + 16 + 1024;
     /* cluster split-K: the consumers' FP32 accumulators, over the (then idle) stages */
     static_assert(128 * CWG * BN / 2 * 4 <= W_OFF + STAGES * W_STAGE, "the partials fit the stages");
+    /* sm90_store_tile: the tile rounded to 16 bits, token-major */
+    static_assert(BN * SM90_ROWS(CWG) * 2 <= W_OFF + STAGES * W_STAGE, "the output tile fits the stages");
 };
 
 #ifdef NB_SM90_DEVICE
@@ -348,7 +351,8 @@ __device__ __forceinline__ bool sm90_split_reduce(const Sm90Params &p, int tile,
                                                   float (&acc)[BN / 2]) {
     constexpr int NC = 128 * CWG; /* consumer threads */
     const int c = threadIdx.x - 128;
-    const int ntiles = p.tiles_n * p.tiles_m;
+    const int ntiles = p.ws_tiles;
+    tile -= p.tile0; /* (a tail launch's tiles: their own rows of the workspace and counters) */
     float4 *mine = (float4 *)p.partial + ((size_t)split * ntiles + tile) * (NC * BN / 8) + c;
 #pragma unroll
     for (int i = 0; i < BN / 8; i++)
@@ -404,6 +408,72 @@ __device__ __forceinline__ void sm90_cluster_reduce(const Sm90Params &p, uint8_t
     }
     cluster_sync(); /* no CTA reads this one's shared memory any more */
 }
+
+/* The epilogue through shared memory (y 16-byte aligned and ldc a multiple
+ * of 8: the caller checks).  Each consumer warp rounds its 16 rows x BN
+ * tokens to ACT and writes them transposed with stmatrix.trans into a
+ * token-major copy of the tile over the stages (idle once every consumer
+ * warpgroup's wgmmas have retired): token row tk holds the tile's rows as
+ * 16-byte pieces of 8, piece c at (c ^ (tk & 7)) so that the eight token
+ * rows an 8x8 matrix writes fall in eight bank groups.  Then the consumer
+ * threads store it, 16 bytes each (a warp: two whole token rows of the
+ * tile), where the element-wise epilogue spent a 2-byte store, a 64-bit
+ * address and ldexpf per element.  Pieces that run past n are stored
+ * element by element. */
+template <int ACT, int BN, int CWG>
+__device__ __forceinline__ void sm90_store_tile(const Sm90Params &p, uint8_t *smem, const float (&acc)[BN / 2], int rbl,
+                                                int row_t0, int tok0, int g, int t) {
+    constexpr int NC = 128 * CWG;          /* consumer threads */
+    constexpr int ROWB = SM90_ROWS(CWG) * 2; /* bytes of one token row of the tile */
+    constexpr int CH = ROWB / 16;          /* its 16-byte pieces */
+    const int lane = threadIdx.x & 31;
+    const float p2 = ldexpf(1.0f, p.exp_shift), ts = p.ts;
+    const int r0 = row_t0 + 16 * rbl + g;
+    const bool has_bias = p.bias != NULL;
+    const float b0 = has_bias && r0 < p.n ? nbc_load(ACT, p.bias, (size_t)r0) : 0.0f;
+    const float b1 = has_bias && r0 + 8 < p.n ? nbc_load(ACT, p.bias, (size_t)r0 + 8) : 0.0f;
+    const uint32_t base = nbc_smem_u32(smem);
+    nbc_split_barrier<NC>(); /* every consumer warpgroup is past its last wgmma: the stages are free */
+    /* stmatrix .x4: matrix q = (token group i + q / 2, rows g + 8 (q & 1));
+     * lane L gives the address of row L & 7 of matrix L / 8, which .trans
+     * makes token 8 (i + L / 16) + (L & 7), piece 2 rbl + (L / 8 & 1) */
+#pragma unroll
+    for (int i = 0; i < BN / 8; i += 2) {
+        uint32_t r[4];
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const int e = 4 * (i + q / 2) + 2 * (q & 1);
+            const float b = q & 1 ? b1 : b0;
+            r[q] = nbc_pack2<ACT>(nbc_epi(acc[e], p2, ts, has_bias, b), nbc_epi(acc[e + 1], p2, ts, has_bias, b));
+        }
+        const int tk = 8 * (i + (lane >> 4)) + (lane & 7), c = 2 * rbl + ((lane >> 3) & 1);
+        const uint32_t a = base + (uint32_t)(tk * ROWB + ((c ^ (tk & 7)) << 4));
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};"
+                     ::"r"(a), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+                     : "memory");
+    }
+    nbc_split_barrier<NC>(); /* the whole tile is in shared memory */
+    typedef uint16_t T;
+#pragma unroll 4
+    for (int idx = threadIdx.x - 128; idx < BN * CH; idx += NC) {
+        const int tk = idx / CH, c = idx % CH;
+        const int tok = tok0 + tk, row = row_t0 + 8 * c;
+        if (tok >= p.m || row >= p.n) continue;
+        uint4 v;
+        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "r"(base + (uint32_t)(tk * ROWB + ((c ^ (tk & 7)) << 4))));
+        T *dst = (T *)p.y + (int64_t)tok * p.ldc + row;
+        if (row + 8 <= p.n) {
+            *(uint4 *)dst = v;
+        } else {
+            for (int e = 0; e < p.n - row; e++) { /* (no indexed array: it would live on the stack) */
+                const uint32_t w = e < 2 ? v.x : e < 4 ? v.y : e < 6 ? v.z : v.w;
+                dst[e] = (T)(w >> (16 * (e & 1)));
+            }
+        }
+    }
+}
 #endif
 
 template <int FMT, int ACT, int KG, int BN, int STAGES, int CWG>
@@ -421,7 +491,7 @@ __global__ void __launch_bounds__(SM90_THREADS(CWG), 1)
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int wg = warp >> 2;
-    const int tile = blockIdx.x / p.splits, split = blockIdx.x % p.splits;
+    const int tile = p.tile0 + blockIdx.x / p.splits, split = blockIdx.x % p.splits;
     int tn, tm;
     nbc_raster(tile, p.group, p.tiles_n, p.tiles_m, tn, tm);
     constexpr int RB = SM90_ROWS(CWG) / 16; /* row blocks per tile */
@@ -461,7 +531,10 @@ __global__ void __launch_bounds__(SM90_THREADS(CWG), 1)
     }
     if (p.splits > 1 && !sm90_split_reduce<BN, CWG>(p, tile, split, (int *)(smem + L::FLAG_OFF), acc)) return;
     /* Epilogue: accumulator (row, token) -> Y[token, row]. */
-    nbc_store_block<ACT, BN / 8>(acc, (rb0 + rbl) * 16, tm * BN, g, t, p.m, p.n, p.ldc, p.y, p.bias, p.exp_shift, p.ts);
+    if ((((uintptr_t)p.y & 15) | (p.ldc & 7)) == 0)
+        sm90_store_tile<ACT, BN, CWG>(p, smem, acc, rbl, rb0 * 16, tm * BN, g, t);
+    else
+        nbc_store_block<ACT, BN / 8>(acc, (rb0 + rbl) * 16, tm * BN, g, t, p.m, p.n, p.ldc, p.y, p.bias, p.exp_shift, p.ts);
 #endif
 }
 
@@ -693,15 +766,32 @@ extern "C" nb_status nbi_cuda_gemm_sm90(nb_context *ctx, const nbi_gemm_plan *pl
     p.partial = (float *)((char *)workspace + pl->ws_counter_bytes);
     p.cluster = pl->cluster;
     p.scale_bf16 = pl->scale_bf16;
+    const int tiles = pl->tiles_n * pl->tiles_m, whole = tiles - pl->tail_tiles;
+    p.tile0 = 0;
+    p.ws_tiles = tiles;
 
     st = nbc_smem_opt_in(ctx, (const void *)f, smem);
     if (st) return st;
     cudaLaunchAttribute attr[2];
-    const dim3 grid((unsigned)(pl->tiles_n * pl->tiles_m * pl->splits));
     const int threads = SM90_THREADS(pl->cwg);
-    cudaLaunchConfig_t cfg = nbc_launch_config(grid, dim3(threads), smem, stream, pl->pdl, attr);
+    cudaLaunchConfig_t cfg = nbc_launch_config(dim3((unsigned)(whole * pl->splits)), dim3(threads), smem, stream,
+                                               pl->pdl, attr);
     if (pl->cluster) attr[cfg.numAttrs++] = sm90_cluster_attr(pl->splits); /* a tile's splits (consecutive CTAs) */
     NBC_TRY(cudaLaunchKernelEx(&cfg, f, map, p), "gemm_sm90 kernel launch");
+    if (pl->tail_tiles) {
+        /* The tail split (plan.c tc_tail): the last tiles, split along k and
+         * summed through the workspace.  With programmatic dependent launch
+         * its CTAs take the SMs the whole waves free, and its producers wait
+         * (griddepcontrol.wait) until that launch is complete, so a kernel
+         * waiting on this one also waits on both. */
+        p.tile0 = whole;
+        p.ws_tiles = pl->tail_tiles;
+        p.splits = pl->tail_splits;
+        p.cps = pl->tail_cps;
+        cfg = nbc_launch_config(dim3((unsigned)(pl->tail_tiles * pl->tail_splits)), dim3(threads), smem, stream,
+                                pl->pdl, attr);
+        NBC_TRY(cudaLaunchKernelEx(&cfg, f, map, p), "gemm_sm90 kernel launch (tail)");
+    }
     return NB_OK;
 }
 
