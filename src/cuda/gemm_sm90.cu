@@ -201,6 +201,9 @@ struct Sm90Smem {
     static_assert(128 * CWG * BN / 2 * 4 <= W_OFF + STAGES * W_STAGE, "the partials fit the stages");
     /* sm90_store_tile: the tile rounded to 16 bits, token-major */
     static_assert(BN * SM90_ROWS(CWG) * 2 <= W_OFF + STAGES * W_STAGE, "the output tile fits the stages");
+    /* sm90_cluster_reduce: the partials, then a share of at most half the tile rounded to 16 bits */
+    static_assert(128 * CWG * BN / 2 * 4 + BN / 2 * SM90_ROWS(CWG) * 2 <= W_OFF + STAGES * W_STAGE,
+                  "the partials and a staged share fit the stages");
 };
 
 #ifdef NB_SM90_DEVICE
@@ -372,90 +375,46 @@ __device__ __forceinline__ bool sm90_split_reduce(const Sm90Params &p, int tile,
     return true;
 }
 
-/* Split-K within a cluster (p.cluster): the `splits` CTAs of a tile are one
- * cluster, co-scheduled by the hardware, so they can wait for each other.
- * Each puts its accumulators in its own shared memory (float4 i of consumer
- * thread c at 16 (NC i + c), over the stages, idle once every consumer
- * warpgroup's wgmmas have retired); after a cluster barrier it sums its
- * share of the tile, the float4s [i0, i1) of every thread, reading the
- * splits' partials from their shared memory in split order (the same
- * additions in the same order as sm90_split_reduce: the same bits), and
- * stores it; a second cluster barrier keeps every CTA's shared memory alive
- * until the others have read it.  The producer warpgroup has exited by then
- * (barrier.cluster counts the non-exited threads).  No workspace, and the
- * sum is spread over the tile's CTAs instead of falling on the last one.
- * Every consumer thread calls it; rank (the CTA's rank in the cluster, whose
- * CTAs are consecutive along x) is its split. */
-template <int ACT, int BN, int CWG>
-__device__ __forceinline__ void sm90_cluster_reduce(const Sm90Params &p, uint8_t *smem, int rank, float (&acc)[BN / 2],
-                                                    int row0, int tok0, int g, int t) {
-    constexpr int NC = 128 * CWG, NV = BN / 8; /* consumer threads; float4s per thread */
-    const int c = threadIdx.x - 128, S = p.splits;
-    nbc_split_barrier<NC>(); /* every consumer warpgroup is past its last wgmma: the stages are free */
-    float4 *mine = (float4 *)smem + c;
-#pragma unroll
-    for (int i = 0; i < NV; i++) mine[NC * i] = make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
-    cluster_sync(); /* every split's partial is in place */
-    const int i0 = rank * NV / S, i1 = (rank + 1) * NV / S;
-    const uint32_t base = nbc_smem_u32(smem) + 16u * (uint32_t)c;
-    for (int i = i0; i < i1; i++) {
-        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        for (int r = 0; r < S; r++) {
-            const float4 q = cluster_ld16(cluster_map(base + 16u * NC * (uint32_t)i, r));
-            v[0] += q.x, v[1] += q.y, v[2] += q.z, v[3] += q.w;
-        }
-        nbc_store_block<ACT, 1>(v, row0, tok0 + 8 * i, g, t, p.m, p.n, p.ldc, p.y, p.bias, p.exp_shift, p.ts);
+/* The staged epilogue's pieces (sm90_store_tile, sm90_cluster_reduce): a
+ * thread's scale and the bias of its rows g and g + 8 (of its warp's 16),
+ * set once; the packing of two tokens of one row; the stmatrix of one group
+ * of 8 tokens (two 8x8 matrices, rows g and g + 8: lanes 0..15 give the
+ * addresses of their token rows); the 16-byte stores of ntok staged token
+ * rows. */
+template <int CWG>
+struct Sm90Stage {
+    static constexpr int ROWB = SM90_ROWS(CWG) * 2; /* bytes of one token row of the tile */
+    float p2, ts, b[2];
+    bool has_bias;
+    template <int ACT>
+    __device__ __forceinline__ void init(const Sm90Params &p, int row_t0, int rbl, int g) {
+        p2 = ldexpf(1.0f, p.exp_shift);
+        ts = p.ts;
+        has_bias = p.bias != NULL;
+        const int r0 = row_t0 + 16 * rbl + g;
+        b[0] = has_bias && r0 < p.n ? nbc_load(ACT, p.bias, (size_t)r0) : 0.0f;
+        b[1] = has_bias && r0 + 8 < p.n ? nbc_load(ACT, p.bias, (size_t)r0 + 8) : 0.0f;
     }
-    cluster_sync(); /* no CTA reads this one's shared memory any more */
-}
-
-/* The epilogue through shared memory (y 16-byte aligned and ldc a multiple
- * of 8: the caller checks).  Each consumer warp rounds its 16 rows x BN
- * tokens to ACT and writes them transposed with stmatrix.trans into a
- * token-major copy of the tile over the stages (idle once every consumer
- * warpgroup's wgmmas have retired): token row tk holds the tile's rows as
- * 16-byte pieces of 8, piece c at (c ^ (tk & 7)) so that the eight token
- * rows an 8x8 matrix writes fall in eight bank groups.  Then the consumer
- * threads store it, 16 bytes each (a warp: two whole token rows of the
- * tile), where the element-wise epilogue spent a 2-byte store, a 64-bit
- * address and ldexpf per element.  Pieces that run past n are stored
- * element by element. */
-template <int ACT, int BN, int CWG>
-__device__ __forceinline__ void sm90_store_tile(const Sm90Params &p, uint8_t *smem, const float (&acc)[BN / 2], int rbl,
-                                                int row_t0, int tok0, int g, int t) {
-    constexpr int NC = 128 * CWG;          /* consumer threads */
-    constexpr int ROWB = SM90_ROWS(CWG) * 2; /* bytes of one token row of the tile */
-    constexpr int CH = ROWB / 16;          /* its 16-byte pieces */
-    const int lane = threadIdx.x & 31;
-    const float p2 = ldexpf(1.0f, p.exp_shift), ts = p.ts;
-    const int r0 = row_t0 + 16 * rbl + g;
-    const bool has_bias = p.bias != NULL;
-    const float b0 = has_bias && r0 < p.n ? nbc_load(ACT, p.bias, (size_t)r0) : 0.0f;
-    const float b1 = has_bias && r0 + 8 < p.n ? nbc_load(ACT, p.bias, (size_t)r0 + 8) : 0.0f;
-    const uint32_t base = nbc_smem_u32(smem);
-    nbc_split_barrier<NC>(); /* every consumer warpgroup is past its last wgmma: the stages are free */
-    /* stmatrix .x4: matrix q = (token group i + q / 2, rows g + 8 (q & 1));
-     * lane L gives the address of row L & 7 of matrix L / 8, which .trans
-     * makes token 8 (i + L / 16) + (L & 7), piece 2 rbl + (L / 8 & 1) */
-#pragma unroll
-    for (int i = 0; i < BN / 8; i += 2) {
-        uint32_t r[4];
-#pragma unroll
-        for (int q = 0; q < 4; q++) {
-            const int e = 4 * (i + q / 2) + 2 * (q & 1);
-            const float b = q & 1 ? b1 : b0;
-            r[q] = nbc_pack2<ACT>(nbc_epi(acc[e], p2, ts, has_bias, b), nbc_epi(acc[e + 1], p2, ts, has_bias, b));
-        }
-        const int tk = 8 * (i + (lane >> 4)) + (lane & 7), c = 2 * rbl + ((lane >> 3) & 1);
+    template <int ACT>
+    __device__ __forceinline__ uint32_t pack(float a, float c, int h) const {
+        return nbc_pack2<ACT>(nbc_epi(a, p2, ts, has_bias, b[h]), nbc_epi(c, p2, ts, has_bias, b[h]));
+    }
+    template <int ACT>
+    __device__ __forceinline__ void put8(uint32_t base, int tk0, int rbl, float v0, float v1, float v2, float v3) const {
+        const uint32_t r0 = pack<ACT>(v0, v1, 0), r1 = pack<ACT>(v2, v3, 1);
+        const int lane = threadIdx.x & 31, tk = tk0 + (lane & 7), c = 2 * rbl + ((lane >> 3) & 1);
         const uint32_t a = base + (uint32_t)(tk * ROWB + ((c ^ (tk & 7)) << 4));
-        asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};"
-                     ::"r"(a), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+        asm volatile("stmatrix.sync.aligned.m8n8.x2.trans.shared.b16 [%0], {%1, %2};" ::"r"(a), "r"(r0), "r"(r1)
                      : "memory");
     }
-    nbc_split_barrier<NC>(); /* the whole tile is in shared memory */
+};
+
+template <int ACT, int CWG>
+__device__ __forceinline__ void sm90_store_staged(const Sm90Params &p, uint32_t base, int ntok, int row_t0, int tok0) {
+    constexpr int NC = 128 * CWG, ROWB = Sm90Stage<CWG>::ROWB, CH = ROWB / 16; /* 16-byte pieces per token row */
     typedef uint16_t T;
 #pragma unroll 4
-    for (int idx = threadIdx.x - 128; idx < BN * CH; idx += NC) {
+    for (int idx = threadIdx.x - 128; idx < ntok * CH; idx += NC) {
         const int tk = idx / CH, c = idx % CH;
         const int tok = tok0 + tk, row = row_t0 + 8 * c;
         if (tok >= p.m || row >= p.n) continue;
@@ -473,6 +432,99 @@ __device__ __forceinline__ void sm90_store_tile(const Sm90Params &p, uint8_t *sm
             }
         }
     }
+}
+
+/* Split-K within a cluster (p.cluster): the `splits` CTAs of a tile are one
+ * cluster, co-scheduled by the hardware, so they can wait for each other.
+ * Each puts its accumulators in its own shared memory (float4 i of consumer
+ * thread c at 16 (NC i + c), over the stages, idle once every consumer
+ * warpgroup's wgmmas have retired); after a cluster barrier it sums its
+ * share of the tile, the float4s [i0, i1) of every thread, reading the
+ * splits' partials from their shared memory in split order (the same
+ * additions in the same order as sm90_split_reduce: the same bits), and
+ * stores it; a second cluster barrier keeps every CTA's shared memory alive
+ * until the others have read it.  The producer warpgroup has exited by then
+ * (barrier.cluster counts the non-exited threads).  No workspace, and the
+ * sum is spread over the tile's CTAs instead of falling on the last one.
+ * Every consumer thread calls it; rank (the CTA's rank in the cluster, whose
+ * CTAs are consecutive along x) is its split. */
+template <int ACT, int BN, int CWG>
+__device__ __forceinline__ void sm90_cluster_reduce(const Sm90Params &p, uint8_t *smem, int rank, float (&acc)[BN / 2],
+                                                    int rbl, int row_t0, int tok0, int g, int t, bool staged) {
+    constexpr int NC = 128 * CWG, NV = BN / 8; /* consumer threads; float4s per thread */
+    typedef Sm90Stage<CWG> St;
+    const int c = threadIdx.x - 128, S = p.splits;
+    nbc_split_barrier<NC>(); /* every consumer warpgroup is past its last wgmma: the stages are free */
+    float4 *mine = (float4 *)smem + c;
+#pragma unroll
+    for (int i = 0; i < NV; i++) mine[NC * i] = make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
+    cluster_sync(); /* every split's partial is in place */
+    const int i0 = rank * NV / S, i1 = (rank + 1) * NV / S;
+    const uint32_t base = nbc_smem_u32(smem) + 16u * (uint32_t)c;
+    /* staged: the share rounded to 16 bits, token-major past the partials (which the other CTAs still read) */
+    const uint32_t sbase = nbc_smem_u32(smem) + (uint32_t)(NC * NV * 16);
+    St st;
+    st.template init<ACT>(p, row_t0, rbl, g);
+    for (int i = i0; i < i1; i++) {
+        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int r = 0; r < S; r++) {
+            const float4 q = cluster_ld16(cluster_map(base + 16u * NC * (uint32_t)i, r));
+            v[0] += q.x, v[1] += q.y, v[2] += q.z, v[3] += q.w;
+        }
+        if (staged)
+            st.template put8<ACT>(sbase, 8 * (i - i0), rbl, v[0], v[1], v[2], v[3]);
+        else
+            nbc_store_block<ACT, 1>(v, row_t0 + 16 * rbl, tok0 + 8 * i, g, t, p.m, p.n, p.ldc, p.y, p.bias, p.exp_shift,
+                                    p.ts);
+    }
+    if (staged) {
+        nbc_split_barrier<NC>(); /* the share is in shared memory */
+        sm90_store_staged<ACT, CWG>(p, sbase, 8 * (i1 - i0), row_t0, tok0 + 8 * i0);
+    }
+    cluster_sync(); /* no CTA reads this one's shared memory any more */
+}
+
+/* The epilogue through shared memory (y 16-byte aligned and ldc a multiple
+ * of 8: the caller checks).  Each consumer warp rounds its 16 rows x BN
+ * tokens to ACT and writes them transposed with stmatrix.trans into a
+ * token-major copy of the tile over the stages (idle once every consumer
+ * warpgroup's wgmmas have retired): token row tk holds the tile's rows as
+ * 16-byte pieces of 8, piece c at (c ^ (tk & 7)) so that the eight token
+ * rows an 8x8 matrix writes fall in eight bank groups.  Then the consumer
+ * threads store it, 16 bytes each (a warp: two whole token rows of the
+ * tile), where the element-wise epilogue spent a 2-byte store, a 64-bit
+ * address and ldexpf per element.  Pieces that run past n are stored
+ * element by element.  The cluster split stages its share of the tile the
+ * same way (sm90_cluster_reduce). */
+template <int ACT, int BN, int CWG>
+__device__ __forceinline__ void sm90_store_tile(const Sm90Params &p, uint8_t *smem, const float (&acc)[BN / 2], int rbl,
+                                                int row_t0, int tok0, int g, int t) {
+    constexpr int NC = 128 * CWG;            /* consumer threads */
+    typedef Sm90Stage<CWG> St;
+    const int lane = threadIdx.x & 31;
+    St st;
+    st.template init<ACT>(p, row_t0, rbl, g);
+    const uint32_t base = nbc_smem_u32(smem);
+    nbc_split_barrier<NC>(); /* every consumer warpgroup is past its last wgmma: the stages are free */
+    /* stmatrix .x4: matrix q = (token group i + q / 2, rows g + 8 (q & 1));
+     * lane L gives the address of row L & 7 of matrix L / 8, which .trans
+     * makes token 8 (i + L / 16) + (L & 7), piece 2 rbl + (L / 8 & 1) */
+#pragma unroll
+    for (int i = 0; i < BN / 8; i += 2) {
+        uint32_t r[4];
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const int e = 4 * (i + q / 2) + 2 * (q & 1);
+            r[q] = st.template pack<ACT>(acc[e], acc[e + 1], q & 1);
+        }
+        const int tk = 8 * (i + (lane >> 4)) + (lane & 7), c = 2 * rbl + ((lane >> 3) & 1);
+        const uint32_t a = base + (uint32_t)(tk * St::ROWB + ((c ^ (tk & 7)) << 4));
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};"
+                     ::"r"(a), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+                     : "memory");
+    }
+    nbc_split_barrier<NC>(); /* the whole tile is in shared memory */
+    sm90_store_staged<ACT, CWG>(p, base, BN, row_t0, tok0);
 }
 #endif
 
@@ -525,13 +577,14 @@ __global__ void __launch_bounds__(SM90_THREADS(CWG), 1)
     for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
     sm90_consume<FMT, ACT, KG, BN, STAGES, CWG>(smem, stab, p.scale_bf16, bar0, nch, rbl, g, t, acc);
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    const bool staged = (((uintptr_t)p.y & 15) | (p.ldc & 7)) == 0; /* 16-byte stores of the output */
     if (p.cluster) {
-        sm90_cluster_reduce<ACT, BN, CWG>(p, smem, split, acc, (rb0 + rbl) * 16, tm * BN, g, t);
+        sm90_cluster_reduce<ACT, BN, CWG>(p, smem, split, acc, rbl, rb0 * 16, tm * BN, g, t, staged);
         return;
     }
     if (p.splits > 1 && !sm90_split_reduce<BN, CWG>(p, tile, split, (int *)(smem + L::FLAG_OFF), acc)) return;
     /* Epilogue: accumulator (row, token) -> Y[token, row]. */
-    if ((((uintptr_t)p.y & 15) | (p.ldc & 7)) == 0)
+    if (staged)
         sm90_store_tile<ACT, BN, CWG>(p, smem, acc, rbl, rb0 * 16, tm * BN, g, t);
     else
         nbc_store_block<ACT, BN / 8>(acc, (rb0 + rbl) * 16, tm * BN, g, t, p.m, p.n, p.ldc, p.y, p.bias, p.exp_shift, p.ts);
