@@ -615,6 +615,116 @@ struct Sm90MoeParams {
     int sentinel;
 };
 
+#ifdef NB_SM90_DEVICE
+/* The MoE tiles' epilogue through shared memory (out 16-byte aligned and
+ * ldo a multiple of 8: the caller checks), as sm90_store_tile's: the
+ * consumer warps round their results to ACT and write them token-major with
+ * stmatrix.trans over the idle stages, then every consumer thread stores
+ * 16-byte pieces to the token's output row.  gate_up (MODE 0): a warp's 8
+ * outputs i = 8 rb + g per token, act(gate + bias, up + bias), one 8x8
+ * matrix per 8 tokens, token rows of 64 outputs (the CTA's), compact output
+ * rows xrow + token; down (MODE 1): rows 16 rb + g and + 8 plus the bias,
+ * token rows of 128 outputs, output row = the token's slot.  Padding tokens
+ * (slot >= sentinel), outputs past n_out and row blocks past the weight's
+ * are not stored; a piece that runs past n_out is stored element by
+ * element.  Every consumer thread calls it (two barriers). */
+template <int ACT, int BN, int MODE>
+__device__ __forceinline__ void sm90_moe_store_staged(const Sm90MoeParams &q, uint8_t *smem, const float (&acc)[BN / 2],
+                                                      int rbl, int rb0, int e, int xrow, const int32_t *srt, float sc,
+                                                      int g, int t) {
+    constexpr int NC = 256;                      /* consumer threads */
+    constexpr int OUT = MODE == 0 ? 8 : 16;      /* outputs of a row block per token */
+    constexpr int ROWB = 8 * OUT * 2, CH = ROWB / 16; /* a token row: the CTA's 8 row blocks, 16-byte pieces */
+    const nbc_moe_epi &ep = q.epi;
+    const int lane = threadIdx.x & 31, rb = rb0 + rbl, n_out = ep.n_out;
+    const bool live = rb < q.g.row_blocks;
+    const uint32_t base = nbc_smem_u32(smem);
+    float b[2] = {0.0f, 0.0f}; /* gate_up: the gate and up biases of output i; down: rows c and c + 8 */
+    if (ep.bias && live) {
+        if (MODE == 0) {
+            const int i = 8 * rb + g;
+            if (i < n_out) {
+                const int64_t I = n_out, rg = ep.interleaved ? 2 * i : i, ru = ep.interleaved ? 2 * i + 1 : I + i;
+                b[0] = nbc_load(ACT, ep.bias, (size_t)(e * 2 * I + rg));
+                b[1] = nbc_load(ACT, ep.bias, (size_t)(e * 2 * I + ru));
+            }
+        } else {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int c = 16 * rb + g + 8 * h;
+                if (c < n_out) b[h] = nbc_load(ACT, ep.bias, (size_t)e * n_out + c);
+            }
+        }
+    }
+    nbc_split_barrier<NC>(); /* every consumer warpgroup is past its last wgmma: the stages are free */
+    if (MODE == 0) {
+        /* stmatrix .x4: matrix q = token group i + q; lane L: token 8 (i + L / 8) + (L & 7), piece rbl */
+#pragma unroll
+        for (int i = 0; i < BN / 8; i += 4) {
+            uint32_t r[4];
+#pragma unroll
+            for (int m = 0; m < 4; m++) {
+                float v[2];
+#pragma unroll
+                for (int j = 0; j < 2; j++) {
+                    float gate = acc[4 * (i + m) + j] * sc, up = acc[4 * (i + m) + 2 + j] * sc;
+                    if (ep.bias) gate += b[0], up += b[1];
+                    v[j] = nbc_moe_act(ep.activation, ep.limit, ep.alpha, gate, up);
+                }
+                r[m] = nbc_pack2<ACT>(v[0], v[1]);
+            }
+            const int tk = 8 * (i + (lane >> 3)) + (lane & 7);
+            const uint32_t a = base + (uint32_t)(tk * ROWB + ((rbl ^ (tk & 7)) << 4));
+            asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};"
+                         ::"r"(a), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+                         : "memory");
+        }
+    } else {
+        /* as sm90_store_tile: matrix q = (token group i + q / 2, rows g + 8 (q & 1)), piece 2 rbl + (q & 1) */
+#pragma unroll
+        for (int i = 0; i < BN / 8; i += 2) {
+            uint32_t r[4];
+#pragma unroll
+            for (int m = 0; m < 4; m++) {
+                const int x = 4 * (i + m / 2) + 2 * (m & 1);
+                float lo = acc[x] * sc, hi = acc[x + 1] * sc;
+                if (ep.bias) lo += b[m & 1], hi += b[m & 1];
+                r[m] = nbc_pack2<ACT>(lo, hi);
+            }
+            const int tk = 8 * (i + (lane >> 4)) + (lane & 7), c = 2 * rbl + ((lane >> 3) & 1);
+            const uint32_t a = base + (uint32_t)(tk * ROWB + ((c ^ (tk & 7)) << 4));
+            asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};"
+                         ::"r"(a), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+                         : "memory");
+        }
+    }
+    nbc_split_barrier<NC>(); /* the whole tile is in shared memory */
+    typedef uint16_t T;
+#pragma unroll 4
+    for (int idx = threadIdx.x - 128; idx < BN * CH; idx += NC) {
+        const int tk = idx / CH, c = idx % CH;
+        const int slot = srt[tk];
+        const int o0 = MODE == 0 ? 8 * (rb0 + c) : 16 * rb0 + 8 * c; /* the piece's first output */
+        if (slot >= q.sentinel || o0 >= n_out || rb0 + (MODE == 0 ? c : c / 2) >= q.g.row_blocks) continue;
+        uint4 v;
+        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "r"(base + (uint32_t)(tk * ROWB + ((c ^ (tk & 7)) << 4))));
+        const int64_t row = MODE == 0 ? (int64_t)xrow + tk : (int64_t)slot;
+        T *dst = (T *)ep.out + row * ep.ldo + o0;
+        if (o0 + 8 <= n_out) {
+            *(uint4 *)dst = v;
+        } else {
+            for (int x = 0; x < n_out - o0; x++) { /* (no indexed array: it would live on the stack) */
+                const uint32_t w = x < 2 ? v.x : x < 4 ? v.y : x < 6 ? v.z : v.w;
+                dst[x] = (T)(w >> (16 * (x & 1)));
+            }
+        }
+    }
+    (void)t;
+}
+#endif
+
 template <int FMT, int ACT, int BN, int STAGES, int MODE>
 __global__ void __launch_bounds__(SM90_THREADS(2), 1)
     moe_sm90_kernel(const __grid_constant__ CUtensorMap xmap, const Sm90MoeParams q) {
@@ -660,10 +770,14 @@ __global__ void __launch_bounds__(SM90_THREADS(2), 1)
     for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
     sm90_consume<FMT, ACT, 0, BN, STAGES, CWG>(smem, stab, 0, bar0, p.kchunks, rb - rb0, g, t, acc);
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    if (rb >= p.row_blocks) return;
     /* epilogue: acc[4i + j] is row g at token column 8i + 2t + j, acc[4i + 2 + j] row g + 8 */
     const float sc = ldexpf(1.0f, p.exp_shift) * (q.tscale ? q.tscale[e] : 1.0f);
     const int32_t *srt = q.sorted + (int64_t)tm * BN;
+    if ((((uintptr_t)q.epi.out & 15) | (q.epi.ldo & 7)) == 0) { /* 16-byte stores (every warp: barriers) */
+        sm90_moe_store_staged<ACT, BN, MODE>(q, smem, acc, rb - rb0, rb0, e, xrow, srt, sc, g, t);
+        return;
+    }
+    if (rb >= p.row_blocks) return;
 #pragma unroll
     for (int i = 0; i < BN / 8; i++)
 #pragma unroll
