@@ -375,6 +375,16 @@ __device__ __forceinline__ bool sm90_split_reduce(const Sm90Params &p, int tile,
     return true;
 }
 
+/* stmatrix .x4 .trans (PTX ISA "Warp-level matrix store instruction:
+ * stmatrix"): four 8x8 matrices of 16-bit values held in the mma fragment
+ * layout (r[q]: matrix q), each stored transposed, its eight rows at the
+ * addresses lanes 8q .. 8q + 7 give. */
+__device__ __forceinline__ void stsm_x4_trans(uint32_t a, const uint32_t (&r)[4]) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};"
+                 ::"r"(a), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+                 : "memory");
+}
+
 /* The staged epilogue's pieces (sm90_store_tile, sm90_cluster_reduce): a
  * thread's scale and the bias of its rows g and g + 8 (of its warp's 16),
  * set once; the packing of two tokens of one row; the stmatrix of one group
@@ -519,9 +529,7 @@ __device__ __forceinline__ void sm90_store_tile(const Sm90Params &p, uint8_t *sm
         }
         const int tk = 8 * (i + (lane >> 4)) + (lane & 7), c = 2 * rbl + ((lane >> 3) & 1);
         const uint32_t a = base + (uint32_t)(tk * St::ROWB + ((c ^ (tk & 7)) << 4));
-        asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};"
-                     ::"r"(a), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
-                     : "memory");
+        stsm_x4_trans(a, r);
     }
     nbc_split_barrier<NC>(); /* the whole tile is in shared memory */
     sm90_store_staged<ACT, CWG>(p, base, BN, row_t0, tok0);
@@ -631,7 +639,7 @@ struct Sm90MoeParams {
 template <int ACT, int BN, int MODE>
 __device__ __forceinline__ void sm90_moe_store_staged(const Sm90MoeParams &q, uint8_t *smem, const float (&acc)[BN / 2],
                                                       int rbl, int rb0, int e, int xrow, const int32_t *srt, float sc,
-                                                      int g, int t) {
+                                                      int g) {
     constexpr int NC = 256;                      /* consumer threads */
     constexpr int OUT = MODE == 0 ? 8 : 16;      /* outputs of a row block per token */
     constexpr int ROWB = 8 * OUT * 2, CH = ROWB / 16; /* a token row: the CTA's 8 row blocks, 16-byte pieces */
@@ -675,9 +683,7 @@ __device__ __forceinline__ void sm90_moe_store_staged(const Sm90MoeParams &q, ui
             }
             const int tk = 8 * (i + (lane >> 3)) + (lane & 7);
             const uint32_t a = base + (uint32_t)(tk * ROWB + ((rbl ^ (tk & 7)) << 4));
-            asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};"
-                         ::"r"(a), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
-                         : "memory");
+            stsm_x4_trans(a, r);
         }
     } else {
         /* as sm90_store_tile: matrix q = (token group i + q / 2, rows g + 8 (q & 1)), piece 2 rbl + (q & 1) */
@@ -693,9 +699,7 @@ __device__ __forceinline__ void sm90_moe_store_staged(const Sm90MoeParams &q, ui
             }
             const int tk = 8 * (i + (lane >> 4)) + (lane & 7), c = 2 * rbl + ((lane >> 3) & 1);
             const uint32_t a = base + (uint32_t)(tk * ROWB + ((c ^ (tk & 7)) << 4));
-            asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};"
-                         ::"r"(a), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
-                         : "memory");
+            stsm_x4_trans(a, r);
         }
     }
     nbc_split_barrier<NC>(); /* the whole tile is in shared memory */
@@ -721,7 +725,6 @@ __device__ __forceinline__ void sm90_moe_store_staged(const Sm90MoeParams &q, ui
             }
         }
     }
-    (void)t;
 }
 #endif
 
@@ -774,7 +777,7 @@ __global__ void __launch_bounds__(SM90_THREADS(2), 1)
     const float sc = ldexpf(1.0f, p.exp_shift) * (q.tscale ? q.tscale[e] : 1.0f);
     const int32_t *srt = q.sorted + (int64_t)tm * BN;
     if ((((uintptr_t)q.epi.out & 15) | (q.epi.ldo & 7)) == 0) { /* 16-byte stores (every warp: barriers) */
-        sm90_moe_store_staged<ACT, BN, MODE>(q, smem, acc, rb - rb0, rb0, e, xrow, srt, sc, g, t);
+        sm90_moe_store_staged<ACT, BN, MODE>(q, smem, acc, rb - rb0, rb0, e, xrow, srt, sc, g);
         return;
     }
     if (rb >= p.row_blocks) return;
