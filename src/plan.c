@@ -42,10 +42,17 @@ nbi_request nbi_request_of(const nb_gemm_config *c) {
 /* Split the plan's k chunks about s ways (s >= 1) so that every split gets
  * work: as many splits as ceil(kchunks / s) chunks each need, then the
  * chunks spread evenly over them. */
-static void set_splits(nbi_gemm_plan *p, int64_t s) {
-    const int64_t cps = (p->kchunks + s - 1) / s;
-    p->splits = (int)((p->kchunks + cps - 1) / cps);
-    p->chunks_per_split = (int)((p->kchunks + p->splits - 1) / p->splits);
+static void even_split(int64_t kchunks, int64_t s, int *splits, int *cps) {
+    const int64_t c = (kchunks + s - 1) / s;
+    *splits = (int)((kchunks + c - 1) / c);
+    *cps = (int)((kchunks + *splits - 1) / *splits);
+}
+static void set_splits(nbi_gemm_plan *p, int64_t s) { even_split(p->kchunks, s, &p->splits, &p->chunks_per_split); }
+
+/* The workspace partials of a tensor-core k split: `splits` FP32 tiles of
+ * 64 cwg rows x bn tokens for each of `tiles` tiles. */
+static size_t tc_partial_bytes(int64_t splits, int64_t tiles, int cwg, int bn) {
+    return (size_t)splits * (size_t)tiles * (size_t)(64 * cwg) * (size_t)bn * sizeof(float);
 }
 
 /* ------------------------------------------------------- decode kernels */
@@ -420,18 +427,14 @@ static int plan_tc(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
     p->cluster = p->splits > 1 && cluster && tnb * tm <= tc_clusters(ctx, p, bn, p->cwg, p->splits);
     if (p->splits > 1 && !p->cluster) {
         p->ws_counter_bytes = NBI_MAX_SPLIT_COLUMNS * sizeof(int);
-        p->ws_partial_bytes = (size_t)p->splits * (size_t)(tnb * tm) * (size_t)(64 * p->cwg) * (size_t)bn *
-                              sizeof(float);
+        p->ws_partial_bytes = tc_partial_bytes(p->splits, tnb * tm, p->cwg, bn);
     }
     p->tail_tiles = p->tail_splits = p->tail_cps = 0;
     if (p->splits == 1 && tail_splits > 1) {
         p->tail_tiles = (int)(tnb * tm % ctx->info.sm_count);
-        const int64_t cps = (p->kchunks + tail_splits - 1) / tail_splits;
-        p->tail_splits = (int)((p->kchunks + cps - 1) / cps); /* (no empty split) */
-        p->tail_cps = (int)cps;
+        even_split(p->kchunks, tail_splits, &p->tail_splits, &p->tail_cps); /* (no empty split) */
         p->ws_counter_bytes = NBI_MAX_SPLIT_COLUMNS * sizeof(int);
-        p->ws_partial_bytes = (size_t)p->tail_splits * (size_t)p->tail_tiles * (size_t)(64 * p->cwg) * (size_t)bn *
-                              sizeof(float);
+        p->ws_partial_bytes = tc_partial_bytes(p->tail_splits, p->tail_tiles, p->cwg, bn);
     }
     return 1;
 }
