@@ -177,24 +177,37 @@ __device__ __forceinline__ bool split_k_reduce(const GemvParams &p, float (&acc)
                 }
         }
     if (!nbc_split_last<0>(&p.counters[blockIdx.x], p.splits, is_last, threadIdx.x == 0)) return false;
+    /* Split-major: one split's values are independent loads, so the sum
+     * waits one L2 round trip per split (or fewer, unrolled), not one per
+     * value and split; each value still adds the splits in order. */
 #pragma unroll
     for (int r = 0; r < R; r++)
-        if (own[r]) {
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) acc[r][mt][j] = 0.0f;
+    /* Unconditional loads (a branch per row block would end the batch):
+     * a row block this warp does not own but lists (past the end of the
+     * layer) reads the last one's sums, which are never stored; only a warp
+     * that owns none skips the loop. */
+    bool any = false;
+#pragma unroll
+    for (int r = 0; r < R; r++) any = any || own[r];
+    for (int s = 0; any && s < p.splits; s++) {
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const int rbc = min(rb[r], p.row_blocks - 1);
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    float s0 = 0.0f, s1 = 0.0f;
-                    for (int s = 0; s < p.splits; s++) {
-                        const size_t idx = ((size_t)s * rows_pad + rb[r] * 16 + g + 8 * h) * (MT * 8) + mt * 8 + 2 * t;
-                        const float2 v = __ldcg((const float2 *)(p.partial + idx));
-                        s0 += v.x;
-                        s1 += v.y;
-                    }
-                    acc[r][mt][2 * h] = s0;
-                    acc[r][mt][2 * h + 1] = s1;
+                    const size_t idx = ((size_t)s * rows_pad + rbc * 16 + g + 8 * h) * (MT * 8) + mt * 8 + 2 * t;
+                    const float2 v = __ldcg((const float2 *)(p.partial + idx));
+                    acc[r][mt][2 * h] += v.x;
+                    acc[r][mt][2 * h + 1] += v.y;
                 }
         }
+    }
     if (threadIdx.x == 0) p.counters[blockIdx.x] = 0;
     return true;
 }
