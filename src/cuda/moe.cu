@@ -177,22 +177,36 @@ __global__ void __launch_bounds__(256) moe_gather_kernel(const uint4 *__restrict
 
 /* y[t, c .. c+7] = sum over s (top-k order) of w[t, s] * o[t * top_k + s,
  * c .. c+7]; a slot whose id is outside [0, E) adds nothing.  o through L2
- * (written by other CTAs of the same kernel in the inline case). */
+ * (written by other CTAs of the same kernel in the inline case).  Eight
+ * slots at a time: their ids, weights and rows are independent loads (one
+ * L2 round trip, not two per slot: at batch 1 a few threads run this after
+ * the rest of the layer is done), a row read whatever its id and used only
+ * when the id is valid; the sums still run in top-k order. */
 template <int ACT>
 __device__ __forceinline__ void moe_combine8(const void *o, const int32_t *ids, const float *tw, void *y,
                                              int64_t tok, int64_t c, int64_t hidden, int top_k, int experts) {
     float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-    for (int s = 0; s < top_k; s++) {
-        const int64_t slot = tok * top_k + s;
-        if ((unsigned)ids[slot] >= (unsigned)experts) continue;
-        const float w = tw[slot];
-        const uint4 v = __ldcg((const uint4 *)((const uint16_t *)o + slot * hidden + c));
-        const uint32_t q[4] = {v.x, v.y, v.z, v.w};
+    for (int s0 = 0; s0 < top_k; s0 += 8) {
+        bool ok[8];
+        float w[8];
+        uint4 v[8];
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const unsigned short b = (unsigned short)(q[j / 2] >> (16 * (j & 1)));
-            const float x = ACT == NB_DTYPE_BF16 ? __bfloat162float(__ushort_as_bfloat16(b)) : __half2float(__ushort_as_half(b));
-            acc[j] = __fadd_rn(acc[j], __fmul_rn(w, x));
+        for (int i = 0; i < 8; i++) {
+            const int64_t slot = tok * top_k + min(s0 + i, top_k - 1); /* (past top_k: a valid slot, not added) */
+            ok[i] = s0 + i < top_k && (unsigned)ids[slot] < (unsigned)experts;
+            w[i] = tw[slot];
+            v[i] = __ldcg((const uint4 *)((const uint16_t *)o + slot * hidden + c));
+        }
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            if (!ok[i]) continue;
+            const uint32_t q[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const unsigned short b = (unsigned short)(q[j / 2] >> (16 * (j & 1)));
+                const float x = ACT == NB_DTYPE_BF16 ? __bfloat162float(__ushort_as_bfloat16(b)) : __half2float(__ushort_as_half(b));
+                acc[j] = __fadd_rn(acc[j], __fmul_rn(w[i], x));
+            }
         }
     }
 #pragma unroll
