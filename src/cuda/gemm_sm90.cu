@@ -385,6 +385,26 @@ __device__ __forceinline__ void stsm_x4_trans(uint32_t a, const uint32_t (&r)[4]
                  : "memory");
 }
 
+/* A thread's BN / 2 accumulators into a tile staged as token rows of ROWB
+ * bytes (16-byte pieces, XOR-swizzled by token), by stmatrix .x4 .trans:
+ * matrix q = (token group i + q / 2, rows g + 8 (q & 1)); lane L gives the
+ * address of row L & 7 of matrix L / 8, which .trans makes token
+ * 8 (i + L / 16) + (L & 7), piece 2 rbl + (L / 8 & 1).  pack(e, h): the
+ * 16-bit pair of accumulators e and e + 1 (h: of row g + 8).  Used by
+ * sm90_store_tile and sm90_moe_store_staged (down). */
+template <int BN, int ROWB, class Pack>
+__device__ __forceinline__ void stsm_tile_rows(uint32_t base, int rbl, Pack &&pack) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int i = 0; i < BN / 8; i += 2) {
+        uint32_t r[4];
+#pragma unroll
+        for (int q = 0; q < 4; q++) r[q] = pack(4 * (i + q / 2) + 2 * (q & 1), q & 1);
+        const int tk = 8 * (i + (lane >> 4)) + (lane & 7), c = 2 * rbl + ((lane >> 3) & 1);
+        stsm_x4_trans(base + (uint32_t)(tk * ROWB + ((c ^ (tk & 7)) << 4)), r);
+    }
+}
+
 /* The staged epilogue's pieces (sm90_store_tile, sm90_cluster_reduce): a
  * thread's scale and the bias of its rows g and g + 8 (of its warp's 16),
  * set once; the packing of two tokens of one row; the stmatrix of one group
@@ -511,26 +531,11 @@ __device__ __forceinline__ void sm90_store_tile(const Sm90Params &p, uint8_t *sm
                                                 int row_t0, int tok0, int g, int t) {
     constexpr int NC = 128 * CWG;            /* consumer threads */
     typedef Sm90Stage<CWG> St;
-    const int lane = threadIdx.x & 31;
     St st;
     st.template init<ACT>(p, row_t0, rbl, g);
     const uint32_t base = nbc_smem_u32(smem);
     nbc_split_barrier<NC>(); /* every consumer warpgroup is past its last wgmma: the stages are free */
-    /* stmatrix .x4: matrix q = (token group i + q / 2, rows g + 8 (q & 1));
-     * lane L gives the address of row L & 7 of matrix L / 8, which .trans
-     * makes token 8 (i + L / 16) + (L & 7), piece 2 rbl + (L / 8 & 1) */
-#pragma unroll
-    for (int i = 0; i < BN / 8; i += 2) {
-        uint32_t r[4];
-#pragma unroll
-        for (int q = 0; q < 4; q++) {
-            const int e = 4 * (i + q / 2) + 2 * (q & 1);
-            r[q] = st.template pack<ACT>(acc[e], acc[e + 1], q & 1);
-        }
-        const int tk = 8 * (i + (lane >> 4)) + (lane & 7), c = 2 * rbl + ((lane >> 3) & 1);
-        const uint32_t a = base + (uint32_t)(tk * St::ROWB + ((c ^ (tk & 7)) << 4));
-        stsm_x4_trans(a, r);
-    }
+    stsm_tile_rows<BN, St::ROWB>(base, rbl, [&](int e, int h) { return st.template pack<ACT>(acc[e], acc[e + 1], h); });
     nbc_split_barrier<NC>(); /* the whole tile is in shared memory */
     sm90_store_staged<ACT, CWG>(p, base, BN, row_t0, tok0);
 }
@@ -686,21 +691,11 @@ __device__ __forceinline__ void sm90_moe_store_staged(const Sm90MoeParams &q, ui
             stsm_x4_trans(a, r);
         }
     } else {
-        /* as sm90_store_tile: matrix q = (token group i + q / 2, rows g + 8 (q & 1)), piece 2 rbl + (q & 1) */
-#pragma unroll
-        for (int i = 0; i < BN / 8; i += 2) {
-            uint32_t r[4];
-#pragma unroll
-            for (int m = 0; m < 4; m++) {
-                const int x = 4 * (i + m / 2) + 2 * (m & 1);
-                float lo = acc[x] * sc, hi = acc[x + 1] * sc;
-                if (ep.bias) lo += b[m & 1], hi += b[m & 1];
-                r[m] = nbc_pack2<ACT>(lo, hi);
-            }
-            const int tk = 8 * (i + (lane >> 4)) + (lane & 7), c = 2 * rbl + ((lane >> 3) & 1);
-            const uint32_t a = base + (uint32_t)(tk * ROWB + ((c ^ (tk & 7)) << 4));
-            stsm_x4_trans(a, r);
-        }
+        stsm_tile_rows<BN, ROWB>(base, rbl, [&](int x, int h) {
+            float lo = acc[x] * sc, hi = acc[x + 1] * sc;
+            if (ep.bias) lo += b[h], hi += b[h];
+            return nbc_pack2<ACT>(lo, hi);
+        });
     }
     nbc_split_barrier<NC>(); /* the whole tile is in shared memory */
     typedef uint16_t T;
