@@ -172,6 +172,7 @@ nb_status nb_context_create(int device, nb_context **out) {
     nb_context *c = (nb_context *)calloc(1, sizeof *c);
     if (!c) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "nb_context_create: out of host memory");
     c->info.device = NB_DEVICE_NONE;
+    c->env_sk = -1;
     snprintf(c->info.name, sizeof c->info.name, "host");
     if (device != NB_DEVICE_NONE) {
         if (!nbi_cuda_available()) {
@@ -203,6 +204,10 @@ nb_status nb_context_create(int device, nb_context **out) {
          * unsplit, in the same launch (to measure the split against it) */
         const char *tl = getenv("NIBBLE_SM90_TAIL");
         c->env_no_tail = tl && !strcmp(tl, "0");
+        /* NIBBLE_SM90_SK=0 / 1: the tensor-core path's stream-K grid never /
+         * wherever it can run (to measure and test it against the others) */
+        const char *sk = getenv("NIBBLE_SM90_SK");
+        c->env_sk = sk && !strcmp(sk, "0") ? 0 : sk && !strcmp(sk, "1") ? 1 : -1;
         for (int f = 0; f < NBI_FORMAT_COUNT; f++)
             for (int t = 0; t < 4; t++) c->table_shift[f][t] = INT32_MIN;
     }

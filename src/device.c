@@ -182,6 +182,8 @@ static void describe(nb_context *ctx, const nbi_gemm_plan *p, int64_t m) {
         char tail[64] = "";
         if (p->tail_tiles)
             snprintf(tail, sizeof tail, " tail=%d tiles x k-split %d", p->tail_tiles, p->tail_splits);
+        else if (p->sk)
+            snprintf(tail, sizeof tail, " stream-k ctas=%d", p->grid_x);
         snprintf(b, n, "gemm_sm90<%s,%s,%dx%d> tiles=%dx%d k-split=%d%s%s raster=%d launches=%d", fmt, act,
                  64 * p->cwg, p->bn, p->tiles_n, p->tiles_m, p->splits, p->cluster ? " (cluster)" : "", tail,
                  p->raster_group, p->tail_tiles ? 2 : 1);

@@ -85,6 +85,8 @@ struct nb_context {
     int env_path;                /* NIBBLE_PATH at creation: an nb_gemm_path, 0 when unset */
     int env_no_cluster;          /* NIBBLE_SM90_CLUSTER=0 at creation: tensor-core split-K through the workspace */
     int env_no_tail;             /* NIBBLE_SM90_TAIL=0 at creation: no split of the tensor-core kernel's last wave */
+    int env_sk;                  /* NIBBLE_SM90_SK at creation: 0 never the tensor-core stream-K grid, 1 wherever
+                                    it can run, -1 (unset) where the planner's model charges less */
     int env_moe_path;            /* NIBBLE_MOE_PATH at creation: 1 decode, 2 tc, 0 when unset */
     int env_moe_kw;              /* NIBBLE_MOE_KW at creation: 1, 2, 4 or 8; 0 when unset */
     int env_moe_bn;              /* NIBBLE_MOE_TC_BN at creation: 64 or 128; 0 when unset */
@@ -230,6 +232,7 @@ typedef struct nbi_gemm_plan {
     int tail_tiles;     /* sm90, splits = 1: the last tiles (fewer than a wave) run in a second launch, */
     int tail_splits;    /* split along k over the SMs the whole waves leave idle (through the workspace), */
     int tail_cps;       /* tail_cps chunks per CTA; 0 tail tiles: one launch */
+    int sk;             /* sm90: a stream-K grid of grid_x CTAs over the tiles' chunks (gemm_sm90_sk_kernel) */
     int source;         /* who chose: NBI_FROM_* (device.c) */
     uint32_t scale_table[128]; /* 256 adjusted 16-bit scales, two per word */
     size_t ws_partial_bytes;

@@ -290,6 +290,42 @@ static double tc_tail(const nb_context *ctx, const nbi_gemm_plan *p, int64_t til
     return best;
 }
 
+/* The stream-K grid (gemm_sm90.cu, gemm_sm90_sk_kernel): one CTA per SM
+ * walking an equal share of the tiles' k chunks, a tile that two or more
+ * CTAs share summed by the one holding its start from the others' partials
+ * in the workspace.  Where the tiles leave part of a wave idle it gives
+ * every SM the same work, which no split of whole tiles does.  Returns its
+ * cost in the model's us, or 0 where it does not run: the E2M1 formats'
+ * 128- and 256-token tiles (two consumer warpgroups), at most
+ * NBI_MAX_SPLIT_COLUMNS tiles (a counter each), at least two chunks per CTA
+ * and a batch that fills a tile (m >= bn: measured no further down),
+ * activations of at most 60% of the L2 (a CTA's k range starts anywhere,
+ * so the CTAs do not walk k together as a wave of tiles does: what they
+ * read of X must stay in the L2; 27648 -> 5120 at m = 1024, 57 MB, ran 49%
+ * slower on it), not on request of a k split or with
+ * NIBBLE_SM90_SK=0.  Its costs were fitted to 56 runs on an H100 (nvfp4,
+ * 2026-11-27, NOTES.md): 0.93 / 1.55 us per chunk for the 128- / 256-token
+ * tile, 7 us per call, and where a tile is shared by more than two CTAs
+ * 0.015 us per KB of each further partial the owner adds (4096 -> 4096 at
+ * m = 256: 32 tiles of 256 tokens over 132 CTAs, five to a tile, ran 37%
+ * slower than two splits of the 128-token tile in a cluster).  Its chunks cost more than the model's chunks of
+ * one CTA per tile (0.80 / 1.16), which were measured where the tiles
+ * leave SMs idle: with every SM reading its activation tile from the L2 a
+ * chunk takes longer (a whole-wave grid of 256-token tiles measured 1.35-1.55
+ * us per chunk too), so the grid pays where the waves of whole tiles leave
+ * a third or more of the SMs idle. */
+static double tc_stream_k(const nb_context *ctx, const nbi_gemm_plan *p, const nbi_request *rq, int64_t tiles, int bn,
+                          int cwg, int64_t m) {
+    const int64_t G = ctx->info.sm_count, K = p->kchunks, U = tiles * K;
+    if (ctx->env_sk == 0 || !nbi_traits(p->fmt)->every_kernel || cwg != 2 || (bn != 128 && bn != 256) ||
+        tiles > NBI_MAX_SPLIT_COLUMNS || G < 2 || U < 2 * G || rq->splits > 1 || m < bn ||
+        (double)m * (double)p->k * 2.0 > 0.6 * (double)ctx->info.l2_bytes)
+        return 0.0;
+    const double w = (double)U / (double)G, parts = (double)K / w + 1.0; /* chunks per CTA; CTAs per tile */
+    const double gather = parts > 2.0 ? (parts - 2.0) * 0.015 * (256.0 * cwg * bn / 1024.0) : 0.0;
+    return w * (bn == 128 ? 0.93 : 1.55) + 7.0 + gather;
+}
+
 /* The integer and table formats on the tensor-core kernel: from m =
  * NBI_INT_TC_MIN on request; by the heuristic past the decode range (m >
  * 32), and from m = 25 (table formats: 17) on layers with fewer 128-row
@@ -373,7 +409,7 @@ static int plan_tc(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
     const int fb = rq->bn == 16 || rq->bn == 32 || rq->bn == 64 || rq->bn == 128 || rq->bn == 256 ? rq->bn : 0;
     const int nwidths = integer ? 3 : 5;
     if (integer && (fb == 16 || fb == 32 || g->m < NBI_INT_TC_MIN)) return 0; /* (nbi_plan says why) */
-    int bn = 64, splits = 1, cluster = 0, tail_splits = 0;
+    int bn = 64, splits = 1, cluster = 0, tail_splits = 0, sk = 0;
     double best = 0.0;
     for (int i = 0; i < nwidths; i++) {
         if (fb ? fb != widths[i] : i >= 3 && g->m > widths[i]) continue; /* 16, 32: one tile of tokens */
@@ -390,7 +426,7 @@ static int plan_tc(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
             const int64_t cps = (p->kchunks + s - 1) / s;
             const double waves = (double)((tiles * s + ctx->info.sm_count - 1) / ctx->info.sm_count);
             double cost;
-            int cl = 0, tail_s = 0;
+            int cl = 0, tail_s = 0, use_sk = 0;
             if (i >= 3) { /* the 16- and 32-token tiles */
                 cost = waves * (cwg == 4 ? 1.3 : chunk_us[i]) * (double)cps * (1.0 + 0.05 * (double)(s - 1));
                 cl = can_cl && (!can_ws || tc_reduce_us((int)s, widths[i], cwg, 1) <
@@ -400,10 +436,15 @@ static int plan_tc(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
                              cs = can_cl ? tc_reduce_us((int)s, widths[i], cwg, 1) : 1e30;
                 cl = cs < ws;
                 cost = waves * (chunk_us[i] * (double)cps + fill_us[i]) + (cl ? cs : ws);
-                if (s == 1) cost = tc_tail(ctx, p, tiles, chunk_us[i], fill_us[i], widths[i], cwg, cost, &tail_s);
+                if (s == 1) {
+                    cost = tc_tail(ctx, p, tiles, chunk_us[i], fill_us[i], widths[i], cwg, cost, &tail_s);
+                    const double skc = tc_stream_k(ctx, p, rq, tiles, widths[i], cwg, g->m);
+                    if (skc > 0.0 && (ctx->env_sk == 1 || skc < cost)) /* (forced: ahead of every other plan) */
+                        cost = ctx->env_sk == 1 ? skc - 1e6 : skc, use_sk = 1, tail_s = 0;
+                }
             }
             if (best == 0.0 || cost < best)
-                best = cost, bn = widths[i], splits = (int)s, cluster = cl, tail_splits = tail_s;
+                best = cost, bn = widths[i], splits = (int)s, cluster = cl, tail_splits = tail_s, sk = use_sk;
         }
     }
     if (best == 0.0) { /* a requested split that cannot run: the largest that can, at or below it */
@@ -430,7 +471,13 @@ static int plan_tc(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
         p->ws_partial_bytes = tc_partial_bytes(p->splits, tnb * tm, p->cwg, bn);
     }
     p->tail_tiles = p->tail_splits = p->tail_cps = 0;
-    if (p->splits == 1 && tail_splits > 1) {
+    p->sk = 0;
+    if (sk && p->splits == 1) { /* grid_x CTAs, a partial slot each (gemm_sm90.cu, sm90_sk_leave) */
+        p->sk = 1;
+        p->grid_x = ctx->info.sm_count;
+        p->ws_counter_bytes = NBI_MAX_SPLIT_COLUMNS * sizeof(int);
+        p->ws_partial_bytes = tc_partial_bytes(1, p->grid_x, p->cwg, bn);
+    } else if (p->splits == 1 && tail_splits > 1) {
         p->tail_tiles = (int)(tnb * tm % ctx->info.sm_count);
         even_split(p->kchunks, tail_splits, &p->tail_splits, &p->tail_cps); /* (no empty split) */
         p->ws_counter_bytes = NBI_MAX_SPLIT_COLUMNS * sizeof(int);

@@ -108,6 +108,17 @@ static void check_valid(nb_context *ctx, const nbi_gemm_plan *p, int64_t k, int6
               (long long)n, (long long)m, p->ws_partial_bytes, nbi_plan_workspace(ctx, p));
         return;
     }
+    if (p->sk) { /* the stream-K grid: one CTA per SM, a partial slot each, two chunks or more per CTA */
+        CHECK(p->splits == 1 && !p->cluster && p->tail_tiles == 0 && p->grid_x == ctx->info.sm_count &&
+                  tiles <= NBI_MAX_SPLIT_COLUMNS && tiles * p->kchunks >= 2 * (int64_t)p->grid_x && p->bn <= m &&
+                  (p->bn == 128 || p->bn == 256) && p->cwg == 2 &&
+                  p->ws_partial_bytes == (size_t)p->grid_x * 64 * p->cwg * p->bn * sizeof(float) &&
+                  p->ws_counter_bytes > 0 && p->ws_partial_bytes + p->ws_counter_bytes <= nbi_plan_workspace(ctx, p),
+              "%lld -> %lld m = %lld: stream-K grid of %d CTAs over %lld tiles x %lld chunks (bn %d), workspace %zu + "
+              "%zu", (long long)k, (long long)n, (long long)m, p->grid_x, (long long)tiles, (long long)p->kchunks,
+              p->bn, p->ws_partial_bytes, p->ws_counter_bytes);
+        return;
+    }
     if (p->splits == 1) {
         CHECK(!p->cluster && p->ws_partial_bytes == 0 && p->tail_tiles == 0,
               "%lld -> %lld m = %lld: no split, no cluster, no workspace", (long long)k, (long long)n, (long long)m);
@@ -322,6 +333,8 @@ static void test_integer_formats(void) {
                         const nb_status st = nbi_plan(ctx, &g, NULL, &p);
                         CHECK(st == NB_OK, "fmt %d group %d act %d %lld -> %lld m = %lld: %s", (int)fmts[f],
                               groups[gi], a, (long long)k, (long long)n, (long long)m, st ? nb_last_error() : "");
+                        CHECK(st || !p.sk, "fmt %d %lld -> %lld m = %lld: no stream-K grid (E2M1 formats only)",
+                              (int)fmts[f], (long long)k, (long long)n, (long long)m);
                         if (st) continue;
                         /* past m = 32, and on layers of fewer 128-row tiles than SMs (132) and k < 16384
                          * from m = 25 (the table formats from 17) */
@@ -430,6 +443,59 @@ static void test_stream_k(void) {
     nb_context_destroy(ctx);
 }
 
+/* The tensor-core path's stream-K grid (plan.c tc_stream_k): where it was
+ * measured faster on the H100 (2026-11-27) and nowhere it lost; never for
+ * the integer formats, a requested k split, m below the tile, activations
+ * past 60% of the L2 or NIBBLE_SM90_SK=0; NIBBLE_SM90_SK=1 takes it
+ * wherever it can run, with valid plans. */
+static void test_tc_stream_k(void) {
+    nb_context *ctx = h100();
+    static const struct {
+        nb_format fmt;
+        int64_t k, n, m;
+        int sk, bn;
+    } cases[] = {
+        {NB_FORMAT_NVFP4, 8192, 10240, 128, 1, 128},  /* 80 tiles: 55.9 -> 41.4 us */
+        {NB_FORMAT_MXFP4, 8192, 10240, 256, 1, 256},  /* 80.1 -> 64.2 (nvfp4) */
+        {NB_FORMAT_NVFP4, 27648, 5120, 512, 1, 256},  /* 80 tiles: 267.1 -> 228.4 */
+        {NB_FORMAT_NVFP4, 4096, 6144, 384, 1, 128},   /* 144 tiles: 43.1 -> 37.5 */
+        {NB_FORMAT_NVFP4, 4096, 4096, 256, 0, 128},   /* five CTAs to a tile: 27.8 against 20.3 (cluster) */
+        {NB_FORMAT_NVFP4, 8192, 8192, 512, 0, 256},   /* 128 tiles: within a wave */
+        {NB_FORMAT_NVFP4, 28672, 8192, 1024, 0, 256}, /* 59 MB of activations: 793 against 659 */
+        {NB_FORMAT_NVFP4, 8192, 10240, 100, 0, 0},    /* m below the 128-token tile (the integer formats:
+                                                         test_integer_formats) */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        nbi_gemm_plan p;
+        if (!plan(ctx, cases[i].fmt, cases[i].k, cases[i].n, cases[i].m, NULL, &p)) continue;
+        check_valid(ctx, &p, cases[i].k, cases[i].n, cases[i].m);
+        CHECK(p.sk == cases[i].sk && (!cases[i].bn || p.bn == cases[i].bn),
+              "%lld -> %lld m = %lld (%s): stream-K %d (want %d), bn %d (want %d)", (long long)cases[i].k,
+              (long long)cases[i].n, (long long)cases[i].m, nbi_traits(cases[i].fmt)->name, p.sk, cases[i].sk, p.bn,
+              cases[i].bn);
+    }
+    nbi_request rq;
+    memset(&rq, 0, sizeof rq);
+    rq.splits = 2; /* a requested k split that can run keeps it, even with the grid forced */
+    nbi_gemm_plan p;
+    ctx->env_sk = 1;
+    if (plan(ctx, NB_FORMAT_NVFP4, 8192, 8192, 256, &rq, &p))
+        CHECK(!p.sk && p.splits == 2, "8192 -> 8192 m = 256, 2 splits asked: %d splits, stream-K %d", p.splits, p.sk);
+    for (int mode = 0; mode < 2; mode++) {
+        ctx->env_sk = mode; /* NIBBLE_SM90_SK=0, =1 */
+        int sks = 0, plans = 0;
+        for (size_t s = 0; s < sizeof k_shapes / sizeof k_shapes[0]; s++)
+            for (size_t i = 0; i < sizeof k_ms / sizeof k_ms[0]; i++) {
+                if (!plan(ctx, NB_FORMAT_NVFP4, k_shapes[s][0], k_shapes[s][1], k_ms[i], NULL, &p)) continue;
+                check_valid(ctx, &p, k_shapes[s][0], k_shapes[s][1], k_ms[i]);
+                sks += p.sk, plans++;
+            }
+        CHECK(mode ? sks > plans / 2 : sks == 0, "NIBBLE_SM90_SK=%d: %d of %d plans on the stream-K grid", mode, sks,
+              plans);
+    }
+    nb_context_destroy(ctx);
+}
+
 int main(void) {
     test_every_plan_valid();
     test_integer_formats();
@@ -439,6 +505,7 @@ int main(void) {
     test_capacity_cached();
     test_tail_split();
     test_stream_k();
+    test_tc_stream_k();
     printf("%d passed, %d failed\n", g_pass, g_fail);
     return g_fail ? 1 : 0;
 }

@@ -30,9 +30,13 @@
  *   each sums a share of the tile from all of their shared memory
  *   (sm90_cluster_reduce), or they store the partials in the workspace and
  *   the last to arrive sums them and runs the epilogue (sm90_split_reduce).
- *   Both give the same bits.
+ *   Both give the same bits.  Where whole tiles leave a third of the SMs
+ *   or more idle, a stream-K grid (gemm_sm90_sk_kernel) runs one CTA per SM
+ *   over an equal share of all the tiles' chunks instead.
  *   The epilogue multiplies by 2^exp_shift * tensor_scale, adds the bias and
- *   stores BF16/FP16 (rows past n and tokens past m are not stored).
+ *   stores BF16/FP16 (rows past n and tokens past m are not stored).  The
+ *   last token tile of a batch that does not fill it reads the activations
+ *   from row m - BN on (sm90_x0), so no TMA box runs past m.
  *
  * HOW THE DECODE LAYOUT FEEDS WGMMA
  *   wgmma takes B from shared memory in natural k order (8 consecutive k per
@@ -58,7 +62,8 @@
  * LIMITS  sm_90a only (the host checks); x rows 16-byte aligned (TMA); k a
  *         multiple of the group; m < 2^31.
  * TEST    build/tests/test_gpu (m in 33..4096; NIBBLE_SM90_CLUSTER=0 for
- *         the workspace sum everywhere), build/tests/test_gpu_int (the
+ *         the workspace sum everywhere, NIBBLE_SM90_SK=1 for the stream-K
+ *         grid wherever it runs), build/tests/test_gpu_int (the
  *         integer and table formats), build/tests/test_plan (the planner's
  *         choices, no GPU).  BENCH  nibble bench.
  */
@@ -214,42 +219,42 @@ struct Sm90Smem {
  * empty[s] at bar0 + 8(STAGES + s); with HALF, full[h][s] at
  * bar0 + 8(h STAGES + s) and empty[h][s] at bar0 + 8((2 + h) STAGES + s),
  * half 0 carrying the weights and k 0..63, half 1 k 64..127.  The weights
- * are p.w's and the activation rows tm * BN's, or (GROUPED: a MoE tile) wg's
- * and xrow's; the two instances keep the dense kernels' code as it was. */
+ * are p.w's (GROUPED: a MoE tile, wg's), the activations BN rows from xrow;
+ * the ring goes on from position `base` (the stream-K grid's segments).  */
 template <int FMT, int KG, int BN, int STAGES, int CWG, bool GROUPED>
 __device__ __forceinline__ void sm90_produce(const CUtensorMap *xmap, const Sm90Params &p, const uint8_t *wg, uint8_t *smem,
-                                             uint32_t bar0, int c0, int nch, int rb0, int nrb, int tm, int xrow) {
+                                             uint32_t bar0, int c0, int nch, int rb0, int nrb, int xrow, int base) {
     typedef Sm90Smem<FMT, KG, BN, STAGES, CWG> L;
     constexpr int CB = L::CB;
     const uint64_t pol = nbc_policy_evict_first();
     const uint32_t bytes = (uint32_t)(L::X_STAGE + nrb * CB);
     asm volatile("griddepcontrol.wait;" ::: "memory"); /* X comes from the previous kernel */
     if constexpr (SM90_HALF(BN)) for (int i = 0; i < nch; i++) {
-        const int s = i % STAGES, kc = c0 + i;
-        const uint32_t ph = ((i / STAGES) - 1) & 1;
+        const int r = base + i, s = r % STAGES, kc = c0 + i;
+        const uint32_t ph = ((r / STAGES) - 1) & 1;
         const uint32_t xs = nbc_smem_u32(smem + L::X_OFF + s * L::X_STAGE);
         /* half 0: the weights and k 0..63 of the activations */
-        if (i >= STAGES) nbc_mbar_wait(bar0 + 8 * (2 * STAGES + s), ph);
+        if (r >= STAGES) nbc_mbar_wait(bar0 + 8 * (2 * STAGES + s), ph);
         const uint32_t full0 = bar0 + 8 * s;
         mbar_expect_tx(full0, (uint32_t)(L::X_STAGE / 2 + nrb * CB));
-        tma_load_2d(xs, xmap, kc * NBI_CHUNK_K, GROUPED ? xrow : tm * BN, full0);
+        tma_load_2d(xs, xmap, kc * NBI_CHUNK_K, xrow, full0);
         const uint32_t ws = nbc_smem_u32(smem + L::W_OFF + s * L::W_STAGE);
         for (int r = 0; r < nrb; r++)
             bulk_load(ws + r * CB, (GROUPED ? wg : p.w) + ((size_t)(rb0 + r) * p.kchunks + kc) * CB, CB, full0, pol);
         /* half 1: k 64..127 */
-        if (i >= STAGES) nbc_mbar_wait(bar0 + 8 * (3 * STAGES + s), ph);
+        if (r >= STAGES) nbc_mbar_wait(bar0 + 8 * (3 * STAGES + s), ph);
         const uint32_t full1 = bar0 + 8 * (STAGES + s);
         mbar_expect_tx(full1, (uint32_t)(L::X_STAGE / 2));
-        tma_load_2d(xs + BN * 128, xmap, kc * NBI_CHUNK_K + 64, GROUPED ? xrow : tm * BN, full1);
+        tma_load_2d(xs + BN * 128, xmap, kc * NBI_CHUNK_K + 64, xrow, full1);
     }
     else for (int i = 0; i < nch; i++) {
-        const int s = i % STAGES, kc = c0 + i;
-        if (i >= STAGES) nbc_mbar_wait(bar0 + 8 * (STAGES + s), ((i / STAGES) - 1) & 1);
+        const int r = base + i, s = r % STAGES, kc = c0 + i;
+        if (r >= STAGES) nbc_mbar_wait(bar0 + 8 * (STAGES + s), ((r / STAGES) - 1) & 1);
         const uint32_t full = bar0 + 8 * s;
         mbar_expect_tx(full, bytes);
         const uint32_t xs = nbc_smem_u32(smem + L::X_OFF + s * L::X_STAGE);
-        tma_load_2d(xs, xmap, kc * NBI_CHUNK_K, GROUPED ? xrow : tm * BN, full);
-        tma_load_2d(xs + BN * 128, xmap, kc * NBI_CHUNK_K + 64, GROUPED ? xrow : tm * BN, full);
+        tma_load_2d(xs, xmap, kc * NBI_CHUNK_K, xrow, full);
+        tma_load_2d(xs + BN * 128, xmap, kc * NBI_CHUNK_K + 64, xrow, full);
         const uint32_t ws = nbc_smem_u32(smem + L::W_OFF + s * L::W_STAGE);
         for (int r = 0; r < nrb; r++)
             bulk_load(ws + r * CB, (GROUPED ? wg : p.w) + ((size_t)(rb0 + r) * p.kchunks + kc) * CB, CB, full, pol);
@@ -264,7 +269,7 @@ __device__ __forceinline__ void sm90_produce(const CUtensorMap *xmap, const Sm90
  * plain registers. */
 template <int FMT, int ACT, int KG, int BN, int STAGES, int CWG>
 __device__ __forceinline__ void sm90_consume(uint8_t *smem, const uint32_t *stab, int scale_bf16, uint32_t bar0, int nch,
-                                             int rbl, int g, int t, float (&acc)[BN / 2]) {
+                                             int rbl, int g, int t, float (&acc)[BN / 2], int base) {
     typedef Sm90Smem<FMT, KG, BN, STAGES, CWG> L;
     constexpr int CB = L::CB;
     uint32_t fa[8][4], fb[8][4];
@@ -272,9 +277,9 @@ __device__ __forceinline__ void sm90_consume(uint8_t *smem, const uint32_t *stab
         /* Each chunk issues two wgmma groups, one per 64-k half; after issuing
          * half h, wgmma.wait_group 2 retires the previous chunk's half h, which
          * frees that half of its stage. */
-        auto chunk = [&](int i, uint32_t (&a)[8][4]) { /* the CTA's chunk i (stage i % STAGES) */
-            const int s = i % STAGES, prev = (i + STAGES - 1) % STAGES;
-            const uint32_t ph = (i / STAGES) & 1;
+        auto chunk = [&](int i, uint32_t (&a)[8][4]) { /* the CTA's chunk i (stage (base + i) % STAGES) */
+            const int r = base + i, s = r % STAGES, prev = (r + STAGES - 1) % STAGES;
+            const uint32_t ph = (r / STAGES) & 1;
             nbc_mbar_wait(bar0 + 8 * s, ph);
             nbc_dequant_any<FMT, ACT, KG>(smem + L::W_OFF + s * L::W_STAGE + rbl * CB, stab, g, t, scale_bf16, a);
             const uint32_t xs = nbc_smem_u32(smem + L::X_OFF + s * L::X_STAGE);
@@ -298,9 +303,9 @@ __device__ __forceinline__ void sm90_consume(uint8_t *smem, const uint32_t *stab
             if (i + 1 < nch) chunk(i + 1, fb);
         }
     } else {
-        auto chunk = [&](int i, uint32_t (&a)[8][4]) { /* the CTA's chunk i (stage i % STAGES) */
-            const int s = i % STAGES;
-            nbc_mbar_wait(bar0 + 8 * s, (i / STAGES) & 1);
+        auto chunk = [&](int i, uint32_t (&a)[8][4]) { /* the CTA's chunk i (stage (base + i) % STAGES) */
+            const int r = base + i, s = r % STAGES;
+            nbc_mbar_wait(bar0 + 8 * s, (r / STAGES) & 1);
             nbc_dequant_any<FMT, ACT, KG>(smem + L::W_OFF + s * L::W_STAGE + rbl * CB, stab, g, t, scale_bf16, a);
             const uint32_t xs = nbc_smem_u32(smem + L::X_OFF + s * L::X_STAGE);
             wgmma_fence();
@@ -311,7 +316,7 @@ __device__ __forceinline__ void sm90_consume(uint8_t *smem, const uint32_t *stab
             wgmma_commit();
         };
         auto retire = [&](int i) { /* chunk i's wgmmas are done: release its stage */
-            nbc_mbar_arrive(bar0 + 8 * (STAGES + i % STAGES)); /* each thread, after its own reads */
+            nbc_mbar_arrive(bar0 + 8 * (STAGES + (base + i) % STAGES)); /* each thread, after its own reads */
         };
         for (int i = 0; i < nch; i += 2) {
             chunk(i, fa);
@@ -440,14 +445,15 @@ struct Sm90Stage {
 };
 
 template <int ACT, int CWG>
-__device__ __forceinline__ void sm90_store_staged(const Sm90Params &p, uint32_t base, int ntok, int row_t0, int tok0) {
+__device__ __forceinline__ void sm90_store_staged(const Sm90Params &p, uint32_t base, int ntok, int row_t0, int tok0,
+                                                  int lo) {
     constexpr int NC = 128 * CWG, ROWB = Sm90Stage<CWG>::ROWB, CH = ROWB / 16; /* 16-byte pieces per token row */
     typedef uint16_t T;
 #pragma unroll 4
     for (int idx = threadIdx.x - 128; idx < ntok * CH; idx += NC) {
         const int tk = idx / CH, c = idx % CH;
         const int tok = tok0 + tk, row = row_t0 + 8 * c;
-        if (tok >= p.m || row >= p.n) continue;
+        if (tok < lo || tok >= p.m || row >= p.n) continue;
         uint4 v;
         asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
                      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
@@ -480,7 +486,7 @@ __device__ __forceinline__ void sm90_store_staged(const Sm90Params &p, uint32_t 
  * CTAs are consecutive along x) is its split. */
 template <int ACT, int BN, int CWG>
 __device__ __forceinline__ void sm90_cluster_reduce(const Sm90Params &p, uint8_t *smem, int rank, float (&acc)[BN / 2],
-                                                    int rbl, int row_t0, int tok0, int g, int t, bool staged) {
+                                                    int rbl, int row_t0, int tok0, int lo, int g, int t, bool staged) {
     constexpr int NC = 128 * CWG, NV = BN / 8; /* consumer threads; float4s per thread */
     typedef Sm90Stage<CWG> St;
     const int c = threadIdx.x - 128, S = p.splits;
@@ -509,7 +515,7 @@ __device__ __forceinline__ void sm90_cluster_reduce(const Sm90Params &p, uint8_t
     }
     if (staged) {
         nbc_split_barrier<NC>(); /* the share is in shared memory */
-        sm90_store_staged<ACT, CWG>(p, sbase, 8 * (i1 - i0), row_t0, tok0 + 8 * i0);
+        sm90_store_staged<ACT, CWG>(p, sbase, 8 * (i1 - i0), row_t0, tok0 + 8 * i0, lo);
     }
     cluster_sync(); /* no CTA reads this one's shared memory any more */
 }
@@ -528,7 +534,7 @@ __device__ __forceinline__ void sm90_cluster_reduce(const Sm90Params &p, uint8_t
  * same way (sm90_cluster_reduce). */
 template <int ACT, int BN, int CWG>
 __device__ __forceinline__ void sm90_store_tile(const Sm90Params &p, uint8_t *smem, const float (&acc)[BN / 2], int rbl,
-                                                int row_t0, int tok0, int g, int t) {
+                                                int row_t0, int tok0, int lo, int g, int t) {
     constexpr int NC = 128 * CWG;            /* consumer threads */
     typedef Sm90Stage<CWG> St;
     St st;
@@ -537,7 +543,62 @@ __device__ __forceinline__ void sm90_store_tile(const Sm90Params &p, uint8_t *sm
     nbc_split_barrier<NC>(); /* every consumer warpgroup is past its last wgmma: the stages are free */
     stsm_tile_rows<BN, St::ROWB>(base, rbl, [&](int e, int h) { return st.template pack<ACT>(acc[e], acc[e + 1], h); });
     nbc_split_barrier<NC>(); /* the whole tile is in shared memory */
-    sm90_store_staged<ACT, CWG>(p, base, BN, row_t0, tok0);
+    sm90_store_staged<ACT, CWG>(p, base, BN, row_t0, tok0, lo);
+}
+
+/* The start of every kernel here: its shared memory aligned to 1024 bytes
+ * (the 128-byte swizzle) by offsetting smem_raw itself, so that the compiler
+ * still knows every access is to shared memory (LDS, not generic loads); the
+ * scale table and the barriers in it (layout L); the thread's warp, lane
+ * and warpgroup. */
+#define SM90_KERNEL_START(L)                                                              \
+    extern __shared__ uint8_t smem_raw[];                                                 \
+    uint8_t *smem = smem_raw + ((1024u - (nbc_smem_u32(smem_raw) & 1023u)) & 1023u);      \
+    uint32_t *stab = (uint32_t *)(smem + L::TAB_OFF);                                     \
+    const uint32_t bar0 = nbc_smem_u32(smem + L::BAR_OFF);                                \
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;                           \
+    const int wg = warp >> 2
+
+/* The producer warpgroup gives registers to the consumers (640 threads of
+ * four consumer warpgroups start at 96 registers; with the producer at 24
+ * they fit 112 in the 64K of the SM). */
+template <int CWG>
+__device__ __forceinline__ void sm90_producer_regs() {
+    if constexpr (CWG == 4) asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
+    else asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+}
+template <int CWG>
+__device__ __forceinline__ void sm90_consumer_regs() {
+    if constexpr (CWG == 4) asm volatile("setmaxnreg.inc.sync.aligned.u32 112;");
+    else asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+}
+
+/* A finished tile's epilogue, accumulator (row, token) -> Y[token, row]:
+ * through shared memory at `stage` (staged) or element by element.  Its
+ * activation rows started at x0, its own tokens at tm * BN. */
+template <int ACT, int BN, int CWG>
+__device__ __forceinline__ void sm90_store_result(const Sm90Params &p, uint8_t *stage, const float (&acc)[BN / 2],
+                                                  int rbl, int rb0, int x0, int tm, int g, int t, bool staged) {
+    if (staged)
+        sm90_store_tile<ACT, BN, CWG>(p, stage, acc, rbl, rb0 * 16, x0, tm * BN, g, t);
+    else
+        nbc_store_block<ACT, BN / 8>(acc, (rb0 + rbl) * 16, tm * BN, g, t, p.m, p.n, p.ldc, p.y, p.bias, p.exp_shift,
+                                     p.ts);
+}
+
+/* The first activation row of token tile tm: tm * BN, except that the last
+ * tile of a batch that does not fill it moves back inside m (m > BN), so
+ * that no TMA box runs past the activations' rows: the tile recomputes the
+ * previous tile's last tokens and stores from tm * BN on only (lo).  Boxes
+ * that ran past the end cost the whole call 8-14% on an H100 (m = 384 in
+ * 256-token tiles took longer than m = 512: 8192 -> 57344 708 against 651
+ * us, 4096 -> 28672 198 against 174; NOTES.md).  Only where the output is
+ * stored through shared memory (sm90_store_staged, which has the lower
+ * bound); the element-wise store keeps tm * BN. */
+template <int BN>
+__device__ __forceinline__ int sm90_x0(const Sm90Params &p, int tm) {
+    const bool staged = (((uintptr_t)p.y & 15) | (p.ldc & 7)) == 0;
+    return staged && p.m > BN ? min(tm * BN, p.m - BN) : tm * BN;
 }
 #endif
 
@@ -547,15 +608,7 @@ __global__ void __launch_bounds__(SM90_THREADS(CWG), 1)
 #ifdef NB_SM90_DEVICE
     if constexpr (KG == 0) NBC_CHECK_KERNEL_FORMAT(FMT);
     typedef Sm90Smem<FMT, KG, BN, STAGES, CWG> L;
-    extern __shared__ uint8_t smem_raw[];
-    /* Align by offsetting smem_raw itself, so that the compiler still knows
-     * every access is to shared memory (LDS, not generic loads). */
-    uint8_t *smem = smem_raw + ((1024u - (nbc_smem_u32(smem_raw) & 1023u)) & 1023u);
-    uint32_t *stab = (uint32_t *)(smem + L::TAB_OFF);
-    const uint32_t bar0 = nbc_smem_u32(smem + L::BAR_OFF);
-
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int wg = warp >> 2;
+    SM90_KERNEL_START(L);
     const int tile = p.tile0 + blockIdx.x / p.splits, split = blockIdx.x % p.splits;
     int tn, tm;
     nbc_raster(tile, p.group, p.tiles_n, p.tiles_m, tn, tm);
@@ -564,43 +617,179 @@ __global__ void __launch_bounds__(SM90_THREADS(CWG), 1)
     const int nrb = min(RB, p.row_blocks - rb0);
     /* this CTA's k chunks (the planner gives each split at least one) */
     const int c0 = split * p.cps, nch = min(p.cps, p.kchunks - c0);
+    const int x0 = sm90_x0<BN>(p, tm); /* the tile's first activation row */
 
     nbc_load_scale_table<SM90_THREADS(CWG)>(stab, p.stab);
     sm90_init_barriers<BN, STAGES, CWG>(bar0);
     __syncthreads();
 
     if (wg == 0) {
-        /* Producer warpgroup: give registers to the consumers. */
-        if constexpr (CWG == 4) asm volatile("setmaxnreg.dec.sync.aligned.u32 24;");
-        else asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        sm90_producer_regs<CWG>();
         if (warp == 0 && lane == 0)
-            sm90_produce<FMT, KG, BN, STAGES, CWG, false>(&xmap, p, NULL, smem, bar0, c0, nch, rb0, nrb, tm, 0);
+            sm90_produce<FMT, KG, BN, STAGES, CWG, false>(&xmap, p, NULL, smem, bar0, c0, nch, rb0, nrb, x0, 0);
         return;
     }
 
     /* Consumers. */
-    /* (640 threads start at 96 registers; with the producer at 24 the four
-     * consumer warpgroups fit 112 in the 64K of the SM) */
-    if constexpr (CWG == 4) asm volatile("setmaxnreg.inc.sync.aligned.u32 112;");
-    else asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    sm90_consumer_regs<CWG>();
     const int g = lane >> 2, t = lane & 3;
     const int rbl = 4 * (wg - 1) + (warp & 3); /* row block within the tile */
     float acc[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
-    sm90_consume<FMT, ACT, KG, BN, STAGES, CWG>(smem, stab, p.scale_bf16, bar0, nch, rbl, g, t, acc);
+    sm90_consume<FMT, ACT, KG, BN, STAGES, CWG>(smem, stab, p.scale_bf16, bar0, nch, rbl, g, t, acc, 0);
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     const bool staged = (((uintptr_t)p.y & 15) | (p.ldc & 7)) == 0; /* 16-byte stores of the output */
     if (p.cluster) {
-        sm90_cluster_reduce<ACT, BN, CWG>(p, smem, split, acc, rbl, rb0 * 16, tm * BN, g, t, staged);
+        sm90_cluster_reduce<ACT, BN, CWG>(p, smem, split, acc, rbl, rb0 * 16, x0, tm * BN, g, t, staged);
         return;
     }
     if (p.splits > 1 && !sm90_split_reduce<BN, CWG>(p, tile, split, (int *)(smem + L::FLAG_OFF), acc)) return;
-    /* Epilogue: accumulator (row, token) -> Y[token, row]. */
-    if (staged)
-        sm90_store_tile<ACT, BN, CWG>(p, smem, acc, rbl, rb0 * 16, tm * BN, g, t);
-    else
-        nbc_store_block<ACT, BN / 8>(acc, (rb0 + rbl) * 16, tm * BN, g, t, p.m, p.n, p.ldc, p.y, p.bias, p.exp_shift, p.ts);
+    sm90_store_result<ACT, BN, CWG>(p, smem, acc, rbl, rb0, x0, tm, g, t, staged);
+#endif
+}
+
+/* ------------------------------------------------ stream-K schedule */
+
+/* The stream-K grid (the planner's choice where the tiles leave a wave
+ * partly idle, plan.c tc_stream_k): a layer's tiles times its k chunks are
+ * units numbered tile-major (the raster order), and CTA b of the G in the
+ * grid (G at most one per SM: every CTA resident at once) walks units
+ * [b U / G, (b + 1) U / G), every CTA the same number of chunks give or
+ * take one.  Its range falls into segments, one per tile it touches, which
+ * run one after another through the same ring of stages (the ring position
+ * carries on: sm90_produce / sm90_consume's base), so the producer loads
+ * the next segment while the consumers finish the last.  A segment is
+ *   - a whole tile: stored as gemm_sm90_kernel stores one;
+ *   - the start of a tile (k from 0, the CTA's last segment): the tile's
+ *     owner.  It waits until the CTAs after it that hold the rest of the
+ *     tile have left their partials in the workspace, adds them to its own
+ *     in k order (the result does not depend on timing), stores the tile
+ *     and zeroes the tile's counter for the next call;
+ *   - the rest of a tile (k from the middle, the CTA's first segment): its
+ *     FP32 accumulators go to workspace slot b (one per CTA: only a first
+ *     segment starts in the middle of a tile), then it counts itself in.
+ * An owner waits only for other CTAs' first segments, which wait for
+ * nothing, and all G CTAs are resident together, so the wait always ends.
+ * The epilogue of a segment that is not the CTA's last stages its tile in
+ * the activation part of the stage its last chunk used (BN x 128 rows x 2
+ * bytes: exactly that part), so that stage is released only after the
+ * epilogue; the producer meanwhile fills the others. */
+#ifdef NB_SM90_DEVICE
+/* Owner of a split tile: wait for the partials of the `need` CTAs after
+ * b, then add them to acc in CTA order (k order). */
+template <int BN, int CWG>
+__device__ __forceinline__ void sm90_sk_gather(const Sm90Params &p, int tile, int b, int need, float (&acc)[BN / 2]) {
+    constexpr int NC = 128 * CWG; /* consumer threads */
+    const int c = threadIdx.x - 128;
+    if (c == 0) {
+        int got;
+        for (;;) {
+            asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(got) : "l"(p.counters + tile) : "memory");
+            if (got >= need) break;
+            __nanosleep(32);
+        }
+        p.counters[tile] = 0; /* every partial is in: ready for the next call */
+    }
+    nbc_split_barrier<NC>();
+    __threadfence();
+    for (int j = 1; j <= need; j++) {
+        const float4 *part = (const float4 *)p.partial + (size_t)(b + j) * (NC * BN / 8) + c;
+#pragma unroll
+        for (int i = 0; i < BN / 8; i++) {
+            const float4 v = __ldcg(part + NC * i);
+            acc[4 * i] += v.x, acc[4 * i + 1] += v.y, acc[4 * i + 2] += v.z, acc[4 * i + 3] += v.w;
+        }
+    }
+}
+
+/* The rest of a tile: this CTA's partial to slot b, then count it in. */
+template <int BN, int CWG>
+__device__ __forceinline__ void sm90_sk_leave(const Sm90Params &p, int tile, int b, const float (&acc)[BN / 2]) {
+    constexpr int NC = 128 * CWG;
+    const int c = threadIdx.x - 128;
+    float4 *mine = (float4 *)p.partial + (size_t)b * (NC * BN / 8) + c;
+#pragma unroll
+    for (int i = 0; i < BN / 8; i++)
+        __stcg(mine + NC * i, make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
+    __threadfence();
+    nbc_split_barrier<NC>();
+    if (c == 0) atomicAdd(p.counters + tile, 1);
+}
+#endif
+
+template <int FMT, int ACT, int KG, int BN, int STAGES, int CWG>
+__global__ void __launch_bounds__(SM90_THREADS(CWG), 1)
+    gemm_sm90_sk_kernel(const __grid_constant__ CUtensorMap xmap, const Sm90Params p) {
+#ifdef NB_SM90_DEVICE
+    if constexpr (KG == 0) NBC_CHECK_KERNEL_FORMAT(FMT);
+    typedef Sm90Smem<FMT, KG, BN, STAGES, CWG> L;
+    SM90_KERNEL_START(L);
+    constexpr int RB = SM90_ROWS(CWG) / 16; /* row blocks per tile */
+    const int b = blockIdx.x, G = gridDim.x;
+    const int64_t K = p.kchunks, U = (int64_t)p.tiles_n * p.tiles_m * K;
+    const int64_t u0 = (int64_t)b * U / G, u1 = (int64_t)(b + 1) * U / G;
+
+    nbc_load_scale_table<SM90_THREADS(CWG)>(stab, p.stab);
+    sm90_init_barriers<BN, STAGES, CWG>(bar0);
+    __syncthreads();
+
+    if (wg == 0) {
+        sm90_producer_regs<CWG>();
+        if (warp == 0 && lane == 0) {
+            int base = 0;
+            for (int64_t u = u0; u < u1;) {
+                const int tile = (int)(u / K), kc0 = (int)(u - tile * K), nch = (int)min(K - kc0, u1 - u);
+                int tn, tm;
+                nbc_raster(tile, p.group, p.tiles_n, p.tiles_m, tn, tm);
+                const int rb0 = tn * RB, nrb = min(RB, p.row_blocks - rb0);
+                sm90_produce<FMT, KG, BN, STAGES, CWG, false>(&xmap, p, NULL, smem, bar0, kc0, nch, rb0, nrb,
+                                                              sm90_x0<BN>(p, tm), base);
+                base += nch, u += nch;
+            }
+        }
+        return;
+    }
+
+    sm90_consumer_regs<CWG>();
+    const int g = lane >> 2, t = lane & 3;
+    const int rbl = 4 * (wg - 1) + (warp & 3);
+    const bool staged = (((uintptr_t)p.y & 15) | (p.ldc & 7)) == 0;
+    int base = 0;
+    for (int64_t u = u0; u < u1;) {
+        const int tile = (int)(u / K), kc0 = (int)(u - tile * K), nch = (int)min(K - kc0, u1 - u);
+        const bool last = u + nch == u1;
+        int tn, tm;
+        nbc_raster(tile, p.group, p.tiles_n, p.tiles_m, tn, tm);
+        const int rb0 = tn * RB;
+        float acc[BN / 2];
+#pragma unroll
+        for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
+        sm90_consume<FMT, ACT, KG, BN, STAGES, CWG>(smem, stab, p.scale_bf16, bar0, nch, rbl, g, t, acc, base);
+        if (last) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+        const int sl = (base + nch - 1) % STAGES; /* the stage of this segment's last chunk, still held */
+        if (kc0 > 0) {
+            sm90_sk_leave<BN, CWG>(p, tile, b, acc);
+        } else {
+            if (nch < K) { /* the tile's owner: the CTAs after it hold the rest */
+                const int64_t end = (int64_t)(tile + 1) * K;
+                int need = 0;
+                while (b + need + 1 < G && (int64_t)(b + need + 1) * U / G < end) need++;
+                sm90_sk_gather<BN, CWG>(p, tile, b, need, acc);
+            }
+            sm90_store_result<ACT, BN, CWG>(p, smem + L::X_OFF + sl * L::X_STAGE, acc, rbl, rb0, sm90_x0<BN>(p, tm),
+                                            tm, g, t, staged);
+        }
+        if (!last) { /* release the held stage (each thread, after its own reads of it) */
+            if constexpr (SM90_HALF(BN)) {
+                nbc_mbar_arrive(bar0 + 8 * (2 * STAGES + sl));
+                nbc_mbar_arrive(bar0 + 8 * (3 * STAGES + sl));
+            } else {
+                nbc_mbar_arrive(bar0 + 8 * (STAGES + sl));
+            }
+        }
+        base += nch, u += nch;
+    }
 #endif
 }
 
@@ -739,12 +928,7 @@ __global__ void __launch_bounds__(SM90_THREADS(2), 1)
      * waits for that kernel's output before its first load) */
     const int e = q.blockexp[tm];
     if (e < 0) return;
-    extern __shared__ uint8_t smem_raw[];
-    uint8_t *smem = smem_raw + ((1024u - (nbc_smem_u32(smem_raw) & 1023u)) & 1023u);
-    uint32_t *stab = (uint32_t *)(smem + L::TAB_OFF);
-    const uint32_t bar0 = nbc_smem_u32(smem + L::BAR_OFF);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int wg = warp >> 2;
+    SM90_KERNEL_START(L);
     constexpr int RB = SM90_ROWS(CWG) / 16;
     const int rb0 = tn * RB;
     const int nrb = min(RB, p.row_blocks - rb0);
@@ -754,19 +938,19 @@ __global__ void __launch_bounds__(SM90_THREADS(2), 1)
     sm90_init_barriers<BN, STAGES, CWG>(bar0);
     __syncthreads();
     if (wg == 0) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        sm90_producer_regs<2>();
         if (warp == 0 && lane == 0)
             sm90_produce<FMT, 0, BN, STAGES, CWG, true>(&xmap, p, p.w + (size_t)e * q.stride, smem, bar0, 0, p.kchunks,
-                                                     rb0, nrb, tm, xrow);
+                                                     rb0, nrb, xrow, 0);
         return;
     }
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    sm90_consumer_regs<2>();
     const int g = lane >> 2, t = lane & 3;
     const int rb = rb0 + 4 * (wg - 1) + (warp & 3); /* this warp's row block */
     float acc[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
-    sm90_consume<FMT, ACT, 0, BN, STAGES, CWG>(smem, stab, 0, bar0, p.kchunks, rb - rb0, g, t, acc);
+    sm90_consume<FMT, ACT, 0, BN, STAGES, CWG>(smem, stab, 0, bar0, p.kchunks, rb - rb0, g, t, acc, 0);
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     /* epilogue: acc[4i + j] is row g at token column 8i + 2t + j, acc[4i + 2 + j] row g + 8 */
     const float sc = ldexpf(1.0f, p.exp_shift) * (q.tscale ? q.tscale[e] : 1.0f);
@@ -861,6 +1045,29 @@ static sm90_fn sm90_pick(int fmt, int act, int bn, int cwg, int kg, size_t *smem
     return NULL;
 }
 
+/* The stream-K instances: the E2M1 formats' 128- and 256-token tiles with
+ * two consumer warpgroups. */
+template <int FMT, int ACT>
+static sm90_fn sm90_pick_sk_bn(int bn, size_t *smem) {
+    if (bn == 128) {
+        *smem = Sm90Smem<FMT, 0, 128, SM90_STAGES(128), 2>::BYTES;
+        return gemm_sm90_sk_kernel<FMT, ACT, 0, 128, SM90_STAGES(128), 2>;
+    }
+    if (bn == 256) {
+        *smem = Sm90Smem<FMT, 0, 256, SM90_STAGES(256), 2>::BYTES;
+        return gemm_sm90_sk_kernel<FMT, ACT, 0, 256, SM90_STAGES(256), 2>;
+    }
+    return NULL;
+}
+
+static sm90_fn sm90_pick_sk(int fmt, int act, int bn, int cwg, size_t *smem) {
+    if (cwg != 2) return NULL;
+#define SM90_SK_RUNG(F, A) return sm90_pick_sk_bn<F, A>(bn, smem);
+    NBC_LADDER(fmt, act, SM90_SK_RUNG)
+#undef SM90_SK_RUNG
+    return NULL;
+}
+
 /* cuTensorMapEncodeTiled through the runtime's driver entry point (no
  * link-time dependency on libcuda). */
 static PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder(char *err) {
@@ -911,11 +1118,12 @@ static nb_status sm90_xmap(nb_context *ctx, int act, const void *x, int64_t k, i
 extern "C" nb_status nbi_cuda_gemm_sm90(nb_context *ctx, const nbi_gemm_plan *pl, const void *x, const void *packed,
                                         const void *bias, void *y, void *workspace, void *stream) {
     size_t smem = 0;
-    sm90_fn f = sm90_pick(pl->fmt, pl->act, pl->bn, pl->cwg, pl->group, &smem);
+    sm90_fn f = pl->sk ? sm90_pick_sk(pl->fmt, pl->act, pl->bn, pl->cwg, &smem)
+                       : sm90_pick(pl->fmt, pl->act, pl->bn, pl->cwg, pl->group, &smem);
     if (!f)
         return nbi_fail(ctx, NB_ERR_INTERNAL, "gemm_sm90: no kernel for %s, %s, %d-token tiles, %d consumer warpgroups, "
-                        "group %d", nbi_traits((nb_format)pl->fmt)->name, nbi_dtype_name((nb_dtype)pl->act), pl->bn,
-                        pl->cwg, pl->group);
+                        "group %d%s", nbi_traits((nb_format)pl->fmt)->name, nbi_dtype_name((nb_dtype)pl->act), pl->bn,
+                        pl->cwg, pl->group, pl->sk ? ", stream-K" : "");
     CUtensorMap map;
     nb_status st = sm90_xmap(ctx, pl->act, x, pl->k, pl->m, pl->lda, pl->bn, &map, "gemm_sm90");
     if (st) return st;
@@ -939,8 +1147,9 @@ extern "C" nb_status nbi_cuda_gemm_sm90(nb_context *ctx, const nbi_gemm_plan *pl
     if (st) return st;
     cudaLaunchAttribute attr[2];
     const int threads = SM90_THREADS(pl->cwg);
-    cudaLaunchConfig_t cfg = nbc_launch_config(dim3((unsigned)(whole * pl->splits)), dim3(threads), smem, stream,
-                                               pl->pdl, attr);
+    /* the stream-K grid: grid_x CTAs over the tiles' chunks (gemm_sm90_sk_kernel) */
+    const unsigned grid = pl->sk ? (unsigned)pl->grid_x : (unsigned)(whole * pl->splits);
+    cudaLaunchConfig_t cfg = nbc_launch_config(dim3(grid), dim3(threads), smem, stream, pl->pdl, attr);
     if (pl->cluster) attr[cfg.numAttrs++] = sm90_cluster_attr(pl->splits); /* a tile's splits (consecutive CTAs) */
     NBC_TRY(cudaLaunchKernelEx(&cfg, f, map, p), "gemm_sm90 kernel launch");
     if (pl->tail_tiles) {
