@@ -295,8 +295,8 @@ static double tc_tail(const nb_context *ctx, const nbi_gemm_plan *p, int64_t til
  * CTAs share summed by the one holding its start from the others' partials
  * in the workspace.  Where the tiles leave part of a wave idle it gives
  * every SM the same work, which no split of whole tiles does.  Returns its
- * cost in the model's us, or 0 where it does not run: the E2M1 formats'
- * 128- and 256-token tiles (two consumer warpgroups), at most
+ * cost in the model's us, or 0 where it does not run: the 128- and
+ * 256-token tiles (two consumer warpgroups; every format), at most
  * NBI_MAX_SPLIT_COLUMNS tiles (a counter each), at least two chunks per CTA
  * and a batch that fills a tile (m >= bn: measured no further down),
  * activations of at most 60% of the L2 (a CTA's k range starts anywhere,
@@ -317,7 +317,7 @@ static double tc_tail(const nb_context *ctx, const nbi_gemm_plan *p, int64_t til
 static double tc_stream_k(const nb_context *ctx, const nbi_gemm_plan *p, const nbi_request *rq, int64_t tiles, int bn,
                           int cwg, int64_t m) {
     const int64_t G = ctx->info.sm_count, K = p->kchunks, U = tiles * K;
-    if (ctx->env_sk == 0 || !nbi_traits(p->fmt)->every_kernel || cwg != 2 || (bn != 128 && bn != 256) ||
+    if (ctx->env_sk == 0 || cwg != 2 || (bn != 128 && bn != 256) ||
         tiles > NBI_MAX_SPLIT_COLUMNS || G < 2 || U < 2 * G || rq->splits > 1 || m < bn ||
         (double)m * (double)p->k * 2.0 > 0.6 * (double)ctx->info.l2_bytes)
         return 0.0;

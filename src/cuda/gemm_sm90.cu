@@ -1045,26 +1045,37 @@ static sm90_fn sm90_pick(int fmt, int act, int bn, int cwg, int kg, size_t *smem
     return NULL;
 }
 
-/* The stream-K instances: the E2M1 formats' 128- and 256-token tiles with
- * two consumer warpgroups. */
-template <int FMT, int ACT>
+/* The stream-K instances: every format's 128- and 256-token tiles with two
+ * consumer warpgroups (the integer and table formats per kernel group). */
+template <int FMT, int ACT, int KG>
 static sm90_fn sm90_pick_sk_bn(int bn, size_t *smem) {
     if (bn == 128) {
-        *smem = Sm90Smem<FMT, 0, 128, SM90_STAGES(128), 2>::BYTES;
-        return gemm_sm90_sk_kernel<FMT, ACT, 0, 128, SM90_STAGES(128), 2>;
+        *smem = Sm90Smem<FMT, KG, 128, sm90_stages<FMT, KG>(128), 2>::BYTES;
+        return gemm_sm90_sk_kernel<FMT, ACT, KG, 128, sm90_stages<FMT, KG>(128), 2>;
     }
     if (bn == 256) {
-        *smem = Sm90Smem<FMT, 0, 256, SM90_STAGES(256), 2>::BYTES;
-        return gemm_sm90_sk_kernel<FMT, ACT, 0, 256, SM90_STAGES(256), 2>;
+        *smem = Sm90Smem<FMT, KG, 256, sm90_stages<FMT, KG>(256), 2>::BYTES;
+        return gemm_sm90_sk_kernel<FMT, ACT, KG, 256, sm90_stages<FMT, KG>(256), 2>;
     }
     return NULL;
 }
 
-static sm90_fn sm90_pick_sk(int fmt, int act, int bn, int cwg, size_t *smem) {
+template <int FMT, int ACT>
+static sm90_fn sm90_pick_sk_int(int bn, int kg, size_t *smem) {
+    if (kg == 32) return sm90_pick_sk_bn<FMT, ACT, 32>(bn, smem);
+    if (kg == 64) return sm90_pick_sk_bn<FMT, ACT, 64>(bn, smem);
+    if (kg == 128) return sm90_pick_sk_bn<FMT, ACT, 128>(bn, smem);
+    return NULL;
+}
+
+static sm90_fn sm90_pick_sk(int fmt, int act, int bn, int cwg, int kg, size_t *smem) {
     if (cwg != 2) return NULL;
-#define SM90_SK_RUNG(F, A) return sm90_pick_sk_bn<F, A>(bn, smem);
+#define SM90_SK_RUNG(F, A) return sm90_pick_sk_bn<F, A, 0>(bn, smem);
     NBC_LADDER(fmt, act, SM90_SK_RUNG)
 #undef SM90_SK_RUNG
+#define SM90_SK_INT_RUNG(F, A) return sm90_pick_sk_int<F, A>(bn, kg, smem);
+    NBC_DECODE_LADDER(fmt, act, SM90_SK_INT_RUNG)
+#undef SM90_SK_INT_RUNG
     return NULL;
 }
 
@@ -1118,7 +1129,7 @@ static nb_status sm90_xmap(nb_context *ctx, int act, const void *x, int64_t k, i
 extern "C" nb_status nbi_cuda_gemm_sm90(nb_context *ctx, const nbi_gemm_plan *pl, const void *x, const void *packed,
                                         const void *bias, void *y, void *workspace, void *stream) {
     size_t smem = 0;
-    sm90_fn f = pl->sk ? sm90_pick_sk(pl->fmt, pl->act, pl->bn, pl->cwg, &smem)
+    sm90_fn f = pl->sk ? sm90_pick_sk(pl->fmt, pl->act, pl->bn, pl->cwg, pl->group, &smem)
                        : sm90_pick(pl->fmt, pl->act, pl->bn, pl->cwg, pl->group, &smem);
     if (!f)
         return nbi_fail(ctx, NB_ERR_INTERNAL, "gemm_sm90: no kernel for %s, %s, %d-token tiles, %d consumer warpgroups, "
