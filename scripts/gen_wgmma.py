@@ -4,7 +4,7 @@ gemm_sm90.cu (A from registers, B from a shared-memory descriptor, FP32
 accumulators).  The operand lists are too long to write by hand."""
 import os
 
-SHAPES = (16, 32, 64, 128, 256)
+SHAPES = (16, 32, 64, 128, 192, 256)
 TYPES = (("bf16", "bf16"), ("f16", "f16"))
 
 def wrapper(n, ptx_t):

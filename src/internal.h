@@ -71,7 +71,8 @@ NB_INTERNAL const nbi_format_traits *nbi_traits_at(int index);
 
 /* ------------------------------------------------------------ context */
 #define NBI_SM90_MAX_SPLITS 8 /* tensor-core path: CTAs per tile along k */
-#define NBI_SM90_INSTANCES 7  /* tensor-core kernel shapes: bn 16..256 with 2 consumer warpgroups, 16 and 32 with 4 */
+#define NBI_SM90_INSTANCES 8  /* tensor-core kernel shapes: bn 16..256 with 2 consumer warpgroups, 16 and 32 with 4,
+                                 192 with 2 */
 
 struct nb_context {
     nb_device_info info;

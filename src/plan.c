@@ -232,7 +232,7 @@ static int64_t tc_tiles_n(const nbi_gemm_plan *p, int bn) {
 /* The instance index of a tile width and consumer warpgroups (the rows of
  * ctx->sm90_clusters: 0..NBI_SM90_INSTANCES-1). */
 static int sm90_instance(int bn, int cwg) {
-    const int i = bn == 16 ? 0 : bn == 32 ? 1 : bn == 64 ? 2 : bn == 128 ? 3 : 4;
+    const int i = bn == 16 ? 0 : bn == 32 ? 1 : bn == 64 ? 2 : bn == 128 ? 3 : bn == 192 ? 7 : 4;
     return cwg == 4 ? 5 + i : i;
 }
 
@@ -404,15 +404,17 @@ static int plan_tc(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
      * 8192 -> 8192, m = 32, 2 splits, 25.9 against 28.2 us), 1.3 with
      * 256-row tiles (tc_cwg; 1.4 measured unsplit: 8192 -> 8192, m = 32, 91
      * us for 64 chunks), and 5% of the time per extra split. */
-    static const int widths[5] = {64, 128, 256, 16, 32};
-    static const double chunk_us[5] = {0.68, 0.80, 1.16, 0.67, 0.69}, fill_us[5] = {3.5, 5.0, 7.0, 0.0, 0.0};
-    const int fb = rq->bn == 16 || rq->bn == 32 || rq->bn == 64 || rq->bn == 128 || rq->bn == 256 ? rq->bn : 0;
-    const int nwidths = integer ? 3 : 5;
-    if (integer && (fb == 16 || fb == 32 || g->m < NBI_INT_TC_MIN)) return 0; /* (nbi_plan says why) */
+    static const int widths[6] = {64, 128, 256, 16, 32, 192};
+    static const double chunk_us[6] = {0.68, 0.80, 1.16, 0.67, 0.69, 1.08}, fill_us[6] = {3.5, 5.0, 7.0, 0.0, 0.0, 6.0};
+    const int fb = rq->bn == 16 || rq->bn == 32 || rq->bn == 64 || rq->bn == 128 || rq->bn == 192 || rq->bn == 256
+                       ? rq->bn
+                       : 0;
+    const int nwidths = integer ? 3 : 6;
+    if (integer && (fb == 16 || fb == 32 || fb == 192 || g->m < NBI_INT_TC_MIN)) return 0; /* (nbi_plan says why) */
     int bn = 64, splits = 1, cluster = 0, tail_splits = 0, sk = 0;
     double best = 0.0;
     for (int i = 0; i < nwidths; i++) {
-        if (fb ? fb != widths[i] : i >= 3 && g->m > widths[i]) continue; /* 16, 32: one tile of tokens */
+        if (fb ? fb != widths[i] : i >= 3 && i <= 4 && g->m > widths[i]) continue; /* 16, 32: one tile of tokens */
         const int cwg = tc_cwg(p, widths[i]);
         const int64_t tiles = tc_tiles_n(p, widths[i]) * ((g->m + widths[i] - 1) / widths[i]);
         for (int64_t s = 1; s <= NBI_SM90_MAX_SPLITS && s <= p->kchunks; s++) {
@@ -427,7 +429,7 @@ static int plan_tc(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
             const double waves = (double)((tiles * s + ctx->info.sm_count - 1) / ctx->info.sm_count);
             double cost;
             int cl = 0, tail_s = 0, use_sk = 0;
-            if (i >= 3) { /* the 16- and 32-token tiles */
+            if (i == 3 || i == 4) { /* the 16- and 32-token tiles */
                 cost = waves * (cwg == 4 ? 1.3 : chunk_us[i]) * (double)cps * (1.0 + 0.05 * (double)(s - 1));
                 cl = can_cl && (!can_ws || tc_reduce_us((int)s, widths[i], cwg, 1) <
                                                tc_reduce_us((int)s, widths[i], cwg, 0));
@@ -655,7 +657,7 @@ nb_status nbi_plan(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
         if ((tc || mma) && !tc_serves(g, t))
             return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_gemm: %s with BF16 scales and FP16 activations runs on the "
                             "decode kernel only (a BF16 scale rounded to FP16 could overflow)", t->name);
-        if (tc && (g->m < NBI_INT_TC_MIN || rq->bn == 16 || rq->bn == 32))
+        if (tc && (g->m < NBI_INT_TC_MIN || rq->bn == 16 || rq->bn == 32 || rq->bn == 192))
             return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_gemm: %s takes path tc for m >= %d with 64-, 128- or 256-token "
                             "tiles (m = %lld, bn = %d)", t->name, NBI_INT_TC_MIN, (long long)g->m, (int)rq->bn);
         if (d->k % 8)
@@ -737,9 +739,10 @@ int nbi_config_check(const nb_gemm_config *c, int64_t m_lo, int complete, char *
     }
     if (c->path == NB_GEMM_PATH_TENSOR_CORE || c->path == NB_GEMM_PATH_MMA) {
         const int mma = c->path == NB_GEMM_PATH_MMA;
-        static const int bns[5] = {64, 128, 256, 16, 32}, depths[2] = {2, 3};
-        if (!one_of(c->bn, bns, mma ? 2 : 5, open))
-            return snprintf(why, wn, "bn = %d is not 64, 128%s", (int)c->bn, mma ? " (path mma)" : ", 256, 16 or 32"), 0;
+        static const int bns[6] = {64, 128, 256, 16, 32, 192}, depths[2] = {2, 3};
+        if (!one_of(c->bn, bns, mma ? 2 : 6, open))
+            return snprintf(why, wn, "bn = %d is not 64, 128%s", (int)c->bn, mma ? " (path mma)" : ", 192, 256, 16 or 32"),
+                   0;
         if (!(c->raster >= 1 && c->raster <= 1024) && !(open && c->raster == 0))
             return snprintf(why, wn, "raster = %d is not in 1..1024", (int)c->raster), 0;
         if (c->splits < 0 || c->splits > (mma ? 1 : NBI_SM90_MAX_SPLITS)) /* 0: read as 1 (caches from before the tc split) */

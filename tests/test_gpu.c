@@ -16,8 +16,9 @@
  *   - two runs are bitwise identical and a CUDA-graph replay equals a direct
  *     call (split-K reduction is deterministic, workspace left zeroed);
  *   - a layer of 133 128-row tiles, whose last tile runs as the tensor-core
- *     path's tail split (a second launch), and one of 81 on the stream-K
- *     grid (NIBBLE_SM90_SK=1 puts every call it can take on it);
+ *     path's tail split (a second launch), one of 81 on the stream-K
+ *     grid (NIBBLE_SM90_SK=1 puts every call it can take on it), and one of
+ *     65 at m = 300 and 384 in 192-token tiles;
  *   - output layouts (test_out_layout): ldc above n and y off 16-byte
  *     alignment give the same bits as ldc = n and write nothing else.
  * With NIBBLE_PATH=mma in the environment every call runs the mma.sync
@@ -48,6 +49,7 @@ static int g_tc_runs = 0, g_tc_split_runs = 0; /* tensor-core path calls, and th
 static int g_tc_layout_runs = 0; /* test_out_layout: configurations that ran gemm_sm90 */
 static int g_tc_tail_runs = 0;   /* tensor-core calls with a tail split (a second launch) */
 static int g_tc_sk_runs = 0;     /* tensor-core calls on the stream-K grid */
+static int g_tc_192_runs = 0;    /* tensor-core calls of 192-token tiles */
 static int g_no_cublas = 0; /* --no-cublas: racecheck reports hazards inside cuBLAS itself */
 static int g_max_m = 0;      /* --max-m: leave out larger m (0: none left out) */
 static int g_mma = 0;        /* NIBBLE_PATH=mma: every call runs the mma.sync kernel */
@@ -385,6 +387,7 @@ static void test_shape_ref(env_t *e, nb_format fmt, nb_dtype act, int64_t n, int
         g_tc_split_runs += strstr(cfg, "gemm_sm90") && !strstr(cfg, "k-split=1 ");
         g_tc_tail_runs += strstr(cfg, "gemm_sm90") && strstr(cfg, " tail=");
         g_tc_sk_runs += strstr(cfg, "gemm_sm90") && strstr(cfg, " stream-k ");
+        g_tc_192_runs += strstr(cfg, "gemm_sm90") && strstr(cfg, "x192>");
         snprintf(what, sizeof what, "gemm %s %s n=%lld k=%lld m=%lld%s vs GPU reference", fn, an, (long long)n,
                  (long long)k, (long long)m, use_bias ? " +bias" : "");
         compare(what, act, hy, href, m, n, n);
@@ -856,7 +859,7 @@ int main(int argc, char **argv) {
     static const int few_m[] = {1, 3, 8, 9, 16, 17, 32, 33};
     /* the tensor-core path on Hopper (m > 32, and 17..32 on narrow layers; decode slices elsewhere) */
     static const int tc_m[] = {1, 17, 32, 33, 64, 100, 128, 256, 1000};
-    static const int sk_m[] = {100, 128, 200, 256};
+    static const int sk_m[] = {100, 128, 200, 256}, m192[] = {300, 384};
     static const int big_m[] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13,  14,  15,   16,   17,  18,  19,
                                 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 64, 100, 128, 256, 1000, 1024, 4096};
     /* NIBBLE_PATH=mma: the mma kernel's tile edges (64 / 128 tokens, 128 rows) */
@@ -897,6 +900,9 @@ int main(int argc, char **argv) {
              * 256-token tile), one CTA per SM, tiles shared by two or three
              * CTAs; m = 100 one CTA per tile */
             test_shape(&e, fmts[f], acts[a], 10240 + 8, 4096 + 96, sk_m, 4, 1);
+            /* 65 tiles of 128 rows (the last of 8) at m = 300 and 384: the
+             * 192-token tile (at 300 the second moved back to rows 108..299) */
+            test_shape(&e, fmts[f], acts[a], 8192 + 8, 8192, m192, 2, 1);
             if (g_force_max_m < 0 && !g_mma) test_every_config(&e, fmts[f], acts[a], quick);
             if (g_force_max_m < 0) test_out_layout(&e, fmts[f], acts[a]);
             if (g_mma) { /* a ragged layer and a Llama layer (4096 -> 4096) up to m = 4096 */
@@ -916,8 +922,8 @@ int main(int argc, char **argv) {
     if (g_mma) test_mma_small_smem(&e);
     test_mx_range(&e);
     test_device_errors(&e);
-    printf("tensor-core path: %d calls, %d with a k split, %d with a tail split, %d on the stream-K grid\n", g_tc_runs,
-           g_tc_split_runs, g_tc_tail_runs, g_tc_sk_runs);
+    printf("tensor-core path: %d calls, %d with a k split, %d with a tail split, %d on the stream-K grid, %d of "
+           "192-token tiles\n", g_tc_runs, g_tc_split_runs, g_tc_tail_runs, g_tc_sk_runs, g_tc_192_runs);
     if (g_tc_runs) check(g_tc_split_runs > 0, "the tensor-core path ran with a k split (small layers at m = 64)");
     if (g_tc_runs && !g_mma && g_force_max_m < 0) /* (--staged leaves test_out_layout out) */
         check(g_tc_layout_runs > 0, "the output-layout test ran gemm_sm90 configurations");
@@ -925,6 +931,8 @@ int main(int argc, char **argv) {
         check(g_tc_tail_runs > 0, "the tensor-core path ran a tail split (17016 rows: 133 tiles)");
     if (g_tc_runs && !g_mma && !getenv("NIBBLE_SM90_SK"))
         check(g_tc_sk_runs > 0, "the tensor-core path ran the stream-K grid (10248 rows, m = 128..256)");
+    if (g_tc_runs && !g_mma && !getenv("NIBBLE_SM90_SK"))
+        check(g_tc_192_runs > 0, "the tensor-core path ran 192-token tiles (8200 rows, m = 300, 384)");
     char cfg[256];
     NB(nb_gemm_last_config(e.ctx, cfg, sizeof cfg));
     printf("last config: %s\n", cfg);

@@ -461,7 +461,9 @@ static void test_tc_stream_k(void) {
         {NB_FORMAT_NVFP4, 8192, 10240, 128, 1, 128},  /* 80 tiles: 55.9 -> 41.4 us */
         {NB_FORMAT_MXFP4, 8192, 10240, 256, 1, 256},  /* 80.1 -> 64.2 (nvfp4) */
         {NB_FORMAT_NVFP4, 27648, 5120, 512, 1, 256},  /* 80 tiles: 267.1 -> 228.4 */
-        {NB_FORMAT_NVFP4, 4096, 6144, 384, 1, 128},   /* 144 tiles: 43.1 -> 37.5 */
+        {NB_FORMAT_NVFP4, 4096, 6144, 384, 1, 128},   /* 144 tiles: 43.1 -> 37.5 (192-token tiles: 40.6) */
+        {NB_FORMAT_NVFP4, 8192, 8192, 384, 0, 192},   /* 192-token tiles: 90.0 -> 85.1 */
+        {NB_FORMAT_NVFP4, 8192, 57344, 384, 0, 192},  /* 707.4 -> 624.8 */
         {NB_FORMAT_NVFP4, 4096, 4096, 256, 0, 128},   /* five CTAs to a tile: 27.8 against 20.3 (cluster) */
         {NB_FORMAT_NVFP4, 8192, 8192, 512, 0, 256},   /* 128 tiles: within a wave */
         {NB_FORMAT_NVFP4, 28672, 8192, 1024, 0, 256}, /* 59 MB of activations: 793 against 659 */

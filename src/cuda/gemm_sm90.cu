@@ -7,7 +7,7 @@
  * FP16.
  *
  * WHAT IT DOES
- *   A CTA owns a tile of 128 weight rows x BN tokens (BN = 64, 128, 256;
+ *   A CTA owns a tile of 128 weight rows x BN tokens (BN = 64, 128, 192, 256;
  *   256 rows for BN = 16 and 32) and walks k in chunks of 128 (one packed
  *   chunk per 16-row block).  Warpgroups:
  *     WG0, the producer: one thread issues, per chunk, two TMA loads of the
@@ -176,12 +176,14 @@ __device__ __forceinline__ void wgmma_tile(float (&d)[BN / 2], uint32_t a0, uint
         if constexpr (BN == 32) wgmma_m64n32k16_bf16(d, a0, a1, a2, a3, desc, scale_d);
         if constexpr (BN == 64) wgmma_m64n64k16_bf16(d, a0, a1, a2, a3, desc, scale_d);
         if constexpr (BN == 128) wgmma_m64n128k16_bf16(d, a0, a1, a2, a3, desc, scale_d);
+        if constexpr (BN == 192) wgmma_m64n192k16_bf16(d, a0, a1, a2, a3, desc, scale_d);
         if constexpr (BN == 256) wgmma_m64n256k16_bf16(d, a0, a1, a2, a3, desc, scale_d);
     } else {
         if constexpr (BN == 16) wgmma_m64n16k16_f16(d, a0, a1, a2, a3, desc, scale_d);
         if constexpr (BN == 32) wgmma_m64n32k16_f16(d, a0, a1, a2, a3, desc, scale_d);
         if constexpr (BN == 64) wgmma_m64n64k16_f16(d, a0, a1, a2, a3, desc, scale_d);
         if constexpr (BN == 128) wgmma_m64n128k16_f16(d, a0, a1, a2, a3, desc, scale_d);
+        if constexpr (BN == 192) wgmma_m64n192k16_f16(d, a0, a1, a2, a3, desc, scale_d);
         if constexpr (BN == 256) wgmma_m64n256k16_f16(d, a0, a1, a2, a3, desc, scale_d);
     }
 }
@@ -976,13 +978,14 @@ __global__ void __launch_bounds__(SM90_THREADS(2), 1)
 
 typedef void (*sm90_fn)(const CUtensorMap, const Sm90Params);
 
-/* Pipeline depth per tile width: 6, 4, 3 for 64, 128, 256 tokens, the most
- * the 227 KB of an H100 SM allow (the 256-token tile's 74 KB stages leave
- * room for three; deeper 64/128 rings measured no faster: DESIGN.md); 8 for
+/* Pipeline depth per tile width: 6, 4, 3, 3 for 64, 128, 192, 256 tokens,
+ * the most the 227 KB of an H100 SM allow (the 256-token tile's 74 KB stages
+ * leave room for three, the 192-token tile's 57 KB too; deeper 64/128 rings
+ * measured no faster: DESIGN.md); 8 for
  * the 16- and 32-token tiles (13-17 KB stages with two consumer warpgroups,
  * 22-27 KB with four), which serve batches of up to 32 tokens on narrow
  * layers. */
-#define SM90_STAGES(BN) ((BN) == 256 ? 3 : (BN) == 128 ? 4 : (BN) == 64 ? 6 : 8)
+#define SM90_STAGES(BN) ((BN) == 256 || (BN) == 192 ? 3 : (BN) == 128 ? 4 : (BN) == 64 ? 6 : 8)
 /* The depth of format FMT's instances: int8's 2 KB chunks make a 256-token
  * stage 82 KB, so two of them (the 4-bit formats' 74 KB stages: three). */
 template <int FMT, int KG>
@@ -996,8 +999,10 @@ constexpr int sm90_stages(int bn) {
 #define SM90_CASE(BN, CWG) *smem = Sm90Smem<FMT, KG, BN, sm90_stages<FMT, KG>(BN), CWG>::BYTES; return SM90_K(BN, CWG)
 
 /* The instances: two consumer warpgroups for every tile width, four for 16
- * and 32 tokens (E2M1 formats, KG = 0); the integer and table formats
- * (kernel group KG) have the 64-, 128- and 256-token tiles. */
+ * and 32 tokens (E2M1 formats, KG = 0; they also have a 192-token tile, for
+ * batches of 129..192 or 257..384 tokens: two tiles of 192 where 256-token
+ * tiles would leave a third idle); the integer and table formats (kernel
+ * group KG) have the 64-, 128- and 256-token tiles. */
 template <int FMT, int ACT, int KG>
 static sm90_fn sm90_pick_bn(int bn, int cwg, size_t *smem) {
     if constexpr (KG > 0) {
@@ -1020,6 +1025,7 @@ static sm90_fn sm90_pick_bn(int bn, int cwg, size_t *smem) {
         case 32: SM90_CASE(32, 2);
         case 64: SM90_CASE(64, 2);
         case 128: SM90_CASE(128, 2);
+        case 192: SM90_CASE(192, 2);
         case 256: SM90_CASE(256, 2);
         }
         return NULL;
