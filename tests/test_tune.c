@@ -341,7 +341,7 @@ static void test_malformed(void) {
     expect_entry("mma_no_bn.json", GOOD_HEAD "\"m\": \"65-128\", \"path\": \"mma\", \"raster\": 16, \"us\": 1",
                  NB_ERR_CORRUPT, "\"bn\" is missing (path mma)");
     expect_entry("bn96.json", GOOD_HEAD "\"m\": \"65-128\", \"path\": \"tc\", \"bn\": 96, \"raster\": 16, \"us\": 1",
-                 NB_ERR_CORRUPT, "bn = 96 is not 64, 128, 256, 16 or 32");
+                 NB_ERR_CORRUPT, "bn = 96 is not 64, 128, 192, 256, 16 or 32");
     expect_entry("raster0.json", GOOD_HEAD "\"m\": \"65-128\", \"path\": \"tc\", \"bn\": 64, \"raster\": 0, \"us\": 1",
                  NB_ERR_CORRUPT, "raster = 0");
     expect_entry("raster_big.json", GOOD_HEAD "\"m\": \"65-128\", \"path\": \"tc\", \"bn\": 64, \"raster\": 5000, "
