@@ -389,8 +389,12 @@ static int plan_tc(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
      * one-wave runs of 32 to 216 chunks on the layers of tc_reduce_us: within
      * 5% of each; two-wave runs measured up to 10% more; fitted before the
      * epilogue moved to shared memory, which took 1-13% off those calls).
+     * The 192-token tile (E2M1 formats) 1.08 us and 6 us: 4096 -> 6144 at
+     * m = 384, 96 tiles in one wave, 40.5 us (2026-11-27); it serves
+     * 257..384 tokens in two tiles where 256-token tiles compute 512.
      * An unsplit grid's partial last wave may be split on its own
-     * (tc_tail).  Narrow tiles win
+     * (tc_tail), or the whole grid may run on the stream-K grid
+     * (tc_stream_k).  Narrow tiles win
      * while the wider ones leave SMs idle, wide ones once every SM has work
      * (m = 1024: 178 us with 256 tokens, 231 with 128 on 8192 -> 8192).  A k split fills the SMs the tiles
      * leave idle (m <= 256 on 8192-wide layers: 64 tiles of 128 rows for 132
