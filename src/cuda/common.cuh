@@ -91,6 +91,9 @@ NB_FORMAT_LIST(NBC_X_FMT)
     case NB_FORMAT_##F * 16 + NB_DTYPE_##A: {                           \
         RUNG(NB_FORMAT_##F, NB_DTYPE_##A)                               \
     }
+/* An integer or table format's instance for its kernel group kg (32, 64
+ * or 128): PICK(KG) names it for one group, NULL for another kg. */
+#define NBC_KG_PICK(kg, PICK) ((kg) == 32 ? PICK(32) : (kg) == 64 ? PICK(64) : (kg) == 128 ? PICK(128) : NULL)
 /* The same over the formats only decode kernel 1 serves (NBI_DECODE_FORMATS). */
 #define NBC_DECODE_LADDER(fmt, act, RUNG)                               \
     switch ((int)(fmt) * 16 + (int)(act)) {                             \

@@ -354,10 +354,9 @@ static sm80_fn sm80_pick_shape(int shape, size_t *smem) {
 /* An integer or table format's instances for its kernel group. */
 template <int FMT, int ACT>
 static sm80_fn sm80_pick_grp(int shape, int kg, size_t *smem) {
-    if (kg == 32) return sm80_pick_shape<FMT, ACT, 32>(shape, smem);
-    if (kg == 64) return sm80_pick_shape<FMT, ACT, 64>(shape, smem);
-    if (kg == 128) return sm80_pick_shape<FMT, ACT, 128>(shape, smem);
-    return NULL;
+#define SM80_KG(KG) sm80_pick_shape<FMT, ACT, KG>(shape, smem)
+    return NBC_KG_PICK(kg, SM80_KG);
+#undef SM80_KG
 }
 
 static sm80_fn sm80_pick(int fmt, int act, int shape, int kg, size_t *smem) {

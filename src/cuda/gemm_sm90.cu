@@ -1035,10 +1035,9 @@ static sm90_fn sm90_pick_bn(int bn, int cwg, size_t *smem) {
 /* An integer or table format's instances for its kernel group. */
 template <int FMT, int ACT>
 static sm90_fn sm90_pick_int(int bn, int cwg, int kg, size_t *smem) {
-    if (kg == 32) return sm90_pick_bn<FMT, ACT, 32>(bn, cwg, smem);
-    if (kg == 64) return sm90_pick_bn<FMT, ACT, 64>(bn, cwg, smem);
-    if (kg == 128) return sm90_pick_bn<FMT, ACT, 128>(bn, cwg, smem);
-    return NULL;
+#define SM90_KG(KG) sm90_pick_bn<FMT, ACT, KG>(bn, cwg, smem)
+    return NBC_KG_PICK(kg, SM90_KG);
+#undef SM90_KG
 }
 
 static sm90_fn sm90_pick(int fmt, int act, int bn, int cwg, int kg, size_t *smem) {
@@ -1068,10 +1067,9 @@ static sm90_fn sm90_pick_sk_bn(int bn, size_t *smem) {
 
 template <int FMT, int ACT>
 static sm90_fn sm90_pick_sk_int(int bn, int kg, size_t *smem) {
-    if (kg == 32) return sm90_pick_sk_bn<FMT, ACT, 32>(bn, smem);
-    if (kg == 64) return sm90_pick_sk_bn<FMT, ACT, 64>(bn, smem);
-    if (kg == 128) return sm90_pick_sk_bn<FMT, ACT, 128>(bn, smem);
-    return NULL;
+#define SM90_SK_KG(KG) sm90_pick_sk_bn<FMT, ACT, KG>(bn, smem)
+    return NBC_KG_PICK(kg, SM90_SK_KG);
+#undef SM90_SK_KG
 }
 
 static sm90_fn sm90_pick_sk(int fmt, int act, int bn, int cwg, int kg, size_t *smem) {
