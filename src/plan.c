@@ -308,12 +308,13 @@ static double tc_tail(const nb_context *ctx, const nbi_gemm_plan *p, int64_t til
  * tile, 7 us per call, and where a tile is shared by more than two CTAs
  * 0.015 us per KB of each further partial the owner adds (4096 -> 4096 at
  * m = 256: 32 tiles of 256 tokens over 132 CTAs, five to a tile, ran 37%
- * slower than two splits of the 128-token tile in a cluster).  Its chunks cost more than the model's chunks of
- * one CTA per tile (0.80 / 1.16), which were measured where the tiles
- * leave SMs idle: with every SM reading its activation tile from the L2 a
- * chunk takes longer (a whole-wave grid of 256-token tiles measured 1.35-1.55
- * us per chunk too), so the grid pays where the waves of whole tiles leave
- * a third or more of the SMs idle. */
+ * slower than two splits of the 128-token tile in a cluster).  Its chunks
+ * cost more than the model's chunks of one CTA per tile (0.80 / 1.16),
+ * which were measured where the tiles leave SMs idle: with every SM busy a
+ * chunk takes longer (a whole-wave grid of 256-token tiles measured
+ * 1.35-1.55 us per chunk too; ncu: SM throughput 85%, L2 40%), so the grid
+ * pays where the waves of whole tiles leave a third or more of the SMs
+ * idle. */
 static double tc_stream_k(const nb_context *ctx, const nbi_gemm_plan *p, const nbi_request *rq, int64_t tiles, int bn,
                           int cwg, int64_t m) {
     const int64_t G = ctx->info.sm_count, K = p->kchunks, U = tiles * K;
@@ -410,10 +411,10 @@ static int plan_tc(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
      * us for 64 chunks), and 5% of the time per extra split. */
     static const int widths[6] = {64, 128, 256, 16, 32, 192};
     static const double chunk_us[6] = {0.68, 0.80, 1.16, 0.67, 0.69, 1.08}, fill_us[6] = {3.5, 5.0, 7.0, 0.0, 0.0, 6.0};
-    const int fb = rq->bn == 16 || rq->bn == 32 || rq->bn == 64 || rq->bn == 128 || rq->bn == 192 || rq->bn == 256
-                       ? rq->bn
-                       : 0;
     const int nwidths = integer ? 3 : 6;
+    int fb = 0; /* a requested tile width (one of widths[]) */
+    for (int i = 0; i < 6; i++)
+        if (rq->bn == widths[i]) fb = rq->bn;
     if (integer && (fb == 16 || fb == 32 || fb == 192 || g->m < NBI_INT_TC_MIN)) return 0; /* (nbi_plan says why) */
     int bn = 64, splits = 1, cluster = 0, tail_splits = 0, sk = 0;
     double best = 0.0;
