@@ -596,18 +596,28 @@ static int moe_tc(const nb_context *ctx, const nb_moe_desc *d) {
  * cost, scale table, routing reads and the in-CTA sum, is paid for fewer
  * row blocks).  Measured on an H100 at batch 1 (bench/RESULTS.md): kw = 2
  * gains 6-19% where fewer than 2100 row blocks have tokens, kw = 4 and 8
- * lose.  The routing blocks with tokens are estimated from the expected
- * number of experts a uniform router picks.  NIBBLE_MOE_KW at context
- * creation overrides it where a row block has that many chunks (measurement,
- * tests). */
-static int moe_kw(const nb_context *ctx, const nb_moe_desc *d, int block, int64_t row_blocks, int64_t kchunks) {
+ * lose.  gate_up splits further while fewer than 64 row blocks per SM have
+ * tokens: to the most warps that keep 8 chunks each (a row block of
+ * DeepSeek-V3's 7168-long k: 4 warps of 14 chunks; its batch 1 ran 13-15%
+ * faster than with 2, and gpt-oss-20b's and Qwen3-30B-A3B's batch 8 1-4%
+ * faster with 2 than with 1).  From 80 row blocks per SM on, the split was
+ * level or up to 4% slower at every batch measured (32 to 512;
+ * bench/RESULTS.md, the k split of gate_up), and down lost with any split
+ * past the first rule's.  The routing blocks with tokens are estimated from
+ * the expected number of experts a uniform router picks.  NIBBLE_MOE_KW at
+ * context creation overrides both where a row block has that many chunks
+ * (measurement, tests). */
+static int moe_kw(const nb_context *ctx, const nb_moe_desc *d, int block, int64_t row_blocks, int64_t kchunks,
+                  int gate_up) {
     if (ctx->env_moe_kw) return kchunks >= ctx->env_moe_kw ? ctx->env_moe_kw : 1;
     const double E = (double)d->experts, slots = (double)d->m * (double)d->top_k;
     const double active = E * (1.0 - pow(1.0 - (double)d->top_k / E, (double)d->m)); /* experts with tokens */
     const double blocks = fmax(active, ceil(slots / (double)block));
-    const double want = 16.0 * (double)ctx->info.sm_count; /* warps streaming */
+    const double sms = (double)ctx->info.sm_count, want = 16.0 * sms; /* warps streaming */
     int kw = 1;
     while (kw < 8 && blocks * (double)row_blocks * kw < want && kchunks >= (kw == 1 ? 6 : 16 * kw)) kw *= 2;
+    if (gate_up && blocks * (double)row_blocks < 64.0 * sms)
+        while (kw < 8 && (kchunks + 2 * kw - 1) / (2 * kw) >= 8) kw *= 2;
     return kw;
 }
 
@@ -711,8 +721,8 @@ static nb_status moe_plan(nb_context *ctx, const nb_moe_desc *d, nbi_moe_plan *p
     p->dn_kchunks = (d->intermediate + NBI_CHUNK_K - 1) / NBI_CHUNK_K;
     p->gu_stride = ps.gate_up_expert_bytes;
     p->dn_stride = ps.down_expert_bytes;
-    p->gu_kw = moe_kw(ctx, d, p->block, p->gu_row_blocks, p->gu_kchunks);
-    p->dn_kw = moe_kw(ctx, d, p->block, p->dn_row_blocks, p->dn_kchunks);
+    p->gu_kw = moe_kw(ctx, d, p->block, p->gu_row_blocks, p->gu_kchunks, 1);
+    p->dn_kw = moe_kw(ctx, d, p->block, p->dn_row_blocks, p->dn_kchunks, 0);
     /* the decode kernels' 1-D grids: routing blocks x groups of row blocks */
     const int64_t gu_groups = (p->gu_row_blocks + 8 / p->gu_kw - 1) / (8 / p->gu_kw);
     const int64_t dn_groups = (p->dn_row_blocks + 8 / p->dn_kw - 1) / (8 / p->dn_kw);

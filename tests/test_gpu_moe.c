@@ -147,7 +147,7 @@ static nb_status run(nb_context *ctx, gpu_moe *g, cudaStream_t s) {
 static double g_worst_gpu;
 
 /* The kernel variants every problem runs: the planner's choice, the decode
- * kernels with their k range split over 2 and 8 warps (where a row block
+ * kernels with their k range split over 2, 4 and 8 warps (where a row block
  * has that many chunks), and the tensor-core path with 64- and 128-token
  * tiles (where the build and the GPU have it: sm_90a; elsewhere the decode
  * kernels run again).  Chosen through the variables the planner reads at
@@ -159,6 +159,7 @@ static const struct {
     {"inline routing", NULL, NULL, NULL, "inline"},
     {"layout kernel", NULL, NULL, NULL, "kernel"},
     {"decode kw 2", "decode", "2", NULL, NULL},
+    {"decode kw 4", "decode", "4", NULL, NULL},
     {"decode kw 8", "decode", "8", NULL, NULL},
     {"tc 64", "tc", NULL, "64", NULL},
     {"tc 128", "tc", NULL, "128", NULL},

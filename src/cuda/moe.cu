@@ -67,9 +67,9 @@ struct MoeParams {
     int groups;              /* CTAs per routing block: row_blocks / (8 / kw), rounded up */
     /* inline routing (ids != NULL): the routing from topk_ids [slots]; gate_up
      * zeroes arrive[0 .. dn_groups); down counts its CTAs per group there and
-     * the last one combines its columns into y (fold) */
+     * the last one combines its columns into y */
     const int32_t *ids;
-    int experts, slots, dn_groups, fold;
+    int experts, slots, dn_groups;
     int *arrive;
     const float *tw;
     void *y;
@@ -302,7 +302,7 @@ __global__ void __launch_bounds__(NBI_GEMV_WARPS * 32, 1) moe_gemv_kernel(const 
     if (e < 0) {
         /* past the padded total (uniform over the CTA); with no slot routed
          * at all, the first routing block's CTAs write y (zeros) */
-        if (MODE == MOE_DOWN && p.fold && route.nblocks == 0 && b == 0) {
+        if (MODE == MOE_DOWN && p.ids && route.nblocks == 0 && b == 0) {
             nbc_grid_dependency_wait();
             moe_fold_columns<ACT>(p, grp);
         }
@@ -415,7 +415,7 @@ __global__ void __launch_bounds__(NBI_GEMV_WARPS * 32, 1) moe_gemv_kernel(const 
     }
     /* inline routing: the last of the group's CTAs (one per routing block
      * with an expert) to store its o combines the group's columns */
-    if (MODE == MOE_DOWN && p.fold && nbc_split_last<0>(&p.arrive[grp], route.nblocks, &is_last, threadIdx.x == 0))
+    if (MODE == MOE_DOWN && p.ids && nbc_split_last<0>(&p.arrive[grp], route.nblocks, &is_last, threadIdx.x == 0))
         moe_fold_columns<ACT>(p, grp);
 }
 
@@ -525,7 +525,6 @@ extern "C" nb_status nbi_cuda_moe_mlp(nb_context *ctx, const nbi_moe_plan *p, co
             q.slots = (int)p->slots;
             q.dn_groups = (int)p->dn_groups;
             q.arrive = (int *)(ws + p->off_arrive);
-            q.fold = !gu;
             q.tw = tw;
             q.y = y;
             q.m = p->m;
