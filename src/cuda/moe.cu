@@ -273,7 +273,12 @@ __device__ __forceinline__ void moe_fold_columns(const MoeParams &p, int grp) {
 
 /* ------------------------------------------------------ grouped GEMMs */
 
-template <int FMT, int ACT, int MT, int MODE>
+/* INL: inline routing (p.ids set: the routing block from topk_ids, and
+ * down's last CTA per group combines).  A separate instance, so the layout
+ * path (batch 2 and up) carries none of it: down with the combine's eight
+ * slots in flight needs 90 registers, two CTAs per SM, and ran 15% longer
+ * at batch 8-128 than at its 80 (three per SM; ncu, NOTES.md). */
+template <int FMT, int ACT, int MT, int MODE, bool INL>
 __global__ void __launch_bounds__(NBI_GEMV_WARPS * 32, 1) moe_gemv_kernel(const MoeParams p) {
     NBC_CHECK_KERNEL_FORMAT(FMT);
     constexpr int SB = nbc_fmt<FMT>::lane_scale_bytes;
@@ -290,10 +295,10 @@ __global__ void __launch_bounds__(NBI_GEMV_WARPS * 32, 1) moe_gemv_kernel(const 
      * before it waits (complete: gate_up let down launch only after its own
      * wait) and fetches its first weight chunks, then waits for h. */
     if (MODE == MOE_GATE_UP) nbc_grid_dependency_wait();
-    if (MODE == MOE_GATE_UP && p.ids && blockIdx.x == 0) /* down's arrival counters, for this call */
+    if (INL && MODE == MOE_GATE_UP && blockIdx.x == 0) /* down's arrival counters, for this call */
         for (int i = threadIdx.x; i < p.dn_groups; i += NBI_GEMV_WARPS * 32) p.arrive[i] = 0;
     int e;
-    if (p.ids) {
+    if (INL) {
         moe_route_inline(p, b, route);
         e = route.e;
     } else {
@@ -302,13 +307,13 @@ __global__ void __launch_bounds__(NBI_GEMV_WARPS * 32, 1) moe_gemv_kernel(const 
     if (e < 0) {
         /* past the padded total (uniform over the CTA); with no slot routed
          * at all, the first routing block's CTAs write y (zeros) */
-        if (MODE == MOE_DOWN && p.ids && route.nblocks == 0 && b == 0) {
+        if (INL && MODE == MOE_DOWN && route.nblocks == 0 && b == 0) {
             nbc_grid_dependency_wait();
             moe_fold_columns<ACT>(p, grp);
         }
         return;
     }
-    auto slot_at = [&](int i) { return p.ids ? route.slot[i] : p.sorted[b * p.block + i]; };
+    auto slot_at = [&](int i) { return INL ? route.slot[i] : p.sorted[b * p.block + i]; };
     nbc_load_scale_table<NBI_GEMV_WARPS * 32>(stab, p.stab);
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -415,7 +420,7 @@ __global__ void __launch_bounds__(NBI_GEMV_WARPS * 32, 1) moe_gemv_kernel(const 
     }
     /* inline routing: the last of the group's CTAs (one per routing block
      * with an expert) to store its o combines the group's columns */
-    if (MODE == MOE_DOWN && p.ids && nbc_split_last<0>(&p.arrive[grp], route.nblocks, &is_last, threadIdx.x == 0))
+    if (INL && MODE == MOE_DOWN && nbc_split_last<0>(&p.arrive[grp], route.nblocks, &is_last, threadIdx.x == 0))
         moe_fold_columns<ACT>(p, grp);
 }
 
@@ -437,19 +442,21 @@ __global__ void moe_combine_kernel(const void *o, const int32_t *__restrict__ id
 typedef void (*moe_fn)(const MoeParams);
 
 template <int FMT, int ACT>
-static moe_fn pick_moe_mt(int mt, int mode) {
-#define MOE_K(MT) (mode == MOE_GATE_UP ? moe_gemv_kernel<FMT, ACT, MT, MOE_GATE_UP> : moe_gemv_kernel<FMT, ACT, MT, MOE_DOWN>)
+static moe_fn pick_moe_mt(int mt, int mode, bool inl) {
+#define MOE_K2(MT, I) (mode == MOE_GATE_UP ? moe_gemv_kernel<FMT, ACT, MT, MOE_GATE_UP, I> : moe_gemv_kernel<FMT, ACT, MT, MOE_DOWN, I>)
+#define MOE_K(MT) (inl ? MOE_K2(MT, true) : MOE_K2(MT, false))
     switch (mt) {
     case 1: return MOE_K(1);
     case 2: return MOE_K(2);
     case 4: return MOE_K(4);
     }
 #undef MOE_K
+#undef MOE_K2
     return NULL;
 }
 
-static moe_fn pick_moe(int fmt, int act, int mt, int mode) {
-#define MOE_RUNG(F, A) return pick_moe_mt<F, A>(mt, mode);
+static moe_fn pick_moe(int fmt, int act, int mt, int mode, bool inl) {
+#define MOE_RUNG(F, A) return pick_moe_mt<F, A>(mt, mode, inl);
     NBC_LADDER(fmt, act, MOE_RUNG)
 #undef MOE_RUNG
     return NULL;
@@ -495,7 +502,7 @@ extern "C" nb_status nbi_cuda_moe_mlp(nb_context *ctx, const nbi_moe_plan *p, co
     const size_t cb = nbi_chunk_bytes(nbi_traits((nb_format)p->fmt));
     const size_t smem = (size_t)NBI_GEMV_WARPS * MOE_STAGES * cb;
     for (int mode = MOE_GATE_UP; mode <= MOE_DOWN && !p->tc; mode++) {
-        moe_fn f = pick_moe(p->fmt, p->act, p->mt, mode);
+        moe_fn f = pick_moe(p->fmt, p->act, p->mt, mode, p->inline_route != 0);
         if (!f)
             return nbi_fail(ctx, NB_ERR_INTERNAL, "moe: no kernel for %s, %s, mt = %d",
                             nbi_traits((nb_format)p->fmt)->name, nbi_dtype_name((nb_dtype)p->act), p->mt);
