@@ -597,16 +597,18 @@ static int moe_tc(const nb_context *ctx, const nb_moe_desc *d) {
  * row blocks).  Measured on an H100 at batch 1 (bench/RESULTS.md): kw = 2
  * gains 6-19% where fewer than 2100 row blocks have tokens, kw = 4 and 8
  * lose.  gate_up splits further while fewer than 64 row blocks per SM have
- * tokens: to the most warps that keep 8 chunks each (a row block of
- * DeepSeek-V3's 7168-long k: 4 warps of 14 chunks; its batch 1 ran 13-15%
- * faster than with 2, and gpt-oss-20b's and Qwen3-30B-A3B's batch 8 1-4%
- * faster with 2 than with 1).  From 80 row blocks per SM on, the split was
- * level or up to 4% slower at every batch measured (32 to 512;
- * bench/RESULTS.md, the k split of gate_up), and down lost with any split
- * past the first rule's.  The routing blocks with tokens are estimated from
- * the expected number of experts a uniform router picks.  NIBBLE_MOE_KW at
- * context creation overrides both where a row block has that many chunks
- * (measurement, tests). */
+ * tokens: to the most warps that keep 12 chunks each.  Measured on an H100
+ * (bench/RESULTS.md, gate_up's k split): DeepSeek-V3's gate_up (k = 7168,
+ * 56 chunks) at batch 1 13-15% faster as 4 warps of 14 than as 2 of 28;
+ * at batch 8, 2 warps 1-3% faster than 1 on gpt-oss (12 chunks each) and
+ * DeepSeek-V3 but 2-3% slower on Qwen3-30B-A3B (8 each); from about 80 row
+ * blocks per SM (batch 32 and up) 1-2% slower everywhere, so the bound
+ * of 64 also leaves gpt-oss-120b's and DeepSeek-V3's batch 8 (78 and 111
+ * row blocks per SM) unsplit, forgoing their 1-3%.  down lost with
+ * any split past the first rule's.  The routing blocks with tokens are
+ * estimated from the expected number of experts a uniform router picks.
+ * NIBBLE_MOE_KW at context creation overrides both where a row block has
+ * that many chunks (measurement, tests). */
 static int moe_kw(const nb_context *ctx, const nb_moe_desc *d, int block, int64_t row_blocks, int64_t kchunks,
                   int gate_up) {
     if (ctx->env_moe_kw) return kchunks >= ctx->env_moe_kw ? ctx->env_moe_kw : 1;
@@ -617,7 +619,7 @@ static int moe_kw(const nb_context *ctx, const nb_moe_desc *d, int block, int64_
     int kw = 1;
     while (kw < 8 && blocks * (double)row_blocks * kw < want && kchunks >= (kw == 1 ? 6 : 16 * kw)) kw *= 2;
     if (gate_up && blocks * (double)row_blocks < 64.0 * sms)
-        while (kw < 8 && (kchunks + 2 * kw - 1) / (2 * kw) >= 8) kw *= 2;
+        while (kw < 8 && (kchunks + 2 * kw - 1) / (2 * kw) >= 12) kw *= 2;
     return kw;
 }
 
