@@ -375,6 +375,10 @@ typedef struct nbi_moe_plan {
     uint32_t gu_table[128], dn_table[128];
     size_t off_sorted, off_blocks, off_offsets, off_counts, off_ustart, off_xg, off_h, off_o, off_arrive, ws_bytes;
 } nbi_moe_plan;
+/* The MoE launch plan for descriptor d (packed weights): path, routing
+ * block, kw of each projection, inline routing (moe.c; fn names the caller
+ * in messages).  Needs a context with a device (or one playing it). */
+NB_INTERNAL nb_status nbi_moe_plan_make(nb_context *ctx, const nb_moe_desc *d, nbi_moe_plan *p, const char *fn);
 
 NB_INTERNAL nb_status nbi_cuda_moe_align(nb_context *ctx, const nbi_moe_plan *p, const int32_t *ids, int32_t *sorted,
                                          int32_t *blocks, int32_t *offsets, int32_t *counts, int32_t *ustart,

@@ -668,7 +668,7 @@ static nb_status moe_scales(nb_context *ctx, const nb_moe_desc *d, const nb_weig
     return NB_OK;
 }
 
-static nb_status moe_plan(nb_context *ctx, const nb_moe_desc *d, nbi_moe_plan *p, const char *fn) {
+nb_status nbi_moe_plan_make(nb_context *ctx, const nb_moe_desc *d, nbi_moe_plan *p, const char *fn) {
     nb_status st = nbi_need_device(ctx, fn);
     if (st) return st;
     nb_moe_packed_sizes ps;
@@ -768,7 +768,7 @@ nb_status nb_moe_workspace_size(nb_context *ctx, const nb_moe_desc *d, size_t *b
     static const char fn[] = "nb_moe_workspace_size";
     if (!bytes) return nbi_fail(ctx, NB_ERR_NULL_POINTER, "%s: bytes is NULL", fn);
     nbi_moe_plan p;
-    nb_status st = moe_plan(ctx, d, &p, fn);
+    nb_status st = nbi_moe_plan_make(ctx, d, &p, fn);
     if (st) return st;
     *bytes = p.ws_bytes;
     return NB_OK;
@@ -779,7 +779,7 @@ nb_status nb_moe_mlp(nb_context *ctx, const nb_moe_desc *d, const void *x, const
                      size_t workspace_bytes, void *stream) {
     static const char fn[] = "nb_moe_mlp";
     nbi_moe_plan p;
-    nb_status st = moe_plan(ctx, d, &p, fn);
+    nb_status st = nbi_moe_plan_make(ctx, d, &p, fn);
     if (st) return st;
     if (!x || !w || !topk_ids || !topk_weights || !y)
         return nbi_fail(ctx, NB_ERR_NULL_POINTER, "%s: x, w, topk_ids, topk_weights and y must not be NULL", fn);

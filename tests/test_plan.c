@@ -27,9 +27,11 @@
 #define _POSIX_C_SOURCE 200809L
 #define nbi_cuda_has_sm90a nbi_stub_has_sm90a
 #define nbi_cuda_sm90_clusters nbi_stub_sm90_clusters
+#define nbi_cuda_available nbi_stub_cuda_available
 #include "../src/cuda_stub.c"
 #undef nbi_cuda_has_sm90a
 #undef nbi_cuda_sm90_clusters
+#undef nbi_cuda_available
 
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +42,8 @@ int nbi_cuda_has_sm90a(void);
 int nbi_cuda_sm90_clusters(nb_context *ctx, int fmt, int act, int bn, int cwg, int kg, int s);
 
 int nbi_cuda_has_sm90a(void) { return 1; }
+int nbi_cuda_available(void);
+int nbi_cuda_available(void) { return 1; } /* (the MoE planner asks; nothing here launches) */
 
 /* clusters of s (index) CTAs that fit at once; g_queries counts the asks */
 static int g_cap[NBI_SM90_MAX_SPLITS + 1] = {0, 132, 66, 39, 30, 22, 17, 15, 15};
@@ -500,6 +504,71 @@ static void test_tc_stream_k(void) {
     nb_context_destroy(ctx);
 }
 
+/* The MoE decode kernels' k split (moe.c moe_kw) and inline routing on the
+ * four bench_moe layers: the choices measured fastest on an H100
+ * (bench/RESULTS.md, gate_up's k split; down launched early), and the
+ * rule's bounds on a sweep. */
+static void test_moe_kw(void) {
+    static const struct {
+        const char *name;
+        int64_t H, I;
+        int E, K, m, gu, dn, inl;
+    } cases[] = {
+        {"gpt-oss-120b", 2880, 2880, 128, 4, 1, 2, 2, 1},   {"gpt-oss-120b", 2880, 2880, 128, 4, 8, 1, 1, 0},
+        {"gpt-oss-120b", 2880, 2880, 128, 4, 32, 1, 1, 0},  {"gpt-oss-20b", 2880, 2880, 32, 4, 1, 2, 2, 1},
+        {"gpt-oss-20b", 2880, 2880, 32, 4, 8, 2, 1, 0},     {"gpt-oss-20b", 2880, 2880, 32, 4, 32, 1, 1, 0},
+        {"qwen3-30b-a3b", 2048, 768, 128, 8, 1, 2, 2, 1},   {"qwen3-30b-a3b", 2048, 768, 128, 8, 8, 1, 1, 0},
+        {"qwen3-30b-a3b", 2048, 768, 128, 8, 32, 1, 1, 0},  {"deepseek-v3", 7168, 2048, 256, 8, 1, 4, 1, 0},
+        {"deepseek-v3", 7168, 2048, 256, 8, 8, 1, 1, 0},    {"deepseek-v3", 7168, 2048, 256, 8, 32, 1, 1, 0},
+    };
+    nb_context *ctx = h100();
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        for (int f = 0; f < 2; f++) {
+            nb_moe_desc d;
+            nbi_moe_plan p;
+            const nb_format fmt = f ? NB_FORMAT_MXFP4 : NB_FORMAT_NVFP4;
+            CHECK(nb_moe_desc_init(&d, fmt, cases[i].m, cases[i].E, cases[i].K, cases[i].H, cases[i].I,
+                                   NB_MOE_ACT_SWIGLU, NB_DTYPE_BF16) == NB_OK,
+                  "moe desc %s: %s", cases[i].name, nb_last_error());
+            d.gate_up.layout = d.down.layout = NB_LAYOUT_PACKED;
+            const nb_status st = nbi_moe_plan_make(ctx, &d, &p, "test_moe_kw");
+            CHECK(st == NB_OK, "moe plan %s m=%d: %s", cases[i].name, cases[i].m, nb_last_error());
+            if (st) continue;
+            CHECK(!p.tc && p.gu_kw == cases[i].gu && p.dn_kw == cases[i].dn && p.inline_route == cases[i].inl,
+                  "moe %s %s m=%d: kw %d/%d inline %d, measured best %d/%d inline %d", cases[i].name,
+                  f ? "mxfp4" : "nvfp4", cases[i].m, p.gu_kw, p.dn_kw, p.inline_route, cases[i].gu, cases[i].dn,
+                  cases[i].inl);
+        }
+    }
+    /* the bounds, over hidden 256..16384 and batch 1..64: kw is a power of
+     * two up to 8, and a split never leaves a warp fewer than 3 chunks
+     * (kw = 2) or 8 (more; gate_up's own split keeps 12, the cases above) */
+    static const int64_t Hs[] = {256, 1024, 2048, 2880, 4096, 7168, 16384};
+    static const int ms[] = {1, 2, 4, 8, 16, 64};
+    int n = 0;
+    for (size_t h = 0; h < sizeof Hs / sizeof Hs[0]; h++)
+        for (size_t j = 0; j < sizeof ms / sizeof ms[0]; j++) {
+            nb_moe_desc d;
+            nbi_moe_plan p;
+            if (nb_moe_desc_init(&d, NB_FORMAT_NVFP4, ms[j], 64, 4, Hs[h], 1024, NB_MOE_ACT_SWIGLU, NB_DTYPE_BF16))
+                continue;
+            d.gate_up.layout = d.down.layout = NB_LAYOUT_PACKED;
+            if (nbi_moe_plan_make(ctx, &d, &p, "test_moe_kw") || p.tc) continue;
+            const int kws[2] = {p.gu_kw, p.dn_kw};
+            const int64_t kc[2] = {p.gu_kchunks, p.dn_kchunks};
+            for (int q = 0; q < 2; q++) {
+                const int kw = kws[q];
+                const int64_t per = (kc[q] + kw - 1) / kw;
+                CHECK((kw == 1 || kw == 2 || kw == 4 || kw == 8) && (kw == 1 || (kw == 2 && per >= 3) || per >= 8),
+                      "moe sweep H=%lld m=%d %s: kw %d for %lld chunks", (long long)Hs[h], ms[j],
+                      q ? "down" : "gate_up", kw, (long long)kc[q]);
+            }
+            n++;
+        }
+    CHECK(n >= 30, "moe sweep planned %d problems", n);
+    nb_context_destroy(ctx);
+}
+
 int main(void) {
     test_every_plan_valid();
     test_integer_formats();
@@ -510,6 +579,7 @@ int main(void) {
     test_tail_split();
     test_stream_k();
     test_tc_stream_k();
+    test_moe_kw();
     printf("%d passed, %d failed\n", g_pass, g_fail);
     return g_fail ? 1 : 0;
 }
