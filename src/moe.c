@@ -572,7 +572,7 @@ static int moe_mt(const nb_moe_desc *d) {
  * wgmma.  Returns the tile width, 0 for the decode kernels.  The rule: at
  * least NBI_MOE_TC_MIN slots per expert on average (at 16 the two paths are
  * within 12% of each other, each ahead on some layers; at 32 the tiles are
- * 1.5-2x faster), 128-token tiles from 64 (bench/RESULTS.md, mixture of
+ * 1.5-2x faster), 128-token tiles from 64 (bench/HISTORY.md, mixture of
  * experts).  NIBBLE_MOE_PATH=decode / tc and NIBBLE_MOE_TC_BN=64 / 128 at
  * context creation override it (measurement, tests). */
 #define NBI_MOE_TC_MIN 24.0
@@ -594,11 +594,11 @@ static int moe_tc(const nb_context *ctx, const nb_moe_desc *d) {
  * row block's chunks while fewer than 16 warps per SM would stream, keeping
  * at least 3 chunks per warp for kw = 2 and 8 for more (each CTA's fixed
  * cost, scale table, routing reads and the in-CTA sum, is paid for fewer
- * row blocks).  Measured on an H100 at batch 1 (bench/RESULTS.md): kw = 2
+ * row blocks).  Measured on an H100 at batch 1 (bench/HISTORY.md): kw = 2
  * gains 6-19% where fewer than 2100 row blocks have tokens, kw = 4 and 8
  * lose.  gate_up splits further while fewer than 64 row blocks per SM have
  * tokens: to the most warps that keep 12 chunks each.  Measured on an H100
- * (bench/RESULTS.md, gate_up's k split): DeepSeek-V3's gate_up (k = 7168,
+ * (bench/HISTORY.md, gate_up's k split): DeepSeek-V3's gate_up (k = 7168,
  * 56 chunks) at batch 1 13-15% faster as 4 warps of 14 than as 2 of 28;
  * at batch 8, 2 warps 1-3% faster than 1 on gpt-oss (12 chunks each) and
  * DeepSeek-V3 but 2-3% slower on Qwen3-30B-A3B (8 each); from about 80 row
@@ -629,7 +629,7 @@ static int moe_kw(const nb_context *ctx, const nb_moe_desc *d, int block, int64_
  * CTA of down to finish a group of row blocks sums the top-k outputs of
  * those columns for every token (nbi_moe_plan.inline_route).  The layout
  * and the sums are those of the layout and combine kernels, so the output
- * is bit for bit the same.  Measured on an H100 (bench/RESULTS.md, mixture
+ * is bit for bit the same.  Measured on an H100 (bench/HISTORY.md, mixture
  * of experts; us, layout kernel -> inline): batch 1, 4 or 8 slots, gpt-oss
  * 37.6 -> 36.5, Qwen3-30B-A3B 26.0 -> 22.9, but DeepSeek-V3 109.7 -> 112.0,
  * and batch 8 (32 or 64 slots) 3-19% slower on every layer.  Each CTA pays
