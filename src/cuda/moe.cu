@@ -295,12 +295,13 @@ __global__ void __launch_bounds__(NBI_GEMV_WARPS * 32, 1) moe_gemv_kernel(const 
      * before it waits (complete: gate_up let down launch only after its own
      * wait) and fetches its first weight chunks, then waits for h. */
     if (MODE == MOE_GATE_UP) nbc_grid_dependency_wait();
-    /* Inline routing: every CTA of gate_up is resident at once (moe.c
-     * moe_inline), so down may launch now: its CTAs take the SMs' free
-     * slots as gate_up's finish, route, fetch their first chunks and wait
-     * for h, instead of launching once the last gate_up CTA has left its
-     * main loop (gpt-oss batch 1 4-5% faster, NOTES.md v8).  On the layout
-     * path down's CTAs would take slots gate_up's later CTAs need. */
+    /* Inline routing: down may launch now (it launches once every gate_up
+     * CTA has triggered, and at batch 1 all of them are resident at once,
+     * moe.c moe_inline): its CTAs take the SMs' free slots as gate_up's
+     * finish, route, fetch their first chunks and wait for h, instead of
+     * launching once the last gate_up CTA has left its main loop (gpt-oss
+     * batch 1 4-5% faster, NOTES.md v8).  The layout path keeps the later
+     * trigger: the early one was not measured there. */
     if (INL && MODE == MOE_GATE_UP) nbc_grid_dependents_launch();
     if (INL && MODE == MOE_GATE_UP && blockIdx.x == 0) /* down's arrival counters, for this call */
         for (int i = threadIdx.x; i < p.dn_groups; i += NBI_GEMV_WARPS * 32) p.arrive[i] = 0;
