@@ -264,9 +264,9 @@ __device__ __forceinline__ void int_group_scales(const uint32_t (&sw)[nbc_int_ch
 template <int FMT, int ACT, int MT, int KG, bool SYM, int NP>
 __device__ __forceinline__ void int_step(const uint4 (&L)[NP], const uint4 (&H)[NP],
                                          const uint32_t (&sw)[nbc_int_chunk<FMT, KG>::sw], const uint32_t (&zw)[2],
-                                         const nbc_table &tab, const __nv_bfloat16 *const (&xp)[MT],
-                                         const bool (&tok_ok)[MT], int i, int kbase, const GemvParams &p,
-                                         float (&acc)[MT][4], float (&acc2)[MT][4]) {
+                                         const nbc_table &tab, const uint4 (&xv4)[4][MT],
+                                         const __nv_bfloat16 *const (&xp)[MT], const bool (&tok_ok)[MT], int i,
+                                         int kbase, const GemvParams &p, float (&acc)[MT][4], float (&acc2)[MT][4]) {
     constexpr int SPG = KG / 32; /* sub-ranges per kernel group */
     float tA[MT][4], tB[MT][4];
 #pragma unroll
@@ -279,10 +279,8 @@ __device__ __forceinline__ void int_step(const uint4 (&L)[NP], const uint4 (&H)[
                 for (int e = 0; e < 4; e++) tA[mt][e] = tB[mt][e] = 0.0f;
         }
         uint4 xv[MT];
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-            xv[mt] = tok_ok[mt] && kbase + 32 * G < p.k ? __ldg((const uint4 *)(xp[mt] + i * NBI_CHUNK_K) + 4 * G)
-                                                        : make_uint4(0, 0, 0, 0);
+        if (MT == 1) xv[0] = xv4[G][0]; /* (loaded before the wait) */
+        else chunk_x_step<MT, true>(xp, tok_ok, i, kbase, p.k, G, xv);
         uint32_t a[4], b[4];
         if constexpr (nbc_int_chunk<FMT, KG>::table) /* both tiles' operands from the table (see "TABLE FORMATS") */
             a_frag_table(word(L[0], G), word(H[0], G), tab, a, b);
@@ -404,6 +402,8 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
     for (int s = 0; s < STAGES; s++) {
         const int i = i0 + s;
         if (i >= nchunks) break;
+        uint4 xv[4][MT]; /* one token tile: before the weights' wait (chunk_x) */
+        if (MT == 1) chunk_x<MT, INT>(xp, tok_ok, i, (c_begin + i) * NBI_CHUNK_K + (INT ? 8 : 32) * t, p.k, xv);
         if (i + STAGES - 1 < nchunks) {
             fetch((s + STAGES - 1) % STAGES); /* slot released by the __syncwarp of chunk i-1 */
             if (EARLY && i + STAGES == nchunks) nbc_grid_dependents_launch(); /* this warp's last loads are in flight */
@@ -419,7 +419,7 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
             uint32_t sw[nbc_int_chunk<FMT, KG1>::sw], zw[2];
             int_tail<FMT, KG1>(slot, g, sw, zw);
             __syncwarp(); /* slot s may now be refilled */
-            int_step<FMT, ACT, MT, KG1, SYM, NP>(Lp, Hp, sw, zw, tab, xp, tok_ok, i,
+            int_step<FMT, ACT, MT, KG1, SYM, NP>(Lp, Hp, sw, zw, tab, xv, xp, tok_ok, i,
                                                  (c_begin + i) * NBI_CHUNK_K + 8 * t, p, acc[0], acc2);
             continue;
         }
@@ -431,18 +431,16 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
         chunk_scales_act<FMT, ACT>(S, stab, sg, sh);
 #pragma unroll
         for (int w = 0; w < 4; w++) {
-            uint4 xv[MT];
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++)
-                xv[mt] = tok_ok[mt] && kbase + 8 * w < p.k ? __ldg((const uint4 *)(xp[mt] + i * NBI_CHUNK_K) + w)
-                                                           : make_uint4(0, 0, 0, 0);
+            uint4 xw[MT];
+            if (MT == 1) xw[0] = xv[w][0];
+            else chunk_x_step<MT, INT>(xp, tok_ok, i, kbase, p.k, w, xw);
             uint32_t a[4];
             a_frag<ACT, 0>(word(L, w), word(H, w), sg[w >> 1], sh[w >> 1], a); /* tile 2w: elements 0..3 */
 #pragma unroll
-            for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(acc[0][mt], a[0], a[1], a[2], a[3], xv[mt].x, xv[mt].y);
+            for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(acc[0][mt], a[0], a[1], a[2], a[3], xw[mt].x, xw[mt].y);
             a_frag<ACT, 2>(word(L, w), word(H, w), sg[w >> 1], sh[w >> 1], a); /* tile 2w+1: elements 4..7 */
 #pragma unroll
-            for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(acc2[mt], a[0], a[1], a[2], a[3], xv[mt].z, xv[mt].w);
+            for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(acc2[mt], a[0], a[1], a[2], a[3], xw[mt].z, xw[mt].w);
         }
     }
     nbc_cp_async_wait<0>();

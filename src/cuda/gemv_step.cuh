@@ -82,6 +82,37 @@ __device__ __forceinline__ void a_frag(uint32_t ql, uint32_t qh, uint32_t sg, ui
 __device__ __forceinline__ uint32_t word(const uint4 &v, int w) { return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w; }
 
 
+/* A lane's activations for step w of a chunk of its row block: the 16
+ * bytes its MMAs take per token tile (E2M1: chunk k 32t + 8w; integer and
+ * table formats: 32w + 8t; xp already points at the lane's k, kbase is
+ * the chunk's k of step 0), zeros for a token row that does not exist or k
+ * past the end. */
+template <int MT, bool INT>
+__device__ __forceinline__ void chunk_x_step(const __nv_bfloat16 *const (&xp)[MT], const bool (&tok_ok)[MT], int i,
+                                             int kbase, int k, int w, uint4 (&xv)[MT]) {
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+        xv[mt] = tok_ok[mt] && kbase + (INT ? 32 : 8) * w < k
+                     ? __ldg((const uint4 *)(xp[mt] + i * NBI_CHUNK_K) + (INT ? 4 : 1) * w)
+                     : make_uint4(0, 0, 0, 0);
+}
+
+/* The four steps' activations of a chunk at once.  With one token tile
+ * (MT = 1: m <= 8, and the MoE decode kernels' routing blocks of 8 slots)
+ * the decode loops load them before they wait for the chunk's weights, so
+ * the activations' L1/L2 round trip overlaps that wait instead of
+ * following it (H100: m = 8 and MoE batch 1-32 up to 13% faster, MXFP4
+ * m = 1 on 4096-wide layers 2.5-6% slower; NOTES.md, "Decode kernels: a
+ * chunk's activations before its weights' wait").  With more tiles the
+ * loads follow the wait, step by step (chunk_x_step): loaded early there,
+ * MoE batch 128 (two tiles) ran 5-7% slower. */
+template <int MT, bool INT>
+__device__ __forceinline__ void chunk_x(const __nv_bfloat16 *const (&xp)[MT], const bool (&tok_ok)[MT], int i,
+                                        int kbase, int k, uint4 (&xv)[4][MT]) {
+#pragma unroll
+    for (int w = 0; w < 4; w++) chunk_x_step<MT, INT>(xp, tok_ok, i, kbase, k, w, xv[w]);
+}
+
 /* ------------------------------- integer and table formats (kernel 1) */
 
 /* The packed chunk of an integer or table format with kernel group KG

@@ -378,6 +378,8 @@ __global__ void __launch_bounds__(NBI_GEMV_WARPS * 32, 1) moe_gemv_kernel(const 
     for (int s = 0; s < MOE_STAGES; s++) {
         const int i = i0 + s;
         if (i >= nchunks) break;
+        uint4 xv[4][MT]; /* one token tile: before the weights' wait (chunk_x) */
+        if (MT == 1) chunk_x<MT, false>(xp, tok_ok, i, (c_begin + i) * NBI_CHUNK_K + 32 * t, p.k, xv);
         if (i + MOE_STAGES - 1 < nchunks) fetch((s + MOE_STAGES - 1) % MOE_STAGES);
         nbc_cp_async_commit();
         nbc_cp_async_wait<MOE_STAGES - 1>();
@@ -391,18 +393,16 @@ __global__ void __launch_bounds__(NBI_GEMV_WARPS * 32, 1) moe_gemv_kernel(const 
         chunk_scales<FMT>(S, stab, sg, sh);
 #pragma unroll
         for (int w = 0; w < 4; w++) {
-            uint4 xv[MT];
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++)
-                xv[mt] = tok_ok[mt] && kbase + 8 * w < p.k ? __ldg((const uint4 *)(xp[mt] + i * NBI_CHUNK_K) + w)
-                                                           : make_uint4(0, 0, 0, 0);
+            uint4 xw[MT];
+            if (MT == 1) xw[0] = xv[w][0];
+            else chunk_x_step<MT, false>(xp, tok_ok, i, kbase, p.k, w, xw);
             uint32_t a[4];
             a_frag<ACT, 0>(word(L, w), word(H, w), sg[w >> 1], sh[w >> 1], a);
 #pragma unroll
-            for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(acc[mt], a[0], a[1], a[2], a[3], xv[mt].x, xv[mt].y);
+            for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(acc[mt], a[0], a[1], a[2], a[3], xw[mt].x, xw[mt].y);
             a_frag<ACT, 2>(word(L, w), word(H, w), sg[w >> 1], sh[w >> 1], a);
 #pragma unroll
-            for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(acc2[mt], a[0], a[1], a[2], a[3], xv[mt].z, xv[mt].w);
+            for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(acc2[mt], a[0], a[1], a[2], a[3], xw[mt].z, xw[mt].w);
         }
     }
     nbc_cp_async_wait<0>();
