@@ -390,7 +390,11 @@ __global__ void __launch_bounds__(NBI_GEMV_WARPS * 32, 1) moe_gemv_kernel(const 
         __syncwarp();
         const int kbase = (c_begin + i) * NBI_CHUNK_K + 32 * t;
         uint32_t sg[2], sh[2];
-        chunk_scales<FMT>(S, stab, sg, sh);
+        /* NVFP4's scales by cvt in the inline instances (batch 1; Qwen3 1.4%
+         * faster); the layout instances keep the table, with cvt gate_up's
+         * needed 83 registers (NOTES.md, MoE v10) */
+        if (INL) chunk_scales_act<FMT, ACT>(S, stab, sg, sh);
+        else chunk_scales<FMT>(S, stab, sg, sh);
 #pragma unroll
         for (int w = 0; w < 4; w++) {
             uint4 xw[MT];
