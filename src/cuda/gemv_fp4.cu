@@ -279,8 +279,7 @@ __device__ __forceinline__ void int_step(const uint4 (&L)[NP], const uint4 (&H)[
                 for (int e = 0; e < 4; e++) tA[mt][e] = tB[mt][e] = 0.0f;
         }
         uint4 xv[MT];
-        if (MT == 1) xv[0] = xv4[G][0]; /* (loaded before the wait) */
-        else chunk_x_step<MT, true>(xp, tok_ok, i, kbase, p.k, G, xv);
+        step_x<MT, true>(xv4, xp, tok_ok, i, kbase, p.k, G, xv);
         uint32_t a[4], b[4];
         if constexpr (nbc_int_chunk<FMT, KG>::table) /* both tiles' operands from the table (see "TABLE FORMATS") */
             a_frag_table(word(L[0], G), word(H[0], G), tab, a, b);
@@ -403,7 +402,7 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
         const int i = i0 + s;
         if (i >= nchunks) break;
         uint4 xv[4][MT]; /* one token tile: before the weights' wait (chunk_x) */
-        if (MT == 1) chunk_x<MT, INT>(xp, tok_ok, i, (c_begin + i) * NBI_CHUNK_K + (INT ? 8 : 32) * t, p.k, xv);
+        chunk_x<MT, INT>(xp, tok_ok, i, (c_begin + i) * NBI_CHUNK_K + (INT ? 8 : 32) * t, p.k, xv);
         if (i + STAGES - 1 < nchunks) {
             fetch((s + STAGES - 1) % STAGES); /* slot released by the __syncwarp of chunk i-1 */
             if (EARLY && i + STAGES == nchunks) nbc_grid_dependents_launch(); /* this warp's last loads are in flight */
@@ -432,8 +431,7 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
 #pragma unroll
         for (int w = 0; w < 4; w++) {
             uint4 xw[MT];
-            if (MT == 1) xw[0] = xv[w][0];
-            else chunk_x_step<MT, INT>(xp, tok_ok, i, kbase, p.k, w, xw);
+            step_x<MT, INT>(xv, xp, tok_ok, i, kbase, p.k, w, xw);
             uint32_t a[4];
             a_frag<ACT, 0>(word(L, w), word(H, w), sg[w >> 1], sh[w >> 1], a); /* tile 2w: elements 0..3 */
 #pragma unroll

@@ -97,20 +97,28 @@ __device__ __forceinline__ void chunk_x_step(const __nv_bfloat16 *const (&xp)[MT
                      : make_uint4(0, 0, 0, 0);
 }
 
-/* The four steps' activations of a chunk at once.  With one token tile
- * (MT = 1: m <= 8, and the MoE decode kernels' routing blocks of 8 slots)
- * the decode loops load them before they wait for the chunk's weights, so
+/* The decode loops' activations of a chunk.  With one token tile (MT = 1:
+ * m <= 8, and the MoE decode kernels' routing blocks of 8 slots) chunk_x
+ * loads all four steps' before the warp waits for the chunk's weights, so
  * the activations' L1/L2 round trip overlaps that wait instead of
  * following it (H100: m = 8 and MoE batch 1-32 up to 13% faster, MXFP4
  * m = 1 on 4096-wide layers 2.5-6% slower; NOTES.md, "Decode kernels: a
- * chunk's activations before its weights' wait").  With more tiles the
- * loads follow the wait, step by step (chunk_x_step): loaded early there,
- * MoE batch 128 (two tiles) ran 5-7% slower. */
+ * chunk's activations before its weights' wait"), and step_x hands them
+ * out.  With more tiles chunk_x does nothing and step_x loads each step's
+ * after the wait: loaded early there, MoE batch 128 (two tiles) ran 5-7%
+ * slower. */
 template <int MT, bool INT>
 __device__ __forceinline__ void chunk_x(const __nv_bfloat16 *const (&xp)[MT], const bool (&tok_ok)[MT], int i,
                                         int kbase, int k, uint4 (&xv)[4][MT]) {
+    if (MT == 1)
 #pragma unroll
-    for (int w = 0; w < 4; w++) chunk_x_step<MT, INT>(xp, tok_ok, i, kbase, k, w, xv[w]);
+        for (int w = 0; w < 4; w++) chunk_x_step<MT, INT>(xp, tok_ok, i, kbase, k, w, xv[w]);
+}
+template <int MT, bool INT>
+__device__ __forceinline__ void step_x(const uint4 (&pre)[4][MT], const __nv_bfloat16 *const (&xp)[MT],
+                                       const bool (&tok_ok)[MT], int i, int kbase, int k, int w, uint4 (&xv)[MT]) {
+    if (MT == 1) xv[0] = pre[w][0];
+    else chunk_x_step<MT, INT>(xp, tok_ok, i, kbase, k, w, xv);
 }
 
 /* ------------------------------- integer and table formats (kernel 1) */

@@ -379,7 +379,7 @@ __global__ void __launch_bounds__(NBI_GEMV_WARPS * 32, 1) moe_gemv_kernel(const 
         const int i = i0 + s;
         if (i >= nchunks) break;
         uint4 xv[4][MT]; /* one token tile: before the weights' wait (chunk_x) */
-        if (MT == 1) chunk_x<MT, false>(xp, tok_ok, i, (c_begin + i) * NBI_CHUNK_K + 32 * t, p.k, xv);
+        chunk_x<MT, false>(xp, tok_ok, i, (c_begin + i) * NBI_CHUNK_K + 32 * t, p.k, xv);
         if (i + MOE_STAGES - 1 < nchunks) fetch((s + MOE_STAGES - 1) % MOE_STAGES);
         nbc_cp_async_commit();
         nbc_cp_async_wait<MOE_STAGES - 1>();
@@ -398,8 +398,7 @@ __global__ void __launch_bounds__(NBI_GEMV_WARPS * 32, 1) moe_gemv_kernel(const 
 #pragma unroll
         for (int w = 0; w < 4; w++) {
             uint4 xw[MT];
-            if (MT == 1) xw[0] = xv[w][0];
-            else chunk_x_step<MT, false>(xp, tok_ok, i, kbase, p.k, w, xw);
+            step_x<MT, false>(xv, xp, tok_ok, i, kbase, p.k, w, xw);
             uint32_t a[4];
             a_frag<ACT, 0>(word(L, w), word(H, w), sg[w >> 1], sh[w >> 1], a);
 #pragma unroll
