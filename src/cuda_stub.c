@@ -72,6 +72,11 @@ nb_status nbi_cuda_gemm_sm80(nb_context *ctx, const nbi_gemm_plan *p, const void
     (void)p, (void)x, (void)packed, (void)bias, (void)y, (void)stream;
     return no_cuda(ctx);
 }
+int nbi_cuda_gemv_ctas_per_sm(nb_context *ctx, const nbi_gemm_plan *p, int cap, size_t *bytes) {
+    (void)ctx, (void)p, (void)cap;
+    *bytes = 0;
+    return 0;
+}
 size_t nbi_cuda_gemv_smem(int fmt, int xs, int rpw, int mt, int m, size_t chunk_bytes) {
     (void)fmt, (void)xs, (void)rpw, (void)mt, (void)m, (void)chunk_bytes;
     return 0;

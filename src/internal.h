@@ -222,6 +222,8 @@ typedef struct nbi_gemm_plan {
     int chunk_bytes;    /* bytes per packed chunk (nbi_packed_chunk_bytes) */
     int scale_bf16;     /* the integer formats' 16-bit scales are BF16 (else F16) */
     int pdl;            /* launch with programmatic dependent launch (sm_90+) */
+    int per_sm;         /* kernel 1: at most this many CTAs share an SM (0: as many as fit), held by */
+    int dyn_smem;       /* dynamic shared memory bytes past the ring's (0: the ring's) */
     /* Tensor-core paths (gemm_sm90.cu, gemm_sm80.cu), when path != NBI_PATH_GEMV: */
     int path;           /* NBI_PATH_GEMV, NBI_PATH_SM90 or NBI_PATH_SM80 */
     int bn;             /* tokens per CTA tile: 16, 32, 64, 128 or 256 (sm80: 64, 128) */
@@ -399,6 +401,10 @@ NB_INTERNAL nb_status nbi_cuda_moe_mlp(nb_context *ctx, const nbi_moe_plan *p, c
  * deepest mma.sync instance of tile width bn (and depth `want` when not 0)
  * whose shared memory fits smem_limit, its bytes in *smem, 0 when none does. */
 NB_INTERNAL size_t nbi_cuda_gemv_smem(int fmt, int xs, int rpw, int mt, int m, size_t chunk_bytes);
+/* Decode kernel 1 of plan p: how many CTAs share an SM (0 when the runtime
+ * cannot tell) with the dynamic shared memory *bytes, the ring's (cap = 0)
+ * or the least past it with which at most cap CTAs fit. */
+NB_INTERNAL int nbi_cuda_gemv_ctas_per_sm(nb_context *ctx, const nbi_gemm_plan *p, int cap, size_t *bytes);
 /* Clusters of s CTAs of the tensor-core kernel (format, dtype, tile width,
  * consumer warpgroups) that can run at once on the current device; 0 when
  * none can or the build has no Hopper kernels. */

@@ -196,6 +196,25 @@ static nb_status plan_decode(nb_context *ctx, const nbi_request *rq, nbi_gemm_pl
     if (grid_x > 0x7FFFFFFF)
         return nbi_fail(ctx, NB_ERR_BAD_SHAPE, "nb_gemm: n = %lld needs too many CTAs", (long long)p->n);
     p->grid_x = (int)grid_x;
+    /* Kernel 1's occupancy: where its registers let three or more CTAs
+     * share an SM, they do only where that takes a wave off the grid
+     * (H100, m = 1 / 8: 8192 -> 10240, 320 CTAs, 22.0 / 23.6 us with three
+     * against 27.4 / 32.4 with two; 4096 -> 28672, 896 CTAs, 30.2 / 34.6
+     * against 31.5 / 35.8); else at most two do, held by dynamic shared
+     * memory past the ring (256-CTA layers at m = 8: 4-10% faster with two,
+     * 14336 -> 4096 18.8 -> 17.5 us, 8192 -> 8192 19.6 -> 18.1; NOTES.md). */
+    p->per_sm = 0;
+    p->dyn_smem = 0;
+    if (!p->xsh) {
+        size_t bytes = 0;
+        const int c = nbi_cuda_gemv_ctas_per_sm(ctx, p, 0, &bytes);
+        const int64_t ctas = (int64_t)p->grid_x * p->splits, sms = ctx->info.sm_count;
+        if (c > 2 && ctas > sms && (ctas + c * sms - 1) / (c * sms) >= (ctas + 2 * sms - 1) / (2 * sms) &&
+            nbi_cuda_gemv_ctas_per_sm(ctx, p, 2, &bytes) == 2) {
+            p->per_sm = 2;
+            p->dyn_smem = (int)bytes;
+        }
+    }
     if (nbi_plan_stream_k(p)) {
         /* kernel 2's stream-K partial tiles: slot b + tile for CTA b
          * (gemv_fp4.cu, xs_slot), 8 * rpw row blocks x 8 mt tokens each */

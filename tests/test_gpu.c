@@ -50,6 +50,7 @@ static int g_tc_layout_runs = 0; /* test_out_layout: configurations that ran gem
 static int g_tc_tail_runs = 0;   /* tensor-core calls with a tail split (a second launch) */
 static int g_tc_sk_runs = 0;     /* tensor-core calls on the stream-K grid */
 static int g_tc_192_runs = 0;    /* tensor-core calls of 192-token tiles */
+static int g_k1_cap_runs = 0;    /* decode kernel 1 calls held to two CTAs per SM (plan.c) */
 static int g_no_cublas = 0; /* --no-cublas: racecheck reports hazards inside cuBLAS itself */
 static int g_max_m = 0;      /* --max-m: leave out larger m (0: none left out) */
 static int g_mma = 0;        /* NIBBLE_PATH=mma: every call runs the mma.sync kernel */
@@ -388,6 +389,7 @@ static void test_shape_ref(env_t *e, nb_format fmt, nb_dtype act, int64_t n, int
         g_tc_tail_runs += strstr(cfg, "gemm_sm90") && strstr(cfg, " tail=");
         g_tc_sk_runs += strstr(cfg, "gemm_sm90") && strstr(cfg, " stream-k ");
         g_tc_192_runs += strstr(cfg, "gemm_sm90") && strstr(cfg, "x192>");
+        g_k1_cap_runs += strstr(cfg, ",ctas/sm=2>") != NULL;
         snprintf(what, sizeof what, "gemm %s %s n=%lld k=%lld m=%lld%s vs GPU reference", fn, an, (long long)n,
                  (long long)k, (long long)m, use_bias ? " +bias" : "");
         compare(what, act, hy, href, m, n, n);
@@ -875,6 +877,11 @@ int main(int argc, char **argv) {
             /* ragged: n not a multiple of 16 or of the CTA, k odd multiples of the group */
             test_shape(&e, fmts[f], acts[a], 17, fmts[f] == NB_FORMAT_NVFP4 ? 16 * 37 : 32 * 7, few_m, 8, 1);
             test_shape(&e, fmts[f], acts[a], 1000, 4096 + 96, few_m, 8, 1);
+            /* 256 row blocks: kernel 1 at m = 1..8 on 256 CTAs, held to two
+             * per SM where its registers allow three (plan.c), over a k whose
+             * last chunk is partial (its activation loads tested, the others
+             * not: gemv_step.cuh chunk_x_step) */
+            test_shape(&e, fmts[f], acts[a], 4096, 4096 + 96, few_m, 8, 0);
             test_shape(&e, fmts[f], acts[a], 300, 64 * 3 * 16, all_m, 34, 1);
             /* wide and short: the staged-activation kernel (m = 9..32; k long
              * enough for it, with a ragged tail) and kernel 1 (k too short) */
@@ -924,6 +931,11 @@ int main(int argc, char **argv) {
     test_device_errors(&e);
     printf("tensor-core path: %d calls, %d with a k split, %d with a tail split, %d on the stream-K grid, %d of "
            "192-token tiles\n", g_tc_runs, g_tc_split_runs, g_tc_tail_runs, g_tc_sk_runs, g_tc_192_runs);
+    printf("decode kernel 1: %d calls held to two CTAs per SM\n", g_k1_cap_runs);
+    /* (on a GPU of at least 129 SMs whose registers fit three kernel 1 CTAs
+     * per SM, as the H100 and H200 do) */
+    if (g_force_max_m < 0 && !g_mma && info.sm_count >= 129 && info.sm_count <= 255)
+        check(g_k1_cap_runs > 0, "kernel 1 ran held to two CTAs per SM (4096 rows: 256 CTAs)");
     if (g_tc_runs) check(g_tc_split_runs > 0, "the tensor-core path ran with a k split (small layers at m = 64)");
     if (g_tc_runs && !g_mma && g_force_max_m < 0) /* (--staged leaves test_out_layout out) */
         check(g_tc_layout_runs > 0, "the output-layout test ran gemm_sm90 configurations");

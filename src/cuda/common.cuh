@@ -37,6 +37,9 @@ static inline nb_status nbc_fail(nb_context *ctx, cudaError_t e, const char *wha
 /* Opt kernel `fn` into `bytes` of dynamic shared memory on the context's
  * device, once per (kernel, device) (runtime.cu keeps the record). */
 extern "C" nb_status nbc_smem_opt_in(nb_context *ctx, const void *fn, size_t bytes);
+/* CTAs of kernel `fn` one SM holds at once (occupancy calculator, once per
+ * kernel, device, threads and bytes; 0 where the runtime cannot tell). */
+extern "C" int nbc_ctas_per_sm(nb_context *ctx, const void *fn, int threads, size_t bytes);
 
 /* ------------------------------------------------------- format traits */
 

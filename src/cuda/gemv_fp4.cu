@@ -261,7 +261,7 @@ __device__ __forceinline__ void int_group_scales(const uint32_t (&sw)[nbc_int_ch
  * the exact integers (q - z) times x into tA (even tiles) and tB (odd,
  * independent of tA), which then enter acc and acc2 times the group's
  * FP32 scale (rows g and g+8 are accumulator elements {0,1} and {2,3}). */
-template <int FMT, int ACT, int MT, int KG, bool SYM, int NP>
+template <int FMT, int ACT, int MT, int KG, bool SYM, int NP, bool CHK>
 __device__ __forceinline__ void int_step(const uint4 (&L)[NP], const uint4 (&H)[NP],
                                          const uint32_t (&sw)[nbc_int_chunk<FMT, KG>::sw], const uint32_t (&zw)[2],
                                          const nbc_table &tab, const uint4 (&xv4)[4][MT],
@@ -279,7 +279,7 @@ __device__ __forceinline__ void int_step(const uint4 (&L)[NP], const uint4 (&H)[
                 for (int e = 0; e < 4; e++) tA[mt][e] = tB[mt][e] = 0.0f;
         }
         uint4 xv[MT];
-        step_x<MT, true>(xv4, xp, tok_ok, i, kbase, p.k, G, xv);
+        step_x<MT, true, CHK>(xv4, xp, tok_ok, i, kbase, p.k, G, xv);
         uint32_t a[4], b[4];
         if constexpr (nbc_int_chunk<FMT, KG>::table) /* both tiles' operands from the table (see "TABLE FORMATS") */
             a_frag_table(word(L[0], G), word(H[0], G), tab, a, b);
@@ -394,15 +394,12 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
                  (size_t)c_begin * NBI_CHUNK_K + (INT ? 8 : 32) * t;
     }
 
-    /* The loop is unrolled by the ring depth so every slot address is a
-     * constant offset. */
-    for (int i0 = 0; i0 < nchunks; i0 += STAGES)
-#pragma unroll
-    for (int s = 0; s < STAGES; s++) {
-        const int i = i0 + s;
-        if (i >= nchunks) break;
+    /* One chunk of the warp's range in ring slot s; chk: its activation
+     * loads test k and the token (chunk_x_step). */
+    auto chunk = [&](int i, int s, auto chk) {
+        constexpr bool CHK = decltype(chk)::value;
         uint4 xv[4][MT]; /* one token tile: before the weights' wait (chunk_x) */
-        chunk_x<MT, INT>(xp, tok_ok, i, (c_begin + i) * NBI_CHUNK_K + (INT ? 8 : 32) * t, p.k, xv);
+        chunk_x<MT, INT, CHK>(xp, tok_ok, i, (c_begin + i) * NBI_CHUNK_K + (INT ? 8 : 32) * t, p.k, xv);
         if (i + STAGES - 1 < nchunks) {
             fetch((s + STAGES - 1) % STAGES); /* slot released by the __syncwarp of chunk i-1 */
             if (EARLY && i + STAGES == nchunks) nbc_grid_dependents_launch(); /* this warp's last loads are in flight */
@@ -418,9 +415,9 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
             uint32_t sw[nbc_int_chunk<FMT, KG1>::sw], zw[2];
             int_tail<FMT, KG1>(slot, g, sw, zw);
             __syncwarp(); /* slot s may now be refilled */
-            int_step<FMT, ACT, MT, KG1, SYM, NP>(Lp, Hp, sw, zw, tab, xv, xp, tok_ok, i,
-                                                 (c_begin + i) * NBI_CHUNK_K + 8 * t, p, acc[0], acc2);
-            continue;
+            int_step<FMT, ACT, MT, KG1, SYM, NP, CHK>(Lp, Hp, sw, zw, tab, xv, xp, tok_ok, i,
+                                                      (c_begin + i) * NBI_CHUNK_K + 8 * t, p, acc[0], acc2);
+            return;
         }
         const uint4 L = slot[lane], H = slot[32 + lane];
         const uint32_t S = SB == 4 ? ((const uint32_t *)(slot + 64))[lane] : ((const uint16_t *)(slot + 64))[lane];
@@ -431,7 +428,7 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
 #pragma unroll
         for (int w = 0; w < 4; w++) {
             uint4 xw[MT];
-            step_x<MT, INT>(xv, xp, tok_ok, i, kbase, p.k, w, xw);
+            step_x<MT, INT, CHK>(xv, xp, tok_ok, i, kbase, p.k, w, xw);
             uint32_t a[4];
             a_frag<ACT, 0>(word(L, w), word(H, w), sg[w >> 1], sh[w >> 1], a); /* tile 2w: elements 0..3 */
 #pragma unroll
@@ -440,7 +437,15 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(acc2[mt], a[0], a[1], a[2], a[3], xw[mt].z, xw[mt].w);
         }
-    }
+    };
+    /* One token tile: the chunks inside k load their activations
+     * untested and only a partial last chunk tests them (fewer
+     * instructions per chunk, 70-77 registers instead of 84-88: H100, m =
+     * 1 up to 8% faster with the planner's occupancy, NOTES.md, "Decode
+     * kernels: untested activation loads"); more tiles test every load:
+     * untested there, the registers rose (MT = 2: 96-103 to 104-114) and
+     * m = 16 on 4096 -> 4096 ran 2% slower. */
+    nbc_walk_chunks<STAGES, MT == 1>(nchunks, c_end, p.kchunks, p.k, chunk);
     nbc_cp_async_wait<0>();
 #pragma unroll
     for (int i = 0; i < MT; i++)
@@ -1101,12 +1106,46 @@ extern "C" size_t nbi_cuda_gemv_smem(int fmt, int xs, int rpw, int mt, int m, si
     return gemv_smem_bytes(fmt, xs, rpw, mt, m, chunk_bytes) + GEMV_STATIC_SMEM + 16 * XS_XSEGS;
 }
 
-extern "C" nb_status nbi_cuda_gemv(nb_context *ctx, const nbi_gemm_plan *pl, const void *x, const void *packed,
-                                   const void *bias, void *y, void *workspace, void *stream) {
+/* The kernel plan pl launches. */
+static gemv_fn plan_kernel(const nbi_gemm_plan *pl) {
     /* kernel 1's early trigger for streams of at most GEMV_EARLY_CHUNKS chunks a warp */
     const int early = !pl->xsh && (pl->chunks_per_split + pl->kw - 1) / pl->kw <= GEMV_EARLY_CHUNKS;
     const int sk = nbi_plan_stream_k(pl); /* kernel 2's stream-K grid */
-    gemv_fn f = pick_kernel(pl->fmt, pl->act, pl->mt, pl->xsh, pl->rpw, pl->group, early, sk);
+    return pick_kernel(pl->fmt, pl->act, pl->mt, pl->xsh, pl->rpw, pl->group, early, sk);
+}
+
+/* The occupancy cap of kernel 1: dynamic shared memory past its ring, so
+ * that at most cap CTAs fit on an SM (the planner's choice, plan.c): from
+ * an even share of the SM's shared memory among cap + 1 CTAs less the
+ * runtime's 1 KB per CTA and the static bytes, up in 1 KB steps until the
+ * occupancy calculator agrees (at most a few steps). */
+extern "C" int nbi_cuda_gemv_ctas_per_sm(nb_context *ctx, const nbi_gemm_plan *pl, int cap, size_t *bytes) {
+    const gemv_fn f = plan_kernel(pl);
+    const size_t ring = gemv_smem_bytes(pl->fmt, pl->xsh, pl->rpw, pl->mt, (int)pl->m, (size_t)pl->chunk_bytes);
+    const int threads = pl->xsh ? XS_THREADS : NBI_GEMV_WARPS * 32;
+    *bytes = ring;
+    if (!f) return 0;
+    int c = nbc_ctas_per_sm(ctx, (const void *)f, threads, ring);
+    if (cap <= 0 || pl->xsh || c <= cap) return c;
+    const size_t sm = ctx->info.smem_per_sm, optin = ctx->info.smem_per_block_optin;
+    size_t b = sm / (size_t)(cap + 1) + 1 > 1024 + GEMV_STATIC_SMEM ? sm / (size_t)(cap + 1) + 1 - 1024 - GEMV_STATIC_SMEM : 0;
+    if (b < ring) b = ring;
+    for (int i = 0; i < 8 && b + GEMV_STATIC_SMEM <= optin; i++, b += 1024) {
+        if (b + GEMV_STATIC_SMEM > 48 * 1024 && nbc_smem_opt_in(ctx, (const void *)f, b)) break;
+        c = nbc_ctas_per_sm(ctx, (const void *)f, threads, b);
+        if (c > 0 && c <= cap) {
+            *bytes = b;
+            return c;
+        }
+    }
+    *bytes = ring; /* (not reached on the GPUs measured: no cap) */
+    return nbc_ctas_per_sm(ctx, (const void *)f, threads, ring);
+}
+
+extern "C" nb_status nbi_cuda_gemv(nb_context *ctx, const nbi_gemm_plan *pl, const void *x, const void *packed,
+                                   const void *bias, void *y, void *workspace, void *stream) {
+    gemv_fn f = plan_kernel(pl);
+    const int sk = nbi_plan_stream_k(pl); /* kernel 2's stream-K grid */
     if (!f)
         return nbi_fail(ctx, NB_ERR_INTERNAL, "gemv: no kernel for %s, %s, mt = %d, staged %d, rows per warp %d, "
                         "group %d, stream-K %d", nbi_traits((nb_format)pl->fmt)->name, nbi_dtype_name((nb_dtype)pl->act),
@@ -1125,14 +1164,15 @@ extern "C" nb_status nbi_cuda_gemv(nb_context *ctx, const nbi_gemm_plan *pl, con
     /* grid_x CTAs along n times `splits` along k; kernel 2's stream-K grid:
      * grid_x CTAs over tiles_n column tiles x kchunks (gemv_xs_sk_body) */
     dim3 grid((unsigned)pl->grid_x, sk ? 1u : (unsigned)pl->splits);
-    const size_t smem = gemv_smem_bytes(pl->fmt, pl->xsh, pl->rpw, pl->mt, (int)pl->m, (size_t)pl->chunk_bytes);
+    size_t smem = gemv_smem_bytes(pl->fmt, pl->xsh, pl->rpw, pl->mt, (int)pl->m, (size_t)pl->chunk_bytes);
+    if (!pl->xsh && (size_t)pl->dyn_smem > smem) smem = (size_t)pl->dyn_smem; /* kernel 1's occupancy cap */
     /* Kernel 2 can exceed the 48 KB default (static + dynamic): opt in, for
      * its largest launch. */
     if (pl->xsh) {
         nb_status st = nbc_smem_opt_in(ctx, (const void *)f,
                                        gemv_smem_bytes(pl->fmt, 1, pl->rpw, pl->mt, 8 * pl->mt, (size_t)pl->chunk_bytes));
         if (st) return st;
-    } else if (smem + GEMV_STATIC_SMEM > 48 * 1024) { /* past the default: kernel 1 of int8 (2 KB chunks, 68 KB) */
+    } else if (smem + GEMV_STATIC_SMEM > 48 * 1024) { /* past the default: kernel 1 of int8 (2 KB chunks, 68 KB), the cap */
         nb_status st = nbc_smem_opt_in(ctx, (const void *)f, smem);
         if (st) return st;
     }

@@ -85,16 +85,23 @@ __device__ __forceinline__ uint32_t word(const uint4 &v, int w) { return w == 0 
 /* A lane's activations for step w of a chunk of its row block: the 16
  * bytes its MMAs take per token tile (E2M1: chunk k 32t + 8w; integer and
  * table formats: 32w + 8t; xp already points at the lane's k, kbase is
- * the chunk's k of step 0), zeros for a token row that does not exist or k
- * past the end. */
-template <int MT, bool INT>
+ * the chunk's k of step 0).  CHK (only the last chunk of k when k is not a
+ * multiple of 128: nbc_walk_chunks) loads zeros for k past the end and
+ * for a token row that does not exist; every other chunk loads without a
+ * test: its k lie inside the row, and a missing token's pointer is row 0's
+ * (its column of the result is never stored). */
+template <int MT, bool INT, bool CHK>
 __device__ __forceinline__ void chunk_x_step(const __nv_bfloat16 *const (&xp)[MT], const bool (&tok_ok)[MT], int i,
                                              int kbase, int k, int w, uint4 (&xv)[MT]) {
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-        xv[mt] = tok_ok[mt] && kbase + (INT ? 32 : 8) * w < k
-                     ? __ldg((const uint4 *)(xp[mt] + i * NBI_CHUNK_K) + (INT ? 4 : 1) * w)
-                     : make_uint4(0, 0, 0, 0);
+    for (int mt = 0; mt < MT; mt++) {
+        if (CHK)
+            xv[mt] = tok_ok[mt] && kbase + (INT ? 32 : 8) * w < k
+                         ? __ldg((const uint4 *)(xp[mt] + i * NBI_CHUNK_K) + (INT ? 4 : 1) * w)
+                         : make_uint4(0, 0, 0, 0);
+        else
+            xv[mt] = __ldg((const uint4 *)(xp[mt] + i * NBI_CHUNK_K) + (INT ? 4 : 1) * w);
+    }
 }
 
 /* The decode loops' activations of a chunk.  With one token tile (MT = 1:
@@ -107,18 +114,44 @@ __device__ __forceinline__ void chunk_x_step(const __nv_bfloat16 *const (&xp)[MT
  * out.  With more tiles chunk_x does nothing and step_x loads each step's
  * after the wait: loaded early there, MoE batch 128 (two tiles) ran 5-7%
  * slower. */
-template <int MT, bool INT>
+template <int MT, bool INT, bool CHK>
 __device__ __forceinline__ void chunk_x(const __nv_bfloat16 *const (&xp)[MT], const bool (&tok_ok)[MT], int i,
                                         int kbase, int k, uint4 (&xv)[4][MT]) {
     if (MT == 1)
 #pragma unroll
-        for (int w = 0; w < 4; w++) chunk_x_step<MT, INT>(xp, tok_ok, i, kbase, k, w, xv[w]);
+        for (int w = 0; w < 4; w++) chunk_x_step<MT, INT, CHK>(xp, tok_ok, i, kbase, k, w, xv[w]);
 }
-template <int MT, bool INT>
+template <int MT, bool INT, bool CHK>
 __device__ __forceinline__ void step_x(const uint4 (&pre)[4][MT], const __nv_bfloat16 *const (&xp)[MT],
                                        const bool (&tok_ok)[MT], int i, int kbase, int k, int w, uint4 (&xv)[MT]) {
     if (MT == 1) xv[0] = pre[w][0];
-    else chunk_x_step<MT, INT>(xp, tok_ok, i, kbase, k, w, xv);
+    else chunk_x_step<MT, INT, CHK>(xp, tok_ok, i, kbase, k, w, xv);
+}
+
+/* A compile-time flag as a value, for the decode loops' generic chunk
+ * bodies (one instance checked, one not). */
+template <bool B>
+struct nbc_flag {
+    static constexpr bool value = B;
+};
+
+/* A decode warp's walk over its nchunks chunks (the last one k chunk c_end
+ * - 1 of kchunks), unrolled by the ring depth STAGES so every slot address
+ * is a constant offset: chunk(i, slot, flag) runs chunk i in ring slot
+ * `slot`, its activation loads tested when the flag's value is true.
+ * UNTESTED: the chunks inside k untested, then a partial last chunk (k not
+ * a multiple of 128) tested, after them; else every chunk tested. */
+template <int STAGES, bool UNTESTED, typename Chunk>
+__device__ __forceinline__ void nbc_walk_chunks(int nchunks, int c_end, int kchunks, int k, const Chunk &chunk) {
+    const int nfull =
+        UNTESTED ? nchunks - (nchunks > 0 && c_end == kchunks && k % NBI_CHUNK_K != 0 ? 1 : 0) : nchunks;
+    for (int i0 = 0; i0 < nfull; i0 += STAGES)
+#pragma unroll
+        for (int s = 0; s < STAGES; s++) {
+            if (i0 + s >= nfull) break;
+            chunk(i0 + s, s, nbc_flag<!UNTESTED>{});
+        }
+    if (UNTESTED && nfull < nchunks) chunk(nfull, nfull % STAGES, nbc_flag<true>{});
 }
 
 /* ------------------------------- integer and table formats (kernel 1) */

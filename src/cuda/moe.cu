@@ -373,13 +373,12 @@ __global__ void __launch_bounds__(NBI_GEMV_WARPS * 32, 1) moe_gemv_kernel(const 
     }
     __syncthreads(); /* scale table ready */
 
-    for (int i0 = 0; i0 < nchunks; i0 += MOE_STAGES)
-#pragma unroll
-    for (int s = 0; s < MOE_STAGES; s++) {
-        const int i = i0 + s;
-        if (i >= nchunks) break;
+    /* one chunk of the warp's range in ring slot s; chk: its activation
+     * loads test k and the token (chunk_x_step) */
+    auto chunk = [&](int i, int s, auto chk) {
+        constexpr bool CHK = decltype(chk)::value;
         uint4 xv[4][MT]; /* one token tile: before the weights' wait (chunk_x) */
-        chunk_x<MT, false>(xp, tok_ok, i, (c_begin + i) * NBI_CHUNK_K + 32 * t, p.k, xv);
+        chunk_x<MT, false, CHK>(xp, tok_ok, i, (c_begin + i) * NBI_CHUNK_K + 32 * t, p.k, xv);
         if (i + MOE_STAGES - 1 < nchunks) fetch((s + MOE_STAGES - 1) % MOE_STAGES);
         nbc_cp_async_commit();
         nbc_cp_async_wait<MOE_STAGES - 1>();
@@ -398,7 +397,7 @@ __global__ void __launch_bounds__(NBI_GEMV_WARPS * 32, 1) moe_gemv_kernel(const 
 #pragma unroll
         for (int w = 0; w < 4; w++) {
             uint4 xw[MT];
-            step_x<MT, false>(xv, xp, tok_ok, i, kbase, p.k, w, xw);
+            step_x<MT, false, CHK>(xv, xp, tok_ok, i, kbase, p.k, w, xw);
             uint32_t a[4];
             a_frag<ACT, 0>(word(L, w), word(H, w), sg[w >> 1], sh[w >> 1], a);
 #pragma unroll
@@ -407,7 +406,15 @@ __global__ void __launch_bounds__(NBI_GEMV_WARPS * 32, 1) moe_gemv_kernel(const 
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(acc2[mt], a[0], a[1], a[2], a[3], xw[mt].z, xw[mt].w);
         }
-    }
+    };
+    /* The inline instances of one token tile load the activations of the
+     * chunks inside k untested and test only a partial last chunk's (batch
+     * 1 up to 0.9% faster); the others test every load: untested, the
+     * layout instances' registers fell from 80-83 to 74-78, three CTAs
+     * shared an SM where two had, and DeepSeek-V3 at batch 1 and
+     * gpt-oss-20b and Qwen3 at batch 8 ran 4-8% slower (H100, NOTES.md,
+     * MoE v11). */
+    nbc_walk_chunks<MOE_STAGES, INL && MT == 1>(nchunks, c_end, p.kchunks, p.k, chunk);
     nbc_cp_async_wait<0>();
     if (!(INL && MODE == MOE_GATE_UP)) nbc_grid_dependents_launch();
 #pragma unroll

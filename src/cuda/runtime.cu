@@ -108,3 +108,37 @@ extern "C" nb_status nbc_smem_opt_in(nb_context *ctx, const void *fn, size_t byt
     if (e != cudaSuccess) return nbc_fail(ctx, e, "cudaFuncSetAttribute(max dynamic shared memory)");
     return NB_OK;
 }
+
+/* -------------------------------------------------- resident CTAs per SM */
+
+/* How many CTAs of kernel `fn` (threads per CTA, dynamic shared memory
+ * bytes) one SM of the context's device holds at once, by the occupancy
+ * calculator: a record per (kernel, device, bytes), under a lock as above.
+ * 0 where the runtime cannot tell (the caller then plans as if unknown). */
+static struct {
+    const void *fn;
+    int device, threads;
+    size_t bytes;
+    int ctas;
+} g_occ[1024];
+static int g_nocc;
+static pthread_mutex_t g_occ_lock = PTHREAD_MUTEX_INITIALIZER;
+
+extern "C" int nbc_ctas_per_sm(nb_context *ctx, const void *fn, int threads, size_t bytes) {
+    const int dev = ctx->info.device;
+    pthread_mutex_lock(&g_occ_lock);
+    for (int i = 0; i < g_nocc; i++)
+        if (g_occ[i].fn == fn && g_occ[i].device == dev && g_occ[i].threads == threads && g_occ[i].bytes == bytes) {
+            const int c = g_occ[i].ctas;
+            pthread_mutex_unlock(&g_occ_lock);
+            return c;
+        }
+    int c = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&c, fn, threads, bytes) != cudaSuccess) {
+        (void)cudaGetLastError(); /* (not sticky: clear it) */
+        c = 0;
+    }
+    if (g_nocc < (int)(sizeof g_occ / sizeof g_occ[0])) g_occ[g_nocc++] = {fn, dev, threads, bytes, c};
+    pthread_mutex_unlock(&g_occ_lock);
+    return c;
+}
