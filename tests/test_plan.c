@@ -22,16 +22,20 @@
  *   fit never get a cluster split, and still get valid plans;
  * - a requested split that cannot run is clamped to the largest that can;
  *   one whose clusters do not all fit sums through the workspace;
- * - the cluster capacity is asked of the device once per instance and size.
+ * - the cluster capacity is asked of the device once per instance and size;
+ * - decode kernel 1 is held to two CTAs per SM exactly where three or more
+ *   fit and take no wave off its grid.
  */
 #define _POSIX_C_SOURCE 200809L
 #define nbi_cuda_has_sm90a nbi_stub_has_sm90a
 #define nbi_cuda_sm90_clusters nbi_stub_sm90_clusters
 #define nbi_cuda_available nbi_stub_cuda_available
+#define nbi_cuda_gemv_ctas_per_sm nbi_stub_gemv_ctas_per_sm
 #include "../src/cuda_stub.c"
 #undef nbi_cuda_has_sm90a
 #undef nbi_cuda_sm90_clusters
 #undef nbi_cuda_available
+#undef nbi_cuda_gemv_ctas_per_sm
 
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +56,21 @@ int nbi_cuda_sm90_clusters(nb_context *ctx, int fmt, int act, int bn, int cwg, i
     (void)ctx, (void)fmt, (void)act, (void)bn, (void)cwg, (void)kg;
     g_queries++;
     return s >= 2 && s <= NBI_SM90_MAX_SPLITS ? g_cap[s] : 0;
+}
+
+/* Decode kernel 1's occupancy as the H100's calculator gives it for the
+ * one-tile FP4 instances (70-77 registers: three CTAs of 256 threads per
+ * SM) and the others (two), and the cap: with the least dynamic shared
+ * memory past (228 KB / 3 less the runtime's and the static bytes) two. */
+static int g_k1_fit = 3;
+int nbi_cuda_gemv_ctas_per_sm(nb_context *ctx, const nbi_gemm_plan *p, int cap, size_t *bytes);
+int nbi_cuda_gemv_ctas_per_sm(nb_context *ctx, const nbi_gemm_plan *p, int cap, size_t *bytes) {
+    const size_t ring = (size_t)NBI_GEMV_WARPS * 4 * (size_t)p->chunk_bytes;
+    const int fit = p->mt == 1 ? g_k1_fit : 2;
+    *bytes = ring;
+    if (cap <= 0 || fit <= cap) return fit;
+    *bytes = ctx->info.smem_per_sm / (size_t)(cap + 1) + 1 - 1024 - 1040;
+    return cap;
 }
 
 /* A host context with the device facts of an H100 SXM. */
@@ -569,7 +588,61 @@ static void test_moe_kw(void) {
     nb_context_destroy(ctx);
 }
 
+/* Kernel 1's occupancy rule (plan.c, plan_decode): two CTAs per SM,
+ * held by dynamic shared memory past the ring, where the registers let
+ * three or more fit and three take no wave off a grid of more CTAs than
+ * SMs; else as many as fit (the H100 measurements behind it: NOTES.md,
+ * "Decode kernels: untested activation loads, ..."). */
+static void test_decode_occupancy(void) {
+    nb_context *ctx = h100();
+    static const struct {
+        int64_t k, n;
+        int m, fit, held; /* 1: held to two per SM */
+        const char *why;
+    } cases[] = {
+        {4096, 4096, 1, 3, 1, "256 CTAs: one wave at two or three per SM"},
+        {4096, 4096, 8, 3, 1, "256 CTAs at m = 8"},
+        {4096, 6144, 1, 3, 1, "192 CTAs"},
+        {14336, 4096, 1, 3, 1, "256 CTAs"},
+        {28672, 8192, 8, 3, 1, "256 CTAs"},
+        {8192, 10240, 1, 3, 0, "320 CTAs: one wave at three, two at two"},
+        {8192, 10240, 8, 3, 0, "320 CTAs at m = 8"},
+        {4096, 28672, 1, 3, 0, "896 CTAs: 3 waves at three, 4 at two"},
+        {8192, 57344, 1, 3, 0, "1792 CTAs: 5 waves at three, 7 at two"},
+        {4096, 4096, 1, 2, 0, "registers for two only: nothing to hold"},
+        {4096, 4096, 1, 4, 1, "four fit: one wave either way"},
+        {4096, 1600, 1, 3, 0, "100 CTAs: fewer than SMs"},
+        {4096, 1024, 1, 3, 1, "64 row blocks split along k into 192 CTAs"},
+        {4096, 4096, 16, 3, 0, "two tiles (their instances fit two)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        g_k1_fit = cases[i].fit;
+        nbi_gemm_plan p;
+        if (!plan(ctx, NB_FORMAT_NVFP4, cases[i].k, cases[i].n, cases[i].m, NULL, &p)) continue;
+        if (p.path != NBI_PATH_GEMV || p.xsh) {
+            CHECK(!cases[i].held && p.per_sm == 0 && p.dyn_smem == 0,
+                  "%lld -> %lld m = %d (%s): a plan off kernel 1 holds nothing", (long long)cases[i].k,
+                  (long long)cases[i].n, cases[i].m, cases[i].why);
+            continue;
+        }
+        const int64_t ctas = (int64_t)p.grid_x * p.splits;
+        const size_t want = ctx->info.smem_per_sm / 3 + 1 - 1024 - 1040;
+        if (cases[i].held)
+            CHECK(p.per_sm == 2 && (size_t)p.dyn_smem == want,
+                  "%lld -> %lld m = %d, %lld CTAs, %d fit (%s): held to two per SM with %zu bytes (per_sm %d, %d "
+                  "bytes)", (long long)cases[i].k, (long long)cases[i].n, cases[i].m, (long long)ctas, cases[i].fit,
+                  cases[i].why, want, p.per_sm, p.dyn_smem);
+        else
+            CHECK(p.per_sm == 0 && p.dyn_smem == 0, "%lld -> %lld m = %d, %lld CTAs, %d fit (%s): not held (per_sm "
+                  "%d)", (long long)cases[i].k, (long long)cases[i].n, cases[i].m, (long long)ctas, cases[i].fit,
+                  cases[i].why, p.per_sm);
+    }
+    g_k1_fit = 3;
+    nb_context_destroy(ctx);
+}
+
 int main(void) {
+    test_decode_occupancy();
     test_every_plan_valid();
     test_integer_formats();
     test_measured_choices();
