@@ -302,7 +302,9 @@ NB_API nb_status nb_st_index_shard_at(const nb_st_index *x, size_t i, const char
  * rule - a missing member, a wrong dtype, K/2 and K/G columns that do not
  * agree, rows that differ, K not a multiple of G, a zero or non-finite
  * weight_global_scale - is NB_CKPT_INCONSISTENT, with the reason in
- * `problem`.  Nothing is guessed.  Other tensors (norms, biases, 1-D weights,
+ * `problem`; so is each layer of a prefix that two layouts claim (P.weight
+ * and P_blocks, P_blocks and P.blocks, ...: two layers, one prefix, and
+ * nb_ckpt_layer_find gives the first).  Nothing is guessed.  Other tensors (norms, biases, 1-D weights,
  * FP8 k_scale, ...) belong to no layer.
  *
  * CONFIG: hf_quant_config.json ("quantization.quant_algo") and config.json

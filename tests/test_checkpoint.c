@@ -368,10 +368,28 @@ static void test_inconsistent(void) {
     add(&s, "l.weight", NB_ST_U8, 2, odd, NULL, 0, 255);
     add(&s, "l.weight_scale", NB_ST_F8_E4M3, 2, odd_s, NULL, E4M3_LO, E4M3_HI);
     add_f32(&s, "l.weight_scale_2", 0, 1.0f);
+    /* one module in two layouts: a BF16 m.weight and gpt-oss's m_blocks / m_scales */
+    int64_t gs[3] = {2, 8, 2};
+    add(&s, "m.weight", NB_ST_BF16, 2, bf, NULL, 0, 127);
+    add(&s, "m_blocks", NB_ST_U8, 4, gb, NULL, 0, 255);
+    add(&s, "m_scales", NB_ST_U8, 3, gs, NULL, E8M0_LO, E8M0_HI);
     write_set(&s, "bad", "model.safetensors");
     nb_ckpt *c = open_sub("bad", NB_OK);
     if (c) {
-        CHECK(layer_count(c) == 12, "bad: %zu layers, want 12", layer_count(c));
+        CHECK(layer_count(c) == 14, "bad: %zu layers, want 14", layer_count(c));
+        int shared = 0;
+        for (size_t i = 0; i < layer_count(c); i++) {
+            nb_ckpt_layer L;
+            nb_ckpt_layer_at(c, i, &L);
+            if (strcmp(L.prefix, "m")) continue;
+            shared++;
+            nb_weight_desc d;
+            const uint8_t *pc, *ps;
+            CHECK(L.format == NB_CKPT_INCONSISTENT && strstr(L.problem, "cannot be told") &&
+                      nb_ckpt_layer_weight(c, i, 0, &d, &pc, &ps) == NB_ERR_UNSUPPORTED,
+                  "m (two layouts): %s, '%s'", fmt_name(L.format), L.problem);
+        }
+        CHECK(shared == 2, "m: %d layers, want 2 (m.weight and m_blocks), both inconsistent", shared);
         check_kind(c, "a", NB_CKPT_INCONSISTENT, "columns");
         check_kind(c, "b", NB_CKPT_INCONSISTENT, "rows");
         check_kind(c, "c", NB_CKPT_INCONSISTENT, "c.weight_scale is missing");

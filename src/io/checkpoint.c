@@ -712,6 +712,39 @@ static nb_status classify_blocks(nb_ckpt *c, size_t ti, const char *suffix, int 
     return NB_OK;
 }
 
+typedef struct {
+    const char *prefix;
+    size_t i;
+} prefix_ix;
+static int cmp_prefix_ix(const void *a, const void *b) {
+    const prefix_ix *x = (const prefix_ix *)a, *y = (const prefix_ix *)b;
+    const int r = strcmp(x->prefix, y->prefix);
+    return r ? r : (x->i < y->i ? -1 : x->i > y->i);
+}
+
+/* Two tensor layouts naming the same module (P.weight and P_blocks, P_blocks
+ * and P.blocks, P.qweight and P.weight_packed, ...) make two layers with one
+ * prefix: which one the module is cannot be told, so every such layer is
+ * inconsistent, with the reason, instead of one shadowing the other. */
+static nb_status flag_shared_prefixes(nb_ckpt *c) {
+    if (c->nlayers < 2) return NB_OK;
+    prefix_ix *ix = (prefix_ix *)malloc(c->nlayers * sizeof *ix);
+    if (!ix) return NB_ERR_OUT_OF_MEMORY;
+    for (size_t i = 0; i < c->nlayers; i++) ix[i] = (prefix_ix){c->layers[i].prefix, i};
+    qsort(ix, c->nlayers, sizeof *ix, cmp_prefix_ix);
+    for (size_t a = 0; a < c->nlayers;) {
+        size_t b = a + 1;
+        while (b < c->nlayers && !strcmp(ix[a].prefix, ix[b].prefix)) b++;
+        if (b - a > 1)
+            for (size_t k = a; k < b; k++)
+                bad(&c->layers[ix[k].i], "%zu tensor layouts (e.g. P.weight and gpt-oss's P_blocks) name the module "
+                    "%.160s: which one it is cannot be told", b - a, ix[k].prefix);
+        a = b;
+    }
+    free(ix);
+    return NB_OK;
+}
+
 static nb_status classify(nb_ckpt *c) {
     nb_status st = NB_OK;
     for (size_t i = 0; i < c->ntensors && st == NB_OK; i++) {
@@ -726,6 +759,7 @@ static nb_status classify(nb_ckpt *c) {
         else if (nbio_ends_with(nm, ".scales")) st = classify_blocks(c, i, ".scales", 0);
     }
     if (st != NB_OK) return st;
+    if ((st = flag_shared_prefixes(c)) != NB_OK) return st;
     for (size_t i = 0; i < c->nlayers; i++) {
         layer_rec *L = &c->layers[i];
         L->pub.prefix = L->prefix;
@@ -1061,6 +1095,37 @@ nb_status nbio_ckpt_config_check_memory(const char *hf_json, size_t hf_len, cons
     cJSON_Delete(cfg);
     nb_ckpt_close(c);
     return st;
+}
+
+nb_status nbio_ckpt_open_memory(const void *image, size_t size, const char *cfg_json, size_t cfg_len,
+                                const char *hf_json, size_t hf_len, nb_ckpt **out) {
+    if (!out || !image || (!hf_json && hf_len) || (!cfg_json && cfg_len))
+        return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nbio_ckpt_open_memory: NULL argument");
+    *out = NULL;
+    nb_ckpt *c = (nb_ckpt *)calloc(1, sizeof *c);
+    if (!c) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
+    cJSON *hf = NULL, *cfg = NULL;
+    nb_status st = nb_st_open_memory(image, size, "(memory)", &c->file);
+    if (st == NB_OK) st = add_file(c, "(memory)");
+    if (st == NB_OK) st = nb_st_count(c->file, &c->ntensors);
+    if (st == NB_OK) st = load_tensors(c);
+    if (st == NB_OK && hf_json) st = nbio_parse_json("hf_quant_config.json", hf_json, hf_len, &hf);
+    if (st == NB_OK && cfg_json) st = nbio_parse_json("config.json", cfg_json, cfg_len, &cfg);
+    if (st == NB_OK) st = configs_from_json(c, hf, cfg);
+    cJSON_Delete(hf);
+    cJSON_Delete(cfg);
+    if (st == NB_OK && !(c->dir = nbio_strdup("(memory)"))) st = nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
+    if (st == NB_OK) {
+        if ((st = classify(c)) != NB_OK) nbi_fail(NULL, st, "(memory): out of memory while classifying layers");
+        else if ((st = nbio_moe_build(c, &c->moe_cfg, &c->moe)) != NB_OK)
+            nbi_fail(NULL, st, "(memory): out of memory while grouping experts");
+    }
+    if (st != NB_OK) {
+        nb_ckpt_close(c);
+        return st;
+    }
+    *out = c;
+    return NB_OK;
 }
 
 nb_status nb_ckpt_layer_weight(const nb_ckpt *c, size_t i, int64_t expert, nb_weight_desc *desc,

@@ -83,6 +83,13 @@ NB_INTERNAL nb_status nbio_st_index_check_memory(const char *text, size_t len, c
 NB_INTERNAL nb_status nbio_ckpt_config_check_memory(const char *hf_json, size_t hf_len, const char *cfg_json,
                                                     size_t cfg_len, const char *const *prefixes, size_t n,
                                                     int *excluded);
+/* nb_ckpt_open of a single-file checkpoint held in memory: the safetensors
+ * image (size bytes, not copied: it must outlive the checkpoint) and the
+ * texts of config.json and hf_quant_config.json next to it (either NULL
+ * with length 0 when absent).  The checkpoint's one file is named
+ * "(memory)", with 0 bytes on disk, and its directory "(memory)". */
+NB_INTERNAL nb_status nbio_ckpt_open_memory(const void *image, size_t size, const char *cfg_json, size_t cfg_len,
+                                            const char *hf_json, size_t hf_len, nb_ckpt **out);
 
 typedef struct cJSON cJSON;
 
