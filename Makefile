@@ -50,11 +50,11 @@ test-asan: deps
 	ctest --test-dir $(BUILD)-asan --output-on-failure
 
 # libFuzzer on the checkpoint readers for FUZZ_SECONDS in total, split over
-# four targets (a third to the safetensors reader, a sixth each to the GGUF
-# reader, the index/config readers and checkpoint classification), each on
-# a copy of its seed corpus (tests/corpus/<target>/); fails on any crash,
-# leak or sanitizer report.  Needs clang and its fuzzer runtime (installed
-# when missing).
+# five targets (a third to the safetensors reader, a sixth each to the GGUF
+# reader, the index/config readers, checkpoint classification and `nibble
+# quantize` on the CPU), each on a copy of its seed corpus
+# (tests/corpus/<target>/); fails on any crash, leak or sanitizer report.
+# Needs clang and its fuzzer runtime (installed when missing).
 FUZZ_SECONDS ?= 120
 FUZZ_ST = $(shell echo $$(( $(FUZZ_SECONDS) / 3 > 1 ? $(FUZZ_SECONDS) / 3 : 1 )))
 FUZZ_REST = $(shell echo $$(( $(FUZZ_SECONDS) / 6 > 1 ? $(FUZZ_SECONDS) / 6 : 1 )))
@@ -67,8 +67,8 @@ fuzz: deps
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
 	CC=clang cmake -S . -B $(BUILD)-fuzz -DNB_FUZZ=ON -DNB_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-	cmake --build $(BUILD)-fuzz -j $(JOBS) --target fuzz_safetensors fuzz_gguf fuzz_config fuzz_ckpt
-	for t in safetensors gguf config ckpt; do \
+	cmake --build $(BUILD)-fuzz -j $(JOBS) --target fuzz_safetensors fuzz_gguf fuzz_config fuzz_ckpt fuzz_quantize
+	for t in safetensors gguf config ckpt quantize; do \
 	  rm -rf $(BUILD)-fuzz/corpus-$$t && mkdir -p $(BUILD)-fuzz/corpus-$$t && \
 	  cp tests/corpus/$$t/* $(BUILD)-fuzz/corpus-$$t/ || exit 1; \
 	done
@@ -79,6 +79,8 @@ fuzz: deps
 	  -dict=$(CURDIR)/tests/corpus/config.dict corpus-config
 	cd $(BUILD)-fuzz && ./fuzz_ckpt -max_total_time=$(FUZZ_REST) -print_final_stats=1 \
 	  -dict=$(CURDIR)/tests/corpus/safetensors.dict corpus-ckpt
+	cd $(BUILD)-fuzz && ./fuzz_quantize -max_total_time=$(FUZZ_REST) -max_len=32768 -print_final_stats=1 \
+	  -dict=$(CURDIR)/tests/corpus/safetensors.dict corpus-quantize
 
 # The Python package (python/): CPU-only build into a fresh venv, then pytest.
 # PY_TEST_DEPS: what the torch and transformers tests need (PyPI's torch
