@@ -223,7 +223,7 @@ typedef struct nbi_gemm_plan {
     int scale_bf16;     /* the integer formats' 16-bit scales are BF16 (else F16) */
     int pdl;            /* launch with programmatic dependent launch (sm_90+) */
     int per_sm;         /* kernel 1: at most this many CTAs share an SM (0: as many as fit), held by */
-    int dyn_smem;       /* dynamic shared memory bytes past the ring's (0: the ring's) */
+    int dyn_smem;       /* the launch's dynamic shared memory, more than the ring needs (0: the ring's) */
     /* Tensor-core paths (gemm_sm90.cu, gemm_sm80.cu), when path != NBI_PATH_GEMV: */
     int path;           /* NBI_PATH_GEMV, NBI_PATH_SM90 or NBI_PATH_SM80 */
     int bn;             /* tokens per CTA tile: 16, 32, 64, 128 or 256 (sm80: 64, 128) */

@@ -884,6 +884,16 @@ static nb_status load_tensors(nb_ckpt *c) {
     return NB_OK;
 }
 
+/* The last step of opening: layers classified, experts grouped (label
+ * names the checkpoint in the messages). */
+static nb_status classify_and_group(nb_ckpt *c, const char *label) {
+    nb_status st = classify(c);
+    if (st != NB_OK) return nbi_fail(NULL, st, "%s: out of memory while classifying layers", label);
+    if ((st = nbio_moe_build(c, &c->moe_cfg, &c->moe)) != NB_OK)
+        return nbi_fail(NULL, st, "%s: out of memory while grouping experts", label);
+    return NB_OK;
+}
+
 nb_status nb_ckpt_open(const char *path, nb_ckpt **out) {
     if (!path || !out) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_ckpt_open: path and out must not be NULL");
     *out = NULL;
@@ -904,9 +914,7 @@ nb_status nb_ckpt_open(const char *path, nb_ckpt **out) {
     if (st == NB_OK) {
         c->dir = dir;
         dir = NULL;
-        if ((st = classify(c)) != NB_OK) nbi_fail(NULL, st, "%s: out of memory while classifying layers", path);
-        else if ((st = nbio_moe_build(c, &c->moe_cfg, &c->moe)) != NB_OK)
-            nbi_fail(NULL, st, "%s: out of memory while grouping experts", path);
+        st = classify_and_group(c, path);
     }
     free(dir);
     free(file);
@@ -1077,22 +1085,29 @@ nb_status nb_ckpt_exclude_at(const nb_ckpt *c, size_t i, const char **pattern, c
     return NB_OK;
 }
 
+/* read_configs on texts in memory (either NULL when absent). */
+static nb_status configs_from_texts(nb_ckpt *c, const char *hf_json, size_t hf_len, const char *cfg_json,
+                                    size_t cfg_len) {
+    cJSON *hf = NULL, *cfg = NULL;
+    nb_status st = hf_json ? nbio_parse_json("hf_quant_config.json", hf_json, hf_len, &hf) : NB_OK;
+    if (st == NB_OK && cfg_json) st = nbio_parse_json("config.json", cfg_json, cfg_len, &cfg);
+    if (st == NB_OK) st = configs_from_json(c, hf, cfg);
+    cJSON_Delete(hf);
+    cJSON_Delete(cfg);
+    return st;
+}
+
 nb_status nbio_ckpt_config_check_memory(const char *hf_json, size_t hf_len, const char *cfg_json, size_t cfg_len,
                                         const char *const *prefixes, size_t n, int *excluded) {
     if ((!hf_json && hf_len) || (!cfg_json && cfg_len) || (n && (!prefixes || !excluded)))
         return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nbio_ckpt_config_check_memory: NULL argument");
     nb_ckpt *c = (nb_ckpt *)calloc(1, sizeof *c);
     if (!c) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
-    cJSON *hf = NULL, *cfg = NULL;
-    nb_status st = hf_json ? nbio_parse_json("hf_quant_config.json", hf_json, hf_len, &hf) : NB_OK;
-    if (st == NB_OK && cfg_json) st = nbio_parse_json("config.json", cfg_json, cfg_len, &cfg);
-    if (st == NB_OK) st = configs_from_json(c, hf, cfg);
+    nb_status st = configs_from_texts(c, hf_json, hf_len, cfg_json, cfg_len);
     for (size_t i = 0; st == NB_OK && i < n; i++) {
         if (!prefixes[i]) st = nbi_fail(NULL, NB_ERR_NULL_POINTER, "prefix %zu is NULL", i);
         else excluded[i] = excluded_by(c, prefixes[i]) != NULL;
     }
-    cJSON_Delete(hf);
-    cJSON_Delete(cfg);
     nb_ckpt_close(c);
     return st;
 }
@@ -1104,22 +1119,13 @@ nb_status nbio_ckpt_open_memory(const void *image, size_t size, const char *cfg_
     *out = NULL;
     nb_ckpt *c = (nb_ckpt *)calloc(1, sizeof *c);
     if (!c) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
-    cJSON *hf = NULL, *cfg = NULL;
     nb_status st = nb_st_open_memory(image, size, "(memory)", &c->file);
     if (st == NB_OK) st = add_file(c, "(memory)");
     if (st == NB_OK) st = nb_st_count(c->file, &c->ntensors);
     if (st == NB_OK) st = load_tensors(c);
-    if (st == NB_OK && hf_json) st = nbio_parse_json("hf_quant_config.json", hf_json, hf_len, &hf);
-    if (st == NB_OK && cfg_json) st = nbio_parse_json("config.json", cfg_json, cfg_len, &cfg);
-    if (st == NB_OK) st = configs_from_json(c, hf, cfg);
-    cJSON_Delete(hf);
-    cJSON_Delete(cfg);
+    if (st == NB_OK) st = configs_from_texts(c, hf_json, hf_len, cfg_json, cfg_len);
     if (st == NB_OK && !(c->dir = nbio_strdup("(memory)"))) st = nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory");
-    if (st == NB_OK) {
-        if ((st = classify(c)) != NB_OK) nbi_fail(NULL, st, "(memory): out of memory while classifying layers");
-        else if ((st = nbio_moe_build(c, &c->moe_cfg, &c->moe)) != NB_OK)
-            nbi_fail(NULL, st, "(memory): out of memory while grouping experts");
-    }
+    if (st == NB_OK) st = classify_and_group(c, "(memory)");
     if (st != NB_OK) {
         nb_ckpt_close(c);
         return st;
