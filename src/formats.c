@@ -1055,14 +1055,20 @@ static void pack_walk(const nbi_format_traits *t, const nb_weight_desc *desc, ui
                         if (!to_packed)
                             for (int b = 0; b < 4; b++) word |= (uint32_t)dst[4 * w + b] << (8 * b);
                         for (int p = 0; p < 8; p++) {
-                            /* nibble p holds element 2p (p < 4) or 2(p-4)+1; the table
-                             * formats' element p (docs/formats.md 8.8) */
-                            int e = table ? p : p < 4 ? 2 * p : 2 * (p - 4) + 1;
+                            /* E2M1: element p's bits where NBI_E2M1_PUT puts them (docs/formats.md
+                             * 8.2); integers: nibble p holds element 2p (p < 4) or 2(p-4)+1; the
+                             * table formats' element p in nibble p (8.8) */
+                            int e = table || e2m1 ? p : p < 4 ? 2 * p : 2 * (p - 4) + 1;
                             /* E2M1: lane t holds k = 32t..32t+31; integers: word w holds 32w + 8t.. */
                             int64_t col = kc * NBI_CHUNK_K + (e2m1 ? 32 * ti + 8 * w : 32 * w + 8 * ti) + e;
                             if (row >= n || col >= k) continue; /* padding: code 0 */
-                            if (to_packed) word |= (uint32_t)nbi_code_get(t, codes, row * k + col) << (4 * p);
-                            else nbi_code_put(t, codes, row * k + col, (uint8_t)((word >> (4 * p)) & 0xF));
+                            if (to_packed) {
+                                const uint32_t c = nbi_code_get(t, codes, row * k + col);
+                                word |= e2m1 ? NBI_E2M1_PUT(p, c) : c << (4 * p);
+                            } else {
+                                const uint32_t c = e2m1 ? NBI_E2M1_GET(word, p) : (word >> (4 * p)) & 0xF;
+                                nbi_code_put(t, codes, row * k + col, (uint8_t)c);
+                            }
                         }
                         if (to_packed)
                             for (int b = 0; b < 4; b++) dst[4 * w + b] = (uint8_t)(word >> (8 * b));

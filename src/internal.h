@@ -113,6 +113,22 @@ NB_INTERNAL const char *nbi_elide(const char *s, char *buf, size_t cap);
 #define NBI_CHUNK_ROWS 16
 #define NBI_CHUNK_K 128
 #define NBI_CHUNK_CODE_BYTES 1024 /* 4-bit codes; 8-bit codes (int8) take twice as many */
+/* E2M1 codes in a packed word (docs/formats.md 8.2): element e (0..7, in k
+ * order) is pair p = e / 2's low (e even) or high (e odd) 16-bit half, and
+ * in its half the code's bits e1 e0 m (code & 7) occupy NBI_E2M1_MAG(p) ..
+ * +2 and its sign (code bit 3) bit NBI_E2M1_SIGN(p): pair 0 at 6..8 and 15
+ * (already where a BF16 operand wants them), pair 1 at 3..5 and 12, pair 2
+ * at 0..2 and 13, pair 3 at 9..11 and 14.  Macros, so that the C packer and
+ * the kernels (src/cuda) read one definition. */
+#define NBI_E2M1_MAG(p) ((p) == 0 ? 6 : (p) == 1 ? 3 : (p) == 2 ? 0 : 9)
+#define NBI_E2M1_SIGN(p) ((p) == 0 ? 15 : (p) == 1 ? 12 : (p) == 2 ? 13 : 14)
+/* The bits of E2M1 code c as element e of a packed word, and back. */
+#define NBI_E2M1_PUT(e, c)                                                   \
+    ((((uint32_t)(c) & 7u) << (NBI_E2M1_MAG((e) >> 1) + 16 * ((e) & 1))) | \
+     ((((uint32_t)(c) >> 3) & 1u) << (NBI_E2M1_SIGN((e) >> 1) + 16 * ((e) & 1))))
+#define NBI_E2M1_GET(word, e)                                                       \
+    ((((uint32_t)(word) >> (NBI_E2M1_MAG((e) >> 1) + 16 * ((e) & 1))) & 7u) |     \
+     ((((uint32_t)(word) >> (NBI_E2M1_SIGN((e) >> 1) + 16 * ((e) & 1))) & 1u) << 3))
 /* Split-K arrival counters at the start of the gemm workspace. */
 #define NBI_MAX_SPLIT_COLUMNS 4096
 

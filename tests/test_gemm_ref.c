@@ -375,14 +375,16 @@ static void test_gemm(nb_context *ctx) {
  *   CB = 1024 + 32 SB, SB = 4 (NVFP4) or 2 (MXFP4).  Lane L = 4g + t:
  *   bytes [16L, 16L+16) row 16rb+g, [512+16L, +16) row 16rb+g+8, k = 128kc +
  *   32t .. +31; four little-endian words, word w = elements 32t+8w .. +7,
- *   element e in nibble [0,4,1,5,2,6,3,7][e]; scales at 1024 + SB L: NVFP4
+ *   element e in half e % 2 (bits 16 (e % 2) ..) of the word, there with
+ *   its bits e1 e0 m at [6, 3, 0, 9][e / 2] .. +2 and its sign at [15, 12,
+ *   13, 14][e / 2] (docs/formats.md 8.2); scales at 1024 + SB L: NVFP4
  *   (row g: group 2t, 2t+1; row g+8: group 2t, 2t+1), MXFP4 (row g, row g+8:
  *   group t), groups counted in the chunk.  Padding: zero codes, scale 0.
  * Returns the number of layout violations; fills codes/scales and counts how
  * often each element / scale was seen (each must be seen exactly once). */
 static int64_t unpack(nb_format fmt, int64_t n, int64_t k, const uint8_t *packed, uint8_t *codes, uint8_t *scales,
                       uint8_t *seen_c, uint8_t *seen_s, char *err, size_t errlen) {
-    static const int pos[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+    static const int mag_at[4] = {6, 3, 0, 9}, sign_at[4] = {15, 12, 13, 14};
     const int sb = fmt == NB_FORMAT_NVFP4 ? 4 : 2, g = fmt == NB_FORMAT_NVFP4 ? 16 : 32;
     const int64_t rbs = (n + 15) / 16, kcs = (k + 127) / 128, ng = k / g;
     const size_t cb = 1024 + 32 * (size_t)sb;
@@ -399,7 +401,9 @@ static int64_t unpack(nb_format fmt, int64_t n, int64_t k, const uint8_t *packed
                         uint32_t word = (uint32_t)src[4 * w] | (uint32_t)src[4 * w + 1] << 8 |
                                         (uint32_t)src[4 * w + 2] << 16 | (uint32_t)src[4 * w + 3] << 24;
                         for (int e = 0; e < 8; e++) {
-                            int c = (int)(word >> (4 * pos[e])) & 15;
+                            const int base = 16 * (e % 2);
+                            int c = (int)((word >> (base + mag_at[e / 2])) & 7) |
+                                    (int)((word >> (base + sign_at[e / 2])) & 1) << 3;
                             int64_t col = kc * 128 + 32 * t + 8 * w + e;
                             if (row < n && col < k) {
                                 int64_t idx = row * k + col;
@@ -554,9 +558,10 @@ static void test_unpack_errors(nb_context *ctx) {
 /* A hand-checked known answer for the byte order: one 16 x 128 NVFP4 chunk
  * whose only nonzero code is element (row 9, col 32*2 + 8*1 + 3) = 0xB, and
  * one scale (row 9, group 5) = 0x42.  Row 9 = g 1 + 8: lane L = 4*1 + 2 = 6
- * (t = 2), half 1 -> bytes [512 + 96, +16); word 1; element 3 -> nibble 5 ->
- * bits 20..23 of word 1 = byte 512 + 96 + 4 + 2, high nibble: 0xB0.  Group 5
- * = 2t + 1 of row g+8 -> scale byte 1024 + 4*6 + 3. */
+ * (t = 2), half 1 -> bytes [512 + 96, +16); word 1; element 3 -> pair 1,
+ * high half: e1 e0 m = 011 at bits 16 + 3 .. 16 + 5, the sign at bit 16 +
+ * 12 -> word 1 = 0x10180000: byte 512 + 96 + 4 + 2 = 0x18, the byte after it
+ * 0x10.  Group 5 = 2t + 1 of row g+8 -> scale byte 1024 + 4*6 + 3. */
 static void test_pack_known(nb_context *ctx) {
     nb_weight_desc d;
     nb_weight_desc_init(&d, NB_FORMAT_NVFP4, 16, 128);
@@ -568,10 +573,12 @@ static void test_pack_known(nb_context *ctx) {
     CHECK(nb_pack_host(ctx, &d, codes, scales, packed, sizeof packed) == NB_OK, "pack known: %s", nb_last_error());
     int others = 0;
     for (size_t i = 0; i < sizeof packed; i++)
-        if (i != 512 + 96 + 6 && i != 1024 + 24 + 3) others += packed[i] != 0;
-    CHECK(packed[512 + 96 + 6] == 0xB0 && packed[1024 + 24 + 3] == 0x42 && others == 0,
-          "pack known answer: byte 614 = 0x%02X (want 0xB0), byte 1051 = 0x%02X (want 0x42), %d other nonzero",
-          packed[614], packed[1051], others);
+        if (i != 512 + 96 + 6 && i != 512 + 96 + 7 && i != 1024 + 24 + 3) others += packed[i] != 0;
+    CHECK(packed[512 + 96 + 6] == 0x18 && packed[512 + 96 + 7] == 0x10 && packed[1024 + 24 + 3] == 0x42 &&
+              others == 0,
+          "pack known answer: bytes 614, 615 = 0x%02X 0x%02X (want 0x18 0x10), byte 1051 = 0x%02X (want 0x42), "
+          "%d other nonzero",
+          packed[614], packed[615], packed[1051], others);
 }
 
 static void test_pack(nb_context *ctx) {

@@ -163,15 +163,16 @@ __device__ __forceinline__ void sm80_mma_tile(uint32_t xa, const uint32_t (&a0)[
  * the chunk's k), dequantized from the packed bytes of the stage (wst: row
  * block 2rp) into A fragments, times the B fragments of all BN tokens
  * loaded with ldmatrix from the staged activations (xst: this lane's row
- * address), into acc[row block][n8 tile]. */
+ * address), into acc[row block][n8 tile].  t: the lane's index in its
+ * quad; l: its E2M1 decode amounts (tc_dequant.cuh nbc_e2m1_lane_of). */
 template <int FMT, int ACT, int KG, int BN>
-__device__ __forceinline__ void sm80_mma_chunk(const uint8_t *wst, uint32_t xst, const uint32_t *stab, int g, int sh,
-                                               int kh, int scale_bf16, float (&acc)[2][BN / 8][4]) {
+__device__ __forceinline__ void sm80_mma_chunk(const uint8_t *wst, uint32_t xst, const uint32_t *stab, int g, int t,
+                                               nbc_e2m1_lane l, int kh, int scale_bf16, float (&acc)[2][BN / 8][4]) {
     constexpr int CB = nbc_chunk_bytes<FMT, KG>();
     if constexpr (KG > 0) { /* an integer or table format: the half chunk's four tiles, then the MMAs */
         uint32_t a[2][4][4];
 #pragma unroll
-        for (int r = 0; r < 2; r++) nbc_dequant_half_grp<FMT, ACT, KG>(wst + r * CB, stab, g, (12 - sh) / 4, kh,
+        for (int r = 0; r < 2; r++) nbc_dequant_half_grp<FMT, ACT, KG>(wst + r * CB, stab, g, t, kh,
                                                                       scale_bf16, a[r]);
 #pragma unroll
         for (int jj = 0; jj < 4; jj++) sm80_mma_tile<ACT, BN>(xst ^ (32u * jj), a[0][jj], a[1][jj], acc);
@@ -191,7 +192,7 @@ __device__ __forceinline__ void sm80_mma_chunk(const uint8_t *wst, uint32_t xst,
         for (int qq = 0; qq < 2; qq++) {
 #pragma unroll
             for (int r = 0; r < 2; r++)
-                nbc_dequant_tiles<FMT, ACT>(wst + r * CB + 32 * kh, stab, g, sh, qq, sw[r][qq], a[r]);
+                nbc_dequant_tiles<FMT, ACT>(wst + r * CB + 32 * kh, stab, g, l, qq, sw[r][qq], a[r]);
 #pragma unroll
             for (int jj = 2 * qq; jj < 2 * qq + 2; jj++)
                 sm80_mma_tile<ACT, BN>(xst ^ (32u * jj), a[0][jj], a[1][jj], acc);
@@ -294,7 +295,7 @@ __global__ void __launch_bounds__(SM80_THREADS, 1) gemm_sm80_kernel(const Sm80Pa
     }
 
     const int rp = warp & 3, kh = warp >> 2; /* row blocks 2rp, 2rp+1; k16 tiles 4kh .. 4kh+3 */
-    const int sh = 12 - 4 * t;
+    const nbc_e2m1_lane l = nbc_e2m1_lane_of<ACT>(t); /* (E2M1: this lane's pair of every word) */
     float acc[2][NT][4];
 #pragma unroll
     for (int r = 0; r < 2; r++)
@@ -320,7 +321,7 @@ __global__ void __launch_bounds__(SM80_THREADS, 1) gemm_sm80_kernel(const Sm80Pa
         const uint8_t *wst = smem + L::W_OFF + rs * L::W_STAGE + 2 * rp * CB;
         const uint32_t xst = xlane + rs * L::X_STAGE;
         rs = rs == STAGES - 1 ? 0 : rs + 1;
-        sm80_mma_chunk<FMT, ACT, KG, BN>(wst, xst, stab, g, sh, kh, p.scale_bf16, acc);
+        sm80_mma_chunk<FMT, ACT, KG, BN>(wst, xst, stab, g, t, l, kh, p.scale_bf16, acc);
     }
     nbc_cp_async_wait<0>();
     __syncthreads(); /* every warp is past its last read of the stages */

@@ -44,12 +44,12 @@
  *   a thread (g = lane/4, t = lane%4) needs, per tile, the pairs k = 16j+2t,
  *   +1 and 16j+2t+8, +9 of rows g and g+8.  In the packed chunk row g's 128
  *   codes are the 64 bytes at 64g (row g+8 at 512+64g), eight k per word
- *   (word G = k/8), and elements 2i, 2i+1 of a word sit at nibbles i and
- *   i+4.  So the thread reads the four 16-byte words of rows g and g+8 that
- *   hold tiles 2q, 2q+1, shifts each word left by 12 - 4t and decodes to
- *   the same 16-bit values as the decode kernel (two shifts and two masks
- *   per pair, one HMUL2 by the adjusted block scale: gemv_fp4.cu
- *   "DEQUANTIZATION").  The four
+ *   (word G = k/8), and elements 2i, 2i+1 of a word are its pair i.  So
+ *   the thread reads the four 16-byte words of rows g and g+8 that hold
+ *   tiles 2q, 2q+1 and decodes pair t of each to the same 16-bit values as
+ *   the decode kernel (a rotation and a multiply by per-lane amounts, two
+ *   masks, one HMUL2 by the adjusted block scale: tc_dequant.cuh
+ *   nbc_decode_pair_lane, gemv_fp4.cu "DEQUANTIZATION").  The four
  *   lanes of a row read the same 16 bytes (a broadcast).  Scales: NVFP4
  *   group j of rows g / g+8 is byte 4(j/2)+(j&1) / +2 of the 16 bytes at
  *   1024+16g; MXFP4 group j/2 is byte 2(j/2) / +1 of the 8 bytes at

@@ -36,10 +36,13 @@
  *                                 row g+8: group 2t, 2t+1), MXFP4 (row g,
  *                                 row g+8: group t), groups counted in chunk.
  *   Each 16 bytes is four little-endian words; word w holds the 8 elements
- *   k0 = 32t + 8w .. +7 with element e in nibble [0,4,1,5,2,6,3,7][e], so that
- *   (q >> 4i) puts elements 2i and 2i+1 at bits 0..3 and 16..19: one shift and
- *   two masks build a 16-bit pair.  Rows past n and k past the end are zero
- *   codes with scale byte 0 (a zero weight for every format).
+ *   k0 = 32t + 8w .. +7, elements 2i and 2i+1 (pair i) in its low and high
+ *   16-bit halves, where their bits e1 e0 m sit at [6,3,0,9][i] .. +2 and
+ *   their signs at [15,12,13,14][i] (internal.h NBI_E2M1_MAG / _SIGN): pair
+ *   0 is already a BF16 operand's bit pattern, pair 1 one shift from it,
+ *   pairs 2 and 3 two (gemv_step.cuh decode_pair; 11 instructions per word
+ *   with BF16).  Rows past n and k past the end are zero codes with scale
+ *   byte 0 (a zero weight for every format).
  *
  * WHY THIS K ORDER
  *   An MMA sums over its 16 k-slots in any order, so the layout assigns lane

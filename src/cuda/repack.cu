@@ -9,9 +9,9 @@
 
 /* A lane's 2 x 16 code bytes of chunk (rb, kc) at c: word w of row g
  * (bytes 16 lane..) and row g+8 (512 + 16 lane..) holds k = 32t + 8w ..
- * +7 (E2M1) or 32w + 8t .. +7 (int_order: the integer and table formats),
- * element e in nibble [0,4,1,5,2,6,3,7][e] (plain: in nibble e, the table
- * formats). */
+ * +7 (E2M1: element e's bits where NBI_E2M1_PUT puts them) or 32w + 8t ..
+ * +7 (int_order: the integer and table formats, element e in nibble
+ * [0,4,1,5,2,6,3,7][e]; plain: in nibble e, the table formats). */
 __device__ __forceinline__ void pack_lane_codes(int64_t n, int64_t k, int64_t rb, int64_t kc, int lane,
                                                 const uint8_t *__restrict__ codes, uint8_t *c, bool int_order,
                                                 bool plain = false) {
@@ -22,14 +22,14 @@ __device__ __forceinline__ void pack_lane_codes(int64_t n, int64_t k, int64_t rb
         for (int w = 0; w < 4; w++) {
             uint32_t word = 0;
             for (int p = 0; p < 8; p++) {
-                int e = plain ? p : p < 4 ? 2 * p : 2 * (p - 4) + 1;
+                int e = plain || !int_order ? p : p < 4 ? 2 * p : 2 * (p - 4) + 1;
                 int64_t col = kc * NBI_CHUNK_K + (int_order ? 32 * w + 8 * ti : 32 * ti + 8 * w) + e;
                 uint32_t v = 0;
                 if (row < n && col < k) {
                     int64_t idx = row * k + col;
                     v = (codes[idx / 2] >> ((idx & 1) * 4)) & 15u;
                 }
-                word |= v << (4 * p);
+                word |= int_order ? v << (4 * p) : NBI_E2M1_PUT(p, v);
             }
             words[w] = word;
         }

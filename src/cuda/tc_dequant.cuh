@@ -9,12 +9,13 @@
  * k 2t+8..2t+9; a3 = row g+8, same k.  Derivation from the packed layout
  * (gemv_fp4.cu "PACKED LAYOUT"): row g's 128 codes are the 64 bytes at 64g
  * of the chunk (row g+8 at 512 + 64g), eight k per 32-bit word (word
- * k/8), and elements 2i, 2i+1 of a word sit at nibbles i and i+4.  Tile j
- * needs, per row, k = 16j + 2t, +1 (word 2j, nibbles t and t+4) and
- * 16j + 2t + 8, +9 (word 2j+1): shifting a word left by 12 - 4t puts both
- * codes at bits 12..15 and 28..31, where one mask keeps the signs and a
- * shift by 6 (BF16) or 3 (FP16) and a mask place the magnitudes.  The four
- * lanes of a row read the same 16 bytes (a broadcast).  The decoded value
+ * k/8), and elements 2i, 2i+1 of a word are pair i, in its low and high
+ * halves (internal.h NBI_E2M1_MAG / NBI_E2M1_SIGN).  Tile j needs, per
+ * row, k = 16j + 2t, +1 (word 2j, pair t) and 16j + 2t + 8, +9 (word 2j+1,
+ * pair t): a rotation by a per-lane amount and a mask place pair t's
+ * magnitudes, a multiply by a per-lane power of two and a mask its signs
+ * (nbc_e2m1_lane).  The four lanes of a row read the same 16 bytes (a
+ * broadcast).  The decoded value
  * times the adjusted block scale (one HMUL2) is exact: gemv_fp4.cu
  * "DEQUANTIZATION".  Scale bytes: NVFP4 group j of rows g / g+8 is byte
  * 4(j/2) + (j&1) / +2 of the 16 bytes at 1024 + 16g; MXFP4 group j/2 is
@@ -25,13 +26,27 @@
 #include "common.cuh"
 #include "gemv_step.cuh" /* the integer formats' chunk tail and q - z pairs */
 
-/* One pair of E2M1 codes already at bits 12..15 and 28..31 (the word
- * shifted left by 12 - 4t) as a 16-bit pair with the sign at bit 15 and
- * e1e0m at the low exponent bits: two masks and a shift. */
+/* What lane t (of its quad) does to decode pair t of a packed word:
+ * rotate left by rm to bring the magnitudes to bits 8..6 (BF16) or 11..9
+ * (FP16) of each half, multiply by sm = 2^ds to bring the signs to bits 15
+ * and 31 (every sign moves left; the multiply runs beside the rotation,
+ * on the FMA pipe).  Computed once per thread. */
+struct nbc_e2m1_lane {
+    uint32_t rm, sm;
+};
 template <int ACT>
-__device__ __forceinline__ uint32_t nbc_decode_pair_hi(uint32_t a) {
-    if (ACT == NB_DTYPE_BF16) return (a & 0x80008000u) | ((a >> 6) & 0x01C001C0u);
-    return (a & 0x80008000u) | ((a >> 3) & 0x0E000E00u);
+__device__ __forceinline__ nbc_e2m1_lane nbc_e2m1_lane_of(int t) {
+    const int mag = NBI_E2M1_MAG(t), sign = NBI_E2M1_SIGN(t);
+    return {(uint32_t)((ACT == NB_DTYPE_BF16 ? 6 : 9) - mag) & 31u, 1u << (15 - sign)};
+}
+
+/* Pair t of word q (lane t's, l = nbc_e2m1_lane_of(t)) as a 16-bit pair
+ * with the sign at bit 15 and e1e0m at the low exponent bits: a rotation,
+ * a multiply and two masks, as many as the nibble order before needed. */
+template <int ACT>
+__device__ __forceinline__ uint32_t nbc_decode_pair_lane(uint32_t q, nbc_e2m1_lane l) {
+    const uint32_t mm = ACT == NB_DTYPE_BF16 ? 0x01C001C0u : 0x0E000E00u;
+    return (__funnelshift_l(q, q, l.rm) & mm) | ((q * l.sm) & 0x80008000u);
 }
 
 /* bf16x2 / f16x2 multiply as PTX (not common.cuh's nbc_hmul2 intrinsic,
@@ -58,17 +73,17 @@ __device__ __forceinline__ uint32_t nbc_hmul2_ptx(uint32_t a, uint32_t b) {
 /* Tiles 2q and 2q+1 (k = 32q .. 32q+31) into a[2q] and a[2q+1]: the four
  * words of rows g and g+8 at byte 16q of each row, and w, the scale word
  * that holds their groups (NVFP4: word q of the 16 bytes at 1024 + 16g;
- * MXFP4: word q/2 of the 8 bytes at 1024 + 8g).  sh = 12 - 4t.  wsm may
- * start 32 bytes per skipped pair of q into the chunk, with a and q
- * counted from there (a kernel that dequantizes half a chunk).  q must be
- * a constant after unrolling. */
+ * MXFP4: word q/2 of the 8 bytes at 1024 + 8g).  l: the lane's
+ * nbc_e2m1_lane_of(t).  wsm may start 32 bytes per skipped pair of q into
+ * the chunk, with a and q counted from there (a kernel that dequantizes
+ * half a chunk).  q must be a constant after unrolling. */
 template <int FMT, int ACT, int N>
-__device__ __forceinline__ void nbc_dequant_tiles(const uint8_t *wsm, const uint32_t *stab, int g, int sh, int q,
-                                                  uint32_t w, uint32_t (&a)[N][4]) {
+__device__ __forceinline__ void nbc_dequant_tiles(const uint8_t *wsm, const uint32_t *stab, int g, nbc_e2m1_lane l,
+                                                  int q, uint32_t w, uint32_t (&a)[N][4]) {
     const uint4 lo = *(const uint4 *)(wsm + 64 * g + 16 * q);
     const uint4 hi = *(const uint4 *)(wsm + 512 + 64 * g + 16 * q);
-    const uint32_t wl[4] = {lo.x << sh, lo.y << sh, lo.z << sh, lo.w << sh};
-    const uint32_t wh[4] = {hi.x << sh, hi.y << sh, hi.z << sh, hi.w << sh};
+    const uint32_t wl[4] = {lo.x, lo.y, lo.z, lo.w};
+    const uint32_t wh[4] = {hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
     for (int jj = 0; jj < 2; jj++) {
         const int j = 2 * q + jj;
@@ -80,10 +95,10 @@ __device__ __forceinline__ void nbc_dequant_tiles(const uint8_t *wsm, const uint
             sg = stab[(w >> (16 * (q & 1))) & 0xFF];
             sh8 = stab[(w >> (16 * (q & 1) + 8)) & 0xFF];
         }
-        a[j][0] = nbc_hmul2_ptx<ACT>(nbc_decode_pair_hi<ACT>(wl[2 * jj]), sg);
-        a[j][1] = nbc_hmul2_ptx<ACT>(nbc_decode_pair_hi<ACT>(wh[2 * jj]), sh8);
-        a[j][2] = nbc_hmul2_ptx<ACT>(nbc_decode_pair_hi<ACT>(wl[2 * jj + 1]), sg);
-        a[j][3] = nbc_hmul2_ptx<ACT>(nbc_decode_pair_hi<ACT>(wh[2 * jj + 1]), sh8);
+        a[j][0] = nbc_hmul2_ptx<ACT>(nbc_decode_pair_lane<ACT>(wl[2 * jj], l), sg);
+        a[j][1] = nbc_hmul2_ptx<ACT>(nbc_decode_pair_lane<ACT>(wh[2 * jj], l), sh8);
+        a[j][2] = nbc_hmul2_ptx<ACT>(nbc_decode_pair_lane<ACT>(wl[2 * jj + 1], l), sg);
+        a[j][3] = nbc_hmul2_ptx<ACT>(nbc_decode_pair_lane<ACT>(wh[2 * jj + 1], l), sh8);
     }
 }
 
@@ -100,10 +115,10 @@ __device__ __forceinline__ void nbc_dequant_chunk(const uint8_t *wsm, const uint
         const uint2 v = *(const uint2 *)(wsm + 1024 + 8 * g);
         sc[0][0] = v.x, sc[0][1] = v.y, sc[1][0] = sc[1][1] = 0;
     }
-    const int sh = 12 - 4 * t; /* nibbles t, t+4 to bits 12..15, 28..31 */
+    const nbc_e2m1_lane l = nbc_e2m1_lane_of<ACT>(t);
 #pragma unroll
     for (int q = 0; q < 4; q++) /* tiles 2q, 2q+1 */
-        nbc_dequant_tiles<FMT, ACT>(wsm, stab, g, sh, q, nbc_fmt<FMT>::group == 16 ? sc[q >> 1][q & 1] : sc[0][q >> 1], a);
+        nbc_dequant_tiles<FMT, ACT>(wsm, stab, g, l, q, nbc_fmt<FMT>::group == 16 ? sc[q >> 1][q & 1] : sc[0][q >> 1], a);
 }
 
 /* ------------------------------------------ 4-bit integer formats (sm90) */
