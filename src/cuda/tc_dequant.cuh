@@ -82,8 +82,6 @@ __device__ __forceinline__ void nbc_dequant_tiles(const uint8_t *wsm, const uint
                                                   int q, uint32_t w, uint32_t (&a)[N][4]) {
     const uint4 lo = *(const uint4 *)(wsm + 64 * g + 16 * q);
     const uint4 hi = *(const uint4 *)(wsm + 512 + 64 * g + 16 * q);
-    const uint32_t wl[4] = {lo.x, lo.y, lo.z, lo.w};
-    const uint32_t wh[4] = {hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
     for (int jj = 0; jj < 2; jj++) {
         const int j = 2 * q + jj;
@@ -95,10 +93,10 @@ __device__ __forceinline__ void nbc_dequant_tiles(const uint8_t *wsm, const uint
             sg = stab[(w >> (16 * (q & 1))) & 0xFF];
             sh8 = stab[(w >> (16 * (q & 1) + 8)) & 0xFF];
         }
-        a[j][0] = nbc_hmul2_ptx<ACT>(nbc_decode_pair_lane<ACT>(wl[2 * jj], l), sg);
-        a[j][1] = nbc_hmul2_ptx<ACT>(nbc_decode_pair_lane<ACT>(wh[2 * jj], l), sh8);
-        a[j][2] = nbc_hmul2_ptx<ACT>(nbc_decode_pair_lane<ACT>(wl[2 * jj + 1], l), sg);
-        a[j][3] = nbc_hmul2_ptx<ACT>(nbc_decode_pair_lane<ACT>(wh[2 * jj + 1], l), sh8);
+        a[j][0] = nbc_hmul2_ptx<ACT>(nbc_decode_pair_lane<ACT>(word(lo, 2 * jj), l), sg);
+        a[j][1] = nbc_hmul2_ptx<ACT>(nbc_decode_pair_lane<ACT>(word(hi, 2 * jj), l), sh8);
+        a[j][2] = nbc_hmul2_ptx<ACT>(nbc_decode_pair_lane<ACT>(word(lo, 2 * jj + 1), l), sg);
+        a[j][3] = nbc_hmul2_ptx<ACT>(nbc_decode_pair_lane<ACT>(word(hi, 2 * jj + 1), l), sh8);
     }
 }
 
