@@ -1,7 +1,7 @@
 /* test_pack_int.c - the packed layout of the integer formats (int4 with
  * zero points, int4_sym; docs/formats.md section 8.7; int8, section 8.9)
  * and of bitsandbytes' table formats (nf4, bnb_fp4; section 8.8), on the
- * CPU.
+ * CPU; and the E2M1 word (section 8.2) against the kernels' decoders.
  *
  *   - nb_pack_host_v2's bytes against the layout written out here from the
  *     document (element (r, c) -> chunk, lane, word, nibble; scale and zero
@@ -19,6 +19,13 @@
  *     double sums, and within the stated bound of nb_gemm_host_f64_v2
  *     (DESIGN.md 4.2.2: per element |x| |absmax| |r16(v) - v| plus the
  *     reference's own float32 rounding of v * absmax);
+ *   - the E2M1 word (internal.h NBI_E2M1_PUT / GET): every bit of a word
+ *     belongs to one element, and both decoders the kernels run
+ *     (gemv_step.cuh decode_pair: compile-time shifts per pair;
+ *     tc_dequant.cuh nbc_decode_pair_lane: a rotation and a multiply per
+ *     lane), written out here, turn every code in every position, beside
+ *     random neighbours, into the 16-bit BF16 / FP16 pattern whose value is
+ *     the code's times 2^-126 / 2^-14;
  *   - the zero-point range nb_pack_host_v2 stores in the descriptor; the
  *     first-version functions refuse int4 and take int4_sym, nf4, bnb_fp4;
  *     the argument checks of the _v2 functions.
@@ -439,6 +446,64 @@ static void test_args(nb_context *ctx) {
     CHECK(nb_pack_host_v2(ctx, &n2, &wz, pk2, sizeof pk2) == NB_ERR_INVALID_ARGUMENT, "bnb_fp4: zeros given");
 }
 
+/* The E2M1 word (docs/formats.md 8.2) and the kernels' two decoders of it. */
+static uint32_t shl(uint32_t q, int d) { return d >= 0 ? q << d : q >> -d; }
+static uint32_t rotl(uint32_t q, unsigned d) { return d & 31 ? q << (d & 31) | q >> (32 - (d & 31)) : q; }
+static float half_bits_value(uint32_t h, int bf16) { /* a 16-bit pattern's value, subnormals included */
+    if (bf16) {
+        uint32_t u = h << 16;
+        float f;
+        memcpy(&f, &u, sizeof f);
+        return f;
+    }
+    const int e = (int)(h >> 10) & 31, m = (int)(h & 1023);
+    const float v = e ? ldexpf(1.0f + (float)m / 1024.0f, e - 15) : ldexpf((float)m, -24);
+    return h & 0x8000 ? -v : v;
+}
+static void test_e2m1_word(void) {
+    uint32_t seen = 0;
+    int overlap = 0;
+    for (int e = 0; e < 8; e++) { /* every bit of a word is one element's */
+        const uint32_t b = NBI_E2M1_PUT(e, 15);
+        overlap |= (b & seen) != 0 || __builtin_popcount(b) != 4;
+        seen |= b;
+    }
+    CHECK(!overlap && seen == 0xFFFFFFFFu, "E2M1 word: the elements' bits overlap or leave bits unused (0x%08X)", seen);
+    uint32_t rng = 12345u;
+    int bad_get = 0, bad_dec = 0, bad_lane = 0, bad_val = 0;
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        const int tm = bf16 ? 6 : 9; /* where e1e0m goes: the low exponent bits and the top mantissa bit */
+        const uint32_t mm = bf16 ? 0x01C001C0u : 0x0E000E00u, ms = 0x80008000u;
+        for (int e = 0; e < 8; e++)
+            for (int c = 0; c < 16; c++)
+                for (int rep = 0; rep < 16; rep++) {
+                    uint8_t codes[8];
+                    uint32_t q = 0;
+                    for (int i = 0; i < 8; i++) {
+                        rng = rng * 1664525u + 1013904223u;
+                        codes[i] = i == e ? (uint8_t)c : (uint8_t)(rng >> 28);
+                        q |= NBI_E2M1_PUT(i, codes[i]);
+                    }
+                    for (int i = 0; i < 8; i++) bad_get += NBI_E2M1_GET(q, i) != codes[i];
+                    const int p = e / 2, h = e % 2;
+                    const int dm = tm - NBI_E2M1_MAG(p), ds = 15 - NBI_E2M1_SIGN(p);
+                    /* decode_pair: one shift and mask where magnitude and sign move alike */
+                    const uint32_t r = dm == ds ? shl(q, dm) & (mm | ms) : (shl(q, dm) & mm) | (shl(q, ds) & ms);
+                    /* nbc_decode_pair_lane: rotate the magnitudes, multiply the signs */
+                    const uint32_t rl = (rotl(q, (unsigned)dm & 31u) & mm) | ((q * (1u << ds)) & ms);
+                    const uint32_t want = (uint32_t)(c >> 3) << 15 | (uint32_t)(c & 7) << tm;
+                    bad_dec += (r >> (16 * h) & 0xFFFF) != want;
+                    bad_lane += (rl >> (16 * h) & 0xFFFF) != want;
+                    const float v = ldexpf(half_bits_value(r >> (16 * h) & 0xFFFF, bf16), bf16 ? 126 : 14);
+                    bad_val += v != nbi_e2m1((uint8_t)c) || (signbit(v) != 0) != (c >> 3);
+                }
+    }
+    CHECK(!bad_get, "E2M1 word: NBI_E2M1_GET gave back %d wrong codes", bad_get);
+    CHECK(!bad_dec, "E2M1 word: the decode kernels' pairs wrong %d times", bad_dec);
+    CHECK(!bad_lane, "E2M1 word: the tensor-core lanes' pairs wrong %d times", bad_lane);
+    CHECK(!bad_val, "E2M1 word: %d decoded values differ from nbi_e2m1 times 2^-126 / 2^-14", bad_val);
+}
+
 int main(void) {
     nb_context *ctx = NULL;
     if (nb_context_create(NB_DEVICE_NONE, &ctx) != NB_OK) {
@@ -479,6 +544,7 @@ int main(void) {
     const layout_case todd[2] = {{NB_FORMAT_NF4, 21, 192, 64, NB_SCALE_F32}, {NB_FORMAT_BNB_FP4, 5, 96, 32, NB_SCALE_F32}};
     for (int i = 0; i < 2; i++) check_case(ctx, &todd[i]);
     test_args(ctx);
+    test_e2m1_word();
     nb_context_destroy(ctx);
     printf("%d passed, %d failed\n", g_pass, g_fail);
     return g_fail ? 1 : 0;
