@@ -965,15 +965,17 @@ NB_API nb_status nb_moe_align_host(nb_context *ctx, const nb_moe_desc *d, int32_
  *     experts are active (batch 1) two warps may split each row block's k;
  *   - tensor-core tiles (24 or more, Hopper sm_90a): the token rows are
  *     first gathered per expert (one more launch), then each tile of 128
- *     weight rows x 64 or 128 tokens of one expert runs on wgmma with TMA
- *     loads, as nb_gemm's tensor-core path does.
+ *     weight rows x 64, 128 or 192 tokens of one expert runs on wgmma with
+ *     TMA loads, as nb_gemm's tensor-core path does (one CTA per SM, each
+ *     walking tiles; the width with the fewest expected padded tiles times
+ *     their cost).
  * At batch 1 (at most 8 slots, every CTA in one wave) the decode path runs
  * two launches: each CTA of gate_up and down computes its part of the
  * routing layout from topk_ids, and down's last CTA per group of columns
  * runs the combine; the output is bit for bit the four-launch one.
  * nb_gemm_last_config names the path, block, split and routing afterwards.
  * NIBBLE_MOE_PATH (decode, tc), NIBBLE_MOE_KW (1, 2, 4, 8),
- * NIBBLE_MOE_TC_BN (64, 128) and NIBBLE_MOE_ROUTE (kernel, inline: up to
+ * NIBBLE_MOE_TC_BN (64, 128, 192) and NIBBLE_MOE_ROUTE (kernel, inline: up to
  * 64 slots), read at context creation, fix these choices for measurement
  * and tests; nb_context_create refuses other values.
  * NVFP4 and MXFP4, F16 and BF16 activations.

@@ -144,17 +144,17 @@ static nb_status read_env(int *path, int *moe_path, int *moe_kw, int *moe_bn, in
     static const char *const paths[3] = {"decode", "tc", "mma"}; /* NB_GEMM_PATH_DECODE, _TENSOR_CORE, _MMA */
     static const char *const moe_paths[2] = {"decode", "tc"};
     static const char *const kws[4] = {"1", "2", "4", "8"};
-    static const char *const bns[2] = {"64", "128"};
+    static const char *const bns[3] = {"64", "128", "192"};
     static const char *const routes[2] = {"kernel", "inline"};
     int kw = 0, bn = 0;
     nb_status st;
     if ((st = read_env_choice("NIBBLE_PATH", paths, 3, path)) ||
         (st = read_env_choice("NIBBLE_MOE_PATH", moe_paths, 2, moe_path)) ||
-        (st = read_env_choice("NIBBLE_MOE_KW", kws, 4, &kw)) || (st = read_env_choice("NIBBLE_MOE_TC_BN", bns, 2, &bn)) ||
+        (st = read_env_choice("NIBBLE_MOE_KW", kws, 4, &kw)) || (st = read_env_choice("NIBBLE_MOE_TC_BN", bns, 3, &bn)) ||
         (st = read_env_choice("NIBBLE_MOE_ROUTE", routes, 2, moe_route)))
         return st;
     *moe_kw = kw ? 1 << (kw - 1) : 0;
-    *moe_bn = bn ? 64 << (bn - 1) : 0;
+    *moe_bn = 64 * bn; /* 64, 128, 192 */
     return NB_OK;
 }
 

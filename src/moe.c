@@ -566,15 +566,41 @@ static int moe_mt(const nb_moe_desc *d) {
     return per_expert <= 8.0 ? 1 : per_expert <= 16.0 ? 2 : 4;
 }
 
+/* Tiles of `bn` tokens an expert is expected to need with uniform top-k
+ * routing: its slot count n is binomial (slots, 1 / E), taken as normal
+ * (mean mu, variance mu (1 - 1 / E)), and it pads to ceil(n / bn) tiles.
+ * With 128 slots per expert on average about half the experts see more than
+ * 128 and need a second 128-token tile (1.5 per expert), where one
+ * 192-token tile holds every expert (1.0). */
+static double moe_tiles_per_expert(double mu, double experts, int bn) {
+    const double sd = sqrt(mu * (1.0 - 1.0 / experts));
+    if (sd < 0.5) return ceil(mu / bn);
+    const long lo = (long)fmax(0.0, floor(mu - 6.0 * sd)), hi = (long)ceil(mu + 6.0 * sd);
+    double w = 0.0, t = 0.0;
+    for (long n = lo; n <= hi; n++) {
+        const double z = ((double)n - mu) / sd, pn = exp(-0.5 * z * z);
+        w += pn;
+        t += pn * (double)((n + bn - 1) / bn);
+    }
+    return t / w;
+}
+
 /* The tensor-core path for the projections (Hopper): when experts see many
- * tokens each (prefill), a tile of 64 or 128 tokens of one expert reads its
- * weights once per tile instead of once per 32 slots, on the tensor cores'
- * wgmma.  Returns the tile width, 0 for the decode kernels.  The rule: at
- * least NBI_MOE_TC_MIN slots per expert on average (at 16 the two paths are
- * within 12% of each other, each ahead on some layers; at 32 the tiles are
- * 1.5-2x faster), 128-token tiles from 64 (bench/HISTORY.md, mixture of
- * experts).  NIBBLE_MOE_PATH=decode / tc and NIBBLE_MOE_TC_BN=64 / 128 at
- * context creation override it (measurement, tests). */
+ * tokens each (prefill), a tile of 64, 128 or 192 tokens of one expert reads
+ * its weights once per tile instead of once per 32 slots, on the tensor
+ * cores' wgmma.  Returns the tile width, 0 for the decode kernels.  The rule:
+ * at least NBI_MOE_TC_MIN slots per expert on average (at 16 the two paths
+ * are within 12% of each other, each ahead on some layers; at 32 the tiles
+ * are 1.5-2x faster; bench/HISTORY.md, mixture of experts), then the width
+ * with the least expected tiles per expert (moe_tiles_per_expert) times the
+ * time of a tile's chunk (the dense kernel's: 0.68, 0.80 and 1.08 us for
+ * 64, 128 and 192 tokens, plan.c plan_tc; the grid is persistent, so a
+ * tile's fill is not charged).  Measured on an H200 (bench/RESULTS.md,
+ * mixture of experts): at 32 slots per expert it takes 64 (1.4x faster than
+ * 128), at 64 128 (64 within 2%), at 128 and 512 192 (6-8% faster than
+ * 128), at 256 128 (192 not measured there).  NIBBLE_MOE_PATH=decode / tc and
+ * NIBBLE_MOE_TC_BN=64 / 128 / 192 at context creation override it
+ * (measurement, tests). */
 #define NBI_MOE_TC_MIN 24.0
 static int moe_tc(const nb_context *ctx, const nb_moe_desc *d) {
     const int can = nbi_cuda_has_sm90a() && ctx->info.cc_major == 9 && ctx->info.cc_minor == 0 &&
@@ -584,7 +610,15 @@ static int moe_tc(const nb_context *ctx, const nb_moe_desc *d) {
     const int tc = ctx->env_moe_path ? ctx->env_moe_path == 2 : per_expert >= NBI_MOE_TC_MIN;
     if (!tc) return 0;
     if (ctx->env_moe_bn) return ctx->env_moe_bn;
-    return per_expert >= 64.0 ? 128 : 64;
+    static const int widths[3] = {64, 128, 192};
+    static const double chunk_us[3] = {0.68, 0.80, 1.08};
+    int bn = 64;
+    double best = 0.0;
+    for (int i = 0; i < 3; i++) {
+        const double cost = moe_tiles_per_expert(per_expert, (double)d->experts, widths[i]) * chunk_us[i];
+        if (i == 0 || cost < best) best = cost, bn = widths[i];
+    }
+    return bn;
 }
 
 /* Warps per row block along k for one projection of the decode kernels

@@ -168,7 +168,7 @@ static void test_context(void) {
      * listed in the message */
     static const char *const moe_env[3][3] = {{"NIBBLE_MOE_PATH", "fast", "decode or tc"},
                                               {"NIBBLE_MOE_KW", "3", "1, 2, 4 or 8"},
-                                              {"NIBBLE_MOE_TC_BN", "256", "64 or 128"}};
+                                              {"NIBBLE_MOE_TC_BN", "256", "64, 128 or 192"}};
     for (int i = 0; i < 3; i++) {
         setenv(moe_env[i][0], moe_env[i][1], 1);
         EXPECT(NULL, NB_ERR_INVALID_ARGUMENT, nb_context_create(0, &c));

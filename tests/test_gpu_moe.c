@@ -9,10 +9,13 @@
  *      E = 8..128, top_k 1..8, m = 1..300 (routing blocks of 8, 16 and 32
  *      slots), experts with no token, NVFP4 (per-expert tensor scales) and
  *      MXFP4, SwiGLU concatenated and gpt-oss interleaved with biases, BF16
- *      and FP16; one gpt-oss-shaped layer (H = I = 2880, 8 experts).  Every
+ *      and FP16; one gpt-oss-shaped layer (H = I = 2880, 8 experts); one with
+ *      more tensor-core tiles holding tokens than the GPU has SMs (m = 1200,
+ *      top-2, H = 768, I = 512: each CTA of the persistent grid walks
+ *      several).  Every
  *      problem runs through each kernel variant (k_variants: the planner's
  *      choice, the decode kernels with k split over warps, the tensor-core
- *      tiles of 64 and 128 tokens, inline routing and the layout kernel
+ *      tiles of 64, 128 and 192 tokens, inline routing and the layout kernel
  *      forced).  Where inline routing runs (up to 64 slots: no layout or
  *      combine kernel), its output is bit for bit that of the four-kernel
  *      call with the same kernels otherwise.
@@ -148,8 +151,8 @@ static double g_worst_gpu;
 
 /* The kernel variants every problem runs: the planner's choice, the decode
  * kernels with their k range split over 2, 4 and 8 warps (where a row block
- * has that many chunks), and the tensor-core path with 64- and 128-token
- * tiles (where the build and the GPU have it: sm_90a; elsewhere the decode
+ * has that many chunks), and the tensor-core path with 64-, 128- and
+ * 192-token tiles (where the build and the GPU have it: sm_90a; elsewhere the decode
  * kernels run again).  Chosen through the variables the planner reads at
  * context creation. */
 static const struct {
@@ -163,6 +166,7 @@ static const struct {
     {"decode kw 8", "decode", "8", NULL, NULL},
     {"tc 64", "tc", NULL, "64", NULL},
     {"tc 128", "tc", NULL, "128", NULL},
+    {"tc 192", "tc", NULL, "192", NULL},
 };
 #define V_INLINE 1
 #define V_LAYOUT_KERNEL 2
@@ -450,6 +454,13 @@ int main(int argc, char **argv) {
         if (c.fmt == NB_FORMAT_NVFP4 && c.H == 288) c.H = 272; /* (any multiple of 16) */
         if (c.K > c.E) c.K = c.E;
         check_mlp(ctx, &c, i % 10 == 0);
+        n++;
+    }
+    { /* more tensor-core tiles than SMs with tokens (the persistent grid: a CTA walks several tiles through one
+       * ring, its epilogues staged in the held stage): 2400 slots over 8 experts, 3 (128-token) or 5 (64-token)
+       * routing blocks each, gate_up 8 and down 6 row tiles */
+        mcase c = {NB_FORMAT_NVFP4, 8, 2, 1200, 768, 512, NB_MOE_ACT_SWIGLU_OAI, NB_DTYPE_BF16, 1, ROUTE_UNIFORM};
+        check_mlp(ctx, &c, 1);
         n++;
     }
     if (!small) { /* gpt-oss's layer shape (H = I = 2880, top-4, interleaved with biases), 8 experts to keep the host reference small */

@@ -782,7 +782,9 @@ __global__ void __launch_bounds__(SM90_THREADS(CWG), 1)
             sm90_store_result<ACT, BN, CWG>(p, smem + L::X_OFF + sl * L::X_STAGE, acc, rbl, rb0, sm90_x0<BN>(p, tm),
                                             tm, g, t, staged);
         }
-        if (!last) { /* release the held stage (each thread, after its own reads of it) */
+        if (!last) { /* release the held stage (each thread, after its own reads and writes of it, ordered
+                      * before the producer's TMA writes to it by the proxy fence) */
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
             if constexpr (SM90_HALF(BN)) {
                 nbc_mbar_arrive(bar0 + 8 * (2 * STAGES + sl));
                 nbc_mbar_arrive(bar0 + 8 * (3 * STAGES + sl));
@@ -817,6 +819,7 @@ struct Sm90MoeParams {
     nbc_moe_epi epi;   /* h [slots, I] (compact rows) or o [slots, H], biases, activation */
     const int32_t *sorted, *blockexp, *offsets, *ustart;
     int sentinel;
+    int tiles; /* routing blocks the grid walks (the planner's bound on those a routing can fill) */
 };
 
 #ifdef NB_SM90_DEVICE
@@ -922,19 +925,23 @@ __global__ void __launch_bounds__(SM90_THREADS(2), 1)
     constexpr int CWG = 2;
     typedef Sm90Smem<FMT, 0, BN, STAGES, CWG> L;
     const Sm90Params &p = q.g;
-    /* token-tile major: the tiles of the routing blocks with an expert come
-     * first, the ones past the padded total (expert -1) exit at once */
-    const int tm = blockIdx.x / p.tiles_n, tn = blockIdx.x % p.tiles_n;
-    /* (the layout is complete before this grid starts: the kernel before it
-     * lets it launch only after its own griddepcontrol.wait; the producer
-     * waits for that kernel's output before its first load) */
-    const int e = q.blockexp[tm];
+    constexpr int RB = SM90_ROWS(CWG) / 16;
+    /* Persistent: CTA b of G walks tiles b, b + G, ... (token-tile major:
+     * tile / tiles_n is the routing block) until the first routing block
+     * past the padded total (expert -1; every later one is too), all of
+     * them through one ring of stages (the ring position `base` carries
+     * on), so the producer loads the next tile while the consumers finish
+     * one, and a CTA pays its prologue once.  (The layout is complete
+     * before this grid starts: the kernel before it lets it launch only
+     * after its own griddepcontrol.wait; the producer waits for that
+     * kernel's output before its first load.) */
+    const int G = gridDim.x;
+    const int64_t ntiles = (int64_t)q.tiles * p.tiles_n;
+    auto expert_of = [&](int64_t tile) { return tile < ntiles ? q.blockexp[tile / p.tiles_n] : -1; };
+    int64_t tile = blockIdx.x;
+    int e = expert_of(tile);
     if (e < 0) return;
     SM90_KERNEL_START(L);
-    constexpr int RB = SM90_ROWS(CWG) / 16;
-    const int rb0 = tn * RB;
-    const int nrb = min(RB, p.row_blocks - rb0);
-    const int xrow = q.ustart[e] + tm * BN - q.offsets[e];
 
     nbc_load_scale_table<SM90_THREADS(CWG)>(stab, p.stab);
     sm90_init_barriers<BN, STAGES, CWG>(bar0);
@@ -942,35 +949,64 @@ __global__ void __launch_bounds__(SM90_THREADS(2), 1)
     if (wg == 0) {
         sm90_producer_regs<2>();
         if (warp == 0 && lane == 0)
-            sm90_produce<FMT, 0, BN, STAGES, CWG, true>(&xmap, p, p.w + (size_t)e * q.stride, smem, bar0, 0, p.kchunks,
-                                                     rb0, nrb, xrow, 0);
+            for (int base = 0; e >= 0; base += p.kchunks) {
+                const int tm = (int)(tile / p.tiles_n), tn = (int)(tile % p.tiles_n);
+                const int rb0 = tn * RB, nrb = min(RB, p.row_blocks - rb0);
+                const int xrow = q.ustart[e] + tm * BN - q.offsets[e];
+                sm90_produce<FMT, 0, BN, STAGES, CWG, true>(&xmap, p, p.w + (size_t)e * q.stride, smem, bar0, 0,
+                                                         p.kchunks, rb0, nrb, xrow, base);
+                tile += G;
+                e = expert_of(tile);
+            }
         return;
     }
     sm90_consumer_regs<2>();
     const int g = lane >> 2, t = lane & 3;
-    const int rb = rb0 + 4 * (wg - 1) + (warp & 3); /* this warp's row block */
-    float acc[BN / 2];
+    const int rbl = 4 * (wg - 1) + (warp & 3); /* this warp's row block within the tile */
+    const bool staged = (((uintptr_t)q.epi.out & 15) | (q.epi.ldo & 7)) == 0; /* 16-byte stores (every warp: barriers) */
+    for (int base = 0; e >= 0; base += p.kchunks) {
+        const int tm = (int)(tile / p.tiles_n), tn = (int)(tile % p.tiles_n);
+        const int rb0 = tn * RB, rb = rb0 + rbl;
+        const int xrow = q.ustart[e] + tm * BN - q.offsets[e];
+        const int next = expert_of(tile + G); /* (the layout is read-only here) */
+        float acc[BN / 2];
 #pragma unroll
-    for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
-    sm90_consume<FMT, ACT, 0, BN, STAGES, CWG>(smem, stab, 0, bar0, p.kchunks, rb - rb0, g, t, acc, 0);
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    /* epilogue: acc[4i + j] is row g at token column 8i + 2t + j, acc[4i + 2 + j] row g + 8 */
-    const float sc = ldexpf(1.0f, p.exp_shift) * (q.tscale ? q.tscale[e] : 1.0f);
-    const int32_t *srt = q.sorted + (int64_t)tm * BN;
-    if ((((uintptr_t)q.epi.out & 15) | (q.epi.ldo & 7)) == 0) { /* 16-byte stores (every warp: barriers) */
-        sm90_moe_store_staged<ACT, BN, MODE>(q, smem, acc, rb - rb0, rb0, e, xrow, srt, sc, g);
-        return;
-    }
-    if (rb >= p.row_blocks) return;
+        for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
+        sm90_consume<FMT, ACT, 0, BN, STAGES, CWG>(smem, stab, 0, bar0, p.kchunks, rbl, g, t, acc, base);
+        if (next < 0) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+        /* epilogue: acc[4i + j] is row g at token column 8i + 2t + j, acc[4i + 2 + j] row g + 8; the tile is
+         * staged in the activation part of the stage its last chunk used, still held (BN x 256 bytes: down's
+         * token rows of 256 bytes exactly, gate_up's of 128 half of it) */
+        const int sl = (base + p.kchunks - 1) % STAGES;
+        const float sc = ldexpf(1.0f, p.exp_shift) * (q.tscale ? q.tscale[e] : 1.0f);
+        const int32_t *srt = q.sorted + (int64_t)tm * BN;
+        if (staged) {
+            sm90_moe_store_staged<ACT, BN, MODE>(q, smem + L::X_OFF + sl * L::X_STAGE, acc, rbl, rb0, e, xrow, srt,
+                                                 sc, g);
+        } else if (rb < p.row_blocks) {
 #pragma unroll
-    for (int i = 0; i < BN / 8; i++)
+            for (int i = 0; i < BN / 8; i++)
 #pragma unroll
-        for (int j = 0; j < 2; j++) {
-            const int col = 8 * i + 2 * t + j, slot = srt[col];
-            if (slot >= q.sentinel) continue; /* padding */
-            const float lo = acc[4 * i + j] * sc, hi = acc[4 * i + 2 + j] * sc;
-            nbc_moe_store<ACT, MODE == 0>(q.epi, e, rb, g, MODE == 0 ? xrow + col : slot, lo, hi);
+                for (int j = 0; j < 2; j++) {
+                    const int col = 8 * i + 2 * t + j, slot = srt[col];
+                    if (slot >= q.sentinel) continue; /* padding */
+                    const float lo = acc[4 * i + j] * sc, hi = acc[4 * i + 2 + j] * sc;
+                    nbc_moe_store<ACT, MODE == 0>(q.epi, e, rb, g, MODE == 0 ? xrow + col : slot, lo, hi);
+                }
         }
+        if (next >= 0) { /* release the held stage (each thread, after its own reads and writes of it, ordered
+                          * before the producer's TMA writes to it by the proxy fence) */
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            if constexpr (SM90_HALF(BN)) {
+                nbc_mbar_arrive(bar0 + 8 * (2 * STAGES + sl));
+                nbc_mbar_arrive(bar0 + 8 * (3 * STAGES + sl));
+            } else {
+                nbc_mbar_arrive(bar0 + 8 * (STAGES + sl));
+            }
+        }
+        tile += G;
+        e = next;
+    }
 #endif
 }
 
@@ -1216,6 +1252,7 @@ static moe_sm90_fn moe_sm90_pick_bn(int bn, int mode, size_t *smem) {
     return mode ? moe_sm90_kernel<FMT, ACT, BN, SM90_STAGES(BN), 1> : moe_sm90_kernel<FMT, ACT, BN, SM90_STAGES(BN), 0>
     if (bn == 64) { MOE_SM90_CASE(64); }
     if (bn == 128) { MOE_SM90_CASE(128); }
+    if (bn == 192) { MOE_SM90_CASE(192); }
 #undef MOE_SM90_CASE
     return NULL;
 }
@@ -1262,8 +1299,11 @@ extern "C" nb_status nbi_cuda_moe_sm90(nb_context *ctx, const nbi_moe_plan *pl, 
 
     st = nbc_smem_opt_in(ctx, (const void *)f, smem);
     if (st) return st;
+    q.tiles = (int)pl->launch_blocks;
     cudaLaunchAttribute attr[2];
-    const dim3 grid((unsigned)(pl->launch_blocks * q.g.tiles_n)); /* (bounded by moe_plan) */
+    /* one CTA per SM (the stages take most of its shared memory), each walking tiles (bounded by moe_plan) */
+    const int64_t tiles = pl->launch_blocks * q.g.tiles_n;
+    const dim3 grid((unsigned)(tiles < ctx->info.sm_count ? tiles : ctx->info.sm_count));
     cudaLaunchConfig_t cfg = nbc_launch_config(grid, dim3(SM90_THREADS(2)), smem, stream, pl->pdl, attr);
     NBC_TRY(cudaLaunchKernelEx(&cfg, f, map, q), gu ? "moe_sm90 gate_up kernel launch" : "moe_sm90 down kernel launch");
     return NB_OK;

@@ -26,7 +26,8 @@
  *   2. moe_gather_kernel: each expert's token rows, compact (no padding),
  *      into xg [slots, H];
  *   3. gemm_sm90.cu moe_sm90_kernel, gate_up then down: tiles of 128 weight
- *      rows x 64 or 128 tokens of one expert, h in the compact row order.
+ *      rows x 64, 128 or 192 tokens of one expert, h in the compact row
+ *      order; one CTA per SM, each walking tiles through one ring.
  *   4. moe_combine_kernel: y[t] = sum over s in top-k order of w[t, s] *
  *      o[t * top_k + s], float products and sums as the host does.
  *   Inline routing (decode at batch 1; moe.c moe_inline has the rule):
