@@ -124,12 +124,34 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
             else xs = 0;
         }
         /* 8 tokens: kernel 1 costs 13-18% more than at 7 on 8192 -> 57344
-         * (121 vs 107 us, H100), kernel 2 110 us; with a k split kernel 2
-         * lost for the E2M1 formats (8192 -> 8192: 23.8 vs 21.5 us) but won
-         * for the integer ones (H200, int4, us, kernel 2 / kernel 1: 8192 ->
-         * 8192 16.5 / 18.0 with 4 splits, 28672 -> 8192 42.7 / 52.2 with 8;
-         * int8 21.8 / 24.5, 63.2 / 73.2). */
-        if (p->mt == 1 && s > 1 && !staged && !(rpw2 && !table)) xs = 0;
+         * (121 vs 107 us, H100), kernel 2 110 us.  With a k split kernel 2
+         * won for the integer formats (H200, int4, us, kernel 2 / kernel 1:
+         * 8192 -> 8192 16.5 / 18.0 with 4 splits, 28672 -> 8192 42.7 / 52.2
+         * with 8; int8 21.8 / 24.5, 63.2 / 73.2) with the split above; for
+         * the E2M1 formats (with the word layout of 2026-11-28) it wins with
+         * splits of about 10 chunks or more: the largest power of two that
+         * leaves 10, doubled where it would put just over one CTA on each SM
+         * (the SMs with two would finish last), and only where the CTAs
+         * cover nine tenths of the SMs (H200, NVFP4 / MXFP4, `nibble tune`,
+         * kernel 1 -> kernel 2, us: 14336 -> 4096 16.7 -> 14.4 with 8
+         * splits, 8192 -> 8192 17.2 -> 15.7 with 4, 5120 -> 27648 36.7 ->
+         * 32.6 (MXFP4 38.1 -> 31.4) with 4, 8192 -> 10240 23.1 -> 21.3 with 8,
+         * 28672 -> 8192 50.9 -> 45.1 with 16, 27648 -> 5120 35.8 -> 33.1
+         * with 16, 4096 -> 28672 31.7 -> 31.6 (MXFP4 33.7 -> 30.7) with 2;
+         * 4096 -> 4096 and 4096 -> 6144 stay on kernel 1, 6.8 / 9.0 us
+         * against 7.3 / 9.2 at best; NOTES.md).  The table formats keep
+         * kernel 1. */
+        if (p->mt == 1 && s > 1 && !staged) {
+            if (!rpw2) {
+                int64_t s2 = 1;
+                while (2 * s2 * 10 <= p->kchunks) s2 *= 2;
+                if (s2 * grid_x > sms && 2 * s2 * grid_x < 3 * (int64_t)sms && p->kchunks / (2 * s2) >= 6) s2 *= 2;
+                if (s2 > 1 && 10 * s2 * grid_x >= 9 * (int64_t)sms) s = s2;
+                else xs = 0;
+            } else if (table) {
+                xs = 0;
+            }
+        }
     }
     if (!xs) {
         s = 1;

@@ -604,7 +604,7 @@ static void test_decode_occupancy(void) {
         {4096, 4096, 8, 3, 1, "256 CTAs at m = 8"},
         {4096, 6144, 1, 3, 1, "192 CTAs"},
         {14336, 4096, 1, 3, 1, "256 CTAs"},
-        {28672, 8192, 8, 3, 1, "256 CTAs"},
+        {28672, 8192, 1, 3, 1, "256 CTAs"},
         {8192, 10240, 1, 3, 0, "320 CTAs: one wave at three, two at two"},
         {8192, 10240, 8, 3, 0, "320 CTAs at m = 8"},
         {4096, 28672, 1, 3, 0, "896 CTAs: 3 waves at three, 4 at two"},
@@ -641,7 +641,38 @@ static void test_decode_occupancy(void) {
     nb_context_destroy(ctx);
 }
 
+/* 8 tokens on layers whose column tiles leave SMs idle (plan.c,
+ * plan_decode_split): the E2M1 formats run kernel 2 with splits of about
+ * 10 chunks or more where the CTAs cover the SMs, kernel 1 on the 4096-wide
+ * layers; nf4 keeps kernel 1, int4 kernel 2 with the split that fills one
+ * resident wave. */
+static void test_decode_m8(void) {
+    nb_context *ctx = h100();
+    static const struct {
+        int64_t k, n;
+        int splits; /* 0: kernel 1 */
+    } cases[] = {
+        {4096, 4096, 0},   {4096, 6144, 0},   {14336, 4096, 8}, {8192, 8192, 4},   {4096, 28672, 2},
+        {5120, 27648, 4}, {8192, 10240, 8}, {28672, 8192, 16}, {27648, 5120, 16},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int f = 0; f < 2; f++) {
+            nbi_gemm_plan p;
+            if (!plan(ctx, f ? NB_FORMAT_MXFP4 : NB_FORMAT_NVFP4, cases[i].k, cases[i].n, 8, NULL, &p)) continue;
+            if (cases[i].splits)
+                CHECK(p.path == NBI_PATH_GEMV && p.xsh && p.rpw == 2 && p.splits == cases[i].splits,
+                      "%s %lld -> %lld m = 8: kernel 2 with %d splits (path %d xsh %d rpw %d splits %d)",
+                      f ? "mxfp4" : "nvfp4", (long long)cases[i].k, (long long)cases[i].n, cases[i].splits, p.path,
+                      p.xsh, p.rpw, p.splits);
+            else
+                CHECK(p.path == NBI_PATH_GEMV && !p.xsh, "%s %lld -> %lld m = 8: kernel 1 (xsh %d splits %d)",
+                      f ? "mxfp4" : "nvfp4", (long long)cases[i].k, (long long)cases[i].n, p.xsh, p.splits);
+        }
+    nb_context_destroy(ctx);
+}
+
 int main(void) {
+    test_decode_m8();
     test_decode_occupancy();
     test_every_plan_valid();
     test_integer_formats();
