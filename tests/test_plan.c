@@ -671,7 +671,51 @@ static void test_decode_m8(void) {
     nb_context_destroy(ctx);
 }
 
+/* The MoE tensor-core tile width (moe.c moe_tc) on the bench layers at
+ * prefill batches: the widths measured fastest on an H200 where they were
+ * measured (bench/RESULTS.md, MoE tensor-core tiles), the model's choice at
+ * 256 slots per expert, and the decode kernels below 24 slots per expert.
+ * Only where the build has the Hopper kernels (sm_90a). */
+static void test_moe_tile_width(void) {
+    if (!nbi_cuda_has_sm90a()) {
+        printf("(no sm_90a kernels in this build: the MoE tile width is not planned)\n");
+        return;
+    }
+    static const struct {
+        const char *name;
+        int64_t H, I;
+        int E, K, m, bn; /* bn 0: decode kernels */
+    } cases[] = {
+        {"gpt-oss-120b", 2880, 2880, 128, 4, 128, 0},    /* 4 slots per expert */
+        {"gpt-oss-120b", 2880, 2880, 128, 4, 1024, 64},  /* 32 */
+        {"gpt-oss-120b", 2880, 2880, 128, 4, 4096, 192}, /* 128 */
+        {"gpt-oss-20b", 2880, 2880, 32, 4, 256, 64},     /* 32 */
+        {"gpt-oss-20b", 2880, 2880, 32, 4, 1024, 192},   /* 128: one 192-token tile each, not 1.5 of 128 */
+        {"gpt-oss-20b", 2880, 2880, 32, 4, 4096, 192},   /* 512 */
+        {"qwen3-30b-a3b", 2048, 768, 128, 8, 1024, 128}, /* 64 */
+        {"qwen3-30b-a3b", 2048, 768, 128, 8, 4096, 128}, /* 256 */
+        {"deepseek-v3", 7168, 2048, 256, 8, 1024, 64},   /* 32 */
+        {"deepseek-v3", 7168, 2048, 256, 8, 4096, 192},  /* 128 */
+    };
+    nb_context *ctx = h100();
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        nb_moe_desc d;
+        nbi_moe_plan p;
+        CHECK(nb_moe_desc_init(&d, NB_FORMAT_NVFP4, cases[i].m, cases[i].E, cases[i].K, cases[i].H, cases[i].I,
+                               NB_MOE_ACT_SWIGLU, NB_DTYPE_BF16) == NB_OK,
+              "moe desc %s: %s", cases[i].name, nb_last_error());
+        d.gate_up.layout = d.down.layout = NB_LAYOUT_PACKED;
+        const nb_status st = nbi_moe_plan_make(ctx, &d, &p, "test_moe_tile_width");
+        CHECK(st == NB_OK, "moe plan %s m=%d: %s", cases[i].name, cases[i].m, nb_last_error());
+        if (st) continue;
+        CHECK(p.tc == cases[i].bn && (!p.tc || p.block == p.tc), "moe %s m=%d: tile %d (block %d), want %d",
+              cases[i].name, cases[i].m, p.tc, p.block, cases[i].bn);
+    }
+    nb_context_destroy(ctx);
+}
+
 int main(void) {
+    test_moe_tile_width();
     test_decode_m8();
     test_decode_occupancy();
     test_every_plan_valid();
