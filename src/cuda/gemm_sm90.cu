@@ -336,6 +336,21 @@ __device__ __forceinline__ void sm90_consume(uint8_t *smem, const uint32_t *stab
     wgmma_wait<0>();
 }
 
+/* A consumer thread releases stage s, held past its last chunk for an
+ * epilogue staged there (the stream-K segments, the MoE tiles), after its
+ * own reads and writes of it: the proxy fence orders those before the
+ * producer's next TMA write to the stage. */
+template <int BN, int STAGES>
+__device__ __forceinline__ void sm90_release_held(uint32_t bar0, int s) {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    if constexpr (SM90_HALF(BN)) {
+        nbc_mbar_arrive(bar0 + 8 * (2 * STAGES + s));
+        nbc_mbar_arrive(bar0 + 8 * (3 * STAGES + s));
+    } else {
+        nbc_mbar_arrive(bar0 + 8 * (STAGES + s));
+    }
+}
+
 /* Thread 0 initializes the stages' mbarriers (see sm90_produce for their
  * places); the caller's __syncthreads publishes them. */
 template <int BN, int STAGES, int CWG>
@@ -782,16 +797,7 @@ __global__ void __launch_bounds__(SM90_THREADS(CWG), 1)
             sm90_store_result<ACT, BN, CWG>(p, smem + L::X_OFF + sl * L::X_STAGE, acc, rbl, rb0, sm90_x0<BN>(p, tm),
                                             tm, g, t, staged);
         }
-        if (!last) { /* release the held stage (each thread, after its own reads and writes of it, ordered
-                      * before the producer's TMA writes to it by the proxy fence) */
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-            if constexpr (SM90_HALF(BN)) {
-                nbc_mbar_arrive(bar0 + 8 * (2 * STAGES + sl));
-                nbc_mbar_arrive(bar0 + 8 * (3 * STAGES + sl));
-            } else {
-                nbc_mbar_arrive(bar0 + 8 * (STAGES + sl));
-            }
-        }
+        if (!last) sm90_release_held<BN, STAGES>(bar0, sl);
         base += nch, u += nch;
     }
 #endif
@@ -994,16 +1000,7 @@ __global__ void __launch_bounds__(SM90_THREADS(2), 1)
                     nbc_moe_store<ACT, MODE == 0>(q.epi, e, rb, g, MODE == 0 ? xrow + col : slot, lo, hi);
                 }
         }
-        if (next >= 0) { /* release the held stage (each thread, after its own reads and writes of it, ordered
-                          * before the producer's TMA writes to it by the proxy fence) */
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-            if constexpr (SM90_HALF(BN)) {
-                nbc_mbar_arrive(bar0 + 8 * (2 * STAGES + sl));
-                nbc_mbar_arrive(bar0 + 8 * (3 * STAGES + sl));
-            } else {
-                nbc_mbar_arrive(bar0 + 8 * (STAGES + sl));
-            }
-        }
+        if (next >= 0) sm90_release_held<BN, STAGES>(bar0, sl);
         tile += G;
         e = next;
     }
