@@ -287,6 +287,11 @@ NB_INTERNAL int nbi_config_check(const nb_gemm_config *c, int64_t m_lo, int comp
 /* Workspace bytes plan p needs, enough for every m that shares its tiles
  * and splits rule (the tensor-core bound covers any m). */
 NB_INTERNAL size_t nbi_plan_workspace(const nb_context *ctx, const nbi_gemm_plan *p);
+/* The Hopper tensor-core kernel's time for one 128-k chunk of a 128-row tile
+ * of bn tokens (16, 32, 64, 128, 192, 256), in us, as the planner charges
+ * it (measured on an H100); 0 for another width.  The MoE tile width uses
+ * it too. */
+NB_INTERNAL double nbi_sm90_chunk_us(int bn);
 /* Whether plan p runs decode kernel 2 on its stream-K grid (grid_x CTAs
  * over tiles_n column tiles, fewer CTAs than tiles; plan.c). */
 static inline int nbi_plan_stream_k(const nbi_gemm_plan *p) {

@@ -593,8 +593,8 @@ static double moe_tiles_per_expert(double mu, double experts, int bn) {
  * are within 12% of each other, each ahead on some layers; at 32 the tiles
  * are 1.5-2x faster; bench/HISTORY.md, mixture of experts), then the width
  * with the least expected tiles per expert (moe_tiles_per_expert) times the
- * time of a tile's chunk (the dense kernel's: 0.68, 0.80 and 1.08 us for
- * 64, 128 and 192 tokens, plan.c plan_tc; the grid is persistent, so a
+ * time of a tile's chunk (the dense kernel's, nbi_sm90_chunk_us: 0.68, 0.80
+ * and 1.08 us for 64, 128 and 192 tokens; the grid is persistent, so a
  * tile's fill is not charged).  Measured on an H200 (bench/RESULTS.md,
  * mixture of experts): at 32 slots per expert it takes 64 (1.4x faster than
  * 128), at 64 128 (64 within 2%), at 128 and 512 192 (6-8% faster than
@@ -611,11 +611,11 @@ static int moe_tc(const nb_context *ctx, const nb_moe_desc *d) {
     if (!tc) return 0;
     if (ctx->env_moe_bn) return ctx->env_moe_bn;
     static const int widths[3] = {64, 128, 192};
-    static const double chunk_us[3] = {0.68, 0.80, 1.08};
     int bn = 64;
     double best = 0.0;
     for (int i = 0; i < 3; i++) {
-        const double cost = moe_tiles_per_expert(per_expert, (double)d->experts, widths[i]) * chunk_us[i];
+        const double cost =
+            moe_tiles_per_expert(per_expert, (double)d->experts, widths[i]) * nbi_sm90_chunk_us(widths[i]);
         if (i == 0 || cost < best) best = cost, bn = widths[i];
     }
     return bn;

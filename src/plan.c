@@ -252,6 +252,20 @@ static nb_status plan_decode(nb_context *ctx, const nbi_request *rq, nbi_gemm_pl
 
 /* ----------------------------------------- Hopper tensor-core kernel */
 
+/* The tensor-core tile widths plan_tc weighs (tokens), and per width the
+ * time of one 128-k chunk of a two-warpgroup (128-row) tile and a CTA's
+ * pipeline fill and epilogue, in us, measured on an H100 (plan_tc says
+ * where each comes from). */
+static const int k_tc_widths[6] = {64, 128, 256, 16, 32, 192};
+static const double k_tc_chunk_us[6] = {0.68, 0.80, 1.16, 0.67, 0.69, 1.08};
+static const double k_tc_fill_us[6] = {3.5, 5.0, 7.0, 0.0, 0.0, 6.0};
+
+double nbi_sm90_chunk_us(int bn) {
+    for (int i = 0; i < 6; i++)
+        if (k_tc_widths[i] == bn) return k_tc_chunk_us[i];
+    return 0.0;
+}
+
 /* Consumer warpgroups of the tensor-core kernel for a tile width (64 weight
  * rows each, gemm_sm90.cu): four (256-row tiles) for the 16- and 32-token
  * tiles on layers of at least 48 128-row tiles, where half as many tiles
@@ -450,8 +464,8 @@ static int plan_tc(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
      * 8192 -> 8192, m = 32, 2 splits, 25.9 against 28.2 us), 1.3 with
      * 256-row tiles (tc_cwg; 1.4 measured unsplit: 8192 -> 8192, m = 32, 91
      * us for 64 chunks), and 5% of the time per extra split. */
-    static const int widths[6] = {64, 128, 256, 16, 32, 192};
-    static const double chunk_us[6] = {0.68, 0.80, 1.16, 0.67, 0.69, 1.08}, fill_us[6] = {3.5, 5.0, 7.0, 0.0, 0.0, 6.0};
+    const int *const widths = k_tc_widths;
+    const double *const chunk_us = k_tc_chunk_us, *const fill_us = k_tc_fill_us;
     const int nwidths = integer ? 3 : 6;
     int fb = 0; /* a requested tile width (one of widths[]) */
     for (int i = 0; i < 6; i++)
