@@ -523,6 +523,19 @@ static void test_tc_stream_k(void) {
     nb_context_destroy(ctx);
 }
 
+/* The planner's MoE plan for a SwiGLU layer with BF16 activations and
+ * packed expert weights; 0 (a failed check) where it has none. */
+static int moe_plan(nb_context *ctx, nb_format fmt, const char *name, int m, int E, int K, int64_t H, int64_t I,
+                    nbi_moe_plan *p) {
+    nb_moe_desc d;
+    CHECK(nb_moe_desc_init(&d, fmt, m, E, K, H, I, NB_MOE_ACT_SWIGLU, NB_DTYPE_BF16) == NB_OK, "moe desc %s: %s", name,
+          nb_last_error());
+    d.gate_up.layout = d.down.layout = NB_LAYOUT_PACKED;
+    const nb_status st = nbi_moe_plan_make(ctx, &d, p, "test_plan");
+    CHECK(st == NB_OK, "moe plan %s m=%d: %s", name, m, nb_last_error());
+    return st == NB_OK;
+}
+
 /* The MoE decode kernels' k split (moe.c moe_kw) and inline routing on the
  * four bench_moe layers: the choices measured fastest on an H100
  * (bench/RESULTS.md, gate_up's k split; down launched early), and the
@@ -543,16 +556,10 @@ static void test_moe_kw(void) {
     nb_context *ctx = h100();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         for (int f = 0; f < 2; f++) {
-            nb_moe_desc d;
             nbi_moe_plan p;
-            const nb_format fmt = f ? NB_FORMAT_MXFP4 : NB_FORMAT_NVFP4;
-            CHECK(nb_moe_desc_init(&d, fmt, cases[i].m, cases[i].E, cases[i].K, cases[i].H, cases[i].I,
-                                   NB_MOE_ACT_SWIGLU, NB_DTYPE_BF16) == NB_OK,
-                  "moe desc %s: %s", cases[i].name, nb_last_error());
-            d.gate_up.layout = d.down.layout = NB_LAYOUT_PACKED;
-            const nb_status st = nbi_moe_plan_make(ctx, &d, &p, "test_moe_kw");
-            CHECK(st == NB_OK, "moe plan %s m=%d: %s", cases[i].name, cases[i].m, nb_last_error());
-            if (st) continue;
+            if (!moe_plan(ctx, f ? NB_FORMAT_MXFP4 : NB_FORMAT_NVFP4, cases[i].name, cases[i].m, cases[i].E,
+                          cases[i].K, cases[i].H, cases[i].I, &p))
+                continue;
             CHECK(!p.tc && p.gu_kw == cases[i].gu && p.dn_kw == cases[i].dn && p.inline_route == cases[i].inl,
                   "moe %s %s m=%d: kw %d/%d inline %d, measured best %d/%d inline %d", cases[i].name,
                   f ? "mxfp4" : "nvfp4", cases[i].m, p.gu_kw, p.dn_kw, p.inline_route, cases[i].gu, cases[i].dn,
@@ -699,15 +706,10 @@ static void test_moe_tile_width(void) {
     };
     nb_context *ctx = h100();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        nb_moe_desc d;
         nbi_moe_plan p;
-        CHECK(nb_moe_desc_init(&d, NB_FORMAT_NVFP4, cases[i].m, cases[i].E, cases[i].K, cases[i].H, cases[i].I,
-                               NB_MOE_ACT_SWIGLU, NB_DTYPE_BF16) == NB_OK,
-              "moe desc %s: %s", cases[i].name, nb_last_error());
-        d.gate_up.layout = d.down.layout = NB_LAYOUT_PACKED;
-        const nb_status st = nbi_moe_plan_make(ctx, &d, &p, "test_moe_tile_width");
-        CHECK(st == NB_OK, "moe plan %s m=%d: %s", cases[i].name, cases[i].m, nb_last_error());
-        if (st) continue;
+        if (!moe_plan(ctx, NB_FORMAT_NVFP4, cases[i].name, cases[i].m, cases[i].E, cases[i].K, cases[i].H, cases[i].I,
+                      &p))
+            continue;
         CHECK(p.tc == cases[i].bn && (!p.tc || p.block == p.tc), "moe %s m=%d: tile %d (block %d), want %d",
               cases[i].name, cases[i].m, p.tc, p.block, cases[i].bn);
     }
