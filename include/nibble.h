@@ -989,7 +989,9 @@ NB_API nb_status nb_moe_align_host(nb_context *ctx, const nb_moe_desc *d, int32_
  *
  * ARITHMETIC: that of nb_moe_mlp_host (h, o_s and y rounded to act_dtype at
  * the same points, the combine in top-k order) with float32 dot products
- * summed in the tensor cores' order instead of k order; tests/test_gpu_moe.c
+ * summed in the tensor cores' order instead of k order, and the activation's
+ * sigmoid by the hardware's approximate exponential and reciprocal (a few
+ * ulps of float32 from expf and a division); tests/test_gpu_moe.c
  * checks every result of both paths against nb_moe_mlp_host_f64 with the
  * bound the host float version meets. Routing data is not validated on the device (see
  * ROUTING DATA): ids outside [0, E) are ignored (that slot contributes 0). */

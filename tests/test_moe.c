@@ -14,8 +14,11 @@
  *        h_i = f(g, v):  D = 1.1 (|v| + dv) dg + (|g| + dg) dv       (swiglu)
  *                        D = 1.1 (min(|v| + dv, L) + 1) dg + (|g| + dg) dv  (gpt-oss)
  *                        (|silu'| <= 1.1; |silu(g)| <= |g|; the clamps are
- *                        1-Lipschitz), then + (8 + alpha |g|) u (|h| + D) for
- *                        evaluating f in float (expf, alpha * g rounded),
+ *                        1-Lipschitz), then + (16 + 2 (alpha + 1) |g|) u
+ *                        (|h| + D) for evaluating f in float (the host's
+ *                        expf and division, alpha * g rounded; the GPU's
+ *                        ex2.approx of x log2(e), its product rounded too,
+ *                        and approximate reciprocal: a few ulps each),
  *                        + half an ulp of act_dtype at |h| + D;
  *        o_c:            do = sum_j |Wd_cj| dh_j + 2 I u (sum_j (|h_j| + dh_j)
  *                        |Wd_cj| + |b_c|) + half an ulp of act_dtype;
@@ -376,7 +379,7 @@ static void moe_double(const mprob *p, double u, int rnd_act, double *y, double 
                 h[i] = actd(p, g, v);
                 const double up = p->c.act == NB_MOE_ACT_SWIGLU ? fabs(v) + dv : fmin(fabs(v) + dv, L) + 1.0;
                 double D = 1.1 * up * dg + (fabs(g) + dg) * dv;
-                D += (8.0 + alpha * (fabs(g) + dg)) * u * (fabs(h[i]) + D) + 1e-30;
+                D += (16.0 + 2.0 * (alpha + 1.0) * (fabs(g) + dg)) * u * (fabs(h[i]) + D) + 1e-30;
                 if (rnd_act) D += half_ulp(dt, fabs(h[i]) + D);
                 dh[i] = D;
             }

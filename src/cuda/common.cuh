@@ -264,14 +264,44 @@ __device__ __forceinline__ void nbc_store_block(const float *acc, int row0, int 
         }
 }
 
-/* The MoE activation of gate and up (nibble.h nb_moe_activation): SwiGLU,
- * or gpt-oss's clamped variant; the comparisons keep a NaN, as the host
- * reference's do (src/moe.c). */
-__device__ __forceinline__ float nbc_moe_act(int activation, float limit, float alpha, float g, float u) {
-    if (activation == NB_MOE_ACT_SWIGLU) return g / (1.0f + expf(-g)) * u;
+/* A compile-time flag as a value, for generic bodies instantiated twice
+ * (the decode loops' chunks checked or not, the MoE epilogue's activation). */
+template <bool B>
+struct nbc_flag {
+    static constexpr bool value = B;
+};
+
+/* The MoE activation of gate and up (nibble.h nb_moe_activation), AV
+ * one of its values: SwiGLU, or gpt-oss's clamped variant; the comparisons
+ * keep a NaN, as the host reference's do (src/moe.c).  The sigmoid by the
+ * hardware's approximations: 2^(c g) with c = -alpha log2(e) (ex2.approx,
+ * flushing results under 2^-126, which 1 + e^x rounds away anyway) and an
+ * approximate reciprocal of 1 + e^x (__fdividef): a few ulps from the
+ * host's expf and division, inside the bound tests/test_moe.c states for
+ * the activation's float evaluation; about 12 instructions instead of 25
+ * with expf and an IEEE division, which the tensor-core tiles run for every
+ * output while their tensor cores idle.  Where 1 + e^x passes 2^126, g / it
+ * is 0 here (the exact value's magnitude is below 2^-119).  nc: -log2(e)
+ * (SwiGLU) or -alpha log2(e), from nbc_moe_act_c. */
+__device__ __forceinline__ float nbc_moe_act_c(int activation, float alpha) {
+    return activation == NB_MOE_ACT_SWIGLU ? -1.44269504f : -(alpha * 1.44269504f);
+}
+__device__ __forceinline__ float nbc_ex2_ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+template <int AV>
+__device__ __forceinline__ float nbc_moe_act_k(float limit, float nc, float g, float u) {
+    if (AV == NB_MOE_ACT_SWIGLU) return __fdividef(g, 1.0f + nbc_ex2_ftz(g * nc)) * u;
     g = g > limit ? limit : g;
     u = u > limit ? limit : u < -limit ? -limit : u;
-    return (u + 1.0f) * (g / (1.0f + expf(-(alpha * g))));
+    return (u + 1.0f) * __fdividef(g, 1.0f + nbc_ex2_ftz(g * nc));
+}
+__device__ __forceinline__ float nbc_moe_act(int activation, float limit, float alpha, float g, float u) {
+    const float nc = nbc_moe_act_c(activation, alpha);
+    return activation == NB_MOE_ACT_SWIGLU ? nbc_moe_act_k<NB_MOE_ACT_SWIGLU>(limit, nc, g, u)
+                                           : nbc_moe_act_k<NB_MOE_ACT_SWIGLU_OAI>(limit, nc, g, u);
 }
 
 /* The epilogue of the MoE projections (moe.cu's decode kernels and

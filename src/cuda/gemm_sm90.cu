@@ -871,25 +871,32 @@ __device__ __forceinline__ void sm90_moe_store_staged(const Sm90MoeParams &q, ui
     }
     nbc_split_barrier<NC>(); /* every consumer warpgroup is past its last wgmma: the stages are free */
     if (MODE == 0) {
-        /* stmatrix .x4: matrix q = token group i + q; lane L: token 8 (i + L / 8) + (L & 7), piece rbl */
+        /* stmatrix .x4: matrix q = token group i + q; lane L: token 8 (i + L / 8) + (L & 7), piece rbl;
+         * one instance of the loop per activation (no branch per element) */
+        const float nc = nbc_moe_act_c(ep.activation, ep.alpha);
+        auto stage = [&](auto swiglu) {
+            constexpr int AV = decltype(swiglu)::value ? NB_MOE_ACT_SWIGLU : NB_MOE_ACT_SWIGLU_OAI;
 #pragma unroll
-        for (int i = 0; i < BN / 8; i += 4) {
-            uint32_t r[4];
+            for (int i = 0; i < BN / 8; i += 4) {
+                uint32_t r[4];
 #pragma unroll
-            for (int m = 0; m < 4; m++) {
-                float v[2];
+                for (int m = 0; m < 4; m++) {
+                    float v[2];
 #pragma unroll
-                for (int j = 0; j < 2; j++) {
-                    float gate = acc[4 * (i + m) + j] * sc, up = acc[4 * (i + m) + 2 + j] * sc;
-                    if (ep.bias) gate += b[0], up += b[1];
-                    v[j] = nbc_moe_act(ep.activation, ep.limit, ep.alpha, gate, up);
+                    for (int j = 0; j < 2; j++) {
+                        float gate = acc[4 * (i + m) + j] * sc, up = acc[4 * (i + m) + 2 + j] * sc;
+                        if (ep.bias) gate += b[0], up += b[1];
+                        v[j] = nbc_moe_act_k<AV>(ep.limit, nc, gate, up);
+                    }
+                    r[m] = nbc_pack2<ACT>(v[0], v[1]);
                 }
-                r[m] = nbc_pack2<ACT>(v[0], v[1]);
+                const int tk = 8 * (i + (lane >> 3)) + (lane & 7);
+                const uint32_t a = base + (uint32_t)(tk * ROWB + ((rbl ^ (tk & 7)) << 4));
+                stsm_x4_trans(a, r);
             }
-            const int tk = 8 * (i + (lane >> 3)) + (lane & 7);
-            const uint32_t a = base + (uint32_t)(tk * ROWB + ((rbl ^ (tk & 7)) << 4));
-            stsm_x4_trans(a, r);
-        }
+        };
+        if (ep.activation == NB_MOE_ACT_SWIGLU) stage(nbc_flag<true>{});
+        else stage(nbc_flag<false>{});
     } else {
         stsm_tile_rows<BN, ROWB>(base, rbl, [&](int x, int h) {
             float lo = acc[x] * sc, hi = acc[x + 1] * sc;

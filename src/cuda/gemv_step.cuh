@@ -142,13 +142,6 @@ __device__ __forceinline__ void step_x(const uint4 (&pre)[4][MT], const __nv_bfl
     else chunk_x_step<MT, INT, CHK>(xp, tok_ok, i, kbase, k, w, xv);
 }
 
-/* A compile-time flag as a value, for the decode loops' generic chunk
- * bodies (one instance checked, one not). */
-template <bool B>
-struct nbc_flag {
-    static constexpr bool value = B;
-};
-
 /* A decode warp's walk over its nchunks chunks (the last one k chunk c_end
  * - 1 of kchunks), unrolled by the ring depth STAGES so every slot address
  * is a constant offset: chunk(i, slot, flag) runs chunk i in ring slot
