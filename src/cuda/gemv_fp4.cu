@@ -100,9 +100,11 @@
  *   nibbles in k order), so the absmax is applied in FP32 per kernel group
  *   exactly as the integer scales are.  The MMA operand is the table value
  *   rounded to ACT (round to nearest even, on the host: nbi_table_planes),
- *   looked up in registers with PRMT (gemv_step.cuh a_frag_table, 21
- *   instructions per word of 8 codes, against about 12 for the integers'
- *   magic numbers and 20 for E2M1's decode and HMUL2).  That rounding is
+ *   looked up by kernel 1 in a table of operand pairs in shared memory, one
+ *   copy per lane (gemv_step.cuh a_frag_lut, 12 instructions per word of 8
+ *   codes), by kernel 2 in registers with PRMT (a_frag_table, 21; about 12
+ *   for the integers' magic numbers and 20 for E2M1's decode and HMUL2;
+ *   DESIGN.md 4.2.2).  That rounding is
  *   the one difference from the reference's fl32(v * absmax): at most
  *   |x| |absmax| |r(v) - v| per term, r(v) within 2^-8 (BF16) or 2^-11
  *   (FP16) of v relative (DESIGN.md 4.2.2; bitsandbytes itself rounds
@@ -256,6 +258,18 @@ __device__ __forceinline__ void int_group_scales(const uint32_t (&sw)[nbc_int_ch
     else sg = int_scale<KG>(sw, j, bf16), sh = int_scale<KG>(sw, GPC + j, bf16);
 }
 
+/* Kernel 1's pair table (gemv_step.cuh a_frag_lut) in the table formats'
+ * instances: static shared memory, none in the others. */
+template <int FMT>
+__device__ __forceinline__ uint32_t *gemv_table_lut() {
+    if constexpr (nbc_is_table<FMT>()) {
+        __shared__ uint32_t lut[NBC_TABLE_LUT_WORDS];
+        return lut;
+    } else {
+        return nullptr;
+    }
+}
+
 /* One chunk of an integer format in kernel 1 (see "INTEGER FORMATS"):
  * word G (0..3) of this lane's 16 bytes of row g (L) and row g+8 (H) holds
  * k = 32G + 8t .. +7 of the chunk, so tiles 2G (elements 0..3) and 2G+1
@@ -267,7 +281,7 @@ __device__ __forceinline__ void int_group_scales(const uint32_t (&sw)[nbc_int_ch
 template <int FMT, int ACT, int MT, int KG, bool SYM, int NP, bool CHK>
 __device__ __forceinline__ void int_step(const uint4 (&L)[NP], const uint4 (&H)[NP],
                                          const uint32_t (&sw)[nbc_int_chunk<FMT, KG>::sw], const uint32_t (&zw)[2],
-                                         const nbc_table &tab, const uint4 (&xv4)[4][MT],
+                                         const uint32_t *lut, uint32_t lb, const uint4 (&xv4)[4][MT],
                                          const __nv_bfloat16 *const (&xp)[MT], const bool (&tok_ok)[MT], int i,
                                          int kbase, const GemvParams &p, float (&acc)[MT][4], float (&acc2)[MT][4]) {
     constexpr int SPG = KG / 32; /* sub-ranges per kernel group */
@@ -284,8 +298,8 @@ __device__ __forceinline__ void int_step(const uint4 (&L)[NP], const uint4 (&H)[
         uint4 xv[MT];
         step_x<MT, true, CHK>(xv4, xp, tok_ok, i, kbase, p.k, G, xv);
         uint32_t a[4], b[4];
-        if constexpr (nbc_int_chunk<FMT, KG>::table) /* both tiles' operands from the table (see "TABLE FORMATS") */
-            a_frag_table(word(L[0], G), word(H[0], G), tab, a, b);
+        if constexpr (nbc_int_chunk<FMT, KG>::table) /* both tiles' operands from the pair table (see "TABLE FORMATS") */
+            a_frag_lut(word(L[0], G), word(H[0], G), lut, lb, a, b);
         else /* (tile 2G+1's fragment after tile 2G's MMAs are issued) */
             int_frag<FMT, ACT, KG, SYM, NP, 0>(L, H, zw, G, j, a);
 #pragma unroll
@@ -349,11 +363,15 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
     for (int i = 0; i < MT; i++)
 #pragma unroll
         for (int j = 0; j < 4; j++) acc[0][i][j] = acc2[i][j] = 0.0f;
-    /* the table formats' operand planes, from the parameters to registers */
-    nbc_table tab;
+    /* the table formats' pair table, from the operand planes in the
+     * parameters (published by the barrier after the weight prologue) */
+    uint32_t *lut = gemv_table_lut<FMT>();
+    const uint32_t lb = 4u * (uint32_t)lane;
     if constexpr (nbc_is_table<FMT>()) {
+        nbc_table tab;
 #pragma unroll
         for (int i = 0; i < 4; i++) tab.lo[i] = p.stab[i], tab.hi[i] = p.stab[4 + i];
+        table_lut_fill<WARPS * 32>(lut, tab, threadIdx.x);
     }
 
     /* Weights stream through a per-warp ring of STAGES chunks in shared
@@ -418,7 +436,7 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
             uint32_t sw[nbc_int_chunk<FMT, KG1>::sw], zw[2];
             int_tail<FMT, KG1>(slot, g, sw, zw);
             __syncwarp(); /* slot s may now be refilled */
-            int_step<FMT, ACT, MT, KG1, SYM, NP, CHK>(Lp, Hp, sw, zw, tab, xv, xp, tok_ok, i,
+            int_step<FMT, ACT, MT, KG1, SYM, NP, CHK>(Lp, Hp, sw, zw, lut, lb, xv, xp, tok_ok, i,
                                                       (c_begin + i) * NBI_CHUNK_K + 8 * t, p, acc[0], acc2);
             return;
         }
@@ -1122,6 +1140,12 @@ static gemv_fn plan_kernel(const nbi_gemm_plan *pl) {
  * an even share of the SM's shared memory among cap + 1 CTAs less the
  * runtime's 1 KB per CTA and the static bytes, up in 1 KB steps until the
  * occupancy calculator agrees (at most a few steps). */
+/* Kernel 1's static shared memory (pl->xsh 0): the scale table and is_last,
+ * and in the table formats' instances the pair table. */
+static size_t gemv_static_smem(const nbi_gemm_plan *pl) {
+    return GEMV_STATIC_SMEM + (!pl->xsh && nbi_is_table(nbi_traits((nb_format)pl->fmt)) ? NBC_TABLE_LUT_BYTES : 0);
+}
+
 extern "C" int nbi_cuda_gemv_ctas_per_sm(nb_context *ctx, const nbi_gemm_plan *pl, int cap, size_t *bytes) {
     const gemv_fn f = plan_kernel(pl);
     const size_t ring = gemv_smem_bytes(pl->fmt, pl->xsh, pl->rpw, pl->mt, (int)pl->m, (size_t)pl->chunk_bytes);
@@ -1131,10 +1155,11 @@ extern "C" int nbi_cuda_gemv_ctas_per_sm(nb_context *ctx, const nbi_gemm_plan *p
     int c = nbc_ctas_per_sm(ctx, (const void *)f, threads, ring);
     if (cap <= 0 || pl->xsh || c <= cap) return c;
     const size_t sm = ctx->info.smem_per_sm, optin = ctx->info.smem_per_block_optin;
-    size_t b = sm / (size_t)(cap + 1) + 1 > 1024 + GEMV_STATIC_SMEM ? sm / (size_t)(cap + 1) + 1 - 1024 - GEMV_STATIC_SMEM : 0;
+    const size_t st = gemv_static_smem(pl);
+    size_t b = sm / (size_t)(cap + 1) + 1 > 1024 + st ? sm / (size_t)(cap + 1) + 1 - 1024 - st : 0;
     if (b < ring) b = ring;
-    for (int i = 0; i < 8 && b + GEMV_STATIC_SMEM <= optin; i++, b += 1024) {
-        if (b + GEMV_STATIC_SMEM > 48 * 1024 && nbc_smem_opt_in(ctx, (const void *)f, b)) break;
+    for (int i = 0; i < 8 && b + st <= optin; i++, b += 1024) {
+        if (b + st > 48 * 1024 && nbc_smem_opt_in(ctx, (const void *)f, b)) break;
         c = nbc_ctas_per_sm(ctx, (const void *)f, threads, b);
         if (c > 0 && c <= cap) {
             *bytes = b;
@@ -1175,7 +1200,8 @@ extern "C" nb_status nbi_cuda_gemv(nb_context *ctx, const nbi_gemm_plan *pl, con
         nb_status st = nbc_smem_opt_in(ctx, (const void *)f,
                                        gemv_smem_bytes(pl->fmt, 1, pl->rpw, pl->mt, 8 * pl->mt, (size_t)pl->chunk_bytes));
         if (st) return st;
-    } else if (smem + GEMV_STATIC_SMEM > 48 * 1024) { /* past the default: kernel 1 of int8 (2 KB chunks, 68 KB), the cap */
+    } else if (smem + gemv_static_smem(pl) > 48 * 1024) { /* past the default: kernel 1 of int8 (2 KB chunks, 68 KB), of
+                                                            * the table formats (the pair table), the cap */
         nb_status st = nbc_smem_opt_in(ctx, (const void *)f, smem);
         if (st) return st;
     }

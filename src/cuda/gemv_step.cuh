@@ -384,6 +384,63 @@ __device__ __forceinline__ void a_frag_table(uint32_t ql, uint32_t qh, const nbc
     table_quad<1>(sh, table_mask<1>(qh, h4), tab, b[1], b[3]);
 }
 
+/* Kernel 1's pair table for the table formats (a_frag_lut; 32 KB of
+ * static shared memory per CTA): entry v, a byte of codes (elements 2i and
+ * 2i+1 in its low and high nibble, docs/formats.md 8.8), is the 32-bit MMA
+ * operand pair r(value[v & 15]) | r(value[v >> 4]) << 16, the operand
+ * planes' values, so the lookup gives a_frag_table's bits.  Each entry is
+ * held once per lane, word 32 v + L for lane L: a warp's 32 lookups read 32
+ * banks whatever bytes they name, one shared-memory cycle each. */
+#define NBC_TABLE_LUT_WORDS (256 * 32)
+#define NBC_TABLE_LUT_BYTES (NBC_TABLE_LUT_WORDS * 4)
+
+/* The 16-bit operand of code c (0..15) from the planes: its low byte from
+ * lo[], its high byte from hi[] (byte c & 7 of the pair of words c / 8). */
+__device__ __forceinline__ uint32_t table_value(const nbc_table &tab, int c) {
+    const bool h = c >= 8; /* (selected, not indexed: the planes stay in registers) */
+    const uint32_t sel = (uint32_t)c & 7u;
+    return (nbc_prmt(h ? tab.lo[2] : tab.lo[0], h ? tab.lo[3] : tab.lo[1], sel) & 0xFFu) |
+           (nbc_prmt(h ? tab.hi[2] : tab.hi[0], h ? tab.hi[3] : tab.hi[1], sel) & 0xFFu) << 8;
+}
+
+/* Fill the pair table (NT = 256 threads, each writing 32 words: thread
+ * tid's word 256 j + tid is entry v = tid / 32 + 8 j, lane copy tid % 32,
+ * so a warp's stores are 32 consecutive words; v & 15 is tid / 32 + 8 (j &
+ * 1) and v >> 4 is j / 2). */
+template <int NT>
+__device__ __forceinline__ void table_lut_fill(uint32_t *lut, const nbc_table &tab, int tid) {
+    static_assert(NT == 256, "the pair table's fill assumes 256 threads");
+    const int x = tid >> 5;
+    const uint32_t lo[2] = {table_value(tab, x), table_value(tab, x + 8)};
+#pragma unroll
+    for (int j = 0; j < 32; j++) lut[256 * j + tid] = lo[j & 1] | table_value(tab, j >> 1) << 16;
+}
+
+/* One pair of the table: the byte of codes at bits 7..14 of s (the rest
+ * masked off), plus lb = 4 * lane: (s & 0x7F80) | lb in one LOP3 (written
+ * as one: the compiler would mask lb again in a second), then the load. */
+__device__ __forceinline__ uint32_t table_pair(const uint32_t *lut, uint32_t s, uint32_t lb) {
+    uint32_t off;
+    asm("lop3.b32 %0, %1, 0x7F80, %2, 0xEA;" : "=r"(off) : "r"(s), "r"(lb)); /* (a & b) | c */
+    return *(const uint32_t *)((const char *)lut + off);
+}
+
+/* a_frag_table's a[] and b[] from the pair table: bytes 0, 1 (a[0], a[2])
+ * and 2, 3 (b[0], b[2]) of ql (row g), the same of qh (row g + 8); lb =
+ * 4 * lane.  12 instructions per word (a shift, a LOP3 that masks the byte
+ * and adds the lane's copy, a load per byte), against 21 with PRMT. */
+__device__ __forceinline__ void a_frag_lut(uint32_t ql, uint32_t qh, const uint32_t *lut, uint32_t lb, uint32_t (&a)[4],
+                                           uint32_t (&b)[4]) {
+    a[0] = table_pair(lut, ql << 7, lb);
+    a[1] = table_pair(lut, qh << 7, lb);
+    a[2] = table_pair(lut, ql >> 1, lb);
+    a[3] = table_pair(lut, qh >> 1, lb);
+    b[0] = table_pair(lut, ql >> 9, lb);
+    b[1] = table_pair(lut, qh >> 9, lb);
+    b[2] = table_pair(lut, ql >> 17, lb);
+    b[3] = table_pair(lut, qh >> 17, lb);
+}
+
 /* Scale i of a table format's sw: the F32 absmax, as stored. */
 template <int N>
 __device__ __forceinline__ float table_scale(const uint32_t (&sw)[N], int i) {
