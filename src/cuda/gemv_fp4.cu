@@ -1135,17 +1135,17 @@ static gemv_fn plan_kernel(const nbi_gemm_plan *pl) {
     return pick_kernel(pl->fmt, pl->act, pl->mt, pl->xsh, pl->rpw, pl->group, early, sk);
 }
 
-/* The occupancy cap of kernel 1: dynamic shared memory past its ring, so
- * that at most cap CTAs fit on an SM (the planner's choice, plan.c): from
- * an even share of the SM's shared memory among cap + 1 CTAs less the
- * runtime's 1 KB per CTA and the static bytes, up in 1 KB steps until the
- * occupancy calculator agrees (at most a few steps). */
 /* Kernel 1's static shared memory (pl->xsh 0): the scale table and is_last,
  * and in the table formats' instances the pair table. */
 static size_t gemv_static_smem(const nbi_gemm_plan *pl) {
     return GEMV_STATIC_SMEM + (!pl->xsh && nbi_is_table(nbi_traits((nb_format)pl->fmt)) ? NBC_TABLE_LUT_BYTES : 0);
 }
 
+/* The occupancy cap of kernel 1: dynamic shared memory past its ring, so
+ * that at most cap CTAs fit on an SM (the planner's choice, plan.c): from
+ * an even share of the SM's shared memory among cap + 1 CTAs less the
+ * runtime's 1 KB per CTA and the static bytes, up in 1 KB steps until the
+ * occupancy calculator agrees (at most a few steps). */
 extern "C" int nbi_cuda_gemv_ctas_per_sm(nb_context *ctx, const nbi_gemm_plan *pl, int cap, size_t *bytes) {
     const gemv_fn f = plan_kernel(pl);
     const size_t ring = gemv_smem_bytes(pl->fmt, pl->xsh, pl->rpw, pl->mt, (int)pl->m, (size_t)pl->chunk_bytes);
