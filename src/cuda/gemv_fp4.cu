@@ -102,7 +102,8 @@
  *   rounded to ACT (round to nearest even, on the host: nbi_table_planes),
  *   looked up by kernel 1 in a table of operand pairs in shared memory, one
  *   copy per lane (gemv_step.cuh a_frag_lut, 12 instructions per word of 8
- *   codes), by kernel 2 in registers with PRMT (a_frag_table, 21; about 12
+ *   codes; where two CTAs with the table fit an SM, gemv_table_lut_fits),
+ *   else and by kernel 2 in registers with PRMT (a_frag_table, 21; about 12
  *   for the integers' magic numbers and 20 for E2M1's decode and HMUL2;
  *   DESIGN.md 4.2.2).  That rounding is
  *   the one difference from the reference's fl32(v * absmax): at most
@@ -259,10 +260,10 @@ __device__ __forceinline__ void int_group_scales(const uint32_t (&sw)[nbc_int_ch
 }
 
 /* Kernel 1's pair table (gemv_step.cuh a_frag_lut) in the table formats'
- * instances: static shared memory, none in the others. */
-template <int FMT>
+ * LUT instances: static shared memory, none in the others. */
+template <int FMT, bool LUT>
 __device__ __forceinline__ uint32_t *gemv_table_lut() {
-    if constexpr (nbc_is_table<FMT>()) {
+    if constexpr (nbc_is_table<FMT>() && LUT) {
         __shared__ uint32_t lut[NBC_TABLE_LUT_WORDS];
         return lut;
     } else {
@@ -278,10 +279,11 @@ __device__ __forceinline__ uint32_t *gemv_table_lut() {
  * the exact integers (q - z) times x into tA (even tiles) and tB (odd,
  * independent of tA), which then enter acc and acc2 times the group's
  * FP32 scale (rows g and g+8 are accumulator elements {0,1} and {2,3}). */
-template <int FMT, int ACT, int MT, int KG, bool SYM, int NP, bool CHK>
+template <int FMT, int ACT, int MT, int KG, bool SYM, int NP, bool CHK, bool LUT>
 __device__ __forceinline__ void int_step(const uint4 (&L)[NP], const uint4 (&H)[NP],
                                          const uint32_t (&sw)[nbc_int_chunk<FMT, KG>::sw], const uint32_t (&zw)[2],
-                                         const uint32_t *lut, uint32_t lb, const uint4 (&xv4)[4][MT],
+                                         const nbc_table &tab, const uint32_t *lut, uint32_t lb,
+                                         const uint4 (&xv4)[4][MT],
                                          const __nv_bfloat16 *const (&xp)[MT], const bool (&tok_ok)[MT], int i,
                                          int kbase, const GemvParams &p, float (&acc)[MT][4], float (&acc2)[MT][4]) {
     constexpr int SPG = KG / 32; /* sub-ranges per kernel group */
@@ -298,8 +300,10 @@ __device__ __forceinline__ void int_step(const uint4 (&L)[NP], const uint4 (&H)[
         uint4 xv[MT];
         step_x<MT, true, CHK>(xv4, xp, tok_ok, i, kbase, p.k, G, xv);
         uint32_t a[4], b[4];
-        if constexpr (nbc_int_chunk<FMT, KG>::table) /* both tiles' operands from the pair table (see "TABLE FORMATS") */
+        if constexpr (nbc_int_chunk<FMT, KG>::table && LUT) /* both tiles' operands from the pair table (see "TABLE FORMATS") */
             a_frag_lut(word(L[0], G), word(H[0], G), lut, lb, a, b);
+        else if constexpr (nbc_int_chunk<FMT, KG>::table) /* ... or from the planes in registers */
+            a_frag_table(word(L[0], G), word(H[0], G), tab, a, b);
         else /* (tile 2G+1's fragment after tile 2G's MMAs are issued) */
             int_frag<FMT, ACT, KG, SYM, NP, 0>(L, H, zw, G, j, a);
 #pragma unroll
@@ -330,7 +334,7 @@ __device__ __forceinline__ void int_step(const uint4 (&L)[NP], const uint4 (&H)[
  * KG > 0: an integer or table format's kernel group (see "INTEGER FORMATS"
  * above).  The body of gemv_fp4_kernel, gemv_int4_kernel and
  * gemv_table_kernel. */
-template <int FMT, int ACT, int MT, int WARPS, int STAGES, int KG, bool EARLY>
+template <int FMT, int ACT, int MT, int WARPS, int STAGES, int KG, bool EARLY, bool LUT>
 __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
     constexpr bool INT = KG > 0;
     constexpr bool SYM = nbc_fmt<FMT>::zero_point == NB_ZERO_NONE; /* (integer formats: two's complement codes) */
@@ -363,15 +367,16 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
     for (int i = 0; i < MT; i++)
 #pragma unroll
         for (int j = 0; j < 4; j++) acc[0][i][j] = acc2[i][j] = 0.0f;
-    /* the table formats' pair table, from the operand planes in the
-     * parameters (published by the barrier after the weight prologue) */
-    uint32_t *lut = gemv_table_lut<FMT>();
+    /* the table formats' operand planes, from the parameters to registers,
+     * and in the LUT instances the pair table built from them (published by
+     * the barrier after the weight prologue; the planes then leave the loop) */
+    uint32_t *lut = gemv_table_lut<FMT, LUT>();
     const uint32_t lb = 4u * (uint32_t)lane;
+    nbc_table tab;
     if constexpr (nbc_is_table<FMT>()) {
-        nbc_table tab;
 #pragma unroll
         for (int i = 0; i < 4; i++) tab.lo[i] = p.stab[i], tab.hi[i] = p.stab[4 + i];
-        table_lut_fill<WARPS * 32>(lut, tab, threadIdx.x);
+        if constexpr (LUT) table_lut_fill<WARPS * 32>(lut, tab, threadIdx.x);
     }
 
     /* Weights stream through a per-warp ring of STAGES chunks in shared
@@ -436,7 +441,7 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
             uint32_t sw[nbc_int_chunk<FMT, KG1>::sw], zw[2];
             int_tail<FMT, KG1>(slot, g, sw, zw);
             __syncwarp(); /* slot s may now be refilled */
-            int_step<FMT, ACT, MT, KG1, SYM, NP, CHK>(Lp, Hp, sw, zw, lut, lb, xv, xp, tok_ok, i,
+            int_step<FMT, ACT, MT, KG1, SYM, NP, CHK, LUT>(Lp, Hp, sw, zw, tab, lut, lb, xv, xp, tok_ok, i,
                                                       (c_begin + i) * NBI_CHUNK_K + 8 * t, p, acc[0], acc2);
             return;
         }
@@ -485,21 +490,24 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
 template <int FMT, int ACT, int MT, int WARPS, int STAGES, bool EARLY>
 __global__ void __launch_bounds__(WARPS * 32, GEMV_MINB) gemv_fp4_kernel(const GemvParams p) {
     NBC_CHECK_KERNEL_FORMAT(FMT);
-    gemv_kernel1<FMT, ACT, MT, WARPS, STAGES, 0, EARLY>(p);
+    gemv_kernel1<FMT, ACT, MT, WARPS, STAGES, 0, EARLY, false>(p);
 }
 
 /* The integer formats, kernel group KG (32, 64 or 128). */
 template <int FMT, int ACT, int MT, int KG, int WARPS, int STAGES>
 __global__ void __launch_bounds__(WARPS * 32, GEMV_MINB) gemv_int4_kernel(const GemvParams p) {
     static_assert(KG == 32 || KG == 64 || KG == 128, "kernel groups of 32, 64 or 128");
-    gemv_kernel1<FMT, ACT, MT, WARPS, STAGES, KG, false>(p);
+    gemv_kernel1<FMT, ACT, MT, WARPS, STAGES, KG, false, false>(p);
 }
 
-/* The table formats (nf4, bnb_fp4), kernel group KG (32, 64 or 128). */
-template <int FMT, int ACT, int MT, int KG, int WARPS, int STAGES>
+/* The table formats (nf4, bnb_fp4), kernel group KG (32, 64 or 128); LUT:
+ * the operands from the pair table in shared memory, else from the planes
+ * in registers (GPUs whose shared memory would then hold one CTA per SM:
+ * gemv_table_lut_fits). */
+template <int FMT, int ACT, int MT, int KG, int WARPS, int STAGES, bool LUT>
 __global__ void __launch_bounds__(WARPS * 32, GEMV_MINB) gemv_table_kernel(const GemvParams p) {
     static_assert(nbc_int_chunk<FMT, KG>::table, "the table formats' instances");
-    gemv_kernel1<FMT, ACT, MT, WARPS, STAGES, KG, false>(p);
+    gemv_kernel1<FMT, ACT, MT, WARPS, STAGES, KG, false, LUT>(p);
 }
 
 /* ------------------------------------ kernel 2: staged activations, 8..32 */
@@ -1084,25 +1092,27 @@ static gemv_fn pick_mt(int mt, int xs, int rpw, int early, int sk) {
  * (under the register cap of two every such instance spills, 88 to 1268
  * bytes; ptxas, sm_90a); stream-K (sk) only for 17..32 tokens. */
 template <int FMT, int ACT, int MT, int KG>
-static gemv_fn int_instance(int xs, int sk) {
+static gemv_fn int_instance(int xs, int sk, int lut) {
     if (sk) {
         if constexpr (MT >= 3) return xs ? gemv_int_xs_kernel<FMT, ACT, MT, KG, 1, true> : NULL;
         return NULL;
     }
     if (xs) return gemv_int_xs_kernel<FMT, ACT, MT, KG, MT <= 2 ? XS_MINB : 1, false>;
-    if constexpr (nbc_is_table<FMT>()) return gemv_table_kernel<FMT, ACT, MT, KG, NBI_GEMV_WARPS, GEMV_STAGES>;
+    if constexpr (nbc_is_table<FMT>())
+        return lut ? gemv_table_kernel<FMT, ACT, MT, KG, NBI_GEMV_WARPS, GEMV_STAGES, true>
+                   : gemv_table_kernel<FMT, ACT, MT, KG, NBI_GEMV_WARPS, GEMV_STAGES, false>;
     else return gemv_int4_kernel<FMT, ACT, MT, KG, NBI_GEMV_WARPS, GEMV_STAGES>;
 }
 
 /* The integer and table formats' instances for mt x kernel group. */
 template <int FMT, int ACT>
-static gemv_fn pick_int(int mt, int kg, int xs, int sk) {
+static gemv_fn pick_int(int mt, int kg, int xs, int sk, int lut) {
 #define INT_MT(KG)                                                    \
     switch (mt) {                                                     \
-    case 1: return int_instance<FMT, ACT, 1, KG>(xs, sk);             \
-    case 2: return int_instance<FMT, ACT, 2, KG>(xs, sk);             \
-    case 3: return int_instance<FMT, ACT, 3, KG>(xs, sk);             \
-    case 4: return int_instance<FMT, ACT, 4, KG>(xs, sk);             \
+    case 1: return int_instance<FMT, ACT, 1, KG>(xs, sk, lut);        \
+    case 2: return int_instance<FMT, ACT, 2, KG>(xs, sk, lut);        \
+    case 3: return int_instance<FMT, ACT, 3, KG>(xs, sk, lut);        \
+    case 4: return int_instance<FMT, ACT, 4, KG>(xs, sk, lut);        \
     }                                                                 \
     return NULL;
     if (kg == 32) { INT_MT(32) }
@@ -1112,11 +1122,11 @@ static gemv_fn pick_int(int mt, int kg, int xs, int sk) {
     return NULL;
 }
 
-static gemv_fn pick_kernel(int fmt, int act, int mt, int xs, int rpw, int kg, int early, int sk) {
+static gemv_fn pick_kernel(int fmt, int act, int mt, int xs, int rpw, int kg, int early, int sk, int lut) {
 #define GEMV_RUNG(F, A) return pick_mt<F, A>(mt, xs, rpw, early, sk);
     NBC_LADDER(fmt, act, GEMV_RUNG)
 #undef GEMV_RUNG
-#define INT_RUNG(F, A) return !xs || (rpw == 2 && (mt <= 2 || xs == 2)) ? pick_int<F, A>(mt, kg, xs, sk) : NULL;
+#define INT_RUNG(F, A) return !xs || (rpw == 2 && (mt <= 2 || xs == 2)) ? pick_int<F, A>(mt, kg, xs, sk, lut) : NULL;
     NBC_DECODE_LADDER(fmt, act, INT_RUNG)
 #undef INT_RUNG
     return NULL;
@@ -1127,18 +1137,31 @@ extern "C" size_t nbi_cuda_gemv_smem(int fmt, int xs, int rpw, int mt, int m, si
     return gemv_smem_bytes(fmt, xs, rpw, mt, m, chunk_bytes) + GEMV_STATIC_SMEM + 16 * XS_XSEGS;
 }
 
-/* The kernel plan pl launches. */
-static gemv_fn plan_kernel(const nbi_gemm_plan *pl) {
+/* Whether kernel 1 of a table format takes its operands from the pair
+ * table on ctx's GPU: where two CTAs with it still fit an SM's shared
+ * memory (H100/H200 228 KB, A100 164 KB: 72-77 KB each with the ring); on
+ * GPUs of 100 KB per SM (sm_86, sm_89) the table would leave one CTA per SM
+ * (two without it), so they keep the planes in registers. */
+static int gemv_table_lut_fits(const nb_context *ctx, const nbi_gemm_plan *pl) {
+    if (pl->xsh || !nbi_is_table(nbi_traits((nb_format)pl->fmt))) return 0;
+    const size_t cta = gemv_smem_bytes(pl->fmt, 0, pl->rpw, pl->mt, (int)pl->m, (size_t)pl->chunk_bytes) +
+                       GEMV_STATIC_SMEM + NBC_TABLE_LUT_BYTES + 1024; /* + the runtime's reserve */
+    return 2 * cta <= ctx->info.smem_per_sm;
+}
+
+/* The kernel plan pl launches on ctx's GPU. */
+static gemv_fn plan_kernel(const nb_context *ctx, const nbi_gemm_plan *pl) {
     /* kernel 1's early trigger for streams of at most GEMV_EARLY_CHUNKS chunks a warp */
     const int early = !pl->xsh && (pl->chunks_per_split + pl->kw - 1) / pl->kw <= GEMV_EARLY_CHUNKS;
     const int sk = nbi_plan_stream_k(pl); /* kernel 2's stream-K grid */
-    return pick_kernel(pl->fmt, pl->act, pl->mt, pl->xsh, pl->rpw, pl->group, early, sk);
+    return pick_kernel(pl->fmt, pl->act, pl->mt, pl->xsh, pl->rpw, pl->group, early, sk,
+                       gemv_table_lut_fits(ctx, pl));
 }
 
 /* Kernel 1's static shared memory (pl->xsh 0): the scale table and is_last,
- * and in the table formats' instances the pair table. */
-static size_t gemv_static_smem(const nbi_gemm_plan *pl) {
-    return GEMV_STATIC_SMEM + (!pl->xsh && nbi_is_table(nbi_traits((nb_format)pl->fmt)) ? NBC_TABLE_LUT_BYTES : 0);
+ * and in the table formats' LUT instances the pair table. */
+static size_t gemv_static_smem(const nb_context *ctx, const nbi_gemm_plan *pl) {
+    return GEMV_STATIC_SMEM + (gemv_table_lut_fits(ctx, pl) ? NBC_TABLE_LUT_BYTES : 0);
 }
 
 /* The occupancy cap of kernel 1: dynamic shared memory past its ring, so
@@ -1147,7 +1170,7 @@ static size_t gemv_static_smem(const nbi_gemm_plan *pl) {
  * runtime's 1 KB per CTA and the static bytes, up in 1 KB steps until the
  * occupancy calculator agrees (at most a few steps). */
 extern "C" int nbi_cuda_gemv_ctas_per_sm(nb_context *ctx, const nbi_gemm_plan *pl, int cap, size_t *bytes) {
-    const gemv_fn f = plan_kernel(pl);
+    const gemv_fn f = plan_kernel(ctx, pl);
     const size_t ring = gemv_smem_bytes(pl->fmt, pl->xsh, pl->rpw, pl->mt, (int)pl->m, (size_t)pl->chunk_bytes);
     const int threads = pl->xsh ? XS_THREADS : NBI_GEMV_WARPS * 32;
     *bytes = ring;
@@ -1155,7 +1178,7 @@ extern "C" int nbi_cuda_gemv_ctas_per_sm(nb_context *ctx, const nbi_gemm_plan *p
     int c = nbc_ctas_per_sm(ctx, (const void *)f, threads, ring);
     if (cap <= 0 || pl->xsh || c <= cap) return c;
     const size_t sm = ctx->info.smem_per_sm, optin = ctx->info.smem_per_block_optin;
-    const size_t st = gemv_static_smem(pl);
+    const size_t st = gemv_static_smem(ctx, pl);
     size_t b = sm / (size_t)(cap + 1) + 1 > 1024 + st ? sm / (size_t)(cap + 1) + 1 - 1024 - st : 0;
     if (b < ring) b = ring;
     for (int i = 0; i < 8 && b + st <= optin; i++, b += 1024) {
@@ -1172,7 +1195,7 @@ extern "C" int nbi_cuda_gemv_ctas_per_sm(nb_context *ctx, const nbi_gemm_plan *p
 
 extern "C" nb_status nbi_cuda_gemv(nb_context *ctx, const nbi_gemm_plan *pl, const void *x, const void *packed,
                                    const void *bias, void *y, void *workspace, void *stream) {
-    gemv_fn f = plan_kernel(pl);
+    gemv_fn f = plan_kernel(ctx, pl);
     const int sk = nbi_plan_stream_k(pl); /* kernel 2's stream-K grid */
     if (!f)
         return nbi_fail(ctx, NB_ERR_INTERNAL, "gemv: no kernel for %s, %s, mt = %d, staged %d, rows per warp %d, "
@@ -1200,7 +1223,7 @@ extern "C" nb_status nbi_cuda_gemv(nb_context *ctx, const nbi_gemm_plan *pl, con
         nb_status st = nbc_smem_opt_in(ctx, (const void *)f,
                                        gemv_smem_bytes(pl->fmt, 1, pl->rpw, pl->mt, 8 * pl->mt, (size_t)pl->chunk_bytes));
         if (st) return st;
-    } else if (smem + gemv_static_smem(pl) > 48 * 1024) { /* past the default: kernel 1 of int8 (2 KB chunks, 68 KB), of
+    } else if (smem + gemv_static_smem(ctx, pl) > 48 * 1024) { /* past the default: kernel 1 of int8 (2 KB chunks, 68 KB), of
                                                             * the table formats (the pair table), the cap */
         nb_status st = nbc_smem_opt_in(ctx, (const void *)f, smem);
         if (st) return st;
