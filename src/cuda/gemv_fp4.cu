@@ -1139,7 +1139,7 @@ extern "C" size_t nbi_cuda_gemv_smem(int fmt, int xs, int rpw, int mt, int m, si
 
 /* Whether kernel 1 of a table format takes its operands from the pair
  * table on ctx's GPU: where two CTAs with it still fit an SM's shared
- * memory (H100/H200 228 KB, A100 164 KB: 72-77 KB each with the ring); on
+ * memory (H100/H200 228 KB, A100 164 KB: 70-76 KB each with the ring); on
  * GPUs of 100 KB per SM (sm_86, sm_89) the table would leave one CTA per SM
  * (two without it), so they keep the planes in registers. */
 static int gemv_table_lut_fits(const nb_context *ctx, const nbi_gemm_plan *pl) {
