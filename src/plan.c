@@ -218,6 +218,25 @@ static nb_status plan_decode(nb_context *ctx, const nbi_request *rq, nbi_gemm_pl
     if (grid_x > 0x7FFFFFFF)
         return nbi_fail(ctx, NB_ERR_BAD_SHAPE, "nb_gemm: n = %lld needs too many CTAs", (long long)p->n);
     p->grid_x = (int)grid_x;
+    /* Kernel 1 of the table formats (96 registers at one token tile since
+     * the pair table: two CTAs per SM): where its grid is between one and
+     * one and a half resident waves, twice the warps per row block, so the
+     * second wave is not a short tail of whole row blocks (H200, the
+     * kernels of 2026-11-28: 8192 -> 10240, 320 CTAs on 264 slots, 640
+     * with it; `nibble bench` against the plan without it, alternated
+     * twice: nf4 25.41 -> 20.42 us at m = 1 and 29.33 -> 27.45 at m = 8,
+     * bnb_fp4 25.38 -> 20.50 and 29.24 -> 27.41; the six other layers of
+     * the set within 0.4%: no other has such a grid at kw = 4, and the
+     * other formats fit three CTAs per SM there; NOTES.md). */
+    if (!p->xsh && p->mt == 1 && nbi_is_table(nbi_traits(p->fmt)) && p->splits == 1 && p->kw < p->warps &&
+        !(rq->kw == 1 || rq->kw == 2 || rq->kw == 4 || rq->kw == 8) && p->kchunks >= 8 * (int64_t)p->kw) {
+        size_t bytes = 0;
+        const int64_t res = (int64_t)nbi_cuda_gemv_ctas_per_sm(ctx, p, 0, &bytes) * ctx->info.sm_count;
+        if (res > 0 && p->grid_x > res && 2 * (int64_t)p->grid_x <= 3 * res) {
+            p->kw *= 2;
+            p->grid_x = (int)((p->row_blocks * p->kw + p->warps - 1) / p->warps);
+        }
+    }
     /* Kernel 1's occupancy: where its registers let three or more CTAs
      * share an SM, they do only where that takes a wave off the grid
      * (H100, m = 1 / 8: 8192 -> 10240, 320 CTAs, 22.0 / 23.6 us with three

@@ -59,14 +59,15 @@ int nbi_cuda_sm90_clusters(nb_context *ctx, int fmt, int act, int bn, int cwg, i
 }
 
 /* Decode kernel 1's occupancy as the H100's calculator gives it for the
- * one-tile FP4 instances (70-77 registers: three CTAs of 256 threads per
- * SM) and the others (two), and the cap: with the least dynamic shared
+ * one-tile FP4 and integer instances (70-80 registers: three CTAs of 256
+ * threads per SM) and the others (two; the table formats' one-tile
+ * instances have 96 registers), and the cap: with the least dynamic shared
  * memory past (228 KB / 3 less the runtime's and the static bytes) two. */
 static int g_k1_fit = 3;
 int nbi_cuda_gemv_ctas_per_sm(nb_context *ctx, const nbi_gemm_plan *p, int cap, size_t *bytes);
 int nbi_cuda_gemv_ctas_per_sm(nb_context *ctx, const nbi_gemm_plan *p, int cap, size_t *bytes) {
     const size_t ring = (size_t)NBI_GEMV_WARPS * 4 * (size_t)p->chunk_bytes;
-    const int fit = p->mt == 1 ? g_k1_fit : 2;
+    const int fit = p->mt == 1 && !nbi_is_table(nbi_traits(p->fmt)) ? g_k1_fit : 2;
     *bytes = ring;
     if (cap <= 0 || fit <= cap) return fit;
     *bytes = ctx->info.smem_per_sm / (size_t)(cap + 1) + 1 - 1024 - 1040;
@@ -678,6 +679,40 @@ static void test_decode_m8(void) {
     nb_context_destroy(ctx);
 }
 
+/* Kernel 1 of the table formats at one token tile (two CTAs per SM):
+ * twice the warps per row block where the grid would be between one and
+ * one and a half resident waves (8192 -> 10240: 320 CTAs at kw = 4 on 264
+ * slots, so kw = 8), not elsewhere (8192 -> 28672: 3.4 waves at kw = 4;
+ * 4096 -> 4096: kw = 8 already), not for int4_sym (three CTAs per SM: 320 of
+ * 396 slots), not when kw is asked for. */
+static void test_table_kw(void) {
+    nb_context *ctx = h100();
+    static const struct {
+        nb_format f;
+        int64_t k, n, m;
+        int kw;
+    } cases[] = {
+        {NB_FORMAT_NF4, 8192, 10240, 1, 8},  {NB_FORMAT_NF4, 8192, 10240, 8, 8},
+        {NB_FORMAT_BNB_FP4, 8192, 10240, 1, 8}, {NB_FORMAT_NF4, 8192, 28672, 1, 4},
+        {NB_FORMAT_NF4, 4096, 4096, 1, 8},   {NB_FORMAT_NF4, 28672, 8192, 1, 4},
+        {NB_FORMAT_INT4_SYM, 8192, 10240, 1, 4},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        nbi_gemm_plan p;
+        if (!plan(ctx, cases[i].f, cases[i].k, cases[i].n, cases[i].m, NULL, &p)) continue;
+        CHECK(p.path == NBI_PATH_GEMV && !p.xsh && p.kw == cases[i].kw && p.splits == 1 &&
+                  p.grid_x == (int)((p.row_blocks * p.kw + 7) / 8),
+              "%s %lld -> %lld m = %lld: kernel 1 with kw = %d (xsh %d kw %d splits %d grid %d)",
+              nbi_traits(cases[i].f)->name, (long long)cases[i].k, (long long)cases[i].n, (long long)cases[i].m,
+              cases[i].kw, p.xsh, p.kw, p.splits, p.grid_x);
+    }
+    const nbi_request rq = {.path = NB_GEMM_PATH_DECODE, .kw = 4};
+    nbi_gemm_plan p;
+    if (plan(ctx, NB_FORMAT_NF4, 8192, 10240, 1, &rq, &p))
+        CHECK(p.kw == 4 && p.grid_x == 320, "nf4 8192 -> 10240 m = 1 with kw = 4 asked: kw %d grid %d", p.kw, p.grid_x);
+    nb_context_destroy(ctx);
+}
+
 /* The MoE tensor-core tile width (moe.c moe_tc) on the bench layers at
  * prefill batches: the widths measured fastest on an H200 where they were
  * measured (bench/RESULTS.md, MoE tensor-core tiles), the model's choice at
@@ -719,6 +754,7 @@ static void test_moe_tile_width(void) {
 int main(void) {
     test_moe_tile_width();
     test_decode_m8();
+    test_table_kw();
     test_decode_occupancy();
     test_every_plan_valid();
     test_integer_formats();
