@@ -449,7 +449,7 @@ static int plan_tc(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
     if (!tc_serves(g, t)) return 0;
     const int can = nbi_cuda_has_sm90a() && ctx->info.cc_major == 9 && ctx->info.cc_minor == 0 && g->m <= INT32_MAX &&
                     ctx->info.smem_per_block_optin >= 227 * 1024;
-    const int integer = !t->every_kernel; /* (64-, 128-, 256-token tiles, m >= NBI_INT_TC_MIN) */
+    const int integer = !t->every_kernel; /* (32-, 64-, 128-, 256-token tiles, m >= NBI_INT_TC_MIN) */
     const int64_t tn = (p->row_blocks + 7) / 8; /* 128-row tiles */
     const int small_grid = tn < ctx->info.sm_count;
     int use = can && (integer ? int_tc_auto(ctx, g, tn)
@@ -485,14 +485,15 @@ static int plan_tc(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
      * us for 64 chunks), and 5% of the time per extra split. */
     const int *const widths = k_tc_widths;
     const double *const chunk_us = k_tc_chunk_us, *const fill_us = k_tc_fill_us;
-    const int nwidths = integer ? 3 : 6;
+    const int nwidths = integer ? 5 : 6; /* (integer: no 192-token tile, and no 16-token one: m >= 17) */
     int fb = 0; /* a requested tile width (one of widths[]) */
     for (int i = 0; i < 6; i++)
         if (rq->bn == widths[i]) fb = rq->bn;
-    if (integer && (fb == 16 || fb == 32 || fb == 192 || g->m < NBI_INT_TC_MIN)) return 0; /* (nbi_plan says why) */
+    if (integer && (fb == 16 || fb == 192 || g->m < NBI_INT_TC_MIN)) return 0; /* (nbi_plan says why) */
     int bn = 64, splits = 1, cluster = 0, tail_splits = 0, sk = 0;
     double best = 0.0;
     for (int i = 0; i < nwidths; i++) {
+        if (integer && widths[i] == 16) continue;
         if (fb ? fb != widths[i] : i >= 3 && i <= 4 && g->m > widths[i]) continue; /* 16, 32: one tile of tokens */
         const int cwg = tc_cwg(p, widths[i]);
         const int64_t tiles = tc_tiles_n(p, widths[i]) * ((g->m + widths[i] - 1) / widths[i]);
@@ -736,8 +737,8 @@ nb_status nbi_plan(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
         if ((tc || mma) && !tc_serves(g, t))
             return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_gemm: %s with BF16 scales and FP16 activations runs on the "
                             "decode kernel only (a BF16 scale rounded to FP16 could overflow)", t->name);
-        if (tc && (g->m < NBI_INT_TC_MIN || rq->bn == 16 || rq->bn == 32 || rq->bn == 192))
-            return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_gemm: %s takes path tc for m >= %d with 64-, 128- or 256-token "
+        if (tc && (g->m < NBI_INT_TC_MIN || rq->bn == 16 || rq->bn == 192))
+            return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_gemm: %s takes path tc for m >= %d with 32-, 64-, 128- or 256-token "
                             "tiles (m = %lld, bn = %d)", t->name, NBI_INT_TC_MIN, (long long)g->m, (int)rq->bn);
         if (d->k % 8)
             return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_gemm: %s with k = %lld: the decode kernel reads activations "

@@ -28,7 +28,9 @@
  *     4.2.2): sum over k of |x| |absmax| (|r16(v) - v| + 2^-24 |v|), 2^-24
  *     |v| |absmax| the reference's own float32 product;
  *   - the staged decode kernel (kernel 2) forced at every m = 5..32 where
- *     the planner chose kernel 1, and every decode configuration offered at
+ *     the planner chose kernel 1, the tensor-core kernel's 32-token tile
+ *     (Hopper) at every m = 17..32 where it chose another kernel, and every
+ *     decode configuration offered at
  *     m = 5, 16 and 27 (the sweep);
  *   - the path: the tensor-core kernel runs exactly where it should
  *     (Hopper, m >= 25 on these layers, the table formats m >= 17; not for integer weights with BF16
@@ -44,7 +46,7 @@
  *     refuses more with NB_ERR_UNSUPPORTED);
  *   - a NaN scale (absmax) gives NaN in its row and only there;
  *   - the refusals: nb_pack for int4 (zero points need nb_pack_v2), the
- *     tensor-core path for m <= 16, 16/32-token tiles and F16 activations
+ *     tensor-core path for m <= 16, 16-token tiles and F16 activations
  *     with BF16 scales, the mma and staged paths, k not a multiple of 8;
  *     nb_dequantize and the naive reference for the table formats. */
 #include "nibble.h"
@@ -369,6 +371,31 @@ static void run_case(nb_context *ctx, const tcase *c, const int64_t *ms, int nms
             }
             if (sws) GT_CUDA(cudaFree(sws));
         }
+        /* the tensor-core kernel's 32-token tile at 17..32 tokens, where the planner chose another kernel */
+        if (tc_here && m >= 17 && m <= 32 && !strstr(cfgs, "gemm_sm90<")) {
+            nb_gemm_config tcf;
+            memset(&tcf, 0, sizeof tcf);
+            tcf.path = NB_GEMM_PATH_TENSOR_CORE, tcf.bn = 32;
+            size_t need = 0;
+            st = nb_gemm_workspace_size_ex(ctx, &g, &tcf, &need);
+            CHECK(st == NB_OK, "%s m=%lld: path tc, 32-token tile: %s", what, (long long)m, nb_last_error());
+            void *tws = NULL;
+            if (st == NB_OK && need) {
+                GT_CUDA(cudaMalloc(&tws, need));
+                GT_CUDA(cudaMemset(tws, 0, need));
+            }
+            GT_CUDA(cudaMemset(dy, 0xFF, 2 * (size_t)(m * n)));
+            if (st == NB_OK) st = nb_gemm_ex(ctx, &g, &tcf, dx, dpk, NULL, dy, tws, need, NULL);
+            CHECK(st == NB_OK, "%s m=%lld: path tc, 32-token tile run: %s", what, (long long)m, nb_last_error());
+            if (st == NB_OK) {
+                GT_NB(nb_gemm_last_config(ctx, cfgs, sizeof cfgs));
+                CHECK(strstr(cfgs, "gemm_sm90<") != NULL && (strstr(cfgs, "x32>") != NULL), "%s m=%lld: %s, expected the "
+                      "tensor-core kernel's 32-token tile", what, (long long)m, cfgs);
+                GT_CUDA(cudaMemcpy(y, dy, 2 * (size_t)(m * n), cudaMemcpyDeviceToHost));
+                check_out(c, what, cfgs, m, n, y, ref, wtc);
+            }
+            if (tws) GT_CUDA(cudaFree(tws));
+        }
     }
     /* every configuration offered at the sweep's batch sizes */
     for (int si = 0; si < nsweep && sweep[si] <= g_mmax; si++) {
@@ -458,9 +485,9 @@ static void test_refusals(nb_context *ctx) {
     g.m = 16;
     CHECK(nb_gemm_workspace_size_ex(ctx, &g, &cfg, &ws) == NB_ERR_UNSUPPORTED && strstr(nb_last_error(), "m >= 17"),
           "path tc at m = 16 refused: %s", nb_last_error());
-    g.m = 64, cfg.bn = 32;
-    CHECK(nb_gemm_workspace_size_ex(ctx, &g, &cfg, &ws) == NB_ERR_UNSUPPORTED && strstr(nb_last_error(), "bn = 32"),
-          "path tc with 32-token tiles refused: %s", nb_last_error());
+    g.m = 64, cfg.bn = 16;
+    CHECK(nb_gemm_workspace_size_ex(ctx, &g, &cfg, &ws) == NB_ERR_UNSUPPORTED && strstr(nb_last_error(), "bn = 16"),
+          "path tc with 16-token tiles refused: %s", nb_last_error());
     cfg.bn = 0;
     nb_gemm_desc gb = g;
     gb.weight.scale_type = NB_SCALE_BF16; /* FP16 activations with BF16 scales: decode kernel only */

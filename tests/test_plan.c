@@ -378,8 +378,10 @@ static void test_integer_formats(void) {
                         if (!want || p.path != NBI_PATH_SM90) continue;
                         tc++;
                         check_valid(ctx, &p, k, n, m);
-                        CHECK(p.bn >= 64 && p.bn <= 256 && p.cwg == 2 && p.group == (groups[gi] ? groups[gi] : 128),
-                              "fmt %d %lld -> %lld m = %lld: bn %d (64..256), cwg %d, kernel group %d",
+                        /* 32-token tiles (two or four consumer warpgroups) at m <= 32, else 64..256 with two */
+                        CHECK((m <= 32 ? p.bn == 32 || p.bn == 64 : p.bn >= 64 && p.bn <= 256) &&
+                                  (p.cwg == 2 || (p.bn == 32 && p.cwg == 4)) && p.group == (groups[gi] ? groups[gi] : 128),
+                              "fmt %d %lld -> %lld m = %lld: bn %d (32..256), cwg %d, kernel group %d",
                               (int)fmts[f], (long long)k, (long long)n, (long long)m, p.bn, p.cwg, p.group);
                     }
     printf("integer formats: %d tensor-core plans, %d on the stream-K grid\n", tc, sk);
@@ -391,11 +393,14 @@ static void test_integer_formats(void) {
     nbi_gemm_plan p;
     CHECK(nbi_plan(ctx, &g, &tc_rq, &p) == NB_ERR_UNSUPPORTED, "int4 m = 16, path tc: refused");
     g.m = 17;
-    CHECK(nbi_plan(ctx, &g, &tc_rq, &p) == NB_OK && p.path == NBI_PATH_SM90 && p.bn == 64, "int4 m = 17, path tc: %s",
-          nb_last_error());
+    CHECK(nbi_plan(ctx, &g, &tc_rq, &p) == NB_OK && p.path == NBI_PATH_SM90 && p.bn == 32, "int4 m = 17, path tc: %s "
+          "(bn %d, want the 32-token tile)", nb_last_error(), p.bn);
     g.m = 64;
     CHECK(nbi_plan(ctx, &g, &tc_rq, &p) == NB_OK && p.path == NBI_PATH_SM90, "int4 m = 64, path tc: %s", nb_last_error());
-    CHECK(nbi_plan(ctx, &g, &tc32, &p) == NB_ERR_UNSUPPORTED, "int4 m = 64, path tc with 32-token tiles: refused");
+    CHECK(nbi_plan(ctx, &g, &tc32, &p) == NB_OK && p.path == NBI_PATH_SM90 && p.bn == 32 && p.tiles_m == 2,
+          "int4 m = 64, path tc with 32-token tiles: two token tiles (%s)", nb_last_error());
+    const nbi_request tc16 = {.path = NB_GEMM_PATH_TENSOR_CORE, .bn = 16};
+    CHECK(nbi_plan(ctx, &g, &tc16, &p) == NB_ERR_UNSUPPORTED, "int4 m = 64, path tc with 16-token tiles: refused");
     /* int8: the 256-token tile (two stages) */
     g = problem(NB_FORMAT_INT8, 4096, 4096, 1024);
     const nbi_request tc256 = {.path = NB_GEMM_PATH_TENSOR_CORE, .bn = 256};

@@ -1027,27 +1027,41 @@ typedef void (*sm90_fn)(const CUtensorMap, const Sm90Params);
  * layers. */
 #define SM90_STAGES(BN) ((BN) == 256 || (BN) == 192 ? 3 : (BN) == 128 ? 4 : (BN) == 64 ? 6 : 8)
 /* The depth of format FMT's instances: int8's 2 KB chunks make a 256-token
- * stage 82 KB, so two of them (the 4-bit formats' 74 KB stages: three). */
+ * stage 82 KB, so two of them (the 4-bit formats' 74 KB stages: three);
+ * the integer and table formats' 32-token tiles as many of the eight as
+ * fit 227 KB (int8 with four consumer warpgroups: 43 KB stages, five; the
+ * 4-bit formats' 27-28 KB: eight). */
 template <int FMT, int KG>
-constexpr int sm90_stages(int bn) {
+constexpr int sm90_stages(int bn, int cwg) {
     if constexpr (KG > 0) {
         if (nbc_int_chunk<FMT, KG>::i8 && bn == 256) return 2;
+        if (bn <= 32) {
+            const int per = bn * 256 + SM90_ROWS(cwg) / 16 * nbc_chunk_bytes<FMT, KG>(), fit = (227 * 1024 - 2200) / per;
+            return fit < 8 ? fit : 8;
+        }
     }
     return SM90_STAGES(bn);
 }
-#define SM90_K(BN, CWG) gemm_sm90_kernel<FMT, ACT, KG, BN, sm90_stages<FMT, KG>(BN), CWG>
-#define SM90_CASE(BN, CWG) *smem = Sm90Smem<FMT, KG, BN, sm90_stages<FMT, KG>(BN), CWG>::BYTES; return SM90_K(BN, CWG)
+#define SM90_K(BN, CWG) gemm_sm90_kernel<FMT, ACT, KG, BN, sm90_stages<FMT, KG>(BN, CWG), CWG>
+#define SM90_CASE(BN, CWG) *smem = Sm90Smem<FMT, KG, BN, sm90_stages<FMT, KG>(BN, CWG), CWG>::BYTES; return SM90_K(BN, CWG)
 
 /* The instances: two consumer warpgroups for every tile width, four for 16
  * and 32 tokens (E2M1 formats, KG = 0; they also have a 192-token tile, for
  * batches of 129..192 or 257..384 tokens: two tiles of 192 where 256-token
  * tiles would leave a third idle); the integer and table formats (kernel
- * group KG) have the 64-, 128- and 256-token tiles. */
+ * group KG) have the 32-token tile (two or four consumer warpgroups: they
+ * take the tensor-core path from 17 tokens only) and the 64-, 128- and
+ * 256-token tiles. */
 template <int FMT, int ACT, int KG>
 static sm90_fn sm90_pick_bn(int bn, int cwg, size_t *smem) {
     if constexpr (KG > 0) {
+        if (cwg == 4) {
+            if (bn == 32) { SM90_CASE(32, 4); }
+            return NULL;
+        }
         if (cwg != 2) return NULL;
         switch (bn) {
+        case 32: SM90_CASE(32, 2);
         case 64: SM90_CASE(64, 2);
         case 128: SM90_CASE(128, 2);
         case 256: SM90_CASE(256, 2);
@@ -1095,12 +1109,12 @@ static sm90_fn sm90_pick(int fmt, int act, int bn, int cwg, int kg, size_t *smem
 template <int FMT, int ACT, int KG>
 static sm90_fn sm90_pick_sk_bn(int bn, size_t *smem) {
     if (bn == 128) {
-        *smem = Sm90Smem<FMT, KG, 128, sm90_stages<FMT, KG>(128), 2>::BYTES;
-        return gemm_sm90_sk_kernel<FMT, ACT, KG, 128, sm90_stages<FMT, KG>(128), 2>;
+        *smem = Sm90Smem<FMT, KG, 128, sm90_stages<FMT, KG>(128, 2), 2>::BYTES;
+        return gemm_sm90_sk_kernel<FMT, ACT, KG, 128, sm90_stages<FMT, KG>(128, 2), 2>;
     }
     if (bn == 256) {
-        *smem = Sm90Smem<FMT, KG, 256, sm90_stages<FMT, KG>(256), 2>::BYTES;
-        return gemm_sm90_sk_kernel<FMT, ACT, KG, 256, sm90_stages<FMT, KG>(256), 2>;
+        *smem = Sm90Smem<FMT, KG, 256, sm90_stages<FMT, KG>(256, 2), 2>::BYTES;
+        return gemm_sm90_sk_kernel<FMT, ACT, KG, 256, sm90_stages<FMT, KG>(256, 2), 2>;
     }
     return NULL;
 }
