@@ -193,8 +193,11 @@ typedef enum nb_scale_type {
  * of its own ("zeros", [n, k/group] in the checkpoint layout). */
 typedef enum nb_zero_type {
     NB_ZERO_NONE = 0,
-    NB_ZERO_U8 = 1 /* one byte per group, an unsigned integer z: value = (q - z) * s
-                    * (quantize writes 0 .. 2^element_bits - 1; any byte is read) */
+    NB_ZERO_U8 = 1,   /* one byte per group, an unsigned integer z: value = (q - z) * s
+                       * (quantize writes 0 .. 2^element_bits - 1; any byte is read) */
+    NB_ZERO_FLOAT = 2 /* one 16-bit float per group, of the scales' type (F16 or BF16), 2 bytes:
+                       * value = r(r(q - z) * s), each step rounded to that type (HQQ's
+                       * dequantization, docs/formats.md 5.5) */
 } nb_zero_type;
 
 /* Sets of groups (nb_format_info.groups): a format accepts a group size g
@@ -227,7 +230,8 @@ typedef enum nb_zero_type {
  *   tensor_scale  1: one FP32 scale multiplies every value (NVFP4's
  *                 weight_scale_2, nb_weight_desc.tensor_scale); 0: none
  *                 (tensor_scale is 1);
- *   zero_point    nb_zero_type: NB_ZERO_U8 when groups carry a zero point
+ *   zero_point    nb_zero_type: NB_ZERO_U8 or NB_ZERO_FLOAT when groups carry
+ *                 a zero point
  *                 (the format is then used through the _v2 functions).
  * The rows:
  *   nvfp4     E2M1, groups of 16, E4M3 scales, FP32 tensor scale (ModelOpt);
@@ -238,6 +242,9 @@ typedef enum nb_zero_type {
  *   int4_sym  signed 4-bit codes, q * s, the same groups and scales (GPTQ /
  *             compressed-tensors symmetric);
  *   int8      signed 8-bit codes, q * s, the same groups and scales;
+ *   int4_hqq  unsigned 4-bit codes with a float zero point per group in the
+ *             scales' type (F16 or BF16), r(r(q - z) * s) (HQQ, GemLite),
+ *             groups of 32, 64 (default), 128 or one per row;
  *   nf4       bitsandbytes NF4: table codes times an F32 absmax per group of
  *             32 .. 4096 (default 64);
  *   bnb_fp4   bitsandbytes FP4, likewise.
@@ -254,7 +261,9 @@ typedef enum nb_zero_type {
     X(NF4, 6, "nf4", NB_ELEMENT_NF4, 4, 64, NB_GROUPS_BNB, NB_SCALE_F32, NB_SCALE_BIT(NB_SCALE_F32), 4, 0,        \
       NB_ZERO_NONE)                                                                                              \
     X(BNB_FP4, 7, "bnb_fp4", NB_ELEMENT_FP4_BNB, 4, 64, NB_GROUPS_BNB, NB_SCALE_F32, NB_SCALE_BIT(NB_SCALE_F32),  \
-      4, 0, NB_ZERO_NONE)
+      4, 0, NB_ZERO_NONE)                                                                                        \
+    X(INT4_HQQ, 8, "int4_hqq", NB_ELEMENT_UINT4, 4, 64, NB_GROUPS_INT, NB_SCALE_F16, NB_SCALES_INT, 2, 0,         \
+      NB_ZERO_FLOAT)
 /* (the sets the integer and bitsandbytes rows share) */
 #define NB_GROUPS_INT (NB_GROUPS_32 | NB_GROUPS_64 | NB_GROUPS_128 | NB_GROUPS_PER_CHANNEL)
 #define NB_SCALES_INT (NB_SCALE_BIT(NB_SCALE_F16) | NB_SCALE_BIT(NB_SCALE_BF16))
@@ -421,12 +430,14 @@ NB_API nb_status nb_weight_get_sizes(const nb_weight_desc *desc, nb_weight_sizes
  *           [n, k/2] bytes, even element in the low nibble; 8 bits: [n, k]);
  *   scales  [n, k/group] scales of desc->scale_type (1, 2 or 4 bytes each,
  *           little-endian);
- *   zeros   [n, k/group] bytes (NB_ZERO_U8), for formats with zero points. */
+ *   zeros   [n, k/group] zero points, for formats with zero points: bytes
+ *           (NB_ZERO_U8) or 16-bit floats of desc->scale_type (NB_ZERO_FLOAT,
+ *           little-endian). */
 
 typedef struct nb_weight_sizes_v2 {
     size_t codes_bytes;    /* n * k * element_bits / 8 */
     size_t scales_bytes;   /* n * k / group * bytes per scale */
-    size_t zeros_bytes;    /* n * k / group for formats with zero points, else 0 */
+    size_t zeros_bytes;    /* n * k / group (NB_ZERO_U8; twice that with NB_ZERO_FLOAT), else 0 */
     size_t packed_bytes;   /* nb_pack output (0 for formats without GPU kernels) */
     size_t dense_elements; /* n * k */
     int32_t reserved[8];   /* zero on return */
@@ -473,7 +484,12 @@ NB_API nb_status nb_quantize_host(nb_context *ctx, nb_weight_desc *desc, nb_dtyp
  *   stored as 1.0, one that overflows its type is NB_ERR_INVALID_ARGUMENT;)
  *   nf4, bnb_fp4 (bitsandbytes): s = amax (F32); q = the table entry nearest
  *       to clamp(w * (1 / max(s, 1e-38)), -1, 1), a tie going to the smaller
- *       value.
+ *       value;
+ *   int4_hqq (HQQ's quantizer without its optimizer): lo = min w, hi = max
+ *       w, t = min(15 / (hi - lo), 2e4), z = -lo * t, q = clamp(round(w * t
+ *       + z), 0, 15) (product and sum rounded separately); stored s = r(1 /
+ *       t) and z rounded to the scale type (a zero point or scale that
+ *       overflows it is NB_ERR_INVALID_ARGUMENT).
  * NVFP4 and MXFP4 write exactly what nb_quantize_host writes.  Non-finite
  * input is NB_ERR_INVALID_ARGUMENT. */
 NB_API nb_status nb_quantize_host_v2(nb_context *ctx, nb_weight_desc *desc, nb_dtype src_dtype, const void *src,
@@ -512,8 +528,9 @@ NB_API nb_status nb_quantize_staged(nb_context *ctx, nb_weight_desc *desc, nb_dt
 NB_API nb_status nb_dequantize_host(nb_context *ctx, const nb_weight_desc *desc, const uint8_t *codes,
                                     const uint8_t *scales, nb_dtype dst_dtype, void *dst);
 /* nb_dequantize_host for every format: value = ((q - z) * s) * tensor_scale
- * for a format with zero points (q - z an exact integer), as above
- * otherwise. */
+ * for a format with U8 zero points (q - z an exact integer), r(r(q - z) *
+ * s) with float zero points (int4_hqq: each step rounded to the scale type,
+ * HQQ's own evaluation), as above otherwise. */
 NB_API nb_status nb_dequantize_host_v2(nb_context *ctx, const nb_weight_desc *desc, const nb_weight_data *w,
                                        nb_dtype dst_dtype, void *dst);
 /* Device version: all pointers are device memory; dst is F16, BF16 or F32;

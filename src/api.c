@@ -358,7 +358,7 @@ static nb_status weight_sizes(const nb_weight_desc *d, nb_weight_sizes_v2 *out, 
     memset(out, 0, sizeof *out);
     out->codes_bytes = (size_t)((nk * (uint64_t)t->element_bits + 7) / 8);
     out->scales_bytes = (size_t)(groups * (uint64_t)nbi_scale_bytes(d->scale_type));
-    out->zeros_bytes = t->zero_point != NB_ZERO_NONE ? (size_t)groups : 0;
+    out->zeros_bytes = (size_t)(groups * (uint64_t)nbi_zero_bytes(t, d->scale_type));
     out->packed_bytes = (size_t)packed;
     out->dense_elements = (size_t)nk;
     return NB_OK;

@@ -50,7 +50,7 @@ static nb_status pack_common(nb_context *ctx, nb_weight_desc *desc, const nb_wei
         st = nbi_cuda_pack_int(ctx, desc, codes, scales, (const uint8_t *)w->zeros, packed, &emin, &emax, stream);
     if (st) return nbi_reraise(ctx, st, fn);
     desc->layout = NB_LAYOUT_PACKED;
-    if (desc->scale_type == NB_SCALE_E8M0 || t->zero_point != NB_ZERO_NONE) { /* scale exponent or zero-point range */
+    if (desc->scale_type == NB_SCALE_E8M0 || t->zero_point == NB_ZERO_U8) { /* scale exponent or zero-point range */
         desc->scale_exp_min = emin;
         desc->scale_exp_max = emax;
     }

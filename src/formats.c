@@ -72,12 +72,16 @@ int nbi_is_table(const nbi_format_traits *t) {
     return t->element == NB_ELEMENT_NF4 || t->element == NB_ELEMENT_FP4_BNB;
 }
 
+int nbi_zero_bytes(const nbi_format_traits *t, nb_scale_type st) {
+    return t->zero_point == NB_ZERO_U8 ? 1 : t->zero_point == NB_ZERO_FLOAT ? nbi_scale_bytes(st) : 0;
+}
+
 size_t nbi_packed_chunk_bytes(const nb_weight_desc *d) {
     const nbi_format_traits *t = nbi_traits(d->format);
     if (t->element == NB_ELEMENT_E2M1) return nbi_chunk_bytes(t);
     const size_t gpc = (size_t)(NBI_CHUNK_K / nbi_kernel_group(d)); /* kernel groups per chunk row */
     const size_t sb = (size_t)nbi_scale_bytes(d->scale_type);
-    return nbi_code_bytes(t) + NBI_CHUNK_ROWS * gpc * (sb + (t->zero_point != NB_ZERO_NONE));
+    return nbi_code_bytes(t) + NBI_CHUNK_ROWS * gpc * (sb + (size_t)nbi_zero_bytes(t, d->scale_type));
 }
 
 void nbi_table_planes(nb_element_type e, nb_dtype act, uint32_t planes[8]) {
@@ -654,9 +658,65 @@ static nb_status quantize_e2m1_rows(nb_context *ctx, const nbi_format_traits *t,
  * clamp(round(w / s)).  s is rounded to the scale type first and the codes
  * and zero point use the stored value; a stored 0 becomes 1.0 (the group is
  * all zeros, or too small for the type: its codes then give zero). */
+/* v rounded to the 16-bit scale type st (F16 or BF16) and back. */
+static float round_to_scale(nb_scale_type st, float v) {
+    uint8_t b[2];
+    nbi_scale_put(st, b, 0, v);
+    return nbi_scale_at(st, b, 0);
+}
+
+/* a * b + c with each operation rounded (never fused), as PyTorch's
+ * separate tensor operations compute it. */
+static float mul_add_unfused(float a, float b, float c) {
+    volatile float p = a * b;
+    return p + c;
+}
+
+/* HQQ's quantizer without its optimizer (docs/formats.md 5.5; hqq's
+ * Quantizer.quantize with optimize=False, round_zero=False, axis=1), in
+ * float32: per group lo = min w, hi = max w, t = min(15 / (hi - lo), 2e4)
+ * (2e4 where hi = lo), z = -lo * t, q = clamp(round(w * t + z), 0, 15)
+ * (the product and the sum rounded separately); stored: the scale r(1 / t)
+ * and the zero point r(z) in the scale type.  A zero point that overflows
+ * the type is refused, naming the group. */
+static nb_status quantize_hqq_rows(nb_context *ctx, const nbi_format_traits *t, nb_weight_desc *d, nb_dtype st,
+                                   const void *src, const nb_weight_buffers *out) {
+    const int64_t n = d->n, k = d->k, g = d->group_size, ng = k / g;
+    uint8_t *codes = (uint8_t *)out->codes;
+    memset(codes, 0, nbi_codes_bytes(t, n * k));
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t b = 0; b < ng; b++) {
+            const int64_t first = r * k + b * g, gi = r * ng + b;
+            float lo = INFINITY, hi = -INFINITY;
+            for (int64_t j = 0; j < g; j++) {
+                const float v = nbi_load(st, src, (size_t)(first + j));
+                if (v < lo) lo = v;
+                if (v > hi) hi = v;
+            }
+            float inv = 15.0f / (hi - lo);
+            if (!(inv <= 2e4f)) inv = 2e4f; /* (hi == lo: 15 / 0) */
+            const float z = -lo * inv;
+            nbi_scale_put(d->scale_type, out->scales, (size_t)gi, 1.0f / inv);
+            nbi_scale_put(d->scale_type, out->zeros, (size_t)gi, z);
+            const int zbad = !isfinite(nbi_scale_at(d->scale_type, out->zeros, (size_t)gi));
+            if (zbad || !isfinite(nbi_scale_at(d->scale_type, out->scales, (size_t)gi)))
+                return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "quantize: group %lld of row %lld needs a %s of %g, "
+                                "beyond %s (largest %g)", (long long)b, (long long)r, zbad ? "zero point" : "scale",
+                                zbad ? (double)z : 1.0 / (double)inv, nbi_scale_name(d->scale_type),
+                                (double)nbi_scale_max(d->scale_type));
+            for (int64_t j = 0; j < g; j++) {
+                float q = rintf(mul_add_unfused(nbi_load(st, src, (size_t)(first + j)), inv, z));
+                q = q < 0.0f ? 0.0f : q > 15.0f ? 15.0f : q;
+                nbi_code_put(t, codes, first + j, (uint8_t)q);
+            }
+        }
+    return NB_OK;
+}
+
 static nb_status quantize_int_rows(nb_context *ctx, const nbi_format_traits *t, nb_weight_desc *d, nb_dtype st,
                                    const void *src, const nb_weight_buffers *out) {
     const int64_t n = d->n, k = d->k, g = d->group_size, ng = k / g;
+    if (t->zero_point == NB_ZERO_FLOAT) return quantize_hqq_rows(ctx, t, d, st, src, out);
     const int zp = t->zero_point != NB_ZERO_NONE;
     const float levels = (float)((1 << t->element_bits) - 1); /* 15 or 255 */
     const float div = zp ? levels : levels / 2.0f;              /* 15; 7.5 or 127.5 */
@@ -896,7 +956,10 @@ nb_status nb_quantize_staged(nb_context *ctx, nb_weight_desc *desc, nb_dtype src
  * (element(q) - z) * s * tensor_scale (no z without zero points).  element
  * x scale is exact in float for E2M1 x E4M3/E8M0 and the integers x
  * F16/BF16, rounded once for the bitsandbytes tables x F32; one rounding for
- * the tensor scale (a multiplication by 1 for formats without one). */
+ * the tensor scale (a multiplication by 1 for formats without one).  Float
+ * zero points (NB_ZERO_FLOAT, HQQ): r(r(q - z) s), each step rounded to
+ * the scale type (q - z is exact in float32 where rounding it matters, the
+ * product of two 16-bit values always). */
 void nbi_dequant_row(const nb_weight_desc *d, const nb_weight_data *w, int64_t r, float *out) {
     const nbi_format_traits *t = nbi_traits(d->format);
     const int64_t k = d->k, g = d->group_size, ng = k / g;
@@ -904,8 +967,14 @@ void nbi_dequant_row(const nb_weight_desc *d, const nb_weight_data *w, int64_t r
     for (int64_t j = 0; j < k; j++) {
         const int64_t gi = r * ng + j / g;
         float e = nbi_element(t->element, nbi_code_get(t, (const uint8_t *)w->codes, r * k + j));
+        const float s = nbi_scale_at(d->scale_type, w->scales, (size_t)gi);
+        if (t->zero_point == NB_ZERO_FLOAT) {
+            const float dq = round_to_scale(d->scale_type, e - nbi_scale_at(d->scale_type, zeros, (size_t)gi));
+            out[j] = round_to_scale(d->scale_type, dq * s) * d->tensor_scale;
+            continue;
+        }
         if (t->zero_point != NB_ZERO_NONE) e -= (float)zeros[gi]; /* integers: exact */
-        out[j] = (e * nbi_scale_at(d->scale_type, w->scales, (size_t)gi)) * d->tensor_scale;
+        out[j] = (e * s) * d->tensor_scale;
     }
 }
 
@@ -979,8 +1048,10 @@ void nbi_scale_exp_range(const uint8_t *scales, size_t count, int32_t *emin, int
 static void pack_int_scales(const nb_weight_desc *desc, uint8_t *chunk, int64_t kc, int64_t rb, uint8_t *scales,
                             uint8_t *zeros, int to_packed) {
     const int64_t n = desc->n, k = desc->k, group = desc->group_size, ng = k / group;
+    const nbi_format_traits *t = nbi_traits(desc->format);
     const int kg = nbi_kernel_group(desc), gpc = NBI_CHUNK_K / kg, sb = nbi_scale_bytes(desc->scale_type);
-    const size_t cb = nbi_code_bytes(nbi_traits(desc->format));
+    const int zb = nbi_zero_bytes(t, desc->scale_type);
+    const size_t cb = nbi_code_bytes(t);
     for (int gi = 0; gi < 8; gi++)
         for (int half = 0; half < 2; half++)
             for (int j = 0; j < gpc; j++) {
@@ -988,13 +1059,15 @@ static void pack_int_scales(const nb_weight_desc *desc, uint8_t *chunk, int64_t 
                 if (row >= n || col >= k) continue; /* padding: scale 0, zero point 0 */
                 const size_t src = (size_t)(row * ng + col / group), at = (size_t)(half * gpc + j);
                 uint8_t *sd = chunk + cb + (size_t)(2 * sb * gpc * gi) + sb * at;
-                uint8_t *zd = chunk + cb + (size_t)(16 * sb * gpc + 2 * gpc * gi) + at;
+                uint8_t *zd = chunk + cb + (size_t)(16 * sb * gpc + 2 * zb * gpc * gi) + (size_t)zb * at;
                 for (int b = 0; b < sb; b++) {
                     if (to_packed) sd[b] = scales[sb * src + b];
                     else scales[sb * src + b] = sd[b];
                 }
-                if (zeros && to_packed) *zd = zeros[src];
-                else if (zeros) zeros[src] = *zd;
+                for (int b = 0; zeros && b < zb; b++) {
+                    if (to_packed) zd[b] = zeros[(size_t)zb * src + b];
+                    else zeros[(size_t)zb * src + b] = zd[b];
+                }
             }
 }
 
@@ -1117,7 +1190,7 @@ static nb_status pack_host_common(nb_context *ctx, nb_weight_desc *desc, const n
     if (t->scale_type == NB_SCALE_E8M0)
         nbi_scale_exp_range((const uint8_t *)w->scales, (size_t)(desc->n * (desc->k / desc->group_size)),
                             &desc->scale_exp_min, &desc->scale_exp_max);
-    if (t->zero_point != NB_ZERO_NONE)
+    if (t->zero_point == NB_ZERO_U8) /* (float zero points have no range to check) */
         zero_range((const uint8_t *)w->zeros, sz.zeros_bytes, &desc->scale_exp_min, &desc->scale_exp_max);
     return NB_OK;
 }

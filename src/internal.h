@@ -39,10 +39,10 @@ enum {
  * tensor-core kernels do not run, nb_gemm runs every m through the decode
  * kernel, 32 rows per launch.  Not in NBI_KERNEL_FORMATS: no other kernel
  * family (quantize, dequantize, MoE) decodes them. */
-#define NBI_DECODE_FORMATS(X, A) X(INT4, A) X(INT4_SYM, A) X(INT8, A) X(NF4, A) X(BNB_FP4, A)
+#define NBI_DECODE_FORMATS(X, A) X(INT4, A) X(INT4_SYM, A) X(INT8, A) X(NF4, A) X(BNB_FP4, A) X(INT4_HQQ, A)
 /* Of those, the ones the tensor-core kernels (Hopper's, mma.sync) also
  * serve for larger m (tc_dequant.cuh "integer formats", "table formats"). */
-#define NBI_TC_FORMATS(X, A) X(INT4, A) X(INT4_SYM, A) X(INT8, A) X(NF4, A) X(BNB_FP4, A)
+#define NBI_TC_FORMATS(X, A) X(INT4, A) X(INT4_SYM, A) X(INT8, A) X(NF4, A) X(BNB_FP4, A) X(INT4_HQQ, A)
 
 typedef struct nbi_format_traits {
     nb_format format;
@@ -55,7 +55,7 @@ typedef struct nbi_format_traits {
     int scale_types;       /* the scale types accepted (NB_SCALE_BIT bits) */
     int scale_bytes;       /* bytes per block scale of the default type */
     int tensor_scale;      /* 1: a per-tensor FP32 scale (computed by quantize when 0) */
-    int zero_point;        /* nb_zero_type: NB_ZERO_U8 when groups carry a zero point */
+    int zero_point;        /* nb_zero_type: NB_ZERO_U8 or NB_ZERO_FLOAT when groups carry a zero point */
     int index;             /* position in NB_FORMAT_LIST */
     int kernels;           /* in NBI_KERNEL_FORMATS or NBI_DECODE_FORMATS: nb_pack and nb_gemm serve it */
     int every_kernel;      /* in NBI_KERNEL_FORMATS: every kernel family serves it */
@@ -148,6 +148,10 @@ NB_INTERNAL size_t nbi_code_bytes(const nbi_format_traits *t);
  * points per row and kernel group. */
 NB_INTERNAL int nbi_kernel_group(const nb_weight_desc *d);
 NB_INTERNAL size_t nbi_packed_chunk_bytes(const nb_weight_desc *d);
+/* Bytes of one zero point of a weight with scale type st: 0 without zero
+ * points, 1 (NB_ZERO_U8), or a scale's (NB_ZERO_FLOAT: 16-bit floats of the
+ * scales' type). */
+NB_INTERNAL int nbi_zero_bytes(const nbi_format_traits *t, nb_scale_type st);
 /* Whether t is one of bitsandbytes' table formats (nf4, bnb_fp4: codes
  * index a 16-value table, docs/formats.md 8.8). */
 NB_INTERNAL int nbi_is_table(const nbi_format_traits *t);

@@ -659,10 +659,10 @@ static nb_status plan_scales(nb_context *ctx, const nb_gemm_desc *g, const nbi_f
         /* The integer formats (gemv_fp4.cu "INTEGER FORMATS"): the scale is
          * applied in FP32 and needs no table.  The MMA operand q - z is
          * exact when 128 + z is (BF16: z <= 127; FP16 1024 + z always). */
-        if (t->zero_point != NB_ZERO_NONE && bf16 && d->scale_exp_max < 0)
+        if (t->zero_point == NB_ZERO_U8 && bf16 && d->scale_exp_max < 0)
             return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "nb_gemm: %s zero-point range is not set; pack the weight "
                             "with nb_pack_v2 or nb_pack_host_v2", t->name);
-        if (t->zero_point != NB_ZERO_NONE && bf16 && d->scale_exp_max > 127)
+        if (t->zero_point == NB_ZERO_U8 && bf16 && d->scale_exp_max > 127)
             return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_gemm: %s zero points up to %d: BF16 activations take zero "
                             "points up to 127 (use FP16 activations)", t->name, (int)d->scale_exp_max);
         p->exp_shift = 0;

@@ -254,7 +254,7 @@ static void test_format_table(void) {
     EXPECT(NULL, NB_ERR_NULL_POINTER, nb_format_from_name("nvfp4", NULL));
     nb_build_info bi;
     EXPECT(NULL, NB_OK, nb_get_build_info(&bi));
-    CHECK(!strcmp(bi.formats, "nvfp4,mxfp4,int4,int4_sym,int8,nf4,bnb_fp4"), "build info formats \"%s\"", bi.formats);
+    CHECK(!strcmp(bi.formats, "nvfp4,mxfp4,int4,int4_sym,int8,nf4,bnb_fp4,int4_hqq"), "build info formats \"%s\"", bi.formats);
 }
 
 static void test_weight_desc(void) {
@@ -262,7 +262,7 @@ static void test_weight_desc(void) {
     const int64_t big = ((int64_t)1 << 31);
     EXPECT(NULL, NB_ERR_NULL_POINTER, nb_weight_desc_init(NULL, NB_FORMAT_NVFP4, 16, 16));
     EXPECT(NULL, NB_ERR_UNSUPPORTED, nb_weight_desc_init(&d, (nb_format)0, 16, 64));
-    EXPECT(NULL, NB_ERR_UNSUPPORTED, nb_weight_desc_init(&d, (nb_format)8, 16, 64));
+    EXPECT(NULL, NB_ERR_UNSUPPORTED, nb_weight_desc_init(&d, (nb_format)9, 16, 64));
     EXPECT(NULL, NB_ERR_UNSUPPORTED, nb_weight_desc_init(&d, (nb_format)-1, 16, 64));
     EXPECT(NULL, NB_ERR_BAD_SHAPE, nb_weight_desc_init(&d, NB_FORMAT_NVFP4, 0, 64));
     EXPECT(NULL, NB_ERR_BAD_SHAPE, nb_weight_desc_init(&d, NB_FORMAT_NVFP4, -3, 64));

@@ -74,6 +74,24 @@ static double round16(nb_dtype t, double v) {
     return fabs(r) > big ? copysign(INFINITY, v) : r;
 }
 
+/* The bit pattern of v rounded to the 16-bit dtype t (v finite). */
+static uint16_t gt_to16(nb_dtype t, double v) {
+    const double r = round16(t, v);
+    if (t == NB_DTYPE_BF16) {
+        const float f = (float)r;
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        return (uint16_t)(u >> 16);
+    }
+    const uint16_t sgn = r < 0 ? 0x8000 : 0;
+    const double a = fabs(r);
+    if (isinf(a)) return sgn | 0x7C00;
+    if (a < ldexp(1.0, -14)) return sgn | (uint16_t)(a / ldexp(1.0, -24));
+    int e;
+    const double f = frexp(a, &e);
+    return sgn | (uint16_t)((e - 1 + 15) << 10) | (uint16_t)((f * 2.0 - 1.0) * 1024.0);
+}
+
 /* Whether the tensor-core path is there for the integer formats (Hopper
  * with an sm_90a build): path tc accepted at m = 64 on a small int4 layer.
  * g_mma: NIBBLE_PATH=mma, every call on the mma.sync kernel. */
@@ -160,6 +178,31 @@ static void tc_terms(const tcase *c, const nb_weight_desc *d, const uint8_t *cod
     }
 }
 
+/* Per k of row r of int4_hqq: the kernels' weight against the format's value
+ * v = r(r(q - z) s) (each step in the scale type T, docs/formats.md 5.5):
+ * the operand o = r16(q - z16) (z16: z, rounded to the activation dtype
+ * when T is not it), then the decode kernel's o s in FP32 (|o s - v| +
+ * 2^-24 |o s|) or the tensor-core kernel's r16(o s16) (|r16(o s16) - v|). */
+static void hqq_terms(const tcase *c, const nb_weight_desc *d, const uint8_t *codes, const uint8_t *scales,
+                      const uint8_t *zeros, int64_t r, int tc, double *out) {
+    const int64_t k = d->k, ng = k / d->group_size;
+    const nb_dtype st = c->st == NB_SCALE_BF16 ? NB_DTYPE_BF16 : NB_DTYPE_F16;
+    for (int64_t j = 0; j < k; j++) {
+        const size_t gi = (size_t)(r * ng + j / d->group_size), i = (size_t)(r * k + j);
+        const double sc = gt_from16(st, (uint16_t)(scales[2 * gi] | scales[2 * gi + 1] << 8));
+        const double z = gt_from16(st, (uint16_t)(zeros[2 * gi] | zeros[2 * gi + 1] << 8));
+        const int q = (codes[i / 2] >> (4 * (i & 1))) & 15;
+        const double v = round16(st, round16(st, q - z) * sc);
+        const double z16 = st == c->act ? z : round16(c->act, z), o = round16(c->act, q - z16);
+        if (tc) {
+            const double s16 = st == c->act ? sc : round16(c->act, sc);
+            out[j] = fabs(round16(c->act, o * s16) - v);
+        } else {
+            out[j] = fabs(o * sc - v) + ldexp(fabs(o * sc), -24);
+        }
+    }
+}
+
 /* sum over k of |x[i, j]| * per-k term of row r, for every row i < m and
  * output row r: the weight term of the bound per output element. */
 static double *weight_term(const tcase *c, const nb_weight_desc *d, const uint8_t *codes, const uint8_t *scales,
@@ -167,7 +210,8 @@ static double *weight_term(const tcase *c, const nb_weight_desc *d, const uint8_
     const int64_t n = d->n, k = d->k;
     double *w = calloc((size_t)(m * n), sizeof *w), *row = malloc(sizeof(double) * (size_t)k);
     for (int64_t r = 0; r < n; r++) {
-        if (tc) tc_terms(c, d, codes, scales, zeros, r, row);
+        if (c->fmt == NB_FORMAT_INT4_HQQ) hqq_terms(c, d, codes, scales, zeros, r, tc, row);
+        else if (tc) tc_terms(c, d, codes, scales, zeros, r, row);
         else table_terms(c, d, codes, scales, r, row);
         for (int64_t i = 0; i < m; i++) {
             double sum = 0;
@@ -228,7 +272,7 @@ static void mma_refused(nb_context *ctx, const tcase *c) {
  * ones also run with every configuration nb_gemm_list_configs offers. */
 static void run_case(nb_context *ctx, const tcase *c, const int64_t *ms, int nms, const int64_t *sweep, int nsweep,
                      uint64_t seed) {
-    const int zp = c->fmt == NB_FORMAT_INT4, tab = is_table(c->fmt);
+    const int hqq = c->fmt == NB_FORMAT_INT4_HQQ, zp = c->fmt == NB_FORMAT_INT4 || hqq, tab = is_table(c->fmt);
     nb_weight_desc d;
     nb_weight_desc_init(&d, c->fmt, c->n, 128);
     d.k = c->k;
@@ -236,7 +280,7 @@ static void run_case(nb_context *ctx, const tcase *c, const int64_t *ms, int nms
     d.scale_type = c->st;
     char what[128];
     snprintf(what, sizeof what, "%s %s scales=%s n=%lld k=%lld group=%d",
-             zp ? "int4" : c->fmt == NB_FORMAT_INT4_SYM ? "int4_sym" : c->fmt == NB_FORMAT_INT8 ? "int8"
+             hqq ? "int4_hqq" : zp ? "int4" : c->fmt == NB_FORMAT_INT4_SYM ? "int4_sym" : c->fmt == NB_FORMAT_INT8 ? "int8"
                  : c->fmt == NB_FORMAT_NF4 ? "nf4" : "bnb_fp4",
              c->act == NB_DTYPE_BF16 ? "bf16" : "f16",
              c->st == NB_SCALE_BF16 ? "bf16" : c->st == NB_SCALE_F32 ? "f32" : "f16", (long long)c->n,
@@ -263,7 +307,16 @@ static void run_case(nb_context *ctx, const tcase *c, const int64_t *ms, int nms
                                                   : (uint16_t)(neg << 15 | (15 + e) << 10 | mant << 3);
         scales[2 * i] = (uint8_t)h, scales[2 * i + 1] = (uint8_t)(h >> 8);
     }
-    if (zp)
+    if (hqq) /* float zero points in the scale type: 0, 15, 7.5, -3.25, 100 on some rows, else -0.5 .. 15.5 */
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t j = 0; j < ng; j++) {
+                static const float fixed[5] = {0.0f, 15.0f, 7.5f, -3.25f, 100.0f};
+                const int kind = (int)(r % 8);
+                const float z = kind < 5 ? fixed[kind] : -0.5f + 16.0f * (float)(gt_rand(&seed) % 65536) / 65536.0f;
+                const uint16_t h = gt_to16(c->st == NB_SCALE_BF16 ? NB_DTYPE_BF16 : NB_DTYPE_F16, z);
+                zeros[2 * (r * ng + j)] = (uint8_t)h, zeros[2 * (r * ng + j) + 1] = (uint8_t)(h >> 8);
+            }
+    else if (zp)
         for (int64_t r = 0; r < n; r++)
             for (int64_t j = 0; j < ng; j++) { /* extremes on some rows: 0, 15, and 255 where FP16 takes it */
                 const int kind = (int)(r % 5);
@@ -321,7 +374,7 @@ static void run_case(nb_context *ctx, const tcase *c, const int64_t *ms, int nms
     }
     /* the weight terms of the bound, per output element: the table formats'
      * operands, the integer formats' tensor-core weights */
-    double *wtab = tab ? weight_term(c, &d, codes, scales, zeros, x, mmax, 0) : NULL;
+    double *wtab = tab || hqq ? weight_term(c, &d, codes, scales, zeros, x, mmax, 0) : NULL;
     double *wtc = NULL;
     const int served = !(c->act == NB_DTYPE_F16 && c->st == NB_SCALE_BF16); /* by the tensor-core kernels */
     const int tc_here = tc_for_int(ctx) && served && !g_mma;
@@ -665,8 +718,8 @@ int main(int argc, char **argv) {
     static const int groups[4] = {32, 64, 128, 0};
     static const int64_t shapes[3][2] = {{37, 640}, {1000, 1152}, {4100, 4096}}; /* ragged n; k off 128 by 0 / 1 chunk */
     uint64_t seed = 1;
-    static const nb_format ints[3] = {NB_FORMAT_INT4, NB_FORMAT_INT4_SYM, NB_FORMAT_INT8};
-    for (int f = 0; f < 3; f++)
+    static const nb_format ints[4] = {NB_FORMAT_INT4, NB_FORMAT_INT4_SYM, NB_FORMAT_INT8, NB_FORMAT_INT4_HQQ};
+    for (int f = 0; f < 4; f++)
         for (int a = 0; a < 2; a++)
             for (int s = 0; s < 2; s++)
                 for (int gi = 0; gi < 4; gi++)

@@ -103,7 +103,13 @@ void nbt_layer_make(nb_context *ctx, nb_format fmt, int64_t n, int64_t k, double
     else
         for (size_t i = 0; i < l->sz.scales_bytes; i++)
             hs[i] = fi.scale_type == NB_SCALE_E4M3 ? (uint8_t)(0x28 + nbt_rand() % 0x28) : (uint8_t)(118 + nbt_rand() % 10);
-    for (size_t i = 0; i < l->sz.zeros_bytes; i++) hz[i] = (uint8_t)(nbt_rand() % 16);
+    if (fi.zero_type == NB_ZERO_FLOAT) /* F16 zero points 0 .. 15.9 (bit patterns 0x0000, 0x3C00..0x4BFF) */
+        for (size_t i = 0; i < l->sz.zeros_bytes; i += 2) {
+            const uint16_t h = nbt_rand() % 16 ? (uint16_t)(0x3C00 + nbt_rand() % 0x1000) : 0;
+            hz[i] = (uint8_t)h, hz[i + 1] = (uint8_t)(h >> 8);
+        }
+    else
+        for (size_t i = 0; i < l->sz.zeros_bytes; i++) hz[i] = (uint8_t)(nbt_rand() % 16);
     CK(cudaMalloc((void **)&l->dc, l->sz.codes_bytes));
     CK(cudaMalloc((void **)&l->ds, l->sz.scales_bytes));
     CK(cudaMemcpy(l->dc, hc, l->sz.codes_bytes, cudaMemcpyHostToDevice));

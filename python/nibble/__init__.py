@@ -247,6 +247,12 @@ def _scale_type(st, fmt):
     return ScaleType(st)
 
 
+def _zeros_np(info, st):
+    """The numpy dtype of a format's zero points: uint8 (NB_ZERO_U8), or the
+    scales' (NB_ZERO_FLOAT: float16, or uint16 holding BF16 bits)."""
+    return _SCALE_NP[st] if info["zero_type"] == 2 else np.uint8
+
+
 @dataclass
 class QuantizedWeight:
     """A weight in the checkpoint layout (what ModelOpt / compressed-tensors /
@@ -255,7 +261,8 @@ class QuantizedWeight:
     int8: [n, k], the two's-complement bytes),
     scales [n, k/group] (uint8 E4M3 for NVFP4, E8M0 for MXFP4; float16,
     uint16 = BF16 bits or float32 for the formats with such scales), zeros
-    uint8 [n, k/group] for a format with zero points (int4; None otherwise),
+    [n, k/group] for a format with zero points (int4: uint8; int4_hqq: the
+    scales' dtype, float16 or uint16 = BF16 bits; None otherwise),
     and the FP32 tensor scale (NVFP4 weight_scale_2; 1.0 for the others).
     group (None: the format's default; k: one group per row) and scale_type
     (None: the default; "f16", "bf16", ...) describe the choice."""
@@ -292,7 +299,7 @@ class QuantizedWeight:
         arrays = [("codes", self.codes, (n, k * info["element_bits"] // 8), np.uint8),
                   ("scales", self.scales, (n, k // g), _SCALE_NP[st])]
         if info["zero_point"]:
-            arrays.append(("zeros", self.zeros, (n, k // g), np.uint8))
+            arrays.append(("zeros", self.zeros, (n, k // g), _zeros_np(info, st)))
         elif self.zeros is not None:
             raise ValueError(f"nibble: {_FORMAT_NAMES[fmt]} has no zero points; QuantizedWeight.zeros must be None")
         for name, arr, shape, dt in arrays:
@@ -440,7 +447,7 @@ def quantize(w, format="nvfp4", scale_rule=None, tensor_scale=None, ctx=None, gr
     info = _lib.FORMAT_INFO[fmt]
     codes = np.empty((n, k * info["element_bits"] // 8), dtype=np.uint8)
     scales = np.empty((n, k // g), dtype=_SCALE_NP[st])
-    zeros = np.empty((n, k // g), dtype=np.uint8) if info["zero_point"] else None
+    zeros = np.empty((n, k // g), dtype=_zeros_np(info, st)) if info["zero_point"] else None
     b = _buffers(codes, scales, zeros)
     ctx.check(_lib.lib.nb_quantize_host_v2(ctx.ptr, ctypes.byref(d), dt, _ptr(w), ctypes.byref(b)))
     return QuantizedWeight(codes=codes, scales=scales, tensor_scale=float(d.tensor_scale), n=n, k=k,
@@ -506,7 +513,7 @@ def unpack(pw, ctx=None):
     g = int(d.group_size)
     codes = np.empty((n, k * info["element_bits"] // 8), np.uint8)
     scales = np.empty((n, k // g), _SCALE_NP[ScaleType(d.scale_type)])
-    zeros = np.empty((n, k // g), np.uint8) if info["zero_point"] else None
+    zeros = np.empty((n, k // g), _zeros_np(info, ScaleType(d.scale_type))) if info["zero_point"] else None
     data = np.ascontiguousarray(data)
     ctx = ctx or default_context()
     b = _buffers(codes, scales, zeros)

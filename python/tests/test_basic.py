@@ -539,11 +539,12 @@ def unpack4(codes, signed=False):
 
 def test_format_rows_and_sets():
     rows = {f: nibble.format_info(f) for f in nibble.formats()}
-    assert nibble.formats() == ["nvfp4", "mxfp4", "int4", "int4_sym", "int8", "nf4", "bnb_fp4"]
-    assert nibble.Format.INT4 == 3 and nibble.Format.BNB_FP4 == 7
+    assert nibble.formats() == ["nvfp4", "mxfp4", "int4", "int4_sym", "int8", "nf4", "bnb_fp4", "int4_hqq"]
+    assert nibble.Format.INT4 == 3 and nibble.Format.BNB_FP4 == 7 and nibble.Format.INT4_HQQ == 8
     assert rows["int4"]["zero_point"] and rows["int4"]["zero_type"] == 1
+    assert rows["int4_hqq"]["zero_point"] and rows["int4_hqq"]["zero_type"] == 2 and rows["int4_hqq"]["group_size"] == 64
     assert [f for f, r in rows.items() if r["kernels"]] == ["nvfp4", "mxfp4", "int4", "int4_sym", "int8", "nf4",
-                                                            "bnb_fp4"]
+                                                            "bnb_fp4", "int4_hqq"]
     assert rows["int8"]["element_bits"] == 8 and not rows["int8"]["zero_point"]
     assert rows["int8"]["group_sizes"] == [32, 64, 128] and rows["int8"]["per_channel"]
     assert rows["int8"]["scale_type_names"] == ["f16", "bf16"]

@@ -28,7 +28,8 @@ from test_torch import EPS, _check_close, _x, check_gemm_against_float64  # noqa
 # (format, group or "k" for one group per row, scale type)
 CASES = [("int4", 32, "f16"), ("int4", 64, "bf16"), ("int4", 128, "f16"), ("int4", "k", "bf16"),
          ("int4_sym", 32, "bf16"), ("int4_sym", 128, "f16"), ("int4_sym", "k", "f16"),
-         ("int8", 32, "f16"), ("int8", 64, "bf16"), ("int8", 128, "bf16"), ("int8", "k", "f16")]
+         ("int8", 32, "f16"), ("int8", 64, "bf16"), ("int8", 128, "bf16"), ("int8", "k", "f16"),
+         ("int4_hqq", 32, "bf16"), ("int4_hqq", 64, "f16"), ("int4_hqq", 128, "bf16"), ("int4_hqq", "k", "f16")]
 DTYPES = [torch.bfloat16, torch.float16]
 
 
@@ -52,16 +53,18 @@ def np_pack_int(qw):
     the k = 32G + 8t + e.  int8 (2048 code bytes a chunk): row half h and
     piece P of lane L own the 16 bytes at 1024h + 512P + 16L, whose word w
     holds the k = 32G + 8t + e of sub-range G = 2P + w % 2, e = 4 (w // 2)
-    .. + 3.  Then the scales, then (int4) the zero points.  n a multiple of
-    16 and k of 128 here (no padding)."""
+    .. + 3.  Then the scales, then the zero points (int4: a byte each;
+    int4_hqq: two, the scales' type).  n a multiple of 16 and k of 128 here
+    (no padding)."""
     n, k = qw.n, qw.k
     g = qw.group_size
     kg = g if g in (32, 64, 128) else 128
     gpc = 128 // kg
-    zp = qw.zeros is not None
+    zb = 0 if qw.zeros is None else qw.zeros.dtype.itemsize             # bytes per zero point: 0, 1 or 2
+    zbytes = None if qw.zeros is None else qw.zeros.view(np.uint8).reshape(n, -1, zb)
     i8 = qw.format == "int8"
     cbytes = 2048 if i8 else 1024                                        # code bytes of a chunk
-    cb = cbytes + 16 * gpc * (2 + zp)
+    cb = cbytes + 16 * gpc * (2 + zb)
     KC = k // 128
     out = np.zeros((n // 16) * KC * cb, np.uint8)
     q = qw.codes if i8 else np.stack([qw.codes & 15, qw.codes >> 4], -1).reshape(n, k)   # element k of row r
@@ -89,8 +92,9 @@ def np_pack_int(qw):
                     idx = h * gpc + j
                     at = base + cbytes + 4 * gpc * gl + 2 * idx
                     out[at:at + 2] = sbytes[row, grp]
-                    if zp:
-                        out[base + cbytes + 32 * gpc + 2 * gpc * gl + idx] = qw.zeros[row, grp]
+                    if zb:
+                        at = base + cbytes + 32 * gpc + 2 * zb * gpc * gl + zb * idx
+                        out[at:at + zb] = zbytes[row, grp]
     return out
 
 
@@ -107,8 +111,9 @@ def test_pack_matches_the_documented_layout_and_round_trips(fmt, group, st):
     np.testing.assert_array_equal(back.codes, qw.codes)
     np.testing.assert_array_equal(back.scales, qw.scales)
     assert back.scales.dtype == qw.scales.dtype
-    if fmt == "int4":
-        np.testing.assert_array_equal(back.zeros, qw.zeros)
+    if fmt in ("int4", "int4_hqq"):
+        assert back.zeros.dtype == qw.zeros.dtype == (np.uint8 if fmt == "int4" else qw.scales.dtype)
+        np.testing.assert_array_equal(back.zeros.view(np.uint8), qw.zeros.view(np.uint8))
     else:
         assert back.zeros is None
     # nibble.torch on the host: the same bytes, and back
@@ -117,8 +122,8 @@ def test_pack_matches_the_documented_layout_and_round_trips(fmt, group, st):
     again = lin.to(torch.bfloat16).quantized_weight()
     np.testing.assert_array_equal(again.codes, qw.codes)
     np.testing.assert_array_equal(again.scales, qw.scales)
-    if fmt == "int4":
-        np.testing.assert_array_equal(again.zeros, qw.zeros)
+    if fmt in ("int4", "int4_hqq"):
+        np.testing.assert_array_equal(again.zeros.view(np.uint8), qw.zeros.view(np.uint8))
     # the host dequantization nibble.torch uses for these formats
     want = nibble.from_bf16(nibble.dequantize(qw, "bfloat16"))
     np.testing.assert_array_equal(nt.dequantize_weight(qw, torch.bfloat16).float().numpy(), want)
@@ -399,7 +404,7 @@ def test_gemm_int4_against_float64(fmt, group, st, dtype, m):
 
 
 @gpu
-@pytest.mark.parametrize("fmt", ["int4", "int4_sym", "int8"])
+@pytest.mark.parametrize("fmt", ["int4", "int4_sym", "int8", "int4_hqq"])
 def test_device_pack_and_quantize_equal_host(fmt):
     w = torch.from_numpy(_w(136, 384, seed=5)).to(torch.bfloat16)
     pw = nt.quantize(w.cuda(), format=fmt, group_size=64, scale_type="bf16")   # host quantizer, nb_pack_v2
@@ -452,7 +457,7 @@ class _Mlp(torch.nn.Module):
 
 
 @gpu
-@pytest.mark.parametrize("fmt", ["int4", "int4_sym", "int8"])
+@pytest.mark.parametrize("fmt", ["int4", "int4_sym", "int8", "int4_hqq"])
 def test_linear_and_quantize_model_int4(fmt):
     torch.manual_seed(0)
     model = _Mlp().to(torch.bfloat16).cuda()

@@ -74,7 +74,8 @@ def _check_close(y, y64, xs, wh, eps, what, operand=0.0):
 def check_gemm_against_float64(qw, dtype, m, what, operand=0.0):
     """nibble::gemm of nibble.QuantizedWeight qw on the GPU (m tokens of
     dtype, a bias) against the float64 host reference by _check_close; the
-    workspace stays zeroed (test_int4.py and test_bnb.py use it).  Where the
+    call is repeated on the workspace it left (test_int4.py and test_bnb.py
+    use it).  Where the
     integer and table formats ran on the tensor-core kernel (Hopper, larger
     m), its weights are rounded to dtype (DESIGN.md 4.2.3): (q - z) s and
     q s once, twice with the scale rounded first; r(v) r(absmax) three
@@ -91,8 +92,28 @@ def check_gemm_against_float64(qw, dtype, m, what, operand=0.0):
     assert y.shape == (m, n) and y.dtype == dtype
     xs = x.float().numpy()
     y64 = nibble.gemm_reference(xs, qw, bias=bias.float().numpy(), out_dtype=np.float64)
-    _check_close(y.float().cpu().numpy(), y64, xs, nibble.dequantize(qw), EPS[dtype], what, operand)
-    assert int(pw.workspace.count_nonzero()) == 0
+    wh = nibble.dequantize(qw)
+    if qw.format == "int4_hqq":
+        # the operand r(q - z) in dtype (a zero point of the other 16-bit type rounded to dtype first), then
+        # times the scale in FP32 (decode) or rounded again (tensor core), against r(r(q - z) s): up to three
+        # roundings of |q - z| |s| <= |w| + |z s| (DESIGN.md 4.2.6)
+        u = EPS[dtype]
+        g = qw.group_size
+        zs = np.abs(_f16_values(qw.zeros, qw.scale_type) * _f16_values(qw.scales, qw.scale_type))
+        wh = np.abs(wh) + np.repeat(zs, g, axis=1)
+        operand = (1 + u) ** 3 - 1
+    _check_close(y.float().cpu().numpy(), y64, xs, wh, EPS[dtype], what, operand)
+    # the workspace as the call left it serves the next call (nb_gemm zeroes the split counters it relies on;
+    # split partial sums may stay): the same bits again
+    y2 = nt.gemm(x.cuda(), pw, bias.cuda())
+    assert torch.equal(y2, y), f"{what}: a second call on the same workspace gave other bits"
+
+
+def _f16_values(a, scale_type):
+    """A float16 array, or uint16 BF16 bits (scale_type "bf16"), as float64."""
+    if scale_type == "bf16":
+        return (a.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    return a.astype(np.float64)
 
 
 # ------------------------------------------------------- no GPU needed

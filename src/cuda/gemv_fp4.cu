@@ -225,28 +225,29 @@ __device__ __forceinline__ bool split_k_reduce(const GemvParams &p, float (&acc)
  * g) and H (row g+8) of a chunk: int8 keeps tile 2G in word G % 2 of piece
  * G / 2 and 2G+1 in word 2 + G % 2; the 4-bit integers subtract the zero
  * points of kernel group j (zw). */
-template <int FMT, int ACT, int KG, bool SYM, int NP, int T>
-__device__ __forceinline__ void int_frag(const uint4 (&L)[NP], const uint4 (&H)[NP], const uint32_t (&zw)[2], int G,
-                                         int j, uint32_t (&a)[4]) {
+template <int FMT, int ACT, int KG, int ZT, int NP, int T>
+__device__ __forceinline__ void int_frag(const uint4 (&L)[NP], const uint4 (&H)[NP], const uint32_t (&zw)[4], int G,
+                                         int j, int sbf, uint32_t (&a)[4]) {
     if constexpr (nbc_int_chunk<FMT, KG>::i8) {
         a_frag_i8<ACT>(word(L[G / 2 % NP], 2 * T + G % 2), word(H[G / 2 % NP], 2 * T + G % 2), a);
     } else {
         constexpr int GPC = NBI_CHUNK_K / KG;
-        const uint32_t zg = int_zero<ACT, SYM>(zw, j), zh = int_zero<ACT, SYM>(zw, GPC + j);
-        a_frag_int<ACT, 2 * T, SYM>(word(L[0], G), word(H[0], G), zg, zh, a);
+        const uint32_t zg = int_zero<ACT, ZT>(zw, j, sbf), zh = int_zero<ACT, ZT>(zw, GPC + j, sbf);
+        a_frag_int<ACT, 2 * T, ZT>(word(L[0], G), word(H[0], G), zg, zh, a);
     }
 }
 
 /* Both tiles' fragments (a: 2G, b: 2G+1) of an integer or table format
  * (the table formats' from the operand planes tab, in one lookup). */
-template <int FMT, int ACT, int KG, bool SYM, int NP>
-__device__ __forceinline__ void int_frags(const uint4 (&L)[NP], const uint4 (&H)[NP], const uint32_t (&zw)[2],
-                                          const nbc_table &tab, int G, int j, uint32_t (&a)[4], uint32_t (&b)[4]) {
+template <int FMT, int ACT, int KG, int ZT, int NP>
+__device__ __forceinline__ void int_frags(const uint4 (&L)[NP], const uint4 (&H)[NP], const uint32_t (&zw)[4],
+                                          const nbc_table &tab, int G, int j, int sbf, uint32_t (&a)[4],
+                                          uint32_t (&b)[4]) {
     if constexpr (nbc_int_chunk<FMT, KG>::table) {
         a_frag_table(word(L[0], G), word(H[0], G), tab, a, b);
     } else {
-        int_frag<FMT, ACT, KG, SYM, NP, 0>(L, H, zw, G, j, a);
-        int_frag<FMT, ACT, KG, SYM, NP, 1>(L, H, zw, G, j, b);
+        int_frag<FMT, ACT, KG, ZT, NP, 0>(L, H, zw, G, j, sbf, a);
+        int_frag<FMT, ACT, KG, ZT, NP, 1>(L, H, zw, G, j, sbf, b);
     }
 }
 
@@ -279,9 +280,9 @@ __device__ __forceinline__ uint32_t *gemv_table_lut() {
  * the exact integers (q - z) times x into tA (even tiles) and tB (odd,
  * independent of tA), which then enter acc and acc2 times the group's
  * FP32 scale (rows g and g+8 are accumulator elements {0,1} and {2,3}). */
-template <int FMT, int ACT, int MT, int KG, bool SYM, int NP, bool CHK, bool LUT>
+template <int FMT, int ACT, int MT, int KG, int ZT, int NP, bool CHK, bool LUT>
 __device__ __forceinline__ void int_step(const uint4 (&L)[NP], const uint4 (&H)[NP],
-                                         const uint32_t (&sw)[nbc_int_chunk<FMT, KG>::sw], const uint32_t (&zw)[2],
+                                         const uint32_t (&sw)[nbc_int_chunk<FMT, KG>::sw], const uint32_t (&zw)[4],
                                          const nbc_table &tab, const uint32_t *lut, uint32_t lb,
                                          const uint4 (&xv4)[4][MT],
                                          const __nv_bfloat16 *const (&xp)[MT], const bool (&tok_ok)[MT], int i,
@@ -305,10 +306,10 @@ __device__ __forceinline__ void int_step(const uint4 (&L)[NP], const uint4 (&H)[
         else if constexpr (nbc_int_chunk<FMT, KG>::table) /* ... or from the planes in registers */
             a_frag_table(word(L[0], G), word(H[0], G), tab, a, b);
         else /* (tile 2G+1's fragment after tile 2G's MMAs are issued) */
-            int_frag<FMT, ACT, KG, SYM, NP, 0>(L, H, zw, G, j, a);
+            int_frag<FMT, ACT, KG, ZT, NP, 0>(L, H, zw, G, j, p.scale_bf16, a);
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(tA[mt], a[0], a[1], a[2], a[3], xv[mt].x, xv[mt].y);
-        if constexpr (!nbc_int_chunk<FMT, KG>::table) int_frag<FMT, ACT, KG, SYM, NP, 1>(L, H, zw, G, j, b);
+        if constexpr (!nbc_int_chunk<FMT, KG>::table) int_frag<FMT, ACT, KG, ZT, NP, 1>(L, H, zw, G, j, p.scale_bf16, b);
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(tB[mt], b[0], b[1], b[2], b[3], xv[mt].z, xv[mt].w);
         if (G % SPG == SPG - 1) { /* the group's scale, in FP32 */
@@ -337,7 +338,7 @@ __device__ __forceinline__ void int_step(const uint4 (&L)[NP], const uint4 (&H)[
 template <int FMT, int ACT, int MT, int WARPS, int STAGES, int KG, bool EARLY, bool LUT>
 __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
     constexpr bool INT = KG > 0;
-    constexpr bool SYM = nbc_fmt<FMT>::zero_point == NB_ZERO_NONE; /* (integer formats: two's complement codes) */
+    constexpr int ZT = nbc_fmt<FMT>::zero_point; /* (integer formats: NB_ZERO_NONE, two's complement codes) */
     constexpr int SB = INT ? 0 : nbc_fmt<FMT>::lane_scale_bytes;  /* E2M1 scale bytes per lane: 4 or 2 */
     constexpr int CB = nbc_chunk_bytes<FMT, KG>();           /* bytes per chunk */
     constexpr int CODE = nbc_code_bytes<FMT, KG>();          /* of which codes: 1024, or 2048 (int8) */
@@ -438,10 +439,10 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
             uint4 Lp[NP], Hp[NP];
 #pragma unroll
             for (int j = 0; j < NP; j++) Lp[j] = slot[32 * j + lane], Hp[j] = slot[32 * (NP + j) + lane];
-            uint32_t sw[nbc_int_chunk<FMT, KG1>::sw], zw[2];
+            uint32_t sw[nbc_int_chunk<FMT, KG1>::sw], zw[4];
             int_tail<FMT, KG1>(slot, g, sw, zw);
             __syncwarp(); /* slot s may now be refilled */
-            int_step<FMT, ACT, MT, KG1, SYM, NP, CHK, LUT>(Lp, Hp, sw, zw, tab, lut, lb, xv, xp, tok_ok, i,
+            int_step<FMT, ACT, MT, KG1, ZT, NP, CHK, LUT>(Lp, Hp, sw, zw, tab, lut, lb, xv, xp, tok_ok, i,
                                                       (c_begin + i) * NBI_CHUNK_K + 8 * t, p, acc[0], acc2);
             return;
         }
@@ -602,9 +603,9 @@ __device__ __forceinline__ void xs_step_int(const uint4 *wsl, const uint4 *xsl, 
                                             float (&acc)[RPW][MT][4]) {
     using C = nbc_int_chunk<FMT, KG>;
     constexpr int CB = C::bytes, NP = C::code / 1024, SPG = KG / 32;
-    constexpr bool SYM = nbc_fmt<FMT>::zero_point == NB_ZERO_NONE;
+    constexpr int ZT = nbc_fmt<FMT>::zero_point;
     uint4 L[RPW][NP], H[RPW][NP];
-    uint32_t sw[RPW][C::sw], zw[RPW][2];
+    uint32_t sw[RPW][C::sw], zw[RPW][4];
 #pragma unroll
     for (int r = 0; r < RPW; r++) {
 #pragma unroll
@@ -629,7 +630,7 @@ __device__ __forceinline__ void xs_step_int(const uint4 *wsl, const uint4 *xsl, 
 #pragma unroll
         for (int r = 0; r < RPW; r++) {
             uint32_t a[4], b[4];
-            int_frags<FMT, ACT, KG, SYM, NP>(L[r], H[r], zw[r], tab, G, j, a, b);
+            int_frags<FMT, ACT, KG, ZT, NP>(L[r], H[r], zw[r], tab, G, j, p.scale_bf16, a, b);
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) nbc_mma16816<ACT>(tq[r][mt], a[0], a[1], a[2], a[3], xv[mt].x, xv[mt].y);
 #pragma unroll

@@ -166,9 +166,9 @@ __device__ __forceinline__ void nbc_walk_chunks(int nchunks, int c_end, int kchu
 /* The packed chunk of an integer or table format with kernel group KG
  * (32, 64, 128; docs/formats.md 8.7 - 8.9): 1024 code bytes (2048 for
  * int8's 8-bit codes), then per lane group g the 2 x GPC scales (SB bytes:
- * F16/BF16 2, F32 4) of rows g and g+8, then their GPC zero-point bytes
- * each (formats with zero points).  SW: the 32-bit words of a lane group's
- * scales. */
+ * F16/BF16 2, F32 4) of rows g and g+8, then their 2 x GPC zero points of
+ * ZB bytes each (formats with zero points: a byte, or a 16-bit float of the
+ * scales' type).  SW: the 32-bit words of a lane group's scales. */
 template <int FMT>
 constexpr bool nbc_is_table() {
     return nbc_fmt<FMT>::element == NB_ELEMENT_NF4 || nbc_fmt<FMT>::element == NB_ELEMENT_FP4_BNB;
@@ -183,12 +183,14 @@ struct nbc_int_chunk {
     static_assert(table ? nbc_fmt<FMT>::scale_types == NB_SCALE_BIT(NB_SCALE_F32) : nbc_fmt<FMT>::scale_bytes == 2,
                   "table formats have F32 scales only, integer formats 16-bit ones");
     static constexpr int gpc = NBI_CHUNK_K / KG; /* kernel groups per row of a chunk */
-    static constexpr int zp = nbc_fmt<FMT>::zero_point != NB_ZERO_NONE;
+    static constexpr int zt = nbc_fmt<FMT>::zero_point; /* nb_zero_type */
+    static constexpr int zp = zt != NB_ZERO_NONE;
     static constexpr int sb = nbc_fmt<FMT>::scale_bytes;
+    static constexpr int zb = zt == NB_ZERO_FLOAT ? sb : zp; /* bytes per zero point: 0, 1 or 2 */
     static constexpr int sw = 2 * gpc * sb / 4;
     static constexpr bool i8 = nbc_fmt<FMT>::element_bits == 8;
     static constexpr int code = NBI_CHUNK_ROWS * NBI_CHUNK_K * nbc_fmt<FMT>::element_bits / 8; /* as nbi_code_bytes */
-    static constexpr int bytes = code + NBI_CHUNK_ROWS * gpc * (sb + zp);
+    static constexpr int bytes = code + NBI_CHUNK_ROWS * gpc * (sb + zb);
 };
 
 /* Bytes of a packed chunk: an E2M1 format's (KG = 0) or, with kernel group
@@ -255,30 +257,36 @@ __device__ __forceinline__ void a_frag_i8(uint32_t ql, uint32_t qh, uint32_t (&a
  * the 16-bit value M + z (zz: two copies) leaves q - z, exact because every
  * value involved is an integer below 2^8 (BF16: 8 significant bits, hence
  * z <= 127, checked by the planner) or 2^11 (FP16).  Two's complement codes
- * (SYM) flip bit 3 in the same LOP3: nibble ^ 8 = q + 8, and zz is M + 8. */
-template <int ACT, int I, bool SYM>
+ * (ZT = NB_ZERO_NONE) flip bit 3 in the same LOP3: nibble ^ 8 = q + 8, and
+ * zz is M + 8.  Float zero points (NB_ZERO_FLOAT, zz: z in ACT, two copies):
+ * a second HSUB2, M + q - M = q exactly, then q - z rounded once to ACT. */
+template <int ACT, int I, int ZT>
 __device__ __forceinline__ uint32_t int_pair(uint32_t q, uint32_t zz) {
-    constexpr uint32_t magic = (ACT == NB_DTYPE_BF16 ? 0x43004300u : 0x64006400u) | (SYM ? 0x00080008u : 0u);
-    return nbc_hsub2<ACT>(((q >> (4 * I)) & 0x000F000Fu) ^ magic, zz);
+    constexpr uint32_t magic =
+        (ACT == NB_DTYPE_BF16 ? 0x43004300u : 0x64006400u) | (ZT == NB_ZERO_NONE ? 0x00080008u : 0u);
+    const uint32_t v = ((q >> (4 * I)) & 0x000F000Fu) ^ magic;
+    if constexpr (ZT == NB_ZERO_FLOAT) return nbc_hsub2<ACT>(nbc_hsub2<ACT>(v, magic), zz);
+    return nbc_hsub2<ACT>(v, zz);
 }
 
 /* The A fragment of pairs I and I+1 of word ql (row g) and qh (row g+8),
  * as a_frag, with the rows' zero-point pairs zg and zh. */
-template <int ACT, int I, bool SYM>
+template <int ACT, int I, int ZT>
 __device__ __forceinline__ void a_frag_int(uint32_t ql, uint32_t qh, uint32_t zg, uint32_t zh, uint32_t (&a)[4]) {
-    a[0] = int_pair<ACT, I, SYM>(ql, zg);
-    a[1] = int_pair<ACT, I, SYM>(qh, zh);
-    a[2] = int_pair<ACT, I + 1, SYM>(ql, zg);
-    a[3] = int_pair<ACT, I + 1, SYM>(qh, zh);
+    a[0] = int_pair<ACT, I, ZT>(ql, zg);
+    a[1] = int_pair<ACT, I, ZT>(qh, zh);
+    a[2] = int_pair<ACT, I + 1, ZT>(ql, zg);
+    a[3] = int_pair<ACT, I + 1, ZT>(qh, zh);
 }
 
 /* Lane group g's share of a chunk's tail (after the 1024 code bytes): the
  * 2 x GPC scales as 16-bit halves (F32: whole words) of sw (index h * GPC +
- * j: row g + 8h, kernel group j) and the zero-point bytes of zw (same
- * index).  One or two vector loads from the chunk's shared-memory slot. */
+ * j: row g + 8h, kernel group j) and the zero points of zw (same index:
+ * bytes, or 16-bit halves for float zero points).  One or two vector loads
+ * from the chunk's shared-memory slot. */
 template <int FMT, int KG>
 __device__ __forceinline__ void int_tail(const uint4 *slot, int g, uint32_t (&sw)[nbc_int_chunk<FMT, KG>::sw],
-                                         uint32_t (&zw)[2]) {
+                                         uint32_t (&zw)[4]) {
     constexpr int GPC = nbc_int_chunk<FMT, KG>::gpc;
     const uint8_t *tail = (const uint8_t *)(slot + nbc_int_chunk<FMT, KG>::code / 16);
     if constexpr (nbc_int_chunk<FMT, KG>::sb == 4) { /* F32 scales: 8 x GPC bytes per lane group */
@@ -302,8 +310,19 @@ __device__ __forceinline__ void int_tail(const uint4 *slot, int g, uint32_t (&sw
     } else {
         sw[0] = *(const uint32_t *)(tail + 4 * g);
     }
-    zw[0] = zw[1] = 0;
-    if (nbc_int_chunk<FMT, KG>::zp) {
+    zw[0] = zw[1] = zw[2] = zw[3] = 0;
+    if constexpr (nbc_int_chunk<FMT, KG>::zb == 2) { /* float zero points: laid out as the 16-bit scales */
+        const uint8_t *z = tail + 32 * GPC + 4 * GPC * g;
+        if (GPC == 4) {
+            const uint4 v = *(const uint4 *)z;
+            zw[0] = v.x, zw[1] = v.y, zw[2] = v.z, zw[3] = v.w;
+        } else if (GPC == 2) {
+            const uint2 v = *(const uint2 *)z;
+            zw[0] = v.x, zw[1] = v.y;
+        } else {
+            zw[0] = *(const uint32_t *)z;
+        }
+    } else if (nbc_int_chunk<FMT, KG>::zp) {
         const uint8_t *z = tail + 32 * GPC + 2 * GPC * g;
         if (GPC == 4) {
             const uint2 v = *(const uint2 *)z;
@@ -447,11 +466,21 @@ __device__ __forceinline__ float table_scale(const uint32_t (&sw)[N], int i) {
     return __uint_as_float(sw[i]);
 }
 
-/* The zero-point pair (M + z, twice) of index i, or M + 8 for SYM. */
-template <int ACT, bool SYM>
-__device__ __forceinline__ uint32_t int_zero(const uint32_t (&zw)[2], int i) {
+/* The zero-point pair of index i for int_pair: M + z twice (U8), M + 8
+ * (two's complement codes), or a float zero point z in ACT twice, its
+ * stored bits when the scales' type (BF16 when sbf) is ACT's, else rounded
+ * to ACT. */
+template <int ACT, int ZT>
+__device__ __forceinline__ uint32_t int_zero(const uint32_t (&zw)[4], int i, int sbf) {
+    if constexpr (ZT == NB_ZERO_FLOAT) {
+        const uint32_t h = (zw[i >> 1] >> (16 * (i & 1))) & 0xFFFFu;
+        if ((ACT == NB_DTYPE_BF16) == (sbf != 0)) return h * 0x10001u;
+        const float f = sbf ? __uint_as_float(h << 16) : __half2float(__ushort_as_half((unsigned short)h));
+        return (ACT == NB_DTYPE_BF16 ? (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(f))
+                                     : (uint32_t)__half_as_ushort(__float2half_rn(f))) * 0x10001u;
+    }
     const uint32_t m = ACT == NB_DTYPE_BF16 ? 0x4300u : 0x6400u;
-    const uint32_t z = SYM ? 8u : (zw[i >> 2] >> (8 * (i & 3))) & 0xFFu;
+    const uint32_t z = ZT == NB_ZERO_NONE ? 8u : (zw[i >> 2] >> (8 * (i & 3))) & 0xFFu;
     return (m | z) * 0x10001u;
 }
 

@@ -142,8 +142,9 @@ extern "C" nb_status nbi_cuda_pack(nb_context *ctx, const nb_weight_desc *d, con
  * writes the lane's 2 x 16 code bytes, word w holding k = 32w + 8t .. +7
  * (plain: element e in nibble e, the table formats), or with 8-bit codes
  * (bytes) its 4 x 16; lane 4g also writes lane group g's scales (rows g,
- * g+8: 2 x gpc of sb bytes) and zero points after the code bytes cb. */
-__global__ void pack_int_kernel(int64_t n, int64_t k, int group, int kg, int sb, bool plain, bool bytes, int cb,
+ * g+8: 2 x gpc of sb bytes) and zero points (zb bytes each) after the code
+ * bytes cb. */
+__global__ void pack_int_kernel(int64_t n, int64_t k, int group, int kg, int sb, int zb, bool plain, bool bytes, int cb,
                                 int chunk_bytes, int64_t kchunks, int64_t total, const uint8_t *__restrict__ codes,
                                 const uint8_t *__restrict__ scales, const uint8_t *__restrict__ zeros,
                                 uint8_t *__restrict__ out) {
@@ -166,7 +167,8 @@ __global__ void pack_int_kernel(int64_t n, int64_t k, int group, int kg, int sb,
             const int at = half * gpc + j;
             for (int b = 0; b < sb; b++)
                 c[cb + 2 * sb * gpc * gi + sb * at + b] = in ? scales[sb * src + b] : 0;
-            if (zeros) c[cb + 16 * sb * gpc + 2 * gpc * gi + at] = in ? zeros[src] : 0;
+            for (int b = 0; zeros && b < zb; b++)
+                c[cb + 16 * sb * gpc + 2 * zb * gpc * gi + zb * at + b] = in ? zeros[zb * src + b] : 0;
         }
 }
 
@@ -178,10 +180,11 @@ extern "C" nb_status nbi_cuda_pack_int(nb_context *ctx, const nb_weight_desc *d,
     cudaStream_t s = (cudaStream_t)stream;
     const nbi_format_traits *t = nbi_traits(d->format);
     pack_int_kernel<<<(unsigned)((total + 255) / 256), 256, 0, s>>>(
-        d->n, d->k, d->group_size, nbi_kernel_group(d), nbi_scale_bytes(d->scale_type), nbi_is_table(t),
+        d->n, d->k, d->group_size, nbi_kernel_group(d), nbi_scale_bytes(d->scale_type),
+        nbi_zero_bytes(t, d->scale_type), nbi_is_table(t),
         t->element_bits == 8, (int)nbi_code_bytes(t),
         (int)nbi_packed_chunk_bytes(d), kchunks, total, codes, scales, zeros, (uint8_t *)packed);
     NBC_LAUNCHED("pack kernel launch");
-    *zmin = *zmax = -1;
-    return zeros ? exp_range(ctx, d, zeros, -1, zmin, zmax, s) : NB_OK;
+    *zmin = *zmax = -1; /* (the range of U8 zero points; float ones have none to check) */
+    return zeros && t->zero_point == NB_ZERO_U8 ? exp_range(ctx, d, zeros, -1, zmin, zmax, s) : NB_OK;
 }

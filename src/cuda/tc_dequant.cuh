@@ -141,9 +141,9 @@ __device__ __forceinline__ uint32_t nbc_int_scale_pair(const uint32_t (&sw)[NBI_
  * nibbles t, t+4; sh = 4t) as r((q - z) s): int_pair's LOP3 + HSUB2 give
  * the exact q - z (zz: M + z twice), one HMUL2 the product (ss: the scale
  * twice, in ACT). */
-template <int ACT, bool SYM>
+template <int ACT, int ZT>
 __device__ __forceinline__ uint32_t nbc_int_reg(uint32_t w, int sh, uint32_t zz, uint32_t ss) {
-    return nbc_hmul2_ptx<ACT>(int_pair<ACT, 0, SYM>(w >> sh, zz), ss);
+    return nbc_hmul2_ptx<ACT>(int_pair<ACT, 0, ZT>(w >> sh, zz), ss);
 }
 
 /* A fragments of the eight k16 tiles of one packed chunk of a 4-bit integer
@@ -164,9 +164,9 @@ __device__ __forceinline__ void nbc_dequant_chunk_int(const uint8_t *wsm, int g,
                                                       uint32_t (&a)[8][4]) {
     typedef nbc_int_chunk<FMT, KG> C;
     constexpr int SPG = KG / 32; /* sub-ranges per kernel group */
-    constexpr bool SYM = C::zp == 0;
+    constexpr int ZT = C::zt;
     static_assert(!C::table, "the table formats are not decoded here");
-    uint32_t sw[C::sw], zw[2];
+    uint32_t sw[C::sw], zw[4];
     int_tail<FMT, KG>((const uint4 *)wsm, g, sw, zw);
     uint4 L[4], H[4]; /* piece p of rows g, g+8: word G holds k/8 = 4G + p */
 #pragma unroll
@@ -182,13 +182,13 @@ __device__ __forceinline__ void nbc_dequant_chunk_int(const uint8_t *wsm, int g,
             const int j = q / SPG, gpc = C::gpc;
             sg = nbc_int_scale_pair<ACT, KG>(sw, j, scale_bf16);
             s8 = nbc_int_scale_pair<ACT, KG>(sw, gpc + j, scale_bf16);
-            zg = int_zero<ACT, SYM>(zw, j);
-            z8 = int_zero<ACT, SYM>(zw, gpc + j);
+            zg = int_zero<ACT, ZT>(zw, j, scale_bf16);
+            z8 = int_zero<ACT, ZT>(zw, gpc + j, scale_bf16);
         }
 #pragma unroll
         for (int p = 0; p < 4; p++) { /* word 4q + p: tile 2q + p / 2, registers 2 (p % 2) and +1 */
-            a[2 * q + p / 2][2 * (p % 2)] = nbc_int_reg<ACT, SYM>(word(L[p], q), sh, zg, sg);
-            a[2 * q + p / 2][2 * (p % 2) + 1] = nbc_int_reg<ACT, SYM>(word(H[p], q), sh, z8, s8);
+            a[2 * q + p / 2][2 * (p % 2)] = nbc_int_reg<ACT, ZT>(word(L[p], q), sh, zg, sg);
+            a[2 * q + p / 2][2 * (p % 2) + 1] = nbc_int_reg<ACT, ZT>(word(H[p], q), sh, z8, s8);
         }
     }
 }
@@ -239,7 +239,7 @@ __device__ __forceinline__ void nbc_i8_half(const uint8_t *wsm, int g, int t, in
 template <int FMT, int ACT, int KG>
 __device__ __forceinline__ void nbc_int_scale_pairs(const uint8_t *wsm, int g, int scale_bf16,
                                                     uint32_t (&sc)[2 * (NBI_CHUNK_K / KG)]) {
-    uint32_t sw[nbc_int_chunk<FMT, KG>::sw], zw[2];
+    uint32_t sw[nbc_int_chunk<FMT, KG>::sw], zw[4];
     int_tail<FMT, KG>((const uint4 *)wsm, g, sw, zw);
 #pragma unroll
     for (int i = 0; i < 2 * (NBI_CHUNK_K / KG); i++) sc[i] = nbc_int_scale_pair<ACT, KG>(sw, i, scale_bf16);
@@ -318,7 +318,7 @@ __device__ __forceinline__ void nbc_dequant_chunk_table(const uint8_t *wsm, cons
     typedef nbc_int_chunk<FMT, KG> C;
     static_assert(C::table, "the table formats");
     constexpr int SPG = KG / 32;
-    uint32_t sw[C::sw], zw[2];
+    uint32_t sw[C::sw], zw[4];
     int_tail<FMT, KG>((const uint4 *)wsm, g, sw, zw);
     const nbc_table tab = nbc_table_from_stab(stab);
     const uint32_t bsel = (uint32_t)t | (uint32_t)(t + 4) << 4; /* byte t of each of two words */
@@ -361,7 +361,7 @@ __device__ __forceinline__ void nbc_dequant_half_grp(const uint8_t *wsm, const u
         return;
     }
     constexpr int SPG = KG / 32;
-    uint32_t sw[C::sw], zw[2];
+    uint32_t sw[C::sw], zw[4];
     int_tail<FMT, KG>((const uint4 *)wsm, g, sw, zw);
     uint2 L[4], H[4]; /* piece p of rows g, g+8: words 2kh (x) and 2kh + 1 (y) */
 #pragma unroll
@@ -383,14 +383,14 @@ __device__ __forceinline__ void nbc_dequant_half_grp(const uint8_t *wsm, const u
                                     qq ? L[2 * h + 1].y : L[2 * h + 1].x, qq ? H[2 * h + 1].y : H[2 * h + 1].x, bsel,
                                     tab, sg, s8, a[2 * qq + h]);
         } else {
-            constexpr bool SYM = C::zp == 0;
+            constexpr int ZT = C::zt;
             const uint32_t sg = nbc_int_scale_pair<ACT, KG>(sw, j, scale_bf16);
             const uint32_t s8 = nbc_int_scale_pair<ACT, KG>(sw, C::gpc + j, scale_bf16);
-            const uint32_t zg = int_zero<ACT, SYM>(zw, j), z8 = int_zero<ACT, SYM>(zw, C::gpc + j);
+            const uint32_t zg = int_zero<ACT, ZT>(zw, j, scale_bf16), z8 = int_zero<ACT, ZT>(zw, C::gpc + j, scale_bf16);
 #pragma unroll
             for (int p = 0; p < 4; p++) {
-                a[2 * qq + p / 2][2 * (p % 2)] = nbc_int_reg<ACT, SYM>(qq ? L[p].y : L[p].x, 4 * t, zg, sg);
-                a[2 * qq + p / 2][2 * (p % 2) + 1] = nbc_int_reg<ACT, SYM>(qq ? H[p].y : H[p].x, 4 * t, z8, s8);
+                a[2 * qq + p / 2][2 * (p % 2)] = nbc_int_reg<ACT, ZT>(qq ? L[p].y : L[p].x, 4 * t, zg, sg);
+                a[2 * qq + p / 2][2 * (p % 2) + 1] = nbc_int_reg<ACT, ZT>(qq ? H[p].y : H[p].x, 4 * t, z8, s8);
             }
         }
     }
