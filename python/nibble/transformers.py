@@ -136,6 +136,7 @@ _SAVE_LAYOUT = {"nvfp4": "modelopt", "mxfp4": "quark", "int4": "compressed-tenso
                 "int4_sym": "compressed-tensors", "int8": "compressed-tensors", "nf4": "bitsandbytes",
                 "bnb_fp4": "bitsandbytes"}
 _INT_FORMATS = ("int4", "int4_sym", "int8")   # group_size 32/64/128, F16/BF16 scales, compressed-tensors when saved
+_GROUP_SCALED = _INT_FORMATS + ("int4_hqq",)   # the formats that take group_size 32/64/128 and scale_type (no layout saved for int4_hqq)
 _EXPERT_WEIGHTS = ("gate_up_proj", "down_proj")   # the 3-D weights of an experts module quantized at load
 _QUARK_MODE = {"even": "even", "ocp": "floor", "round_up": "round_up"}   # Quark's scale_calculation_mode
 _TABLE_FORMATS = ("nf4", "bnb_fp4")   # bitsandbytes' formats: saved in bitsandbytes' 4-bit serialization
@@ -159,17 +160,18 @@ class NibbleConfig(QuantizationConfigMixin):
     """The quantization_config that selects nibble in from_pretrained.
 
     format: None (take the checkpoint's quantized layers as they are) or
-      "nvfp4" / "mxfp4" / "int4" / "int4_sym" / "int8" / "nf4" / "bnb_fp4":
+      "nvfp4" / "mxfp4" / "int4" / "int4_sym" / "int8" / "int4_hqq" / "nf4" / "bnb_fp4":
       quantize a checkpoint without quantized layers at load; for a
       quantized checkpoint it must name the checkpoint's format (else
       ValueError).  A format without GPU kernels is refused by name.
       Models of nf4 / bnb_fp4 layers save in bitsandbytes' serialization.
     scale_rule, method: as nibble.torch.quantize ("mse" runs on the host,
       for the FP4 formats).
-    group_size: int4 / int4_sym / int8 (32, 64 or 128, None: 128) and nf4
+    group_size: int4 / int4_sym / int8 (32, 64 or 128, None: 128), int4_hqq
+      (32, 64 or 128, None: 64; no checkpoint layout is saved for it) and nf4
       / bnb_fp4 (bitsandbytes' blocksize: 32, 64, ..., 4096, None: 64), as
       nibble.torch.quantize.
-    scale_type: int4 / int4_sym / int8 only ("f16", the default, or
+    scale_type: int4 / int4_sym / int8 / int4_hqq only ("f16", the default, or
       "bf16").
     modules_to_not_convert: fnmatch patterns (as quantize_model's exclude) of
       layers left in BF16 when quantizing at load; None: transformers' default
@@ -204,12 +206,13 @@ class NibbleConfig(QuantizationConfigMixin):
         if method not in ("rtn", "mse"):
             raise ValueError(f"nibble.transformers: unknown method {method!r}; expected 'rtn' or 'mse'")
         self.method = method
-        if scale_type is not None and self.format not in _INT_FORMATS:
-            raise ValueError("nibble.transformers: scale_type applies to format 'int4', 'int4_sym' or 'int8'")
-        if group_size is not None and self.format not in _INT_FORMATS + _TABLE_FORMATS:
-            raise ValueError("nibble.transformers: group_size applies to format 'int4', 'int4_sym', 'int8', 'nf4' "
-                             "or 'bnb_fp4'")
-        groups = (32, 64, 128) if self.format in _INT_FORMATS else (
+        if scale_type is not None and self.format not in _GROUP_SCALED:
+            raise ValueError("nibble.transformers: scale_type applies to format 'int4', 'int4_sym', 'int8' or "
+                             "'int4_hqq'")
+        if group_size is not None and self.format not in _GROUP_SCALED + _TABLE_FORMATS:
+            raise ValueError("nibble.transformers: group_size applies to format 'int4', 'int4_sym', 'int8', "
+                             "'int4_hqq', 'nf4' or 'bnb_fp4'")
+        groups = (32, 64, 128) if self.format in _GROUP_SCALED else (
             tuple(_lib.FORMAT_INFO[_FORMATS[self.format]]["group_sizes"]) if self.format else ())
         if group_size is not None and (isinstance(group_size, bool) or group_size not in groups):
             raise ValueError(f"nibble.transformers: group_size {group_size!r}; {self.format} takes "

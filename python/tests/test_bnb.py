@@ -384,7 +384,7 @@ def test_nibble_config_table_formats():
     assert NibbleConfig(format="bnb_fp4", group_size=256).group_size == 256
     with pytest.raises(ValueError, match="group_size 48; nf4 takes 32, 64, 128, 256"):
         NibbleConfig(format="nf4", group_size=48)
-    with pytest.raises(ValueError, match="scale_type applies to format 'int4', 'int4_sym' or 'int8'"):
+    with pytest.raises(ValueError, match="scale_type applies to format 'int4', 'int4_sym', 'int8' or 'int4_hqq'"):
         NibbleConfig(format="nf4", scale_type="f16")
     with pytest.raises(ValueError, match="method 'mse' serves nvfp4 and mxfp4 only"):
         NibbleConfig(format="bnb_fp4", method="mse")
