@@ -86,9 +86,10 @@ fuzz: deps
 # PY_TEST_DEPS: what the torch and transformers tests need (PyPI's torch
 # wheel brings its CUDA libraries: about 90 s and 5.6 GB uncached, measured
 # 2026-11-24); bitsandbytes (its CPU backend) for the tests against its own
-# 4-bit quantization and serialization; `make test-python PY_TEST_DEPS=`
-# runs the numpy tests only (the others skip).
-PY_TEST_DEPS ?= torch transformers accelerate bitsandbytes
+# 4-bit quantization and serialization; hqq (its CPU quantizer) for the
+# int4_hqq tests against HQQ's own dequantization; `make test-python
+# PY_TEST_DEPS=` runs the numpy tests only (the others skip).
+PY_TEST_DEPS ?= torch transformers accelerate bitsandbytes hqq
 test-python: deps
 	rm -rf $(BUILD)-py && python3 -m venv $(BUILD)-py
 	$(BUILD)-py/bin/pip install -q --upgrade pip

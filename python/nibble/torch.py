@@ -81,7 +81,7 @@ if not hasattr(torch, "library") or not hasattr(torch.library, "custom_op"):
     raise ImportError(f"nibble.torch needs torch.library.custom_op (PyTorch 2.4 or newer); found torch "
                       f"{torch.__version__}")
 
-__all__ = ["PackedLinearWeight", "quantize", "pack", "dequantize_weight", "gemm", "Linear", "quantize_model",
+__all__ = ["PackedLinearWeight", "quantize", "pack", "dequantize_weight", "hqq_weight", "gemm", "Linear", "quantize_model",
            "load_quantized", "last_config", "context", "Error", "PackedMoeWeights", "pack_moe", "unpack_moe", "moe",
            "MoeExperts", "fuse_linears", "fuse_projections", "unfuse_projections", "ProjectionSlice"]
 
@@ -452,6 +452,93 @@ _TORCH_OF = {DType.F32: torch.float32, DType.F16: torch.float16, DType.BF16: tor
 _NB_OF = {v: k for k, v in _TORCH_OF.items()}
 
 
+def _hqq_meta(layer):
+    """(W_q, meta) of an HQQLinear or of its state_dict (hqq's
+    encode_safetensor_type: ints as 0-d tensors, strings as uint8 tensors
+    of their characters, dtypes as their names)."""
+    if isinstance(layer, dict):
+        sd = dict(layer)
+        if "W_q" not in sd:
+            raise ValueError("nibble.torch: an HQQ state_dict holds W_q; this one has " + ", ".join(sorted(sd)))
+        w_q = sd.pop("W_q")
+        meta = {k: v for k, v in sd.items() if k != "bias"}
+    else:
+        if not hasattr(layer, "W_q") or not hasattr(layer, "meta"):
+            raise TypeError(f"nibble.torch: expected an HQQLinear or its state_dict, got {type(layer).__name__}")
+        w_q, meta = layer.W_q, dict(layer.meta)
+
+    def value(key, default=None):
+        v = meta.get(key, default)
+        if torch.is_tensor(v) and key not in ("scale", "zero"):
+            if v.dtype == torch.uint8 and v.dim() == 1:   # an encoded string
+                return "".join(chr(int(c)) for c in v.tolist())
+            return v.tolist() if v.dim() else v.item()
+        if isinstance(v, torch.dtype) or isinstance(v, torch.Size):
+            return str(v) if isinstance(v, torch.dtype) else list(v)
+        return v
+    return w_q, value
+
+
+def hqq_weight(layer):
+    """The int4_hqq nibble.QuantizedWeight of an HQQ-quantized layer (hqq's
+    HQQLinear, or its state_dict), bit for bit: HQQ's 4-bit packing
+    ("4bit_u8": W_q [n k / (2 g), g] bytes, the high nibbles the first half
+    of the [n k / g, g] rows, the low nibbles the second half) into nibble's
+    codes, its scale and zero [n k / g, 1] (float16 or bfloat16) into scales
+    and zero points [n, k / g] (docs/formats.md 5.5).  HQQ's dequantization
+    (W_q - zero) * scale in the compute dtype is then what
+    nibble.dequantize gives.  Refused with the reason: other bit widths or
+    packings, groups along the other axis (axis=0), quantized scales or zero
+    points (quant_scale / quant_zero), W_q viewed as floats, groups other
+    than 32, 64, 128 or one per row, and shapes that do not fit."""
+    w_q, value = _hqq_meta(layer)
+    nbits, packing, axis = value("nbits"), value("packing"), value("axis")
+    if nbits != 4 or packing != "4bit_u8":
+        raise ValueError(f"nibble.torch: HQQ weights of {nbits} bits packed as {packing!r}: int4_hqq reads 4-bit "
+                         "weights packed as '4bit_u8'")
+    if axis != 1:
+        raise ValueError(f"nibble.torch: HQQ groups along axis {axis}: int4_hqq takes groups along k (axis=1)")
+    if value("quant_scale", False) or value("quant_zero", False):
+        raise ValueError("nibble.torch: HQQ weights with quantized scales or zero points (quant_scale / quant_zero) "
+                         "are not read")
+    if value("view_as_float", False):
+        raise ValueError("nibble.torch: HQQ W_q viewed as floats (view_as_float) is not read")
+    shape = value("shape")
+    if not isinstance(shape, (list, tuple)) or len(shape) != 2:
+        raise ValueError(f"nibble.torch: HQQ shape {shape!r} is not [n, k]")
+    n, k = int(shape[0]), int(shape[1])
+    g = value("group_size")
+    g = k if g is None else int(g)
+    if g not in (32, 64, 128) and g != k:
+        raise ValueError(f"nibble.torch: HQQ group_size {g}: int4_hqq takes 32, 64, 128 or one group per row ({k})")
+    scale, zero = _hqq_tensor(value, "scale"), _hqq_tensor(value, "zero")
+    if scale.dtype not in (torch.float16, torch.bfloat16) or zero.dtype != scale.dtype:
+        raise ValueError(f"nibble.torch: HQQ scale {scale.dtype} and zero {zero.dtype}: int4_hqq takes float16 or "
+                         "bfloat16, both the same")
+    if k % g or (n * k // g) % 2 or scale.numel() != n * k // g or zero.numel() != n * k // g:
+        raise ValueError(f"nibble.torch: HQQ scale / zero of {scale.numel()} / {zero.numel()} values for [{n}, {k}] "
+                         f"in groups of {g}")
+    w = torch.as_tensor(w_q).detach().cpu()
+    if w.dtype != torch.uint8 or tuple(w.shape) != (n * k // g // 2, g):
+        raise ValueError(f"nibble.torch: HQQ W_q {w.dtype} {tuple(w.shape)}, want uint8 {(n * k // g // 2, g)}")
+    u = torch.cat([w >> 4, w & 15], 0).reshape(n, k).numpy()          # element k of row n
+    codes = (u[:, 0::2] | (u[:, 1::2] << 4)).astype(np.uint8)
+    st = "f16" if scale.dtype == torch.float16 else "bf16"
+
+    def arr(t):
+        t = t.detach().cpu().reshape(n, k // g).contiguous()
+        return t.numpy() if st == "f16" else t.view(torch.int16).numpy().view(np.uint16)
+    return QuantizedWeight(codes=codes, scales=arr(scale), tensor_scale=1.0, n=n, k=k, format="int4_hqq",
+                                  group=g, scale_type=st, zeros=arr(zero))
+
+
+def _hqq_tensor(value, key):
+    t = value(key)
+    if not torch.is_tensor(t):
+        raise ValueError(f"nibble.torch: HQQ {key} is {type(t).__name__}, not a tensor")
+    return t
+
+
 def dequantize_weight(qw, dtype=torch.bfloat16, device="cpu"):
     """W[n, k] of a nibble.QuantizedWeight as a torch tensor of `dtype`
     (bfloat16, float16 or float32) on `device`: nb_dequantize on a CUDA
@@ -705,6 +792,14 @@ class Linear(torch.nn.Module):
         activation permutation of an act-order weight (Checkpoint.perm), or
         None."""
         return cls(pack(qw, device), bias, None if perm is None else torch.as_tensor(perm))
+
+    @classmethod
+    def from_hqq(cls, layer, device=None):
+        """A Linear from an HQQ-quantized layer (hqq's HQQLinear, or its
+        state_dict, encoded or not): its 4-bit codes, scales and zero points
+        as an int4_hqq weight (hqq_weight), bit for bit, and its bias."""
+        bias = layer.get("bias") if isinstance(layer, dict) else getattr(layer, "bias", None)
+        return cls(pack(hqq_weight(layer), device), bias)
 
     @classmethod
     def from_checkpoint_tensors(cls, weight, weight_scale, weight_scale_2=None, bias=None, format=None,

@@ -1,0 +1,95 @@
+"""int4_hqq against HQQ itself (the hqq package; skipped without it): layers
+quantized by hqq's own HQQLinear on the CPU (both compute dtypes, groups of
+32, 64, 128 and one per row, with and without its optimizer) convert with
+nibble.torch.hqq_weight - from the module and from its encoded state_dict -
+into int4_hqq weights whose nibble.dequantize is bit for bit hqq's own
+dequantize; the refusals name the reason.  On a GPU (skipped without one):
+Linear.from_hqq against HQQ's dequantized weights in float64, with the bound
+of test_torch.py."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+hqq_quantize = pytest.importorskip("hqq.core.quantize")
+
+import nibble  # noqa: E402
+import nibble.torch as nt  # noqa: E402
+from test_load import gpu  # noqa: E402,F401  (the same skip rule)
+from test_torch import EPS, _check_close, _f16_values, _x  # noqa: E402
+
+
+def _hqq_layer(n, k, group, dtype, optimize, seed=0):
+    torch.manual_seed(seed)
+    lin = torch.nn.Linear(k, n, bias=True)
+    cfg = hqq_quantize.BaseQuantizeConfig(nbits=4, group_size=group, axis=1)
+    cfg["weight_quant_params"]["optimize"] = optimize
+    return hqq_quantize.HQQLinear(lin, cfg, compute_dtype=dtype, device="cpu", initialize=True)
+
+
+def _bits(t):
+    return t.detach().cpu().contiguous().view(torch.int16).numpy()
+
+
+@pytest.mark.parametrize("group", [32, 64, 128, "k"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("optimize", [False, True])
+def test_hqq_dequantize_bit_for_bit(group, dtype, optimize):
+    n, k = 48, 256
+    h = _hqq_layer(n, k, k if group == "k" else group, dtype, optimize)
+    want = h.dequantize()
+    assert want.dtype == dtype and tuple(want.shape) == (n, k)
+    for src in (h, h.state_dict()):
+        qw = nt.hqq_weight(src)
+        assert (qw.format, qw.group_size, qw.scale_type) == ("int4_hqq", k if group == "k" else group,
+                                                             "f16" if dtype == torch.float16 else "bf16")
+        got = torch.from_numpy(np.ascontiguousarray(nibble.dequantize(qw, "float32"))).to(dtype)
+        np.testing.assert_array_equal(_bits(got), _bits(want))
+        # and in nibble's own dtype of that name, directly
+        d16 = nibble.dequantize(qw, "float16" if dtype == torch.float16 else "bfloat16")
+        np.testing.assert_array_equal(np.asarray(d16).view(np.int16), _bits(want))
+    lin = nt.Linear.from_hqq(h, device="cpu")
+    assert lin.format == "int4_hqq" and torch.equal(lin.bias.cpu().to(h.bias.dtype), h.bias.cpu())
+
+
+def test_hqq_refusals():
+    h = _hqq_layer(16, 128, 64, torch.float16, False)
+    sd = h.state_dict()
+    bad = dict(sd, axis=torch.tensor(0, dtype=torch.int32))
+    with pytest.raises(ValueError, match="axis 0"):
+        nt.hqq_weight(bad)
+    bad = dict(sd, nbits=torch.tensor(2, dtype=torch.int32))
+    with pytest.raises(ValueError, match="2 bits"):
+        nt.hqq_weight(bad)
+    bad = dict(sd, quant_zero=torch.tensor(1, dtype=torch.uint8))
+    with pytest.raises(ValueError, match="quant_zero"):
+        nt.hqq_weight(bad)
+    bad = dict(sd, zero=sd["zero"].float())
+    with pytest.raises(ValueError, match="float16 or bfloat16"):
+        nt.hqq_weight(bad)
+    bad = dict(sd, W_q=sd["W_q"][1:])
+    with pytest.raises(ValueError, match="W_q"):
+        nt.hqq_weight(bad)
+    with pytest.raises(ValueError, match="holds W_q"):
+        nt.hqq_weight({"scale": sd["scale"]})
+    with pytest.raises(TypeError, match="HQQLinear"):
+        nt.hqq_weight(torch.nn.Linear(4, 4))
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("m", [1, 8, 33])
+def test_hqq_linear_on_the_gpu(dtype, m):
+    n, k = 136, 384
+    h = _hqq_layer(n, k, 64, dtype, True, seed=m)
+    lin = nt.Linear.from_hqq(h)
+    x = _x((m, k), dtype, seed=m).cuda()
+    y = lin(x).float().cpu().numpy()
+    qw = nt.hqq_weight(h)
+    xs = x.float().cpu().numpy()
+    w = h.dequantize().double().numpy()
+    y64 = xs.astype(np.float64) @ w.T + h.bias.double().numpy()
+    u = EPS[dtype]
+    zs = np.abs(_f16_values(qw.zeros, qw.scale_type) * _f16_values(qw.scales, qw.scale_type))
+    wh = np.abs(w) + np.repeat(zs, 64, axis=1)
+    _check_close(y, y64, xs, wh, u, f"HQQ layer {dtype} m={m}", (1 + u) ** 3 - 1)
