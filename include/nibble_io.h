@@ -12,7 +12,9 @@
  *   in the wild (nb_ckpt_format): ModelOpt NVFP4, compressed-tensors nvfp4
  *   and mxfp4, Quark MXFP4 and gpt-oss MXFP4 experts; each stores the codes
  *   and block scales of nibble's checkpoint layout (nibble.h) under its own
- *   tensor names, dtypes and shapes.
+ *   tensor names, dtypes and shapes.  The integer and bitsandbytes layouts
+ *   (AWQ, GPTQ, compressed-tensors pack-quantized, bitsandbytes, HQQ) are
+ *   converted into it when read (nb_ckpt_layer_weight_v2).
  *     nb_st_*     the safetensors container: a hardened reader (every rule of
  *                 the reference parser, and stricter), the sharded index,
  *                 an atomic writer;
@@ -342,7 +344,8 @@ typedef enum nb_ckpt_format {
     NB_CKPT_CT_INT8 = 11,       /* compressed-tensors pack-quantized, 8 bits, symmetric -> int8 */
     NB_CKPT_BNB_NF4 = 12,       /* bitsandbytes 4-bit serialized weights -> nf4 */
     NB_CKPT_BNB_FP4 = 13,       /* the same with quant_type fp4 -> bnb_fp4 */
-    NB_CKPT_GPTQ_INT8 = 14      /* GPTQ 8 bits, symmetric: qweight [K/4, N], qzeros, scales, g_idx -> int8 */
+    NB_CKPT_GPTQ_INT8 = 14,     /* GPTQ 8 bits, symmetric: qweight [K/4, N], qzeros, scales, g_idx -> int8 */
+    NB_CKPT_HQQ_INT4 = 15       /* HQQ 4 bits (hqq's HQQLinear state_dict): W_q, scale, zero, meta -> int4_hqq */
 } nb_ckpt_format;
 
 /* Where a decision (or the declared format) comes from.  Append only. */

@@ -141,9 +141,9 @@ static void test_names(void) {
     EXPECT(NB_ERR_NULL_POINTER, nb_st_dtype_parse(NULL, &dt));
     EXPECT(NB_ERR_NULL_POINTER, nb_st_dtype_parse("BF16", NULL));
 
-    for (int v = NB_CKPT_NONE; v <= NB_CKPT_GPTQ_INT8; v++)
+    for (int v = NB_CKPT_NONE; v <= NB_CKPT_HQQ_INT4; v++)
         CHECK(nb_ckpt_format_name((nb_ckpt_format)v, &s) == NB_OK && s[0], "nb_ckpt_format_name(%d)", v);
-    EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_format_name((nb_ckpt_format)(NB_CKPT_GPTQ_INT8 + 1), &s));
+    EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_format_name((nb_ckpt_format)(NB_CKPT_HQQ_INT4 + 1), &s));
     EXPECT(NB_ERR_INVALID_ARGUMENT, nb_ckpt_format_name((nb_ckpt_format)-1, &s));
     EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_format_name(NB_CKPT_NONE, NULL));
     for (int v = NB_CKPT_SRC_TENSORS; v <= NB_CKPT_SRC_CONFIG_JSON; v++)

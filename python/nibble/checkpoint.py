@@ -30,7 +30,7 @@ from typing import Optional, Tuple
 import numpy as np
 
 from . import _lib
-from . import DEFAULT_SCALE_RULE, QuantizedExperts, QuantizedMoe, QuantizedWeight, _FORMAT_NAMES, _RULE_NAMES, _RULES, _SCALE_NP, _buffers, _format, _rule_name, _scale_type
+from . import DEFAULT_SCALE_RULE, QuantizedExperts, QuantizedMoe, QuantizedWeight, _FORMAT_NAMES, _RULE_NAMES, _RULES, _SCALE_NP, _buffers, _zeros_np, _format, _rule_name, _scale_type
 from ._lib import CkptMoeProj, Error, Format, ScaleType, Status
 from .moe import ACTIVATIONS, GATE_UP_LAYOUTS
 
@@ -270,7 +270,7 @@ class Checkpoint(_lib.Handle):
     def quantized_weight(self, layer, expert=0):
         """The quantized weight of a layer (prefix, index or CheckpointLayer)
         as a nibble.QuantizedWeight in nibble's checkpoint layout (codes,
-        scales, zeros for int4, tensor scale), read through
+        scales, zeros for int4 and int4_hqq, tensor scale), read through
         nb_ckpt_layer_weight_v2: AWQ, GPTQ, compressed-tensors integers and
         bitsandbytes layers come back converted, bit for bit as their
         producers dequantize them; ModelOpt and compressed-tensors NVFP4 both
@@ -286,7 +286,7 @@ class Checkpoint(_lib.Handle):
         st = _lib.ScaleType(d.scale_type)
         codes = np.empty((n, k * info["element_bits"] // 8), np.uint8)
         scales = np.empty((n, k // g), _SCALE_NP[st])
-        zeros = np.empty((n, k // g), np.uint8) if info["zero_point"] else None
+        zeros = np.empty((n, k // g), _zeros_np(info, st)) if info["zero_point"] else None
         sz = _lib.WeightSizesV2(codes_bytes=codes.nbytes, scales_bytes=scales.nbytes,
                                 zeros_bytes=zeros.nbytes if zeros is not None else 0)
         b = _buffers(codes, scales, zeros)

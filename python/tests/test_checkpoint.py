@@ -337,7 +337,7 @@ def test_enum_names_match_the_c_library():
     assert _lib.CKPT_FORMATS == {0: "none", 1: "modelopt-nvfp4", 2: "ct-nvfp4", 3: "ct-mxfp4", 4: "quark-mxfp4",
                                  5: "gptoss-mxfp4", 6: "inconsistent", 7: "awq-int4", 8: "gptq-int4", 9: "ct-int4",
                                  10: "ct-int4-sym", 11: "ct-int8", 12: "bnb-nf4", 13: "bnb-fp4",
-                                 14: "gptq-int8"}
+                                 14: "gptq-int8", 15: "hqq-int4"}
     assert _lib.CKPT_SOURCES == {0: "tensors", 1: "hf_quant_config.json", 2: "config.json"}
     assert _lib.CKPT_DEVICES == {"auto": 0, "cpu": 1, "gpu": 2}
     assert len(_lib.ST_DTYPES) == 22 and _lib.ST_DTYPES[2] == "U8" and _lib.ST_DTYPES[12] == "BF16"
@@ -351,7 +351,7 @@ def test_enum_names_match_the_c_library():
         0: None, 1: nibble.Format.NVFP4, 2: nibble.Format.NVFP4, 3: nibble.Format.MXFP4, 4: nibble.Format.MXFP4,
         5: nibble.Format.MXFP4, 6: None, 7: nibble.Format.INT4, 8: nibble.Format.INT4, 9: nibble.Format.INT4,
         10: nibble.Format.INT4_SYM, 11: nibble.Format.INT8, 12: nibble.Format.NF4, 13: nibble.Format.BNB_FP4,
-            14: nibble.Format.INT8}
+            14: nibble.Format.INT8, 15: nibble.Format.INT4_HQQ}
     assert nibble.version() == _lib.NB_VERSION
 
 

@@ -3,7 +3,10 @@ quantized by hqq's own HQQLinear on the CPU (both compute dtypes, groups of
 32, 64, 128 and one per row, with and without its optimizer) convert with
 nibble.torch.hqq_weight - from the module and from its encoded state_dict -
 into int4_hqq weights whose nibble.dequantize is bit for bit hqq's own
-dequantize; the refusals name the reason.  On a GPU (skipped without one):
+dequantize; the refusals name the reason.  A safetensors checkpoint of
+hqq's state_dicts (as transformers saves HQQ models) reads through
+nibble.open_checkpoint as "hqq-int4" layers with the same bytes, and
+load_quantized(dequantize=True) gives hqq's weights.  On a GPU (skipped without one):
 Linear.from_hqq against HQQ's dequantized weights in float64, with the bound
 of test_torch.py."""
 
@@ -15,7 +18,7 @@ hqq_quantize = pytest.importorskip("hqq.core.quantize")
 
 import nibble  # noqa: E402
 import nibble.torch as nt  # noqa: E402
-from test_load import gpu  # noqa: E402,F401  (the same skip rule)
+from test_load import gpu, io  # noqa: E402,F401  (the same skip rules)
 from test_torch import EPS, _check_close, _f16_values, _x  # noqa: E402
 
 
@@ -93,3 +96,50 @@ def test_hqq_linear_on_the_gpu(dtype, m):
     zs = np.abs(_f16_values(qw.zeros, qw.scale_type) * _f16_values(qw.scales, qw.scale_type))
     wh = np.abs(w) + np.repeat(zs, 64, axis=1)
     _check_close(y, y64, xs, wh, u, f"HQQ layer {dtype} m={m}", (1 + u) ** 3 - 1)
+
+
+def _save_hqq(path, layers, extra=None):
+    from safetensors.torch import save_file
+    tensors = {}
+    for p, h in layers.items():
+        for key, v in h.state_dict().items():
+            if torch.is_tensor(v):
+                tensors[f"{p}.{key}"] = v.detach().contiguous()
+        tensors.update({f"{p}.{k}": v for k, v in (extra or {}).get(p, {}).items()})
+    save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
+
+
+@io
+def test_hqq_checkpoint_bit_for_bit(tmp_path):
+    layers = {"model.layers.0.mlp.down_proj": _hqq_layer(48, 256, 64, torch.float16, True),
+              "model.layers.0.mlp.up_proj": _hqq_layer(64, 128, 32, torch.bfloat16, False, seed=1),
+              "model.layers.0.self_attn.o_proj": _hqq_layer(32, 128, 128, torch.float16, False, seed=2)}
+    _save_hqq(tmp_path, layers)
+    with nibble.open_checkpoint(str(tmp_path)) as ck:
+        for p, h in layers.items():
+            L = ck.layer(p)
+            assert L.format == "hqq-int4" and L.quant_format == "int4_hqq", (p, L.format, L.problem)
+            assert (L.n, L.k) == tuple(h.meta["shape"])
+            qw, ref = ck.quantized_weight(L), nt.hqq_weight(h)
+            assert (qw.format, qw.group_size, qw.scale_type or "f16") == ("int4_hqq", ref.group_size, ref.scale_type)
+            np.testing.assert_array_equal(qw.codes, ref.codes)
+            np.testing.assert_array_equal(qw.scales.view(np.uint16), ref.scales.view(np.uint16))
+            np.testing.assert_array_equal(qw.zeros.view(np.uint16), ref.zeros.view(np.uint16))
+            want = h.dequantize()
+            got = torch.from_numpy(np.ascontiguousarray(nibble.dequantize(qw, "float32"))).to(want.dtype)
+            np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+@io
+def test_hqq_checkpoint_refusals(tmp_path):
+    layers = {"a.proj": _hqq_layer(16, 128, 64, torch.float16, False),
+              "b.proj": _hqq_layer(16, 128, 64, torch.float16, False, seed=1),
+              "c.proj": _hqq_layer(16, 128, 64, torch.float16, False, seed=2)}
+    extra = {"a.proj": {"axis": torch.tensor(0, dtype=torch.int32)},
+             "b.proj": {"nbits": torch.tensor(2, dtype=torch.int32)},
+             "c.proj": {"quant_zero": torch.tensor(1, dtype=torch.uint8)}}
+    _save_hqq(tmp_path, layers, extra)
+    with nibble.open_checkpoint(str(tmp_path)) as ck:
+        reasons = {p: ck.layer(p).problem for p in layers}
+        assert all(ck.layer(p).format == "inconsistent" for p in layers), reasons
+    assert "axis 0" in reasons["a.proj"] and "nbits 2" in reasons["b.proj"] and "quant_zero" in reasons["c.proj"]

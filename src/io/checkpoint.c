@@ -102,6 +102,7 @@ static const struct ckpt_layout {
     {NB_CKPT_BNB_NF4, "bnb-nf4", NB_FORMAT_NF4, NB_MX_SCALE_OCP},
     {NB_CKPT_BNB_FP4, "bnb-fp4", NB_FORMAT_BNB_FP4, NB_MX_SCALE_OCP},
     {NB_CKPT_GPTQ_INT8, "gptq-int8", NB_FORMAT_INT8, NB_MX_SCALE_OCP},
+    {NB_CKPT_HQQ_INT4, "hqq-int4", NB_FORMAT_INT4_HQQ, NB_MX_SCALE_OCP},
 };
 #define N_LAYOUTS (sizeof k_layouts / sizeof k_layouts[0])
 
@@ -751,6 +752,7 @@ static nb_status classify(nb_ckpt *c) {
         const char *nm = c->t[i].name;
         if (nbio_ends_with(nm, ".weight_packed")) st = classify_packed(c, i);
         else if (nbio_ends_with(nm, ".qweight")) st = nbio_classify_qweight(c, i); /* AWQ, GPTQ */
+        else if (nbio_ends_with(nm, ".W_q")) st = nbio_classify_hqq(c, i);          /* HQQ */
         else if (nbio_ends_with(nm, ".weight")) st = classify_weight(c, i, ".weight");
         else if (nbio_ends_with(nm, ".weight_scale")) st = classify_weight(c, i, ".weight_scale");
         else if (nbio_ends_with(nm, "_blocks")) st = classify_blocks(c, i, "_blocks", 1);

@@ -76,6 +76,7 @@ nb_ckpt_format nbio_qcfg_read(const cJSON *qc, nbio_qcfg *q) {
         const char *t = jstr(qc, "bnb_4bit_quant_type");
         return nbio_ieq(t, "fp4") ? NB_CKPT_BNB_FP4 : NB_CKPT_BNB_NF4; /* nf4 is the default of transformers */
     }
+    if (nbio_ieq(method, "hqq")) return NB_CKPT_HQQ_INT4;
     if (nbio_ieq(method, "compressed-tensors")) {
         /* the first config group's weight scheme; its format, else the top-level one */
         const cJSON *groups = cJSON_GetObjectItemCaseSensitive(qc, "config_groups");
@@ -301,6 +302,102 @@ nb_status nbio_classify_ct_int(nb_ckpt *c, size_t ti) {
     return NB_OK;
 }
 
+/* ------------------------------------------------------------ HQQ */
+
+/* hqq's encode_safetensor_type of a meta value: an integer as a tensor of
+ * rank 0 (or one element) of I32, I64 or U8 (bools as U8).  1 and *v, or 0. */
+static int hqq_int(const nb_st_tensor *t, int64_t *v) {
+    if (!t || (t->rank != 0 && !(t->rank == 1 && t->shape[0] == 1))) return 0;
+    const uint8_t *b = (const uint8_t *)t->data;
+    if (t->dtype == NB_ST_U8) return *v = b[0], 1;
+    if (t->dtype == NB_ST_I32) return *v = rd32(b, 0), 1;
+    if (t->dtype == NB_ST_I64) return memcpy(v, b, 8), 1;
+    return 0;
+}
+
+/* A string meta value (U8 [len], one character a byte) equal to s. */
+static int hqq_str_is(const nb_st_tensor *t, const char *s) {
+    const size_t n = strlen(s);
+    return t && t->dtype == NB_ST_U8 && t->rank == 1 && t->shape[0] == (int64_t)n && !memcmp(t->data, s, n);
+}
+
+/* The members hqq's HQQLinear.state_dict writes next to W_q besides scale
+ * and zero (owned by the layer so that none is reported as left over). */
+static const char *const k_hqq_meta[] = {".nbits", ".group_size", ".shape", ".axis", ".packing", ".unpack_view_dtype",
+                                         ".view_as_float", ".quant_scale", ".quant_zero", ".compute_dtype",
+                                         ".offload_meta", ".encoded_state_dict", ".stores_quant_config",
+                                         ".channel_wise", ".optimize", ".round_zero"};
+#define N_HQQ_META (sizeof k_hqq_meta / sizeof k_hqq_meta[0])
+
+nb_status nbio_classify_hqq(nb_ckpt *c, size_t ti) {
+    const nb_st_tensor *w = nbio_ck_tensor(c, (int64_t)ti);
+    size_t li;
+    nb_status st = nbio_ck_add_layer(c, w->name, strlen(w->name) - strlen(".W_q"), &li);
+    if (st != NB_OK) return st;
+    const char *P = nbio_ck_prefix(c, li);
+    int oom = 0;
+    const int64_t js = nbio_ck_member(c, P, ".scale", &oom), jz = nbio_ck_member(c, P, ".zero", &oom);
+    int64_t jm[N_HQQ_META];
+    for (size_t i = 0; i < N_HQQ_META; i++) jm[i] = nbio_ck_member(c, P, k_hqq_meta[i], &oom);
+    if (oom) return NB_ERR_OUT_OF_MEMORY;
+    nb_ckpt_layer *L = nbio_ck_pub(c, li);
+    L->weight_dtype = w->dtype;
+    nbio_ck_own(c, (int64_t)ti, li), nbio_ck_own(c, js, li), nbio_ck_own(c, jz, li);
+    for (size_t i = 0; i < N_HQQ_META; i++) nbio_ck_own(c, jm[i], li);
+    const nb_st_tensor *m[N_HQQ_META];
+    for (size_t i = 0; i < N_HQQ_META; i++) m[i] = jm[i] >= 0 ? nbio_ck_tensor(c, jm[i]) : NULL;
+    if (js < 0 || jz < 0 || !m[0] || !m[2] || !m[3] || !m[4])
+        return nbio_ck_bad(c, li, "%s: W_q needs scale, zero, nbits, shape, axis and packing (hqq's state_dict); "
+                           "%s is missing", P, js < 0 ? "scale" : jz < 0 ? "zero" : !m[0] ? "nbits" : !m[2] ? "shape"
+                           : !m[3] ? "axis" : "packing"), NB_OK;
+    int64_t nbits = 0, axis = -1, g = 0, flag = 0;
+    if (!hqq_int(m[0], &nbits) || nbits != 4 || !hqq_str_is(m[4], "4bit_u8"))
+        return nbio_ck_bad(c, li, "HQQ weights of nbits %lld or packing other than \"4bit_u8\": int4_hqq reads 4-bit "
+                           "weights packed as 4bit_u8", (long long)nbits), NB_OK;
+    if (!hqq_int(m[3], &axis) || axis != 1)
+        return nbio_ck_bad(c, li, "HQQ groups along axis %lld: int4_hqq takes groups along K (axis 1)", (long long)axis),
+               NB_OK;
+    for (int i = 6; i <= 8; i++) /* view_as_float, quant_scale, quant_zero */
+        if (m[i] && (!hqq_int(m[i], &flag) || flag))
+            return nbio_ck_bad(c, li, "HQQ %s is set: W_q viewed as floats and quantized scales or zero points are "
+                               "not read", k_hqq_meta[i] + 1), NB_OK;
+    const nb_st_tensor *sh = m[2], *s = nbio_ck_tensor(c, js), *z = nbio_ck_tensor(c, jz);
+    if ((sh->dtype != NB_ST_I64 && sh->dtype != NB_ST_I32) || sh->rank != 1 || sh->shape[0] != 2)
+        return nbio_ck_bad(c, li, "HQQ shape must be I64 or I32 [2]"), NB_OK;
+    int64_t N, K;
+    if (sh->dtype == NB_ST_I32) N = rd32(sh->data, 0), K = rd32(sh->data, 1);
+    else memcpy(&N, sh->data, 8), memcpy(&K, (const uint8_t *)sh->data + 8, 8);
+    L->n = N, L->k = K;
+    if (N <= 0 || K <= 0 || K > ((int64_t)1 << 40) || N > ((int64_t)1 << 40))
+        return nbio_ck_bad(c, li, "HQQ shape [%lld, %lld] is not a weight's", (long long)N, (long long)K), NB_OK;
+    if (!m[1] || !hqq_int(m[1], &g)) g = K; /* (group_size None: one group per row) */
+    if (g <= 0 || K % g || (N * (K / g)) % 2)
+        return nbio_ck_bad(c, li, "HQQ group_size %lld does not divide K = %lld into an even number of groups",
+                           (long long)g, (long long)K), NB_OK;
+    const int64_t rows = N * (K / g);
+    if (w->dtype != NB_ST_U8 || w->rank != 2 || w->shape[0] != rows / 2 || w->shape[1] != g)
+        return nbio_ck_bad(c, li, "HQQ W_q is %s rank %d, want U8 [%lld, %lld] for [%lld, %lld] in groups of %lld",
+                           dt_name(w->dtype), w->rank, (long long)(rows / 2), (long long)g, (long long)N, (long long)K,
+                           (long long)g), NB_OK;
+    int64_t sn = 1, zn = 1;
+    for (int i = 0; i < s->rank; i++) sn *= s->shape[i];
+    for (int i = 0; i < z->rank; i++) zn *= z->shape[i];
+    if (s->dtype != z->dtype || (s->dtype != NB_ST_F16 && s->dtype != NB_ST_BF16) || sn != rows || zn != rows)
+        return nbio_ck_bad(c, li, "HQQ scale and zero must be both F16 or both BF16 with %lld values ([N K / G, 1]); "
+                           "are %s (%lld) and %s (%lld)", (long long)rows, dt_name(s->dtype), (long long)sn,
+                           dt_name(z->dtype), (long long)zn), NB_OK;
+    char why[200];
+    if (row_refuses(NB_FORMAT_INT4_HQQ, g, K, scale_type_of(s->dtype), why, sizeof why)[0])
+        return nbio_ck_bad(c, li, "%s (scale %s)", why, dt_name(s->dtype)), NB_OK;
+    nbio_conv *cv = new_conv(NB_CKPT_HQQ_INT4, NB_FORMAT_INT4_HQQ);
+    if (!cv) return NB_ERR_OUT_OF_MEMORY;
+    cv->group = (int32_t)g, cv->scale_type = scale_type_of(s->dtype), cv->bits = 4;
+    cv->codes = (int64_t)ti, cv->scales = js, cv->zeros = jz;
+    nbio_ck_set_conv(c, li, cv);
+    L->format = NB_CKPT_HQQ_INT4, L->tensor_scale = 1.0f;
+    return NB_OK;
+}
+
 /* ------------------------------------------------------------ bitsandbytes */
 
 nb_status nbio_classify_bnb(nb_ckpt *c, size_t ti, int64_t jstate) {
@@ -485,6 +582,17 @@ nb_status nbio_conv_read(const nb_ckpt *c, const char *prefix, const nbio_conv *
         for (int64_t r = 0; zt && r < n; r++)
             for (int64_t b = 0; b < ng; b++)
                 zeros[r * ng + b] = (uint8_t)(((uint32_t)rd32(zt->data, (size_t)((r / 8) * ng + b)) >> (4 * (r % 8))) & 15);
+        break;
+    }
+    case NB_CKPT_HQQ_INT4: { /* W_q [N K / 2G, G]: the high nibbles rows 0 .. of [N K / G, G], the low the rest */
+        const uint8_t *w = (const uint8_t *)qt->data;
+        const int64_t half = n * ng / 2 * g; /* elements in each half */
+        for (int64_t i = 0; i < n * k; i++) {
+            const uint8_t b = w[i < half ? i : i - half];
+            put_code(codes, 4, i, i < half ? (unsigned)(b >> 4) : (unsigned)(b & 15));
+        }
+        memcpy(scales, stt->data, sz.scales_bytes); /* [N K / G, 1] = [N, K / G], 16-bit */
+        memcpy(zeros, zt->data, sz.zeros_bytes);
         break;
     }
     case NB_CKPT_BNB_NF4: /* the first element of a pair in the high nibble */

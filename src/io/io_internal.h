@@ -135,6 +135,8 @@ NB_INTERNAL nb_ckpt_format nbio_qcfg_read(const cJSON *qc, nbio_qcfg *out);
 NB_INTERNAL nb_status nbio_classify_qweight(nb_ckpt *c, size_t ti);
 NB_INTERNAL nb_status nbio_classify_ct_int(nb_ckpt *c, size_t ti);
 NB_INTERNAL nb_status nbio_classify_bnb(nb_ckpt *c, size_t ti, int64_t jstate);
+/* P.W_q with P.scale, P.zero and hqq's meta tensors (HQQ, docs/formats.md 5.5). */
+NB_INTERNAL nb_status nbio_classify_hqq(nb_ckpt *c, size_t ti);
 /* nb_ckpt_layer_weight_v2 for a converted layer (desc filled; out NULL
  * writes nothing). */
 NB_INTERNAL nb_status nbio_conv_read(const nb_ckpt *c, const char *prefix, const nbio_conv *cv, int64_t n,
