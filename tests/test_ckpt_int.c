@@ -2,8 +2,9 @@
  * GEMM, GPTQ v1 and v2 with and without act-order, symmetric 8-bit GPTQ
  * (codes and scales also checked against the packed tensors), compressed-tensors
  * pack-quantized int4 / int4 symmetric / int8 with and without g_idx,
- * bitsandbytes nf4 and fp4 with plain and nested absmax), written here with
- * the packing formulas of docs/formats.md sections 4.3 and 5, opened with
+ * bitsandbytes nf4 and fp4 with plain and nested absmax, HQQ 4-bit with F16
+ * and BF16 scales and zero points), written here with the packing formulas
+ * of docs/formats.md sections 4.3 and 5, opened with
  * nb_ckpt_open and read through nb_ckpt_layer_weight_v2 and
  * nb_dequantize_host_v2: every value must equal the producer's own
  * dequantization, computed here from the logical codes, zero points and
@@ -587,6 +588,100 @@ static void test_bnb(void) {
     for (int j = 0; j < 5; j++) free(want[j]);
 }
 
+/* ------------------------------------------------------------ HQQ */
+
+/* v rounded to F16 (bf16 = 0) or BF16 and back, in double (testlib's RNE). */
+static double r16d(int bf16, double v) {
+    if (isnan(v) || isinf(v) || v == 0.0) return v;
+    const double m = round_mag(fabs(v), bf16 ? 7 : 10, bf16 ? -126 : -14);
+    const double big = bf16 ? ldexp(255.0 / 128.0, 127) : 65504.0;
+    return (m > big ? INFINITY : m) * (v < 0 ? -1 : 1);
+}
+
+/* An HQQ layer as transformers saves hqq's state_dict (docs/formats.md 5.5):
+ * W_q [N K / 2G, G] (high nibbles: rows 0 .. N K / 2G - 1 of the [N K / G,
+ * G] view; low: the rest), scale and zero [N K / G, 1], the meta tensors;
+ * want[] the values r(r(q - z) s).  The names live in names[0..19]. */
+static void add_hqq_layer(tset *s, const char *P, int bf16, int64_t n, int64_t k, int64_t g, float *want,
+                          char (*names)[96]) {
+    const int64_t rows = n * k / g;
+    uint8_t *q = rnd_bytes((size_t)(n * k), 0, 15), *wq = calloc((size_t)(n * k / 2), 1);
+    uint16_t *sc = malloc(2 * (size_t)rows), *zp = malloc(2 * (size_t)rows);
+    for (int64_t r = 0; r < rows; r++) {
+        sc[r] = bf16 ? ref_bf16((float)(0.001 + 0.02 * rnd_unit())) : ref_f16((float)(0.001 + 0.02 * rnd_unit()));
+        const float z = (float)(16.0 * rnd_unit() - 0.5);
+        zp[r] = bf16 ? ref_bf16(z) : ref_f16(z);
+    }
+    for (int64_t i = 0; i < n * k; i++) {
+        const int64_t half = n * k / 2;
+        wq[i < half ? i : i - half] |= (uint8_t)(i < half ? q[i] << 4 : q[i]);
+        const double sv = bf16 ? ref_bf16_to_f32(sc[i / g]) : ref_f16_to_f32(sc[i / g]);
+        const double zv = bf16 ? ref_bf16_to_f32(zp[i / g]) : ref_f16_to_f32(zp[i / g]);
+        want[i] = (float)r16d(bf16, r16d(bf16, q[i] - zv) * sv);
+    }
+    static const char *const meta[] = {"W_q", "scale", "zero", "nbits", "group_size", "shape", "axis", "packing",
+                                       "view_as_float", "quant_scale", "quant_zero", "channel_wise", "optimize",
+                                       "round_zero", "compute_dtype", "encoded_state_dict"};
+    for (int i = 0; i < 16; i++) snprintf(names[i], 96, "%s.%s", P, meta[i]);
+    const int64_t wsh[2] = {rows / 2, g}, ssh[2] = {rows, 1}, two[1] = {2}, pk[1] = {7}, cd[1] = {13};
+    const int32_t nbits = 4, gs = (int32_t)g, axis = 1;
+    const int64_t shape[2] = {n, k};
+    const uint8_t zero = 0, one = 1;
+    add(s, names[0], NB_ST_U8, 2, wsh, wq, 0, 0);
+    add(s, names[1], bf16 ? NB_ST_BF16 : NB_ST_F16, 2, ssh, sc, 0, 0);
+    add(s, names[2], bf16 ? NB_ST_BF16 : NB_ST_F16, 2, ssh, zp, 0, 0);
+    add(s, names[3], NB_ST_I32, 0, NULL, &nbits, 0, 0);
+    add(s, names[4], NB_ST_I32, 0, NULL, &gs, 0, 0);
+    add(s, names[5], NB_ST_I64, 1, two, shape, 0, 0);
+    add(s, names[6], NB_ST_I32, 0, NULL, &axis, 0, 0);
+    add(s, names[7], NB_ST_U8, 1, pk, "4bit_u8", 0, 0);
+    for (int i = 8; i <= 13; i++) add(s, names[i], NB_ST_U8, 0, NULL, i == 11 ? &one : &zero, 0, 0);
+    add(s, names[14], NB_ST_U8, 1, cd, bf16 ? "torch.bfloat16" : "torch.float16", 0, 0);
+    add(s, names[15], NB_ST_U8, 0, NULL, &one, 0, 0);
+    free(q), free(wq), free(sc), free(zp);
+}
+
+static void test_hqq(void) {
+    enum { N = 12, K = 256 };
+    static char names[8][16][96];
+    float *want[8];
+    for (int i = 0; i < 8; i++) want[i] = malloc(sizeof(float) * N * K);
+    tset s = {0};
+    add_hqq_layer(&s, "m.h16", 0, N, K, 64, want[0], names[0]);
+    add_hqq_layer(&s, "m.hb16", 1, N, K, 32, want[1], names[1]);
+    add_hqq_layer(&s, "m.hrow", 0, N, K, K, want[2], names[2]); /* one group per row */
+    write_set(&s, "hqq", "model.safetensors");
+    write_text("hqq", "config.json", "{\"quantization_config\": {\"quant_method\": \"hqq\"}}");
+    free_set(&s);
+    nb_ckpt *c = open_fixture("hqq");
+    check_layer(c, "m.h16", NB_CKPT_HQQ_INT4, N, K, want[0], 0);
+    check_layer(c, "m.hb16", NB_CKPT_HQQ_INT4, N, K, want[1], 0);
+    check_layer(c, "m.hrow", NB_CKPT_HQQ_INT4, N, K, want[2], 0);
+    nb_ckpt_close(c);
+    /* inconsistent: groups along axis 0, 2 bits, quantized zero points, a W_q of the wrong shape, scale and
+     * zero of different types, a group that is not one int4_hqq takes, no zero */
+    add_hqq_layer(&s, "x.axis", 0, N, K, 64, want[3], names[3]);
+    ((int32_t *)s.own[s.n - 10])[0] = 0; /* axis */
+    add_hqq_layer(&s, "x.bits", 0, N, K, 64, want[3], names[4]);
+    ((int32_t *)s.own[s.n - 13])[0] = 2; /* nbits */
+    add_hqq_layer(&s, "x.qz", 0, N, K, 64, want[3], names[5]);
+    ((uint8_t *)s.own[s.n - 6])[0] = 1; /* quant_zero */
+    add_hqq_layer(&s, "x.wq", 0, N, K, 64, want[3], names[6]);
+    s.t[s.n - 16].shape[0] = N * K / 64 / 4, s.t[s.n - 16].shape[1] = 128, s.t[s.n - 16].bytes = N * K / 2;
+    add_hqq_layer(&s, "x.mix", 0, N, K, 64, want[3], names[7]);
+    s.t[s.n - 14].dtype = NB_ST_BF16; /* zero BF16 next to an F16 scale */
+    write_set(&s, "hqq_bad", "model.safetensors");
+    free_set(&s);
+    c = open_fixture("hqq_bad");
+    check_bad(c, "x.axis", "axis 0");
+    check_bad(c, "x.bits", "nbits 2");
+    check_bad(c, "x.qz", "quant_zero");
+    check_bad(c, "x.wq", "W_q is U8 rank 2");
+    check_bad(c, "x.mix", "both F16 or both BF16");
+    nb_ckpt_close(c);
+    for (int j = 0; j < 8; j++) free(want[j]);
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IONBF, 0);
     int keep = fixture_dir_open(argc, argv, "nibble_ckpt_int");
@@ -595,5 +690,6 @@ int main(int argc, char **argv) {
     test_gptq_int8();
     test_ct();
     test_bnb();
+    test_hqq();
     return fixture_dir_close(keep);
 }
