@@ -1674,9 +1674,11 @@ def load_quantized(model, path, device=None, dtype=None, dequantize=False, stric
     compressed-tensors nvfp4/mxfp4-pack-quantized, the integer layouts the
     reader converts into nibble's (AWQ GEMM, GPTQ v1/v2 including act-order,
     4-bit and symmetric 8-bit, compressed-tensors pack-quantized int4
-    asymmetric and symmetric, and int8 symmetric), and bitsandbytes' serialized 4-bit weights (nf4 and
+    asymmetric and symmetric, and int8 symmetric), bitsandbytes' serialized 4-bit weights (nf4 and
     fp4 -> nf4 / bnb_fp4, F32 absmax per block; a nested absmax resolved by
-    the reader as bitsandbytes does), detected per layer.  An act-order
+    the reader as bitsandbytes does) and HQQ's 4-bit layers (hqq's
+    state_dicts, as its save_to_safetensors writes them -> int4_hqq),
+    detected per layer.  An act-order
     layer (CheckpointLayer.k_permuted) becomes a Linear with its activation
     permutation (Checkpoint.perm; dequantize=True puts the columns back in
     the model's order instead).  Layers the reader found inconsistent

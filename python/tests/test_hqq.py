@@ -18,7 +18,7 @@ hqq_quantize = pytest.importorskip("hqq.core.quantize")
 
 import nibble  # noqa: E402
 import nibble.torch as nt  # noqa: E402
-from test_load import gpu, io  # noqa: E402,F401  (the same skip rules)
+from test_load import HAS_TF, gpu, io  # noqa: E402,F401  (the same skip rules)
 from test_torch import EPS, _check_close, _f16_values, _x  # noqa: E402
 
 
@@ -143,3 +143,34 @@ def test_hqq_checkpoint_refusals(tmp_path):
         reasons = {p: ck.layer(p).problem for p in layers}
         assert all(ck.layer(p).format == "inconsistent" for p in layers), reasons
     assert "axis 0" in reasons["a.proj"] and "nbits 2" in reasons["b.proj"] and "quant_zero" in reasons["c.proj"]
+
+
+@io
+@pytest.mark.skipif(not HAS_TF, reason="transformers is not installed")
+def test_hqq_model_saved_by_hqq_loads(tmp_path):
+    """A small Llama quantized and saved by hqq itself (AutoHQQHFModel,
+    save_to_safetensors, on the CPU): every HQQ layer reads as hqq-int4 with
+    hqq's dequantized weights, and load_quantized(dequantize=True) puts
+    exactly those into the model."""
+    from hqq.models.hf.base import AutoHQQHFModel
+    from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0)
+    cfg = LlamaConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=1, num_attention_heads=4,
+                      num_key_value_heads=2, vocab_size=64)
+    model = LlamaForCausalLM(cfg).to(torch.float16)
+    AutoHQQHFModel.quantize_model(model, quant_config=hqq_quantize.BaseQuantizeConfig(nbits=4, group_size=64, axis=1),
+                                  compute_dtype=torch.float16, device="cpu")
+    AutoHQQHFModel.save_to_safetensors(model, str(tmp_path), verbose=False)
+    layers = {n: m for n, m in model.named_modules() if isinstance(m, hqq_quantize.HQQLinear)}
+    assert len(layers) == 7
+    with nibble.open_checkpoint(str(tmp_path)) as ck:
+        for name, h in layers.items():
+            L = ck.layer(name)
+            assert L.format == "hqq-int4", (name, L.format, L.problem)
+            got = np.asarray(nibble.dequantize(ck.quantized_weight(L), "float16")).view(np.int16)
+            np.testing.assert_array_equal(got, _bits(h.dequantize()))
+    with torch.device("meta"):
+        twin = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(tmp_path)))
+    nt.load_quantized(twin, str(tmp_path), dequantize=True, dtype=torch.float16)
+    for name, h in layers.items():
+        np.testing.assert_array_equal(_bits(twin.get_submodule(name).weight), _bits(h.dequantize()))
