@@ -150,7 +150,8 @@ def test_hqq_checkpoint_refusals(tmp_path):
 def test_hqq_model_saved_by_hqq_loads(tmp_path):
     """A small Llama quantized and saved by hqq itself (AutoHQQHFModel,
     save_to_safetensors, on the CPU): every HQQ layer reads as hqq-int4 with
-    hqq's dequantized weights, and load_quantized(dequantize=True) puts
+    hqq's dequantized weights, and load_quantized(dequantize=True) and
+    from_pretrained(quantization_config=NibbleConfig(dequantize=True)) put
     exactly those into the model."""
     from hqq.models.hf.base import AutoHQQHFModel
     from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
@@ -174,3 +175,9 @@ def test_hqq_model_saved_by_hqq_loads(tmp_path):
     nt.load_quantized(twin, str(tmp_path), dequantize=True, dtype=torch.float16)
     for name, h in layers.items():
         np.testing.assert_array_equal(_bits(twin.get_submodule(name).weight), _bits(h.dequantize()))
+    # transformers' from_pretrained with a NibbleConfig takes the HQQ layers as they are
+    from nibble.transformers import NibbleConfig
+    hf_model = AutoModelForCausalLM.from_pretrained(str(tmp_path), quantization_config=NibbleConfig(dequantize=True),
+                                                    dtype=torch.float16, device_map="cpu")
+    for name, h in layers.items():
+        np.testing.assert_array_equal(_bits(hf_model.get_submodule(name).weight), _bits(h.dequantize()))
