@@ -368,7 +368,7 @@ nb_status nbio_classify_hqq(nb_ckpt *c, size_t ti) {
     if (sh->dtype == NB_ST_I32) N = rd32(sh->data, 0), K = rd32(sh->data, 1);
     else memcpy(&N, sh->data, 8), memcpy(&K, (const uint8_t *)sh->data + 8, 8);
     L->n = N, L->k = K;
-    if (N <= 0 || K <= 0 || K > ((int64_t)1 << 40) || N > ((int64_t)1 << 40))
+    if (N <= 0 || K <= 0 || K > ((int64_t)1 << 40) || N > (((int64_t)1 << 62) / K))
         return nbio_ck_bad(c, li, "HQQ shape [%lld, %lld] is not a weight's", (long long)N, (long long)K), NB_OK;
     if (!m[1] || !hqq_int(m[1], &g)) g = K; /* (group_size None: one group per row) */
     if (g <= 0 || K % g || (N * (K / g)) % 2)
