@@ -279,6 +279,23 @@ __device__ __forceinline__ void a_frag_int(uint32_t ql, uint32_t qh, uint32_t zg
     a[3] = int_pair<ACT, I + 1, ZT>(qh, zh);
 }
 
+/* Lane group g's 2 x GPC 16-bit values (4 x GPC bytes at p) as GPC words of
+ * w: the F16/BF16 scales of a chunk's tail, and float zero points, which
+ * are laid out the same way after them.  One vector load. */
+template <int GPC, int N>
+__device__ __forceinline__ void tail_words16(const uint8_t *p, uint32_t (&w)[N]) {
+    static_assert(N >= GPC, "GPC words");
+    if constexpr (GPC == 4) {
+        const uint4 v = *(const uint4 *)p;
+        w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+    } else if constexpr (GPC == 2) {
+        const uint2 v = *(const uint2 *)p;
+        w[0] = v.x, w[1] = v.y;
+    } else {
+        w[0] = *(const uint32_t *)p;
+    }
+}
+
 /* Lane group g's share of a chunk's tail (after the 1024 code bytes): the
  * 2 x GPC scales as 16-bit halves (F32: whole words) of sw (index h * GPC +
  * j: row g + 8h, kernel group j) and the zero points of zw (same index:
@@ -301,27 +318,12 @@ __device__ __forceinline__ void int_tail(const uint4 *slot, int g, uint32_t (&sw
                 sw[4 * i] = u.x, sw[4 * i + 1] = u.y, sw[4 * i + 2] = u.z, sw[4 * i + 3] = u.w;
             }
         }
-    } else if (GPC == 4) {
-        const uint4 v = *(const uint4 *)(tail + 16 * g);
-        sw[0] = v.x, sw[GPC > 1 ? 1 : 0] = v.y, sw[GPC > 2 ? 2 : 0] = v.z, sw[GPC > 3 ? 3 : 0] = v.w;
-    } else if (GPC == 2) {
-        const uint2 v = *(const uint2 *)(tail + 8 * g);
-        sw[0] = v.x, sw[GPC > 1 ? 1 : 0] = v.y;
     } else {
-        sw[0] = *(const uint32_t *)(tail + 4 * g);
+        tail_words16<GPC>(tail + 4 * GPC * g, sw);
     }
     zw[0] = zw[1] = zw[2] = zw[3] = 0;
     if constexpr (nbc_int_chunk<FMT, KG>::zb == 2) { /* float zero points: laid out as the 16-bit scales */
-        const uint8_t *z = tail + 32 * GPC + 4 * GPC * g;
-        if (GPC == 4) {
-            const uint4 v = *(const uint4 *)z;
-            zw[0] = v.x, zw[1] = v.y, zw[2] = v.z, zw[3] = v.w;
-        } else if (GPC == 2) {
-            const uint2 v = *(const uint2 *)z;
-            zw[0] = v.x, zw[1] = v.y;
-        } else {
-            zw[0] = *(const uint32_t *)z;
-        }
+        tail_words16<GPC>(tail + 32 * GPC + 4 * GPC * g, zw);
     } else if (nbc_int_chunk<FMT, KG>::zp) {
         const uint8_t *z = tail + 32 * GPC + 2 * GPC * g;
         if (GPC == 4) {
@@ -335,11 +337,32 @@ __device__ __forceinline__ void int_tail(const uint4 *slot, int g, uint32_t (&sw
     }
 }
 
+/* A 16-bit F16 or BF16 (bf16) value h as FP32 (exact). */
+__device__ __forceinline__ float nbc_h16_float(uint32_t h, int bf16) {
+    return bf16 ? __uint_as_float(h << 16) : __half2float(__ushort_as_half((unsigned short)h));
+}
+
 /* Scale i of sw as FP32 (exact: F16 and BF16 are subsets of FP32). */
 template <int KG>
 __device__ __forceinline__ float int_scale(const uint32_t (&sw)[NBI_CHUNK_K / KG], int i, int bf16) {
-    const uint32_t h = (sw[i >> 1] >> (16 * (i & 1))) & 0xFFFFu;
-    return bf16 ? __uint_as_float(h << 16) : __half2float(__ushort_as_half((unsigned short)h));
+    return nbc_h16_float((sw[i >> 1] >> (16 * (i & 1))) & 0xFFFFu, bf16);
+}
+
+/* f rounded to ACT (to nearest even), two copies. */
+template <int ACT>
+__device__ __forceinline__ uint32_t nbc_act_pair(float f) {
+    return (ACT == NB_DTYPE_BF16 ? (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(f))
+                                 : (uint32_t)__half_as_ushort(__float2half_rn(f))) * 0x10001u;
+}
+
+/* Index i of the 16-bit values of w (F16, or BF16 when bf16) as two copies
+ * in ACT: the stored bits when that type is ACT's, else rounded to ACT (the
+ * integer formats' scales on the tensor-core path, float zero points). */
+template <int ACT, int N>
+__device__ __forceinline__ uint32_t nbc_h16_pair(const uint32_t (&w)[N], int i, int bf16) {
+    const uint32_t h = (w[i >> 1] >> (16 * (i & 1))) & 0xFFFFu;
+    if ((ACT == NB_DTYPE_BF16) == (bf16 != 0)) return h * 0x10001u;
+    return nbc_act_pair<ACT>(nbc_h16_float(h, bf16));
 }
 
 /* ------------------------------------------------ table formats (kernel 1) */
@@ -472,13 +495,7 @@ __device__ __forceinline__ float table_scale(const uint32_t (&sw)[N], int i) {
  * to ACT. */
 template <int ACT, int ZT>
 __device__ __forceinline__ uint32_t int_zero(const uint32_t (&zw)[4], int i, int sbf) {
-    if constexpr (ZT == NB_ZERO_FLOAT) {
-        const uint32_t h = (zw[i >> 1] >> (16 * (i & 1))) & 0xFFFFu;
-        if ((ACT == NB_DTYPE_BF16) == (sbf != 0)) return h * 0x10001u;
-        const float f = sbf ? __uint_as_float(h << 16) : __half2float(__ushort_as_half((unsigned short)h));
-        return (ACT == NB_DTYPE_BF16 ? (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(f))
-                                     : (uint32_t)__half_as_ushort(__float2half_rn(f))) * 0x10001u;
-    }
+    if constexpr (ZT == NB_ZERO_FLOAT) return nbc_h16_pair<ACT>(zw, i, sbf);
     const uint32_t m = ACT == NB_DTYPE_BF16 ? 0x4300u : 0x6400u;
     const uint32_t z = ZT == NB_ZERO_NONE ? 8u : (zw[i >> 2] >> (8 * (i & 3))) & 0xFFu;
     return (m | z) * 0x10001u;

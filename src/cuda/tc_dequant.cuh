@@ -121,20 +121,12 @@ __device__ __forceinline__ void nbc_dequant_chunk(const uint8_t *wsm, const uint
 
 /* ------------------------------------------ 4-bit integer formats (sm90) */
 
-/* f rounded to ACT (to nearest even), two copies. */
-template <int ACT>
-__device__ __forceinline__ uint32_t nbc_act_pair(float f) {
-    return (ACT == NB_DTYPE_BF16 ? (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(f))
-                                 : (uint32_t)__half_as_ushort(__float2half_rn(f))) * 0x10001u;
-}
-
 /* A group's scale (index i of a lane group's tail, int_tail) as two copies
  * in ACT: the stored bits when the scale type is ACT's, else rounded to ACT
  * (F16 scales with BF16 activations: the planner sends no other mix). */
 template <int ACT, int KG>
 __device__ __forceinline__ uint32_t nbc_int_scale_pair(const uint32_t (&sw)[NBI_CHUNK_K / KG], int i, int scale_bf16) {
-    if ((ACT == NB_DTYPE_BF16) == (scale_bf16 != 0)) return ((sw[i >> 1] >> (16 * (i & 1))) & 0xFFFFu) * 0x10001u;
-    return nbc_act_pair<ACT>(int_scale<KG>(sw, i, scale_bf16));
+    return nbc_h16_pair<ACT>(sw, i, scale_bf16);
 }
 
 /* One A register of an integer format: elements 2t, 2t+1 of word w (at
