@@ -111,8 +111,37 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
          * without; 14336 -> 4096 with 16 splits of 7 chunks, 14 of 8:
          * 1.18x). */
         if (p->mt >= 3 && 4 * grid_x >= 3 * sms) per_sm = 1;
+        /* 17..24 tokens (E2M1 formats) on layers of at most half a wave of
+         * tiles: one CTA per SM too, where that gives runs of at most 32
+         * chunks (H200, nvfp4, m = 18 / 20 / 24, us, splits filling two
+         * CTAs per SM -> one: 8192 -> 8192, 32 tiles, 8 -> 4 splits, 23.6
+         * / 23.6 / 25.7 -> 21.1 / 21.3 / 22.1; 14336 -> 4096 16 -> 8, 24.2
+         * / 24.4 / 26.8 -> 20.4 / 20.5 / 20.6; 4096 -> 14336 4 -> 2, 23.3 /
+         * 24.9 / 24.7 -> 20.6 / 21.3 / 21.1; 27648 -> 5120, 36 chunks a
+         * run at one per SM, 41.0 / 41.5 / 43.3 -> 39.5 / 40.1 / 40.6, is
+         * left at two; NOTES.md).  Where such runs are short the
+         * tensor-core kernel takes these batches instead (plan_tc). */
+        if (p->mt == 3 && !rpw2 && 2 * grid_x <= sms && p->kchunks <= 32 * (sms / grid_x)) per_sm = 1;
         resident = (int64_t)sms * per_sm;
         if (grid_x < resident) s = resident / grid_x;
+        /* 9..16 tokens (E2M1 formats): where two CTAs per SM get runs of
+         * fewer than 8 chunks, one CTA per SM with twice the run, if that
+         * still covers 95% of the SMs with runs of 6 or more (H200, nvfp4,
+         * `nibble bench`, us at m = 12 / 16, two per SM -> one: 14336 ->
+         * 4096, 16 -> 8 splits, 19.1 / 19.7 -> 17.2 / 17.6; 12288 -> 4096
+         * 17.7 / 18.2 -> 15.6 / 16.4; 3072 -> 8192, 32 tiles, 8 splits of 3
+         * chunks (kernel 1's rule below made them 3 of 8) -> 4 of 6, 11.0 /
+         * 11.1 -> 10.8 / 10.9).  Runs of 8 or more keep two per SM: 28672 ->
+         * 8192 at 8 splits of 28 chunks 50.7 us, at 4 of 56 77.6; 18944 ->
+         * 3584 at 17 of 8.7 21.5, at 9 of 16.4 27.7; 8192 -> 8192, 8 of 8,
+         * 19.0 / 20.8 against 18.4 / 19.2 at 4 of 16, is left at two.
+         * Where one per SM leaves a tenth of the SMs idle two stay ahead
+         * (8192 -> 10240, 40 tiles: 3 splits 28.7 us, 6 splits 22.4).
+         * NOTES.md. */
+        if (p->mt == 2 && !rpw2 && !staged && p->kchunks < 8 * s) {
+            const int64_t s1 = sms / grid_x;
+            if (s1 >= 2 && 20 * grid_x * s1 >= 19 * (int64_t)sms && p->kchunks / s1 >= 6) s = s1;
+        }
         /* A CTA needs a run of chunks to fill its pipelines: with fewer than
          * 6 per split kernel 1 (its in-CTA k split) was faster in every case
          * measured, unless splits of 8 chunks still fill 70% of the SMs
@@ -120,7 +149,18 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
          * 4096 -> 4096 with 16 CTAs stays with kernel 1). */
         if (p->kchunks / s < 6 && !staged) {
             const int64_t s8 = p->kchunks / 8;
+            /* kernel 1's grid at 9..16 tokens (E2M1 formats; two CTAs per SM; kw = 8 below
+             * 1.4 CTAs per SM at kw = 4, as its rule below): past one wave
+             * it leaves a short second one, so kernel 2 runs instead with
+             * one CTA per SM and runs of at least 4 chunks (H200, nvfp4, us,
+             * m = 12 / 16: 3584 -> 4608, kernel 1's 288 CTAs 12.2 / 14.5,
+             * 18 tiles x 7 splits 9.2 / 9.5; 2880 -> 5120, 320 CTAs 10.9 /
+             * 12.2, 20 x 5 splits 9.1 / 9.3; NOTES.md) */
+            const int64_t k1 = (double)p->row_blocks * 4 / warps < 1.4 * sms ? p->row_blocks
+                                                                             : (p->row_blocks + 1) / 2;
+            const int64_t s1 = sms / grid_x < p->kchunks / 4 ? sms / grid_x : p->kchunks / 4;
             if (s8 >= 1 && 10 * grid_x * s8 >= 7 * (int64_t)sms) s = s8;
+            else if (p->mt == 2 && !rpw2 && k1 > 2 * (int64_t)sms && s1 >= 2) s = s1;
             else xs = 0;
         }
         /* 8 tokens: kernel 1 costs 13-18% more than at 7 on 8192 -> 57344
@@ -234,6 +274,22 @@ static nb_status plan_decode(nb_context *ctx, const nbi_request *rq, nbi_gemm_pl
         const int64_t res = (int64_t)nbi_cuda_gemv_ctas_per_sm(ctx, p, 0, &bytes) * ctx->info.sm_count;
         if (res > 0 && p->grid_x > res && 2 * (int64_t)p->grid_x <= 3 * res) {
             p->kw *= 2;
+            p->grid_x = (int)((p->row_blocks * p->kw + p->warps - 1) / p->warps);
+        }
+    }
+    /* Kernel 1 of the E2M1 formats at one token tile (three CTAs per SM):
+     * where kw = 4 makes a grid of one to one and a half resident waves,
+     * half the warps per row block, so every CTA runs in the first wave
+     * (H200, nvfp4, m = 1, us, kw = 4 -> 2: 3584 -> 18944, 592 CTAs on 396
+     * slots, 18.2 -> 16.5; 7168 -> 18432, 576, 31.2 -> 28.6; 5120 ->
+     * 13824, 432, 18.6 -> 16.2; no layer of the bench set has such a grid;
+     * NOTES.md). */
+    if (!p->xsh && p->mt == 1 && nbi_traits(p->fmt)->every_kernel && p->splits == 1 && p->kw == 4 &&
+        !(rq->kw == 1 || rq->kw == 2 || rq->kw == 4 || rq->kw == 8)) {
+        size_t bytes = 0;
+        const int64_t res = (int64_t)nbi_cuda_gemv_ctas_per_sm(ctx, p, 0, &bytes) * ctx->info.sm_count;
+        if (res > 0 && p->grid_x > res && 2 * (int64_t)p->grid_x <= 3 * res) {
+            p->kw = 2;
             p->grid_x = (int)((p->row_blocks * p->kw + p->warps - 1) / p->warps);
         }
     }
@@ -436,14 +492,16 @@ static int tc_serves(const nb_gemm_desc *g, const nbi_format_traits *t) {
  * range: one launch for every m, weights read once per 128-row (tc_cwg:
  * 256-row) x bn-token tile.  Returns 1 when it takes the call (p filled).
  *
- * It also takes 17..32 tokens on layers with fewer 128-row tiles than SMs
- * (it then splits k to fill the GPU): its time does not grow with m below
- * 64 while the decode kernels' does.  Measured on an H100 (nvfp4, us,
- * decode / tensor core): m = 32: 8192 -> 8192 36.3 / 28.5, 28672 -> 8192
- * 90.0 / 82.9, 4096 -> 4096 18.1 / 12.0, 14336 -> 4096 43.1 / 25.8; m = 24:
- * the same layers 29.6 / 28.4, 73.3 / 83.1, 13.1 / 12.0, 29.1 / 25.7, so at
- * 17..24 tokens only layers with k < 16384 switch; m = 16 and 8192 -> 57344
- * (448 tiles) stay with the decode kernels at every m <= 32. */
+ * It also takes 25..32 tokens on layers of up to 1.25 128-row tiles per SM
+ * (splitting k to fill the GPU where they are fewer than SMs): its time
+ * does not grow with m below 64 while the decode kernels' does.  Measured
+ * first on an H100 (2026-11-22, nvfp4, us, decode / tensor core): m = 32:
+ * 8192 -> 8192 36.3 / 28.5, 28672 -> 8192 90.0 / 82.9, 4096 -> 4096 18.1 /
+ * 12.0, 14336 -> 4096 43.1 / 25.8; 8192 -> 57344 (448 tiles) stays with
+ * the decode kernels at every m <= 32.  At 17..24 tokens it took the
+ * layers with fewer tiles than SMs and k < 16384; with the decode kernels
+ * of 2026-11-28 it keeps only those where decode kernel 2 would run short
+ * (below; H200, 2026-11-29). */
 static int plan_tc(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq, nbi_gemm_plan *p) {
     const nbi_format_traits *t = nbi_traits(p->fmt);
     if (!tc_serves(g, t)) return 0;
@@ -452,8 +510,26 @@ static int plan_tc(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
     const int integer = !t->every_kernel; /* (32-, 64-, 128-, 256-token tiles, m >= NBI_INT_TC_MIN) */
     const int64_t tn = (p->row_blocks + 7) / 8; /* 128-row tiles */
     const int small_grid = tn < ctx->info.sm_count;
+    /* (25..32 tokens also on layers of up to 1.25 tiles per SM: H200, nvfp4,
+     * m = 28 / 32, us, decode kernel 2 / tensor core: 3584 -> 18944, 148
+     * tiles, 38.8 / 31.2 and 39.6 / 31.3; 7168 -> 18432, 144 tiles, 56.4 /
+     * 52.2 and 59.3 / 52.2; at 200-231 tiles the two are within 3%, at 448
+     * (8192 -> 57344) the decode kernel is 20% ahead; NOTES.md) */
+    const int mid_grid = 4 * tn <= 5 * (int64_t)ctx->info.sm_count;
+    /* (17..24 tokens on small grids: only where decode kernel 2, one CTA
+     * per SM over its 256-row tiles, would run fewer than 6 chunks each;
+     * elsewhere it is ahead (H200, nvfp4, us at m = 20, kernel 2 / tensor
+     * core: 8192 -> 8192 21.3 / 25.1, 8192 -> 10240 27.2 / 32.2, 4096 ->
+     * 14336 21.3 / 24.6, 4096 -> 12288 20.9 / 24.8, 12288 -> 4096 18.7 /
+     * 20.3, 4096 -> 6144 13.4 / 14.0; with runs of 4 the tensor core:
+     * 4096 -> 4096 11.9 / 9.5, 3584 -> 4608 11.5 / 10.6; NOTES.md) */
+    const int64_t t2 = (p->row_blocks + 15) / 16, per2 = ctx->info.sm_count / (t2 > 0 ? t2 : 1);
+    const int short_runs = per2 < 1 || p->kchunks < 6 * per2;
     int use = can && (integer ? int_tc_auto(ctx, g, tn)
-                              : g->m > 32 || (g->m > 16 && small_grid && (g->m > 24 || g->weight.k < 16384)));
+                              : g->m > 32 ||
+                                    (g->m > 16 && small_grid &&
+                                     (g->m > 24 || (g->weight.k < 16384 && short_runs))) ||
+                                    (g->m > 24 && mid_grid));
     if (rq->path == NB_GEMM_PATH_DECODE || rq->path == NB_GEMM_PATH_MMA) use = 0;
     if (rq->path == NB_GEMM_PATH_TENSOR_CORE) use = can;
     if (!use) return 0;

@@ -756,9 +756,82 @@ static void test_moe_tile_width(void) {
     nb_context_destroy(ctx);
 }
 
+/* The decode-range rules measured on layers off the bench set (plan.c,
+ * plan_decode_split / plan_decode / plan_tc; H200, 2026-11-29, NOTES.md):
+ * at one token kw = 2 where kw = 4 would make 1-1.5 resident waves; at
+ * 9..16 tokens kernel 2 with one CTA per SM where kernel 1's grid would
+ * spill just past one wave, and one CTA per SM where two would run fewer
+ * than 8 chunks each; at 17..24 tokens kernel 2 with one CTA per SM on
+ * small grids unless its runs would be under 6 chunks (then the tensor
+ * core); at 25..32 the tensor core up to 1.25 tiles of 128 rows per SM.
+ * Each with a layer on either side of the rule, both E2M1 formats; the
+ * integer formats keep their rules. */
+static void test_decode_rules(void) {
+    nb_context *ctx = h100();
+    static const struct {
+        int64_t k, n;
+        int m;
+        int path; /* NBI_PATH_GEMV or NBI_PATH_SM90 */
+        int xs;   /* decode: kernel 2 (1) or kernel 1 (0) */
+        int kw, splits; /* decode: kernel 1's kw (0: any), splits (0: any) */
+        int one_per_sm; /* decode: kernel 2's instance of one CTA per SM */
+        const char *why;
+    } cases[] = {
+        {3584, 18944, 1, NBI_PATH_GEMV, 0, 2, 1, 0, "592 CTAs at kw = 4 on 396 slots: kw = 2"},
+        {5120, 13824, 1, NBI_PATH_GEMV, 0, 2, 1, 0, "432 CTAs at kw = 4: kw = 2"},
+        {7168, 18432, 4, NBI_PATH_GEMV, 0, 2, 1, 0, "576 CTAs at kw = 4 (m = 4): kw = 2"},
+        {8192, 10240, 1, NBI_PATH_GEMV, 0, 4, 1, 0, "320 CTAs: one wave at kw = 4"},
+        {4096, 28672, 1, NBI_PATH_GEMV, 0, 4, 1, 0, "896 CTAs: 2.3 waves, kw = 4"},
+        {3584, 4608, 16, NBI_PATH_GEMV, 1, 0, 7, 0, "kernel 1 would be 288 CTAs on 264 slots: 18 tiles x 7"},
+        {3584, 4608, 12, NBI_PATH_GEMV, 1, 0, 7, 0, "the same at m = 12"},
+        {4096, 4096, 16, NBI_PATH_GEMV, 0, 8, 1, 0, "kernel 1's 256 CTAs fit one wave"},
+        {3584, 3584, 16, NBI_PATH_GEMV, 0, 8, 1, 0, "kernel 1's 224 CTAs fit one wave"},
+        {14336, 4096, 16, NBI_PATH_GEMV, 1, 0, 8, 0, "16 tiles: 8 splits of 14 chunks, not 16 of 7"},
+        {3072, 8192, 12, NBI_PATH_GEMV, 1, 0, 4, 0, "32 tiles: 4 splits of 6 chunks"},
+        {28672, 8192, 16, NBI_PATH_GEMV, 1, 0, 8, 0, "8 splits of 28 chunks stay at two per SM"},
+        {8192, 8192, 16, NBI_PATH_GEMV, 1, 0, 8, 0, "8 splits of 8 chunks stay at two per SM"},
+        {8192, 10240, 16, NBI_PATH_GEMV, 1, 0, 6, 0, "one per SM would leave 12 SMs idle"},
+        {8192, 8192, 20, NBI_PATH_GEMV, 1, 0, 4, 1, "17..24 tokens: 4 splits of 16 chunks, one per SM"},
+        {4096, 14336, 24, NBI_PATH_GEMV, 1, 0, 2, 1, "56 tiles: 2 splits"},
+        {18944, 3584, 20, NBI_PATH_GEMV, 1, 0, 9, 1, "14 tiles: 9 splits of 17 chunks"},
+        {27648, 5120, 20, NBI_PATH_GEMV, 1, 0, 13, 0, "runs of 36 at one per SM: two per SM"},
+        {4096, 4096, 20, NBI_PATH_SM90, 0, 0, 0, 0, "runs of 4 at one per SM: the tensor core"},
+        {8192, 3072, 24, NBI_PATH_SM90, 0, 0, 0, 0, "runs of 5.8: the tensor core"},
+        {3584, 18944, 32, NBI_PATH_SM90, 0, 0, 0, 0, "148 tiles of 128 rows at m = 32: the tensor core"},
+        {7168, 18432, 28, NBI_PATH_SM90, 0, 0, 0, 0, "144 tiles at m = 28"},
+        {3584, 18944, 24, NBI_PATH_GEMV, 1, 0, 0, 0, "148 tiles at m = 24: kernel 2"},
+        {8192, 29568, 32, NBI_PATH_GEMV, 1, 0, 1, 1, "231 tiles: kernel 2"},
+        {8192, 57344, 32, NBI_PATH_GEMV, 1, 0, 1, 1, "448 tiles: kernel 2's stream-K grid"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int f = 0; f < 2; f++) {
+            nbi_gemm_plan p;
+            const nb_format fmt = f ? NB_FORMAT_MXFP4 : NB_FORMAT_NVFP4;
+            if (!plan(ctx, fmt, cases[i].k, cases[i].n, cases[i].m, NULL, &p)) continue;
+            int ok = p.path == cases[i].path;
+            if (ok && p.path == NBI_PATH_GEMV) {
+                ok = !!p.xsh == cases[i].xs && (!cases[i].splits || p.splits == cases[i].splits);
+                if (!cases[i].xs) ok = ok && (!cases[i].kw || p.kw == cases[i].kw);
+                else if (cases[i].splits) ok = ok && (p.xsh == 2) == cases[i].one_per_sm;
+            }
+            CHECK(ok, "%s %lld -> %lld m = %d (%s): path %d xsh %d kw %d splits %d", f ? "mxfp4" : "nvfp4",
+                  (long long)cases[i].k, (long long)cases[i].n, cases[i].m, cases[i].why, p.path, p.xsh, p.kw,
+                  p.splits);
+        }
+    /* the integer formats keep their rules: int4 at one token kw = 4 on 3584 -> 18944 */
+    nbi_gemm_plan p;
+    nb_gemm_desc g = problem(NB_FORMAT_INT4, 3584, 18944, 1);
+    g.weight.scale_exp_min = 0, g.weight.scale_exp_max = 15; /* (the zero-point range nb_pack_v2 records) */
+    const nb_status st = nbi_plan(ctx, &g, NULL, &p);
+    CHECK(st == NB_OK && p.path == NBI_PATH_GEMV && !p.xsh && p.kw == 4,
+          "int4 3584 -> 18944 m = 1: kw = 4 (%s, xsh %d kw %d)", st ? nb_last_error() : "ok", p.xsh, p.kw);
+    nb_context_destroy(ctx);
+}
+
 int main(void) {
     test_moe_tile_width();
     test_decode_m8();
+    test_decode_rules();
     test_table_kw();
     test_decode_occupancy();
     test_every_plan_valid();
