@@ -124,8 +124,8 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
         if (p->mt == 3 && !rpw2 && 2 * grid_x <= sms && p->kchunks <= 32 * (sms / grid_x)) per_sm = 1;
         resident = (int64_t)sms * per_sm;
         if (grid_x < resident) s = resident / grid_x;
-        /* 9..16 tokens (E2M1 formats): where two CTAs per SM get runs of
-         * fewer than 8 chunks, one CTA per SM with twice the run, if that
+        /* 9..16 tokens: where two CTAs per SM get runs of fewer than 8
+         * chunks, one CTA per SM with twice the run, if that
          * still covers 95% of the SMs with runs of 6 or more (H200, nvfp4,
          * `nibble bench`, us at m = 12 / 16, two per SM -> one: 14336 ->
          * 4096, 16 -> 8 splits, 19.1 / 19.7 -> 17.2 / 17.6; 12288 -> 4096
@@ -137,8 +137,9 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
          * 19.0 / 20.8 against 18.4 / 19.2 at 4 of 16, is left at two.
          * Where one per SM leaves a tenth of the SMs idle two stay ahead
          * (8192 -> 10240, 40 tiles: 3 splits 28.7 us, 6 splits 22.4).
-         * NOTES.md. */
-        if (p->mt == 2 && !rpw2 && !staged && p->kchunks < 8 * s) {
+         * The integer and table formats likewise (int4 12288 -> 4096 18.3
+         * -> 15.7 us at m = 16, nf4 22.3 -> 20.2).  NOTES.md. */
+        if (p->mt == 2 && !staged && p->kchunks < 8 * s) {
             const int64_t s1 = sms / grid_x;
             if (s1 >= 2 && 20 * grid_x * s1 >= 19 * (int64_t)sms && p->kchunks / s1 >= 6) s = s1;
         }
@@ -149,18 +150,19 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
          * 4096 -> 4096 with 16 CTAs stays with kernel 1). */
         if (p->kchunks / s < 6 && !staged) {
             const int64_t s8 = p->kchunks / 8;
-            /* kernel 1's grid at 9..16 tokens (E2M1 formats; two CTAs per SM; kw = 8 below
+            /* kernel 1's grid at 9..16 tokens (two CTAs per SM; kw = 8 below
              * 1.4 CTAs per SM at kw = 4, as its rule below): past one wave
              * it leaves a short second one, so kernel 2 runs instead with
              * one CTA per SM and runs of at least 4 chunks (H200, nvfp4, us,
              * m = 12 / 16: 3584 -> 4608, kernel 1's 288 CTAs 12.2 / 14.5,
              * 18 tiles x 7 splits 9.2 / 9.5; 2880 -> 5120, 320 CTAs 10.9 /
-             * 12.2, 20 x 5 splits 9.1 / 9.3; NOTES.md) */
+             * 12.2, 20 x 5 splits 9.1 / 9.3; int4 10.2 -> 9.2 and nf4 13.5
+             * -> 10.8 on 3584 -> 4608 at m = 16; NOTES.md) */
             const int64_t k1 = (double)p->row_blocks * 4 / warps < 1.4 * sms ? p->row_blocks
                                                                              : (p->row_blocks + 1) / 2;
             const int64_t s1 = sms / grid_x < p->kchunks / 4 ? sms / grid_x : p->kchunks / 4;
             if (s8 >= 1 && 10 * grid_x * s8 >= 7 * (int64_t)sms) s = s8;
-            else if (p->mt == 2 && !rpw2 && k1 > 2 * (int64_t)sms && s1 >= 2) s = s1;
+            else if (p->mt == 2 && k1 > 2 * (int64_t)sms && s1 >= 2) s = s1;
             else xs = 0;
         }
         /* 8 tokens: kernel 1 costs 13-18% more than at 7 on 8192 -> 57344
@@ -459,10 +461,10 @@ static double tc_stream_k(const nb_context *ctx, const nbi_gemm_plan *p, const n
 
 /* The integer and table formats on the tensor-core kernel: from m =
  * NBI_INT_TC_MIN on request; by the heuristic past the decode range (m >
- * 32), and from m = 25 (table formats: 17) on layers with fewer 128-row
- * tiles than SMs (tn), where the tensor-core kernel splits k and its time
- * does not grow with m.  Below that the staged decode kernel (kernel 2)
- * runs.  Measured on an H200 (2026-11-26, int4 groups of 128 / nf4 blocks
+ * 32), and from m = 17 on layers with fewer 128-row tiles than SMs (tn),
+ * where the tensor-core kernel splits k and its time does not grow with m,
+ * as far as the rules below give it.  Otherwise the staged decode kernel
+ * (kernel 2) runs.  Measured first on an H200 (2026-11-26, int4 groups of 128 / nf4 blocks
  * of 64, us, staged decode / tensor core): m = 20: 8192 -> 28672 65.2 /
  * 95.9, nf4 89.7 / 105.2; 8192 -> 57344 130.0 / 193.8, nf4 178.7 / 209.8;
  * 8192 -> 8192 25.7 / 29.4, nf4 31.6 / 31.0; 4096 -> 14336 25.7 / 25.4, nf4
@@ -472,10 +474,33 @@ static double tc_stream_k(const nb_context *ctx, const nbi_gemm_plan *p, const n
  * tiles: m = 32 int4 70.5 / 84.0, int8 84.8 / 91.3, nf4 88.5 / 93.2; m = 20
  * nf4 85.1 / 92.3; nibble tune, H200). */
 #define NBI_INT_TC_MIN 17
-static int int_tc_auto(const nb_context *ctx, const nb_gemm_desc *g, int64_t tn) {
-    const int table = nbi_is_table(nbi_traits(g->weight.format));
-    return g->m > 32 ||
-           (tn < ctx->info.sm_count && g->weight.k < 16384 && g->m >= (table ? NBI_INT_TC_MIN : 25));
+/* Decode kernel 2's runs where it would split k over one CTA per SM on a
+ * layer of row_blocks: chunks per CTA over its 256-row tiles (0 past one
+ * tile per SM). */
+static int64_t k2_runs(const nb_context *ctx, const nbi_gemm_plan *p) {
+    const int64_t t2 = (p->row_blocks + 15) / 16, per = ctx->info.sm_count / (t2 > 0 ? t2 : 1);
+    return per > 0 ? p->kchunks / per : 0;
+}
+/* Re-measured on an H200 (2026-11-29, NOTES.md "The decode planner off the
+ * bench set", us, kernel 2 at one CTA per SM / tensor core): at 17..24
+ * tokens kernel 2 wherever its runs are 6 chunks or more for the integer
+ * formats (int4 m = 20: 12288 -> 4096, runs of 12, 18.9 / 20.8; 4096 ->
+ * 6144, 6.4, 13.3 / 15.3), 16 or more for the table formats (nf4 m = 24:
+ * 8192 -> 8192 25.6 / 28.1, 8192 -> 10240 32.3 / 36.2, 4096 -> 12288 24.8
+ * / 27.4; 12288 -> 4096, runs of 12, 22.3 / 21.8), the tensor core where
+ * they are shorter (int4 m = 20: 3584 -> 4608 10.8, where kernel 1 ran
+ * at 15.2); at 25..32 the 4-bit integer formats (zero points of a byte or
+ * none) keep kernel 2 where its runs are 16 chunks or more (int4 m = 32:
+ * 8192 -> 8192 24.5 / 26.2, 8192 -> 10240 29.8 / 34.0, 4096 -> 12288 23.2
+ * / 26.0; 14336 -> 4096, runs of 14, 24.5 / 23.7). */
+static int int_tc_auto(const nb_context *ctx, const nb_gemm_desc *g, const nbi_gemm_plan *p, int64_t tn) {
+    const nbi_format_traits *t = nbi_traits(g->weight.format);
+    if (g->m > 32) return 1;
+    if (!(tn < ctx->info.sm_count && g->weight.k < 16384 && g->m >= NBI_INT_TC_MIN)) return 0;
+    const int64_t runs = k2_runs(ctx, p);
+    if (g->m <= 24) return runs < (nbi_is_table(t) ? 16 : 6);
+    const int int4 = !nbi_is_table(t) && t->element_bits == 4 && t->zero_point != NB_ZERO_FLOAT;
+    return !int4 || runs < 16;
 }
 
 /* Whether the tensor-core kernels (Hopper's and mma.sync) serve these
@@ -523,9 +548,8 @@ static int plan_tc(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
      * 14336 21.3 / 24.6, 4096 -> 12288 20.9 / 24.8, 12288 -> 4096 18.7 /
      * 20.3, 4096 -> 6144 13.4 / 14.0; with runs of 4 the tensor core:
      * 4096 -> 4096 11.9 / 9.5, 3584 -> 4608 11.5 / 10.6; NOTES.md) */
-    const int64_t t2 = (p->row_blocks + 15) / 16, per2 = ctx->info.sm_count / (t2 > 0 ? t2 : 1);
-    const int short_runs = per2 < 1 || p->kchunks < 6 * per2;
-    int use = can && (integer ? int_tc_auto(ctx, g, tn)
+    const int short_runs = k2_runs(ctx, p) < 6;
+    int use = can && (integer ? int_tc_auto(ctx, g, p, tn)
                               : g->m > 32 ||
                                     (g->m > 16 && small_grid &&
                                      (g->m > 24 || (g->weight.k < 16384 && short_runs))) ||

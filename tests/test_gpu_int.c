@@ -392,9 +392,15 @@ static void run_case(nb_context *ctx, const tcase *c, const int64_t *ms, int nms
         if (st != NB_OK) continue;
         GT_NB(nb_gemm_last_config(ctx, cfgs, sizeof cfgs));
         const int on_tc = strstr(cfgs, "gemm_sm90<") != NULL || strstr(cfgs, "gemm_sm80<") != NULL;
-        /* (the planner's rule: past m = 32, and on layers of fewer 128-row tiles than SMs (and k < 16384)
-         * from m = 25, the table formats from 17; every m with NIBBLE_PATH=mma) */
-        const int want_tc = g_mma || (tc_here && (m > 32 || (small && m >= (tab ? 17 : 25))));
+        /* (the planner's rule, plan.c int_tc_auto: past m = 32, and on layers of fewer 128-row tiles than
+         * SMs (and k < 16384) from m = 17 where decode kernel 2, one CTA per SM over 256-row tiles, would
+         * run short: at 17..24 tokens under 6 chunks a CTA (the table formats: 16), at 25..32 always for
+         * the table formats, int8 and int4_hqq, under 16 chunks for int4 and int4_sym; every m with
+         * NIBBLE_PATH=mma) */
+        const int64_t per = info.sm_count / (((c->n + 15) / 16 + 15) / 16), runs = per ? (c->k + 127) / 128 / per : 0;
+        const int int4 = c->fmt == NB_FORMAT_INT4 || c->fmt == NB_FORMAT_INT4_SYM;
+        const int want_tc =
+            g_mma || (tc_here && (m > 32 || (small && m >= 17 && (m <= 24 ? runs < (tab ? 16 : 6) : !int4 || runs < 16))));
         CHECK(on_tc == want_tc && (!g_mma || strstr(cfgs, "gemm_sm80<")), "%s m=%lld: %s, expected the %s", what,
               (long long)m, cfgs, g_mma ? "mma.sync kernel" : want_tc ? "tensor-core kernel" : "decode kernel");
         GT_CUDA(cudaMemcpy(y, dy, 2 * (size_t)(m * n), cudaMemcpyDeviceToHost));

@@ -363,9 +363,13 @@ static void test_integer_formats(void) {
                         }
                         if (st) continue;
                         /* past m = 32, and on layers of fewer 128-row tiles than SMs (132) and k < 16384
-                         * from m = 25 (the table formats from 17) */
+                         * from m = 17 where decode kernel 2, one CTA per SM over 256-row tiles, would run
+                         * short: at 17..24 tokens under 6 chunks (the table formats: 16); at 25..32 always
+                         * for the table formats and int8, under 16 chunks for int4 and int4_sym */
                         const int small = (n + 127) / 128 < 132 && k < 16384;
-                        const int want = a != 2 && (m > 32 || (small && m >= (tab ? 17 : 25)));
+                        const int64_t per = 132 / (((n + 15) / 16 + 15) / 16), runs = per ? (k + 127) / 128 / per : 0;
+                        const int want = a != 2 && (m > 32 || (small && m >= 17 && (m <= 24 ? runs < (tab ? 16 : 6)
+                                                                                 : f >= 2 || runs < 16)));
                         CHECK((p.path == NBI_PATH_SM90) == want, "fmt %d group %d act %d %lld -> %lld m = %lld: path %d, "
                               "want %s", (int)fmts[f], groups[gi], a, (long long)k, (long long)n, (long long)m, p.path,
                               want ? "tc" : "decode");
@@ -818,7 +822,35 @@ static void test_decode_rules(void) {
                   (long long)cases[i].k, (long long)cases[i].n, cases[i].m, cases[i].why, p.path, p.xsh, p.kw,
                   p.splits);
         }
-    /* the integer formats keep their rules: int4 at one token kw = 4 on 3584 -> 18944 */
+    /* the integer and table formats (int4_sym: no zero-point range to record) */
+    static const struct {
+        nb_format f;
+        int64_t k, n;
+        int m, tc, splits; /* tc: the tensor-core kernel; else kernel 2 with `splits` */
+        const char *why;
+    } ints[] = {
+        {NB_FORMAT_INT4_SYM, 14336, 4096, 16, 0, 8, "16 tiles at 9..16 tokens: 8 splits of 14, not 16 of 7"},
+        {NB_FORMAT_NF4, 12288, 4096, 12, 0, 8, "the same for nf4"},
+        {NB_FORMAT_INT4_SYM, 3584, 4608, 16, 0, 7, "kernel 1 would spill past one wave"},
+        {NB_FORMAT_INT4_SYM, 3584, 4608, 20, 1, 0, "17..24 tokens, runs of 4: the tensor core, not kernel 1"},
+        {NB_FORMAT_INT8, 4096, 4096, 20, 1, 0, "int8, runs of 4: the tensor core"},
+        {NB_FORMAT_INT4_SYM, 12288, 4096, 20, 0, 8, "17..24 tokens, runs of 12: kernel 2"},
+        {NB_FORMAT_NF4, 12288, 4096, 20, 1, 0, "nf4, runs of 12 (under 16): the tensor core"},
+        {NB_FORMAT_NF4, 8192, 8192, 20, 0, 4, "nf4, runs of 16: kernel 2"},
+        {NB_FORMAT_INT4_SYM, 8192, 10240, 32, 0, 3, "25..32 tokens, runs of 21: kernel 2"},
+        {NB_FORMAT_INT4_SYM, 14336, 4096, 32, 1, 0, "25..32 tokens, runs of 14: the tensor core"},
+        {NB_FORMAT_INT8, 8192, 10240, 32, 1, 0, "int8 at 25..32: the tensor core"},
+        {NB_FORMAT_NF4, 8192, 10240, 32, 1, 0, "nf4 at 25..32: the tensor core"},
+    };
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+        nbi_gemm_plan q;
+        if (!plan(ctx, ints[i].f, ints[i].k, ints[i].n, ints[i].m, NULL, &q)) continue;
+        CHECK(ints[i].tc ? q.path == NBI_PATH_SM90
+                         : q.path == NBI_PATH_GEMV && q.xsh && q.splits == ints[i].splits,
+              "%s %lld -> %lld m = %d (%s): path %d xsh %d splits %d", nbi_traits(ints[i].f)->name,
+              (long long)ints[i].k, (long long)ints[i].n, ints[i].m, ints[i].why, q.path, q.xsh, q.splits);
+    }
+    /* the integer formats keep their kw rule: int4 at one token kw = 4 on 3584 -> 18944 */
     nbi_gemm_plan p;
     nb_gemm_desc g = problem(NB_FORMAT_INT4, 3584, 18944, 1);
     g.weight.scale_exp_min = 0, g.weight.scale_exp_max = 15; /* (the zero-point range nb_pack_v2 records) */
