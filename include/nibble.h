@@ -316,12 +316,18 @@ typedef enum nb_mx_scale_rule {
 /* How nb_quantize chooses each block's scale (nb_weight_desc.method). */
 typedef enum nb_quant_method {
     NB_QUANT_RTN = 0, /* the format's rule: ModelOpt for NVFP4, scale_rule for MXFP4 */
-    NB_QUANT_MSE = 1  /* among the rule's scale and its neighbours, the one whose dequantized block is closest to
+    NB_QUANT_MSE = 1, /* among the rule's scale and its neighbours, the one whose dequantized block is closest to
                        * the input (least squared error; ties keep the rule's): NVFP4 the rule's E4M3 scale, the
                        * eight below it (down to half) and the one above; MXFP4 the rule's exponent and the two
                        * next to it.  Deterministic; the tensor scale is the rule's.  Never a larger block error
                        * than the rule's.  Host only for now (nb_quantize_host): the device
                        * quantizer returns NB_ERR_UNSUPPORTED for it. */
+    NB_QUANT_HQQ = 2  /* int4_hqq only: HQQ's half-quadratic optimizer of the zero points (hqq 0.2.8's default,
+                       * optimize_weights_proximal_legacy on the CPU: from the round-to-nearest scale and zero,
+                       * proximal steps with lp norm 0.7 and beta 10, at most 20, stopping when the mean
+                       * reconstruction error over the whole weight stops falling), in float32 with the sums in
+                       * double: the same iteration, not PyTorch's summation order, so a zero point can differ
+                       * from hqq's in its last bits.  Host only (nb_quantize_host_v2); deterministic. */
 } nb_quant_method;
 
 typedef enum nb_layout {

@@ -317,9 +317,9 @@ nb_status nbi_check_desc(nb_context *ctx, const nb_weight_desc *d, nb_layout wan
         return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s takes scale type %s; got %d", t->name, types,
                         (int)d->scale_type);
     }
-    if (d->method != NB_QUANT_RTN && d->method != NB_QUANT_MSE)
-        return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "quantization method %d is not %d (rtn) or %d (mse)",
-                        (int)d->method, NB_QUANT_RTN, NB_QUANT_MSE);
+    if (d->method != NB_QUANT_RTN && d->method != NB_QUANT_MSE && d->method != NB_QUANT_HQQ)
+        return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "quantization method %d is not %d (rtn), %d (mse) or %d (hqq)",
+                        (int)d->method, NB_QUANT_RTN, NB_QUANT_MSE, NB_QUANT_HQQ);
     if (d->k % d->group_size)
         return nbi_fail(ctx, NB_ERR_BAD_SHAPE, "k = %lld is not a multiple of the %s group size %d",
                         (long long)d->k, t->name, (int)d->group_size);

@@ -672,44 +672,119 @@ static float mul_add_unfused(float a, float b, float c) {
     return p + c;
 }
 
-/* HQQ's quantizer without its optimizer (docs/formats.md 5.5; hqq's
+/* HQQ's quantizer without its optimizer (docs/formats.md 5.5; hqq 0.2.8's
  * Quantizer.quantize with optimize=False, round_zero=False, axis=1), in
- * float32: per group lo = min w, hi = max w, t = min(15 / (hi - lo), 2e4)
- * (2e4 where hi = lo), z = -lo * t, q = clamp(round(w * t + z), 0, 15)
- * (the product and the sum rounded separately); stored: the scale r(1 / t)
- * and the zero point r(z) in the scale type.  A zero point that overflows
- * the type is refused, naming the group. */
+ * float32: per group lo = min w, hi = max w, t = 15 * r(1 / (hi - lo)) (two
+ * roundings, as PyTorch divides a number by a tensor), 1 where |hi - lo| <=
+ * 1e-4, at most 2e4; z = -lo * t, q = clamp(round(w * t + z),
+ * 0, 15) (the product and the sum rounded separately); stored: the scale
+ * r(1 / t) and the zero point r(z) in the scale type.  A zero point that
+ * overflows the type is refused, naming the group. */
+static float hqq_inverse_scale(float lo, float hi) {
+    const volatile float den = hi - lo, rec = 1.0f / den; /* (PyTorch's 15 / tensor: reciprocal, then times 15) */
+    float t = fabsf(den) <= 1e-4f ? 1.0f : 15.0f * rec;
+    return t > 2e4f ? 2e4f : t;
+}
+/* q = clamp(round(w * t + z), 0, 15), the product and the sum rounded
+ * separately. */
+static float hqq_code(float w, float t, float z) {
+    const float q = rintf(mul_add_unfused(w, t, z));
+    return q < 0.0f ? 0.0f : q > 15.0f ? 15.0f : q;
+}
+
+/* NB_QUANT_HQQ: hqq 0.2.8's optimize_weights_proximal_legacy on the CPU
+ * (float32), its default, over the whole weight: with t the inverse scales
+ * and z the zero points of round to nearest, each step takes per element
+ * q = clamp(round(w t + z)), w_r = (q - z) / t, e = shrink(w - w_r) with
+ * shrink(x) = sign(x) max(|x| - |x|^(p-1) / beta, 0) (p = 0.7, beta = 10:
+ * the legacy loop never raises beta), and per group z' = mean(q - (w - e) t);
+ * the step's error is the mean of |w - w_r| over the weight (with the z it
+ * started from), and the loop ends after 20 steps or at the first step whose
+ * error is not below the best so far, keeping that step's z' as hqq does.
+ * The sums run in double (PyTorch's reductions in float32 sum in another
+ * order, so a zero point can differ from hqq's in its last bits). */
+static nb_status hqq_optimize(nb_context *ctx, const nb_weight_desc *d, const float *w, const float *t, float *z) {
+    const int64_t n = d->n, k = d->k, g = d->group_size, ng = k / g, count = n * k;
+    double best = INFINITY;
+    float *znew = (float *)malloc(sizeof(float) * (size_t)(n * ng));
+    if (!znew) return nbi_fail(ctx, NB_ERR_OUT_OF_MEMORY, "quantize: out of host memory");
+    for (int it = 0; it < 20; it++) {
+        double err = 0.0;
+        for (int64_t gi = 0; gi < n * ng; gi++) {
+            const float *v = w + gi * g;
+            double zsum = 0.0;
+            for (int64_t j = 0; j < g; j++) {
+                const float q = hqq_code(v[j], t[gi], z[gi]);
+                const volatile float wr = (q - z[gi]) / t[gi], x = v[j] - wr;
+                const float a = fabsf(x);
+                const volatile float sub = 0.1f * powf(a, -0.3f);
+                float e = a - sub;
+                e = e > 0.0f ? e : 0.0f;
+                e = x > 0.0f ? e : x < 0.0f ? -e : e * 0.0f;
+                const volatile float kept = v[j] - e, prod = kept * t[gi];
+                zsum += (double)(q - prod);
+                err += (double)a;
+            }
+            znew[gi] = (float)(zsum / (double)g);
+        }
+        memcpy(z, znew, sizeof(float) * (size_t)(n * ng));
+        const double cur = (double)(float)(err / (double)count);
+        if (cur < best) best = cur;
+        else break;
+    }
+    free(znew);
+    return NB_OK;
+}
+
 static nb_status quantize_hqq_rows(nb_context *ctx, const nbi_format_traits *t, nb_weight_desc *d, nb_dtype st,
                                    const void *src, const nb_weight_buffers *out) {
     const int64_t n = d->n, k = d->k, g = d->group_size, ng = k / g;
     uint8_t *codes = (uint8_t *)out->codes;
     memset(codes, 0, nbi_codes_bytes(t, n * k));
+    /* per group: the inverse scale and zero point of round to nearest, then (NB_QUANT_HQQ) the optimizer's */
+    float *ts = (float *)malloc(sizeof(float) * (size_t)(n * ng)), *zs = (float *)malloc(sizeof(float) * (size_t)(n * ng));
+    float *wf = d->method == NB_QUANT_HQQ ? (float *)malloc(sizeof(float) * (size_t)(n * k)) : NULL;
+    if (!ts || !zs || (d->method == NB_QUANT_HQQ && !wf)) {
+        free(ts), free(zs), free(wf);
+        return nbi_fail(ctx, NB_ERR_OUT_OF_MEMORY, "quantize: out of host memory");
+    }
+    for (int64_t gi = 0; gi < n * ng; gi++) {
+        float lo = INFINITY, hi = -INFINITY;
+        for (int64_t j = 0; j < g; j++) {
+            const float v = nbi_load(st, src, (size_t)(gi * g + j));
+            if (wf) wf[gi * g + j] = v;
+            if (v < lo) lo = v;
+            if (v > hi) hi = v;
+        }
+        ts[gi] = hqq_inverse_scale(lo, hi);
+        zs[gi] = -lo * ts[gi];
+    }
+    if (wf) {
+        const nb_status s = hqq_optimize(ctx, d, wf, ts, zs);
+        free(wf);
+        if (s) {
+            free(ts), free(zs);
+            return s;
+        }
+    }
     for (int64_t r = 0; r < n; r++)
         for (int64_t b = 0; b < ng; b++) {
             const int64_t first = r * k + b * g, gi = r * ng + b;
-            float lo = INFINITY, hi = -INFINITY;
-            for (int64_t j = 0; j < g; j++) {
-                const float v = nbi_load(st, src, (size_t)(first + j));
-                if (v < lo) lo = v;
-                if (v > hi) hi = v;
-            }
-            float inv = 15.0f / (hi - lo);
-            if (!(inv <= 2e4f)) inv = 2e4f; /* (hi == lo: 15 / 0) */
-            const float z = -lo * inv;
+            const float inv = ts[gi], z = zs[gi];
             nbi_scale_put(d->scale_type, out->scales, (size_t)gi, 1.0f / inv);
             nbi_scale_put(d->scale_type, out->zeros, (size_t)gi, z);
             const int zbad = !isfinite(nbi_scale_at(d->scale_type, out->zeros, (size_t)gi));
-            if (zbad || !isfinite(nbi_scale_at(d->scale_type, out->scales, (size_t)gi)))
+            if (zbad || !isfinite(nbi_scale_at(d->scale_type, out->scales, (size_t)gi))) {
+                free(ts), free(zs);
                 return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "quantize: group %lld of row %lld needs a %s of %g, "
                                 "beyond %s (largest %g)", (long long)b, (long long)r, zbad ? "zero point" : "scale",
                                 zbad ? (double)z : 1.0 / (double)inv, nbi_scale_name(d->scale_type),
                                 (double)nbi_scale_max(d->scale_type));
-            for (int64_t j = 0; j < g; j++) {
-                float q = rintf(mul_add_unfused(nbi_load(st, src, (size_t)(first + j)), inv, z));
-                q = q < 0.0f ? 0.0f : q > 15.0f ? 15.0f : q;
-                nbi_code_put(t, codes, first + j, (uint8_t)q);
             }
+            for (int64_t j = 0; j < g; j++)
+                nbi_code_put(t, codes, first + j, (uint8_t)hqq_code(nbi_load(st, src, (size_t)(first + j)), inv, z));
         }
+    free(ts), free(zs);
     return NB_OK;
 }
 
@@ -833,6 +908,9 @@ static nb_status quantize_args(nb_context *ctx, const nb_weight_desc *desc, nb_d
     if (desc->method == NB_QUANT_MSE && nbi_traits(desc->format)->element != NB_ELEMENT_E2M1)
         return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s: the MSE scale search serves the E2M1 formats (nvfp4, mxfp4), "
                         "not %s", fn, nbi_traits(desc->format)->name);
+    if (desc->method == NB_QUANT_HQQ && nbi_traits(desc->format)->zero_point != NB_ZERO_FLOAT)
+        return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s: HQQ's optimizer serves int4_hqq (float zero points), not %s", fn,
+                        nbi_traits(desc->format)->name);
     return NB_OK;
 }
 
@@ -889,8 +967,9 @@ static nb_status device_quantizable(nb_context *ctx, const nb_weight_desc *desc,
     const nbi_format_traits *t = nbi_traits(desc->format);
     if (!t->every_kernel) return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s: no GPU kernel serves %s weights", fn, t->name);
     if (desc->method != NB_QUANT_RTN)
-        return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s: the device quantizer rounds to nearest only; MSE scale search "
-                        "(method %d) runs on the host (nb_quantize_host)", fn, (int)desc->method);
+        return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s: the device quantizer rounds to nearest only; the %s (method %d) "
+                        "runs on the host (nb_quantize_host)", fn,
+                        desc->method == NB_QUANT_HQQ ? "HQQ optimizer" : "MSE scale search", (int)desc->method);
     return NB_OK;
 }
 

@@ -948,12 +948,16 @@ int main(void) {
     }
     nb_weight_desc bad;
     nb_weight_desc_init(&bad, NB_FORMAT_NVFP4, 16, 16);
-    bad.method = 2;
+    bad.method = 3;
     static float one[256];
     static uint8_t c1[128], s1[16];
     CHECK(nb_quantize_host(ctx, &bad, NB_DTYPE_F32, one, c1, s1) == NB_ERR_INVALID_ARGUMENT &&
-              strstr(nb_last_error(), "method 2"),
-          "quantization method 2 refused: %s", nb_last_error());
+              strstr(nb_last_error(), "method 3"),
+          "quantization method 3 refused: %s", nb_last_error());
+    bad.method = NB_QUANT_HQQ; /* HQQ's optimizer: int4_hqq only */
+    CHECK(nb_quantize_host(ctx, &bad, NB_DTYPE_F32, one, c1, s1) == NB_ERR_UNSUPPORTED &&
+              strstr(nb_last_error(), "int4_hqq"),
+          "NB_QUANT_HQQ refused for nvfp4: %s", nb_last_error());
 
     nb_context_destroy(ctx);
     printf("%d passed, %d failed\n", g_pass, g_fail);

@@ -130,9 +130,9 @@ static int ref_quantize(nb_scale_type st, const float *w, int64_t n, int64_t k, 
             const float *v = w + r * k + b * g;
             float lo = v[0], hi = v[0];
             for (int64_t j = 1; j < g; j++) lo = v[j] < lo ? v[j] : lo, hi = v[j] > hi ? v[j] : hi;
-            volatile float den = hi - lo;
-            float t = 15.0f / den;
-            if (!(t <= 2e4f)) t = 2e4f;
+            volatile float den = hi - lo, rec = 1.0f / den;      /* (PyTorch's 15 / tensor: 15 * (1 / tensor)) */
+            float t = fabsf(den) <= 1e-4f ? 1.0f : 15.0f * rec; /* (hqq 0.2.8: 1 for a range of 1e-4 or less) */
+            if (t > 2e4f) t = 2e4f;
             const float z = -lo * t;
             const size_t gi = (size_t)(r * (k / g) + b);
             scales[gi] = to16(st, 1.0f / t), zeros[gi] = to16(st, z);
@@ -199,10 +199,86 @@ static void test_quantize(nb_context *ctx, nb_scale_type st, int64_t n, int64_t 
     free(w), free(codes), free(rc), free(scales), free(zeros), free(rs), free(rz), free(back);
 }
 
+/* hqq 0.2.8's scale rule at the edges: a range of 1e-4 or less takes t = 1
+ * (a constant group is then exact: q = 0, z = -w), a range just above it
+ * t = 2e4 (the clamp), and the stored values say so. */
+static void test_scale_edges(nb_context *ctx) {
+    float w[3 * 64];
+    for (int i = 0; i < 64; i++) {
+        w[i] = 0.5f;                                    /* constant */
+        w[64 + i] = 0.25f + (i & 1 ? 5e-5f : 0.0f);     /* range 5e-5: t = 1 */
+        w[128 + i] = 0.25f + (i & 1 ? 2e-4f : 0.0f);    /* range 2e-4: 15 / 2e-4 = 75000, clamped to 2e4 */
+    }
+    nb_weight_desc d;
+    nb_weight_desc_init(&d, NB_FORMAT_INT4_HQQ, 3, 64);
+    d.scale_type = NB_SCALE_F16;
+    uint8_t codes[3 * 32];
+    uint16_t scales[3], zeros[3];
+    const nb_weight_buffers out = {.codes = codes, .scales = scales, .zeros = zeros};
+    CHECK(nb_quantize_host_v2(ctx, &d, NB_DTYPE_F32, w, &out) == NB_OK, "edge groups: %s", nb_last_error());
+    CHECK(from16(NB_SCALE_F16, scales[0]) == 1.0f && from16(NB_SCALE_F16, zeros[0]) == -0.5f && codes[0] == 0,
+          "constant 0.5: scale 1, zero -0.5, codes 0 (got %g, %g, %u)", (double)from16(NB_SCALE_F16, scales[0]),
+          (double)from16(NB_SCALE_F16, zeros[0]), codes[0]);
+    CHECK(from16(NB_SCALE_F16, scales[1]) == 1.0f && from16(NB_SCALE_F16, zeros[1]) == -0.25f,
+          "range 5e-5: scale 1, zero -0.25 (got %g, %g)", (double)from16(NB_SCALE_F16, scales[1]),
+          (double)from16(NB_SCALE_F16, zeros[1]));
+    CHECK(from16(NB_SCALE_F16, scales[2]) == from16(NB_SCALE_F16, to16(NB_SCALE_F16, 1.0f / 2e4f)),
+          "range 2e-4: scale r(1 / 2e4) (got %g)", (double)from16(NB_SCALE_F16, scales[2]));
+    const nb_weight_data wd = {.codes = codes, .scales = scales, .zeros = zeros};
+    float back[3 * 64];
+    CHECK(nb_dequantize_host_v2(ctx, &d, &wd, NB_DTYPE_F32, back) == NB_OK && back[7] == 0.5f && back[70] == 0.25f,
+          "constant and tiny groups back exactly: %g %g", (double)back[7], (double)back[70]);
+}
+
+/* NB_QUANT_HQQ (HQQ's optimizer; checked against hqq itself in
+ * python/tests/test_hqq.py): the scales are round to nearest's, the zero
+ * points move, the mean reconstruction error falls, the result is the same
+ * on a second run; refused for formats without float zero points and by
+ * the device quantizer. */
+static void test_optimizer(nb_context *ctx) {
+    const int64_t n = 32, k = 256;
+    float *w = malloc(sizeof(float) * (size_t)(n * k)), *back = malloc(sizeof(float) * (size_t)(n * k));
+    for (int64_t i = 0; i < n * k; i++) w[i] = (float)(0.5 * gauss());
+    nb_weight_desc d;
+    nb_weight_desc_init(&d, NB_FORMAT_INT4_HQQ, n, k);
+    nb_weight_sizes_v2 sz;
+    nb_weight_get_sizes_v2(&d, &sz);
+    uint8_t *c[3];
+    uint16_t *sc[3], *zs[3];
+    double err[3];
+    for (int v = 0; v < 3; v++) { /* rtn, hqq, hqq again */
+        c[v] = malloc(sz.codes_bytes), sc[v] = malloc(sz.scales_bytes), zs[v] = malloc(sz.zeros_bytes);
+        d.method = v ? NB_QUANT_HQQ : NB_QUANT_RTN;
+        const nb_weight_buffers out = {.codes = c[v], .scales = sc[v], .zeros = zs[v]};
+        CHECK(nb_quantize_host_v2(ctx, &d, NB_DTYPE_F32, w, &out) == NB_OK, "quantize method %d: %s", (int)d.method,
+              nb_last_error());
+        const nb_weight_data wd = {.codes = c[v], .scales = sc[v], .zeros = zs[v]};
+        CHECK(nb_dequantize_host_v2(ctx, &d, &wd, NB_DTYPE_F32, back) == NB_OK, "dequantize");
+        err[v] = 0.0;
+        for (int64_t i = 0; i < n * k; i++) err[v] += fabs((double)back[i] - (double)w[i]);
+        err[v] /= (double)(n * k);
+    }
+    CHECK(!memcmp(sc[0], sc[1], sz.scales_bytes), "the optimizer keeps round to nearest's scales");
+    CHECK(memcmp(zs[0], zs[1], sz.zeros_bytes) != 0, "the optimizer moves zero points");
+    CHECK(err[1] < 0.99 * err[0], "mean error %.5g with the optimizer, %.5g without", err[1], err[0]);
+    CHECK(!memcmp(c[1], c[2], sz.codes_bytes) && !memcmp(zs[1], zs[2], sz.zeros_bytes), "the optimizer is deterministic");
+    const nb_weight_buffers out = {.codes = c[0], .scales = sc[0], .zeros = zs[0]};
+    nb_weight_desc_init(&d, NB_FORMAT_INT4, n, k);
+    d.method = NB_QUANT_HQQ;
+    CHECK(nb_quantize_host_v2(ctx, &d, NB_DTYPE_F32, w, &out) == NB_ERR_UNSUPPORTED && strstr(nb_last_error(), "int4_hqq"),
+          "int4 with method hqq refused: %s", nb_last_error());
+    nb_weight_desc_init(&d, NB_FORMAT_INT4_HQQ, n, k);
+    d.method = 3;
+    CHECK(nb_quantize_host_v2(ctx, &d, NB_DTYPE_F32, w, &out) == NB_ERR_INVALID_ARGUMENT, "method 3 refused: %s",
+          nb_last_error());
+    for (int v = 0; v < 3; v++) free(c[v]), free(sc[v]), free(zs[v]);
+    free(w), free(back);
+}
+
 static void test_refusals(nb_context *ctx) {
-    /* a constant group of 10.0: z = -10 * 2e4 = -2e5, past F16 (and fine in BF16) */
+    /* a group of 5.0 and 5.001: t = 15 / 0.001, z = -5 t = -75000, past F16 (and fine in BF16) */
     float w[64];
-    for (int i = 0; i < 64; i++) w[i] = 10.0f;
+    for (int i = 0; i < 64; i++) w[i] = i & 1 ? 5.001f : 5.0f;
     nb_weight_desc d;
     nb_weight_desc_init(&d, NB_FORMAT_INT4_HQQ, 1, 64);
     uint8_t codes[32];
@@ -215,8 +291,8 @@ static void test_refusals(nb_context *ctx) {
     CHECK(nb_quantize_host_v2(ctx, &d, NB_DTYPE_F32, w, &out) == NB_OK, "BF16 takes it: %s", nb_last_error());
     const nb_weight_data wd = {.codes = codes, .scales = scales, .zeros = zeros};
     float back[64];
-    CHECK(nb_dequantize_host_v2(ctx, &d, &wd, NB_DTYPE_F32, back) == NB_OK && fabsf(back[5] - 10.0f) < 0.1f,
-          "constant group back: %g", (double)back[5]);
+    CHECK(nb_dequantize_host_v2(ctx, &d, &wd, NB_DTYPE_F32, back) == NB_OK && fabsf(back[5] - 5.001f) < 0.05f,
+          "the group back: %g", (double)back[5]);
     w[9] = NAN;
     CHECK(nb_quantize_host_v2(ctx, &d, NB_DTYPE_F32, w, &out) == NB_ERR_INVALID_ARGUMENT, "NaN input refused");
     /* the v1 functions name the _v2 ones; zeros must be given */
@@ -302,6 +378,8 @@ int main(void) {
         }
         test_pack_gemm(ctx, st, 16, 200, 0); /* k not a multiple of 128 */
     }
+    test_scale_edges(ctx);
+    test_optimizer(ctx);
     test_refusals(ctx);
     nb_context_destroy(ctx);
     printf("%d passed, %d failed\n", g_pass, g_fail);

@@ -381,7 +381,7 @@ def weight_sizes(n, k, format="nvfp4", group_size=None, scale_type=None):
     return {name: getattr(s, name) for name, _ in s._fields_ if name != "reserved"}
 
 
-_METHODS = {"rtn": 0, "mse": 1}  # nb_quant_method
+_METHODS = {"rtn": 0, "mse": 1, "hqq": 2}  # nb_quant_method
 
 
 def _quant_args(fmt, scale_rule, tensor_scale, method):
@@ -420,8 +420,13 @@ def quantize(w, format="nvfp4", scale_rule=None, tensor_scale=None, ctx=None, gr
     int8, nf4, bnb_fp4) round to nearest as docs/formats.md sections 4 and 5
     say, with group_size (None: the format's default; k: one group per row)
     and scale_type ("f16", "bf16"; nf4 / bnb_fp4 "f32") among those the
-    format accepts; method "mse" serves nvfp4 and mxfp4 only.  Non-finite
-    elements raise nibble.Error (NB_ERR_INVALID_ARGUMENT)."""
+    format accepts; method "mse" serves nvfp4 and mxfp4 only.  int4_hqq
+    follows HQQ's own quantizer (hqq 0.2.8, axis 1, round_zero off): "rtn"
+    is it with optimize=False, bit for bit; "hqq" (NB_QUANT_HQQ) with
+    optimize=True, its default, whose half-quadratic optimizer moves the
+    zero points (HQQ's iteration in float32, the sums in double: a zero
+    point can differ from hqq's in its last bit).  Non-finite elements raise
+    nibble.Error (NB_ERR_INVALID_ARGUMENT)."""
     fmt = _format(format)
     w = _as_array(w, "w")
     dt = _nb_dtype(w.dtype, "w")

@@ -197,7 +197,7 @@ class WeightDesc(Structure):
         ("tensor_scale", c_float),
         ("scale_exp_min", c_int32),
         ("scale_exp_max", c_int32),
-        ("method", c_int32),        # nb_quant_method: 0 rtn, 1 mse
+        ("method", c_int32),        # nb_quant_method: 0 rtn, 1 mse, 2 hqq
         ("reserved", c_int32 * 5),
     ]
 

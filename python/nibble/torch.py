@@ -398,7 +398,8 @@ def quantize(w, format="nvfp4", scale_rule=None, tensor_scale=None, device=None,
     Both give the same bytes (nb_quantize is bit-exact with the reference).
     method="mse" (NB_QUANT_MSE) has no device quantizer yet: it runs on the
     host for every w, a GPU tensor being copied there first - explicitly, by
-    that argument, never in place of "rtn".  The integer formats have no
+    that argument, never in place of "rtn"; so does method="hqq" (int4_hqq:
+    HQQ's optimizer of the zero points, as nibble.quantize).  The integer formats have no
     device quantizer either (nb_quantize serves NVFP4 and MXFP4): their
     weights are quantized on the host (nibble.quantize, round to nearest as
     docs/formats.md section 4.2 says; a GPU tensor is copied there) and

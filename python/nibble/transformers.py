@@ -166,7 +166,8 @@ class NibbleConfig(QuantizationConfigMixin):
       ValueError).  A format without GPU kernels is refused by name.
       Models of nf4 / bnb_fp4 layers save in bitsandbytes' serialization.
     scale_rule, method: as nibble.torch.quantize ("mse" runs on the host,
-      for the FP4 formats).
+      for the FP4 formats; "hqq", HQQ's optimizer of the zero points, on the
+      host for int4_hqq).
     group_size: int4 / int4_sym / int8 (32, 64 or 128, None: 128), int4_hqq
       (32, 64 or 128, None: 64; no checkpoint layout is saved for it) and nf4
       / bnb_fp4 (bitsandbytes' blocksize: 32, 64, ..., 4096, None: 64), as
@@ -203,8 +204,10 @@ class NibbleConfig(QuantizationConfigMixin):
             if self.format is not None and self.format != "mxfp4":
                 raise ValueError("nibble.transformers: scale_rule applies to MXFP4 only")
         self.scale_rule = scale_rule
-        if method not in ("rtn", "mse"):
-            raise ValueError(f"nibble.transformers: unknown method {method!r}; expected 'rtn' or 'mse'")
+        if method not in ("rtn", "mse", "hqq"):
+            raise ValueError(f"nibble.transformers: unknown method {method!r}; expected 'rtn', 'mse' or 'hqq'")
+        if method == "hqq" and self.format not in (None, "int4_hqq"):
+            raise ValueError("nibble.transformers: method 'hqq' (HQQ's optimizer) applies to format 'int4_hqq'")
         self.method = method
         if scale_type is not None and self.format not in _GROUP_SCALED:
             raise ValueError("nibble.transformers: scale_type applies to format 'int4', 'int4_sym', 'int8' or "

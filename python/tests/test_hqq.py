@@ -181,3 +181,89 @@ def test_hqq_model_saved_by_hqq_loads(tmp_path):
                                                     dtype=torch.float16, device_map="cpu")
     for name, h in layers.items():
         np.testing.assert_array_equal(_bits(hf_model.get_submodule(name).weight), _bits(h.dequantize()))
+
+
+def _hqq_quantized(W, group, optimize):
+    """hqq's own Quantizer.quantize on the CPU (axis 1, 4 bits, unpacked):
+    codes [n, k] uint8 and float32 scale (the dequantization's, 1 / t) and
+    zero [n, k / group]."""
+    n, k = W.shape
+    wq, meta = hqq_quantize.Quantizer.quantize(W, nbits=4, channel_wise=True, group_size=group, optimize=optimize,
+                                               axis=1, bitpack=False, device="cpu")
+    return (wq.reshape(n, k).to(torch.uint8).numpy(), meta["scale"].reshape(n, k // group),
+            meta["zero"].reshape(n, k // group))
+
+
+def _codes(qw):
+    c = qw.codes.reshape(qw.n, -1)
+    out = np.empty((qw.n, qw.k), np.uint8)
+    out[:, 0::2], out[:, 1::2] = c & 0xF, c >> 4
+    return out
+
+
+def _weights(seed, n, k):
+    torch.manual_seed(seed)
+    W = torch.randn(n, k) * 0.02
+    if seed == 1:   # tiny ranges (HQQ's t = 1 below 1e-4), constant rows, an outlier
+        W[:8] *= 1e-3
+        W[8:10] = 0.5
+        W[10, 3] = 1.0
+    if seed == 2:   # heavy tails
+        W = torch.distributions.StudentT(3.0).sample((n, k)) * 0.01
+    if seed == 3:   # unit scale: errors past the shrink operator's threshold (|x| = 0.17 at beta 10)
+        W = torch.randn(n, k) * 2.0
+    return W
+
+
+@pytest.mark.parametrize("group", [32, 64, 128])
+@pytest.mark.parametrize("st", ["f16", "bf16"])
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_hqq_quantizer_against_hqq(group, st, seed):
+    """nibble.quantize for int4_hqq against hqq's Quantizer.quantize itself:
+    method "rtn" is optimize=False bit for bit (codes, scales, zero points);
+    method "hqq" is optimize=True with the same codes and scales and the zero
+    points equal but for a last bit in at most 1% of the groups (PyTorch
+    sums in another order), and the same reconstruction error."""
+    n, k = 96, 512
+    td = torch.float16 if st == "f16" else torch.bfloat16
+    W = _weights(seed, n, k)
+    for method, optimize in (("rtn", False), ("hqq", True)):
+        hq, hs, hz = _hqq_quantized(W, group, optimize)
+        qw = nibble.quantize(W.numpy(), format="int4_hqq", group_size=group, scale_type=st, method=method)
+        ns = torch.from_numpy(qw.scales.view(np.int16)).view(td)
+        nz = torch.from_numpy(qw.zeros.view(np.int16)).view(td)
+        np.testing.assert_array_equal(_codes(qw), hq)
+        np.testing.assert_array_equal(_bits(ns), _bits(hs.to(td)))
+        zdiff = (nz != hz.to(td))
+        if method == "rtn":
+            assert not zdiff.any()
+        else:
+            assert zdiff.float().mean().item() <= 0.01, f"{int(zdiff.sum())} of {zdiff.numel()} zero points differ"
+            # where they differ, by one step of the scale type at most
+            d = (nz.float() - hz.to(td).float()).abs()[zdiff]
+            ulp = torch.finfo(td).eps * hz.to(td).float().abs()[zdiff]
+            assert (d <= ulp + 1e-30).all()
+        back = torch.from_numpy(np.ascontiguousarray(nibble.dequantize(qw, "float32")))
+        want = ((torch.from_numpy(hq).to(td).reshape(-1, group) - hz.to(td).reshape(-1, 1))
+                * hs.to(td).reshape(-1, 1)).reshape(n, k).float()
+        e_n, e_h = (back - W).abs().mean().item(), (want - W).abs().mean().item()
+        assert abs(e_n - e_h) <= 1e-3 * e_h, (method, e_n, e_h)
+    # the optimizer lowers the mean error (what it is for)
+    rtn = nibble.quantize(W.numpy(), format="int4_hqq", group_size=group, scale_type=st, method="rtn")
+    opt = nibble.quantize(W.numpy(), format="int4_hqq", group_size=group, scale_type=st, method="hqq")
+    e = [(torch.from_numpy(np.ascontiguousarray(nibble.dequantize(q, "float32"))) - W).abs().mean().item()
+         for q in (rtn, opt)]
+    assert e[1] < e[0]
+
+
+def test_hqq_method_refusals():
+    W = np.random.default_rng(0).standard_normal((16, 128)).astype(np.float32)
+    with pytest.raises(nibble.Error, match="int4_hqq"):
+        nibble.quantize(W, format="int4", method="hqq")
+    with pytest.raises(nibble.Error, match="int4_hqq"):
+        nibble.quantize(W, format="nvfp4", method="hqq")
+    if HAS_TF:
+        import nibble.transformers as ntf
+        with pytest.raises(ValueError, match="int4_hqq"):
+            ntf.NibbleConfig(format="nvfp4", method="hqq")
+        assert ntf.NibbleConfig(format="int4_hqq", method="hqq").method == "hqq"
