@@ -267,3 +267,35 @@ def test_hqq_method_refusals():
         with pytest.raises(ValueError, match="int4_hqq"):
             ntf.NibbleConfig(format="nvfp4", method="hqq")
         assert ntf.NibbleConfig(format="int4_hqq", method="hqq").method == "hqq"
+
+
+def test_hqq_optimizer_in_from_pretrained(tmp_path):
+    """from_pretrained(quantization_config=NibbleConfig(format="int4_hqq",
+    method=...)) on a float16 checkpoint quantizes every layer with that
+    method: the packed bytes of nibble.quantize(method=...) of the same
+    weights (method "hqq" differing from "rtn"), whose agreement with hqq
+    itself test_hqq_quantizer_against_hqq shows."""
+    if not HAS_TF:
+        pytest.skip("transformers is not installed")
+    from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+    from nibble.transformers import NibbleConfig
+    torch.manual_seed(0)
+    cfg = LlamaConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=1, num_attention_heads=4,
+                      num_key_value_heads=2, vocab_size=64)
+    model = LlamaForCausalLM(cfg).to(torch.float16)
+    model.save_pretrained(str(tmp_path))
+    names = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and n != "lm_head"]
+    assert len(names) == 7
+    packed = {}
+    for method in ("rtn", "hqq"):
+        got = AutoModelForCausalLM.from_pretrained(
+            str(tmp_path), quantization_config=NibbleConfig(format="int4_hqq", method=method, group_size=64,
+                                                            scale_type="f16"),
+            dtype=torch.float16, device_map="cpu")
+        for name in names:
+            w = model.get_submodule(name).weight.detach().numpy()
+            want = nt.pack(nibble.quantize(w, format="int4_hqq", method=method, group_size=64, scale_type="f16"), "cpu")
+            have = got.get_submodule(name).weight
+            assert torch.equal(have.packed.cpu(), want.packed.cpu()), (method, name)
+            packed[method, name] = want.packed.cpu()
+    assert any(not torch.equal(packed["rtn", n], packed["hqq", n]) for n in names)
