@@ -322,9 +322,11 @@ typedef enum nb_quant_method {
                        * next to it.  Deterministic; the tensor scale is the rule's.  Never a larger block error
                        * than the rule's.  Host only for now (nb_quantize_host): the device
                        * quantizer returns NB_ERR_UNSUPPORTED for it. */
-    NB_QUANT_HQQ = 2  /* int4_hqq only: HQQ's half-quadratic optimizer of the zero points (hqq 0.2.8's default,
-                       * optimize_weights_proximal_legacy on the CPU: from the round-to-nearest scale and zero,
-                       * proximal steps with lp norm 0.7 and beta 10, at most 20, stopping when the mean
+    NB_QUANT_HQQ = 2  /* int4_hqq only: HQQ's configuration for 4 bits (hqq 0.2.8's hqq_base_quant_config,
+                       * transformers' HqqConfig): the round-to-nearest scale, the zero point rounded to an integer
+                       * (round_zero), then its half-quadratic optimizer of the zero points
+                       * (optimize_weights_proximal_legacy on the CPU: proximal steps with lp norm 0.7 and beta 10,
+                       * at most 20, stopping when the mean
                        * reconstruction error over the whole weight stops falling), in float32 with the sums in
                        * double: the same iteration, not PyTorch's summation order, so a zero point can differ
                        * from hqq's in its last bits.  Host only (nb_quantize_host_v2); deterministic. */

@@ -694,7 +694,8 @@ static float hqq_code(float w, float t, float z) {
 
 /* NB_QUANT_HQQ: hqq 0.2.8's optimize_weights_proximal_legacy on the CPU
  * (float32), its default, over the whole weight: with t the inverse scales
- * and z the zero points of round to nearest, each step takes per element
+ * of round to nearest and z its zero points rounded to integers (hqq's
+ * round_zero, on in its configuration for 4 bits), each step takes per element
  * q = clamp(round(w t + z)), w_r = (q - z) / t, e = shrink(w - w_r) with
  * shrink(x) = sign(x) max(|x| - |x|^(p-1) / beta, 0) (p = 0.7, beta = 10:
  * the legacy loop never raises beta), and per group z' = mean(q - (w - e) t);
@@ -759,7 +760,8 @@ static nb_status quantize_hqq_rows(nb_context *ctx, const nbi_format_traits *t, 
         ts[gi] = hqq_inverse_scale(lo, hi);
         zs[gi] = -lo * ts[gi];
     }
-    if (wf) {
+    if (wf) { /* hqq's configuration for 4 bits (hqq_base_quant_config, transformers' HqqConfig): round_zero, then the optimizer */
+        for (int64_t gi = 0; gi < n * ng; gi++) zs[gi] = rintf(zs[gi]);
         const nb_status s = hqq_optimize(ctx, d, wf, ts, zs);
         free(wf);
         if (s) {

@@ -422,10 +422,11 @@ def quantize(w, format="nvfp4", scale_rule=None, tensor_scale=None, ctx=None, gr
     and scale_type ("f16", "bf16"; nf4 / bnb_fp4 "f32") among those the
     format accepts; method "mse" serves nvfp4 and mxfp4 only.  int4_hqq
     follows HQQ's own quantizer (hqq 0.2.8, axis 1, round_zero off): "rtn"
-    is it with optimize=False, bit for bit; "hqq" (NB_QUANT_HQQ) with
-    optimize=True, its default, whose half-quadratic optimizer moves the
-    zero points (HQQ's iteration in float32, the sums in double: a zero
-    point can differ from hqq's in its last bit).  Non-finite elements raise
+    is it with optimize=False, bit for bit; "hqq" (NB_QUANT_HQQ) is hqq's
+    configuration for 4 bits (round_zero and optimize on, as
+    transformers' HqqConfig): integer zero points moved by the
+    half-quadratic optimizer (HQQ's iteration in float32, the sums in
+    double: a zero point can differ from hqq's in its last bit).  Non-finite elements raise
     nibble.Error (NB_ERR_INVALID_ARGUMENT)."""
     fmt = _format(format)
     w = _as_array(w, "w")

@@ -184,12 +184,14 @@ def test_hqq_model_saved_by_hqq_loads(tmp_path):
 
 
 def _hqq_quantized(W, group, optimize):
-    """hqq's own Quantizer.quantize on the CPU (axis 1, 4 bits, unpacked):
-    codes [n, k] uint8 and float32 scale (the dequantization's, 1 / t) and
-    zero [n, k / group]."""
+    """hqq's own Quantizer.quantize on the CPU (axis 1, 4 bits, unpacked),
+    without the optimizer as the function's defaults have it (round_zero
+    off), with it as hqq's configuration for 4 bits has it (round_zero on:
+    hqq_base_quant_config, transformers' HqqConfig): codes [n, k] uint8 and
+    float32 scale (the dequantization's, 1 / t) and zero [n, k / group]."""
     n, k = W.shape
     wq, meta = hqq_quantize.Quantizer.quantize(W, nbits=4, channel_wise=True, group_size=group, optimize=optimize,
-                                               axis=1, bitpack=False, device="cpu")
+                                               round_zero=optimize, axis=1, bitpack=False, device="cpu")
     return (wq.reshape(n, k).to(torch.uint8).numpy(), meta["scale"].reshape(n, k // group),
             meta["zero"].reshape(n, k // group))
 
@@ -221,7 +223,8 @@ def _weights(seed, n, k):
 def test_hqq_quantizer_against_hqq(group, st, seed):
     """nibble.quantize for int4_hqq against hqq's Quantizer.quantize itself:
     method "rtn" is optimize=False bit for bit (codes, scales, zero points);
-    method "hqq" is optimize=True with the same codes and scales and the zero
+    method "hqq" is optimize=True and round_zero=True (hqq's configuration for
+    4 bits) with the same codes and scales and the zero
     points equal but for a last bit in at most 1% of the groups (PyTorch
     sums in another order), and the same reconstruction error."""
     n, k = 96, 512
