@@ -134,9 +134,9 @@ OVERRIDABLE = ("modelopt", "compressed-tensors", "quark", "mxfp4")
 # Where save_pretrained's layout comes from: one per format with GPU kernels.
 _SAVE_LAYOUT = {"nvfp4": "modelopt", "mxfp4": "quark", "int4": "compressed-tensors",
                 "int4_sym": "compressed-tensors", "int8": "compressed-tensors", "nf4": "bitsandbytes",
-                "bnb_fp4": "bitsandbytes"}
+                "bnb_fp4": "bitsandbytes", "int4_hqq": "hqq"}
 _INT_FORMATS = ("int4", "int4_sym", "int8")   # group_size 32/64/128, F16/BF16 scales, compressed-tensors when saved
-_GROUP_SCALED = _INT_FORMATS + ("int4_hqq",)   # the formats that take group_size 32/64/128 and scale_type (no layout saved for int4_hqq)
+_GROUP_SCALED = _INT_FORMATS + ("int4_hqq",)   # the formats that take group_size 32/64/128 and scale_type
 _EXPERT_WEIGHTS = ("gate_up_proj", "down_proj")   # the 3-D weights of an experts module quantized at load
 _QUARK_MODE = {"even": "even", "ocp": "floor", "round_up": "round_up"}   # Quark's scale_calculation_mode
 _TABLE_FORMATS = ("nf4", "bnb_fp4")   # bitsandbytes' formats: saved in bitsandbytes' 4-bit serialization
@@ -169,7 +169,7 @@ class NibbleConfig(QuantizationConfigMixin):
       for the FP4 formats; "hqq", HQQ's optimizer of the zero points, on the
       host for int4_hqq).
     group_size: int4 / int4_sym / int8 (32, 64 or 128, None: 128), int4_hqq
-      (32, 64 or 128, None: 64; no checkpoint layout is saved for it) and nf4
+      (32, 64 or 128, None: 64; saved as hqq's HQQLinear state_dicts) and nf4
       / bnb_fp4 (bitsandbytes' blocksize: 32, 64, ..., 4096, None: 64), as
       nibble.torch.quantize.
     scale_type: int4 / int4_sym / int8 / int4_hqq only ("f16", the default, or
@@ -299,6 +299,12 @@ def _layout_config(fmt, scale_rule, exclude, group=None, dtype=None):
     without double quantization (the absmax stays the F32 nibble holds),
     dtype the compute dtype (default "bfloat16")."""
     exclude = list(exclude)
+    if fmt == "int4_hqq":   # transformers' HqqConfig.to_dict(): hqq's quantize config for 4 bits, axis 1
+        w = {"nbits": 4, "channel_wise": True, "group_size": int(group or 64), "optimize": False,
+             "round_zero": False, "axis": 1, "view_as_float": False}
+        return {"quant_method": "hqq", "quant_config": {"weight_quant_params": w, "scale_quant_params": None,
+                                                        "zero_quant_params": None, "offload_meta": False},
+                "skip_modules": sorted({name.rpartition(".")[2] for name in exclude}) or ["lm_head"]}
     if fmt in _TABLE_FORMATS:
         return {"quant_method": "bitsandbytes", "_load_in_4bit": True, "_load_in_8bit": False, "load_in_4bit": True,
                 "load_in_8bit": False, "bnb_4bit_quant_type": _BNB_TYPE[fmt], "bnb_4bit_use_double_quant": False,
@@ -889,11 +895,15 @@ def save_layout(model):
                          + (f"{', '.join(fmts)} layers" if fmts else "no nibble layers"))
     if fmts[0] not in _SAVE_LAYOUT:
         raise ValueError(f"nibble.transformers: save_pretrained writes ModelOpt NVFP4, Quark MXFP4, "
-                         f"compressed-tensors int4 / int8 and bitsandbytes nf4 / fp4 layouts; no checkpoint layout "
+                         f"compressed-tensors int4 / int8, bitsandbytes nf4 / fp4 and hqq int4_hqq layouts; no checkpoint layout "
                          f"is written for {fmts[0]} layers")
     group = None
     if experts and fmts[0] in _INT_FORMATS + _TABLE_FORMATS:
         raise ValueError(f"nibble.transformers: save_pretrained writes no layout for {fmts[0]} experts modules")
+    if fmts[0] == "int4_hqq":   # (per layer in its meta; config.json names the first's, as one HqqConfig does)
+        if experts:
+            raise ValueError("nibble.transformers: save_pretrained writes no layout for int4_hqq experts modules")
+        group = linears[0].group if linears[0].group else 64
     if fmts[0] in _INT_FORMATS:
         groups = {m.group if m.group else 128 for m in linears}
         if len(groups) == 1:
@@ -1077,17 +1087,55 @@ def _ct_int_tensors(qw, perm):
     return out
 
 
+def _hqq_string(text):
+    return torch.tensor([ord(c) for c in text], dtype=torch.uint8)
+
+
+def _hqq_tensors(qw):
+    """An int4_hqq layer as hqq 0.2.8's HQQLinear.state_dict() encodes it for
+    safetensors (4 bits, axis 1; docs/formats.md 5.5): W_q U8 [R / 2, G]
+    with R = N K / G groups of G codes, row r of the first half in the high
+    nibbles and row R / 2 + r in the low ones (hqq's 4bit_u8 packing);
+    scale and zero [R, 1] in the scale type (hqq's compute dtype); the meta
+    values as hqq's encode_safetensor_type writes them.  hqq's quantize
+    flags (optimize, round_zero) are written as 0: they are its bookkeeping,
+    read by nobody; nibble does not record them.  R must be even (hqq packs
+    half the rows over the other half)."""
+    n, k = qw.n, qw.k
+    g = qw.group or 64
+    rows = n * k // g
+    if rows % 2:
+        raise ValueError(f"nibble.transformers: an int4_hqq layer of {n} x {k} in groups of {g} has {rows} groups; "
+                         "hqq's 4-bit packing needs an even number")
+    c = np.ascontiguousarray(qw.codes).reshape(n, k // 2)
+    q = np.stack([c & 15, c >> 4], -1).reshape(rows, g).astype(np.uint8)   # codes in k order, rows of one group
+    wq = (q[: rows // 2] << 4) | q[rows // 2:]
+    tdt = torch.float16 if qw.scale_type in (None, "f16") else torch.bfloat16
+    as16 = lambda a: torch.from_numpy(np.ascontiguousarray(a).view(np.int16).reshape(rows, 1).copy()).view(tdt)
+    u8 = lambda v: torch.tensor(int(v), dtype=torch.uint8)
+    i32 = lambda v: torch.tensor(int(v), dtype=torch.int32)
+    return {"W_q": torch.from_numpy(wq), "nbits": i32(4), "group_size": i32(g),
+            "shape": torch.tensor([n, k], dtype=torch.int64), "scale": as16(qw.scales), "zero": as16(qw.zeros),
+            "axis": i32(1), "packing": _hqq_string("4bit_u8"), "unpack_view_dtype": _hqq_string("torch.uint8"),
+            "view_as_float": u8(0), "quant_scale": u8(0), "quant_zero": u8(0),
+            "compute_dtype": _hqq_string(str(tdt)), "offload_meta": u8(0), "encoded_state_dict": u8(1),
+            "stores_quant_config": u8(1), "channel_wise": u8(1), "optimize": u8(0), "round_zero": u8(0)}
+
+
 def layer_tensors(qw, perm=None, dtype=None):
     """The tensors of one layer in the layout save_pretrained writes:
     ModelOpt NVFP4 (weight U8, weight_scale F8_E4M3, weight_scale_2 F32 0-d),
     Quark MXFP4 (weight U8, weight_scale U8), for int4 / int4_sym / int8
     compressed-tensors pack-quantized (weight_packed, weight_scale,
     weight_shape, weight_zero_point for int4; weight_g_idx when perm, the
-    act-order permutation of nibble.torch.Linear, is given), or for nf4 /
+    act-order permutation of nibble.torch.Linear, is given), for nf4 /
     bnb_fp4 bitsandbytes' serialization (_bnb_tensors; dtype its
-    quant_state's dtype)."""
+    quant_state's dtype), or for int4_hqq hqq's encoded HQQLinear state_dict
+    (_hqq_tensors)."""
     if qw.format in _INT_FORMATS:
         return _ct_int_tensors(qw, perm)
+    if qw.format == "int4_hqq" and perm is None:
+        return _hqq_tensors(qw)
     if qw.format in _TABLE_FORMATS and perm is None:
         return _bnb_tensors(qw, dtype)
     if perm is not None:

@@ -302,3 +302,58 @@ def test_hqq_optimizer_in_from_pretrained(tmp_path):
             assert torch.equal(have.packed.cpu(), want.packed.cpu()), (method, name)
             packed[method, name] = want.packed.cpu()
     assert any(not torch.equal(packed["rtn", n], packed["hqq", n]) for n in names)
+
+
+@pytest.mark.parametrize("group,st", [(64, "f16"), (32, "bf16")])
+def test_hqq_save_pretrained_round_trip(tmp_path, group, st):
+    """save_pretrained of int4_hqq layers (quantized at load with
+    NibbleConfig(format="int4_hqq")) writes hqq's own layout: config.json's
+    quantization_config is transformers' HqqConfig dict (quant_method
+    "hqq"), every layer hqq's encoded HQQLinear state_dict.  nibble's reader
+    returns the model's bytes (hqq-int4), from_pretrained(NibbleConfig())
+    packs them again, and hqq itself loads each layer's tensors into an
+    HQQLinear (load_state_dict, as its from_quantized does) whose
+    dequantize() is nibble's dequantization bit for bit."""
+    if not HAS_TF:
+        pytest.skip("transformers is not installed")
+    import json
+    import os
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+    from nibble.transformers import NibbleConfig
+    torch.manual_seed(0)
+    cfg = LlamaConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=1, num_attention_heads=4,
+                      num_key_value_heads=2, vocab_size=64)
+    src, out = str(tmp_path / "src"), str(tmp_path / "out")
+    LlamaForCausalLM(cfg).to(torch.float16).save_pretrained(src)
+    model = AutoModelForCausalLM.from_pretrained(
+        src, quantization_config=NibbleConfig(format="int4_hqq", method="hqq", group_size=group, scale_type=st),
+        dtype=torch.float16, device_map="cpu")
+    layers = {n: m for n, m in model.named_modules() if isinstance(m, nt.Linear)}
+    assert len(layers) == 7
+    model.save_pretrained(out)
+    with open(os.path.join(out, "config.json")) as f:
+        qc = json.load(f)["quantization_config"]
+    assert qc["quant_method"] == "hqq" and qc["skip_modules"] == ["lm_head"]
+    assert qc["quant_config"]["weight_quant_params"]["group_size"] == group
+    sd = {}
+    for fn in os.listdir(out):
+        if fn.endswith(".safetensors"):
+            sd.update(load_file(os.path.join(out, fn)))
+    td = torch.float16 if st == "f16" else torch.bfloat16
+    with nibble.open_checkpoint(out) as ck:
+        for prefix, mod in layers.items():
+            L = ck.layer(prefix)
+            assert L.format == "hqq-int4", (prefix, L.format, L.problem)
+            got, want = ck.quantized_weight(L), mod.quantized_weight()
+            for field in ("codes", "scales", "zeros"):
+                np.testing.assert_array_equal(getattr(got, field), getattr(want, field), err_msg=f"{prefix} {field}")
+            h = hqq_quantize.HQQLinear(None, quant_config=None, compute_dtype=td, device="cpu")
+            h.load_state_dict({k[len(prefix) + 1:]: v for k, v in sd.items() if k.startswith(prefix + ".")})
+            mine = nibble.dequantize(want, "float16" if st == "f16" else "bfloat16")
+            np.testing.assert_array_equal(_bits(h.dequantize()), np.asarray(mine).view(np.int16), err_msg=prefix)
+    again = AutoModelForCausalLM.from_pretrained(out, quantization_config=NibbleConfig(), dtype=torch.float16,
+                                                 device_map="cpu")
+    for prefix, mod in layers.items():
+        b = again.get_submodule(prefix)
+        assert isinstance(b, nt.Linear) and b.format == "int4_hqq" and torch.equal(b.packed, mod.packed), prefix

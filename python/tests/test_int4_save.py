@@ -282,15 +282,18 @@ def test_save_layout_refusals():
         NibbleConfig(format="nvfp4", group_size=32)
     with pytest.raises(ValueError, match="group_size 16"):
         NibbleConfig(format="int4", group_size=16)
-    # int4_hqq (float zero points) takes the integer formats' groups and scale types; no layout saves it
+    # int4_hqq (float zero points) takes the integer formats' groups and scale types; saved in hqq's layout
+    # (test_hqq.py), with groups per layer, whose hqq 4-bit packing needs an even number of groups
     cfg = NibbleConfig(format="int4_hqq", group_size=128, scale_type="bf16")
     assert (cfg.format, cfg.group_size, cfg.scale_type) == ("int4_hqq", 128, "bf16")
     with pytest.raises(ValueError, match="group_size 256; int4_hqq takes 32, 64, 128"):
         NibbleConfig(format="int4_hqq", group_size=256)
     hqq = reference_model()
     nt.quantize_model(hqq, format="int4_hqq", exclude=["lm_head"], device="cpu")
-    with pytest.raises(ValueError, match="no checkpoint layout is written for int4_hqq layers"):
-        ntf.save_layout(hqq)
+    assert ntf.save_layout(hqq)["format"] == "int4_hqq"
+    odd = nibble.quantize(np.ones((3, 64), np.float32), format="int4_hqq", group_size=64)
+    with pytest.raises(ValueError, match="3 groups; hqq's 4-bit packing needs an even number"):
+        ntf.layer_tensors(odd)
     with pytest.raises(ValueError, match="scale_type"):
         NibbleConfig(format="int4_sym", scale_type="f32")
     with pytest.raises(ValueError, match="no nibble layers"):
