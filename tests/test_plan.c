@@ -176,8 +176,11 @@ static const int64_t k_shapes[][2] = {
     /* the bench set (k, n) */
     {4096, 4096}, {4096, 6144}, {4096, 28672}, {14336, 4096}, {8192, 8192}, {8192, 10240}, {8192, 57344},
     {28672, 8192}, {5120, 27648}, {27648, 5120},
-    /* real models off the bench set: Qwen2.5-7B, Gemma-2-2B, Phi-3-mini, a GQA k/v projection */
-    {3584, 18944}, {18944, 3584}, {2304, 9216}, {3072, 9216}, {4096, 1024},
+    /* real models off the bench set: Qwen2.5-7B, Gemma-2-2B, Phi-3-mini, a GQA k/v projection; Qwen2.5-7B's
+     * fused q/k/v, gpt-oss's attention (k off the chunk), Qwen2.5-72B, DeepSeek-V3's dense MLP, Qwen2.5-14B,
+     * Qwen3-8B (the layers of the decode planner's measurements of 2026-11-29) */
+    {3584, 18944}, {18944, 3584}, {2304, 9216}, {3072, 9216}, {4096, 1024}, {3584, 4608}, {2880, 5120},
+    {8192, 29568}, {7168, 18432}, {5120, 13824}, {13824, 5120}, {12288, 4096}, {4096, 12288},
     /* ragged: n off the 16-row block and the tile, k off the chunk */
     {4096 + 96, 1000}, {1024 + 32, 6168}, {32 * 37, 17}};
 static const int64_t k_ms[] = {33, 64, 100, 128, 200, 256, 384, 512, 1000, 1024, 2048, 4096, 8192};
