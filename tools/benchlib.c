@@ -237,3 +237,34 @@ int nbt_have_device(void) {
     if (!count) fprintf(stderr, "%s: no CUDA device\n", nbt_tool);
     return count > 0;
 }
+
+/* Candidate output a against the heuristic's b (largest |b|: big): each
+ * element within two units in the last place of the output type (at most
+ * 2^(2 - significand bits) of its magnitude) plus 2^-12 big: different k
+ * splits sum in a different order before the rounding.  rounded: the
+ * integer and table formats, whose tensor-core kernels round each weight
+ * to 16 bits while their decode kernels use it exactly; a candidate of one
+ * kernel family against the heuristic of the other then differs by the sum
+ * of those roundings, which on random layers of 4096..8192 k reaches about
+ * 0.3% of big (2^-9 relative per weight, partly correlated through the
+ * group scale), so the floor is 2^-7 big. */
+int nbt_same_output(nb_dtype t, const uint16_t *a, const uint16_t *b, size_t count, float big, int rounded,
+                       char *why, size_t wn) {
+    const float rel = t == NB_DTYPE_BF16 ? 0x1p-6f : 0x1p-9f, floor_ = big * (rounded ? 0x1p-7f : 0x1p-12f);
+    for (size_t i = 0; i < count; i++) {
+        const float x = nbt_float_of(t, a[i]), y = nbt_float_of(t, b[i]);
+        if (!(fabsf(x - y) <= rel * fmaxf(fabsf(x), fabsf(y)) + floor_)) {
+            snprintf(why, wn, "element %zu is %g, the heuristic's %g", i, x, y);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+void nbt_config_text(const nb_gemm_config *c, char *buf, size_t n) {
+    if (c->path == NB_GEMM_PATH_TENSOR_CORE || c->path == NB_GEMM_PATH_MMA)
+        snprintf(buf, n, "%s bn=%d splits=%d raster=%d", c->path == NB_GEMM_PATH_MMA ? "mma" : "tc", c->bn,
+                 c->splits ? c->splits : 1, c->raster);
+    else if (c->variant) snprintf(buf, n, "decode staged rpw=%d splits=%d", c->rpw, c->splits);
+    else snprintf(buf, n, "decode kw=%d splits=%d", c->kw, c->splits);
+}

@@ -80,6 +80,16 @@ double nbt_time_graph(cudaGraphExec_t exec, cudaStream_t s, int calls, int reps)
 double nbt_time_gemm(nb_context *ctx, const nb_gemm_desc *g, const nb_gemm_config *cfg, const void *x,
                      const nbt_layer *l, void *y, void *ws, size_t ws_bytes, cudaStream_t s, int calls, int reps);
 
+/* Candidate output a against a reference b of the same problem (the
+ * heuristic's; largest |b|: big), element by element within two units in
+ * the last place of the output type plus 2^-12 big (2^-7 big with rounded:
+ * an integer or table format, whose tensor-core and decode kernels round
+ * the weights differently): 1, or 0 with the first element apart in why. */
+int nbt_same_output(nb_dtype t, const uint16_t *a, const uint16_t *b, size_t count, float big, int rounded,
+                    char *why, size_t wn);
+/* A configuration as text ("decode staged rpw=2 splits=4", "tc bn=32 splits=3 raster=16"). */
+void nbt_config_text(const nb_gemm_config *c, char *buf, size_t n);
+
 /* The options both commands take: --shapes KxN,... --m LIST --formats
  * nvfp4,mxfp4 (names of formats with GPU kernels, nb_format_from_name)
  * --min-bytes MB and a dtype option (bench --dtype, tune --act). */

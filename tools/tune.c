@@ -46,37 +46,6 @@ static void help(void) {
            "  written), 3 no GPU, a library, CUDA or file error.\n");
 }
 
-/* Candidate output a against the heuristic's b (largest |b|: big): each
- * element within two units in the last place of the output type (at most
- * 2^(2 - significand bits) of its magnitude) plus 2^-12 big: different k
- * splits sum in a different order before the rounding.  rounded: the
- * integer and table formats, whose tensor-core kernels round each weight
- * to 16 bits while their decode kernels use it exactly; a candidate of one
- * kernel family against the heuristic of the other then differs by the sum
- * of those roundings, which on random layers of 4096..8192 k reaches about
- * 0.3% of big (2^-9 relative per weight, partly correlated through the
- * group scale), so the floor is 2^-7 big. */
-static int same_output(nb_dtype t, const uint16_t *a, const uint16_t *b, size_t count, float big, int rounded,
-                       char *why, size_t wn) {
-    const float rel = t == NB_DTYPE_BF16 ? 0x1p-6f : 0x1p-9f, floor_ = big * (rounded ? 0x1p-7f : 0x1p-12f);
-    for (size_t i = 0; i < count; i++) {
-        const float x = nbt_float_of(t, a[i]), y = nbt_float_of(t, b[i]);
-        if (!(fabsf(x - y) <= rel * fmaxf(fabsf(x), fabsf(y)) + floor_)) {
-            snprintf(why, wn, "element %zu is %g, the heuristic's %g", i, x, y);
-            return 0;
-        }
-    }
-    return 1;
-}
-
-static void config_text(const nb_gemm_config *c, char *buf, size_t n) {
-    if (c->path == NB_GEMM_PATH_TENSOR_CORE || c->path == NB_GEMM_PATH_MMA)
-        snprintf(buf, n, "%s bn=%d splits=%d raster=%d", c->path == NB_GEMM_PATH_MMA ? "mma" : "tc", c->bn,
-                 c->splits ? c->splits : 1, c->raster);
-    else if (c->variant) snprintf(buf, n, "decode staged rpw=%d splits=%d", c->rpw, c->splits);
-    else snprintf(buf, n, "decode kw=%d splits=%d", c->kw, c->splits);
-}
-
 /* A run: options, context, stream, the shared workspace, progress. */
 typedef struct tune {
     nbt_sweep sw;
@@ -161,7 +130,7 @@ static double tune_candidate(tune *t, tune_problem *p, const nb_gemm_config *can
     CK(cudaMemsetAsync(p->dy, 0xFF, 2 * outs, t->s)); /* NaN: an unwritten element fails */
     nb_status st = nb_gemm_ex(t->ctx, &p->g, cand, p->dx, p->L->pk[0], NULL, p->dy, t->dws, t->ws_bytes, t->s);
     char text[96], cfg[256] = "", why[160] = "";
-    config_text(cand, text, sizeof text);
+    nbt_config_text(cand, text, sizeof text);
     if (st == NB_OK) NB(nb_gemm_last_config(t->ctx, cfg, sizeof cfg));
     if (st != NB_OK || !strstr(cfg, " (given)")) {
         fprintf(stderr, "%snibble tune: %s %lld->%lld m=%lld, %s: %s\n", t->tty ? "\n" : "", p->fname, (long long)p->k,
@@ -183,7 +152,7 @@ static double tune_candidate(tune *t, tune_problem *p, const nb_gemm_config *can
                 exit(2);
             }
         }
-    } else if (!same_output(act, p->hy, p->href, outs, *big, p->rounded, why, sizeof why)) {
+    } else if (!nbt_same_output(act, p->hy, p->href, outs, *big, p->rounded, why, sizeof why)) {
         fprintf(stderr, "%snibble tune: WRONG RESULT %s %lld->%lld m=%lld, %s (%s): %s; not recorded\n",
                 t->tty ? "\n" : "", p->fname, (long long)p->k, (long long)p->n, (long long)p->m, text, cfg, why);
         t->rc = 2;
@@ -203,7 +172,7 @@ static void tune_print(const tune *t, const tune_problem *p, size_t tried, doubl
     if (lo == hi) snprintf(bucket, sizeof bucket, "%lld", (long long)lo);
     else if (hi == INT64_MAX) snprintf(bucket, sizeof bucket, "%lld+", (long long)lo);
     else snprintf(bucket, sizeof bucket, "%lld-%lld", (long long)lo, (long long)hi);
-    config_text(best, text, sizeof text);
+    nbt_config_text(best, text, sizeof text);
     snprintf(layer, sizeof layer, "%lld->%lld", (long long)p->k, (long long)p->n);
     snprintf(progress, sizeof progress, "%d/%d", t->done, t->problems);
     if (t->tty) fprintf(stderr, "\r%60s\r", "");
@@ -237,7 +206,7 @@ static void tune_one(tune *t, tune_problem *p) {
     tune_print(t, p, nc, us[0], us[best], &cand[best], best == 0);
     for (size_t c = 0; t->all && c < nc; c++) {
         char text[96];
-        config_text(&cand[c], text, sizeof text);
+        nbt_config_text(&cand[c], text, sizeof text);
         if (us[c] >= 0) printf("        candidate %-38s %10.2f us %6.3f of the heuristic's\n", text, us[c], us[c] / us[0]);
         else printf("        candidate %-38s failed\n", text);
     }
