@@ -75,6 +75,16 @@ static size_t tc_partial_bytes(int64_t splits, int64_t tiles, int cwg, int bn) {
  * one resident wave of CTAs fills the GPU (the partial sums stay in L2).
  *
  * A request's variant, kw, rpw and splits replace the rules. */
+/* Kernel 1's warps per row block by its rule (plan_decode_split): half the
+ * CTA's warps, all of them where half leave fewer than 1.4 CTAs per SM -
+ * but not for the integer and table formats at 17..32 tokens (kw = 4 beat
+ * 8 on 4096 -> 4096 by 14-26%, H200, int4 / nf4 / int8 at m = 20 and 24,
+ * `nibble tune`). */
+static int k1_kw(const nbi_gemm_plan *p, int warps, int sms, int rpw2) {
+    const int half = warps / 2;
+    return (double)p->row_blocks * half / warps < 1.4 * (double)sms && !(rpw2 && p->mt >= 3) ? warps : half;
+}
+
 static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, nbi_gemm_plan *p) {
     const int sms = ctx->info.sm_count, warps = NBI_GEMV_WARPS;
     const int staged = rq->variant == 2, plain = rq->variant == 1;
@@ -150,16 +160,15 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
          * 4096 -> 4096 with 16 CTAs stays with kernel 1). */
         if (p->kchunks / s < 6 && !staged) {
             const int64_t s8 = p->kchunks / 8;
-            /* kernel 1's grid at 9..16 tokens (two CTAs per SM; kw = 8 below
-             * 1.4 CTAs per SM at kw = 4, as its rule below): past one wave
+            /* kernel 1's grid at 9..16 tokens (two CTAs per SM; kw by its
+             * rule, k1_kw): past one wave
              * it leaves a short second one, so kernel 2 runs instead with
              * one CTA per SM and runs of at least 4 chunks (H200, nvfp4, us,
              * m = 12 / 16: 3584 -> 4608, kernel 1's 288 CTAs 12.2 / 14.5,
              * 18 tiles x 7 splits 9.2 / 9.5; 2880 -> 5120, 320 CTAs 10.9 /
              * 12.2, 20 x 5 splits 9.1 / 9.3; int4 10.2 -> 9.2 and nf4 13.5
              * -> 10.8 on 3584 -> 4608 at m = 16; NOTES.md) */
-            const int64_t k1 = (double)p->row_blocks * 4 / warps < 1.4 * sms ? p->row_blocks
-                                                                             : (p->row_blocks + 1) / 2;
+            const int64_t k1 = (p->row_blocks * k1_kw(p, warps, sms, rpw2) + warps - 1) / warps;
             const int64_t s1 = sms / grid_x < p->kchunks / 4 ? sms / grid_x : p->kchunks / 4;
             if (s8 >= 1 && 10 * grid_x * s8 >= 7 * (int64_t)sms) s = s8;
             else if (p->mt == 2 && k1 > 2 * (int64_t)sms && s1 >= 2) s = s1;
@@ -198,11 +207,7 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
     if (!xs) {
         s = 1;
         const double want = 1.4 * (double)sms; /* CTAs */
-        int kw = warps / 2;
-        /* (not for the integer and table formats at 17..32 tokens: kw = 4
-         * beat 8 on 4096 -> 4096 by 14-26%, H200, int4 / nf4 / int8 at m =
-         * 20 and 24, `nibble tune`) */
-        if ((double)p->row_blocks * kw / warps < want && !(rpw2 && p->mt >= 3)) kw = warps;
+        int kw = k1_kw(p, warps, sms, rpw2);
         const int fk = rq->kw;
         if (fk == 1 || fk == 2 || fk == 4 || fk == 8) kw = fk <= warps ? fk : warps;
         p->kw = kw;
