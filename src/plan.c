@@ -57,6 +57,16 @@ static size_t tc_partial_bytes(int64_t splits, int64_t tiles, int cwg, int bn) {
 
 /* ------------------------------------------------------- decode kernels */
 
+/* Kernel 1's warps per row block by its rule (plan_decode_split): half the
+ * CTA's warps, all of them where half leave fewer than 1.4 CTAs per SM -
+ * but not for the integer and table formats at 17..32 tokens (kw = 4 beat
+ * 8 on 4096 -> 4096 by 14-26%, H200, int4 / nf4 / int8 at m = 20 and 24,
+ * `nibble tune`). */
+static int k1_kw(const nbi_gemm_plan *p, int warps, int sms, int rpw2) {
+    const int half = warps / 2;
+    return (double)p->row_blocks * half / warps < 1.4 * (double)sms && !(rpw2 && p->mt >= 3) ? warps : half;
+}
+
 /* Spread the work so the GPU fills.
  *
  * Kernel 1 (per-warp streams; every m = 1..8, and 9..32 where kernel 2
@@ -75,16 +85,6 @@ static size_t tc_partial_bytes(int64_t splits, int64_t tiles, int cwg, int bn) {
  * one resident wave of CTAs fills the GPU (the partial sums stay in L2).
  *
  * A request's variant, kw, rpw and splits replace the rules. */
-/* Kernel 1's warps per row block by its rule (plan_decode_split): half the
- * CTA's warps, all of them where half leave fewer than 1.4 CTAs per SM -
- * but not for the integer and table formats at 17..32 tokens (kw = 4 beat
- * 8 on 4096 -> 4096 by 14-26%, H200, int4 / nf4 / int8 at m = 20 and 24,
- * `nibble tune`). */
-static int k1_kw(const nbi_gemm_plan *p, int warps, int sms, int rpw2) {
-    const int half = warps / 2;
-    return (double)p->row_blocks * half / warps < 1.4 * (double)sms && !(rpw2 && p->mt >= 3) ? warps : half;
-}
-
 static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, nbi_gemm_plan *p) {
     const int sms = ctx->info.sm_count, warps = NBI_GEMV_WARPS;
     const int staged = rq->variant == 2, plain = rq->variant == 1;
@@ -135,8 +135,8 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
         resident = (int64_t)sms * per_sm;
         if (grid_x < resident) s = resident / grid_x;
         /* 9..16 tokens: where two CTAs per SM get runs of fewer than 8
-         * chunks, one CTA per SM with twice the run, if that
-         * still covers 95% of the SMs with runs of 6 or more (H200, nvfp4,
+         * chunks, one CTA per SM with twice the run, if that still covers
+         * 95% of the SMs with runs of 6 or more (H200, nvfp4,
          * `nibble bench`, us at m = 12 / 16, two per SM -> one: 14336 ->
          * 4096, 16 -> 8 splits, 19.1 / 19.7 -> 17.2 / 17.6; 12288 -> 4096
          * 17.7 / 18.2 -> 15.6 / 16.4; 3072 -> 8192, 32 tiles, 8 splits of 3
@@ -161,9 +161,9 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
         if (p->kchunks / s < 6 && !staged) {
             const int64_t s8 = p->kchunks / 8;
             /* kernel 1's grid at 9..16 tokens (two CTAs per SM; kw by its
-             * rule, k1_kw): past one wave
-             * it leaves a short second one, so kernel 2 runs instead with
-             * one CTA per SM and runs of at least 4 chunks (H200, nvfp4, us,
+             * rule, k1_kw): past one wave it leaves a short second one, so
+             * kernel 2 runs instead with one CTA per SM and runs of at
+             * least 4 chunks (H200, nvfp4, us,
              * m = 12 / 16: 3584 -> 4608, kernel 1's 288 CTAs 12.2 / 14.5,
              * 18 tiles x 7 splits 9.2 / 9.5; 2880 -> 5120, 320 CTAs 10.9 /
              * 12.2, 20 x 5 splits 9.1 / 9.3; int4 10.2 -> 9.2 and nf4 13.5
