@@ -676,10 +676,10 @@ static float mul_add_unfused(float a, float b, float c) {
  * Quantizer.quantize with optimize=False, round_zero=False, axis=1), in
  * float32: per group lo = min w, hi = max w, t = 15 * r(1 / (hi - lo)) (two
  * roundings, as PyTorch divides a number by a tensor), 1 where |hi - lo| <=
- * 1e-4, at most 2e4; z = -lo * t, q = clamp(round(w * t + z),
- * 0, 15) (the product and the sum rounded separately); stored: the scale
- * r(1 / t) and the zero point r(z) in the scale type.  A zero point that
- * overflows the type is refused, naming the group. */
+ * 1e-4, at most 2e4; z = -lo * t, q = clamp(round(w * t + z), 0, 15) (the
+ * product and the sum rounded separately); stored: the scale r(1 / t) and
+ * the zero point r(z) in the scale type.  A zero point that overflows the
+ * type is refused, naming the group. */
 static float hqq_inverse_scale(float lo, float hi) {
     const volatile float den = hi - lo, rec = 1.0f / den; /* (PyTorch's 15 / tensor: reciprocal, then times 15) */
     float t = fabsf(den) <= 1e-4f ? 1.0f : 15.0f * rec;
@@ -695,8 +695,8 @@ static float hqq_code(float w, float t, float z) {
 /* NB_QUANT_HQQ: hqq 0.2.8's optimize_weights_proximal_legacy on the CPU
  * (float32), its default, over the whole weight: with t the inverse scales
  * of round to nearest and z its zero points rounded to integers (hqq's
- * round_zero, on in its configuration for 4 bits), each step takes per element
- * q = clamp(round(w t + z)), w_r = (q - z) / t, e = shrink(w - w_r) with
+ * round_zero, on in its configuration for 4 bits), each step takes per
+ * element q = clamp(round(w t + z)), w_r = (q - z) / t, e = shrink(w - w_r) with
  * shrink(x) = sign(x) max(|x| - |x|^(p-1) / beta, 0) (p = 0.7, beta = 10:
  * the legacy loop never raises beta), and per group z' = mean(q - (w - e) t);
  * the step's error is the mean of |w - w_r| over the weight (with the z it
