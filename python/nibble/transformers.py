@@ -895,14 +895,12 @@ def save_layout(model):
                          + (f"{', '.join(fmts)} layers" if fmts else "no nibble layers"))
     if fmts[0] not in _SAVE_LAYOUT:
         raise ValueError(f"nibble.transformers: save_pretrained writes ModelOpt NVFP4, Quark MXFP4, "
-                         f"compressed-tensors int4 / int8, bitsandbytes nf4 / fp4 and hqq int4_hqq layouts; no checkpoint layout "
-                         f"is written for {fmts[0]} layers")
+                         f"compressed-tensors int4 / int8, bitsandbytes nf4 / fp4 and hqq int4_hqq layouts; no "
+                         f"checkpoint layout is written for {fmts[0]} layers")
     group = None
-    if experts and fmts[0] in _INT_FORMATS + _TABLE_FORMATS:
+    if experts and fmts[0] in _GROUP_SCALED + _TABLE_FORMATS:
         raise ValueError(f"nibble.transformers: save_pretrained writes no layout for {fmts[0]} experts modules")
     if fmts[0] == "int4_hqq":   # (per layer in its meta; config.json names the first's, as one HqqConfig does)
-        if experts:
-            raise ValueError("nibble.transformers: save_pretrained writes no layout for int4_hqq experts modules")
         group = linears[0].group if linears[0].group else 64
     if fmts[0] in _INT_FORMATS:
         groups = {m.group if m.group else 128 for m in linears}
