@@ -25,13 +25,16 @@
 #include <string.h>
 
 /* Y of one call under cfg (NULL: the heuristic) on poisoned output (NaN:
- * an unwritten element fails the comparison), in hy. */
-static void run_once(nb_context *ctx, const nb_gemm_desc *g, const nb_gemm_config *cfg, const void *x, const void *w,
-                     void *y, void *ws, size_t wsb, cudaStream_t s, size_t count, uint16_t *hy) {
+ * an unwritten element fails the comparison), in hy; the call's status (a
+ * configuration this device or build cannot run is not an error here). */
+static nb_status run_once(nb_context *ctx, const nb_gemm_desc *g, const nb_gemm_config *cfg, const void *x,
+                          const void *w, void *y, void *ws, size_t wsb, cudaStream_t s, size_t count, uint16_t *hy) {
     CK(cudaMemsetAsync(y, 0xFF, count * 2, s));
-    NB(nb_gemm_ex(ctx, g, cfg, x, w, NULL, y, ws, wsb, s));
+    const nb_status st = nb_gemm_ex(ctx, g, cfg, x, w, NULL, y, ws, wsb, s);
+    if (st) return st;
     CK(cudaStreamSynchronize(s));
     CK(cudaMemcpy(hy, y, count * 2, cudaMemcpyDeviceToHost));
+    return NB_OK;
 }
 
 static void help(void) {
@@ -103,7 +106,7 @@ int main(int argc, char **argv) {
                 CK(cudaMemset(ws, 0, wsb));
             }
             uint16_t *href = nbt_calloc(count, 2), *hy = nbt_calloc(count, 2);
-            run_once(ctx, &g, NULL, x, l.pk[0], y, ws, wsb, s, count, href);
+            NB(run_once(ctx, &g, NULL, x, l.pk[0], y, ws, wsb, s, count, href));
             float big = 0.0f;
             for (size_t i = 0; i < count; i++) big = fmaxf(big, fabsf(nbt_float_of(NB_DTYPE_BF16, href[i])));
             const int calls = nbt_graph_calls(m, n, k, l.sz.packed_bytes, l.rot, 400, 8, 200);
@@ -114,12 +117,9 @@ int main(int argc, char **argv) {
             snprintf(bb, sizeof bb, "the heuristic's");
             printf("%lldx%lld m=%d heuristic %.2f us (%s)\n ", k, n, m, th, hb);
             for (size_t i = 0; i < nc; i++) {
-                size_t b = 0;
-                if (nb_gemm_workspace_size_ex(ctx, &g, &cf[i], &b) != NB_OK) continue;
-                if (nb_gemm_ex(ctx, &g, &cf[i], x, l.pk[0], NULL, y, ws, wsb, s) != NB_OK) continue;
+                if (run_once(ctx, &g, &cf[i], x, l.pk[0], y, ws, wsb, s, count, hy) != NB_OK) continue;
                 char cb[96], why[160];
                 nbt_config_text(&cf[i], cb, sizeof cb);
-                run_once(ctx, &g, &cf[i], x, l.pk[0], y, ws, wsb, s, count, hy);
                 if (!nbt_same_output(NB_DTYPE_BF16, hy, href, count, big, rounded, why, sizeof why)) {
                     printf(" [%s: output differs from the heuristic's: %s]", cb, why);
                     wrong = 1;

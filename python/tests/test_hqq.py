@@ -20,6 +20,7 @@ import nibble  # noqa: E402
 import nibble.torch as nt  # noqa: E402
 from test_load import HAS_TF, gpu, io  # noqa: E402,F401  (the same skip rules)
 from test_torch import EPS, _check_close, _f16_values, _x  # noqa: E402
+from test_int4_save import _nibbles  # noqa: E402  (codes in k order)
 
 
 def _hqq_layer(n, k, group, dtype, optimize, seed=0):
@@ -196,13 +197,6 @@ def _hqq_quantized(W, group, optimize):
             meta["zero"].reshape(n, k // group))
 
 
-def _codes(qw):
-    c = qw.codes.reshape(qw.n, -1)
-    out = np.empty((qw.n, qw.k), np.uint8)
-    out[:, 0::2], out[:, 1::2] = c & 0xF, c >> 4
-    return out
-
-
 def _weights(seed, n, k):
     torch.manual_seed(seed)
     W = torch.randn(n, k) * 0.02
@@ -235,7 +229,7 @@ def test_hqq_quantizer_against_hqq(group, st, seed):
         qw = nibble.quantize(W.numpy(), format="int4_hqq", group_size=group, scale_type=st, method=method)
         ns = torch.from_numpy(qw.scales.view(np.int16)).view(td)
         nz = torch.from_numpy(qw.zeros.view(np.int16)).view(td)
-        np.testing.assert_array_equal(_codes(qw), hq)
+        np.testing.assert_array_equal(_nibbles(qw.codes, qw.k), hq)
         np.testing.assert_array_equal(_bits(ns), _bits(hs.to(td)))
         zdiff = (nz != hz.to(td))
         if method == "rtn":
