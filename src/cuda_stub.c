@@ -77,8 +77,8 @@ int nbi_cuda_gemv_ctas_per_sm(nb_context *ctx, const nbi_gemm_plan *p, int cap, 
     *bytes = 0;
     return 0;
 }
-size_t nbi_cuda_gemv_smem(int fmt, int xs, int rpw, int mt, int m, size_t chunk_bytes) {
-    (void)fmt, (void)xs, (void)rpw, (void)mt, (void)m, (void)chunk_bytes;
+size_t nbi_cuda_gemv_smem(int fmt, int xs, int rpw, int mt, int m, size_t chunk_bytes, int warps) {
+    (void)fmt, (void)xs, (void)rpw, (void)mt, (void)m, (void)chunk_bytes, (void)warps;
     return 0;
 }
 int nbi_cuda_gemm_sm80_stages(int fmt, int kg, int bn, int want, size_t smem_limit, size_t *smem) {

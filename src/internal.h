@@ -133,6 +133,7 @@ NB_INTERNAL const char *nbi_elide(const char *s, char *buf, size_t cap);
 #define NBI_MAX_SPLIT_COLUMNS 4096
 
 #define NBI_GEMV_WARPS 8      /* decode kernels: (consumer) warps per CTA */
+#define NBI_GEMV_WIDE_WARPS 12 /* kernel 2's wide instance: consumer warps (one CTA per SM, 17..32 tokens) */
 
 NB_INTERNAL size_t nbi_chunk_bytes(const nbi_format_traits *t);
 /* Code bytes of a packed chunk: 16 x 128 codes, 1024 bytes of 4-bit codes,
@@ -249,7 +250,7 @@ typedef struct nbi_gemm_plan {
     int bn;             /* tokens per CTA tile: 16, 32, 64, 128 or 256 (sm80: 64, 128) */
     int cwg;            /* sm90: consumer warpgroups per CTA, 64 weight rows each (2, or 4 for bn <= 32) */
     int stages;         /* sm80: chunks in the cp.async ring (chosen by the shared-memory limit) */
-    int tiles_n, tiles_m, raster_group; /* (tiles_n also kernel 2's column tiles of 8 * rpw row blocks) */
+    int tiles_n, tiles_m, raster_group; /* (tiles_n also kernel 2's column tiles of warps * rpw row blocks) */
     int cluster;        /* sm90 split-K: a tile's `splits` CTAs are one cluster and sum through their shared
                            memory (no workspace); else the last CTA sums the partials in the workspace */
     int tail_tiles;     /* sm90, splits = 1: the last tiles (fewer than a wave) run in a second launch, */
@@ -425,7 +426,7 @@ NB_INTERNAL nb_status nbi_cuda_moe_mlp(nb_context *ctx, const nbi_moe_plan *p, c
  * an E2M1 format's), for occupancy; the pipeline depth of the
  * deepest mma.sync instance of tile width bn (and depth `want` when not 0)
  * whose shared memory fits smem_limit, its bytes in *smem, 0 when none does. */
-NB_INTERNAL size_t nbi_cuda_gemv_smem(int fmt, int xs, int rpw, int mt, int m, size_t chunk_bytes);
+NB_INTERNAL size_t nbi_cuda_gemv_smem(int fmt, int xs, int rpw, int mt, int m, size_t chunk_bytes, int warps);
 /* Decode kernel 1 of plan p: how many CTAs share an SM (0 when the runtime
  * cannot tell) with the dynamic shared memory *bytes, the ring's (cap = 0)
  * or the least past it with which at most cap CTAs fit. */

@@ -67,6 +67,39 @@ static int k1_kw(const nbi_gemm_plan *p, int warps, int sms, int rpw2) {
     return (double)p->row_blocks * half / warps < 1.4 * (double)sms && !(rpw2 && p->mt >= 3) ? warps : half;
 }
 
+/* Kernel 2 (E2M1 formats, two row blocks per warp) at 17..32 tokens on one
+ * wave of one CTA per SM over a stream-K grid, whatever the shape: the
+ * consumer warps of that instance (NBI_GEMV_WARPS, or the wide instance's
+ * NBI_GEMV_WIDE_WARPS), or 0 where the rules of plan_decode_split apply.
+ * H200, nvfp4, `nibble bench` with the decode path given, us, the rules
+ * before it -> this (NOTES.md, "Kernel 2 on one stream-K wave"):
+ * - 25..32 tokens, 8 warps: replaces two CTAs per SM under the register cap
+ *   (which spills) and split grids that leave SMs idle; m = 32: 7168 ->
+ *   18432 63.7 -> 45.9, 8192 -> 28672 86.9 -> 70.8, 5120 -> 25600 53.1 ->
+ *   45.9, 4096 -> 12288 32.5 -> 22.7, 8192 -> 10240 42.0 -> 32.0, 8192 ->
+ *   57344 133.6 -> 130.2.  (Twelve warps there: 1-7% behind eight on four
+ *   of those five layers.)  Not where the tiles alone make one wave at
+ *   least 84% full: 4096 -> 28672, 112 tiles, 39.6 / 38.9 us at m = 28
+ *   (NVFP4 / MXFP4) against 41.4 / 40.9 on the wave (5120 -> 27648, 108
+ *   tiles, 82%: 53.9 / 52.3 -> 48.3 / 48.0).
+ * - 17..24 tokens, 12 warps, on layers of at least 8 row blocks per SM and
+ *   40 k chunks: m = 24, 7168 -> 18432 48.5 -> 40.9, 8192 -> 28672 71.5 ->
+ *   61.5, 5120 -> 25600 46.6 -> 40.6, 8192 -> 57344 117.7 -> 109.1 (eight
+ *   warps: 41.3, 63.8, 41.3, 118.1).  Shorter k or fewer rows lose to the
+ *   split grids: 4096 -> 28672 36.4 -> 37.6, 5120 -> 13824 26.0 -> 28.9,
+ *   8192 -> 10240 27.1 -> 32.2, 14336 -> 4096 20.7 -> 25.3.
+ * Layers of under 6 chunks per SM (256-row tiles x k chunks), a request's
+ * k split or one row block per warp keep the rules. */
+static int k2_wave(const nbi_gemm_plan *p, int sms, int rpw, int rpw2, const nbi_request *rq) {
+    if (rpw2 || rpw != 2 || p->mt < 3 || rq->splits > 0) return 0;
+    if ((p->row_blocks + 15) / 16 * p->kchunks < 6 * (int64_t)sms) return 0;
+    if (p->mt == 4) {
+        const int64_t tiles = (p->row_blocks + 15) / 16;
+        return tiles <= sms && 25 * tiles >= 21 * (int64_t)sms ? 0 : NBI_GEMV_WARPS;
+    }
+    return p->row_blocks >= 8 * (int64_t)sms && p->kchunks >= 40 ? NBI_GEMV_WIDE_WARPS : 0;
+}
+
 /* Spread the work so the GPU fills.
  *
  * Kernel 1 (per-warp streams; every m = 1..8, and 9..32 where kernel 2
@@ -80,13 +113,15 @@ static int k1_kw(const nbi_gemm_plan *p, int warps, int sms, int rpw2) {
  * SM.
  *
  * Kernel 2 (staged activations, 9..32 tokens, and 8 on wide layers): the
- * CTA's 8 warps walk one k range (kw = 1) and each owns rpw row blocks, so
- * a CTA covers 8 * rpw row blocks; narrow layers are split along k until
- * one resident wave of CTAs fills the GPU (the partial sums stay in L2).
+ * CTA's 8 warps (12: k2_wave) walk one k range (kw = 1) and each owns rpw
+ * row blocks, so a CTA covers 8 * rpw row blocks; narrow layers are split
+ * along k until one resident wave of CTAs fills the GPU (the partial sums
+ * stay in L2).
  *
  * A request's variant, kw, rpw and splits replace the rules. */
 static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, nbi_gemm_plan *p) {
-    const int sms = ctx->info.sm_count, warps = NBI_GEMV_WARPS;
+    const int sms = ctx->info.sm_count;
+    int warps = NBI_GEMV_WARPS;
     const int staged = rq->variant == 2, plain = rq->variant == 1;
     /* the integer and table formats' kernel 2 has two row blocks per warp only */
     const int rpw2 = !nbi_traits(p->fmt)->every_kernel;
@@ -97,10 +132,17 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
     int xs = staged || (!plain && (p->mt >= 2 || (p->m == 8 && !table)));
     int rpw = rpw2 ? 2 : rq->rpw == 1 || rq->rpw == 2 ? rq->rpw : 2;
     size_t smem = 0;
-    if (xs) {
-        smem = nbi_cuda_gemv_smem(p->fmt, 1, rpw, p->mt, 8 * p->mt, (size_t)p->chunk_bytes);
+    /* one wave of one CTA per SM on a stream-K grid (k2_wave), with its consumer warps */
+    int wave = xs ? k2_wave(p, sms, rpw, rpw2, rq) : 0;
+    if (wave) {
+        smem = nbi_cuda_gemv_smem(p->fmt, 1, rpw, p->mt, 8 * p->mt, (size_t)p->chunk_bytes, wave);
+        if (smem > ctx->info.smem_per_block_optin) wave = 0; /* (smaller GPUs: the rules below) */
+        else warps = wave;
+    }
+    if (xs && !wave) {
+        smem = nbi_cuda_gemv_smem(p->fmt, 1, rpw, p->mt, 8 * p->mt, (size_t)p->chunk_bytes, warps);
         if (smem > ctx->info.smem_per_block_optin && rpw == 2 && !rpw2)
-            smem = nbi_cuda_gemv_smem(p->fmt, 1, rpw = 1, p->mt, 8 * p->mt, (size_t)p->chunk_bytes);
+            smem = nbi_cuda_gemv_smem(p->fmt, 1, rpw = 1, p->mt, 8 * p->mt, (size_t)p->chunk_bytes, warps);
         if (smem > ctx->info.smem_per_block_optin) xs = 0; /* (smaller GPUs) */
     }
     int64_t grid_x, s = 1, resident = 0;
@@ -132,6 +174,7 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
          * left at two; NOTES.md).  Where such runs are short the
          * tensor-core kernel takes these batches instead (plan_tc). */
         if (p->mt == 3 && !rpw2 && 2 * grid_x <= sms && p->kchunks <= 32 * (sms / grid_x)) per_sm = 1;
+        if (wave) per_sm = 1;
         resident = (int64_t)sms * per_sm;
         if (grid_x < resident) s = resident / grid_x;
         /* 9..16 tokens: where two CTAs per SM get runs of fewer than 8
@@ -158,7 +201,7 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
          * measured, unless splits of 8 chunks still fill 70% of the SMs
          * (4096 -> 6144, m = 16: 24 CTAs x 4 splits 14.1 us, kernel 1 15.5;
          * 4096 -> 4096 with 16 CTAs stays with kernel 1). */
-        if (p->kchunks / s < 6 && !staged) {
+        if (p->kchunks / s < 6 && !staged && !wave) {
             const int64_t s8 = p->kchunks / 8;
             /* kernel 1's grid at 9..16 tokens (two CTAs per SM; kw by its
              * rule, k1_kw): past one wave it leaves a short second one, so
@@ -204,7 +247,18 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
             }
         }
     }
+    /* 9..16 tokens, the table formats: kernel 1 wherever its grid (kw by
+     * k1_kw) fits one wave of two CTAs per SM (H200, nf4, m = 16, us,
+     * kernel 1 / kernel 2 at its best split, `nibble tune`-style sweep:
+     * 8192 -> 8192, 256 CTAs, 22.6 / 24.5; 12288 -> 4096 18.4 / 20.2;
+     * 14336 -> 4096 21.6 / 22.6; 28672 -> 8192 67.5 / 70.1; 4096 -> 6144,
+     * 192 CTAs, 12.6 / 13.6; past one wave kernel 2: 3584 -> 4608, 288,
+     * 13.5 / 10.8; 27648 -> 5120, 320, 69.1 / 46.1; NOTES.md) */
+    if (xs && table && p->mt == 2 && !staged &&
+        (p->row_blocks * k1_kw(p, NBI_GEMV_WARPS, sms, rpw2) + NBI_GEMV_WARPS - 1) / NBI_GEMV_WARPS <= 2 * (int64_t)sms)
+        xs = 0;
     if (!xs) {
+        warps = NBI_GEMV_WARPS;
         s = 1;
         const double want = 1.4 * (double)sms; /* CTAs */
         int kw = k1_kw(p, warps, sms, rpw2);
@@ -216,6 +270,7 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
         if ((double)grid_x < 0.5 * sms) s = (int64_t)ceil(want / (double)grid_x); /* narrow layer */
     }
     p->xsh = xs;
+    if (wave && xs) s = 1; /* (the stream-K grid below) */
     if (rq->splits > 0) s = rq->splits;
     if (grid_x > NBI_MAX_SPLIT_COLUMNS) s = 1;
     const int64_t per_split_min = p->kw; /* at least one chunk per warp */
@@ -238,9 +293,9 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
         int64_t ctas = tiles * p->splits;
         /* (the stream-K instances: two row blocks per warp; the integer and
          * table formats' for 17..32 tokens only) */
-        const int sk = p->splits == 1 && tiles > resident && 10 * tiles < 9 * waves * resident &&
-                       tiles <= NBI_MAX_SPLIT_COLUMNS && units >= 6 * resident && p->rpw == 2 &&
-                       (!rpw2 || p->mt >= 3);
+        const int sk = p->splits == 1 && tiles <= NBI_MAX_SPLIT_COLUMNS && p->rpw == 2 &&
+                       (wave || (tiles > resident && 10 * tiles < 9 * waves * resident && units >= 6 * resident &&
+                                 (!rpw2 || p->mt >= 3)));
         p->tiles_n = (int)tiles;
         if (sk) { /* (fewer CTAs than tiles_n: the stream-K grid) */
             ctas = resident;
@@ -250,8 +305,9 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
         /* At most one CTA per SM: kernel 2's instance without the register
          * cap of two CTAs per SM (17..32 tokens, two row blocks per warp; at
          * 25..32 the capped instance spills) */
-        if (p->mt >= 3 && p->rpw == 2 && (ctas <= sms || rpw2)) p->xsh = 2;
+        if (p->mt >= 3 && p->rpw == 2 && (ctas <= sms || rpw2 || wave)) p->xsh = 2;
     }
+    p->warps = warps;
     return grid_x; /* CTAs along n (kernel 2's stream-K grid: all of them; range-checked by the caller) */
 }
 
@@ -321,7 +377,7 @@ static nb_status plan_decode(nb_context *ctx, const nbi_request *rq, nbi_gemm_pl
     }
     if (nbi_plan_stream_k(p)) {
         /* kernel 2's stream-K partial tiles: slot b + tile for CTA b
-         * (gemv_fp4.cu, xs_slot), 8 * rpw row blocks x 8 mt tokens each */
+         * (gemv_fp4.cu, xs_slot), warps * rpw row blocks x 8 mt tokens each */
         p->ws_counter_bytes = NBI_MAX_SPLIT_COLUMNS * sizeof(int);
         p->ws_partial_bytes = (size_t)(p->grid_x + p->tiles_n - 1) * (size_t)(p->warps * p->rpw * 16) *
                               (size_t)(8 * p->mt) * sizeof(float);
@@ -554,11 +610,21 @@ static int plan_tc(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
      * 20.3, 4096 -> 6144 13.4 / 14.0; with runs of 4 the tensor core:
      * 4096 -> 4096 11.9 / 9.5, 3584 -> 4608 11.5 / 10.6; NOTES.md) */
     const int short_runs = k2_runs(ctx, p) < 6;
+    /* (25..32 tokens: decode kernel 2 on its stream-K wave (k2_wave) where
+     * the layer has a 256-row tile for every second SM or 40 chunks per
+     * SM: H200, nvfp4, m = 32, us, tensor core / kernel 2: 7168 -> 18432
+     * 52.0 / 45.9, 28672 -> 8192 81.7 / 73.6, 3584 -> 18944 31.3 / 30.7;
+     * the tensor core on the rest: 8192 -> 8192 25.2 / 29.3, 14336 -> 4096
+     * 23.1 / 34.1, 8192 -> 10240 32.3 / 32.0, and in between, 48-56 tiles,
+     * 5120 -> 13824 30.2 / 31.3 (MXFP4 29.2 / 31.4), 4096 -> 14336 24.9 /
+     * 24.7 (24.2 / 25.1), though 4096 -> 12288 24.9 / 22.8; NOTES.md) */
+    const int64_t t2 = (p->row_blocks + 15) / 16;
+    const int64_t sms = ctx->info.sm_count;
+    const int k2_wave_ahead = (2 * t2 >= sms && t2 * p->kchunks >= 6 * sms) || t2 * p->kchunks >= 40 * sms;
     int use = can && (integer ? int_tc_auto(ctx, g, p, tn)
                               : g->m > 32 ||
-                                    (g->m > 16 && small_grid &&
-                                     (g->m > 24 || (g->weight.k < 16384 && short_runs))) ||
-                                    (g->m > 24 && mid_grid));
+                                    (g->m > 16 && g->m <= 24 && small_grid && g->weight.k < 16384 && short_runs) ||
+                                    (g->m > 24 && mid_grid && !k2_wave_ahead));
     if (rq->path == NB_GEMM_PATH_DECODE || rq->path == NB_GEMM_PATH_MMA) use = 0;
     if (rq->path == NB_GEMM_PATH_TENSOR_CORE) use = can;
     if (!use) return 0;

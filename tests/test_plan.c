@@ -437,44 +437,57 @@ static void test_integer_formats(void) {
 
 /* Kernel 2's stream-K grid: chosen where the column tiles (256 rows) are
  * more than one resident wave and the last wave would leave more than a
- * tenth of the slots idle; one wave of CTAs, each with the same number of
- * chunks (give or take one), and a workspace for the partial tiles. */
+ * tenth of the slots idle, and for the E2M1 formats on every layer of 6
+ * chunks per SM or more at 25..32 tokens and, with the wide instance (12
+ * consumer warps, 384-row tiles), at 17..24 on layers of 8 row blocks per
+ * SM and 40 chunks (k2_wave); one wave of CTAs, each with the same number
+ * of chunks (give or take one), and a workspace for the partial tiles. */
 static void test_stream_k(void) {
     nb_context *ctx = h100();
     static const struct {
         nb_format fmt;
         int64_t k, n, m;
-        int sk, ctas; /* stream-K expected, its CTAs */
+        int sk, ctas, warps; /* stream-K expected, its CTAs, consumer warps (tiles of 32 rows per warp) */
     } cases[] = {
-        {NB_FORMAT_NVFP4, 8192, 57344, 24, 1, 132},  /* 224 tiles, one CTA per SM at 17..32 tokens */
-        {NB_FORMAT_MXFP4, 8192, 57344, 32, 1, 132},
-        {NB_FORMAT_INT4_SYM, 8192, 57344, 32, 1, 132},
-        {NB_FORMAT_NVFP4, 8192, 57344, 16, 0, 0},    /* 224 tiles in one wave of 264 */
-        {NB_FORMAT_NVFP4, 4096, 128256, 32, 0, 0},   /* 501 tiles: 95% of four waves of 132 */
-        {NB_FORMAT_NVFP4, 4096, 128256, 16, 0, 0},   /* 95% of two waves of 264 */
-        {NB_FORMAT_NVFP4, 832, 76808, 9, 1, 264},    /* 301 tiles: 57% of two waves */
-        {NB_FORMAT_NVFP4, 832, 76808, 24, 1, 132},   /* 76% of three waves */
-        {NB_FORMAT_INT4_SYM, 896, 76808, 16, 0, 0},  /* the integer formats: 17..32 tokens only */
-        {NB_FORMAT_INT4_SYM, 896, 76808, 24, 1, 132},
-        {NB_FORMAT_NVFP4, 5120, 27648, 32, 0, 0},    /* 108 tiles: one wave */
+        {NB_FORMAT_NVFP4, 8192, 57344, 24, 1, 132, 12}, /* 3584 row blocks, 64 chunks: the wide instance */
+        {NB_FORMAT_NVFP4, 8192, 57344, 20, 1, 132, 12},
+        {NB_FORMAT_MXFP4, 8192, 57344, 32, 1, 132, 8},  /* 224 tiles, one CTA per SM at 25..32 tokens */
+        {NB_FORMAT_INT4_SYM, 8192, 57344, 32, 1, 132, 8},
+        {NB_FORMAT_INT4_SYM, 8192, 57344, 24, 1, 132, 8}, /* (the integer formats: no wide instance) */
+        {NB_FORMAT_NVFP4, 8192, 57344, 16, 0, 0, 8},    /* 224 tiles in one wave of 264 */
+        {NB_FORMAT_NVFP4, 4096, 128256, 32, 1, 132, 8}, /* 501 tiles: the wave at 25..32 tokens */
+        {NB_FORMAT_NVFP4, 4096, 128256, 24, 0, 0, 8},   /* 95% of four waves of 132 (32 chunks: not wide) */
+        {NB_FORMAT_NVFP4, 4096, 128256, 16, 0, 0, 8},   /* 95% of two waves of 264 */
+        {NB_FORMAT_NVFP4, 832, 76808, 9, 1, 264, 8},    /* 301 tiles: 57% of two waves */
+        {NB_FORMAT_NVFP4, 832, 76808, 24, 1, 132, 8},   /* 76% of three waves (7 chunks: not wide) */
+        {NB_FORMAT_INT4_SYM, 896, 76808, 16, 0, 0, 8},  /* the integer formats: 17..32 tokens only */
+        {NB_FORMAT_INT4_SYM, 896, 76808, 24, 1, 132, 8},
+        {NB_FORMAT_NVFP4, 5120, 27648, 32, 1, 132, 8},  /* 108 tiles, the wave at 25..32 tokens */
+        {NB_FORMAT_NVFP4, 5120, 27648, 24, 1, 132, 12}, /* 1728 row blocks, 40 chunks: 72 wide tiles */
+        {NB_FORMAT_MXFP4, 5120, 27648, 17, 1, 132, 12},
+        {NB_FORMAT_NVFP4, 4096, 28672, 24, 0, 0, 8},    /* 32 chunks: 112 tiles, one wave */
+        {NB_FORMAT_NVFP4, 4096, 28672, 32, 0, 0, 8},    /* 112 tiles fill 85% of a wave: no stream-K */
+        {NB_FORMAT_MXFP4, 4096, 28672, 28, 0, 0, 8},
+        {NB_FORMAT_NVFP4, 5120, 13824, 24, 0, 0, 8},    /* 864 row blocks: split grid */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         nbi_gemm_plan p;
         if (!plan(ctx, cases[i].fmt, cases[i].k, cases[i].n, cases[i].m, NULL, &p)) continue;
-        const int64_t tiles = (cases[i].n + 255) / 256, units = tiles * ((cases[i].k + 127) / 128);
+        const int64_t rows = 32 * cases[i].warps, tiles = (cases[i].n + rows - 1) / rows;
+        const int64_t units = tiles * ((cases[i].k + 127) / 128);
         const int sk = nbi_plan_stream_k(&p);
-        CHECK(p.path == NBI_PATH_GEMV && p.xsh && p.tiles_n == tiles && sk == cases[i].sk,
-              "%lld -> %lld m = %lld: staged kernel over %d tiles (want %lld), stream-K %d (want %d)",
-              (long long)cases[i].k, (long long)cases[i].n, (long long)cases[i].m, p.tiles_n, (long long)tiles, sk,
-              cases[i].sk);
+        CHECK(p.path == NBI_PATH_GEMV && p.xsh && p.tiles_n == tiles && sk == cases[i].sk && p.warps == cases[i].warps,
+              "%lld -> %lld m = %lld: staged kernel over %d tiles (want %lld), stream-K %d (want %d), %d warps (want "
+              "%d)", (long long)cases[i].k, (long long)cases[i].n, (long long)cases[i].m, p.tiles_n, (long long)tiles,
+              sk, cases[i].sk, p.warps, cases[i].warps);
         if (!sk) continue;
         CHECK(p.grid_x == cases[i].ctas && p.splits == 1 && (int64_t)p.chunks_per_split * p.grid_x >= units &&
                   (int64_t)(p.chunks_per_split - 1) * p.grid_x < units && (p.xsh == 2) == (cases[i].m > 16),
               "%lld -> %lld m = %lld: %d CTAs (want %d) of %d chunks over %lld units, xsh %d",
               (long long)cases[i].k, (long long)cases[i].n, (long long)cases[i].m, p.grid_x, cases[i].ctas,
               p.chunks_per_split, (long long)units, p.xsh);
-        /* slots b + tile: CTAs + tiles - 1 partial tiles of 256 rows x 8 mt tokens */
-        CHECK(p.ws_partial_bytes == (size_t)(p.grid_x + p.tiles_n - 1) * 256 * (8 * p.mt) * sizeof(float) &&
+        /* slots b + tile: CTAs + tiles - 1 partial tiles of 32 rows per warp x 8 mt tokens */
+        CHECK(p.ws_partial_bytes == (size_t)(p.grid_x + p.tiles_n - 1) * (size_t)rows * (8 * p.mt) * sizeof(float) &&
                   p.ws_counter_bytes > 0 && p.ws_partial_bytes + p.ws_counter_bytes <= nbi_plan_workspace(ctx, &p),
               "%lld -> %lld m = %lld: stream-K workspace %zu + %zu", (long long)cases[i].k, (long long)cases[i].n,
               (long long)cases[i].m, p.ws_partial_bytes, p.ws_counter_bytes);
@@ -770,8 +783,9 @@ static void test_moe_tile_width(void) {
  * spill just past one wave, and one CTA per SM where two would run fewer
  * than 8 chunks each; at 17..24 tokens kernel 2 with one CTA per SM on
  * small grids unless its runs would be under 6 chunks (then the tensor
- * core); at 25..32 the tensor core up to 1.25 tiles of 128 rows per SM.
- * Each with a layer on either side of the rule, both E2M1 formats; the
+ * core); at 25..32 the tensor core up to 1.25 tiles of 128 rows per SM,
+ * except where kernel 2's stream-K wave is ahead (a 256-row tile for every
+ * second SM, or 40 chunks per SM; k2_wave, 2026-11-29).  Each with a layer on either side of the rule, both E2M1 formats; the
  * integer formats keep their rules. */
 static void test_decode_rules(void) {
     nb_context *ctx = h100();
@@ -804,8 +818,14 @@ static void test_decode_rules(void) {
         {27648, 5120, 20, NBI_PATH_GEMV, 1, 0, 13, 0, "runs of 36 at one per SM: two per SM"},
         {4096, 4096, 20, NBI_PATH_SM90, 0, 0, 0, 0, "runs of 4 at one per SM: the tensor core"},
         {8192, 3072, 24, NBI_PATH_SM90, 0, 0, 0, 0, "runs of 5.8: the tensor core"},
-        {3584, 18944, 32, NBI_PATH_SM90, 0, 0, 0, 0, "148 tiles of 128 rows at m = 32: the tensor core"},
-        {7168, 18432, 28, NBI_PATH_SM90, 0, 0, 0, 0, "144 tiles at m = 28"},
+        {3584, 18944, 32, NBI_PATH_GEMV, 1, 0, 1, 1, "74 tiles of 256 rows at m = 32: kernel 2's wave"},
+        {7168, 18432, 28, NBI_PATH_GEMV, 1, 0, 1, 1, "72 tiles at m = 28: kernel 2's wave"},
+        {4096, 12288, 28, NBI_PATH_SM90, 0, 0, 0, 0, "48 tiles of 32 chunks: the tensor core"},
+        {5120, 13824, 32, NBI_PATH_SM90, 0, 0, 0, 0, "54 tiles of 40 chunks: the tensor core"},
+        {28672, 8192, 32, NBI_PATH_GEMV, 1, 0, 1, 1, "32 tiles of 224 chunks: 54 a CTA, kernel 2's wave"},
+        {8192, 10240, 32, NBI_PATH_SM90, 0, 0, 0, 0, "40 tiles of 64 chunks: the tensor core"},
+        {8192, 8192, 32, NBI_PATH_SM90, 0, 0, 0, 0, "32 tiles of 64 chunks: the tensor core"},
+        {14336, 4096, 28, NBI_PATH_SM90, 0, 0, 0, 0, "16 tiles of 112 chunks: the tensor core"},
         {3584, 18944, 24, NBI_PATH_GEMV, 1, 0, 0, 0, "148 tiles at m = 24: kernel 2"},
         {8192, 29568, 32, NBI_PATH_GEMV, 1, 0, 1, 1, "231 tiles: kernel 2"},
         {8192, 57344, 32, NBI_PATH_GEMV, 1, 0, 1, 1, "448 tiles: kernel 2's stream-K grid"},
@@ -829,11 +849,15 @@ static void test_decode_rules(void) {
     static const struct {
         nb_format f;
         int64_t k, n;
-        int m, tc, splits; /* tc: the tensor-core kernel; else kernel 2 with `splits` */
+        int m, tc, splits; /* tc 1: the tensor-core kernel, 2: decode kernel 1; else kernel 2 with `splits` */
         const char *why;
     } ints[] = {
         {NB_FORMAT_INT4_SYM, 14336, 4096, 16, 0, 8, "16 tiles at 9..16 tokens: 8 splits of 14, not 16 of 7"},
-        {NB_FORMAT_NF4, 12288, 4096, 12, 0, 8, "the same for nf4"},
+        {NB_FORMAT_NF4, 12288, 4096, 12, 2, 0, "nf4 at 9..16: kernel 1's 256 CTAs fit a wave of two per SM"},
+        {NB_FORMAT_NF4, 8192, 8192, 16, 2, 0, "nf4, 256 CTAs at kw = 4: kernel 1"},
+        {NB_FORMAT_BNB_FP4, 4096, 6144, 16, 2, 0, "bnb_fp4, 192 CTAs at kw = 4: kernel 1"},
+        {NB_FORMAT_NF4, 8192, 10240, 16, 0, 6, "nf4, 320 CTAs past a wave: kernel 2"},
+        {NB_FORMAT_NF4, 3584, 4608, 16, 0, 7, "nf4, 288 CTAs past a wave: kernel 2"},
         {NB_FORMAT_INT4_SYM, 3584, 4608, 16, 0, 7, "kernel 1 would spill past one wave"},
         {NB_FORMAT_INT4_SYM, 3584, 4608, 20, 1, 0, "17..24 tokens, runs of 4: the tensor core, not kernel 1"},
         {NB_FORMAT_INT8, 4096, 4096, 20, 1, 0, "int8, runs of 4: the tensor core"},
@@ -848,8 +872,9 @@ static void test_decode_rules(void) {
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
         nbi_gemm_plan q;
         if (!plan(ctx, ints[i].f, ints[i].k, ints[i].n, ints[i].m, NULL, &q)) continue;
-        CHECK(ints[i].tc ? q.path == NBI_PATH_SM90
-                         : q.path == NBI_PATH_GEMV && q.xsh && q.splits == ints[i].splits,
+        CHECK(ints[i].tc == 1   ? q.path == NBI_PATH_SM90
+              : ints[i].tc == 2 ? q.path == NBI_PATH_GEMV && !q.xsh
+                                : q.path == NBI_PATH_GEMV && q.xsh && q.splits == ints[i].splits,
               "%s %lld -> %lld m = %d (%s): path %d xsh %d splits %d", nbi_traits(ints[i].f)->name,
               (long long)ints[i].k, (long long)ints[i].n, ints[i].m, ints[i].why, q.path, q.xsh, q.splits);
     }

@@ -182,7 +182,7 @@ typedef struct demo {
     double *yt;  /* X . W^T in float64 with the original weights */
 } demo;
 
-/* The smallest k that every format's group divides (32 for nvfp4 and mxfp4). */
+/* The smallest k that every format's group divides (128: the integer formats' largest group). */
 static int64_t demo_k_unit(void) {
     nb_format all[16];
     size_t count = 0;
@@ -210,10 +210,10 @@ static void demo_help(void) {
            "  attention projection) to NVFP4 and MXFP4, runs Y = X . W^T with m=%d tokens on the\n"
            "  GPU (or the C reference with --cpu or without a GPU) and prints the weight\n"
            "  quantization error, the output error against float64 and the time.\n"
-           "  --m 1..4096; --k a multiple of every format's group (32); n*k at most 2^28.\n"
+           "  --m 1..4096; --k a multiple of %lld (every format's group); n*k at most 2^28.\n"
            "  Exit: 0 correct, 1 usage, 2 an output differs from the float64 reference,\n"
            "  3 a library or CUDA call failed.\n",
-           DEMO_K, DEMO_N, DEMO_M);
+           DEMO_K, DEMO_N, DEMO_M, (long long)demo_k_unit());
 }
 
 /* Stage 1: the options: 0 to go on, -1 after --help, 1 on a usage error. */

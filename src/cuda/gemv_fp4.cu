@@ -13,10 +13,11 @@
  *     each lane loads its activations through L1.  kw warps may share a row
  *     block and split its k range (summed in shared memory);
  *   - kernel 2 (gemv_fp4_xs_kernel; m = 9..32, and 8 on wide layers): 8
- *     consumer warps walk one k range, each owning RPW = 2 row blocks that
- *     share its B fragments, and a ninth warp stages each chunk's
- *     activations once per CTA in a shared ring synchronized by mbarriers
- *     (no CTA-wide barrier in the loop).
+ *     consumer warps (12 in the wide instance, 17..24 tokens on large
+ *     layers) walk one k range, each owning RPW = 2 row blocks that share
+ *     its B fragments, and one more warp stages each chunk's activations
+ *     once per CTA in a shared ring synchronized by mbarriers (no CTA-wide
+ *     barrier in the loop).
  *   CTAs along grid.y may split k further (partials in the workspace, summed
  *   in split order by the last CTA to arrive: the result does not depend on
  *   timing).  Where kernel 2's column tiles alone are more than one resident
@@ -145,7 +146,7 @@ struct GemvParams {
     float *partial;
     int *counters;
     int m, n, k;
-    int tiles; /* kernel 2's stream-K grid: column tiles of 8 * rpw row blocks (in the padding before lda) */
+    int tiles; /* kernel 2's stream-K grid: column tiles of WARPS * rpw row blocks (in the padding before lda) */
     int64_t lda, ldc;
     int row_blocks, kchunks, cps, splits;
     int kw;          /* warps of a CTA that split one row block's k range (1, 2, 4, 8) */
@@ -521,7 +522,8 @@ __global__ void __launch_bounds__(WARPS * 32, GEMV_MINB) gemv_table_kernel(const
 #define XS_SEG 1
 #define XS_XSEGS 5
 #define XS_MINB 2
-#define XS_THREADS ((NBI_GEMV_WARPS + 1) * 32) /* + the activation producer warp */
+#define XS_THREADS(XW) (((XW) + 1) * 32) /* XW consumer warps + the activation producer warp */
+#define XS_WIDE NBI_GEMV_WIDE_WARPS
 
 /* The producer warp: segment s of the CTA's nch chunks of activations
  * (k chunk kc0 first; WRAP: back to 0 where a tile ends) into slot
@@ -674,21 +676,21 @@ __device__ __forceinline__ int xs_owner(int64_t u, int64_t U, int G) { return (i
 
 /* The partial tile set of warp `warp` to workspace slot `slot` (RPW row
  * blocks of 16 rows x 8 MT tokens, FP32). */
-template <int MT, int RPW>
+template <int MT, int RPW, int XW>
 __device__ __forceinline__ float *xs_slot(const GemvParams &p, int64_t slot, int warp, int r, int h, int g) {
-    return p.partial + ((size_t)slot * (NBI_GEMV_WARPS * RPW * 16) + (warp * RPW + r) * 16 + g + 8 * h) * (MT * 8);
+    return p.partial + ((size_t)slot * (XW * RPW * 16) + (warp * RPW + r) * 16 + g + 8 * h) * (MT * 8);
 }
 
 /* Shared by both kernel-2 bodies (gemv_xs_body, gemv_xs_sk_body). The
  * CTA's shared state: the E2M1 scale table, and the activation ring's
  * barriers ("full": the producer warp's lanes; "empty": every consumer
  * thread, each read ordered). */
-template <int XSEGS, bool INT>
+template <int XSEGS, bool INT, int XW>
 __device__ __forceinline__ void xs_init(const GemvParams &p, uint32_t *stab, uint64_t *full, uint64_t *empty) {
-    if constexpr (!INT) nbc_load_scale_table<XS_THREADS>(stab, p.stab);
+    if constexpr (!INT) nbc_load_scale_table<XS_THREADS(XW)>(stab, p.stab);
     if (threadIdx.x < XSEGS) {
         nbc_mbar_init(nbc_smem_u32(&full[threadIdx.x]), 32);
-        nbc_mbar_init(nbc_smem_u32(&empty[threadIdx.x]), NBI_GEMV_WARPS * 32);
+        nbc_mbar_init(nbc_smem_u32(&empty[threadIdx.x]), XW * 32);
     }
 }
 
@@ -761,10 +763,10 @@ __device__ __forceinline__ void xs_token_rows(int (&xrow)[MT], int m_rows, int g
 }
 
 /* 9..32 tokens (and 8 where the planner says; any m <= 32 works).  The
- * CTA's 8 consumer warps walk one k range; each owns RPW row blocks,
+ * CTA's WARPS consumer warps (8; the wide instance 12) walk one k range; each owns RPW row blocks,
  * streams their chunks through its own cp.async ring (no CTA barrier for
  * weights) and multiplies them with the same B fragments (RPW = 2 halves the
- * shared-memory reads of activations per weight).  A ninth warp stages each
+ * shared-memory reads of activations per weight).  One more warp stages each
  * segment of SEG chunks of activations (m x 128 per chunk, BF16/FP16) once
  * per CTA into a ring of XSEGS segments: it signals a segment's "full"
  * mbarrier through cp.async.mbarrier.arrive, and every consumer thread
@@ -781,9 +783,9 @@ __device__ __forceinline__ void xs_token_rows(int (&xrow)[MT], int m_rows, int g
  * advance by a chunk per step, and out-of-range row blocks and tokens read
  * valid data (row block n-1, token row g) that is never stored instead of
  * branching. */
-template <int FMT, int ACT, int MT, int RPW, int STAGES, int SEG, int XSEGS, int KG>
+template <int FMT, int ACT, int MT, int RPW, int STAGES, int SEG, int XSEGS, int KG, int WARPS>
 __device__ __forceinline__ void gemv_xs_body(const GemvParams &p) {
-    constexpr int WARPS = NBI_GEMV_WARPS; /* consumer warps; warp WARPS is the producer */
+    /* WARPS consumer warps; warp WARPS is the producer */
     constexpr bool INT = KG > 0;
     constexpr int CB = nbc_chunk_bytes<FMT, KG>();     /* bytes per packed chunk */
     constexpr int CODE = nbc_code_bytes<FMT, KG>();    /* of which codes */
@@ -791,7 +793,7 @@ __device__ __forceinline__ void gemv_xs_body(const GemvParams &p) {
     __shared__ uint32_t stab[256];
     __shared__ uint64_t full[XSEGS], empty[XSEGS];
     __shared__ int is_last;
-    xs_init<XSEGS, INT>(p, stab, full, empty);
+    xs_init<XSEGS, INT, WARPS>(p, stab, full, empty);
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -859,9 +861,9 @@ __device__ __forceinline__ void gemv_xs_body(const GemvParams &p) {
  * pointers are set again where a tile ends (the tile found again from the
  * unit: rare), and each tile's part is finished where it ends: stored when
  * whole, else left in the workspace for the arrival at the end. */
-template <int FMT, int ACT, int MT, int RPW, int STAGES, int SEG, int XSEGS, int KG>
+template <int FMT, int ACT, int MT, int RPW, int STAGES, int SEG, int XSEGS, int KG, int WARPS>
 __device__ __forceinline__ void gemv_xs_sk_body(const GemvParams &p) {
-    constexpr int WARPS = NBI_GEMV_WARPS; /* consumer warps; warp WARPS is the producer */
+    /* WARPS consumer warps; warp WARPS is the producer */
     constexpr bool INT = KG > 0;
     constexpr int CB = nbc_chunk_bytes<FMT, KG>();     /* bytes per packed chunk */
     constexpr int CODE = nbc_code_bytes<FMT, KG>();    /* of which codes */
@@ -869,7 +871,7 @@ __device__ __forceinline__ void gemv_xs_sk_body(const GemvParams &p) {
     __shared__ uint32_t stab[256];
     __shared__ uint64_t full[XSEGS], empty[XSEGS];
     __shared__ int is_last;
-    xs_init<XSEGS, INT>(p, stab, full, empty);
+    xs_init<XSEGS, INT, WARPS>(p, stab, full, empty);
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -935,7 +937,7 @@ __device__ __forceinline__ void gemv_xs_sk_body(const GemvParams &p) {
                     } else {
 #pragma unroll
                         for (int h = 0; h < 2; h++) {
-                            float *d = xs_slot<MT, RPW>(p, (int64_t)blockIdx.x + tile, warp, r, h, g);
+                            float *d = xs_slot<MT, RPW, WARPS>(p, (int64_t)blockIdx.x + tile, warp, r, h, g);
 #pragma unroll
                             for (int mt = 0; mt < MT; mt++)
                                 __stcg((float2 *)(d + mt * 8 + 2 * t), make_float2(acc[r][mt][2 * h], acc[r][mt][2 * h + 1]));
@@ -990,7 +992,7 @@ __device__ __forceinline__ void gemv_xs_sk_body(const GemvParams &p) {
                 for (int b = bf; b <= bl; b++) {
 #pragma unroll
                     for (int h = 0; h < 2; h++) {
-                        const float *s = xs_slot<MT, RPW>(p, (int64_t)b + pt, warp, r, h, g);
+                        const float *s = xs_slot<MT, RPW, WARPS>(p, (int64_t)b + pt, warp, r, h, g);
 #pragma unroll
                         for (int mt = 0; mt < MT; mt++) {
                             const float2 v = __ldcg((const float2 *)(s + mt * 8 + 2 * t));
@@ -1006,20 +1008,20 @@ __device__ __forceinline__ void gemv_xs_sk_body(const GemvParams &p) {
     }
 }
 
-template <int FMT, int ACT, int MT, int RPW, int STAGES, int SEG, int XSEGS, int MINB, bool SK>
-__global__ void __launch_bounds__(XS_THREADS, MINB) gemv_fp4_xs_kernel(const GemvParams p) {
+template <int FMT, int ACT, int MT, int RPW, int STAGES, int SEG, int XSEGS, int MINB, bool SK, int XW>
+__global__ void __launch_bounds__(XS_THREADS(XW), MINB) gemv_fp4_xs_kernel(const GemvParams p) {
     NBC_CHECK_KERNEL_FORMAT(FMT);
-    if constexpr (SK) gemv_xs_sk_body<FMT, ACT, MT, RPW, STAGES, SEG, XSEGS, 0>(p);
-    else gemv_xs_body<FMT, ACT, MT, RPW, STAGES, SEG, XSEGS, 0>(p);
+    if constexpr (SK) gemv_xs_sk_body<FMT, ACT, MT, RPW, STAGES, SEG, XSEGS, 0, XW>(p);
+    else gemv_xs_body<FMT, ACT, MT, RPW, STAGES, SEG, XSEGS, 0, XW>(p);
 }
 
 /* The integer and table formats, kernel group KG (32, 64 or 128): two row
  * blocks per warp. */
 template <int FMT, int ACT, int MT, int KG, int MINB, bool SK>
-__global__ void __launch_bounds__(XS_THREADS, MINB) gemv_int_xs_kernel(const GemvParams p) {
+__global__ void __launch_bounds__(XS_THREADS(NBI_GEMV_WARPS), MINB) gemv_int_xs_kernel(const GemvParams p) {
     static_assert(KG == 32 || KG == 64 || KG == 128, "kernel groups of 32, 64 or 128");
-    if constexpr (SK) gemv_xs_sk_body<FMT, ACT, MT, 2, XS_STAGES, XS_SEG, XS_XSEGS, KG>(p);
-    else gemv_xs_body<FMT, ACT, MT, 2, XS_STAGES, XS_SEG, XS_XSEGS, KG>(p);
+    if constexpr (SK) gemv_xs_sk_body<FMT, ACT, MT, 2, XS_STAGES, XS_SEG, XS_XSEGS, KG, NBI_GEMV_WARPS>(p);
+    else gemv_xs_body<FMT, ACT, MT, 2, XS_STAGES, XS_SEG, XS_XSEGS, KG, NBI_GEMV_WARPS>(p);
 }
 
 /* ------------------------------------------------------------- dispatch */
@@ -1031,11 +1033,11 @@ typedef void (*gemv_fn)(const GemvParams);
  * also holds the in-CTA split-K exchange, at most 8 x 32 x 16 floats).
  * Kernel 2: the weight rings (RPW chunks per stage) and the activation
  * segments (m rows x 256 bytes per chunk). */
-static size_t gemv_smem_bytes(int fmt, int xs, int rpw, int mt, int m, size_t cb) {
+static size_t gemv_smem_bytes(int fmt, int xs, int rpw, int mt, int m, size_t cb, int warps) {
     if (!cb) cb = nbi_chunk_bytes(nbi_traits((nb_format)fmt)); /* (0: the E2M1 formats' chunk) */
     if (!xs) return (size_t)NBI_GEMV_WARPS * GEMV_STAGES * cb;
     const size_t rows = (size_t)(m < 8 * mt ? m : 8 * mt);
-    return (size_t)NBI_GEMV_WARPS * XS_STAGES * rpw * cb + (size_t)XS_XSEGS * XS_SEG * rows * XROW * 16;
+    return (size_t)warps * XS_STAGES * rpw * cb + (size_t)XS_XSEGS * XS_SEG * rows * XROW * 16;
 }
 
 /* The instances of one format and dtype: kernel 1 for mt = 1..4 tiles of 8
@@ -1052,10 +1054,19 @@ static gemv_fn pick_k1(int mt) {
     return NULL;
 }
 template <int FMT, int ACT>
-static gemv_fn pick_mt(int mt, int xs, int rpw, int early, int sk) {
+static gemv_fn pick_mt(int mt, int xs, int rpw, int early, int sk, int warps) {
     if (!xs) return early ? pick_k1<FMT, ACT, true>(mt) : pick_k1<FMT, ACT, false>(mt);
-#define XS_KERNEL(MT, R) gemv_fp4_xs_kernel<FMT, ACT, MT, R, XS_STAGES, XS_SEG, XS_XSEGS, XS_MINB, false>
-#define XS_SK(MT, MINB) gemv_fp4_xs_kernel<FMT, ACT, MT, 2, XS_STAGES, XS_SEG, XS_XSEGS, MINB, true>
+    /* the wide instance (plan.c, k2_wave): XS_WIDE consumer warps, one CTA
+     * per SM, 17..24 tokens, two row blocks per warp; on the stream-K grid,
+     * or the split grid where the tiles are exactly one wave */
+    if (warps == XS_WIDE) {
+        if (xs != 2 || rpw != 2 || mt != 3) return NULL;
+        return sk ? gemv_fp4_xs_kernel<FMT, ACT, 3, 2, XS_STAGES, XS_SEG, XS_XSEGS, 1, true, XS_WIDE>
+                  : gemv_fp4_xs_kernel<FMT, ACT, 3, 2, XS_STAGES, XS_SEG, XS_XSEGS, 1, false, XS_WIDE>;
+    }
+    if (warps != NBI_GEMV_WARPS) return NULL;
+#define XS_KERNEL(MT, R) gemv_fp4_xs_kernel<FMT, ACT, MT, R, XS_STAGES, XS_SEG, XS_XSEGS, XS_MINB, false, NBI_GEMV_WARPS>
+#define XS_SK(MT, MINB) gemv_fp4_xs_kernel<FMT, ACT, MT, 2, XS_STAGES, XS_SEG, XS_XSEGS, MINB, true, NBI_GEMV_WARPS>
     /* stream-K (two row blocks per warp): 17..32 tokens at one CTA per SM
      * (the planner's wave for them), fewer at two */
     if (sk) {
@@ -1072,8 +1083,10 @@ static gemv_fn pick_mt(int mt, int xs, int rpw, int early, int sk) {
     /* xs = 2: a grid of at most one CTA per SM, where the register cap of two
      * (XS_MINB) buys nothing: 17..32 tokens without it (at 25..32 tokens the
      * two-CTA instance spills) */
-    if (xs == 2 && rpw == 2 && mt == 3) return gemv_fp4_xs_kernel<FMT, ACT, 3, 2, XS_STAGES, XS_SEG, XS_XSEGS, 1, false>;
-    if (xs == 2 && rpw == 2 && mt == 4) return gemv_fp4_xs_kernel<FMT, ACT, 4, 2, XS_STAGES, XS_SEG, XS_XSEGS, 1, false>;
+    if (xs == 2 && rpw == 2 && mt == 3)
+        return gemv_fp4_xs_kernel<FMT, ACT, 3, 2, XS_STAGES, XS_SEG, XS_XSEGS, 1, false, NBI_GEMV_WARPS>;
+    if (xs == 2 && rpw == 2 && mt == 4)
+        return gemv_fp4_xs_kernel<FMT, ACT, 4, 2, XS_STAGES, XS_SEG, XS_XSEGS, 1, false, NBI_GEMV_WARPS>;
     switch (mt * 4 + rpw) {
     case 5: return XS_KERNEL(1, 1);
     case 6: return XS_KERNEL(1, 2);
@@ -1123,19 +1136,20 @@ static gemv_fn pick_int(int mt, int kg, int xs, int sk, int lut) {
     return NULL;
 }
 
-static gemv_fn pick_kernel(int fmt, int act, int mt, int xs, int rpw, int kg, int early, int sk, int lut) {
-#define GEMV_RUNG(F, A) return pick_mt<F, A>(mt, xs, rpw, early, sk);
+static gemv_fn pick_kernel(int fmt, int act, int mt, int xs, int rpw, int kg, int early, int sk, int lut, int warps) {
+#define GEMV_RUNG(F, A) return pick_mt<F, A>(mt, xs, rpw, early, sk, warps);
     NBC_LADDER(fmt, act, GEMV_RUNG)
 #undef GEMV_RUNG
-#define INT_RUNG(F, A) return !xs || (rpw == 2 && (mt <= 2 || xs == 2)) ? pick_int<F, A>(mt, kg, xs, sk, lut) : NULL;
+#define INT_RUNG(F, A) \
+    return warps == NBI_GEMV_WARPS && (!xs || (rpw == 2 && (mt <= 2 || xs == 2))) ? pick_int<F, A>(mt, kg, xs, sk, lut) : NULL;
     NBC_DECODE_LADDER(fmt, act, INT_RUNG)
 #undef INT_RUNG
     return NULL;
 }
 
-extern "C" size_t nbi_cuda_gemv_smem(int fmt, int xs, int rpw, int mt, int m, size_t chunk_bytes) {
+extern "C" size_t nbi_cuda_gemv_smem(int fmt, int xs, int rpw, int mt, int m, size_t chunk_bytes, int warps) {
     /* + static: + kernel 2's barriers */
-    return gemv_smem_bytes(fmt, xs, rpw, mt, m, chunk_bytes) + GEMV_STATIC_SMEM + 16 * XS_XSEGS;
+    return gemv_smem_bytes(fmt, xs, rpw, mt, m, chunk_bytes, warps) + GEMV_STATIC_SMEM + 16 * XS_XSEGS;
 }
 
 /* Whether kernel 1 of a table format takes its operands from the pair
@@ -1145,7 +1159,7 @@ extern "C" size_t nbi_cuda_gemv_smem(int fmt, int xs, int rpw, int mt, int m, si
  * (two without it), so they keep the planes in registers. */
 static int gemv_table_lut_fits(const nb_context *ctx, const nbi_gemm_plan *pl) {
     if (pl->xsh || !nbi_is_table(nbi_traits((nb_format)pl->fmt))) return 0;
-    const size_t cta = gemv_smem_bytes(pl->fmt, 0, pl->rpw, pl->mt, (int)pl->m, (size_t)pl->chunk_bytes) +
+    const size_t cta = gemv_smem_bytes(pl->fmt, 0, pl->rpw, pl->mt, (int)pl->m, (size_t)pl->chunk_bytes, pl->warps) +
                        GEMV_STATIC_SMEM + NBC_TABLE_LUT_BYTES + 1024; /* + the runtime's reserve */
     return 2 * cta <= ctx->info.smem_per_sm;
 }
@@ -1156,7 +1170,7 @@ static gemv_fn plan_kernel(const nb_context *ctx, const nbi_gemm_plan *pl) {
     const int early = !pl->xsh && (pl->chunks_per_split + pl->kw - 1) / pl->kw <= GEMV_EARLY_CHUNKS;
     const int sk = nbi_plan_stream_k(pl); /* kernel 2's stream-K grid */
     return pick_kernel(pl->fmt, pl->act, pl->mt, pl->xsh, pl->rpw, pl->group, early, sk,
-                       gemv_table_lut_fits(ctx, pl));
+                       gemv_table_lut_fits(ctx, pl), pl->warps);
 }
 
 /* Kernel 1's static shared memory (pl->xsh 0): the scale table and is_last,
@@ -1172,8 +1186,8 @@ static size_t gemv_static_smem(const nb_context *ctx, const nbi_gemm_plan *pl) {
  * occupancy calculator agrees (at most a few steps). */
 extern "C" int nbi_cuda_gemv_ctas_per_sm(nb_context *ctx, const nbi_gemm_plan *pl, int cap, size_t *bytes) {
     const gemv_fn f = plan_kernel(ctx, pl);
-    const size_t ring = gemv_smem_bytes(pl->fmt, pl->xsh, pl->rpw, pl->mt, (int)pl->m, (size_t)pl->chunk_bytes);
-    const int threads = pl->xsh ? XS_THREADS : NBI_GEMV_WARPS * 32;
+    const size_t ring = gemv_smem_bytes(pl->fmt, pl->xsh, pl->rpw, pl->mt, (int)pl->m, (size_t)pl->chunk_bytes, pl->warps);
+    const int threads = pl->xsh ? XS_THREADS(pl->warps) : NBI_GEMV_WARPS * 32;
     *bytes = ring;
     if (!f) return 0;
     /* past 48 KB with its static bytes the calculator counts a kernel only
@@ -1224,13 +1238,13 @@ extern "C" nb_status nbi_cuda_gemv(nb_context *ctx, const nbi_gemm_plan *pl, con
     /* grid_x CTAs along n times `splits` along k; kernel 2's stream-K grid:
      * grid_x CTAs over tiles_n column tiles x kchunks (gemv_xs_sk_body) */
     dim3 grid((unsigned)pl->grid_x, sk ? 1u : (unsigned)pl->splits);
-    size_t smem = gemv_smem_bytes(pl->fmt, pl->xsh, pl->rpw, pl->mt, (int)pl->m, (size_t)pl->chunk_bytes);
+    size_t smem = gemv_smem_bytes(pl->fmt, pl->xsh, pl->rpw, pl->mt, (int)pl->m, (size_t)pl->chunk_bytes, pl->warps);
     if (!pl->xsh && (size_t)pl->dyn_smem > smem) smem = (size_t)pl->dyn_smem; /* kernel 1's occupancy cap */
     /* Kernel 2 can exceed the 48 KB default (static + dynamic): opt in, for
      * its largest launch. */
     if (pl->xsh) {
         nb_status st = nbc_smem_opt_in(ctx, (const void *)f,
-                                       gemv_smem_bytes(pl->fmt, 1, pl->rpw, pl->mt, 8 * pl->mt, (size_t)pl->chunk_bytes));
+                                       gemv_smem_bytes(pl->fmt, 1, pl->rpw, pl->mt, 8 * pl->mt, (size_t)pl->chunk_bytes, pl->warps));
         if (st) return st;
     } else if (smem + gemv_static_smem(ctx, pl) > 48 * 1024) { /* past the default: kernel 1 of int8 (2 KB chunks, 68 KB), of
                                                             * the table formats (the pair table), the cap */
@@ -1239,7 +1253,7 @@ extern "C" nb_status nbi_cuda_gemv(nb_context *ctx, const nbi_gemm_plan *pl, con
     }
     cudaLaunchAttribute attr[1];
     cudaLaunchConfig_t cfg =
-        nbc_launch_config(grid, dim3(pl->xsh ? XS_THREADS : NBI_GEMV_WARPS * 32), smem, stream, pl->pdl, attr);
+        nbc_launch_config(grid, dim3(pl->xsh ? XS_THREADS(pl->warps) : NBI_GEMV_WARPS * 32), smem, stream, pl->pdl, attr);
     NBC_TRY(cudaLaunchKernelEx(&cfg, f, p), "gemv kernel launch");
     return NB_OK;
 }
