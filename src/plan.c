@@ -89,9 +89,10 @@ static int k1_kw(const nbi_gemm_plan *p, int warps, int sms, int rpw2) {
  *   split grids: 4096 -> 28672 36.4 -> 37.6, 5120 -> 13824 26.0 -> 28.9,
  *   8192 -> 10240 27.1 -> 32.2, 14336 -> 4096 20.7 -> 25.3.
  * Layers of under 6 chunks per SM (256-row tiles x k chunks), a request's
- * k split or one row block per warp keep the rules. */
+ * k split (more than one) or one row block per warp keep the rules; a
+ * request of one split, as nbi_config_of describes this plan, gets it back. */
 static int k2_wave(const nbi_gemm_plan *p, int sms, int rpw, int rpw2, const nbi_request *rq) {
-    if (rpw2 || rpw != 2 || p->mt < 3 || rq->splits > 0) return 0;
+    if (rpw2 || rpw != 2 || p->mt < 3 || rq->splits > 1) return 0;
     if ((p->row_blocks + 15) / 16 * p->kchunks < 6 * (int64_t)sms) return 0;
     if (p->mt == 4) {
         const int64_t tiles = (p->row_blocks + 15) / 16;

@@ -480,6 +480,16 @@ static void test_stream_k(void) {
               "%lld -> %lld m = %lld: staged kernel over %d tiles (want %lld), stream-K %d (want %d), %d warps (want "
               "%d)", (long long)cases[i].k, (long long)cases[i].n, (long long)cases[i].m, p.tiles_n, (long long)tiles,
               sk, cases[i].sk, p.warps, cases[i].warps);
+        /* the plan's configuration (what `nibble tune` records and nb_gemm_ex replays) gives it back */
+        const nb_gemm_config cfg = nbi_config_of(&p);
+        const nbi_request rq = nbi_request_of(&cfg);
+        nbi_gemm_plan q;
+        CHECK(plan(ctx, cases[i].fmt, cases[i].k, cases[i].n, cases[i].m, &rq, &q) && q.path == p.path &&
+                  q.xsh == p.xsh && q.warps == p.warps && q.grid_x == p.grid_x && q.tiles_n == p.tiles_n &&
+                  q.splits == p.splits && q.chunks_per_split == p.chunks_per_split,
+              "%lld -> %lld m = %lld: its configuration replans to xsh %d warps %d grid %d tiles %d splits %d (want "
+              "%d %d %d %d %d)", (long long)cases[i].k, (long long)cases[i].n, (long long)cases[i].m, q.xsh, q.warps,
+              q.grid_x, q.tiles_n, q.splits, p.xsh, p.warps, p.grid_x, p.tiles_n, p.splits);
         if (!sk) continue;
         CHECK(p.grid_x == cases[i].ctas && p.splits == 1 && (int64_t)p.chunks_per_split * p.grid_x >= units &&
                   (int64_t)(p.chunks_per_split - 1) * p.grid_x < units && (p.xsh == 2) == (cases[i].m > 16),
@@ -888,7 +898,43 @@ static void test_decode_rules(void) {
     nb_context_destroy(ctx);
 }
 
+/* Every decode plan of the shapes above (and 17800 x 5216) at m = 1..32,
+ * described as the configuration `nibble tune` records (nbi_config_of) and
+ * replayed through nb_gemm_ex's request (nbi_request_of), gives the same
+ * launch: kernel, warps, grid, splits, chunks per split. */
+static void test_config_round_trip(void) {
+    nb_context *ctx = h100();
+    static const nb_format fmts[] = {NB_FORMAT_NVFP4, NB_FORMAT_MXFP4, NB_FORMAT_INT4_SYM, NB_FORMAT_NF4};
+    int plans = 0, bad = 0;
+    for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++)
+        for (size_t i = 0; i <= sizeof k_shapes / sizeof k_shapes[0]; i++)
+            for (int64_t m = 1; m <= 32; m++) {
+                const int64_t k = i < sizeof k_shapes / sizeof k_shapes[0] ? k_shapes[i][0] : 5216;
+                const int64_t n = i < sizeof k_shapes / sizeof k_shapes[0] ? k_shapes[i][1] : 17800;
+                nbi_gemm_plan p, q;
+                if (!nbi_traits(fmts[f])->every_kernel && k % 128) continue; /* (off the integer formats' group) */
+                if (!plan(ctx, fmts[f], k, n, m, NULL, &p) || p.path != NBI_PATH_GEMV) continue;
+                const nb_gemm_config cfg = nbi_config_of(&p);
+                const nbi_request rq = nbi_request_of(&cfg);
+                plans++;
+                if (!plan(ctx, fmts[f], k, n, m, &rq, &q)) continue;
+                const int same = q.path == p.path && q.xsh == p.xsh && q.warps == p.warps && q.kw == p.kw &&
+                                 q.rpw == p.rpw && q.grid_x == p.grid_x && q.tiles_n == p.tiles_n &&
+                                 q.splits == p.splits && q.chunks_per_split == p.chunks_per_split &&
+                                 q.per_sm == p.per_sm;
+                if (!same && bad++ < 8)
+                    printf("  %s %lld -> %lld m = %lld: xsh %d/%d warps %d/%d kw %d/%d grid %d/%d splits %d/%d cps "
+                           "%d/%d per_sm %d/%d\n",
+                           nbi_traits(fmts[f])->name, (long long)k, (long long)n, (long long)m, p.xsh, q.xsh, p.warps,
+                           q.warps, p.kw, q.kw, p.grid_x, q.grid_x, p.splits, q.splits, p.chunks_per_split,
+                           q.chunks_per_split, p.per_sm, q.per_sm);
+            }
+    CHECK(bad == 0, "decode plans replayed from their configuration: %d of %d differ", bad, plans);
+    nb_context_destroy(ctx);
+}
+
 int main(void) {
+    test_config_round_trip();
     test_moe_tile_width();
     test_decode_m8();
     test_decode_rules();
