@@ -27,8 +27,9 @@
  *                 nb_moe_desc with its experts' weights (zero copy where
  *                 the layout allows);
  *     nb_ckpt_quantize  BF16/F16/F32 checkpoint -> ModelOpt NVFP4, Quark
- *                 MXFP4 or compressed-tensors pack-quantized int4 /
- *                 int4_sym / int8 checkpoint (what `nibble quantize` runs);
+ *                 MXFP4, compressed-tensors pack-quantized int4 /
+ *                 int4_sym / int8 or bitsandbytes nf4 / bnb_fp4
+ *                 checkpoint (what `nibble quantize` runs);
  *     nb_ckpt_convert   4-bit checkpoint (or GGUF file) -> another 4-bit
  *                 layout, codes and block scales byte for byte (`nibble
  *                 convert`);
@@ -734,6 +735,30 @@ NB_API nb_status nb_ckpt_moe_read(const nb_ckpt *c, size_t i, nb_ckpt_moe_proj p
  *          these are the ct-int4 / ct-int4-sym / ct-int8 layers of
  *          nb_ckpt_layer_weight_v2 with exactly the quantizer's codes, scales
  *          and zero points.
+ *   NF4, BNB_FP4 (K a multiple of the block B: opts.group_size 32, 64,
+ *          ..., 4096, default 64): bitsandbytes' 4-bit serialization without
+ *          double quantization, as transformers saves a Linear4bit
+ *          (docs/formats.md 4.3): P.weight U8 [N*K/2, 1] (the codes in
+ *          row-major order, the first of each byte in its high nibble),
+ *          P.weight.absmax F32 [N*K/B] (the absmax as it is: B divides K,
+ *          so bitsandbytes' blocks of the flattened weight are the rows'
+ *          blocks), P.weight.quant_map F32 [16] (the format's values) and
+ *          P.weight.quant_state.bitsandbytes__nf4 (__fp4) U8, the JSON
+ *          {"quant_type": "nf4", "blocksize": B, "dtype": the weight's
+ *          ("bfloat16", "float16", "float32"), "shape": [N, K]} as
+ *          bitsandbytes writes it; config.json's quantization_config is
+ *          transformers' BitsAndBytesConfig (quant_method "bitsandbytes",
+ *          load_in_4bit, bnb_4bit_quant_type, bnb_4bit_use_double_quant
+ *          false, bnb_4bit_compute_dtype from the input's torch_dtype when
+ *          it is float16 or float32, else "bfloat16",
+ *          bnb_4bit_quant_storage "uint8", llm_int8_skip_modules the
+ *          unquantized weights).  Every tensor equals what bitsandbytes'
+ *          own quantize_4bit and QuantState.as_dict(packed=True) give for
+ *          the same weight (quant_state's dtype aside), but for codes of
+ *          weights at a midpoint between two table values to within
+ *          float32 rounding (nb_quantize_host rounds those its own way);
+ *          read back, these are the bnb-nf4 / bnb-fp4 layers with exactly
+ *          the quantizer's codes and absmax.
  *   config.json is the input's with quantization_config set; every other
  *   key and value is kept as the input wrote it (numbers with their text:
  *   7.0 stays 7.0), the indentation is cJSON's.
@@ -767,9 +792,9 @@ NB_API nb_status nb_ckpt_moe_read(const nb_ckpt *c, size_t i, nb_ckpt_moe_proj p
  * device memory for one tensor at a time).  Both write the same bytes.  AUTO
  * takes the GPU when libnibble was built with CUDA and a device can be
  * opened, the CPU otherwise; GPU without one is NB_ERR_NO_DEVICE before OUT
- * is touched.  summary.device says which ran.  The integer formats have no
- * device quantizer: AUTO quantizes them on the CPU (nb_quantize_host_v2),
- * GPU is NB_ERR_UNSUPPORTED. */
+ * is touched.  summary.device says which ran.  The integer and table
+ * formats have no device quantizer: AUTO quantizes them on the CPU
+ * (nb_quantize_host_v2), GPU is NB_ERR_UNSUPPORTED. */
 
 /* Called before each input tensor (i counts from 0) and once at the end with
  * i == n and name NULL; bytes are input tensor bytes processed so far and in
@@ -790,7 +815,8 @@ NB_API nb_status nb_ckpt_device_name(nb_ckpt_device d, const char **name);
 NB_API nb_status nb_ckpt_device_parse(const char *s, nb_ckpt_device *out);
 
 typedef struct nb_ckpt_quantize_opts {
-    nb_format format;             /* a format with a checkpoint layout: NVFP4, MXFP4, INT4, INT4_SYM, INT8 */
+    nb_format format;             /* a format with a checkpoint layout: NVFP4, MXFP4, INT4, INT4_SYM, INT8, NF4,
+                                   * BNB_FP4 */
     nb_mx_scale_rule mx_rule;     /* formats with E8M0 scales (MXFP4); EVEN is Quark's default */
     const char *const *exclude;   /* fnmatch patterns on the layer prefix; may be NULL when nexclude is 0 */
     size_t nexclude;
@@ -803,11 +829,12 @@ typedef struct nb_ckpt_quantize_opts {
                                    * the CPU, device GPU is NB_ERR_UNSUPPORTED; FP4 formats only) */
     /* Integer formats (int4, int4_sym, int8): the group, 0 for the format's default
      * (128), 32, 64, 128, or NB_CKPT_GROUP_PER_CHANNEL (one group per row,
-     * compressed-tensors' "channel" strategy); must be 0 for the FP4 formats,
-     * whose group is fixed. */
+     * compressed-tensors' "channel" strategy); NF4 / BNB_FP4: the block, 0 for
+     * 64, or 32, 128, 256, ..., 4096; must be 0 for the FP4 formats, whose
+     * group is fixed. */
     int32_t group_size;
     /* Integer formats: the scales' nb_scale_type, 0 for the default (F16),
-     * NB_SCALE_F16 or NB_SCALE_BF16; must be 0 for the FP4 formats. */
+     * NB_SCALE_F16 or NB_SCALE_BF16; must be 0 for the FP4 and table formats. */
     int32_t scale_type;
     /* Formats with a tensor scale (NVFP4): 1 (the default): the projections
      * engines fuse (P.q_proj / P.k_proj / P.v_proj, P.gate_proj / P.up_proj

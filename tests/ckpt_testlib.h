@@ -10,8 +10,10 @@
 #include "testlib.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static char g_dir[512];
 
@@ -164,6 +166,122 @@ static inline int fixture_dir_open(int argc, char **argv, const char *name) {
         return -1;
     }
     return 0;
+}
+
+/* ------------------------------------------- float checkpoints to quantize */
+
+/* One tensor of a float fixture (nb_ckpt_quantize's input). */
+typedef struct ispec {
+    const char *name;
+    nb_st_dtype dt;
+    int rank;
+    int64_t shape[2];
+} ispec;
+
+/* Write the n tensors of t into g_dir/in/model.safetensors with config.json
+ * `cfg` and a tokenizer.json: BF16 / F16 / F32 values of a bell-shaped
+ * spread with blocks of one sign, of mixed magnitude and all zero (every
+ * 32 elements a block); an I64 tensor holds {8, 64} (a weight_shape).  The
+ * bytes of tensor i in src[i] (the caller frees them), their size in
+ * nbytes[i]. */
+static inline void ckpt_float_fixture(const ispec *t, size_t n, void **src, size_t *nbytes, const char *cfg) {
+    tset s = {0};
+    for (size_t i = 0; i < n; i++) {
+        const ispec *p = &t[i];
+        const size_t e = (size_t)p->shape[0] * (p->rank == 2 ? (size_t)p->shape[1] : 1);
+        int bits = 8;
+        nb_st_dtype_info(p->dt, NULL, &bits);
+        uint8_t *b = (uint8_t *)calloc(e, (size_t)bits / 8);
+        for (size_t j = 0; j < e; j++) {
+            float v = (float)((rnd_unit() + rnd_unit() + rnd_unit() - 1.5) * 3.0);
+            if (j % 41 == 7) v = fabsf(v) * 5.0f; /* blocks of one sign and of mixed magnitude */
+            if ((j / 32) % 7 == 2) v = fabsf(v);
+            if ((j / 32) % 11 == 4) v = 0.0f;     /* an all-zero block */
+            if (p->dt == NB_ST_BF16) {
+                const uint16_t h = ref_bf16(v);
+                memcpy(b + 2 * j, &h, 2);
+            } else if (p->dt == NB_ST_F16) {
+                const uint16_t h = ref_f16(v);
+                memcpy(b + 2 * j, &h, 2);
+            } else if (p->dt == NB_ST_F32) {
+                memcpy(b + 4 * j, &v, 4);
+            } else { /* an I64 weight_shape */
+                const int64_t sh[2] = {8, 64};
+                memcpy(b, sh, e * 8 < 16 ? e * 8 : 16);
+                break;
+            }
+        }
+        nbytes[i] = e * (size_t)bits / 8;
+        src[i] = b;
+        add(&s, p->name, p->dt, p->rank, p->shape, b, 0, 0);
+    }
+    write_set(&s, "in", "model.safetensors");
+    free_set(&s);
+    write_text("in", "config.json", cfg);
+    write_text("in", "tokenizer.json", "{}\n");
+}
+
+static inline int ends_with(const char *s, const char *suf) {
+    const size_t n = strlen(s), m = strlen(suf);
+    return n >= m && !strcmp(s + n - m, suf);
+}
+
+static inline nb_dtype src_dtype(nb_st_dtype d) {
+    return d == NB_ST_F32 ? NB_DTYPE_F32 : d == NB_ST_F16 ? NB_DTYPE_F16 : NB_DTYPE_BF16;
+}
+
+/* The prefix's tensor `suf` in an output file (a failed check when missing). */
+static inline int find(const nb_st_file *f, const char *prefix, const char *suf, nb_st_tensor *t) {
+    char name[320];
+    snprintf(name, sizeof name, "%.255s%s", prefix, suf);
+    const nb_status st = nb_st_tensor_find(f, name, t);
+    CHECK(st == NB_OK, "%s missing", name);
+    return st == NB_OK;
+}
+
+/* nb_ckpt_quantize of the fixture g_dir/in into g_dir/<out> with o (and
+ * the summary into s); 1 when it succeeded (a failed check otherwise). */
+static inline int quantize_in(const char *out, const nb_ckpt_quantize_opts *o, nb_ckpt_quantize_summary *s) {
+    char in[1024], op[1024];
+    snprintf(in, sizeof in, "%s/in", g_dir);
+    snprintf(op, sizeof op, "%s/%s", g_dir, out);
+    const nb_status st = nb_ckpt_quantize(in, op, o, s);
+    CHECK(st == NB_OK, "quantize %s: %s %s", out, nb_status_name(st), nb_last_error());
+    return st == NB_OK;
+}
+
+/* The checkpoint written into g_dir/<out>: its model.safetensors, the
+ * reader's view of it and a host context; 1 when all three opened (a failed
+ * check otherwise).  ckpt_output_close closes what opened. */
+static inline int ckpt_output_open(const char *out, nb_st_file **f, nb_ckpt **c, nb_context **ctx) {
+    char dir[1024], file[1100];
+    snprintf(dir, sizeof dir, "%s/%s", g_dir, out);
+    snprintf(file, sizeof file, "%s/model.safetensors", dir);
+    *f = NULL, *c = NULL, *ctx = NULL;
+    CHECK(nb_st_open(file, f) == NB_OK && nb_ckpt_open(dir, c) == NB_OK &&
+              nb_context_create(NB_DEVICE_NONE, ctx) == NB_OK,
+          "%s: open: %s", out, nb_last_error());
+    return *f && *c && *ctx;
+}
+static inline void ckpt_output_close(nb_st_file *f, nb_ckpt *c, nb_context *ctx) {
+    nb_context_destroy(ctx);
+    nb_ckpt_close(c);
+    nb_st_close(f);
+}
+
+/* Tensor t of the fixture (its bytes src) copied into f byte for byte. */
+static inline void check_copy(const nb_st_file *f, const ispec *t, const void *src, size_t bytes, const char *out) {
+    nb_st_tensor x;
+    CHECK(nb_st_tensor_find(f, t->name, &x) == NB_OK && x.dtype == t->dt && x.bytes == bytes &&
+              !memcmp(x.data, src, bytes),
+          "%s: %s is not a byte-identical copy", out, t->name);
+}
+
+/* The other files of the input directory copied into g_dir/<out>. */
+static inline void check_tokenizer_copied(const char *out) {
+    char file[1100];
+    snprintf(file, sizeof file, "%s/%s/tokenizer.json", g_dir, out);
+    CHECK(access(file, F_OK) == 0, "%s: tokenizer.json not copied", out);
 }
 
 /* Print the counts, remove a temporary directory when every check passed;

@@ -144,11 +144,6 @@ static void write_ckpt(const char *sub, int sharded) {
 
 /* ------------------------------------------------------------ checks */
 
-static int ends_with(const char *s, const char *suf) {
-    size_t n = strlen(s), m = strlen(suf);
-    return n >= m && !strcmp(s + n - m, suf);
-}
-
 /* Expected decision, written independently of ckpt_quantize.c. */
 static int expect_quantized(size_t i, nb_format fmt, const char *extra_exclude_substr) {
     const spec *s = &k_tensors[i];

@@ -16,19 +16,10 @@
  *   - unquantized weights are byte-identical copies and listed in ignore;
  *   - refusals (MSE, device GPU, groups, scale types) leave no output. */
 #define _POSIX_C_SOURCE 200809L
-#include "ckpt_testlib.h"
-
-#include <cjson/cJSON.h>
+#include "ckpt_jsonlib.h"
 
 #include <math.h>
 #include <unistd.h>
-
-typedef struct ispec {
-    const char *name;
-    nb_st_dtype dt;
-    int rank;
-    int64_t shape[2];
-} ispec;
 
 static const ispec k_t[] = {
     {"lm_head.weight", NB_ST_BF16, 2, {8, 64}},                 /* default exclude */
@@ -47,47 +38,7 @@ static size_t g_nbytes[NI];
 
 static const char *k_cfg = "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 64}\n";
 
-static void make_fixture(void) {
-    tset s = {0};
-    for (size_t i = 0; i < NI; i++) {
-        const ispec *p = &k_t[i];
-        const size_t e = (size_t)p->shape[0] * (p->rank == 2 ? (size_t)p->shape[1] : 1);
-        int bits = 8;
-        nb_st_dtype_info(p->dt, NULL, &bits);
-        uint8_t *b = (uint8_t *)calloc(e, (size_t)bits / 8);
-        for (size_t j = 0; j < e; j++) {
-            float v = (float)((rnd_unit() + rnd_unit() + rnd_unit() - 1.5) * 3.0);
-            if (j % 41 == 7) v = fabsf(v) * 5.0f; /* groups of one sign and of mixed magnitude */
-            if ((j / 32) % 7 == 2) v = fabsf(v);
-            if ((j / 32) % 11 == 4) v = 0.0f;     /* an all-zero group: scale 1, codes of zero */
-            if (p->dt == NB_ST_BF16) {
-                const uint16_t h = ref_bf16(v);
-                memcpy(b + 2 * j, &h, 2);
-            } else if (p->dt == NB_ST_F16) {
-                const uint16_t h = ref_f16(v);
-                memcpy(b + 2 * j, &h, 2);
-            } else if (p->dt == NB_ST_F32) {
-                memcpy(b + 4 * j, &v, 4);
-            } else { /* the I64 weight_shape */
-                const int64_t sh[2] = {8, 64};
-                memcpy(b, sh, 16);
-                break;
-            }
-        }
-        g_nbytes[i] = e * (size_t)bits / 8;
-        g_src[i] = b;
-        add(&s, p->name, p->dt, p->rank, p->shape, b, 0, 0);
-    }
-    write_set(&s, "in", "model.safetensors");
-    free_set(&s);
-    write_text("in", "config.json", k_cfg);
-    write_text("in", "tokenizer.json", "{}\n");
-}
-
-static int ends_with(const char *s, const char *suf) {
-    const size_t n = strlen(s), m = strlen(suf);
-    return n >= m && !strcmp(s + n - m, suf);
-}
+static void make_fixture(void) { ckpt_float_fixture(k_t, NI, g_src, g_nbytes, k_cfg); }
 
 /* The group of weight i in format fmt, or 0 when it is left unquantized
  * (written from the rules of nibble_io.h, not from ckpt_quantize.c). */
@@ -105,21 +56,8 @@ static nb_ckpt_format ct_layout(nb_format f) {
     return f == NB_FORMAT_INT4 ? NB_CKPT_CT_INT4 : f == NB_FORMAT_INT4_SYM ? NB_CKPT_CT_INT4_SYM : NB_CKPT_CT_INT8;
 }
 
-static nb_dtype src_dtype(nb_st_dtype d) {
-    return d == NB_ST_F32 ? NB_DTYPE_F32 : d == NB_ST_F16 ? NB_DTYPE_F16 : NB_DTYPE_BF16;
-}
-
 static uint32_t rd32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-/* The prefix's tensor `suf` in the output file (NB_OK or a failed check). */
-static int find(const nb_st_file *f, const char *prefix, const char *suf, nb_st_tensor *t) {
-    char name[320];
-    snprintf(name, sizeof name, "%.255s%s", prefix, suf);
-    const nb_status st = nb_st_tensor_find(f, name, t);
-    CHECK(st == NB_OK, "%s missing", name);
-    return st == NB_OK;
 }
 
 /* Layer i as written: every member tensor against formats.md 5.4 packed here
@@ -252,32 +190,10 @@ static void check_layer(const nb_st_file *f, nb_ckpt *c, nb_context *ctx, size_t
     free(rz);
 }
 
-static const cJSON *jget(const cJSON *o, const char *a, const char *b, const char *c) {
-    o = cJSON_GetObjectItemCaseSensitive(o, a);
-    if (b) o = cJSON_GetObjectItemCaseSensitive(o, b);
-    if (c) o = cJSON_GetObjectItemCaseSensitive(o, c);
-    return o;
-}
-
-static int jis(const cJSON *o, const char *s) { return cJSON_IsString(o) && !strcmp(o->valuestring, s); }
-
-static int has(const cJSON *a, const char *s) {
-    const cJSON *e;
-    cJSON_ArrayForEach(e, a) if (jis(e, s)) return 1;
-    return 0;
-}
-
 static void check_config(const char *out, nb_format fmt, int32_t group) {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s/config.json", g_dir, out);
-    size_t n = 0;
-    char *txt = read_file_all(path, &n);
-    cJSON *j = txt ? cJSON_Parse(txt) : NULL;
-    free(txt);
-    CHECK(j != NULL, "%s: config.json missing or malformed", out);
+    const cJSON *qc;
+    cJSON *j = read_config(out, &qc);
     if (!j) return;
-    CHECK(cJSON_GetNumberValue(jget(j, "hidden_size", NULL, NULL)) == 64, "%s: config.json lost hidden_size", out);
-    const cJSON *qc = jget(j, "quantization_config", NULL, NULL);
     CHECK(jis(jget(qc, "quant_method", NULL, NULL), "compressed-tensors") &&
               jis(jget(qc, "format", NULL, NULL), "pack-quantized") &&
               jis(jget(qc, "quantization_status", NULL, NULL), "compressed") &&
@@ -311,18 +227,13 @@ static void check_config(const char *out, nb_format fmt, int32_t group) {
 }
 
 static void run_int(const char *out, nb_format fmt, int32_t group, int32_t sty) {
-    char in[1024], op[1024];
-    snprintf(in, sizeof in, "%s/in", g_dir);
-    snprintf(op, sizeof op, "%s/%s", g_dir, out);
     nb_ckpt_quantize_opts o;
     nb_ckpt_quantize_opts_init(&o);
     o.format = fmt;
     o.group_size = group;
     o.scale_type = sty;
     nb_ckpt_quantize_summary s;
-    nb_status st = nb_ckpt_quantize(in, op, &o, &s);
-    CHECK(st == NB_OK, "quantize %s: %s %s", out, nb_status_name(st), nb_last_error());
-    if (st != NB_OK) return;
+    if (!quantize_in(out, &o, &s)) return;
     size_t nq = 0, nw = 0;
     for (size_t i = 0; i < NI; i++) {
         nq += expect_group(i, fmt, group) != 0;
@@ -332,15 +243,10 @@ static void run_int(const char *out, nb_format fmt, int32_t group, int32_t sty) 
               s.device == NB_CKPT_DEVICE_CPU && !strcmp(s.device_name, "host") && s.files_copied == 1,
           "%s: summary %zu quantized, %zu copied, %zu excluded, device %s (want %zu quantized)", out,
           s.layers_quantized, s.tensors_copied, s.weights_excluded, s.device_name, nq);
-    char file[1100];
-    snprintf(file, sizeof file, "%s/model.safetensors", op);
-    nb_st_file *f = NULL;
-    nb_ckpt *c = NULL;
-    nb_context *ctx = NULL;
-    CHECK(nb_st_open(file, &f) == NB_OK && nb_ckpt_open(op, &c) == NB_OK &&
-              nb_context_create(NB_DEVICE_NONE, &ctx) == NB_OK,
-          "%s: open: %s", out, nb_last_error());
-    if (f && c && ctx) {
+    nb_st_file *f;
+    nb_ckpt *c;
+    nb_context *ctx;
+    if (ckpt_output_open(out, &f, &c, &ctx)) {
         nb_ckpt_config cfg;
         nb_ckpt_get_config(c, &cfg);
         CHECK(cfg.declared == ct_layout(fmt), "%s: config declares %s", out, fmt_name(cfg.declared));
@@ -353,10 +259,7 @@ static void run_int(const char *out, nb_format fmt, int32_t group, int32_t sty) 
                 check_layer(f, c, ctx, i, fmt, g, sty ? (nb_scale_type)sty : NB_SCALE_F16, out);
                 continue;
             }
-            nb_st_tensor t;
-            CHECK(nb_st_tensor_find(f, k_t[i].name, &t) == NB_OK && t.dtype == k_t[i].dt && t.bytes == g_nbytes[i] &&
-                      !memcmp(t.data, g_src[i], g_nbytes[i]),
-                  "%s: %s is not a byte-identical copy", out, k_t[i].name);
+            check_copy(f, &k_t[i], g_src[i], g_nbytes[i], out);
         }
         /* the layer whose weight_shape was there is a float layer, not a broken ct one */
         size_t li = 0;
@@ -365,12 +268,9 @@ static void run_int(const char *out, nb_format fmt, int32_t group, int32_t sty) 
                   L.format == NB_CKPT_NONE,
               "%s: c_proj is %s (%s)", out, fmt_name(L.format), L.problem);
     }
-    nb_context_destroy(ctx);
-    nb_ckpt_close(c);
-    nb_st_close(f);
+    ckpt_output_close(f, c, ctx);
     check_config(out, fmt, group);
-    snprintf(file, sizeof file, "%s/tokenizer.json", op);
-    CHECK(access(file, F_OK) == 0, "%s: tokenizer.json not copied", out);
+    check_tokenizer_copied(out);
 }
 
 /* The option refusals of integer format fmt: MSE, device GPU, group `group`

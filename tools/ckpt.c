@@ -612,8 +612,9 @@ static void quantize_progress(void *user, size_t i, size_t n, uint64_t done, uin
 }
 
 static void quantize_help(void) {
-    printf("usage: nibble quantize IN OUT --format nvfp4|mxfp4|int4|int4_sym|int8 [--exclude PATTERN]...\n"
-           "                       [--mx-rule ocp|even|round-up] [--group-size 32|64|128|channel]\n"
+    printf("usage: nibble quantize IN OUT --format nvfp4|mxfp4|int4|int4_sym|int8|nf4|bnb_fp4\n"
+           "                       [--exclude PATTERN]... [--mx-rule ocp|even|round-up]\n"
+           "                       [--group-size 32|64|128|256|512|1024|2048|4096|channel]\n"
            "                       [--scale-type f16|bf16] [--no-default-excludes]\n"
            "                       [--method rtn|mse] [--device auto|cpu|gpu] [--allow-empty]\n"
            "                       [--separate-tensor-scales] [--json]\n"
@@ -622,12 +623,14 @@ static void quantize_help(void) {
            "  OUT  a directory that must not exist or be empty.  It receives, per input\n"
            "       file, a file of the same name; the index when IN is sharded;\n"
            "       config.json with a quantization_config (ModelOpt for nvfp4, Quark for\n"
-           "       mxfp4, compressed-tensors pack-quantized for int4, int4_sym, int8);\n"
+           "       mxfp4, compressed-tensors pack-quantized for int4, int4_sym, int8,\n"
+           "       transformers' bitsandbytes config for nf4, bnb_fp4);\n"
            "       hf_quant_config.json (nvfp4); every other file of IN's directory\n"
            "       byte for byte (not other *.safetensors, not subdirectories).\n"
            "  Quantized: every 2-D BF16/F16/F32 tensor P.weight whose K is a multiple of the\n"
-           "  group (16 nvfp4, 32 mxfp4, --group-size for int4 / int4_sym / int8: default\n"
-           "  128, channel = one group per row: any even K, any K for int8) and whose\n"
+           "  group (16 nvfp4, 32 mxfp4, --group-size for int4 / int4_sym / int8: 32, 64\n"
+           "  or 128, default 128, channel = one group per row: any even K, any K for\n"
+           "  int8; for nf4 / bnb_fp4: 32 .. 4096, default 64) and whose\n"
            "  prefix P matches no exclude pattern (shell wildcards, fnmatch on P, '*'\n"
            "  crosses dots: --exclude '*.mlp.gate').\n"
            "  Excluded by default: '*lm_head' and '*embed*' (--no-default-excludes drops\n"
@@ -650,6 +653,13 @@ static void quantize_help(void) {
            "  [N,K/G] (--scale-type: f16, the default, or bf16), P.weight_shape I64 [2],\n"
            "  and for int4 P.weight_zero_point I32 [N/8,K/G]; quantized on the CPU\n"
            "  (C reference).\n"
+           "  nf4 / bnb_fp4: bitsandbytes' 4-bit serialization without double\n"
+           "  quantization, as transformers saves a Linear4bit: P.weight U8 [N*K/2,1]\n"
+           "  (the first code of each byte in the high nibble), P.weight.absmax F32\n"
+           "  [N*K/B], P.weight.quant_map F32 [16], P.weight.quant_state.\n"
+           "  bitsandbytes__nf4 (__fp4) U8 (its JSON: quant_type, blocksize, dtype,\n"
+           "  shape); compute dtype in config.json from its torch_dtype (default\n"
+           "  bfloat16); quantized on the CPU (C reference).\n"
            "  --method: rtn (default: the format's rule) or mse (per block, the scale among\n"
            "  the rule's and its neighbours with the least squared error; never worse\n"
            "  than rtn per block; slower, CPU only: --device auto then uses the CPU;\n"
@@ -683,8 +693,10 @@ static void format_choices(char *buf, size_t n) {
     }
 }
 
-/* The integer formats: the ones --group-size and --scale-type apply to. */
+/* The integer formats: the ones --group-size and --scale-type apply to;
+ * the table formats (nf4, bnb_fp4) take --group-size (their blocks). */
 static int is_integer(nb_format f) { return f == NB_FORMAT_INT4 || f == NB_FORMAT_INT4_SYM || f == NB_FORMAT_INT8; }
+static int is_table(nb_format f) { return f == NB_FORMAT_NF4 || f == NB_FORMAT_BNB_FP4; }
 
 typedef struct quantize_args {
     const char *in, *out, *fmt, *rule, *device, *method, *group, *scale;
@@ -702,7 +714,8 @@ static int quantize_parse(int argc, char **argv, quantize_args *a, nb_ckpt_quant
         {.name = "--format", .kind = NBA_CHOICE, .dst = &a->fmt, .choices = formats},
         {.name = "--exclude", .kind = NBA_LIST, .dst = excl, .count = &nexcl},
         {.name = "--mx-rule", .kind = NBA_CHOICE, .dst = &a->rule, .choices = "ocp|even|round-up"},
-        {.name = "--group-size", .kind = NBA_CHOICE, .dst = &a->group, .choices = "32|64|128|channel"},
+        {.name = "--group-size", .kind = NBA_CHOICE, .dst = &a->group,
+         .choices = "32|64|128|256|512|1024|2048|4096|channel"},
         {.name = "--scale-type", .kind = NBA_CHOICE, .dst = &a->scale, .choices = "f16|bf16"},
         {.name = "--no-default-excludes", .kind = NBA_FLAG, .dst = &o->no_default_excludes},
         {.name = "--device", .kind = NBA_CHOICE, .dst = &a->device, .choices = "auto|cpu|gpu"},
@@ -731,10 +744,17 @@ static int quantize_parse(int argc, char **argv, quantize_args *a, nb_ckpt_quant
     if (a->separate_scales && !fi.tensor_scale)
         return nba_usage("quantize", "--separate-tensor-scales applies to formats with a tensor scale (nvfp4), not "
                          "to --format %s", a->fmt);
-    const int integer = is_integer(o->format);
-    if ((a->group || a->scale) && !integer)
-        return nba_usage("quantize", "%s applies to the integer formats (int4, int4_sym, int8), not to --format %s",
-                         a->group ? "--group-size" : "--scale-type", a->fmt);
+    const int integer = is_integer(o->format), table = is_table(o->format);
+    if (a->group && !integer && !table)
+        return nba_usage("quantize", "--group-size applies to the integer formats (int4, int4_sym, int8) and nf4 / "
+                         "bnb_fp4, not to --format %s", a->fmt);
+    if (a->scale && !integer)
+        return nba_usage("quantize", "--scale-type applies to the integer formats (int4, int4_sym, int8), not to "
+                         "--format %s", a->fmt);
+    if (a->group && integer && atoi(a->group) > 128)
+        return nba_usage("quantize", "--group-size %s: --format %s takes 32, 64, 128 or channel", a->group, a->fmt);
+    if (a->group && table && !strcmp(a->group, "channel"))
+        return nba_usage("quantize", "--group-size channel: --format %s takes blocks of 32 .. 4096", a->fmt);
     if (a->group) o->group_size = !strcmp(a->group, "channel") ? NB_CKPT_GROUP_PER_CHANNEL : atoi(a->group);
     if (a->scale) o->scale_type = !strcmp(a->scale, "bf16") ? NB_SCALE_BF16 : NB_SCALE_F16;
     if (a->rule)
@@ -745,9 +765,9 @@ static int quantize_parse(int argc, char **argv, quantize_args *a, nb_ckpt_quant
     o->method = a->method && !strcmp(a->method, "mse") ? NB_QUANT_MSE : NB_QUANT_RTN;
     if (o->method == NB_QUANT_MSE && o->device == NB_CKPT_DEVICE_GPU)
         return nba_usage("quantize", "--method mse runs on the CPU only (--device cpu or auto)");
-    if (integer && o->method == NB_QUANT_MSE)
+    if ((integer || table) && o->method == NB_QUANT_MSE)
         return nba_usage("quantize", "--method mse serves nvfp4 and mxfp4; --format %s rounds to nearest", a->fmt);
-    if (integer && o->device == NB_CKPT_DEVICE_GPU)
+    if ((integer || table) && o->device == NB_CKPT_DEVICE_GPU)
         return nba_usage("quantize", "--format %s is quantized on the CPU (--device cpu or auto)", a->fmt);
     return 0;
 }

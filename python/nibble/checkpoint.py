@@ -470,12 +470,17 @@ def quantize_checkpoint(src, dst, format="nvfp4", scale_rule=DEFAULT_SCALE_RULE,
                         progress=None, device="auto", allow_empty=False, method="rtn", group_size=None,
                         scale_type=None, fused_scales=True):
     """`nibble quantize` (nb_ckpt_quantize): write a ModelOpt NVFP4, Quark
-    MXFP4 or compressed-tensors pack-quantized int4 / int4_sym / int8
-    checkpoint of the BF16/F16/F32 checkpoint `src` into directory `dst` (new
-    or empty).  group_size and scale_type apply to int4 / int4_sym / int8
-    only: None (the format's default: 128, "f16"), 32, 64, 128 or "channel"
-    (one group per row); "f16" or "bf16".  The integer formats are quantized
-    on the CPU (device "gpu" and method "mse" raise nibble.Error).
+    MXFP4, compressed-tensors pack-quantized int4 / int4_sym / int8 or
+    bitsandbytes nf4 / bnb_fp4 checkpoint of the BF16/F16/F32 checkpoint
+    `src` into directory `dst` (new or empty).  group_size and scale_type
+    apply to int4 / int4_sym / int8: None (the format's default: 128,
+    "f16"), 32, 64, 128 or "channel" (one group per row); "f16" or "bf16".
+    group_size also gives nf4's and bnb_fp4's blocks: None (64), 32, 64,
+    ..., 4096 (bitsandbytes' serialization without double quantization,
+    every tensor as bitsandbytes' own quantize_4bit and QuantState.as_dict
+    write it, but codes at midpoints between two table values).  The integer
+    and table formats are quantized on the CPU (device "gpu" and method
+    "mse" raise nibble.Error).
     scale_rule: the MXFP4 block exponent rule, "even" by default as
     everywhere in nibble.  exclude: fnmatch patterns on layer
     prefixes; default_excludes adds "*lm_head" and "*embed*".  progress, if
@@ -523,15 +528,19 @@ def quantize_checkpoint(src, dst, format="nvfp4", scale_rule=DEFAULT_SCALE_RULE,
         raise ValueError(f"nibble: unknown method {method!r}; expected 'rtn' or 'mse'")
     opts.method = 1 if method == "mse" else 0
     integer = fmt in (Format.INT4, Format.INT4_SYM, Format.INT8)
-    if (group_size is not None or scale_type is not None) and not integer:
-        raise ValueError(f"nibble: group_size and scale_type apply to int4, int4_sym and int8, not to {format!r}")
+    table = fmt in (Format.NF4, Format.BNB_FP4)
+    if (group_size is not None and not (integer or table)) or (scale_type is not None and not integer):
+        raise ValueError(f"nibble: group_size applies to int4, int4_sym, int8, nf4 and bnb_fp4, scale_type to the "
+                         f"first three, not to {format!r}")
     if group_size is not None:
-        if group_size == "channel":
+        blocks = (32, 64, 128) if integer else tuple(32 << i for i in range(8))
+        if group_size == "channel" and integer:
             opts.group_size = -1     # NB_CKPT_GROUP_PER_CHANNEL
-        elif isinstance(group_size, int) and not isinstance(group_size, bool) and group_size in (32, 64, 128):
+        elif isinstance(group_size, int) and not isinstance(group_size, bool) and group_size in blocks:
             opts.group_size = group_size
         else:
-            raise ValueError(f"nibble: group_size {group_size!r}; expected 32, 64, 128 or 'channel'")
+            raise ValueError(f"nibble: group_size {group_size!r}; expected "
+                             f"{'32, 64, 128 or channel' if integer else '32, 64, ..., 4096'}")
     if scale_type is not None:
         st = _scale_type(scale_type, fmt)
         if st not in (ScaleType.F16, ScaleType.BF16):

@@ -284,6 +284,70 @@ def test_quantizer_against_bitsandbytes(quant_type, B):
         assert abs(scaled[i] - mid) <= 4e-7 * max(1.0, abs(mid)), (i, scaled[i], a, b)
 
 
+@pytest.mark.parametrize("quant_type,B", [("nf4", 64), ("fp4", 64), ("nf4", 128), ("fp4", 32)])
+def test_quantize_checkpoint_is_bitsandbytes_serialization(tmp_path, quant_type, B):
+    """nibble.quantize_checkpoint (`nibble quantize`) to nf4 / bnb_fp4
+    against bitsandbytes quantizing and serializing the same BF16 weights
+    itself (quantize_4bit of the float32 values, QuantState.as_dict(packed=
+    True)): the same tensor names, dtypes and shapes, absmax, quant_map and
+    the quant_state JSON byte for byte, the codes equal but at midpoints (as
+    nibble.quantize above), and config.json's quantization_config
+    transformers' BitsAndBytesConfig for them."""
+    F = _bitsandbytes()
+    st_torch = pytest.importorskip("safetensors.torch")
+    from test_checkpoint import bf16_checkpoint
+    shapes = {"model.layers.0.mlp.down_proj": (48, 256), "model.layers.0.self_attn.q_proj": (64, 128),
+              "lm_head": (32, 128)}
+    ws = bf16_checkpoint(str(tmp_path / "bf16"), shapes)
+    out = str(tmp_path / "q")
+    fmt = "nf4" if quant_type == "nf4" else "bnb_fp4"
+    summary = nibble.quantize_checkpoint(str(tmp_path / "bf16"), out, format=fmt, group_size=B)
+    assert summary["layers_quantized"] == 2 and summary["device"] == "cpu"
+    got = st_torch.load_file(os.path.join(out, "model.safetensors"))
+    assert got["lm_head.weight"].dtype == torch.bfloat16 and np.array_equal(
+        got["lm_head.weight"].float().numpy(), ws["lm_head"])        # excluded by default: copied as it was
+    got = {k: v.numpy() for k, v in got.items() if v.dtype != torch.bfloat16}
+    table = TABLE[quant_type]
+    for prefix in ("model.layers.0.mlp.down_proj", "model.layers.0.self_attn.q_proj"):
+        w = ws[prefix]
+        q, st = F.quantize_4bit(torch.from_numpy(w), blocksize=B, quant_type=quant_type, compress_statistics=False,
+                                quant_storage=torch.uint8)
+        want = {"weight": q.numpy()}
+        want.update({f"weight.{k}": v.numpy() for k, v in st.as_dict(packed=True).items()})
+        mine = {k[len(prefix) + 1:]: v for k, v in got.items() if k.startswith(prefix + ".")}
+        assert set(mine) == set(want), prefix
+        for k, v in want.items():
+            if "quant_state" in k:   # bitsandbytes' dtype is the float32 it quantized; the file says the source's
+                js, theirs = json.loads(bytes(mine[k])), json.loads(bytes(v))
+                assert mine[k].dtype == v.dtype and js == dict(theirs, dtype="bfloat16"), (js, theirs)
+                assert bytes(mine[k]) == json.dumps(js).encode()     # as Python's json.dumps writes it
+                continue
+            assert mine[k].dtype == v.dtype and mine[k].shape == v.shape, (prefix, k, mine[k].shape, v.shape)
+            if k != "weight":
+                np.testing.assert_array_equal(mine[k], v, err_msg=f"{prefix}.{k}")
+        a, b = mine["weight"].reshape(-1), want["weight"].reshape(-1)
+        ours, theirs = np.empty(a.size * 2, np.uint8), np.empty(b.size * 2, np.uint8)
+        ours[0::2], ours[1::2], theirs[0::2], theirs[1::2] = a >> 4, a & 15, b >> 4, b & 15
+        differ = np.flatnonzero(ours != theirs)
+        assert differ.size <= max(2, ours.size // 1000), f"{prefix}: {differ.size} of {ours.size} codes differ"
+        absmax = mine["weight.absmax"]
+        scaled = w.reshape(-1) / np.repeat(np.where(absmax == 0, 1, absmax), B)
+        for i in differ:
+            mid = (np.float64(table[ours[i]]) + np.float64(table[theirs[i]])) / 2
+            assert abs(scaled[i] - mid) <= 4e-7 * max(1.0, abs(mid)), (prefix, i)
+    with open(os.path.join(out, "config.json")) as f:
+        qc = json.load(f)["quantization_config"]
+    assert qc["quant_method"] == "bitsandbytes" and qc["load_in_4bit"] and not qc["bnb_4bit_use_double_quant"]
+    assert qc["bnb_4bit_quant_type"] == quant_type and qc["bnb_4bit_compute_dtype"] == "bfloat16"
+    assert qc["llm_int8_skip_modules"] == ["lm_head"]
+    from nibble.transformers import _layout_config
+    assert qc == _layout_config(fmt, None, ["lm_head"])     # the C writer and save_pretrained agree
+    with pytest.raises(ValueError, match="group_size 96"):
+        nibble.quantize_checkpoint(str(tmp_path / "bf16"), str(tmp_path / "x"), format=fmt, group_size=96)
+    with pytest.raises(nibble.Error, match="nearest"):
+        nibble.quantize_checkpoint(str(tmp_path / "bf16"), str(tmp_path / "x"), format=fmt, method="mse")
+
+
 @io
 @hf
 def test_bnb_refusals(bnb_ckpts, tmp_path):

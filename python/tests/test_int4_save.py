@@ -132,7 +132,7 @@ def test_quantize_checkpoint_int(bf16, tmp_path, fmt, group, st):
 
 def test_quantize_checkpoint_int_refusals(bf16, tmp_path):
     out = str(tmp_path / "r")
-    with pytest.raises(ValueError, match="apply to int4"):
+    with pytest.raises(ValueError, match="group_size applies to int4"):
         nibble.quantize_checkpoint(bf16["path"], out, format="nvfp4", group_size=32)
     with pytest.raises(ValueError, match="group_size 48"):
         nibble.quantize_checkpoint(bf16["path"], out, format="int4", group_size=48)

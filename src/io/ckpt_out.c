@@ -948,6 +948,29 @@ cJSON *nbio_qc_ct(nb_format f, int input_acts, const char *const *ignore, size_t
     return qc;
 }
 
+/* transformers' BitsAndBytesConfig for 4-bit weights without double
+ * quantization (the absmax stays F32), as its to_dict() writes it: quant
+ * type nf4 or fp4, compute dtype, the modules left unquantized in
+ * llm_int8_skip_modules (null when none). */
+cJSON *nbio_qc_bnb(nb_format f, const char *compute_dtype, const char *const *skip, size_t n) {
+    cJSON *qc = cJSON_CreateObject();
+    cJSON_AddStringToObject(qc, "quant_method", "bitsandbytes");
+    cJSON_AddBoolToObject(qc, "_load_in_4bit", 1);
+    cJSON_AddBoolToObject(qc, "_load_in_8bit", 0);
+    cJSON_AddBoolToObject(qc, "load_in_4bit", 1);
+    cJSON_AddBoolToObject(qc, "load_in_8bit", 0);
+    cJSON_AddStringToObject(qc, "bnb_4bit_quant_type", f == NB_FORMAT_NF4 ? "nf4" : "fp4");
+    cJSON_AddBoolToObject(qc, "bnb_4bit_use_double_quant", 0);
+    cJSON_AddStringToObject(qc, "bnb_4bit_compute_dtype", compute_dtype);
+    cJSON_AddStringToObject(qc, "bnb_4bit_quant_storage", "uint8");
+    cJSON_AddNumberToObject(qc, "llm_int8_threshold", 6.0);
+    if (n) cJSON_AddItemToObject(qc, "llm_int8_skip_modules", str_array(skip, n));
+    else cJSON_AddNullToObject(qc, "llm_int8_skip_modules");
+    cJSON_AddBoolToObject(qc, "llm_int8_enable_fp32_cpu_offload", 0);
+    cJSON_AddBoolToObject(qc, "llm_int8_has_fp16_weight", 0);
+    return qc;
+}
+
 /* compressed-tensors pack-quantized integer weights (docs/formats.md 5.4), as
  * llm-compressor's W4A16 / W4A16_ASYM presets serialize their scheme:
  * weight-only, group or channel strategy, min-max observer. */

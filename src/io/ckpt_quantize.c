@@ -1,6 +1,6 @@
-/* ckpt_quantize.c - BF16/F16/F32 checkpoint -> ModelOpt NVFP4, Quark MXFP4
- * or compressed-tensors pack-quantized int4 / int4_sym / int8 checkpoint
- * (rules and output in nibble_io.h, "quantize").
+/* ckpt_quantize.c - BF16/F16/F32 checkpoint -> ModelOpt NVFP4, Quark MXFP4,
+ * compressed-tensors pack-quantized int4 / int4_sym / int8 or bitsandbytes
+ * nf4 / bnb_fp4 checkpoint (rules and output in nibble_io.h, "quantize").
  *
  * Each output file is streamed through ckpt_out.c: its tensor list (names,
  * dtypes, shapes) is derived from the input shard's header alone - quantized
@@ -37,14 +37,16 @@ enum {
     ROLE_SHAPE = 4,
     ROLE_ZEROS = 5,
     ROLE_XBLOCKS = 6, /* gpt-oss experts: G.<proj>_blocks */
-    ROLE_XSCALES = 7  /* G.<proj>_scales */
+    ROLE_XSCALES = 7, /* G.<proj>_scales */
+    ROLE_QMAP = 8,    /* bitsandbytes: P.weight.quant_map */
+    ROLE_QSTATE = 9   /* P.weight.quant_state.bitsandbytes__<type> */
 };
 enum { NSLOT = 4 };
 static size_t slot(int role) {
-    return role == ROLE_ZEROS                          ? 3
-           : role == ROLE_SHAPE || role == ROLE_TSCALE ? 2
-           : role == ROLE_SCALES || role == ROLE_XSCALES ? 1
-                                                         : 0;
+    return role == ROLE_ZEROS || role == ROLE_QSTATE                    ? 3
+           : role == ROLE_SHAPE || role == ROLE_TSCALE || role == ROLE_QMAP ? 2
+           : role == ROLE_SCALES || role == ROLE_XSCALES                  ? 1
+                                                                          : 0;
 }
 
 /* The checkpoint layout each format is written in.  This is knowledge of the
@@ -52,12 +54,13 @@ static size_t slot(int role) {
  * integer formats); what a layout holds - group, scale dtype, whether there
  * is a weight_scale_2 or a zero point - follows from the format's row in
  * nibble.h.  A format without a row here is NB_ERR_UNSUPPORTED. */
-typedef enum { OUT_MODELOPT = 1, OUT_QUARK = 2, OUT_CT_INT = 3 } out_layout;
+typedef enum { OUT_MODELOPT = 1, OUT_QUARK = 2, OUT_CT_INT = 3, OUT_BNB = 4 } out_layout;
 static const struct {
     nb_format format;
     out_layout layout;
-} k_out_layouts[] = {{NB_FORMAT_NVFP4, OUT_MODELOPT}, {NB_FORMAT_MXFP4, OUT_QUARK}, {NB_FORMAT_INT4, OUT_CT_INT},
-                     {NB_FORMAT_INT4_SYM, OUT_CT_INT}, {NB_FORMAT_INT8, OUT_CT_INT}};
+} k_out_layouts[] = {{NB_FORMAT_NVFP4, OUT_MODELOPT},   {NB_FORMAT_MXFP4, OUT_QUARK}, {NB_FORMAT_INT4, OUT_CT_INT},
+                     {NB_FORMAT_INT4_SYM, OUT_CT_INT}, {NB_FORMAT_INT8, OUT_CT_INT}, {NB_FORMAT_NF4, OUT_BNB},
+                     {NB_FORMAT_BNB_FP4, OUT_BNB}};
 
 /* The tensors a layout writes for prefix P besides what replaces P.weight:
  * an input that already has one of them keeps P.weight unquantized. */
@@ -65,6 +68,9 @@ static const char *const k_modelopt_names[] = {".weight_scale", ".weight_scale_2
 static const char *const k_quark_names[] = {".weight_scale", NULL};
 static const char *const k_ct_int_names[] = {".weight_packed", ".weight_scale", ".weight_shape", ".weight_zero_point",
                                              ".weight_g_idx", NULL};
+static const char *const k_bnb_names[] = {".weight.absmax", ".weight.quant_map", ".weight.nested_absmax",
+                                          ".weight.nested_quant_map", ".weight.quant_state.bitsandbytes__nf4",
+                                          ".weight.quant_state.bitsandbytes__fp4", NULL};
 
 /* A group of projections that read the same input and that engines run as
  * one layer (nibble_io.h, "quantize", shared tensor scales): the module
@@ -250,6 +256,7 @@ static fate decide(const qstate *q, const nb_st_tensor *t) {
     /* a tensor of the layout already there would collide with what we write */
     const char *const *names = q->layout == OUT_MODELOPT ? k_modelopt_names
                                : q->layout == OUT_QUARK  ? k_quark_names
+                               : q->layout == OUT_BNB    ? k_bnb_names
                                                          : k_ct_int_names;
     for (size_t i = 0; names[i] && f == T_QUANTIZE; i++) {
         strcpy(prefix + len - 7, names[i]);
@@ -405,10 +412,25 @@ static nb_status note_fused(qstate *q, const nb_st_tensor *t) {
     return NB_OK;
 }
 
+/* bitsandbytes' quant_state of an n x k weight in blocks of B, as its
+ * QuantState.as_dict() serializes it for a 4-bit weight without double
+ * quantization and Python's json.dumps writes it: quant_type ("nf4" or
+ * "fp4"), blocksize, dtype (the weight's: the dtype dequantization
+ * returns), shape.  Into buf; the length, or -1 when it does not fit. */
+static int bnb_state(const qstate *q, nb_st_dtype dt, int64_t n, int64_t k, char *buf, size_t len) {
+    const char *dtype = dt == NB_ST_F32 ? "float32" : dt == NB_ST_F16 ? "float16" : "bfloat16";
+    const int r = snprintf(buf, len,
+                           "{\"quant_type\": \"%s\", \"blocksize\": %d, \"dtype\": \"%s\", \"shape\": [%lld, %lld]}",
+                           q->o->format == NB_FORMAT_NF4 ? "nf4" : "fp4", (int)q->group, dtype, (long long)n,
+                           (long long)k);
+    return r < 0 || (size_t)r >= len ? -1 : r;
+}
+
 /* Quantize input tensor t into its entries e[slot(role)]: codes, scales and
  * the tensor scale (FP4 layouts), or weight_packed, weight_scale,
  * weight_shape and weight_zero_point (compressed-tensors int4, int4_sym,
- * int8; zero point for int4 only). */
+ * int8; zero point for int4 only), or bitsandbytes' weight, absmax,
+ * quant_map and quant_state (nf4, bnb_fp4). */
 static nb_status quantize_one(qstate *q, nbio_shard *sh, const nb_st_tensor *t, nbio_oent *const *e) {
     nb_weight_desc d;
     nb_status st = weight_desc(q, t->shape[0], t->shape[1], &d);
@@ -430,7 +452,7 @@ static nb_status quantize_one(qstate *q, nbio_shard *sh, const nb_st_tensor *t, 
         memcpy(copy, src, t->bytes);
         src = copy;
     }
-    const int ct = q->layout == OUT_CT_INT;
+    const int ct = q->layout == OUT_CT_INT, bnb = q->layout == OUT_BNB;
     uint8_t *codes = (uint8_t *)malloc(sz.codes_bytes), *scales = (uint8_t *)malloc(sz.scales_bytes);
     uint8_t *zeros = sz.zeros_bytes ? (uint8_t *)malloc(sz.zeros_bytes) : NULL;
     uint8_t *packed = ct ? (uint8_t *)malloc((size_t)e[0]->bytes) : NULL;
@@ -439,7 +461,7 @@ static nb_status quantize_one(qstate *q, nbio_shard *sh, const nb_st_tensor *t, 
     if (!codes || !scales || (sz.zeros_bytes && !zeros) || (ct && !packed) || (ct && e[3] && !zpacked)) {
         st = nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "%s: out of memory (%zu bytes of codes)", t->name, sz.codes_bytes);
     } else if ((st = q->gpu ? nb_quantize_staged(q->ctx, &d, nb_dt(t->dtype), src, codes, scales, NULL)
-                     : ct   ? nb_quantize_host_v2(q->ctx, &d, nb_dt(t->dtype), src, &out)
+                     : ct || bnb ? nb_quantize_host_v2(q->ctx, &d, nb_dt(t->dtype), src, &out)
                             : nb_quantize_host(q->ctx, &d, nb_dt(t->dtype), src, codes, scales)) != NB_OK) {
         st = nbi_fail(NULL, st, "%s: %s", t->name, nb_context_last_error(q->ctx));
     } else if (ct) {
@@ -451,6 +473,23 @@ static nb_status quantize_one(qstate *q, nbio_shard *sh, const nb_st_tensor *t, 
             (st = nbio_shard_write(sh, e[1], scales, sz.scales_bytes, 0)) == NB_OK &&
             (st = nbio_shard_write(sh, e[2], shape, sizeof shape, 0)) == NB_OK && zpacked)
             st = nbio_shard_write(sh, e[3], zpacked, (size_t)e[3]->bytes, 0);
+    } else if (bnb) {
+        /* the codes in row-major order, the first of each pair in the high
+         * nibble (nibble's checkpoint layout has it in the low one); the
+         * absmax as it is (B divides K: bitsandbytes' blocks of the
+         * flattened weight are nibble's groups); the format's 16 values */
+        for (size_t j = 0; j < sz.codes_bytes; j++) codes[j] = (uint8_t)(codes[j] >> 4 | codes[j] << 4);
+        float table[16];
+        for (int c = 0; c < 16; c++) table[c] = nb_element_to_float(q->fi.element, (uint8_t)c);
+        char js[192];
+        const int len = bnb_state(q, t->dtype, d.n, d.k, js, sizeof js);
+        if (len < 0 || (uint64_t)len != e[3]->bytes)
+            st = nbi_fail(NULL, NB_ERR_INTERNAL, "%s: quant_state of %d bytes, planned %llu", t->name, len,
+                          (unsigned long long)e[3]->bytes);
+        else if ((st = nbio_shard_write(sh, e[0], codes, sz.codes_bytes, 0)) == NB_OK &&
+                 (st = nbio_shard_write(sh, e[1], scales, sz.scales_bytes, 0)) == NB_OK &&
+                 (st = nbio_shard_write(sh, e[2], table, sizeof table, 0)) == NB_OK)
+            st = nbio_shard_write(sh, e[3], js, (size_t)len, 0);
     } else if ((st = nbio_shard_write(sh, e[0], codes, sz.codes_bytes, 0)) == NB_OK &&
                (st = nbio_shard_write(sh, e[1], scales, sz.scales_bytes, 0)) == NB_OK && e[2]) {
         st = nbio_shard_write(sh, e[2], &d.tensor_scale, 4, 0);
@@ -563,11 +602,26 @@ static nb_status plan_entry(nbio_oent *e, const nb_st_tensor *t, size_t i, int r
  * compressed-tensors: P.weight_packed I32 [N, ceil(K*b/32)] (K/8 words
  * of 4-bit codes, K/4 of 8-bit ones, rounded up), P.weight_scale [N, K/G],
  * P.weight_shape I64 [2], and for int4 P.weight_zero_point I32
- * [ceil(N/8), K/G]. */
+ * [ceil(N/8), K/G].  bitsandbytes: P.weight U8 [N*K/2, 1],
+ * P.weight.absmax F32 [N*K/B], P.weight.quant_map F32 [16] and
+ * P.weight.quant_state.bitsandbytes__nf4 (__fp4) U8, its JSON. */
 static nb_status plan_quantized(const qstate *q, nbio_oent *ents, size_t *ne, const nb_st_tensor *t, size_t i) {
     const int64_t n = t->shape[0], k = t->shape[1];
     const int64_t g = q->group == NB_CKPT_GROUP_PER_CHANNEL ? k : q->group;
     nb_status st;
+    if (q->layout == OUT_BNB) {
+        char js[192];
+        const int len = bnb_state(q, t->dtype, n, k, js, sizeof js);
+        if (len < 0) return nbi_fail(NULL, NB_ERR_INTERNAL, "%s: quant_state does not fit", t->name);
+        if ((st = plan_entry(&ents[(*ne)++], t, i, ROLE_CODES, ".weight", NB_ST_U8, n * k / 2, 1)) ||
+            (st = plan_entry(&ents[(*ne)++], t, i, ROLE_SCALES, ".weight.absmax", NB_ST_F32, -1, n * k / g)) ||
+            (st = plan_entry(&ents[(*ne)++], t, i, ROLE_QMAP, ".weight.quant_map", NB_ST_F32, -1, 16)))
+            return st;
+        return plan_entry(&ents[(*ne)++], t, i, ROLE_QSTATE,
+                          q->o->format == NB_FORMAT_NF4 ? ".weight.quant_state.bitsandbytes__nf4"
+                                                        : ".weight.quant_state.bitsandbytes__fp4",
+                          NB_ST_U8, -1, len);
+    }
     if (q->layout == OUT_CT_INT) {
         const nb_st_dtype sdt = q->scale_type == NB_SCALE_BF16 ? NB_ST_BF16 : NB_ST_F16;
         const int64_t words = (k * q->fi.element_bits + 31) / 32;
@@ -694,6 +748,17 @@ static const char *mx_mode(nb_mx_scale_rule r) {
     return r == NB_MX_SCALE_EVEN ? "even" : r == NB_MX_SCALE_OCP ? "floor" : "round_up";
 }
 
+/* bitsandbytes' compute dtype: the model's torch_dtype (config.json) where it
+ * names one of the three, else bfloat16 (transformers' default for 4-bit
+ * loading). */
+static const char *bnb_compute_dtype(const cJSON *config) {
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(config, "torch_dtype");
+    if (!cJSON_IsString(d)) d = cJSON_GetObjectItemCaseSensitive(config, "dtype");
+    if (cJSON_IsString(d) && (!strcmp(d->valuestring, "float16") || !strcmp(d->valuestring, "float32")))
+        return !strcmp(d->valuestring, "float16") ? "float16" : "float32";
+    return "bfloat16";
+}
+
 static nb_status write_configs(qstate *q, cJSON *config) {
     if (q->nexcl) qsort(q->excluded, q->nexcl, sizeof *q->excluded, cmp_str);
     size_t u = 0; /* (a gpt-oss experts module left as it is has two tensors: named once) */
@@ -733,6 +798,7 @@ static nb_status write_configs(qstate *q, cJSON *config) {
     }
     cJSON *qc = q->layout == OUT_MODELOPT ? nbio_qc_modelopt(ex, q->nexcl)
                 : q->layout == OUT_QUARK  ? nbio_qc_quark(mx_mode(q->o->mx_rule), ex, q->nexcl)
+                : q->layout == OUT_BNB    ? nbio_qc_bnb(q->o->format, bnb_compute_dtype(config), ex, q->nexcl)
                                           : nbio_qc_ct_int(q->o->format, q->group, ex, q->nexcl);
     cJSON_DeleteItemFromObjectCaseSensitive(config, "quantization_config");
     cJSON_AddItemToObject(config, "quantization_config", qc);
@@ -776,9 +842,10 @@ static nb_status check_opts(qstate *q, const nb_ckpt_quantize_opts *opts) {
     if (st != NB_OK) return st;
     for (size_t i = 0; i < sizeof k_out_layouts / sizeof k_out_layouts[0]; i++)
         if (k_out_layouts[i].format == opts->format) q->layout = k_out_layouts[i].layout;
-    if (!q->layout || (q->layout != OUT_CT_INT && !nbio_scale_dtype(q->fi.scale_type)))
+    if (!q->layout || (q->layout != OUT_CT_INT && q->layout != OUT_BNB && !nbio_scale_dtype(q->fi.scale_type)))
         return nbi_fail(NULL, NB_ERR_UNSUPPORTED, "nb_ckpt_quantize: no checkpoint layout is written for format %s "
-                        "(ModelOpt holds nvfp4, Quark mxfp4, compressed-tensors int4, int4_sym and int8)", q->fi.name);
+                        "(ModelOpt holds nvfp4, Quark mxfp4, compressed-tensors int4, int4_sym and int8, "
+                        "bitsandbytes nf4 and bnb_fp4)", q->fi.name);
     q->group = q->fi.group_size;
     q->scale_type = q->fi.scale_type;
     if (q->layout == OUT_CT_INT) {
@@ -792,15 +859,28 @@ static nb_status check_opts(qstate *q, const nb_ckpt_quantize_opts *opts) {
                             NB_SCALE_BF16);
         if (g) q->group = g;
         if (opts->scale_type) q->scale_type = (nb_scale_type)opts->scale_type;
+    } else if (q->layout == OUT_BNB) {
+        const int32_t g = opts->group_size;
+        if (g && (g <= 0 || g > 4096 || (g & (g - 1)) || !(q->fi.groups & g)))
+            return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_ckpt_quantize: group_size %d: %s takes blocks of 32, "
+                            "64, ..., 4096 (0: %d)", (int)g, q->fi.name, (int)q->fi.group_size);
+        if (opts->scale_type)
+            return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_ckpt_quantize: scale_type %d: %s's absmax is F32 "
+                            "(leave it 0)", (int)opts->scale_type, q->fi.name);
+        if (g) q->group = g;
+    } else if (opts->group_size || opts->scale_type) {
+        return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_ckpt_quantize: group_size and scale_type choose the group "
+                        "and scales of the integer formats (group_size also nf4's and bnb_fp4's blocks); %s's are "
+                        "fixed (leave them 0)", q->fi.name);
+    }
+    /* the integer and table formats: the C reference's rounding to nearest, on the CPU */
+    if (q->layout == OUT_CT_INT || q->layout == OUT_BNB) {
         if (opts->method != NB_QUANT_RTN)
             return nbi_fail(NULL, NB_ERR_UNSUPPORTED, "nb_ckpt_quantize: method %d: %s is quantized by rounding to "
                             "nearest only (the MSE scale search serves nvfp4 and mxfp4)", (int)opts->method, q->fi.name);
         if (opts->device == NB_CKPT_DEVICE_GPU)
             return nbi_fail(NULL, NB_ERR_UNSUPPORTED, "nb_ckpt_quantize: %s has no device quantizer; use device cpu "
                             "or auto (both run nb_quantize_host_v2)", q->fi.name);
-    } else if (opts->group_size || opts->scale_type) {
-        return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_ckpt_quantize: group_size and scale_type choose the group "
-                        "and scales of the integer formats; %s's are fixed (leave them 0)", q->fi.name);
     }
     if (q->fi.scale_type == NB_SCALE_E8M0 && (opts->mx_rule < NB_MX_SCALE_OCP || opts->mx_rule > NB_MX_SCALE_EVEN))
         return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_ckpt_quantize: unknown MXFP4 scale rule %d",
@@ -908,8 +988,9 @@ static nb_status open_input(qstate *q, const char *file, int sharded, cJSON **co
     /* gpt-oss (config.json model_type "gpt_oss") in MXFP4: gpt-oss's own layout */
     const cJSON *mt = *config ? cJSON_GetObjectItemCaseSensitive(*config, "model_type") : NULL;
     q->gptoss = o->format == NB_FORMAT_MXFP4 && cJSON_IsString(mt) && !strcmp(mt->valuestring, "gpt_oss");
-    /* MSE and the integer formats have no device version: auto means the CPU then */
-    const nb_ckpt_device where = o->method == NB_QUANT_MSE || q->layout == OUT_CT_INT ? NB_CKPT_DEVICE_CPU : o->device;
+    /* MSE, the integer and the table formats have no device version: auto means the CPU then */
+    const nb_ckpt_device where =
+        o->method == NB_QUANT_MSE || q->layout == OUT_CT_INT || q->layout == OUT_BNB ? NB_CKPT_DEVICE_CPU : o->device;
     if ((st = survey(q, file)) != NB_OK || (st = open_device(q, where)) != NB_OK) return st;
     q->sum.device = q->gpu ? NB_CKPT_DEVICE_GPU : NB_CKPT_DEVICE_CPU;
     return NB_OK;

@@ -202,6 +202,10 @@ NB_INTERNAL cJSON *nbio_qc_ct(nb_format f, int input_acts, const char *const *ig
  * int4_sym: symmetric), weight-only; group > 0 is the "group" strategy,
  * NB_CKPT_GROUP_PER_CHANNEL the "channel" one (group_size null). */
 NB_INTERNAL cJSON *nbio_qc_ct_int(nb_format f, int32_t group, const char *const *ignore, size_t n);
+/* transformers' BitsAndBytesConfig for nf4 / bnb_fp4 weights (4-bit, no
+ * double quantization), compute dtype "bfloat16", "float16" or "float32",
+ * skip the modules left unquantized. */
+NB_INTERNAL cJSON *nbio_qc_bnb(nb_format f, const char *compute_dtype, const char *const *skip, size_t n);
 
 /* ------------------------------------------------------------ ckpt_out.c
  * Writing a checkpoint directory, shared by nb_ckpt_quantize and
