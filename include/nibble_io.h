@@ -28,8 +28,8 @@
  *                 the layout allows);
  *     nb_ckpt_quantize  BF16/F16/F32 checkpoint -> ModelOpt NVFP4, Quark
  *                 MXFP4, compressed-tensors pack-quantized int4 /
- *                 int4_sym / int8 or bitsandbytes nf4 / bnb_fp4
- *                 checkpoint (what `nibble quantize` runs);
+ *                 int4_sym / int8, bitsandbytes nf4 / bnb_fp4 or HQQ
+ *                 int4_hqq checkpoint (what `nibble quantize` runs);
  *     nb_ckpt_convert   4-bit checkpoint (or GGUF file) -> another 4-bit
  *                 layout, codes and block scales byte for byte (`nibble
  *                 convert`);
@@ -759,6 +759,26 @@ NB_API nb_status nb_ckpt_moe_read(const nb_ckpt *c, size_t i, nb_ckpt_moe_proj p
  *          float32 rounding (nb_quantize_host rounds those its own way);
  *          read back, these are the bnb-nf4 / bnb-fp4 layers with exactly
  *          the quantizer's codes and absmax.
+ *   INT4_HQQ (groups G of 32, 64 (default) or 128 dividing K, R = N K / G
+ *          even; opts.scale_type F16 (default) or BF16; opts.method RTN or
+ *          NB_QUANT_HQQ, hqq's optimizer): hqq 0.2.8's HQQLinear.state_dict
+ *          for 4 bits along axis 1 as its encode_safetensor_type writes it
+ *          (docs/formats.md 5.5): P.W_q U8 [R/2, G] (group r's codes in the
+ *          high nibbles of row r, group R/2 + r's in the low ones), P.scale
+ *          and P.zero [R, 1] in the scale type, and the meta values P.nbits
+ *          (I32 4), P.group_size (I32 G), P.shape (I64 [N, K]), P.axis (I32
+ *          1), P.packing ("4bit_u8"), P.unpack_view_dtype ("torch.uint8"),
+ *          P.compute_dtype ("torch.float16" or "torch.bfloat16"), and U8 0-d
+ *          flags view_as_float, quant_scale, quant_zero, offload_meta,
+ *          optimize, round_zero 0 and encoded_state_dict,
+ *          stores_quant_config, channel_wise 1; config.json's
+ *          quantization_config is transformers' HqqConfig (quant_method
+ *          "hqq", weight_quant_params {nbits 4, group_size G, axis 1, ...},
+ *          skip_modules the unquantized modules' last name components).
+ *          hqq's HQQLinear.load_state_dict takes each layer and dequantizes
+ *          it to nibble's dequantization bit for bit; read back, these are
+ *          the hqq-int4 layers with exactly the quantizer's codes, scales and
+ *          zero points.
  *   config.json is the input's with quantization_config set; every other
  *   key and value is kept as the input wrote it (numbers with their text:
  *   7.0 stays 7.0), the indentation is cJSON's.
@@ -816,7 +836,7 @@ NB_API nb_status nb_ckpt_device_parse(const char *s, nb_ckpt_device *out);
 
 typedef struct nb_ckpt_quantize_opts {
     nb_format format;             /* a format with a checkpoint layout: NVFP4, MXFP4, INT4, INT4_SYM, INT8, NF4,
-                                   * BNB_FP4 */
+                                   * BNB_FP4, INT4_HQQ */
     nb_mx_scale_rule mx_rule;     /* formats with E8M0 scales (MXFP4); EVEN is Quark's default */
     const char *const *exclude;   /* fnmatch patterns on the layer prefix; may be NULL when nexclude is 0 */
     size_t nexclude;
@@ -826,15 +846,17 @@ typedef struct nb_ckpt_quantize_opts {
     nb_ckpt_device device;        /* where to quantize */
     int32_t allow_empty;          /* 1: a checkpoint with nothing to quantize is copied (else refused) */
     int32_t method;               /* nb_quant_method: RTN, or MSE (host only: device AUTO then quantizes on
-                                   * the CPU, device GPU is NB_ERR_UNSUPPORTED; FP4 formats only) */
+                                   * the CPU, device GPU is NB_ERR_UNSUPPORTED; FP4 formats only), or HQQ
+                                   * (INT4_HQQ only: hqq's optimizer) */
     /* Integer formats (int4, int4_sym, int8): the group, 0 for the format's default
      * (128), 32, 64, 128, or NB_CKPT_GROUP_PER_CHANNEL (one group per row,
-     * compressed-tensors' "channel" strategy); NF4 / BNB_FP4: the block, 0 for
-     * 64, or 32, 128, 256, ..., 4096; must be 0 for the FP4 formats, whose
-     * group is fixed. */
+     * compressed-tensors' "channel" strategy); INT4_HQQ: 0 for 64, 32 or
+     * 128; NF4 / BNB_FP4: the block, 0 for 64, or 32, 128, 256, ..., 4096;
+     * must be 0 for the FP4 formats, whose group is fixed. */
     int32_t group_size;
-    /* Integer formats: the scales' nb_scale_type, 0 for the default (F16),
-     * NB_SCALE_F16 or NB_SCALE_BF16; must be 0 for the FP4 and table formats. */
+    /* Integer formats (and INT4_HQQ): the scales' nb_scale_type, 0 for the
+     * default (F16), NB_SCALE_F16 or NB_SCALE_BF16; must be 0 for the FP4 and
+     * table formats. */
     int32_t scale_type;
     /* Formats with a tensor scale (NVFP4): 1 (the default): the projections
      * engines fuse (P.q_proj / P.k_proj / P.v_proj, P.gate_proj / P.up_proj

@@ -1,6 +1,6 @@
 /* test_ckpt_quantize_bnb.c - nb_ckpt_quantize to nf4 / bnb_fp4 in
- * bitsandbytes' 4-bit serialization (nibble_io.h "quantize", docs/formats.md
- * 5.6).  A small BF16/F16/F32 checkpoint - rows of every dtype, a K only
+ * bitsandbytes' 4-bit serialization and to int4_hqq in hqq's (nibble_io.h
+ * "quantize", docs/formats.md 4.3 and 5.5).  A small BF16/F16/F32 checkpoint - rows of every dtype, a K only
  * the smaller blocks divide, a layer whose absmax is already there, the
  * default excludes - is quantized with blocks of 32, 64 (the default), 128
  * and 256, then:
@@ -17,7 +17,15 @@
  *     for 4 bits without double quantization, the compute dtype from
  *     torch_dtype, the unquantized modules in llm_int8_skip_modules;
  *   - unquantized weights are byte-identical copies;
- *   - refusals (MSE, device GPU, blocks, scale type) leave no output. */
+ *   - refusals (MSE, device GPU, blocks, scale type) leave no output;
+ *   - int4_hqq (groups 32 / 64 / 128, F16 / BF16, rounding to nearest and
+ *     hqq's optimizer): the layers of an odd number of groups kept, W_q
+ *     against bytes packed here from the quantizer's codes (group r in the
+ *     high nibbles of row r, group R/2 + r in the low ones), scale and zero
+ *     as the quantizer's, the meta values, the reader's hqq-int4 layers
+ *     with exactly the quantizer's codes, scales and zero points, and
+ *     config.json's HqqConfig.  (python/tests/test_hqq.py loads the same
+ *     output into hqq's own HQQLinear.) */
 #define _POSIX_C_SOURCE 200809L
 #include "ckpt_jsonlib.h"
 
@@ -222,6 +230,136 @@ static void run_bnb(const char *out, nb_format fmt, int32_t block) {
     check_tokenizer_copied(out);
 }
 
+/* int4_hqq: the group of weight i, or 0 when it is kept (an odd number of
+ * groups: hqq packs half of them over the other half).  c_proj's absmax is
+ * no member of hqq's layout: quantized here. */
+static int64_t expect_hqq(size_t i, int32_t group) {
+    const ispec *p = &k_t[i];
+    const int64_t g = group ? group : 64;
+    if (p->rank != 2 || !ends_with(p->name, ".weight") || strstr(p->name, "lm_head") || strstr(p->name, "embed") ||
+        p->shape[1] % g)
+        return 0;
+    return (p->shape[0] * (p->shape[1] / g)) % 2 == 0 ? g : 0;
+}
+
+static void check_hqq_layer(const nb_st_file *f, nb_ckpt *c, nb_context *ctx, size_t i, int64_t g, nb_scale_type sty,
+                            int method, const char *out) {
+    const ispec *p = &k_t[i];
+    const int64_t n = p->shape[0], k = p->shape[1], rows = n * (k / g);
+    char prefix[256];
+    snprintf(prefix, sizeof prefix, "%.*s", (int)(strlen(p->name) - 7), p->name);
+    nb_weight_desc d;
+    nb_weight_desc_init(&d, NB_FORMAT_INT4_HQQ, n, k);
+    d.group_size = (int32_t)g;
+    d.scale_type = sty;
+    d.method = method;
+    nb_weight_sizes_v2 sz;
+    CHECK(nb_weight_desc_validate(&d) == NB_OK && nb_weight_get_sizes_v2(&d, &sz) == NB_OK, "%s: desc", prefix);
+    uint8_t *rc = (uint8_t *)malloc(sz.codes_bytes), *rs = (uint8_t *)malloc(sz.scales_bytes);
+    uint8_t *rz = (uint8_t *)malloc(sz.zeros_bytes);
+    const nb_weight_buffers rb = {.codes = rc, .scales = rs, .zeros = rz};
+    CHECK(nb_quantize_host_v2(ctx, &d, src_dtype(p->dt), g_src[i], &rb) == NB_OK, "%s: reference quantize: %s", prefix,
+          nb_last_error());
+    nb_st_tensor t;
+    if (find(f, prefix, ".W_q", &t)) {
+        int same = t.dtype == NB_ST_U8 && t.rank == 2 && t.shape[0] == rows / 2 && t.shape[1] == g &&
+                   t.bytes == (uint64_t)(rows / 2 * g);
+        for (int64_t r = 0; r < rows / 2 && same; r++)
+            for (int64_t col = 0; col < g && same; col++)
+                same = ((const uint8_t *)t.data)[r * g + col] ==
+                       (uint8_t)(nib(rc, (size_t)(r * g + col)) << 4 | nib(rc, (size_t)((rows / 2 + r) * g + col)));
+        CHECK(same, "%s: %s is not the quantizer's codes in hqq's packing", out, t.name);
+    }
+    const nb_st_dtype sdt = sty == NB_SCALE_BF16 ? NB_ST_BF16 : NB_ST_F16;
+    if (find(f, prefix, ".scale", &t))
+        CHECK(t.dtype == sdt && t.rank == 2 && t.shape[0] == rows && t.shape[1] == 1 && t.bytes == sz.scales_bytes &&
+                  !memcmp(t.data, rs, sz.scales_bytes),
+              "%s: %s differs from the quantizer's scales", out, t.name);
+    if (find(f, prefix, ".zero", &t))
+        CHECK(t.dtype == sdt && t.rank == 2 && t.shape[0] == rows && t.bytes == sz.zeros_bytes &&
+                  !memcmp(t.data, rz, sz.zeros_bytes),
+              "%s: %s differs from the quantizer's zero points", out, t.name);
+    int32_t v32 = 0;
+    if (find(f, prefix, ".group_size", &t) && t.bytes == 4) memcpy(&v32, t.data, 4);
+    CHECK(t.dtype == NB_ST_I32 && t.rank == 0 && v32 == g, "%s: %s.group_size %d", out, prefix, (int)v32);
+    int64_t sh[2] = {0, 0};
+    if (find(f, prefix, ".shape", &t) && t.bytes == 16) memcpy(sh, t.data, 16);
+    CHECK(t.dtype == NB_ST_I64 && sh[0] == n && sh[1] == k, "%s: %s.shape", out, prefix);
+    if (find(f, prefix, ".compute_dtype", &t)) {
+        const char *want = sty == NB_SCALE_BF16 ? "torch.bfloat16" : "torch.float16";
+        CHECK(t.bytes == strlen(want) && !memcmp(t.data, want, strlen(want)), "%s: %s", out, t.name);
+    }
+    /* the reader: hqq-int4, the same bytes back */
+    size_t li = 0;
+    nb_ckpt_layer L;
+    if (nb_ckpt_layer_find(c, prefix, &li) == NB_OK && nb_ckpt_layer_at(c, li, &L) == NB_OK) {
+        CHECK(L.format == NB_CKPT_HQQ_INT4 && L.n == n && L.k == k && !L.config_mismatch, "%s: %s is %s (%s)", out,
+              prefix, fmt_name(L.format), L.problem);
+        nb_weight_desc got;
+        uint8_t *gc = (uint8_t *)calloc(1, sz.codes_bytes), *gs = (uint8_t *)calloc(1, sz.scales_bytes);
+        uint8_t *gz = (uint8_t *)calloc(1, sz.zeros_bytes);
+        const nb_weight_buffers gb = {.codes = gc, .scales = gs, .zeros = gz};
+        nb_weight_sizes_v2 cap = sz;
+        const nb_status st = nb_ckpt_layer_weight_v2(c, li, 0, &got, &gb, &cap);
+        CHECK(st == NB_OK && got.format == NB_FORMAT_INT4_HQQ && got.group_size == g && got.scale_type == sty &&
+                  !memcmp(gc, rc, sz.codes_bytes) && !memcmp(gs, rs, sz.scales_bytes) && !memcmp(gz, rz, sz.zeros_bytes),
+              "%s: %s read back differs from nb_quantize_host_v2 (%s)", out, prefix, nb_last_error());
+        free(gc);
+        free(gs);
+        free(gz);
+    } else {
+        CHECK(0, "%s: layer %s not found", out, prefix);
+    }
+    free(rc);
+    free(rs);
+    free(rz);
+}
+
+static void run_hqq(const char *out, int32_t group, int32_t sty, int method) {
+    nb_ckpt_quantize_opts o;
+    nb_ckpt_quantize_opts_init(&o);
+    o.format = NB_FORMAT_INT4_HQQ;
+    o.group_size = group;
+    o.scale_type = sty;
+    o.method = method;
+    nb_ckpt_quantize_summary s;
+    if (!quantize_in(out, &o, &s)) return;
+    size_t nq = 0;
+    for (size_t i = 0; i < NI; i++) nq += expect_hqq(i, group) != 0;
+    CHECK(nq > 0 && s.layers_quantized == nq && s.tensors_copied == NI - nq, "%s: %zu quantized (want %zu)", out,
+          s.layers_quantized, nq);
+    nb_st_file *f;
+    nb_ckpt *c;
+    nb_context *ctx;
+    if (ckpt_output_open(out, &f, &c, &ctx)) {
+        size_t count = 0;
+        nb_st_count(f, &count);
+        CHECK(count == NI + nq * 18, "%s: %zu tensors (want %zu)", out, count, NI + nq * 18);
+        for (size_t i = 0; i < NI; i++) {
+            const int64_t g = expect_hqq(i, group);
+            if (g)
+                check_hqq_layer(f, c, ctx, i, g, sty ? (nb_scale_type)sty : NB_SCALE_F16, method, out);
+            else
+                check_copy(f, &k_t[i], g_src[i], g_nbytes[i], out);
+        }
+    }
+    ckpt_output_close(f, c, ctx);
+    const cJSON *qc;
+    cJSON *j = read_config(out, &qc);
+    if (j) {
+        const cJSON *w = jget(qc, "quant_config", "weight_quant_params", NULL);
+        CHECK(jis(jget(qc, "quant_method", NULL, NULL), "hqq") &&
+                  cJSON_GetNumberValue(jget(w, "nbits", NULL, NULL)) == 4 &&
+                  cJSON_GetNumberValue(jget(w, "group_size", NULL, NULL)) == (group ? group : 64) &&
+                  cJSON_GetNumberValue(jget(w, "axis", NULL, NULL)) == 1 &&
+                  has(jget(qc, "skip_modules", NULL, NULL), "lm_head") &&
+                  has(jget(qc, "skip_modules", NULL, NULL), "embed_tokens"),
+              "%s: HqqConfig", out);
+        cJSON_Delete(j);
+    }
+    check_tokenizer_copied(out);
+}
+
 static void test_refusals(void) {
     char in[1024], op[1024];
     snprintf(in, sizeof in, "%s/in", g_dir);
@@ -239,6 +377,12 @@ static void test_refusals(void) {
         {NB_FORMAT_NF4, 0, 0, 96, 0, NB_ERR_INVALID_ARGUMENT, "group_size 96"},
         {NB_FORMAT_BNB_FP4, 0, 0, NB_CKPT_GROUP_PER_CHANNEL, 0, NB_ERR_INVALID_ARGUMENT, "blocks of 32"},
         {NB_FORMAT_NF4, 0, 0, 0, NB_SCALE_F16, NB_ERR_INVALID_ARGUMENT, "absmax is F32"},
+        {NB_FORMAT_NF4, NB_QUANT_HQQ, 0, 0, 0, NB_ERR_UNSUPPORTED, "serves int4_hqq only"},
+        {NB_FORMAT_INT4_HQQ, NB_QUANT_MSE, 0, 0, 0, NB_ERR_UNSUPPORTED, "nearest"},
+        {NB_FORMAT_INT4_HQQ, 0, NB_CKPT_DEVICE_GPU, 0, 0, NB_ERR_UNSUPPORTED, "device"},
+        {NB_FORMAT_INT4_HQQ, 0, 0, 256, 0, NB_ERR_INVALID_ARGUMENT, "group_size 256"},
+        {NB_FORMAT_INT4_HQQ, 0, 0, NB_CKPT_GROUP_PER_CHANNEL, 0, NB_ERR_INVALID_ARGUMENT, "group_size -1"},
+        {NB_FORMAT_INT4_HQQ, 0, 0, 0, NB_SCALE_F32, NB_ERR_INVALID_ARGUMENT, "scale_type"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         nb_ckpt_quantize_opts o;
@@ -265,6 +409,9 @@ int main(int argc, char **argv) {
     run_bnb("fp4_default", NB_FORMAT_BNB_FP4, 0);
     run_bnb("fp4_b32", NB_FORMAT_BNB_FP4, 32);
     run_bnb("fp4_b256", NB_FORMAT_BNB_FP4, 256);
+    run_hqq("hqq_default", 0, 0, NB_QUANT_RTN);
+    run_hqq("hqq_g32_bf16_opt", 32, NB_SCALE_BF16, NB_QUANT_HQQ);
+    run_hqq("hqq_g128_opt", 128, NB_SCALE_F16, NB_QUANT_HQQ);
     test_refusals();
     for (size_t i = 0; i < NI; i++) free(g_src[i]);
     return fixture_dir_close(keep);

@@ -90,7 +90,9 @@ case_ 1 "demo: --m: the value is empty" demo --m=
 # --- choices: the bad value quoted, the valid ones listed
 case_ 1 "quantize: --format: 'NVFP4' is not one of nvfp4, mxfp4, int4, int4_sym, int8" quantize "$IN" "$O" --format NVFP4
 case_ 1 "quantize: --format: 'nvfp5' is not one of nvfp4, mxfp4, int4, int4_sym, int8" quantize "$IN" "$O" --format nvfp5
-case_ 1 "quantize: --format is required \(nvfp4, mxfp4, int4, int4_sym, int8, nf4, bnb_fp4\)" quantize "$IN" "$O"
+case_ 1 "quantize: --format is required \(nvfp4, mxfp4, int4, int4_sym, int8, nf4, bnb_fp4, int4_hqq\)" quantize "$IN" "$O"
+case_ 1 "quantize: --method hqq \(hqq's optimizer\) serves --format int4_hqq, not int4" quantize "$IN" "$O" --format int4 --method hqq
+case_ 1 "quantize: --group-size channel: --format int4_hqq takes 32, 64 or 128" quantize "$IN" "$O" --format int4_hqq --group-size channel
 case_ 1 "quantize: --mx-rule: 'floor' is not one of ocp, even, round-up" quantize "$IN" "$O" --format mxfp4 --mx-rule floor
 case_ 1 "quantize: --mx-rule applies to .* not to --format nvfp4" quantize "$IN" "$O" --format nvfp4 --mx-rule even
 case_ 1 "quantize: --device: 'tpu' is not one of auto, cpu, gpu" quantize "$IN" "$O" --format nvfp4 --device=tpu
@@ -100,7 +102,7 @@ case_ 0 '"method":[[:space:]]*"mse".*"device":[[:space:]]*"cpu"' quantize "$IN" 
 case_ 1 "quantize: --group-size 256: --format int4 takes 32, 64, 128 or channel" quantize "$IN" "$O" --format int4 --group-size 256
 case_ 1 "quantize: --group-size: '96' is not one of 32, 64, 128, 256, 512, 1024, 2048, 4096, channel" quantize "$IN" "$O" --format nf4 --group-size 96
 case_ 1 "quantize: --group-size channel: --format nf4 takes blocks of 32 .. 4096" quantize "$IN" "$O" --format nf4 --group-size channel
-case_ 1 "quantize: --scale-type applies to the integer formats \(int4, int4_sym, int8\), not to --format bnb_fp4" quantize "$IN" "$O" --format bnb_fp4 --scale-type f16
+case_ 1 "quantize: --scale-type applies to the integer formats \(int4, int4_sym, int8, int4_hqq\), not to --format bnb_fp4" quantize "$IN" "$O" --format bnb_fp4 --scale-type f16
 case_ 1 "quantize: --method mse serves nvfp4 and mxfp4; --format nf4 rounds to nearest" quantize "$IN" "$O" --format nf4 --method mse
 case_ 1 "quantize: --scale-type: 'f32' is not one of f16, bf16" quantize "$IN" "$O" --format int4_sym --scale-type f32
 case_ 1 "quantize: --group-size applies to the integer formats .* not to --format nvfp4" quantize "$IN" "$O" --format nvfp4 --group-size 32

@@ -373,12 +373,12 @@ static void test_quantize_convert(const char *path) {
         size_t qn = 0;
         EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_quantize_formats(NULL, 2, &qn));
         EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_quantize_formats(qf, 8, NULL));
-        CHECK(nb_ckpt_quantize_formats(NULL, 0, &qn) == NB_OK && qn == 7, "quantize formats: %zu", qn);
+        CHECK(nb_ckpt_quantize_formats(NULL, 0, &qn) == NB_OK && qn == 8, "quantize formats: %zu", qn);
         CHECK(nb_ckpt_quantize_formats(qf, 8, &qn) == NB_OK && qf[0] == NB_FORMAT_NVFP4 && qf[1] == NB_FORMAT_MXFP4 &&
                   qf[2] == NB_FORMAT_INT4 && qf[3] == NB_FORMAT_INT4_SYM && qf[4] == NB_FORMAT_INT8 &&
-                  qf[5] == NB_FORMAT_NF4 && qf[6] == NB_FORMAT_BNB_FP4,
-              "quantize formats: nvfp4, mxfp4, int4, int4_sym, int8, nf4, bnb_fp4");
-        CHECK(nb_ckpt_quantize_formats(qf, 1, &qn) == NB_OK && qn == 7 && qf[0] == NB_FORMAT_NVFP4,
+                  qf[5] == NB_FORMAT_NF4 && qf[6] == NB_FORMAT_BNB_FP4 && qf[7] == NB_FORMAT_INT4_HQQ,
+              "quantize formats: nvfp4, mxfp4, int4, int4_sym, int8, nf4, bnb_fp4, int4_hqq");
+        CHECK(nb_ckpt_quantize_formats(qf, 1, &qn) == NB_OK && qn == 8 && qf[0] == NB_FORMAT_NVFP4,
               "quantize formats: max 1 writes one, counts all");
     }
     EXPECT(NB_ERR_NULL_POINTER, nb_ckpt_convert_opts_init(NULL));

@@ -612,11 +612,11 @@ static void quantize_progress(void *user, size_t i, size_t n, uint64_t done, uin
 }
 
 static void quantize_help(void) {
-    printf("usage: nibble quantize IN OUT --format nvfp4|mxfp4|int4|int4_sym|int8|nf4|bnb_fp4\n"
+    printf("usage: nibble quantize IN OUT --format nvfp4|mxfp4|int4|int4_sym|int8|nf4|bnb_fp4|int4_hqq\n"
            "                       [--exclude PATTERN]... [--mx-rule ocp|even|round-up]\n"
            "                       [--group-size 32|64|128|256|512|1024|2048|4096|channel]\n"
            "                       [--scale-type f16|bf16] [--no-default-excludes]\n"
-           "                       [--method rtn|mse] [--device auto|cpu|gpu] [--allow-empty]\n"
+           "                       [--method rtn|mse|hqq] [--device auto|cpu|gpu] [--allow-empty]\n"
            "                       [--separate-tensor-scales] [--json]\n"
            "  IN   a BF16/F16/F32 checkpoint: .safetensors file, directory (index or\n"
            "       model.safetensors) or index file.  It is only read.\n"
@@ -624,13 +624,15 @@ static void quantize_help(void) {
            "       file, a file of the same name; the index when IN is sharded;\n"
            "       config.json with a quantization_config (ModelOpt for nvfp4, Quark for\n"
            "       mxfp4, compressed-tensors pack-quantized for int4, int4_sym, int8,\n"
-           "       transformers' bitsandbytes config for nf4, bnb_fp4);\n"
+           "       transformers' bitsandbytes config for nf4, bnb_fp4, its HQQ config\n"
+           "       for int4_hqq);\n"
            "       hf_quant_config.json (nvfp4); every other file of IN's directory\n"
            "       byte for byte (not other *.safetensors, not subdirectories).\n"
            "  Quantized: every 2-D BF16/F16/F32 tensor P.weight whose K is a multiple of the\n"
            "  group (16 nvfp4, 32 mxfp4, --group-size for int4 / int4_sym / int8: 32, 64\n"
            "  or 128, default 128, channel = one group per row: any even K, any K for\n"
-           "  int8; for nf4 / bnb_fp4: 32 .. 4096, default 64) and whose\n"
+           "  int8; int4_hqq: 32, 64 or 128, default 64; nf4 / bnb_fp4: 32 .. 4096,\n"
+           "  default 64) and whose\n"
            "  prefix P matches no exclude pattern (shell wildcards, fnmatch on P, '*'\n"
            "  crosses dots: --exclude '*.mlp.gate').\n"
            "  Excluded by default: '*lm_head' and '*embed*' (--no-default-excludes drops\n"
@@ -660,6 +662,14 @@ static void quantize_help(void) {
            "  bitsandbytes__nf4 (__fp4) U8 (its JSON: quant_type, blocksize, dtype,\n"
            "  shape); compute dtype in config.json from its torch_dtype (default\n"
            "  bfloat16); quantized on the CPU (C reference).\n"
+           "  int4_hqq: hqq's HQQLinear state_dict as transformers saves an HQQ model\n"
+           "  (4 bits, axis 1): P.W_q U8 [R/2,G] for R = N*K/G groups (group r's codes\n"
+           "  in the high nibbles of row r, group R/2+r's in the low ones; R even),\n"
+           "  P.scale and P.zero [R,1] (--scale-type f16, the default, or bf16), and\n"
+           "  hqq's meta values (P.nbits, P.group_size, P.shape, P.axis, P.packing,\n"
+           "  ...); --method hqq: hqq's optimizer for 4 bits (integer zero points\n"
+           "  moved by its half-quadratic solver) instead of rounding to nearest; on\n"
+           "  the CPU (C reference).\n"
            "  --method: rtn (default: the format's rule) or mse (per block, the scale among\n"
            "  the rule's and its neighbours with the least squared error; never worse\n"
            "  than rtn per block; slower, CPU only: --device auto then uses the CPU;\n"
@@ -695,7 +705,9 @@ static void format_choices(char *buf, size_t n) {
 
 /* The integer formats: the ones --group-size and --scale-type apply to;
  * the table formats (nf4, bnb_fp4) take --group-size (their blocks). */
-static int is_integer(nb_format f) { return f == NB_FORMAT_INT4 || f == NB_FORMAT_INT4_SYM || f == NB_FORMAT_INT8; }
+static int is_integer(nb_format f) {
+    return f == NB_FORMAT_INT4 || f == NB_FORMAT_INT4_SYM || f == NB_FORMAT_INT8 || f == NB_FORMAT_INT4_HQQ;
+}
 static int is_table(nb_format f) { return f == NB_FORMAT_NF4 || f == NB_FORMAT_BNB_FP4; }
 
 typedef struct quantize_args {
@@ -719,7 +731,7 @@ static int quantize_parse(int argc, char **argv, quantize_args *a, nb_ckpt_quant
         {.name = "--scale-type", .kind = NBA_CHOICE, .dst = &a->scale, .choices = "f16|bf16"},
         {.name = "--no-default-excludes", .kind = NBA_FLAG, .dst = &o->no_default_excludes},
         {.name = "--device", .kind = NBA_CHOICE, .dst = &a->device, .choices = "auto|cpu|gpu"},
-        {.name = "--method", .kind = NBA_CHOICE, .dst = &a->method, .choices = "rtn|mse"},
+        {.name = "--method", .kind = NBA_CHOICE, .dst = &a->method, .choices = "rtn|mse|hqq"},
         {.name = "--allow-empty", .kind = NBA_FLAG, .dst = &a->allow_empty},
         {.name = "--separate-tensor-scales", .kind = NBA_FLAG, .dst = &a->separate_scales},
         {.name = "--json", .kind = NBA_FLAG, .dst = &a->json},
@@ -746,11 +758,13 @@ static int quantize_parse(int argc, char **argv, quantize_args *a, nb_ckpt_quant
                          "to --format %s", a->fmt);
     const int integer = is_integer(o->format), table = is_table(o->format);
     if (a->group && !integer && !table)
-        return nba_usage("quantize", "--group-size applies to the integer formats (int4, int4_sym, int8) and nf4 / "
-                         "bnb_fp4, not to --format %s", a->fmt);
+        return nba_usage("quantize", "--group-size applies to the integer formats (int4, int4_sym, int8, int4_hqq) "
+                         "and nf4 / bnb_fp4, not to --format %s", a->fmt);
     if (a->scale && !integer)
-        return nba_usage("quantize", "--scale-type applies to the integer formats (int4, int4_sym, int8), not to "
-                         "--format %s", a->fmt);
+        return nba_usage("quantize", "--scale-type applies to the integer formats (int4, int4_sym, int8, int4_hqq), "
+                         "not to --format %s", a->fmt);
+    if (a->group && o->format == NB_FORMAT_INT4_HQQ && !strcmp(a->group, "channel"))
+        return nba_usage("quantize", "--group-size channel: --format int4_hqq takes 32, 64 or 128");
     if (a->group && integer && atoi(a->group) > 128)
         return nba_usage("quantize", "--group-size %s: --format %s takes 32, 64, 128 or channel", a->group, a->fmt);
     if (a->group && table && !strcmp(a->group, "channel"))
@@ -762,7 +776,11 @@ static int quantize_parse(int argc, char **argv, quantize_args *a, nb_ckpt_quant
                                                                                            : NB_MX_SCALE_ROUND_UP;
     if (a->device && nb_ckpt_device_parse(a->device, &o->device) != NB_OK)
         return nba_usage("quantize", "--device: %s", nb_last_error());
-    o->method = a->method && !strcmp(a->method, "mse") ? NB_QUANT_MSE : NB_QUANT_RTN;
+    o->method = !a->method || !strcmp(a->method, "rtn") ? NB_QUANT_RTN
+                : !strcmp(a->method, "mse")             ? NB_QUANT_MSE
+                                                        : NB_QUANT_HQQ;
+    if (o->method == NB_QUANT_HQQ && o->format != NB_FORMAT_INT4_HQQ)
+        return nba_usage("quantize", "--method hqq (hqq's optimizer) serves --format int4_hqq, not %s", a->fmt);
     if (o->method == NB_QUANT_MSE && o->device == NB_CKPT_DEVICE_GPU)
         return nba_usage("quantize", "--method mse runs on the CPU only (--device cpu or auto)");
     if ((integer || table) && o->method == NB_QUANT_MSE)

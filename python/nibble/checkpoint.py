@@ -470,11 +470,14 @@ def quantize_checkpoint(src, dst, format="nvfp4", scale_rule=DEFAULT_SCALE_RULE,
                         progress=None, device="auto", allow_empty=False, method="rtn", group_size=None,
                         scale_type=None, fused_scales=True):
     """`nibble quantize` (nb_ckpt_quantize): write a ModelOpt NVFP4, Quark
-    MXFP4, compressed-tensors pack-quantized int4 / int4_sym / int8 or
-    bitsandbytes nf4 / bnb_fp4 checkpoint of the BF16/F16/F32 checkpoint
-    `src` into directory `dst` (new or empty).  group_size and scale_type
-    apply to int4 / int4_sym / int8: None (the format's default: 128,
-    "f16"), 32, 64, 128 or "channel" (one group per row); "f16" or "bf16".
+    MXFP4, compressed-tensors pack-quantized int4 / int4_sym / int8,
+    bitsandbytes nf4 / bnb_fp4 or HQQ int4_hqq checkpoint of the
+    BF16/F16/F32 checkpoint `src` into directory `dst` (new or empty).
+    group_size and scale_type apply to int4 / int4_sym / int8: None (the
+    format's default: 128, "f16"), 32, 64, 128 or "channel" (one group per
+    row); "f16" or "bf16"; and to int4_hqq (hqq's HQQLinear state_dicts, as
+    save_pretrained writes them): None (64), 32, 64 or 128, and method
+    "hqq" for hqq's optimizer.
     group_size also gives nf4's and bnb_fp4's blocks: None (64), 32, 64,
     ..., 4096 (bitsandbytes' serialization without double quantization,
     every tensor as bitsandbytes' own quantize_4bit and QuantState.as_dict
@@ -524,23 +527,23 @@ def quantize_checkpoint(src, dst, format="nvfp4", scale_rule=DEFAULT_SCALE_RULE,
     opts.device = _lib.CKPT_DEVICES[device]
     opts.allow_empty = 1 if allow_empty else 0
     opts.fused_scales = 1 if fused_scales else 0
-    if method not in ("rtn", "mse"):
-        raise ValueError(f"nibble: unknown method {method!r}; expected 'rtn' or 'mse'")
-    opts.method = 1 if method == "mse" else 0
-    integer = fmt in (Format.INT4, Format.INT4_SYM, Format.INT8)
+    if method not in ("rtn", "mse", "hqq"):
+        raise ValueError(f"nibble: unknown method {method!r}; expected 'rtn', 'mse' or 'hqq'")
+    opts.method = {"rtn": 0, "mse": 1, "hqq": 2}[method]
+    integer = fmt in (Format.INT4, Format.INT4_SYM, Format.INT8, Format.INT4_HQQ)
     table = fmt in (Format.NF4, Format.BNB_FP4)
     if (group_size is not None and not (integer or table)) or (scale_type is not None and not integer):
-        raise ValueError(f"nibble: group_size applies to int4, int4_sym, int8, nf4 and bnb_fp4, scale_type to the "
-                         f"first three, not to {format!r}")
+        raise ValueError(f"nibble: group_size applies to int4, int4_sym, int8, int4_hqq, nf4 and bnb_fp4, "
+                         f"scale_type to the first four, not to {format!r}")
     if group_size is not None:
         blocks = (32, 64, 128) if integer else tuple(32 << i for i in range(8))
-        if group_size == "channel" and integer:
+        if group_size == "channel" and integer and fmt != Format.INT4_HQQ:
             opts.group_size = -1     # NB_CKPT_GROUP_PER_CHANNEL
         elif isinstance(group_size, int) and not isinstance(group_size, bool) and group_size in blocks:
             opts.group_size = group_size
         else:
             raise ValueError(f"nibble: group_size {group_size!r}; expected "
-                             f"{'32, 64, 128 or channel' if integer else '32, 64, ..., 4096'}")
+                             f"{'32, 64, 128' if fmt == Format.INT4_HQQ else '32, 64, 128 or channel' if integer else '32, 64, ..., 4096'}")
     if scale_type is not None:
         st = _scale_type(scale_type, fmt)
         if st not in (ScaleType.F16, ScaleType.BF16):

@@ -351,3 +351,48 @@ def test_hqq_save_pretrained_round_trip(tmp_path, group, st):
     for prefix, mod in layers.items():
         b = again.get_submodule(prefix)
         assert isinstance(b, nt.Linear) and b.format == "int4_hqq" and torch.equal(b.packed, mod.packed), prefix
+
+
+@pytest.mark.parametrize("group,st,method", [(64, "f16", "rtn"), (32, "bf16", "hqq"), (128, "f16", "hqq")])
+def test_quantize_checkpoint_hqq_layout(tmp_path, group, st, method):
+    """nibble.quantize_checkpoint (`nibble quantize --format int4_hqq`, the
+    C writer) writes each layer exactly as save_pretrained does (the tensors
+    of nibble.transformers._hqq_tensors for nibble.quantize of the same
+    weights, rounding to nearest or hqq's optimizer), the same HqqConfig,
+    and hqq itself loads every layer (HQQLinear.load_state_dict) into
+    nibble's dequantization bit for bit."""
+    import json
+    import os
+    st_torch = pytest.importorskip("safetensors.torch")
+    from test_checkpoint import bf16_checkpoint
+    from nibble.transformers import _hqq_tensors, _layout_config
+    shapes = {"model.layers.0.mlp.down_proj": (48, 256), "model.layers.0.self_attn.q_proj": (64, 128),
+              "lm_head": (32, 128)}
+    ws = bf16_checkpoint(str(tmp_path / "bf16"), shapes)
+    out = str(tmp_path / "q")
+    summary = nibble.quantize_checkpoint(str(tmp_path / "bf16"), out, format="int4_hqq", group_size=group,
+                                         scale_type=st, method=method)
+    assert summary["layers_quantized"] == 2 and summary["device"] == "cpu"
+    got = st_torch.load_file(os.path.join(out, "model.safetensors"))
+    td = torch.float16 if st == "f16" else torch.bfloat16
+    for prefix in ("model.layers.0.mlp.down_proj", "model.layers.0.self_attn.q_proj"):
+        qw = nibble.quantize(ws[prefix], "int4_hqq", group_size=group, scale_type=st, method=method)
+        want = _hqq_tensors(qw)
+        mine = {k[len(prefix) + 1:]: v for k, v in got.items() if k.startswith(prefix + ".")}
+        assert set(mine) == set(want), prefix
+        for k, v in want.items():
+            assert mine[k].dtype == v.dtype and mine[k].shape == v.shape and torch.equal(mine[k], v), (prefix, k)
+        h = hqq_quantize.HQQLinear(None, quant_config=None, compute_dtype=td, device="cpu")
+        h.load_state_dict(mine)
+        ref = nibble.dequantize(qw, "float16" if st == "f16" else "bfloat16")
+        np.testing.assert_array_equal(_bits(h.dequantize()), np.asarray(ref).view(np.int16), err_msg=prefix)
+    with open(os.path.join(out, "config.json")) as f:
+        qc = json.load(f)["quantization_config"]
+    assert qc == _layout_config("int4_hqq", None, ["lm_head"], group)
+    with pytest.raises(ValueError, match="group_size 256"):
+        nibble.quantize_checkpoint(str(tmp_path / "bf16"), str(tmp_path / "x"), format="int4_hqq", group_size=256)
+    with pytest.raises(nibble.Error, match="serves int4_hqq only"):
+        nibble.quantize_checkpoint(str(tmp_path / "bf16"), str(tmp_path / "x"), format="int4", method="hqq")
+    with pytest.raises(nibble.Error, match="no device quantizer"):
+        nibble.quantize_checkpoint(str(tmp_path / "bf16"), str(tmp_path / "x"), format="int4_hqq", device="gpu")
+

@@ -948,6 +948,47 @@ cJSON *nbio_qc_ct(nb_format f, int input_acts, const char *const *ignore, size_t
     return qc;
 }
 
+/* transformers' HqqConfig.to_dict() for hqq's 4-bit quantization along
+ * axis 1 in groups of `group` (its quantize flags optimize and round_zero
+ * written false, as HQQLinear's state_dict does: bookkeeping nobody reads),
+ * skip_modules the last components of the unquantized modules' names
+ * (sorted, once each), ["lm_head"] when there are none. */
+cJSON *nbio_qc_hqq(int32_t group, const char *const *skip, size_t n) {
+    cJSON *qc = cJSON_CreateObject();
+    cJSON_AddStringToObject(qc, "quant_method", "hqq");
+    cJSON *c = cJSON_AddObjectToObject(qc, "quant_config");
+    cJSON *w = cJSON_AddObjectToObject(c, "weight_quant_params");
+    cJSON_AddNumberToObject(w, "nbits", 4);
+    cJSON_AddBoolToObject(w, "channel_wise", 1);
+    cJSON_AddNumberToObject(w, "group_size", group);
+    cJSON_AddBoolToObject(w, "optimize", 0);
+    cJSON_AddBoolToObject(w, "round_zero", 0);
+    cJSON_AddNumberToObject(w, "axis", 1);
+    cJSON_AddBoolToObject(w, "view_as_float", 0);
+    cJSON_AddNullToObject(c, "scale_quant_params");
+    cJSON_AddNullToObject(c, "zero_quant_params");
+    cJSON_AddBoolToObject(c, "offload_meta", 0);
+    /* the last components, sorted and unique (skip is sorted by full name) */
+    const char **last = (const char **)calloc(n ? n : 1, sizeof *last);
+    size_t nl = 0;
+    for (size_t i = 0; last && i < n; i++) {
+        const char *dot = strrchr(skip[i], '.');
+        last[nl++] = dot ? dot + 1 : skip[i];
+    }
+    for (size_t i = 1; last && i < nl; i++) /* insertion sort: a model has a handful */
+        for (size_t j = i; j > 0 && strcmp(last[j - 1], last[j]) > 0; j--) {
+            const char *x = last[j];
+            last[j] = last[j - 1];
+            last[j - 1] = x;
+        }
+    cJSON *arr = cJSON_AddArrayToObject(qc, "skip_modules");
+    for (size_t i = 0; last && i < nl; i++)
+        if (i == 0 || strcmp(last[i], last[i - 1])) cJSON_AddItemToArray(arr, cJSON_CreateString(last[i]));
+    if (!nl) cJSON_AddItemToArray(arr, cJSON_CreateString("lm_head"));
+    free(last);
+    return qc;
+}
+
 /* transformers' BitsAndBytesConfig for 4-bit weights without double
  * quantization (the absmax stays F32), as its to_dict() writes it: quant
  * type nf4 or fp4, compute dtype, the modules left unquantized in

@@ -1,6 +1,7 @@
 /* ckpt_quantize.c - BF16/F16/F32 checkpoint -> ModelOpt NVFP4, Quark MXFP4,
- * compressed-tensors pack-quantized int4 / int4_sym / int8 or bitsandbytes
- * nf4 / bnb_fp4 checkpoint (rules and output in nibble_io.h, "quantize").
+ * compressed-tensors pack-quantized int4 / int4_sym / int8, bitsandbytes
+ * nf4 / bnb_fp4 or HQQ int4_hqq checkpoint (rules and output in
+ * nibble_io.h, "quantize").
  *
  * Each output file is streamed through ckpt_out.c: its tensor list (names,
  * dtypes, shapes) is derived from the input shard's header alone - quantized
@@ -39,11 +40,14 @@ enum {
     ROLE_XBLOCKS = 6, /* gpt-oss experts: G.<proj>_blocks */
     ROLE_XSCALES = 7, /* G.<proj>_scales */
     ROLE_QMAP = 8,    /* bitsandbytes: P.weight.quant_map */
-    ROLE_QSTATE = 9   /* P.weight.quant_state.bitsandbytes__<type> */
+    ROLE_QSTATE = 9,  /* P.weight.quant_state.bitsandbytes__<type> */
+    ROLE_HQQ = 10     /* HQQ: ROLE_HQQ + i for member i >= 1 of k_hqq_members (member 0, W_q, is ROLE_CODES) */
 };
-enum { NSLOT = 4 };
+#define N_HQQ 19 /* the members of an HQQLinear state_dict (k_hqq_members) */
+enum { NSLOT = N_HQQ };
 static size_t slot(int role) {
-    return role == ROLE_ZEROS || role == ROLE_QSTATE                    ? 3
+    return role >= ROLE_HQQ                                             ? (size_t)(role - ROLE_HQQ)
+           : role == ROLE_ZEROS || role == ROLE_QSTATE                    ? 3
            : role == ROLE_SHAPE || role == ROLE_TSCALE || role == ROLE_QMAP ? 2
            : role == ROLE_SCALES || role == ROLE_XSCALES                  ? 1
                                                                           : 0;
@@ -54,13 +58,13 @@ static size_t slot(int role) {
  * integer formats); what a layout holds - group, scale dtype, whether there
  * is a weight_scale_2 or a zero point - follows from the format's row in
  * nibble.h.  A format without a row here is NB_ERR_UNSUPPORTED. */
-typedef enum { OUT_MODELOPT = 1, OUT_QUARK = 2, OUT_CT_INT = 3, OUT_BNB = 4 } out_layout;
+typedef enum { OUT_MODELOPT = 1, OUT_QUARK = 2, OUT_CT_INT = 3, OUT_BNB = 4, OUT_HQQ = 5 } out_layout;
 static const struct {
     nb_format format;
     out_layout layout;
 } k_out_layouts[] = {{NB_FORMAT_NVFP4, OUT_MODELOPT},   {NB_FORMAT_MXFP4, OUT_QUARK}, {NB_FORMAT_INT4, OUT_CT_INT},
                      {NB_FORMAT_INT4_SYM, OUT_CT_INT}, {NB_FORMAT_INT8, OUT_CT_INT}, {NB_FORMAT_NF4, OUT_BNB},
-                     {NB_FORMAT_BNB_FP4, OUT_BNB}};
+                     {NB_FORMAT_BNB_FP4, OUT_BNB},     {NB_FORMAT_INT4_HQQ, OUT_HQQ}};
 
 /* The tensors a layout writes for prefix P besides what replaces P.weight:
  * an input that already has one of them keeps P.weight unquantized. */
@@ -71,6 +75,32 @@ static const char *const k_ct_int_names[] = {".weight_packed", ".weight_scale", 
 static const char *const k_bnb_names[] = {".weight.absmax", ".weight.quant_map", ".weight.nested_absmax",
                                           ".weight.nested_quant_map", ".weight.quant_state.bitsandbytes__nf4",
                                           ".weight.quant_state.bitsandbytes__fp4", NULL};
+
+/* HQQ: the members of hqq 0.2.8's HQQLinear.state_dict() for 4 bits along
+ * axis 1, as its encode_safetensor_type writes them for safetensors (what
+ * transformers saves for an HQQ model and nibble's reader takes): W_q U8
+ * [R/2, G] for R = N K / G groups, the meta values as 0-d tensors or UTF-8
+ * bytes.  dt 0: the scales' dtype; rank 0: a 0-d tensor of value v;
+ * text: U8 bytes of it (compute_dtype's text follows the scales' dtype). */
+static const struct {
+    const char *suffix;
+    nb_st_dtype dt;
+    int rank;
+    int64_t v;
+    const char *text;
+} k_hqq_members[N_HQQ] = {
+    {".W_q", NB_ST_U8, 2, 0, NULL},        {".nbits", NB_ST_I32, 0, 4, NULL},
+    {".group_size", NB_ST_I32, 0, 0, NULL}, {".shape", NB_ST_I64, 1, 0, NULL},
+    {".scale", 0, 2, 0, NULL},             {".zero", 0, 2, 0, NULL},
+    {".axis", NB_ST_I32, 0, 1, NULL},      {".packing", NB_ST_U8, 1, 0, "4bit_u8"},
+    {".unpack_view_dtype", NB_ST_U8, 1, 0, "torch.uint8"},
+    {".view_as_float", NB_ST_U8, 0, 0, NULL}, {".quant_scale", NB_ST_U8, 0, 0, NULL},
+    {".quant_zero", NB_ST_U8, 0, 0, NULL}, {".compute_dtype", NB_ST_U8, 1, 0, "torch.float16"},
+    {".offload_meta", NB_ST_U8, 0, 0, NULL}, {".encoded_state_dict", NB_ST_U8, 0, 1, NULL},
+    {".stores_quant_config", NB_ST_U8, 0, 1, NULL}, {".channel_wise", NB_ST_U8, 0, 1, NULL},
+    {".optimize", NB_ST_U8, 0, 0, NULL},   {".round_zero", NB_ST_U8, 0, 0, NULL}};
+static const char *const k_hqq_names[] = {".W_q", ".scale", ".zero", ".nbits", ".group_size", ".shape", ".axis",
+                                          ".packing", NULL};
 
 /* A group of projections that read the same input and that engines run as
  * one layer (nibble_io.h, "quantize", shared tensor scales): the module
@@ -245,6 +275,8 @@ static fate decide(const qstate *q, const nb_st_tensor *t) {
             return T_SHAPE;
     } else if (t->shape[1] % q->group) {
         return T_SHAPE;
+    } else if (q->layout == OUT_HQQ && t->shape[0] * (t->shape[1] / q->group) % 2) {
+        return T_SHAPE; /* (hqq packs the second half of the groups into the first's low nibbles) */
     }
     char *prefix = (char *)malloc(len + 32);
     if (!prefix) return T_OOM;
@@ -257,6 +289,7 @@ static fate decide(const qstate *q, const nb_st_tensor *t) {
     const char *const *names = q->layout == OUT_MODELOPT ? k_modelopt_names
                                : q->layout == OUT_QUARK  ? k_quark_names
                                : q->layout == OUT_BNB    ? k_bnb_names
+                               : q->layout == OUT_HQQ    ? k_hqq_names
                                                          : k_ct_int_names;
     for (size_t i = 0; names[i] && f == T_QUANTIZE; i++) {
         strcpy(prefix + len - 7, names[i]);
@@ -426,11 +459,62 @@ static int bnb_state(const qstate *q, nb_st_dtype dt, int64_t n, int64_t k, char
     return r < 0 || (size_t)r >= len ? -1 : r;
 }
 
+/* The text of HQQ member m: compute_dtype names the scales' dtype. */
+static const char *hqq_text(const qstate *q, int m) {
+    if (!strcmp(k_hqq_members[m].suffix, ".compute_dtype"))
+        return q->scale_type == NB_SCALE_BF16 ? "torch.bfloat16" : "torch.float16";
+    return k_hqq_members[m].text;
+}
+
+/* HQQ's members of an n x k weight in groups of g from nibble's codes,
+ * scales and zero points, written into e[0 .. N_HQQ-1]: W_q [R/2, g] holds
+ * group r's codes (element r g + c of the row-major weight) in the high
+ * nibbles of its row r and those of group R/2 + r in the low ones (hqq's
+ * 4bit_u8 packing); scale and zero [R, 1] are nibble's as they are. */
+static nb_status write_hqq(const qstate *q, nbio_shard *sh, nbio_oent *const *e, const nb_weight_desc *d,
+                           const uint8_t *codes, const uint8_t *scales, const uint8_t *zeros, size_t sbytes) {
+    const int64_t g = d->group_size, rows = d->n * (d->k / g), half = rows / 2;
+    uint8_t *wq = (uint8_t *)malloc((size_t)(half * g));
+    if (!wq) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "out of memory (%lld bytes of W_q)", (long long)(half * g));
+    for (int64_t r = 0; r < half; r++)
+        for (int64_t c = 0; c < g; c++) {
+            const size_t hi = (size_t)(r * g + c), lo = (size_t)((half + r) * g + c);
+            wq[r * g + c] = (uint8_t)(((codes[hi / 2] >> (4 * (hi % 2))) & 15) << 4 | ((codes[lo / 2] >> (4 * (lo % 2))) & 15));
+        }
+    nb_status st = nbio_shard_write(sh, e[0], wq, (size_t)(half * g), 0);
+    free(wq);
+    for (int m = 1; m < N_HQQ && st == NB_OK; m++) {
+        const char *text = hqq_text(q, m);
+        int64_t v = k_hqq_members[m].v;
+        if (!strcmp(k_hqq_members[m].suffix, ".group_size")) v = g;
+        uint8_t b[16];
+        const void *src = b;
+        size_t len = (size_t)e[m]->bytes;
+        if (k_hqq_members[m].dt == 0) { /* scale, zero */
+            src = strcmp(k_hqq_members[m].suffix, ".scale") ? zeros : scales;
+            len = sbytes;
+        } else if (text) {
+            src = text;
+        } else if (k_hqq_members[m].dt == NB_ST_I64) { /* shape {N, K}, little-endian as every writer here */
+            const int64_t shape[2] = {d->n, d->k};
+            memcpy(b, shape, sizeof shape);
+        } else {
+            const int32_t w = (int32_t)v; /* I32 or U8 0-d: the low bytes */
+            memcpy(b, &w, 4);
+        }
+        if (len != (size_t)e[m]->bytes)
+            return nbi_fail(NULL, NB_ERR_INTERNAL, "%s: %zu bytes, planned %llu", e[m]->name, len,
+                            (unsigned long long)e[m]->bytes);
+        st = nbio_shard_write(sh, e[m], src, len, 0);
+    }
+    return st;
+}
+
 /* Quantize input tensor t into its entries e[slot(role)]: codes, scales and
  * the tensor scale (FP4 layouts), or weight_packed, weight_scale,
  * weight_shape and weight_zero_point (compressed-tensors int4, int4_sym,
- * int8; zero point for int4 only), or bitsandbytes' weight, absmax,
- * quant_map and quant_state (nf4, bnb_fp4). */
+ * int8; zero point for int4 only), bitsandbytes' weight, absmax,
+ * quant_map and quant_state (nf4, bnb_fp4), or HQQ's members (int4_hqq). */
 static nb_status quantize_one(qstate *q, nbio_shard *sh, const nb_st_tensor *t, nbio_oent *const *e) {
     nb_weight_desc d;
     nb_status st = weight_desc(q, t->shape[0], t->shape[1], &d);
@@ -452,7 +536,7 @@ static nb_status quantize_one(qstate *q, nbio_shard *sh, const nb_st_tensor *t, 
         memcpy(copy, src, t->bytes);
         src = copy;
     }
-    const int ct = q->layout == OUT_CT_INT, bnb = q->layout == OUT_BNB;
+    const int ct = q->layout == OUT_CT_INT, bnb = q->layout == OUT_BNB, hqq = q->layout == OUT_HQQ;
     uint8_t *codes = (uint8_t *)malloc(sz.codes_bytes), *scales = (uint8_t *)malloc(sz.scales_bytes);
     uint8_t *zeros = sz.zeros_bytes ? (uint8_t *)malloc(sz.zeros_bytes) : NULL;
     uint8_t *packed = ct ? (uint8_t *)malloc((size_t)e[0]->bytes) : NULL;
@@ -461,7 +545,7 @@ static nb_status quantize_one(qstate *q, nbio_shard *sh, const nb_st_tensor *t, 
     if (!codes || !scales || (sz.zeros_bytes && !zeros) || (ct && !packed) || (ct && e[3] && !zpacked)) {
         st = nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "%s: out of memory (%zu bytes of codes)", t->name, sz.codes_bytes);
     } else if ((st = q->gpu ? nb_quantize_staged(q->ctx, &d, nb_dt(t->dtype), src, codes, scales, NULL)
-                     : ct || bnb ? nb_quantize_host_v2(q->ctx, &d, nb_dt(t->dtype), src, &out)
+                     : ct || bnb || hqq ? nb_quantize_host_v2(q->ctx, &d, nb_dt(t->dtype), src, &out)
                             : nb_quantize_host(q->ctx, &d, nb_dt(t->dtype), src, codes, scales)) != NB_OK) {
         st = nbi_fail(NULL, st, "%s: %s", t->name, nb_context_last_error(q->ctx));
     } else if (ct) {
@@ -473,6 +557,8 @@ static nb_status quantize_one(qstate *q, nbio_shard *sh, const nb_st_tensor *t, 
             (st = nbio_shard_write(sh, e[1], scales, sz.scales_bytes, 0)) == NB_OK &&
             (st = nbio_shard_write(sh, e[2], shape, sizeof shape, 0)) == NB_OK && zpacked)
             st = nbio_shard_write(sh, e[3], zpacked, (size_t)e[3]->bytes, 0);
+    } else if (hqq) {
+        st = write_hqq(q, sh, e, &d, codes, scales, zeros, sz.scales_bytes);
     } else if (bnb) {
         /* the codes in row-major order, the first of each pair in the high
          * nibble (nibble's checkpoint layout has it in the low one); the
@@ -604,11 +690,27 @@ static nb_status plan_entry(nbio_oent *e, const nb_st_tensor *t, size_t i, int r
  * P.weight_shape I64 [2], and for int4 P.weight_zero_point I32
  * [ceil(N/8), K/G].  bitsandbytes: P.weight U8 [N*K/2, 1],
  * P.weight.absmax F32 [N*K/B], P.weight.quant_map F32 [16] and
- * P.weight.quant_state.bitsandbytes__nf4 (__fp4) U8, its JSON. */
+ * P.weight.quant_state.bitsandbytes__nf4 (__fp4) U8, its JSON.  HQQ: the
+ * members of k_hqq_members under prefix P (P.W_q, P.scale, P.zero, ...). */
 static nb_status plan_quantized(const qstate *q, nbio_oent *ents, size_t *ne, const nb_st_tensor *t, size_t i) {
     const int64_t n = t->shape[0], k = t->shape[1];
     const int64_t g = q->group == NB_CKPT_GROUP_PER_CHANNEL ? k : q->group;
     nb_status st;
+    if (q->layout == OUT_HQQ) {
+        const int64_t rows = n * (k / g);
+        const nb_st_dtype sdt = q->scale_type == NB_SCALE_BF16 ? NB_ST_BF16 : NB_ST_F16;
+        for (int m = 0; m < N_HQQ; m++) {
+            const char *text = hqq_text(q, m);
+            int64_t d0 = -1, d1 = -1;
+            if (m == 0) d0 = rows / 2, d1 = g;
+            else if (!k_hqq_members[m].dt) d0 = rows, d1 = 1;
+            else if (k_hqq_members[m].rank == 1) d1 = text ? (int64_t)strlen(text) : 2;
+            if ((st = plan_entry(&ents[(*ne)++], t, i, m ? ROLE_HQQ + m : ROLE_CODES, k_hqq_members[m].suffix,
+                                 k_hqq_members[m].dt ? k_hqq_members[m].dt : sdt, d0, d1)))
+                return st;
+        }
+        return NB_OK;
+    }
     if (q->layout == OUT_BNB) {
         char js[192];
         const int len = bnb_state(q, t->dtype, n, k, js, sizeof js);
@@ -799,6 +901,7 @@ static nb_status write_configs(qstate *q, cJSON *config) {
     cJSON *qc = q->layout == OUT_MODELOPT ? nbio_qc_modelopt(ex, q->nexcl)
                 : q->layout == OUT_QUARK  ? nbio_qc_quark(mx_mode(q->o->mx_rule), ex, q->nexcl)
                 : q->layout == OUT_BNB    ? nbio_qc_bnb(q->o->format, bnb_compute_dtype(config), ex, q->nexcl)
+                : q->layout == OUT_HQQ    ? nbio_qc_hqq(q->group, ex, q->nexcl)
                                           : nbio_qc_ct_int(q->o->format, q->group, ex, q->nexcl);
     cJSON_DeleteItemFromObjectCaseSensitive(config, "quantization_config");
     cJSON_AddItemToObject(config, "quantization_config", qc);
@@ -842,10 +945,10 @@ static nb_status check_opts(qstate *q, const nb_ckpt_quantize_opts *opts) {
     if (st != NB_OK) return st;
     for (size_t i = 0; i < sizeof k_out_layouts / sizeof k_out_layouts[0]; i++)
         if (k_out_layouts[i].format == opts->format) q->layout = k_out_layouts[i].layout;
-    if (!q->layout || (q->layout != OUT_CT_INT && q->layout != OUT_BNB && !nbio_scale_dtype(q->fi.scale_type)))
+    if (!q->layout || (q->layout < OUT_CT_INT && !nbio_scale_dtype(q->fi.scale_type)))
         return nbi_fail(NULL, NB_ERR_UNSUPPORTED, "nb_ckpt_quantize: no checkpoint layout is written for format %s "
                         "(ModelOpt holds nvfp4, Quark mxfp4, compressed-tensors int4, int4_sym and int8, "
-                        "bitsandbytes nf4 and bnb_fp4)", q->fi.name);
+                        "bitsandbytes nf4 and bnb_fp4, HQQ int4_hqq)", q->fi.name);
     q->group = q->fi.group_size;
     q->scale_type = q->fi.scale_type;
     if (q->layout == OUT_CT_INT) {
@@ -868,16 +971,32 @@ static nb_status check_opts(qstate *q, const nb_ckpt_quantize_opts *opts) {
             return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_ckpt_quantize: scale_type %d: %s's absmax is F32 "
                             "(leave it 0)", (int)opts->scale_type, q->fi.name);
         if (g) q->group = g;
+    } else if (q->layout == OUT_HQQ) {
+        const int32_t g = opts->group_size;
+        if (g && (g <= 0 || g > 128 || (g & (g - 1)) || !(q->fi.groups & g)))
+            return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_ckpt_quantize: group_size %d: %s checkpoints (HQQ) take "
+                            "32, 64 or 128 (0: %d)", (int)g, q->fi.name, (int)q->fi.group_size);
+        if (opts->scale_type && opts->scale_type != NB_SCALE_F16 && opts->scale_type != NB_SCALE_BF16)
+            return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_ckpt_quantize: scale_type %d: %s checkpoints hold F16 "
+                            "(%d) or BF16 (%d) scales and zero points (0: F16)", (int)opts->scale_type, q->fi.name,
+                            NB_SCALE_F16, NB_SCALE_BF16);
+        if (g) q->group = g;
+        if (opts->scale_type) q->scale_type = (nb_scale_type)opts->scale_type;
     } else if (opts->group_size || opts->scale_type) {
         return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_ckpt_quantize: group_size and scale_type choose the group "
                         "and scales of the integer formats (group_size also nf4's and bnb_fp4's blocks); %s's are "
                         "fixed (leave them 0)", q->fi.name);
     }
-    /* the integer and table formats: the C reference's rounding to nearest, on the CPU */
-    if (q->layout == OUT_CT_INT || q->layout == OUT_BNB) {
-        if (opts->method != NB_QUANT_RTN)
+    if (opts->method == NB_QUANT_HQQ && q->layout != OUT_HQQ)
+        return nbi_fail(NULL, NB_ERR_UNSUPPORTED, "nb_ckpt_quantize: method hqq (%d) serves int4_hqq only, not %s",
+                        (int)opts->method, q->fi.name);
+    /* the integer and table formats: the C reference (rounding to nearest;
+     * int4_hqq also hqq's optimizer), on the CPU */
+    if (q->layout == OUT_CT_INT || q->layout == OUT_BNB || q->layout == OUT_HQQ) {
+        if (opts->method != NB_QUANT_RTN && !(q->layout == OUT_HQQ && opts->method == NB_QUANT_HQQ))
             return nbi_fail(NULL, NB_ERR_UNSUPPORTED, "nb_ckpt_quantize: method %d: %s is quantized by rounding to "
-                            "nearest only (the MSE scale search serves nvfp4 and mxfp4)", (int)opts->method, q->fi.name);
+                            "nearest only (the MSE scale search serves nvfp4 and mxfp4, hqq's optimizer int4_hqq)",
+                            (int)opts->method, q->fi.name);
         if (opts->device == NB_CKPT_DEVICE_GPU)
             return nbi_fail(NULL, NB_ERR_UNSUPPORTED, "nb_ckpt_quantize: %s has no device quantizer; use device cpu "
                             "or auto (both run nb_quantize_host_v2)", q->fi.name);
@@ -895,9 +1014,9 @@ static nb_status check_opts(qstate *q, const nb_ckpt_quantize_opts *opts) {
     if (opts->allow_empty != 0 && opts->allow_empty != 1)
         return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_ckpt_quantize: allow_empty is %d (0 or 1)",
                         (int)opts->allow_empty);
-    if (opts->method != NB_QUANT_RTN && opts->method != NB_QUANT_MSE)
-        return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_ckpt_quantize: unknown method %d (rtn %d, mse %d)",
-                        (int)opts->method, NB_QUANT_RTN, NB_QUANT_MSE);
+    if (opts->method != NB_QUANT_RTN && opts->method != NB_QUANT_MSE && opts->method != NB_QUANT_HQQ)
+        return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_ckpt_quantize: unknown method %d (rtn %d, mse %d, hqq %d)",
+                        (int)opts->method, NB_QUANT_RTN, NB_QUANT_MSE, NB_QUANT_HQQ);
     if (opts->fused_scales != 0 && opts->fused_scales != 1)
         return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_ckpt_quantize: fused_scales is %d (0 or 1)",
                         (int)opts->fused_scales);
@@ -990,7 +1109,7 @@ static nb_status open_input(qstate *q, const char *file, int sharded, cJSON **co
     q->gptoss = o->format == NB_FORMAT_MXFP4 && cJSON_IsString(mt) && !strcmp(mt->valuestring, "gpt_oss");
     /* MSE, the integer and the table formats have no device version: auto means the CPU then */
     const nb_ckpt_device where =
-        o->method == NB_QUANT_MSE || q->layout == OUT_CT_INT || q->layout == OUT_BNB ? NB_CKPT_DEVICE_CPU : o->device;
+        o->method == NB_QUANT_MSE || q->layout >= OUT_CT_INT ? NB_CKPT_DEVICE_CPU : o->device;
     if ((st = survey(q, file)) != NB_OK || (st = open_device(q, where)) != NB_OK) return st;
     q->sum.device = q->gpu ? NB_CKPT_DEVICE_GPU : NB_CKPT_DEVICE_CPU;
     return NB_OK;

@@ -206,6 +206,9 @@ NB_INTERNAL cJSON *nbio_qc_ct_int(nb_format f, int32_t group, const char *const 
  * double quantization), compute dtype "bfloat16", "float16" or "float32",
  * skip the modules left unquantized. */
 NB_INTERNAL cJSON *nbio_qc_bnb(nb_format f, const char *compute_dtype, const char *const *skip, size_t n);
+/* transformers' HqqConfig for int4_hqq weights in groups of `group` (4 bits,
+ * axis 1), skip_modules from the unquantized modules' names. */
+NB_INTERNAL cJSON *nbio_qc_hqq(int32_t group, const char *const *skip, size_t n);
 
 /* ------------------------------------------------------------ ckpt_out.c
  * Writing a checkpoint directory, shared by nb_ckpt_quantize and
