@@ -4,10 +4,10 @@
  * quantized into another, and the output read back.
  *
  * Input: one byte of options (bits 0-2: the format, NVFP4 MXFP4 INT4
- * INT4_SYM INT8; bit 3: MXFP4's ROUND_UP rule; bit 4: the MSE method for
- * the FP4 formats; bit 5: per-layer NVFP4 tensor scales; bit 6: copy a
- * checkpoint with nothing to quantize; bit 7: group 32 for the integer
- * formats), a little-endian 16-bit length of config.json (0: absent), its
+ * INT4_SYM INT8 NF4 BNB_FP4 INT4_HQQ; bit 3: MXFP4's ROUND_UP rule; bit 4:
+ * the MSE method for the FP4 formats, hqq's optimizer for INT4_HQQ; bit 5:
+ * per-layer NVFP4 tensor scales; bit 6: copy a checkpoint with nothing to
+ * quantize; bit 7: group (block) 32 for the integer and table formats), a little-endian 16-bit length of config.json (0: absent), its
  * text, then the safetensors image.  Invariants, each a trap that libFuzzer
  * reports as a crash (with the line): a failure writes a message; an
  * output opens again (nb_ckpt_open); when the input held no layer of the
@@ -66,6 +66,9 @@ static nb_ckpt_format layout_of(nb_format f) {
     case NB_FORMAT_MXFP4: return NB_CKPT_QUARK_MXFP4;
     case NB_FORMAT_INT4: return NB_CKPT_CT_INT4;
     case NB_FORMAT_INT4_SYM: return NB_CKPT_CT_INT4_SYM;
+    case NB_FORMAT_NF4: return NB_CKPT_BNB_NF4;
+    case NB_FORMAT_BNB_FP4: return NB_CKPT_BNB_FP4;
+    case NB_FORMAT_INT4_HQQ: return NB_CKPT_HQQ_INT4;
     default: return NB_CKPT_CT_INT8;
     }
 }
@@ -82,11 +85,11 @@ static size_t count_layout(const nb_ckpt *c, nb_ckpt_format f) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 3) return 0;
-    static const nb_format fmts[5] = {NB_FORMAT_NVFP4, NB_FORMAT_MXFP4, NB_FORMAT_INT4, NB_FORMAT_INT4_SYM,
-                                      NB_FORMAT_INT8};
+    static const nb_format fmts[8] = {NB_FORMAT_NVFP4, NB_FORMAT_MXFP4, NB_FORMAT_INT4,    NB_FORMAT_INT4_SYM,
+                                      NB_FORMAT_INT8,  NB_FORMAT_NF4,   NB_FORMAT_BNB_FP4, NB_FORMAT_INT4_HQQ};
     const uint8_t o = data[0];
     const size_t cl = (size_t)data[1] | (size_t)data[2] << 8;
-    if (cl > size - 3 || (o & 7) > 4) return 0;
+    if (cl > size - 3) return 0;
     const uint8_t *cfg = data + 3, *img = data + 3 + cl;
     const size_t ni = size - 3 - cl;
     if (!g_root[0]) {
@@ -121,7 +124,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     opts.device = NB_CKPT_DEVICE_CPU;
     opts.mx_rule = (o & 8) ? NB_MX_SCALE_ROUND_UP : NB_MX_SCALE_EVEN;
     const int fp4 = f == NB_FORMAT_NVFP4 || f == NB_FORMAT_MXFP4;
-    opts.method = fp4 && (o & 16) ? NB_QUANT_MSE : NB_QUANT_RTN;
+    opts.method = !(o & 16) ? NB_QUANT_RTN : fp4 ? NB_QUANT_MSE : f == NB_FORMAT_INT4_HQQ ? NB_QUANT_HQQ : NB_QUANT_RTN;
     opts.fused_scales = (o & 32) ? 0 : 1;
     opts.allow_empty = (o & 64) ? 1 : 0;
     opts.group_size = !fp4 && (o & 128) ? 32 : 0;

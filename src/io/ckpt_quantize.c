@@ -99,8 +99,7 @@ static const struct {
     {".offload_meta", NB_ST_U8, 0, 0, NULL}, {".encoded_state_dict", NB_ST_U8, 0, 1, NULL},
     {".stores_quant_config", NB_ST_U8, 0, 1, NULL}, {".channel_wise", NB_ST_U8, 0, 1, NULL},
     {".optimize", NB_ST_U8, 0, 0, NULL},   {".round_zero", NB_ST_U8, 0, 0, NULL}};
-static const char *const k_hqq_names[] = {".W_q", ".scale", ".zero", ".nbits", ".group_size", ".shape", ".axis",
-                                          ".packing", NULL};
+
 
 /* A group of projections that read the same input and that engines run as
  * one layer (nibble_io.h, "quantize", shared tensor scales): the module
@@ -289,10 +288,13 @@ static fate decide(const qstate *q, const nb_st_tensor *t) {
     const char *const *names = q->layout == OUT_MODELOPT ? k_modelopt_names
                                : q->layout == OUT_QUARK  ? k_quark_names
                                : q->layout == OUT_BNB    ? k_bnb_names
-                               : q->layout == OUT_HQQ    ? k_hqq_names
                                                          : k_ct_int_names;
-    for (size_t i = 0; names[i] && f == T_QUANTIZE; i++) {
+    for (size_t i = 0; q->layout != OUT_HQQ && names[i] && f == T_QUANTIZE; i++) {
         strcpy(prefix + len - 7, names[i]);
+        if (tensor_exists(q, prefix)) f = T_SCALES;
+    }
+    for (size_t m = 0; q->layout == OUT_HQQ && m < N_HQQ && f == T_QUANTIZE; m++) { /* every member hqq writes */
+        strcpy(prefix + len - 7, k_hqq_members[m].suffix);
         if (tensor_exists(q, prefix)) f = T_SCALES;
     }
     free(prefix);
