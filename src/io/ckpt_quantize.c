@@ -953,35 +953,25 @@ static nb_status check_opts(qstate *q, const nb_ckpt_quantize_opts *opts) {
                         "bitsandbytes nf4 and bnb_fp4, HQQ int4_hqq)", q->fi.name);
     q->group = q->fi.group_size;
     q->scale_type = q->fi.scale_type;
-    if (q->layout == OUT_CT_INT) {
-        const int32_t g = opts->group_size;
-        if (g && g != NB_CKPT_GROUP_PER_CHANNEL && (g < 0 || g > 4096 || (g & (g - 1)) || !(q->fi.groups & g)))
-            return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_ckpt_quantize: group_size %d: %s takes 32, 64, 128 or "
-                            "NB_CKPT_GROUP_PER_CHANNEL (0: %d)", (int)g, q->fi.name, (int)q->fi.group_size);
+    if (q->layout == OUT_CT_INT || q->layout == OUT_HQQ || q->layout == OUT_BNB) {
+        /* the group (the row's set; per channel for compressed-tensors only) and, but for the table
+         * formats' F32 absmax, F16 or BF16 scales */
+        const int32_t g = opts->group_size, channel = q->layout == OUT_CT_INT;
+        if (g && !(channel && g == NB_CKPT_GROUP_PER_CHANNEL) &&
+            (g <= 0 || g > 4096 || (g & (g - 1)) || !(q->fi.groups & g)))
+            return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_ckpt_quantize: group_size %d: %s takes %s (0: %d)",
+                            (int)g, q->fi.name,
+                            q->layout == OUT_BNB ? "blocks of 32, 64, ..., 4096"
+                            : channel            ? "32, 64, 128 or NB_CKPT_GROUP_PER_CHANNEL"
+                                                 : "32, 64 or 128 (HQQ checkpoints)",
+                            (int)q->fi.group_size);
+        if (opts->scale_type && q->layout == OUT_BNB)
+            return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_ckpt_quantize: scale_type %d: %s's absmax is F32 "
+                            "(leave it 0)", (int)opts->scale_type, q->fi.name);
         if (opts->scale_type && opts->scale_type != NB_SCALE_F16 && opts->scale_type != NB_SCALE_BF16)
             return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_ckpt_quantize: scale_type %d: %s checkpoints hold F16 "
                             "(%d) or BF16 (%d) scales (0: F16)", (int)opts->scale_type, q->fi.name, NB_SCALE_F16,
                             NB_SCALE_BF16);
-        if (g) q->group = g;
-        if (opts->scale_type) q->scale_type = (nb_scale_type)opts->scale_type;
-    } else if (q->layout == OUT_BNB) {
-        const int32_t g = opts->group_size;
-        if (g && (g <= 0 || g > 4096 || (g & (g - 1)) || !(q->fi.groups & g)))
-            return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_ckpt_quantize: group_size %d: %s takes blocks of 32, "
-                            "64, ..., 4096 (0: %d)", (int)g, q->fi.name, (int)q->fi.group_size);
-        if (opts->scale_type)
-            return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_ckpt_quantize: scale_type %d: %s's absmax is F32 "
-                            "(leave it 0)", (int)opts->scale_type, q->fi.name);
-        if (g) q->group = g;
-    } else if (q->layout == OUT_HQQ) {
-        const int32_t g = opts->group_size;
-        if (g && (g <= 0 || g > 128 || (g & (g - 1)) || !(q->fi.groups & g)))
-            return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_ckpt_quantize: group_size %d: %s checkpoints (HQQ) take "
-                            "32, 64 or 128 (0: %d)", (int)g, q->fi.name, (int)q->fi.group_size);
-        if (opts->scale_type && opts->scale_type != NB_SCALE_F16 && opts->scale_type != NB_SCALE_BF16)
-            return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_ckpt_quantize: scale_type %d: %s checkpoints hold F16 "
-                            "(%d) or BF16 (%d) scales and zero points (0: F16)", (int)opts->scale_type, q->fi.name,
-                            NB_SCALE_F16, NB_SCALE_BF16);
         if (g) q->group = g;
         if (opts->scale_type) q->scale_type = (nb_scale_type)opts->scale_type;
     } else if (opts->group_size || opts->scale_type) {
