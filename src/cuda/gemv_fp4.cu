@@ -523,7 +523,6 @@ __global__ void __launch_bounds__(WARPS * 32, GEMV_MINB) gemv_table_kernel(const
 #define XS_XSEGS 5
 #define XS_MINB 2
 #define XS_THREADS(XW) (((XW) + 1) * 32) /* XW consumer warps + the activation producer warp */
-#define XS_WIDE NBI_GEMV_WIDE_WARPS
 
 /* The producer warp: segment s of the CTA's nch chunks of activations
  * (k chunk kc0 first; WRAP: back to 0 where a tile ends) into slot
@@ -1056,13 +1055,13 @@ static gemv_fn pick_k1(int mt) {
 template <int FMT, int ACT>
 static gemv_fn pick_mt(int mt, int xs, int rpw, int early, int sk, int warps) {
     if (!xs) return early ? pick_k1<FMT, ACT, true>(mt) : pick_k1<FMT, ACT, false>(mt);
-    /* the wide instance (plan.c, k2_wave): XS_WIDE consumer warps, one CTA
+    /* the wide instance (plan.c, k2_wave): NBI_GEMV_WIDE_WARPS consumer warps, one CTA
      * per SM, 17..24 tokens, two row blocks per warp; on the stream-K grid,
      * or the split grid where the tiles are exactly one wave */
-    if (warps == XS_WIDE) {
+    if (warps == NBI_GEMV_WIDE_WARPS) {
         if (xs != 2 || rpw != 2 || mt != 3) return NULL;
-        return sk ? gemv_fp4_xs_kernel<FMT, ACT, 3, 2, XS_STAGES, XS_SEG, XS_XSEGS, 1, true, XS_WIDE>
-                  : gemv_fp4_xs_kernel<FMT, ACT, 3, 2, XS_STAGES, XS_SEG, XS_XSEGS, 1, false, XS_WIDE>;
+        return sk ? gemv_fp4_xs_kernel<FMT, ACT, 3, 2, XS_STAGES, XS_SEG, XS_XSEGS, 1, true, NBI_GEMV_WIDE_WARPS>
+                  : gemv_fp4_xs_kernel<FMT, ACT, 3, 2, XS_STAGES, XS_SEG, XS_XSEGS, 1, false, NBI_GEMV_WIDE_WARPS>;
     }
     if (warps != NBI_GEMV_WARPS) return NULL;
 #define XS_KERNEL(MT, R) gemv_fp4_xs_kernel<FMT, ACT, MT, R, XS_STAGES, XS_SEG, XS_XSEGS, XS_MINB, false, NBI_GEMV_WARPS>
