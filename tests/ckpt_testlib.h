@@ -269,6 +269,46 @@ static inline void ckpt_output_close(nb_st_file *f, nb_ckpt *c, nb_context *ctx)
     nb_st_close(f);
 }
 
+/* Layer `prefix` of the written checkpoint c as the reader sees it: the
+ * layout `lay` of want's n x k, declared by config.json (not excluded, not
+ * mismatched, K in order), and nb_ckpt_layer_weight_v2 giving want's
+ * format, group and scale type with exactly the reference quantizer's codes,
+ * scales and zero points (rc, rs, rz; sizes sz). */
+static inline void check_read_back(nb_ckpt *c, const char *out, const char *prefix, nb_ckpt_format lay,
+                                   const nb_weight_desc *want, const nb_weight_sizes_v2 *sz, const uint8_t *rc,
+                                   const uint8_t *rs, const uint8_t *rz) {
+    size_t li = 0;
+    nb_status st = nb_ckpt_layer_find(c, prefix, &li);
+    CHECK(st == NB_OK, "%s: layer %s not found", out, prefix);
+    if (st != NB_OK) return;
+    nb_ckpt_layer L;
+    nb_ckpt_layer_at(c, li, &L);
+    CHECK(L.format == lay && L.n == want->n && L.k == want->k && !L.config_mismatch && !L.excluded && !L.k_permuted &&
+              L.decided_by == NB_CKPT_SRC_CONFIG_JSON,
+          "%s: %s is %s %lldx%lld by %s (%s)", out, prefix, fmt_name(L.format), (long long)L.n, (long long)L.k,
+          src_name(L.decided_by), L.problem);
+    nb_weight_desc got;
+    uint8_t *gc = (uint8_t *)calloc(1, sz->codes_bytes), *gs = (uint8_t *)calloc(1, sz->scales_bytes);
+    uint8_t *gz = sz->zeros_bytes ? (uint8_t *)calloc(1, sz->zeros_bytes) : NULL;
+    const nb_weight_buffers gb = {.codes = gc, .scales = gs, .zeros = gz};
+    nb_weight_sizes_v2 cap = *sz;
+    st = nb_ckpt_layer_weight_v2(c, li, 0, &got, &gb, &cap);
+    CHECK(st == NB_OK, "%s: %s weight_v2: %s", out, prefix, nb_last_error());
+    if (st == NB_OK) {
+        CHECK(got.format == want->format && got.group_size == want->group_size && got.scale_type == want->scale_type &&
+                  got.n == want->n && got.k == want->k,
+              "%s: %s read back as format %d group %d scales %d", out, prefix, (int)got.format, (int)got.group_size,
+              (int)got.scale_type);
+        CHECK(!memcmp(gc, rc, sz->codes_bytes), "%s: %s codes differ from nb_quantize_host_v2", out, prefix);
+        CHECK(!memcmp(gs, rs, sz->scales_bytes), "%s: %s scales differ from nb_quantize_host_v2", out, prefix);
+        CHECK(!rz || !memcmp(gz, rz, sz->zeros_bytes), "%s: %s zero points differ from nb_quantize_host_v2", out,
+              prefix);
+    }
+    free(gc);
+    free(gs);
+    free(gz);
+}
+
 /* Tensor t of the fixture (its bytes src) copied into f byte for byte. */
 static inline void check_copy(const nb_st_file *f, const ispec *t, const void *src, size_t bytes, const char *out) {
     nb_st_tensor x;

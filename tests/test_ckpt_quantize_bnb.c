@@ -81,8 +81,8 @@ static void check_layer(const nb_st_file *f, nb_ckpt *c, nb_context *ctx, size_t
     CHECK(nb_weight_desc_validate(&d) == NB_OK && nb_weight_get_sizes_v2(&d, &sz) == NB_OK, "%s: desc", prefix);
     uint8_t *rc = (uint8_t *)malloc(sz.codes_bytes), *rs = (uint8_t *)malloc(sz.scales_bytes);
     const nb_weight_buffers rb = {.codes = rc, .scales = rs};
-    nb_status st = nb_quantize_host_v2(ctx, &d, src_dtype(p->dt), g_src[i], &rb);
-    CHECK(st == NB_OK, "%s: reference quantize: %s", prefix, nb_last_error());
+    CHECK(nb_quantize_host_v2(ctx, &d, src_dtype(p->dt), g_src[i], &rb) == NB_OK, "%s: reference quantize: %s",
+          prefix, nb_last_error());
 
     nb_st_tensor t;
     /* weight U8 [N K / 2, 1]: byte j holds code 2j in its high nibble and 2j + 1 in its low one */
@@ -137,30 +137,7 @@ static void check_layer(const nb_st_file *f, nb_ckpt *c, nb_context *ctx, size_t
     CHECK(nb_st_tensor_find(f, name, &t) == NB_ERR_NOT_FOUND, "%s: %s written", out, name);
 
     /* the reader: bnb-nf4 / bnb-fp4, declared by config.json, the same bytes back */
-    size_t li = 0;
-    st = nb_ckpt_layer_find(c, prefix, &li);
-    CHECK(st == NB_OK, "%s: layer %s not found", out, prefix);
-    if (st == NB_OK) {
-        nb_ckpt_layer L;
-        nb_ckpt_layer_at(c, li, &L);
-        CHECK(L.format == bnb_layout(fmt) && L.n == n && L.k == k && !L.config_mismatch && !L.excluded,
-              "%s: %s is %s %lldx%lld by %s (%s)", out, prefix, fmt_name(L.format), (long long)L.n, (long long)L.k,
-              src_name(L.decided_by), L.problem);
-        nb_weight_desc got;
-        uint8_t *gc = (uint8_t *)calloc(1, sz.codes_bytes), *gs = (uint8_t *)calloc(1, sz.scales_bytes);
-        const nb_weight_buffers gb = {.codes = gc, .scales = gs};
-        nb_weight_sizes_v2 cap = sz;
-        st = nb_ckpt_layer_weight_v2(c, li, 0, &got, &gb, &cap);
-        CHECK(st == NB_OK, "%s: %s weight_v2: %s", out, prefix, nb_last_error());
-        if (st == NB_OK) {
-            CHECK(got.format == fmt && got.group_size == b && got.n == n && got.k == k,
-                  "%s: %s read back as format %d block %d", out, prefix, (int)got.format, (int)got.group_size);
-            CHECK(!memcmp(gc, rc, sz.codes_bytes), "%s: %s codes differ from nb_quantize_host_v2", out, prefix);
-            CHECK(!memcmp(gs, rs, sz.scales_bytes), "%s: %s absmax differs from nb_quantize_host_v2", out, prefix);
-        }
-        free(gc);
-        free(gs);
-    }
+    check_read_back(c, out, prefix, bnb_layout(fmt), &d, &sz, rc, rs, NULL);
     free(rc);
     free(rs);
 }
@@ -289,27 +266,8 @@ static void check_hqq_layer(const nb_st_file *f, nb_ckpt *c, nb_context *ctx, si
         const char *want = sty == NB_SCALE_BF16 ? "torch.bfloat16" : "torch.float16";
         CHECK(t.bytes == strlen(want) && !memcmp(t.data, want, strlen(want)), "%s: %s", out, t.name);
     }
-    /* the reader: hqq-int4, the same bytes back */
-    size_t li = 0;
-    nb_ckpt_layer L;
-    if (nb_ckpt_layer_find(c, prefix, &li) == NB_OK && nb_ckpt_layer_at(c, li, &L) == NB_OK) {
-        CHECK(L.format == NB_CKPT_HQQ_INT4 && L.n == n && L.k == k && !L.config_mismatch, "%s: %s is %s (%s)", out,
-              prefix, fmt_name(L.format), L.problem);
-        nb_weight_desc got;
-        uint8_t *gc = (uint8_t *)calloc(1, sz.codes_bytes), *gs = (uint8_t *)calloc(1, sz.scales_bytes);
-        uint8_t *gz = (uint8_t *)calloc(1, sz.zeros_bytes);
-        const nb_weight_buffers gb = {.codes = gc, .scales = gs, .zeros = gz};
-        nb_weight_sizes_v2 cap = sz;
-        const nb_status st = nb_ckpt_layer_weight_v2(c, li, 0, &got, &gb, &cap);
-        CHECK(st == NB_OK && got.format == NB_FORMAT_INT4_HQQ && got.group_size == g && got.scale_type == sty &&
-                  !memcmp(gc, rc, sz.codes_bytes) && !memcmp(gs, rs, sz.scales_bytes) && !memcmp(gz, rz, sz.zeros_bytes),
-              "%s: %s read back differs from nb_quantize_host_v2 (%s)", out, prefix, nb_last_error());
-        free(gc);
-        free(gs);
-        free(gz);
-    } else {
-        CHECK(0, "%s: layer %s not found", out, prefix);
-    }
+    /* the reader: hqq-int4, declared by config.json, the same bytes back */
+    check_read_back(c, out, prefix, NB_CKPT_HQQ_INT4, &d, &sz, rc, rs, rz);
     free(rc);
     free(rs);
     free(rz);

@@ -154,37 +154,7 @@ static void check_layer(const nb_st_file *f, nb_ckpt *c, nb_context *ctx, size_t
     }
 
     /* the reader: ct-int4 / ct-int4-sym / ct-int8, declared by config.json, the same bytes back */
-    size_t li = 0;
-    st = nb_ckpt_layer_find(c, prefix, &li);
-    CHECK(st == NB_OK, "%s: layer %s not found", out, prefix);
-    if (st == NB_OK) {
-        nb_ckpt_layer L;
-        nb_ckpt_layer_at(c, li, &L);
-        const nb_ckpt_format want = ct_layout(fmt);
-        CHECK(L.format == want && L.n == n && L.k == k && !L.config_mismatch && !L.excluded && !L.k_permuted &&
-                  L.decided_by == NB_CKPT_SRC_CONFIG_JSON,
-              "%s: %s is %s %lldx%lld by %s (%s)", out, prefix, fmt_name(L.format), (long long)L.n, (long long)L.k,
-              src_name(L.decided_by), L.problem);
-        nb_weight_desc got;
-        uint8_t *gc = (uint8_t *)calloc(1, sz.codes_bytes), *gs = (uint8_t *)calloc(1, sz.scales_bytes);
-        uint8_t *gz = sz.zeros_bytes ? (uint8_t *)calloc(1, sz.zeros_bytes) : NULL;
-        const nb_weight_buffers gb = {.codes = gc, .scales = gs, .zeros = gz};
-        nb_weight_sizes_v2 cap = sz;
-        st = nb_ckpt_layer_weight_v2(c, li, 0, &got, &gb, &cap);
-        CHECK(st == NB_OK, "%s: %s weight_v2: %s", out, prefix, nb_last_error());
-        if (st == NB_OK) {
-            CHECK(got.format == fmt && got.group_size == g && got.scale_type == sty && got.n == n && got.k == k,
-                  "%s: %s read back as format %d group %d scales %d", out, prefix, (int)got.format,
-                  (int)got.group_size, (int)got.scale_type);
-            CHECK(!memcmp(gc, rc, sz.codes_bytes), "%s: %s codes differ from nb_quantize_host_v2", out, prefix);
-            CHECK(!memcmp(gs, rs, sz.scales_bytes), "%s: %s scales differ from nb_quantize_host_v2", out, prefix);
-            CHECK(!rz || !memcmp(gz, rz, sz.zeros_bytes), "%s: %s zero points differ from nb_quantize_host_v2", out,
-                  prefix);
-        }
-        free(gc);
-        free(gs);
-        free(gz);
-    }
+    check_read_back(c, out, prefix, ct_layout(fmt), &d, &sz, rc, rs, rz);
     free(rc);
     free(rs);
     free(rz);
