@@ -716,7 +716,10 @@ typedef struct nb_gemm_config {
     int32_t bn;      /* tensor core: tokens per tile, 16, 32, 64, 128, 192 (NVFP4, MXFP4) or 256 (mma: 64 or 128) */
     int32_t raster;  /* tensor core, mma: n tiles walked together per raster group, 1..1024 */
     int32_t stages;  /* mma: pipeline depth, 2 or 3 (0: the deepest whose shared memory fits) */
-    int32_t reserved[4];
+    int32_t warps;   /* decode, staged: consumer warps per CTA, 8, or 12 for kernel 2's wide instance
+                      * (E2M1 formats, rpw 2, 17..24 tokens, one CTA per SM on a stream-K grid, no
+                      * k split); 0: the planner's choice (caches from before the field) */
+    int32_t reserved[3];
 } nb_gemm_config;
 
 /* nb_gemm with the configuration `cfg` instead of NIBBLE_PATH, the tuning

@@ -274,6 +274,7 @@ typedef struct nbi_request {
     int path;    /* nb_gemm_path */
     int variant; /* decode: 1 plain, 2 staged (nb_gemm_config.variant + 1) */
     int kw, rpw, splits, bn, raster, stages;
+    int warps;   /* decode, staged: kernel 2's consumer warps (0: the rules') */
 } nbi_request;
 
 /* The request for a configuration (complete or partial: 0 fields open). */

@@ -31,6 +31,7 @@ nbi_request nbi_request_of(const nb_gemm_config *c) {
         r.variant = c->variant + 1;
         r.kw = c->kw;
         r.rpw = c->rpw;
+        r.warps = c->warps;
     } else {
         r.bn = c->bn;
         r.raster = c->raster;
@@ -90,10 +91,18 @@ static int k1_kw(const nbi_gemm_plan *p, int warps, int sms, int rpw2) {
  *   8192 -> 10240 27.1 -> 32.2, 14336 -> 4096 20.7 -> 25.3.
  * Layers of under 6 chunks per SM (256-row tiles x k chunks), a request's
  * k split (more than one) or one row block per warp keep the rules; a
- * request of one split, as nbi_config_of describes this plan, gets it back. */
+ * request of one split, as nbi_config_of describes this plan, gets it back.
+ * A request of 12 warps takes the wave wherever it can run (17..24 tokens,
+ * the wide instance's only token tile; `nibble tune` tries both widths),
+ * one of 8 takes it with 8 warps where the rules would take it. */
 static int k2_wave(const nbi_gemm_plan *p, int sms, int rpw, int rpw2, const nbi_request *rq) {
     if (rpw2 || rpw != 2 || p->mt < 3 || rq->splits > 1) return 0;
     if ((p->row_blocks + 15) / 16 * p->kchunks < 6 * (int64_t)sms) return 0;
+    if (rq->warps == NBI_GEMV_WIDE_WARPS) return p->mt == 3 ? NBI_GEMV_WIDE_WARPS : 0; /* (its only instance: 17..24) */
+    if (rq->warps == NBI_GEMV_WARPS) {
+        const nbi_request rules = {.splits = rq->splits};
+        return k2_wave(p, sms, rpw, rpw2, &rules) ? NBI_GEMV_WARPS : 0;
+    }
     if (p->mt == 4) {
         const int64_t tiles = (p->row_blocks + 15) / 16;
         return tiles <= sms && 25 * tiles >= 21 * (int64_t)sms ? 0 : NBI_GEMV_WARPS;
@@ -929,6 +938,11 @@ nb_status nbi_plan(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
     if (rq->variant == 2 && !p->xsh)
         return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_gemm: the staged decode kernel does not fit the shared memory "
                         "of %s at m = %lld", ctx->info.name, (long long)g->m);
+    if (rq->warps && (!p->xsh || p->warps != rq->warps))
+        return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_gemm: warps = %d does not run %s %lld -> %lld at m = %lld: the "
+                        "12-warp instance is kernel 2 on one stream-K wave (E2M1 formats, rpw 2, 17..24 tokens, no k "
+                        "split, at least 6 chunks of 256-row tiles per SM, and its shared memory)", rq->warps,
+                        t->name, (long long)d->k, (long long)d->n, (long long)g->m);
     return NB_OK;
 }
 
@@ -957,6 +971,7 @@ nb_gemm_config nbi_config_of(const nbi_gemm_plan *p) {
         c.splits = p->splits;
         c.variant = p->xsh ? 1 : 0;
         c.rpw = p->xsh ? (p->rpw ? p->rpw : 1) : 0; /* (a planner that leaves it 0 runs one) */
+        c.warps = p->xsh ? p->warps : 0;
     }
     return c;
 }
@@ -971,8 +986,10 @@ static int one_of(int v, const int *ok, int n, int open) {
 
 int nbi_config_check(const nb_gemm_config *c, int64_t m_lo, int complete, char *why, size_t wn) {
     const int open = !complete;
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 3; i++)
         if (c->reserved[i]) return snprintf(why, wn, "reserved[%d] = %d must be 0", i, (int)c->reserved[i]), 0;
+    if (c->warps && (c->path != NB_GEMM_PATH_DECODE || c->variant != 1))
+        return snprintf(why, wn, "warps = %d is for the staged decode variant only", (int)c->warps), 0;
     if (c->path == NB_GEMM_PATH_DECODE) {
         static const int kws[4] = {1, 2, 4, 8}, rpws[2] = {1, 2};
         if (!one_of(c->kw, kws, 4, open)) return snprintf(why, wn, "kw = %d is not 1, 2, 4 or 8", (int)c->kw), 0;
@@ -986,6 +1003,13 @@ int nbi_config_check(const nb_gemm_config *c, int64_t m_lo, int complete, char *
         if (c->variant == 1 && !one_of(c->rpw, rpws, 2, open))
             return snprintf(why, wn, "rpw = %d is not 1 or 2 (the staged variant's row blocks per warp)", (int)c->rpw), 0;
         if (c->variant == 0 && c->rpw) return snprintf(why, wn, "rpw = %d is for the staged variant only", (int)c->rpw), 0;
+        if (c->warps && c->warps != NBI_GEMV_WARPS && c->warps != NBI_GEMV_WIDE_WARPS)
+            return snprintf(why, wn, "warps = %d is not %d or %d (0: the planner's choice)", (int)c->warps, NBI_GEMV_WARPS,
+                            NBI_GEMV_WIDE_WARPS), 0;
+        if (c->warps == NBI_GEMV_WIDE_WARPS && m_lo > 0 && m_lo < 17)
+            return snprintf(why, wn, "warps = %d needs m >= 17", (int)c->warps), 0;
+        if (c->warps == NBI_GEMV_WIDE_WARPS && c->rpw == 1)
+            return snprintf(why, wn, "warps = %d needs rpw = 2", (int)c->warps), 0;
         if (c->bn || c->raster || c->stages) return snprintf(why, wn, "bn, raster and stages are for paths tc and mma, not decode"), 0;
         return 1;
     }
@@ -1022,13 +1046,15 @@ int nbi_config_check(const nb_gemm_config *c, int64_t m_lo, int complete, char *
 static const struct cand_row {
     int path, variant;
     int64_t m_min, m_max;
-    int kw[5], rpw[3], splits[7], bn[6], raster[5];
+    int kw[5], rpw[3], splits[7], bn[6], raster[5], warps[3];
 } k_rows[] = {
-    {NB_GEMM_PATH_DECODE, 0, 1, 64, {1, 2, 4, 8}, {0}, {1, 2, 4, 8, 16}, {0}, {0}},
-    {NB_GEMM_PATH_DECODE, 1, 5, 64, {1}, {1, 2}, {1, 2, 4, 8, 16}, {0}, {0}},
-    {NB_GEMM_PATH_TENSOR_CORE, 0, 9, 32, {0}, {0}, {1, 2, 3, 4}, {16, 32, 64}, {16}},
-    {NB_GEMM_PATH_TENSOR_CORE, 0, 33, INT64_MAX, {0}, {0}, {1, 2, 3, 4}, {64, 128, 256}, {16, 4, 8, 32}},
-    {NB_GEMM_PATH_MMA, 0, 17, INT64_MAX, {0}, {0}, {1}, {64, 128}, {16, 4, 8, 32}},
+    {NB_GEMM_PATH_DECODE, 0, 1, 64, {1, 2, 4, 8}, {0}, {1, 2, 4, 8, 16}, {0}, {0}, {0}},
+    {NB_GEMM_PATH_DECODE, 1, 5, 64, {1}, {1, 2}, {1, 2, 4, 8, 16}, {0}, {0}, {0}},
+    /* kernel 2 on the stream-K wave with either instance (k2_wave) */
+    {NB_GEMM_PATH_DECODE, 1, 17, 32, {1}, {2}, {1}, {0}, {0}, {NBI_GEMV_WARPS, NBI_GEMV_WIDE_WARPS}},
+    {NB_GEMM_PATH_TENSOR_CORE, 0, 9, 32, {0}, {0}, {1, 2, 3, 4}, {16, 32, 64}, {16}, {0}},
+    {NB_GEMM_PATH_TENSOR_CORE, 0, 33, INT64_MAX, {0}, {0}, {1, 2, 3, 4}, {64, 128, 256}, {16, 4, 8, 32}, {0}},
+    {NB_GEMM_PATH_MMA, 0, 17, INT64_MAX, {0}, {0}, {1}, {64, 128}, {16, 4, 8, 32}, {0}},
 };
 #define MAX_CANDS 64
 
@@ -1043,7 +1069,8 @@ static int list_len(const int *v, int cap) {
 static int same_run(const nb_gemm_config *a, const nb_gemm_config *b, const nbi_gemm_plan *pb) {
     if (a->path != b->path) return 0;
     if (a->path == NB_GEMM_PATH_DECODE)
-        return a->kw == b->kw && a->splits == b->splits && a->variant == b->variant && a->rpw == b->rpw;
+        return a->kw == b->kw && a->splits == b->splits && a->variant == b->variant && a->rpw == b->rpw &&
+               a->warps == b->warps;
     if (a->bn != b->bn || a->splits != b->splits) return 0;
     if (pb->tiles_m == 1) return 1;
     const int ra = a->raster < pb->tiles_n ? a->raster : pb->tiles_n, rb = b->raster < pb->tiles_n ? b->raster : pb->tiles_n;
@@ -1073,18 +1100,18 @@ nb_status nb_gemm_list_configs(nb_context *ctx, const nb_gemm_desc *g, nb_gemm_c
             continue;
         if (g->m > row->m_max && (fast || tc_ok || mma_ok)) continue;
         const int nkw = list_len(row->kw, 5), nrpw = list_len(row->rpw, 3), ns = list_len(row->splits, 7),
-                  nbn = list_len(row->bn, 6), nr = list_len(row->raster, 5);
+                  nbn = list_len(row->bn, 6), nr = list_len(row->raster, 5), nwp = list_len(row->warps, 3);
         for (int a = 0; a < nkw; a++)
             for (int b = 0; b < nrpw; b++)
                 for (int s = 0; s < ns; s++)
                     for (int w = 0; w < nbn; w++)
-                        for (int q = 0; q < nr; q++) {
+                        for (int q = 0; q < nr * nwp; q++) {
                             nb_gemm_config want;
                             memset(&want, 0, sizeof want);
                             want.path = row->path;
                             want.variant = row->variant;
                             want.kw = row->kw[a], want.rpw = row->rpw[b], want.splits = row->splits[s];
-                            want.bn = row->bn[w], want.raster = row->raster[q];
+                            want.bn = row->bn[w], want.raster = row->raster[q % nr], want.warps = row->warps[q / nr];
                             /* a tile at most half empty */
                             if (want.bn > 64 && want.bn >= 2 * g->m) continue;
                             const nbi_request rq = nbi_request_of(&want);

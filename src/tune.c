@@ -238,9 +238,10 @@ static const char *const k_bucket_name[NBUCKETS] = {"1",       "2",        "3-4"
                                                     "513-1024", "1025-2048", "2049-4096", "4097+"};
 
 enum { F_GPU, F_FORMAT, F_ACT, F_N, F_K, F_M, F_M_TUNED, F_PATH, F_KW, F_SPLITS, F_VARIANT, F_RPW, F_BN, F_RASTER,
-       F_STAGES, F_US, NFIELDS };
-static const char *const k_field[NFIELDS] = {"gpu",  "format", "act",     "n",   "k",  "m",      "m_tuned", "path",
-                                             "kw",   "splits", "variant", "rpw", "bn", "raster", "stages",  "us"};
+       F_STAGES, F_WARPS, F_US, NFIELDS };
+static const char *const k_field[NFIELDS] = {"gpu",    "format", "act",     "n",   "k",  "m",      "m_tuned",
+                                             "path",   "kw",     "splits",  "variant", "rpw", "bn", "raster",
+                                             "stages", "warps",  "us"};
 
 /* A string field that must be one of names[0..count) (NULL = any name of
  * 1..255 bytes); its index, or -1 with the reason in `why`. */
@@ -326,6 +327,8 @@ static int parse_entry(const cJSON *o, entry *e, const char **gpu, char *why, si
         return snprintf(why, wn, "\"rpw\" is not a field of path %s", k_path_name[path]), 0;
     if (path != NB_GEMM_PATH_MMA && f[F_STAGES])
         return snprintf(why, wn, "\"stages\" is not a field of path %s", k_path_name[path]), 0;
+    if (path != NB_GEMM_PATH_DECODE && f[F_WARPS])
+        return snprintf(why, wn, "\"warps\" is not a field of path %s", k_path_name[path]), 0;
     if (path == NB_GEMM_PATH_DECODE) {
         if (!int_field(f[F_KW], F_KW, 0, INT32_MAX, &v, why, wn)) return 0;
         e->cfg.kw = (int32_t)v;
@@ -336,6 +339,10 @@ static int parse_entry(const cJSON *o, entry *e, const char **gpu, char *why, si
         if (f[F_RPW]) {
             if (!int_field(f[F_RPW], F_RPW, 0, INT32_MAX, &v, why, wn)) return 0;
             e->cfg.rpw = (int32_t)v;
+        }
+        if (f[F_WARPS]) { /* optional: absent (caches from before the field) is the planner's choice */
+            if (!int_field(f[F_WARPS], F_WARPS, 0, INT32_MAX, &v, why, wn)) return 0;
+            e->cfg.warps = (int32_t)v;
         }
     } else {
         if (!int_field(f[F_BN], F_BN, 0, INT32_MAX, &v, why, wn)) return 0;
@@ -511,7 +518,8 @@ static cJSON *entry_json(const nbi_tune_table *t, const entry *e) {
     if (ok && c->path == NB_GEMM_PATH_DECODE)
         ok = cJSON_AddNumberToObject(o, "kw", c->kw) && cJSON_AddNumberToObject(o, "splits", c->splits) &&
              cJSON_AddStringToObject(o, "variant", k_variant_name[c->variant]) &&
-             (!c->variant || cJSON_AddNumberToObject(o, "rpw", c->rpw));
+             (!c->variant || cJSON_AddNumberToObject(o, "rpw", c->rpw)) &&
+             (!c->warps || cJSON_AddNumberToObject(o, "warps", c->warps));
     else if (ok)
         ok = cJSON_AddNumberToObject(o, "bn", c->bn) && cJSON_AddNumberToObject(o, "raster", c->raster) &&
              cJSON_AddNumberToObject(o, "splits", c->splits) &&

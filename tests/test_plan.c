@@ -933,8 +933,82 @@ static void test_config_round_trip(void) {
     nb_context_destroy(ctx);
 }
 
+/* nb_gemm_config.warps: kernel 2's instance on the stream-K wave, as a
+ * request (`nibble tune` tries both): 12 takes the wave wherever it can
+ * run, 8 takes it with 8 warps where the rules would; 12 where the wide
+ * instance cannot run (16 tokens, a table format, a k split) is refused; a
+ * configuration's warps are checked. */
+static void test_warps_request(void) {
+    nb_context *ctx = h100();
+    nbi_gemm_plan p, q;
+    /* 7168 -> 18432 (H200-measured rules): m = 24 runs 12 warps on the wave, m = 32 8 */
+    if (plan(ctx, NB_FORMAT_NVFP4, 7168, 18432, 24, NULL, &p)) {
+        CHECK(p.xsh && p.warps == NBI_GEMV_WIDE_WARPS && nbi_plan_stream_k(&p), "7168 -> 18432 m = 24: %d warps, wave %d",
+              p.warps, nbi_plan_stream_k(&p));
+        const nb_gemm_config c = nbi_config_of(&p);
+        CHECK(c.warps == NBI_GEMV_WIDE_WARPS, "its configuration says warps = %d", (int)c.warps);
+        nbi_request rq = nbi_request_of(&c);
+        rq.warps = NBI_GEMV_WARPS;
+        if (plan(ctx, NB_FORMAT_NVFP4, 7168, 18432, 24, &rq, &q))
+            CHECK(q.warps == NBI_GEMV_WARPS && nbi_plan_stream_k(&q) && q.grid_x == p.grid_x,
+                  "warps = 8 at m = 24: %d warps, wave %d, grid %d (12 warps: %d)", q.warps, nbi_plan_stream_k(&q),
+                  q.grid_x, p.grid_x);
+    }
+    /* 4096 -> 12288 at m = 24: the rules split k with 8 warps; 12 takes the wave */
+    if (plan(ctx, NB_FORMAT_MXFP4, 4096, 12288, 24, NULL, &p)) {
+        CHECK(p.warps == NBI_GEMV_WARPS && !nbi_plan_stream_k(&p), "4096 -> 12288 m = 24: %d warps, wave %d", p.warps,
+              nbi_plan_stream_k(&p));
+        nbi_request rq = nbi_request_of(&(nb_gemm_config){.path = NB_GEMM_PATH_DECODE, .variant = 1, .kw = 1,
+                                                          .rpw = 2, .splits = 1, .warps = NBI_GEMV_WIDE_WARPS});
+        if (plan(ctx, NB_FORMAT_MXFP4, 4096, 12288, 24, &rq, &q))
+            CHECK(q.warps == NBI_GEMV_WIDE_WARPS && nbi_plan_stream_k(&q), "warps = 12 at m = 24: %d warps, wave %d",
+                  q.warps, nbi_plan_stream_k(&q));
+    }
+    if (plan(ctx, NB_FORMAT_NVFP4, 7168, 18432, 32, NULL, &p))
+        CHECK(p.warps == NBI_GEMV_WARPS && nbi_plan_stream_k(&p), "7168 -> 18432 m = 32: %d warps on the wave %d",
+              p.warps, nbi_plan_stream_k(&p));
+    /* where the wide instance cannot run: refused, not silently replaced */
+    static const struct { nb_format fmt; int64_t k, n, m; int splits; } no[] = {
+        {NB_FORMAT_NVFP4, 7168, 18432, 16, 1}, /* 16 tokens */
+        {NB_FORMAT_NVFP4, 7168, 18432, 32, 1}, /* 25..32 tokens: no 12-warp instance of that token tile */
+        {NB_FORMAT_NF4, 7168, 18432, 24, 1},   /* a table format (one kernel 2 per row block pair) */
+        {NB_FORMAT_NVFP4, 7168, 18432, 24, 2}, /* a k split */
+        {NB_FORMAT_NVFP4, 1024, 1024, 24, 1},  /* under 6 chunks per SM */
+    };
+    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
+        const nbi_request rq = nbi_request_of(&(nb_gemm_config){.path = NB_GEMM_PATH_DECODE, .variant = 1, .kw = 1,
+                                                                .rpw = 2, .splits = no[i].splits,
+                                                                .warps = NBI_GEMV_WIDE_WARPS});
+        const nb_gemm_desc g = problem(no[i].fmt, no[i].k, no[i].n, no[i].m);
+        const nb_status st = nbi_plan(ctx, &g, &rq, &q);
+        CHECK(st == NB_ERR_UNSUPPORTED && strstr(nb_last_error(), "warps = 12"),
+              "%s %lld -> %lld m = %lld splits %d: warps = 12 gave %d (%s)", nbi_traits(no[i].fmt)->name,
+              (long long)no[i].k, (long long)no[i].n, (long long)no[i].m, no[i].splits, (int)st,
+              st ? nb_last_error() : "ok");
+    }
+    /* the configuration's own checks */
+    char why[256];
+    const nb_gemm_config staged = {.path = NB_GEMM_PATH_DECODE, .variant = 1, .kw = 1, .rpw = 2, .splits = 1};
+    nb_gemm_config c = staged;
+    c.warps = 10;
+    CHECK(!nbi_config_check(&c, 17, 1, why, sizeof why) && strstr(why, "warps = 10"), "warps = 10: %s", why);
+    c.warps = NBI_GEMV_WIDE_WARPS;
+    CHECK(nbi_config_check(&c, 17, 1, why, sizeof why), "warps = 12 for 17..32: %s", why);
+    CHECK(!nbi_config_check(&c, 9, 1, why, sizeof why) && strstr(why, "needs m >= 17"), "warps = 12 for 9..16: %s", why);
+    c.rpw = 1;
+    CHECK(!nbi_config_check(&c, 17, 1, why, sizeof why) && strstr(why, "needs rpw = 2"), "warps = 12, rpw 1: %s", why);
+    c = staged, c.variant = 0, c.rpw = 0, c.warps = NBI_GEMV_WARPS;
+    CHECK(!nbi_config_check(&c, 1, 1, why, sizeof why) && strstr(why, "staged decode variant only"), "plain: %s", why);
+    c = (nb_gemm_config){.path = NB_GEMM_PATH_TENSOR_CORE, .bn = 64, .raster = 16, .splits = 1, .warps = 8};
+    CHECK(!nbi_config_check(&c, 65, 1, why, sizeof why) && strstr(why, "staged decode variant only"), "tc: %s", why);
+    c = staged;
+    CHECK(nbi_config_check(&c, 17, 1, why, sizeof why), "warps = 0 (a cache from before the field): %s", why);
+    nb_context_destroy(ctx);
+}
+
 int main(void) {
     test_config_round_trip();
+    test_warps_request();
     test_moe_tile_width();
     test_decode_m8();
     test_decode_rules();

@@ -266,6 +266,53 @@ static void expect_load(const char *name, const char *text, nb_status want, cons
 }
 
 /* An entry (JSON members) inside a valid file. */
+/* nb_gemm_config.warps through a cache: written as "warps" where set, read
+ * back equal; an entry without it (a cache from before the field) reads
+ * as 0, the planner's choice. */
+static void test_warps_round_trip(void) {
+    nb_context *a = NULL, *b = NULL;
+    if (nb_context_create(NB_DEVICE_NONE, &a) != NB_OK || nb_context_create(NB_DEVICE_NONE, &b) != NB_OK) {
+        CHECK(0, "context: %s", nb_last_error());
+        nb_context_destroy(a);
+        return;
+    }
+    const nb_gemm_desc g24 = problem(NB_FORMAT_NVFP4, NB_DTYPE_BF16, 18432, 7168, 24);
+    const nb_gemm_desc g12 = problem(NB_FORMAT_NVFP4, NB_DTYPE_BF16, 18432, 7168, 12);
+    nb_gemm_config c24 = decode_cfg(1, 1, 1, 2), c12 = decode_cfg(1, 2, 1, 2);
+    c24.warps = 12, c12.warps = 8;
+    CHECK(nb_context_set_tuning(a, &g24, &c24, 40.875) == NB_OK, "set warps 12: %s", nb_last_error());
+    CHECK(nb_context_set_tuning(a, &g12, &c12, 30.5) == NB_OK, "set warps 8: %s", nb_last_error());
+    const char *file = path_of("warps.json");
+    remove(file);
+    CHECK(nb_context_save_tuning(a, file) == NB_OK, "save: %s", nb_last_error());
+    FILE *f = fopen(file, "rb");
+    char text[4096] = "";
+    if (f) {
+        text[fread(text, 1, sizeof text - 1, f)] = 0;
+        fclose(f);
+    }
+    CHECK(strstr(text, "\"warps\":12") && strstr(text, "\"warps\":8"), "the file names the warps: %s", text);
+    CHECK(nb_context_load_tuning(b, file) == NB_OK, "load: %s", nb_last_error());
+    nb_gemm_config got;
+    memset(&got, 0, sizeof got);
+    CHECK(lookup(b, NB_FORMAT_NVFP4, NB_DTYPE_BF16, 18432, 7168, 20, &got) && !memcmp(&got, &c24, sizeof got),
+          "m = 20: warps %d read back (12 written)", (int)got.warps);
+    memset(&got, 0, sizeof got);
+    CHECK(lookup(b, NB_FORMAT_NVFP4, NB_DTYPE_BF16, 18432, 7168, 12, &got) && !memcmp(&got, &c12, sizeof got),
+          "m = 12: warps %d read back (8 written)", (int)got.warps);
+    /* a cache from before the field */
+    const char *old = path_of("warps_old.json");
+    write_file(old, "{\"version\": 1, \"entries\": [{\"gpu\": \"host\", \"format\": \"nvfp4\", \"act\": \"bf16\", "
+                    "\"k\": 7168, \"n\": 18432, \"m\": \"17-32\", \"path\": \"decode\", \"kw\": 1, \"splits\": 1, "
+                    "\"variant\": \"staged\", \"rpw\": 2, \"us\": 41}]}");
+    CHECK(nb_context_load_tuning(b, old) == NB_OK, "load a cache without warps: %s", nb_last_error());
+    memset(&got, 0xff, sizeof got);
+    CHECK(lookup(b, NB_FORMAT_NVFP4, NB_DTYPE_BF16, 18432, 7168, 24, &got) && got.warps == 0 && got.rpw == 2,
+          "an entry without warps reads as warps = 0 (got %d)", (int)got.warps);
+    nb_context_destroy(a);
+    nb_context_destroy(b);
+}
+
 static void expect_entry(const char *name, const char *members, nb_status want, const char *words) {
     char text[2048];
     snprintf(text, sizeof text, "{\"version\": 1, \"entries\": [\n {%s}\n]}\n", members);
@@ -352,6 +399,14 @@ static void test_malformed(void) {
                  "\"variant\": \"staged\", \"rpw\": 1, \"us\": 1", NB_ERR_CORRUPT, "needs kw = 1");
     expect_entry("staged_m1.json", GOOD_HEAD "\"m\": \"1\", \"path\": \"decode\", \"kw\": 1, \"splits\": 1, "
                  "\"variant\": \"staged\", \"rpw\": 1, \"us\": 1", NB_ERR_CORRUPT, "needs m >= 5");
+    expect_entry("warps10.json", GOOD_HEAD "\"m\": \"17-32\", \"path\": \"decode\", \"kw\": 1, \"splits\": 1, "
+                 "\"variant\": \"staged\", \"rpw\": 2, \"warps\": 10, \"us\": 1", NB_ERR_CORRUPT, "warps = 10 is not 8 or 12");
+    expect_entry("warps12_m16.json", GOOD_HEAD "\"m\": \"9-16\", \"path\": \"decode\", \"kw\": 1, \"splits\": 1, "
+                 "\"variant\": \"staged\", \"rpw\": 2, \"warps\": 12, \"us\": 1", NB_ERR_CORRUPT, "needs m >= 17");
+    expect_entry("warps_plain.json", GOOD_HEAD "\"m\": \"17-32\", \"path\": \"decode\", \"kw\": 1, \"splits\": 1, "
+                 "\"variant\": \"plain\", \"warps\": 8, \"us\": 1", NB_ERR_CORRUPT, "staged decode variant only");
+    expect_entry("warps_tc.json", GOOD_HEAD "\"m\": \"65-128\", \"path\": \"tc\", \"bn\": 64, \"raster\": 16, "
+                 "\"warps\": 8, \"us\": 1", NB_ERR_CORRUPT, "\"warps\" is not a field of path tc");
     expect_entry("staged_no_rpw.json", GOOD_HEAD "\"m\": \"17-32\", \"path\": \"decode\", \"kw\": 1, \"splits\": 1, "
                  "\"variant\": \"staged\", \"us\": 1", NB_ERR_CORRUPT, "\"rpw\" is missing");
     expect_entry("us_negative.json", GOOD_HEAD "\"m\": \"1\", \"path\": \"decode\", \"kw\": 4, \"splits\": 1, "
@@ -573,6 +628,7 @@ int main(int argc, char **argv) {
     test_env();
 #ifdef NB_HAVE_CJSON
     test_round_trip();
+    test_warps_round_trip();
     test_malformed();
 #else
     test_without_cjson();

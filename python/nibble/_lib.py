@@ -258,7 +258,8 @@ class GemmConfig(Structure):
         ("bn", c_int32),
         ("raster", c_int32),
         ("stages", c_int32),        # mma: pipeline depth 2 or 3, 0 = the deepest that fits
-        ("reserved", c_int32 * 4),
+        ("warps", c_int32),         # decode, staged: consumer warps per CTA, 8 or 12; 0 = the planner's choice
+        ("reserved", c_int32 * 3),
     ]
 
 
