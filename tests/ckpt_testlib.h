@@ -250,6 +250,20 @@ static inline int quantize_in(const char *out, const nb_ckpt_quantize_opts *o, n
     return st == NB_OK;
 }
 
+/* The summary of quantizing the n-tensor fixture t on the host with nq of
+ * its layers expected quantized: those layers, every other tensor copied,
+ * every other 2-D .weight counted as excluded, the host device, one
+ * non-tensor file copied (the tokenizer). */
+static inline void check_summary(const char *out, const nb_ckpt_quantize_summary *s, const ispec *t, size_t n,
+                                 size_t nq) {
+    size_t nw = 0;
+    for (size_t i = 0; i < n; i++) nw += t[i].rank == 2 && ends_with(t[i].name, ".weight");
+    CHECK(nq > 0 && s->layers_quantized == nq && s->tensors_copied == n - nq && s->weights_excluded == nw - nq &&
+              s->device == NB_CKPT_DEVICE_CPU && !strcmp(s->device_name, "host") && s->files_copied == 1,
+          "%s: summary %zu quantized, %zu copied, %zu excluded, device %s, %zu files (want %zu quantized)", out,
+          s->layers_quantized, s->tensors_copied, s->weights_excluded, s->device_name, s->files_copied, nq);
+}
+
 /* The checkpoint written into g_dir/<out>: its model.safetensors, the
  * reader's view of it and a host context; 1 when all three opened (a failed
  * check otherwise).  ckpt_output_close closes what opened. */
