@@ -68,9 +68,9 @@ static int k1_kw(const nbi_gemm_plan *p, int warps, int sms, int rpw2) {
     return (double)p->row_blocks * half / warps < 1.4 * (double)sms && !(rpw2 && p->mt >= 3) ? warps : half;
 }
 
-/* Kernel 2 (E2M1 formats, two row blocks per warp) at 17..32 tokens on one
- * wave of one CTA per SM over a stream-K grid, whatever the shape: the
- * consumer warps of that instance (NBI_GEMV_WARPS, or the wide instance's
+/* Kernel 2 (two row blocks per warp) at 17..32 tokens on one wave of one
+ * CTA per SM over a stream-K grid, whatever the shape: the consumer warps
+ * of that instance (NBI_GEMV_WARPS, or the E2M1 formats' wide instance's
  * NBI_GEMV_WIDE_WARPS), or 0 where the rules of plan_decode_split apply.
  * H200, nvfp4, `nibble bench` with the decode path given, us, the rules
  * before it -> this (NOTES.md, "Kernel 2 on one stream-K wave"):
@@ -82,7 +82,21 @@ static int k1_kw(const nbi_gemm_plan *p, int warps, int sms, int rpw2) {
  *   of those five layers.)  Not where the tiles alone make one wave at
  *   least 84% full: 4096 -> 28672, 112 tiles, 39.6 / 38.9 us at m = 28
  *   (NVFP4 / MXFP4) against 41.4 / 40.9 on the wave (5120 -> 27648, 108
- *   tiles, 82%: 53.9 / 52.3 -> 48.3 / 48.0).
+ *   tiles, 82%: 53.9 / 52.3 -> 48.3 / 48.0), unless the wave saves 7 or
+ *   more chunks a CTA, k chunks x idle SMs >= 7 x SMs (H200, m = 25 / 28 /
+ *   32, NVFP4, one wave of 112 and 116 tiles -> the stream-K wave: 8192 ->
+ *   28672 76.0 / 81.1 / 86.5 -> 70.4 / 71.4 / 71.1, 8192 -> 29568 76.5 /
+ *   81.6 / 87.6 -> 72.7 / 73.4 / 73.9; MXFP4 the same within 1%;
+ *   4096 -> 28672, 32 chunks, keeps its grid).
+ * - The integer and table formats, 17..32 tokens, 8 warps, where the split
+ *   grid (tiles x the splits that fit one wave) leaves a quarter of the
+ *   SMs idle (H200, int4 / int8 / nf4, m = 20..32, us, split grid -> the
+ *   wave: 7168 -> 18432, 72 CTAs, m = 24 53.4 / 64.4 / 70.9 -> 41.2 /
+ *   47.4 / 50.6; 3584 -> 18944, 74, 28.2 / 33.9 / 36.8 -> 26.8 / 30.3 /
+ *   31.6; 4096 -> 12288, 96, 19.7 / 23.3 / 24.6 -> 19.2 / 22.1 / 22.5).
+ *   Fuller split grids keep them: 5120 -> 25600 (100 CTAs) int4 39.3 ->
+ *   41.0, 8192 -> 28672 (112) int4 61.4 -> 64.2, 8192 -> 8192 (128) 20.6
+ *   -> 23.2, 14336 -> 4096 (128) 20.2 -> 27.6.
  * - 17..24 tokens, 12 warps, on layers of at least 8 row blocks per SM and
  *   40 k chunks: m = 24, 7168 -> 18432 48.5 -> 40.9, 8192 -> 28672 71.5 ->
  *   61.5, 5120 -> 25600 46.6 -> 40.6, 8192 -> 57344 117.7 -> 109.1 (eight
@@ -96,17 +110,20 @@ static int k1_kw(const nbi_gemm_plan *p, int warps, int sms, int rpw2) {
  * the wide instance's only token tile; `nibble tune` tries both widths),
  * one of 8 takes it with 8 warps where the rules would take it. */
 static int k2_wave(const nbi_gemm_plan *p, int sms, int rpw, int rpw2, const nbi_request *rq) {
-    if (rpw2 || rpw != 2 || p->mt < 3 || rq->splits > 1) return 0;
+    if (rpw != 2 || p->mt < 3 || rq->splits > 1) return 0;
     if ((p->row_blocks + 15) / 16 * p->kchunks < 6 * (int64_t)sms) return 0;
-    if (rq->warps == NBI_GEMV_WIDE_WARPS) return p->mt == 3 ? NBI_GEMV_WIDE_WARPS : 0; /* (its only instance: 17..24) */
+    if (rq->warps == NBI_GEMV_WIDE_WARPS) return p->mt == 3 && !rpw2 ? NBI_GEMV_WIDE_WARPS : 0; /* (its only instance: 17..24) */
     if (rq->warps == NBI_GEMV_WARPS) {
         const nbi_request rules = {.splits = rq->splits};
         return k2_wave(p, sms, rpw, rpw2, &rules) ? NBI_GEMV_WARPS : 0;
     }
-    if (p->mt == 4) {
-        const int64_t tiles = (p->row_blocks + 15) / 16;
-        return tiles <= sms && 25 * tiles >= 21 * (int64_t)sms ? 0 : NBI_GEMV_WARPS;
-    }
+    const int64_t tiles = (p->row_blocks + 15) / 16;
+    if (rpw2) /* 8 warps, where the split grid (tiles x the splits that fit) leaves a quarter of the SMs idle */
+        return tiles <= sms && 4 * tiles * (sms / tiles) < 3 * (int64_t)sms ? NBI_GEMV_WARPS : 0;
+    if (p->mt == 4) /* not where the tiles fill 84% of one wave and the wave would save under 7 chunks a CTA */
+        return tiles <= sms && 25 * tiles >= 21 * (int64_t)sms && p->kchunks * (sms - tiles) < 7 * (int64_t)sms
+                   ? 0
+                   : NBI_GEMV_WARPS;
     return p->row_blocks >= 8 * (int64_t)sms && p->kchunks >= 40 ? NBI_GEMV_WIDE_WARPS : 0;
 }
 

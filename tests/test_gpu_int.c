@@ -776,6 +776,15 @@ int main(int argc, char **argv) {
                          {NB_FORMAT_NF4, NB_DTYPE_BF16, NB_SCALE_F32, 76808, 896, 64}};
     for (int i = 0; i < 3; i++)
         if (!only || sk[i].fmt == only) run_case(ctx, &sk[i], skm, 3, NULL, 0, seed++);
+    /* fewer tiles than SMs: 70 of 12 chunks, whose one-split grid would
+     * leave 62 of 132 SMs idle, so 17..32 tokens take the stream-K wave
+     * (plan.c k2_wave), where every tile spans two or three CTAs and some
+     * CTAs hold only the middle of one */
+    static const int64_t wm[3] = {17, 24, 32};
+    const tcase wave[2] = {{NB_FORMAT_INT4, NB_DTYPE_BF16, NB_SCALE_F16, 17900, 1536, 128},
+                           {NB_FORMAT_NF4, NB_DTYPE_F16, NB_SCALE_F32, 17900, 1536, 64}};
+    for (int i = 0; i < 2; i++)
+        if (!only || wave[i].fmt == only) run_case(ctx, &wave[i], wm, 3, NULL, 0, seed++);
     if (!g_mma) {
         test_refusals(ctx);
         test_table_refusals(ctx);

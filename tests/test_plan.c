@@ -437,11 +437,14 @@ static void test_integer_formats(void) {
 
 /* Kernel 2's stream-K grid: chosen where the column tiles (256 rows) are
  * more than one resident wave and the last wave would leave more than a
- * tenth of the slots idle, and for the E2M1 formats on every layer of 6
- * chunks per SM or more at 25..32 tokens and, with the wide instance (12
- * consumer warps, 384-row tiles), at 17..24 on layers of 8 row blocks per
- * SM and 40 chunks (k2_wave); one wave of CTAs, each with the same number
- * of chunks (give or take one), and a workspace for the partial tiles. */
+ * tenth of the slots idle, and (k2_wave) for the E2M1 formats on every
+ * layer of 6 chunks per SM or more at 25..32 tokens (not where one wave of
+ * tiles is 84% full unless the wave saves 7 chunks a CTA) and, with the
+ * wide instance (12 consumer warps, 384-row tiles), at 17..24 on layers of
+ * 8 row blocks per SM and 40 chunks, and for the integer and table formats
+ * at 17..32 where their split grid would leave a quarter of the SMs idle;
+ * one wave of CTAs, each with the same number of chunks (give or take
+ * one), and a workspace for the partial tiles. */
 static void test_stream_k(void) {
     nb_context *ctx = h100();
     static const struct {
@@ -469,6 +472,15 @@ static void test_stream_k(void) {
         {NB_FORMAT_NVFP4, 4096, 28672, 32, 0, 0, 8},    /* 112 tiles fill 85% of a wave: no stream-K */
         {NB_FORMAT_MXFP4, 4096, 28672, 28, 0, 0, 8},
         {NB_FORMAT_NVFP4, 5120, 13824, 24, 0, 0, 8},    /* 864 row blocks: split grid */
+        {NB_FORMAT_NVFP4, 8192, 28672, 32, 1, 132, 8},  /* 112 tiles, 64 chunks: the wave saves 9.7 a CTA */
+        {NB_FORMAT_MXFP4, 8192, 28672, 25, 1, 132, 8},
+        {NB_FORMAT_NVFP4, 8192, 29568, 28, 1, 132, 8},  /* 116 tiles, 64 chunks: 7.8 */
+        /* the integer and table formats: the wave where the split grid leaves a quarter of the SMs idle */
+        {NB_FORMAT_INT4_SYM, 7168, 18432, 24, 1, 132, 8}, /* 72 tiles, one split: 72 CTAs */
+        {NB_FORMAT_INT8, 7168, 18432, 32, 1, 132, 8},
+        {NB_FORMAT_NF4, 3584, 18944, 20, 1, 132, 8},    /* 74 CTAs */
+        {NB_FORMAT_INT4_SYM, 5120, 25600, 24, 0, 0, 8}, /* 100 tiles: 76% of the SMs */
+        {NB_FORMAT_INT4_SYM, 8192, 28672, 32, 0, 0, 8}, /* 112 tiles */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         nbi_gemm_plan p;
