@@ -403,11 +403,11 @@ static nb_status plan_decode(nb_context *ctx, const nbi_request *rq, nbi_gemm_pl
         }
     }
     if (nbi_plan_stream_k(p)) {
-        /* kernel 2's stream-K partial tiles: slot b + tile for CTA b
-         * (gemv_fp4.cu, xs_slot), warps * rpw row blocks x 8 mt tokens each */
+        /* kernel 2's stream-K partial tiles: slot b for CTA b's first
+         * segment (gemv_fp4.cu, xs_slot), warps * rpw row blocks x 8 mt
+         * tokens each */
         p->ws_counter_bytes = NBI_MAX_SPLIT_COLUMNS * sizeof(int);
-        p->ws_partial_bytes = (size_t)(p->grid_x + p->tiles_n - 1) * (size_t)(p->warps * p->rpw * 16) *
-                              (size_t)(8 * p->mt) * sizeof(float);
+        p->ws_partial_bytes = (size_t)p->grid_x * (size_t)(p->warps * p->rpw * 16) * (size_t)(8 * p->mt) * sizeof(float);
     } else if (p->splits > 1) {
         p->ws_counter_bytes = NBI_MAX_SPLIT_COLUMNS * sizeof(int);
         p->ws_partial_bytes = (size_t)p->splits * (size_t)p->row_blocks * 16 * 32 * sizeof(float);

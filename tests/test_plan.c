@@ -508,8 +508,8 @@ static void test_stream_k(void) {
               "%lld -> %lld m = %lld: %d CTAs (want %d) of %d chunks over %lld units, xsh %d",
               (long long)cases[i].k, (long long)cases[i].n, (long long)cases[i].m, p.grid_x, cases[i].ctas,
               p.chunks_per_split, (long long)units, p.xsh);
-        /* slots b + tile: CTAs + tiles - 1 partial tiles of 32 rows per warp x 8 mt tokens */
-        CHECK(p.ws_partial_bytes == (size_t)(p.grid_x + p.tiles_n - 1) * (size_t)rows * (8 * p.mt) * sizeof(float) &&
+        /* slot b: a partial tile of 32 rows per warp x 8 mt tokens per CTA */
+        CHECK(p.ws_partial_bytes == (size_t)p.grid_x * (size_t)rows * (8 * p.mt) * sizeof(float) &&
                   p.ws_counter_bytes > 0 && p.ws_partial_bytes + p.ws_counter_bytes <= nbi_plan_workspace(ctx, &p),
               "%lld -> %lld m = %lld: stream-K workspace %zu + %zu", (long long)cases[i].k, (long long)cases[i].n,
               (long long)cases[i].m, p.ws_partial_bytes, p.ws_counter_bytes);

@@ -379,6 +379,16 @@ __device__ __forceinline__ void nbc_split_barrier() {
     else asm volatile("bar.sync 1, %0;" ::"n"(NTHREADS) : "memory");
 }
 
+/* Release / acquire at GPU scope for a group of threads, by one of them
+ * right after a barrier of the group (the pattern of CUTLASS's
+ * semaphores): the barrier orders every thread's earlier stores before the
+ * one thread's fence, and that fence before its update of a counter
+ * (release); its read of the counter, a fence and the next barrier order
+ * other CTAs' stores before every thread's later loads (acquire).  One
+ * fence.acq_rel by one thread, not a sequentially consistent fence
+ * (__threadfence, MEMBAR.SC.GPU) in every thread. */
+__device__ __forceinline__ void nbc_fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+
 /* Deterministic split-K, the arrival: after a CTA's `splits`-way partial
  * sums are stored (with __stcg), every one of its NTHREADS threads calls
  * this; `leader` is one of them.  Returns true in the last CTA to arrive at
@@ -387,13 +397,15 @@ __device__ __forceinline__ void nbc_split_barrier() {
  * one zeroed workspace serves every call. */
 template <int NTHREADS>
 __device__ __forceinline__ bool nbc_split_last(int *counter, int splits, int *flag, bool leader) {
-    __threadfence();
+    nbc_split_barrier<NTHREADS>(); /* every thread's partial stores, before the leader's release */
+    if (leader) {
+        nbc_fence_acq_rel_gpu();
+        const int last = atomicAdd(counter, 1) == splits - 1;
+        if (last) nbc_fence_acq_rel_gpu(); /* acquire: the other CTAs' partials */
+        *flag = last;
+    }
     nbc_split_barrier<NTHREADS>();
-    if (leader) *flag = atomicAdd(counter, 1) == splits - 1;
-    nbc_split_barrier<NTHREADS>();
-    if (!*flag) return false;
-    __threadfence();
-    return true;
+    return *flag;
 }
 
 /* ------------------------------------------------------------- mbarriers */

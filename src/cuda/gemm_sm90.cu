@@ -708,8 +708,7 @@ __device__ __forceinline__ void sm90_sk_gather(const Sm90Params &p, int tile, in
         }
         p.counters[tile] = 0; /* every partial is in: ready for the next call */
     }
-    nbc_split_barrier<NC>();
-    __threadfence();
+    nbc_split_barrier<NC>(); /* (after the acquire load: the partials before every thread's loads) */
     for (int j = 1; j <= need; j++) {
         const float4 *part = (const float4 *)p.partial + (size_t)(b + j) * (NC * BN / 8) + c;
 #pragma unroll
@@ -729,9 +728,11 @@ __device__ __forceinline__ void sm90_sk_leave(const Sm90Params &p, int tile, int
 #pragma unroll
     for (int i = 0; i < BN / 8; i++)
         __stcg(mine + NC * i, make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
-    __threadfence();
     nbc_split_barrier<NC>();
-    if (c == 0) atomicAdd(p.counters + tile, 1);
+    if (c == 0) {
+        nbc_fence_acq_rel_gpu(); /* release: every consumer thread's partial, then the count */
+        atomicAdd(p.counters + tile, 1);
+    }
 }
 #endif
 

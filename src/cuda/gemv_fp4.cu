@@ -658,12 +658,15 @@ __device__ __forceinline__ void xs_step_int(const uint4 *wsl, const uint4 *xsl, 
  * alone are more than one resident wave): the layer's column tiles (8 *
  * RPW row blocks each) times its k chunks are units numbered tile-major,
  * and CTA b of the G in the grid takes units [b U / G, (b+1) U / G): every
- * CTA the same number of chunks, one wave, whatever the shape.  A CTA's
- * part of a tile that is not the whole tile is a partial sum: it goes to
- * workspace slot b + tile (distinct for every pair a range can form), and
- * the last of the tile's CTAs to arrive adds the tile's partials in CTA
- * order (the result does not depend on timing) and stores it.  A whole
- * tile is stored directly. */
+ * CTA the same number of chunks, one wave, whatever the shape.  A whole
+ * tile is stored directly.  A tile split among CTAs has an owner, the CTA
+ * whose range holds its first chunk (that CTA's last segment); the others
+ * hold the rest of it in their first segments, which each leave in
+ * workspace slot b (only a first segment starts mid-tile, so one slot per
+ * CTA) and count in, warp by warp, as soon as they end; after its loop the
+ * owner adds them to its own part in CTA order (the result does not depend
+ * on timing) and stores the tile.  A CTA sums at most one tile, and only
+ * owners wait. */
 struct xs_range {
     int64_t u0, u1; /* this CTA's units */
 };
@@ -869,7 +872,6 @@ __device__ __forceinline__ void gemv_xs_sk_body(const GemvParams &p) {
     static_assert(MT >= 1 && MT <= 4, "kernel 2 serves up to 32 tokens");
     __shared__ uint32_t stab[256];
     __shared__ uint64_t full[XSEGS], empty[XSEGS];
-    __shared__ int is_last;
     xs_init<XSEGS, INT, WARPS>(p, stab, full, empty);
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -925,8 +927,14 @@ __device__ __forceinline__ void gemv_xs_sk_body(const GemvParams &p) {
         int xrow[MT];
         xs_token_rows<MT>(xrow, m_rows, g, t);
         const uint4 *wring = smem + (size_t)warp * STAGES * RPW * (CB / 16);
-        /* the end of this CTA's part of `tile`: stored when whole, else a partial in slot b + tile; then zeroed */
-        auto finish = [&](int tile, bool whole) {
+        /* the end of this CTA's part of `tile`, one of three: the whole
+         * tile, stored; the rest of a tile that began in an earlier CTA
+         * (only a first segment starts mid-tile), a partial in slot b, then
+         * this warp counts itself in at the tile; or the start of a tile
+         * that ends in later CTAs (only a last segment), kept in acc for
+         * the gather after the loop */
+        auto finish = [&](int tile, bool whole, bool rest) {
+            if (!whole && !rest) return;
 #pragma unroll
             for (int r = 0; r < RPW; r++) {
                 const int rb = tile * (WARPS * RPW) + wrb + r;
@@ -936,7 +944,7 @@ __device__ __forceinline__ void gemv_xs_sk_body(const GemvParams &p) {
                     } else {
 #pragma unroll
                         for (int h = 0; h < 2; h++) {
-                            float *d = xs_slot<MT, RPW, WARPS>(p, (int64_t)blockIdx.x + tile, warp, r, h, g);
+                            float *d = xs_slot<MT, RPW, WARPS>(p, (int64_t)blockIdx.x, warp, r, h, g);
 #pragma unroll
                             for (int mt = 0; mt < MT; mt++)
                                 __stcg((float2 *)(d + mt * 8 + 2 * t), make_float2(acc[r][mt][2 * h], acc[r][mt][2 * h + 1]));
@@ -948,6 +956,13 @@ __device__ __forceinline__ void gemv_xs_sk_body(const GemvParams &p) {
 #pragma unroll
                     for (int j = 0; j < 4; j++) acc[r][mt][j] = 0.0f;
             }
+            if (rest) { /* release: the warp's stores, then its count */
+                __syncwarp();
+                if (lane == 0) {
+                    nbc_fence_acq_rel_gpu();
+                    atomicAdd(&p.counters[tile], 1);
+                }
+            }
         };
         int c = 0, seg = 0, xs = 0;
         int left = min(K - kc0, nch); /* steps left in this CTA's part of the current tile */
@@ -958,8 +973,9 @@ __device__ __forceinline__ void gemv_xs_sk_body(const GemvParams &p) {
             if (--left == 0) { /* the end of this CTA's part of the tile (rare: the unit found again) */
                 const int64_t u = xs_units(U, (int)blockIdx.x, G).u0 + i;
                 const int tile = (int)(u / K);
-                /* whole when it ran K steps: ending at chunk K - 1, it began at chunk 0 */
-                finish(tile, u - (int64_t)tile * K == K - 1 && i >= K - 1);
+                /* whole when it ran K steps: ending at chunk K - 1, it began at chunk 0; the rest of a tile
+                 * when it is the first segment and began mid-tile */
+                finish(tile, u - (int64_t)tile * K == K - 1 && i >= K - 1, kc0 != 0 && i == min(K - kc0, nch) - 1);
                 left = min(K, nch - i - 1);
             }
         }
@@ -967,44 +983,48 @@ __device__ __forceinline__ void gemv_xs_sk_body(const GemvParams &p) {
     }
 
     nbc_grid_dependents_launch();
-    /* The tiles this CTA holds a partial of (its first and its last, at
-     * most two): arrive at each; the last of a tile's CTAs sums its
-     * partials in CTA order and stores the tile. */
+    /* The owner of a split tile: this CTA's last segment began the tile
+     * (k from 0) and the CTAs after it hold the rest, each in its first
+     * segment, which waits for nothing (so, all G CTAs being resident at
+     * once, the wait ends).  Each warp waits until every consumer warp of
+     * those CTAs has counted itself in, adds their partials of its rows to
+     * its own in CTA order (k order: the result does not depend on timing)
+     * and stores them; then the counter is zeroed for the next call. */
     const int tile1 = (int)((rg.u1 - 1) / K);
-    const bool part0 = kc0 != 0 || rg.u1 < (int64_t)(tile0 + 1) * K;
-    const bool part1 = tile1 != tile0 && rg.u1 != (int64_t)(tile1 + 1) * K;
-    for (int q = 0; q < 2; q++) {
-        if (!(q == 0 ? part0 : part1)) continue;
-        const int pt = q == 0 ? tile0 : tile1;
-        const int bf = xs_owner((int64_t)pt * K, U, G), bl = xs_owner((int64_t)(pt + 1) * K - 1, U, G);
-        if (!nbc_split_last<0>(&p.counters[pt], bl - bf + 1, &is_last, threadIdx.x == 0)) continue;
-        if (!producer) {
-#pragma unroll
-            for (int r = 0; r < RPW; r++) {
-                const int rb = pt * (WARPS * RPW) + wrb + r;
-                if (rb >= p.row_blocks) continue;
-                float sum[MT][4];
-#pragma unroll
-                for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                    for (int j = 0; j < 4; j++) sum[mt][j] = 0.0f;
-                for (int b = bf; b <= bl; b++) {
-#pragma unroll
-                    for (int h = 0; h < 2; h++) {
-                        const float *s = xs_slot<MT, RPW, WARPS>(p, (int64_t)b + pt, warp, r, h, g);
-#pragma unroll
-                        for (int mt = 0; mt < MT; mt++) {
-                            const float2 v = __ldcg((const float2 *)(s + mt * 8 + 2 * t));
-                            sum[mt][2 * h] += v.x;
-                            sum[mt][2 * h + 1] += v.y;
-                        }
-                    }
-                }
-                store_block<ACT, MT>(p, sum, rb, g, t);
+    const bool own = rg.u1 != (int64_t)(tile1 + 1) * K && (tile1 != tile0 || kc0 == 0);
+    if (!own) return;
+    if (!producer) {
+        const int need = xs_owner((int64_t)(tile1 + 1) * K - 1, U, G) - (int)blockIdx.x;
+        if (lane == 0) {
+            int got;
+            for (;;) {
+                asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(got) : "l"(p.counters + tile1) : "memory");
+                if (got >= need * WARPS) break;
+                __nanosleep(32);
             }
         }
-        if (threadIdx.x == 0) p.counters[pt] = 0;
+        __syncwarp(); /* (after the acquire load: the partials before every lane's loads) */
+#pragma unroll
+        for (int r = 0; r < RPW; r++) {
+            const int rb = tile1 * (WARPS * RPW) + wrb + r;
+            if (rb >= p.row_blocks) continue;
+            for (int b = 1; b <= need; b++) {
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const float *sl = xs_slot<MT, RPW, WARPS>(p, (int64_t)blockIdx.x + b, warp, r, h, g);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        const float2 v = __ldcg((const float2 *)(sl + mt * 8 + 2 * t));
+                        acc[r][mt][2 * h] += v.x;
+                        acc[r][mt][2 * h + 1] += v.y;
+                    }
+                }
+            }
+            store_block<ACT, MT>(p, acc[r], rb, g, t);
+        }
     }
+    __syncthreads(); /* every warp has seen the count */
+    if (threadIdx.x == 0) p.counters[tile1] = 0;
 }
 
 template <int FMT, int ACT, int MT, int RPW, int STAGES, int SEG, int XSEGS, int MINB, bool SK, int XW>
