@@ -70,7 +70,7 @@ int nbi_cuda_gemv_ctas_per_sm(nb_context *ctx, const nbi_gemm_plan *p, int cap, 
     const int fit = p->mt == 1 && !nbi_is_table(nbi_traits(p->fmt)) ? g_k1_fit : 2;
     *bytes = ring;
     if (cap <= 0 || fit <= cap) return fit;
-    *bytes = ctx->info.smem_per_sm / (size_t)(cap + 1) + 1 - 1024 - 1040;
+    *bytes = ctx->info.smem_per_sm / (size_t)(cap + 1) + 1 - 1024 - 1152;
     return cap;
 }
 
@@ -681,7 +681,7 @@ static void test_decode_occupancy(void) {
             continue;
         }
         const int64_t ctas = (int64_t)p.grid_x * p.splits;
-        const size_t want = ctx->info.smem_per_sm / 3 + 1 - 1024 - 1040;
+        const size_t want = ctx->info.smem_per_sm / 3 + 1 - 1024 - 1152;
         if (cases[i].held)
             CHECK(p.per_sm == 2 && (size_t)p.dyn_smem == want,
                   "%lld -> %lld m = %d, %lld CTAs, %d fit (%s): held to two per SM with %zu bytes (per_sm %d, %d "

@@ -342,7 +342,7 @@ __global__ void __launch_bounds__(NBI_GEMV_WARPS * 32, 1) moe_gemv_kernel(const 
 #pragma unroll
         for (int j = 0; j < 4; j++) acc[i][j] = acc2[i][j] = 0.0f;
 
-    extern __shared__ uint4 ring_all[];
+    extern __shared__ __align__(128) uint4 ring_all[]; /* (128-byte aligned: gemv_fp4.cu, kernel 1's ring) */
     uint4 *ring = ring_all + (size_t)warp * MOE_STAGES * (CB / 16);
     const uint64_t pol = nbc_policy_evict_first();
     const uint8_t *gnext =
