@@ -262,7 +262,14 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
          * 4096 -> 4096 and 4096 -> 6144 stay on kernel 1, 6.8 / 9.0 us
          * against 7.3 / 9.2 at best; NOTES.md).  The table formats keep
          * kernel 1. */
-        if (p->mt == 1 && s > 1 && !staged) {
+        /* ... and, for the E2M1 formats, two splits of at least 10 chunks
+         * where the tiles are more than the SMs but fewer than the resident
+         * CTAs (unsplit, the SMs holding two CTAs finish last): H200, NVFP4,
+         * 8192 -> 57344 (224 tiles, 64 chunks) 99.5 us unsplit, 81.2 with 2
+         * splits (`nibble tune`; NOTES.md, "Shared-memory rings on 128-byte
+         * boundaries"). */
+        if (p->mt == 1 && s == 1 && !staged && !rpw2 && grid_x > sms && grid_x < resident && p->kchunks >= 20) s = 2;
+        else if (p->mt == 1 && s > 1 && !staged) {
             if (!rpw2) {
                 int64_t s2 = 1;
                 while (2 * s2 * 10 <= p->kchunks) s2 *= 2;

@@ -699,8 +699,9 @@ static void test_decode_occupancy(void) {
 /* 8 tokens on layers whose column tiles leave SMs idle (plan.c,
  * plan_decode_split): the E2M1 formats run kernel 2 with splits of about
  * 10 chunks or more where the CTAs cover the SMs, kernel 1 on the 4096-wide
- * layers; nf4 keeps kernel 1, int4 kernel 2 with the split that fills one
- * resident wave. */
+ * layers, and the same splits where the tiles are more than the SMs but
+ * fewer than the resident CTAs; nf4 keeps kernel 1, int4 kernel 2 with the
+ * split that fills one resident wave. */
 static void test_decode_m8(void) {
     nb_context *ctx = h100();
     static const struct {
@@ -709,6 +710,8 @@ static void test_decode_m8(void) {
     } cases[] = {
         {4096, 4096, 0},   {4096, 6144, 0},   {14336, 4096, 8}, {8192, 8192, 4},   {4096, 28672, 2},
         {5120, 27648, 4}, {8192, 10240, 8}, {28672, 8192, 16}, {27648, 5120, 16},
+        /* more tiles than SMs, fewer than two per SM: 224, 216, 144 tiles */
+        {8192, 57344, 2},  {5120, 55296, 2}, {7168, 36864, 2},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         for (int f = 0; f < 2; f++) {
