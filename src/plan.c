@@ -264,10 +264,12 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
          * kernel 1. */
         /* ... and, for the E2M1 formats, two splits of at least 10 chunks
          * where the tiles are more than the SMs but fewer than the resident
-         * CTAs (unsplit, the SMs holding two CTAs finish last): H200, NVFP4,
-         * 8192 -> 57344 (224 tiles, 64 chunks) 99.5 us unsplit, 81.2 with 2
-         * splits (`nibble tune`; NOTES.md, "Shared-memory rings on 128-byte
-         * boundaries"). */
+         * CTAs (unsplit, the SMs holding two CTAs finish last): H200, `nibble
+         * bench` at m = 8, us, unsplit -> 2 splits, NVFP4 / MXFP4: 8192 ->
+         * 57344 (224 tiles, 64 chunks) 97.1 / 94.6 -> 80.5 / 81.2, 7168 ->
+         * 36864 70.3 / 69.3 -> 58.8 / 61.2, 3584 -> 37888 37.5 / 37.6 ->
+         * 32.4 / 34.0, 5120 -> 55296 60.8 / 55.0 -> 55.2 / 55.8; five layers
+         * it leaves alone within 0.8%; NOTES.md, "Two k splits at 8 tokens"). */
         if (p->mt == 1 && s == 1 && !staged && !rpw2 && grid_x > sms && grid_x < resident && p->kchunks >= 20) s = 2;
         else if (p->mt == 1 && s > 1 && !staged) {
             if (!rpw2) {
@@ -304,7 +306,28 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
         if ((double)grid_x < 0.5 * sms) s = (int64_t)ceil(want / (double)grid_x); /* narrow layer */
     }
     p->xsh = xs;
-    if (wave && xs) s = 1; /* (the stream-K grid below) */
+    /* 9..16 tokens: one wave of the resident CTAs (two per SM; int8, whose
+     * ring takes more than half an SM's shared memory, one) on a stream-K
+     * grid where the split grid leaves more than a tenth of the resident
+     * slots idle and each tile is shared by at most four CTAs (H200,
+     * `nibble bench`, us at m = 16, split grid -> the wave, NVFP4 / int4 /
+     * nf4: 8192 -> 57344, 224
+     * tiles unsplit, 107.3 / 103.8 / 148.4 -> 91.1 / 95.3 / 136.9; 7168 ->
+     * 18432, 72 tiles x 3 splits, 35.8 / 34.8 / 48.1 -> 31.8 / 32.4 / 44.5;
+     * 5120 -> 25600, 100 x 2, 35.5 / 35.8 / 50.2 -> 31.2 / 31.9 / 43.9;
+     * 3584 -> 18944, 74 x 3, 22.9 / 21.0 / 27.8 -> 20.7 / 20.7 / 25.7;
+     * MXFP4 8192 -> 57344 108.5 -> 87.0, int8 7168 -> 18432 (72 CTAs on
+     * 132 SMs) 61.3 -> 40.8.
+     * More CTAs a tile lost: 4096 -> 14336, 56 tiles, NVFP4 18.2 -> 19.1;
+     * 14336 -> 4096, 16 tiles, 17.3 -> 20.7.  Where the split grid fills
+     * nine tenths the wave was level: 8192 -> 8192, 4096 -> 12288, 28672 ->
+     * 8192; NOTES.md, "Kernel 2 at 9..16 tokens on a stream-K wave").  A
+     * request of one split, as nbi_config_of describes this plan, gets it
+     * back. */
+    const int wave16 = xs && p->mt == 2 && rq->splits <= 1 && p->rpw == 2 &&
+                       grid_x <= NBI_MAX_SPLIT_COLUMNS && 10 * grid_x * s < 9 * resident && 4 * grid_x >= resident &&
+                       grid_x * p->kchunks >= 6 * resident;
+    if ((wave || wave16) && xs) s = 1; /* (the stream-K grid below) */
     if (rq->splits > 0) s = rq->splits;
     if (grid_x > NBI_MAX_SPLIT_COLUMNS) s = 1;
     const int64_t per_split_min = p->kw; /* at least one chunk per warp */
@@ -326,9 +349,9 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
         const int64_t tiles = grid_x, units = tiles * p->kchunks, waves = (tiles + resident - 1) / resident;
         int64_t ctas = tiles * p->splits;
         /* (the stream-K instances: two row blocks per warp; the integer and
-         * table formats' for 17..32 tokens only) */
+         * table formats' for 9..32 tokens only) */
         const int sk = p->splits == 1 && tiles <= NBI_MAX_SPLIT_COLUMNS && p->rpw == 2 &&
-                       (wave || (tiles > resident && 10 * tiles < 9 * waves * resident && units >= 6 * resident &&
+                       (wave || wave16 || (tiles > resident && 10 * tiles < 9 * waves * resident && units >= 6 * resident &&
                                  (!rpw2 || p->mt >= 3)));
         p->tiles_n = (int)tiles;
         if (sk) { /* (fewer CTAs than tiles_n: the stream-K grid) */

@@ -1,8 +1,8 @@
-/* gpu_testlib.h - what test_gpu_threads.c and test_gpu_soak.c share: a GEMM
- * problem on the device (random checkpoint codes and scales in realistic
- * ranges, packed; random activations), one nb_gemm call of it, and the
- * checks of CUDA and nibble calls.  Single-threaded setup: every function
- * here is called from the main thread except gt_gemm. */
+/* gpu_testlib.h - what the GPU tests share: a GEMM problem on the device
+ * (random checkpoint codes and scales in realistic ranges, packed; random
+ * activations), one nb_gemm call of it, the checks of CUDA and nibble
+ * calls, and readings of nb_gemm_last_config.  Single-threaded setup:
+ * every function here is called from the main thread except gt_gemm. */
 #ifndef NB_GPU_TESTLIB_H
 #define NB_GPU_TESTLIB_H
 
@@ -165,6 +165,15 @@ static inline float gt_from16(nb_dtype t, uint16_t h) {
 /* Exit 77 (skipped) without a device.  Also makes stdout line-buffered: a
  * run stopped by a timeout or a tool (compute-sanitizer) keeps its progress
  * in the log. */
+/* Whether cfg (nb_gemm_last_config) is decode kernel 2 at 9..16 tokens on a
+ * stream-K grid of more CTAs than tiles (plan.c, wave16). */
+static inline int gt_is_wave16(const char *cfg) {
+    const char *sk = strstr(cfg, " stream-k ctas=");
+    int ctas = 0, tiles = 0;
+    return strstr(cfg, "gemv_fp4_xs<") && strstr(cfg, ",mt=2,") && sk &&
+           sscanf(sk, " stream-k ctas=%d over tiles=%d", &ctas, &tiles) == 2 && tiles < ctas;
+}
+
 static inline void gt_need_device(const char *test) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     int count = 0;

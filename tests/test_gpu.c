@@ -53,6 +53,7 @@ static int g_tc_192_runs = 0;    /* tensor-core calls of 192-token tiles */
 static int g_k1_cap_runs = 0;    /* decode kernel 1 calls held to two CTAs per SM (plan.c) */
 static int g_k2_wave_runs = 0;   /* decode kernel 2 calls on its stream-K wave at 25..32 tokens (plan.c, k2_wave) */
 static int g_k2_wide_runs = 0;   /* ... and of its wide instance (12 consumer warps, 17..24 tokens) */
+static int g_k2_wave16_runs = 0; /* ... and at 9..16 tokens, two CTAs per SM (more CTAs than tiles) */
 static int g_no_cublas = 0; /* --no-cublas: racecheck reports hazards inside cuBLAS itself */
 static int g_max_m = 0;      /* --max-m: leave out larger m (0: none left out) */
 /* Whether m (and everything below it) was left in by --max-m. */
@@ -396,6 +397,7 @@ static void test_shape_ref(env_t *e, nb_format fmt, nb_dtype act, int64_t n, int
         g_k1_cap_runs += strstr(cfg, ",ctas/sm=2>") != NULL;
         g_k2_wave_runs += strstr(cfg, "gemv_fp4_xs<") && strstr(cfg, "mt=4,") && strstr(cfg, " stream-k ");
         g_k2_wide_runs += strstr(cfg, "gemv_fp4_xs<") && strstr(cfg, " stream-k ") && strstr(cfg, " warps=12 ");
+        g_k2_wave16_runs += gt_is_wave16(cfg);
         snprintf(what, sizeof what, "gemm %s %s n=%lld k=%lld m=%lld%s vs GPU reference", fn, an, (long long)n,
                  (long long)k, (long long)m, use_bias ? " +bias" : "");
         compare(what, act, hy, href, m, n, n);
@@ -900,7 +902,8 @@ int main(int argc, char **argv) {
             /* a layer of 1113 row blocks (the last partial) and 41 chunks (a
              * ragged tail): kernel 2 on its stream-K wave at 17..32 tokens,
              * the wide instance (12 consumer warps) at 17..24 (plan.c,
-             * k2_wave) */
+             * k2_wave), two CTAs per SM at 9..16 (70 tiles in 3 splits
+             * would fill 210 of 264 slots: wave16) */
             test_shape(&e, fmts[f], acts[a], 17800, 5120 + 96, few_m, 8, 0);
             test_shape(&e, fmts[f], acts[a], 1000 + 24, 4096 + 96, tc_m, 9, 1);
             /* the 16- and 32-token tiles with four consumer warpgroups (layers
@@ -943,8 +946,8 @@ int main(int argc, char **argv) {
     printf("tensor-core path: %d calls, %d with a k split, %d with a tail split, %d on the stream-K grid, %d of "
            "192-token tiles\n", g_tc_runs, g_tc_split_runs, g_tc_tail_runs, g_tc_sk_runs, g_tc_192_runs);
     printf("decode kernel 1: %d calls held to two CTAs per SM\n", g_k1_cap_runs);
-    printf("decode kernel 2 on its stream-K wave: %d calls at 25..32 tokens, %d at 17..24 (12 warps)\n", g_k2_wave_runs,
-           g_k2_wide_runs);
+    printf("decode kernel 2 on its stream-K wave: %d calls at 25..32 tokens, %d at 17..24 (12 warps), %d at 9..16\n",
+           g_k2_wave_runs, g_k2_wide_runs, g_k2_wave16_runs);
     /* (on a GPU of at least 129 SMs whose registers fit three kernel 1 CTAs
      * per SM, as the H100 and H200 do) */
     if (g_force_max_m < 0 && !g_mma && info.sm_count >= 129 && info.sm_count <= 255)
@@ -953,6 +956,7 @@ int main(int argc, char **argv) {
     if (g_force_max_m < 0 && !g_mma && info.sm_count >= 129 && info.sm_count <= 255 && m_ran(32)) {
         check(g_k2_wave_runs > 0, "kernel 2 ran on its stream-K wave at 25..32 tokens (17800 rows, m = 32)");
         check(g_k2_wide_runs > 0, "kernel 2's wide instance ran (17800 rows, k = 5216, m = 17)");
+        check(g_k2_wave16_runs > 0, "kernel 2 ran on its stream-K wave at 9..16 tokens (17800 rows, m = 9 and 16)");
     }
     if (g_tc_runs) check(g_tc_split_runs > 0, "the tensor-core path ran with a k split (small layers at m = 64)");
     if (g_tc_runs && !g_mma && g_force_max_m < 0) /* (--staged leaves test_out_layout out) */

@@ -97,6 +97,7 @@ static uint16_t gt_to16(nb_dtype t, double v) {
  * g_mma: NIBBLE_PATH=mma, every call on the mma.sync kernel. */
 static int g_tc_int = -1, g_mma;
 static int64_t g_mmax = INT64_MAX; /* --m-max: the batch sizes run stop here */
+static int g_wave16; /* calls on kernel 2's stream-K wave at 9..16 tokens (gt_is_wave16) */
 static int tc_for_int(nb_context *ctx) {
     if (g_tc_int >= 0) return g_tc_int;
     nb_weight_desc d;
@@ -391,6 +392,7 @@ static void run_case(nb_context *ctx, const tcase *c, const int64_t *ms, int nms
         CHECK(st == NB_OK, "%s m=%lld: nb_gemm: %s", what, (long long)m, nb_last_error());
         if (st != NB_OK) continue;
         GT_NB(nb_gemm_last_config(ctx, cfgs, sizeof cfgs));
+        g_wave16 += gt_is_wave16(cfgs);
         const int on_tc = strstr(cfgs, "gemm_sm90<") != NULL || strstr(cfgs, "gemm_sm80<") != NULL;
         /* (the planner's rule, plan.c int_tc_auto: past m = 32, and on layers of fewer 128-row tiles than
          * SMs (and k < 16384) from m = 17 where decode kernel 2, one CTA per SM over 256-row tiles, would
@@ -785,6 +787,26 @@ int main(int argc, char **argv) {
                            {NB_FORMAT_NF4, NB_DTYPE_F16, NB_SCALE_F32, 17900, 1536, 64}};
     for (int i = 0; i < 2; i++)
         if (!only || wave[i].fmt == only) run_case(ctx, &wave[i], wm, 3, NULL, 0, seed++);
+    /* 9..16 tokens on the same 70 tiles, of 24 chunks: the split grid (3
+     * splits, 210 of 264 slots) leaves a fifth idle, so kernel 2 runs on a
+     * stream-K wave of two CTAs per SM, every tile in three or four pieces
+     * (plan.c, wave16) */
+    static const int64_t w16m[2] = {9, 16};
+    const tcase w16[3] = {{NB_FORMAT_INT4, NB_DTYPE_BF16, NB_SCALE_F16, 17900, 3072, 128},
+                          {NB_FORMAT_INT8, NB_DTYPE_F16, NB_SCALE_BF16, 17900, 3072, 64},
+                          {NB_FORMAT_NF4, NB_DTYPE_BF16, NB_SCALE_F32, 17900, 3072, 64}};
+    for (int i = 0; i < 3; i++)
+        if (!only || w16[i].fmt == only) run_case(ctx, &w16[i], w16m, 2, NULL, 0, seed++);
+    {
+        nb_device_info info;
+        GT_NB(nb_context_device_info(ctx, &info));
+        /* (on a GPU of 129..255 SMs, as the H100 and H200, where two CTAs fit an SM) */
+        const int fmt_run = !only || only == NB_FORMAT_INT4 || only == NB_FORMAT_INT8 || only == NB_FORMAT_NF4;
+        if (!g_mma && g_mmax >= 9 && fmt_run && info.sm_count >= 129 && info.sm_count <= 255)
+            CHECK(g_wave16 > 0, "kernel 2 ran on its stream-K wave at 9..16 tokens (17900 rows, k = 3072): %d calls",
+                  g_wave16);
+        printf("decode kernel 2 on its stream-K wave at 9..16 tokens: %d calls\n", g_wave16);
+    }
     if (!g_mma) {
         test_refusals(ctx);
         test_table_refusals(ctx);

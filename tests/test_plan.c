@@ -443,7 +443,10 @@ static void test_integer_formats(void) {
  * wide instance (12 consumer warps, 384-row tiles), at 17..24 on layers of
  * 8 row blocks per SM and 40 chunks, and for the integer and table formats
  * at 17..32 where their split grid would leave a quarter of the SMs idle;
- * one wave of CTAs, each with the same number of chunks (give or take
+ * at 9..16 tokens, every format, the resident CTAs (here two per SM: the
+ * host stub sizes no ring) where the split grid
+ * leaves a tenth of the resident slots idle and a tile is shared by at most
+ * four CTAs; one wave of CTAs, each with the same number of chunks (give or take
  * one), and a workspace for the partial tiles. */
 static void test_stream_k(void) {
     nb_context *ctx = h100();
@@ -457,13 +460,13 @@ static void test_stream_k(void) {
         {NB_FORMAT_MXFP4, 8192, 57344, 32, 1, 132, 8},  /* 224 tiles, one CTA per SM at 25..32 tokens */
         {NB_FORMAT_INT4_SYM, 8192, 57344, 32, 1, 132, 8},
         {NB_FORMAT_INT4_SYM, 8192, 57344, 24, 1, 132, 8}, /* (the integer formats: no wide instance) */
-        {NB_FORMAT_NVFP4, 8192, 57344, 16, 0, 0, 8},    /* 224 tiles in one wave of 264 */
+        {NB_FORMAT_NVFP4, 8192, 57344, 16, 1, 264, 8},  /* 224 tiles in one wave of 264: 85% full */
         {NB_FORMAT_NVFP4, 4096, 128256, 32, 1, 132, 8}, /* 501 tiles: the wave at 25..32 tokens */
         {NB_FORMAT_NVFP4, 4096, 128256, 24, 0, 0, 8},   /* 95% of four waves of 132 (32 chunks: not wide) */
         {NB_FORMAT_NVFP4, 4096, 128256, 16, 0, 0, 8},   /* 95% of two waves of 264 */
         {NB_FORMAT_NVFP4, 832, 76808, 9, 1, 264, 8},    /* 301 tiles: 57% of two waves */
         {NB_FORMAT_NVFP4, 832, 76808, 24, 1, 132, 8},   /* 76% of three waves (7 chunks: not wide) */
-        {NB_FORMAT_INT4_SYM, 896, 76808, 16, 0, 0, 8},  /* the integer formats: 17..32 tokens only */
+        {NB_FORMAT_INT4_SYM, 896, 76808, 16, 0, 0, 8},  /* the integer formats past one wave: 17..32 tokens only */
         {NB_FORMAT_INT4_SYM, 896, 76808, 24, 1, 132, 8},
         {NB_FORMAT_NVFP4, 5120, 27648, 32, 1, 132, 8},  /* 108 tiles, the wave at 25..32 tokens */
         {NB_FORMAT_NVFP4, 5120, 27648, 24, 1, 132, 12}, /* 1728 row blocks, 40 chunks: 72 wide tiles */
@@ -481,6 +484,17 @@ static void test_stream_k(void) {
         {NB_FORMAT_NF4, 3584, 18944, 20, 1, 132, 8},    /* 74 CTAs */
         {NB_FORMAT_INT4_SYM, 5120, 25600, 24, 0, 0, 8}, /* 100 tiles: 76% of the SMs */
         {NB_FORMAT_INT4_SYM, 8192, 28672, 32, 0, 0, 8}, /* 112 tiles */
+        /* 9..16 tokens: the resident CTAs where the split grid leaves a tenth of the slots idle and a
+         * tile is shared by at most four CTAs */
+        {NB_FORMAT_NVFP4, 7168, 18432, 16, 1, 264, 8},  /* 72 tiles x 3 splits: 216 of 264 */
+        {NB_FORMAT_MXFP4, 3584, 18944, 9, 1, 264, 8},   /* 74 x 3 */
+        {NB_FORMAT_INT4_SYM, 7168, 18432, 12, 1, 264, 8},
+        {NB_FORMAT_NF4, 8192, 57344, 16, 1, 264, 8},
+        {NB_FORMAT_INT8, 5120, 25600, 16, 1, 264, 8},   /* 100 x 2 */
+        {NB_FORMAT_NVFP4, 4096, 14336, 16, 0, 0, 8},    /* 56 tiles: 4.7 CTAs a tile */
+        {NB_FORMAT_NVFP4, 14336, 4096, 16, 0, 0, 8},    /* 16 tiles */
+        {NB_FORMAT_INT4_SYM, 8192, 8192, 16, 0, 0, 8},  /* 32 x 8 splits fill 97% */
+        {NB_FORMAT_NVFP4, 4096, 12288, 16, 0, 0, 8},    /* 48 x 5: 91% */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         nbi_gemm_plan p;

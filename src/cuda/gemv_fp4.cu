@@ -1128,11 +1128,11 @@ static gemv_fn pick_mt(int mt, int xs, int rpw, int early, int sk, int warps) {
 /* The instance of an integer or table format: kernel 1, or kernel 2 (xs)
  * with two row blocks per warp, 17..32 tokens only with one CTA per SM
  * (under the register cap of two every such instance spills, 88 to 1268
- * bytes; ptxas, sm_90a); stream-K (sk) only for 17..32 tokens. */
+ * bytes; ptxas, sm_90a); stream-K (sk) only for 9..32 tokens. */
 template <int FMT, int ACT, int MT, int KG>
 static gemv_fn int_instance(int xs, int sk, int lut) {
     if (sk) {
-        if constexpr (MT >= 3) return xs ? gemv_int_xs_kernel<FMT, ACT, MT, KG, 1, true> : NULL;
+        if constexpr (MT >= 2) return xs ? gemv_int_xs_kernel<FMT, ACT, MT, KG, MT <= 2 ? XS_MINB : 1, true> : NULL;
         return NULL;
     }
     if (xs) return gemv_int_xs_kernel<FMT, ACT, MT, KG, MT <= 2 ? XS_MINB : 1, false>;
