@@ -269,7 +269,8 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
          * 57344 (224 tiles, 64 chunks) 97.1 / 94.6 -> 80.5 / 81.2, 7168 ->
          * 36864 70.3 / 69.3 -> 58.8 / 61.2, 3584 -> 37888 37.5 / 37.6 ->
          * 32.4 / 34.0, 5120 -> 55296 60.8 / 55.0 -> 55.2 / 55.8; five layers
-         * it leaves alone within 0.8%; NOTES.md, "Two k splits at 8 tokens"). */
+         * it leaves alone within 0.8%; NOTES.md, "Two k splits at 8 tokens, and
+         * kernel 2 at 9..16 tokens on a stream-K wave"). */
         if (p->mt == 1 && s == 1 && !staged && !rpw2 && grid_x > sms && grid_x < resident && p->kchunks >= 20) s = 2;
         else if (p->mt == 1 && s > 1 && !staged) {
             if (!rpw2) {
@@ -311,19 +312,18 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
      * grid where the split grid leaves more than a tenth of the resident
      * slots idle and each tile is shared by at most four CTAs (H200,
      * `nibble bench`, us at m = 16, split grid -> the wave, NVFP4 / int4 /
-     * nf4: 8192 -> 57344, 224
-     * tiles unsplit, 107.3 / 103.8 / 148.4 -> 91.1 / 95.3 / 136.9; 7168 ->
-     * 18432, 72 tiles x 3 splits, 35.8 / 34.8 / 48.1 -> 31.8 / 32.4 / 44.5;
-     * 5120 -> 25600, 100 x 2, 35.5 / 35.8 / 50.2 -> 31.2 / 31.9 / 43.9;
-     * 3584 -> 18944, 74 x 3, 22.9 / 21.0 / 27.8 -> 20.7 / 20.7 / 25.7;
-     * MXFP4 8192 -> 57344 108.5 -> 87.0, int8 7168 -> 18432 (72 CTAs on
-     * 132 SMs) 61.3 -> 40.8.
-     * More CTAs a tile lost: 4096 -> 14336, 56 tiles, NVFP4 18.2 -> 19.1;
-     * 14336 -> 4096, 16 tiles, 17.3 -> 20.7.  Where the split grid fills
-     * nine tenths the wave was level: 8192 -> 8192, 4096 -> 12288, 28672 ->
-     * 8192; NOTES.md, "Kernel 2 at 9..16 tokens on a stream-K wave").  A
-     * request of one split, as nbi_config_of describes this plan, gets it
-     * back. */
+     * nf4: 8192 -> 57344, 224 tiles unsplit, 107.3 / 103.8 / 148.4 -> 91.1
+     * / 95.3 / 136.9; 7168 -> 18432, 72 tiles x 3 splits, 35.8 / 34.8 /
+     * 48.1 -> 31.8 / 32.4 / 44.5; 5120 -> 25600, 100 x 2, 35.5 / 35.8 /
+     * 50.2 -> 31.2 / 31.9 / 43.9; 3584 -> 18944, 74 x 3, 22.9 / 21.0 / 27.8
+     * -> 20.7 / 20.7 / 25.7; MXFP4 8192 -> 57344 108.5 -> 87.0, int8 7168
+     * -> 18432 (72 CTAs on 132 SMs) 61.3 -> 40.8.  More CTAs a tile lost:
+     * 4096 -> 14336, 56 tiles, NVFP4 18.2 -> 19.1; 14336 -> 4096, 16 tiles,
+     * 17.3 -> 20.7.  Where the split grid fills nine tenths the wave was
+     * level: 8192 -> 8192, 4096 -> 12288, 28672 -> 8192; NOTES.md, "Two k
+     * splits at 8 tokens, and kernel 2 at 9..16 tokens on a stream-K
+     * wave").  A request of one split, as nbi_config_of describes this
+     * plan, gets it back. */
     const int wave16 = xs && p->mt == 2 && rq->splits <= 1 && p->rpw == 2 &&
                        grid_x <= NBI_MAX_SPLIT_COLUMNS && 10 * grid_x * s < 9 * resident && 4 * grid_x >= resident &&
                        grid_x * p->kchunks >= 6 * resident;

@@ -162,9 +162,6 @@ static inline float gt_from16(nb_dtype t, uint16_t h) {
     return (h & 0x8000) ? -v : v;
 }
 
-/* Exit 77 (skipped) without a device.  Also makes stdout line-buffered: a
- * run stopped by a timeout or a tool (compute-sanitizer) keeps its progress
- * in the log. */
 /* Whether cfg (nb_gemm_last_config) is decode kernel 2 at 9..16 tokens on a
  * stream-K grid of more CTAs than tiles (plan.c, wave16). */
 static inline int gt_is_wave16(const char *cfg) {
@@ -174,6 +171,9 @@ static inline int gt_is_wave16(const char *cfg) {
            sscanf(sk, " stream-k ctas=%d over tiles=%d", &ctas, &tiles) == 2 && tiles < ctas;
 }
 
+/* Exit 77 (skipped) without a device.  Also makes stdout line-buffered: a
+ * run stopped by a timeout or a tool (compute-sanitizer) keeps its progress
+ * in the log. */
 static inline void gt_need_device(const char *test) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     int count = 0;

@@ -53,7 +53,7 @@ static int g_tc_192_runs = 0;    /* tensor-core calls of 192-token tiles */
 static int g_k1_cap_runs = 0;    /* decode kernel 1 calls held to two CTAs per SM (plan.c) */
 static int g_k2_wave_runs = 0;   /* decode kernel 2 calls on its stream-K wave at 25..32 tokens (plan.c, k2_wave) */
 static int g_k2_wide_runs = 0;   /* ... and of its wide instance (12 consumer warps, 17..24 tokens) */
-static int g_k2_wave16_runs = 0; /* ... and at 9..16 tokens, two CTAs per SM (more CTAs than tiles) */
+static int g_k2_wave16_runs = 0; /* ... and at 9..16 tokens, the resident CTAs (more CTAs than tiles) */
 static int g_no_cublas = 0; /* --no-cublas: racecheck reports hazards inside cuBLAS itself */
 static int g_max_m = 0;      /* --max-m: leave out larger m (0: none left out) */
 /* Whether m (and everything below it) was left in by --max-m. */

@@ -788,9 +788,10 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 2; i++)
         if (!only || wave[i].fmt == only) run_case(ctx, &wave[i], wm, 3, NULL, 0, seed++);
     /* 9..16 tokens on the same 70 tiles, of 24 chunks: the split grid (3
-     * splits, 210 of 264 slots) leaves a fifth idle, so kernel 2 runs on a
-     * stream-K wave of two CTAs per SM, every tile in three or four pieces
-     * (plan.c, wave16) */
+     * splits at two CTAs per SM, 210 of 264 slots; int8, one per SM, 70 of
+     * 132) leaves a fifth idle or more, so kernel 2 runs on a stream-K wave
+     * of the resident CTAs, every tile in two to four pieces (plan.c,
+     * wave16) */
     static const int64_t w16m[2] = {9, 16};
     const tcase w16[3] = {{NB_FORMAT_INT4, NB_DTYPE_BF16, NB_SCALE_F16, 17900, 3072, 128},
                           {NB_FORMAT_INT8, NB_DTYPE_F16, NB_SCALE_BF16, 17900, 3072, 64},

@@ -444,10 +444,10 @@ static void test_integer_formats(void) {
  * 8 row blocks per SM and 40 chunks, and for the integer and table formats
  * at 17..32 where their split grid would leave a quarter of the SMs idle;
  * at 9..16 tokens, every format, the resident CTAs (here two per SM: the
- * host stub sizes no ring) where the split grid
- * leaves a tenth of the resident slots idle and a tile is shared by at most
- * four CTAs; one wave of CTAs, each with the same number of chunks (give or take
- * one), and a workspace for the partial tiles. */
+ * host stub sizes no ring) where the split grid leaves a tenth of the
+ * resident slots idle and a tile is shared by at most four CTAs; one wave
+ * of CTAs, each with the same number of chunks (give or take one), and a
+ * workspace for the partial tiles. */
 static void test_stream_k(void) {
     nb_context *ctx = h100();
     static const struct {
