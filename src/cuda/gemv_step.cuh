@@ -233,11 +233,26 @@ __device__ __forceinline__ void nbc_fetch_chunk(uint32_t d, const uint8_t *src, 
  * same place gives 128 or 256 (0x4380), the weight 128 carries in two's
  * complement plus 128; their difference is q: two LOP3, one HSUB2.  Every
  * value is an integer of at most 8 significant bits: exact. */
+/* (a & B) ^ C, or with OR (a & B) | C, in one LOP3: written as one, since
+ * the compiler splits the two constants into two (one immediate each). */
+template <uint32_t B, uint32_t C>
+__device__ __forceinline__ uint32_t nbc_and_xor(uint32_t a) {
+    uint32_t d;
+    asm("lop3.b32 %0, %1, %2, %3, 0x6A;" : "=r"(d) : "r"(a), "n"(B), "n"(C)); /* (0xF0 & 0xCC) ^ 0xAA */
+    return d;
+}
+template <uint32_t B, uint32_t C>
+__device__ __forceinline__ uint32_t nbc_and_or(uint32_t a) {
+    uint32_t d;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "n"(B), "n"(C)); /* (0xF0 & 0xCC) | 0xAA */
+    return d;
+}
+
 template <int ACT>
 __device__ __forceinline__ uint32_t i8_pair(uint32_t y) {
     if (ACT == NB_DTYPE_BF16)
-        return nbc_hsub2<ACT>((y & 0x007F007Fu) | 0x43004300u, (y & 0x00800080u) | 0x43004300u);
-    return nbc_hsub2<ACT>((y & 0x00FF00FFu) ^ 0x64806480u, 0x64806480u);
+        return nbc_hsub2<ACT>(nbc_and_or<0x007F007Fu, 0x43004300u>(y), nbc_and_or<0x00800080u, 0x43004300u>(y));
+    return nbc_hsub2<ACT>(nbc_and_xor<0x00FF00FFu, 0x64806480u>(y), 0x64806480u);
 }
 
 /* The A fragment of one tile of int8 (elements 0..3 of this lane's k in a
@@ -264,7 +279,7 @@ template <int ACT, int I, int ZT>
 __device__ __forceinline__ uint32_t int_pair(uint32_t q, uint32_t zz) {
     constexpr uint32_t magic =
         (ACT == NB_DTYPE_BF16 ? 0x43004300u : 0x64006400u) | (ZT == NB_ZERO_NONE ? 0x00080008u : 0u);
-    const uint32_t v = ((q >> (4 * I)) & 0x000F000Fu) ^ magic;
+    const uint32_t v = nbc_and_xor<0x000F000Fu, magic>(q >> (4 * I));
     if constexpr (ZT == NB_ZERO_FLOAT) return nbc_hsub2<ACT>(nbc_hsub2<ACT>(v, magic), zz);
     return nbc_hsub2<ACT>(v, zz);
 }
