@@ -118,8 +118,21 @@ static int k2_wave(const nbi_gemm_plan *p, int sms, int rpw, int rpw2, const nbi
         return k2_wave(p, sms, rpw, rpw2, &rules) ? NBI_GEMV_WARPS : 0;
     }
     const int64_t tiles = (p->row_blocks + 15) / 16;
-    if (rpw2) /* 8 warps, where the split grid (tiles x the splits that fit) leaves a quarter of the SMs idle */
-        return tiles <= sms && 4 * tiles * (sms / tiles) < 3 * (int64_t)sms ? NBI_GEMV_WARPS : 0;
+    /* The integer and table formats: 8 warps where the split grid (tiles x
+     * the splits that fit) leaves a quarter of the SMs idle, and at 25..32
+     * tokens where one wave holds every tile, they are at least two fifths
+     * of the SMs, and k has 40 chunks or more (H200, `nibble bench`, us at
+     * m = 28 / 32, split grid -> wave, int4 / int8 / nf4: 8192 -> 28672,
+     * 112 tiles, 67.6 / 73.9 / 92.0 -> 63.7 / 69.7 / 84.0 at m = 28;
+     * 5120 -> 27648, 108, 43.6 / 47.8 / 58.9 -> 40.8 / 44.9 / 53.0; int4
+     * 5120 -> 13824, 54, 26.3 -> 25.0.  Fewer tiles or chunks lost: int4
+     * 8192 -> 8192, 32 tiles, 23.5 -> 25.0; 18944 -> 3584, 14, 27.0 ->
+     * 27.8; 28672 -> 8192 2%; 4096 -> 14336, 32 chunks, 1-2%). */
+    if (rpw2)
+        return (tiles <= sms && 4 * tiles * (sms / tiles) < 3 * (int64_t)sms) ||
+                       (p->mt == 4 && tiles <= sms && 5 * tiles >= 2 * (int64_t)sms && p->kchunks >= 40)
+                   ? NBI_GEMV_WARPS
+                   : 0;
     if (p->mt == 4) /* not where the tiles fill 84% of one wave and the wave would save under 7 chunks a CTA */
         return tiles <= sms && 25 * tiles >= 21 * (int64_t)sms && p->kchunks * (sms - tiles) < 7 * (int64_t)sms
                    ? 0
@@ -204,6 +217,28 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
         if (wave) per_sm = 1;
         resident = (int64_t)sms * per_sm;
         if (grid_x < resident) s = resident / grid_x;
+        /* 17..24 tokens, the E2M1 formats where k2_wave takes no wave: the
+         * 8-warp stream-K wave (one CTA per SM) where the split grid fills
+         * under nine tenths of its slots and a tile is shared by at most
+         * three CTAs (H200, `nibble bench`, us at m = 17 / 20 / 24, NVFP4,
+         * split grid -> wave: 3584 -> 18944, 74 tiles x 3 splits on 264
+         * slots, 25.1 / 25.8 / 26.1 -> 21.6 / 21.8 / 22.1; 4096 -> 24576,
+         * 96 x 2 on 264, 34.1 / 35.2 / 35.8 -> 29.1 / 29.5 / 29.4; 3584 ->
+         * 28672, 112 on 132, 32.2 / 32.9 / 34.5 -> 29.4 / 29.8 / 29.9; 4096
+         * -> 12288, 48 x 2 on 132, 19.6 / 19.9 / 20.0 -> 18.5 / 18.7 / 18.6;
+         * 5120 -> 13824 3-4%; 4096 -> 28672 and 4096 -> 14336 within 3%;
+         * MXFP4 alike).  More CTAs a tile lost: 4096 -> 7168, 28 tiles x 4,
+         * 13.1 / 13.4 / 13.5 -> 14.2 / 14.4 / 14.5; 3072 -> 9216, 36 x 3,
+         * 5-7%; 5120 -> 7168 3-5%; 14336 -> 4096, 16 x 8, 20.2 -> 21.7.
+         * Fuller grids lost or were level: 28672 -> 8192, 32 x 8 on 264,
+         * 58.1 / 59.8 -> 60.7 / 60.4 at m = 20 / 24; 8192 -> 10240, 40 x 3
+         * on 132, level.  NOTES.md, "The integer codes' LOP3, and the 8-warp
+         * wave at 17..24 tokens"). */
+        if (!wave && p->mt == 3 && !rpw2 && rpw == 2 && rq->splits <= 1 && grid_x <= NBI_MAX_SPLIT_COLUMNS &&
+            10 * grid_x * s < 9 * resident && 3 * grid_x >= sms && grid_x * p->kchunks >= 6 * (int64_t)sms) {
+            wave = warps; /* (8: the smem above is the wave's) */
+            resident = sms, s = 1;
+        }
         /* 9..16 tokens: where two CTAs per SM get runs of fewer than 8
          * chunks, one CTA per SM with twice the run, if that still covers
          * 95% of the SMs with runs of 6 or more (H200, nvfp4,

@@ -53,6 +53,7 @@ static int g_tc_192_runs = 0;    /* tensor-core calls of 192-token tiles */
 static int g_k1_cap_runs = 0;    /* decode kernel 1 calls held to two CTAs per SM (plan.c) */
 static int g_k2_wave_runs = 0;   /* decode kernel 2 calls on its stream-K wave at 25..32 tokens (plan.c, k2_wave) */
 static int g_k2_wide_runs = 0;   /* ... and of its wide instance (12 consumer warps, 17..24 tokens) */
+static int g_k2_wave24_runs = 0; /* ... at 17..24 tokens with 8 warps, more CTAs than tiles (plan.c) */
 static int g_k2_wave16_runs = 0; /* ... and at 9..16 tokens, the resident CTAs (more CTAs than tiles) */
 static int g_no_cublas = 0; /* --no-cublas: racecheck reports hazards inside cuBLAS itself */
 static int g_max_m = 0;      /* --max-m: leave out larger m (0: none left out) */
@@ -342,6 +343,17 @@ static void reference_blas(env_t *e, const weight_t *w, nb_dtype act, int64_t m,
     cudaFree(dc);
 }
 
+/* Whether cfg is decode kernel 2 at 17..24 tokens with 8 warps on a
+ * stream-K wave of more CTAs than tiles (plan.c: where the split grid would
+ * fill under nine tenths of its slots; layers of more tiles than a wave
+ * run the stream-K grid of fewer CTAs than tiles). */
+static int is_wave24(const char *cfg) {
+    const char *sk = strstr(cfg, " stream-k ctas=");
+    int ctas = 0, tiles = 0;
+    return strstr(cfg, "gemv_fp4_xs<") && strstr(cfg, ",mt=3,") && strstr(cfg, " warps=8 ") && sk &&
+           sscanf(sk, " stream-k ctas=%d over tiles=%d", &ctas, &tiles) == 2 && tiles < ctas;
+}
+
 /* One shape: weights, all m in ms[] (those up to --max-m), references: the
  * naive GPU kernel, or with blas_ref (and cuBLAS allowed) reference_blas. */
 static void test_shape_ref(env_t *e, nb_format fmt, nb_dtype act, int64_t n, int64_t k, const int *ms_all,
@@ -397,6 +409,7 @@ static void test_shape_ref(env_t *e, nb_format fmt, nb_dtype act, int64_t n, int
         g_k1_cap_runs += strstr(cfg, ",ctas/sm=2>") != NULL;
         g_k2_wave_runs += strstr(cfg, "gemv_fp4_xs<") && strstr(cfg, "mt=4,") && strstr(cfg, " stream-k ");
         g_k2_wide_runs += strstr(cfg, "gemv_fp4_xs<") && strstr(cfg, " stream-k ") && strstr(cfg, " warps=12 ");
+        g_k2_wave24_runs += is_wave24(cfg);
         g_k2_wave16_runs += gt_is_wave16(cfg);
         snprintf(what, sizeof what, "gemm %s %s n=%lld k=%lld m=%lld%s vs GPU reference", fn, an, (long long)n,
                  (long long)k, (long long)m, use_bias ? " +bias" : "");
@@ -892,7 +905,9 @@ int main(int argc, char **argv) {
             test_shape(&e, fmts[f], acts[a], 4096, 4096 + 96, few_m, 8, 0);
             test_shape(&e, fmts[f], acts[a], 300, 64 * 3 * 16, all_m, 34, 1);
             /* wide and short: the staged-activation kernel (m = 9..32; k long
-             * enough for it, with a ragged tail) and kernel 1 (k too short) */
+             * enough for it, with a ragged tail; at 17..24 tokens its 8-warp
+             * stream-K wave: 94 tiles x 2 splits would fill 188 of 264 slots)
+             * and kernel 1 (k too short) */
             test_shape(&e, fmts[f], acts[a], 24000 + 8, 1536 + 64, few_m, 8, 0);
             test_shape(&e, fmts[f], acts[a], 24000 + 8, 256 + 64, few_m, 8, 0);
             /* more 256-row tiles (301, of 7 chunks) than a wave of kernel 2's
@@ -946,8 +961,9 @@ int main(int argc, char **argv) {
     printf("tensor-core path: %d calls, %d with a k split, %d with a tail split, %d on the stream-K grid, %d of "
            "192-token tiles\n", g_tc_runs, g_tc_split_runs, g_tc_tail_runs, g_tc_sk_runs, g_tc_192_runs);
     printf("decode kernel 1: %d calls held to two CTAs per SM\n", g_k1_cap_runs);
-    printf("decode kernel 2 on its stream-K wave: %d calls at 25..32 tokens, %d at 17..24 (12 warps), %d at 9..16\n",
-           g_k2_wave_runs, g_k2_wide_runs, g_k2_wave16_runs);
+    printf("decode kernel 2 on its stream-K wave: %d calls at 25..32 tokens, %d at 17..24 (12 warps), %d at 17..24 (8 "
+           "warps), %d at 9..16\n",
+           g_k2_wave_runs, g_k2_wide_runs, g_k2_wave24_runs, g_k2_wave16_runs);
     /* (on a GPU of at least 129 SMs whose registers fit three kernel 1 CTAs
      * per SM, as the H100 and H200 do) */
     if (g_force_max_m < 0 && !g_mma && info.sm_count >= 129 && info.sm_count <= 255)
@@ -957,6 +973,7 @@ int main(int argc, char **argv) {
         check(g_k2_wave_runs > 0, "kernel 2 ran on its stream-K wave at 25..32 tokens (17800 rows, m = 32)");
         check(g_k2_wide_runs > 0, "kernel 2's wide instance ran (17800 rows, k = 5216, m = 17)");
         check(g_k2_wave16_runs > 0, "kernel 2 ran on its stream-K wave at 9..16 tokens (17800 rows, m = 9 and 16)");
+        check(g_k2_wave24_runs > 0, "kernel 2 ran on its 8-warp stream-K wave at 17..24 tokens (24008 rows, k = 1600)");
     }
     if (g_tc_runs) check(g_tc_split_runs > 0, "the tensor-core path ran with a k split (small layers at m = 64)");
     if (g_tc_runs && !g_mma && g_force_max_m < 0) /* (--staged leaves test_out_layout out) */

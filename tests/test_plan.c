@@ -441,8 +441,11 @@ static void test_integer_formats(void) {
  * layer of 6 chunks per SM or more at 25..32 tokens (not where one wave of
  * tiles is 84% full unless the wave saves 7 chunks a CTA) and, with the
  * wide instance (12 consumer warps, 384-row tiles), at 17..24 on layers of
- * 8 row blocks per SM and 40 chunks, and for the integer and table formats
- * at 17..32 where their split grid would leave a quarter of the SMs idle;
+ * 8 row blocks per SM and 40 chunks, with 8 warps on the others where
+ * the split grid would fill under nine tenths of its slots and a tile is
+ * shared by at most three CTAs, and for the integer and table formats at
+ * 17..32 where their split grid would leave a quarter of the SMs idle and
+ * at 25..32 on layers of 40 chunks and two fifths of a tile per SM or more;
  * at 9..16 tokens, every format, the resident CTAs (here two per SM: the
  * host stub sizes no ring) where the split grid leaves a tenth of the
  * resident slots idle and a tile is shared by at most four CTAs; one wave
@@ -471,10 +474,18 @@ static void test_stream_k(void) {
         {NB_FORMAT_NVFP4, 5120, 27648, 32, 1, 132, 8},  /* 108 tiles, the wave at 25..32 tokens */
         {NB_FORMAT_NVFP4, 5120, 27648, 24, 1, 132, 12}, /* 1728 row blocks, 40 chunks: 72 wide tiles */
         {NB_FORMAT_MXFP4, 5120, 27648, 17, 1, 132, 12},
-        {NB_FORMAT_NVFP4, 4096, 28672, 24, 0, 0, 8},    /* 32 chunks: 112 tiles, one wave */
+        {NB_FORMAT_NVFP4, 4096, 28672, 24, 1, 132, 8},  /* 32 chunks: 112 tiles fill 85% of 132, the 8-warp wave */
+        {NB_FORMAT_NVFP4, 3584, 18944, 20, 1, 132, 8},  /* 74 tiles x 3 splits would fill 222 of 264 slots */
+        {NB_FORMAT_MXFP4, 4096, 12288, 17, 1, 132, 8},  /* 48 x 2 of 132 */
+        {NB_FORMAT_NVFP4, 14336, 4096, 24, 0, 0, 8},    /* 16 x 8 of 132: 97% */
+        {NB_FORMAT_MXFP4, 28672, 8192, 20, 0, 0, 8},    /* 32 x 8 of 264 */
+        {NB_FORMAT_NVFP4, 8192, 10240, 24, 0, 0, 8},    /* 40 x 3 of 132: 91% */
+        {NB_FORMAT_NVFP4, 4096, 24576, 24, 1, 132, 8},  /* 96 x 2 of 264 */
         {NB_FORMAT_NVFP4, 4096, 28672, 32, 0, 0, 8},    /* 112 tiles fill 85% of a wave: no stream-K */
         {NB_FORMAT_MXFP4, 4096, 28672, 28, 0, 0, 8},
-        {NB_FORMAT_NVFP4, 5120, 13824, 24, 0, 0, 8},    /* 864 row blocks: split grid */
+        {NB_FORMAT_NVFP4, 5120, 13824, 24, 1, 132, 8},  /* 864 row blocks (not wide): 54 x 2 of 132, the wave */
+        {NB_FORMAT_NVFP4, 4096, 7168, 20, 0, 0, 8},     /* 28 x 4 of 132: a tile for more than three CTAs */
+        {NB_FORMAT_MXFP4, 3072, 9216, 24, 0, 0, 8},     /* 36 x 3 */
         {NB_FORMAT_NVFP4, 8192, 28672, 32, 1, 132, 8},  /* 112 tiles, 64 chunks: the wave saves 9.7 a CTA */
         {NB_FORMAT_MXFP4, 8192, 28672, 25, 1, 132, 8},
         {NB_FORMAT_NVFP4, 8192, 29568, 28, 1, 132, 8},  /* 116 tiles, 64 chunks: 7.8 */
@@ -483,7 +494,12 @@ static void test_stream_k(void) {
         {NB_FORMAT_INT8, 7168, 18432, 32, 1, 132, 8},
         {NB_FORMAT_NF4, 3584, 18944, 20, 1, 132, 8},    /* 74 CTAs */
         {NB_FORMAT_INT4_SYM, 5120, 25600, 24, 0, 0, 8}, /* 100 tiles: 76% of the SMs */
-        {NB_FORMAT_INT4_SYM, 8192, 28672, 32, 0, 0, 8}, /* 112 tiles */
+        {NB_FORMAT_INT4_SYM, 8192, 28672, 32, 1, 132, 8}, /* 112 tiles (25..32 tokens, 64 chunks) */
+        {NB_FORMAT_NF4, 5120, 27648, 28, 1, 132, 8},      /* 108 tiles, 40 chunks */
+        {NB_FORMAT_INT8, 5120, 27648, 32, 1, 132, 8},
+        {NB_FORMAT_INT4_SYM, 8192, 28672, 24, 0, 0, 8},   /* (17..24 tokens: the quarter rule only) */
+        {NB_FORMAT_INT4_SYM, 8192, 8192, 32, 0, 0, 8},    /* 32 tiles */
+        {NB_FORMAT_INT4_SYM, 18944, 3584, 28, 0, 0, 8},   /* 14 tiles */
         /* 9..16 tokens: the resident CTAs where the split grid leaves a tenth of the slots idle and a
          * tile is shared by at most four CTAs */
         {NB_FORMAT_NVFP4, 7168, 18432, 16, 1, 264, 8},  /* 72 tiles x 3 splits: 216 of 264 */
@@ -852,7 +868,7 @@ static void test_decode_rules(void) {
         {8192, 8192, 16, NBI_PATH_GEMV, 1, 0, 8, 0, "8 splits of 8 chunks stay at two per SM"},
         {8192, 10240, 16, NBI_PATH_GEMV, 1, 0, 6, 0, "one per SM would leave 12 SMs idle"},
         {8192, 8192, 20, NBI_PATH_GEMV, 1, 0, 4, 1, "17..24 tokens: 4 splits of 16 chunks, one per SM"},
-        {4096, 14336, 24, NBI_PATH_GEMV, 1, 0, 2, 1, "56 tiles: 2 splits"},
+        {4096, 14336, 24, NBI_PATH_GEMV, 1, 0, 1, 1, "56 tiles x 2 splits would fill 112 of 132: the wave"},
         {18944, 3584, 20, NBI_PATH_GEMV, 1, 0, 9, 1, "14 tiles: 9 splits of 17 chunks"},
         {27648, 5120, 20, NBI_PATH_GEMV, 1, 0, 13, 0, "runs of 36 at one per SM: two per SM"},
         {4096, 4096, 20, NBI_PATH_SM90, 0, 0, 0, 0, "runs of 4 at one per SM: the tensor core"},
@@ -983,10 +999,11 @@ static void test_warps_request(void) {
                   "warps = 8 at m = 24: %d warps, wave %d, grid %d (12 warps: %d)", q.warps, nbi_plan_stream_k(&q),
                   q.grid_x, p.grid_x);
     }
-    /* 4096 -> 12288 at m = 24: the rules split k with 8 warps; 12 takes the wave */
+    /* 4096 -> 12288 at m = 24 (48 tiles x 2 splits would fill 96 of 132
+     * slots): the rules take the wave with 8 warps; 12 takes it with 12 */
     if (plan(ctx, NB_FORMAT_MXFP4, 4096, 12288, 24, NULL, &p)) {
-        CHECK(p.warps == NBI_GEMV_WARPS && !nbi_plan_stream_k(&p), "4096 -> 12288 m = 24: %d warps, wave %d", p.warps,
-              nbi_plan_stream_k(&p));
+        CHECK(p.warps == NBI_GEMV_WARPS && nbi_plan_stream_k(&p) && p.grid_x == 132,
+              "4096 -> 12288 m = 24: %d warps, wave %d, grid %d", p.warps, nbi_plan_stream_k(&p), p.grid_x);
         nbi_request rq = nbi_request_of(&(nb_gemm_config){.path = NB_GEMM_PATH_DECODE, .variant = 1, .kw = 1,
                                                           .rpw = 2, .splits = 1, .warps = NBI_GEMV_WIDE_WARPS});
         if (plan(ctx, NB_FORMAT_MXFP4, 4096, 12288, 24, &rq, &q))
