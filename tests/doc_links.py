@@ -10,7 +10,7 @@ import os
 import re
 import sys
 
-SKIP_DIRS = {"build", "build-asan", ".git", ".session", ".peers", ".whl", "node_modules"}
+SKIP_DIRS = {".git", ".session", ".peers", ".whl", "node_modules"}  # (and build*)
 
 
 def markdown_files(root):

@@ -162,12 +162,18 @@ static inline float gt_from16(nb_dtype t, uint16_t h) {
     return (h & 0x8000) ? -v : v;
 }
 
-/* Whether cfg (nb_gemm_last_config) is decode kernel 2 at 9..16 tokens on a
- * stream-K grid of more CTAs than tiles (plan.c, wave16). */
-static inline int gt_is_wave16(const char *cfg) {
+/* Whether cfg (nb_gemm_last_config) is decode kernel 2 at token tile mt
+ * (8 mt tokens) with `warps` consumer warps (0: any) on a stream-K wave of
+ * more CTAs than tiles (plan.c: the waves of 9..16 tokens, wave16, and of
+ * 17..24 with 8 warps; layers of more tiles than a wave run the stream-K
+ * grid of fewer CTAs than tiles). */
+static inline int gt_is_k2_wave(const char *cfg, int mt, int warps) {
+    char tile[16], width[16];
+    snprintf(tile, sizeof tile, ",mt=%d,", mt);
+    snprintf(width, sizeof width, " warps=%d ", warps);
     const char *sk = strstr(cfg, " stream-k ctas=");
     int ctas = 0, tiles = 0;
-    return strstr(cfg, "gemv_fp4_xs<") && strstr(cfg, ",mt=2,") && sk &&
+    return strstr(cfg, "gemv_fp4_xs<") && strstr(cfg, tile) && (!warps || strstr(cfg, width)) && sk &&
            sscanf(sk, " stream-k ctas=%d over tiles=%d", &ctas, &tiles) == 2 && tiles < ctas;
 }
 

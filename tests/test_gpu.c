@@ -343,17 +343,6 @@ static void reference_blas(env_t *e, const weight_t *w, nb_dtype act, int64_t m,
     cudaFree(dc);
 }
 
-/* Whether cfg is decode kernel 2 at 17..24 tokens with 8 warps on a
- * stream-K wave of more CTAs than tiles (plan.c: where the split grid would
- * fill under nine tenths of its slots; layers of more tiles than a wave
- * run the stream-K grid of fewer CTAs than tiles). */
-static int is_wave24(const char *cfg) {
-    const char *sk = strstr(cfg, " stream-k ctas=");
-    int ctas = 0, tiles = 0;
-    return strstr(cfg, "gemv_fp4_xs<") && strstr(cfg, ",mt=3,") && strstr(cfg, " warps=8 ") && sk &&
-           sscanf(sk, " stream-k ctas=%d over tiles=%d", &ctas, &tiles) == 2 && tiles < ctas;
-}
-
 /* One shape: weights, all m in ms[] (those up to --max-m), references: the
  * naive GPU kernel, or with blas_ref (and cuBLAS allowed) reference_blas. */
 static void test_shape_ref(env_t *e, nb_format fmt, nb_dtype act, int64_t n, int64_t k, const int *ms_all,
@@ -409,8 +398,8 @@ static void test_shape_ref(env_t *e, nb_format fmt, nb_dtype act, int64_t n, int
         g_k1_cap_runs += strstr(cfg, ",ctas/sm=2>") != NULL;
         g_k2_wave_runs += strstr(cfg, "gemv_fp4_xs<") && strstr(cfg, "mt=4,") && strstr(cfg, " stream-k ");
         g_k2_wide_runs += strstr(cfg, "gemv_fp4_xs<") && strstr(cfg, " stream-k ") && strstr(cfg, " warps=12 ");
-        g_k2_wave24_runs += is_wave24(cfg);
-        g_k2_wave16_runs += gt_is_wave16(cfg);
+        g_k2_wave24_runs += gt_is_k2_wave(cfg, 3, 8);
+        g_k2_wave16_runs += gt_is_k2_wave(cfg, 2, 0);
         snprintf(what, sizeof what, "gemm %s %s n=%lld k=%lld m=%lld%s vs GPU reference", fn, an, (long long)n,
                  (long long)k, (long long)m, use_bias ? " +bias" : "");
         compare(what, act, hy, href, m, n, n);

@@ -97,7 +97,7 @@ static uint16_t gt_to16(nb_dtype t, double v) {
  * g_mma: NIBBLE_PATH=mma, every call on the mma.sync kernel. */
 static int g_tc_int = -1, g_mma;
 static int64_t g_mmax = INT64_MAX; /* --m-max: the batch sizes run stop here */
-static int g_wave16; /* calls on kernel 2's stream-K wave at 9..16 tokens (gt_is_wave16) */
+static int g_wave16; /* calls on kernel 2's stream-K wave at 9..16 tokens (gt_is_k2_wave) */
 static int tc_for_int(nb_context *ctx) {
     if (g_tc_int >= 0) return g_tc_int;
     nb_weight_desc d;
@@ -392,7 +392,7 @@ static void run_case(nb_context *ctx, const tcase *c, const int64_t *ms, int nms
         CHECK(st == NB_OK, "%s m=%lld: nb_gemm: %s", what, (long long)m, nb_last_error());
         if (st != NB_OK) continue;
         GT_NB(nb_gemm_last_config(ctx, cfgs, sizeof cfgs));
-        g_wave16 += gt_is_wave16(cfgs);
+        g_wave16 += gt_is_k2_wave(cfgs, 2, 0);
         const int on_tc = strstr(cfgs, "gemm_sm90<") != NULL || strstr(cfgs, "gemm_sm80<") != NULL;
         /* (the planner's rule, plan.c int_tc_auto: past m = 32, and on layers of fewer 128-row tiles than
          * SMs (and k < 16384) from m = 17 where decode kernel 2, one CTA per SM over 256-row tiles, would
