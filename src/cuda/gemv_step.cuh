@@ -284,14 +284,48 @@ __device__ __forceinline__ uint32_t int_pair(uint32_t q, uint32_t zz) {
     return nbc_hsub2<ACT>(v, zz);
 }
 
-/* The A fragment of pairs I and I+1 of word ql (row g) and qh (row g+8),
- * as a_frag, with the rows' zero-point pairs zg and zh. */
+/* a * b + c on two FP16 lanes (HFMA2), rounded once. */
+__device__ __forceinline__ uint32_t nbc_hfma2_f16(uint32_t a, uint32_t b, uint32_t c) {
+    __half2 x = *reinterpret_cast<__half2 *>(&a), y = *reinterpret_cast<__half2 *>(&b),
+            z = *reinterpret_cast<__half2 *>(&c);
+    __half2 r = __hfma2(x, y, z);
+    return *reinterpret_cast<uint32_t *>(&r);
+}
+
+/* FP16 only: pair I+1 (I even) from the same shifted word as pair I, its
+ * nibbles masked in place (0x00F000F0): M + 16 c with M = 1024 (c the
+ * nibble, or the nibble ^ 8 for two's complement codes, flipped in the same
+ * LOP3), times 1/16 is 64 + c exactly, so one HFMA2 with -(64 + z) leaves
+ * c - z exactly (every value an integer below 2^11; FP16 has 11 significant
+ * bits).  -(64 + z) is 960 - zz (zz = M + z, int_zero): exact.  Float zero
+ * points: 64 + c - 64 = c, then c - z as in int_pair.  Saves the shift of
+ * the odd pairs (one shift per word instead of three); BF16 (8 significant
+ * bits, M = 128) cannot hold M + 16 c. */
+template <int I, int ZT>
+__device__ __forceinline__ uint32_t int_pair_odd_f16(uint32_t q, uint32_t zz) {
+    constexpr uint32_t magic = 0x64006400u | (ZT == NB_ZERO_NONE ? 0x00800080u : 0u);
+    const uint32_t v = nbc_and_xor<0x00F000F0u, magic>(q >> (4 * I));
+    constexpr uint32_t sixteenth = 0x2C002C00u; /* 1/16 */
+    if constexpr (ZT == NB_ZERO_FLOAT)
+        return nbc_hsub2<NB_DTYPE_F16>(nbc_hfma2_f16(v, sixteenth, 0xD400D400u /* -64 */), zz);
+    if constexpr (ZT == NB_ZERO_NONE) return nbc_hfma2_f16(v, sixteenth, 0xD480D480u); /* -72: c - 8 */
+    return nbc_hfma2_f16(v, sixteenth, nbc_hsub2<NB_DTYPE_F16>(0x63806380u /* 960 */, zz));
+}
+
+/* The A fragment of pairs I and I+1 (I even) of word ql (row g) and qh
+ * (row g+8), as a_frag, with the rows' zero-point pairs zg and zh. */
 template <int ACT, int I, int ZT>
 __device__ __forceinline__ void a_frag_int(uint32_t ql, uint32_t qh, uint32_t zg, uint32_t zh, uint32_t (&a)[4]) {
+    static_assert(I % 2 == 0, "pairs I, I + 1 of a word, I even");
     a[0] = int_pair<ACT, I, ZT>(ql, zg);
     a[1] = int_pair<ACT, I, ZT>(qh, zh);
-    a[2] = int_pair<ACT, I + 1, ZT>(ql, zg);
-    a[3] = int_pair<ACT, I + 1, ZT>(qh, zh);
+    if constexpr (ACT == NB_DTYPE_F16) {
+        a[2] = int_pair_odd_f16<I, ZT>(ql, zg);
+        a[3] = int_pair_odd_f16<I, ZT>(qh, zh);
+    } else {
+        a[2] = int_pair<ACT, I + 1, ZT>(ql, zg);
+        a[3] = int_pair<ACT, I + 1, ZT>(qh, zh);
+    }
 }
 
 /* Lane group g's 2 x GPC 16-bit values (4 x GPC bytes at p) as GPC words of
