@@ -703,16 +703,25 @@ static int plan_tc(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
      * 4096 -> 4096 11.9 / 9.5, 3584 -> 4608 11.5 / 10.6; NOTES.md) */
     const int short_runs = k2_runs(ctx, p) < 6;
     /* (25..32 tokens: decode kernel 2 on its stream-K wave (k2_wave) where
-     * the layer has a 256-row tile for every second SM or 40 chunks per
-     * SM: H200, nvfp4, m = 32, us, tensor core / kernel 2: 7168 -> 18432
+     * the layer has a 256-row tile for every second SM or 24 chunks per
+     * SM (below): H200, nvfp4, m = 32, us, tensor core / kernel 2: 7168 -> 18432
      * 52.0 / 45.9, 28672 -> 8192 81.7 / 73.6, 3584 -> 18944 31.3 / 30.7;
      * the tensor core on the rest: 8192 -> 8192 25.2 / 29.3, 14336 -> 4096
      * 23.1 / 34.1, 8192 -> 10240 32.3 / 32.0, and in between, 48-56 tiles,
      * 5120 -> 13824 30.2 / 31.3 (MXFP4 29.2 / 31.4), 4096 -> 14336 24.9 /
      * 24.7 (24.2 / 25.1), though 4096 -> 12288 24.9 / 22.8; NOTES.md) */
+    /* (Long k on few tiles: 24 chunks per SM or more, not 40 (H200,
+     * `nibble tune`, NVFP4 / MXFP4, us at m = 32, tensor core / the wave:
+     * 27648 -> 5120, 20 tiles, 33 chunks per SM, 53.8 / 46.2 and 50.9 /
+     * 45.1; 25600 -> 5120 50.6 / 43.9, 47.4 / 42.9; 20480 -> 5120, 24 a
+     * SM, 41.3 / 37.2, 39.0 / 36.4; 28672 -> 4096 and 14336 -> 8192, 27 a
+     * SM, 42.8 / 41.7, 40.2 / 40.6 and 40.2 / 39.4, 39.0 / 38.4; m = 25 and
+     * 28 alike.  Under 24 the tensor core: 24576 -> 4096, 23 a SM, 37.3 /
+     * 37.1, 35.1 / 36.1; 16384 -> 4096, 16 a SM, 26.1 / 28.2; 13824 ->
+     * 5120 and 18944 -> 3584 within 2%; NOTES.md "Long k on few tiles") */
     const int64_t t2 = (p->row_blocks + 15) / 16;
     const int64_t sms = ctx->info.sm_count;
-    const int k2_wave_ahead = (2 * t2 >= sms && t2 * p->kchunks >= 6 * sms) || t2 * p->kchunks >= 40 * sms;
+    const int k2_wave_ahead = (2 * t2 >= sms && t2 * p->kchunks >= 6 * sms) || t2 * p->kchunks >= 24 * sms;
     int use = can && (integer ? int_tc_auto(ctx, g, p, tn)
                               : g->m > 32 ||
                                     (g->m > 16 && g->m <= 24 && small_grid && g->weight.k < 16384 && short_runs) ||

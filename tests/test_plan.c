@@ -840,7 +840,7 @@ static void test_moe_tile_width(void) {
  * small grids unless its runs would be under 6 chunks (then the tensor
  * core); at 25..32 the tensor core up to 1.25 tiles of 128 rows per SM,
  * except where kernel 2's stream-K wave is ahead (a 256-row tile for every
- * second SM, or 40 chunks per SM; k2_wave, 2026-11-29).  Each with a layer on either side of the rule, both E2M1 formats; the
+ * second SM, or 24 chunks per SM; k2_wave, 2026-11-29).  Each with a layer on either side of the rule, both E2M1 formats; the
  * integer formats keep their rules. */
 static void test_decode_rules(void) {
     nb_context *ctx = h100();
@@ -881,6 +881,12 @@ static void test_decode_rules(void) {
         {8192, 10240, 32, NBI_PATH_SM90, 0, 0, 0, 0, "40 tiles of 64 chunks: the tensor core"},
         {8192, 8192, 32, NBI_PATH_SM90, 0, 0, 0, 0, "32 tiles of 64 chunks: the tensor core"},
         {14336, 4096, 28, NBI_PATH_SM90, 0, 0, 0, 0, "16 tiles of 112 chunks: the tensor core"},
+        {16384, 4096, 32, NBI_PATH_SM90, 0, 0, 0, 0, "16 tiles of 128 chunks, 15.5 a SM: the tensor core"},
+        {24576, 4096, 28, NBI_PATH_SM90, 0, 0, 0, 0, "16 tiles of 192 chunks, 23.3 a SM: the tensor core"},
+        {28672, 4096, 25, NBI_PATH_GEMV, 1, 0, 1, 1, "16 tiles of 224 chunks, 27.2 a SM: kernel 2's wave"},
+        {20480, 5120, 32, NBI_PATH_GEMV, 1, 0, 1, 1, "20 tiles of 160 chunks, 24.2 a SM: kernel 2's wave"},
+        {27648, 5120, 28, NBI_PATH_GEMV, 1, 0, 1, 1, "20 tiles of 216 chunks: kernel 2's wave"},
+        {13824, 5120, 32, NBI_PATH_SM90, 0, 0, 0, 0, "20 tiles of 108 chunks, 16.4 a SM: the tensor core"},
         {3584, 18944, 24, NBI_PATH_GEMV, 1, 0, 0, 0, "148 tiles at m = 24: kernel 2"},
         {8192, 29568, 32, NBI_PATH_GEMV, 1, 0, 1, 1, "231 tiles: kernel 2"},
         {8192, 57344, 32, NBI_PATH_GEMV, 1, 0, 1, 1, "448 tiles: kernel 2's stream-K grid"},
