@@ -299,8 +299,9 @@ __device__ __forceinline__ uint32_t nbc_hfma2_f16(uint32_t a, uint32_t b, uint32
  * c - z exactly (every value an integer below 2^11; FP16 has 11 significant
  * bits).  -(64 + z) is 960 - zz (zz = M + z, int_zero): exact.  Float zero
  * points: 64 + c - 64 = c, then c - z as in int_pair.  Saves the shift of
- * the odd pairs (one shift per word instead of three); BF16 (8 significant
- * bits, M = 128) cannot hold M + 16 c. */
+ * the odd pairs (one shift per word instead of three).  BF16 keeps the
+ * shifts: its 7 stored significand bits end at bit 6 (M = 128), so a nibble
+ * masked at bits 4-7 would reach into the exponent. */
 template <int I, int ZT>
 __device__ __forceinline__ uint32_t int_pair_odd_f16(uint32_t q, uint32_t zz) {
     constexpr uint32_t magic = 0x64006400u | (ZT == NB_ZERO_NONE ? 0x00800080u : 0u);
