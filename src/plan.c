@@ -140,6 +140,17 @@ static int k2_wave(const nbi_gemm_plan *p, int sms, int rpw, int rpw2, const nbi
     return p->row_blocks >= 8 * (int64_t)sms && p->kchunks >= 40 ? NBI_GEMV_WIDE_WARPS : 0;
 }
 
+/* Whether kernel 2's split grid (tiles x s CTAs on `slots` resident
+ * slots) leaves more than a tenth of the slots idle where a stream-K wave
+ * of `ctas` CTAs would share each tile among at most `share` CTAs and give
+ * each CTA 6 chunks or more: the shape of the 9..16-token rule (wave16: the
+ * resident CTAs, four a tile) and of the 17..24-token one (one CTA per SM,
+ * three a tile) in plan_decode_split. */
+static int split_grid_short(int64_t tiles, int64_t s, int64_t slots, int64_t ctas, int share, int64_t kchunks) {
+    return tiles <= NBI_MAX_SPLIT_COLUMNS && 10 * tiles * s < 9 * slots && share * tiles >= ctas &&
+           tiles * kchunks >= 6 * ctas;
+}
+
 /* Spread the work so the GPU fills.
  *
  * Kernel 1 (per-warp streams; every m = 1..8, and 9..32 where kernel 2
@@ -234,8 +245,8 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
          * 58.1 / 59.8 -> 60.7 / 60.4 at m = 20 / 24; 8192 -> 10240, 40 x 3
          * on 132, level.  NOTES.md, "The integer codes' LOP3, and the 8-warp
          * wave at 17..24 tokens"). */
-        if (!wave && p->mt == 3 && !rpw2 && rpw == 2 && rq->splits <= 1 && grid_x <= NBI_MAX_SPLIT_COLUMNS &&
-            10 * grid_x * s < 9 * resident && 3 * grid_x >= sms && grid_x * p->kchunks >= 6 * (int64_t)sms) {
+        if (!wave && p->mt == 3 && !rpw2 && rpw == 2 && rq->splits <= 1 &&
+            split_grid_short(grid_x, s, resident, sms, 3, p->kchunks)) {
             wave = warps; /* (8: the smem above is the wave's) */
             resident = sms, s = 1;
         }
@@ -360,8 +371,7 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
      * wave").  A request of one split, as nbi_config_of describes this
      * plan, gets it back. */
     const int wave16 = xs && p->mt == 2 && rq->splits <= 1 && p->rpw == 2 &&
-                       grid_x <= NBI_MAX_SPLIT_COLUMNS && 10 * grid_x * s < 9 * resident && 4 * grid_x >= resident &&
-                       grid_x * p->kchunks >= 6 * resident;
+                       split_grid_short(grid_x, s, resident, resident, 4, p->kchunks);
     if ((wave || wave16) && xs) s = 1; /* (the stream-K grid below) */
     if (rq->splits > 0) s = rq->splits;
     if (grid_x > NBI_MAX_SPLIT_COLUMNS) s = 1;
