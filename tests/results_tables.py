@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""bench/RESULTS.md's current tables are the numbers of the run they cite.
+
+    python3 tests/results_tables.py ROOT
+
+Finds the archive RESULTS.md names as its run ("this run:
+`bench/data/...-current-....tar.gz`"), unpacks it into a temporary
+directory, prints the tables bench/current_tables.py makes from it, and
+checks that every row of the decode, tensor-core, integer, mma.sync,
+Marlin FP4, Marlin INT4, sequence and MoE tables is in RESULTS.md as it
+is.  Exit 0, or 1 naming the first rows that are not (a number edited by
+hand, a table from another run, a table left out).
+"""
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+
+SECTIONS = ("decode", "tc", "int", "mma", "marlin", "int4peers", "sequence", "moe")
+
+
+def main(argv):
+    root = argv[1] if len(argv) > 1 else os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    results = open(os.path.join(root, "bench", "RESULTS.md")).read()
+    m = re.search(r"this run:\s*`(bench/data/[^`]*-current-[^`]*\.tar\.gz)`", results)
+    if not m:
+        print("results_tables: RESULTS.md names no run archive (this run: `bench/data/...-current-....tar.gz`)")
+        return 1
+    archive = os.path.join(root, m.group(1))
+    with tempfile.TemporaryDirectory() as tmp:
+        with tarfile.open(archive) as t:
+            t.extractall(tmp, filter="data") if hasattr(tarfile, "data_filter") else t.extractall(tmp)
+        dirs = [os.path.join(tmp, d) for d in os.listdir(tmp) if os.path.isdir(os.path.join(tmp, d))]
+        run = dirs[0] if len(dirs) == 1 else tmp
+        cmd = [sys.executable, os.path.join(root, "bench", "current_tables.py"), run]
+        for s in SECTIONS:
+            cmd += ["--section", s]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    bad, rows, seen = [], 0, set()
+    section = None
+    for line in out.splitlines():
+        s = re.match(r"<!-- (\w+) -->", line)
+        if s:
+            section = s.group(1)
+            seen.add(section)
+            continue
+        if line.startswith("|"):
+            rows += 1
+            if line not in results:
+                bad.append("%s: %s" % (section, line))
+    missing = [s for s in SECTIONS if s not in seen]
+    if missing:
+        bad.append("no table made for: %s" % ", ".join(missing))
+    print("results_tables: %s, %d rows of %d sections, %d not in RESULTS.md" % (m.group(1), rows, len(seen), len(bad)))
+    for b in bad[:10]:
+        print("  " + b)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
