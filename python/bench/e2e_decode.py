@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """End-to-end greedy decode: a Llama-3.1-8B-shaped (or 70B-shaped) model with
-random weights, BF16 against nibble NVFP4 and MXFP4
+random weights, BF16 against nibble NVFP4 and MXFP4 (and, with --formats,
+int4 / int4_sym / int8 with groups of 128 and nf4 with blocks of 64)
 (nibble.torch.quantize_model), tokens per second at several batch sizes, in
 eager and compiled mode, and the share of the step spent in the linear
 layers.
@@ -109,7 +110,8 @@ if os.path.isdir(os.path.join(REPO, "python", "nibble")) and "nibble" not in sys
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-FORMATS = ("bf16", "nvfp4", "mxfp4")
+FORMATS = ("bf16", "nvfp4", "mxfp4")        # the default --formats
+INT_FORMATS = ("int4", "int4_sym", "int8", "nf4")  # also accepted (quantize_model's default groups)
 MODES = ("eager", "compiled")
 COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
 SHAPES = {  # meta-llama/Llama-3.1-{8B,70B} config.json; default layer count
@@ -513,7 +515,8 @@ def parse_args(argv=None):
     ap.add_argument("--steps", type=int, default=64, help="timed decode steps per batch (default 64)")
     ap.add_argument("--warmup", type=int, default=8, help="untimed steps before timing (default 8)")
     ap.add_argument("--prompt", type=int, default=32, help="prompt tokens (random ids; default 32)")
-    ap.add_argument("--formats", default=",".join(FORMATS), help="comma list of bf16, nvfp4, mxfp4")
+    ap.add_argument("--formats", default=",".join(FORMATS),
+                    help="comma list of bf16, nvfp4, mxfp4 (default), int4, int4_sym, int8, nf4")
     ap.add_argument("--modes", default=None,
                     help="comma list of eager, compiled (default: both on CUDA, eager on the CPU)")
     ap.add_argument("--compile-mode", default="default", choices=COMPILE_MODES,
@@ -536,7 +539,7 @@ def parse_args(argv=None):
     ap.add_argument("--out", default=None, help="directory for e2e_decode.json and e2e_decode.csv")
     args = ap.parse_args(argv)
 
-    parse_lists(ap, args, FORMATS)
+    parse_lists(ap, args, FORMATS + INT_FORMATS)
     if args.layers is None:
         args.layers = SHAPES["tiny" if args.tiny else args.shape][1]
     if args.layers < 1 or not args.batches or min(args.batches) < 1 or args.steps < 1:

@@ -54,7 +54,21 @@ def test_tiny_run_writes_results(tmp_path):
     assert data["meta"]["layers"] == 2 and len(data["rows"]) == 6 and data["meta"]["modes"] == ["eager"]
     assert (tmp_path / "e2e_decode.csv").read_text().count("\n") == 7
     with pytest.raises(SystemExit):
-        e2e.main(["--formats", "int8", "--device", "cpu"])
+        e2e.main(["--formats", "fp8", "--device", "cpu"])
+
+
+def test_tiny_run_integer_formats(tmp_path):
+    """--formats takes the integer and table formats quantize_model serves;
+    on the CPU stand-in the model is their dequantized model, so the check
+    against the float32 twin holds exactly as for the FP4 formats."""
+    rows, checks = e2e.main(["--tiny", "--device", "cpu", "--layers", "2", "--batches", "1", "--steps", "2",
+                             "--warmup", "1", "--prompt", "4", "--check-steps", "3", "--formats",
+                             "bf16,int4,int4_sym,int8,nf4", "--out", str(tmp_path)])
+    assert [r["format"] for r in rows] == ["bf16", "int4", "int4_sym", "int8", "nf4"]
+    assert all(r["tokens_per_s"] > 0 for r in rows)
+    assert [c["format"] for c in checks] == ["int4", "int4_sym", "int8", "nf4"]
+    assert all(c["ok"] and c["d_nibble"] == c["d_bf16"] > 0 for c in checks)
+    assert e2e.exit_code(rows, checks) == 0
 
 
 def test_arguments(capsys):
