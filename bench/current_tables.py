@@ -63,11 +63,14 @@ def layers_present(t, fmt):
     return [l for l in BENCH_LAYERS if any((l[0], l[1], m, fmt) in t for m in DECODE_MS + TC_MS)]
 
 
-def e2m1_table(t, ms, decode):
-    """Rows of NVFP4 / MXFP4 pairs: decode tables give % copy, tensor-core ones TFLOP/s."""
+def e2m1_table(t, ms, decode, marlin=None):
+    """Rows of NVFP4 / MXFP4 pairs: decode tables give % copy, tensor-core ones TFLOP/s; with `marlin`
+    ({(k, n, m): layers.py row}), Marlin FP4's speedups of the same session where layers.py timed that m."""
     head = ("| layer k -> n | m | NVFP4 us | MXFP4 us | cuBLAS BF16 us | speedup | %s | kernel (NVFP4) |"
             % ("% of copy bandwidth" if decode else "TFLOP/s nibble / cuBLAS (NVFP4)"))
     out = [head, "|---|---|---|---|---|---|---|---|"]
+    if marlin:
+        out = [head + " Marlin FP4 (layers.py) |", out[1] + "---|"]
     for l in layers_present(t, "nvfp4"):
         for m in ms:
             a, b = t.get(l + (m, "nvfp4")), t.get(l + (m, "mxfp4"))
@@ -75,9 +78,14 @@ def e2m1_table(t, ms, decode):
                 continue
             extra = ("%d%% / %d%%" % (round(100 * float(a["copy_fraction"])), round(100 * float(b["copy_fraction"])))
                      if decode else "%.0f / %.0f" % (float(a["tflops"]), float(a["cublas_tflops"])))
-            out.append("| %d -> %d | %d | %.1f | %.1f | %.1f / %.1f | %.2f / %.2fx | %s | %s |" % (
+            row = "| %d -> %d | %d | %.1f | %.1f | %.1f / %.1f | %.2f / %.2fx | %s | %s |" % (
                 l[0], l[1], m, float(a["nibble_us"]), float(b["nibble_us"]), float(a["cublas_us"]),
-                float(b["cublas_us"]), float(a["speedup"]), float(b["speedup"]), extra, kernel_name(a["config"])))
+                float(b["cublas_us"]), float(a["speedup"]), float(b["speedup"]), extra, kernel_name(a["config"]))
+            if marlin:
+                r = marlin.get(l + (m,))
+                row += (" %.2f / %.2fx |" % (float(r["marlin_nvfp4_x"]), float(r["marlin_mxfp4_x"])) if r and
+                        r.get("marlin_nvfp4_x") and r.get("marlin_mxfp4_x") else " - |")
+            out.append(row)
     return out
 
 
@@ -211,8 +219,10 @@ def main(argv):
     e2m1 = read_csv(os.path.join(d, "cur-e2m1.csv"))
     if e2m1:
         t = bench_index(e2m1)
-        sections.append(("decode", e2m1_table(t, DECODE_MS, True)))
-        sections.append(("tc", e2m1_table(t, TC_MS, False)))
+        fp4 = read_csv(os.path.join(d, "layers-fp4/layers.csv")) or []
+        marlin = {(int(r["k"]), int(r["n"]), int(r["m"])): r for r in fp4 if r.get("marlin_nvfp4_x")}
+        sections.append(("decode", e2m1_table(t, DECODE_MS, True, marlin)))
+        sections.append(("tc", e2m1_table(t, TC_MS, False, marlin)))
     for name, path, fn in (("int", "cur-int.csv", int_table), ("mma", "cur-mma.csv", mma_table),
                            ("marlin", "layers-fp4/layers.csv", marlin_table),
                            ("int4peers", "layers-int4/layers.csv", int4_peer_table)):
