@@ -728,10 +728,13 @@ static int plan_tc(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
      * SM, 42.8 / 41.7, 40.2 / 40.6 and 40.2 / 39.4, 39.0 / 38.4; m = 25 and
      * 28 alike.  Under 24 the tensor core: 24576 -> 4096, 23 a SM, 37.3 /
      * 37.1, 35.1 / 36.1; 16384 -> 4096, 16 a SM, 26.1 / 28.2; 13824 ->
-     * 5120 and 18944 -> 3584 within 2%; NOTES.md "Long k on few tiles") */
+     * 5120 and 18944 -> 3584 within 2%; NOTES.md "Long k on few tiles").
+     * Measured on 16 to 32 tiles: from 33 tiles up to half the SMs the
+     * 40 chunks per SM the rule had before stay) */
     const int64_t t2 = (p->row_blocks + 15) / 16;
     const int64_t sms = ctx->info.sm_count;
-    const int k2_wave_ahead = (2 * t2 >= sms && t2 * p->kchunks >= 6 * sms) || t2 * p->kchunks >= 24 * sms;
+    const int k2_wave_ahead = (2 * t2 >= sms && t2 * p->kchunks >= 6 * sms) ||
+                              t2 * p->kchunks >= (t2 <= 32 ? 24 : 40) * sms;
     int use = can && (integer ? int_tc_auto(ctx, g, p, tn)
                               : g->m > 32 ||
                                     (g->m > 16 && g->m <= 24 && small_grid && g->weight.k < 16384 && short_runs) ||
