@@ -713,8 +713,9 @@ static int plan_tc(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
      * 4096 -> 4096 11.9 / 9.5, 3584 -> 4608 11.5 / 10.6; NOTES.md) */
     const int short_runs = k2_runs(ctx, p) < 6;
     /* (25..32 tokens: decode kernel 2 on its stream-K wave (k2_wave) where
-     * the layer has a 256-row tile for every second SM or 24 chunks per
-     * SM (below): H200, nvfp4, m = 32, us, tensor core / kernel 2: 7168 -> 18432
+     * the layer has a 256-row tile for every second SM, or 24 chunks per
+     * SM on up to 32 tiles and 40 above (below): H200, nvfp4, m = 32, us,
+     * tensor core / kernel 2: 7168 -> 18432
      * 52.0 / 45.9, 28672 -> 8192 81.7 / 73.6, 3584 -> 18944 31.3 / 30.7;
      * the tensor core on the rest: 8192 -> 8192 25.2 / 29.3, 14336 -> 4096
      * 23.1 / 34.1, 8192 -> 10240 32.3 / 32.0, and in between, 48-56 tiles,

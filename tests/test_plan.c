@@ -765,7 +765,8 @@ static void test_moe_tile_width(void) {
  * small grids unless its runs would be under 6 chunks (then the tensor
  * core); at 25..32 the tensor core up to 1.25 tiles of 128 rows per SM,
  * except where kernel 2's stream-K wave is ahead (a 256-row tile for every
- * second SM, or 24 chunks per SM; k2_wave, 2026-11-29).  Each with a layer on either side of the rule, both E2M1 formats; the
+ * second SM, or 24 chunks per SM on up to 32 tiles and 40 above; k2_wave,
+ * 2026-11-29).  Each with a layer on either side of the rule, both E2M1 formats; the
  * integer formats keep their rules. */
 static void test_decode_rules(void) {
     nb_context *ctx = h100();

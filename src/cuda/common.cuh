@@ -469,6 +469,14 @@ __device__ __forceinline__ uint32_t nbc_hmul2(uint32_t a, uint32_t b) {
     return r;
 }
 
+/* a * b + c on two FP16 lanes (HFMA2), rounded once. */
+__device__ __forceinline__ uint32_t nbc_hfma2_f16(uint32_t a, uint32_t b, uint32_t c) {
+    __half2 x = *reinterpret_cast<__half2 *>(&a), y = *reinterpret_cast<__half2 *>(&b),
+            z = *reinterpret_cast<__half2 *>(&c);
+    __half2 r = __hfma2(x, y, z);
+    return *reinterpret_cast<uint32_t *>(&r);
+}
+
 /* a - b on two 16-bit lanes (HSUB2), BF16 or FP16. */
 template <int ACT>
 __device__ __forceinline__ uint32_t nbc_hsub2(uint32_t a, uint32_t b) {

@@ -222,17 +222,6 @@ __device__ __forceinline__ void nbc_fetch_chunk(uint32_t d, const uint8_t *src, 
     if (lane < (CB - CODE) / 16) nbc_cp_async16_s(d + CODE, src + CODE, pol);
 }
 
-/* 2 x 16-bit lanes of bytes 0 and 2 of y (the other bytes are ignored)
- * as the exact signed integers they hold (int8, docs/formats.md 8.9: a
- * word keeps elements e in byte [0,2,1,3][e], so bytes 0, 2 are elements
- * 0, 1 and, shifted by 8, bytes 1, 3 elements 2, 3).  FP16: the byte with
- * its sign bit flipped (q + 128) in the mantissa of 1024 (0x6400: last bit
- * weighs 1) is 1152 + q exactly, less 1152: one LOP3, one HSUB2.  BF16 has
- * 8 significant bits, too few for 1024 + 0..255: the low 7 bits in the
- * mantissa of 128 (0x4300) give 128 + (q & 127), and the sign bit in the
- * same place gives 128 or 256 (0x4380), the weight 128 carries in two's
- * complement plus 128; their difference is q: two LOP3, one HSUB2.  Every
- * value is an integer of at most 8 significant bits: exact. */
 /* (a & B) ^ C, or with OR (a & B) | C, in one LOP3: written as one, since
  * the compiler splits the two constants into two (one immediate each). */
 template <uint32_t B, uint32_t C>
@@ -248,6 +237,17 @@ __device__ __forceinline__ uint32_t nbc_and_or(uint32_t a) {
     return d;
 }
 
+/* 2 x 16-bit lanes of bytes 0 and 2 of y (the other bytes are ignored)
+ * as the exact signed integers they hold (int8, docs/formats.md 8.9: a
+ * word keeps elements e in byte [0,2,1,3][e], so bytes 0, 2 are elements
+ * 0, 1 and, shifted by 8, bytes 1, 3 elements 2, 3).  FP16: the byte with
+ * its sign bit flipped (q + 128) in the mantissa of 1024 (0x6400: last bit
+ * weighs 1) is 1152 + q exactly, less 1152: one LOP3, one HSUB2.  BF16 has
+ * 8 significant bits, too few for 1024 + 0..255: the low 7 bits in the
+ * mantissa of 128 (0x4300) give 128 + (q & 127), and the sign bit in the
+ * same place gives 128 or 256 (0x4380), the weight 128 carries in two's
+ * complement plus 128; their difference is q: two LOP3, one HSUB2.  Every
+ * value is an integer of at most 8 significant bits: exact. */
 template <int ACT>
 __device__ __forceinline__ uint32_t i8_pair(uint32_t y) {
     if (ACT == NB_DTYPE_BF16)
@@ -282,14 +282,6 @@ __device__ __forceinline__ uint32_t int_pair(uint32_t q, uint32_t zz) {
     const uint32_t v = nbc_and_xor<0x000F000Fu, magic>(q >> (4 * I));
     if constexpr (ZT == NB_ZERO_FLOAT) return nbc_hsub2<ACT>(nbc_hsub2<ACT>(v, magic), zz);
     return nbc_hsub2<ACT>(v, zz);
-}
-
-/* a * b + c on two FP16 lanes (HFMA2), rounded once. */
-__device__ __forceinline__ uint32_t nbc_hfma2_f16(uint32_t a, uint32_t b, uint32_t c) {
-    __half2 x = *reinterpret_cast<__half2 *>(&a), y = *reinterpret_cast<__half2 *>(&b),
-            z = *reinterpret_cast<__half2 *>(&c);
-    __half2 r = __hfma2(x, y, z);
-    return *reinterpret_cast<uint32_t *>(&r);
 }
 
 /* FP16 only: pair I+1 (I even) from the same shifted word as pair I, its
