@@ -92,6 +92,8 @@ struct nb_context {
     int env_moe_kw;              /* NIBBLE_MOE_KW at creation: 1, 2, 4 or 8; 0 when unset */
     int env_moe_bn;              /* NIBBLE_MOE_TC_BN at creation: 64 or 128; 0 when unset */
     int env_moe_route;           /* NIBBLE_MOE_ROUTE at creation: 1 kernel, 2 inline; 0 when unset */
+    int env_pdl;                 /* NIBBLE_PDL at creation: 1 nb_gemm launches without programmatic dependent
+                                  * launch, 2 with it; 0 when unset (with it) */
     /* clusters of s CTAs of the tensor-core kernel that run at once, per
      * instance (plan.c sm90_instance) and s (plan.c asks nbi_cuda_sm90_clusters
      * once and keeps the answer + 1 here; 0: not asked yet) */

@@ -68,6 +68,32 @@ static int k1_kw(const nbi_gemm_plan *p, int warps, int sms, int rpw2) {
     return (double)p->row_blocks * half / warps < 1.4 * (double)sms && !(rpw2 && p->mt >= 3) ? warps : half;
 }
 
+/* 25..32 tokens (E2M1 formats), layers of at most 32 tiles: a split grid of
+ * exactly one wave of one CTA per SM, s = SMs / tiles splits of 24 chunks
+ * or more covering 95% of the SMs, instead of kernel 2's stream-K wave or
+ * the tensor core (H200, `nibble bench`, the library with and without it
+ * alternated twice, NVFP4 / MXFP4, m = 25 / 28 / 32, new / old time:
+ * 28672 -> 4096, 16 tiles x 8 splits of 28 chunks, 0.93-0.96 of the
+ * wave's; 24576 -> 4096, 8 of 24, 0.92-0.98 of the tensor core's; 27648 ->
+ * 3584, 14 x 9 of 24, 0.84-0.89; 32768 -> 3584 0.96-0.98; 36864 -> 4608,
+ * 18 x 7, 0.96-0.98; 16384 -> 8192, 32 x 4 of 32, 0.92-0.96; 14336 ->
+ * 8192, 32 x 4 of 28, 0.95-1.01; 28672 -> 8192 and 29568 -> 8192 0.95-1.00;
+ * geometric mean 0.953 over 78 cells of 10 layers, none above 1.009).
+ * Shorter splits lost to the tensor core in `nibble tune` (16384 -> 4096,
+ * 8 of 16; 14336 -> 4096, 8 of 14).  On 64 tiles two splits of 28 chunks
+ * lost at m = 28 / 32 (7168 -> 16384: 39.4-40.8 us against the tensor
+ * core's 38.3-39.4 and the wave's 37.2-38.3), so wider layers keep the
+ * wave (plan_tc's long-k rule).  NOTES.md, "One wave of splits at 25..32
+ * tokens".
+ * Returns the splits, or 0. */
+static int64_t k2_one_wave_split(const nbi_gemm_plan *p, int64_t sms, int rpw2) {
+    if (rpw2 || p->mt != 4) return 0;
+    const int64_t tiles = (p->row_blocks + 15) / 16;
+    if (tiles > 32 || tiles >= sms) return 0;
+    const int64_t s = sms / tiles;
+    return s >= 2 && 20 * tiles * s >= 19 * sms && p->kchunks / s >= 24 ? s : 0;
+}
+
 /* Kernel 2 (two row blocks per warp) at 17..32 tokens on one wave of one
  * CTA per SM over a stream-K grid, whatever the shape: the consumer warps
  * of that instance (NBI_GEMV_WARPS, or the E2M1 formats' wide instance's
@@ -87,7 +113,8 @@ static int k1_kw(const nbi_gemm_plan *p, int warps, int sms, int rpw2) {
  *   32, NVFP4, one wave of 112 and 116 tiles -> the stream-K wave: 8192 ->
  *   28672 76.0 / 81.1 / 86.5 -> 70.4 / 71.4 / 71.1, 8192 -> 29568 76.5 /
  *   81.6 / 87.6 -> 72.7 / 73.4 / 73.9; MXFP4 the same within 1%;
- *   4096 -> 28672, 32 chunks, keeps its grid).
+ *   4096 -> 28672, 32 chunks, keeps its grid).  Nor where one wave of
+ *   splits runs instead (k2_one_wave_split).
  * - The integer and table formats, 17..32 tokens, 8 warps, where the split
  *   grid (tiles x the splits that fit one wave) leaves a quarter of the
  *   SMs idle (H200, int4 / int8 / nf4, m = 20..32, us, split grid -> the
@@ -134,7 +161,8 @@ static int k2_wave(const nbi_gemm_plan *p, int sms, int rpw, int rpw2, const nbi
                    ? NBI_GEMV_WARPS
                    : 0;
     if (p->mt == 4) /* not where the tiles fill 84% of one wave and the wave would save under 7 chunks a CTA */
-        return tiles <= sms && 25 * tiles >= 21 * (int64_t)sms && p->kchunks * (sms - tiles) < 7 * (int64_t)sms
+        return (tiles <= sms && 25 * tiles >= 21 * (int64_t)sms && p->kchunks * (sms - tiles) < 7 * (int64_t)sms) ||
+                       k2_one_wave_split(p, sms, rpw2)
                    ? 0
                    : NBI_GEMV_WARPS;
     return p->row_blocks >= 8 * (int64_t)sms && p->kchunks >= 40 ? NBI_GEMV_WIDE_WARPS : 0;
@@ -214,6 +242,7 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
          * without; 14336 -> 4096 with 16 splits of 7 chunks, 14 of 8:
          * 1.18x). */
         if (p->mt >= 3 && 4 * grid_x >= 3 * sms) per_sm = 1;
+        if (!wave && rpw == 2 && rq->splits <= 1 && k2_one_wave_split(p, sms, rpw2)) per_sm = 1; /* one wave of splits */
         /* 17..24 tokens (E2M1 formats) on layers of at most half a wave of
          * tiles: one CTA per SM too, where that gives runs of at most 32
          * chunks (H200, nvfp4, m = 18 / 20 / 24, us, splits filling two
@@ -265,7 +294,7 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
          * (8192 -> 10240, 40 tiles: 3 splits 28.7 us, 6 splits 22.4).
          * The integer and table formats likewise (int4 12288 -> 4096 18.3
          * -> 15.7 us at m = 16, nf4 22.3 -> 20.2).  NOTES.md. */
-        if (p->mt == 2 && !staged && p->kchunks < 8 * s) {
+        if (p->mt == 2 && !staged && (p->kchunks < 8 * s || (p->kchunks == 8 * s && 4 * grid_x <= sms))) {
             const int64_t s1 = sms / grid_x;
             if (s1 >= 2 && 20 * grid_x * s1 >= 19 * (int64_t)sms && p->kchunks / s1 >= 6) s = s1;
         }
@@ -714,7 +743,8 @@ static int plan_tc(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
     const int short_runs = k2_runs(ctx, p) < 6;
     /* (25..32 tokens: decode kernel 2 on its stream-K wave (k2_wave) where
      * the layer has a 256-row tile for every second SM, or 24 chunks per
-     * SM on up to 32 tiles and 40 above (below): H200, nvfp4, m = 32, us,
+     * SM (below), or its split grid where k2_one_wave_split takes one:
+     * H200, nvfp4, m = 32, us,
      * tensor core / kernel 2: 7168 -> 18432
      * 52.0 / 45.9, 28672 -> 8192 81.7 / 73.6, 3584 -> 18944 31.3 / 30.7;
      * the tensor core on the rest: 8192 -> 8192 25.2 / 29.3, 14336 -> 4096
@@ -730,12 +760,18 @@ static int plan_tc(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
      * 28 alike.  Under 24 the tensor core: 24576 -> 4096, 23 a SM, 37.3 /
      * 37.1, 35.1 / 36.1; 16384 -> 4096, 16 a SM, 26.1 / 28.2; 13824 ->
      * 5120 and 18944 -> 3584 within 2%; NOTES.md "Long k on few tiles").
-     * Measured on 16 to 32 tiles: from 33 tiles up to half the SMs the
-     * 40 chunks per SM the rule had before stay) */
+     * From 33 tiles up to half the SMs likewise (H200, `nibble bench`, the
+     * wave forced by a tuning cache against the tensor core, alternated
+     * twice, m = 25 / 28 / 32, both formats: 12288 -> 12288, 48 tiles, 35
+     * a SM, 0.69-0.72 of the tensor core's time; 9216 -> 12288 0.72-0.75;
+     * 13824 -> 10240 0.87-0.90; 10240 -> 10240, 40 tiles, 24.2 a SM,
+     * 0.90-0.93; 8192 -> 16384 and 7168 -> 16384, 64 tiles, 0.94-0.97;
+     * NOTES.md "One wave of splits at 25..32 tokens") */
     const int64_t t2 = (p->row_blocks + 15) / 16;
     const int64_t sms = ctx->info.sm_count;
     const int k2_wave_ahead = (2 * t2 >= sms && t2 * p->kchunks >= 6 * sms) ||
-                              t2 * p->kchunks >= (t2 <= 32 ? 24 : 40) * sms;
+                              t2 * p->kchunks >= 24 * sms ||
+                              k2_one_wave_split(p, sms, 0); /* (kernel 2's split grid) */
     int use = can && (integer ? int_tc_auto(ctx, g, p, tn)
                               : g->m > 32 ||
                                     (g->m > 16 && g->m <= 24 && small_grid && g->weight.k < 16384 && short_runs) ||
@@ -1031,7 +1067,7 @@ nb_status nbi_plan(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
                             "in pieces of 8 and needs k a multiple of 8", t->name, (long long)d->k);
     }
     if ((st = plan_scales(ctx, g, t, p))) return st;
-    p->pdl = ctx->info.cc_major >= 9;
+    p->pdl = ctx->info.cc_major >= 9 && ctx->env_pdl != 1; /* NIBBLE_PDL=0: without (nibble.h, "tuning") */
     p->row_blocks = (d->n + 15) / 16;
     p->kchunks = (d->k + NBI_CHUNK_K - 1) / NBI_CHUNK_K;
     if (plan_tc(ctx, g, rq, p) || plan_mma(ctx, g, rq, p)) return NB_OK;

@@ -164,6 +164,16 @@ static void test_context(void) {
         EXPECT(NULL, NB_ERR_NO_DEVICE, nb_context_create(0, &c)); /* a valid value: on to the device check */
     }
     unsetenv("NIBBLE_PATH");
+    /* NIBBLE_PDL: 0 or 1, anything else refused the same way */
+    setenv("NIBBLE_PDL", "yes", 1);
+    EXPECT(NULL, NB_ERR_INVALID_ARGUMENT, nb_context_create(0, &c));
+    CHECK(strstr(nb_last_error(), "NIBBLE_PDL=\"yes\" is not 0 or 1") != NULL, "the message names the value: \"%s\"",
+          nb_last_error());
+    if (count == 0) {
+        setenv("NIBBLE_PDL", "0", 1);
+        EXPECT(NULL, NB_ERR_NO_DEVICE, nb_context_create(0, &c)); /* a valid value: on to the device check */
+    }
+    unsetenv("NIBBLE_PDL");
     /* the MoE planner's switches: refused the same way, the accepted values
      * listed in the message */
     static const char *const moe_env[3][3] = {{"NIBBLE_MOE_PATH", "fast", "decode or tc"},
