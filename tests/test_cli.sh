@@ -73,6 +73,7 @@ case_ 1 "tune: --m: 1 and 1 share the bucket" tune --m 1,1
 case_ 1 "bench: --csv: the value is empty" bench --csv=
 case_ 1 "bench: --sequence takes no value \('--sequence=yes'\)" bench --sequence=yes
 case_ 1 "bench: --m: '2x' is not an integer" bench --sequence --m 1,2x
+case_ 1 "nibble bench: --between applies to --sequence only" bench --between
 fi
 # --- --opt=value, repeated options, flags with values, unknown options, extra arguments
 case_ 1 "demo: --m given twice" demo --m 2 --m=3

@@ -68,7 +68,7 @@ static double copy_bandwidth(void) {
 
 static void help(void) {
     printf("usage: nibble bench [--shapes KxN,...] [--m 1,2,...] [--formats nvfp4,mxfp4,...] [--dtype bf16|f16]\n"
-           "                    [--csv FILE] [--json FILE] [--min-bytes MB] [--tune-cache FILE] [--sequence]\n"
+           "                    [--csv FILE] [--json FILE] [--min-bytes MB] [--tune-cache FILE] [--sequence [--between]]\n"
            "  Times Y[m,n] = X[m,k] . W[n,k]^T for each layer k -> n and each m, nibble's kernel vs\n"
            "  cuBLAS BF16 in the same run (CUDA graphs, weights rotated past L2, median of replays).\n"
            "  Prints us per call, GB/s (weights + scales + activations + output), fraction of\n"
@@ -78,7 +78,10 @@ static void help(void) {
            "  it chose say \"tuned\".  --sequence also times the layers as one model step: a graph of\n"
            "  passes that call every layer once in --shapes order (as a forward pass runs them, each\n"
            "  kernel after a different one), per format and m, against cuBLAS BF16's same sequence, next\n"
-           "  to the sum of the layers timed alone (printed, not in --csv / --json).\n"
+           "  to the sum of the layers timed alone (printed, not in --csv / --json).  --between puts a small\n"
+           "  cuBLAS kernel (an SSCAL of 4096 floats, launched as a framework's kernels are, without\n"
+           "  programmatic dependent launch) after every layer in both sequences, as a model step's norms\n"
+           "  and activations sit between its linears, and prints what those kernels take alone.\n"
            "  defaults: --shapes 8192x8192,8192x57344,28672x8192,4096x6144,4096x4096\n"
            "            --m 1,2,4,8,16,32 --formats nvfp4,mxfp4 --dtype bf16 --min-bytes 240\n"
            "  Exit: 0 measured, 1 usage, 2 a configuration's output was wrong, 3 no GPU, a library,\n"
@@ -100,6 +103,8 @@ typedef struct bench {
     int first; /* no JSON row written yet */
     int rc;    /* 2 once a configuration gave a wrong result */
     int sequence; /* --sequence */
+    int between;  /* --between: a small cuBLAS kernel after every layer of the sequences */
+    float *scratch; /* its 4096 floats */
 } bench;
 
 /* What one layer k -> n in one format needs for its rows: the activations
@@ -120,15 +125,20 @@ typedef struct bench_layer {
 
 /* Stage 1: the options: 0 to go on, -1 after --help, 1 on a usage error. */
 static int bench_parse(bench *b, int argc, char **argv) {
-    nba_opt o[NBT_SWEEP_OPTS + 4] = {
+    nba_opt o[NBT_SWEEP_OPTS + 5] = {
         {.name = "--csv", .kind = NBA_STRING, .dst = &b->csv},
         {.name = "--json", .kind = NBA_STRING, .dst = &b->json},
         {.name = "--tune-cache", .kind = NBA_STRING, .dst = &b->tune_cache},
         {.name = "--sequence", .kind = NBA_FLAG, .dst = &b->sequence},
+        {.name = "--between", .kind = NBA_FLAG, .dst = &b->between},
     };
-    nbt_sweep_opts(&b->sw, "--dtype", o + 4);
+    nbt_sweep_opts(&b->sw, "--dtype", o + 5);
     const int rc = nba_parse("bench", argc, argv, o, sizeof o / sizeof o[0], NULL, help);
     if (rc) return rc;
+    if (b->between && !b->sequence) {
+        fprintf(stderr, "nibble bench: --between applies to --sequence only\n");
+        return 1;
+    }
     return nbt_sweep_parse(&b->sw, "bench") ? 0 : 1;
 }
 
@@ -149,12 +159,20 @@ static int bench_setup(bench *b) {
     const size_t blas_ws_bytes = 64u << 20; /* explicit workspace: no allocation inside graph capture */
     CK(cudaMalloc(&b->blas_ws, blas_ws_bytes));
     BL(cublasSetWorkspace(b->blas, b->blas_ws, blas_ws_bytes));
+    if (b->between) {
+        CK(cudaMalloc((void **)&b->scratch, 4096 * sizeof(float)));
+        CK(cudaMemset(b->scratch, 0, 4096 * sizeof(float)));
+    }
 
     b->bw = copy_bandwidth();
     time_t now = time(NULL);
     strftime(b->date, sizeof b->date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
     printf("nibble bench: %s (%d SMs, L2 %.0f MB), copy bandwidth %.0f GB/s, commit %s, %s\n", b->info.name,
            b->info.sm_count, b->info.l2_bytes / 1e6, b->bw, NB_GIT_COMMIT, b->date);
+    const char *pdl = getenv("NIBBLE_PDL"); /* (nb_context_create has checked the value) */
+    if (pdl && pdl[0])
+        printf("nibble bench: NIBBLE_PDL=%s: nb_gemm %s programmatic dependent launch\n", pdl,
+               strcmp(pdl, "0") ? "with" : "without");
     printf("%-6s %-13s %5s %10s %10s %9s %7s %7s %8s  %s\n", "format", "layer k->n", "m", "nibble-us", "cublas-us", "GB/s",
            "%copy", "TFLOP/s", "speedup", "config");
     b->fc = b->csv ? fopen(b->csv, "w") : NULL;
@@ -374,10 +392,20 @@ static void bench_shape(bench *b, int64_t k, int64_t n) {
     shape_free(&l);
 }
 
+/* --between: the small kernel after each layer (cuBLAS, no programmatic
+ * dependent launch; scaling by one leaves the scratch as it was). */
+static void between_kernel(bench *b) {
+    if (!b->between) return;
+    const float one = 1.0f;
+    BL(cublasSscal(b->blas, 4096, &one, b->scratch, 1));
+}
+
 /* --sequence, one format and m: graphs of `passes` passes, each calling
  * every layer once in order (pass p on copy p of each layer's rotation, so
  * a layer is read cold), nibble's and cuBLAS's; us per pass, printed next
- * to the sums of the layers' rows (sum_nb, sum_bl). */
+ * to the sums of the layers' rows (sum_nb, sum_bl).  With --between each
+ * call is followed by between_kernel, and a third graph times those kernels
+ * alone. */
 static void bench_seq_row(bench *b, bench_layer *ls, int nl, int64_t m, double sum_nb, double sum_bl) {
     const nb_dtype act = b->sw.act;
     nb_gemm_desc *g = nbt_calloc((size_t)nl, sizeof *g);
@@ -389,9 +417,11 @@ static void bench_seq_row(bench *b, bench_layer *ls, int nl, int64_t m, double s
     cudaGraphExec_t ex;
     CK(cudaStreamBeginCapture(b->s, cudaStreamCaptureModeThreadLocal));
     for (int p = 0; p < passes; p++)
-        for (int i = 0; i < nl; i++)
+        for (int i = 0; i < nl; i++) {
             NB(nb_gemm(b->ctx, &g[i], ls[i].dx, ls[i].L.pk[p % ls[i].L.rot], NULL, ls[i].dy, ls[i].dws, ls[i].ws,
                        b->s));
+            between_kernel(b);
+        }
     CK(cudaStreamEndCapture(b->s, &gr));
     CK(cudaGraphInstantiate(&ex, gr, 0));
     const double t_nb = nbt_time_graph(ex, b->s, passes, 9);
@@ -399,15 +429,30 @@ static void bench_seq_row(bench *b, bench_layer *ls, int nl, int64_t m, double s
     CK(cudaGraphDestroy(gr));
     CK(cudaStreamBeginCapture(b->s, cudaStreamCaptureModeThreadLocal));
     for (int p = 0; p < passes; p++)
-        for (int i = 0; i < nl; i++) blas_gemm(b, &ls[i], m, ls[i].wb[p % ls[i].rot_b]);
+        for (int i = 0; i < nl; i++) {
+            blas_gemm(b, &ls[i], m, ls[i].wb[p % ls[i].rot_b]);
+            between_kernel(b);
+        }
     CK(cudaStreamEndCapture(b->s, &gr));
     CK(cudaGraphInstantiate(&ex, gr, 0));
     const double t_bl = nbt_time_graph(ex, b->s, passes, 9);
     CK(cudaGraphExecDestroy(ex));
     CK(cudaGraphDestroy(gr));
+    double t_between = 0.0;
+    if (b->between) {
+        CK(cudaStreamBeginCapture(b->s, cudaStreamCaptureModeThreadLocal));
+        for (int p = 0; p < passes * nl; p++) between_kernel(b);
+        CK(cudaStreamEndCapture(b->s, &gr));
+        CK(cudaGraphInstantiate(&ex, gr, 0));
+        t_between = nbt_time_graph(ex, b->s, passes, 9);
+        CK(cudaGraphExecDestroy(ex));
+        CK(cudaGraphDestroy(gr));
+    }
     printf("sequence %s m=%lld, %d layers: nibble %.2f us per pass (layers alone %.2f), cuBLAS %.2f (%.2f), "
-           "speedup %.2fx (alone %.2fx)\n", ls[0].fname, (long long)m, nl, t_nb, sum_nb, t_bl, sum_bl, t_bl / t_nb,
+           "speedup %.2fx (alone %.2fx)", ls[0].fname, (long long)m, nl, t_nb, sum_nb, t_bl, sum_bl, t_bl / t_nb,
            sum_bl / sum_nb);
+    if (b->between) printf("; with a cuBLAS kernel after each layer (those kernels alone %.2f us per pass)", t_between);
+    printf("\n");
     fflush(stdout);
     free(g);
 }
@@ -459,6 +504,7 @@ int nb_cli_bench(int argc, char **argv) {
     }
     BL(cublasDestroy(b.blas));
     CK(cudaFree(b.blas_ws));
+    if (b.scratch) CK(cudaFree(b.scratch));
     CK(cudaStreamDestroy(b.s));
     NB(nb_context_destroy(b.ctx));
     return b.rc;

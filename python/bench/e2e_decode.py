@@ -597,7 +597,8 @@ def main(argv=None):
           f"batches {args.batches}; modes {', '.join(args.modes)}"
           + (f" (torch.compile mode {args.compile_mode})" if "compiled" in args.modes else "")
           + f"; graphs {'off (eager mode)' if args.no_graph else 'on'}"
-          + f"; q/k/v and gate/up {'separate' if args.no_fuse else 'fused (one GEMM each, every format)'}",
+          + f"; q/k/v and gate/up {'separate' if args.no_fuse else 'fused (one GEMM each, every format)'}"
+          + "".join(f"; {k}={v}" for k, v in nibble_env().items()),
           flush=True)
 
     gen = torch.Generator().manual_seed(args.seed + 1)
@@ -811,6 +812,14 @@ def commit():
     return c or "unknown"
 
 
+def nibble_env():
+    """The library's planner and launch switches set for this run (NIBBLE_PDL,
+    NIBBLE_PATH, NIBBLE_TUNE_CACHE, ...; not where the library was found),
+    so a result says how it was obtained."""
+    return {k: v for k, v in sorted(os.environ.items())
+            if k.startswith("NIBBLE_") and k not in ("NIBBLE_LIBRARY", "NIBBLE_REQUIRE_IO")}
+
+
 def write_out(args, rows, checks, cfg, gpu, total, tf_version):
     import nibble
     os.makedirs(args.out, exist_ok=True)
@@ -819,7 +828,7 @@ def write_out(args, rows, checks, cfg, gpu, total, tf_version):
             "nibble": nibble.version_string(), "shape": "tiny" if args.tiny else args.shape, "layers": args.layers,
             "tiny": args.tiny, "prompt": args.prompt, "steps": args.steps, "warmup": args.warmup,
             "modes": args.modes, "compile_mode": args.compile_mode, "fused": not args.no_fuse,
-            "device": str(args.device), "seconds": total,
+            "device": str(args.device), "seconds": total, "nibble_env": nibble_env(),
             "config": {k: getattr(cfg, k) for k in ("hidden_size", "intermediate_size", "num_attention_heads",
                                                     "num_key_value_heads", "vocab_size", "num_hidden_layers")}}
     with open(os.path.join(args.out, "e2e_decode.json"), "w") as fh:

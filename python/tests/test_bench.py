@@ -39,7 +39,8 @@ def test_decoder_matches_transformers_generate():
     assert torch.equal(forced, tokens)
 
 
-def test_tiny_run_writes_results(tmp_path):
+def test_tiny_run_writes_results(tmp_path, monkeypatch):
+    monkeypatch.setenv("NIBBLE_PDL", "0")   # recorded with the results (meta.nibble_env), the library path not
     rows, checks = e2e.main(["--tiny", "--device", "cpu", "--layers", "2", "--batches", "1,2", "--steps", "2",
                              "--warmup", "1", "--prompt", "4", "--check-steps", "3", "--out", str(tmp_path)])
     assert [(r["format"], r["mode"], r["batch"]) for r in rows] == [(f, "eager", b) for f in e2e.FORMATS
@@ -52,6 +53,7 @@ def test_tiny_run_writes_results(tmp_path):
     assert e2e.exit_code(rows, checks) == 0
     data = json.loads((tmp_path / "e2e_decode.json").read_text())
     assert data["meta"]["layers"] == 2 and len(data["rows"]) == 6 and data["meta"]["modes"] == ["eager"]
+    assert data["meta"]["nibble_env"]["NIBBLE_PDL"] == "0" and "NIBBLE_LIBRARY" not in data["meta"]["nibble_env"]
     assert (tmp_path / "e2e_decode.csv").read_text().count("\n") == 7
     with pytest.raises(SystemExit):
         e2e.main(["--formats", "fp8", "--device", "cpu"])
