@@ -175,6 +175,35 @@ static void test_without_clusters(void) {
     }
 }
 
+/* NIBBLE_PDL: every path launches with programmatic dependent launch on
+ * sm_90 unless the context was created with NIBBLE_PDL=0, and the switch
+ * moves no other part of a plan; before sm_90 never. */
+static void test_pdl_switch(void) {
+    nb_context *on = h100(), *off = h100(), *sm80 = h100();
+    off->env_pdl = 1;  /* NIBBLE_PDL=0 */
+    on->env_pdl = 2;   /* NIBBLE_PDL=1: as unset */
+    sm80->info.cc_major = 8;
+    static const int64_t ms[] = {1, 8, 16, 25, 32, 64, 256, 1024}; /* (the decode paths too) */
+    int n = 0, bad = 0;
+    for (size_t s = 0; s < sizeof k_shapes / sizeof k_shapes[0]; s++)
+        for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
+            nbi_gemm_plan a, b, c;
+            if (!plan(on, NB_FORMAT_NVFP4, k_shapes[s][0], k_shapes[s][1], ms[i], NULL, &a) ||
+                !plan(off, NB_FORMAT_NVFP4, k_shapes[s][0], k_shapes[s][1], ms[i], NULL, &b))
+                continue;
+            n++;
+            const int was = b.pdl;
+            b.pdl = a.pdl;
+            bad += !(a.pdl == 1 && was == 0 && !memcmp(&a, &b, sizeof a)); /* (nbi_plan zeroes the plan first) */
+            if (plan(sm80, NB_FORMAT_NVFP4, k_shapes[s][0], k_shapes[s][1], ms[i], NULL, &c)) bad += c.pdl != 0;
+        }
+    CHECK(n > 0 && bad == 0, "NIBBLE_PDL=0 clears pdl and nothing else, sm_80 never sets it (%d plans, %d wrong)", n,
+          bad);
+    nb_context_destroy(on);
+    nb_context_destroy(off);
+    nb_context_destroy(sm80);
+}
+
 /* A requested split is the largest that can run, at most the one asked. */
 static void test_requested_splits(void) {
     nb_context *ctx = h100();
@@ -1008,6 +1037,7 @@ int main(void) {
     test_stream_k();
     test_tc_stream_k();
     test_moe_kw();
+    test_pdl_switch();
     printf("%d passed, %d failed\n", g_pass, g_fail);
     return g_fail ? 1 : 0;
 }
