@@ -164,37 +164,32 @@ static void test_context(void) {
         EXPECT(NULL, NB_ERR_NO_DEVICE, nb_context_create(0, &c)); /* a valid value: on to the device check */
     }
     unsetenv("NIBBLE_PATH");
-    /* NIBBLE_PDL: 0 or 1, anything else refused the same way */
-    setenv("NIBBLE_PDL", "yes", 1);
-    EXPECT(NULL, NB_ERR_INVALID_ARGUMENT, nb_context_create(0, &c));
-    CHECK(strstr(nb_last_error(), "NIBBLE_PDL=\"yes\" is not 0 or 1") != NULL, "the message names the value: \"%s\"",
-          nb_last_error());
-    if (count == 0) {
-        setenv("NIBBLE_PDL", "0", 1);
-        EXPECT(NULL, NB_ERR_NO_DEVICE, nb_context_create(0, &c)); /* a valid value: on to the device check */
-    }
-    unsetenv("NIBBLE_PDL");
-    /* the MoE planner's switches: refused the same way, the accepted values
-     * listed in the message */
-    static const char *const moe_env[3][3] = {{"NIBBLE_MOE_PATH", "fast", "decode or tc"},
-                                              {"NIBBLE_MOE_KW", "3", "1, 2, 4 or 8"},
-                                              {"NIBBLE_MOE_TC_BN", "256", "64, 128 or 192"}};
-    for (int i = 0; i < 3; i++) {
-        setenv(moe_env[i][0], moe_env[i][1], 1);
+    /* the MoE planner's switches and NIBBLE_PDL: refused the same way, the
+     * accepted values listed in the message */
+    static const char *const env_switches[4][3] = {{"NIBBLE_MOE_PATH", "fast", "decode or tc"},
+                                                   {"NIBBLE_MOE_KW", "3", "1, 2, 4 or 8"},
+                                                   {"NIBBLE_MOE_TC_BN", "256", "64, 128 or 192"},
+                                                   {"NIBBLE_PDL", "yes", "0 or 1"}};
+    for (int i = 0; i < 4; i++) {
+        setenv(env_switches[i][0], env_switches[i][1], 1);
         EXPECT(NULL, NB_ERR_INVALID_ARGUMENT, nb_context_create(0, &c));
         char want[64];
-        snprintf(want, sizeof want, "%s=\"%s\" is not %s", moe_env[i][0], moe_env[i][1], moe_env[i][2]);
-        CHECK(strstr(nb_last_error(), want) != NULL, "the message names %s: \"%s\"", moe_env[i][0], nb_last_error());
-        unsetenv(moe_env[i][0]);
+        snprintf(want, sizeof want, "%s=\"%s\" is not %s", env_switches[i][0], env_switches[i][1],
+                 env_switches[i][2]);
+        CHECK(strstr(nb_last_error(), want) != NULL, "the message names %s: \"%s\"", env_switches[i][0],
+              nb_last_error());
+        unsetenv(env_switches[i][0]);
     }
     if (count == 0) { /* valid values: on to the device check */
         setenv("NIBBLE_MOE_PATH", "tc", 1);
         setenv("NIBBLE_MOE_KW", "8", 1);
         setenv("NIBBLE_MOE_TC_BN", "64", 1);
+        setenv("NIBBLE_PDL", "0", 1);
         EXPECT(NULL, NB_ERR_NO_DEVICE, nb_context_create(0, &c));
         unsetenv("NIBBLE_MOE_PATH");
         unsetenv("NIBBLE_MOE_KW");
         unsetenv("NIBBLE_MOE_TC_BN");
+        unsetenv("NIBBLE_PDL");
     }
 
     nb_context *ctx = NULL;

@@ -203,17 +203,10 @@ static void blas_gemm(bench *b, const bench_layer *l, int64_t m, const void *w) 
 
 /* cuBLAS graph of `calls` GEMMs over the rotated copies; median us per call. */
 static double bench_cublas(bench *b, const bench_layer *l, int64_t m, int calls) {
-    cudaGraph_t gr;
-    cudaGraphExec_t ex;
     blas_gemm(b, l, m, l->wb[0]);
     CK(cudaStreamBeginCapture(b->s, cudaStreamCaptureModeThreadLocal));
     for (int c = 0; c < calls; c++) blas_gemm(b, l, m, l->wb[c % l->rot_b]);
-    CK(cudaStreamEndCapture(b->s, &gr));
-    CK(cudaGraphInstantiate(&ex, gr, 0));
-    const double us = nbt_time_graph(ex, b->s, calls, 9);
-    CK(cudaGraphExecDestroy(ex));
-    CK(cudaGraphDestroy(gr));
-    return us;
+    return nbt_time_capture(b->s, calls, 9);
 }
 
 /* nb_gemm's output for m rows against the naive reference (all mmax rows
@@ -413,8 +406,6 @@ static void bench_seq_row(bench *b, bench_layer *ls, int nl, int64_t m, double s
     /* about 20 ms of cuBLAS work per graph, 2 to 200 passes */
     int passes = (int)ceil(20000.0 / (sum_bl > 1.0 ? sum_bl : 1.0));
     passes = passes < 2 ? 2 : passes > 200 ? 200 : passes;
-    cudaGraph_t gr;
-    cudaGraphExec_t ex;
     CK(cudaStreamBeginCapture(b->s, cudaStreamCaptureModeThreadLocal));
     for (int p = 0; p < passes; p++)
         for (int i = 0; i < nl; i++) {
@@ -422,31 +413,19 @@ static void bench_seq_row(bench *b, bench_layer *ls, int nl, int64_t m, double s
                        b->s));
             between_kernel(b);
         }
-    CK(cudaStreamEndCapture(b->s, &gr));
-    CK(cudaGraphInstantiate(&ex, gr, 0));
-    const double t_nb = nbt_time_graph(ex, b->s, passes, 9);
-    CK(cudaGraphExecDestroy(ex));
-    CK(cudaGraphDestroy(gr));
+    const double t_nb = nbt_time_capture(b->s, passes, 9);
     CK(cudaStreamBeginCapture(b->s, cudaStreamCaptureModeThreadLocal));
     for (int p = 0; p < passes; p++)
         for (int i = 0; i < nl; i++) {
             blas_gemm(b, &ls[i], m, ls[i].wb[p % ls[i].rot_b]);
             between_kernel(b);
         }
-    CK(cudaStreamEndCapture(b->s, &gr));
-    CK(cudaGraphInstantiate(&ex, gr, 0));
-    const double t_bl = nbt_time_graph(ex, b->s, passes, 9);
-    CK(cudaGraphExecDestroy(ex));
-    CK(cudaGraphDestroy(gr));
+    const double t_bl = nbt_time_capture(b->s, passes, 9);
     double t_between = 0.0;
     if (b->between) {
         CK(cudaStreamBeginCapture(b->s, cudaStreamCaptureModeThreadLocal));
         for (int p = 0; p < passes * nl; p++) between_kernel(b);
-        CK(cudaStreamEndCapture(b->s, &gr));
-        CK(cudaGraphInstantiate(&ex, gr, 0));
-        t_between = nbt_time_graph(ex, b->s, passes, 9);
-        CK(cudaGraphExecDestroy(ex));
-        CK(cudaGraphDestroy(gr));
+        t_between = nbt_time_capture(b->s, passes, 9);
     }
     printf("sequence %s m=%lld, %d layers: nibble %.2f us per pass (layers alone %.2f), cuBLAS %.2f (%.2f), "
            "speedup %.2fx (alone %.2fx)", ls[0].fname, (long long)m, nl, t_nb, sum_nb, t_bl, sum_bl, t_bl / t_nb,

@@ -173,18 +173,22 @@ double nbt_time_graph(cudaGraphExec_t exec, cudaStream_t s, int calls, int reps)
     return (double)t[reps / 2] * 1000.0 / calls;
 }
 
-double nbt_time_gemm(nb_context *ctx, const nb_gemm_desc *g, const nb_gemm_config *cfg, const void *x,
-                     const nbt_layer *l, void *y, void *ws, size_t ws_bytes, cudaStream_t s, int calls, int reps) {
+double nbt_time_capture(cudaStream_t s, int calls, int reps) {
     cudaGraph_t gr;
     cudaGraphExec_t ex;
-    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    for (int c = 0; c < calls; c++) NB(nb_gemm_ex(ctx, g, cfg, x, l->pk[c % l->rot], NULL, y, ws, ws_bytes, s));
     CK(cudaStreamEndCapture(s, &gr));
     CK(cudaGraphInstantiate(&ex, gr, 0));
     const double us = nbt_time_graph(ex, s, calls, reps);
     CK(cudaGraphExecDestroy(ex));
     CK(cudaGraphDestroy(gr));
     return us;
+}
+
+double nbt_time_gemm(nb_context *ctx, const nb_gemm_desc *g, const nb_gemm_config *cfg, const void *x,
+                     const nbt_layer *l, void *y, void *ws, size_t ws_bytes, cudaStream_t s, int calls, int reps) {
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (int c = 0; c < calls; c++) NB(nb_gemm_ex(ctx, g, cfg, x, l->pk[c % l->rot], NULL, y, ws, ws_bytes, s));
+    return nbt_time_capture(s, calls, reps);
 }
 
 void nbt_sweep_opts(nbt_sweep *sw, const char *act_flag, nba_opt *out) {

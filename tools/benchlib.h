@@ -76,6 +76,9 @@ void nbt_layer_free(nbt_layer *l);
 int nbt_graph_calls(int64_t m, int64_t n, int64_t k, size_t weight_bytes, int rot, double target_us, int lo, int hi);
 /* Median microseconds per call of a captured graph of `calls` calls. */
 double nbt_time_graph(cudaGraphExec_t exec, cudaStream_t s, int calls, int reps);
+/* Ends the capture begun on s (cudaStreamBeginCapture), instantiates the
+ * graph, times it as nbt_time_graph does and frees it: median us per call. */
+double nbt_time_capture(cudaStream_t s, int calls, int reps);
 /* nb_gemm on the layer's rotated copies, `calls` per graph: median us per call. */
 double nbt_time_gemm(nb_context *ctx, const nb_gemm_desc *g, const nb_gemm_config *cfg, const void *x,
                      const nbt_layer *l, void *y, void *ws, size_t ws_bytes, cudaStream_t s, int calls, int reps);
