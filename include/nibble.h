@@ -688,14 +688,18 @@ NB_API nb_status nb_gemm_reference_device(nb_context *ctx, const nb_gemm_desc *g
  * context creation keeps every split on the workspace.  Both give the same
  * bits, and nb_gemm_workspace_size covers either.
  *
- * On Hopper every nb_gemm kernel launches with programmatic dependent
- * launch: it requests its first weights before waiting for the previous
+ * On Hopper nb_gemm kernels launch with programmatic dependent launch:
+ * the kernel requests its first weights before waiting for the previous
  * kernel in the stream and lets the next one start early.  That pays where
- * nibble calls follow each other and can cost where other kernels sit
- * between them (NOTES.md).  NIBBLE_PDL=0 at context creation launches
- * nb_gemm without it, NIBBLE_PDL=1 (the default) with it; another value
- * fails a device context's nb_context_create with NB_ERR_INVALID_ARGUMENT.
- * The MoE calls keep it between their own launches.
+ * nibble calls follow each other and was measured to cost in a compiled
+ * model step, where other kernels sit between them (NOTES.md).  So under
+ * stream capture a call launches with it only when its launch follows the
+ * same context's previous nb_gemm launch in that capture (the one node the
+ * capture would make it depend on); a direct launch, which cannot see what
+ * precedes it, always does.  NIBBLE_PDL at context creation: unset or
+ * "auto" that rule, "1" always, "0" never; another value fails a device
+ * context's nb_context_create with NB_ERR_INVALID_ARGUMENT.  The MoE calls
+ * keep it between their own launches.
  *
  * m buckets (an entry tuned at one m serves every m of its bucket): 1, 2,
  * 3-4, 5-8, 9-16, 17-32, 33-64, 65-128, 129-256, 257-512, 513-1024,

@@ -140,21 +140,22 @@ static nb_status read_env_choice(const char *name, const char *const *values, in
  * one planner choice for nb_gemm, and the MoE planner's NIBBLE_MOE_PATH,
  * NIBBLE_MOE_KW, NIBBLE_MOE_TC_BN and NIBBLE_MOE_ROUTE (measurement and
  * tests), and NIBBLE_PDL (nb_gemm's launches with or without programmatic
- * dependent launch). */
+ * dependent launch, or, unset or "auto", with it only where the launch can
+ * follow one of the context's own: device.c pdl_head). */
 static nb_status read_env(int *path, int *moe_path, int *moe_kw, int *moe_bn, int *moe_route, int *pdl) {
     static const char *const paths[3] = {"decode", "tc", "mma"}; /* NB_GEMM_PATH_DECODE, _TENSOR_CORE, _MMA */
     static const char *const moe_paths[2] = {"decode", "tc"};
     static const char *const kws[4] = {"1", "2", "4", "8"};
     static const char *const bns[3] = {"64", "128", "192"};
     static const char *const routes[2] = {"kernel", "inline"};
-    static const char *const onoff[2] = {"0", "1"};
+    static const char *const pdls[3] = {"0", "1", "auto"};
     int kw = 0, bn = 0;
     nb_status st;
     if ((st = read_env_choice("NIBBLE_PATH", paths, 3, path)) ||
         (st = read_env_choice("NIBBLE_MOE_PATH", moe_paths, 2, moe_path)) ||
         (st = read_env_choice("NIBBLE_MOE_KW", kws, 4, &kw)) || (st = read_env_choice("NIBBLE_MOE_TC_BN", bns, 3, &bn)) ||
         (st = read_env_choice("NIBBLE_MOE_ROUTE", routes, 2, moe_route)) ||
-        (st = read_env_choice("NIBBLE_PDL", onoff, 2, pdl)))
+        (st = read_env_choice("NIBBLE_PDL", pdls, 3, pdl)))
         return st;
     *moe_kw = kw ? 1 << (kw - 1) : 0;
     *moe_bn = 64 * bn; /* 64, 128, 192 */

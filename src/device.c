@@ -222,11 +222,45 @@ static nb_status run_decode(nb_context *ctx, const nb_gemm_desc *g, const nb_gem
             nb_status st = plan_for(ctx, &h, cfg, &q, "nb_gemm");
             if (st) return st;
         }
+        q.pdl = m0 ? q.pdl_own : p->pdl; /* the first launch the call's choice, the others after its own */
         nb_status st = nbi_cuda_gemv(ctx, &q, (const char *)x + (size_t)(m0 * p->lda) * es, packed, bias,
                                      (char *)y + (size_t)(m0 * p->ldc) * es, workspace, stream);
         if (st) return nbi_reraise(ctx, st, "nb_gemm");
     }
     return NB_OK;
+}
+
+/* Programmatic dependent launch for a call's first launch.  It lets the
+ * kernel start (request its first weights) while the kernel before it ends,
+ * which pays between nibble's own calls (q, k and v back to back) but was
+ * measured to cost where the kernel before is another library's: in a
+ * compiled model step each fused projection sits between Inductor kernels,
+ * and launching those calls without it made the step 1.9% faster (H200,
+ * 8B shape, batch 1; NOTES.md, "Programmatic dependent launch in the model
+ * step").  Under stream capture the graph says which node the launch will
+ * follow: with NIBBLE_PDL unset or "auto" the call launches with it only
+ * after this context's own last launch (the one node it depends on).  A
+ * direct launch cannot know what precedes it and keeps it.  *capturing is
+ * set when the stream captures, so that the caller notes its launch. */
+static int pdl_head(nb_context *ctx, void *stream, int *capturing) {
+    *capturing = 0;
+    if (ctx->env_pdl == 1 || ctx->env_pdl == 2) return 1; /* NIBBLE_PDL=0 / 1: the plan's pdl says */
+    void *node = NULL;
+    unsigned long long id = 0;
+    const int tip = nbi_cuda_capture_tip(stream, &node, &id);
+    if (tip < 0) return 1;
+    *capturing = 1;
+    return tip == 1 && node == ctx->own_node && id == ctx->own_capture;
+}
+
+/* After a call's launches under capture: the node the next call would
+ * follow is this call's last (or none, after a failure). */
+static void note_own(nb_context *ctx, void *stream, nb_status st) {
+    void *node = NULL;
+    unsigned long long id = 0;
+    if (st || nbi_cuda_capture_tip(stream, &node, &id) != 1) node = NULL, id = 0;
+    ctx->own_node = node;
+    ctx->own_capture = id;
 }
 
 nb_status nb_gemm_ex(nb_context *ctx, const nb_gemm_desc *g, const nb_gemm_config *cfg, const void *x,
@@ -247,9 +281,12 @@ nb_status nb_gemm_ex(nb_context *ctx, const nb_gemm_desc *g, const nb_gemm_confi
                         workspace_bytes, workspace ? "" : " (NULL)");
     if (need && (uintptr_t)workspace % 16)
         return nbi_fail(ctx, NB_ERR_MISALIGNED, "nb_gemm: workspace must be 16-byte aligned");
+    int capturing = 0;
+    if (p.pdl) p.pdl = pdl_head(ctx, stream, &capturing);
     if (p.path == NBI_PATH_SM80) st = nbi_cuda_gemm_sm80(ctx, &p, x, packed, bias, y, stream);
     else if (p.path == NBI_PATH_SM90) st = nbi_cuda_gemm_sm90(ctx, &p, x, packed, bias, y, workspace, stream);
     else st = run_decode(ctx, g, cfg, &p, x, packed, bias, y, workspace, stream);
+    if (capturing) note_own(ctx, stream, st);
     if (st) return p.path == NBI_PATH_GEMV ? st : nbi_reraise(ctx, st, fn);
     describe(ctx, &p, g->m);
     return NB_OK;

@@ -92,8 +92,13 @@ struct nb_context {
     int env_moe_kw;              /* NIBBLE_MOE_KW at creation: 1, 2, 4 or 8; 0 when unset */
     int env_moe_bn;              /* NIBBLE_MOE_TC_BN at creation: 64 or 128; 0 when unset */
     int env_moe_route;           /* NIBBLE_MOE_ROUTE at creation: 1 kernel, 2 inline; 0 when unset */
-    int env_pdl;                 /* NIBBLE_PDL at creation: 1 nb_gemm launches without programmatic dependent
-                                  * launch, 2 with it; 0 when unset (with it) */
+    int env_pdl;                 /* NIBBLE_PDL at creation: 1 ("0") nb_gemm launches without programmatic
+                                  * dependent launch, 2 ("1") with it, 3 ("auto") or 0 (unset) with it where
+                                  * it follows one of this context's own launches (device.c pdl_head) */
+    /* under stream capture, the graph node of this context's last nb_gemm
+     * launch and its capture's id (nbi_cuda_last_node; NULL / 0: none) */
+    void *own_node;
+    unsigned long long own_capture;
     /* clusters of s CTAs of the tensor-core kernel that run at once, per
      * instance (plan.c sm90_instance) and s (plan.c asks nbi_cuda_sm90_clusters
      * once and keeps the answer + 1 here; 0: not asked yet) */
@@ -244,7 +249,9 @@ typedef struct nbi_gemm_plan {
     int group;          /* kernel group (nbi_kernel_group): the integer formats' template parameter */
     int chunk_bytes;    /* bytes per packed chunk (nbi_packed_chunk_bytes) */
     int scale_bf16;     /* the integer formats' 16-bit scales are BF16 (else F16) */
-    int pdl;            /* launch with programmatic dependent launch (sm_90+) */
+    int pdl;            /* launch with programmatic dependent launch (sm_90+); nb_gemm clears it for the
+                           call's first launch where that follows a kernel not its own (device.c pdl_head) */
+    int pdl_own;        /* the launches after the call's first (gemm_sm90's tail) with it (sm_90+) */
     int per_sm;         /* kernel 1: at most this many CTAs share an SM (0: as many as fit), held by */
     int dyn_smem;       /* the launch's dynamic shared memory, more than the ring needs (0: the ring's) */
     /* Tensor-core paths (gemm_sm90.cu, gemm_sm80.cu), when path != NBI_PATH_GEMV: */
@@ -382,6 +389,11 @@ NB_INTERNAL nb_status nbi_cuda_gemm_sm90(nb_context *ctx, const nbi_gemm_plan *p
                                          const void *bias, void *y, void *workspace, void *stream);
 NB_INTERNAL nb_status nbi_cuda_gemm_sm80(nb_context *ctx, const nbi_gemm_plan *p, const void *x, const void *packed,
                                          const void *bias, void *y, void *stream);
+/* Whether `stream` is capturing, and then the one graph node the next launch
+ * on it will depend on: -1 not capturing (or the query failed: its error is
+ * cleared), 0 capturing with no or several nodes to depend on, 1 with one
+ * (*node, and the capture's *id, set). */
+NB_INTERNAL int nbi_cuda_capture_tip(void *stream, void **node, unsigned long long *id);
 /* ------------------------------------------------ MoE on the GPU (moe.c, moe.cu) */
 /* One MoE MLP call: shapes, the routing block (8 * mt slots of one expert
  * per CTA row), the two projections' scale handling (as nbi_plan computes

@@ -1068,6 +1068,7 @@ nb_status nbi_plan(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
     }
     if ((st = plan_scales(ctx, g, t, p))) return st;
     p->pdl = ctx->info.cc_major >= 9 && ctx->env_pdl != 1; /* NIBBLE_PDL=0: without (nibble.h, "tuning") */
+    p->pdl_own = p->pdl;
     p->row_blocks = (d->n + 15) / 16;
     p->kchunks = (d->k + NBI_CHUNK_K - 1) / NBI_CHUNK_K;
     if (plan_tc(ctx, g, rq, p) || plan_mma(ctx, g, rq, p)) return NB_OK;

@@ -169,7 +169,7 @@ static void test_context(void) {
     static const char *const env_switches[4][3] = {{"NIBBLE_MOE_PATH", "fast", "decode or tc"},
                                                    {"NIBBLE_MOE_KW", "3", "1, 2, 4 or 8"},
                                                    {"NIBBLE_MOE_TC_BN", "256", "64, 128 or 192"},
-                                                   {"NIBBLE_PDL", "yes", "0 or 1"}};
+                                                   {"NIBBLE_PDL", "yes", "0, 1 or auto"}};
     for (int i = 0; i < 4; i++) {
         setenv(env_switches[i][0], env_switches[i][1], 1);
         EXPECT(NULL, NB_ERR_INVALID_ARGUMENT, nb_context_create(0, &c));

@@ -20,7 +20,9 @@
  *     grid (NIBBLE_SM90_SK=1 puts every call it can take on it), and one of
  *     65 at m = 300 and 384 in 192-token tiles;
  *   - output layouts (test_out_layout): ldc above n and y off 16-byte
- *     alignment give the same bits as ldc = n and write nothing else.
+ *     alignment give the same bits as ldc = n and write nothing else;
+ *   - under stream capture, programmatic dependent launch only after the
+ *     context's own nb_gemm launch with NIBBLE_PDL unset (test_pdl_capture).
  * With NIBBLE_PATH=mma in the environment every call runs the mma.sync
  * kernel (gemm_sm80.cu), whatever the GPU, and the test adds m in {32, 33,
  * 64, 100, 128, 256, 1000, 1024, 4096} on a ragged layer (n = 1000, k = 4192)
@@ -719,6 +721,147 @@ static void test_mx_range(env_t *e) {
 }
 
 /* Device entry points reject bad input with their documented status. */
+#if CUDART_VERSION >= 13000
+/* The one node after `from` in a captured graph and the type of that edge
+ * (NULL when `from` has no or several dependents). */
+static cudaGraphNode_t next_node(cudaGraphNode_t from, int *type) {
+    cudaGraphNode_t to[4];
+    cudaGraphEdgeData ed[4];
+    size_t n = 4;
+    memset(ed, 0, sizeof ed);
+    if (cudaGraphNodeGetDependentNodes(from, to, ed, &n) != cudaSuccess || n != 1) return NULL;
+    *type = ed[0].type;
+    return to[0];
+}
+
+/* The graph's one root node (NULL when not exactly one). */
+static cudaGraphNode_t root_node(cudaGraph_t graph) {
+    cudaGraphNode_t r[4];
+    size_t n = 4;
+    return cudaGraphGetRootNodes(graph, r, &n) == cudaSuccess && n == 1 ? r[0] : NULL;
+}
+#endif
+
+/* Programmatic dependent launch under stream capture (device.c pdl_head).
+ * Captured [nb_dequantize, nb_gemm A, nb_gemm B] in a context of each
+ * NIBBLE_PDL setting: with it unset or "auto" the edge A -> B is
+ * programmatic and dequantize -> A (a kernel not nb_gemm's) plain; with
+ * NIBBLE_PDL=1 both programmatic, with 0 neither; before sm_90 neither.
+ * Each graph's replay gives the direct call's bits.  And a tensor-core call
+ * with a tail split (two launches) after a memset node: plain into its
+ * first launch, programmatic between its two (unless NIBBLE_PDL=0). */
+static void test_pdl_capture(env_t *e, int cc_major) {
+#if CUDART_VERSION >= 13000
+    const char *was = getenv("NIBBLE_PDL");
+    char keep[16] = "";
+    if (was) snprintf(keep, sizeof keep, "%s", was);
+    const int64_t n = 256, k = 1024, m = 1;
+    weight_t w;
+    make_weight(e->ctx, &w, NB_FORMAT_NVFP4, n, k, 0, 0);
+    nb_weight_desc cd = w.desc;
+    cd.layout = NB_LAYOUT_CHECKPOINT;
+    uint16_t *hx = malloc((size_t)(m * k) * 2), *href = malloc((size_t)(m * n) * 2), *hy = malloc((size_t)(m * n) * 2);
+    for (int64_t i = 0; i < m * k; i++) hx[i] = to16(NB_DTYPE_BF16, frand());
+    void *dx, *dy, *ddq;
+    CK(cudaMalloc(&dx, (size_t)(m * k) * 2));
+    CK(cudaMalloc(&dy, (size_t)(m * n) * 2));
+    CK(cudaMalloc(&ddq, (size_t)(n * k) * 2));
+    CK(cudaMemcpy(dx, hx, (size_t)(m * k) * 2, cudaMemcpyHostToDevice));
+    nb_gemm_desc g;
+    NB(nb_gemm_desc_init(&g, &w.desc, m, NB_DTYPE_BF16, NB_DTYPE_BF16));
+    size_t ws = 0;
+    NB(nb_gemm_workspace_size(e->ctx, &g, &ws));
+    ensure_ws(e, ws);
+    NB(nb_gemm(e->ctx, &g, dx, w.d_packed, NULL, dy, e->ws, e->ws_bytes, NULL));
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(href, dy, (size_t)(m * n) * 2, cudaMemcpyDeviceToHost));
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    const int P = cudaGraphDependencyTypeProgrammatic, D = cudaGraphDependencyTypeDefault;
+    static const char *const modes[4] = {NULL, "0", "1", "auto"};
+    for (int i = 0; i < 4; i++) {
+        if (modes[i]) setenv("NIBBLE_PDL", modes[i], 1);
+        else unsetenv("NIBBLE_PDL");
+        nb_context *c;
+        NB(nb_context_create(0, &c));
+        const int on = cc_major >= 9 && !(modes[i] && !strcmp(modes[i], "0"));
+        const int always = on && modes[i] && !strcmp(modes[i], "1");
+        cudaGraph_t graph;
+        CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        nb_status st = nb_dequantize(c, &cd, w.d_codes, w.d_scales, NB_DTYPE_BF16, ddq, s);
+        if (!st) st = nb_gemm(c, &g, dx, w.d_packed, NULL, dy, e->ws, e->ws_bytes, s);
+        if (!st) st = nb_gemm(c, &g, dx, w.d_packed, NULL, dy, e->ws, e->ws_bytes, s);
+        CK(cudaStreamEndCapture(s, &graph));
+        char what[200];
+        int t1 = -1, t2 = -1;
+        cudaGraphNode_t r = root_node(graph), a = r ? next_node(r, &t1) : NULL, b = a ? next_node(a, &t2) : NULL;
+        snprintf(what, sizeof what, "NIBBLE_PDL=%s: captured dequantize -> nb_gemm -> nb_gemm: edges %d, %d (want %d, "
+                 "%d; 1 programmatic), status %s", modes[i] ? modes[i] : "(unset)", t1, t2, always ? P : D,
+                 on ? P : D, nb_status_name(st));
+        check(st == NB_OK && b && t1 == (always ? P : D) && t2 == (on ? P : D), what);
+        cudaGraphExec_t exec;
+        CK(cudaGraphInstantiate(&exec, graph, 0));
+        CK(cudaMemsetAsync(dy, 0xFF, (size_t)(m * n) * 2, s));
+        CK(cudaGraphLaunch(exec, s));
+        CK(cudaStreamSynchronize(s));
+        CK(cudaMemcpy(hy, dy, (size_t)(m * n) * 2, cudaMemcpyDeviceToHost));
+        snprintf(what, sizeof what, "NIBBLE_PDL=%s: the captured graph's result equals the direct call's bits",
+                 modes[i] ? modes[i] : "(unset)");
+        check(memcmp(hy, href, (size_t)(m * n) * 2) == 0, what);
+        CK(cudaGraphExecDestroy(exec));
+        CK(cudaGraphDestroy(graph));
+        nb_context_destroy(c);
+    }
+    if (keep[0]) setenv("NIBBLE_PDL", keep, 1);
+    else unsetenv("NIBBLE_PDL");
+    /* a tail split: 133 tiles of 128 rows at m = 1000 (as test_shape's 17016 rows) */
+    weight_t t;
+    make_weight(e->ctx, &t, NB_FORMAT_NVFP4, 17016, 4096 + 96, 0, 0);
+    const int64_t tm = 1000;
+    void *tx, *ty;
+    CK(cudaMalloc(&tx, (size_t)(tm * t.k) * 2));
+    CK(cudaMalloc(&ty, (size_t)(tm * t.n) * 2));
+    NB(nb_gemm_desc_init(&g, &t.desc, tm, NB_DTYPE_BF16, NB_DTYPE_BF16));
+    NB(nb_gemm_workspace_size(e->ctx, &g, &ws));
+    ensure_ws(e, ws);
+    cudaGraph_t graph;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    cudaError_t me = cudaMemsetAsync(tx, 0, (size_t)(tm * t.k) * 2, s);
+    nb_status st = nb_gemm(e->ctx, &g, tx, t.d_packed, NULL, ty, e->ws, e->ws_bytes, s);
+    CK(cudaStreamEndCapture(s, &graph));
+    char cfg[256] = "";
+    nb_gemm_last_config(e->ctx, cfg, sizeof cfg);
+    if (st == NB_OK && me == cudaSuccess && strstr(cfg, "gemm_sm90") && strstr(cfg, " tail=")) {
+        const int off = keep[0] && !strcmp(keep, "0"), always = keep[0] && !strcmp(keep, "1");
+        int t1 = -1, t2 = -1;
+        cudaGraphNode_t r = root_node(graph), a = r ? next_node(r, &t1) : NULL, b = a ? next_node(a, &t2) : NULL;
+        char what[200];
+        snprintf(what, sizeof what, "a tail split captured after a memset: edges %d, %d (want %d, %d; 1 "
+                 "programmatic)", t1, t2, D, off ? D : P);
+        (void)always; /* (a memset node never takes a programmatic edge) */
+        check(b && t1 == D && t2 == (off ? D : P), what);
+    } else {
+        check(st == NB_OK && me == cudaSuccess, "nb_gemm of 17016 rows at m = 1000 under capture");
+        printf("test_pdl_capture: no tail split here (%s): its edges not checked\n", cfg);
+    }
+    CK(cudaGraphDestroy(graph));
+    cudaFree(tx);
+    cudaFree(ty);
+    free_weight(&t);
+    CK(cudaStreamDestroy(s));
+    cudaFree(dx);
+    cudaFree(dy);
+    cudaFree(ddq);
+    free(hx);
+    free(href);
+    free(hy);
+    free_weight(&w);
+#else
+    (void)e, (void)cc_major;
+    printf("test_pdl_capture: needs CUDA 13's graph edge queries (not checked)\n");
+#endif
+}
+
 static void test_device_errors(env_t *e) {
     weight_t w;
     make_weight(e->ctx, &w, NB_FORMAT_NVFP4, 64, 4096, 0, 0); /* narrow: split-K, so a workspace */
@@ -946,6 +1089,7 @@ int main(int argc, char **argv) {
     }
     if (g_mma) test_mma_small_smem(&e);
     test_mx_range(&e);
+    test_pdl_capture(&e, info.cc_major);
     test_device_errors(&e);
     printf("tensor-core path: %d calls, %d with a k split, %d with a tail split, %d on the stream-K grid, %d of "
            "192-token tiles\n", g_tc_runs, g_tc_split_runs, g_tc_tail_runs, g_tc_sk_runs, g_tc_192_runs);

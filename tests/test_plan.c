@@ -175,9 +175,11 @@ static void test_without_clusters(void) {
     }
 }
 
-/* NIBBLE_PDL: every path launches with programmatic dependent launch on
- * sm_90 unless the context was created with NIBBLE_PDL=0, and the switch
- * moves no other part of a plan; before sm_90 never. */
+/* NIBBLE_PDL: every path's plan allows programmatic dependent launch on
+ * sm_90 (for the call's first launch and for those after it) unless the
+ * context was created with NIBBLE_PDL=0, and the switch moves no other part
+ * of a plan; before sm_90 never.  (Which launches take it under stream
+ * capture is nb_gemm's choice at the call: test_gpu's capture test.) */
 static void test_pdl_switch(void) {
     nb_context *on = h100(), *off = h100(), *sm80 = h100();
     off->env_pdl = 1;  /* NIBBLE_PDL=0 */
@@ -192,10 +194,13 @@ static void test_pdl_switch(void) {
                 !plan(off, NB_FORMAT_NVFP4, k_shapes[s][0], k_shapes[s][1], ms[i], NULL, &b))
                 continue;
             n++;
-            const int was = b.pdl;
+            const int was = b.pdl, was_own = b.pdl_own;
             b.pdl = a.pdl;
-            bad += !(a.pdl == 1 && was == 0 && !memcmp(&a, &b, sizeof a)); /* (nbi_plan zeroes the plan first) */
-            if (plan(sm80, NB_FORMAT_NVFP4, k_shapes[s][0], k_shapes[s][1], ms[i], NULL, &c)) bad += c.pdl != 0;
+            b.pdl_own = a.pdl_own;
+            bad += !(a.pdl == 1 && a.pdl_own == 1 && was == 0 && was_own == 0 &&
+                     !memcmp(&a, &b, sizeof a)); /* (nbi_plan zeroes the plan first) */
+            if (plan(sm80, NB_FORMAT_NVFP4, k_shapes[s][0], k_shapes[s][1], ms[i], NULL, &c))
+                bad += c.pdl != 0 || c.pdl_own != 0;
         }
     CHECK(n > 0 && bad == 0, "NIBBLE_PDL=0 clears pdl and nothing else, sm_80 never sets it (%d plans, %d wrong)", n,
           bad);

@@ -172,7 +172,9 @@ static int bench_setup(bench *b) {
     const char *pdl = getenv("NIBBLE_PDL"); /* (nb_context_create has checked the value) */
     if (pdl && pdl[0])
         printf("nibble bench: NIBBLE_PDL=%s: nb_gemm %s programmatic dependent launch\n", pdl,
-               strcmp(pdl, "0") ? "with" : "without");
+               !strcmp(pdl, "0")   ? "without"
+               : !strcmp(pdl, "1") ? "with"
+                                   : "with, in graphs only after its own launches,");
     printf("%-6s %-13s %5s %10s %10s %9s %7s %7s %8s  %s\n", "format", "layer k->n", "m", "nibble-us", "cublas-us", "GB/s",
            "%copy", "TFLOP/s", "speedup", "config");
     b->fc = b->csv ? fopen(b->csv, "w") : NULL;

@@ -1233,7 +1233,7 @@ extern "C" nb_status nbi_cuda_gemm_sm90(nb_context *ctx, const nbi_gemm_plan *pl
         p.splits = pl->tail_splits;
         p.cps = pl->tail_cps;
         cfg = nbc_launch_config(dim3((unsigned)(pl->tail_tiles * pl->tail_splits)), dim3(threads), smem, stream,
-                                pl->pdl, attr);
+                                pl->pdl_own, attr);
         NBC_TRY(cudaLaunchKernelEx(&cfg, f, map, p), "gemm_sm90 kernel launch (tail)");
     }
     return NB_OK;

@@ -23,6 +23,29 @@ extern "C" int nbi_cuda_has_sm90a(void) {
 #endif
 }
 
+/* The capture state of `stream` and, when it captures, the node its next
+ * launch will depend on (internal.h; device.c pdl_head). */
+extern "C" int nbi_cuda_capture_tip(void *stream, void **node, unsigned long long *id) {
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    unsigned long long cid = 0;
+    const cudaGraphNode_t *deps = NULL;
+    size_t n = 0;
+#if CUDART_VERSION >= 13000
+    const cudaError_t e = cudaStreamGetCaptureInfo((cudaStream_t)stream, &cs, &cid, NULL, &deps, NULL, &n);
+#else
+    const cudaError_t e = cudaStreamGetCaptureInfo_v2((cudaStream_t)stream, &cs, &cid, NULL, &deps, &n);
+#endif
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* (not sticky: clear it) */
+        return -1;
+    }
+    if (cs != cudaStreamCaptureStatusActive) return -1;
+    if (n != 1 || !deps) return 0;
+    *node = (void *)deps[0];
+    *id = cid;
+    return 1;
+}
+
 extern "C" nb_status nbi_cuda_device_count(int *count) {
     nb_context *ctx = NULL; /* (for NBC_TRY: no context yet) */
     NBC_TRY(cudaGetDeviceCount(count), "cudaGetDeviceCount");
