@@ -186,6 +186,8 @@ static void test_context(void) {
         setenv("NIBBLE_MOE_TC_BN", "64", 1);
         setenv("NIBBLE_PDL", "0", 1);
         EXPECT(NULL, NB_ERR_NO_DEVICE, nb_context_create(0, &c));
+        setenv("NIBBLE_PDL", "auto", 1); /* (the default's own name) */
+        EXPECT(NULL, NB_ERR_NO_DEVICE, nb_context_create(0, &c));
         unsetenv("NIBBLE_MOE_PATH");
         unsetenv("NIBBLE_MOE_KW");
         unsetenv("NIBBLE_MOE_TC_BN");
