@@ -244,7 +244,7 @@ static nb_status run_decode(nb_context *ctx, const nb_gemm_desc *g, const nb_gem
  * set when the stream captures, so that the caller notes its launch. */
 static int pdl_head(nb_context *ctx, void *stream, int *capturing) {
     *capturing = 0;
-    if (ctx->env_pdl == 1 || ctx->env_pdl == 2) return 1; /* NIBBLE_PDL=0 / 1: the plan's pdl says */
+    if (ctx->env_pdl == 2) return 1; /* NIBBLE_PDL=1 (with 0 the plan has no pdl: not called) */
     void *node = NULL;
     unsigned long long id = 0;
     const int tip = nbi_cuda_capture_tip(stream, &node, &id);

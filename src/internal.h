@@ -96,7 +96,7 @@ struct nb_context {
                                   * dependent launch, 2 ("1") with it, 3 ("auto") or 0 (unset) with it where
                                   * it follows one of this context's own launches (device.c pdl_head) */
     /* under stream capture, the graph node of this context's last nb_gemm
-     * launch and its capture's id (nbi_cuda_last_node; NULL / 0: none) */
+     * launch and its capture's id (device.c note_own; NULL / 0: none) */
     void *own_node;
     unsigned long long own_capture;
     /* clusters of s CTAs of the tensor-core kernel that run at once, per
