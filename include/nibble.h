@@ -724,7 +724,7 @@ typedef struct nb_gemm_config {
                       * tensor core 1..8, at most one CTA per SM in all (0 in a cache reads as 1);
                       * mma 1 */
     int32_t variant; /* decode: 0 "plain", activations loaded per warp; 1 "staged", loaded once
-                      * per CTA into shared memory (m >= 5 only; kw = 1) */
+                      * per CTA into shared memory (kw = 1) */
     int32_t rpw;     /* decode, staged: 16-row blocks per warp, 1 or 2 (0 for plain) */
     int32_t bn;      /* tensor core: tokens per tile, 16, 32, 64, 128, 192 (NVFP4, MXFP4) or 256 (mma: 64 or 128) */
     int32_t raster;  /* tensor core, mma: n tiles walked together per raster group, 1..1024 */

@@ -181,7 +181,7 @@ static int split_grid_short(int64_t tiles, int64_t s, int64_t slots, int64_t cta
 
 /* Spread the work so the GPU fills.
  *
- * Kernel 1 (per-warp streams; every m = 1..8, and 9..32 where kernel 2
+ * Kernel 1 (per-warp streams; m = 1..8 but kernel 2's wave at 2..8 on wide layers, and 9..32 where kernel 2
  * does not fit): kw warps of a CTA share one row block and split its k
  * range (summed in shared memory, cheap); `splits` CTAs share a row block
  * along k (summed through the workspace by the last CTA, which costs a
@@ -210,6 +210,42 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
     const int table = nbi_is_table(nbi_traits(p->fmt));
     int xs = staged || (!plain && (p->mt >= 2 || (p->m == 8 && !table)));
     int rpw = rpw2 ? 2 : rq->rpw == 1 || rq->rpw == 2 ? rq->rpw : 2;
+    /* 2..8 tokens (one token tile), the E2M1 formats: kernel 2 on one
+     * stream-K wave of two CTAs per SM where the layer has at least half as
+     * many 256-row tiles as SMs and 12 chunks or more for every CTA, and k
+     * at least 24 chunks (the layers measured have 28 to 64).  Kernel
+     * 1's time grows with the tokens (each lane loads its token's
+     * activations), the wave's hardly.  H200, NVFP4 (MXFP4 alike), the rules
+     * before -> the wave, us at m = 2 / 4 / 8.  A layer repeated (`nibble
+     * bench`, old and new library alternated, two rounds within 1.2%): 4096
+     * -> 28672 (112 tiles x 32 chunks) 25.0 / 26.9 / 27.8 -> 22.5 / 22.9 /
+     * 23.5; 7168 -> 18432 (72 x 56) 29.1 / 31.7 / 30.2 -> 25.1 / 25.6 /
+     * 26.3; 5120 -> 27648 (108 x 40) 27.4 / 29.8 / 30.2 -> 25.8 / 26.3 /
+     * 27.2; 8192 -> 57344 74.7 / 83.3 / 81.5 -> 72.4 / 73.7 / 76.2; 8192 ->
+     * 28672 39.5 / 43.3 / 43.6 -> 39.0 / 39.5 / 40.8.  After another
+     * library's kernel, as in a model step (`nibble bench --sequence
+     * --between`, the layer and a cuBLAS kernel of 1 us a pass), the wave's
+     * start costs about 1.6 us more than kernel 1's, which leaves 4096 ->
+     * 28672 26.7 / 28.5 / 27.7 -> 25.7 / 26.1 / 27.0, 7168 -> 18432 30.6 /
+     * 33.4 / 35.9 -> 28.5 / 28.9 / 29.7, 8192 -> 57344 at m = 4 / 8 85.2 /
+     * 87.5 -> 80.8 / 84.4; at m = 1 it takes that gain away (4096 -> 28672
+     * 25.3 -> 25.4 a pass, 23.7 -> 22.3 repeated; the 8B model's compiled
+     * step at batch 1 1.5% slower with it), so one token stays on kernel 1.
+     * With 8 chunks a CTA the wave lost even repeated (4096 -> 16896, 66 x
+     * 32: 13.5 -> 16.6 at m = 2, 14.7 -> 17.4 at 8), and fewer tiles share
+     * each among more CTAs and lose at every m (8192 -> 8192, 32 tiles,
+     * 13.1 -> 16.2 at m = 2; 14336 -> 4096, 16, 11.6 -> 15.8).  With one
+     * CTA per SM the wave was behind two.  NOTES.md, "Kernel 2's stream-K
+     * wave at 2..8 tokens".  A request of plain, of one row block per warp
+     * or of a k split keeps the rules. */
+    const int64_t tiles8 = (p->row_blocks + 15) / 16;
+    int wave8 = !plain && !rpw2 && p->mt == 1 && rq->splits <= 1 && rq->rpw != 1 && 2 * tiles8 >= sms &&
+                tiles8 * p->kchunks >= 24 * (int64_t)sms && p->kchunks >= 24 && p->m >= 2;
+    if (wave8) { /* two CTAs of the instance per SM */
+        const size_t b8 = nbi_cuda_gemv_smem(p->fmt, 1, 2, 1, 8, (size_t)p->chunk_bytes, NBI_GEMV_WARPS);
+        wave8 = b8 <= ctx->info.smem_per_block_optin && ctx->info.smem_per_sm / (b8 + 1024) >= 2;
+    }
+    if (wave8) xs = 1;
     size_t smem = 0;
     /* one wave of one CTA per SM on a stream-K grid (k2_wave), with its consumer warps */
     int wave = xs ? k2_wave(p, sms, rpw, rpw2, rq) : 0;
@@ -358,6 +394,11 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
                 xs = 0;
             }
         }
+        if (wave8) { /* (the 8-token rules above may have turned it off) */
+            xs = 1;
+            s = 1;
+            resident = 2 * (int64_t)sms;
+        }
     }
     /* 9..16 tokens, the table formats: kernel 1 wherever its grid (kw by
      * k1_kw) fits one wave of two CTAs per SM (H200, nf4, m = 16, us,
@@ -401,7 +442,7 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
      * plan, gets it back. */
     const int wave16 = xs && p->mt == 2 && rq->splits <= 1 && p->rpw == 2 &&
                        split_grid_short(grid_x, s, resident, resident, 4, p->kchunks);
-    if ((wave || wave16) && xs) s = 1; /* (the stream-K grid below) */
+    if ((wave || wave16 || wave8) && xs) s = 1; /* (the stream-K grid below) */
     if (rq->splits > 0) s = rq->splits;
     if (grid_x > NBI_MAX_SPLIT_COLUMNS) s = 1;
     const int64_t per_split_min = p->kw; /* at least one chunk per warp */
@@ -425,7 +466,7 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
         /* (the stream-K instances: two row blocks per warp; the integer and
          * table formats' for 9..32 tokens only) */
         const int sk = p->splits == 1 && tiles <= NBI_MAX_SPLIT_COLUMNS && p->rpw == 2 &&
-                       (wave || wave16 || (tiles > resident && 10 * tiles < 9 * waves * resident && units >= 6 * resident &&
+                       (wave || wave16 || wave8 || (tiles > resident && 10 * tiles < 9 * waves * resident && units >= 6 * resident &&
                                  (!rpw2 || p->mt >= 3)));
         p->tiles_n = (int)tiles;
         if (sk) { /* (fewer CTAs than tiles_n: the stream-K grid) */
@@ -1139,7 +1180,6 @@ int nbi_config_check(const nb_gemm_config *c, int64_t m_lo, int complete, char *
             return snprintf(why, wn, "splits = %d is not in 1..64", (int)c->splits), 0;
         if (c->variant != 0 && c->variant != 1)
             return snprintf(why, wn, "variant = %d is not 0 (plain) or 1 (staged)", (int)c->variant), 0;
-        if (c->variant == 1 && m_lo > 0 && m_lo < 5) return snprintf(why, wn, "the staged variant needs m >= 5"), 0;
         if (c->variant == 1 && c->kw != 1 && !(open && c->kw == 0))
             return snprintf(why, wn, "the staged variant needs kw = 1, not %d", (int)c->kw), 0;
         if (c->variant == 1 && !one_of(c->rpw, rpws, 2, open))
@@ -1191,7 +1231,7 @@ static const struct cand_row {
     int kw[5], rpw[3], splits[7], bn[6], raster[5], warps[3];
 } k_rows[] = {
     {NB_GEMM_PATH_DECODE, 0, 1, 64, {1, 2, 4, 8}, {0}, {1, 2, 4, 8, 16}, {0}, {0}, {0}},
-    {NB_GEMM_PATH_DECODE, 1, 5, 64, {1}, {1, 2}, {1, 2, 4, 8, 16}, {0}, {0}, {0}},
+    {NB_GEMM_PATH_DECODE, 1, 1, 64, {1}, {1, 2}, {1, 2, 4, 8, 16}, {0}, {0}, {0}},
     /* kernel 2 on the stream-K wave with either instance (k2_wave) */
     {NB_GEMM_PATH_DECODE, 1, 17, 32, {1}, {2}, {1}, {0}, {0}, {NBI_GEMV_WARPS, NBI_GEMV_WIDE_WARPS}},
     {NB_GEMM_PATH_TENSOR_CORE, 0, 9, 32, {0}, {0}, {1, 2, 3, 4}, {16, 32, 64}, {16}, {0}},

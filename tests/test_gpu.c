@@ -57,6 +57,7 @@ static int g_k2_wave_runs = 0;   /* decode kernel 2 calls on its stream-K wave a
 static int g_k2_wide_runs = 0;   /* ... and of its wide instance (12 consumer warps, 17..24 tokens) */
 static int g_k2_wave24_runs = 0; /* ... at 17..24 tokens with 8 warps, more CTAs than tiles (plan.c) */
 static int g_k2_wave16_runs = 0; /* ... and at 9..16 tokens, the resident CTAs (more CTAs than tiles) */
+static int g_k2_wave8_runs = 0;  /* ... and at 2..8 tokens (plan.c, wave8), the resident CTAs */
 static int g_no_cublas = 0; /* --no-cublas: racecheck reports hazards inside cuBLAS itself */
 static int g_max_m = 0;      /* --max-m: leave out larger m (0: none left out) */
 /* Whether m (and everything below it) was left in by --max-m. */
@@ -402,6 +403,7 @@ static void test_shape_ref(env_t *e, nb_format fmt, nb_dtype act, int64_t n, int
         g_k2_wide_runs += strstr(cfg, "gemv_fp4_xs<") && strstr(cfg, " stream-k ") && strstr(cfg, " warps=12 ");
         g_k2_wave24_runs += gt_is_k2_wave(cfg, 3, 8);
         g_k2_wave16_runs += gt_is_k2_wave(cfg, 2, 0);
+        g_k2_wave8_runs += gt_is_k2_wave(cfg, 1, 0);
         snprintf(what, sizeof what, "gemm %s %s n=%lld k=%lld m=%lld%s vs GPU reference", fn, an, (long long)n,
                  (long long)k, (long long)m, use_bias ? " +bias" : "");
         compare(what, act, hy, href, m, n, n);
@@ -1011,6 +1013,7 @@ int main(int argc, char **argv) {
     static const int all_m[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22,
                                 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 64};
     static const int few_m[] = {1, 3, 8, 9, 16, 17, 32, 33};
+    static const int wave8_m[] = {1, 2, 5, 8};
     /* the tensor-core path on Hopper (m > 32, and 17..32 on narrow layers; decode slices elsewhere) */
     static const int tc_m[] = {1, 17, 32, 33, 64, 100, 128, 256, 1000};
     static const int sk_m[] = {100, 128, 200, 256}, m192[] = {300, 384};
@@ -1051,6 +1054,10 @@ int main(int argc, char **argv) {
              * k2_wave), two CTAs per SM at 9..16 (70 tiles in 3 splits
              * would fill 210 of 264 slots: wave16) */
             test_shape(&e, fmts[f], acts[a], 17800, 5120 + 96, few_m, 8, 0);
+            /* 113 tiles of 256 rows (the last of 96) over 33 chunks (the
+             * last partial): kernel 2 on its stream-K wave at 2..8 tokens,
+             * two CTAs per SM (plan.c, wave8) */
+            test_shape(&e, fmts[f], acts[a], 28672 + 96, 4096 + 96, wave8_m, 4, 0);
             test_shape(&e, fmts[f], acts[a], 1000 + 24, 4096 + 96, tc_m, 9, 1);
             /* the 16- and 32-token tiles with four consumer warpgroups (layers
              * of >= 48 128-row tiles: here 49, so 25 tiles of 256 rows, the
@@ -1094,8 +1101,8 @@ int main(int argc, char **argv) {
            "192-token tiles\n", g_tc_runs, g_tc_split_runs, g_tc_tail_runs, g_tc_sk_runs, g_tc_192_runs);
     printf("decode kernel 1: %d calls held to two CTAs per SM\n", g_k1_cap_runs);
     printf("decode kernel 2 on its stream-K wave: %d calls at 25..32 tokens, %d at 17..24 (12 warps), %d at 17..24 (8 "
-           "warps), %d at 9..16\n",
-           g_k2_wave_runs, g_k2_wide_runs, g_k2_wave24_runs, g_k2_wave16_runs);
+           "warps), %d at 9..16, %d at 2..8\n",
+           g_k2_wave_runs, g_k2_wide_runs, g_k2_wave24_runs, g_k2_wave16_runs, g_k2_wave8_runs);
     /* (on a GPU of at least 129 SMs whose registers fit three kernel 1 CTAs
      * per SM, as the H100 and H200 do) */
     if (g_force_max_m < 0 && !g_mma && info.sm_count >= 129 && info.sm_count <= 255)
@@ -1105,6 +1112,7 @@ int main(int argc, char **argv) {
         check(g_k2_wave_runs > 0, "kernel 2 ran on its stream-K wave at 25..32 tokens (17800 rows, m = 32)");
         check(g_k2_wide_runs > 0, "kernel 2's wide instance ran (17800 rows, k = 5216, m = 17)");
         check(g_k2_wave16_runs > 0, "kernel 2 ran on its stream-K wave at 9..16 tokens (17800 rows, m = 9 and 16)");
+        check(g_k2_wave8_runs > 0, "kernel 2 ran on its stream-K wave at 2..8 tokens (28768 rows, m = 2, 5, 8)");
         check(g_k2_wave24_runs > 0, "kernel 2 ran on its 8-warp stream-K wave at 17..24 tokens (24008 rows, k = 1600)");
     }
     if (g_tc_runs) check(g_tc_split_runs > 0, "the tensor-core path ran with a k split (small layers at m = 64)");

@@ -685,6 +685,61 @@ static void test_decode_occupancy(void) {
     nb_context_destroy(ctx);
 }
 
+/* 2..8 tokens (plan.c, wave8): the E2M1 formats run kernel 2 on one
+ * stream-K wave of two CTAs per SM wherever the 256-row tiles are at least
+ * half the SMs and give every CTA 12 chunks or more; one token and other
+ * layers keep their rules, as do the integer and table formats and
+ * a request of plain, of one row block per warp or of a k split. */
+static void test_decode_wave8(void) {
+    nb_context *ctx = h100();
+    const int sms = ctx->info.sm_count;
+    static const struct {
+        int64_t k, n;
+        int m, wave;
+    } cases[] = {
+        {4096, 28672, 1, 0}, {4096, 28672, 2, 1},  {4096, 28672, 5, 1},  {3584, 18944, 4, 0},
+        {7168, 18432, 4, 1}, {5120, 27648, 3, 1},  {8192, 57344, 1, 0},  {8192, 57344, 2, 1},
+        {8192, 28672, 1, 0}, {8192, 28672, 7, 1},  {4096, 16896, 4, 0},  {8192, 16896, 4, 1},
+        {8192, 16384, 4, 0}, {8192, 8192, 2, 0},  {14336, 4096, 4, 0},  {28672, 8192, 8, 0},
+        {4096, 4096, 1, 0},  {4096, 14336, 8, 0}, {27648, 5120, 6, 0},  {4096, 28672, 9, 0},
+        {4192, 28768, 1, 0}, {4192, 28768, 2, 1}, {4192, 28768, 8, 1}, {7168, 18432, 1, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int f = 0; f < 2; f++) {
+            nbi_gemm_plan p;
+            const nb_format fmt = f ? NB_FORMAT_MXFP4 : NB_FORMAT_NVFP4;
+            if (!plan(ctx, fmt, cases[i].k, cases[i].n, cases[i].m, NULL, &p)) continue;
+            const int wave = p.path == NBI_PATH_GEMV && p.xsh == 1 && p.rpw == 2 && p.splits == 1 &&
+                             nbi_plan_stream_k(&p) && p.grid_x == 2 * sms && p.mt == 1;
+            CHECK(wave == cases[i].wave, "%s %lld -> %lld m = %d: %s (path %d xsh %d rpw %d splits %d grid %d)",
+                  f ? "mxfp4" : "nvfp4", (long long)cases[i].k, (long long)cases[i].n, cases[i].m,
+                  cases[i].wave ? "kernel 2's wave" : "not the wave", p.path, p.xsh, p.rpw, p.splits, p.grid_x);
+            if (wave) /* every chunk in some CTA's run, the workspace sized for the grid's slots */
+                CHECK((int64_t)p.grid_x * p.chunks_per_split >= (int64_t)p.tiles_n * p.kchunks &&
+                          p.ws_partial_bytes >= (size_t)p.grid_x * 256 * 8 * sizeof(float),
+                      "%lld -> %lld m = %d: the wave's runs (%d x %d for %d x %lld) and workspace (%zu)",
+                      (long long)cases[i].k, (long long)cases[i].n, cases[i].m, p.grid_x, p.chunks_per_split,
+                      p.tiles_n, (long long)p.kchunks, p.ws_partial_bytes);
+        }
+    /* requests keep the rules: plain, one row block per warp, a k split */
+    const nbi_request reqs[3] = {{.variant = 1}, {.rpw = 1}, {.splits = 2}};
+    for (int r = 0; r < 3; r++) {
+        nbi_gemm_plan p;
+        if (!plan(ctx, NB_FORMAT_NVFP4, 4096, 28672, 4, &reqs[r], &p)) continue;
+        CHECK(!nbi_plan_stream_k(&p), "4096 -> 28672 m = 4, request %d: no wave (xsh %d rpw %d splits %d grid %d)", r,
+              p.xsh, p.rpw, p.splits, p.grid_x);
+    }
+    /* the integer and table formats keep kernel 1 at one token tile */
+    const nb_format other[3] = {NB_FORMAT_INT4_SYM, NB_FORMAT_NF4, NB_FORMAT_INT8};
+    for (int f = 0; f < 3; f++) {
+        nbi_gemm_plan p;
+        if (!plan(ctx, other[f], 4096, 28672, 4, NULL, &p)) continue;
+        CHECK(!nbi_plan_stream_k(&p), "format %d 4096 -> 28672 m = 4: no wave (xsh %d grid %d)", (int)other[f], p.xsh,
+              p.grid_x);
+    }
+    nb_context_destroy(ctx);
+}
+
 /* 8 tokens on layers whose column tiles leave SMs idle (plan.c,
  * plan_decode_split): the E2M1 formats run kernel 2 with splits of about
  * 10 chunks or more where the CTAs cover the SMs, kernel 1 on the 4096-wide
@@ -695,18 +750,23 @@ static void test_decode_m8(void) {
     nb_context *ctx = h100();
     static const struct {
         int64_t k, n;
-        int splits; /* 0: kernel 1 */
+        int splits; /* 0: kernel 1; -1: kernel 2's stream-K wave (test_decode_wave8) */
     } cases[] = {
-        {4096, 4096, 0},   {4096, 6144, 0},   {14336, 4096, 8}, {8192, 8192, 4},   {4096, 28672, 2},
-        {5120, 27648, 4}, {8192, 10240, 8}, {28672, 8192, 16}, {27648, 5120, 16},
-        /* more tiles than SMs, fewer than two per SM: 224, 216, 144 tiles */
-        {8192, 57344, 2},  {5120, 55296, 2}, {7168, 36864, 2},
+        {4096, 4096, 0},   {4096, 6144, 0},   {14336, 4096, 8}, {8192, 8192, 4},   {4096, 28672, -1},
+        {5120, 27648, -1}, {8192, 10240, 8}, {28672, 8192, 16}, {27648, 5120, 16},
+        /* more tiles than SMs, fewer than two per SM: 224, 216, 144 tiles (two splits before the wave) */
+        {8192, 57344, -1},  {5120, 55296, -1}, {7168, 36864, -1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         for (int f = 0; f < 2; f++) {
             nbi_gemm_plan p;
             if (!plan(ctx, f ? NB_FORMAT_MXFP4 : NB_FORMAT_NVFP4, cases[i].k, cases[i].n, 8, NULL, &p)) continue;
-            if (cases[i].splits)
+            if (cases[i].splits < 0)
+                CHECK(p.path == NBI_PATH_GEMV && p.xsh == 1 && p.rpw == 2 && nbi_plan_stream_k(&p),
+                      "%s %lld -> %lld m = 8: kernel 2's stream-K wave (path %d xsh %d rpw %d splits %d grid %d)",
+                      f ? "mxfp4" : "nvfp4", (long long)cases[i].k, (long long)cases[i].n, p.path, p.xsh, p.rpw,
+                      p.splits, p.grid_x);
+            else if (cases[i].splits)
                 CHECK(p.path == NBI_PATH_GEMV && p.xsh && p.rpw == 2 && p.splits == cases[i].splits,
                       "%s %lld -> %lld m = 8: kernel 2 with %d splits (path %d xsh %d rpw %d splits %d)",
                       f ? "mxfp4" : "nvfp4", (long long)cases[i].k, (long long)cases[i].n, cases[i].splits, p.path,
@@ -813,11 +873,10 @@ static void test_decode_rules(void) {
         int one_per_sm; /* decode: kernel 2's instance of one CTA per SM */
         const char *why;
     } cases[] = {
-        {3584, 18944, 1, NBI_PATH_GEMV, 0, 2, 1, 0, "592 CTAs at kw = 4 on 396 slots: kw = 2"},
-        {5120, 13824, 1, NBI_PATH_GEMV, 0, 2, 1, 0, "432 CTAs at kw = 4: kw = 2"},
-        {7168, 18432, 4, NBI_PATH_GEMV, 0, 2, 1, 0, "576 CTAs at kw = 4 (m = 4): kw = 2"},
+        {5120, 13824, 1, NBI_PATH_GEMV, 0, 2, 1, 0, "432 CTAs at kw = 4 (54 tiles: no wave): kw = 2"},
+        {5120, 13824, 4, NBI_PATH_GEMV, 0, 2, 1, 0, "the same at m = 4"},
         {8192, 10240, 1, NBI_PATH_GEMV, 0, 4, 1, 0, "320 CTAs: one wave at kw = 4"},
-        {4096, 28672, 1, NBI_PATH_GEMV, 0, 4, 1, 0, "896 CTAs: 2.3 waves, kw = 4"},
+        {8192, 57344, 1, NBI_PATH_GEMV, 0, 4, 1, 0, "1792 CTAs at kw = 4, 16 chunks a warp: kernel 1 at m = 1"},
         {3584, 4608, 16, NBI_PATH_GEMV, 1, 0, 7, 0, "kernel 1 would be 288 CTAs on 264 slots: 18 tiles x 7"},
         {3584, 4608, 12, NBI_PATH_GEMV, 1, 0, 7, 0, "the same at m = 12"},
         {4096, 4096, 16, NBI_PATH_GEMV, 0, 8, 1, 0, "kernel 1's 256 CTAs fit one wave"},
@@ -1028,6 +1087,7 @@ int main(void) {
     test_config_round_trip();
     test_warps_request();
     test_moe_tile_width();
+    test_decode_wave8();
     test_decode_m8();
     test_decode_rules();
     test_table_kw();

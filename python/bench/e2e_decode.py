@@ -424,6 +424,9 @@ def run_batch(model, batch, args, device, gen, modes, fmt):
                 r["tokens_per_s"] = batch * 1e3 / r["step_ms"]
                 r["gemm_share"] = (lin_ms + head_ms) / r["step_ms"]
                 r["graph"] = step.note
+                if args.profile and device.type == "cuda":
+                    dec.prefill(prompt)
+                    r["profile"] = profile_step(step, args.profile_steps, args.profile, f"{fmt}-b{batch}-{mode}")
                 del step
             except CompileError as e:
                 r.update(step_ms=None, tokens_per_s=None, gemm_share=None, graph="FAILED", error=str(e))
@@ -434,6 +437,84 @@ def run_batch(model, batch, args, device, gen, modes, fmt):
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return rows
+
+
+KERNEL_KINDS = (  # (kind, substrings of a kernel's name), first match wins
+    ("inductor (triton)", ("triton",)),   # (before the others: Inductor names kernels after the ops they fuse)
+    ("nibble", ("gemv_fp4", "gemv_int", "gemv_table", "gemm_sm90", "gemm_sm80", "gemm_naive", "moe_align",
+                "moe_gather", "moe_gemv", "moe_combine", "moe_sm90", "dequant_kernel", "pack_kernel",
+                "pack_int_kernel", "quantize_block", "quantize_scan", "exp_range")),
+    ("attention", ("sdpa", "flash", "fmha", "attention")),
+    ("gemm (cuBLAS)", ("nvjet", "cublas", "gemm", "cutlass", "xmma")),
+    ("copy / set", ("memcpy", "memset")),
+)
+
+
+def kernel_kind(name):
+    """The kind of a GPU activity by its name (KERNEL_KINDS), else "other"."""
+    low = name.lower()
+    for kind, keys in KERNEL_KINDS:
+        if any(k in low for k in keys):
+            return kind
+    return "other"
+
+
+def summarize_kernels(kern, reps, tag):
+    """(summary, text) of `reps` steps' GPU activities kern = [(start_us,
+    end_us, name), ...]: per kind and per name the launches and microseconds
+    per step, the busy time (the union of the intervals) and the span (first
+    start to last end) per step; text is the table profile_step writes."""
+    kern = sorted(kern)
+    if not kern:
+        return {"error": "the profiler recorded no kernels"}, f"# {tag}: the profiler recorded no kernels\n"
+    by_name, by_kind = {}, {}
+    for t0, t1, name in kern:
+        kind = kernel_kind(name)
+        n = by_name.setdefault(name, [0, 0.0, kind])
+        n[0] += 1
+        n[1] += t1 - t0
+        k = by_kind.setdefault(kind, [0, 0.0])
+        k[0] += 1
+        k[1] += t1 - t0
+    busy, end = 0.0, kern[0][0]
+    for t0, t1, _ in kern:
+        if t1 > end:
+            busy += t1 - max(t0, end)
+            end = t1
+    span = max(t1 for _, t1, _ in kern) - kern[0][0]
+    summary = {"reps": reps, "kernels_per_step": len(kern) / reps, "span_us": span / reps, "busy_us": busy / reps,
+               "kinds": {k: {"launches": v[0] / reps, "us": v[1] / reps} for k, v in by_kind.items()}}
+    lines = [f"# {tag}: {reps} replays; per step: {len(kern) / reps:.1f} kernels, span {span / reps:.1f} us, "
+             f"busy {busy / reps:.1f} us (idle {(span - busy) / reps:.1f})",
+             "# kind | launches/step | us/step"]
+    lines += [f"{k} | {v[0] / reps:.1f} | {v[1] / reps:.1f}" for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1][1])]
+    lines.append("# kernel | kind | launches/step | us/step | us/launch")
+    lines += [f"{name[:160]} | {v[2]} | {v[0] / reps:.2f} | {v[1] / reps:.1f} | {v[1] / v[0]:.2f}"
+              for name, v in sorted(by_name.items(), key=lambda kv: -kv[1][1])]
+    return summary, "\n".join(lines) + "\n"
+
+
+def profile_step(step, reps, out_dir, tag):
+    """The GPU activities of `reps` replays of a timed step under
+    torch.profiler (CUPTI records the kernels inside a CUDA graph one by
+    one), summarized by summarize_kernels into out_dir/profile-<tag>.txt;
+    returns the summary.  The profiler's own cost lengthens the span a
+    little against the step's timed length."""
+    from torch.profiler import profile, ProfilerActivity
+    for _ in range(2):
+        step.run()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            step.run()
+        torch.cuda.synchronize()
+    kern = [(e.time_range.start, e.time_range.end, e.name) for e in prof.events()
+            if "CUDA" in str(getattr(e, "device_type", "")) and e.time_range.end > e.time_range.start]
+    summary, text = summarize_kernels(kern, reps, tag)
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, f"profile-{tag}.txt"), "w") as fh:
+        fh.write(text)
+    return summary
 
 
 def greedy(model, prompt, steps, forced=None, heads=None):
@@ -535,6 +616,10 @@ def parse_args(argv=None):
     ap.add_argument("--no-fuse", action="store_true",
                     help="keep q/k/v and gate/up as separate layers (default: fused in every format, "
                          "nibble.torch.fuse_projections before quantizing, as serving engines run them)")
+    ap.add_argument("--profile", default=None, metavar="DIR",
+                    help="also record each timed step's kernels with torch.profiler and write "
+                         "DIR/profile-<format>-b<batch>-<mode>.txt (kernels, kinds, busy and idle time per step)")
+    ap.add_argument("--profile-steps", type=int, default=8, help="replays recorded by --profile (default 8)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None, help="directory for e2e_decode.json and e2e_decode.csv")
     args = ap.parse_args(argv)

@@ -39,6 +39,25 @@ def test_decoder_matches_transformers_generate():
     assert torch.equal(forced, tokens)
 
 
+def test_profile_summary():
+    # two steps of four activities, one overlapping its predecessor, a 2 us gap in each step
+    kern = []
+    for base in (0.0, 100.0):
+        kern += [(base + 0, base + 10, "void gemv_fp4_kernel<1, 3, 1, 8, 4, true>(GemvParams)"),
+                 (base + 8, base + 12, "triton_red_fused__to_copy_add_gemm_mean_mul_pow_rsqrt_11"),
+                 (base + 14, base + 20, "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16"),
+                 (base + 20, base + 30, "nvjet_sm90_tst_256x8_64x6_2x1_v_bz_TNT")]
+    summary, text = e2e.summarize_kernels(kern, 2, "t")
+    assert summary["kernels_per_step"] == 4 and summary["span_us"] == 65.0   # (0 .. 130) / 2
+    assert summary["busy_us"] == 28.0   # per step 0..12, 14..30 (the 8..10 overlap once, the 12..14 gap out)
+    kinds = summary["kinds"]
+    assert kinds["nibble"] == {"launches": 1, "us": 10} and kinds["inductor (triton)"]["us"] == 4
+    assert kinds["attention"]["us"] == 6 and kinds["gemm (cuBLAS)"]["us"] == 10
+    assert "busy 28.0 us (idle 37.0)" in text.splitlines()[0]
+    assert e2e.kernel_kind("Memset (Unknown)") == "copy / set" and e2e.kernel_kind("foo") == "other"
+    assert e2e.summarize_kernels([], 1, "t")[0] == {"error": "the profiler recorded no kernels"}
+
+
 def test_tiny_run_writes_results(tmp_path, monkeypatch):
     monkeypatch.setenv("NIBBLE_PDL", "0")   # recorded with the results (meta.nibble_env), the library path not
     rows, checks = e2e.main(["--tiny", "--device", "cpu", "--layers", "2", "--batches", "1,2", "--steps", "2",
