@@ -179,6 +179,14 @@ static int split_grid_short(int64_t tiles, int64_t s, int64_t slots, int64_t cta
            tiles * kchunks >= 6 * ctas;
 }
 
+/* CTAs of kernel 2 with `smem` bytes of shared memory that share an SM: as
+ * many as its shared memory fits (plus the runtime's 1 KB reserve per CTA),
+ * at least one, at most two (the launch bounds' register cap). */
+static int k2_per_sm(const nb_context *ctx, size_t smem) {
+    const size_t fit = ctx->info.smem_per_sm / (smem + 1024);
+    return fit < 1 ? 1 : fit > 2 ? 2 : (int)fit;
+}
+
 /* Spread the work so the GPU fills.
  *
  * Kernel 1 (per-warp streams; m = 1..8 but kernel 2's wave at 2..8 on wide layers, and 9..32 where kernel 2
@@ -243,7 +251,7 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
                 tiles8 * p->kchunks >= 24 * (int64_t)sms && p->kchunks >= 24 && p->m >= 2;
     if (wave8) { /* two CTAs of the instance per SM */
         const size_t b8 = nbi_cuda_gemv_smem(p->fmt, 1, 2, 1, 8, (size_t)p->chunk_bytes, NBI_GEMV_WARPS);
-        wave8 = b8 <= ctx->info.smem_per_block_optin && ctx->info.smem_per_sm / (b8 + 1024) >= 2;
+        wave8 = b8 <= ctx->info.smem_per_block_optin && k2_per_sm(ctx, b8) == 2;
     }
     if (wave8) xs = 1;
     size_t smem = 0;
@@ -262,8 +270,7 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
     }
     int64_t grid_x, s = 1, resident = 0;
     if (xs) {
-        int per_sm = (int)(ctx->info.smem_per_sm / (smem + 1024)); /* + the runtime's reserve per CTA */
-        per_sm = per_sm < 1 ? 1 : per_sm > 2 ? 2 : per_sm;         /* registers allow two (launch bounds) */
+        int per_sm = k2_per_sm(ctx, smem);
         if (rpw2 && p->mt >= 3) per_sm = 1; /* (the integer and table formats' only instances at 17..32 tokens) */
         p->kw = 1;
         p->rpw = rpw;
@@ -394,9 +401,8 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
                 xs = 0;
             }
         }
-        if (wave8) { /* (the 8-token rules above may have turned it off) */
+        if (wave8) { /* (the 8-token rules above may have turned it off; s = 1 below) */
             xs = 1;
-            s = 1;
             resident = 2 * (int64_t)sms;
         }
     }
