@@ -58,6 +58,10 @@ static size_t tc_partial_bytes(int64_t splits, int64_t tiles, int cwg, int bn) {
 
 /* ------------------------------------------------------- decode kernels */
 
+/* Kernel 2's column tiles of 256 rows (8 warps x 2 row blocks of 16), the
+ * unit of the decode rules below and of plan_tc's comparisons with it. */
+static int64_t k2_tiles256(const nbi_gemm_plan *p) { return (p->row_blocks + 15) / 16; }
+
 /* Kernel 1's warps per row block by its rule (plan_decode_split): half the
  * CTA's warps, all of them where half leave fewer than 1.4 CTAs per SM -
  * but not for the integer and table formats at 17..32 tokens (kw = 4 beat
@@ -88,7 +92,7 @@ static int k1_kw(const nbi_gemm_plan *p, int warps, int sms, int rpw2) {
  * Returns the splits, or 0. */
 static int64_t k2_one_wave_split(const nbi_gemm_plan *p, int64_t sms, int rpw2) {
     if (rpw2 || p->mt != 4) return 0;
-    const int64_t tiles = (p->row_blocks + 15) / 16;
+    const int64_t tiles = k2_tiles256(p);
     if (tiles > 32 || tiles >= sms) return 0;
     const int64_t s = sms / tiles;
     return s >= 2 && 20 * tiles * s >= 19 * sms && p->kchunks / s >= 24 ? s : 0;
@@ -138,13 +142,13 @@ static int64_t k2_one_wave_split(const nbi_gemm_plan *p, int64_t sms, int rpw2) 
  * one of 8 takes it with 8 warps where the rules would take it. */
 static int k2_wave(const nbi_gemm_plan *p, int sms, int rpw, int rpw2, const nbi_request *rq) {
     if (rpw != 2 || p->mt < 3 || rq->splits > 1) return 0;
-    if ((p->row_blocks + 15) / 16 * p->kchunks < 6 * (int64_t)sms) return 0;
+    if (k2_tiles256(p) * p->kchunks < 6 * (int64_t)sms) return 0;
     if (rq->warps == NBI_GEMV_WIDE_WARPS) return p->mt == 3 && !rpw2 ? NBI_GEMV_WIDE_WARPS : 0; /* (its only instance: 17..24) */
     if (rq->warps == NBI_GEMV_WARPS) {
         const nbi_request rules = {.splits = rq->splits};
         return k2_wave(p, sms, rpw, rpw2, &rules) ? NBI_GEMV_WARPS : 0;
     }
-    const int64_t tiles = (p->row_blocks + 15) / 16;
+    const int64_t tiles = k2_tiles256(p);
     /* The integer and table formats: 8 warps where the split grid (tiles x
      * the splits that fit) leaves a quarter of the SMs idle, and at 25..32
      * tokens where one wave holds every tile, they are at least two fifths
@@ -246,7 +250,7 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
      * CTA per SM the wave was behind two.  NOTES.md, "Kernel 2's stream-K
      * wave at 2..8 tokens".  A request of plain, of one row block per warp
      * or of a k split keeps the rules. */
-    const int64_t tiles8 = (p->row_blocks + 15) / 16;
+    const int64_t tiles8 = k2_tiles256(p);
     int wave8 = !plain && !rpw2 && p->mt == 1 && rq->splits <= 1 && rq->rpw != 1 && 2 * tiles8 >= sms &&
                 tiles8 * p->kchunks >= 24 * (int64_t)sms && p->kchunks >= 24 && p->m >= 2;
     if (wave8) { /* two CTAs of the instance per SM */
@@ -518,14 +522,45 @@ static nb_status plan_decode(nb_context *ctx, const nbi_request *rq, nbi_gemm_pl
             p->grid_x = (int)((p->row_blocks * p->kw + p->warps - 1) / p->warps);
         }
     }
-    /* Kernel 1 of the E2M1 formats at one token tile (three CTAs per SM):
+    /* Kernel 1 of the E2M1 formats at one token (three CTAs per SM fit):
+     * the most warps per row block whose grid is one resident wave, where
+     * that leaves every warp at most 32 chunks and does not put a third CTA
+     * on a few SMs only (2..2.5 CTAs per SM); else the rules above.  H200,
+     * NVFP4, `nibble tune --all` over 38 layers, us, the rules before ->
+     * this: 4096 -> 28672 kw 4 -> 1 (896 -> 224 CTAs) 23.7 -> 22.0, 4096 ->
+     * 32768 24.1 -> 22.2, 4096 -> 22528 kw 4 -> 2 (704 -> 352) 19.0 ->
+     * 17.7, 4096 -> 24576 19.0 -> 18.0, 4096 -> 6144 kw 4 -> 8 (192 -> 384)
+     * 6.83 -> 6.60, 7168 -> 18432 and 3584 -> 18944 kw 2 -> 4 (288 and 296
+     * CTAs at kw 2: the third CTA on some SMs) 27.6 -> 24.8 and 15.6 ->
+     * 14.5.  The bounds are where the data turned: kw 1 lost with 40 and 64
+     * chunks a warp (5120 -> 27648 26.9 against kw 4's 25.7, 8192 -> 28672
+     * 41.4 / 37.5) and with 272-296 CTAs (4096 -> 36864 30.7 / 26.8, 3584
+     * -> 37888 27.3 / 24.6), kw 2 won with 352 and 384.  NOTES.md, "Kernel
+     * 1's warps per row block at one token". */
+    int one_token = 0;
+    if (!p->xsh && p->m == 1 && nbi_traits(p->fmt)->every_kernel && p->splits == 1 &&
+        !(rq->kw == 1 || rq->kw == 2 || rq->kw == 4 || rq->kw == 8)) {
+        size_t bytes = 0;
+        const int64_t sms = ctx->info.sm_count;
+        const int64_t res = (int64_t)nbi_cuda_gemv_ctas_per_sm(ctx, p, 0, &bytes) * sms;
+        int kw = p->warps;
+        while (kw > 1 && (p->row_blocks * kw + p->warps - 1) / p->warps > res) kw /= 2;
+        const int64_t grid = (p->row_blocks * kw + p->warps - 1) / p->warps;
+        if (res >= 3 * sms && grid <= res && p->kchunks >= 16 && p->kchunks <= 32 * (int64_t)kw &&
+            !(grid > 2 * sms && 2 * grid <= 5 * sms)) {
+            p->kw = kw;
+            p->grid_x = (int)grid;
+        }
+        one_token = res >= 3 * sms && p->kchunks >= 16;
+    }
+    /* ... and at 2..8 tokens (and one where fewer than three CTAs fit):
      * where kw = 4 makes a grid of one to one and a half resident waves,
      * half the warps per row block, so every CTA runs in the first wave
-     * (H200, nvfp4, m = 1, us, kw = 4 -> 2: 3584 -> 18944, 592 CTAs on 396
-     * slots, 18.2 -> 16.5; 7168 -> 18432, 576, 31.2 -> 28.6; 5120 ->
+     * (H200, nvfp4, m = 1 then, us, kw = 4 -> 2: 3584 -> 18944, 592 CTAs on
+     * 396 slots, 18.2 -> 16.5; 7168 -> 18432, 576, 31.2 -> 28.6; 5120 ->
      * 13824, 432, 18.6 -> 16.2; no layer of the bench set has such a grid;
      * NOTES.md). */
-    if (!p->xsh && p->mt == 1 && nbi_traits(p->fmt)->every_kernel && p->splits == 1 && p->kw == 4 &&
+    if (!p->xsh && p->mt == 1 && !one_token && nbi_traits(p->fmt)->every_kernel && p->splits == 1 && p->kw == 4 &&
         !(rq->kw == 1 || rq->kw == 2 || rq->kw == 4 || rq->kw == 8)) {
         size_t bytes = 0;
         const int64_t res = (int64_t)nbi_cuda_gemv_ctas_per_sm(ctx, p, 0, &bytes) * ctx->info.sm_count;
@@ -717,7 +752,7 @@ static double tc_stream_k(const nb_context *ctx, const nbi_gemm_plan *p, const n
  * layer of row_blocks: chunks per CTA over its 256-row tiles (0 past one
  * tile per SM). */
 static int64_t k2_runs(const nb_context *ctx, const nbi_gemm_plan *p) {
-    const int64_t t2 = (p->row_blocks + 15) / 16, per = ctx->info.sm_count / (t2 > 0 ? t2 : 1);
+    const int64_t t2 = k2_tiles256(p), per = ctx->info.sm_count / (t2 > 0 ? t2 : 1);
     return per > 0 ? p->kchunks / per : 0;
 }
 /* Re-measured on an H200 (2026-11-29, NOTES.md "The decode planner off the
@@ -814,7 +849,7 @@ static int plan_tc(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
      * 13824 -> 10240 0.87-0.90; 10240 -> 10240, 40 tiles, 24.2 a SM,
      * 0.90-0.93; 8192 -> 16384 and 7168 -> 16384, 64 tiles, 0.94-0.97;
      * NOTES.md "One wave of splits at 25..32 tokens") */
-    const int64_t t2 = (p->row_blocks + 15) / 16;
+    const int64_t t2 = k2_tiles256(p);
     const int64_t sms = ctx->info.sm_count;
     const int k2_wave_ahead = (2 * t2 >= sms && t2 * p->kchunks >= 6 * sms) ||
                               t2 * p->kchunks >= 24 * sms ||

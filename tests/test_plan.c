@@ -646,12 +646,14 @@ static void test_decode_occupancy(void) {
     } cases[] = {
         {4096, 4096, 1, 3, 1, "256 CTAs: one wave at two or three per SM"},
         {4096, 4096, 8, 3, 1, "256 CTAs at m = 8"},
-        {4096, 6144, 1, 3, 1, "192 CTAs"},
+        {4096, 6144, 8, 3, 1, "192 CTAs at m = 8"},
+        {4096, 6144, 1, 3, 0, "384 CTAs (kw = 8 at one token): one wave at three, two at two"},
         {14336, 4096, 1, 3, 1, "256 CTAs"},
         {28672, 8192, 1, 3, 1, "256 CTAs"},
         {8192, 10240, 1, 3, 0, "320 CTAs: one wave at three, two at two"},
         {8192, 10240, 8, 3, 0, "320 CTAs at m = 8"},
-        {4096, 28672, 1, 3, 0, "896 CTAs: 3 waves at three, 4 at two"},
+        {8192, 28672, 1, 3, 0, "896 CTAs: 3 waves at three, 4 at two"},
+        {4096, 28672, 1, 3, 1, "224 CTAs (kw = 1 at one token): one wave at two or three"},
         {8192, 57344, 1, 3, 0, "1792 CTAs: 5 waves at three, 7 at two"},
         {4096, 4096, 1, 2, 0, "registers for two only: nothing to hold"},
         {4096, 4096, 1, 4, 1, "four fit: one wave either way"},
@@ -851,8 +853,11 @@ static void test_moe_tile_width(void) {
 }
 
 /* The decode-range rules measured on layers off the bench set (plan.c,
- * plan_decode_split / plan_decode / plan_tc; H200, 2026-11-29, NOTES.md):
- * at one token kw = 2 where kw = 4 would make 1-1.5 resident waves; at
+ * plan_decode_split / plan_decode / plan_tc; H200, 2026-11-29 and -30,
+ * NOTES.md): at one token the most warps per row block whose grid is one
+ * resident wave, unless that gives a warp more than 32 chunks or 2..2.5
+ * CTAs per SM (2..8 tokens: kw = 2 where kw = 4 would make 1-1.5 resident
+ * waves); at
  * 9..16 tokens kernel 2 with one CTA per SM where kernel 1's grid would
  * spill just past one wave, and one CTA per SM where two would run fewer
  * than 8 chunks each; at 17..24 tokens kernel 2 with one CTA per SM on
@@ -877,6 +882,15 @@ static void test_decode_rules(void) {
         {5120, 13824, 4, NBI_PATH_GEMV, 0, 2, 1, 0, "the same at m = 4"},
         {8192, 10240, 1, NBI_PATH_GEMV, 0, 4, 1, 0, "320 CTAs: one wave at kw = 4"},
         {8192, 57344, 1, NBI_PATH_GEMV, 0, 4, 1, 0, "1792 CTAs at kw = 4, 16 chunks a warp: kernel 1 at m = 1"},
+        {4096, 28672, 1, NBI_PATH_GEMV, 0, 1, 1, 0, "one token: 224 CTAs at kw = 1, 32 chunks a warp"},
+        {4096, 24576, 1, NBI_PATH_GEMV, 0, 2, 1, 0, "one token: 384 CTAs at kw = 2 (2.9 a SM)"},
+        {4096, 6144, 1, NBI_PATH_GEMV, 0, 8, 1, 0, "one token: 384 CTAs at kw = 8"},
+        {4096, 36864, 1, NBI_PATH_GEMV, 0, 4, 1, 0, "one token: kw = 1 would put 288 CTAs on 132 SMs"},
+        {7168, 18432, 1, NBI_PATH_GEMV, 0, 4, 1, 0, "one token: kw = 2 would put 288 CTAs on 132 SMs"},
+        {3584, 18944, 1, NBI_PATH_GEMV, 0, 4, 1, 0, "one token: kw = 2 would put 296 CTAs on 132 SMs"},
+        {8192, 28672, 1, NBI_PATH_GEMV, 0, 4, 1, 0, "one token: kw = 1 would give 64 chunks a warp"},
+        {5120, 27648, 1, NBI_PATH_GEMV, 0, 4, 1, 0, "one token: kw = 1 would give 40 chunks a warp"},
+        {1024, 14336, 1, NBI_PATH_GEMV, 0, 2, 1, 0, "8 chunks (under 16): kw = 2 by the 2..8-token rule"},
         {3584, 4608, 16, NBI_PATH_GEMV, 1, 0, 7, 0, "kernel 1 would be 288 CTAs on 264 slots: 18 tiles x 7"},
         {3584, 4608, 12, NBI_PATH_GEMV, 1, 0, 7, 0, "the same at m = 12"},
         {4096, 4096, 16, NBI_PATH_GEMV, 0, 8, 1, 0, "kernel 1's 256 CTAs fit one wave"},
