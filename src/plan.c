@@ -553,7 +553,8 @@ static nb_status plan_decode(nb_context *ctx, const nbi_request *rq, nbi_gemm_pl
         }
         one_token = res >= 3 * sms && p->kchunks >= 16;
     }
-    /* ... and at 2..8 tokens (and one where fewer than three CTAs fit):
+    /* ... and at 2..8 tokens (and at one where fewer than three CTAs fit or
+     * k is under 16 chunks, which the rule above leaves):
      * where kw = 4 makes a grid of one to one and a half resident waves,
      * half the warps per row block, so every CTA runs in the first wave
      * (H200, nvfp4, m = 1 then, us, kw = 4 -> 2: 3584 -> 18944, 592 CTAs on
