@@ -62,6 +62,12 @@ static size_t tc_partial_bytes(int64_t splits, int64_t tiles, int cwg, int bn) {
  * unit of the decode rules below and of plan_tc's comparisons with it. */
 static int64_t k2_tiles256(const nbi_gemm_plan *p) { return (p->row_blocks + 15) / 16; }
 
+/* Kernel 1's CTAs along n with kw of its `warps` warps on each row block. */
+static int64_t k1_grid(const nbi_gemm_plan *p, int kw, int warps) { return (p->row_blocks * kw + warps - 1) / warps; }
+
+/* Whether the request fixes kernel 1's kw (which the rules then leave). */
+static int kw_given(int kw) { return kw == 1 || kw == 2 || kw == 4 || kw == 8; }
+
 /* Kernel 1's warps per row block by its rule (plan_decode_split): half the
  * CTA's warps, all of them where half leave fewer than 1.4 CTAs per SM -
  * but not for the integer and table formats at 17..32 tokens (kw = 4 beat
@@ -360,7 +366,7 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
              * 18 tiles x 7 splits 9.2 / 9.5; 2880 -> 5120, 320 CTAs 10.9 /
              * 12.2, 20 x 5 splits 9.1 / 9.3; int4 10.2 -> 9.2 and nf4 13.5
              * -> 10.8 on 3584 -> 4608 at m = 16; NOTES.md) */
-            const int64_t k1 = (p->row_blocks * k1_kw(p, warps, sms, rpw2) + warps - 1) / warps;
+            const int64_t k1 = k1_grid(p, k1_kw(p, warps, sms, rpw2), warps);
             const int64_t s1 = sms / grid_x < p->kchunks / 4 ? sms / grid_x : p->kchunks / 4;
             if (s8 >= 1 && 10 * grid_x * s8 >= 7 * (int64_t)sms) s = s8;
             else if (p->mt == 2 && k1 > 2 * (int64_t)sms && s1 >= 2) s = s1;
@@ -418,7 +424,7 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
      * 192 CTAs, 12.6 / 13.6; past one wave kernel 2: 3584 -> 4608, 288,
      * 13.5 / 10.8; 27648 -> 5120, 320, 69.1 / 46.1; NOTES.md) */
     if (xs && table && p->mt == 2 && !staged &&
-        (p->row_blocks * k1_kw(p, NBI_GEMV_WARPS, sms, rpw2) + NBI_GEMV_WARPS - 1) / NBI_GEMV_WARPS <= 2 * (int64_t)sms)
+        k1_grid(p, k1_kw(p, NBI_GEMV_WARPS, sms, rpw2), NBI_GEMV_WARPS) <= 2 * (int64_t)sms)
         xs = 0;
     if (!xs) {
         warps = NBI_GEMV_WARPS;
@@ -426,10 +432,10 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
         const double want = 1.4 * (double)sms; /* CTAs */
         int kw = k1_kw(p, warps, sms, rpw2);
         const int fk = rq->kw;
-        if (fk == 1 || fk == 2 || fk == 4 || fk == 8) kw = fk <= warps ? fk : warps;
+        if (kw_given(fk)) kw = fk <= warps ? fk : warps;
         p->kw = kw;
         p->rpw = 1;
-        grid_x = (p->row_blocks * kw + warps - 1) / warps;
+        grid_x = k1_grid(p, kw, warps);
         if ((double)grid_x < 0.5 * sms) s = (int64_t)ceil(want / (double)grid_x); /* narrow layer */
     }
     p->xsh = xs;
@@ -514,12 +520,12 @@ static nb_status plan_decode(nb_context *ctx, const nbi_request *rq, nbi_gemm_pl
      * the set within 0.4%: no other has such a grid at kw = 4, and the
      * other formats fit three CTAs per SM there; NOTES.md). */
     if (!p->xsh && p->mt == 1 && nbi_is_table(nbi_traits(p->fmt)) && p->splits == 1 && p->kw < p->warps &&
-        !(rq->kw == 1 || rq->kw == 2 || rq->kw == 4 || rq->kw == 8) && p->kchunks >= 8 * (int64_t)p->kw) {
+        !kw_given(rq->kw) && p->kchunks >= 8 * (int64_t)p->kw) {
         size_t bytes = 0;
         const int64_t res = (int64_t)nbi_cuda_gemv_ctas_per_sm(ctx, p, 0, &bytes) * ctx->info.sm_count;
         if (res > 0 && p->grid_x > res && 2 * (int64_t)p->grid_x <= 3 * res) {
             p->kw *= 2;
-            p->grid_x = (int)((p->row_blocks * p->kw + p->warps - 1) / p->warps);
+            p->grid_x = (int)k1_grid(p, p->kw, p->warps);
         }
     }
     /* Kernel 1 of the E2M1 formats at one token (three CTAs per SM fit):
@@ -539,19 +545,18 @@ static nb_status plan_decode(nb_context *ctx, const nbi_request *rq, nbi_gemm_pl
      * 1's warps per row block at one token". */
     int one_token = 0;
     if (!p->xsh && p->m == 1 && nbi_traits(p->fmt)->every_kernel && p->splits == 1 &&
-        !(rq->kw == 1 || rq->kw == 2 || rq->kw == 4 || rq->kw == 8)) {
+        !kw_given(rq->kw)) {
         size_t bytes = 0;
         const int64_t sms = ctx->info.sm_count;
         const int64_t res = (int64_t)nbi_cuda_gemv_ctas_per_sm(ctx, p, 0, &bytes) * sms;
         int kw = p->warps;
-        while (kw > 1 && (p->row_blocks * kw + p->warps - 1) / p->warps > res) kw /= 2;
-        const int64_t grid = (p->row_blocks * kw + p->warps - 1) / p->warps;
-        if (res >= 3 * sms && grid <= res && p->kchunks >= 16 && p->kchunks <= 32 * (int64_t)kw &&
-            !(grid > 2 * sms && 2 * grid <= 5 * sms)) {
+        while (kw > 1 && k1_grid(p, kw, p->warps) > res) kw /= 2;
+        const int64_t grid = k1_grid(p, kw, p->warps);
+        one_token = res >= 3 * sms && p->kchunks >= 16;
+        if (one_token && grid <= res && p->kchunks <= 32 * (int64_t)kw && !(grid > 2 * sms && 2 * grid <= 5 * sms)) {
             p->kw = kw;
             p->grid_x = (int)grid;
         }
-        one_token = res >= 3 * sms && p->kchunks >= 16;
     }
     /* ... and at 2..8 tokens (and at one where fewer than three CTAs fit or
      * k is under 16 chunks, which the rule above leaves):
@@ -562,12 +567,12 @@ static nb_status plan_decode(nb_context *ctx, const nbi_request *rq, nbi_gemm_pl
      * 13824, 432, 18.6 -> 16.2; no layer of the bench set has such a grid;
      * NOTES.md). */
     if (!p->xsh && p->mt == 1 && !one_token && nbi_traits(p->fmt)->every_kernel && p->splits == 1 && p->kw == 4 &&
-        !(rq->kw == 1 || rq->kw == 2 || rq->kw == 4 || rq->kw == 8)) {
+        !kw_given(rq->kw)) {
         size_t bytes = 0;
         const int64_t res = (int64_t)nbi_cuda_gemv_ctas_per_sm(ctx, p, 0, &bytes) * ctx->info.sm_count;
         if (res > 0 && p->grid_x > res && 2 * (int64_t)p->grid_x <= 3 * res) {
             p->kw = 2;
-            p->grid_x = (int)((p->row_blocks * p->kw + p->warps - 1) / p->warps);
+            p->grid_x = (int)k1_grid(p, p->kw, p->warps);
         }
     }
     /* Kernel 1's occupancy: where its registers let three or more CTAs

@@ -481,7 +481,7 @@ def summarize_kernels(kern, reps, tag):
         if t1 > end:
             busy += t1 - max(t0, end)
             end = t1
-    span = max(t1 for _, t1, _ in kern) - kern[0][0]
+    span = end - kern[0][0]   # (end: the last end, after the loop)
     summary = {"reps": reps, "kernels_per_step": len(kern) / reps, "span_us": span / reps, "busy_us": busy / reps,
                "kinds": {k: {"launches": v[0] / reps, "us": v[1] / reps} for k, v in by_kind.items()}}
     lines = [f"# {tag}: {reps} replays; per step: {len(kern) / reps:.1f} kernels, span {span / reps:.1f} us, "
