@@ -528,32 +528,43 @@ static nb_status plan_decode(nb_context *ctx, const nbi_request *rq, nbi_gemm_pl
             p->grid_x = (int)k1_grid(p, p->kw, p->warps);
         }
     }
-    /* Kernel 1 of the E2M1 formats at one token (three CTAs per SM fit):
-     * the most warps per row block whose grid is one resident wave, where
-     * that leaves every warp at most 32 chunks and does not put a third CTA
-     * on a few SMs only (2..2.5 CTAs per SM); else the rules above.  H200,
-     * NVFP4, `nibble tune --all` over 38 layers, us, the rules before ->
-     * this: 4096 -> 28672 kw 4 -> 1 (896 -> 224 CTAs) 23.7 -> 22.0, 4096 ->
-     * 32768 24.1 -> 22.2, 4096 -> 22528 kw 4 -> 2 (704 -> 352) 19.0 ->
-     * 17.7, 4096 -> 24576 19.0 -> 18.0, 4096 -> 6144 kw 4 -> 8 (192 -> 384)
-     * 6.83 -> 6.60, 7168 -> 18432 and 3584 -> 18944 kw 2 -> 4 (288 and 296
-     * CTAs at kw 2: the third CTA on some SMs) 27.6 -> 24.8 and 15.6 ->
-     * 14.5.  The bounds are where the data turned: kw 1 lost with 40 and 64
-     * chunks a warp (5120 -> 27648 26.9 against kw 4's 25.7, 8192 -> 28672
-     * 41.4 / 37.5) and with 272-296 CTAs (4096 -> 36864 30.7 / 26.8, 3584
-     * -> 37888 27.3 / 24.6), kw 2 won with 352 and 384.  NOTES.md, "Kernel
-     * 1's warps per row block at one token". */
+    /* Kernel 1 at one token (E2M1 formats; the integer and table formats
+     * at every m of one token tile, 1..8, where kernel 1 runs them): the
+     * most warps per row block whose grid is one resident wave, where that
+     * leaves every warp at most 32 chunks, does not put a third CTA on a
+     * few SMs only (2..2.5 CTAs per SM) and, where it halves the warps,
+     * keeps more than 1.5 CTAs per SM (with two CTAs per SM a grid halved
+     * below that starves the SMs of warps); else the rules above.  H200, NVFP4, `nibble tune --all` over
+     * 38 layers, us, the rules before -> this: 4096 -> 28672 kw 4 -> 1 (896
+     * -> 224 CTAs) 23.7 -> 22.0, 4096 -> 32768 24.1 -> 22.2, 4096 -> 22528
+     * kw 4 -> 2 (704 -> 352) 19.0 -> 17.7, 4096 -> 24576 19.0 -> 18.0, 4096
+     * -> 6144 kw 4 -> 8 (192 -> 384) 6.83 -> 6.60, 7168 -> 18432 and 3584
+     * -> 18944 kw 2 -> 4 (288 and 296 CTAs at kw 2: the third CTA on some
+     * SMs) 27.6 -> 24.8 and 15.6 -> 14.5.  The bounds are where the data
+     * turned: kw 1 lost with 40 and 64 chunks a warp (5120 -> 27648 26.9
+     * against kw 4's 25.7, 8192 -> 28672 41.4 / 37.5) and with 272-296 CTAs
+     * (4096 -> 36864 30.7 / 26.8, 3584 -> 37888 27.3 / 24.6), kw 2 won with
+     * 352 and 384.  The integer and table formats (H200, the same tuner,
+     * 26 layers at m = 1, int4 and nf4 also at 2 and 4; int4 / int4_sym /
+     * int8 with groups of 128 fit three CTAs per SM, nf4 / bnb_fp4 /
+     * int4_hqq two): 94 of 135 cells moved, at 0.89 of the time
+     * (geometric mean), the worst 1.009 (int8 4096 -> 6144): 4096 ->
+     * 14336 kw 4 -> 2 int4 13.1 -> 11.3, nf4 14.7 -> 13.1, int8 22.1 ->
+     * 15.8; 2048 -> 28672 kw 4 -> 1 nf4 15.9 -> 12.6; with two CTAs per SM
+     * kw 1 on 4096 -> 22528 (176 CTAs) lost (nf4 20.8 -> 22.6), hence the
+     * floor.  NOTES.md, "Kernel 1's warps per row block at one token". */
     int one_token = 0;
-    if (!p->xsh && p->m == 1 && nbi_traits(p->fmt)->every_kernel && p->splits == 1 &&
-        !kw_given(rq->kw)) {
+    const int e2m1 = nbi_traits(p->fmt)->every_kernel;
+    if (!p->xsh && (e2m1 ? p->m == 1 : p->mt == 1) && p->splits == 1 && !kw_given(rq->kw)) {
         size_t bytes = 0;
         const int64_t sms = ctx->info.sm_count;
         const int64_t res = (int64_t)nbi_cuda_gemv_ctas_per_sm(ctx, p, 0, &bytes) * sms;
         int kw = p->warps;
         while (kw > 1 && k1_grid(p, kw, p->warps) > res) kw /= 2;
         const int64_t grid = k1_grid(p, kw, p->warps);
-        one_token = res >= 3 * sms && p->kchunks >= 16;
-        if (one_token && grid <= res && p->kchunks <= 32 * (int64_t)kw && !(grid > 2 * sms && 2 * grid <= 5 * sms)) {
+        one_token = res >= (e2m1 ? 3 : 2) * sms && p->kchunks >= 16;
+        if (one_token && grid <= res && p->kchunks <= 32 * (int64_t)kw && !(grid > 2 * sms && 2 * grid <= 5 * sms) &&
+            (kw == p->warps || 2 * grid > 3 * sms)) {
             p->kw = kw;
             p->grid_x = (int)grid;
         }

@@ -74,6 +74,9 @@ case_ 1 "bench: --csv: the value is empty" bench --csv=
 case_ 1 "bench: --sequence takes no value \('--sequence=yes'\)" bench --sequence=yes
 case_ 1 "bench: --m: '2x' is not an integer" bench --sequence --m 1,2x
 case_ 1 "nibble bench: --between applies to --sequence only" bench --between
+case_ 1 "bench: --shapes 2880x6144 with --formats int4: k = 2880 is not a multiple of the int4 group size 128" \
+    bench --formats nvfp4,int4 --shapes 4096x4096,2880x6144
+case_ 1 "tune: --shapes 2880x6144 with --formats int4: k = 2880" tune --formats int4 --shapes 2880x6144 --m 1
 fi
 # --- --opt=value, repeated options, flags with values, unknown options, extra arguments
 case_ 1 "demo: --m given twice" demo --m 2 --m=3

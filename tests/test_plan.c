@@ -780,12 +780,16 @@ static void test_decode_m8(void) {
     nb_context_destroy(ctx);
 }
 
-/* Kernel 1 of the table formats at one token tile (two CTAs per SM):
- * twice the warps per row block where the grid would be between one and
- * one and a half resident waves (8192 -> 10240: 320 CTAs at kw = 4 on 264
- * slots, so kw = 8), not elsewhere (8192 -> 28672: 3.4 waves at kw = 4;
- * 4096 -> 4096: kw = 8 already), not for int4_sym (three CTAs per SM: 320 of
- * 396 slots), not when kw is asked for. */
+/* Kernel 1 of the integer and table formats at one token tile.  The table
+ * formats' rule (two CTAs per SM): twice the warps per row block where the
+ * grid would be between one and one and a half resident waves (8192 ->
+ * 10240: 320 CTAs at kw = 4 on 264 slots, so kw = 8), not elsewhere (8192
+ * -> 28672: 3.4 waves at kw = 4; 4096 -> 4096: kw = 8 already), not for
+ * int4_sym (three CTAs per SM: 320 of 396 slots).  The one-token rule
+ * (three CTAs per SM for int4_sym and int8 with groups of 128, two for nf4
+ * and bnb_fp4) on both sides of its bounds: one wave, 32 chunks a warp,
+ * 2..2.5 CTAs per SM, and where it halves the warps at least 1.5 CTAs per
+ * SM.  Neither when kw is asked for. */
 static void test_table_kw(void) {
     nb_context *ctx = h100();
     static const struct {
@@ -797,6 +801,19 @@ static void test_table_kw(void) {
         {NB_FORMAT_BNB_FP4, 8192, 10240, 1, 8}, {NB_FORMAT_NF4, 8192, 28672, 1, 4},
         {NB_FORMAT_NF4, 4096, 4096, 1, 8},   {NB_FORMAT_NF4, 28672, 8192, 1, 4},
         {NB_FORMAT_INT4_SYM, 8192, 10240, 1, 4},
+        /* the one-token rule */
+        {NB_FORMAT_INT4_SYM, 4096, 14336, 1, 2}, /* 224 CTAs at kw = 2 (448 at 4) */
+        {NB_FORMAT_INT4_SYM, 4096, 28672, 4, 1}, /* 224 CTAs at kw = 1, 32 chunks a warp */
+        {NB_FORMAT_INT4_SYM, 4096, 6144, 1, 8},  /* 384 CTAs: one wave of three per SM */
+        {NB_FORMAT_INT4_SYM, 4096, 36864, 2, 4}, /* kw = 1 would put 288 CTAs on 132 SMs */
+        {NB_FORMAT_INT4_SYM, 5120, 27648, 1, 4}, /* kw = 1 would give 40 chunks a warp */
+        {NB_FORMAT_INT8, 5120, 13824, 1, 2},     /* 216 CTAs at kw = 2 */
+        {NB_FORMAT_NF4, 4096, 14336, 1, 2},      /* 224 CTAs: one wave of two per SM */
+        {NB_FORMAT_NF4, 2048, 28672, 2, 1},      /* 224 CTAs at kw = 1 */
+        {NB_FORMAT_BNB_FP4, 4096, 16896, 4, 2},  /* 264 CTAs at kw = 2 */
+        {NB_FORMAT_NF4, 4096, 22528, 1, 4},      /* kw = 1 would leave 176 CTAs, 1.3 a SM */
+        {NB_FORMAT_NF4, 3584, 18944, 1, 4},      /* kw = 1 would leave 148 CTAs */
+        {NB_FORMAT_NF4, 4096, 6144, 1, 4},       /* 192 CTAs (kw = 8: 384 on 264 slots) */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         nbi_gemm_plan p;
@@ -811,6 +828,8 @@ static void test_table_kw(void) {
     nbi_gemm_plan p;
     if (plan(ctx, NB_FORMAT_NF4, 8192, 10240, 1, &rq, &p))
         CHECK(p.kw == 4 && p.grid_x == 320, "nf4 8192 -> 10240 m = 1 with kw = 4 asked: kw %d grid %d", p.kw, p.grid_x);
+    if (plan(ctx, NB_FORMAT_NF4, 4096, 14336, 1, &rq, &p))
+        CHECK(p.kw == 4 && p.grid_x == 448, "nf4 4096 -> 14336 m = 1 with kw = 4 asked: kw %d grid %d", p.kw, p.grid_x);
     nb_context_destroy(ctx);
 }
 
@@ -865,8 +884,9 @@ static void test_moe_tile_width(void) {
  * core); at 25..32 the tensor core up to 1.25 tiles of 128 rows per SM,
  * except where kernel 2's stream-K wave is ahead (a 256-row tile for every
  * second SM, or 24 chunks per SM on up to 32 tiles and 40 above; k2_wave,
- * 2026-11-29).  Each with a layer on either side of the rule, both E2M1 formats; the
- * integer formats keep their rules. */
+ * 2026-11-29).  Each with a layer on either side of the rule, both E2M1
+ * formats; then the integer and table formats' cases (their kernel-1 kw:
+ * test_table_kw). */
 static void test_decode_rules(void) {
     nb_context *ctx = h100();
     static const struct {
@@ -978,7 +998,7 @@ static void test_decode_rules(void) {
               "%s %lld -> %lld m = %d (%s): path %d xsh %d splits %d", nbi_traits(ints[i].f)->name,
               (long long)ints[i].k, (long long)ints[i].n, ints[i].m, ints[i].why, q.path, q.xsh, q.splits);
     }
-    /* the integer formats keep their kw rule: int4 at one token kw = 4 on 3584 -> 18944 */
+    /* int4 (zero points): kw = 4 on 3584 -> 18944, where kw = 2 would put 296 CTAs on 132 SMs */
     nbi_gemm_plan p;
     nb_gemm_desc g = problem(NB_FORMAT_INT4, 3584, 18944, 1);
     g.weight.scale_exp_min = 0, g.weight.scale_exp_max = 15; /* (the zero-point range nb_pack_v2 records) */

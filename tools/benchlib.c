@@ -232,7 +232,23 @@ int nbt_sweep_parse(nbt_sweep *sw, const char *cmd) {
     if (sw->nkn < 0) return 0;
     sw->mmax = 1;
     for (int i = 0; i < sw->nm; i++) sw->mmax = sw->ms[i] > sw->mmax ? sw->ms[i] : sw->mmax;
-    return parse_formats(sw, cmd);
+    if (!parse_formats(sw, cmd)) return 0;
+    /* every layer in every format, before any GPU work: a layer a format
+     * cannot hold (k off its group size) is a usage error now, not an exit
+     * halfway through a sweep */
+    for (int fi = 0; fi < sw->nf; fi++)
+        for (int i = 0; i + 1 < sw->nkn; i += 2) {
+            nb_weight_desc d;
+            nb_weight_sizes_v2 sz;
+            if (nb_weight_desc_init(&d, sw->fmts[fi], sw->kn[i + 1], sw->kn[i]) != NB_OK ||
+                nb_weight_get_sizes_v2(&d, &sz) != NB_OK) {
+                nb_format_info fi_;
+                const char *name = nb_format_get_info(sw->fmts[fi], &fi_) == NB_OK ? fi_.name : "?";
+                return !nba_usage(cmd, "--shapes %lldx%lld with --formats %s: %s", (long long)sw->kn[i],
+                                  (long long)sw->kn[i + 1], name, nb_last_error());
+            }
+        }
+    return 1;
 }
 
 int nbt_have_device(void) {

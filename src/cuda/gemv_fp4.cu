@@ -1216,11 +1216,9 @@ extern "C" int nbi_cuda_gemv_ctas_per_sm(nb_context *ctx, const nbi_gemm_plan *p
     if (!f) return 0;
     /* past 48 KB with its static bytes the calculator counts a kernel only
      * once it has opted in, which its launch does anyway (nbi_cuda_gemv):
-     * kernel 1 of the table formats (the pair table).  (Kernel 1 of int8,
-     * 68 KB, has been planned as if none fit, so without the cap below: not
-     * changed unmeasured.) */
-    if (!pl->xsh && nbi_is_table(nbi_traits((nb_format)pl->fmt)) && ring + gemv_static_smem(ctx, pl) > 48 * 1024 &&
-        nbc_smem_opt_in(ctx, (const void *)f, ring))
+     * kernel 1 of the table formats (the pair table) and of int8 (2 KB
+     * chunks, 68 KB) */
+    if (!pl->xsh && ring + gemv_static_smem(ctx, pl) > 48 * 1024 && nbc_smem_opt_in(ctx, (const void *)f, ring))
         return 0;
     int c = nbc_ctas_per_sm(ctx, (const void *)f, threads, ring);
     if (cap <= 0 || pl->xsh || c <= cap) return c;
