@@ -333,6 +333,25 @@ __device__ __forceinline__ void int_step(const uint4 (&L)[NP], const uint4 (&H)[
     }
 }
 
+/* A measurement build only (-DNB_GEMV_TRACE; scripts/trace-k1): kernel 1
+ * records per CTA, by thread 0, the global timer (ns) at its start, once
+ * the scale table is ready (after the prologue's fetches and the grid
+ * dependency wait), when warp 0's first chunk has landed, after warp 0's
+ * loop, after the in-CTA k sum and after the store, and its SM, into the
+ * workspace (8 words a CTA at p.partial: the plans traced have no k split,
+ * so it is otherwise unused).  Without the macro nothing of it is
+ * compiled. */
+#ifdef NB_GEMV_TRACE
+__device__ __forceinline__ unsigned long long k1_now() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+#define K1_TRACE(i) (threadIdx.x == 0 ? (void)(k1_tr[i] = k1_now()) : (void)0)
+#else
+#define K1_TRACE(i) ((void)0)
+#endif
+
 /* m = 1..32 with each lane loading its activations through L1: the kernel
  * for 1..8 tokens, and for more tokens on layers too narrow for kernel 2;
  * KG > 0: an integer or table format's kernel group (see "INTEGER FORMATS"
@@ -349,6 +368,10 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
     constexpr int KG1 = INT ? KG : 128;                           /* (a valid group for the E2M1 instances' dead code) */
     __shared__ uint32_t stab[256];                       /* scale byte -> adjusted 16-bit pair */
     __shared__ int is_last;
+#ifdef NB_GEMV_TRACE
+    unsigned long long k1_tr[6] = {0, 0, 0, 0, 0, 0};
+#endif
+    K1_TRACE(0);
     if constexpr (!INT) nbc_load_scale_table<WARPS * 32>(stab, p.stab); /* (published by the barrier after the weight prologue) */
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -418,6 +441,7 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
      * loads are issued; else after the loop (common.cuh) */
     if (EARLY && nchunks > 0 && nchunks <= STAGES - 1) nbc_grid_dependents_launch();
     __syncthreads(); /* scale table ready */
+    K1_TRACE(1);
 
     /* X rows of this lane's tokens */
     const __nv_bfloat16 *xp[MT];
@@ -442,6 +466,7 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
         nbc_cp_async_commit();
         nbc_cp_async_wait<STAGES - 1>(); /* this lane's part of chunk i has landed */
         __syncwarp();                /* ... and every other lane's */
+        if (i == 0) K1_TRACE(2);
         const uint4 *slot = ring + s * (CB / 16);
         if constexpr (INT) { /* piece j of row g at 512 j, of row g+8 at CODE / 2 + 512 j */
             uint4 Lp[NP], Hp[NP];
@@ -482,6 +507,7 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
      * m = 16 on 4096 -> 4096 ran 2% slower. */
     nbc_walk_chunks<STAGES, MT == 1>(nchunks, c_end, p.kchunks, p.k, chunk);
     nbc_cp_async_wait<0>();
+    K1_TRACE(3);
 #pragma unroll
     for (int i = 0; i < MT; i++)
 #pragma unroll
@@ -489,11 +515,23 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
 
     if (p.kw > 1) /* in-CTA split-K: slices 1..kw-1 hand their sums to slice 0, in order */
         gemv_kw_reduce<MT>(acc[0], (float *)ring_all, warp, lane, ks, p.kw);
+    K1_TRACE(4);
     const int rbs[1] = {rb};
     const bool own[1] = {valid && ks == 0}; /* this warp writes the row block's result */
     if (!EARLY) nbc_grid_dependents_launch();
     if (p.splits > 1 && !split_k_reduce<MT, 1>(p, acc, rbs, own, g, t, &is_last)) return;
     if (own[0]) store_block<ACT, MT>(p, acc[0], rb, g, t);
+#ifdef NB_GEMV_TRACE
+    K1_TRACE(5);
+    if (threadIdx.x == 0 && p.splits == 1) {
+        unsigned smid;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+        unsigned long long *o = (unsigned long long *)p.partial + 8 * (size_t)blockIdx.x;
+        for (int j = 0; j < 6; j++) o[j] = k1_tr[j];
+        o[6] = smid;
+        o[7] = 1;
+    }
+#endif
 }
 
 template <int FMT, int ACT, int MT, int WARPS, int STAGES, bool EARLY>
