@@ -534,8 +534,9 @@ static nb_status plan_decode(nb_context *ctx, const nbi_request *rq, nbi_gemm_pl
      * leaves every warp at most 32 chunks, does not put a third CTA on a
      * few SMs only (2..2.5 CTAs per SM) and, where it halves the warps,
      * keeps more than 1.5 CTAs per SM (with two CTAs per SM a grid halved
-     * below that starves the SMs of warps); else the rules above.  H200, NVFP4, `nibble tune --all` over
-     * 38 layers, us, the rules before -> this: 4096 -> 28672 kw 4 -> 1 (896
+     * below that starves the SMs of warps); else the rules above.  H200,
+     * NVFP4, `nibble tune --all` over 38 layers, us, the rules before ->
+     * this: 4096 -> 28672 kw 4 -> 1 (896
      * -> 224 CTAs) 23.7 -> 22.0, 4096 -> 32768 24.1 -> 22.2, 4096 -> 22528
      * kw 4 -> 2 (704 -> 352) 19.0 -> 17.7, 4096 -> 24576 19.0 -> 18.0, 4096
      * -> 6144 kw 4 -> 8 (192 -> 384) 6.83 -> 6.60, 7168 -> 18432 and 3584
@@ -552,7 +553,11 @@ static nb_status plan_decode(nb_context *ctx, const nbi_request *rq, nbi_gemm_pl
      * 14336 kw 4 -> 2 int4 13.1 -> 11.3, nf4 14.7 -> 13.1, int8 22.1 ->
      * 15.8; 2048 -> 28672 kw 4 -> 1 nf4 15.9 -> 12.6; with two CTAs per SM
      * kw 1 on 4096 -> 22528 (176 CTAs) lost (nf4 20.8 -> 22.6), hence the
-     * floor.  NOTES.md, "Kernel 1's warps per row block at one token". */
+     * floor.  Measured against the rules before (`nibble bench`, six
+     * formats, 16 layers, m = 1..8): 194 cells moved at 0.89 of the time,
+     * the worst int8 4096 -> 6144 at m = 4 (1.04).  NOTES.md, "Kernel 1's
+     * warps per row block at one token" and "Kernel 1's one-token rule for
+     * the integer and table formats". */
     int one_token = 0;
     const int e2m1 = nbi_traits(p->fmt)->every_kernel;
     if (!p->xsh && (e2m1 ? p->m == 1 : p->mt == 1) && p->splits == 1 && !kw_given(rq->kw)) {
