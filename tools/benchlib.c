@@ -236,14 +236,14 @@ int nbt_sweep_parse(nbt_sweep *sw, const char *cmd) {
     /* every layer in every format, before any GPU work: a layer a format
      * cannot hold (k off its group size) is a usage error now, not an exit
      * halfway through a sweep */
-    for (int fi = 0; fi < sw->nf; fi++)
+    for (int f = 0; f < sw->nf; f++)
         for (int i = 0; i + 1 < sw->nkn; i += 2) {
             nb_weight_desc d;
             nb_weight_sizes_v2 sz;
-            if (nb_weight_desc_init(&d, sw->fmts[fi], sw->kn[i + 1], sw->kn[i]) != NB_OK ||
+            if (nb_weight_desc_init(&d, sw->fmts[f], sw->kn[i + 1], sw->kn[i]) != NB_OK ||
                 nb_weight_get_sizes_v2(&d, &sz) != NB_OK) {
-                nb_format_info fi_;
-                const char *name = nb_format_get_info(sw->fmts[fi], &fi_) == NB_OK ? fi_.name : "?";
+                nb_format_info fi;
+                const char *name = nb_format_get_info(sw->fmts[f], &fi) == NB_OK ? fi.name : "?";
                 return !nba_usage(cmd, "--shapes %lldx%lld with --formats %s: %s", (long long)sw->kn[i],
                                   (long long)sw->kn[i + 1], name, nb_last_error());
             }
