@@ -372,7 +372,6 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
     unsigned long long k1_tr[6] = {0, 0, 0, 0, 0, 0};
 #endif
     K1_TRACE(0);
-    if constexpr (!INT) nbc_load_scale_table<WARPS * 32>(stab, p.stab); /* (published by the barrier after the weight prologue) */
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -394,16 +393,15 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
     for (int i = 0; i < MT; i++)
 #pragma unroll
         for (int j = 0; j < 4; j++) acc[0][i][j] = acc2[i][j] = 0.0f;
-    /* the table formats' operand planes, from the parameters to registers,
-     * and in the LUT instances the pair table built from them (published by
-     * the barrier after the weight prologue; the planes then leave the loop) */
+    /* the table formats' operand planes, from the parameters to registers
+     * (in the LUT instances the pair table is built from them after the
+     * weight prologue, below; the planes then leave the loop) */
     uint32_t *lut = gemv_table_lut<FMT, LUT>();
     const uint32_t lb = 4u * (uint32_t)lane;
     nbc_table tab;
     if constexpr (nbc_is_table<FMT>()) {
 #pragma unroll
         for (int i = 0; i < 4; i++) tab.lo[i] = p.stab[i], tab.hi[i] = p.stab[4 + i];
-        if constexpr (LUT) table_lut_fill<WARPS * 32>(lut, tab, threadIdx.x);
     }
 
     /* Weights stream through a per-warp ring of STAGES chunks in shared
@@ -436,11 +434,21 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
         if (s < nchunks) fetch(s);
         nbc_cp_async_commit();
     }
+    /* The CTA's shared tables, once its first weight loads are in flight
+     * (their DRAM round trip covers the stores), published by the barrier
+     * below: the E2M1 scale table where the decode reads it
+     * (chunk_scales_act), the table formats' pair table in the LUT
+     * instances.  Neither depends on the previous kernel.  Written before
+     * the copies, the pair table delayed every CTA's first request: nf4 /
+     * bnb_fp4 at m = 1 are 2-4% faster this way on one-wave grids (H200;
+     * NOTES.md, "Kernel 1's shared tables after the weight prologue"). */
+    if constexpr (!INT && nbc_scales_use_table<FMT>()) nbc_load_scale_table<WARPS * 32>(stab, p.stab);
+    if constexpr (nbc_is_table<FMT>() && LUT) table_lut_fill<WARPS * 32>(lut, tab, threadIdx.x);
     nbc_grid_dependency_wait();
     /* EARLY (short streams): let the next grid launch once this warp's last
      * loads are issued; else after the loop (common.cuh) */
     if (EARLY && nchunks > 0 && nchunks <= STAGES - 1) nbc_grid_dependents_launch();
-    __syncthreads(); /* scale table ready */
+    __syncthreads(); /* the shared tables ready */
     K1_TRACE(1);
 
     /* X rows of this lane's tokens */

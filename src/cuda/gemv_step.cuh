@@ -68,6 +68,17 @@ __device__ __forceinline__ void e4m3_adjusted(uint32_t two, uint32_t &a, uint32_
     b = __byte_perm(h2, 0, 0x3232);
 }
 
+/* Whether chunk_scales_act reads the scale table: every E2M1 format but
+ * NVFP4 where the GPU converts E4M3 (sm_89+). */
+template <int FMT>
+__device__ constexpr bool nbc_scales_use_table() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    return nbc_fmt<FMT>::group != 16;
+#else
+    return true;
+#endif
+}
+
 /* chunk_scales, NVFP4 through e4m3_adjusted where the GPU converts E4M3. */
 template <int FMT, int ACT>
 __device__ __forceinline__ void chunk_scales_act(uint32_t S, const uint32_t *stab, uint32_t (&sg)[2],
