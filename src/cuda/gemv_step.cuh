@@ -83,14 +83,12 @@ __device__ constexpr bool nbc_scales_use_table() {
 template <int FMT, int ACT>
 __device__ __forceinline__ void chunk_scales_act(uint32_t S, const uint32_t *stab, uint32_t (&sg)[2],
                                                  uint32_t (&sh)[2]) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-    if (nbc_fmt<FMT>::group == 16) {
+    if constexpr (!nbc_scales_use_table<FMT>()) {
         e4m3_adjusted<ACT>(S & 0xFFFFu, sg[0], sg[1]);
         e4m3_adjusted<ACT>(S >> 16, sh[0], sh[1]);
-        return;
+    } else {
+        chunk_scales<FMT>(S, stab, sg, sh);
     }
-#endif
-    chunk_scales<FMT>(S, stab, sg, sh);
 }
 
 /* The A fragment (PTX ISA, mma.m16n8k16 fragments: a0..a3 = rows g, g+8
