@@ -1097,6 +1097,64 @@ NB_API nb_status nb_moe_align(nb_context *ctx, const nb_moe_desc *d, int32_t blo
                               int32_t *sorted_slots, int32_t *block_experts, int32_t *expert_offsets,
                               int32_t *expert_counts, const nb_moe_align_sizes *capacity, void *stream);
 
+/* ------------------------------------------ gated activations (dense MLPs)
+ *
+ * A dense gated MLP is down(act(gate(x), up(x))).  With gate and up fused
+ * into one layer (one GEMM of 2I rows: gu [m, 2I]), nb_glu computes the
+ * down projection's input h [m, I] from gu:
+ *
+ *   h[t, i] = act(gu[t, gi], gu[t, ui]),  gi, ui = i, I + i      (CONCAT)
+ *                                                 2i, 2i + 1     (INTERLEAVED)
+ *
+ * with the activations of the MoE MLP above (nb_moe_activation: SWIGLU,
+ * silu(g) * u; SWIGLU_OAI, gpt-oss's clamped variant with limit and alpha)
+ * and its gate/up layouts (nb_moe_gate_up_layout).  Arithmetic: g and u read
+ * from dtype, act evaluated in float32 (expf, IEEE division), rounded once
+ * to dtype (RNE; a NaN stays NaN).  nb_glu_host is that specification; the
+ * device's expf is within 2 float32 ulps of the host's, so a device result
+ * equals the host's or, where the float32 value lies within a few ulps of a
+ * dtype rounding boundary, differs from it by one dtype ulp
+ * (tests/test_gpu_moe.c counts both).  An engine's "silu_and_mul".
+ *
+ * On the device nb_glu is one small kernel.  Launched after one of this
+ * context's own kernels in the same stream capture (the gate_up nb_gemm),
+ * it starts while that kernel ends, and the nb_gemm launched after it (the
+ * down projection) starts its weight prefetch while it runs (programmatic
+ * dependent launch, as between nb_gemm calls; nibble.h "tuning",
+ * NIBBLE_PDL): in a compiled model step that replaces the framework's
+ * activation kernel between two nibble calls. */
+
+/* A gated activation problem.  nb_glu_desc_init fills every field; change
+ * layout, limit or alpha after it when a model needs it. */
+typedef struct nb_glu_desc {
+    int64_t m;            /* rows, >= 1 */
+    int64_t n;            /* I: columns of h; gu has 2I */
+    int32_t activation;   /* nb_moe_activation */
+    int32_t layout;       /* nb_moe_gate_up_layout of gu's 2I columns */
+    float limit;          /* SWIGLU_OAI: clamp limit > 0 (7.0); SWIGLU: 0 */
+    float alpha;          /* SWIGLU_OAI: sigmoid slope > 0 (1.702); SWIGLU: 0 */
+    nb_dtype dtype;       /* gu and h: BF16 or F16 (F32 too on the host) */
+    int32_t reserved[7];  /* zero (nb_glu_desc_init); others are NB_ERR_INVALID_ARGUMENT */
+} nb_glu_desc;
+
+/* Fill *d: SWIGLU with CONCAT, limit 0, alpha 0; SWIGLU_OAI with
+ * INTERLEAVED, limit 7.0, alpha 1.702 (gpt-oss); reserved zero.  Returns
+ * what nb_glu_desc_validate says of the result. */
+NB_API nb_status nb_glu_desc_init(nb_glu_desc *d, nb_moe_activation activation, int64_t m, int64_t n, nb_dtype dtype);
+/* Check a descriptor: m and n in [1, 2^31] and m x 2n below 2^50
+ * (NB_ERR_BAD_SHAPE); a known activation and layout, limit and alpha as
+ * nb_moe_desc_validate wants them (NB_ERR_INVALID_ARGUMENT); a known dtype
+ * (NB_ERR_UNSUPPORTED); reserved zero. */
+NB_API nb_status nb_glu_desc_validate(const nb_glu_desc *d);
+/* The reference on the host: gu [m, 2n] and h [m, n] of dtype, row-major.
+ * ctx may be NULL. */
+NB_API nb_status nb_glu_host(nb_context *ctx, const nb_glu_desc *d, const void *gu, void *h);
+/* The same on the device, on `stream`: gu and h device buffers of BF16 or
+ * F16 (NB_ERR_UNSUPPORTED for F32), 2-byte aligned (NB_ERR_MISALIGNED), not
+ * overlapping (NB_ERR_INVALID_ARGUMENT); no host sync, no allocation,
+ * graph-capturable.  NB_ERR_NO_DEVICE for a host context. */
+NB_API nb_status nb_glu(nb_context *ctx, const nb_glu_desc *d, const void *gu, void *h, void *stream);
+
 /* ---------------------------------------------------- scalar conversions */
 
 /* Exact decoders, exposed for tools and tests. */

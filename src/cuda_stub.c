@@ -107,6 +107,10 @@ nb_status nbi_cuda_moe_mlp(nb_context *ctx, const nbi_moe_plan *p, const void *x
     (void)p, (void)x, (void)w, (void)ids, (void)tw, (void)y, (void)workspace, (void)stream;
     return no_cuda(ctx);
 }
+nb_status nbi_cuda_glu(nb_context *ctx, const nb_glu_desc *d, const void *gu, void *h, int pdl, void *stream) {
+    (void)d, (void)gu, (void)h, (void)pdl, (void)stream;
+    return no_cuda(ctx);
+}
 int nbi_cuda_sm90_clusters(nb_context *ctx, int fmt, int act, int bn, int cwg, int kg, int s) {
     (void)ctx, (void)fmt, (void)act, (void)bn, (void)cwg, (void)kg, (void)s;
     return 0;

@@ -241,8 +241,9 @@ static nb_status run_decode(nb_context *ctx, const nb_gemm_desc *g, const nb_gem
  * follow: with NIBBLE_PDL unset or "auto" the call launches with it only
  * after this context's own last launch (the one node it depends on).  A
  * direct launch cannot know what precedes it and keeps it.  *capturing is
- * set when the stream captures, so that the caller notes its launch. */
-static int pdl_head(nb_context *ctx, void *stream, int *capturing) {
+ * set when the stream captures, so that the caller notes its launch
+ * (nbi_note_own).  nb_glu takes the same rule. */
+int nbi_pdl_head(nb_context *ctx, void *stream, int *capturing) {
     *capturing = 0;
     if (ctx->env_pdl == 2) return 1; /* NIBBLE_PDL=1 (with 0 the plan has no pdl: not called) */
     void *node = NULL;
@@ -253,9 +254,40 @@ static int pdl_head(nb_context *ctx, void *stream, int *capturing) {
     return tip == 1 && node == ctx->own_node && id == ctx->own_capture;
 }
 
+/* Decode kernel 2 on its split grid (not its stream-K wave) at 2..8 tokens
+ * (the m = 8 plans of 8192 -> 8192, 14336 -> 4096, 28672 -> 8192) was
+ * measured slower with programmatic dependent launch where it meets another
+ * kernel: the 8B set back to back at m = 8 took 67.6 us a pass with it and
+ * 56.7 without (H200, NOTES.md "nb_glu, and programmatic dependent launch
+ * around kernel 2's split grid"), where kernel 1 and the wave gain from it
+ * and the same split grid repeated gains 5%.  So such a launch takes it only
+ * after itself (the same plan: a signature, nonzero), and the launch after
+ * it only if it is that same plan again; NIBBLE_PDL=1 takes it everywhere.
+ * Returns the plan's signature, or 0 for every other plan. */
+int nbi_pdl_k2(const nbi_gemm_plan *p) {
+    if (!(p->path == NBI_PATH_GEMV && p->xsh && !nbi_plan_stream_k(p) && p->m <= 8)) return 0;
+    const int64_t f[12] = {p->fmt, p->act, p->m, p->n, p->k, p->grid_x, p->splits, p->xsh, p->rpw, p->mt, p->lda,
+                           p->ldc};
+    uint32_t h = 2166136261u;
+    for (int i = 0; i < 12; i++) {
+        h = (h ^ (uint32_t)f[i]) * 16777619u;
+        h = (h ^ (uint32_t)((uint64_t)f[i] >> 32)) * 16777619u;
+    }
+    return (int)(h >> 1) | 1;
+}
+
+/* Whether a launch of signature sig (nbi_pdl_k2) may take programmatic
+ * dependent launch after this context's last: under capture, when both
+ * signatures agree (0 and 0: neither is kernel 2's split grid); a direct
+ * launch, which cannot see what precedes it, when sig is 0. */
+int nbi_pdl_k2_ok(const nb_context *ctx, int capturing, int sig) {
+    if (ctx->env_pdl == 2) return 1;
+    return capturing ? ctx->own_k2 == sig : sig == 0;
+}
+
 /* After a call's launches under capture: the node the next call would
  * follow is this call's last (or none, after a failure). */
-static void note_own(nb_context *ctx, void *stream, nb_status st) {
+void nbi_note_own(nb_context *ctx, void *stream, nb_status st) {
     void *node = NULL;
     unsigned long long id = 0;
     if (st || nbi_cuda_capture_tip(stream, &node, &id) != 1) node = NULL, id = 0;
@@ -282,11 +314,15 @@ nb_status nb_gemm_ex(nb_context *ctx, const nb_gemm_desc *g, const nb_gemm_confi
     if (need && (uintptr_t)workspace % 16)
         return nbi_fail(ctx, NB_ERR_MISALIGNED, "nb_gemm: workspace must be 16-byte aligned");
     int capturing = 0;
-    if (p.pdl) p.pdl = pdl_head(ctx, stream, &capturing);
+    const int sig = nbi_pdl_k2(&p);
+    if (p.pdl) p.pdl = nbi_pdl_head(ctx, stream, &capturing) && nbi_pdl_k2_ok(ctx, capturing, sig);
     if (p.path == NBI_PATH_SM80) st = nbi_cuda_gemm_sm80(ctx, &p, x, packed, bias, y, stream);
     else if (p.path == NBI_PATH_SM90) st = nbi_cuda_gemm_sm90(ctx, &p, x, packed, bias, y, workspace, stream);
     else st = run_decode(ctx, g, cfg, &p, x, packed, bias, y, workspace, stream);
-    if (capturing) note_own(ctx, stream, st);
+    if (capturing) {
+        nbi_note_own(ctx, stream, st);
+        ctx->own_k2 = sig;
+    }
     if (st) return p.path == NBI_PATH_GEMV ? st : nbi_reraise(ctx, st, fn);
     describe(ctx, &p, g->m);
     return NB_OK;

@@ -29,6 +29,26 @@ static int reserved_zero(const int32_t *r, size_t n) {
     return 1;
 }
 
+/* The activation rules of nb_moe_desc_validate and nb_glu_desc_validate. */
+static nb_status check_act(nb_context *ctx, int activation, int layout, const char *layout_name, float limit,
+                           float alpha, const char *fn) {
+    if (activation != NB_MOE_ACT_SWIGLU && activation != NB_MOE_ACT_SWIGLU_OAI)
+        return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "%s: activation %d is not %d (swiglu) or %d (swiglu_oai)", fn,
+                        activation, NB_MOE_ACT_SWIGLU, NB_MOE_ACT_SWIGLU_OAI);
+    if (layout != NB_MOE_GATE_UP_CONCAT && layout != NB_MOE_GATE_UP_INTERLEAVED)
+        return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "%s: %s %d is not %d (concat) or %d (interleaved)", fn,
+                        layout_name, layout, NB_MOE_GATE_UP_CONCAT, NB_MOE_GATE_UP_INTERLEAVED);
+    if (activation == NB_MOE_ACT_SWIGLU_OAI) {
+        if (!(limit > 0.0f && isfinite(limit)) || !(alpha > 0.0f && isfinite(alpha)))
+            return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "%s: swiglu_oai needs a positive finite limit and alpha "
+                            "(got %g and %g; gpt-oss: 7 and 1.702)", fn, (double)limit, (double)alpha);
+    } else if (limit != 0.0f || alpha != 0.0f) {
+        return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "%s: swiglu has no limit or alpha (got %g and %g; they must be "
+                        "0)", fn, (double)limit, (double)alpha);
+    }
+    return NB_OK;
+}
+
 /* Every rule of nb_moe_desc_validate; messages start with fn. */
 static nb_status check_moe(nb_context *ctx, const nb_moe_desc *d, const char *fn) {
     if (!d) return nbi_fail(ctx, NB_ERR_NULL_POINTER, "%s: the MoE descriptor is NULL", fn);
@@ -54,20 +74,7 @@ static nb_status check_moe(nb_context *ctx, const nb_moe_desc *d, const char *fn
                         "intermediate %lld need [%lld, %lld] and [%lld, %lld]", fn, (long long)d->gate_up.n,
                         (long long)d->gate_up.k, (long long)d->down.n, (long long)d->down.k, (long long)H,
                         (long long)I, (long long)(2 * I), (long long)H, (long long)H, (long long)I);
-    if (d->activation != NB_MOE_ACT_SWIGLU && d->activation != NB_MOE_ACT_SWIGLU_OAI)
-        return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "%s: activation %d is not %d (swiglu) or %d (swiglu_oai)", fn,
-                        (int)d->activation, NB_MOE_ACT_SWIGLU, NB_MOE_ACT_SWIGLU_OAI);
-    if (d->gate_up_layout != NB_MOE_GATE_UP_CONCAT && d->gate_up_layout != NB_MOE_GATE_UP_INTERLEAVED)
-        return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "%s: gate_up_layout %d is not %d (concat) or %d (interleaved)",
-                        fn, (int)d->gate_up_layout, NB_MOE_GATE_UP_CONCAT, NB_MOE_GATE_UP_INTERLEAVED);
-    if (d->activation == NB_MOE_ACT_SWIGLU_OAI) {
-        if (!(d->limit > 0.0f && isfinite(d->limit)) || !(d->alpha > 0.0f && isfinite(d->alpha)))
-            return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "%s: swiglu_oai needs a positive finite limit and alpha "
-                            "(got %g and %g; gpt-oss: 7 and 1.702)", fn, (double)d->limit, (double)d->alpha);
-    } else if (d->limit != 0.0f || d->alpha != 0.0f) {
-        return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "%s: swiglu has no limit or alpha (got %g and %g; they must be "
-                        "0)", fn, (double)d->limit, (double)d->alpha);
-    }
+    if ((st = check_act(ctx, d->activation, d->gate_up_layout, "gate_up_layout", d->limit, d->alpha, fn))) return st;
     if (!nbi_dtype_size(d->act_dtype))
         return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s: unknown act_dtype %d", fn, (int)d->act_dtype);
     const double slots = (double)d->m * (double)d->top_k;
@@ -299,13 +306,14 @@ static float round_to(nb_dtype t, float v) {
 
 /* The activations of nibble.h, in float and in double.  Comparisons keep a
  * NaN (fminf would replace it by the limit). */
-static float act_f(const nb_moe_desc *d, float g, float u) {
-    if (d->activation == NB_MOE_ACT_SWIGLU) return g / (1.0f + expf(-g)) * u;
-    const float L = d->limit;
+static float act_f3(int activation, float L, float alpha, float g, float u) {
+    if (activation == NB_MOE_ACT_SWIGLU) return g / (1.0f + expf(-g)) * u;
     g = g > L ? L : g;
     u = u > L ? L : u < -L ? -L : u;
-    return (u + 1.0f) * (g / (1.0f + expf(-(d->alpha * g))));
+    return (u + 1.0f) * (g / (1.0f + expf(-(alpha * g))));
 }
+
+static float act_f(const nb_moe_desc *d, float g, float u) { return act_f3(d->activation, d->limit, d->alpha, g, u); }
 
 static double act_d(const nb_moe_desc *d, double g, double u) {
     if (d->activation == NB_MOE_ACT_SWIGLU) return g / (1.0 + exp(-g)) * u;
@@ -888,4 +896,88 @@ nb_status nb_moe_align(nb_context *ctx, const nb_moe_desc *d, int32_t block, con
                                  NULL, stream)))
         return nbi_reraise(ctx, st, fn);
     return NB_OK;
+}
+
+/* ------------------------------------------------------------ nb_glu */
+
+static nb_status check_glu(nb_context *ctx, const nb_glu_desc *d, const char *fn) {
+    if (!d) return nbi_fail(ctx, NB_ERR_NULL_POINTER, "%s: the descriptor is NULL", fn);
+    if (!reserved_zero(d->reserved, sizeof d->reserved / sizeof d->reserved[0]))
+        return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "%s: reserved fields must be zero (nb_glu_desc_init)", fn);
+    if (d->m <= 0 || d->m > NB_MOE_MAX_DIM || d->n <= 0 || d->n > NB_MOE_MAX_DIM)
+        return nbi_fail(ctx, NB_ERR_BAD_SHAPE, "%s: m = %lld and n = %lld must be in [1, 2^31]", fn, (long long)d->m,
+                        (long long)d->n);
+    if ((double)d->m * 2.0 * (double)d->n > NB_MOE_MAX_ELEMS)
+        return nbi_fail(ctx, NB_ERR_BAD_SHAPE, "%s: m x 2n = %.0f elements exceed 2^50", fn,
+                        (double)d->m * 2.0 * (double)d->n);
+    nb_status st = check_act(ctx, d->activation, d->layout, "layout", d->limit, d->alpha, fn);
+    if (st) return st;
+    if (!nbi_dtype_size(d->dtype)) return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s: unknown dtype %d", fn, (int)d->dtype);
+    return NB_OK;
+}
+
+nb_status nb_glu_desc_validate(const nb_glu_desc *d) { return check_glu(NULL, d, "nb_glu_desc_validate"); }
+
+nb_status nb_glu_desc_init(nb_glu_desc *d, nb_moe_activation activation, int64_t m, int64_t n, nb_dtype dtype) {
+    if (!d) return nbi_fail(NULL, NB_ERR_NULL_POINTER, "nb_glu_desc_init: d is NULL");
+    memset(d, 0, sizeof *d);
+    d->m = m;
+    d->n = n;
+    d->activation = activation;
+    d->dtype = dtype;
+    if (activation == NB_MOE_ACT_SWIGLU_OAI) {
+        d->layout = NB_MOE_GATE_UP_INTERLEAVED;
+        d->limit = 7.0f;
+        d->alpha = 1.702f;
+    } else {
+        d->layout = NB_MOE_GATE_UP_CONCAT;
+    }
+    return check_glu(NULL, d, "nb_glu_desc_init");
+}
+
+nb_status nb_glu_host(nb_context *ctx, const nb_glu_desc *d, const void *gu, void *h) {
+    static const char fn[] = "nb_glu_host";
+    nb_status st = check_glu(ctx, d, fn);
+    if (st) return st;
+    if (!gu || !h) return nbi_fail(ctx, NB_ERR_NULL_POINTER, "%s: gu and h must not be NULL", fn);
+    const size_t es = nbi_dtype_size(d->dtype);
+    const char *a = (const char *)gu, *b = (const char *)h;
+    const size_t gub = (size_t)(d->m * 2 * d->n) * es, hb = (size_t)(d->m * d->n) * es;
+    if (a < b + hb && b < a + gub)
+        return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "%s: gu and h overlap (h is written while gu is read)", fn);
+    const int64_t I = d->n;
+    const int il = d->layout == NB_MOE_GATE_UP_INTERLEAVED;
+    for (int64_t t = 0; t < d->m; t++)
+        for (int64_t i = 0; i < I; i++) {
+            const size_t row = (size_t)(t * 2 * I);
+            const float g = nbi_load(d->dtype, gu, row + (size_t)(il ? 2 * i : i));
+            const float u = nbi_load(d->dtype, gu, row + (size_t)(il ? 2 * i + 1 : I + i));
+            nbi_store(d->dtype, h, (size_t)(t * I + i), act_f3(d->activation, d->limit, d->alpha, g, u));
+        }
+    return NB_OK;
+}
+
+nb_status nb_glu(nb_context *ctx, const nb_glu_desc *d, const void *gu, void *h, void *stream) {
+    static const char fn[] = "nb_glu";
+    nb_status st = nbi_need_device(ctx, fn);
+    if (st) return st;
+    if ((st = check_glu(ctx, d, fn))) return st;
+    if (d->dtype != NB_DTYPE_BF16 && d->dtype != NB_DTYPE_F16)
+        return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s: the device takes BF16 or F16, not %s (F32: nb_glu_host)", fn,
+                        nbi_dtype_name(d->dtype));
+    if (!gu || !h) return nbi_fail(ctx, NB_ERR_NULL_POINTER, "%s: gu and h must not be NULL", fn);
+    if ((uintptr_t)gu % 2 || (uintptr_t)h % 2)
+        return nbi_fail(ctx, NB_ERR_MISALIGNED, "%s: gu and h must be 2-byte aligned", fn);
+    const uintptr_t a = (uintptr_t)gu, b = (uintptr_t)h;
+    const uintptr_t gub = (uintptr_t)(d->m * 2 * d->n) * 2u, hb = (uintptr_t)(d->m * d->n) * 2u;
+    if (a < b + hb && b < a + gub)
+        return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "%s: gu and h overlap (h is written while gu is read)", fn);
+    int capturing = 0;
+    const int pdl = ctx->info.cc_major >= 9 && ctx->env_pdl != 1 ? nbi_pdl_head(ctx, stream, &capturing) : 0;
+    st = nbi_cuda_glu(ctx, d, gu, h, pdl && nbi_pdl_k2_ok(ctx, capturing, 0), stream);
+    if (capturing) {
+        nbi_note_own(ctx, stream, st);
+        ctx->own_k2 = 0;
+    }
+    return st ? nbi_reraise(ctx, st, fn) : NB_OK;
 }

@@ -60,8 +60,9 @@ static int g_k2_wave16_runs = 0; /* ... and at 9..16 tokens, the resident CTAs (
 static int g_k2_wave8_runs = 0;  /* ... and at 2..8 tokens (plan.c, wave8), the resident CTAs */
 static int g_no_cublas = 0; /* --no-cublas: racecheck reports hazards inside cuBLAS itself */
 static int g_max_m = 0;      /* --max-m: leave out larger m (0: none left out) */
+static int g_min_m = 0;      /* --min-m: leave out smaller m (a sanitizer run split by m) */
 /* Whether m (and everything below it) was left in by --max-m. */
-static int m_ran(int m) { return !g_max_m || m <= g_max_m; }
+static int m_ran(int m) { return (!g_max_m || m <= g_max_m) && m >= g_min_m; }
 static int g_mma = 0;        /* NIBBLE_PATH=mma: every call runs the mma.sync kernel */
 /* A configuration given with every call of m <= g_force_max_m (nb_gemm_ex):
  * --staged (the staged decode kernel for m <= 32), test_mma_small_smem. */
@@ -744,7 +745,7 @@ static cudaGraphNode_t root_node(cudaGraph_t graph) {
 }
 #endif
 
-/* Programmatic dependent launch under stream capture (device.c pdl_head).
+/* Programmatic dependent launch under stream capture (device.c nbi_pdl_head).
  * Captured [nb_dequantize, nb_gemm A, nb_gemm B] in a context of each
  * NIBBLE_PDL setting: with it unset or "auto" the edge A -> B is
  * programmatic and dequantize -> A (a kernel not nb_gemm's) plain; with
@@ -777,6 +778,41 @@ static void test_pdl_capture(env_t *e, int cc_major) {
     NB(nb_gemm(e->ctx, &g, dx, w.d_packed, NULL, dy, e->ws, e->ws_bytes, NULL));
     CK(cudaDeviceSynchronize());
     CK(cudaMemcpy(href, dy, (size_t)(m * n) * 2, cudaMemcpyDeviceToHost));
+    /* the dense MLP's chain: gate_up (n = 256 rows: I = 128) -> nb_glu -> down (k = 128) */
+    weight_t wd;
+    make_weight(e->ctx, &wd, NB_FORMAT_NVFP4, 256, 128, 0, 0);
+    nb_gemm_desc gd;
+    NB(nb_gemm_desc_init(&gd, &wd.desc, m, NB_DTYPE_BF16, NB_DTYPE_BF16));
+    NB(nb_gemm_workspace_size(e->ctx, &gd, &ws));
+    ensure_ws(e, ws);
+    nb_glu_desc gl;
+    NB(nb_glu_desc_init(&gl, NB_MOE_ACT_SWIGLU, m, n / 2, NB_DTYPE_BF16));
+    void *dh, *dz;
+    uint16_t *hzref = malloc((size_t)(m * 256) * 2), *hz = malloc((size_t)(m * 256) * 2);
+    CK(cudaMalloc(&dh, (size_t)(m * n / 2) * 2));
+    CK(cudaMalloc(&dz, (size_t)(m * 256) * 2));
+    NB(nb_gemm(e->ctx, &g, dx, w.d_packed, NULL, dy, e->ws, e->ws_bytes, NULL));
+    NB(nb_glu(e->ctx, &gl, dy, dh, NULL));
+    NB(nb_gemm(e->ctx, &gd, dh, wd.d_packed, NULL, dz, e->ws, e->ws_bytes, NULL));
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(hzref, dz, (size_t)(m * 256) * 2, cudaMemcpyDeviceToHost));
+    /* decode kernel 2's split grid at 8 tokens (14336 -> 4096, as Llama-3 8B's down projection) */
+    weight_t wk;
+    make_weight(e->ctx, &wk, NB_FORMAT_NVFP4, 4096, 14336, 0, 0);
+    nb_gemm_desc gk;
+    NB(nb_gemm_desc_init(&gk, &wk.desc, 8, NB_DTYPE_BF16, NB_DTYPE_BF16));
+    NB(nb_gemm_workspace_size(e->ctx, &gk, &ws));
+    ensure_ws(e, ws);
+    void *kx, *ky;
+    CK(cudaMalloc(&kx, (size_t)(8 * wk.k) * 2));
+    CK(cudaMalloc(&ky, (size_t)(8 * wk.n) * 2));
+    CK(cudaMemset(kx, 0, (size_t)(8 * wk.k) * 2));
+    char kcfg[256] = "";
+    NB(nb_gemm(e->ctx, &gk, kx, wk.d_packed, NULL, ky, e->ws, e->ws_bytes, NULL));
+    NB(nb_gemm_last_config(e->ctx, kcfg, sizeof kcfg));
+    const int k2 = strstr(kcfg, "gemv_fp4_xs") && !strstr(kcfg, "stream-k");
+    if (!k2) printf("test_pdl_capture: 14336 -> 4096 at m = 8 ran %s, not kernel 2's split grid: its edges not "
+                    "checked\n", kcfg);
     cudaStream_t s;
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     const int P = cudaGraphDependencyTypeProgrammatic, D = cudaGraphDependencyTypeDefault;
@@ -812,8 +848,59 @@ static void test_pdl_capture(env_t *e, int cc_major) {
         check(memcmp(hy, href, (size_t)(m * n) * 2) == 0, what);
         CK(cudaGraphExecDestroy(exec));
         CK(cudaGraphDestroy(graph));
+        /* nb_gemm -> nb_glu -> nb_gemm: nb_glu takes nb_gemm's rule both ways */
+        CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        st = nb_gemm(c, &g, dx, w.d_packed, NULL, dy, e->ws, e->ws_bytes, s);
+        if (!st) st = nb_glu(c, &gl, dy, dh, s);
+        if (!st) st = nb_gemm(c, &gd, dh, wd.d_packed, NULL, dz, e->ws, e->ws_bytes, s);
+        CK(cudaStreamEndCapture(s, &graph));
+        t1 = t2 = -1;
+        r = root_node(graph), a = r ? next_node(r, &t1) : NULL, b = a ? next_node(a, &t2) : NULL;
+        snprintf(what, sizeof what, "NIBBLE_PDL=%s: captured nb_gemm -> nb_glu -> nb_gemm: edges %d, %d (want %d, "
+                 "%d; 1 programmatic), status %s", modes[i] ? modes[i] : "(unset)", t1, t2, on ? P : D, on ? P : D,
+                 nb_status_name(st));
+        check(st == NB_OK && b && t1 == (on ? P : D) && t2 == (on ? P : D), what);
+        CK(cudaGraphInstantiate(&exec, graph, 0));
+        CK(cudaMemsetAsync(dz, 0xFF, (size_t)(m * 256) * 2, s));
+        CK(cudaMemsetAsync(dh, 0xFF, (size_t)(m * n / 2) * 2, s));
+        CK(cudaGraphLaunch(exec, s));
+        CK(cudaStreamSynchronize(s));
+        CK(cudaMemcpy(hz, dz, (size_t)(m * 256) * 2, cudaMemcpyDeviceToHost));
+        snprintf(what, sizeof what, "NIBBLE_PDL=%s: the captured gemm -> glu -> gemm graph equals the direct calls' bits",
+                 modes[i] ? modes[i] : "(unset)");
+        check(memcmp(hz, hzref, (size_t)(m * 256) * 2) == 0, what);
+        CK(cudaGraphExecDestroy(exec));
+        CK(cudaGraphDestroy(graph));
+        /* kernel 2's split grid at 8 tokens after another kernel, after itself, and before another: a
+         * programmatic edge only between the two calls of the same plan, but with NIBBLE_PDL=1 everywhere
+         * (device.c nbi_pdl_k2) */
+        if (k2) {
+            CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+            st = nb_gemm(c, &g, dx, w.d_packed, NULL, dy, e->ws, e->ws_bytes, s);
+            if (!st) st = nb_gemm(c, &gk, kx, wk.d_packed, NULL, ky, e->ws, e->ws_bytes, s);
+            if (!st) st = nb_gemm(c, &gk, kx, wk.d_packed, NULL, ky, e->ws, e->ws_bytes, s);
+            if (!st) st = nb_gemm(c, &g, dx, w.d_packed, NULL, dy, e->ws, e->ws_bytes, s);
+            CK(cudaStreamEndCapture(s, &graph));
+            int t3 = -1;
+            t1 = t2 = -1;
+            r = root_node(graph), a = r ? next_node(r, &t1) : NULL, b = a ? next_node(a, &t2) : NULL;
+            cudaGraphNode_t c4 = b ? next_node(b, &t3) : NULL;
+            snprintf(what, sizeof what, "NIBBLE_PDL=%s: nb_gemm -> kernel 2 split (m = 8) -> the same -> nb_gemm: edges "
+                     "%d, %d, %d (want %d, %d, %d), status %s", modes[i] ? modes[i] : "(unset)", t1, t2, t3,
+                     always ? P : D, on ? P : D, always ? P : D, nb_status_name(st));
+            check(st == NB_OK && c4 && t1 == (always ? P : D) && t2 == (on ? P : D) && t3 == (always ? P : D), what);
+            CK(cudaGraphDestroy(graph));
+        }
         nb_context_destroy(c);
     }
+    cudaFree(kx);
+    cudaFree(ky);
+    free_weight(&wk);
+    free(hz);
+    free(hzref);
+    cudaFree(dh);
+    cudaFree(dz);
+    free_weight(&wd);
     if (keep[0]) setenv("NIBBLE_PDL", keep, 1);
     else unsetenv("NIBBLE_PDL");
     /* a tail split: 133 tiles of 128 rows at m = 1000 (as test_shape's 17016 rows) */
@@ -980,6 +1067,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--no-cublas")) g_no_cublas = 1;
         else if (i + 1 < argc && !strcmp(argv[i], "--max-m")) g_max_m = atoi(argv[++i]);
+        else if (i + 1 < argc && !strcmp(argv[i], "--min-m")) g_min_m = atoi(argv[++i]);
         else if (i + 1 < argc && !strcmp(argv[i], "--format")) {
             only_fmt = argv[++i];
             if (strcmp(only_fmt, "nvfp4") && strcmp(only_fmt, "mxfp4")) {
@@ -992,7 +1080,7 @@ int main(int argc, char **argv) {
             g_force.variant = 1; /* the staged-activation kernel; rows per warp and splits by the planner */
             g_force_max_m = 32;
         } else {
-            fprintf(stderr, "usage: test_gpu [--quick] [--no-cublas] [--max-m N] [--staged] [--format nvfp4|mxfp4]\n");
+            fprintf(stderr, "usage: test_gpu [--quick] [--no-cublas] [--min-m N] [--max-m N] [--staged] [--format nvfp4|mxfp4]\n");
             return 1;
         }
     }
@@ -1105,17 +1193,22 @@ int main(int argc, char **argv) {
            g_k2_wave_runs, g_k2_wide_runs, g_k2_wave24_runs, g_k2_wave16_runs, g_k2_wave8_runs);
     /* (on a GPU of at least 129 SMs whose registers fit three kernel 1 CTAs
      * per SM, as the H100 and H200 do) */
-    if (g_force_max_m < 0 && !g_mma && info.sm_count >= 129 && info.sm_count <= 255)
+    if (g_force_max_m < 0 && !g_mma && info.sm_count >= 129 && info.sm_count <= 255 && (m_ran(1) || m_ran(8)))
         check(g_k1_cap_runs > 0, "kernel 1 ran held to two CTAs per SM (4096 rows: 256 CTAs)");
-    /* (the layer of 17800 rows at m = 17 and 32, on a GPU of 129..255 SMs) */
-    if (g_force_max_m < 0 && !g_mma && info.sm_count >= 129 && info.sm_count <= 255 && m_ran(32)) {
-        check(g_k2_wave_runs > 0, "kernel 2 ran on its stream-K wave at 25..32 tokens (17800 rows, m = 32)");
-        check(g_k2_wide_runs > 0, "kernel 2's wide instance ran (17800 rows, k = 5216, m = 17)");
-        check(g_k2_wave16_runs > 0, "kernel 2 ran on its stream-K wave at 9..16 tokens (17800 rows, m = 9 and 16)");
-        check(g_k2_wave8_runs > 0, "kernel 2 ran on its stream-K wave at 2..8 tokens (28768 rows, m = 2, 5, 8)");
-        check(g_k2_wave24_runs > 0, "kernel 2 ran on its 8-warp stream-K wave at 17..24 tokens (24008 rows, k = 1600)");
+    /* (on a GPU of 129..255 SMs; each where --min-m / --max-m let its m run) */
+    if (g_force_max_m < 0 && !g_mma && info.sm_count >= 129 && info.sm_count <= 255) {
+        if (m_ran(32))
+            check(g_k2_wave_runs > 0, "kernel 2 ran on its stream-K wave at 25..32 tokens (17800 rows, m = 32)");
+        if (m_ran(17)) {
+            check(g_k2_wide_runs > 0, "kernel 2's wide instance ran (17800 rows, k = 5216, m = 17)");
+            check(g_k2_wave24_runs > 0, "kernel 2 ran on its 8-warp stream-K wave at 17..24 tokens (24008 rows, k = 1600)");
+        }
+        if (m_ran(9) || m_ran(16))
+            check(g_k2_wave16_runs > 0, "kernel 2 ran on its stream-K wave at 9..16 tokens (17800 rows, m = 9 and 16)");
+        if (m_ran(2) || m_ran(5) || m_ran(8))
+            check(g_k2_wave8_runs > 0, "kernel 2 ran on its stream-K wave at 2..8 tokens (28768 rows, m = 2, 5, 8)");
     }
-    if (g_tc_runs) check(g_tc_split_runs > 0, "the tensor-core path ran with a k split (small layers at m = 64)");
+    if (g_tc_runs && m_ran(64)) check(g_tc_split_runs > 0, "the tensor-core path ran with a k split (small layers at m = 64)");
     if (g_tc_runs && !g_mma && g_force_max_m < 0) /* (--staged leaves test_out_layout out) */
         check(g_tc_layout_runs > 0, "the output-layout test ran gemm_sm90 configurations");
     /* (each only where --max-m let its m run: a sanitizer run at small m

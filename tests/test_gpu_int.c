@@ -97,6 +97,7 @@ static uint16_t gt_to16(nb_dtype t, double v) {
  * g_mma: NIBBLE_PATH=mma, every call on the mma.sync kernel. */
 static int g_tc_int = -1, g_mma;
 static int64_t g_mmax = INT64_MAX; /* --m-max: the batch sizes run stop here */
+static int64_t g_mmin = 1;         /* --m-min: and start here (a sanitizer run split by m) */
 static int g_wave16; /* calls on kernel 2's stream-K wave at 9..16 tokens (gt_is_k2_wave) */
 static int tc_for_int(nb_context *ctx) {
     if (g_tc_int >= 0) return g_tc_int;
@@ -385,6 +386,7 @@ static void run_case(nb_context *ctx, const tcase *c, const int64_t *ms, int nms
     if ((tc_here && mmax >= 17) || (g_mma && served)) wtc = weight_term(c, &d, codes, scales, zeros, x, mmax, 1);
     char cfgs[512];
     for (int mi = 0; mi < nms && ms[mi] <= g_mmax; mi++) {
+        if (ms[mi] < g_mmin) continue;
         const int64_t m = ms[mi];
         g.m = m;
         GT_CUDA(cudaMemset(dy, 0xFF, 2 * (size_t)(m * n)));
@@ -460,6 +462,7 @@ static void run_case(nb_context *ctx, const tcase *c, const int64_t *ms, int nms
     }
     /* every configuration offered at the sweep's batch sizes */
     for (int si = 0; si < nsweep && sweep[si] <= g_mmax; si++) {
+        if (sweep[si] < g_mmin) continue;
         const int64_t m = sweep[si];
         g.m = m;
         nb_gemm_config cf[64];
@@ -709,8 +712,9 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--format") && i + 1 < argc && nb_format_from_name(argv[i + 1], &only) == NB_OK) i++;
         else if (!strcmp(argv[i], "--m-max") && i + 1 < argc && atoll(argv[i + 1]) > 0) g_mmax = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--m-min") && i + 1 < argc && atoll(argv[i + 1]) > 0) g_mmin = atoll(argv[++i]);
         else {
-            printf("usage: test_gpu_int [--quick] [--format NAME] [--m-max M]\n");
+            printf("usage: test_gpu_int [--quick] [--format NAME] [--m-min M] [--m-max M]\n");
             return 1;
         }
     }
@@ -803,7 +807,7 @@ int main(int argc, char **argv) {
         GT_NB(nb_context_device_info(ctx, &info));
         /* (on a GPU of 129..255 SMs, as the H100 and H200, where two CTAs fit an SM) */
         const int fmt_run = !only || only == NB_FORMAT_INT4 || only == NB_FORMAT_INT8 || only == NB_FORMAT_NF4;
-        if (!g_mma && g_mmax >= 9 && fmt_run && info.sm_count >= 129 && info.sm_count <= 255)
+        if (!g_mma && g_mmax >= 9 && g_mmin <= 16 && fmt_run && info.sm_count >= 129 && info.sm_count <= 255)
             CHECK(g_wave16 > 0, "kernel 2 ran on its stream-K wave at 9..16 tokens (17900 rows, k = 3072): %d calls",
                   g_wave16);
         printf("decode kernel 2 on its stream-K wave at 9..16 tokens: %d calls\n", g_wave16);

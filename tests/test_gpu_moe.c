@@ -28,6 +28,12 @@
  *   5. Refusals: a checkpoint-layout descriptor, a short workspace, NULL and
  *      misaligned pointers, missing tensor scales; nb_moe_align's capacity,
  *      block and NULL checks.
+ *   6. nb_glu (dense gated activations) against nb_glu_host: both
+ *      activations and layouts, BF16 and FP16, rows whose columns are a
+ *      multiple of 8 (16-byte loads) and not, buffers 16-byte aligned and not,
+ *      NaN and infinities among the inputs: NaN where the host has NaN, every
+ *      other element equal or one ulp apart (counted), nothing written past h;
+ *      its refusals.
  *
  *   test_gpu_moe [--quick] [--small]   exit 0 pass, 1 fail, 77 no device (skipped)
  *   (--small: without the gpt-oss-shaped layer, for compute-sanitizer)
@@ -413,6 +419,91 @@ static void check_refusals(nb_context *ctx) {
     release(&p);
 }
 
+/* ------------------------------------------------------ 6. nb_glu */
+
+/* The 16-bit value v as an integer that orders like the value (for counting
+ * ulps between two finite values of one dtype). */
+static int32_t ordered16(uint16_t v) { return v & 0x8000 ? -(int32_t)(v & 0x7FFF) : (int32_t)v; }
+
+static int64_t g_glu_elems, g_glu_ulp;
+
+/* nb_glu against nb_glu_host on one problem (gu and h placed at byte offset
+ * `off` of their buffers: 2 leaves the 16-byte loads for one value at a
+ * time): NaN where the host has NaN, elsewhere equal or one ulp apart. */
+static void check_glu_one(nb_context *ctx, nb_moe_activation act, int layout, nb_dtype dt, int64_t m, int64_t n,
+                          int special, size_t off) {
+    nb_glu_desc d;
+    char what[112], suffix[32];
+    snprintf(suffix, sizeof suffix, " off=%zu%s", off, special ? " +nan/inf" : "");
+    if (!glu_desc(&d, act, layout, dt, m, n, "nb_glu", suffix, what, sizeof what)) return;
+    const size_t gb = (size_t)(m * 2 * n) * 2, hb = (size_t)(m * n) * 2;
+    uint16_t *gu = glu_input(&d, special), *want = malloc(hb), *got = malloc(hb);
+    char *dgu = NULL, *dh = NULL;
+    GT_CUDA(cudaMalloc((void **)&dgu, gb + 16));
+    GT_CUDA(cudaMalloc((void **)&dh, hb + 16));
+    GT_CUDA(cudaMemcpy(dgu + off, gu, gb, cudaMemcpyHostToDevice));
+    GT_CUDA(cudaMemset(dh, 0xFF, hb + 16));
+    nb_status st = nb_glu_host(ctx, &d, gu, want);
+    CHECK(st == NB_OK, "%s: nb_glu_host: %s", what, nb_last_error());
+    if (st == NB_OK) st = nb_glu(ctx, &d, dgu + off, dh + off, NULL);
+    CHECK(st == NB_OK, "%s: %s", what, nb_last_error());
+    if (st == NB_OK) {
+        GT_CUDA(cudaDeviceSynchronize());
+        GT_CUDA(cudaMemcpy(got, dh + off, hb, cudaMemcpyDeviceToHost));
+        uint16_t edge[16];
+        GT_CUDA(cudaMemcpy(edge, dh + off + hb, 16 - off, cudaMemcpyDeviceToHost));
+        int untouched = 1;
+        for (size_t i = 0; i < (16 - off) / 2; i++) untouched &= edge[i] == 0xFFFF;
+        int64_t nan_wrong = 0, far = 0, ulp = 0;
+        for (int64_t i = 0; i < m * n; i++) {
+            const float a = load_as(dt, want, (size_t)i), b = load_as(dt, got, (size_t)i);
+            if (isnan(a) || isnan(b)) {
+                nan_wrong += isnan(a) != isnan(b);
+                continue;
+            }
+            const int32_t dist = abs(ordered16(want[i]) - ordered16(got[i]));
+            ulp += dist == 1;
+            far += dist > 1 || (isinf(a) != isinf(b));
+        }
+        g_glu_elems += m * n;
+        g_glu_ulp += ulp;
+        CHECK(nan_wrong == 0 && far == 0 && untouched, "%s: %lld NaN mismatches, %lld elements more than one ulp from "
+              "the host's, %s past h", what, (long long)nan_wrong, (long long)far, untouched ? "nothing written" :
+              "bytes written");
+    }
+    GT_CUDA(cudaFree(dgu));
+    GT_CUDA(cudaFree(dh));
+    free(gu), free(want), free(got);
+}
+
+static void check_glu_gpu(nb_context *ctx) {
+    static const nb_dtype dts[2] = {NB_DTYPE_BF16, NB_DTYPE_F16};
+    /* n % 8 == 0 (16-byte loads) and not; an 8B MLP row (14336) and many rows */
+    static const int64_t shapes[6][2] = {{1, 8}, {1, 14336}, {3, 1001}, {33, 2880}, {2, 12}, {300, 768}};
+    for (int a = 0; a < 2; a++)
+        for (int l = 0; l < 2; l++)
+            for (int t = 0; t < 2; t++)
+                for (int s = 0; s < 6; s++)
+                    check_glu_one(ctx, a ? NB_MOE_ACT_SWIGLU_OAI : NB_MOE_ACT_SWIGLU,
+                                  l ? NB_MOE_GATE_UP_INTERLEAVED : NB_MOE_GATE_UP_CONCAT, dts[t], shapes[s][0],
+                                  shapes[s][1], s % 2, (size_t)((a + l + s) % 3 == 2 ? 2 : 0));
+    /* refusals */
+    nb_glu_desc d;
+    nb_glu_desc_init(&d, NB_MOE_ACT_SWIGLU, 2, 64, NB_DTYPE_BF16);
+    char *buf = NULL;
+    GT_CUDA(cudaMalloc((void **)&buf, 4096));
+    CHECK(nb_glu(ctx, &d, buf, buf + 1024 + 1, NULL) == NB_ERR_MISALIGNED, "nb_glu: odd h (%s)", nb_last_error());
+    CHECK(nb_glu(ctx, &d, buf, buf + 256, NULL) == NB_ERR_INVALID_ARGUMENT, "nb_glu: h inside gu (%s)",
+          nb_last_error());
+    CHECK(nb_glu(ctx, &d, NULL, buf, NULL) == NB_ERR_NULL_POINTER, "nb_glu: NULL gu (%s)", nb_last_error());
+    nb_glu_desc f32 = d;
+    f32.dtype = NB_DTYPE_F32;
+    CHECK(nb_glu(ctx, &f32, buf, buf + 2048, NULL) == NB_ERR_UNSUPPORTED, "nb_glu: F32 (%s)", nb_last_error());
+    GT_CUDA(cudaFree(buf));
+    printf("nb_glu: %lld elements, %lld one ulp from the host's (the rest equal)\n", (long long)g_glu_elems,
+           (long long)g_glu_ulp);
+}
+
 int main(int argc, char **argv) {
     int quick = 0, small = 0;
     for (int i = 1; i < argc; i++) {
@@ -471,6 +562,7 @@ int main(int argc, char **argv) {
     check_nan_gpu(ctx);
     check_invalid_ids_gpu(ctx);
     check_refusals(ctx);
+    check_glu_gpu(ctx);
     char cfg[256];
     nb_gemm_last_config(ctx, cfg, sizeof cfg);
     printf("%d MoE problems on the GPU; largest error / bound %.3g; last: %s\n", n, g_worst_gpu, cfg);

@@ -36,6 +36,11 @@
  *      -1 blocks skipped) reproduces nb_moe_mlp_host bit for bit.
  *   6. A NaN scale byte of one expert makes NaN exactly the outputs of the
  *      tokens routed to it.
+ *   7. nb_moe_pack_host (below main's sweep).
+ *   8. nb_glu_host (dense gated activations): every element bit for bit the
+ *      header's float formula written here, within part 3's activation term
+ *      of the double value; NaN gate or up values give NaN through the
+ *      clamps; the descriptor's defaults and refusals.
  * Sweep: E = 8, 16, 32, 64, 128; top_k 1..8; m = 1..17, 31, 64, 100, 257;
  * routings uniform, skewed (three quarters of the experts get no token) and
  * all on the same experts; NVFP4 (a tensor scale per expert), MXFP4 and int4
@@ -283,22 +288,25 @@ static void rows_of(const mprob *p, int64_t i, int64_t *rg, int64_t *ru) {
 }
 
 /* The activation as the header words it, in float and in double. */
-static float actf(const mprob *p, float g, float u) {
-    if (p->c.act == NB_MOE_ACT_SWIGLU) return g / (1.0f + expf(-g)) * u;
-    const float L = p->d.limit;
+static float act3f(int act, float L, float alpha, float g, float u) {
+    if (act == NB_MOE_ACT_SWIGLU) return g / (1.0f + expf(-g)) * u;
     if (g > L) g = L;
     if (u > L) u = L;
     if (u < -L) u = -L;
-    return (u + 1.0f) * (g / (1.0f + expf(-(p->d.alpha * g))));
+    return (u + 1.0f) * (g / (1.0f + expf(-(alpha * g))));
 }
 
-static double actd(const mprob *p, double g, double u) {
-    if (p->c.act == NB_MOE_ACT_SWIGLU) return g / (1.0 + exp(-g)) * u;
-    const double L = (double)p->d.limit;
+static double act3d(int act, double L, double alpha, double g, double u) {
+    if (act == NB_MOE_ACT_SWIGLU) return g / (1.0 + exp(-g)) * u;
     if (g > L) g = L;
     if (u > L) u = L;
     if (u < -L) u = -L;
-    return (u + 1.0) * (g / (1.0 + exp(-((double)p->d.alpha * g))));
+    return (u + 1.0) * (g / (1.0 + exp(-(alpha * g))));
+}
+
+static float actf(const mprob *p, float g, float u) { return act3f(p->c.act, p->d.limit, p->d.alpha, g, u); }
+static double actd(const mprob *p, double g, double u) {
+    return act3d(p->c.act, (double)p->d.limit, (double)p->d.alpha, g, u);
 }
 
 /* One slot in float, by the ARITHMETIC paragraph: o[H]. */
@@ -729,6 +737,178 @@ static void dump_case(nb_context *ctx, const char *root, int idx, const mcase *c
     release(&p);
 }
 
+/* ------------------------------------------------------------ 8. nb_glu_host */
+
+/* A gu value: mostly in [-8, 8] (both sides of gpt-oss's clamp at 7), some
+ * up to 120 in magnitude (expf overflows past 88.7), zeros, and with
+ * `special` NaN and infinities; every value exact in dtype t. */
+static float glu_value(nb_dtype t, int special) {
+    const double r = rnd_unit();
+    float v;
+    if (special && r < 0.02) v = NAN;
+    else if (special && r < 0.04) v = r < 0.03 ? INFINITY : -INFINITY;
+    else if (r < 0.07) v = 0.0f;
+    else if (r < 0.15) v = rnd_sym(120.0);
+    else v = rnd_sym(8.0);
+    return round_as(t, v);
+}
+
+/* The activation of a glu descriptor as nibble.h words it, in float and in
+ * double. */
+static float glu_actf(const nb_glu_desc *d, float g, float u) { return act3f(d->activation, d->limit, d->alpha, g, u); }
+static double glu_actd(const nb_glu_desc *d, double g, double u) {
+    return act3d(d->activation, (double)d->limit, (double)d->alpha, g, u);
+}
+
+/* Columns of gate i and up i in a row of gu. */
+static void glu_cols(const nb_glu_desc *d, int64_t i, int64_t *cg, int64_t *cu) {
+    if (d->layout == NB_MOE_GATE_UP_INTERLEAVED) *cg = 2 * i, *cu = 2 * i + 1;
+    else *cg = i, *cu = d->n + i;
+}
+
+/* A random gu [m, 2n] of d's dtype (NULL when out of memory). */
+static void *glu_input(const nb_glu_desc *d, int special) {
+    const size_t cnt = (size_t)(d->m * 2 * d->n);
+    void *gu = malloc(dsize(d->dtype) * cnt);
+    if (gu)
+        for (size_t i = 0; i < cnt; i++) store_as(d->dtype, gu, i, glu_value(d->dtype, special));
+    return gu;
+}
+
+/* A glu descriptor of act, layout, dt, m and n, and its name (prefix, then
+ * the fields, then suffix) in what; 0 (a failed check) when the
+ * descriptor is refused. */
+static int glu_desc(nb_glu_desc *d, nb_moe_activation act, int layout, nb_dtype dt, int64_t m, int64_t n,
+                    const char *prefix, const char *suffix, char *what, size_t what_n) {
+    nb_status st = nb_glu_desc_init(d, act, m, n, dt);
+    d->layout = layout;
+    snprintf(what, what_n, "%s %s %s %s m=%lld n=%lld%s", prefix, act == NB_MOE_ACT_SWIGLU ? "swiglu" : "oai",
+             layout == NB_MOE_GATE_UP_INTERLEAVED ? "interleaved" : "concat", dname(dt), (long long)m, (long long)n,
+             suffix);
+    CHECK(st == NB_OK, "%s: nb_glu_desc_init: %s", what, nb_last_error());
+    return st == NB_OK;
+}
+
+/* nb_glu_host on one problem: every element bit for bit the float formula
+ * written here (a NaN where it gives NaN), and within the bound of part 3's
+ * activation term of the double value: (16 + 2 (a + 1) |g|) u |h| (a = 1
+ * for SwiGLU, alpha for gpt-oss's; u = 2^-24) + half an ulp of dtype + 1e-30. */
+static void check_glu_case(nb_context *ctx, nb_moe_activation act, int layout, nb_dtype dt, int64_t m, int64_t n,
+                           int special) {
+    nb_glu_desc d;
+    char what[112];
+    if (!glu_desc(&d, act, layout, dt, m, n, "nb_glu_host", special ? " +nan/inf" : "", what, sizeof what)) return;
+    void *gu = glu_input(&d, special), *h = malloc(dsize(dt) * (size_t)(m * n));
+    if (!gu || !h) {
+        free(gu), free(h);
+        CHECK(0, "%s: out of host memory", what);
+        return;
+    }
+    nb_status st = nb_glu_host(ctx, &d, gu, h);
+    CHECK(st == NB_OK, "%s: %s", what, nb_last_error());
+    int64_t wrong = 0, over = 0, nans = 0, worst_i = -1;
+    double worst = 0.0;
+    const double a = act == NB_MOE_ACT_SWIGLU ? 1.0 : (double)d.alpha;
+    for (int64_t t = 0; t < m && st == NB_OK; t++)
+        for (int64_t i = 0; i < n; i++) {
+            int64_t cg, cu;
+            glu_cols(&d, i, &cg, &cu);
+            const float g = load_as(dt, gu, (size_t)(t * 2 * n + cg)), u = load_as(dt, gu, (size_t)(t * 2 * n + cu));
+            const float want = round_as(dt, glu_actf(&d, g, u)), got = load_as(dt, h, (size_t)(t * n + i));
+            if (isnan(want) || isnan(got)) {
+                wrong += isnan(want) != isnan(got);
+                nans += isnan(got);
+                continue;
+            }
+            wrong += memcmp(&want, &got, sizeof got) != 0;
+            const double ref = glu_actd(&d, g, u);
+            if (!isfinite(ref)) continue;
+            const double bound = (16.0 + 2.0 * (a + 1.0) * fabs(g)) * 0x1p-24 * fabs(ref) +
+                                 half_ulp(dt, fabs(ref) * (1.0 + 0x1p-16)) + 1e-30;
+            const double err = fabs((double)got - ref);
+            over += err > bound;
+            if (err / bound > worst) worst = err / bound, worst_i = t * n + i;
+        }
+    CHECK(st != NB_OK || wrong == 0, "%s: %lld elements differ from the float formula", what, (long long)wrong);
+    CHECK(st != NB_OK || over == 0, "%s: %lld elements past the bound of the double value (worst %.3g at %lld)", what,
+          (long long)over, worst, (long long)worst_i);
+    CHECK(st != NB_OK || !special || nans > 0, "%s: no NaN output from NaN inputs", what);
+    free(gu);
+    free(h);
+}
+
+/* The descriptor's defaults and rules, nb_glu_host's argument checks, and a
+ * NaN gate or up that the clamps must not turn into a number. */
+static void check_glu_host(nb_context *ctx) {
+    nb_glu_desc d;
+    CHECK(nb_glu_desc_init(&d, NB_MOE_ACT_SWIGLU, 3, 16, NB_DTYPE_BF16) == NB_OK && d.layout ==
+              NB_MOE_GATE_UP_CONCAT && d.limit == 0.0f && d.alpha == 0.0f, "nb_glu_desc_init swiglu: concat, 0, 0");
+    CHECK(nb_glu_desc_init(&d, NB_MOE_ACT_SWIGLU_OAI, 3, 16, NB_DTYPE_F16) == NB_OK && d.layout ==
+              NB_MOE_GATE_UP_INTERLEAVED && d.limit == 7.0f && d.alpha == 1.702f,
+          "nb_glu_desc_init swiglu_oai: interleaved, 7, 1.702");
+    CHECK(nb_glu_desc_init(NULL, NB_MOE_ACT_SWIGLU, 1, 1, NB_DTYPE_F32) == NB_ERR_NULL_POINTER, "glu: NULL desc");
+    CHECK(nb_glu_desc_init(&d, NB_MOE_ACT_SWIGLU, 0, 16, NB_DTYPE_F32) == NB_ERR_BAD_SHAPE, "glu: m = 0");
+    CHECK(nb_glu_desc_init(&d, NB_MOE_ACT_SWIGLU, 1, 0, NB_DTYPE_F32) == NB_ERR_BAD_SHAPE, "glu: n = 0");
+    CHECK(nb_glu_desc_init(&d, NB_MOE_ACT_SWIGLU, ((int64_t)1 << 31) + 1, 1, NB_DTYPE_F32) == NB_ERR_BAD_SHAPE,
+          "glu: m = 2^31 + 1");
+    CHECK(nb_glu_desc_init(&d, NB_MOE_ACT_SWIGLU, (int64_t)1 << 31, (int64_t)1 << 20, NB_DTYPE_F32) ==
+              NB_ERR_BAD_SHAPE, "glu: m x 2n = 2^52 elements");
+    CHECK(nb_glu_desc_init(&d, (nb_moe_activation)7, 1, 8, NB_DTYPE_F32) == NB_ERR_INVALID_ARGUMENT,
+          "glu: unknown activation");
+    CHECK(nb_glu_desc_init(&d, NB_MOE_ACT_SWIGLU, 1, 8, (nb_dtype)99) == NB_ERR_UNSUPPORTED, "glu: unknown dtype");
+    static const struct {
+        int act, layout;
+        float limit, alpha;
+        int reserved;
+        const char *what;
+    } bad[6] = {{NB_MOE_ACT_SWIGLU, 9, 0, 0, 0, "layout 9"},
+                {NB_MOE_ACT_SWIGLU, NB_MOE_GATE_UP_CONCAT, 7.0f, 0, 0, "swiglu with a limit"},
+                {NB_MOE_ACT_SWIGLU_OAI, NB_MOE_GATE_UP_INTERLEAVED, 0.0f, 1.702f, 0, "swiglu_oai with limit 0"},
+                {NB_MOE_ACT_SWIGLU_OAI, NB_MOE_GATE_UP_INTERLEAVED, 7.0f, NAN, 0, "swiglu_oai with alpha NaN"},
+                {NB_MOE_ACT_SWIGLU_OAI, NB_MOE_GATE_UP_INTERLEAVED, INFINITY, 1.702f, 0, "swiglu_oai, limit inf"},
+                {NB_MOE_ACT_SWIGLU, NB_MOE_GATE_UP_CONCAT, 0, 0, 1, "a reserved field set"}};
+    for (int i = 0; i < 6; i++) {
+        nb_glu_desc_init(&d, NB_MOE_ACT_SWIGLU, 2, 8, NB_DTYPE_F32);
+        d.activation = bad[i].act, d.layout = bad[i].layout, d.limit = bad[i].limit, d.alpha = bad[i].alpha;
+        d.reserved[6] = bad[i].reserved;
+        CHECK(nb_glu_desc_validate(&d) == NB_ERR_INVALID_ARGUMENT, "glu: %s refused", bad[i].what);
+    }
+    float gu[2 * 2 * 8], h[2 * 8];
+    for (int i = 0; i < 32; i++) gu[i] = (float)(i % 7) - 3.0f;
+    nb_glu_desc_init(&d, NB_MOE_ACT_SWIGLU, 2, 8, NB_DTYPE_F32);
+    CHECK(nb_glu_host(ctx, &d, NULL, h) == NB_ERR_NULL_POINTER, "glu: NULL gu");
+    CHECK(nb_glu_host(ctx, &d, gu, NULL) == NB_ERR_NULL_POINTER, "glu: NULL h");
+    CHECK(nb_glu_host(ctx, &d, gu, gu + 31) == NB_ERR_INVALID_ARGUMENT, "glu: h overlapping gu's last element");
+    CHECK(nb_glu_host(NULL, &d, gu, h) == NB_OK, "glu: nb_glu_host without a context");
+    CHECK(nb_glu(ctx, &d, gu, h, NULL) == NB_ERR_NO_DEVICE, "glu: nb_glu on a host context (%s)", nb_last_error());
+    /* NaN through both activations and layouts: h is NaN exactly where its gate or up is */
+    for (int v = 0; v < 4; v++) {
+        nb_glu_desc_init(&d, v & 1 ? NB_MOE_ACT_SWIGLU_OAI : NB_MOE_ACT_SWIGLU, 2, 8, NB_DTYPE_F32);
+        d.layout = v & 2 ? NB_MOE_GATE_UP_INTERLEAVED : NB_MOE_GATE_UP_CONCAT;
+        for (int i = 0; i < 32; i++) gu[i] = (float)(i % 7) - 3.0f;
+        int64_t cg, cu;
+        glu_cols(&d, 3, &cg, &cu);
+        gu[cg] = NAN;          /* row 0, column 3: the gate */
+        glu_cols(&d, 5, &cg, &cu);
+        gu[16 + cu] = NAN;     /* row 1, column 5: the up value (past the clamp's limit either way) */
+        nb_status st = nb_glu_host(ctx, &d, gu, h);
+        int bad_nan = 0;
+        for (int i = 0; i < 16; i++) bad_nan += isnan(h[i]) != (i == 3 || i == 8 + 5);
+        CHECK(st == NB_OK && bad_nan == 0, "glu NaN %s %s: %d outputs wrong", v & 1 ? "oai" : "swiglu",
+              v & 2 ? "interleaved" : "concat", bad_nan);
+    }
+    /* the sweep */
+    static const nb_dtype dts[3] = {NB_DTYPE_F32, NB_DTYPE_BF16, NB_DTYPE_F16};
+    static const int64_t shapes[4][2] = {{1, 8}, {3, 1001}, {17, 96}, {2, 2880}};
+    for (int a = 0; a < 2; a++)
+        for (int l = 0; l < 2; l++)
+            for (int t = 0; t < 3; t++)
+                for (int s = 0; s < 4; s++)
+                    check_glu_case(ctx, a ? NB_MOE_ACT_SWIGLU_OAI : NB_MOE_ACT_SWIGLU,
+                                   l ? NB_MOE_GATE_UP_INTERLEAVED : NB_MOE_GATE_UP_CONCAT, dts[t], shapes[s][0],
+                                   shapes[s][1], s % 2);
+}
+
 /* ------------------------------------------------------------ main */
 
 #ifndef TEST_MOE_NO_MAIN
@@ -871,6 +1051,7 @@ int main(int argc, char **argv) {
     }
     check_combine_order(ctx);
     check_nan(ctx);
+    check_glu_host(ctx);
     {
         /* 7. packing for the GPU: both formats and layouts, H not a multiple of 128, 8 warps' worth of row blocks and less */
         const mcase packs[4] = {

@@ -34,6 +34,13 @@ quantize the fused layers (one NVFP4 tensor scale per fused layer, as
 ModelOpt and llm-compressor export them).  The decode loop calls the fused
 layer and splits its output.
 
+The MLP's activation (--glu): in the quantized formats the fused gate/up
+output goes through nibble.torch.glu (nb_glu: silu(gate) * up in one
+kernel, an engine's silu_and_mul) into the down projection, so the three
+are nibble launches in a row and the chain of programmatic dependent
+launches between them holds; --glu torch runs the model's act_fn(gate) * up
+(one Inductor kernel when compiled).  BF16 always runs the latter.
+
 Modes (--modes, both by default on CUDA):
   eager     the step as PyTorch runs it (every norm, rotary and attention
             operation its own kernel), captured once per batch size in a
@@ -162,6 +169,14 @@ def build_model(config, device, dtype, seed):
     return model.eval().requires_grad_(False)
 
 
+def _nibble_layer(mod):
+    """Whether mod is a nibble.torch.Linear (nibble.torch imported only if it
+    already is)."""
+    import sys
+    nt = sys.modules.get("nibble.torch")
+    return nt is not None and isinstance(mod, nt.Linear)
+
+
 class Decoder:
     """Greedy decoding of a Hugging Face Llama with a static KV cache kept
     here.  forward() takes T tokens at positions pos0 .. pos0+T-1 (prefill or
@@ -170,9 +185,13 @@ class Decoder:
     heads, key/value heads) of this process when the model's attention is
     sharded (nibble.tp.shard_llama); None: the config's."""
 
-    def __init__(self, model, batch, max_len, heads=None):
+    def __init__(self, model, batch, max_len, heads=None, glu=None):
         from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
         self.rope = apply_rotary_pos_emb
+        # glu: None (the model's act_fn(gate) * up, which Inductor fuses into
+        # one kernel) or a function of the fused gate/up output (nibble.torch.glu,
+        # nb_glu) used where gate_up_proj is a nibble layer
+        self.glu = glu
         self.model = model
         cfg = model.config
         p = model.model.embed_tokens.weight
@@ -222,7 +241,9 @@ class Decoder:
             o = o.reshape(B, self.H, T, self.hd).transpose(1, 2).reshape(B, T, self.H * self.hd)
             x = x + a.o_proj(o)
             mlp = layer.mlp
-            if hasattr(mlp, "gate_up_proj"):
+            if hasattr(mlp, "gate_up_proj") and self.glu is not None and _nibble_layer(mlp.gate_up_proj):
+                x = x + mlp.down_proj(self.glu(mlp.gate_up_proj(layer.post_attention_layernorm(x))))
+            elif hasattr(mlp, "gate_up_proj"):
                 g, u = mlp.gate_up_proj(layer.post_attention_layernorm(x)).split(
                     [mlp.gate_proj.out_features, mlp.up_proj.out_features], dim=-1)
                 x = x + mlp.down_proj(mlp.act_fn(g) * u)
@@ -401,9 +422,14 @@ def run_batch(model, batch, args, device, gen, modes, fmt):
                 mod(x)
         lin_ms = Timer(linears, device, not args.no_graph).time(args.warmup, args.steps)
         head_ms = Timer(lm_head, device, not args.no_graph).time(args.warmup, args.steps)
-        dec = Decoder(model, batch, max_len)
+        glu = None
+        if args.glu == "nibble" and fmt != "bf16":
+            import nibble.torch as nt
+            glu = nt.glu
+        dec = Decoder(model, batch, max_len, glu=glu)
         for mode in modes:
-            r = {"format": fmt, "mode": mode, "batch": batch, "linear_ms": lin_ms, "lm_head_ms": head_ms}
+            r = {"format": fmt, "mode": mode, "batch": batch, "linear_ms": lin_ms, "lm_head_ms": head_ms,
+                 "glu": "nibble" if glu is not None else "torch"}
             try:
                 if mode == "eager":
                     dec.prefill(prompt)
@@ -616,6 +642,10 @@ def parse_args(argv=None):
     ap.add_argument("--no-fuse", action="store_true",
                     help="keep q/k/v and gate/up as separate layers (default: fused in every format, "
                          "nibble.torch.fuse_projections before quantizing, as serving engines run them)")
+    ap.add_argument("--glu", default="nibble", choices=("torch", "nibble"),
+                    help="the MLP's silu(gate) * up in the quantized formats: nibble (nibble.torch.glu, nb_glu, "
+                         "between the two nibble GEMMs, as an engine's silu_and_mul; default) or torch (the "
+                         "model's own, which Inductor fuses into one kernel); BF16 always runs torch's")
     ap.add_argument("--profile", default=None, metavar="DIR",
                     help="also record each timed step's kernels with torch.profiler and write "
                          "DIR/profile-<format>-b<batch>-<mode>.txt (kernels, kinds, busy and idle time per step)")
@@ -683,6 +713,7 @@ def main(argv=None):
           + (f" (torch.compile mode {args.compile_mode})" if "compiled" in args.modes else "")
           + f"; graphs {'off (eager mode)' if args.no_graph else 'on'}"
           + f"; q/k/v and gate/up {'separate' if args.no_fuse else 'fused (one GEMM each, every format)'}"
+          + f"; silu(gate) * up: {'nibble.torch.glu in the quantized formats' if args.glu == 'nibble' else 'torch'}"
           + "".join(f"; {k}={v}" for k, v in nibble_env().items()),
           flush=True)
 
@@ -912,13 +943,13 @@ def write_out(args, rows, checks, cfg, gpu, total, tf_version):
             "date": time.strftime("%Y-%m-%d %H:%M:%S"), "torch": torch.__version__, "transformers": tf_version,
             "nibble": nibble.version_string(), "shape": "tiny" if args.tiny else args.shape, "layers": args.layers,
             "tiny": args.tiny, "prompt": args.prompt, "steps": args.steps, "warmup": args.warmup,
-            "modes": args.modes, "compile_mode": args.compile_mode, "fused": not args.no_fuse,
+            "modes": args.modes, "compile_mode": args.compile_mode, "fused": not args.no_fuse, "glu": args.glu,
             "device": str(args.device), "seconds": total, "nibble_env": nibble_env(),
             "config": {k: getattr(cfg, k) for k in ("hidden_size", "intermediate_size", "num_attention_heads",
                                                     "num_key_value_heads", "vocab_size", "num_hidden_layers")}}
     with open(os.path.join(args.out, "e2e_decode.json"), "w") as fh:
         json.dump({"meta": meta, "rows": rows, "checks": checks}, fh, indent=1)
-    keys = ["format", "mode", "batch", "step_ms", "tokens_per_s", "linear_ms", "lm_head_ms", "gemm_share", "graph",
+    keys = ["format", "mode", "batch", "step_ms", "tokens_per_s", "linear_ms", "lm_head_ms", "gemm_share", "graph", "glu",
             "compile_s", "compiled_vs_eager", "quantize_s", "weights_gb", "error"]
     with open(os.path.join(args.out, "e2e_decode.csv"), "w", newline="") as fh:
         w = csv.writer(fh)

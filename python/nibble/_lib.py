@@ -282,6 +282,20 @@ class MoeDesc(Structure):
     ]
 
 
+class GluDesc(Structure):
+    """nb_glu_desc"""
+    _fields_ = [
+        ("m", c_int64),
+        ("n", c_int64),
+        ("activation", c_int32),       # nb_moe_activation
+        ("layout", c_int32),           # nb_moe_gate_up_layout
+        ("limit", c_float),
+        ("alpha", c_float),
+        ("dtype", c_int),              # nb_dtype
+        ("reserved", c_int32 * 7),
+    ]
+
+
 class MoeSizes(Structure):
     """nb_moe_sizes"""
     _fields_ = [
@@ -424,6 +438,10 @@ _PROTOTYPES = [
                            c_void_p, c_void_p, c_size_t, c_void_p]),
     ("nb_moe_align", c_int, [ContextP, POINTER(MoeDesc), c_int32, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,
                              POINTER(MoeAlignSizes), c_void_p]),
+    ("nb_glu_desc_init", c_int, [POINTER(GluDesc), c_int, c_int64, c_int64, c_int]),
+    ("nb_glu_desc_validate", c_int, [POINTER(GluDesc)]),
+    ("nb_glu_host", c_int, [ContextP, POINTER(GluDesc), c_void_p, c_void_p]),
+    ("nb_glu", c_int, [ContextP, POINTER(GluDesc), c_void_p, c_void_p, c_void_p]),
     ("nb_e2m1_to_float", c_float, [c_uint8]),
     ("nb_e4m3_to_float", c_float, [c_uint8]),
     ("nb_e8m0_to_float", c_float, [c_uint8]),

@@ -38,6 +38,13 @@ Mixture of experts
   gemm it also runs on CPU tensors, as the host reference (nb_moe_mlp_host
   on the unpacked bytes): for checking, not for speed.
 
+Gated activations
+  torch.ops.nibble.glu(gu, activation, layout, limit, alpha) -> h
+  (glu() wraps it): h [..., I] = act(gate, up) of a fused gate/up output
+  gu [..., 2I] (nb_glu; nb_glu_host on CPU tensors), an engine's
+  silu_and_mul, which between two nibble GEMMs keeps their launches
+  chained (nibble.h, "gated activations").
+
 Devices
   Both ops run on CUDA devices (nb_gemm, nb_moe_mlp) and on CPU tensors.  On
   the CPU, gemm unpacks the packed bytes (nb_unpack_host_v2: exactly the
@@ -81,7 +88,8 @@ if not hasattr(torch, "library") or not hasattr(torch.library, "custom_op"):
     raise ImportError(f"nibble.torch needs torch.library.custom_op (PyTorch 2.4 or newer); found torch "
                       f"{torch.__version__}")
 
-__all__ = ["PackedLinearWeight", "quantize", "pack", "dequantize_weight", "hqq_weight", "gemm", "Linear", "quantize_model",
+__all__ = ["PackedLinearWeight", "quantize", "pack", "dequantize_weight", "hqq_weight", "gemm", "glu", "Linear",
+           "quantize_model",
            "load_quantized", "last_config", "context", "Error", "PackedMoeWeights", "pack_moe", "unpack_moe", "moe",
            "MoeExperts", "fuse_linears", "fuse_projections", "unfuse_projections", "ProjectionSlice"]
 
@@ -710,6 +718,90 @@ def gemm(x, weight, bias=None):
     if not isinstance(weight, PackedLinearWeight):
         raise TypeError(f"nibble.torch: weight must be a PackedLinearWeight, got {type(weight).__name__}")
     return torch.ops.nibble.gemm(x, weight.packed, weight.workspace, bias, *weight.op_args())
+
+
+# ------------------------------------------------------- gated activations
+# nb_glu: h [..., I] = act(gate, up) of a fused gate/up projection's output
+# gu [..., 2I] (an engine's silu_and_mul).  Between two nibble GEMMs on a
+# CUDA device, inside a CUDA graph, it keeps the chain of programmatic
+# dependent launches (nibble.h, "gated activations") that a framework kernel
+# between them would break.
+
+def _glu_args(gu, activation, layout, limit, alpha):
+    if not isinstance(gu, torch.Tensor):
+        raise TypeError(f"nibble.torch: gu must be a torch.Tensor, got {type(gu).__name__}")
+    if gu.dtype not in _GEMM_DTYPES:
+        raise TypeError(f"nibble.torch: gu has dtype {gu.dtype}; expected torch.bfloat16 or torch.float16 (and "
+                        "torch.float32 on the CPU)")
+    if gu.dim() < 1 or gu.shape[-1] % 2 or gu.shape[-1] == 0:
+        raise ValueError(f"nibble.torch: gu has shape {tuple(gu.shape)}; expected [..., 2I] with I >= 1")
+    if activation not in ACTIVATIONS.values() or layout not in GATE_UP_LAYOUTS.values():
+        raise ValueError(f"nibble.torch: activation code {activation} / layout code {layout} unknown")
+    oai = activation == ACTIVATIONS["swiglu_oai"]
+    if oai and not (limit > 0 and alpha > 0 and np.isfinite(limit) and np.isfinite(alpha)):
+        raise ValueError(f"nibble.torch: swiglu_oai needs a positive finite limit and alpha, got {limit}, {alpha}")
+    if not oai and (limit != 0 or alpha != 0):
+        raise ValueError(f"nibble.torch: swiglu has no limit or alpha (got {limit}, {alpha})")
+
+
+@torch.library.custom_op("nibble::glu", mutates_args=())
+def _glu_op(gu: torch.Tensor, activation: int, layout: int, limit: float, alpha: float) -> torch.Tensor:
+    _glu_args(gu, activation, layout, limit, alpha)
+    lead, n = gu.shape[:-1], gu.shape[-1] // 2
+    g2 = gu.reshape(-1, 2 * n)
+    m = g2.shape[0]
+    h = torch.empty((m, n), dtype=gu.dtype, device=gu.device)
+    if m == 0:
+        return h.reshape(*lead, n)
+    d = _lib.GluDesc()
+    _lib.check(_lib.lib.nb_glu_desc_init(ctypes.byref(d), activation, m, n, int(_NB_OF[gu.dtype])))
+    d.layout, d.limit, d.alpha = layout, limit, alpha
+    if gu.device.type == "cpu":
+        g2 = g2.contiguous()
+        _lib.check(_lib.lib.nb_glu_host(None, ctypes.byref(d), ctypes.c_void_p(g2.data_ptr()),
+                                        ctypes.c_void_p(h.data_ptr())))
+        return h.reshape(*lead, n)
+    if gu.device.type != "cuda":
+        raise ValueError(f"nibble.torch: gu is on {gu.device}; nb_glu runs on CUDA devices and on the CPU")
+    if gu.dtype == torch.float32:
+        raise TypeError("nibble.torch: gu is float32; nb_glu on the GPU takes bfloat16 or float16")
+    g2 = _contiguous16(g2)
+    idx = gu.device.index
+    ctx = context(idx)
+    with _on_device(idx):
+        stream = torch.cuda.current_stream(gu.device).cuda_stream
+        ctx.check(_lib.lib.nb_glu(ctx.ptr, ctypes.byref(d), ctypes.c_void_p(g2.data_ptr()),
+                                  ctypes.c_void_p(h.data_ptr()), ctypes.c_void_p(stream)))
+    return h.reshape(*lead, n)
+
+
+@_glu_op.register_fake
+def _glu_fake(gu, activation, layout, limit, alpha):
+    _glu_args(gu, activation, layout, limit, alpha)
+    return gu.new_empty((*gu.shape[:-1], gu.shape[-1] // 2))
+
+
+def glu(gu, activation="swiglu", layout=None, limit=None, alpha=None):
+    """h [..., I] = act(gate, up) of gu [..., 2I] with nb_glu (nibble.h,
+    "gated activations"): activation "swiglu" (silu(gate) * up; layout
+    "concat" by default: gate columns, then up) or "swiglu_oai" (gpt-oss:
+    layout "interleaved", limit 7.0 and alpha 1.702 by default).  Evaluated
+    in float32 and rounded once to gu's dtype.  CUDA tensors (bfloat16,
+    float16) run nb_glu on the current stream; CPU tensors (also float32)
+    the host reference nb_glu_host."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"nibble.torch: activation {activation!r}; expected one of {sorted(ACTIVATIONS)}")
+    oai = activation == "swiglu_oai"
+    layout = layout or ("interleaved" if oai else "concat")
+    if layout not in GATE_UP_LAYOUTS:
+        raise ValueError(f"nibble.torch: layout {layout!r}; expected one of {sorted(GATE_UP_LAYOUTS)}")
+    if oai:
+        limit = 7.0 if limit is None else float(limit)
+        alpha = 1.702 if alpha is None else float(alpha)
+    elif limit is not None or alpha is not None:
+        raise ValueError("nibble.torch: swiglu takes no limit or alpha")
+    return torch.ops.nibble.glu(gu, int(ACTIVATIONS[activation]), int(GATE_UP_LAYOUTS[layout]),
+                                float(limit or 0.0), float(alpha or 0.0))
 
 
 # ------------------------------------------------------------------ modules

@@ -200,7 +200,7 @@ def test_struct_layout_matches_c(tmp_path):
                "nb_weight_buffers": _lib.WeightBuffers, "nb_weight_data": _lib.WeightBuffers,
                "nb_moe_desc": _lib.MoeDesc, "nb_moe_sizes": _lib.MoeSizes, "nb_moe_weights": _lib.MoeWeights,
                "nb_moe_align_sizes": _lib.MoeAlignSizes, "nb_moe_packed_sizes": _lib.MoePackedSizes,
-               "nb_moe_packed_weights": _lib.MoePackedWeights}
+               "nb_moe_packed_weights": _lib.MoePackedWeights, "nb_glu_desc": _lib.GluDesc}
     lines = ["#include <stdio.h>", "#include <stddef.h>", '#include "nibble.h"', "int main(void) {"]
     expect = []
     for cname, py in structs.items():

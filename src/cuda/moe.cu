@@ -575,3 +575,103 @@ extern "C" nb_status nbi_cuda_moe_mlp(nb_context *ctx, const nbi_moe_plan *p, co
             "moe combine kernel launch");
     return NB_OK;
 }
+
+/* ------------------------------------------------------------- nb_glu */
+
+/* nibble.h's gated activations as nb_glu_host evaluates them: expf and IEEE
+ * division (not the MoE epilogue's approximations, nbc_moe_act: the result
+ * is h rounded to BF16 / FP16, held to the host's within one ulp). */
+template <int AV>
+__device__ __forceinline__ float glu_act(float limit, float alpha, float g, float u) {
+    if (AV == NB_MOE_ACT_SWIGLU) return g / (1.0f + expf(-g)) * u;
+    g = g > limit ? limit : g;
+    u = u > limit ? limit : u < -limit ? -limit : u;
+    return (u + 1.0f) * (g / (1.0f + expf(-(alpha * g))));
+}
+
+/* Eight 16-bit values of a 16-byte word as floats. */
+template <int ACT>
+__device__ __forceinline__ void glu_unpack8(uint4 v, float (&f)[8]) {
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        if (ACT == NB_DTYPE_BF16) {
+            f[2 * j] = __uint_as_float(w[j] << 16);
+            f[2 * j + 1] = __uint_as_float(w[j] & 0xFFFF0000u);
+        } else {
+            f[2 * j] = __half2float(__ushort_as_half((unsigned short)(w[j] & 0xFFFFu)));
+            f[2 * j + 1] = __half2float(__ushort_as_half((unsigned short)(w[j] >> 16)));
+        }
+    }
+}
+
+/* h [m, n] = act(gate, up) from gu [m, 2n].  VEC: a thread owns 8
+ * consecutive columns of a row (n a multiple of 8, gu and h 16-byte aligned:
+ * 16-byte loads and one 16-byte store); otherwise one column.  It lets the
+ * next kernel launch at once (the down GEMM's CTAs request their first
+ * weights, which this kernel does not write) and waits for gu's writer
+ * before it reads or writes anything. */
+template <int ACT, int AV, bool VEC>
+__global__ void glu_kernel(const void *__restrict__ gu, void *__restrict__ h, int64_t m, int64_t n, int interleaved,
+                           float limit, float alpha) {
+    nbc_grid_dependents_launch();
+    nbc_grid_dependency_wait(); /* gu */
+    const int64_t step = (int64_t)gridDim.x * blockDim.x;
+    if (VEC) {
+        const int64_t n8 = n / 8, total = m * n8;
+        for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += step) {
+            const int64_t t = idx / n8, i = idx % n8 * 8;
+            const uint16_t *row = (const uint16_t *)gu + t * 2 * n;
+            float g[8], u[8];
+            if (interleaved) { /* gate i, up i, gate i+1, ...: 16 values from 2i */
+                float a[8], b[8];
+                glu_unpack8<ACT>(__ldg((const uint4 *)(row + 2 * i)), a);
+                glu_unpack8<ACT>(__ldg((const uint4 *)(row + 2 * i + 8)), b);
+#pragma unroll
+                for (int j = 0; j < 4; j++) g[j] = a[2 * j], u[j] = a[2 * j + 1], g[4 + j] = b[2 * j], u[4 + j] = b[2 * j + 1];
+            } else {
+                glu_unpack8<ACT>(__ldg((const uint4 *)(row + i)), g);
+                glu_unpack8<ACT>(__ldg((const uint4 *)(row + n + i)), u);
+            }
+            uint32_t o[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                o[j] = nbc_pack2<ACT>(glu_act<AV>(limit, alpha, g[2 * j], u[2 * j]),
+                                      glu_act<AV>(limit, alpha, g[2 * j + 1], u[2 * j + 1]));
+            *(uint4 *)((uint16_t *)h + t * n + i) = make_uint4(o[0], o[1], o[2], o[3]);
+        }
+    } else {
+        for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < m * n; idx += step) {
+            const int64_t t = idx / n, i = idx % n, row = t * 2 * n;
+            const float g = nbc_load(ACT, gu, (size_t)(row + (interleaved ? 2 * i : i)));
+            const float u = nbc_load(ACT, gu, (size_t)(row + (interleaved ? 2 * i + 1 : n + i)));
+            nbc_store(ACT, h, (size_t)idx, glu_act<AV>(limit, alpha, g, u));
+        }
+    }
+}
+
+template <int ACT, int AV>
+static void *pick_glu2(bool vec) {
+    return vec ? (void *)glu_kernel<ACT, AV, true> : (void *)glu_kernel<ACT, AV, false>;
+}
+
+extern "C" nb_status nbi_cuda_glu(nb_context *ctx, const nb_glu_desc *d, const void *gu, void *h, int pdl,
+                                  void *stream) {
+    const bool vec = d->n % 8 == 0 && (uintptr_t)gu % 16 == 0 && (uintptr_t)h % 16 == 0;
+    const bool swi = d->activation == NB_MOE_ACT_SWIGLU;
+    void *f = d->dtype == NB_DTYPE_BF16
+                  ? (swi ? pick_glu2<NB_DTYPE_BF16, NB_MOE_ACT_SWIGLU>(vec) : pick_glu2<NB_DTYPE_BF16, NB_MOE_ACT_SWIGLU_OAI>(vec))
+                  : (swi ? pick_glu2<NB_DTYPE_F16, NB_MOE_ACT_SWIGLU>(vec) : pick_glu2<NB_DTYPE_F16, NB_MOE_ACT_SWIGLU_OAI>(vec));
+    const int64_t items = vec ? d->m * (d->n / 8) : d->m * d->n;
+    int64_t blocks = (items + 255) / 256;
+    const int64_t cap = (int64_t)ctx->info.sm_count * 8; /* a grid-stride loop beyond a few waves */
+    if (blocks > cap) blocks = cap;
+    int64_t m = d->m, n = d->n;
+    int il = d->layout == NB_MOE_GATE_UP_INTERLEAVED;
+    float limit = d->limit, alpha = d->alpha;
+    void *args[] = {(void *)&gu, (void *)&h, &m, &n, &il, &limit, &alpha};
+    cudaLaunchAttribute attr[1];
+    cudaLaunchConfig_t cfg = nbc_launch_config(dim3((unsigned)blocks), dim3(256), 0, stream, pdl, attr);
+    NBC_TRY(cudaLaunchKernelExC(&cfg, f, args), "glu kernel launch");
+    return NB_OK;
+}
