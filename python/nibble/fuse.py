@@ -40,8 +40,12 @@ three times the work).  Under torch.compile the same code is traced, and the
 one GEMM call is what the graph holds.  An engine-style loop calls the fused
 layer directly and splits its output (python/bench/e2e_decode.py).
 
+fuse_glu(model) then routes each fused SiLU MLP through nibble.torch.glu
+(nb_glu: down(glu(gate_up(x))), one launch between the two GEMMs, chained
+to both in a captured step).
+
 unfuse_projections(model) restores separate layers (rows of the fused weight:
-exactly what they held).  nibble.transformers' save_pretrained writes a fused
+exactly what they held) and the MLPs' own forward.  nibble.transformers' save_pretrained writes a fused
 model as the separate layers its checkpoint layouts name (each member's rows
 of the fused weight), so the checkpoint is the one the unfused model writes.
 """
@@ -51,7 +55,7 @@ import torch
 
 from . import QuantizedWeight
 
-__all__ = ["fuse_linears", "fuse_projections", "unfuse_projections", "ProjectionSlice", "DEFAULT_GROUPS"]
+__all__ = ["fuse_linears", "fuse_projections", "fuse_glu", "unfuse_projections", "ProjectionSlice", "DEFAULT_GROUPS"]
 
 # (fused attribute name, member attribute names in output order)
 DEFAULT_GROUPS = (("qkv_proj", ("q_proj", "k_proj", "v_proj")),
@@ -297,6 +301,75 @@ def fuse_projections(model, groups=DEFAULT_GROUPS):
     return {"fused": fused, "skipped": skipped}
 
 
+def _silu(act):
+    """Whether act is SiLU (torch.nn.SiLU, transformers' SiLUActivation, or
+    torch.nn.functional.silu itself)."""
+    if act is torch.nn.functional.silu or isinstance(act, torch.nn.SiLU):
+        return True
+    return type(act).__name__ in ("SiLUActivation", "SiLU")
+
+
+def _glu_forward(self, x):
+    """A fused gated MLP's forward through nb_glu: down(glu(gate_up(x)))."""
+    return self.down_proj(_nt().glu(self.gate_up_proj(x)))
+
+
+def fuse_glu(model, check=True):
+    """Route every fused gated MLP of `model` through nibble.torch.glu (in
+    place): a module holding a nibble.torch.Linear `gate_up_proj` (from
+    fuse_projections: gate rows, then up rows), ProjectionSlice members
+    `gate_proj` / `up_proj`, a nibble.torch.Linear `down_proj` and a SiLU
+    `act_fn` gets the forward down_proj(glu(gate_up_proj(x))), one nb_glu
+    launch between the two nibble GEMMs instead of act_fn(gate) * up (two
+    framework kernels eager, one compiled): in a captured step the three
+    launches chain by programmatic dependent launch.  Evaluated in float32
+    and rounded once, where act_fn(gate) * up rounds silu(gate) first.
+
+    check: before patching a module, run both forwards on two random rows
+    and leave the module as it was (listed in "skipped" with the reason)
+    when they differ by more than the roundings between them (relative
+    Frobenius error 2^-6): a forward that is not down(act_fn(gate) * up).
+    Returns {"glu": [qualified module names], "skipped": {name: reason}}.
+    unfuse_projections undoes it."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"nibble.fuse: model must be a torch.nn.Module, got {type(model).__name__}")
+    nt = _nt()
+    done, skipped = [], {}
+    for name, mod in list(model.named_modules()):
+        gu = getattr(mod, "gate_up_proj", None)
+        if not isinstance(gu, nt.Linear) or "forward" in vars(mod):
+            continue
+        where = name or type(mod).__name__
+        g, u, d = (getattr(mod, a, None) for a in ("gate_proj", "up_proj", "down_proj"))
+        if not (isinstance(g, ProjectionSlice) and isinstance(u, ProjectionSlice) and g.fused is gu
+                and u.fused is gu and g.start == 0 and u.start == g.stop == gu.out_features // 2
+                and u.stop == gu.out_features):
+            skipped[where] = "gate_proj / up_proj are not the two halves of gate_up_proj (fuse_projections)"
+            continue
+        if not isinstance(d, nt.Linear) or d.in_features != g.out_features:
+            skipped[where] = "down_proj is not a nibble.torch.Linear of gate_proj's width"
+            continue
+        if not _silu(getattr(mod, "act_fn", None)):
+            skipped[where] = f"act_fn is {type(getattr(mod, 'act_fn', None)).__name__}, not SiLU"
+            continue
+        if gu.packed.is_meta or d.packed.is_meta:
+            skipped[where] = "its weights are not loaded (meta tensors)"
+            continue
+        if check:
+            dev = gu.packed.device
+            dt = torch.float32 if dev.type == "cpu" else torch.bfloat16
+            x = torch.randn(2, gu.in_features, generator=torch.Generator().manual_seed(0)).to(dev, dt)
+            with torch.no_grad():
+                ref, out = mod(x).float(), _glu_forward(mod, x).float()
+            err = float((out - ref).norm() / ref.norm().clamp_min(1e-30))
+            if not err <= 2.0 ** -6:
+                skipped[where] = f"its forward differs from down_proj(glu(gate_up_proj(x))) (relative {err:.3g})"
+                continue
+        mod.forward = _glu_forward.__get__(mod, type(mod))
+        done.append(where)
+    return {"glu": done, "skipped": skipped}
+
+
 def unfuse_projections(model):
     """Undo fuse_projections: every ProjectionSlice of `model` becomes a
     layer of its own again (the rows of the fused layer it reads: exactly
@@ -306,6 +379,9 @@ def unfuse_projections(model):
         raise TypeError(f"nibble.fuse: model must be a torch.nn.Module, got {type(model).__name__}")
     removed = []
     for name, mod in list(model.named_modules()):
+        fwd = vars(mod).get("forward")
+        if getattr(fwd, "__func__", None) is _glu_forward:   # fuse_glu's forward goes with the fused layer
+            del mod.forward
         slices = [(n, c) for n, c in mod.named_children() if isinstance(c, ProjectionSlice) and c._owner is mod]
         if not slices:
             continue

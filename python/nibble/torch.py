@@ -91,7 +91,7 @@ if not hasattr(torch, "library") or not hasattr(torch.library, "custom_op"):
 __all__ = ["PackedLinearWeight", "quantize", "pack", "dequantize_weight", "hqq_weight", "gemm", "glu", "Linear",
            "quantize_model",
            "load_quantized", "last_config", "context", "Error", "PackedMoeWeights", "pack_moe", "unpack_moe", "moe",
-           "MoeExperts", "fuse_linears", "fuse_projections", "unfuse_projections", "ProjectionSlice"]
+           "MoeExperts", "fuse_linears", "fuse_projections", "fuse_glu", "unfuse_projections", "ProjectionSlice"]
 
 _DTYPES = {torch.bfloat16: DType.BF16, torch.float16: DType.F16}
 _GEMM_DTYPES = (torch.bfloat16, torch.float16, torch.float32)   # float32: the host reference only (CPU tensors)
@@ -2116,4 +2116,4 @@ def _some(names, k=6):
     return ", ".join(names[:k]) + (f", ... ({len(names) - k} more)" if len(names) > k else "")
 
 
-from .fuse import ProjectionSlice, fuse_linears, fuse_projections, unfuse_projections  # noqa: E402,F401
+from .fuse import ProjectionSlice, fuse_glu, fuse_linears, fuse_projections, unfuse_projections  # noqa: E402,F401

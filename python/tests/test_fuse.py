@@ -268,11 +268,10 @@ def test_transformers_fuse_at_load_and_save(tmp_path):
             assert torch.equal(fused(ids).logits, plain(ids).logits)
 
 
-def test_compiled_graph_holds_one_gemm_per_group():
-    m = tiny_llama()
-    nt.quantize_model(m, format="mxfp4", device="cpu")
-    nt.fuse_projections(m)
-    ids = torch.randint(0, 256, (1, 6), generator=torch.Generator().manual_seed(4))
+def _compiled_ops(m, ids):
+    """torch.compile(fullgraph=True) of m on ids with a backend that keeps
+    the graph: the graph's call_function targets (as strings), and the
+    compiled and eager logits."""
     graphs = []
 
     def backend(gm, example_inputs):
@@ -285,8 +284,16 @@ def test_compiled_graph_holds_one_gemm_per_group():
         out = torch.compile(m, backend=backend, fullgraph=True)(ids).logits
     torch._dynamo.reset()
     assert len(graphs) == 1
-    gemms = [n for n in graphs[0].graph.nodes if n.op == "call_function" and "nibble.gemm" in str(n.target)]
-    assert len(gemms) == 2 * 4    # per layer: qkv, o, gate_up, down
+    return [str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"], out, eager
+
+
+def test_compiled_graph_holds_one_gemm_per_group():
+    m = tiny_llama()
+    nt.quantize_model(m, format="mxfp4", device="cpu")
+    nt.fuse_projections(m)
+    ids = torch.randint(0, 256, (1, 6), generator=torch.Generator().manual_seed(4))
+    ops, out, eager = _compiled_ops(m, ids)
+    assert sum("nibble.gemm" in o for o in ops) == 2 * 4    # per layer: qkv, o, gate_up, down
     torch.testing.assert_close(out, eager, rtol=0, atol=0)
 
 
@@ -312,3 +319,57 @@ def test_gpu_fused_model():
         # the fused GEMM may pick another kernel configuration: BF16 rounding apart
         assert (out - ref).norm() / ref.norm() < 2e-2, fmt
     del m
+
+
+def test_fuse_glu_routes_mlps_and_unfuse_restores():
+    m = tiny_llama()
+    nt.quantize_model(m, format="mxfp4", device="cpu")
+    ids = torch.randint(0, 256, (1, 5), generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        ref = m(ids).logits
+        nt.fuse_projections(m)
+        r = nt.fuse_glu(m)
+        assert sorted(r["glu"]) == [f"model.layers.{i}.mlp" for i in range(2)] and r["skipped"] == {}
+        assert "forward" in vars(m.model.layers[0].mlp)
+        assert nt.fuse_glu(m)["glu"] == []                      # already routed: left as it is
+        out = m(ids).logits
+        # float32 on the CPU: nb_glu_host's expf against torch's silu, a few float ulps apart
+        torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+        nt.unfuse_projections(m)
+        assert "forward" not in vars(m.model.layers[0].mlp)
+        assert torch.equal(m(ids).logits, ref)
+
+
+def test_fuse_glu_compiled_graph_holds_the_glu_op():
+    m = tiny_llama()
+    nt.quantize_model(m, format="mxfp4", device="cpu")
+    nt.fuse_projections(m)
+    nt.fuse_glu(m)
+    ids = torch.randint(0, 256, (1, 6), generator=torch.Generator().manual_seed(8))
+    ops, out, eager = _compiled_ops(m, ids)
+    assert sum("nibble.glu" in o for o in ops) == 2 and sum("nibble.gemm" in o for o in ops) == 2 * 4
+    torch.testing.assert_close(out, eager, rtol=0, atol=0)
+
+
+def test_fuse_glu_skips_what_it_cannot_route():
+    class AddMlp(torch.nn.Module):     # down(act(gate) + up): not a gated product
+        def __init__(self):
+            super().__init__()
+            self.gate_proj, self.up_proj = torch.nn.Linear(128, 64, bias=False), torch.nn.Linear(128, 64, bias=False)
+            self.down_proj, self.act_fn = torch.nn.Linear(64, 128, bias=False), torch.nn.SiLU()
+
+        def forward(self, x):
+            return self.down_proj(self.act_fn(self.gate_proj(x)) + self.up_proj(x))
+
+    m = tiny_llama(layers=2)
+    m.model.layers[1].mlp.act_fn = torch.nn.GELU()
+    m.model.layers[0].mlp = AddMlp()
+    nt.quantize_model(m, format="mxfp4", device="cpu")
+    nt.fuse_projections(m)
+    r = nt.fuse_glu(m)
+    assert r["glu"] == []
+    assert "differs" in r["skipped"]["model.layers.0.mlp"], r
+    assert "not SiLU" in r["skipped"]["model.layers.1.mlp"], r
+    assert "forward" not in vars(m.model.layers[0].mlp)
+    with pytest.raises(TypeError):
+        nt.fuse_glu("model")
