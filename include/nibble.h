@@ -28,6 +28,8 @@
  *   top-k routing, the activation, the weighted combine) has a host reference
  *   in float and double and the routing layout its grouped GEMM will read
  *   (nb_moe_align_host); on the GPU nb_moe_mlp (grouped decode kernels).
+ *   A dense gated MLP's activation between its fused gate/up and down GEMMs
+ *   is nb_glu (nb_glu_host its reference).
  *   Every operation has a plain-C reference (functions ending in _host, host
  *   memory) and, where it makes sense, a CUDA version (device memory, takes a
  *   stream).  The reference is the specification: dequantization and packing
