@@ -141,7 +141,7 @@ static nb_status read_env_choice(const char *name, const char *const *values, in
  * NIBBLE_MOE_KW, NIBBLE_MOE_TC_BN and NIBBLE_MOE_ROUTE (measurement and
  * tests), and NIBBLE_PDL (nb_gemm's launches with or without programmatic
  * dependent launch, or, unset or "auto", with it only where the launch can
- * follow one of the context's own: device.c nbi_pdl_head). */
+ * follow one of the context's own: device.c pdl_head). */
 static nb_status read_env(int *path, int *moe_path, int *moe_kw, int *moe_bn, int *moe_route, int *pdl) {
     static const char *const paths[3] = {"decode", "tc", "mma"}; /* NB_GEMM_PATH_DECODE, _TENSOR_CORE, _MMA */
     static const char *const moe_paths[2] = {"decode", "tc"};

@@ -242,8 +242,8 @@ static nb_status run_decode(nb_context *ctx, const nb_gemm_desc *g, const nb_gem
  * after this context's own last launch (the one node it depends on).  A
  * direct launch cannot know what precedes it and keeps it.  *capturing is
  * set when the stream captures, so that the caller notes its launch
- * (nbi_note_own).  nb_glu takes the same rule. */
-int nbi_pdl_head(nb_context *ctx, void *stream, int *capturing) {
+ * (note_own).  nb_glu takes the same rule (nbi_pdl_begin). */
+static int pdl_head(nb_context *ctx, void *stream, int *capturing) {
     *capturing = 0;
     if (ctx->env_pdl == 2) return 1; /* NIBBLE_PDL=1 (with 0 the plan has no pdl: not called) */
     void *node = NULL;
@@ -264,7 +264,7 @@ int nbi_pdl_head(nb_context *ctx, void *stream, int *capturing) {
  * after itself (the same plan: a signature, nonzero), and the launch after
  * it only if it is that same plan again; NIBBLE_PDL=1 takes it everywhere.
  * Returns the plan's signature, or 0 for every other plan. */
-int nbi_pdl_k2(const nbi_gemm_plan *p) {
+static int pdl_k2(const nbi_gemm_plan *p) {
     if (!(p->path == NBI_PATH_GEMV && p->xsh && !nbi_plan_stream_k(p) && p->m <= 8)) return 0;
     const int64_t f[12] = {p->fmt, p->act, p->m, p->n, p->k, p->grid_x, p->splits, p->xsh, p->rpw, p->mt, p->lda,
                            p->ldc};
@@ -276,23 +276,39 @@ int nbi_pdl_k2(const nbi_gemm_plan *p) {
     return (int)(h >> 1) | 1;
 }
 
-/* Whether a launch of signature sig (nbi_pdl_k2) may take programmatic
+/* Whether a launch of signature sig (pdl_k2) may take programmatic
  * dependent launch after this context's last: under capture, when both
  * signatures agree (0 and 0: neither is kernel 2's split grid); a direct
  * launch, which cannot see what precedes it, when sig is 0. */
-int nbi_pdl_k2_ok(const nb_context *ctx, int capturing, int sig) {
+static int pdl_k2_ok(const nb_context *ctx, int capturing, int sig) {
     if (ctx->env_pdl == 2) return 1;
     return capturing ? ctx->own_k2 == sig : sig == 0;
 }
 
 /* After a call's launches under capture: the node the next call would
  * follow is this call's last (or none, after a failure). */
-void nbi_note_own(nb_context *ctx, void *stream, nb_status st) {
+static void note_own(nb_context *ctx, void *stream, nb_status st) {
     void *node = NULL;
     unsigned long long id = 0;
     if (st || nbi_cuda_capture_tip(stream, &node, &id) != 1) node = NULL, id = 0;
     ctx->own_node = node;
     ctx->own_capture = id;
+}
+
+/* The two halves of the rules above around a call's launches (nb_gemm's,
+ * nb_glu's): whether its first launch takes programmatic dependent launch
+ * (want: the call would, sm_90+ and NIBBLE_PDL not 0; sig: its pdl_k2
+ * signature, 0 for nb_glu), *capturing set when the stream captures; then,
+ * after the launches, the call recorded as the context's last own launch. */
+int nbi_pdl_begin(nb_context *ctx, void *stream, int want, int sig, int *capturing) {
+    *capturing = 0;
+    return want && pdl_head(ctx, stream, capturing) && pdl_k2_ok(ctx, *capturing, sig);
+}
+
+void nbi_pdl_end(nb_context *ctx, void *stream, int capturing, int sig, nb_status st) {
+    if (!capturing) return;
+    note_own(ctx, stream, st);
+    ctx->own_k2 = sig;
 }
 
 nb_status nb_gemm_ex(nb_context *ctx, const nb_gemm_desc *g, const nb_gemm_config *cfg, const void *x,
@@ -314,15 +330,12 @@ nb_status nb_gemm_ex(nb_context *ctx, const nb_gemm_desc *g, const nb_gemm_confi
     if (need && (uintptr_t)workspace % 16)
         return nbi_fail(ctx, NB_ERR_MISALIGNED, "nb_gemm: workspace must be 16-byte aligned");
     int capturing = 0;
-    const int sig = nbi_pdl_k2(&p);
-    if (p.pdl) p.pdl = nbi_pdl_head(ctx, stream, &capturing) && nbi_pdl_k2_ok(ctx, capturing, sig);
+    const int sig = pdl_k2(&p);
+    p.pdl = nbi_pdl_begin(ctx, stream, p.pdl, sig, &capturing);
     if (p.path == NBI_PATH_SM80) st = nbi_cuda_gemm_sm80(ctx, &p, x, packed, bias, y, stream);
     else if (p.path == NBI_PATH_SM90) st = nbi_cuda_gemm_sm90(ctx, &p, x, packed, bias, y, workspace, stream);
     else st = run_decode(ctx, g, cfg, &p, x, packed, bias, y, workspace, stream);
-    if (capturing) {
-        nbi_note_own(ctx, stream, st);
-        ctx->own_k2 = sig;
-    }
+    nbi_pdl_end(ctx, stream, capturing, sig, st);
     if (st) return p.path == NBI_PATH_GEMV ? st : nbi_reraise(ctx, st, fn);
     describe(ctx, &p, g->m);
     return NB_OK;

@@ -94,12 +94,12 @@ struct nb_context {
     int env_moe_route;           /* NIBBLE_MOE_ROUTE at creation: 1 kernel, 2 inline; 0 when unset */
     int env_pdl;                 /* NIBBLE_PDL at creation: 1 ("0") nb_gemm launches without programmatic
                                   * dependent launch, 2 ("1") with it, 3 ("auto") or 0 (unset) with it where
-                                  * it follows one of this context's own launches (device.c nbi_pdl_head) */
+                                  * it follows one of this context's own launches (device.c pdl_head) */
     /* under stream capture, the graph node of this context's last nb_gemm
-     * or nb_glu launch and its capture's id (device.c nbi_note_own; NULL / 0: none) */
+     * or nb_glu launch and its capture's id (device.c nbi_pdl_end; NULL / 0: none) */
     void *own_node;
     unsigned long long own_capture;
-    int own_k2;                  /* that launch's nbi_pdl_k2 signature (0: not kernel 2's split grid at
+    int own_k2;                  /* that launch's pdl_k2 signature (0: not kernel 2's split grid at
                                   * 2..8 tokens; nb_glu: 0) */
     /* clusters of s CTAs of the tensor-core kernel that run at once, per
      * instance (plan.c sm90_instance) and s (plan.c asks nbi_cuda_sm90_clusters
@@ -252,7 +252,7 @@ typedef struct nbi_gemm_plan {
     int chunk_bytes;    /* bytes per packed chunk (nbi_packed_chunk_bytes) */
     int scale_bf16;     /* the integer formats' 16-bit scales are BF16 (else F16) */
     int pdl;            /* launch with programmatic dependent launch (sm_90+); nb_gemm clears it for the
-                           call's first launch where that follows a kernel not its own (device.c nbi_pdl_head) */
+                           call's first launch where that follows a kernel not its own (device.c pdl_head) */
     int pdl_own;        /* the launches after the call's first (gemm_sm90's tail) with it (sm_90+) */
     int per_sm;         /* kernel 1: at most this many CTAs share an SM (0: as many as fit), held by */
     int dyn_smem;       /* the launch's dynamic shared memory, more than the ring needs (0: the ring's) */
@@ -396,19 +396,14 @@ NB_INTERNAL nb_status nbi_cuda_gemm_sm80(nb_context *ctx, const nbi_gemm_plan *p
  * cleared), 0 capturing with no or several nodes to depend on, 1 with one
  * (*node, and the capture's *id, set). */
 NB_INTERNAL int nbi_cuda_capture_tip(void *stream, void **node, unsigned long long *id);
-/* Programmatic dependent launch for a call's first launch (device.c): 1
- * when it may take it (under capture: only after this context's own last
- * launch), *capturing set when the stream captures; after the launch,
- * nbi_note_own records it as the context's last. */
-NB_INTERNAL int nbi_pdl_head(nb_context *ctx, void *stream, int *capturing);
-NB_INTERNAL void nbi_note_own(nb_context *ctx, void *stream, nb_status st);
-/* Plan p's signature when it is decode kernel 2's split grid at 2..8
- * tokens, which takes programmatic dependent launch only next to the same
- * plan; 0 for every other plan (device.c). */
-NB_INTERNAL int nbi_pdl_k2(const nbi_gemm_plan *p);
-/* Whether a launch of signature sig may take it after the context's last
- * own launch (NIBBLE_PDL=1: always). */
-NB_INTERNAL int nbi_pdl_k2_ok(const nb_context *ctx, int capturing, int sig);
+/* Programmatic dependent launch around a call's launches (device.c): before
+ * them, whether its first launch takes it (want: the call would; sig: the
+ * plan's signature when it is decode kernel 2's split grid at 2..8 tokens,
+ * which takes it only next to the same plan, else 0; under capture only
+ * after this context's own last launch), *capturing set when the stream
+ * captures; after them, the call recorded as the context's last. */
+NB_INTERNAL int nbi_pdl_begin(nb_context *ctx, void *stream, int want, int sig, int *capturing);
+NB_INTERNAL void nbi_pdl_end(nb_context *ctx, void *stream, int capturing, int sig, nb_status st);
 /* nb_glu's kernel (moe.cu): d validated, BF16 or F16, gu and h 2-byte aligned. */
 NB_INTERNAL nb_status nbi_cuda_glu(nb_context *ctx, const nb_glu_desc *d, const void *gu, void *h, int pdl,
                                    void *stream);

@@ -49,6 +49,16 @@ static nb_status check_act(nb_context *ctx, int activation, int layout, const ch
     return NB_OK;
 }
 
+/* The defaults nibble.h gives an activation: SWIGLU concatenated, limit
+ * and alpha 0; SWIGLU_OAI interleaved, gpt-oss's limit 7 and alpha 1.702
+ * (nb_moe_desc_init, nb_glu_desc_init). */
+static void act_defaults(int activation, int32_t *layout, float *limit, float *alpha) {
+    const int oai = activation == NB_MOE_ACT_SWIGLU_OAI;
+    *layout = oai ? NB_MOE_GATE_UP_INTERLEAVED : NB_MOE_GATE_UP_CONCAT;
+    *limit = oai ? 7.0f : 0.0f;
+    *alpha = oai ? 1.702f : 0.0f;
+}
+
 /* Every rule of nb_moe_desc_validate; messages start with fn. */
 static nb_status check_moe(nb_context *ctx, const nb_moe_desc *d, const char *fn) {
     if (!d) return nbi_fail(ctx, NB_ERR_NULL_POINTER, "%s: the MoE descriptor is NULL", fn);
@@ -109,11 +119,7 @@ nb_status nb_moe_desc_init(nb_moe_desc *d, nb_format format, int64_t m, int32_t 
                         hidden);
     nb_weight_desc_init(&d->down, format, hidden, intermediate);
     d->activation = activation;
-    d->gate_up_layout = activation == NB_MOE_ACT_SWIGLU_OAI ? NB_MOE_GATE_UP_INTERLEAVED : NB_MOE_GATE_UP_CONCAT;
-    if (activation == NB_MOE_ACT_SWIGLU_OAI) {
-        d->limit = 7.0f;
-        d->alpha = 1.702f;
-    }
+    act_defaults(activation, &d->gate_up_layout, &d->limit, &d->alpha);
     d->act_dtype = act_dtype;
     return check_moe(NULL, d, fn);
 }
@@ -925,26 +931,27 @@ nb_status nb_glu_desc_init(nb_glu_desc *d, nb_moe_activation activation, int64_t
     d->n = n;
     d->activation = activation;
     d->dtype = dtype;
-    if (activation == NB_MOE_ACT_SWIGLU_OAI) {
-        d->layout = NB_MOE_GATE_UP_INTERLEAVED;
-        d->limit = 7.0f;
-        d->alpha = 1.702f;
-    } else {
-        d->layout = NB_MOE_GATE_UP_CONCAT;
-    }
+    act_defaults(activation, &d->layout, &d->limit, &d->alpha);
     return check_glu(NULL, d, "nb_glu_desc_init");
+}
+
+/* The buffer rules nb_glu_host and nb_glu share (d validated): gu and h
+ * not NULL and not overlapping. */
+static nb_status check_glu_buffers(nb_context *ctx, const nb_glu_desc *d, const void *gu, const void *h,
+                                   const char *fn) {
+    if (!gu || !h) return nbi_fail(ctx, NB_ERR_NULL_POINTER, "%s: gu and h must not be NULL", fn);
+    const size_t es = nbi_dtype_size(d->dtype);
+    const uintptr_t a = (uintptr_t)gu, b = (uintptr_t)h;
+    const uintptr_t gub = (uintptr_t)(d->m * 2 * d->n) * es, hb = (uintptr_t)(d->m * d->n) * es;
+    if (a < b + hb && b < a + gub)
+        return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "%s: gu and h overlap (h is written while gu is read)", fn);
+    return NB_OK;
 }
 
 nb_status nb_glu_host(nb_context *ctx, const nb_glu_desc *d, const void *gu, void *h) {
     static const char fn[] = "nb_glu_host";
     nb_status st = check_glu(ctx, d, fn);
-    if (st) return st;
-    if (!gu || !h) return nbi_fail(ctx, NB_ERR_NULL_POINTER, "%s: gu and h must not be NULL", fn);
-    const size_t es = nbi_dtype_size(d->dtype);
-    const char *a = (const char *)gu, *b = (const char *)h;
-    const size_t gub = (size_t)(d->m * 2 * d->n) * es, hb = (size_t)(d->m * d->n) * es;
-    if (a < b + hb && b < a + gub)
-        return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "%s: gu and h overlap (h is written while gu is read)", fn);
+    if (st || (st = check_glu_buffers(ctx, d, gu, h, fn))) return st;
     const int64_t I = d->n;
     const int il = d->layout == NB_MOE_GATE_UP_INTERLEAVED;
     for (int64_t t = 0; t < d->m; t++)
@@ -965,19 +972,12 @@ nb_status nb_glu(nb_context *ctx, const nb_glu_desc *d, const void *gu, void *h,
     if (d->dtype != NB_DTYPE_BF16 && d->dtype != NB_DTYPE_F16)
         return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s: the device takes BF16 or F16, not %s (F32: nb_glu_host)", fn,
                         nbi_dtype_name(d->dtype));
-    if (!gu || !h) return nbi_fail(ctx, NB_ERR_NULL_POINTER, "%s: gu and h must not be NULL", fn);
-    if ((uintptr_t)gu % 2 || (uintptr_t)h % 2)
+    if ((uintptr_t)gu % 2 || (uintptr_t)h % 2) /* (NULL passes here: check_glu_buffers names it) */
         return nbi_fail(ctx, NB_ERR_MISALIGNED, "%s: gu and h must be 2-byte aligned", fn);
-    const uintptr_t a = (uintptr_t)gu, b = (uintptr_t)h;
-    const uintptr_t gub = (uintptr_t)(d->m * 2 * d->n) * 2u, hb = (uintptr_t)(d->m * d->n) * 2u;
-    if (a < b + hb && b < a + gub)
-        return nbi_fail(ctx, NB_ERR_INVALID_ARGUMENT, "%s: gu and h overlap (h is written while gu is read)", fn);
+    if ((st = check_glu_buffers(ctx, d, gu, h, fn))) return st;
     int capturing = 0;
-    const int pdl = ctx->info.cc_major >= 9 && ctx->env_pdl != 1 ? nbi_pdl_head(ctx, stream, &capturing) : 0;
-    st = nbi_cuda_glu(ctx, d, gu, h, pdl && nbi_pdl_k2_ok(ctx, capturing, 0), stream);
-    if (capturing) {
-        nbi_note_own(ctx, stream, st);
-        ctx->own_k2 = 0;
-    }
+    const int pdl = nbi_pdl_begin(ctx, stream, ctx->info.cc_major >= 9 && ctx->env_pdl != 1, 0, &capturing);
+    st = nbi_cuda_glu(ctx, d, gu, h, pdl, stream);
+    nbi_pdl_end(ctx, stream, capturing, 0, st);
     return st ? nbi_reraise(ctx, st, fn) : NB_OK;
 }

@@ -745,7 +745,7 @@ static cudaGraphNode_t root_node(cudaGraph_t graph) {
 }
 #endif
 
-/* Programmatic dependent launch under stream capture (device.c nbi_pdl_head).
+/* Programmatic dependent launch under stream capture (device.c pdl_head).
  * Captured [nb_dequantize, nb_gemm A, nb_gemm B] in a context of each
  * NIBBLE_PDL setting: with it unset or "auto" the edge A -> B is
  * programmatic and dequantize -> A (a kernel not nb_gemm's) plain; with
@@ -873,7 +873,7 @@ static void test_pdl_capture(env_t *e, int cc_major) {
         CK(cudaGraphDestroy(graph));
         /* kernel 2's split grid at 8 tokens after another kernel, after itself, and before another: a
          * programmatic edge only between the two calls of the same plan, but with NIBBLE_PDL=1 everywhere
-         * (device.c nbi_pdl_k2) */
+         * (device.c pdl_k2) */
         if (k2) {
             CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
             st = nb_gemm(c, &g, dx, w.d_packed, NULL, dy, e->ws, e->ws_bytes, s);

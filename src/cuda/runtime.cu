@@ -24,7 +24,7 @@ extern "C" int nbi_cuda_has_sm90a(void) {
 }
 
 /* The capture state of `stream` and, when it captures, the node its next
- * launch will depend on (internal.h; device.c nbi_pdl_head). */
+ * launch will depend on (internal.h; device.c pdl_head). */
 extern "C" int nbi_cuda_capture_tip(void *stream, void **node, unsigned long long *id) {
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     unsigned long long cid = 0;
