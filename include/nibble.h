@@ -697,11 +697,15 @@ NB_API nb_status nb_gemm_reference_device(nb_context *ctx, const nb_gemm_desc *g
  * model step, where other kernels sit between them (NOTES.md).  So under
  * stream capture a call launches with it only when its launch follows the
  * same context's previous nb_gemm launch in that capture (the one node the
- * capture would make it depend on); a direct launch, which cannot see what
- * precedes it, always does.  NIBBLE_PDL at context creation: unset or
- * "auto" that rule, "1" always, "0" never; another value fails a device
- * context's nb_context_create with NB_ERR_INVALID_ARGUMENT.  The MoE calls
- * keep it between their own launches.
+ * capture would make it depend on), or a kernel that was itself launched
+ * with it (such as Inductor's Triton kernels under
+ * TORCHINDUCTOR_ENABLE_PDL=1, which let the next kernel launch early); a
+ * direct launch, which cannot see what precedes it, always does.  Decode
+ * kernel 2's split grid at 2..8 tokens takes it only after the same plan.
+ * NIBBLE_PDL at context creation: unset or "auto" that rule, "1" always,
+ * "0" never; another value fails a device context's nb_context_create with
+ * NB_ERR_INVALID_ARGUMENT.  The MoE calls keep it between their own
+ * launches.
  *
  * m buckets (an entry tuned at one m serves every m of its bucket): 1, 2,
  * 3-4, 5-8, 9-16, 17-32, 33-64, 65-128, 129-256, 257-512, 513-1024,

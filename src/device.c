@@ -238,11 +238,18 @@ static nb_status run_decode(nb_context *ctx, const nb_gemm_desc *g, const nb_gem
  * and launching those calls without it made the step 1.9% faster (H200,
  * 8B shape, batch 1; NOTES.md, "Programmatic dependent launch in the model
  * step").  Under stream capture the graph says which node the launch will
- * follow: with NIBBLE_PDL unset or "auto" the call launches with it only
- * after this context's own last launch (the one node it depends on).  A
- * direct launch cannot know what precedes it and keeps it.  *capturing is
- * set when the stream captures, so that the caller notes its launch
- * (note_own).  nb_glu takes the same rule (nbi_pdl_begin). */
+ * follow: with NIBBLE_PDL unset or "auto" the call launches with it after
+ * this context's own last launch (the one node it depends on), and after a
+ * kernel that was itself launched with it (a programmatic edge into it), as
+ * Inductor launches its Triton kernels under TORCHINDUCTOR_ENABLE_PDL=1:
+ * those let their dependents launch once their loads are issued, so the
+ * call's weight prologue overlaps them (the compiled 8B step with that
+ * switch at batch 1 2.443 -> 2.398 ms, H200; NOTES.md "Inductor's
+ * programmatic dependent launch").  A direct launch cannot know what
+ * precedes it and keeps it.  Returns 0 (without), 1 (with: after an own
+ * launch, or direct) or 2 (with: after another kernel that took it);
+ * *capturing is set when the stream captures, so that the caller notes its
+ * launch (note_own).  nb_glu takes the same rule (nbi_pdl_begin). */
 static int pdl_head(nb_context *ctx, void *stream, int *capturing) {
     *capturing = 0;
     if (ctx->env_pdl == 2) return 1; /* NIBBLE_PDL=1 (with 0 the plan has no pdl: not called) */
@@ -251,7 +258,8 @@ static int pdl_head(nb_context *ctx, void *stream, int *capturing) {
     const int tip = nbi_cuda_capture_tip(stream, &node, &id);
     if (tip < 0) return 1;
     *capturing = 1;
-    return tip == 1 && node == ctx->own_node && id == ctx->own_capture;
+    if (tip >= 1 && node == ctx->own_node && id == ctx->own_capture) return 1;
+    return tip == 2 ? 2 : 0;
 }
 
 /* Decode kernel 2 on its split grid (not its stream-K wave) at 2..8 tokens
@@ -277,12 +285,13 @@ static int pdl_k2(const nbi_gemm_plan *p) {
 }
 
 /* Whether a launch of signature sig (pdl_k2) may take programmatic
- * dependent launch after this context's last: under capture, when both
- * signatures agree (0 and 0: neither is kernel 2's split grid); a direct
- * launch, which cannot see what precedes it, when sig is 0. */
-static int pdl_k2_ok(const nb_context *ctx, int capturing, int sig) {
+ * dependent launch after what precedes it (head: pdl_head's answer): after
+ * this context's last launch under capture, when both signatures agree (0
+ * and 0: neither is kernel 2's split grid); after another library's kernel,
+ * or directly (which cannot see what precedes it), when sig is 0. */
+static int pdl_k2_ok(const nb_context *ctx, int capturing, int head, int sig) {
     if (ctx->env_pdl == 2) return 1;
-    return capturing ? ctx->own_k2 == sig : sig == 0;
+    return capturing && head == 1 ? ctx->own_k2 == sig : sig == 0;
 }
 
 /* After a call's launches under capture: the node the next call would
@@ -290,7 +299,7 @@ static int pdl_k2_ok(const nb_context *ctx, int capturing, int sig) {
 static void note_own(nb_context *ctx, void *stream, nb_status st) {
     void *node = NULL;
     unsigned long long id = 0;
-    if (st || nbi_cuda_capture_tip(stream, &node, &id) != 1) node = NULL, id = 0;
+    if (st || nbi_cuda_capture_tip(stream, &node, &id) < 1) node = NULL, id = 0;
     ctx->own_node = node;
     ctx->own_capture = id;
 }
@@ -302,7 +311,9 @@ static void note_own(nb_context *ctx, void *stream, nb_status st) {
  * after the launches, the call recorded as the context's last own launch. */
 int nbi_pdl_begin(nb_context *ctx, void *stream, int want, int sig, int *capturing) {
     *capturing = 0;
-    return want && pdl_head(ctx, stream, capturing) && pdl_k2_ok(ctx, *capturing, sig);
+    if (!want) return 0;
+    const int head = pdl_head(ctx, stream, capturing);
+    return head && pdl_k2_ok(ctx, *capturing, head, sig);
 }
 
 void nbi_pdl_end(nb_context *ctx, void *stream, int capturing, int sig, nb_status st) {

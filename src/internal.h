@@ -94,7 +94,8 @@ struct nb_context {
     int env_moe_route;           /* NIBBLE_MOE_ROUTE at creation: 1 kernel, 2 inline; 0 when unset */
     int env_pdl;                 /* NIBBLE_PDL at creation: 1 ("0") nb_gemm launches without programmatic
                                   * dependent launch, 2 ("1") with it, 3 ("auto") or 0 (unset) with it where
-                                  * it follows one of this context's own launches (device.c pdl_head) */
+                                  * it follows one of this context's own launches or a kernel that took
+                                  * it itself (device.c pdl_head) */
     /* under stream capture, the graph node of this context's last nb_gemm
      * or nb_glu launch and its capture's id (device.c nbi_pdl_end; NULL / 0: none) */
     void *own_node;
@@ -394,7 +395,9 @@ NB_INTERNAL nb_status nbi_cuda_gemm_sm80(nb_context *ctx, const nbi_gemm_plan *p
 /* Whether `stream` is capturing, and then the one graph node the next launch
  * on it will depend on: -1 not capturing (or the query failed: its error is
  * cleared), 0 capturing with no or several nodes to depend on, 1 with one
- * (*node, and the capture's *id, set). */
+ * (*node, and the capture's *id, set), 2 with one that is a kernel launched
+ * with programmatic dependent launch itself (an edge into it is
+ * programmatic; CUDA 13 builds). */
 NB_INTERNAL int nbi_cuda_capture_tip(void *stream, void **node, unsigned long long *id);
 /* Programmatic dependent launch around a call's launches (device.c): before
  * them, whether its first launch takes it (want: the call would; sig: the

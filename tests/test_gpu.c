@@ -743,6 +743,43 @@ static cudaGraphNode_t root_node(cudaGraph_t graph) {
     size_t n = 4;
     return cudaGraphGetRootNodes(graph, r, &n) == cudaSuccess && n == 1 ? r[0] : NULL;
 }
+
+/* Another library's kernel that takes programmatic dependent launch, as
+ * Inductor's Triton kernels do under TORCHINDUCTOR_ENABLE_PDL=1: it waits
+ * for the grid before it, then lets the next one launch (sm_90, loaded from
+ * PTX by the driver). */
+static const char pdl_noop_ptx[] = ".version 7.8\n.target sm_90\n.address_size 64\n"
+                                   ".visible .entry nb_test_pdl_noop()\n{\n"
+                                   "griddepcontrol.wait;\ngriddepcontrol.launch_dependents;\nret;\n}\n";
+
+static cudaError_t launch_pdl_noop(cudaKernel_t kern, cudaStream_t s) {
+    cudaLaunchAttribute at;
+    memset(&at, 0, sizeof at);
+    at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim.x = cfg.gridDim.y = cfg.gridDim.z = 1;
+    cfg.blockDim.x = 32, cfg.blockDim.y = cfg.blockDim.z = 1;
+    cfg.stream = s;
+    cfg.attrs = &at;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelExC(&cfg, (const void *)kern, NULL);
+}
+
+/* Captures [nb_dequantize of cd, the noop with programmatic dependent
+ * launch, nb_gemm g of x and packed into y] on s into *graph (*le: the
+ * noop's launch); the first failing status. */
+static nb_status capture_after_pdl(nb_context *c, const nb_weight_desc *cd, const weight_t *w, void *ddq,
+                                   cudaKernel_t noop, const nb_gemm_desc *g, const void *x, const void *packed,
+                                   void *y, env_t *e, cudaStream_t s, cudaGraph_t *graph, cudaError_t *le) {
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    nb_status st = nb_dequantize(c, cd, w->d_codes, w->d_scales, NB_DTYPE_BF16, ddq, s);
+    *le = st ? cudaSuccess : launch_pdl_noop(noop, s);
+    if (!st && *le == cudaSuccess) st = nb_gemm(c, g, x, packed, NULL, y, e->ws, e->ws_bytes, s);
+    CK(cudaStreamEndCapture(s, graph));
+    return st;
+}
 #endif
 
 /* Programmatic dependent launch under stream capture (device.c pdl_head).
@@ -750,9 +787,15 @@ static cudaGraphNode_t root_node(cudaGraph_t graph) {
  * NIBBLE_PDL setting: with it unset or "auto" the edge A -> B is
  * programmatic and dequantize -> A (a kernel not nb_gemm's) plain; with
  * NIBBLE_PDL=1 both programmatic, with 0 neither; before sm_90 neither.
- * Each graph's replay gives the direct call's bits.  And a tensor-core call
- * with a tail split (two launches) after a memset node: plain into its
- * first launch, programmatic between its two (unless NIBBLE_PDL=0). */
+ * Each graph's replay gives the direct call's bits.  After another
+ * library's kernel that took programmatic dependent launch itself
+ * (pdl_noop, on sm_90+): [nb_dequantize, noop, nb_gemm] has the edge noop
+ * -> nb_gemm programmatic unless NIBBLE_PDL=0, and kernel 2's split grid
+ * after the noop a plain edge but with NIBBLE_PDL=1; a noop at the root
+ * (no programmatic edge into it) is followed by a plain edge in "auto".
+ * And a tensor-core call with a tail split (two launches) after a memset
+ * node: plain into its first launch, programmatic between its two (unless
+ * NIBBLE_PDL=0). */
 static void test_pdl_capture(env_t *e, int cc_major) {
 #if CUDART_VERSION >= 13000
     const char *was = getenv("NIBBLE_PDL");
@@ -816,6 +859,14 @@ static void test_pdl_capture(env_t *e, int cc_major) {
     cudaStream_t s;
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     const int P = cudaGraphDependencyTypeProgrammatic, D = cudaGraphDependencyTypeDefault;
+    cudaLibrary_t noop_lib = NULL;
+    cudaKernel_t noop = NULL;
+    if (cc_major >= 9) {
+        const int ok = cudaLibraryLoadData(&noop_lib, pdl_noop_ptx, NULL, NULL, 0, NULL, NULL, 0) == cudaSuccess &&
+                       cudaLibraryGetKernel(&noop, noop_lib, "nb_test_pdl_noop") == cudaSuccess;
+        check(ok, "test_pdl_capture: the PTX of another library's kernel with programmatic dependent launch loads");
+        if (!ok) (void)cudaGetLastError(), noop = NULL;
+    }
     static const char *const modes[4] = {NULL, "0", "1", "auto"};
     for (int i = 0; i < 4; i++) {
         if (modes[i]) setenv("NIBBLE_PDL", modes[i], 1);
@@ -871,6 +922,50 @@ static void test_pdl_capture(env_t *e, int cc_major) {
         check(memcmp(hz, hzref, (size_t)(m * 256) * 2) == 0, what);
         CK(cudaGraphExecDestroy(exec));
         CK(cudaGraphDestroy(graph));
+        /* after another library's kernel that took programmatic dependent launch (device.c pdl_head) */
+        if (noop) {
+            cudaError_t le;
+            st = capture_after_pdl(c, &cd, &w, ddq, noop, &g, dx, w.d_packed, dy, e, s, &graph, &le);
+            t1 = t2 = -1;
+            r = root_node(graph), a = r ? next_node(r, &t1) : NULL, b = a ? next_node(a, &t2) : NULL;
+            snprintf(what, sizeof what, "NIBBLE_PDL=%s: captured dequantize -> PDL kernel -> nb_gemm: edges %d, %d "
+                     "(want %d, %d; 1 programmatic), status %s, launch %s", modes[i] ? modes[i] : "(unset)", t1, t2, P,
+                     on ? P : D, nb_status_name(st), cudaGetErrorString(le));
+            check(st == NB_OK && le == cudaSuccess && b && t1 == P && t2 == (on ? P : D), what);
+            CK(cudaGraphInstantiate(&exec, graph, 0));
+            CK(cudaMemsetAsync(dy, 0xFF, (size_t)(m * n) * 2, s));
+            CK(cudaGraphLaunch(exec, s));
+            CK(cudaStreamSynchronize(s));
+            CK(cudaMemcpy(hy, dy, (size_t)(m * n) * 2, cudaMemcpyDeviceToHost));
+            snprintf(what, sizeof what, "NIBBLE_PDL=%s: nb_gemm after a PDL kernel: the graph equals the direct "
+                     "call's bits", modes[i] ? modes[i] : "(unset)");
+            check(memcmp(hy, href, (size_t)(m * n) * 2) == 0, what);
+            CK(cudaGraphExecDestroy(exec));
+            CK(cudaGraphDestroy(graph));
+            /* the same kernel at the root (nothing before it, so no programmatic edge into it) */
+            CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+            le = launch_pdl_noop(noop, s);
+            st = le == cudaSuccess ? nb_gemm(c, &g, dx, w.d_packed, NULL, dy, e->ws, e->ws_bytes, s) : NB_OK;
+            CK(cudaStreamEndCapture(s, &graph));
+            t1 = -1;
+            r = root_node(graph), a = r ? next_node(r, &t1) : NULL;
+            snprintf(what, sizeof what, "NIBBLE_PDL=%s: captured PDL kernel (root) -> nb_gemm: edge %d (want %d), "
+                     "status %s, launch %s", modes[i] ? modes[i] : "(unset)", t1, always ? P : D, nb_status_name(st),
+                     cudaGetErrorString(le));
+            check(st == NB_OK && le == cudaSuccess && a && t1 == (always ? P : D), what);
+            CK(cudaGraphDestroy(graph));
+            /* kernel 2's split grid after it: plain but with NIBBLE_PDL=1 (device.c pdl_k2_ok) */
+            if (k2) {
+                st = capture_after_pdl(c, &cd, &w, ddq, noop, &gk, kx, wk.d_packed, ky, e, s, &graph, &le);
+                t1 = t2 = -1;
+                r = root_node(graph), a = r ? next_node(r, &t1) : NULL, b = a ? next_node(a, &t2) : NULL;
+                snprintf(what, sizeof what, "NIBBLE_PDL=%s: dequantize -> PDL kernel -> kernel 2 split (m = 8): "
+                         "edges %d, %d (want %d, %d), status %s", modes[i] ? modes[i] : "(unset)", t1, t2, P,
+                         always ? P : D, nb_status_name(st));
+                check(st == NB_OK && le == cudaSuccess && b && t1 == P && t2 == (always ? P : D), what);
+                CK(cudaGraphDestroy(graph));
+            }
+        }
         /* kernel 2's split grid at 8 tokens after another kernel, after itself, and before another: a
          * programmatic edge only between the two calls of the same plan, but with NIBBLE_PDL=1 everywhere
          * (device.c pdl_k2) */
@@ -893,6 +988,7 @@ static void test_pdl_capture(env_t *e, int cc_major) {
         }
         nb_context_destroy(c);
     }
+    if (noop_lib) cudaLibraryUnload(noop_lib);
     cudaFree(kx);
     cudaFree(ky);
     free_weight(&wk);

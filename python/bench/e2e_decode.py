@@ -62,6 +62,10 @@ Modes (--modes, both by default on CUDA):
             itself, a compiled step that disagrees with the eager one) is
             reported as FAILED for that row, never replaced by eager
             timings, and the exit code is 3.  Needs a CUDA device.
+            --inductor-pdl compiles every format (BF16 too) with
+            Inductor's programmatic dependent launch (off in torch by
+            default): its Triton kernels let the next kernel launch early,
+            and nibble's calls after them take it too.
 
 Measured per format, mode and batch: the step time (CUDA events over
 --steps replays after --warmup), tokens/s = batch / step time, and the
@@ -368,14 +372,30 @@ def _graphs_compiled():
     return int(_dynamo().utils.counters["stats"]["unique_graphs"])
 
 
-def compile_step(dec, prompt, mode="default", backend="inductor"):
+def inductor_pdl_default():
+    """Whether Inductor generates programmatic dependent launch by default here
+    (TORCHINDUCTOR_ENABLE_PDL=1; None where this torch has no such switch)."""
+    import torch._inductor.config as ic
+    return getattr(ic.triton, "enable_pdl", None)
+
+
+def compile_step(dec, prompt, mode="default", backend="inductor", pdl=False):
     """torch.compile of dec.step (fullgraph, static shapes), compiled now on
     the state after prefill(prompt) and checked against one eager step from
-    that state.  Returns (compiled function, compile seconds, relative
-    logits difference).  Raises CompileError on any failure: a graph break
+    that state; pdl: with Inductor's programmatic dependent launch
+    (torch._inductor.config.triton.enable_pdl, for this compilation).
+    Returns (compiled function, compile seconds, relative logits
+    difference).  Raises CompileError on any failure: a graph break
     (fullgraph), a recompilation past Dynamo's limit (which would otherwise
     run the step eagerly without a word), an Inductor error, or a compiled
     step that disagrees with the eager one."""
+    if pdl:
+        if inductor_pdl_default() is None:
+            raise CompileError(f"--inductor-pdl: torch {torch.__version__}'s Inductor has no "
+                               "triton.enable_pdl switch")
+        import torch._inductor.config as ic
+        with ic.patch({"triton.enable_pdl": True}):
+            return compile_step(dec, prompt, mode, backend)
     dynamo = _dynamo()
     dynamo.reset()
     dynamo.utils.counters.clear()   # (reset() keeps them): _graphs_compiled() counts this step's graphs
@@ -435,7 +455,8 @@ def run_batch(model, batch, args, device, gen, modes, fmt):
                     dec.prefill(prompt)
                     step = Timer(dec.step, device, not args.no_graph)
                 else:
-                    fn, r["compile_s"], r["compiled_vs_eager"] = compile_step(dec, prompt, args.compile_mode)
+                    fn, r["compile_s"], r["compiled_vs_eager"] = compile_step(dec, prompt, args.compile_mode,
+                                                                               pdl=args.inductor_pdl)
                     n_graphs = _graphs_compiled()
                     dec.prefill(prompt)
                     try:
@@ -445,7 +466,8 @@ def run_batch(model, batch, args, device, gen, modes, fmt):
                                            f"{str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}") from e
                     if _graphs_compiled() != n_graphs:
                         raise CompileError("the compiled step recompiled during capture (guards failed)")
-                    step.note = f"torch.compile ({args.compile_mode}) + cuda graph"
+                    step.note = (f"torch.compile ({args.compile_mode}"
+                                 + (", Inductor PDL" if args.inductor_pdl else "") + ") + cuda graph")
                 r["step_ms"] = step.time(args.warmup, args.steps, before=functools.partial(dec.prefill, prompt))
                 r["tokens_per_s"] = batch * 1e3 / r["step_ms"]
                 r["gemm_share"] = (lin_ms + head_ms) / r["step_ms"]
@@ -469,7 +491,7 @@ KERNEL_KINDS = (  # (kind, substrings of a kernel's name), first match wins
     ("inductor (triton)", ("triton",)),   # (before the others: Inductor names kernels after the ops they fuse)
     ("nibble", ("gemv_fp4", "gemv_int", "gemv_table", "gemm_sm90", "gemm_sm80", "gemm_naive", "moe_align",
                 "moe_gather", "moe_gemv", "moe_combine", "moe_sm90", "dequant_kernel", "pack_kernel",
-                "pack_int_kernel", "quantize_block", "quantize_scan", "exp_range")),
+                "pack_int_kernel", "quantize_block", "quantize_scan", "exp_range", "glu_kernel")),
     ("attention", ("sdpa", "flash", "fmha", "attention")),
     ("gemm (cuBLAS)", ("nvjet", "cublas", "gemm", "cutlass", "xmma")),
     ("copy / set", ("memcpy", "memset")),
@@ -646,6 +668,10 @@ def parse_args(argv=None):
                     help="the MLP's silu(gate) * up in the quantized formats: nibble (nibble.torch.glu, nb_glu, "
                          "between the two nibble GEMMs, as an engine's silu_and_mul; default) or torch (the "
                          "model's own, which Inductor fuses into one kernel); BF16 always runs torch's")
+    ap.add_argument("--inductor-pdl", action="store_true",
+                    help="compile with Inductor's programmatic dependent launch (torch._inductor.config.triton."
+                         "enable_pdl, as TORCHINDUCTOR_ENABLE_PDL=1) in every format, BF16 included: its Triton "
+                         "kernels let the next kernel launch early, and nibble's calls after them take it")
     ap.add_argument("--profile", default=None, metavar="DIR",
                     help="also record each timed step's kernels with torch.profiler and write "
                          "DIR/profile-<format>-b<batch>-<mode>.txt (kernels, kinds, busy and idle time per step)")
@@ -655,6 +681,8 @@ def parse_args(argv=None):
     args = ap.parse_args(argv)
 
     parse_lists(ap, args, FORMATS + INT_FORMATS)
+    if not args.inductor_pdl and inductor_pdl_default():
+        args.inductor_pdl = True   # TORCHINDUCTOR_ENABLE_PDL=1 in the environment: the results say so
     if args.layers is None:
         args.layers = SHAPES["tiny" if args.tiny else args.shape][1]
     if args.layers < 1 or not args.batches or min(args.batches) < 1 or args.steps < 1:
@@ -710,7 +738,8 @@ def main(argv=None):
           f"weights, built in {time.time() - t0:.1f} s on {gpu}")
     print(f"decode: prompt {args.prompt}, {args.warmup} warm-up + {args.steps} timed steps per batch; "
           f"batches {args.batches}; modes {', '.join(args.modes)}"
-          + (f" (torch.compile mode {args.compile_mode})" if "compiled" in args.modes else "")
+          + (f" (torch.compile mode {args.compile_mode}"
+             + (", Inductor PDL" if args.inductor_pdl else "") + ")" if "compiled" in args.modes else "")
           + f"; graphs {'off (eager mode)' if args.no_graph else 'on'}"
           + f"; q/k/v and gate/up {'separate' if args.no_fuse else 'fused (one GEMM each, every format)'}"
           + f"; silu(gate) * up: {'nibble.torch.glu in the quantized formats' if args.glu == 'nibble' else 'torch'}"
@@ -944,6 +973,7 @@ def write_out(args, rows, checks, cfg, gpu, total, tf_version):
             "nibble": nibble.version_string(), "shape": "tiny" if args.tiny else args.shape, "layers": args.layers,
             "tiny": args.tiny, "prompt": args.prompt, "steps": args.steps, "warmup": args.warmup,
             "modes": args.modes, "compile_mode": args.compile_mode, "fused": not args.no_fuse, "glu": args.glu,
+            "inductor_pdl": bool(args.inductor_pdl),
             "device": str(args.device), "seconds": total, "nibble_env": nibble_env(),
             "config": {k: getattr(cfg, k) for k in ("hidden_size", "intermediate_size", "num_attention_heads",
                                                     "num_key_value_heads", "vocab_size", "num_hidden_layers")}}

@@ -55,6 +55,7 @@ def test_profile_summary():
     assert kinds["attention"]["us"] == 6 and kinds["gemm (cuBLAS)"]["us"] == 10
     assert "busy 28.0 us (idle 37.0)" in text.splitlines()[0]
     assert e2e.kernel_kind("Memset (Unknown)") == "copy / set" and e2e.kernel_kind("foo") == "other"
+    assert e2e.kernel_kind("void glu_kernel<3, 1, true>(void const*, void*, long, long, int, float, float)") == "nibble"
     assert e2e.summarize_kernels([], 1, "t")[0] == {"error": "the profiler recorded no kernels"}
 
 
@@ -73,6 +74,7 @@ def test_tiny_run_writes_results(tmp_path, monkeypatch):
     data = json.loads((tmp_path / "e2e_decode.json").read_text())
     assert data["meta"]["layers"] == 2 and len(data["rows"]) == 6 and data["meta"]["modes"] == ["eager"]
     assert data["meta"]["nibble_env"]["NIBBLE_PDL"] == "0" and "NIBBLE_LIBRARY" not in data["meta"]["nibble_env"]
+    assert data["meta"]["inductor_pdl"] is (e2e.inductor_pdl_default() is True)
     assert (tmp_path / "e2e_decode.csv").read_text().count("\n") == 7
     with pytest.raises(SystemExit):
         e2e.main(["--formats", "fp8", "--device", "cpu"])
@@ -196,3 +198,22 @@ def test_check_flags_wrong_weights():
     assert "MISMATCH" in e2e.check_line(bad) and e2e.exit_code([], [good, bad]) == 2
     # the model's parameters are BF16 again after the float32 twin
     assert all(p.dtype == torch.bfloat16 for p in model.parameters())
+
+
+def test_compile_step_inductor_pdl(monkeypatch):
+    """--inductor-pdl compiles with torch._inductor.config.triton.enable_pdl set
+    (and only for that compilation), and says so where this torch lacks it."""
+    import torch._inductor.config as ic
+    if e2e.inductor_pdl_default() is None:
+        with pytest.raises(e2e.CompileError, match="enable_pdl"):
+            e2e.compile_step(None, None, pdl=True)
+        return
+    seen = []
+    orig = e2e.compile_step
+    monkeypatch.setattr(e2e, "compile_step", lambda *a, **k: seen.append(ic.triton.enable_pdl) or "compiled")
+    before = ic.triton.enable_pdl
+    assert orig(None, None, pdl=True) == "compiled" and seen == [True]
+    assert ic.triton.enable_pdl == before
+    monkeypatch.setattr(e2e, "inductor_pdl_default", lambda: None)
+    with pytest.raises(e2e.CompileError, match="enable_pdl"):
+        orig(None, None, pdl=True)

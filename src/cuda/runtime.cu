@@ -43,6 +43,27 @@ extern "C" int nbi_cuda_capture_tip(void *stream, void **node, unsigned long lon
     if (n != 1 || !deps) return 0;
     *node = (void *)deps[0];
     *id = cid;
+#if CUDART_VERSION >= 13000
+    /* 2: the node is a kernel that was itself launched with programmatic
+     * dependent launch (an edge into it is programmatic), as Inductor's
+     * Triton kernels are under TORCHINDUCTOR_ENABLE_PDL=1 */
+    cudaGraphNodeType type;
+    if (cudaGraphNodeGetType(deps[0], &type) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 1;
+    }
+    if (type != cudaGraphNodeTypeKernel) return 1;
+    cudaGraphNode_t in[8];
+    cudaGraphEdgeData ed[8];
+    size_t nin = 8;
+    memset(ed, 0, sizeof ed);
+    if (cudaGraphNodeGetDependencies(deps[0], in, ed, &nin) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 1;
+    }
+    for (size_t i = 0; i < nin && i < 8; i++)
+        if (ed[i].type == cudaGraphDependencyTypeProgrammatic) return 2;
+#endif
     return 1;
 }
 
