@@ -403,8 +403,9 @@ NB_INTERNAL int nbi_cuda_capture_tip(void *stream, void **node, unsigned long lo
  * them, whether its first launch takes it (want: the call would; sig: the
  * plan's signature when it is decode kernel 2's split grid at 2..8 tokens,
  * which takes it only next to the same plan, else 0; under capture only
- * after this context's own last launch), *capturing set when the stream
- * captures; after them, the call recorded as the context's last. */
+ * after this context's own last launch or a kernel that took it itself),
+ * *capturing set when the stream captures; after them, the call recorded
+ * as the context's last. */
 NB_INTERNAL int nbi_pdl_begin(nb_context *ctx, void *stream, int want, int sig, int *capturing);
 NB_INTERNAL void nbi_pdl_end(nb_context *ctx, void *stream, int capturing, int sig, nb_status st);
 /* nb_glu's kernel (moe.cu): d validated, BF16 or F16, gu and h 2-byte aligned. */

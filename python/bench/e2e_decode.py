@@ -176,7 +176,6 @@ def build_model(config, device, dtype, seed):
 def _nibble_layer(mod):
     """Whether mod is a nibble.torch.Linear (nibble.torch imported only if it
     already is)."""
-    import sys
     nt = sys.modules.get("nibble.torch")
     return nt is not None and isinstance(mod, nt.Linear)
 
