@@ -698,6 +698,26 @@ static int moe_inline(const nb_context *ctx, const nbi_moe_plan *p, int64_t gu_g
     return p->slots <= 8 && p->launch_blocks * groups <= 3 * (int64_t)ctx->info.sm_count;
 }
 
+/* down at one token per routing block with inline routing: the k range of
+ * a row block over 4 warps instead of 2 where that grid is more than two
+ * and at most three CTAs per SM.  The decode kernels stream each warp's
+ * chunks one after the other and a chunk's instructions wait on each other,
+ * so at batch 1 a warp's chain, not DRAM, sets down's time (ncu, gpt-oss
+ * MXFP4: 18.7 us alone for 17.6 MB, 20% of DRAM bandwidth, 11 warps per
+ * SM).  Four warps halve the chain; the kernel then runs its lean instance
+ * (moe.cu: the combine four slots at a time, 72-74 registers instead of 90,
+ * so three CTAs fit an SM and the grid is one wave).  Measured on an H200
+ * (NOTES.md, "MoE down at batch 1 over four warps"): gpt-oss-120b / 20b
+ * 26.7 -> 25.0 us NVFP4, 27.1 -> 25.2 MXFP4.  Grids of at most two CTAs
+ * per SM keep kw = 2 and the 90-register instance: with 72 registers at kw
+ * = 2 the same grids ran 11-13% slower (the hardware then packs three CTAs
+ * on the SMs that free first; Qwen3-30B-A3B's 288 CTAs 15.8 -> 17.9 us). */
+static int moe_down_kw4(const nb_context *ctx, const nbi_moe_plan *p) {
+    if (ctx->env_moe_kw || p->dn_kw != 2 || p->dn_kchunks < 16) return 0;
+    const int64_t ctas = p->launch_blocks * ((p->dn_row_blocks + 1) / 2), sms = ctx->info.sm_count;
+    return ctas > 2 * sms && ctas <= 3 * sms;
+}
+
 /* The scale handling of one packed projection: nbi_plan's, for a GEMM of
  * that weight (it also checks the MXFP4 exponent span against the dtype). */
 static nb_status moe_scales(nb_context *ctx, const nb_moe_desc *d, const nb_weight_desc *w, int *exp_shift,
@@ -775,10 +795,14 @@ nb_status nbi_moe_plan_make(nb_context *ctx, const nb_moe_desc *d, nbi_moe_plan 
     p->dn_kw = moe_kw(ctx, d, p->block, p->dn_row_blocks, p->dn_kchunks, 0);
     /* the decode kernels' 1-D grids: routing blocks x groups of row blocks */
     const int64_t gu_groups = (p->gu_row_blocks + 8 / p->gu_kw - 1) / (8 / p->gu_kw);
-    const int64_t dn_groups = (p->dn_row_blocks + 8 / p->dn_kw - 1) / (8 / p->dn_kw);
-    p->dn_groups = dn_groups;
+    p->dn_groups = (p->dn_row_blocks + 8 / p->dn_kw - 1) / (8 / p->dn_kw);
     p->inline_route = moe_inline(ctx, p, gu_groups);
-    if (p->launch_blocks * gu_groups > INT32_MAX || p->launch_blocks * dn_groups > INT32_MAX)
+    if (p->inline_route && p->mt == 1 && moe_down_kw4(ctx, p)) {
+        p->dn_kw = 4;
+        p->dn_groups = (p->dn_row_blocks + 1) / 2;
+    }
+    const int64_t dn_ctas = p->launch_blocks * p->dn_groups;
+    if (p->launch_blocks * gu_groups > INT32_MAX || dn_ctas > INT32_MAX)
         return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "%s: m = %lld, hidden = %lld and intermediate = %lld with %d experts "
                         "need more CTAs than one launch has", fn, (long long)d->m, (long long)d->hidden,
                         (long long)d->intermediate, (int)d->experts);
@@ -807,7 +831,7 @@ nb_status nbi_moe_plan_make(nb_context *ctx, const nb_moe_desc *d, nbi_moe_plan 
     p->off_o = off;
     off += align256((size_t)p->slots * (size_t)p->hidden * es);
     p->off_arrive = off; /* inline routing: down's arrivals per group of row blocks (gate_up zeroes them) */
-    off += align256((size_t)dn_groups * 4);
+    off += align256((size_t)p->dn_groups * 4);
     p->ws_bytes = off;
     return NB_OK;
 }

@@ -573,18 +573,19 @@ static int moe_plan(nb_context *ctx, nb_format fmt, const char *name, int m, int
     return st == NB_OK;
 }
 
-/* The MoE decode kernels' k split (moe.c moe_kw) and inline routing on the
- * four bench_moe layers: the choices measured fastest on an H100
- * (bench/RESULTS.md, gate_up's k split; down launched early), and the
- * rule's bounds on a sweep. */
+/* The MoE decode kernels' k split (moe.c moe_kw, moe_down_kw4) and inline
+ * routing on the four bench_moe layers: the choices measured fastest on an
+ * H100 (bench/RESULTS.md, gate_up's k split; down launched early) and, for
+ * down at batch 1 over four warps, on an H200; the rules' bounds on a
+ * sweep. */
 static void test_moe_kw(void) {
     static const struct {
         const char *name;
         int64_t H, I;
         int E, K, m, gu, dn, inl;
     } cases[] = {
-        {"gpt-oss-120b", 2880, 2880, 128, 4, 1, 2, 2, 1},   {"gpt-oss-120b", 2880, 2880, 128, 4, 8, 1, 1, 0},
-        {"gpt-oss-120b", 2880, 2880, 128, 4, 32, 1, 1, 0},  {"gpt-oss-20b", 2880, 2880, 32, 4, 1, 2, 2, 1},
+        {"gpt-oss-120b", 2880, 2880, 128, 4, 1, 2, 4, 1},   {"gpt-oss-120b", 2880, 2880, 128, 4, 8, 1, 1, 0},
+        {"gpt-oss-120b", 2880, 2880, 128, 4, 32, 1, 1, 0},  {"gpt-oss-20b", 2880, 2880, 32, 4, 1, 2, 4, 1},
         {"gpt-oss-20b", 2880, 2880, 32, 4, 8, 2, 1, 0},     {"gpt-oss-20b", 2880, 2880, 32, 4, 32, 1, 1, 0},
         {"qwen3-30b-a3b", 2048, 768, 128, 8, 1, 2, 2, 1},   {"qwen3-30b-a3b", 2048, 768, 128, 8, 8, 1, 1, 0},
         {"qwen3-30b-a3b", 2048, 768, 128, 8, 32, 1, 1, 0},  {"deepseek-v3", 7168, 2048, 256, 8, 1, 4, 1, 0},
@@ -603,9 +604,25 @@ static void test_moe_kw(void) {
                   cases[i].inl);
         }
     }
+    /* down over four warps at batch 1 where that grid is more than two and
+     * at most three CTAs per SM (132 SMs; I = 2880, 23 chunks, 6 a warp):
+     * hidden 2048, 2112, 2144, 3168, 3200 give 256, 264, 268, 396, 400 */
+    static const struct {
+        int64_t H;
+        int dn;
+    } edges[] = {{2048, 2}, {2112, 2}, {2144, 4}, {3168, 4}, {3200, 2}};
+    for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++) {
+        nbi_moe_plan p;
+        if (!moe_plan(ctx, NB_FORMAT_MXFP4, "edge", 1, 128, 4, edges[i].H, 2880, &p)) continue;
+        CHECK(!p.tc && p.inline_route && p.gu_kw == 2 && p.dn_kw == edges[i].dn &&
+                  p.dn_groups == (p.dn_row_blocks + 8 / p.dn_kw - 1) / (8 / p.dn_kw),
+              "moe H=%lld I=2880 m=1: kw %d/%d inline %d groups %lld, want down kw %d", (long long)edges[i].H, p.gu_kw,
+              p.dn_kw, p.inline_route, (long long)p.dn_groups, edges[i].dn);
+    }
     /* the bounds, over hidden 256..16384 and batch 1..64: kw is a power of
      * two up to 8, and a split never leaves a warp fewer than 3 chunks
-     * (kw = 2) or 8 (more; gate_up's own split keeps 12, the cases above) */
+     * (kw = 2) or 8 (more; gate_up's own split keeps 12, the cases above;
+     * down's four warps at batch 1, 4) */
     static const int64_t Hs[] = {256, 1024, 2048, 2880, 4096, 7168, 16384};
     static const int ms[] = {1, 2, 4, 8, 16, 64};
     int n = 0;
@@ -622,7 +639,8 @@ static void test_moe_kw(void) {
             for (int q = 0; q < 2; q++) {
                 const int kw = kws[q];
                 const int64_t per = (kc[q] + kw - 1) / kw;
-                CHECK((kw == 1 || kw == 2 || kw == 4 || kw == 8) && (kw == 1 || (kw == 2 && per >= 3) || per >= 8),
+                CHECK((kw == 1 || kw == 2 || kw == 4 || kw == 8) &&
+                          (kw == 1 || (kw == 2 && per >= 3) || per >= 8 || (q && kw == 4 && per >= 4 && p.inline_route)),
                       "moe sweep H=%lld m=%d %s: kw %d for %lld chunks", (long long)Hs[h], ms[j],
                       q ? "down" : "gate_up", kw, (long long)kc[q]);
             }

@@ -178,28 +178,29 @@ __global__ void __launch_bounds__(256) moe_gather_kernel(const uint4 *__restrict
 
 /* y[t, c .. c+7] = sum over s (top-k order) of w[t, s] * o[t * top_k + s,
  * c .. c+7]; a slot whose id is outside [0, E) adds nothing.  o through L2
- * (written by other CTAs of the same kernel in the inline case).  Eight
- * slots at a time: their ids, weights and rows are independent loads (one
+ * (written by other CTAs of the same kernel in the inline case).  NB (8 or
+ * 4) slots at a time: their ids, weights and rows are independent loads (one
  * L2 round trip, not two per slot: at batch 1 a few threads run this after
  * the rest of the layer is done), a row read whatever its id and used only
- * when the id is valid; the sums still run in top-k order. */
-template <int ACT>
+ * when the id is valid; the sums still run in top-k order.  NB = 4 holds 16
+ * fewer registers live (down's lean instance). */
+template <int ACT, int NB>
 __device__ __forceinline__ void moe_combine8(const void *o, const int32_t *ids, const float *tw, void *y,
                                              int64_t tok, int64_t c, int64_t hidden, int top_k, int experts) {
     float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-    for (int s0 = 0; s0 < top_k; s0 += 8) {
-        bool ok[8];
-        float w[8];
-        uint4 v[8];
+    for (int s0 = 0; s0 < top_k; s0 += NB) {
+        bool ok[NB];
+        float w[NB];
+        uint4 v[NB];
 #pragma unroll
-        for (int i = 0; i < 8; i++) {
+        for (int i = 0; i < NB; i++) {
             const int64_t slot = tok * top_k + min(s0 + i, top_k - 1); /* (past top_k: a valid slot, not added) */
             ok[i] = s0 + i < top_k && (unsigned)ids[slot] < (unsigned)experts;
             w[i] = tw[slot];
             v[i] = __ldcg((const uint4 *)((const uint16_t *)o + slot * hidden + c));
         }
 #pragma unroll
-        for (int i = 0; i < 8; i++) {
+        for (int i = 0; i < NB; i++) {
             if (!ok[i]) continue;
             const uint32_t q[4] = {v[i].x, v[i].y, v[i].z, v[i].w};
 #pragma unroll
@@ -263,13 +264,14 @@ __device__ __forceinline__ void moe_route_inline(const MoeParams &p, int b, MoeR
 }
 
 /* down's columns of row-block group grp (16 * 8 / kw of them), combined
- * into y for every token (inline routing; the CTA's threads share the work). */
-template <int ACT>
+ * into y for every token (inline routing; the CTA's threads share the work),
+ * NB slots at a time. */
+template <int ACT, int NB>
 __device__ __forceinline__ void moe_fold_columns(const MoeParams &p, int grp) {
     const int64_t rpc = 16 * (NBI_GEMV_WARPS / p.kw), c0 = grp * rpc;
     const int64_t c1 = c0 + rpc < p.hidden ? c0 + rpc : p.hidden, w8 = (c1 - c0) / 8;
     for (int64_t it = threadIdx.x; it < p.m * w8; it += NBI_GEMV_WARPS * 32)
-        moe_combine8<ACT>(p.epi.out, p.ids, p.tw, p.y, it / w8, c0 + it % w8 * 8, p.hidden, p.top_k, p.experts);
+        moe_combine8<ACT, NB>(p.epi.out, p.ids, p.tw, p.y, it / w8, c0 + it % w8 * 8, p.hidden, p.top_k, p.experts);
 }
 
 /* ------------------------------------------------------ grouped GEMMs */
@@ -278,10 +280,15 @@ __device__ __forceinline__ void moe_fold_columns(const MoeParams &p, int grp) {
  * down's last CTA per group combines).  A separate instance, so the layout
  * path (batch 2 and up) carries none of it: down with the combine's eight
  * slots in flight needs 90 registers, two CTAs per SM, and ran 15% longer
- * at batch 8-128 than at its 80 (three per SM; ncu, NOTES.md). */
-template <int FMT, int ACT, int MT, int MODE, bool INL>
-__global__ void __launch_bounds__(NBI_GEMV_WARPS * 32, 1) moe_gemv_kernel(const MoeParams p) {
+ * at batch 8-128 than at its 80 (three per SM; ncu, NOTES.md).  LEAN
+ * (inline down, one token tile, kw = 4: moe.c moe_down_kw4): the combine
+ * four slots at a time, at most 80 registers, three CTAs per SM; the
+ * inline down of kw = 2 keeps its 90 registers, which spread its grid of
+ * at most two CTAs per SM evenly over the SMs (NOTES.md). */
+template <int FMT, int ACT, int MT, int MODE, bool INL, bool LEAN>
+__global__ void __launch_bounds__(NBI_GEMV_WARPS * 32, LEAN ? 3 : 1) moe_gemv_kernel(const MoeParams p) {
     NBC_CHECK_KERNEL_FORMAT(FMT);
+    static_assert(!LEAN || (INL && MT == 1 && MODE == MOE_DOWN), "the lean instance is inline down's, one tile");
     constexpr int SB = nbc_fmt<FMT>::lane_scale_bytes;
     constexpr int CB = nbc_fmt<FMT>::chunk_bytes;
     __shared__ uint32_t stab[256];
@@ -318,7 +325,7 @@ __global__ void __launch_bounds__(NBI_GEMV_WARPS * 32, 1) moe_gemv_kernel(const 
          * at all, the first routing block's CTAs write y (zeros) */
         if (INL && MODE == MOE_DOWN && route.nblocks == 0 && b == 0) {
             nbc_grid_dependency_wait();
-            moe_fold_columns<ACT>(p, grp);
+            moe_fold_columns<ACT, LEAN ? 4 : 8>(p, grp);
         }
         return;
     }
@@ -440,7 +447,7 @@ __global__ void __launch_bounds__(NBI_GEMV_WARPS * 32, 1) moe_gemv_kernel(const 
     /* inline routing: the last of the group's CTAs (one per routing block
      * with an expert) to store its o combines the group's columns */
     if (INL && MODE == MOE_DOWN && nbc_split_last<0>(&p.arrive[grp], route.nblocks, &is_last, threadIdx.x == 0))
-        moe_fold_columns<ACT>(p, grp);
+        moe_fold_columns<ACT, LEAN ? 4 : 8>(p, grp);
 }
 
 /* y[t, c] = sum over s (top-k order) of w[t, s] * o[t * top_k + s, c]; a slot
@@ -453,7 +460,7 @@ __global__ void moe_combine_kernel(const void *o, const int32_t *__restrict__ id
     nbc_grid_dependency_wait(); /* o */
     const int64_t h8 = hidden / 8, idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= m * h8) return;
-    moe_combine8<ACT>(o, ids, tw, y, idx / h8, idx % h8 * 8, hidden, top_k, experts);
+    moe_combine8<ACT, 8>(o, ids, tw, y, idx / h8, idx % h8 * 8, hidden, top_k, experts);
 }
 
 /* ------------------------------------------------------------ dispatch */
@@ -461,11 +468,12 @@ __global__ void moe_combine_kernel(const void *o, const int32_t *__restrict__ id
 typedef void (*moe_fn)(const MoeParams);
 
 template <int FMT, int ACT>
-static moe_fn pick_moe_mt(int mt, int mode, bool inl) {
-#define MOE_K2(MT, I) (mode == MOE_GATE_UP ? moe_gemv_kernel<FMT, ACT, MT, MOE_GATE_UP, I> : moe_gemv_kernel<FMT, ACT, MT, MOE_DOWN, I>)
+static moe_fn pick_moe_mt(int mt, int mode, bool inl, bool lean) {
+#define MOE_K2(MT, I) (mode == MOE_GATE_UP ? moe_gemv_kernel<FMT, ACT, MT, MOE_GATE_UP, I, false> \
+                                           : moe_gemv_kernel<FMT, ACT, MT, MOE_DOWN, I, false>)
 #define MOE_K(MT) (inl ? MOE_K2(MT, true) : MOE_K2(MT, false))
     switch (mt) {
-    case 1: return MOE_K(1);
+    case 1: return lean ? moe_gemv_kernel<FMT, ACT, 1, MOE_DOWN, true, true> : MOE_K(1);
     case 2: return MOE_K(2);
     case 4: return MOE_K(4);
     }
@@ -474,8 +482,9 @@ static moe_fn pick_moe_mt(int mt, int mode, bool inl) {
     return NULL;
 }
 
-static moe_fn pick_moe(int fmt, int act, int mt, int mode, bool inl) {
-#define MOE_RUNG(F, A) return pick_moe_mt<F, A>(mt, mode, inl);
+/* lean: inline down with one token tile over 4 or more warps per row block. */
+static moe_fn pick_moe(int fmt, int act, int mt, int mode, bool inl, bool lean) {
+#define MOE_RUNG(F, A) return pick_moe_mt<F, A>(mt, mode, inl, lean);
     NBC_LADDER(fmt, act, MOE_RUNG)
 #undef MOE_RUNG
     return NULL;
@@ -521,7 +530,8 @@ extern "C" nb_status nbi_cuda_moe_mlp(nb_context *ctx, const nbi_moe_plan *p, co
     const size_t cb = nbi_chunk_bytes(nbi_traits((nb_format)p->fmt));
     const size_t smem = (size_t)NBI_GEMV_WARPS * MOE_STAGES * cb;
     for (int mode = MOE_GATE_UP; mode <= MOE_DOWN && !p->tc; mode++) {
-        moe_fn f = pick_moe(p->fmt, p->act, p->mt, mode, p->inline_route != 0);
+        const bool lean = p->inline_route && p->mt == 1 && mode == MOE_DOWN && p->dn_kw >= 4;
+        moe_fn f = pick_moe(p->fmt, p->act, p->mt, mode, p->inline_route != 0, lean);
         if (!f)
             return nbi_fail(ctx, NB_ERR_INTERNAL, "moe: no kernel for %s, %s, mt = %d",
                             nbi_traits((nb_format)p->fmt)->name, nbi_dtype_name((nb_dtype)p->act), p->mt);
