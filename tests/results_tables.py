@@ -8,8 +8,10 @@ Finds the archive RESULTS.md names as its run ("this run:
 directory, prints the tables bench/current_tables.py makes from it, and
 checks that every row of the decode, tensor-core, integer, mma.sync,
 Marlin FP4, Marlin INT4, sequence and MoE tables is in RESULTS.md as it
-is.  Exit 0, or 1 naming the first rows that are not (a number edited by
-hand, a table from another run, a table left out).
+is.  A section measured again later names its own run ("this run of moe:
+`bench/data/....tar.gz`, directory `DIR`"): its rows come from there.
+Exit 0, or 1 naming the first rows that are not (a number edited by hand,
+a table from another run, a table left out).
 """
 import os
 import re
@@ -21,6 +23,22 @@ import tempfile
 SECTIONS = ("decode", "tc", "int", "mma", "marlin", "int4peers", "sequence", "moe")
 
 
+def tables(root, archive, subdir, sections):
+    """current_tables.py's output for sections, from the run in archive
+    (its one top directory, or subdir of it when given)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        with tarfile.open(archive) as t:
+            t.extractall(tmp, filter="data") if hasattr(tarfile, "data_filter") else t.extractall(tmp)
+        dirs = [os.path.join(tmp, d) for d in os.listdir(tmp) if os.path.isdir(os.path.join(tmp, d))]
+        run = dirs[0] if len(dirs) == 1 else tmp
+        if subdir:
+            run = os.path.join(run, subdir)
+        cmd = [sys.executable, os.path.join(root, "bench", "current_tables.py"), run]
+        for s in sections:
+            cmd += ["--section", s]
+        return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+
+
 def main(argv):
     root = argv[1] if len(argv) > 1 else os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     results = open(os.path.join(root, "bench", "RESULTS.md")).read()
@@ -28,16 +46,15 @@ def main(argv):
     if not m:
         print("results_tables: RESULTS.md names no run archive (this run: `bench/data/...-current-....tar.gz`)")
         return 1
-    archive = os.path.join(root, m.group(1))
-    with tempfile.TemporaryDirectory() as tmp:
-        with tarfile.open(archive) as t:
-            t.extractall(tmp, filter="data") if hasattr(tarfile, "data_filter") else t.extractall(tmp)
-        dirs = [os.path.join(tmp, d) for d in os.listdir(tmp) if os.path.isdir(os.path.join(tmp, d))]
-        run = dirs[0] if len(dirs) == 1 else tmp
-        cmd = [sys.executable, os.path.join(root, "bench", "current_tables.py"), run]
-        for s in SECTIONS:
-            cmd += ["--section", s]
-        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    runs = {}  # (archive, subdir) -> sections
+    later = {}
+    for o in re.finditer(r"this run of (\w+):\s*`(bench/data/[^`]*\.tar\.gz)`(?:,\s*directory\s*`([^`]+)`)?",
+                         results):
+        if o.group(1) in SECTIONS:
+            later[o.group(1)] = (o.group(2), o.group(3))
+    for s in SECTIONS:
+        runs.setdefault(later.get(s, (m.group(1), None)), []).append(s)
+    out = "".join(tables(root, os.path.join(root, a), d, secs) for (a, d), secs in runs.items())
     bad, rows, seen = [], 0, set()
     section = None
     for line in out.splitlines():
@@ -53,7 +70,9 @@ def main(argv):
     missing = [s for s in SECTIONS if s not in seen]
     if missing:
         bad.append("no table made for: %s" % ", ".join(missing))
-    print("results_tables: %s, %d rows of %d sections, %d not in RESULTS.md" % (m.group(1), rows, len(seen), len(bad)))
+    names = [m.group(1)] + ["%s (%s)" % (a, s) for s, (a, _) in sorted(later.items())]
+    print("results_tables: %s, %d rows of %d sections, %d not in RESULTS.md" % (", ".join(names), rows, len(seen),
+                                                                                 len(bad)))
     for b in bad[:10]:
         print("  " + b)
     return 1 if bad else 0
