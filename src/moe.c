@@ -698,6 +698,10 @@ static int moe_inline(const nb_context *ctx, const nbi_moe_plan *p, int64_t gu_g
     return p->slots <= 8 && p->launch_blocks * groups <= 3 * (int64_t)ctx->info.sm_count;
 }
 
+/* The decode kernels' CTAs per routing block (the grid's groups): a CTA's
+ * 8 warps take 8 / kw row blocks. */
+static int64_t moe_groups(int64_t row_blocks, int kw) { return (row_blocks + 8 / kw - 1) / (8 / kw); }
+
 /* down at one token per routing block with inline routing: the k range of
  * a row block over 4 warps instead of 2 where that grid is more than two
  * and at most three CTAs per SM.  The decode kernels stream each warp's
@@ -714,7 +718,7 @@ static int moe_inline(const nb_context *ctx, const nbi_moe_plan *p, int64_t gu_g
  * on the SMs that free first; Qwen3-30B-A3B's 288 CTAs 15.8 -> 17.9 us). */
 static int moe_down_kw4(const nb_context *ctx, const nbi_moe_plan *p) {
     if (ctx->env_moe_kw || p->dn_kw != 2 || p->dn_kchunks < 16) return 0;
-    const int64_t ctas = p->launch_blocks * ((p->dn_row_blocks + 1) / 2), sms = ctx->info.sm_count;
+    const int64_t ctas = p->launch_blocks * moe_groups(p->dn_row_blocks, 4), sms = ctx->info.sm_count;
     return ctas > 2 * sms && ctas <= 3 * sms;
 }
 
@@ -794,12 +798,12 @@ nb_status nbi_moe_plan_make(nb_context *ctx, const nb_moe_desc *d, nbi_moe_plan 
     p->gu_kw = moe_kw(ctx, d, p->block, p->gu_row_blocks, p->gu_kchunks, 1);
     p->dn_kw = moe_kw(ctx, d, p->block, p->dn_row_blocks, p->dn_kchunks, 0);
     /* the decode kernels' 1-D grids: routing blocks x groups of row blocks */
-    const int64_t gu_groups = (p->gu_row_blocks + 8 / p->gu_kw - 1) / (8 / p->gu_kw);
-    p->dn_groups = (p->dn_row_blocks + 8 / p->dn_kw - 1) / (8 / p->dn_kw);
+    const int64_t gu_groups = moe_groups(p->gu_row_blocks, p->gu_kw);
+    p->dn_groups = moe_groups(p->dn_row_blocks, p->dn_kw);
     p->inline_route = moe_inline(ctx, p, gu_groups);
     if (p->inline_route && p->mt == 1 && moe_down_kw4(ctx, p)) {
         p->dn_kw = 4;
-        p->dn_groups = (p->dn_row_blocks + 1) / 2;
+        p->dn_groups = moe_groups(p->dn_row_blocks, 4);
     }
     const int64_t dn_ctas = p->launch_blocks * p->dn_groups;
     if (p->launch_blocks * gu_groups > INT32_MAX || dn_ctas > INT32_MAX)
