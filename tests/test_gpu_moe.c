@@ -12,7 +12,8 @@
  *      and FP16; one gpt-oss-shaped layer (H = I = 2880, 8 experts); one with
  *      more tensor-core tiles holding tokens than the GPU has SMs (m = 1200,
  *      top-2, H = 768, I = 512: each CTA of the persistent grid walks
- *      several).  Every
+ *      several); one at m = 4096 (32 experts, top-4, skewed: 24 experts
+ *      without a token).  Every
  *      problem runs through each kernel variant (k_variants: the planner's
  *      choice, the decode kernels with k split over warps, the tensor-core
  *      tiles of 64, 128 and 192 tokens, inline routing and the layout kernel
@@ -551,6 +552,13 @@ int main(int argc, char **argv) {
        * ring, its epilogues staged in the held stage): 2400 slots over 8 experts, 3 (128-token) or 5 (64-token)
        * routing blocks each, gate_up 8 and down 6 row tiles */
         mcase c = {NB_FORMAT_NVFP4, 8, 2, 1200, 768, 512, NB_MOE_ACT_SWIGLU_OAI, NB_DTYPE_BF16, 1, ROUTE_UNIFORM};
+        check_mlp(ctx, &c, 1);
+        n++;
+    }
+    if (!small) { /* m = 4096 (the tensor-core tiles' largest routing here): 32 experts, top-4, skewed onto 8 of
+                   * them (24 without a token, ragged counts); small H and I keep the host reference about 1.6 G
+                   * double products */
+        mcase c = {NB_FORMAT_NVFP4, 32, 4, 4096, 256, 128, NB_MOE_ACT_SWIGLU, NB_DTYPE_BF16, 0, ROUTE_SKEWED};
         check_mlp(ctx, &c, 1);
         n++;
     }
