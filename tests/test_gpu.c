@@ -780,6 +780,23 @@ static nb_status capture_after_pdl(nb_context *c, const nb_weight_desc *cd, cons
     CK(cudaStreamEndCapture(s, graph));
     return st;
 }
+
+/* Instantiates graph, fills out (bytes) and, when given, scratch (scratch_bytes)
+ * with 0xFF, replays the graph once on s and tells whether out then holds
+ * ref's bytes (host copy in host); destroys the graph. */
+static int replay_equals(cudaGraph_t graph, cudaStream_t s, void *out, size_t bytes, void *scratch,
+                         size_t scratch_bytes, void *host, const void *ref) {
+    cudaGraphExec_t exec;
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    CK(cudaMemsetAsync(out, 0xFF, bytes, s));
+    if (scratch) CK(cudaMemsetAsync(scratch, 0xFF, scratch_bytes, s));
+    CK(cudaGraphLaunch(exec, s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaMemcpy(host, out, bytes, cudaMemcpyDeviceToHost));
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphDestroy(graph));
+    return memcmp(host, ref, bytes) == 0;
+}
 #endif
 
 /* Programmatic dependent launch under stream capture (device.c pdl_head).
@@ -888,17 +905,9 @@ static void test_pdl_capture(env_t *e, int cc_major) {
                  "%d; 1 programmatic), status %s", modes[i] ? modes[i] : "(unset)", t1, t2, always ? P : D,
                  on ? P : D, nb_status_name(st));
         check(st == NB_OK && b && t1 == (always ? P : D) && t2 == (on ? P : D), what);
-        cudaGraphExec_t exec;
-        CK(cudaGraphInstantiate(&exec, graph, 0));
-        CK(cudaMemsetAsync(dy, 0xFF, (size_t)(m * n) * 2, s));
-        CK(cudaGraphLaunch(exec, s));
-        CK(cudaStreamSynchronize(s));
-        CK(cudaMemcpy(hy, dy, (size_t)(m * n) * 2, cudaMemcpyDeviceToHost));
         snprintf(what, sizeof what, "NIBBLE_PDL=%s: the captured graph's result equals the direct call's bits",
                  modes[i] ? modes[i] : "(unset)");
-        check(memcmp(hy, href, (size_t)(m * n) * 2) == 0, what);
-        CK(cudaGraphExecDestroy(exec));
-        CK(cudaGraphDestroy(graph));
+        check(replay_equals(graph, s, dy, (size_t)(m * n) * 2, NULL, 0, hy, href), what);
         /* nb_gemm -> nb_glu -> nb_gemm: nb_glu takes nb_gemm's rule both ways */
         CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
         st = nb_gemm(c, &g, dx, w.d_packed, NULL, dy, e->ws, e->ws_bytes, s);
@@ -911,17 +920,9 @@ static void test_pdl_capture(env_t *e, int cc_major) {
                  "%d; 1 programmatic), status %s", modes[i] ? modes[i] : "(unset)", t1, t2, on ? P : D, on ? P : D,
                  nb_status_name(st));
         check(st == NB_OK && b && t1 == (on ? P : D) && t2 == (on ? P : D), what);
-        CK(cudaGraphInstantiate(&exec, graph, 0));
-        CK(cudaMemsetAsync(dz, 0xFF, (size_t)(m * 256) * 2, s));
-        CK(cudaMemsetAsync(dh, 0xFF, (size_t)(m * n / 2) * 2, s));
-        CK(cudaGraphLaunch(exec, s));
-        CK(cudaStreamSynchronize(s));
-        CK(cudaMemcpy(hz, dz, (size_t)(m * 256) * 2, cudaMemcpyDeviceToHost));
         snprintf(what, sizeof what, "NIBBLE_PDL=%s: the captured gemm -> glu -> gemm graph equals the direct calls' bits",
                  modes[i] ? modes[i] : "(unset)");
-        check(memcmp(hz, hzref, (size_t)(m * 256) * 2) == 0, what);
-        CK(cudaGraphExecDestroy(exec));
-        CK(cudaGraphDestroy(graph));
+        check(replay_equals(graph, s, dz, (size_t)(m * 256) * 2, dh, (size_t)(m * n / 2) * 2, hz, hzref), what);
         /* after another library's kernel that took programmatic dependent launch (device.c pdl_head) */
         if (noop) {
             cudaError_t le;
@@ -932,16 +933,9 @@ static void test_pdl_capture(env_t *e, int cc_major) {
                      "(want %d, %d; 1 programmatic), status %s, launch %s", modes[i] ? modes[i] : "(unset)", t1, t2, P,
                      on ? P : D, nb_status_name(st), cudaGetErrorString(le));
             check(st == NB_OK && le == cudaSuccess && b && t1 == P && t2 == (on ? P : D), what);
-            CK(cudaGraphInstantiate(&exec, graph, 0));
-            CK(cudaMemsetAsync(dy, 0xFF, (size_t)(m * n) * 2, s));
-            CK(cudaGraphLaunch(exec, s));
-            CK(cudaStreamSynchronize(s));
-            CK(cudaMemcpy(hy, dy, (size_t)(m * n) * 2, cudaMemcpyDeviceToHost));
             snprintf(what, sizeof what, "NIBBLE_PDL=%s: nb_gemm after a PDL kernel: the graph equals the direct "
                      "call's bits", modes[i] ? modes[i] : "(unset)");
-            check(memcmp(hy, href, (size_t)(m * n) * 2) == 0, what);
-            CK(cudaGraphExecDestroy(exec));
-            CK(cudaGraphDestroy(graph));
+            check(replay_equals(graph, s, dy, (size_t)(m * n) * 2, NULL, 0, hy, href), what);
             /* the same kernel at the root (nothing before it, so no programmatic edge into it) */
             CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
             le = launch_pdl_noop(noop, s);

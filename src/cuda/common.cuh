@@ -444,6 +444,38 @@ __device__ __forceinline__ void nbc_mbar_wait(uint32_t bar, uint32_t parity) {
     } while (!done);
 }
 
+/* Whether this device pass has sm_90's bulk copies (cp.async.bulk). */
+__host__ __device__ constexpr bool nbc_bulk_copies() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    return true;
+#else
+    return false;
+#endif
+}
+/* sm_90's copy engine: arrive on barrier bar and announce the bytes a bulk
+ * copy will deliver for this phase; then one cp.async.bulk of `bytes`
+ * contiguous bytes (both addresses 16-byte aligned, bytes a multiple of
+ * 16) from global to shared memory, completing them on bar, with L2 policy
+ * pol. */
+__device__ __forceinline__ void nbc_mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+#endif
+}
+__device__ __forceinline__ void nbc_bulk_load(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar, uint64_t pol) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;"
+                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar), "l"(pol)
+                 : "memory");
+#endif
+}
+/* Make this thread's mbarrier initializations visible to the copy engine. */
+__device__ __forceinline__ void nbc_mbar_init_fence() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+}
+
 /* An L2 policy that evicts streamed weights first: they are read once, while
  * activations and partial sums should stay in L2. */
 __device__ __forceinline__ uint64_t nbc_policy_evict_first() {

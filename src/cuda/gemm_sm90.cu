@@ -115,22 +115,10 @@ struct Sm90Params {
 
 /* ------------------------------------------------------------ PTX helpers */
 #ifdef NB_SM90_DEVICE
-/* Arrive and announce the bytes the copy engine will deliver for this phase. */
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-
 /* TMA: a 2-D box of the activation tensor map into shared memory. */
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar) {
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
                  ::"r"(dst), "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar)
-                 : "memory");
-}
-/* Bulk copy of contiguous bytes (a packed chunk), evict-first in L2: the
- * weights are read once per tile row and must not push the activations out. */
-__device__ __forceinline__ void bulk_load(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar, uint64_t pol) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;"
-                 ::"r"(dst), "l"(src), "r"(bytes), "r"(bar), "l"(pol)
                  : "memory");
 }
 
@@ -238,28 +226,28 @@ __device__ __forceinline__ void sm90_produce(const CUtensorMap *xmap, const Sm90
         /* half 0: the weights and k 0..63 of the activations */
         if (r >= STAGES) nbc_mbar_wait(bar0 + 8 * (2 * STAGES + s), ph);
         const uint32_t full0 = bar0 + 8 * s;
-        mbar_expect_tx(full0, (uint32_t)(L::X_STAGE / 2 + nrb * CB));
+        nbc_mbar_expect_tx(full0, (uint32_t)(L::X_STAGE / 2 + nrb * CB));
         tma_load_2d(xs, xmap, kc * NBI_CHUNK_K, xrow, full0);
         const uint32_t ws = nbc_smem_u32(smem + L::W_OFF + s * L::W_STAGE);
         for (int r = 0; r < nrb; r++)
-            bulk_load(ws + r * CB, (GROUPED ? wg : p.w) + ((size_t)(rb0 + r) * p.kchunks + kc) * CB, CB, full0, pol);
+            nbc_bulk_load(ws + r * CB, (GROUPED ? wg : p.w) + ((size_t)(rb0 + r) * p.kchunks + kc) * CB, CB, full0, pol);
         /* half 1: k 64..127 */
         if (r >= STAGES) nbc_mbar_wait(bar0 + 8 * (3 * STAGES + s), ph);
         const uint32_t full1 = bar0 + 8 * (STAGES + s);
-        mbar_expect_tx(full1, (uint32_t)(L::X_STAGE / 2));
+        nbc_mbar_expect_tx(full1, (uint32_t)(L::X_STAGE / 2));
         tma_load_2d(xs + BN * 128, xmap, kc * NBI_CHUNK_K + 64, xrow, full1);
     }
     else for (int i = 0; i < nch; i++) {
         const int r = base + i, s = r % STAGES, kc = c0 + i;
         if (r >= STAGES) nbc_mbar_wait(bar0 + 8 * (STAGES + s), ((r / STAGES) - 1) & 1);
         const uint32_t full = bar0 + 8 * s;
-        mbar_expect_tx(full, bytes);
+        nbc_mbar_expect_tx(full, bytes);
         const uint32_t xs = nbc_smem_u32(smem + L::X_OFF + s * L::X_STAGE);
         tma_load_2d(xs, xmap, kc * NBI_CHUNK_K, xrow, full);
         tma_load_2d(xs + BN * 128, xmap, kc * NBI_CHUNK_K + 64, xrow, full);
         const uint32_t ws = nbc_smem_u32(smem + L::W_OFF + s * L::W_STAGE);
         for (int r = 0; r < nrb; r++)
-            bulk_load(ws + r * CB, (GROUPED ? wg : p.w) + ((size_t)(rb0 + r) * p.kchunks + kc) * CB, CB, full, pol);
+            nbc_bulk_load(ws + r * CB, (GROUPED ? wg : p.w) + ((size_t)(rb0 + r) * p.kchunks + kc) * CB, CB, full, pol);
     }
 }
 
@@ -364,7 +352,7 @@ __device__ __forceinline__ void sm90_init_barriers(uint32_t bar0) {
             nbc_mbar_init(bar0 + 8 * (STAGES + s), 128 * CWG); /* every consumer thread arrives */
         }
     }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    nbc_mbar_init_fence();
 }
 
 /* Split-K: each CTA of the tile stores its accumulators (float4 i of

@@ -137,6 +137,9 @@
 #define GEMV_EARLY_CHUNKS 8
 #define XROW 20 /* uint4 per staged activation row of a chunk: 256 bytes + 64 of padding */
 #define GEMV_STATIC_SMEM (256 * 4 + 16) /* static shared memory: the scale table, is_last (kernel 2: + barriers) */
+/* kernel 1's: + its ring barriers (8 bytes per warp and slot) */
+#define GEMV_K1_BARRIERS (NBI_GEMV_WARPS * GEMV_STAGES)
+#define GEMV_K1_STATIC_SMEM (GEMV_STATIC_SMEM + 8 * GEMV_K1_BARRIERS)
 /* static bytes as they are laid out: the dynamic ring starts at the next 128-byte boundary (kernel 1, ring_all) */
 #define GEMV_SMEM_ALIGN(b) (((size_t)(b) + 127) / 128 * 128)
 
@@ -368,6 +371,8 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
     constexpr int KG1 = INT ? KG : 128;                           /* (a valid group for the E2M1 instances' dead code) */
     __shared__ uint32_t stab[256];                       /* scale byte -> adjusted 16-bit pair */
     __shared__ int is_last;
+    static_assert(WARPS * STAGES <= GEMV_K1_BARRIERS, "kernel 1's ring barriers");
+    __shared__ __align__(8) uint64_t ring_bar[WARPS * STAGES]; /* BULK: slot s of warp w's ring at w * STAGES + s */
 #ifdef NB_GEMV_TRACE
     unsigned long long k1_tr[6] = {0, 0, 0, 0, 0, 0};
 #endif
@@ -417,16 +422,41 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
      * a cp.async whose shared destination is 16 bytes off its 32-byte global
      * sector makes the L2 serve two sectors for each (ncu: twice the L2
      * sectors for the same instructions and DRAM bytes); 128-byte aligned
-     * rings made kernel 1 8-16% faster at m = 1 on an H200 (NOTES.md). */
+     * rings made kernel 1 8-16% faster at m = 1 on an H200 (NOTES.md).
+     * BULK (sm_90, the short streams of the EARLY instances): lane 0 fetches
+     * a whole chunk with one cp.async.bulk that completes on the slot's
+     * mbarrier, instead of 72 16-byte cp.async spread over the lanes.  H200,
+     * against cp.async: the 4096-wide layers at m = 1..8 3-6% faster (NVFP4;
+     * MXFP4 1-4%), but streams of 14 chunks a warp or more 2-5% slower at
+     * m = 1 with every format, nf4 included (NOTES.md, "Kernel 1's chunks by
+     * bulk copy"). */
+    constexpr bool BULK = EARLY && nbc_bulk_copies();
     extern __shared__ __align__(128) uint4 ring_all[];
     uint4 *ring = ring_all + (size_t)warp * STAGES * (CB / 16);
     const uint64_t pol = nbc_policy_evict_first();
-    /* this lane's 16 bytes of the next chunk to fetch, and of slot 0 (a
-     * shared address: every copy is one base register plus a constant) */
-    const uint8_t *gnext = p.w + ((size_t)(valid ? rb : 0) * p.kchunks + c_begin) * CB + 16 * lane;
-    const uint32_t ring_s = nbc_smem_u32(ring) + 16 * lane;
+    /* this lane's 16 bytes of the next chunk to fetch (BULK: the chunk's
+     * start), and of slot 0 (a shared address: every copy is one base
+     * register plus a constant) */
+    const uint8_t *gnext = p.w + ((size_t)(valid ? rb : 0) * p.kchunks + c_begin) * CB + (BULK ? 0 : 16 * lane);
+    const uint32_t ring_s = nbc_smem_u32(ring) + (BULK ? 0 : 16 * lane);
+    const uint32_t bar0 = nbc_smem_u32(&ring_bar[warp * STAGES]);
+    if constexpr (BULK) {
+        if (lane == 0) {
+#pragma unroll
+            for (int s = 0; s < STAGES; s++) nbc_mbar_init(bar0 + 8 * s, 1);
+            nbc_mbar_init_fence();
+        }
+        __syncwarp();
+    }
     auto fetch = [&](int slot) { /* the next chunk of this warp's range into slot */
-        nbc_fetch_chunk<CODE, CB>(ring_s + slot * CB, gnext, lane, pol);
+        if constexpr (BULK) {
+            if (lane == 0) {
+                nbc_mbar_expect_tx(bar0 + 8 * slot, CB);
+                nbc_bulk_load(ring_s + slot * CB, gnext, CB, bar0 + 8 * slot, pol);
+            }
+        } else {
+            nbc_fetch_chunk<CODE, CB>(ring_s + slot * CB, gnext, lane, pol);
+        }
         gnext += CB;
     };
 #pragma unroll
@@ -471,9 +501,13 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
             fetch((s + STAGES - 1) % STAGES); /* slot released by the __syncwarp of chunk i-1 */
             if (EARLY && i + STAGES == nchunks) nbc_grid_dependents_launch(); /* this warp's last loads are in flight */
         }
-        nbc_cp_async_commit();
-        nbc_cp_async_wait<STAGES - 1>(); /* this lane's part of chunk i has landed */
-        __syncwarp();                /* ... and every other lane's */
+        if constexpr (BULK) {
+            nbc_mbar_wait(bar0 + 8 * s, (uint32_t)(i / STAGES) & 1u); /* chunk i has landed */
+        } else {
+            nbc_cp_async_commit();
+            nbc_cp_async_wait<STAGES - 1>(); /* this lane's part of chunk i has landed */
+            __syncwarp();                    /* ... and every other lane's */
+        }
         if (i == 0) K1_TRACE(2);
         const uint4 *slot = ring + s * (CB / 16);
         if constexpr (INT) { /* piece j of row g at 512 j, of row g+8 at CODE / 2 + 512 j */
@@ -1230,7 +1264,7 @@ extern "C" size_t nbi_cuda_gemv_smem(int fmt, int xs, int rpw, int mt, int m, si
 static int gemv_table_lut_fits(const nb_context *ctx, const nbi_gemm_plan *pl) {
     if (pl->xsh || !nbi_is_table(nbi_traits((nb_format)pl->fmt))) return 0;
     const size_t cta = gemv_smem_bytes(pl->fmt, 0, pl->rpw, pl->mt, (int)pl->m, (size_t)pl->chunk_bytes, pl->warps) +
-                       GEMV_SMEM_ALIGN(GEMV_STATIC_SMEM + NBC_TABLE_LUT_BYTES) + 1024; /* + the runtime's reserve */
+                       GEMV_SMEM_ALIGN(GEMV_K1_STATIC_SMEM + NBC_TABLE_LUT_BYTES) + 1024; /* + the runtime's reserve */
     return 2 * cta <= ctx->info.smem_per_sm;
 }
 
@@ -1243,10 +1277,11 @@ static gemv_fn plan_kernel(const nb_context *ctx, const nbi_gemm_plan *pl) {
                        gemv_table_lut_fits(ctx, pl), pl->warps);
 }
 
-/* Kernel 1's static shared memory (pl->xsh 0): the scale table and is_last,
- * and in the table formats' LUT instances the pair table. */
+/* Kernel 1's static shared memory (pl->xsh 0): the scale table, is_last and
+ * the ring barriers, and in the table formats' LUT instances the pair
+ * table. */
 static size_t gemv_static_smem(const nb_context *ctx, const nbi_gemm_plan *pl) {
-    return GEMV_SMEM_ALIGN(GEMV_STATIC_SMEM + (gemv_table_lut_fits(ctx, pl) ? NBC_TABLE_LUT_BYTES : 0));
+    return GEMV_SMEM_ALIGN(GEMV_K1_STATIC_SMEM + (gemv_table_lut_fits(ctx, pl) ? NBC_TABLE_LUT_BYTES : 0));
 }
 
 /* The occupancy cap of kernel 1: dynamic shared memory past its ring, so
