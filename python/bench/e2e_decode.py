@@ -465,8 +465,7 @@ def run_batch(model, batch, args, device, gen, modes, fmt):
                                            f"{str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}") from e
                     if _graphs_compiled() != n_graphs:
                         raise CompileError("the compiled step recompiled during capture (guards failed)")
-                    step.note = (f"torch.compile ({args.compile_mode}"
-                                 + (", Inductor PDL" if args.inductor_pdl else "") + ") + cuda graph")
+                    step.note = f"torch.compile ({compile_settings(args)}) + cuda graph"
                 r["step_ms"] = step.time(args.warmup, args.steps, before=functools.partial(dec.prefill, prompt))
                 r["tokens_per_s"] = batch * 1e3 / r["step_ms"]
                 r["gemm_share"] = (lin_ms + head_ms) / r["step_ms"]
@@ -709,6 +708,11 @@ def parse_args(argv=None):
     return ap, args
 
 
+def compile_settings(args):
+    """The compiled step's settings as the header and each row's note print them."""
+    return args.compile_mode + (", Inductor PDL" if args.inductor_pdl else "")
+
+
 def main(argv=None):
     ap, args = parse_args(argv)
     device = args.device
@@ -737,8 +741,7 @@ def main(argv=None):
           f"weights, built in {time.time() - t0:.1f} s on {gpu}")
     print(f"decode: prompt {args.prompt}, {args.warmup} warm-up + {args.steps} timed steps per batch; "
           f"batches {args.batches}; modes {', '.join(args.modes)}"
-          + (f" (torch.compile mode {args.compile_mode}"
-             + (", Inductor PDL" if args.inductor_pdl else "") + ")" if "compiled" in args.modes else "")
+          + (f" (torch.compile mode {compile_settings(args)})" if "compiled" in args.modes else "")
           + f"; graphs {'off (eager mode)' if args.no_graph else 'on'}"
           + f"; q/k/v and gate/up {'separate' if args.no_fuse else 'fused (one GEMM each, every format)'}"
           + f"; silu(gate) * up: {'nibble.torch.glu in the quantized formats' if args.glu == 'nibble' else 'torch'}"
