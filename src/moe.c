@@ -803,7 +803,7 @@ nb_status nbi_moe_plan_make(nb_context *ctx, const nb_moe_desc *d, nbi_moe_plan 
     p->inline_route = moe_inline(ctx, p, gu_groups);
     if (p->inline_route && p->mt == 1 && moe_down_kw4(ctx, p)) {
         p->dn_kw = 4;
-        p->dn_groups = moe_groups(p->dn_row_blocks, 4);
+        p->dn_groups = moe_groups(p->dn_row_blocks, p->dn_kw);
     }
     const int64_t dn_ctas = p->launch_blocks * p->dn_groups;
     if (p->launch_blocks * gu_groups > INT32_MAX || dn_ctas > INT32_MAX)

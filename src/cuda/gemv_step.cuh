@@ -218,8 +218,8 @@ constexpr int nbc_code_bytes() {
 /* One lane's cp.async copies of a packed chunk of CB bytes (CODE of them
  * codes) from global src to shared d, as a warp streams a row block: the
  * code pieces at lane offsets 0, 512 (and 1024, 1536 for 8-bit codes), then
- * the first lanes the tail of scales and zero points.  The decode kernel
- * and the mma.sync kernel fetch their chunks with it. */
+ * the first lanes the tail of scales and zero points.  The decode kernel,
+ * the MoE decode kernels and the mma.sync kernel fetch their chunks with it. */
 template <int CODE, int CB>
 __device__ __forceinline__ void nbc_fetch_chunk(uint32_t d, const uint8_t *src, int lane, uint64_t pol) {
     nbc_cp_async16_s(d, src, pol);

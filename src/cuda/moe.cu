@@ -356,10 +356,7 @@ __global__ void __launch_bounds__(NBI_GEMV_WARPS * 32, LEAN ? 3 : 1) moe_gemv_ke
         p.w + (size_t)e * p.stride + ((size_t)(valid ? rb : 0) * p.kchunks + c_begin) * CB + 16 * lane;
     const uint32_t ring_s = nbc_smem_u32(ring) + 16 * lane;
     auto fetch = [&](int slot) {
-        const uint32_t d = ring_s + slot * CB;
-        nbc_cp_async16_s(d, gnext, pol);
-        nbc_cp_async16_s(d + 512, gnext + 512, pol);
-        if (lane < (CB - 1024) / 16) nbc_cp_async16_s(d + 1024, gnext + 1024, pol);
+        nbc_fetch_chunk<nbc_code_bytes<FMT, 0>(), CB>(ring_s + slot * CB, gnext, lane, pol);
         gnext += CB;
     };
 #pragma unroll
