@@ -173,6 +173,8 @@ static void describe(nb_context *ctx, const nbi_gemm_plan *p, int64_t m) {
     char fmt[40]; /* the integer formats' kernel group is a template parameter too */
     if (t->element == NB_ELEMENT_E2M1) snprintf(fmt, sizeof fmt, "%s", t->name);
     else snprintf(fmt, sizeof fmt, "%s,group=%d", t->name, p->group);
+    char rows[32] = ""; /* kernel 1's balanced wave */
+    if (p->k1_rows) snprintf(rows, sizeof rows, " (%d active)", p->k1_rows * p->kw);
     char *b = ctx->last_config;
     const size_t n = sizeof ctx->last_config;
     if (p->path == NBI_PATH_SM80)
@@ -198,9 +200,10 @@ static void describe(nb_context *ctx, const nbi_gemm_plan *p, int64_t m) {
                  p->warps, p->splits,
                  p->chunks_per_split, (long long)((m + 31) / 32));
     else
-        snprintf(b, n, "gemv_fp4<%s,%s,mt=%d%s> grid=%dx%d warps=%d k-split=%dx%d chunks/warp=%d launches=%lld", fmt,
-                 act, p->mt, p->per_sm == 2 ? ",ctas/sm=2" : "", p->grid_x, p->splits, p->warps, p->kw, p->splits,
-                 (p->chunks_per_split + p->kw - 1) / p->kw, (long long)((m + 31) / 32));
+        snprintf(b, n, "gemv_fp4<%s,%s,mt=%d%s> grid=%dx%d warps=%d%s k-split=%dx%d chunks/warp=%d launches=%lld",
+                 fmt, act, p->mt, p->per_sm == 2 ? ",ctas/sm=2" : "", p->grid_x, p->splits, p->warps,
+                 p->k1_rows ? rows : "", p->kw, p->splits, (p->chunks_per_split + p->kw - 1) / p->kw,
+                 (long long)((m + 31) / 32));
     static const char *const from[4] = {"", " tuned", " (NIBBLE_PATH)", " (given)"};
     const size_t len = strlen(b);
     snprintf(b + len, n - len, "%s", from[p->source]);

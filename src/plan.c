@@ -591,6 +591,39 @@ static nb_status plan_decode(nb_context *ctx, const nbi_request *rq, nbi_gemm_pl
             p->grid_x = (int)k1_grid(p, p->kw, p->warps);
         }
     }
+    /* Kernel 1's balanced wave: a grid of one resident wave puts w =
+     * ceil(grid / SMs) CTAs on the busiest SMs and one fewer on the rest,
+     * and the call ends with the busiest (4096 -> 28672 at m = 1: 224 CTAs
+     * of 8 row blocks, 92 SMs with two and 40 with one; the last CTA ended
+     * 3.1 us after the median one, H200, NOTES.md "Where a small layer's
+     * microseconds go").  The fewest row blocks per CTA that keep the grid
+     * within w CTAs per SM, ceil(row_blocks / (w SMs)), load every SM
+     * within one CTA's share of the mean (there 7: 256 CTAs, 124 SMs with
+     * 14 row blocks and 8 with 7, against 16 on 92 SMs); the CTA's other
+     * warps idle.  Only without a k split (the split grids' columns are
+     * summed per CTA column), on streams of more than 8 chunks a warp (on
+     * 512 -> 18944, 2 chunks a warp, 395 CTAs of 3 row blocks ran 2-4%
+     * slower than 296 of 4: there a CTA's fixed cost outweighs the
+     * imbalance) and where it takes a row block off the busiest SMs.
+     * Measured (H200, the library before alternated twice, 39 cells of
+     * six layers and four formats at m = 1..8): 0.943 of the time,
+     * 4096 -> 18432 and 3584 -> 18944 at m = 2 / 4 (kw = 2, 288 and 296
+     * CTAs -> 384 and 395 of 6 warps) 0.85-0.87, 4096 -> 28672 at m = 1
+     * 0.95-0.96 (NVFP4 22.05 -> 21.18 us), nf4 2048 -> 28672 0.91. */
+    p->k1_rows = 0;
+    if (!p->xsh && p->splits == 1 && (p->chunks_per_split + p->kw - 1) / p->kw > 8) {
+        size_t bytes = 0;
+        const int64_t sms = ctx->info.sm_count, q0 = p->warps / p->kw;
+        const int c = nbi_cuda_gemv_ctas_per_sm(ctx, p, 0, &bytes);
+        const int64_t w = ((int64_t)p->grid_x + sms - 1) / sms;
+        if (c > 0 && w <= c && q0 > 1) {
+            const int64_t q = (p->row_blocks + w * sms - 1) / (w * sms);
+            if (q < q0) {
+                p->k1_rows = (int)q;
+                p->grid_x = (int)((p->row_blocks + q - 1) / q);
+            }
+        }
+    }
     /* Kernel 1's occupancy: where its registers let three or more CTAs
      * share an SM, they do only where that takes a wave off the grid
      * (H100, m = 1 / 8: 8192 -> 10240, 320 CTAs, 22.0 / 23.6 us with three

@@ -58,6 +58,7 @@ static int g_k2_wide_runs = 0;   /* ... and of its wide instance (12 consumer wa
 static int g_k2_wave24_runs = 0; /* ... at 17..24 tokens with 8 warps, more CTAs than tiles (plan.c) */
 static int g_k2_wave16_runs = 0; /* ... and at 9..16 tokens, the resident CTAs (more CTAs than tiles) */
 static int g_k2_wave8_runs = 0;  /* ... and at 2..8 tokens (plan.c, wave8), the resident CTAs */
+static int g_k1_balanced_runs = 0; /* decode kernel 1 on a balanced wave (plan.c: CTAs with warps idle) */
 static int g_no_cublas = 0; /* --no-cublas: racecheck reports hazards inside cuBLAS itself */
 static int g_max_m = 0;      /* --max-m: leave out larger m (0: none left out) */
 static int g_min_m = 0;      /* --min-m: leave out smaller m (a sanitizer run split by m) */
@@ -405,6 +406,7 @@ static void test_shape_ref(env_t *e, nb_format fmt, nb_dtype act, int64_t n, int
         g_k2_wave24_runs += gt_is_k2_wave(cfg, 3, 8);
         g_k2_wave16_runs += gt_is_k2_wave(cfg, 2, 0);
         g_k2_wave8_runs += gt_is_k2_wave(cfg, 1, 0);
+        g_k1_balanced_runs += strstr(cfg, "gemv_fp4<") && strstr(cfg, " active) ");
         snprintf(what, sizeof what, "gemm %s %s n=%lld k=%lld m=%lld%s vs GPU reference", fn, an, (long long)n,
                  (long long)k, (long long)m, use_bias ? " +bias" : "");
         compare(what, act, hy, href, m, n, n);
@@ -1236,6 +1238,11 @@ int main(int argc, char **argv) {
              * last partial): kernel 2 on its stream-K wave at 2..8 tokens,
              * two CTAs per SM (plan.c, wave8) */
             test_shape(&e, fmts[f], acts[a], 28672 + 96, 4096 + 96, wave8_m, 4, 0);
+            /* 1790 row blocks (the last of 8 rows) over 32 chunks (the last
+             * partial): kernel 1 at one token with kw = 1 would put 224 CTAs
+             * of 8 row blocks on 132 SMs; its balanced wave (plan.c) takes 7 a
+             * CTA (256 CTAs, the last with 5: warps idle by rule and past n) */
+            test_shape(&e, fmts[f], acts[a], 28672 - 40, 4000, wave8_m, 4, 0);
             test_shape(&e, fmts[f], acts[a], 1000 + 24, 4096 + 96, tc_m, 9, 1);
             /* the 16- and 32-token tiles with four consumer warpgroups (layers
              * of >= 48 128-row tiles: here 49, so 25 tiles of 256 rows, the
@@ -1277,7 +1284,8 @@ int main(int argc, char **argv) {
     test_device_errors(&e);
     printf("tensor-core path: %d calls, %d with a k split, %d with a tail split, %d on the stream-K grid, %d of "
            "192-token tiles\n", g_tc_runs, g_tc_split_runs, g_tc_tail_runs, g_tc_sk_runs, g_tc_192_runs);
-    printf("decode kernel 1: %d calls held to two CTAs per SM\n", g_k1_cap_runs);
+    printf("decode kernel 1: %d calls held to two CTAs per SM, %d on a balanced wave\n", g_k1_cap_runs,
+           g_k1_balanced_runs);
     printf("decode kernel 2 on its stream-K wave: %d calls at 25..32 tokens, %d at 17..24 (12 warps), %d at 17..24 (8 "
            "warps), %d at 9..16, %d at 2..8\n",
            g_k2_wave_runs, g_k2_wide_runs, g_k2_wave24_runs, g_k2_wave16_runs, g_k2_wave8_runs);
@@ -1295,6 +1303,8 @@ int main(int argc, char **argv) {
         }
         if (m_ran(9) || m_ran(16))
             check(g_k2_wave16_runs > 0, "kernel 2 ran on its stream-K wave at 9..16 tokens (17800 rows, m = 9 and 16)");
+        if (m_ran(1))
+            check(g_k1_balanced_runs > 0, "kernel 1 ran on a balanced wave at one token (28632 rows, k = 4000)");
         if (m_ran(2) || m_ran(5) || m_ran(8))
             check(g_k2_wave8_runs > 0, "kernel 2 ran on its stream-K wave at 2..8 tokens (28768 rows, m = 2, 5, 8)");
     }

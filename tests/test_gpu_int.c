@@ -99,6 +99,7 @@ static int g_tc_int = -1, g_mma;
 static int64_t g_mmax = INT64_MAX; /* --m-max: the batch sizes run stop here */
 static int64_t g_mmin = 1;         /* --m-min: and start here (a sanitizer run split by m) */
 static int g_wave16; /* calls on kernel 2's stream-K wave at 9..16 tokens (gt_is_k2_wave) */
+static int g_balanced; /* calls of kernel 1 on a balanced wave (plan.c: CTAs with warps idle) */
 static int tc_for_int(nb_context *ctx) {
     if (g_tc_int >= 0) return g_tc_int;
     nb_weight_desc d;
@@ -395,6 +396,7 @@ static void run_case(nb_context *ctx, const tcase *c, const int64_t *ms, int nms
         if (st != NB_OK) continue;
         GT_NB(nb_gemm_last_config(ctx, cfgs, sizeof cfgs));
         g_wave16 += gt_is_k2_wave(cfgs, 2, 0);
+        g_balanced += strstr(cfgs, "gemv_fp4<") && strstr(cfgs, " active) ");
         const int on_tc = strstr(cfgs, "gemm_sm90<") != NULL || strstr(cfgs, "gemm_sm80<") != NULL;
         /* (the planner's rule, plan.c int_tc_auto: past m = 32, and on layers of fewer 128-row tiles than
          * SMs (and k < 16384) from m = 17 where decode kernel 2, one CTA per SM over 256-row tiles, would
@@ -802,9 +804,21 @@ int main(int argc, char **argv) {
                           {NB_FORMAT_NF4, NB_DTYPE_BF16, NB_SCALE_F32, 17900, 3072, 64}};
     for (int i = 0; i < 3; i++)
         if (!only || w16[i].fmt == only) run_case(ctx, &w16[i], w16m, 2, NULL, 0, seed++);
+    /* 1790 row blocks (the last of 8 rows): kernel 1 at kw = 1 would put 224
+     * CTAs of 8 row blocks on 132 SMs; its balanced wave takes 7 a CTA (256
+     * CTAs, the last with 5; plan.c) */
+    static const int64_t bm[2] = {1, 4};
+    const tcase bal[2] = {{NB_FORMAT_INT4, NB_DTYPE_BF16, NB_SCALE_F16, 28632, 4096, 128},
+                          {NB_FORMAT_NF4, NB_DTYPE_F16, NB_SCALE_F32, 28632, 4096, 64}};
+    for (int i = 0; i < 2; i++)
+        if (!only || bal[i].fmt == only) run_case(ctx, &bal[i], bm, 2, NULL, 0, seed++);
     {
         nb_device_info info;
         GT_NB(nb_context_device_info(ctx, &info));
+        if (!g_mma && g_mmin <= 1 && (!only || only == NB_FORMAT_INT4 || only == NB_FORMAT_NF4) &&
+            info.sm_count >= 129 && info.sm_count <= 255)
+            CHECK(g_balanced > 0, "kernel 1 ran on a balanced wave (28632 rows, k = 4096): %d calls", g_balanced);
+        printf("decode kernel 1 on a balanced wave: %d calls\n", g_balanced);
         /* (on a GPU of 129..255 SMs, as the H100 and H200, where two CTAs fit an SM) */
         const int fmt_run = !only || only == NB_FORMAT_INT4 || only == NB_FORMAT_INT8 || only == NB_FORMAT_NF4;
         if (!g_mma && g_mmax >= 9 && g_mmin <= 16 && fmt_run && info.sm_count >= 129 && info.sm_count <= 255)

@@ -671,7 +671,7 @@ static void test_decode_occupancy(void) {
         {8192, 10240, 1, 3, 0, "320 CTAs: one wave at three, two at two"},
         {8192, 10240, 8, 3, 0, "320 CTAs at m = 8"},
         {8192, 28672, 1, 3, 0, "896 CTAs: 3 waves at three, 4 at two"},
-        {4096, 28672, 1, 3, 1, "224 CTAs (kw = 1 at one token): one wave at two or three"},
+        {4096, 28672, 1, 3, 1, "256 CTAs (kw = 1 at one token, a balanced wave): one wave at two or three"},
         {8192, 57344, 1, 3, 0, "1792 CTAs: 5 waves at three, 7 at two"},
         {4096, 4096, 1, 2, 0, "registers for two only: nothing to hold"},
         {4096, 4096, 1, 4, 1, "four fit: one wave either way"},
@@ -702,6 +702,76 @@ static void test_decode_occupancy(void) {
                   cases[i].why, p.per_sm);
     }
     g_k1_fit = 3;
+    nb_context_destroy(ctx);
+}
+
+/* Kernel 1's balanced wave (plan.c): a one-wave grid without a k split
+ * takes the fewest row blocks a CTA that keep it within the CTAs per SM of
+ * its busiest SMs, where that takes row blocks off them; every plan of
+ * kernel 1 covers the row blocks exactly once. */
+static void test_decode_balanced_wave(void) {
+    nb_context *ctx = h100();
+    const int64_t sms = ctx->info.sm_count;
+    static const struct {
+        nb_format fmt;
+        int64_t k, n;
+        int m;
+        int rows, grid; /* k1_rows (0: warps / kw), CTAs */
+        const char *why;
+    } cases[] = {
+        {NB_FORMAT_NVFP4, 4096, 28672, 1, 7, 256, "224 CTAs of 8 at kw = 1: 7 a CTA, 14 row blocks on 124 SMs"},
+        {NB_FORMAT_MXFP4, 4096, 28672, 1, 7, 256, "the same in MXFP4"},
+        {NB_FORMAT_NVFP4, 4096 - 96, 28672 - 40, 1, 7, 256, "1790 row blocks (the last partial): 7 a CTA"},
+        {NB_FORMAT_NVFP4, 4096, 43008, 1, 7, 384, "336 CTAs of 8 on three per SM: 7 a CTA"},
+        {NB_FORMAT_NVFP4, 3584, 18944, 2, 3, 395, "296 CTAs of 4 at kw = 2 on three per SM: 3 a CTA"},
+        {NB_FORMAT_NVFP4, 512, 18944, 1, 0, 296, "the same grid on 2 chunks a warp: left alone"},
+        {NB_FORMAT_INT4_SYM, 4096, 28672, 1, 7, 256, "int4_sym at kw = 1"},
+        {NB_FORMAT_NF4, 4096, 28672, 4, 7, 256, "nf4 at m = 4, two CTAs per SM"},
+        {NB_FORMAT_NVFP4, 8192, 8192, 1, 0, 256, "256 CTAs of 2 (kw = 4): 2 a CTA is the fewest within two per SM"},
+        {NB_FORMAT_NVFP4, 4096, 4096, 1, 0, 256, "kw = 8: one row block a CTA"},
+        {NB_FORMAT_NVFP4, 8192, 57344, 1, 0, 1792, "several waves: left alone"},
+        {NB_FORMAT_NVFP4, 4096, 1024, 1, 0, 0, "64 row blocks split along k: left alone"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        nbi_gemm_plan p;
+        if (!plan(ctx, cases[i].fmt, cases[i].k, cases[i].n, cases[i].m, NULL, &p)) continue;
+        const int kernel1 = p.path == NBI_PATH_GEMV && !p.xsh;
+        CHECK(kernel1 && p.k1_rows == cases[i].rows && (cases[i].grid == 0 || p.grid_x == cases[i].grid) &&
+                  (cases[i].rows == 0 || p.splits == 1),
+              "%s %lld -> %lld m = %d (%s): kernel 1 with %d row blocks a CTA on %d CTAs (got kernel 1 %d, %d on %d, "
+              "kw %d, %d splits)", nbi_traits(cases[i].fmt)->name, (long long)cases[i].k, (long long)cases[i].n,
+              cases[i].m, cases[i].why, cases[i].rows, cases[i].grid, kernel1, p.k1_rows, p.grid_x, p.kw, p.splits);
+    }
+    /* every kernel-1 plan of the formats over the shapes at 1..8 tokens:
+     * its CTAs cover the row blocks, none empty, and a balanced wave loads
+     * the busiest SM less than the grid it replaced, with no more CTAs per
+     * SM */
+    static const nb_format fmts[4] = {NB_FORMAT_NVFP4, NB_FORMAT_MXFP4, NB_FORMAT_INT4_SYM, NB_FORMAT_NF4};
+    int balanced = 0, bad = 0;
+    for (int f = 0; f < 4; f++)
+        for (size_t s = 0; s < sizeof k_shapes / sizeof k_shapes[0]; s++)
+            for (int m = 1; m <= 8; m++) {
+                nbi_gemm_plan p;
+                if (f >= 2 && k_shapes[s][0] % 128) continue; /* (the integer and table formats' groups) */
+                if (!plan(ctx, fmts[f], k_shapes[s][0], k_shapes[s][1], m, NULL, &p)) continue;
+                if (p.path != NBI_PATH_GEMV || p.xsh) continue;
+                const int64_t q0 = p.warps / p.kw, q = p.k1_rows ? p.k1_rows : q0;
+                int ok = q >= 1 && q <= q0 && (int64_t)p.grid_x * q >= p.row_blocks &&
+                         (int64_t)(p.grid_x - 1) * q < p.row_blocks;
+                if (p.k1_rows) {
+                    const int64_t g0 = (p.row_blocks + q0 - 1) / q0, w0 = (g0 + sms - 1) / sms,
+                                  w = (p.grid_x + sms - 1) / sms;
+                    ok = ok && p.splits == 1 && q < q0 && w <= w0 && w * q < w0 * q0 &&
+                         (p.chunks_per_split + p.kw - 1) / p.kw > 8;
+                    balanced++;
+                }
+                if (!ok && bad++ < 5)
+                    printf("  %s %lld -> %lld m = %d: %d CTAs of %lld row blocks (kw %d) for %lld\n",
+                           nbi_traits(fmts[f])->name, (long long)k_shapes[s][0], (long long)k_shapes[s][1], m,
+                           p.grid_x, (long long)q, p.kw, (long long)p.row_blocks);
+            }
+    CHECK(bad == 0 && balanced > 0, "kernel 1's grids cover their row blocks, balanced waves load the SMs less (%d "
+          "balanced, %d wrong)", balanced, bad);
     nb_context_destroy(ctx);
 }
 
@@ -836,8 +906,9 @@ static void test_table_kw(void) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         nbi_gemm_plan p;
         if (!plan(ctx, cases[i].f, cases[i].k, cases[i].n, cases[i].m, NULL, &p)) continue;
+        const int64_t rows = p.k1_rows ? p.k1_rows : 8 / p.kw; /* (a balanced wave: fewer a CTA) */
         CHECK(p.path == NBI_PATH_GEMV && !p.xsh && p.kw == cases[i].kw && p.splits == 1 &&
-                  p.grid_x == (int)((p.row_blocks * p.kw + 7) / 8),
+                  p.grid_x == (int)((p.row_blocks + rows - 1) / rows),
               "%s %lld -> %lld m = %lld: kernel 1 with kw = %d (xsh %d kw %d splits %d grid %d)",
               nbi_traits(cases[i].f)->name, (long long)cases[i].k, (long long)cases[i].n, (long long)cases[i].m,
               cases[i].kw, p.xsh, p.kw, p.splits, p.grid_x);
@@ -1142,6 +1213,7 @@ int main(void) {
     test_decode_wave8();
     test_decode_m8();
     test_decode_rules();
+    test_decode_balanced_wave();
     test_table_kw();
     test_decode_occupancy();
     test_every_plan_valid();

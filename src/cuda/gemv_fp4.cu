@@ -11,7 +11,10 @@
  *     for kernel 2): a CTA has 8 warps; each warp streams one 16-row block's
  *     chunks through its own shared-memory ring (cp.async, STAGES deep) and
  *     each lane loads its activations through L1.  kw warps may share a row
- *     block and split its k range (summed in shared memory);
+ *     block and split its k range (summed in shared memory); where a
+ *     one-wave grid would leave some SMs with one CTA fewer than the rest,
+ *     a CTA takes fewer row blocks and its last warps idle (the planner's
+ *     balanced wave, p.rpc);
  *   - kernel 2 (gemv_fp4_xs_kernel; m = 9..32, and 8 on wide layers): 8
  *     consumer warps (12 in the wide instance, 17..24 tokens on large
  *     layers) walk one k range, each owning RPW = 2 row blocks that share
@@ -155,6 +158,7 @@ struct GemvParams {
     int64_t lda, ldc;
     int row_blocks, kchunks, cps, splits;
     int kw;          /* warps of a CTA that split one row block's k range (1, 2, 4, 8) */
+    int rpc;         /* kernel 1: row blocks per CTA, at most WARPS / kw (fewer: the warps past them idle) */
     int exp_shift;   /* epilogue: ldexp(acc, exp_shift) * ts */
     float ts;
     uint32_t stab[128]; /* scale byte b -> adjusted 16-bit scale, two per word (built on the host) */
@@ -383,8 +387,8 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
     /* warp -> (row block, k slice): the kw warps of a row block split the
      * CTA's k range and are summed through shared memory at the end. */
     const int ks = warp % p.kw;
-    const int rb = blockIdx.x * (WARPS / p.kw) + warp / p.kw;
-    const bool valid = rb < p.row_blocks;
+    const int rb = blockIdx.x * p.rpc + warp / p.kw;
+    const bool valid = warp / p.kw < p.rpc && rb < p.row_blocks;
     const int cta_begin = blockIdx.y * p.cps, cta_end = min(cta_begin + p.cps, p.kchunks);
     const int per_warp = (cta_end - cta_begin + p.kw - 1) / p.kw;
     const int c_begin = cta_begin + ks * per_warp;
@@ -560,7 +564,9 @@ __device__ __forceinline__ void gemv_kernel1(const GemvParams &p) {
     K1_TRACE(4);
     const int rbs[1] = {rb};
     const bool own[1] = {valid && ks == 0}; /* this warp writes the row block's result */
-    if (!EARLY) nbc_grid_dependents_launch();
+    /* (a warp without chunks, e.g. one left idle by a balanced wave, does
+     * not trigger: the first trigger of any thread stands for the CTA's) */
+    if (!EARLY && nchunks > 0) nbc_grid_dependents_launch();
     if (p.splits > 1 && !split_k_reduce<MT, 1>(p, acc, rbs, own, g, t, &is_last)) return;
     if (own[0]) store_block<ACT, MT>(p, acc[0], rb, g, t);
 #ifdef NB_GEMV_TRACE
@@ -1336,6 +1342,7 @@ extern "C" nb_status nbi_cuda_gemv(nb_context *ctx, const nbi_gemm_plan *pl, con
     p.cps = pl->chunks_per_split;
     p.splits = pl->splits;
     p.kw = pl->kw;
+    p.rpc = pl->k1_rows > 0 ? pl->k1_rows : NBI_GEMV_WARPS / pl->kw;
     p.tiles = pl->tiles_n;
     p.scale_bf16 = pl->scale_bf16;
     /* grid_x CTAs along n times `splits` along k; kernel 2's stream-K grid:
