@@ -65,6 +65,18 @@ static int64_t k2_tiles256(const nbi_gemm_plan *p) { return (p->row_blocks + 15)
 /* Kernel 1's CTAs along n with kw of its `warps` warps on each row block. */
 static int64_t k1_grid(const nbi_gemm_plan *p, int kw, int warps) { return (p->row_blocks * kw + warps - 1) / warps; }
 
+/* Kernel 1's balanced wave (nbi_plan, where it is explained): the row
+ * blocks a CTA takes, fewer than warps / kw, so that a one-wave grid of
+ * `grid` CTAs at kw, without a k split, loads every SM alike; 0 where that
+ * cannot take a row block off the busiest SMs, the grid is more than one
+ * wave of `fit` CTAs per SM, or a warp streams at most 8 chunks. */
+static int64_t k1_balanced_rows(const nbi_gemm_plan *p, int kw, int64_t grid, int fit, int64_t sms) {
+    const int64_t q0 = p->warps / kw, w = (grid + sms - 1) / sms;
+    if ((p->chunks_per_split + kw - 1) / kw <= 8 || fit <= 0 || w > fit || q0 < 2) return 0;
+    const int64_t q = (p->row_blocks + w * sms - 1) / (w * sms);
+    return q < q0 ? q : 0;
+}
+
 /* Whether the request fixes kernel 1's kw (which the rules then leave). */
 static int kw_given(int kw) { return kw == 1 || kw == 2 || kw == 4 || kw == 8; }
 
@@ -557,7 +569,15 @@ static nb_status plan_decode(nb_context *ctx, const nbi_request *rq, nbi_gemm_pl
      * formats, 16 layers, m = 1..8): 194 cells moved at 0.89 of the time,
      * the worst int8 4096 -> 6144 at m = 4 (1.04).  NOTES.md, "Kernel 1's
      * warps per row block at one token" and "Kernel 1's one-token rule for
-     * the integer and table formats". */
+     * the integer and table formats".  The 2..2.5 CTAs per SM stay out
+     * only where kernel 1's balanced wave (below) cannot even them out:
+     * with it, 4096 -> 36864 kw 1 (384 CTAs of 6 row blocks) 26.74 -> 26.10
+     * us, 3584 -> 37888 kw 1 24.33 -> 22.94, 3584 -> 18944 kw 2 (395 of 3)
+     * 14.49 -> 13.76, 7168 -> 18432 24.85 -> 23.88, int4 3584 -> 18944
+     * 16.07 -> 12.45 (H200, NVFP4 at m = 1 unless named, alternated twice;
+     * NOTES.md, "Kernel 1's balanced wave"), while 6144 -> 20480 at kw 2
+     * (320 CTAs, 4 row blocks each already the fewest within three per SM)
+     * lost 5-7% and keeps kw 4. */
     int one_token = 0;
     const int e2m1 = nbi_traits(p->fmt)->every_kernel;
     if (!p->xsh && (e2m1 ? p->m == 1 : p->mt == 1) && p->splits == 1 && !kw_given(rq->kw)) {
@@ -568,7 +588,10 @@ static nb_status plan_decode(nb_context *ctx, const nbi_request *rq, nbi_gemm_pl
         while (kw > 1 && k1_grid(p, kw, p->warps) > res) kw /= 2;
         const int64_t grid = k1_grid(p, kw, p->warps);
         one_token = res >= (e2m1 ? 3 : 2) * sms && p->kchunks >= 16;
-        if (one_token && grid <= res && p->kchunks <= 32 * (int64_t)kw && !(grid > 2 * sms && 2 * grid <= 5 * sms) &&
+        /* (2..2.5 CTAs per SM are left only where the balanced wave below
+         * cannot even them out) */
+        const int third = grid > 2 * sms && 2 * grid <= 5 * sms && !k1_balanced_rows(p, kw, grid, (int)(res / sms), sms);
+        if (one_token && grid <= res && p->kchunks <= 32 * (int64_t)kw && !third &&
             (kw == p->warps || 2 * grid > 3 * sms)) {
             p->kw = kw;
             p->grid_x = (int)grid;
@@ -611,17 +634,13 @@ static nb_status plan_decode(nb_context *ctx, const nbi_request *rq, nbi_gemm_pl
      * CTAs -> 384 and 395 of 6 warps) 0.85-0.87, 4096 -> 28672 at m = 1
      * 0.95-0.96 (NVFP4 22.05 -> 21.18 us), nf4 2048 -> 28672 0.91. */
     p->k1_rows = 0;
-    if (!p->xsh && p->splits == 1 && (p->chunks_per_split + p->kw - 1) / p->kw > 8) {
+    if (!p->xsh && p->splits == 1) {
         size_t bytes = 0;
-        const int64_t sms = ctx->info.sm_count, q0 = p->warps / p->kw;
-        const int c = nbi_cuda_gemv_ctas_per_sm(ctx, p, 0, &bytes);
-        const int64_t w = ((int64_t)p->grid_x + sms - 1) / sms;
-        if (c > 0 && w <= c && q0 > 1) {
-            const int64_t q = (p->row_blocks + w * sms - 1) / (w * sms);
-            if (q < q0) {
-                p->k1_rows = (int)q;
-                p->grid_x = (int)((p->row_blocks + q - 1) / q);
-            }
+        const int64_t q = k1_balanced_rows(p, p->kw, p->grid_x, nbi_cuda_gemv_ctas_per_sm(ctx, p, 0, &bytes),
+                                           ctx->info.sm_count);
+        if (q > 0) {
+            p->k1_rows = (int)q;
+            p->grid_x = (int)((p->row_blocks + q - 1) / q);
         }
     }
     /* Kernel 1's occupancy: where its registers let three or more CTAs

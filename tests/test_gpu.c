@@ -59,6 +59,7 @@ static int g_k2_wave24_runs = 0; /* ... at 17..24 tokens with 8 warps, more CTAs
 static int g_k2_wave16_runs = 0; /* ... and at 9..16 tokens, the resident CTAs (more CTAs than tiles) */
 static int g_k2_wave8_runs = 0;  /* ... and at 2..8 tokens (plan.c, wave8), the resident CTAs */
 static int g_k1_balanced_runs = 0; /* decode kernel 1 on a balanced wave (plan.c: CTAs with warps idle) */
+static int g_k1_balanced_kw2 = 0;  /* ... of them with kw = 2 and 3 row blocks a CTA (idle warp pairs) */
 static int g_no_cublas = 0; /* --no-cublas: racecheck reports hazards inside cuBLAS itself */
 static int g_max_m = 0;      /* --max-m: leave out larger m (0: none left out) */
 static int g_min_m = 0;      /* --min-m: leave out smaller m (a sanitizer run split by m) */
@@ -407,6 +408,7 @@ static void test_shape_ref(env_t *e, nb_format fmt, nb_dtype act, int64_t n, int
         g_k2_wave16_runs += gt_is_k2_wave(cfg, 2, 0);
         g_k2_wave8_runs += gt_is_k2_wave(cfg, 1, 0);
         g_k1_balanced_runs += strstr(cfg, "gemv_fp4<") && strstr(cfg, " active) ");
+        g_k1_balanced_kw2 += strstr(cfg, "gemv_fp4<") && strstr(cfg, " (6 active) k-split=2x1 ");
         snprintf(what, sizeof what, "gemm %s %s n=%lld k=%lld m=%lld%s vs GPU reference", fn, an, (long long)n,
                  (long long)k, (long long)m, use_bias ? " +bias" : "");
         compare(what, act, hy, href, m, n, n);
@@ -1243,6 +1245,11 @@ int main(int argc, char **argv) {
              * of 8 row blocks on 132 SMs; its balanced wave (plan.c) takes 7 a
              * CTA (256 CTAs, the last with 5: warps idle by rule and past n) */
             test_shape(&e, fmts[f], acts[a], 28672 - 40, 4000, wave8_m, 4, 0);
+            /* 1183 row blocks (the last of 8 rows) over 28 chunks at one
+             * token: kw = 2 (296 CTAs of 4 row blocks, 2.2 per SM) balanced
+             * to 395 CTAs of 3, the last with one: idle warp pairs inside the
+             * in-CTA k sum */
+            test_shape(&e, fmts[f], acts[a], 18944 - 24, 3584 - 64, wave8_m, 1, 0);
             test_shape(&e, fmts[f], acts[a], 1000 + 24, 4096 + 96, tc_m, 9, 1);
             /* the 16- and 32-token tiles with four consumer warpgroups (layers
              * of >= 48 128-row tiles: here 49, so 25 tiles of 256 rows, the
@@ -1303,8 +1310,10 @@ int main(int argc, char **argv) {
         }
         if (m_ran(9) || m_ran(16))
             check(g_k2_wave16_runs > 0, "kernel 2 ran on its stream-K wave at 9..16 tokens (17800 rows, m = 9 and 16)");
-        if (m_ran(1))
+        if (m_ran(1)) {
             check(g_k1_balanced_runs > 0, "kernel 1 ran on a balanced wave at one token (28632 rows, k = 4000)");
+            check(g_k1_balanced_kw2 > 0, "kernel 1 ran on a balanced wave with kw = 2 (18920 rows, k = 3520)");
+        }
         if (m_ran(2) || m_ran(5) || m_ran(8))
             check(g_k2_wave8_runs > 0, "kernel 2 ran on its stream-K wave at 2..8 tokens (28768 rows, m = 2, 5, 8)");
     }

@@ -808,9 +808,11 @@ int main(int argc, char **argv) {
      * CTAs of 8 row blocks on 132 SMs; its balanced wave takes 7 a CTA (256
      * CTAs, the last with 5; plan.c) */
     static const int64_t bm[2] = {1, 4};
-    const tcase bal[2] = {{NB_FORMAT_INT4, NB_DTYPE_BF16, NB_SCALE_F16, 28632, 4096, 128},
-                          {NB_FORMAT_NF4, NB_DTYPE_F16, NB_SCALE_F32, 28632, 4096, 64}};
-    for (int i = 0; i < 2; i++)
+    const tcase bal[3] = {{NB_FORMAT_INT4, NB_DTYPE_BF16, NB_SCALE_F16, 28632, 4096, 128},
+                          {NB_FORMAT_NF4, NB_DTYPE_F16, NB_SCALE_F32, 28632, 4096, 64},
+                          /* 1183 row blocks: kw = 2's 296 CTAs balanced to 395 of 3 (idle warp pairs) */
+                          {NB_FORMAT_INT4, NB_DTYPE_F16, NB_SCALE_BF16, 18920, 3584, 128}};
+    for (int i = 0; i < 3; i++)
         if (!only || bal[i].fmt == only) run_case(ctx, &bal[i], bm, 2, NULL, 0, seed++);
     {
         nb_device_info info;

@@ -724,6 +724,8 @@ static void test_decode_balanced_wave(void) {
         {NB_FORMAT_NVFP4, 4096 - 96, 28672 - 40, 1, 7, 256, "1790 row blocks (the last partial): 7 a CTA"},
         {NB_FORMAT_NVFP4, 4096, 43008, 1, 7, 384, "336 CTAs of 8 on three per SM: 7 a CTA"},
         {NB_FORMAT_NVFP4, 3584, 18944, 2, 3, 395, "296 CTAs of 4 at kw = 2 on three per SM: 3 a CTA"},
+        {NB_FORMAT_NVFP4, 4096, 36864, 1, 6, 384, "one token: kw = 1's 288 CTAs of 8 (2.2 per SM): 6 a CTA"},
+        {NB_FORMAT_NVFP4, 6144, 20480, 1, 0, 640, "one token: kw = 4, as kw = 2's 320 CTAs of 4 cannot be balanced"},
         {NB_FORMAT_NVFP4, 512, 18944, 1, 0, 296, "the same grid on 2 chunks a warp: left alone"},
         {NB_FORMAT_INT4_SYM, 4096, 28672, 1, 7, 256, "int4_sym at kw = 1"},
         {NB_FORMAT_NF4, 4096, 28672, 4, 7, 256, "nf4 at m = 4, two CTAs per SM"},
@@ -893,7 +895,8 @@ static void test_table_kw(void) {
         {NB_FORMAT_INT4_SYM, 4096, 14336, 1, 2}, /* 224 CTAs at kw = 2 (448 at 4) */
         {NB_FORMAT_INT4_SYM, 4096, 28672, 4, 1}, /* 224 CTAs at kw = 1, 32 chunks a warp */
         {NB_FORMAT_INT4_SYM, 4096, 6144, 1, 8},  /* 384 CTAs: one wave of three per SM */
-        {NB_FORMAT_INT4_SYM, 4096, 36864, 2, 4}, /* kw = 1 would put 288 CTAs on 132 SMs */
+        {NB_FORMAT_INT4_SYM, 4096, 36864, 2, 1}, /* 288 CTAs at kw = 1, balanced to 384 of 6 row blocks */
+        {NB_FORMAT_INT4_SYM, 6144, 20480, 1, 4}, /* kw = 2: 320 CTAs on 132 SMs, which no balance evens out */
         {NB_FORMAT_INT4_SYM, 5120, 27648, 1, 4}, /* kw = 1 would give 40 chunks a warp */
         {NB_FORMAT_INT8, 5120, 13824, 1, 2},     /* 216 CTAs at kw = 2 */
         {NB_FORMAT_NF4, 4096, 14336, 1, 2},      /* 224 CTAs: one wave of two per SM */
@@ -994,9 +997,10 @@ static void test_decode_rules(void) {
         {4096, 28672, 1, NBI_PATH_GEMV, 0, 1, 1, 0, "one token: 224 CTAs at kw = 1, 32 chunks a warp"},
         {4096, 24576, 1, NBI_PATH_GEMV, 0, 2, 1, 0, "one token: 384 CTAs at kw = 2 (2.9 a SM)"},
         {4096, 6144, 1, NBI_PATH_GEMV, 0, 8, 1, 0, "one token: 384 CTAs at kw = 8"},
-        {4096, 36864, 1, NBI_PATH_GEMV, 0, 4, 1, 0, "one token: kw = 1 would put 288 CTAs on 132 SMs"},
-        {7168, 18432, 1, NBI_PATH_GEMV, 0, 4, 1, 0, "one token: kw = 2 would put 288 CTAs on 132 SMs"},
-        {3584, 18944, 1, NBI_PATH_GEMV, 0, 4, 1, 0, "one token: kw = 2 would put 296 CTAs on 132 SMs"},
+        {4096, 36864, 1, NBI_PATH_GEMV, 0, 1, 1, 0, "one token: kw = 1's 288 CTAs balanced to 384 of 6 row blocks"},
+        {7168, 18432, 1, NBI_PATH_GEMV, 0, 2, 1, 0, "one token: kw = 2's 288 CTAs balanced to 384 of 3"},
+        {3584, 18944, 1, NBI_PATH_GEMV, 0, 2, 1, 0, "one token: kw = 2's 296 CTAs balanced to 395 of 3"},
+        {6144, 20480, 1, NBI_PATH_GEMV, 0, 4, 1, 0, "one token: kw = 2 would put 320 CTAs of 4 (no fewer fit) on 132 SMs"},
         {8192, 28672, 1, NBI_PATH_GEMV, 0, 4, 1, 0, "one token: kw = 1 would give 64 chunks a warp"},
         {5120, 27648, 1, NBI_PATH_GEMV, 0, 4, 1, 0, "one token: kw = 1 would give 40 chunks a warp"},
         {1024, 14336, 1, NBI_PATH_GEMV, 0, 2, 1, 0, "8 chunks (under 16): kw = 2 by the 2..8-token rule"},
@@ -1087,13 +1091,14 @@ static void test_decode_rules(void) {
               "%s %lld -> %lld m = %d (%s): path %d xsh %d splits %d", nbi_traits(ints[i].f)->name,
               (long long)ints[i].k, (long long)ints[i].n, ints[i].m, ints[i].why, q.path, q.xsh, q.splits);
     }
-    /* int4 (zero points): kw = 4 on 3584 -> 18944, where kw = 2 would put 296 CTAs on 132 SMs */
+    /* int4 (zero points): kw = 2 on 3584 -> 18944, its 296 CTAs balanced to 395 of 3 row blocks */
     nbi_gemm_plan p;
     nb_gemm_desc g = problem(NB_FORMAT_INT4, 3584, 18944, 1);
     g.weight.scale_exp_min = 0, g.weight.scale_exp_max = 15; /* (the zero-point range nb_pack_v2 records) */
     const nb_status st = nbi_plan(ctx, &g, NULL, &p);
-    CHECK(st == NB_OK && p.path == NBI_PATH_GEMV && !p.xsh && p.kw == 4,
-          "int4 3584 -> 18944 m = 1: kw = 4 (%s, xsh %d kw %d)", st ? nb_last_error() : "ok", p.xsh, p.kw);
+    CHECK(st == NB_OK && p.path == NBI_PATH_GEMV && !p.xsh && p.kw == 2 && p.k1_rows == 3 && p.grid_x == 395,
+          "int4 3584 -> 18944 m = 1: kw = 2, 395 CTAs of 3 row blocks (%s, xsh %d kw %d, %d CTAs of %d)",
+          st ? nb_last_error() : "ok", p.xsh, p.kw, p.grid_x, p.k1_rows);
     nb_context_destroy(ctx);
 }
 
