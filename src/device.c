@@ -202,7 +202,7 @@ static void describe(nb_context *ctx, const nbi_gemm_plan *p, int64_t m) {
     else
         snprintf(b, n, "gemv_fp4<%s,%s,mt=%d%s> grid=%dx%d warps=%d%s k-split=%dx%d chunks/warp=%d launches=%lld",
                  fmt, act, p->mt, p->per_sm == 2 ? ",ctas/sm=2" : "", p->grid_x, p->splits, p->warps,
-                 p->k1_rows ? rows : "", p->kw, p->splits, (p->chunks_per_split + p->kw - 1) / p->kw,
+                 rows, p->kw, p->splits, (p->chunks_per_split + p->kw - 1) / p->kw,
                  (long long)((m + 31) / 32));
     static const char *const from[4] = {"", " tuned", " (NIBBLE_PATH)", " (given)"};
     const size_t len = strlen(b);

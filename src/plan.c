@@ -633,28 +633,26 @@ static nb_status plan_decode(nb_context *ctx, const nbi_request *rq, nbi_gemm_pl
      * 4096 -> 18432 and 3584 -> 18944 at m = 2 / 4 (kw = 2, 288 and 296
      * CTAs -> 384 and 395 of 6 warps) 0.85-0.87, 4096 -> 28672 at m = 1
      * 0.95-0.96 (NVFP4 22.05 -> 21.18 us), nf4 2048 -> 28672 0.91. */
-    p->k1_rows = 0;
-    if (!p->xsh && p->splits == 1) {
-        size_t bytes = 0;
-        const int64_t q = k1_balanced_rows(p, p->kw, p->grid_x, nbi_cuda_gemv_ctas_per_sm(ctx, p, 0, &bytes),
-                                           ctx->info.sm_count);
-        if (q > 0) {
-            p->k1_rows = (int)q;
-            p->grid_x = (int)((p->row_blocks + q - 1) / q);
-        }
-    }
     /* Kernel 1's occupancy: where its registers let three or more CTAs
      * share an SM, they do only where that takes a wave off the grid
      * (H100, m = 1 / 8: 8192 -> 10240, 320 CTAs, 22.0 / 23.6 us with three
      * against 27.4 / 32.4 with two; 4096 -> 28672, 896 CTAs, 30.2 / 34.6
      * against 31.5 / 35.8); else at most two do, held by dynamic shared
      * memory past the ring (256-CTA layers at m = 8: 4-10% faster with two,
-     * 14336 -> 4096 18.8 -> 17.5 us, 8192 -> 8192 19.6 -> 18.1; NOTES.md). */
+     * 14336 -> 4096 18.8 -> 17.5 us, 8192 -> 8192 19.6 -> 18.1; NOTES.md).
+     * The balanced wave first: both ask the occupancy of the same instance
+     * (the grid does not choose it), so it is asked once. */
+    p->k1_rows = 0;
     p->per_sm = 0;
     p->dyn_smem = 0;
     if (!p->xsh) {
         size_t bytes = 0;
         const int c = nbi_cuda_gemv_ctas_per_sm(ctx, p, 0, &bytes);
+        const int64_t q = p->splits == 1 ? k1_balanced_rows(p, p->kw, p->grid_x, c, ctx->info.sm_count) : 0;
+        if (q > 0) {
+            p->k1_rows = (int)q;
+            p->grid_x = (int)((p->row_blocks + q - 1) / q);
+        }
         const int64_t ctas = (int64_t)p->grid_x * p->splits, sms = ctx->info.sm_count;
         if (c > 2 && ctas > sms && (ctas + c * sms - 1) / (c * sms) >= (ctas + 2 * sms - 1) / (2 * sms) &&
             nbi_cuda_gemv_ctas_per_sm(ctx, p, 2, &bytes) == 2) {

@@ -177,6 +177,13 @@ static inline int gt_is_k2_wave(const char *cfg, int mt, int warps) {
            sscanf(sk, " stream-k ctas=%d over tiles=%d", &ctas, &tiles) == 2 && tiles < ctas;
 }
 
+/* Whether cfg (nb_gemm_last_config) is decode kernel 1 on a balanced wave
+ * (plan.c: CTAs that take fewer row blocks than their warps hold, the rest
+ * idle; described as "warps=8 (N active)"). */
+static inline int gt_is_k1_balanced(const char *cfg) {
+    return strstr(cfg, "gemv_fp4<") && strstr(cfg, " active) ");
+}
+
 /* Exit 77 (skipped) without a device.  Also makes stdout line-buffered: a
  * run stopped by a timeout or a tool (compute-sanitizer) keeps its progress
  * in the log. */

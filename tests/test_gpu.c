@@ -407,8 +407,8 @@ static void test_shape_ref(env_t *e, nb_format fmt, nb_dtype act, int64_t n, int
         g_k2_wave24_runs += gt_is_k2_wave(cfg, 3, 8);
         g_k2_wave16_runs += gt_is_k2_wave(cfg, 2, 0);
         g_k2_wave8_runs += gt_is_k2_wave(cfg, 1, 0);
-        g_k1_balanced_runs += strstr(cfg, "gemv_fp4<") && strstr(cfg, " active) ");
-        g_k1_balanced_kw2 += strstr(cfg, "gemv_fp4<") && strstr(cfg, " (6 active) k-split=2x1 ");
+        g_k1_balanced_runs += gt_is_k1_balanced(cfg);
+        g_k1_balanced_kw2 += gt_is_k1_balanced(cfg) && strstr(cfg, " (6 active) k-split=2x1 ");
         snprintf(what, sizeof what, "gemm %s %s n=%lld k=%lld m=%lld%s vs GPU reference", fn, an, (long long)n,
                  (long long)k, (long long)m, use_bias ? " +bias" : "");
         compare(what, act, hy, href, m, n, n);

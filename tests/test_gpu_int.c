@@ -396,7 +396,7 @@ static void run_case(nb_context *ctx, const tcase *c, const int64_t *ms, int nms
         if (st != NB_OK) continue;
         GT_NB(nb_gemm_last_config(ctx, cfgs, sizeof cfgs));
         g_wave16 += gt_is_k2_wave(cfgs, 2, 0);
-        g_balanced += strstr(cfgs, "gemv_fp4<") && strstr(cfgs, " active) ");
+        g_balanced += gt_is_k1_balanced(cfgs);
         const int on_tc = strstr(cfgs, "gemm_sm90<") != NULL || strstr(cfgs, "gemm_sm80<") != NULL;
         /* (the planner's rule, plan.c int_tc_auto: past m = 32, and on layers of fewer 128-row tiles than
          * SMs (and k < 16384) from m = 17 where decode kernel 2, one CTA per SM over 256-row tiles, would
