@@ -3,21 +3,30 @@
  * m given and with more k splits, to see where the planner's rules stand
  * between buckets (the data behind plan.c's decode-range rules).
  *
- *   config_sweep --format nvfp4 --shapes KxN,... --m 12,16,... [--min-bytes MB]
+ *   config_sweep --format nvfp4 --shapes KxN,... --m 12,16,... [--min-bytes MB] [--between] [--heuristic]
  *
  * Per (layer, m): the heuristic's time and configuration, then each
  * candidate's time: nb_gemm_list_configs' list, plus the staged decode
  * kernel (one and two row blocks per warp) at 3, 5, 6, 7, 8, 12, 16,
- * kchunks / 4 and kchunks / 6 splits, and the tensor-core tiles of 16, 32
+ * kchunks / 4 and kchunks / 6 splits and at those that put one, two or
+ * three CTAs on every SM, and the tensor-core tiles of 16, 32
  * (m <= 32) and 64 tokens at 1..4 splits; configurations this device or
  * build cannot run are left out.  Every candidate runs first on poisoned
  * output and is compared with the heuristic's as `nibble tune` compares
  * (nbt_same_output; exit 2 if one differs).  Timing as `nibble bench`
  * (tools/benchlib.h): CUDA graphs over rotated weight copies, median of
- * replays.  Exit: 0 measured, 1 usage, 2 a candidate's output differed, 3
+ * replays; with --between each call is followed by a small cuBLAS kernel
+ * (as `nibble bench --sequence --between`: a model's norms and
+ * activations, which take no programmatic dependent launch) and the time
+ * of those kernels alone is subtracted, so a configuration is not credited
+ * with starting while the previous call of the same layer finishes;
+ * --heuristic times the heuristic's plan alone (two libraries' plans
+ * compared layer by layer).  Exit: 0 measured, 1 usage, 2 a candidate's output differed, 3
  * no GPU or a library / CUDA error. */
 #include "args.h"
 #include "benchlib.h"
+
+#include <cublas_v2.h>
 
 #include <math.h>
 #include <stdio.h>
@@ -38,19 +47,54 @@ static nb_status run_once(nb_context *ctx, const nb_gemm_desc *g, const nb_gemm_
 }
 
 static void help(void) {
-    printf("usage: config_sweep --format F --shapes KxN,... --m M,... [--min-bytes MB]\n"
-           "  every configuration nb_gemm can run for each layer and exact m, timed (bench/config_sweep.c)\n");
+    printf("usage: config_sweep --format F --shapes KxN,... --m M,... [--min-bytes MB] [--between] [--heuristic]\n"
+           "  every configuration nb_gemm can run for each layer and exact m, timed (bench/config_sweep.c);\n"
+           "  --between: a small cuBLAS kernel after every call, its own time subtracted;\n"
+           "  --heuristic: the heuristic's plan only\n");
+}
+
+/* --between: the kernel after each call (cuBLAS, no programmatic dependent
+ * launch; scaling by one leaves the scratch as it was). */
+typedef struct between {
+    cublasHandle_t blas;
+    float *scratch;
+    double alone_us; /* one such kernel, timed alone in a graph */
+} between;
+
+static void between_kernel(const between *b) {
+    const float one = 1.0f;
+    if (cublasSscal(b->blas, 4096, &one, b->scratch, 1) != CUBLAS_STATUS_SUCCESS) {
+        fprintf(stderr, "config_sweep: cublasSscal failed\n");
+        exit(3);
+    }
+}
+
+/* Us per call of cfg (NULL: the heuristic), as nbt_time_gemm times it, or
+ * with bw each call followed by the between kernel and that kernel's own
+ * time taken off. */
+static double time_cfg(nb_context *ctx, const nb_gemm_desc *g, const nb_gemm_config *cfg, const void *x,
+                       const nbt_layer *l, void *y, void *ws, size_t wsb, cudaStream_t s, int calls, const between *bw) {
+    if (!bw) return nbt_time_gemm(ctx, g, cfg, x, l, y, ws, wsb, s, calls, 7);
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (int c = 0; c < calls; c++) {
+        NB(nb_gemm_ex(ctx, g, cfg, x, l->pk[c % l->rot], NULL, y, ws, wsb, s));
+        between_kernel(bw);
+    }
+    return nbt_time_capture(s, calls, 7) - bw->alone_us;
 }
 
 int main(int argc, char **argv) {
     const char *fmt_name = "nvfp4", *shapes = NULL, *ms = NULL;
     double min_mb = 240;
+    int use_between = 0, only_heuristic = 0;
     nbt_tool = "config_sweep";
     nba_opt opts[] = {
         {.name = "--format", .kind = NBA_STRING, .dst = &fmt_name},
         {.name = "--shapes", .kind = NBA_STRING, .dst = &shapes},
         {.name = "--m", .kind = NBA_STRING, .dst = &ms},
         {.name = "--min-bytes", .kind = NBA_REAL, .dst = &min_mb, .rlo = 0, .rhi = 1e6},
+        {.name = "--between", .kind = NBA_FLAG, .dst = &use_between},
+        {.name = "--heuristic", .kind = NBA_FLAG, .dst = &only_heuristic},
     };
     const int r = nba_parse("config_sweep", argc, argv, opts, sizeof opts / sizeof opts[0], NULL, help);
     if (r) return r < 0 ? 0 : 1;
@@ -67,8 +111,26 @@ int main(int argc, char **argv) {
     if (!nbt_have_device()) return 3;
     nb_context *ctx;
     NB(nb_context_create(0, &ctx));
+    nb_device_info dev;
+    NB(nb_context_device_info(ctx, &dev));
+    const int sms = dev.sm_count;
     cudaStream_t s;
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    between bws, *bw = NULL;
+    if (use_between) {
+        if (cublasCreate(&bws.blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(bws.blas, s) != CUBLAS_STATUS_SUCCESS) {
+            fprintf(stderr, "config_sweep: cuBLAS could not be set up\n");
+            return 3;
+        }
+        CK(cudaMalloc((void **)&bws.scratch, 4096 * sizeof(float)));
+        CK(cudaMemset(bws.scratch, 0, 4096 * sizeof(float)));
+        bws.alone_us = 0.0;
+        CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        for (int c = 0; c < 200; c++) between_kernel(&bws);
+        bws.alone_us = nbt_time_capture(s, 200, 9);
+        bw = &bws;
+        printf("--between: a cuBLAS kernel after every call, %.2f us alone, subtracted\n", bws.alone_us);
+    }
     int wrong = 0;
     for (int si = 0; si < nkn / 2; si++) {
         const long long k = kn[2 * si], n = kn[2 * si + 1];
@@ -83,17 +145,19 @@ int main(int argc, char **argv) {
             CK(cudaMalloc(&y, count * 2));
             nb_gemm_config cf[128];
             size_t nc = 0;
-            NB(nb_gemm_list_configs(ctx, &g, cf, 64, &nc));
+            if (!only_heuristic) NB(nb_gemm_list_configs(ctx, &g, cf, 64, &nc));
             if (nc > 64) nc = 64;
             const int kc = (int)((k + 127) / 128);
-            const int extra_s[] = {3, 5, 6, 7, 8, 12, 16, kc / 4, kc / 6};
-            for (int r = 1; r <= 2 && m >= 5; r++)
+            /* (and the splits that put one, two or three CTAs of 256-row tiles on every SM) */
+            const int tiles = (int)((n + 255) / 256);
+            const int extra_s[] = {3, 5, 6, 7, 8, 12, 16, kc / 4, kc / 6, sms / tiles, 2 * sms / tiles, 3 * sms / tiles};
+            for (int r = 1; r <= 2 && m >= 2 && !only_heuristic; r++)
                 for (size_t e = 0; e < sizeof extra_s / sizeof extra_s[0]; e++)
                     if (extra_s[e] >= 1)
                         cf[nc++] = (nb_gemm_config){
                             .path = NB_GEMM_PATH_DECODE, .variant = 1, .kw = 1, .rpw = r, .splits = extra_s[e]};
             for (int bn = 16; bn <= 64; bn *= 2)
-                for (int sp = 1; sp <= 4 && (bn == 64 || m <= 32); sp++)
+                for (int sp = 1; sp <= 4 && (bn == 64 || m <= 32) && !only_heuristic; sp++)
                     cf[nc++] = (nb_gemm_config){.path = NB_GEMM_PATH_TENSOR_CORE, .bn = bn, .splits = sp};
             size_t wsb = 0;
             NB(nb_gemm_workspace_size(ctx, &g, &wsb));
@@ -110,7 +174,7 @@ int main(int argc, char **argv) {
             float big = 0.0f;
             for (size_t i = 0; i < count; i++) big = fmaxf(big, fabsf(nbt_float_of(NB_DTYPE_BF16, href[i])));
             const int calls = nbt_graph_calls(m, n, k, l.sz.packed_bytes, l.rot, 400, 8, 200);
-            const double th = nbt_time_gemm(ctx, &g, NULL, x, &l, y, ws, wsb, s, calls, 7);
+            const double th = time_cfg(ctx, &g, NULL, x, &l, y, ws, wsb, s, calls, bw);
             char hb[256] = "", bb[96] = "";
             nb_gemm_last_config(ctx, hb, sizeof hb);
             double best = th;
@@ -125,7 +189,7 @@ int main(int argc, char **argv) {
                     wrong = 1;
                     continue;
                 }
-                const double t = nbt_time_gemm(ctx, &g, &cf[i], x, &l, y, ws, wsb, s, calls, 7);
+                const double t = time_cfg(ctx, &g, &cf[i], x, &l, y, ws, wsb, s, calls, bw);
                 if (t < best) best = t, snprintf(bb, sizeof bb, "%s", cb);
                 printf(" [%s %.2f]", cb, t);
             }

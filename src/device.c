@@ -196,7 +196,8 @@ static void describe(nb_context *ctx, const nbi_gemm_plan *p, int64_t m) {
                  (long long)((m + 31) / 32));
     else if (p->xsh)
         snprintf(b, n, "gemv_fp4_xs<%s,%s,mt=%d,rows/warp=%d%s> grid=%dx%d warps=%d k-split=1x%d chunks/cta=%d "
-                 "launches=%lld", fmt, act, p->mt, p->rpw * 16, p->xsh == 2 ? ",cta/sm=1" : "", p->grid_x, p->splits,
+                 "launches=%lld", fmt, act, p->mt, p->rpw * 16,
+                 p->xsh == 2 ? ",cta/sm=1" : p->per_sm == 2 ? ",ctas/sm=2" : "", p->grid_x, p->splits,
                  p->warps, p->splits,
                  p->chunks_per_split, (long long)((m + 31) / 32));
     else

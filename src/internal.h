@@ -257,7 +257,7 @@ typedef struct nbi_gemm_plan {
     int pdl_own;        /* the launches after the call's first (gemm_sm90's tail) with it (sm_90+) */
     int k1_rows;        /* kernel 1: row blocks a CTA takes (0: warps / kw); fewer leave warps idle so that
                            a one-wave grid loads every SM alike (plan.c, "balanced wave") */
-    int per_sm;         /* kernel 1: at most this many CTAs share an SM (0: as many as fit), held by */
+    int per_sm;         /* kernels 1 and 2: at most this many CTAs share an SM (0: as many as fit), held by */
     int dyn_smem;       /* the launch's dynamic shared memory, more than the ring needs (0: the ring's) */
     /* Tensor-core paths (gemm_sm90.cu, gemm_sm80.cu), when path != NBI_PATH_GEMV: */
     int path;           /* NBI_PATH_GEMV, NBI_PATH_SM90 or NBI_PATH_SM80 */

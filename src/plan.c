@@ -80,6 +80,61 @@ static int64_t k1_balanced_rows(const nbi_gemm_plan *p, int kw, int64_t grid, in
 /* Whether the request fixes kernel 1's kw (which the rules then leave). */
 static int kw_given(int kw) { return kw == 1 || kw == 2 || kw == 4 || kw == 8; }
 
+/* Kernel 1's one-token rule (plan_decode, where it is explained and
+ * measured) for plan p (kernel 1, no k split): 0 where it does not look
+ * (fewer than three CTAs an SM fit, two for the integer and table formats,
+ * or k under 16 chunks), 1 where it looks but leaves the plan to the rules
+ * after it, 2 where it applies: then *kw and *grid are its warps per row
+ * block and CTAs. */
+static int k1_one_token(nb_context *ctx, const nbi_gemm_plan *p, int e2m1, int *kw_out, int64_t *grid_out) {
+    size_t bytes = 0;
+    const int64_t sms = ctx->info.sm_count;
+    const int64_t res = (int64_t)nbi_cuda_gemv_ctas_per_sm(ctx, p, 0, &bytes) * sms;
+    int kw = p->warps;
+    while (kw > 1 && k1_grid(p, kw, p->warps) > res) kw /= 2;
+    const int64_t grid = k1_grid(p, kw, p->warps);
+    if (res < (e2m1 ? 3 : 2) * sms || p->kchunks < 16) return 0;
+    /* (2..2.5 CTAs per SM are left only where the balanced wave below
+     * cannot even them out) */
+    const int third = grid > 2 * sms && 2 * grid <= 5 * sms && !k1_balanced_rows(p, kw, grid, (int)(res / sms), sms);
+    if (grid > res || p->kchunks > 32 * (int64_t)kw || third || (kw != p->warps && 2 * grid <= 3 * sms)) return 1;
+    *kw_out = kw;
+    *grid_out = grid;
+    return 2;
+}
+
+/* Kernel 2's split at 5..8 tokens (E2M1 formats, two row blocks per warp):
+ * the split s that puts c CTAs on every SM, for c = 2 where each still
+ * streams at least 15 chunks, else (with c1, at 8 tokens) for c = 1 where
+ * each streams at least 12 on a layer of at least 16 tiles, and the grid
+ * of tiles x s covers at least four fifths of those slots; 0 where none
+ * does.  A grid of just over c CTAs per SM ends with the SMs that hold
+ * c + 1 (the block scheduler fills every SM to c before it starts on
+ * c + 1); more, shorter CTAs per SM only add their prologues.  H200, the
+ * library before and this alternated twice, NVFP4 (MXFP4 alike), us, each
+ * call after a foreign kernel (`bench/config_sweep --between --heuristic`)
+ * / repeated (`nibble bench`); NOTES.md, "Kernel 2's split at 5..8
+ * tokens, and kernel 1 at 2..8 tokens": at m = 8, 5120 -> 10240 (40 tiles)
+ * 4 -> 3 splits 17.80 / 17.84 -> 14.80 / 17.18; 13824 -> 5120 (20 tiles)
+ * 16 -> 6 20.81 / 19.23 -> 17.71 / 16.15; 8192 -> 10240 8 -> 3 21.80 /
+ * 20.66 -> 20.34 / 18.82 (MXFP4 repeated 20.15 -> 23.97, its one loss);
+ * 27648 -> 5120 16 -> 13 32.70 / 30.95 -> 28.19 / 25.91; 28672 -> 8192 (32
+ * tiles, 224 chunks) 16 -> 8 43.12 / 40.04 -> 41.68 / 38.39; at m = 5 / 6
+ * kernel 1 -> kernel 2 with c = 2 (c = 1 lost there to kernel 1's grids
+ * of two CTAs per SM, 5-12% after a foreign kernel): 28672 -> 8192 m = 6
+ * 44.76 / 43.18 -> 41.46 / 38.25, 25600 -> 5120 (13 splits) 31.05 / 30.22
+ * -> 27.05 / 24.45, 18432 -> 7168 (9 splits) m = 5 29.41 / 28.83 -> 26.33
+ * / 24.16.  With 14 tiles (18944 -> 3584, 9 splits at m = 8) c = 1 was 4%
+ * ahead after a foreign kernel and 25% behind kernel 1 repeated. */
+static int64_t k2_balanced_split(const nbi_gemm_plan *p, int64_t tiles, int64_t sms, int c1) {
+    for (int64_t c = 2; c >= (c1 ? 1 : 2); c--) {
+        const int64_t s = c * sms / tiles;
+        if (s >= 2 && 5 * tiles * s >= 4 * c * sms && p->kchunks / s >= (c == 2 ? 15 : 12) && (c == 2 || tiles >= 16))
+            return s;
+    }
+    return 0;
+}
+
 /* Kernel 1's warps per row block by its rule (plan_decode_split): half the
  * CTA's warps, all of them where half leave fewer than 1.4 CTAs per SM -
  * but not for the integer and table formats at 17..32 tokens (kw = 4 beat
@@ -276,6 +331,12 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
         wave8 = b8 <= ctx->info.smem_per_block_optin && k2_per_sm(ctx, b8) == 2;
     }
     if (wave8) xs = 1;
+    /* 5..7 tokens: kernel 2 on a grid of two CTAs per SM where its streams
+     * are long (k2_balanced_split; 8 tokens take kernel 2 by the rules
+     * below) */
+    if (!xs && !plain && !rpw2 && !table && p->mt == 1 && p->m >= 5 && rq->splits <= 0 && rq->rpw != 1 &&
+        !kw_given(rq->kw) && k2_balanced_split(p, k2_tiles256(p), sms, 0))
+        xs = 1;
     size_t smem = 0;
     /* one wave of one CTA per SM on a stream-K grid (k2_wave), with its consumer warps */
     int wave = xs ? k2_wave(p, sms, rpw, rpw2, rq) : 0;
@@ -401,7 +462,10 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
          * with 16, 4096 -> 28672 31.7 -> 31.6 (MXFP4 33.7 -> 30.7) with 2;
          * 4096 -> 4096 and 4096 -> 6144 stay on kernel 1, 6.8 / 9.0 us
          * against 7.3 / 9.2 at best; NOTES.md).  The table formats keep
-         * kernel 1. */
+         * kernel 1.  That split now only where k2_balanced_split finds no
+         * grid of one or two CTAs per SM (5..7 tokens: none, kernel 1),
+         * and not where its grid leaves a fifth of its last CTA per SM's
+         * slots empty. */
         /* ... and, for the E2M1 formats, two splits of at least 10 chunks
          * where the tiles are more than the SMs but fewer than the resident
          * CTAs (unsplit, the SMs holding two CTAs finish last): H200, `nibble
@@ -413,11 +477,20 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
          * kernel 2 at 9..16 tokens on a stream-K wave"). */
         if (p->mt == 1 && s == 1 && !staged && !rpw2 && grid_x > sms && grid_x < resident && p->kchunks >= 20) s = 2;
         else if (p->mt == 1 && s > 1 && !staged) {
-            if (!rpw2) {
+            const int64_t sb = rpw2 ? 0 : k2_balanced_split(p, grid_x, sms, p->m == 8);
+            if (sb) {
+                s = sb;
+            } else if (!rpw2 && p->m < 8) {
+                xs = 0;
+            } else if (!rpw2) {
                 int64_t s2 = 1;
                 while (2 * s2 * 10 <= p->kchunks) s2 *= 2;
                 if (s2 * grid_x > sms && 2 * s2 * grid_x < 3 * (int64_t)sms && p->kchunks / (2 * s2) >= 6) s2 *= 2;
-                if (s2 > 1 && 10 * s2 * grid_x >= 9 * (int64_t)sms) s = s2;
+                /* (and not a grid that leaves a fifth of its last CTA per
+                 * SM's slots empty: 3584 -> 18944, 74 tiles x 4 splits on
+                 * 132 SMs, 19.07 us at m = 8 against kernel 1's 16.96) */
+                const int64_t ctas = s2 * grid_x, c = (ctas + sms - 1) / sms;
+                if (s2 > 1 && 10 * ctas >= 9 * (int64_t)sms && 5 * ctas >= 4 * c * sms) s = s2;
                 else xs = 0;
             } else if (table) {
                 xs = 0;
@@ -517,7 +590,35 @@ static nb_status plan_decode(nb_context *ctx, const nbi_request *rq, nbi_gemm_pl
     /* The split-K arrival counters live at a fixed place (the first
      * NBI_MAX_SPLIT_COLUMNS ints of the workspace), so one workspace serves
      * layers of every shape: each call leaves them zero. */
-    const int64_t grid_x = plan_decode_split(ctx, rq, p);
+    const nbi_gemm_plan p0 = *p;
+    int64_t grid_x = plan_decode_split(ctx, rq, p);
+    /* Two tokens (E2M1 formats): kernel 1 where the one-token rule below
+     * gives it a plan, instead of kernel 2's stream-K wave, whose start
+     * costs more after another library's kernel than kernel 1's (H200,
+     * NVFP4, m = 2, `bench/config_sweep --between`, the wave -> kernel 1,
+     * us: 4096 -> 28672 (kw 1) 25.08 -> 23.41, 3584 -> 37888 27.62 ->
+     * 25.45, 7168 -> 18432 (kw 2) 27.09 -> 25.24; the same calls repeated
+     * 22.58 -> 22.21, 25.45 -> 24.00, 25.35 -> 24.63, MXFP4 within 2%
+     * either way; at m = 4 the wave was still ahead repeated, by up to 3%;
+     * NOTES.md, "Kernel 2's split at 5..8 tokens, and kernel 1 at 2..8
+     * tokens"). */
+    const int wave_at_two = p->m == 2 && p->xsh && grid_x != p->tiles_n; /* (kernel 2's stream-K grid) */
+    if (wave_at_two && nbi_traits(p->fmt)->every_kernel && rq->variant == 0 && rq->splits <= 0 && rq->rpw == 0 &&
+        rq->warps == 0 && !kw_given(rq->kw)) {
+        nbi_gemm_plan q = p0;
+        nbi_request r = *rq;
+        r.variant = 1; /* (plain: kernel 1 by the rules) */
+        const int64_t g1 = plan_decode_split(ctx, &r, &q);
+        int kw = 0;
+        int64_t grid = 0;
+        if (g1 <= 0x7FFFFFFF && !q.xsh && q.splits == 1) {
+            q.grid_x = (int)g1;
+            if (k1_one_token(ctx, &q, 1, &kw, &grid) == 2) { /* (applied below, as to every kernel-1 plan) */
+                *p = q;
+                grid_x = g1;
+            }
+        }
+    }
     if (grid_x > 0x7FFFFFFF)
         return nbi_fail(ctx, NB_ERR_BAD_SHAPE, "nb_gemm: n = %lld needs too many CTAs", (long long)p->n);
     p->grid_x = (int)grid_x;
@@ -540,8 +641,14 @@ static nb_status plan_decode(nb_context *ctx, const nbi_request *rq, nbi_gemm_pl
             p->grid_x = (int)k1_grid(p, p->kw, p->warps);
         }
     }
-    /* Kernel 1 at one token (E2M1 formats; the integer and table formats
-     * at every m of one token tile, 1..8, where kernel 1 runs them): the
+    /* Kernel 1 at one token tile (every format, 1..8 tokens, where kernel
+     * 1 runs; for the E2M1 formats at 2..8 since 2026-11-30: H200, each
+     * call after a foreign kernel, `bench/config_sweep --between
+     * --heuristic`, alternated twice, NVFP4, kw 4 -> the rule's: 4096 ->
+     * 6144 kw 8 (384 CTAs) 8.43 / 9.50 -> 7.88 / 8.66 us at m = 2 / 8,
+     * 4096 -> 22528 kw 2 (352) 24.17 -> 20.48 at m = 4, 4096 -> 24576
+     * 24.46 -> 20.76; repeated level on 4096 -> 6144 (NVFP4 0.99-1.01,
+     * MXFP4 0.95-0.98), 0.89-0.97 on the others): the
      * most warps per row block whose grid is one resident wave, where that
      * leaves every warp at most 32 chunks, does not put a third CTA on a
      * few SMs only (2..2.5 CTAs per SM) and, where it halves the warps,
@@ -580,19 +687,12 @@ static nb_status plan_decode(nb_context *ctx, const nbi_request *rq, nbi_gemm_pl
      * lost 5-7% and keeps kw 4. */
     int one_token = 0;
     const int e2m1 = nbi_traits(p->fmt)->every_kernel;
-    if (!p->xsh && (e2m1 ? p->m == 1 : p->mt == 1) && p->splits == 1 && !kw_given(rq->kw)) {
-        size_t bytes = 0;
-        const int64_t sms = ctx->info.sm_count;
-        const int64_t res = (int64_t)nbi_cuda_gemv_ctas_per_sm(ctx, p, 0, &bytes) * sms;
-        int kw = p->warps;
-        while (kw > 1 && k1_grid(p, kw, p->warps) > res) kw /= 2;
-        const int64_t grid = k1_grid(p, kw, p->warps);
-        one_token = res >= (e2m1 ? 3 : 2) * sms && p->kchunks >= 16;
-        /* (2..2.5 CTAs per SM are left only where the balanced wave below
-         * cannot even them out) */
-        const int third = grid > 2 * sms && 2 * grid <= 5 * sms && !k1_balanced_rows(p, kw, grid, (int)(res / sms), sms);
-        if (one_token && grid <= res && p->kchunks <= 32 * (int64_t)kw && !third &&
-            (kw == p->warps || 2 * grid > 3 * sms)) {
+    if (!p->xsh && p->mt == 1 && p->splits == 1 && !kw_given(rq->kw)) {
+        int kw = 0;
+        int64_t grid = 0;
+        const int r = k1_one_token(ctx, p, e2m1, &kw, &grid);
+        one_token = r > 0;
+        if (r == 2) {
             p->kw = kw;
             p->grid_x = (int)grid;
         }
@@ -655,6 +755,30 @@ static nb_status plan_decode(nb_context *ctx, const nbi_request *rq, nbi_gemm_pl
         }
         const int64_t ctas = (int64_t)p->grid_x * p->splits, sms = ctx->info.sm_count;
         if (c > 2 && ctas > sms && (ctas + c * sms - 1) / (c * sms) >= (ctas + 2 * sms - 1) / (2 * sms) &&
+            nbi_cuda_gemv_ctas_per_sm(ctx, p, 2, &bytes) == 2) {
+            p->per_sm = 2;
+            p->dyn_smem = (int)bytes;
+        }
+    } else if (p->mt == 1 && p->splits > 1 && p->grid_x == p->tiles_n && nbi_traits(p->fmt)->every_kernel) {
+        /* Kernel 2's split grid at 2..8 tokens (E2M1 formats) of one to two
+         * CTAs per SM, where three fit (72 registers): held to two, like
+         * kernel 1 above.  One call's CTAs land two per SM either way (the
+         * block scheduler fills every SM to one before any takes a second);
+         * what the cap changes is the next call's, which under programmatic
+         * dependent launch start in the third slots while this call runs
+         * and then take its slots as they free, three on some SMs and one
+         * on others: back to back, 29568 -> 8192 at m = 8 (32 tiles x 8
+         * splits) ran 41.5 us in one run and 47.3 in the next, MXFP4 28672
+         * -> 8192 46.4-46.7 against 38.5-40.2 NVFP4.  Held (H200, `nibble
+         * bench`, without and with, alternated twice, eight layers at m =
+         * 5 / 6 / 8, both formats): 36 cells at 0.833 of the time, 27648 ->
+         * 5120 m = 8 32.68 -> 25.83 us, MXFP4 28672 -> 8192 49.74 -> 40.13;
+         * after a foreign kernel level (`--sequence --between`, 238-240 us
+         * a pass either way).  NOTES.md, "Kernel 2's split at 5..8 tokens,
+         * and kernel 1 at 2..8 tokens". */
+        const int64_t ctas = (int64_t)p->grid_x * p->splits, sms = ctx->info.sm_count;
+        size_t bytes = 0;
+        if (ctas > sms && ctas <= 2 * sms && nbi_cuda_gemv_ctas_per_sm(ctx, p, 0, &bytes) > 2 &&
             nbi_cuda_gemv_ctas_per_sm(ctx, p, 2, &bytes) == 2) {
             p->per_sm = 2;
             p->dyn_smem = (int)bytes;

@@ -44,13 +44,17 @@ int nbi_cuda_sm90_clusters(nb_context *ctx, int fmt, int act, int bn, int cwg, i
  * one-tile FP4 and integer instances (70-80 registers: three CTAs of 256
  * threads per SM) and the others (two; the table formats' one-tile
  * instances have 96 registers at blocks of 64, int4_hqq's 82-96 at groups
- * of 128), and the cap: with the least dynamic shared memory past (228 KB
- * / 3 less the runtime's and the static bytes) two. */
+ * of 128), kernel 2's (three for the E2M1 formats' one-tile split instance,
+ * 72 registers, two for the rest), and the cap: with the least dynamic
+ * shared memory past (228 KB / 3 less the runtime's and the static bytes)
+ * two. */
 static int g_k1_fit = 3;
 int nbi_cuda_gemv_ctas_per_sm(nb_context *ctx, const nbi_gemm_plan *p, int cap, size_t *bytes);
 int nbi_cuda_gemv_ctas_per_sm(nb_context *ctx, const nbi_gemm_plan *p, int cap, size_t *bytes) {
     const size_t ring = (size_t)NBI_GEMV_WARPS * 4 * (size_t)p->chunk_bytes;
-    const int fit = p->mt == 1 && !nbi_is_table(nbi_traits(p->fmt)) && p->fmt != NB_FORMAT_INT4_HQQ ? g_k1_fit : 2;
+    const int fit = p->xsh ? (p->mt == 1 && p->rpw == 2 && nbi_traits(p->fmt)->every_kernel ? 3 : 2)
+                   : p->mt == 1 && !nbi_is_table(nbi_traits(p->fmt)) && p->fmt != NB_FORMAT_INT4_HQQ ? g_k1_fit
+                                                                                                   : 2;
     *bytes = ring;
     if (cap <= 0 || fit <= cap) return fit;
     *bytes = ctx->info.smem_per_sm / (size_t)(cap + 1) + 1 - 1024 - 1152;

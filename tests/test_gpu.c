@@ -58,6 +58,8 @@ static int g_k2_wide_runs = 0;   /* ... and of its wide instance (12 consumer wa
 static int g_k2_wave24_runs = 0; /* ... at 17..24 tokens with 8 warps, more CTAs than tiles (plan.c) */
 static int g_k2_wave16_runs = 0; /* ... and at 9..16 tokens, the resident CTAs (more CTAs than tiles) */
 static int g_k2_wave8_runs = 0;  /* ... and at 2..8 tokens (plan.c, wave8), the resident CTAs */
+static int g_k2_split8_runs = 0;   /* decode kernel 2 on a k-split grid at 5..8 tokens (plan.c, k2_balanced_split) */
+static int g_k2_cap_runs = 0;      /* ... held to two CTAs per SM */
 static int g_k1_balanced_runs = 0; /* decode kernel 1 on a balanced wave (plan.c: CTAs with warps idle) */
 static int g_k1_balanced_kw2 = 0;  /* ... of them with kw = 2 and 3 row blocks a CTA (idle warp pairs) */
 static int g_no_cublas = 0; /* --no-cublas: racecheck reports hazards inside cuBLAS itself */
@@ -401,12 +403,15 @@ static void test_shape_ref(env_t *e, nb_format fmt, nb_dtype act, int64_t n, int
         g_tc_tail_runs += strstr(cfg, "gemm_sm90") && strstr(cfg, " tail=");
         g_tc_sk_runs += strstr(cfg, "gemm_sm90") && strstr(cfg, " stream-k ");
         g_tc_192_runs += strstr(cfg, "gemm_sm90") && strstr(cfg, "x192>");
-        g_k1_cap_runs += strstr(cfg, ",ctas/sm=2>") != NULL;
+        g_k1_cap_runs += strstr(cfg, "gemv_fp4<") && strstr(cfg, ",ctas/sm=2>");
+        g_k2_cap_runs += strstr(cfg, "gemv_fp4_xs<") && strstr(cfg, ",ctas/sm=2>");
         g_k2_wave_runs += strstr(cfg, "gemv_fp4_xs<") && strstr(cfg, "mt=4,") && strstr(cfg, " stream-k ");
         g_k2_wide_runs += strstr(cfg, "gemv_fp4_xs<") && strstr(cfg, " stream-k ") && strstr(cfg, " warps=12 ");
         g_k2_wave24_runs += gt_is_k2_wave(cfg, 3, 8);
         g_k2_wave16_runs += gt_is_k2_wave(cfg, 2, 0);
         g_k2_wave8_runs += gt_is_k2_wave(cfg, 1, 0);
+        g_k2_split8_runs += m >= 5 && m <= 8 && strstr(cfg, "gemv_fp4_xs<") && strstr(cfg, ",mt=1,") &&
+                            !strstr(cfg, " stream-k ") && !strstr(cfg, " k-split=1x1 ");
         g_k1_balanced_runs += gt_is_k1_balanced(cfg);
         g_k1_balanced_kw2 += gt_is_k1_balanced(cfg) && strstr(cfg, " (6 active) k-split=2x1 ");
         snprintf(what, sizeof what, "gemm %s %s n=%lld k=%lld m=%lld%s vs GPU reference", fn, an, (long long)n,
@@ -1250,6 +1255,14 @@ int main(int argc, char **argv) {
              * to 395 CTAs of 3, the last with one: idle warp pairs inside the
              * in-CTA k sum */
             test_shape(&e, fmts[f], acts[a], 18944 - 24, 3584 - 64, wave8_m, 1, 0);
+            /* 500 row blocks (32 tiles of 256 rows, the last of 4) over 121
+             * chunks (the last of 32 columns): at 5..8 tokens kernel 2 on 8
+             * splits of 16 chunks, two CTAs per SM (plan.c,
+             * k2_balanced_split; held to two by its dynamic shared memory),
+             * the last split of 9; 326 row blocks (21
+             * tiles, the last of 6) at 8 tokens: 6 splits, one CTA per SM */
+            test_shape(&e, fmts[f], acts[a], 8000, 15392, wave8_m + 2, 2, 0);
+            test_shape(&e, fmts[f], acts[a], 5120 + 96, 15392, wave8_m + 3, 1, 0);
             test_shape(&e, fmts[f], acts[a], 1000 + 24, 4096 + 96, tc_m, 9, 1);
             /* the 16- and 32-token tiles with four consumer warpgroups (layers
              * of >= 48 128-row tiles: here 49, so 25 tiles of 256 rows, the
@@ -1291,8 +1304,9 @@ int main(int argc, char **argv) {
     test_device_errors(&e);
     printf("tensor-core path: %d calls, %d with a k split, %d with a tail split, %d on the stream-K grid, %d of "
            "192-token tiles\n", g_tc_runs, g_tc_split_runs, g_tc_tail_runs, g_tc_sk_runs, g_tc_192_runs);
-    printf("decode kernel 1: %d calls held to two CTAs per SM, %d on a balanced wave\n", g_k1_cap_runs,
-           g_k1_balanced_runs);
+    printf("decode kernel 1: %d calls held to two CTAs per SM, %d on a balanced wave; kernel 2 on a k-split grid at "
+           "5..8 tokens: %d calls, %d held to two CTAs per SM\n", g_k1_cap_runs, g_k1_balanced_runs, g_k2_split8_runs,
+           g_k2_cap_runs);
     printf("decode kernel 2 on its stream-K wave: %d calls at 25..32 tokens, %d at 17..24 (12 warps), %d at 17..24 (8 "
            "warps), %d at 9..16, %d at 2..8\n",
            g_k2_wave_runs, g_k2_wide_runs, g_k2_wave24_runs, g_k2_wave16_runs, g_k2_wave8_runs);
@@ -1313,6 +1327,10 @@ int main(int argc, char **argv) {
         if (m_ran(1)) {
             check(g_k1_balanced_runs > 0, "kernel 1 ran on a balanced wave at one token (28632 rows, k = 4000)");
             check(g_k1_balanced_kw2 > 0, "kernel 1 ran on a balanced wave with kw = 2 (18920 rows, k = 3520)");
+        }
+        if (m_ran(5) || m_ran(8)) {
+            check(g_k2_split8_runs > 0, "kernel 2 ran a k-split grid at 5..8 tokens (8000 rows, k = 15392)");
+            check(g_k2_cap_runs > 0, "kernel 2 ran a k-split grid held to two CTAs per SM (8000 rows: 256 CTAs)");
         }
         if (m_ran(2) || m_ran(5) || m_ran(8))
             check(g_k2_wave8_runs > 0, "kernel 2 ran on its stream-K wave at 2..8 tokens (28768 rows, m = 2, 5, 8)");

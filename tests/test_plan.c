@@ -664,7 +664,8 @@ static void test_decode_occupancy(void) {
     } cases[] = {
         {4096, 4096, 1, 3, 1, "256 CTAs: one wave at two or three per SM"},
         {4096, 4096, 8, 3, 1, "256 CTAs at m = 8"},
-        {4096, 6144, 8, 3, 1, "192 CTAs at m = 8"},
+        {8192, 3072, 8, 3, 1, "192 CTAs at m = 8"},
+        {4096, 6144, 8, 3, 0, "384 CTAs (kw = 8 at every m of one token tile)"},
         {4096, 6144, 1, 3, 0, "384 CTAs (kw = 8 at one token): one wave at three, two at two"},
         {14336, 4096, 1, 3, 1, "256 CTAs"},
         {28672, 8192, 1, 3, 1, "256 CTAs"},
@@ -781,7 +782,10 @@ static void test_decode_balanced_wave(void) {
  * stream-K wave of two CTAs per SM wherever the 256-row tiles are at least
  * half the SMs and give every CTA 12 chunks or more; one token and other
  * layers keep their rules, as do the integer and table formats and
- * a request of plain, of one row block per warp or of a k split. */
+ * a request of plain, of one row block per warp or of a k split.  At two
+ * tokens kernel 1 takes the layers where the one-token rule gives it a
+ * plan (4096 -> 28672 kw 1, 7168 -> 18432 kw 2), the wave the others
+ * (8192 -> 57344: kw 1 would be 448 CTAs, past one wave). */
 static void test_decode_wave8(void) {
     nb_context *ctx = h100();
     const int sms = ctx->info.sm_count;
@@ -789,7 +793,8 @@ static void test_decode_wave8(void) {
         int64_t k, n;
         int m, wave;
     } cases[] = {
-        {4096, 28672, 1, 0}, {4096, 28672, 2, 1},  {4096, 28672, 5, 1},  {3584, 18944, 4, 0},
+        {4096, 28672, 1, 0}, {4096, 28672, 2, 0},  {4096, 28672, 3, 1},  {4096, 28672, 5, 1},  {3584, 18944, 4, 0},
+        {7168, 18432, 2, 0}, {8192, 28672, 2, 1},  {5120, 25600, 2, 1},
         {7168, 18432, 4, 1}, {5120, 27648, 3, 1},  {8192, 57344, 1, 0},  {8192, 57344, 2, 1},
         {8192, 28672, 1, 0}, {8192, 28672, 7, 1},  {4096, 16896, 4, 0},  {8192, 16896, 4, 1},
         {8192, 16384, 4, 0}, {8192, 8192, 2, 0},  {14336, 4096, 4, 0},  {28672, 8192, 8, 0},
@@ -833,11 +838,15 @@ static void test_decode_wave8(void) {
 }
 
 /* 8 tokens on layers whose column tiles leave SMs idle (plan.c,
- * plan_decode_split): the E2M1 formats run kernel 2 with splits of about
- * 10 chunks or more where the CTAs cover the SMs, kernel 1 on the 4096-wide
- * layers, and the same splits where the tiles are more than the SMs but
- * fewer than the resident CTAs; nf4 keeps kernel 1, int4 kernel 2 with the
- * split that fills one resident wave. */
+ * plan_decode_split): the E2M1 formats run kernel 2 with the split that
+ * puts two CTAs of 15 chunks or more on every SM (28672 -> 8192: 8), else
+ * one of 12 or more (8192 -> 10240: 3 of 21 chunks), else splits of about
+ * 10 chunks where the CTAs cover the SMs in full last waves; kernel 1 on
+ * the 4096-wide layers and where that grid would leave a fifth of its last
+ * CTA per SM's slots empty (3584 -> 18944: 74 tiles x 4 splits), and the
+ * same splits where the tiles are more than the SMs but fewer than the
+ * resident CTAs; nf4 keeps kernel 1, int4 kernel 2 with the split that
+ * fills one resident wave. */
 static void test_decode_m8(void) {
     nb_context *ctx = h100();
     static const struct {
@@ -845,7 +854,9 @@ static void test_decode_m8(void) {
         int splits; /* 0: kernel 1; -1: kernel 2's stream-K wave (test_decode_wave8) */
     } cases[] = {
         {4096, 4096, 0},   {4096, 6144, 0},   {14336, 4096, 8}, {8192, 8192, 4},   {4096, 28672, -1},
-        {5120, 27648, -1}, {8192, 10240, 8}, {28672, 8192, 16}, {27648, 5120, 16},
+        {5120, 27648, -1}, {8192, 10240, 3}, {28672, 8192, 8}, {27648, 5120, 13}, {5120, 10240, 3},
+        {13824, 5120, 6},  {4096, 14336, 2}, {4096, 22528, 4}, {3584, 18944, 0},  {18944, 3584, 0},
+        {18432, 7168, 9},
         /* more tiles than SMs, fewer than two per SM: 224, 216, 144 tiles (two splits before the wave) */
         {8192, 57344, -1},  {5120, 55296, -1}, {7168, 36864, -1},
     };
@@ -867,6 +878,100 @@ static void test_decode_m8(void) {
                 CHECK(p.path == NBI_PATH_GEMV && !p.xsh, "%s %lld -> %lld m = 8: kernel 1 (xsh %d splits %d)",
                       f ? "mxfp4" : "nvfp4", (long long)cases[i].k, (long long)cases[i].n, p.xsh, p.splits);
         }
+    nb_context_destroy(ctx);
+}
+
+/* 5..8 tokens, the E2M1 formats (plan.c, k2_balanced_split): kernel 2's
+ * split grid holds two CTAs per SM of at least 15 chunks each where k is
+ * long (5..7 tokens take kernel 2 only there), else at 8 tokens one per SM
+ * of at least 12 on layers of 16 tiles or more; every kernel-2 split grid
+ * at 5..8 tokens fills at least four fifths of its last CTA per SM's
+ * slots; kernel 1 takes the one-token rule's warps per row block at every
+ * m of one token tile (4096 -> 6144: kw 8, 384 CTAs; 4096 -> 22528: kw 2);
+ * requests keep their choices. */
+static void test_decode_balanced_split(void) {
+    nb_context *ctx = h100();
+    const int64_t sms = ctx->info.sm_count;
+    static const struct {
+        int64_t k, n;
+        int m, splits; /* 0: kernel 1 */
+        int kw;        /* kernel 1's warps per row block (0: not checked) */
+    } cases[] = {
+        {28672, 8192, 5, 8, 0},  {28672, 8192, 7, 8, 0},  {25600, 5120, 6, 13, 0}, {18432, 7168, 5, 9, 0},
+        {29568, 8192, 6, 8, 0},  {8192, 10240, 6, 0, 4},  {14336, 4096, 6, 0, 8},  {8192, 8192, 6, 0, 4},
+        {13824, 5120, 6, 0, 8},  {13824, 5120, 8, 6, 0},  {14336, 5120, 8, 6, 0},  {8192, 5120, 8, 0, 8},
+        {4096, 6144, 2, 0, 8},   {4096, 6144, 5, 0, 8},   {4096, 6144, 8, 0, 8},   {4096, 22528, 3, 0, 2},
+        {4096, 22528, 7, 0, 2},  {4096, 24576, 4, 0, 2},  {28672, 8192, 4, 0, 4},  {28672, 8192, 1, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int f = 0; f < 2; f++) {
+            nbi_gemm_plan p;
+            const nb_format fmt = f ? NB_FORMAT_MXFP4 : NB_FORMAT_NVFP4;
+            if (!plan(ctx, fmt, cases[i].k, cases[i].n, cases[i].m, NULL, &p)) continue;
+            if (cases[i].splits)
+                CHECK(p.path == NBI_PATH_GEMV && p.xsh && p.rpw == 2 && !nbi_plan_stream_k(&p) &&
+                          p.splits == cases[i].splits,
+                      "%s %lld -> %lld m = %d: kernel 2 with %d splits (xsh %d rpw %d splits %d grid %d)",
+                      f ? "mxfp4" : "nvfp4", (long long)cases[i].k, (long long)cases[i].n, cases[i].m,
+                      cases[i].splits, p.xsh, p.rpw, p.splits, p.grid_x);
+            else
+                CHECK(p.path == NBI_PATH_GEMV && !p.xsh && (!cases[i].kw || p.kw == cases[i].kw),
+                      "%s %lld -> %lld m = %d: kernel 1 at kw %d (xsh %d kw %d splits %d grid %d)",
+                      f ? "mxfp4" : "nvfp4", (long long)cases[i].k, (long long)cases[i].n, cases[i].m, cases[i].kw,
+                      p.xsh, p.kw, p.splits, p.grid_x);
+        }
+    /* every kernel-2 split grid of the E2M1 formats at 5..8 tokens over the shapes */
+    int grids = 0, bad = 0;
+    for (int f = 0; f < 2; f++)
+        for (size_t s = 0; s < sizeof k_shapes / sizeof k_shapes[0]; s++)
+            for (int m = 5; m <= 8; m++) {
+                nbi_gemm_plan p;
+                if (!plan(ctx, f ? NB_FORMAT_MXFP4 : NB_FORMAT_NVFP4, k_shapes[s][0], k_shapes[s][1], m, NULL, &p))
+                    continue;
+                if (p.path != NBI_PATH_GEMV || !p.xsh || p.splits < 2 || nbi_plan_stream_k(&p)) continue;
+                const int64_t ctas = (int64_t)p.grid_x * p.splits, c = (ctas + sms - 1) / sms;
+                grids++;
+                if (5 * ctas < 4 * c * sms && bad++ < 5)
+                    printf("  %s %lld -> %lld m = %d: %lld CTAs (%d x %d) on %lld SMs\n", f ? "mxfp4" : "nvfp4",
+                           (long long)k_shapes[s][0], (long long)k_shapes[s][1], m, (long long)ctas, p.grid_x,
+                           p.splits, (long long)sms);
+            }
+    CHECK(grids > 0 && bad == 0, "kernel 2's split grids at 5..8 tokens fill their last CTA per SM (%d grids, %d not)",
+          grids, bad);
+    /* requests keep their choices: plain, a k split, one row block per warp, a kw */
+    const nbi_request reqs[4] = {{.variant = 1}, {.splits = 4}, {.rpw = 1}, {.kw = 4}};
+    for (int r = 0; r < 4; r++) {
+        nbi_gemm_plan p;
+        if (!plan(ctx, NB_FORMAT_NVFP4, 28672, 8192, 6, &reqs[r], &p)) continue;
+        const int ok = r == 0   ? !p.xsh
+                       : r == 1 ? p.splits == 4
+                       : r == 2 ? !p.xsh || p.rpw == 1
+                                : !p.xsh && p.kw == 4;
+        CHECK(ok, "28672 -> 8192 m = 6, request %d kept (xsh %d rpw %d kw %d splits %d)", r, p.xsh, p.rpw, p.kw,
+              p.splits);
+    }
+    /* kernel 2's split grids of one to two CTAs per SM held to two where
+     * three fit; one CTA per SM, or more than two, left alone */
+    static const struct {
+        int64_t k, n;
+        int m, held;
+    } caps[] = {{28672, 8192, 6, 1}, {28672, 8192, 8, 1}, {15392, 8000, 5, 1}, {25600, 5120, 7, 1},
+                {8192, 10240, 8, 0}, {4096, 22528, 8, 0}, {14336, 4096, 8, 0}};
+    const size_t want = ctx->info.smem_per_sm / 3 + 1 - 1024 - 1152;
+    for (size_t i = 0; i < sizeof caps / sizeof caps[0]; i++) {
+        nbi_gemm_plan p;
+        if (!plan(ctx, NB_FORMAT_NVFP4, caps[i].k, caps[i].n, caps[i].m, NULL, &p)) continue;
+        const int64_t ctas = (int64_t)p.grid_x * p.splits;
+        CHECK(p.xsh && p.splits > 1 &&
+                  (caps[i].held ? p.per_sm == 2 && (size_t)p.dyn_smem == want : p.per_sm == 0 && p.dyn_smem == 0),
+              "%lld -> %lld m = %d: kernel 2's split grid of %lld CTAs %s (xsh %d splits %d per_sm %d, %d bytes)",
+              (long long)caps[i].k, (long long)caps[i].n, caps[i].m, (long long)ctas,
+              caps[i].held ? "held to two per SM" : "not held", p.xsh, p.splits, p.per_sm, p.dyn_smem);
+    }
+    nbi_gemm_plan p;
+    if (plan(ctx, NB_FORMAT_NVFP4, 4096, 6144, 4, &(nbi_request){.kw = 4}, &p))
+        CHECK(!p.xsh && p.kw == 4 && p.grid_x == 192, "4096 -> 6144 m = 4 with kw 4 asked: kw %d, %d CTAs", p.kw,
+              p.grid_x);
     nb_context_destroy(ctx);
 }
 
@@ -1217,6 +1322,7 @@ int main(void) {
     test_moe_tile_width();
     test_decode_wave8();
     test_decode_m8();
+    test_decode_balanced_split();
     test_decode_rules();
     test_decode_balanced_wave();
     test_table_kw();

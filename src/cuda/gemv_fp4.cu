@@ -1287,6 +1287,7 @@ static gemv_fn plan_kernel(const nb_context *ctx, const nbi_gemm_plan *pl) {
  * the ring barriers, and in the table formats' LUT instances the pair
  * table. */
 static size_t gemv_static_smem(const nb_context *ctx, const nbi_gemm_plan *pl) {
+    if (pl->xsh) return GEMV_SMEM_ALIGN(GEMV_STATIC_SMEM + 16 * XS_XSEGS); /* (kernel 2: + its barriers) */
     return GEMV_SMEM_ALIGN(GEMV_K1_STATIC_SMEM + (gemv_table_lut_fits(ctx, pl) ? NBC_TABLE_LUT_BYTES : 0));
 }
 
@@ -1305,10 +1306,9 @@ extern "C" int nbi_cuda_gemv_ctas_per_sm(nb_context *ctx, const nbi_gemm_plan *p
      * once it has opted in, which its launch does anyway (nbi_cuda_gemv):
      * kernel 1 of the table formats (the pair table) and of int8 (2 KB
      * chunks, 68 KB) */
-    if (!pl->xsh && ring + gemv_static_smem(ctx, pl) > 48 * 1024 && nbc_smem_opt_in(ctx, (const void *)f, ring))
-        return 0;
+    if (ring + gemv_static_smem(ctx, pl) > 48 * 1024 && nbc_smem_opt_in(ctx, (const void *)f, ring)) return 0;
     int c = nbc_ctas_per_sm(ctx, (const void *)f, threads, ring);
-    if (cap <= 0 || pl->xsh || c <= cap) return c;
+    if (cap <= 0 || c <= cap) return c;
     const size_t sm = ctx->info.smem_per_sm, optin = ctx->info.smem_per_block_optin;
     const size_t st = gemv_static_smem(ctx, pl);
     size_t b = sm / (size_t)(cap + 1) + 1 > 1024 + st ? sm / (size_t)(cap + 1) + 1 - 1024 - st : 0;
@@ -1349,12 +1349,12 @@ extern "C" nb_status nbi_cuda_gemv(nb_context *ctx, const nbi_gemm_plan *pl, con
      * grid_x CTAs over tiles_n column tiles x kchunks (gemv_xs_sk_body) */
     dim3 grid((unsigned)pl->grid_x, sk ? 1u : (unsigned)pl->splits);
     size_t smem = gemv_smem_bytes(pl->fmt, pl->xsh, pl->rpw, pl->mt, (int)pl->m, (size_t)pl->chunk_bytes, pl->warps);
-    if (!pl->xsh && (size_t)pl->dyn_smem > smem) smem = (size_t)pl->dyn_smem; /* kernel 1's occupancy cap */
+    if ((size_t)pl->dyn_smem > smem) smem = (size_t)pl->dyn_smem; /* the occupancy cap (kernels 1 and 2) */
     /* Kernel 2 can exceed the 48 KB default (static + dynamic): opt in, for
      * its largest launch. */
     if (pl->xsh) {
-        nb_status st = nbc_smem_opt_in(ctx, (const void *)f,
-                                       gemv_smem_bytes(pl->fmt, 1, pl->rpw, pl->mt, 8 * pl->mt, (size_t)pl->chunk_bytes, pl->warps));
+        const size_t most = gemv_smem_bytes(pl->fmt, 1, pl->rpw, pl->mt, 8 * pl->mt, (size_t)pl->chunk_bytes, pl->warps);
+        nb_status st = nbc_smem_opt_in(ctx, (const void *)f, most > smem ? most : smem);
         if (st) return st;
     } else if (smem + gemv_static_smem(ctx, pl) > 48 * 1024) { /* past the default: kernel 1 of int8 (2 KB chunks, 68 KB), of
                                                             * the table formats (the pair table), the cap */
