@@ -26,8 +26,6 @@
 #include "args.h"
 #include "benchlib.h"
 
-#include <cublas_v2.h>
-
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,36 +49,6 @@ static void help(void) {
            "  every configuration nb_gemm can run for each layer and exact m, timed (bench/config_sweep.c);\n"
            "  --between: a small cuBLAS kernel after every call, its own time subtracted;\n"
            "  --heuristic: the heuristic's plan only\n");
-}
-
-/* --between: the kernel after each call (cuBLAS, no programmatic dependent
- * launch; scaling by one leaves the scratch as it was). */
-typedef struct between {
-    cublasHandle_t blas;
-    float *scratch;
-    double alone_us; /* one such kernel, timed alone in a graph */
-} between;
-
-static void between_kernel(const between *b) {
-    const float one = 1.0f;
-    if (cublasSscal(b->blas, 4096, &one, b->scratch, 1) != CUBLAS_STATUS_SUCCESS) {
-        fprintf(stderr, "config_sweep: cublasSscal failed\n");
-        exit(3);
-    }
-}
-
-/* Us per call of cfg (NULL: the heuristic), as nbt_time_gemm times it, or
- * with bw each call followed by the between kernel and that kernel's own
- * time taken off. */
-static double time_cfg(nb_context *ctx, const nb_gemm_desc *g, const nb_gemm_config *cfg, const void *x,
-                       const nbt_layer *l, void *y, void *ws, size_t wsb, cudaStream_t s, int calls, const between *bw) {
-    if (!bw) return nbt_time_gemm(ctx, g, cfg, x, l, y, ws, wsb, s, calls, 7);
-    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    for (int c = 0; c < calls; c++) {
-        NB(nb_gemm_ex(ctx, g, cfg, x, l->pk[c % l->rot], NULL, y, ws, wsb, s));
-        between_kernel(bw);
-    }
-    return nbt_time_capture(s, calls, 7) - bw->alone_us;
 }
 
 int main(int argc, char **argv) {
@@ -116,18 +84,9 @@ int main(int argc, char **argv) {
     const int sms = dev.sm_count;
     cudaStream_t s;
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    between bws, *bw = NULL;
+    nbt_between bws, *bw = NULL;
     if (use_between) {
-        if (cublasCreate(&bws.blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(bws.blas, s) != CUBLAS_STATUS_SUCCESS) {
-            fprintf(stderr, "config_sweep: cuBLAS could not be set up\n");
-            return 3;
-        }
-        CK(cudaMalloc((void **)&bws.scratch, 4096 * sizeof(float)));
-        CK(cudaMemset(bws.scratch, 0, 4096 * sizeof(float)));
-        bws.alone_us = 0.0;
-        CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-        for (int c = 0; c < 200; c++) between_kernel(&bws);
-        bws.alone_us = nbt_time_capture(s, 200, 9);
+        nbt_between_init(&bws, s);
         bw = &bws;
         printf("--between: a cuBLAS kernel after every call, %.2f us alone, subtracted\n", bws.alone_us);
     }
@@ -174,7 +133,7 @@ int main(int argc, char **argv) {
             float big = 0.0f;
             for (size_t i = 0; i < count; i++) big = fmaxf(big, fabsf(nbt_float_of(NB_DTYPE_BF16, href[i])));
             const int calls = nbt_graph_calls(m, n, k, l.sz.packed_bytes, l.rot, 400, 8, 200);
-            const double th = time_cfg(ctx, &g, NULL, x, &l, y, ws, wsb, s, calls, bw);
+            const double th = nbt_time_gemm_after(ctx, &g, NULL, x, &l, y, ws, wsb, s, calls, 7, bw);
             char hb[256] = "", bb[96] = "";
             nb_gemm_last_config(ctx, hb, sizeof hb);
             double best = th;
@@ -189,7 +148,7 @@ int main(int argc, char **argv) {
                     wrong = 1;
                     continue;
                 }
-                const double t = time_cfg(ctx, &g, &cf[i], x, &l, y, ws, wsb, s, calls, bw);
+                const double t = nbt_time_gemm_after(ctx, &g, &cf[i], x, &l, y, ws, wsb, s, calls, 7, bw);
                 if (t < best) best = t, snprintf(bb, sizeof bb, "%s", cb);
                 printf(" [%s %.2f]", cb, t);
             }
@@ -202,5 +161,6 @@ int main(int argc, char **argv) {
         }
         nbt_layer_free(&l);
     }
+    if (bw) nbt_between_free(bw);
     return wrong ? 2 : 0;
 }

@@ -13,7 +13,9 @@
  * 128 and F16 scales, the table ones with blocks of 64), 29 k x 39 n of
  * real-model and ragged layers.  Each line: format k n m, then the plan's
  * path, staged variant, warps, k splits and chunks per split, grid, n and m
- * tiles, kw, rows per warp, token tile and whether it is a stream-K grid.
+ * tiles, kw, rows per warp, token tile, whether it is a stream-K grid,
+ * kernel 1's row blocks a CTA (its balanced wave; 0: warps / kw) and the
+ * decode kernels' cap of CTAs per SM (0: none).
  * --count prints only the number of plans.  Exit 0, or 1 when a valid
  * problem gets no plan (the planner must plan every one) or on bad usage. */
 #include "plan_host.h"
@@ -129,10 +131,10 @@ int main(int argc, char **argv) {
                     plans++;
                     if (!count_only)
                         printf("%s %lld %lld %lld: path %d xsh %d warps %d splits %d x %d grid %d tiles %d x %d kw %d "
-                               "rpw %d bn %d sk %d\n",
+                               "rpw %d bn %d sk %d rows %d per_sm %d\n",
                                fi.name, (long long)k, (long long)n, (long long)m, p.path, p.xsh, p.warps, p.splits,
                                p.chunks_per_split, p.grid_x, p.tiles_n, p.tiles_m, p.kw, p.rpw, p.bn,
-                               nbi_plan_stream_k(&p));
+                               nbi_plan_stream_k(&p), p.k1_rows, p.per_sm);
                 }
             }
     }

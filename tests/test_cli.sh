@@ -70,6 +70,7 @@ case_ 1 "bench: --min-bytes: 'nan' is not a number" bench --min-bytes nan
 case_ 1 "bench: --min-bytes: '1e3x' is not a number" bench --min-bytes=1e3x
 case_ 1 "tune: --act: 'f32' is not one of bf16, f16" tune --act f32
 case_ 1 "tune: --m: 1 and 1 share the bucket" tune --m 1,1
+case_ 1 "tune: --between takes no value \('--between=1'\)" tune --between=1
 case_ 1 "bench: --csv: the value is empty" bench --csv=
 case_ 1 "bench: --sequence takes no value \('--sequence=yes'\)" bench --sequence=yes
 case_ 1 "bench: --m: '2x' is not an integer" bench --sequence --m 1,2x

@@ -1,6 +1,8 @@
 /* benchlib.c - see benchlib.h. */
 #include "benchlib.h"
 
+#include <cublas_v2.h>
+
 #include <math.h>
 #include <string.h>
 
@@ -189,6 +191,49 @@ double nbt_time_gemm(nb_context *ctx, const nb_gemm_desc *g, const nb_gemm_confi
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     for (int c = 0; c < calls; c++) NB(nb_gemm_ex(ctx, g, cfg, x, l->pk[c % l->rot], NULL, y, ws, ws_bytes, s));
     return nbt_time_capture(s, calls, reps);
+}
+
+static void between_kernel(const nbt_between *b) {
+    const float one = 1.0f;
+    const cublasStatus_t st = cublasSscal((cublasHandle_t)b->blas, 4096, &one, b->scratch, 1);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        fprintf(stderr, "%s: cublasSscal failed (status %d)\n", nbt_tool, (int)st);
+        exit(3);
+    }
+}
+
+void nbt_between_init(nbt_between *b, cudaStream_t s) {
+    cublasHandle_t h = NULL;
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS || cublasSetStream(h, s) != CUBLAS_STATUS_SUCCESS) {
+        fprintf(stderr, "%s: cuBLAS could not be set up\n", nbt_tool);
+        exit(3);
+    }
+    b->blas = h;
+    CK(cudaMalloc((void **)&b->scratch, 4096 * sizeof(float)));
+    CK(cudaMemset(b->scratch, 0, 4096 * sizeof(float)));
+    const int calls = 200;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (int c = 0; c < calls; c++) between_kernel(b);
+    b->alone_us = nbt_time_capture(s, calls, 9);
+}
+
+void nbt_between_free(nbt_between *b) {
+    if (b->blas) cublasDestroy((cublasHandle_t)b->blas);
+    if (b->scratch) CK(cudaFree(b->scratch));
+    b->blas = NULL;
+    b->scratch = NULL;
+}
+
+double nbt_time_gemm_after(nb_context *ctx, const nb_gemm_desc *g, const nb_gemm_config *cfg, const void *x,
+                           const nbt_layer *l, void *y, void *ws, size_t ws_bytes, cudaStream_t s, int calls,
+                           int reps, const nbt_between *b) {
+    if (!b) return nbt_time_gemm(ctx, g, cfg, x, l, y, ws, ws_bytes, s, calls, reps);
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (int c = 0; c < calls; c++) {
+        NB(nb_gemm_ex(ctx, g, cfg, x, l->pk[c % l->rot], NULL, y, ws, ws_bytes, s));
+        between_kernel(b);
+    }
+    return nbt_time_capture(s, calls, reps) - b->alone_us;
 }
 
 void nbt_sweep_opts(nbt_sweep *sw, const char *act_flag, nba_opt *out) {

@@ -83,6 +83,28 @@ double nbt_time_capture(cudaStream_t s, int calls, int reps);
 double nbt_time_gemm(nb_context *ctx, const nb_gemm_desc *g, const nb_gemm_config *cfg, const void *x,
                      const nbt_layer *l, void *y, void *ws, size_t ws_bytes, cudaStream_t s, int calls, int reps);
 
+/* A small kernel after every timed call (cuBLAS: 4096 floats scaled by
+ * one, launched without programmatic dependent launch), as a model step's
+ * norms and activations sit between its linears.  Back to back, a call of
+ * the same plan can start while the one before ends (programmatic
+ * dependent launch), which a model step does not give: a plan that leaves
+ * SM slots free for it is credited with the overlap (NOTES.md, "Kernel 2's
+ * split at 5..8 tokens, and kernel 1 at 2..8 tokens").  nbt_between_init
+ * sets it up on stream s and times it alone (alone_us); the programs that
+ * use it link cuBLAS. */
+typedef struct nbt_between {
+    void *blas;      /* cublasHandle_t */
+    float *scratch;  /* the 4096 floats, on the device */
+    double alone_us; /* one such kernel in a graph of them */
+} nbt_between;
+void nbt_between_init(nbt_between *b, cudaStream_t s);
+void nbt_between_free(nbt_between *b);
+/* Us per call as nbt_time_gemm times it, or with b (not NULL) each call
+ * followed by b's kernel, whose time alone is taken off. */
+double nbt_time_gemm_after(nb_context *ctx, const nb_gemm_desc *g, const nb_gemm_config *cfg, const void *x,
+                           const nbt_layer *l, void *y, void *ws, size_t ws_bytes, cudaStream_t s, int calls,
+                           int reps, const nbt_between *b);
+
 /* Candidate output a against a reference b of the same problem (the
  * heuristic's; largest |b|: big), element by element within two units in
  * the last place of the output type plus 2^-12 big (2^-7 big with rounded:

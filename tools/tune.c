@@ -10,7 +10,8 @@
  * by element with the heuristic's output on the same input (a candidate
  * that differs is reported and never recorded), then timed as `nibble
  * bench` times (benchlib.h: CUDA graph over weight copies rotated past L2,
- * median of replays).  The fastest is recorded unless it is within 3% of
+ * median of replays; with --between each call after a small cuBLAS kernel,
+ * nbt_between).  The fastest is recorded unless it is within 3% of
  * the heuristic's time (noise), in which case the heuristic's configuration
  * is.  The cache file is read first (entries for other layers and GPUs are
  * kept) and rewritten atomically after each layer and format; NIBBLE_TUNE_CACHE
@@ -30,7 +31,7 @@
 
 static void help(void) {
     printf("usage: nibble tune [--shapes KxN,...] [--m 1,4,...] [--formats nvfp4,mxfp4] [--act bf16|f16]\n"
-           "                   [--out FILE] [--min-bytes MB] [--all]\n"
+           "                   [--out FILE] [--min-bytes MB] [--all] [--between]\n"
            "  For each layer k -> n, format and m: times every kernel configuration nb_gemm can run\n"
            "  (decode kernel: warps per row block, k splits, staged activations and their CTA's\n"
            "  8 or 12 warps at 17..24 tokens; Hopper tensor-core\n"
@@ -39,6 +40,8 @@ static void help(void) {
            "  n, k, m bucket) to FILE, merged with the entries already there.  nb_gemm follows the\n"
            "  file when NIBBLE_TUNE_CACHE names it or after nb_context_load_tuning; `nibble bench\n"
            "  --tune-cache FILE` shows the effect.  --all also prints every candidate's time.\n"
+           "  --between times each call after a small cuBLAS kernel (its own time taken off), as a\n"
+           "  model step runs its linears after other kernels; without it calls run back to back.\n"
            "  An entry serves its whole m bucket: 1, 2, 3-4, 5-8, ..., 2049-4096, 4097+.\n"
            "  defaults: --shapes 8192x8192,8192x57344,28672x8192,4096x6144,4096x4096\n"
            "            --m 1,4,16,32,64,128,256,1024 --formats nvfp4,mxfp4 --act bf16 --min-bytes 240\n"
@@ -57,6 +60,8 @@ typedef struct tune {
     size_t ws_bytes;
     int tty;
     int all; /* --all: every candidate's time, not only the winner */
+    int between; /* --between: each call after a small foreign kernel (benchlib.h, nbt_between) */
+    nbt_between bw;
     int problems, done;
     int rc; /* 2 once a candidate failed or differed */
 } tune;
@@ -76,9 +81,10 @@ typedef struct tune_problem {
 /* Stage 1: the options and the sweep (m values in distinct buckets):
  * 0 to go on, -1 after --help, 1 on a usage error. */
 static int tune_parse(tune *t, int argc, char **argv) {
-    nba_opt o[NBT_SWEEP_OPTS + 2] = {{.name = "--out", .kind = NBA_STRING, .dst = &t->out},
-                                     {.name = "--all", .kind = NBA_FLAG, .dst = &t->all}};
-    nbt_sweep_opts(&t->sw, "--act", o + 2);
+    nba_opt o[NBT_SWEEP_OPTS + 3] = {{.name = "--out", .kind = NBA_STRING, .dst = &t->out},
+                                     {.name = "--all", .kind = NBA_FLAG, .dst = &t->all},
+                                     {.name = "--between", .kind = NBA_FLAG, .dst = &t->between}};
+    nbt_sweep_opts(&t->sw, "--act", o + 3);
     const int rc = nba_parse("tune", argc, argv, o, sizeof o / sizeof o[0], NULL, help);
     if (rc) return rc;
     if (!nbt_sweep_parse(&t->sw, "tune")) return 1;
@@ -107,6 +113,10 @@ static void tune_setup(tune *t) {
     t->tty = isatty(fileno(stderr));
     printf("nibble tune: %s (%d SMs), %s activations, cache %s (%zu entries, %zu for this GPU)\n", info.name,
            info.sm_count, t->sw.act == NB_DTYPE_BF16 ? "bf16" : "f16", t->out, all, mine);
+    if (t->between) {
+        nbt_between_init(&t->bw, t->s);
+        printf("nibble tune: each call after a cuBLAS kernel (%.2f us alone, taken off the times)\n", t->bw.alone_us);
+    }
     printf("%-7s %-6s %-13s %5s %-9s %5s %12s %10s %6s  %s\n", "#", "format", "layer k->n", "m", "bucket", "tried",
            "heuristic-us", "tuned-us", "gain", "chosen");
     fflush(stdout);
@@ -161,7 +171,8 @@ static double tune_candidate(tune *t, tune_problem *p, const nb_gemm_config *can
     }
     /* about 2 ms of work per graph, 7 replays: a few ms per candidate */
     const int calls = nbt_graph_calls(p->m, p->n, p->k, p->L->sz.packed_bytes, p->L->rot, 2000.0, 2, 40);
-    return nbt_time_gemm(t->ctx, &p->g, cand, p->dx, p->L, p->dy, t->dws, t->ws_bytes, t->s, calls, 7);
+    return nbt_time_gemm_after(t->ctx, &p->g, cand, p->dx, p->L, p->dy, t->dws, t->ws_bytes, t->s, calls, 7,
+                               t->between ? &t->bw : NULL);
 }
 
 /* The row of a tuned problem: progress, bucket, times, gain, choice. */
@@ -266,6 +277,7 @@ int nb_cli_tune(int argc, char **argv) {
     printf("nibble tune: wrote %s (%zu entries, %zu for this GPU) in %.0f s%s\n", t.out, all, mine,
            nb_cli_now() - start, t.rc ? "; some candidates failed (see above), not recorded" : "");
     if (t.dws) CK(cudaFree(t.dws));
+    if (t.between) nbt_between_free(&t.bw);
     CK(cudaStreamDestroy(t.s));
     NB(nb_context_destroy(t.ctx));
     return t.rc;
