@@ -1305,7 +1305,7 @@ extern "C" int nbi_cuda_gemv_ctas_per_sm(nb_context *ctx, const nbi_gemm_plan *p
     /* past 48 KB with its static bytes the calculator counts a kernel only
      * once it has opted in, which its launch does anyway (nbi_cuda_gemv):
      * kernel 1 of the table formats (the pair table) and of int8 (2 KB
-     * chunks, 68 KB) */
+     * chunks, 68 KB), kernel 2 (asked for its cap, plan.c) */
     if (ring + gemv_static_smem(ctx, pl) > 48 * 1024 && nbc_smem_opt_in(ctx, (const void *)f, ring)) return 0;
     int c = nbc_ctas_per_sm(ctx, (const void *)f, threads, ring);
     if (cap <= 0 || c <= cap) return c;
