@@ -90,10 +90,10 @@ static int k1_one_token(nb_context *ctx, const nbi_gemm_plan *p, int e2m1, int *
     size_t bytes = 0;
     const int64_t sms = ctx->info.sm_count;
     const int64_t res = (int64_t)nbi_cuda_gemv_ctas_per_sm(ctx, p, 0, &bytes) * sms;
+    if (res < (e2m1 ? 3 : 2) * sms || p->kchunks < 16) return 0;
     int kw = p->warps;
     while (kw > 1 && k1_grid(p, kw, p->warps) > res) kw /= 2;
     const int64_t grid = k1_grid(p, kw, p->warps);
-    if (res < (e2m1 ? 3 : 2) * sms || p->kchunks < 16) return 0;
     /* (2..2.5 CTAs per SM are left only where the balanced wave below
      * cannot even them out) */
     const int third = grid > 2 * sms && 2 * grid <= 5 * sms && !k1_balanced_rows(p, kw, grid, (int)(res / sms), sms);

@@ -104,7 +104,7 @@ typedef struct bench {
     int rc;    /* 2 once a configuration gave a wrong result */
     int sequence; /* --sequence */
     int between;  /* --between: a small cuBLAS kernel after every layer of the sequences */
-    float *scratch; /* its 4096 floats */
+    nbt_between after; /* that kernel (benchlib.h) */
 } bench;
 
 /* What one layer k -> n in one format needs for its rows: the activations
@@ -159,10 +159,7 @@ static int bench_setup(bench *b) {
     const size_t blas_ws_bytes = 64u << 20; /* explicit workspace: no allocation inside graph capture */
     CK(cudaMalloc(&b->blas_ws, blas_ws_bytes));
     BL(cublasSetWorkspace(b->blas, b->blas_ws, blas_ws_bytes));
-    if (b->between) {
-        CK(cudaMalloc((void **)&b->scratch, 4096 * sizeof(float)));
-        CK(cudaMemset(b->scratch, 0, 4096 * sizeof(float)));
-    }
+    if (b->between) nbt_between_init(&b->after, b->s);
 
     b->bw = copy_bandwidth();
     time_t now = time(NULL);
@@ -387,12 +384,9 @@ static void bench_shape(bench *b, int64_t k, int64_t n) {
     shape_free(&l);
 }
 
-/* --between: the small kernel after each layer (cuBLAS, no programmatic
- * dependent launch; scaling by one leaves the scratch as it was). */
+/* --between: the small kernel after each layer (benchlib.h, nbt_between). */
 static void between_kernel(bench *b) {
-    if (!b->between) return;
-    const float one = 1.0f;
-    BL(cublasSscal(b->blas, 4096, &one, b->scratch, 1));
+    if (b->between) nbt_between_kernel(&b->after);
 }
 
 /* --sequence, one format and m: graphs of `passes` passes, each calling
@@ -485,7 +479,7 @@ int nb_cli_bench(int argc, char **argv) {
     }
     BL(cublasDestroy(b.blas));
     CK(cudaFree(b.blas_ws));
-    if (b.scratch) CK(cudaFree(b.scratch));
+    if (b.between) nbt_between_free(&b.after);
     CK(cudaStreamDestroy(b.s));
     NB(nb_context_destroy(b.ctx));
     return b.rc;

@@ -193,7 +193,7 @@ double nbt_time_gemm(nb_context *ctx, const nb_gemm_desc *g, const nb_gemm_confi
     return nbt_time_capture(s, calls, reps);
 }
 
-static void between_kernel(const nbt_between *b) {
+void nbt_between_kernel(const nbt_between *b) {
     const float one = 1.0f;
     const cublasStatus_t st = cublasSscal((cublasHandle_t)b->blas, 4096, &one, b->scratch, 1);
     if (st != CUBLAS_STATUS_SUCCESS) {
@@ -213,7 +213,7 @@ void nbt_between_init(nbt_between *b, cudaStream_t s) {
     CK(cudaMemset(b->scratch, 0, 4096 * sizeof(float)));
     const int calls = 200;
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    for (int c = 0; c < calls; c++) between_kernel(b);
+    for (int c = 0; c < calls; c++) nbt_between_kernel(b);
     b->alone_us = nbt_time_capture(s, calls, 9);
 }
 
@@ -231,7 +231,7 @@ double nbt_time_gemm_after(nb_context *ctx, const nb_gemm_desc *g, const nb_gemm
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     for (int c = 0; c < calls; c++) {
         NB(nb_gemm_ex(ctx, g, cfg, x, l->pk[c % l->rot], NULL, y, ws, ws_bytes, s));
-        between_kernel(b);
+        nbt_between_kernel(b);
     }
     return nbt_time_capture(s, calls, reps) - b->alone_us;
 }

@@ -99,6 +99,8 @@ typedef struct nbt_between {
 } nbt_between;
 void nbt_between_init(nbt_between *b, cudaStream_t s);
 void nbt_between_free(nbt_between *b);
+/* One such kernel on b's stream (captured into the graph being built). */
+void nbt_between_kernel(const nbt_between *b);
 /* Us per call as nbt_time_gemm times it, or with b (not NULL) each call
  * followed by b's kernel, whose time alone is taken off. */
 double nbt_time_gemm_after(nb_context *ctx, const nb_gemm_desc *g, const nb_gemm_config *cfg, const void *x,
