@@ -897,10 +897,11 @@ static double tc_tail(const nb_context *ctx, const nbi_gemm_plan *p, int64_t til
  * CTAs share summed by the one holding its start from the others' partials
  * in the workspace.  Where the tiles leave part of a wave idle it gives
  * every SM the same work, which no split of whole tiles does.  Returns its
- * cost in the model's us, or 0 where it does not run: the 128- and
+ * cost in the model's us, or 0 where it does not run: the 64-, 128- and
  * 256-token tiles (two consumer warpgroups; every format), at most
  * NBI_MAX_SPLIT_COLUMNS tiles (a counter each), at least two chunks per CTA
- * and a batch that fills a tile (m >= bn: measured no further down),
+ * and a batch that fills a tile (m >= bn: measured no further down; the
+ * 64-token tile at 33..64 tokens only, where it is the one tile of tokens),
  * activations of at most 60% of the L2 (a CTA's k range starts anywhere,
  * so the CTAs do not walk k together as a wave of tiles does: what they
  * read of X must stay in the L2; 27648 -> 5120 at m = 1024, 57 MB, ran 49%
@@ -916,17 +917,30 @@ static double tc_tail(const nb_context *ctx, const nbi_gemm_plan *p, int64_t til
  * chunk takes longer (a whole-wave grid of 256-token tiles measured
  * 1.35-1.55 us per chunk too; ncu: SM throughput 85%, L2 40%), so the grid
  * pays where the waves of whole tiles leave a third or more of the SMs
- * idle. */
+ * idle.  The 64-token tile's grid was measured on an H200 (nvfp4,
+ * 2026-12-01, NOTES.md "The 64-token tile on the stream-K grid"): over 30
+ * layers at m = 40, 48, 64, forced against none, about 0.67 us per chunk a
+ * CTA and 6.7 us per call (the unsplit tiles' chunks cost the same 0.68
+ * there: a 64-token chunk does not slow down with every SM busy), ahead
+ * wherever the split grids leave 4 or more SMs idle (8192 -> 10240, 80
+ * tiles: 46.4 -> 31.7 us) and 1-4% behind on the short layers whose splits
+ * fill 128 of 132 SMs (2048 -> 8192, 8192 -> 2048), which these costs
+ * leave to the splits. */
+#define NBI_SK64_MIN_M 33
+#define NBI_SK64_MIN_W 7.5 /* chunks a CTA: measured from 7.6 (3584 -> 4608); below, the fixed costs decide, unmeasured */
+#define NBI_SK64_CHUNK_US 0.67
+#define NBI_SK64_FIXED_US 6.7
 static double tc_stream_k(const nb_context *ctx, const nbi_gemm_plan *p, const nbi_request *rq, int64_t tiles, int bn,
                           int cwg, int64_t m) {
     const int64_t G = ctx->info.sm_count, K = p->kchunks, U = tiles * K;
-    if (ctx->env_sk == 0 || cwg != 2 || (bn != 128 && bn != 256) ||
-        tiles > NBI_MAX_SPLIT_COLUMNS || G < 2 || U < 2 * G || rq->splits > 1 || m < bn ||
-        (double)m * (double)p->k * 2.0 > 0.6 * (double)ctx->info.l2_bytes)
+    const int b64 = bn == 64, m_ok = b64 ? m >= NBI_SK64_MIN_M && m <= 64 : m >= bn;
+    if (ctx->env_sk == 0 || cwg != 2 || (!b64 && bn != 128 && bn != 256) || tiles > NBI_MAX_SPLIT_COLUMNS || G < 2 ||
+        U < 2 * G || rq->splits > 1 || !m_ok || (double)m * (double)p->k * 2.0 > 0.6 * (double)ctx->info.l2_bytes)
         return 0.0;
     const double w = (double)U / (double)G, parts = (double)K / w + 1.0; /* chunks per CTA; CTAs per tile */
+    if (b64 && w < NBI_SK64_MIN_W) return 0.0;
     const double gather = parts > 2.0 ? (parts - 2.0) * 0.015 * (256.0 * cwg * bn / 1024.0) : 0.0;
-    return w * (bn == 128 ? 0.93 : 1.55) + 7.0 + gather;
+    return w * (b64 ? NBI_SK64_CHUNK_US : bn == 128 ? 0.93 : 1.55) + (b64 ? NBI_SK64_FIXED_US : 7.0) + gather;
 }
 
 /* The integer and table formats on the tensor-core kernel: from m =

@@ -134,7 +134,7 @@ int main(int argc, char **argv) {
                                "rpw %d bn %d sk %d rows %d per_sm %d\n",
                                fi.name, (long long)k, (long long)n, (long long)m, p.path, p.xsh, p.warps, p.splits,
                                p.chunks_per_split, p.grid_x, p.tiles_n, p.tiles_m, p.kw, p.rpw, p.bn,
-                               nbi_plan_stream_k(&p), p.k1_rows, p.per_sm);
+                               p.path == NBI_PATH_SM90 ? p.sk : nbi_plan_stream_k(&p), p.k1_rows, p.per_sm);
                 }
             }
     }

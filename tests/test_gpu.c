@@ -51,6 +51,7 @@ static int g_tc_runs = 0, g_tc_split_runs = 0; /* tensor-core path calls, and th
 static int g_tc_layout_runs = 0; /* test_out_layout: configurations that ran gemm_sm90 */
 static int g_tc_tail_runs = 0;   /* tensor-core calls with a tail split (a second launch) */
 static int g_tc_sk_runs = 0;     /* tensor-core calls on the stream-K grid */
+static int g_tc_sk64_runs = 0;   /* those of 64-token tiles */
 static int g_tc_192_runs = 0;    /* tensor-core calls of 192-token tiles */
 static int g_k1_cap_runs = 0;    /* decode kernel 1 calls held to two CTAs per SM (plan.c) */
 static int g_k2_wave_runs = 0;   /* decode kernel 2 calls on its stream-K wave at 25..32 tokens (plan.c, k2_wave) */
@@ -402,6 +403,7 @@ static void test_shape_ref(env_t *e, nb_format fmt, nb_dtype act, int64_t n, int
         g_tc_split_runs += strstr(cfg, "gemm_sm90") && !strstr(cfg, "k-split=1 ");
         g_tc_tail_runs += strstr(cfg, "gemm_sm90") && strstr(cfg, " tail=");
         g_tc_sk_runs += strstr(cfg, "gemm_sm90") && strstr(cfg, " stream-k ");
+        g_tc_sk64_runs += strstr(cfg, "gemm_sm90") && strstr(cfg, "x64>") && strstr(cfg, " stream-k ");
         g_tc_192_runs += strstr(cfg, "gemm_sm90") && strstr(cfg, "x192>");
         g_k1_cap_runs += strstr(cfg, "gemv_fp4<") && strstr(cfg, ",ctas/sm=2>");
         g_k2_cap_runs += strstr(cfg, "gemv_fp4_xs<") && strstr(cfg, ",ctas/sm=2>");
@@ -1203,7 +1205,7 @@ int main(int argc, char **argv) {
     static const int wave8_m[] = {1, 2, 5, 8};
     /* the tensor-core path on Hopper (m > 32, and 17..32 on narrow layers; decode slices elsewhere) */
     static const int tc_m[] = {1, 17, 32, 33, 64, 100, 128, 256, 1000};
-    static const int sk_m[] = {100, 128, 200, 256}, m192[] = {300, 384};
+    static const int sk_m[] = {40, 64, 100, 128, 200, 256}, m192[] = {300, 384};
     static const int big_m[] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13,  14,  15,   16,   17,  18,  19,
                                 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 64, 100, 128, 256, 1000, 1024, 4096};
     /* NIBBLE_PATH=mma: the mma kernel's tile edges (64 / 128 tokens, 128 rows) */
@@ -1274,11 +1276,12 @@ int main(int argc, char **argv) {
              * splits of 5, the last of 3) */
             test_shape(&e, fmts[f], acts[a], 17016, 4096 + 96, tc_m, 9, 0);
             /* 81 tiles of 128 rows (the last of 8) over 33 chunks: the stream-K
-             * grid (plan.c tc_stream_k) at m = 128 and 200 (128-token tiles, the
-             * second of 72 tokens moved back to rows 72..199) and 256 (one
-             * 256-token tile), one CTA per SM, tiles shared by two or three
-             * CTAs; m = 100 one CTA per tile */
-            test_shape(&e, fmts[f], acts[a], 10240 + 8, 4096 + 96, sk_m, 4, 1);
+             * grid (plan.c tc_stream_k) at m = 40 and 64 (one 64-token tile,
+             * at 40 part empty), 128 and 200 (128-token tiles, the second of
+             * 72 tokens moved back to rows 72..199) and 256 (one 256-token
+             * tile), one CTA per SM, tiles shared by two or three CTAs; m =
+             * 100 one CTA per tile */
+            test_shape(&e, fmts[f], acts[a], 10240 + 8, 4096 + 96, sk_m, 6, 1);
             /* 65 tiles of 128 rows (the last of 8) at m = 300 and 384: the
              * 192-token tile (at 300 the second moved back to rows 108..299) */
             test_shape(&e, fmts[f], acts[a], 8192 + 8, 8192, m192, 2, 1);
@@ -1302,8 +1305,9 @@ int main(int argc, char **argv) {
     test_mx_range(&e);
     test_pdl_capture(&e, info.cc_major);
     test_device_errors(&e);
-    printf("tensor-core path: %d calls, %d with a k split, %d with a tail split, %d on the stream-K grid, %d of "
-           "192-token tiles\n", g_tc_runs, g_tc_split_runs, g_tc_tail_runs, g_tc_sk_runs, g_tc_192_runs);
+    printf("tensor-core path: %d calls, %d with a k split, %d with a tail split, %d on the stream-K grid (%d of "
+           "64-token tiles), %d of 192-token tiles\n", g_tc_runs, g_tc_split_runs, g_tc_tail_runs, g_tc_sk_runs,
+           g_tc_sk64_runs, g_tc_192_runs);
     printf("decode kernel 1: %d calls held to two CTAs per SM, %d on a balanced wave; kernel 2 on a k-split grid at "
            "5..8 tokens: %d calls, %d held to two CTAs per SM\n", g_k1_cap_runs, g_k1_balanced_runs, g_k2_split8_runs,
            g_k2_cap_runs);
@@ -1344,6 +1348,8 @@ int main(int argc, char **argv) {
         check(g_tc_tail_runs > 0, "the tensor-core path ran a tail split (17016 rows: 133 tiles)");
     if (g_tc_runs && !g_mma && !getenv("NIBBLE_SM90_SK") && m_ran(256))
         check(g_tc_sk_runs > 0, "the tensor-core path ran the stream-K grid (10248 rows, m = 128..256)");
+    if (g_tc_runs && !g_mma && !getenv("NIBBLE_SM90_SK") && (m_ran(40) || m_ran(64)))
+        check(g_tc_sk64_runs > 0, "the tensor-core path ran the stream-K grid of 64-token tiles (10248 rows, m = 40, 64)");
     if (g_tc_runs && !g_mma && !getenv("NIBBLE_SM90_SK") && m_ran(384))
         check(g_tc_192_runs > 0, "the tensor-core path ran 192-token tiles (8200 rows, m = 300, 384)");
     char cfg[256];

@@ -59,8 +59,8 @@ static void check_valid(nb_context *ctx, const nbi_gemm_plan *p, int64_t k, int6
     }
     if (p->sk) { /* the stream-K grid: one CTA per SM, a partial slot each, two chunks or more per CTA */
         CHECK(p->splits == 1 && !p->cluster && p->tail_tiles == 0 && p->grid_x == ctx->info.sm_count &&
-                  tiles <= NBI_MAX_SPLIT_COLUMNS && tiles * p->kchunks >= 2 * (int64_t)p->grid_x && p->bn <= m &&
-                  (p->bn == 128 || p->bn == 256) && p->cwg == 2 &&
+                  tiles <= NBI_MAX_SPLIT_COLUMNS && tiles * p->kchunks >= 2 * (int64_t)p->grid_x &&
+                  (p->bn == 64 ? m > 32 && m <= 64 : p->bn <= m) && (p->bn == 64 || p->bn == 128 || p->bn == 256) && p->cwg == 2 &&
                   p->ws_partial_bytes == (size_t)p->grid_x * 64 * p->cwg * p->bn * sizeof(float) &&
                   p->ws_counter_bytes > 0 && p->ws_partial_bytes + p->ws_counter_bytes <= nbi_plan_workspace(ctx, p),
               "%lld -> %lld m = %lld: stream-K grid of %d CTAs over %lld tiles x %lld chunks (bn %d), workspace %zu + "
@@ -507,8 +507,9 @@ static void test_stream_k(void) {
 }
 
 /* The tensor-core path's stream-K grid (plan.c tc_stream_k): where it was
- * measured faster on the H100 (2026-11-27) and nowhere it lost; never for
- * a requested k split, m below the tile, activations past 60% of the L2 or
+ * measured faster on the H100 (2026-11-27; the 64-token tile on the H200,
+ * 2026-12-01) and nowhere it lost; never for a requested k split, m below
+ * the tile (the 64-token tile: 33..64 only), activations past 60% of the L2 or
  * NIBBLE_SM90_SK=0; NIBBLE_SM90_SK=1 takes it wherever it can run, with
  * valid plans (the integer and table formats: test_integer_formats). */
 static void test_tc_stream_k(void) {
@@ -528,6 +529,16 @@ static void test_tc_stream_k(void) {
         {NB_FORMAT_NVFP4, 8192, 8192, 512, 0, 256},   /* 128 tiles: within a wave */
         {NB_FORMAT_NVFP4, 28672, 8192, 1024, 0, 256}, /* 59 MB of activations: 793 against 659 */
         {NB_FORMAT_NVFP4, 8192, 10240, 100, 0, 0},    /* m below the 128-token tile */
+        /* 64-token tiles at 33..64 tokens (H200, 2026-12-01, us, the plan
+         * before -> the grid): 80 tiles x 64 chunks 46.4 -> 31.7 */
+        {NB_FORMAT_NVFP4, 8192, 10240, 64, 1, 64},
+        {NB_FORMAT_MXFP4, 5120, 10240, 48, 1, 64},    /* 28.6 -> 21.4 */
+        {NB_FORMAT_NVFP4, 4096, 6144, 40, 1, 64},     /* 48 tiles x 2 splits: 16.0 -> 13.7 */
+        {NB_FORMAT_NVFP4, 4096, 28672, 64, 1, 64},    /* 224 tiles, two waves: 49.2 -> 42.8 */
+        {NB_FORMAT_NVFP4, 2048, 8192, 64, 0, 64},     /* 64 tiles x 2 splits: 11.0 against 11.4 */
+        {NB_FORMAT_NVFP4, 3072, 8192, 48, 0, 64},     /* 13.7 against 13.9 */
+        {NB_FORMAT_NVFP4, 8192, 2048, 64, 0, 64},     /* 16 tiles x 8 splits: 12.1 against 12.6 */
+        {NB_FORMAT_NVFP4, 4096, 4096, 40, 0, 64},     /* 32 tiles x 4 splits: 11.2 against 11.3 */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         nbi_gemm_plan p;

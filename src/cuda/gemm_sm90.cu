@@ -1093,10 +1093,14 @@ static sm90_fn sm90_pick(int fmt, int act, int bn, int cwg, int kg, size_t *smem
     return NULL;
 }
 
-/* The stream-K instances: every format's 128- and 256-token tiles with two
- * consumer warpgroups (the integer and table formats per kernel group). */
+/* The stream-K instances: every format's 64-, 128- and 256-token tiles with
+ * two consumer warpgroups (the integer and table formats per kernel group). */
 template <int FMT, int ACT, int KG>
 static sm90_fn sm90_pick_sk_bn(int bn, size_t *smem) {
+    if (bn == 64) {
+        *smem = Sm90Smem<FMT, KG, 64, sm90_stages<FMT, KG>(64, 2), 2>::BYTES;
+        return gemm_sm90_sk_kernel<FMT, ACT, KG, 64, sm90_stages<FMT, KG>(64, 2), 2>;
+    }
     if (bn == 128) {
         *smem = Sm90Smem<FMT, KG, 128, sm90_stages<FMT, KG>(128, 2), 2>::BYTES;
         return gemm_sm90_sk_kernel<FMT, ACT, KG, 128, sm90_stages<FMT, KG>(128, 2), 2>;
