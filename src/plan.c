@@ -714,6 +714,25 @@ static nb_status plan_decode(nb_context *ctx, const nbi_request *rq, nbi_gemm_pl
             p->grid_x = (int)k1_grid(p, p->kw, p->warps);
         }
     }
+    /* The table formats (nf4, bnb_fp4) at 1..8 tokens on grids of more
+     * than six resident waves at kw = 4: kw = 2, half as many CTAs, each
+     * with its own 1 KB pair table to fill, streaming twice as long (H200,
+     * `nibble tune --all`, nf4, us, kw 4 -> 2 at m = 1 / 4 / 8: 8192 ->
+     * 57344, 1792 CTAs on 264 slots, 79.1 -> 76.3, 85.8 -> 83.4, 97.7 ->
+     * 93.4; 8192 -> 59136 80.1 -> 76.2, 86.7 -> 84.0, 100.5 -> 95.2; 5120 ->
+     * 55296 52.5 -> 49.6, 56.5 -> 53.8, 61.4 -> 58.4; each call after a
+     * foreign kernel at m = 1 the same, bnb_fp4 alike; at 4.4-4.5 waves kw 4
+     * stays ahead: 7168 -> 36864, 3584 -> 37888, and 8192 -> 28672 at 3.4;
+     * NOTES.md, "nf4 at one token on many waves"). */
+    if (!p->xsh && p->mt == 1 && nbi_is_table(nbi_traits(p->fmt)) && p->splits == 1 && p->kw == 4 &&
+        !kw_given(rq->kw)) {
+        size_t bytes = 0;
+        const int64_t res = (int64_t)nbi_cuda_gemv_ctas_per_sm(ctx, p, 0, &bytes) * ctx->info.sm_count;
+        if (res > 0 && p->grid_x > 6 * res && p->kchunks >= 40) { /* (measured from 40 chunks) */
+            p->kw = 2;
+            p->grid_x = (int)k1_grid(p, p->kw, p->warps);
+        }
+    }
     /* Kernel 1's balanced wave: a grid of one resident wave puts w =
      * ceil(grid / SMs) CTAs on the busiest SMs and one fewer on the rest,
      * and the call ends with the busiest (4096 -> 28672 at m = 1: 224 CTAs

@@ -995,7 +995,8 @@ static void test_decode_balanced_split(void) {
  * (three CTAs per SM for int4_sym and int8 with groups of 128, two for nf4
  * and bnb_fp4) on both sides of its bounds: one wave, 32 chunks a warp,
  * 2..2.5 CTAs per SM, and where it halves the warps at least 1.5 CTAs per
- * SM.  Neither when kw is asked for. */
+ * SM.  The table formats' kw = 2 past six resident waves at kw = 4 (and
+ * 40 chunks or more), not at 4.4-4.5 waves.  None when kw is asked for. */
 static void test_table_kw(void) {
     nb_context *ctx = h100();
     static const struct {
@@ -1021,6 +1022,14 @@ static void test_table_kw(void) {
         {NB_FORMAT_NF4, 4096, 22528, 1, 4},      /* kw = 1 would leave 176 CTAs, 1.3 a SM */
         {NB_FORMAT_NF4, 3584, 18944, 1, 4},      /* kw = 1 would leave 148 CTAs */
         {NB_FORMAT_NF4, 4096, 6144, 1, 4},       /* 192 CTAs (kw = 8: 384 on 264 slots) */
+        /* the table formats past six resident waves: kw = 2 */
+        {NB_FORMAT_NF4, 8192, 57344, 1, 2},      /* 1792 CTAs at kw = 4 on 264 slots */
+        {NB_FORMAT_NF4, 8192, 57344, 8, 2},
+        {NB_FORMAT_BNB_FP4, 5120, 55296, 4, 2},  /* 1728 */
+        {NB_FORMAT_NF4, 7168, 36864, 1, 4},      /* 1152: 4.4 waves */
+        {NB_FORMAT_NF4, 3584, 37888, 8, 4},      /* 1184 */
+        {NB_FORMAT_NF4, 2048, 57344, 1, 4},      /* 1792, but 16 chunks */
+        {NB_FORMAT_INT4_SYM, 8192, 57344, 1, 4}, /* not the integer formats */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         nbi_gemm_plan p;
@@ -1038,6 +1047,8 @@ static void test_table_kw(void) {
         CHECK(p.kw == 4 && p.grid_x == 320, "nf4 8192 -> 10240 m = 1 with kw = 4 asked: kw %d grid %d", p.kw, p.grid_x);
     if (plan(ctx, NB_FORMAT_NF4, 4096, 14336, 1, &rq, &p))
         CHECK(p.kw == 4 && p.grid_x == 448, "nf4 4096 -> 14336 m = 1 with kw = 4 asked: kw %d grid %d", p.kw, p.grid_x);
+    if (plan(ctx, NB_FORMAT_NF4, 8192, 57344, 1, &rq, &p))
+        CHECK(p.kw == 4 && p.grid_x == 1792, "nf4 8192 -> 57344 m = 1 with kw = 4 asked: kw %d grid %d", p.kw, p.grid_x);
     nb_context_destroy(ctx);
 }
 
