@@ -806,17 +806,74 @@ def glu(gu, activation="swiglu", layout=None, limit=None, alpha=None):
 
 # ------------------------------------------------------------------ modules
 
+_LINEAR_STATE = ("weight_codes", "weight_scales", "weight_zeros", "weight_tensor_scale", "weight_desc", "perm")
+_LINEAR_STATE_VERSION = 1
+_state_off = threading.local()
+
+
+class _no_weight_state:
+    """Within it, Linear.state_dict() leaves the weight out (bias only), as
+    before the weight had a state_dict form: for callers that write the
+    weight themselves (save_pretrained) or only want the names of a model
+    still on the meta device."""
+
+    def __enter__(self):
+        self._was = getattr(_state_off, "on", False)
+        _state_off.on = True
+        return self
+
+    def __exit__(self, *exc):
+        _state_off.on = self._was
+        return False
+
+
+def _state_tensor(a):
+    """A checkpoint-layout array as a state_dict tensor (BF16 bits as
+    bfloat16, the rest as their own dtype), on the CPU."""
+    a = np.ascontiguousarray(a)
+    if a.dtype == np.uint16:
+        return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(a.copy())
+
+
+def _state_array(t, name):
+    """A state_dict tensor as the checkpoint-layout array it holds (the
+    inverse of _state_tensor); TypeError for anything else."""
+    if not isinstance(t, torch.Tensor) or t.is_meta:
+        raise TypeError(f"{name} is {'a meta tensor' if isinstance(t, torch.Tensor) else type(t).__name__}, "
+                        "not a tensor with data")
+    t = t.detach().to("cpu").contiguous()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(np.uint16)
+    if t.dtype not in (torch.uint8, torch.float16, torch.float32):
+        raise TypeError(f"{name} has dtype {t.dtype}; a weight's codes, scales and zero points are uint8, "
+                        "float16, bfloat16 or float32")
+    return t.numpy()
+
+
 class Linear(torch.nn.Module):
     """nn.Linear with a quantized weight (4-bit, or int8): forward(x) =
     nibble::gemm(x, W, bias).
 
-    Buffers: `packed` and `workspace` (uint8, not in the state_dict: a
-    checkpoint format for them is not defined yet), and `perm` (int64 [k] or
-    None) for a weight whose k was reordered (act-order GPTQ /
-    compressed-tensors checkpoints): forward then multiplies x[..., perm].
-    `bias`, if any, is a frozen Parameter so that module.to(dtype) converts
-    it; a bias whose dtype differs from x's is converted on the fly.
-    Inference only."""
+    Buffers: `packed` and `workspace` (uint8, the kernels' layout, not in
+    the state_dict as such), and `perm` (int64 [k] or None) for a weight
+    whose k was reordered (act-order GPTQ / compressed-tensors
+    checkpoints): forward then multiplies x[..., perm].  `bias`, if any, is
+    a frozen Parameter so that module.to(dtype) converts it; a bias whose
+    dtype differs from x's is converted on the fly.  Inference only.
+
+    state_dict(): the weight in its checkpoint layout (exactly the bytes it
+    was packed from, nb_unpack_host), so that torch.save(model.state_dict())
+    and load_state_dict() carry it across devices and nibble versions:
+    weight_codes (uint8), weight_scales (uint8, float16, bfloat16 or
+    float32 as the format keeps them), weight_zeros (formats with zero
+    points), weight_tensor_scale (float32), weight_desc (int64: version,
+    format, out_features, in_features, group, scale type) and perm (when the
+    weight has one), beside bias.  load_state_dict() packs them again on the
+    module's device (the CPU for a module on the meta device, e.g. from
+    Linear.empty; pass assign=True there for the bias); the module must have
+    the same format, shape, group and scale type (an error names both
+    otherwise)."""
 
     def __init__(self, weight: PackedLinearWeight, bias: Optional[torch.Tensor] = None,
                  perm: Optional[torch.Tensor] = None):
@@ -841,6 +898,112 @@ class Linear(torch.nn.Module):
             bias = torch.nn.Parameter(bias.detach() if bias.is_meta else bias.detach().to(weight.packed.device),
                                       requires_grad=False)
         self.bias = bias
+
+    @classmethod
+    def empty(cls, in_features, out_features, format="nvfp4", bias=False, group_size=None, scale_type=None,
+              device="meta", dtype=torch.bfloat16):
+        """A Linear with room for an out_features x in_features weight of
+        `format` and no weight yet (zero bytes; on the meta device by
+        default): the module load_state_dict() fills from a state_dict
+        that Linear.state_dict() wrote.  bias: whether it has one (of
+        dtype)."""
+        fmt = _format_code(format)
+        name = _FORMAT_NAMES[fmt]
+        from . import weight_sizes
+        sizes = weight_sizes(out_features, in_features, name, group_size, scale_type)
+        dev = torch.device(device)
+        packed = torch.zeros(sizes["packed_bytes"], dtype=torch.uint8, device=dev)
+        ws = torch.empty(0, dtype=torch.uint8, device=dev)
+        pw = PackedLinearWeight(packed=packed, workspace=ws, n=int(out_features), k=int(in_features), format=name,
+                                tensor_scale=1.0, scale_exp_min=0, scale_exp_max=0,
+                                group=int(group_size) if group_size else None,
+                                scale_type=_scale_name(_scale_code(scale_type, fmt)))
+        b = torch.zeros(int(out_features), dtype=dtype, device=dev) if bias else None
+        lin = cls(pw, b)
+        return lin._apply(lambda t: t) if dev.type == "cuda" else lin   # (a workspace sized for the GPU)
+
+    def _state_desc(self):
+        """weight_desc: version, format, out_features, in_features, group and
+        scale type (the format's defaults written out, so that a default
+        and its explicit value compare equal)."""
+        info = _lib.FORMAT_INFO[Format(self._format_code)]
+        return [_LINEAR_STATE_VERSION, self._format_code, self.out_features, self.in_features,
+                self._group_code or info["group_size"], self._scale_code or info["scale_type"]]
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        if self.packed.is_meta or getattr(_state_off, "on", False):
+            return  # (a module on the meta device has no weight to save)
+        codes, scales, zeros = self.quantized_weight()._arrays()
+        destination[prefix + "weight_codes"] = _state_tensor(codes)
+        destination[prefix + "weight_scales"] = _state_tensor(scales)
+        if zeros is not None:
+            destination[prefix + "weight_zeros"] = _state_tensor(zeros)
+        destination[prefix + "weight_tensor_scale"] = torch.tensor(float(self.tensor_scale), dtype=torch.float32)
+        destination[prefix + "weight_desc"] = torch.tensor(self._state_desc(), dtype=torch.int64)
+        if self.perm is not None:
+            destination[prefix + "perm"] = self.perm.detach().to("cpu")
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        keys = [prefix + name for name in _LINEAR_STATE]
+        mine = {k: state_dict[k] for k in keys if k in state_dict}
+        rest = {k: v for k, v in state_dict.items() if k not in mine} if mine else state_dict
+        super()._load_from_state_dict(rest, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
+        if not mine:
+            if strict and not self.packed.is_meta:
+                missing_keys.extend(prefix + name for name in ("weight_codes", "weight_scales", "weight_tensor_scale",
+                                                                "weight_desc"))
+            return
+        need = [prefix + n for n in ("weight_codes", "weight_scales", "weight_tensor_scale", "weight_desc")]
+        if _lib.FORMAT_INFO[Format(self._format_code)]["zero_point"]:
+            need.append(prefix + "weight_zeros")
+        if self.perm is not None:
+            need.append(prefix + "perm")
+        gone = [k for k in need if k not in mine]
+        if gone:
+            missing_keys.extend(gone)
+            return
+        where = f"nibble.torch.Linear {prefix[:-1] or '(root)'}"
+        try:
+            desc = mine[prefix + "weight_desc"]
+            if not isinstance(desc, torch.Tensor) or desc.dtype != torch.int64 or tuple(desc.shape) != (6,):
+                raise ValueError("weight_desc is not an int64 tensor of 6")
+            got = [int(v) for v in desc.tolist()]
+            if got[0] != _LINEAR_STATE_VERSION:
+                raise ValueError(f"weight_desc version {got[0]}; this nibble reads version {_LINEAR_STATE_VERSION}")
+            if got != self._state_desc():
+                def say(d):
+                    try:
+                        fmt = _FORMAT_NAMES[Format(d[1])]
+                    except (ValueError, KeyError):
+                        fmt = f"format code {d[1]}"
+                    try:
+                        st = ScaleType(d[5]).name.lower()
+                    except ValueError:
+                        st = f"code {d[5]}"
+                    return f"{fmt}, out_features {d[2]}, in_features {d[3]}, group {d[4]}, scale type {st}"
+                raise ValueError(f"the state holds {say(got)}, the module {say(self._state_desc())}")
+            ts = mine[prefix + "weight_tensor_scale"]
+            if not isinstance(ts, torch.Tensor) or ts.numel() != 1:
+                raise ValueError("weight_tensor_scale is not a one-element tensor")
+            zeros = mine.get(prefix + "weight_zeros")
+            qw = QuantizedWeight(codes=_state_array(mine[prefix + "weight_codes"], "weight_codes"),
+                                 scales=_state_array(mine[prefix + "weight_scales"], "weight_scales"),
+                                 tensor_scale=float(ts.reshape(()).item()), n=self.out_features, k=self.in_features,
+                                 format=self.format, group=self.group, scale_type=self.scale_type,
+                                 zeros=None if zeros is None else _state_array(zeros, "weight_zeros"))
+            qw.desc()  # (the arrays' dtypes and shapes, before anything changes)
+            perm = mine.get(prefix + "perm")
+            perm = None if perm is None else _check_perm(perm, self.in_features, torch.device("cpu"))
+            dev = self.packed.device if not self.packed.is_meta else torch.device("cpu")
+            pw = pack(qw, dev if dev.type == "cuda" else "cpu")
+        except (TypeError, ValueError, Error) as e:
+            error_msgs.append(f"{where}: {e}")
+            return
+        self.packed, self.workspace = pw.packed, pw.workspace
+        self.tensor_scale, self.scale_exp_min, self.scale_exp_max = pw.tensor_scale, pw.scale_exp_min, pw.scale_exp_max
+        self.perm = None if perm is None else perm.to(pw.packed.device)
 
     def _apply(self, fn, recurse=True):
         """module.to(), .cuda(), .cpu(): the packed bytes move as they are

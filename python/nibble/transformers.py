@@ -451,7 +451,8 @@ def _converted_names(model, conversions, names):
     conversions = copy.deepcopy(list(conversions))
     renamings = [c for c in conversions if isinstance(c, WeightRenaming)]
     converters = [c for c in conversions if isinstance(c, WeightConverter)]
-    state = model.state_dict()
+    with nt._no_weight_state():
+        state = model.state_dict()
     renamed = {rename_source_key(n, renamings, converters, model.base_model_prefix, state)[0] for n in names}
     return sorted(renamed - set(names) - set(state))
 
@@ -572,7 +573,8 @@ class NibbleHfQuantizer(HfQuantizer):
                                             lay["scale_type"]))
             self._layers.append((L, name))
         # The quantized tensors are nibble's: transformers leaves them unread and unreported.
-        keys = set(model.state_dict().keys())
+        with nt._no_weight_state():
+            keys = set(model.state_dict().keys())
         # (consumed also names what the replaced experts modules held, e.g.
         # experts.gate_up_proj: the name transformers' weight conversion
         # gives per-expert checkpoint tensors once it has fused them)
@@ -825,7 +827,8 @@ class NibbleHfQuantizer(HfQuantizer):
         writes into config.json (save_pretrained saves the config after the
         tensors)."""
         layout = save_layout(model)
-        state = model.state_dict()
+        with nt._no_weight_state():   # (each nibble layer's tensors are written below, in the checkpoint's format)
+            state = model.state_dict()
         fused = _fuse.members(model)
         for fname, ms in fused.items():   # each member as the layer it was: its rows of the fused layer
             f = model.get_submodule(fname)

@@ -426,6 +426,139 @@ def test_op_on_the_cpu_is_the_host_reference(fmt, group, dtype):
     assert torch.equal(lin(x), nt.gemm(x.index_select(-1, perm), pw, bias))
 
 
+# --------------------------------------------------- a plain state_dict
+
+_STATE_CASES = [("nvfp4", {}), ("mxfp4", {}), ("int4", {"group_size": 32}), ("int4", {"group_size": 128,
+                "scale_type": "bf16"}), ("int4_sym", {"group_size": 64}), ("int8", {"group_size": 128}),
+                ("nf4", {}), ("bnb_fp4", {"group_size": 128}), ("int4_hqq", {"group_size": 64})]
+
+
+def _linear_case(fmt, kw, seed=0, bias=True, perm=False):
+    qw = nibble.quantize(_weight(seed=seed), format=fmt, **kw)
+    b = _x((N,), torch.bfloat16, seed=seed + 5) if bias else None
+    p = torch.randperm(K, generator=torch.Generator().manual_seed(seed)) if perm else None
+    return qw, nt.Linear.from_quantized(qw, bias=b, device="cpu", perm=p)
+
+
+@pytest.mark.parametrize("fmt,kw", _STATE_CASES)
+def test_state_dict_round_trip(fmt, kw, tmp_path):
+    """Linear.state_dict() holds the weight in its checkpoint layout, exactly
+    the bytes it was quantized to; torch.save / torch.load and
+    load_state_dict() into Linear.empty (meta, assign=True) or into a
+    Linear of the same kind holding another weight give the same packed
+    bytes, descriptor, perm, bias and outputs."""
+    qw, lin = _linear_case(fmt, kw, perm=fmt in ("int4", "nvfp4"))
+    sd = lin.state_dict()
+    want = {"bias", "weight_codes", "weight_scales", "weight_tensor_scale", "weight_desc"}
+    want |= {"weight_zeros"} if qw.zeros is not None else set()
+    want |= {"perm"} if lin.perm is not None else set()
+    assert set(sd) == want
+    codes, scales, zeros = qw._arrays()
+    assert np.array_equal(sd["weight_codes"].numpy(), codes)
+    got_scales = sd["weight_scales"]
+    if scales.dtype == np.uint16:
+        assert got_scales.dtype == torch.bfloat16
+        got_scales = got_scales.view(torch.int16).numpy().view(np.uint16)
+    else:
+        got_scales = got_scales.numpy()
+    assert got_scales.dtype == scales.dtype and np.array_equal(got_scales.view(np.uint8), scales.view(np.uint8))
+    assert float(sd["weight_tensor_scale"]) == np.float32(qw.tensor_scale)
+    f = tmp_path / "lin.pt"
+    torch.save(sd, f)
+    loaded = torch.load(f, weights_only=True)
+    group = kw.get("group_size")
+    x = _x((3, K), torch.bfloat16)
+    empty = nt.Linear.empty(K, N, fmt, bias=True, group_size=group, scale_type=kw.get("scale_type"))
+    if lin.perm is not None:
+        empty.perm = torch.empty(K, dtype=torch.int64, device="meta")
+    assert empty.packed.is_meta and set(empty.state_dict()) == {"bias"}
+    result = empty.load_state_dict(loaded, assign=True)
+    assert not result.missing_keys and not result.unexpected_keys
+    other = _linear_case(fmt, kw, seed=3, perm=lin.perm is not None)[1]
+    other.load_state_dict(loaded)
+    for b in (empty, other):
+        assert b.packed.device.type == "cpu" and torch.equal(b.packed, lin.packed)
+        assert (b.tensor_scale, b.scale_exp_min, b.scale_exp_max) == (lin.tensor_scale, lin.scale_exp_min,
+                                                                        lin.scale_exp_max)
+        assert (b.perm is None) == (lin.perm is None) and (b.perm is None or torch.equal(b.perm, lin.perm))
+        assert torch.equal(b.bias, lin.bias) and torch.equal(b(x), lin(x))
+        again = b.state_dict()
+        assert again.keys() == sd.keys() and all(torch.equal(again[k], sd[k]) for k in sd)
+
+
+def test_state_dict_of_a_model_and_its_errors():
+    """A model's state_dict carries every nibble Linear (and the float
+    layers as torch keeps them); loading checks the format, shape, group
+    and scale type against the module and names both, reports missing
+    weight tensors, and rejects tensors of the wrong dtype or shape without
+    changing the module."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(K, 128), torch.nn.ReLU(), torch.nn.Linear(128, 64))
+    nt.quantize_model(model, format="nf4", exclude=[], device="cpu")
+    assert isinstance(model[0], nt.Linear) and isinstance(model[2], nt.Linear)
+    sd = model.state_dict()
+    assert {"0.weight_codes", "2.weight_codes", "0.bias", "2.weight_desc"} <= set(sd)
+    with nt._no_weight_state():
+        assert set(model.state_dict()) == {"0.bias", "2.bias"}
+    twin = torch.nn.Sequential(nt.Linear.empty(K, 128, "nf4", bias=True), torch.nn.ReLU(),
+                               nt.Linear.empty(128, 64, "nf4", bias=True))
+    twin.load_state_dict(sd, assign=True)
+    x = _x((2, K), torch.bfloat16)
+    assert torch.equal(twin(x), model(x))
+    # another format of the same shapes and dtypes (bnb_fp4's codes and absmax look like nf4's)
+    wrong = torch.nn.Sequential(nt.Linear.empty(K, 128, "bnb_fp4", bias=True), torch.nn.ReLU(),
+                                nt.Linear.empty(128, 64, "nf4", bias=True))
+    with pytest.raises(RuntimeError, match="the state holds nf4.*the module bnb_fp4"):
+        wrong.load_state_dict(sd, assign=True)
+    with pytest.raises(RuntimeError, match="out_features 128.*out_features 120"):
+        nt.Linear.empty(K, 120, "nf4", bias=True).load_state_dict(
+            {k[2:]: v for k, v in sd.items() if k.startswith("0.")}, assign=True)
+    # missing weight tensors
+    qw, lin = _linear_case("nvfp4", {})
+    before = lin.packed.clone()
+    with pytest.raises(RuntimeError, match="Missing key.*weight_codes"):
+        lin.load_state_dict({"bias": lin.bias.detach().clone()})
+    r = lin.load_state_dict({"bias": lin.bias.detach().clone()}, strict=False)
+    assert "weight_codes" in r.missing_keys and torch.equal(lin.packed, before)
+    # corrupt tensors: nothing changes
+    good = lin.state_dict()
+    bad = [("weight_codes", good["weight_codes"][:, :-1]), ("weight_scales", good["weight_scales"].float()),
+           ("weight_codes", good["weight_codes"].to(torch.int32)), ("weight_desc", good["weight_desc"][:5]),
+           ("weight_desc", torch.tensor([2, *good["weight_desc"][1:].tolist()])),
+           ("weight_tensor_scale", torch.ones(2))]
+    for key, t in bad:
+        state = dict(good)
+        state[key] = t
+        with pytest.raises(RuntimeError, match="nibble.torch.Linear"):
+            lin.load_state_dict(state)
+        assert torch.equal(lin.packed, before)
+    # a perm that is not a permutation
+    _, plin = _linear_case("int4", {"group_size": 32}, perm=True)
+    state = plin.state_dict()
+    state["perm"] = torch.zeros(K, dtype=torch.int64)
+    with pytest.raises(RuntimeError, match="permutation"):
+        plin.load_state_dict(state)
+
+
+@gpu
+def test_state_dict_onto_the_gpu():
+    """A state saved from a Linear on the GPU loads into Linear.empty on the
+    GPU (packed there, with its workspace) and into one on the meta device
+    (packed on the CPU, then moved): the same bytes and outputs."""
+    qw, cpu_lin = _linear_case("mxfp4", {})
+    lin = cpu_lin.cuda()
+    sd = lin.state_dict()
+    a = nt.Linear.empty(K, N, "mxfp4", bias=True, device="cuda")
+    assert a.workspace.numel() > 0
+    a.load_state_dict(sd)
+    b = nt.Linear.empty(K, N, "mxfp4", bias=True)
+    b.load_state_dict(sd, assign=True)
+    b = b.cuda()
+    x = _x((5, K), torch.bfloat16).cuda()
+    for m in (a, b):
+        assert m.packed.is_cuda and torch.equal(m.packed, lin.packed) and torch.equal(m(x), lin(x))
+
+
 # ------------------------------------------- quantization on the device
 
 def test_unpack_round_trip_on_the_host():
