@@ -807,7 +807,9 @@ def glu(gu, activation="swiglu", layout=None, limit=None, alpha=None):
 # ------------------------------------------------------------------ modules
 
 _LINEAR_STATE = ("weight_codes", "weight_scales", "weight_zeros", "weight_tensor_scale", "weight_desc", "perm")
-_LINEAR_STATE_VERSION = 1
+_STATE_VERSION = 1   # (of the state_dict forms below: weight_desc's and moe_desc's first value)
+_MOE_STATE = ("gate_up_codes", "gate_up_scales", "gate_up_tensor_scales", "down_codes", "down_scales",
+              "down_tensor_scales", "moe_desc", "moe_limits")
 _state_off = threading.local()
 
 
@@ -849,6 +851,43 @@ def _state_array(t, name):
         raise TypeError(f"{name} has dtype {t.dtype}; a weight's codes, scales and zero points are uint8, "
                         "float16, bfloat16 or float32")
     return t.numpy()
+
+
+def _load_state_begin(module, state_dict, prefix, names, args):
+    """The start of a nibble module's _load_from_state_dict: its own keys
+    (`names`) taken out of state_dict, the rest (bias) loaded as torch
+    loads it (args: local_metadata, strict, missing_keys, unexpected_keys,
+    error_msgs); returns {key: tensor} of its own keys present."""
+    mine = {prefix + n: state_dict[prefix + n] for n in names if prefix + n in state_dict}
+    rest = {k: v for k, v in state_dict.items() if k not in mine} if mine else state_dict
+    torch.nn.Module._load_from_state_dict(module, rest, prefix, *args)
+    return mine
+
+
+def _state_desc_of(t, name, length):
+    """A description tensor's values (int64 [length], version first);
+    ValueError for anything else or another version."""
+    if not isinstance(t, torch.Tensor) or t.dtype != torch.int64 or tuple(t.shape) != (length,):
+        raise ValueError(f"{name} is not an int64 tensor of {length}")
+    got = [int(v) for v in t.tolist()]
+    if got[0] != _STATE_VERSION:
+        raise ValueError(f"{name} version {got[0]}; this nibble reads version {_STATE_VERSION}")
+    return got
+
+
+def _load_state_gate(where, check, mine, need, missing_keys, error_msgs):
+    """What a state is before what it lacks (a state of another format or
+    spec lacks or adds tensors): check() raises ValueError for a state of
+    something else, then the keys of `need` absent from `mine` are missing.
+    True where loading may go on."""
+    try:
+        check()
+    except ValueError as e:
+        error_msgs.append(f"{where}: {e}")
+        return False
+    gone = [k for k in need if k not in mine]
+    missing_keys.extend(gone)
+    return not gone
 
 
 class Linear(torch.nn.Module):
@@ -927,7 +966,7 @@ class Linear(torch.nn.Module):
         scale type (the format's defaults written out, so that a default
         and its explicit value compare equal)."""
         info = _lib.FORMAT_INFO[Format(self._format_code)]
-        return [_LINEAR_STATE_VERSION, self._format_code, self.out_features, self.in_features,
+        return [_STATE_VERSION, self._format_code, self.out_features, self.in_features,
                 self._group_code or info["group_size"], self._scale_code or info["scale_type"]]
 
     def _save_to_state_dict(self, destination, prefix, keep_vars):
@@ -946,44 +985,39 @@ class Linear(torch.nn.Module):
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs):
-        keys = [prefix + name for name in _LINEAR_STATE]
-        mine = {k: state_dict[k] for k in keys if k in state_dict}
-        rest = {k: v for k, v in state_dict.items() if k not in mine} if mine else state_dict
-        super()._load_from_state_dict(rest, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
-        if not mine:
-            if strict and not self.packed.is_meta:
-                missing_keys.extend(prefix + name for name in ("weight_codes", "weight_scales", "weight_tensor_scale",
-                                                                "weight_desc"))
-            return
+        mine = _load_state_begin(self, state_dict, prefix, _LINEAR_STATE,
+                                 (local_metadata, strict, missing_keys, unexpected_keys, error_msgs))
         need = [prefix + n for n in ("weight_codes", "weight_scales", "weight_tensor_scale", "weight_desc")]
         if _lib.FORMAT_INFO[Format(self._format_code)]["zero_point"]:
             need.append(prefix + "weight_zeros")
         if self.perm is not None:
             need.append(prefix + "perm")
-        gone = [k for k in need if k not in mine]
-        if gone:
-            missing_keys.extend(gone)
+        if not mine:
+            if strict and not self.packed.is_meta:
+                missing_keys.extend(need)
             return
         where = f"nibble.torch.Linear {prefix[:-1] or '(root)'}"
+
+        def say(d):
+            try:
+                fmt = _FORMAT_NAMES[Format(d[1])]
+            except (ValueError, KeyError):
+                fmt = f"format code {d[1]}"
+            try:
+                st = ScaleType(d[5]).name.lower()
+            except ValueError:
+                st = f"code {d[5]}"
+            return f"{fmt}, out_features {d[2]}, in_features {d[3]}, group {d[4]}, scale type {st}"
+
+        def check():
+            if prefix + "weight_desc" in mine:
+                got = _state_desc_of(mine[prefix + "weight_desc"], "weight_desc", 6)
+                if got != self._state_desc():
+                    raise ValueError(f"the state holds {say(got)}, the module {say(self._state_desc())}")
+
+        if not _load_state_gate(where, check, mine, need, missing_keys, error_msgs):
+            return
         try:
-            desc = mine[prefix + "weight_desc"]
-            if not isinstance(desc, torch.Tensor) or desc.dtype != torch.int64 or tuple(desc.shape) != (6,):
-                raise ValueError("weight_desc is not an int64 tensor of 6")
-            got = [int(v) for v in desc.tolist()]
-            if got[0] != _LINEAR_STATE_VERSION:
-                raise ValueError(f"weight_desc version {got[0]}; this nibble reads version {_LINEAR_STATE_VERSION}")
-            if got != self._state_desc():
-                def say(d):
-                    try:
-                        fmt = _FORMAT_NAMES[Format(d[1])]
-                    except (ValueError, KeyError):
-                        fmt = f"format code {d[1]}"
-                    try:
-                        st = ScaleType(d[5]).name.lower()
-                    except ValueError:
-                        st = f"code {d[5]}"
-                    return f"{fmt}, out_features {d[2]}, in_features {d[3]}, group {d[4]}, scale type {st}"
-                raise ValueError(f"the state holds {say(got)}, the module {say(self._state_desc())}")
             ts = mine[prefix + "weight_tensor_scale"]
             if not isinstance(ts, torch.Tensor) or ts.numel() != 1:
                 raise ValueError("weight_tensor_scale is not a one-element tensor")
@@ -1697,12 +1731,23 @@ class MoeExperts(torch.nn.Module):
     place).  Replaces gpt-oss's GptOssExperts (swiglu_oai, interleaved
     gate_up, biases) and Qwen3-MoE's Qwen3MoeExperts (SwiGLU, concatenated).
 
-    Buffers (not in the state_dict): gate_up_packed, down_packed (uint8) and,
-    for NVFP4, gate_up_scales_bits, down_scales_bits (the float32 [E] tensor
-    scales as int32 bits, so that module.to(dtype) leaves them exact).  Parameters (frozen;
-    module.to(dtype) converts them): gate_up_proj_bias [E, 2I] and
-    down_proj_bias [E, H] when the experts have biases (gpt-oss's names, so a
-    loader fills them by name).  Inference only."""
+    Buffers (not in the state_dict as such): gate_up_packed, down_packed
+    (uint8) and, for NVFP4, gate_up_scales_bits, down_scales_bits (the
+    float32 [E] tensor scales as int32 bits, so that module.to(dtype) leaves
+    them exact).  Parameters (frozen; module.to(dtype) converts them):
+    gate_up_proj_bias [E, 2I] and down_proj_bias [E, H] when the experts
+    have biases (gpt-oss's names, so a loader fills them by name).
+    Inference only.
+
+    state_dict(): the experts in the checkpoint layout (exactly the packed
+    bytes), as Linear's: gate_up_codes / down_codes (uint8 [E, n, k/2]),
+    gate_up_scales / down_scales (uint8 [E, n, k/group]),
+    gate_up_tensor_scales / down_tensor_scales (float32 [E], NVFP4),
+    moe_desc (int64: version, format, experts, hidden, intermediate,
+    activation, gate_up layout) and moe_limits (float32: limit, alpha),
+    beside the biases; load_state_dict() packs them again (nb_moe_pack_host)
+    for the module's device (the CPU for one on the meta device, e.g. from
+    MoeExperts.empty), into a module of the same spec only."""
 
     def __init__(self, weights, gate_up_bias=None, down_bias=None):
         super().__init__()
@@ -1729,6 +1774,103 @@ class MoeExperts(torch.nn.Module):
                                      f"{tuple(b.shape) if isinstance(b, torch.Tensor) else type(b).__name__}")
                 b = torch.nn.Parameter(b.detach() if b.is_meta else b.detach().to(dev), requires_grad=False)
             setattr(self, name, b)
+
+    @classmethod
+    def empty(cls, spec, bias=False, device="meta", dtype=torch.bfloat16):
+        """A MoeExperts with room for the experts of `spec` (a nibble.MoeSpec)
+        and no weights yet (zero bytes; on the meta device by default), for
+        load_state_dict() to fill.  bias: whether it has gate_up and down
+        biases (of dtype)."""
+        from .moe import MoeSpec, packed_sizes
+        if not isinstance(spec, MoeSpec):
+            raise TypeError(f"nibble.torch: spec must be a nibble.MoeSpec, got {type(spec).__name__}")
+        sizes = packed_sizes(spec)
+        dev = torch.device(device)
+        ts = torch.zeros(spec.experts, dtype=torch.float32, device=dev) if spec.has_tensor_scale else None
+        pw = PackedMoeWeights(spec=spec, gate_up=torch.zeros(sizes["gate_up_bytes"], dtype=torch.uint8, device=dev),
+                              down=torch.zeros(sizes["down_bytes"], dtype=torch.uint8, device=dev),
+                              gate_up_scales=ts, down_scales=None if ts is None else ts.clone(),
+                              gate_up_exp=(-1, -1), down_exp=(-1, -1))
+        b = [None, None]
+        if bias:
+            b = [torch.zeros(shape, dtype=dtype, device=dev)
+                 for shape in ((spec.experts, 2 * spec.intermediate), (spec.experts, spec.hidden))]
+        return cls(pw, *b)
+
+    def _state_desc(self):
+        s = self.spec
+        return [_STATE_VERSION, int(_format_code(s.format)), s.experts, s.hidden, s.intermediate,
+                int(ACTIVATIONS[s.activation]), int(GATE_UP_LAYOUTS[s.gate_up_layout])]
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        if self.gate_up_packed.is_meta or getattr(_state_off, "on", False):
+            return
+        qm = unpack_moe(self.weights)
+        for name, qe in (("gate_up", qm.gate_up), ("down", qm.down)):
+            destination[prefix + name + "_codes"] = _state_tensor(qe.codes)
+            destination[prefix + name + "_scales"] = _state_tensor(qe.scales)
+            if qe.tensor_scales is not None:
+                destination[prefix + name + "_tensor_scales"] = _state_tensor(
+                    np.asarray(qe.tensor_scales, dtype=np.float32))
+        destination[prefix + "moe_desc"] = torch.tensor(self._state_desc(), dtype=torch.int64)
+        destination[prefix + "moe_limits"] = torch.tensor([self.spec.limit, self.spec.alpha], dtype=torch.float32)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        mine = _load_state_begin(self, state_dict, prefix, _MOE_STATE,
+                                 (local_metadata, strict, missing_keys, unexpected_keys, error_msgs))
+        s, tsc = self.spec, self.spec.has_tensor_scale
+        need = [prefix + n for n in _MOE_STATE if tsc or not n.endswith("_tensor_scales")]
+        if not mine:
+            if strict and not self.gate_up_packed.is_meta:
+                missing_keys.extend(need)
+            return
+        where = f"nibble.torch.MoeExperts {prefix[:-1] or '(root)'}"
+
+        def check():
+            if prefix + "moe_desc" in mine:
+                got = _state_desc_of(mine[prefix + "moe_desc"], "moe_desc", 7)
+                if got != self._state_desc():
+                    raise ValueError(f"the state holds (format, experts, hidden, intermediate, activation, layout) "
+                                     f"{got[1:]}, the module {self._state_desc()[1:]} ({s.format}, {s.activation}, "
+                                     f"{s.gate_up_layout})")
+            lim = mine.get(prefix + "moe_limits")
+            if lim is not None:
+                if not isinstance(lim, torch.Tensor) or lim.dtype != torch.float32 or tuple(lim.shape) != (2,):
+                    raise ValueError("moe_limits is not a float32 tensor of 2")
+                if lim.tolist() != torch.tensor([s.limit, s.alpha]).tolist():
+                    raise ValueError(f"the state holds limit / alpha {lim.tolist()}, the module "
+                                     f"{[s.limit, s.alpha]}")
+
+        if not _load_state_gate(where, check, mine, need, missing_keys, error_msgs):
+            return
+        try:
+            from .moe import QuantizedMoe, QuantizedExperts
+            proj = {}
+            for name, n, k in (("gate_up", 2 * s.intermediate, s.hidden), ("down", s.hidden, s.intermediate)):
+                ts = None
+                if tsc:
+                    ts = _state_array(mine[prefix + name + "_tensor_scales"], name + "_tensor_scales")
+                    if ts.dtype != np.float32:
+                        raise TypeError(f"{name}_tensor_scales has dtype {ts.dtype}; expected float32")
+                proj[name] = QuantizedExperts(codes=_state_array(mine[prefix + name + "_codes"], name + "_codes"),
+                                              scales=_state_array(mine[prefix + name + "_scales"], name + "_scales"),
+                                              tensor_scales=ts, n=n, k=k, format=s.format)
+            qm = QuantizedMoe(proj["gate_up"], proj["down"], activation=s.activation, gate_up_layout=s.gate_up_layout,
+                              limit=s.limit if s.activation == "swiglu_oai" else None,
+                              alpha=s.alpha if s.activation == "swiglu_oai" else None)
+            if qm.spec != s:
+                raise ValueError(f"the tensors make {qm.spec}, the module is {s}")
+            dev = self.gate_up_packed.device if not self.gate_up_packed.is_meta else torch.device("cpu")
+            w = pack_moe(qm, dev if dev.type == "cuda" else "cpu")
+        except (TypeError, ValueError, Error) as e:
+            error_msgs.append(f"{where}: {e}")
+            return
+        self.gate_up_packed, self.down_packed = w.gate_up, w.down
+        self.gate_up_scales_bits = None if w.gate_up_scales is None else w.gate_up_scales.view(torch.int32)
+        self.down_scales_bits = None if w.down_scales is None else w.down_scales.view(torch.int32)
+        self.gate_up_exp, self.down_exp = tuple(w.gate_up_exp), tuple(w.down_exp)
 
     @property
     def weights(self):

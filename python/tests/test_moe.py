@@ -254,6 +254,76 @@ def test_cpu_op_is_the_host_reference_bit_for_bit(fmt, act):
     assert torch.equal(y3.reshape(6, 64), y)
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("act", ACTS)
+def test_moe_experts_state_dict_round_trip(fmt, act, tmp_path):
+    """MoeExperts.state_dict() holds every expert in the checkpoint layout
+    (exactly the bytes it was quantized to); torch.save / torch.load into
+    MoeExperts.empty (meta, assign=True) packs the same bytes and gives the
+    same outputs; another spec, missing and corrupt tensors are refused
+    without changing the module."""
+    qm = random_moe(fmt, act, bias=True)
+    ex = nt.MoeExperts.from_quantized(qm, device="cpu")
+    sd = ex.state_dict()
+    tsc = fmt == "nvfp4"
+    want = {"gate_up_proj_bias", "down_proj_bias", "gate_up_codes", "gate_up_scales", "down_codes", "down_scales",
+            "moe_desc", "moe_limits"} | ({"gate_up_tensor_scales", "down_tensor_scales"} if tsc else set())
+    assert set(sd) == want
+    assert np.array_equal(sd["gate_up_codes"].numpy(), qm.gate_up.codes)
+    assert np.array_equal(sd["down_scales"].numpy(), qm.down.scales)
+    if tsc:
+        assert np.array_equal(sd["down_tensor_scales"].numpy(), qm.down.tensor_scales)
+    f = tmp_path / "ex.pt"
+    torch.save(sd, f)
+    loaded = torch.load(f, weights_only=True)
+    twin = nt.MoeExperts.empty(ex.spec, bias=True)
+    assert twin.gate_up_packed.is_meta and set(twin.state_dict()) == {"gate_up_proj_bias", "down_proj_bias"}
+    r = twin.load_state_dict(loaded, assign=True)
+    assert not r.missing_keys and not r.unexpected_keys
+    assert torch.equal(twin.gate_up_packed, ex.gate_up_packed) and torch.equal(twin.down_packed, ex.down_packed)
+    assert (twin.gate_up_exp, twin.down_exp) == (ex.gate_up_exp, ex.down_exp)
+    x = torch.randn(6, 64, generator=torch.Generator().manual_seed(5)).to(torch.bfloat16)
+    ids, w = random_routing(6, 4, 2, seed=6)
+    ids, w = torch.from_numpy(ids).long(), torch.from_numpy(w).to(torch.bfloat16)
+    assert torch.equal(twin(x, ids, w), ex(x, ids, w))
+    other = nt.MoeExperts.from_quantized(random_moe(fmt, act, bias=True, seed=9), device="cpu")
+    other.load_state_dict(loaded)
+    assert torch.equal(other.gate_up_packed, ex.gate_up_packed) and torch.equal(other(x, ids, w), ex(x, ids, w))
+    # another spec: the other activation, or the other format
+    oact = "swiglu" if act == "swiglu_oai" else "swiglu_oai"
+    with pytest.raises(RuntimeError, match="the state holds"):
+        nt.MoeExperts.empty(nibble.MoeSpec(fmt, 4, 64, 32, oact), bias=True).load_state_dict(loaded, assign=True)
+    ofmt = "mxfp4" if tsc else "nvfp4"
+    with pytest.raises(RuntimeError, match="the state holds"):
+        nt.MoeExperts.empty(nibble.MoeSpec(ofmt, 4, 64, 32, act), bias=True).load_state_dict(loaded, assign=True)
+    before = other.gate_up_packed.clone()
+    with pytest.raises(RuntimeError, match="Missing key.*down_codes"):
+        other.load_state_dict({k: v for k, v in loaded.items() if k != "down_codes"})
+    bad = [("gate_up_codes", loaded["gate_up_codes"][:, :, :-1]), ("down_scales", loaded["down_scales"].float()),
+           ("moe_desc", loaded["moe_desc"][:6]), ("moe_limits", torch.tensor([1.0, 2.0]))]
+    for key, t in bad:
+        state = dict(loaded)
+        state[key] = t
+        with pytest.raises(RuntimeError, match="nibble.torch.MoeExperts"):
+            other.load_state_dict(state)
+        assert torch.equal(other.gate_up_packed, before)
+
+
+@gpu
+def test_moe_experts_state_dict_onto_the_gpu():
+    """A MoeExperts saved on the GPU loads into MoeExperts.empty on the GPU
+    (packed for it) with the same bytes and outputs."""
+    qm = random_moe("nvfp4", "swiglu_oai", bias=True)
+    ex = nt.MoeExperts.from_quantized(qm)
+    twin = nt.MoeExperts.empty(ex.spec, bias=True, device="cuda")
+    twin.load_state_dict(ex.state_dict())
+    x = torch.randn(6, 64, generator=torch.Generator().manual_seed(5)).to(torch.bfloat16).cuda()
+    ids, w = random_routing(6, 4, 2, seed=6)
+    ids, w = torch.from_numpy(ids).long().cuda(), torch.from_numpy(w).to(torch.bfloat16).cuda()
+    assert twin.gate_up_packed.is_cuda and torch.equal(twin.gate_up_packed, ex.gate_up_packed)
+    assert torch.equal(twin(x, ids, w), ex(x, ids, w))
+
+
 def test_cpu_op_refusals():
     qm = random_moe("nvfp4", "swiglu")
     pw = nt.pack_moe(qm, "cpu")
