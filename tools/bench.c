@@ -21,9 +21,7 @@
 #include <string.h>
 #include <time.h>
 
-#ifndef NB_GIT_COMMIT
-#define NB_GIT_COMMIT "unknown"
-#endif
+#include "nb_commit.h" /* NB_GIT_COMMIT, written at build time (cmake/commit.cmake) */
 
 #include "benchlib.h"
 #include "cli.h"

@@ -948,12 +948,17 @@ def print_table(rows):
 
 def commit():
     """$NB_GIT_COMMIT when set (a copy of the tree on another machine may
-    carry a stale .git), else the checkout's commit (git), else "unknown"."""
+    carry a stale .git), else the checkout's commit (git; "-dirty" after it
+    when tracked files differ from it, as the C binaries record it), else
+    "unknown"."""
     if os.environ.get("NB_GIT_COMMIT"):
         return os.environ["NB_GIT_COMMIT"]
     try:
         c = subprocess.run(["git", "-C", REPO, "rev-parse", "--short=12", "HEAD"], capture_output=True,
                            text=True).stdout.strip()
+        if c and subprocess.run(["git", "-C", REPO, "diff", "--quiet", "HEAD", "--"],
+                                capture_output=True).returncode == 1:
+            c += "-dirty"
     except OSError:
         c = ""
     return c or "unknown"
