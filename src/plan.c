@@ -65,6 +65,13 @@ static int64_t k2_tiles256(const nbi_gemm_plan *p) { return (p->row_blocks + 15)
 /* Kernel 1's CTAs along n with kw of its `warps` warps on each row block. */
 static int64_t k1_grid(const nbi_gemm_plan *p, int kw, int warps) { return (p->row_blocks * kw + warps - 1) / warps; }
 
+/* Kernel 1's resident CTAs: the CTAs of its instance an SM fits (no cap)
+ * times the SMs. */
+static int64_t k1_slots(nb_context *ctx, const nbi_gemm_plan *p) {
+    size_t bytes = 0;
+    return (int64_t)nbi_cuda_gemv_ctas_per_sm(ctx, p, 0, &bytes) * ctx->info.sm_count;
+}
+
 /* Kernel 1's balanced wave (nbi_plan, where it is explained): the row
  * blocks a CTA takes, fewer than warps / kw, so that a one-wave grid of
  * `grid` CTAs at kw, without a k split, loads every SM alike; 0 where that
@@ -87,9 +94,7 @@ static int kw_given(int kw) { return kw == 1 || kw == 2 || kw == 4 || kw == 8; }
  * after it, 2 where it applies: then *kw and *grid are its warps per row
  * block and CTAs. */
 static int k1_one_token(nb_context *ctx, const nbi_gemm_plan *p, int e2m1, int *kw_out, int64_t *grid_out) {
-    size_t bytes = 0;
-    const int64_t sms = ctx->info.sm_count;
-    const int64_t res = (int64_t)nbi_cuda_gemv_ctas_per_sm(ctx, p, 0, &bytes) * sms;
+    const int64_t sms = ctx->info.sm_count, res = k1_slots(ctx, p);
     if (res < (e2m1 ? 3 : 2) * sms || p->kchunks < 16) return 0;
     int kw = p->warps;
     while (kw > 1 && k1_grid(p, kw, p->warps) > res) kw /= 2;
@@ -634,8 +639,7 @@ static nb_status plan_decode(nb_context *ctx, const nbi_request *rq, nbi_gemm_pl
      * other formats fit three CTAs per SM there; NOTES.md). */
     if (!p->xsh && p->mt == 1 && nbi_is_table(nbi_traits(p->fmt)) && p->splits == 1 && p->kw < p->warps &&
         !kw_given(rq->kw) && p->kchunks >= 8 * (int64_t)p->kw) {
-        size_t bytes = 0;
-        const int64_t res = (int64_t)nbi_cuda_gemv_ctas_per_sm(ctx, p, 0, &bytes) * ctx->info.sm_count;
+        const int64_t res = k1_slots(ctx, p);
         if (res > 0 && p->grid_x > res && 2 * (int64_t)p->grid_x <= 3 * res) {
             p->kw *= 2;
             p->grid_x = (int)k1_grid(p, p->kw, p->warps);
@@ -704,17 +708,8 @@ static nb_status plan_decode(nb_context *ctx, const nbi_request *rq, nbi_gemm_pl
      * (H200, nvfp4, m = 1 then, us, kw = 4 -> 2: 3584 -> 18944, 592 CTAs on
      * 396 slots, 18.2 -> 16.5; 7168 -> 18432, 576, 31.2 -> 28.6; 5120 ->
      * 13824, 432, 18.6 -> 16.2; no layer of the bench set has such a grid;
-     * NOTES.md). */
-    if (!p->xsh && p->mt == 1 && !one_token && nbi_traits(p->fmt)->every_kernel && p->splits == 1 && p->kw == 4 &&
-        !kw_given(rq->kw)) {
-        size_t bytes = 0;
-        const int64_t res = (int64_t)nbi_cuda_gemv_ctas_per_sm(ctx, p, 0, &bytes) * ctx->info.sm_count;
-        if (res > 0 && p->grid_x > res && 2 * (int64_t)p->grid_x <= 3 * res) {
-            p->kw = 2;
-            p->grid_x = (int)k1_grid(p, p->kw, p->warps);
-        }
-    }
-    /* The table formats (nf4, bnb_fp4) at 1..8 tokens on grids of more
+     * NOTES.md).
+     * And the table formats (nf4, bnb_fp4) at 1..8 tokens on grids of more
      * than six resident waves at kw = 4: kw = 2, half as many CTAs, each
      * with its own 1 KB pair table to fill, streaming twice as long (H200,
      * `nibble tune --all`, nf4, us, kw 4 -> 2 at m = 1 / 4 / 8: 8192 ->
@@ -724,11 +719,12 @@ static nb_status plan_decode(nb_context *ctx, const nbi_request *rq, nbi_gemm_pl
      * foreign kernel at m = 1 the same, bnb_fp4 alike; at 4.4-4.5 waves kw 4
      * stays ahead: 7168 -> 36864, 3584 -> 37888, and 8192 -> 28672 at 3.4;
      * NOTES.md, "nf4 at one token on many waves"). */
-    if (!p->xsh && p->mt == 1 && nbi_is_table(nbi_traits(p->fmt)) && p->splits == 1 && p->kw == 4 &&
-        !kw_given(rq->kw)) {
-        size_t bytes = 0;
-        const int64_t res = (int64_t)nbi_cuda_gemv_ctas_per_sm(ctx, p, 0, &bytes) * ctx->info.sm_count;
-        if (res > 0 && p->grid_x > 6 * res && p->kchunks >= 40) { /* (measured from 40 chunks) */
+    if (!p->xsh && p->mt == 1 && p->splits == 1 && p->kw == 4 && !kw_given(rq->kw) &&
+        ((e2m1 && !one_token) || nbi_is_table(nbi_traits(p->fmt)))) {
+        const int64_t res = k1_slots(ctx, p), grid = p->grid_x;
+        const int take = e2m1 ? grid > res && 2 * grid <= 3 * res
+                              : grid > 6 * res && p->kchunks >= 40; /* (measured from 40 chunks) */
+        if (res > 0 && take) {
             p->kw = 2;
             p->grid_x = (int)k1_grid(p, p->kw, p->warps);
         }
@@ -946,7 +942,8 @@ static double tc_tail(const nb_context *ctx, const nbi_gemm_plan *p, int64_t til
  * fill 128 of 132 SMs (2048 -> 8192, 8192 -> 2048), which these costs
  * leave to the splits. */
 #define NBI_SK64_MIN_M 33
-#define NBI_SK64_MIN_W 7.5 /* chunks a CTA: measured from 7.6 (3584 -> 4608); below, the fixed costs decide, unmeasured */
+/* chunks a CTA: measured from 7.6 (3584 -> 4608); below, the fixed costs decide, unmeasured */
+#define NBI_SK64_MIN_W 7.5
 #define NBI_SK64_CHUNK_US 0.67
 #define NBI_SK64_FIXED_US 6.7
 static double tc_stream_k(const nb_context *ctx, const nbi_gemm_plan *p, const nbi_request *rq, int64_t tiles, int bn,

@@ -188,9 +188,7 @@ double nbt_time_capture(cudaStream_t s, int calls, int reps) {
 
 double nbt_time_gemm(nb_context *ctx, const nb_gemm_desc *g, const nb_gemm_config *cfg, const void *x,
                      const nbt_layer *l, void *y, void *ws, size_t ws_bytes, cudaStream_t s, int calls, int reps) {
-    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    for (int c = 0; c < calls; c++) NB(nb_gemm_ex(ctx, g, cfg, x, l->pk[c % l->rot], NULL, y, ws, ws_bytes, s));
-    return nbt_time_capture(s, calls, reps);
+    return nbt_time_gemm_after(ctx, g, cfg, x, l, y, ws, ws_bytes, s, calls, reps, NULL);
 }
 
 void nbt_between_kernel(const nbt_between *b) {
@@ -227,13 +225,12 @@ void nbt_between_free(nbt_between *b) {
 double nbt_time_gemm_after(nb_context *ctx, const nb_gemm_desc *g, const nb_gemm_config *cfg, const void *x,
                            const nbt_layer *l, void *y, void *ws, size_t ws_bytes, cudaStream_t s, int calls,
                            int reps, const nbt_between *b) {
-    if (!b) return nbt_time_gemm(ctx, g, cfg, x, l, y, ws, ws_bytes, s, calls, reps);
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     for (int c = 0; c < calls; c++) {
         NB(nb_gemm_ex(ctx, g, cfg, x, l->pk[c % l->rot], NULL, y, ws, ws_bytes, s));
-        nbt_between_kernel(b);
+        if (b) nbt_between_kernel(b);
     }
-    return nbt_time_capture(s, calls, reps) - b->alone_us;
+    return nbt_time_capture(s, calls, reps) - (b ? b->alone_us : 0.0);
 }
 
 void nbt_sweep_opts(nbt_sweep *sw, const char *act_flag, nba_opt *out) {

@@ -1030,8 +1030,7 @@ class Linear(torch.nn.Module):
             qw.desc()  # (the arrays' dtypes and shapes, before anything changes)
             perm = mine.get(prefix + "perm")
             perm = None if perm is None else _check_perm(perm, self.in_features, torch.device("cpu"))
-            dev = self.packed.device if not self.packed.is_meta else torch.device("cpu")
-            pw = pack(qw, dev if dev.type == "cuda" else "cpu")
+            pw = pack(qw, self.packed.device if self.packed.is_cuda else "cpu")   # (meta: the CPU)
         except (TypeError, ValueError, Error) as e:
             error_msgs.append(f"{where}: {e}")
             return
@@ -1862,8 +1861,7 @@ class MoeExperts(torch.nn.Module):
                               alpha=s.alpha if s.activation == "swiglu_oai" else None)
             if qm.spec != s:
                 raise ValueError(f"the tensors make {qm.spec}, the module is {s}")
-            dev = self.gate_up_packed.device if not self.gate_up_packed.is_meta else torch.device("cpu")
-            w = pack_moe(qm, dev if dev.type == "cuda" else "cpu")
+            w = pack_moe(qm, self.gate_up_packed.device if self.gate_up_packed.is_cuda else "cpu")   # (meta: the CPU)
         except (TypeError, ValueError, Error) as e:
             error_msgs.append(f"{where}: {e}")
             return
