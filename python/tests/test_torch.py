@@ -540,6 +540,21 @@ def test_state_dict_of_a_model_and_its_errors():
         plin.load_state_dict(state)
 
 
+def test_empty_refuses_bad_arguments():
+    """Linear.empty and MoeExperts.empty reject what cannot be a weight
+    before allocating anything: an unknown format, a k that is no multiple
+    of the group, a group the format does not take, a spec that is no
+    MoeSpec."""
+    with pytest.raises(ValueError, match="unknown format"):
+        nt.Linear.empty(K, N, "fp3")
+    with pytest.raises(nibble.Error):
+        nt.Linear.empty(K + 8, N, "nvfp4")
+    with pytest.raises(nibble.Error):
+        nt.Linear.empty(K, N, "int4", group_size=48)
+    with pytest.raises(TypeError, match="MoeSpec"):
+        nt.MoeExperts.empty({"format": "nvfp4", "experts": 4})
+
+
 @gpu
 def test_state_dict_onto_the_gpu():
     """A state saved from a Linear on the GPU loads into Linear.empty on the
