@@ -915,8 +915,9 @@ static double tc_tail(const nb_context *ctx, const nbi_gemm_plan *p, int64_t til
  * cost in the model's us, or 0 where it does not run: the 64-, 128- and
  * 256-token tiles (two consumer warpgroups; every format), at most
  * NBI_MAX_SPLIT_COLUMNS tiles (a counter each), at least two chunks per CTA
- * and a batch that fills a tile (m >= bn: measured no further down; the
- * 64-token tile at 33..64 tokens only, where it is the one tile of tokens),
+ * and a batch that fills most of a tile (m >= bn for the 256-token tile;
+ * the 128-token tile from 65 tokens, the 64-token tile at 33..64 only,
+ * where it is the one tile of tokens),
  * activations of at most 60% of the L2 (a CTA's k range starts anywhere,
  * so the CTAs do not walk k together as a wave of tiles does: what they
  * read of X must stay in the L2; 27648 -> 5120 at m = 1024, 57 MB, ran 49%
@@ -942,6 +943,19 @@ static double tc_tail(const nb_context *ctx, const nbi_gemm_plan *p, int64_t til
  * fill 128 of 132 SMs (2048 -> 8192, 8192 -> 2048), which these costs
  * leave to the splits. */
 #define NBI_SK64_MIN_M 33
+/* The 128-token tile's grid below a full tile (65..127 tokens): H200,
+ * 2026-12-01, NOTES.md "The 128-token tile on the stream-K grid below 128
+ * tokens".  Its chunks cost what the model charges from m = 128 (27 layers
+ * at m = 72 / 96 / 120 forced: 0.926 us per chunk a CTA + 7.0 us), but on
+ * short layers whose whole tiles a k split spreads over all but a few SMs
+ * the split stays ahead (3072 -> 8192: 64 tiles, two splits on 128 SMs,
+ * 16.7 against 17.9 us; 5120 -> 5120: 40 tiles x 3 on 120, 1-6%), so there
+ * the grid needs NBI_SK128_PART_IDLE SMs left idle by the fullest split or
+ * NBI_SK128_PART_W chunks a CTA (8192 -> 5120: 19.4 chunks, 120 SMs
+ * filled, 2-3% ahead). */
+#define NBI_SK128_MIN_M 65
+#define NBI_SK128_PART_IDLE 16
+#define NBI_SK128_PART_W 16.0
 /* chunks a CTA: measured from 7.6 (3584 -> 4608); below, the fixed costs decide, unmeasured */
 #define NBI_SK64_MIN_W 7.5
 #define NBI_SK64_CHUNK_US 0.67
@@ -949,12 +963,17 @@ static double tc_tail(const nb_context *ctx, const nbi_gemm_plan *p, int64_t til
 static double tc_stream_k(const nb_context *ctx, const nbi_gemm_plan *p, const nbi_request *rq, int64_t tiles, int bn,
                           int cwg, int64_t m) {
     const int64_t G = ctx->info.sm_count, K = p->kchunks, U = tiles * K;
-    const int b64 = bn == 64, m_ok = b64 ? m >= NBI_SK64_MIN_M && m <= 64 : m >= bn;
+    const int b64 = bn == 64, m_ok = b64 ? m >= NBI_SK64_MIN_M && m <= 64 : m >= (bn == 128 ? NBI_SK128_MIN_M : bn);
     if (ctx->env_sk == 0 || cwg != 2 || (!b64 && bn != 128 && bn != 256) || tiles > NBI_MAX_SPLIT_COLUMNS || G < 2 ||
         U < 2 * G || rq->splits > 1 || !m_ok || (double)m * (double)p->k * 2.0 > 0.6 * (double)ctx->info.l2_bytes)
         return 0.0;
     const double w = (double)U / (double)G, parts = (double)K / w + 1.0; /* chunks per CTA; CTAs per tile */
     if (b64 && w < NBI_SK64_MIN_W) return 0.0;
+    if (bn == 128 && m < 128 && ctx->env_sk != 1 && w < NBI_SK128_PART_W) { /* the SMs a split of whole tiles fills */
+        int64_t fill = 0;
+        for (int64_t s = 1; s <= NBI_SM90_MAX_SPLITS && s <= K && tiles * s <= G; s++) fill = tiles * s;
+        if (G - fill < NBI_SK128_PART_IDLE) return 0.0;
+    }
     const double gather = parts > 2.0 ? (parts - 2.0) * 0.015 * (256.0 * cwg * bn / 1024.0) : 0.0;
     return w * (b64 ? NBI_SK64_CHUNK_US : bn == 128 ? 0.93 : 1.55) + (b64 ? NBI_SK64_FIXED_US : 7.0) + gather;
 }

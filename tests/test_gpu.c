@@ -52,6 +52,7 @@ static int g_tc_layout_runs = 0; /* test_out_layout: configurations that ran gem
 static int g_tc_tail_runs = 0;   /* tensor-core calls with a tail split (a second launch) */
 static int g_tc_sk_runs = 0;     /* tensor-core calls on the stream-K grid */
 static int g_tc_sk64_runs = 0;   /* those of 64-token tiles */
+static int g_tc_sk128p_runs = 0; /* those of 128-token tiles below a full tile (65..127 tokens) */
 static int g_tc_192_runs = 0;    /* tensor-core calls of 192-token tiles */
 static int g_k1_cap_runs = 0;    /* decode kernel 1 calls held to two CTAs per SM (plan.c) */
 static int g_k2_wave_runs = 0;   /* decode kernel 2 calls on its stream-K wave at 25..32 tokens (plan.c, k2_wave) */
@@ -404,6 +405,7 @@ static void test_shape_ref(env_t *e, nb_format fmt, nb_dtype act, int64_t n, int
         g_tc_tail_runs += strstr(cfg, "gemm_sm90") && strstr(cfg, " tail=");
         g_tc_sk_runs += strstr(cfg, "gemm_sm90") && strstr(cfg, " stream-k ");
         g_tc_sk64_runs += strstr(cfg, "gemm_sm90") && strstr(cfg, "x64>") && strstr(cfg, " stream-k ");
+        g_tc_sk128p_runs += m < 128 && strstr(cfg, "gemm_sm90") && strstr(cfg, "x128>") && strstr(cfg, " stream-k ");
         g_tc_192_runs += strstr(cfg, "gemm_sm90") && strstr(cfg, "x192>");
         g_k1_cap_runs += strstr(cfg, "gemv_fp4<") && strstr(cfg, ",ctas/sm=2>");
         g_k2_cap_runs += strstr(cfg, "gemv_fp4_xs<") && strstr(cfg, ",ctas/sm=2>");
@@ -1280,7 +1282,7 @@ int main(int argc, char **argv) {
              * at 40 part empty), 128 and 200 (128-token tiles, the second of
              * 72 tokens moved back to rows 72..199) and 256 (one 256-token
              * tile), one CTA per SM, tiles shared by two or three CTAs; m =
-             * 100 one CTA per tile */
+             * 100 likewise on one 128-token tile of 100 tokens */
             test_shape(&e, fmts[f], acts[a], 10240 + 8, 4096 + 96, sk_m, 6, 1);
             /* 65 tiles of 128 rows (the last of 8) at m = 300 and 384: the
              * 192-token tile (at 300 the second moved back to rows 108..299) */
@@ -1306,8 +1308,8 @@ int main(int argc, char **argv) {
     test_pdl_capture(&e, info.cc_major);
     test_device_errors(&e);
     printf("tensor-core path: %d calls, %d with a k split, %d with a tail split, %d on the stream-K grid (%d of "
-           "64-token tiles), %d of 192-token tiles\n", g_tc_runs, g_tc_split_runs, g_tc_tail_runs, g_tc_sk_runs,
-           g_tc_sk64_runs, g_tc_192_runs);
+           "64-token tiles, %d of 128-token tiles below 128 tokens), %d of 192-token tiles\n", g_tc_runs,
+           g_tc_split_runs, g_tc_tail_runs, g_tc_sk_runs, g_tc_sk64_runs, g_tc_sk128p_runs, g_tc_192_runs);
     printf("decode kernel 1: %d calls held to two CTAs per SM, %d on a balanced wave; kernel 2 on a k-split grid at "
            "5..8 tokens: %d calls, %d held to two CTAs per SM\n", g_k1_cap_runs, g_k1_balanced_runs, g_k2_split8_runs,
            g_k2_cap_runs);
@@ -1350,6 +1352,8 @@ int main(int argc, char **argv) {
         check(g_tc_sk_runs > 0, "the tensor-core path ran the stream-K grid (10248 rows, m = 128..256)");
     if (g_tc_runs && !g_mma && !getenv("NIBBLE_SM90_SK") && (m_ran(40) || m_ran(64)))
         check(g_tc_sk64_runs > 0, "the tensor-core path ran the stream-K grid of 64-token tiles (10248 rows, m = 40, 64)");
+    if (g_tc_runs && !g_mma && !getenv("NIBBLE_SM90_SK") && m_ran(100))
+        check(g_tc_sk128p_runs > 0, "the tensor-core path ran the stream-K grid of 128-token tiles below 128 tokens (10248 rows, m = 100)");
     if (g_tc_runs && !g_mma && !getenv("NIBBLE_SM90_SK") && m_ran(384))
         check(g_tc_192_runs > 0, "the tensor-core path ran 192-token tiles (8200 rows, m = 300, 384)");
     char cfg[256];

@@ -60,7 +60,7 @@ static void check_valid(nb_context *ctx, const nbi_gemm_plan *p, int64_t k, int6
     if (p->sk) { /* the stream-K grid: one CTA per SM, a partial slot each, two chunks or more per CTA */
         CHECK(p->splits == 1 && !p->cluster && p->tail_tiles == 0 && p->grid_x == ctx->info.sm_count &&
                   tiles <= NBI_MAX_SPLIT_COLUMNS && tiles * p->kchunks >= 2 * (int64_t)p->grid_x &&
-                  (p->bn == 64 ? m > 32 && m <= 64 : p->bn <= m) && (p->bn == 64 || p->bn == 128 || p->bn == 256) && p->cwg == 2 &&
+                  (p->bn == 64 ? m > 32 && m <= 64 : p->bn == 128 ? m >= 65 : p->bn <= m) && (p->bn == 64 || p->bn == 128 || p->bn == 256) && p->cwg == 2 &&
                   p->ws_partial_bytes == (size_t)p->grid_x * 64 * p->cwg * p->bn * sizeof(float) &&
                   p->ws_counter_bytes > 0 && p->ws_partial_bytes + p->ws_counter_bytes <= nbi_plan_workspace(ctx, p),
               "%lld -> %lld m = %lld: stream-K grid of %d CTAs over %lld tiles x %lld chunks (bn %d), workspace %zu + "
@@ -508,8 +508,9 @@ static void test_stream_k(void) {
 
 /* The tensor-core path's stream-K grid (plan.c tc_stream_k): where it was
  * measured faster on the H100 (2026-11-27; the 64-token tile on the H200,
- * 2026-12-01) and nowhere it lost; never for a requested k split, m below
- * the tile (the 64-token tile: 33..64 only), activations past 60% of the L2 or
+ * 2026-12-01, and the 128-token tile below 128 tokens) and nowhere it lost;
+ * never for a requested k split, m below 65 for the 128-token tile and
+ * below the 256-token one (the 64-token tile: 33..64 only), activations past 60% of the L2 or
  * NIBBLE_SM90_SK=0; NIBBLE_SM90_SK=1 takes it wherever it can run, with
  * valid plans (the integer and table formats: test_integer_formats). */
 static void test_tc_stream_k(void) {
@@ -528,7 +529,15 @@ static void test_tc_stream_k(void) {
         {NB_FORMAT_NVFP4, 4096, 4096, 256, 0, 128},   /* five CTAs to a tile: 27.8 against 20.3 (cluster) */
         {NB_FORMAT_NVFP4, 8192, 8192, 512, 0, 256},   /* 128 tiles: within a wave */
         {NB_FORMAT_NVFP4, 28672, 8192, 1024, 0, 256}, /* 59 MB of activations: 793 against 659 */
-        {NB_FORMAT_NVFP4, 8192, 10240, 100, 0, 0},    /* m below the 128-token tile */
+        /* 128-token tiles at 65..127 tokens (H200, 2026-12-01, us, the plan
+         * before -> the grid; NBI_SK128_PART_*) */
+        {NB_FORMAT_NVFP4, 8192, 10240, 100, 1, 128},  /* 80 tiles: 57.1 -> 40.6 at m = 96 */
+        {NB_FORMAT_MXFP4, 5120, 10240, 72, 1, 128},   /* 80 tiles: 37.4 -> 32.3 */
+        {NB_FORMAT_NVFP4, 4096, 6144, 120, 1, 128},   /* 48 tiles x 2 splits on 96 SMs: 19.5 -> 17.8 */
+        {NB_FORMAT_NVFP4, 8192, 5120, 96, 1, 128},    /* 40 x 3 on 120, 19.4 chunks a CTA: 25.8 -> 25.0 */
+        {NB_FORMAT_NVFP4, 3072, 8192, 96, 0, 128},    /* 64 x 2 on 128: 16.8 against 17.9 */
+        {NB_FORMAT_NVFP4, 5120, 5120, 72, 0, 128},    /* 40 x 3 on 120, 12.1 chunks: 19.5 against 20.6 */
+        {NB_FORMAT_NF4, 3072, 8192, 72, 0, 128},      /* 18.2 against 19.4 */
         /* 64-token tiles at 33..64 tokens (H200, 2026-12-01, us, the plan
          * before -> the grid): 80 tiles x 64 chunks 46.4 -> 31.7 */
         {NB_FORMAT_NVFP4, 8192, 10240, 64, 1, 64},
