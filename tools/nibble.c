@@ -8,6 +8,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "args.h"
 #include "cli.h"
+#include "nb_commit.h" /* NB_GIT_COMMIT, written at build time (cmake/commit.cmake) */
 #include "nibble.h"
 
 #include <math.h>
@@ -97,7 +98,8 @@ static void usage(FILE *f) {
 
 static void version_help(void) {
     printf("usage: nibble version\n"
-           "  Print the library version (and warn if it differs from the header's).\n"
+           "  Print the library version and the commit this tool was built from (and warn if the\n"
+           "  library's version differs from the header's).\n"
            "  Exit: 0 printed, 1 usage, 2 the header and library versions differ.\n");
 }
 
@@ -110,7 +112,7 @@ static void info_help(void) {
 static int cmd_version(int argc, char **argv) {
     const int rc = nba_parse("version", argc, argv, NULL, 0, NULL, version_help);
     if (rc) return rc < 0 ? 0 : rc;
-    printf("nibble %s\n", nb_version_string());
+    printf("nibble %s (commit %s)\n", nb_version_string(), NB_GIT_COMMIT);
     if (nb_version() != NB_VERSION) {
         fprintf(stderr, "warning: header version %d, library version %d\n", NB_VERSION, nb_version());
         return 2;
