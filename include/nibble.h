@@ -720,8 +720,8 @@ typedef enum nb_gemm_path {
 
 /* One kernel configuration.  Fields of the other path are 0.  A tuning
  * entry gives every field of its path; a configuration passed to nb_gemm_ex
- * may leave kw, rpw, splits, bn, raster and stages 0 for the heuristic to
- * choose (path and, for decode, variant are always as given). */
+ * may leave kw, rpw, splits, bn, raster, stages and stream_k 0 for the
+ * heuristic to choose (path and, for decode, variant are always as given). */
 typedef struct nb_gemm_config {
     int32_t path;    /* nb_gemm_path */
     int32_t kw;      /* decode: warps of a CTA that split one 16-row block's k range: 1, 2, 4 or 8 */
@@ -738,7 +738,12 @@ typedef struct nb_gemm_config {
     int32_t warps;   /* decode, staged: consumer warps per CTA, 8, or 12 for kernel 2's wide instance
                       * (E2M1 formats, rpw 2, 17..24 tokens, one CTA per SM on a stream-K grid, no
                       * k split); 0: the planner's choice (caches from before the field) */
-    int32_t reserved[3];
+    int32_t stream_k; /* tensor core: 1 the stream-K grid (one CTA per SM walking an equal share of
+                       * every tile's k chunks; splits 1; the 64-token tile at 33..64 tokens, the
+                       * 128-token tile from 65, the 256-token tile from 256), -1 whole tiles only;
+                       * 0 the planner's choice (caches from before the field).  NIBBLE_SM90_SK=0
+                       * refuses 1. */
+    int32_t reserved[2];
 } nb_gemm_config;
 
 /* nb_gemm with the configuration `cfg` instead of NIBBLE_PATH, the tuning

@@ -289,6 +289,7 @@ typedef struct nbi_request {
     int variant; /* decode: 1 plain, 2 staged (nb_gemm_config.variant + 1) */
     int kw, rpw, splits, bn, raster, stages;
     int warps;   /* decode, staged: kernel 2's consumer warps (0: the rules') */
+    int sk;      /* tensor core: 1 the stream-K grid, -1 never, 0 the planner's choice */
 } nbi_request;
 
 /* The request for a configuration (complete or partial: 0 fields open). */

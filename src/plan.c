@@ -36,6 +36,7 @@ nbi_request nbi_request_of(const nb_gemm_config *c) {
         r.bn = c->bn;
         r.raster = c->raster;
         r.stages = c->stages;
+        r.sk = c->stream_k;
     }
     return r;
 }
@@ -963,13 +964,14 @@ static double tc_tail(const nb_context *ctx, const nbi_gemm_plan *p, int64_t til
 static double tc_stream_k(const nb_context *ctx, const nbi_gemm_plan *p, const nbi_request *rq, int64_t tiles, int bn,
                           int cwg, int64_t m) {
     const int64_t G = ctx->info.sm_count, K = p->kchunks, U = tiles * K;
+    const int forced = ctx->env_sk == 1 || rq->sk == 1; /* (NIBBLE_SM90_SK=1 or a configuration's stream_k) */
     const int b64 = bn == 64, m_ok = b64 ? m >= NBI_SK64_MIN_M && m <= 64 : m >= (bn == 128 ? NBI_SK128_MIN_M : bn);
-    if (ctx->env_sk == 0 || cwg != 2 || (!b64 && bn != 128 && bn != 256) || tiles > NBI_MAX_SPLIT_COLUMNS || G < 2 ||
+    if (ctx->env_sk == 0 || rq->sk < 0 || cwg != 2 || (!b64 && bn != 128 && bn != 256) || tiles > NBI_MAX_SPLIT_COLUMNS || G < 2 ||
         U < 2 * G || rq->splits > 1 || !m_ok || (double)m * (double)p->k * 2.0 > 0.6 * (double)ctx->info.l2_bytes)
         return 0.0;
     const double w = (double)U / (double)G, parts = (double)K / w + 1.0; /* chunks per CTA; CTAs per tile */
     if (b64 && w < NBI_SK64_MIN_W) return 0.0;
-    if (bn == 128 && m < 128 && ctx->env_sk != 1 && w < NBI_SK128_PART_W) { /* the SMs a split of whole tiles fills */
+    if (bn == 128 && m < 128 && !forced && w < NBI_SK128_PART_W) { /* the SMs a split of whole tiles fills */
         int64_t fill = 0;
         for (int64_t s = 1; s <= NBI_SM90_MAX_SPLITS && s <= K && tiles * s <= G; s++) fill = tiles * s;
         if (G - fill < NBI_SK128_PART_IDLE) return 0.0;
@@ -1170,8 +1172,9 @@ static int plan_tc(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
                 if (s == 1) {
                     cost = tc_tail(ctx, p, tiles, chunk_us[i], fill_us[i], widths[i], cwg, cost, &tail_s);
                     const double skc = tc_stream_k(ctx, p, rq, tiles, widths[i], cwg, g->m);
-                    if (skc > 0.0 && (ctx->env_sk == 1 || skc < cost)) /* (forced: ahead of every other plan) */
-                        cost = ctx->env_sk == 1 ? skc - 1e6 : skc, use_sk = 1, tail_s = 0;
+                    const int forced = ctx->env_sk == 1 || rq->sk == 1;
+                    if (skc > 0.0 && (forced || skc < cost)) /* (forced: ahead of every other plan) */
+                        cost = forced ? skc - 1e6 : skc, use_sk = 1, tail_s = 0;
                 }
             }
             if (best == 0.0 || cost < best)
@@ -1398,7 +1401,16 @@ nb_status nbi_plan(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
     p->pdl_own = p->pdl;
     p->row_blocks = (d->n + 15) / 16;
     p->kchunks = (d->k + NBI_CHUNK_K - 1) / NBI_CHUNK_K;
-    if (plan_tc(ctx, g, rq, p) || plan_mma(ctx, g, rq, p)) return NB_OK;
+    if (plan_tc(ctx, g, rq, p) || plan_mma(ctx, g, rq, p)) {
+        if (rq->sk == 1 && !p->sk)
+            return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_gemm: stream_k = 1 does not run %s %lld -> %lld at m = %lld%s: "
+                            "the stream-K grid takes the 64-token tile at 33..64 tokens, the 128-token tile from 65, "
+                            "the 256-token tile from 256, at most %d tiles, two or more k chunks per CTA, activations "
+                            "within 60%% of the L2 and no k split%s", t->name, (long long)d->k, (long long)d->n,
+                            (long long)g->m, rq->bn ? " with that tile" : "", NBI_MAX_SPLIT_COLUMNS,
+                            ctx->env_sk == 0 ? " (and NIBBLE_SM90_SK=0 refuses it)" : "");
+        return NB_OK;
+    }
     if (rq->path == NB_GEMM_PATH_TENSOR_CORE || rq->path == NB_GEMM_PATH_MMA)
         return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_gemm: path %s cannot run on %s (compute capability %d.%d%s)",
                         path_name(rq->path), ctx->info.name, ctx->info.cc_major, ctx->info.cc_minor,
@@ -1434,6 +1446,7 @@ nb_gemm_config nbi_config_of(const nbi_gemm_plan *p) {
         c.bn = p->bn;
         c.raster = p->raster_group;
         c.splits = p->splits;
+        if (p->path == NBI_PATH_SM90) c.stream_k = p->sk ? 1 : -1; /* (what ran: a tuning entry repeats it) */
     } else {
         c.path = NB_GEMM_PATH_DECODE;
         c.kw = p->kw;
@@ -1455,8 +1468,15 @@ static int one_of(int v, const int *ok, int n, int open) {
 
 int nbi_config_check(const nb_gemm_config *c, int64_t m_lo, int complete, char *why, size_t wn) {
     const int open = !complete;
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 2; i++)
         if (c->reserved[i]) return snprintf(why, wn, "reserved[%d] = %d must be 0", i, (int)c->reserved[i]), 0;
+    if (c->stream_k && c->path != NB_GEMM_PATH_TENSOR_CORE)
+        return snprintf(why, wn, "stream_k = %d is for path tc only", (int)c->stream_k), 0;
+    if (c->stream_k < -1 || c->stream_k > 1)
+        return snprintf(why, wn, "stream_k = %d is not 1 (the stream-K grid), -1 (whole tiles) or 0 (the planner's "
+                        "choice)", (int)c->stream_k), 0;
+    if (c->stream_k == 1 && c->splits > 1)
+        return snprintf(why, wn, "stream_k = 1 takes no k split (splits = %d)", (int)c->splits), 0;
     if (c->warps && (c->path != NB_GEMM_PATH_DECODE || c->variant != 1))
         return snprintf(why, wn, "warps = %d is for the staged decode variant only", (int)c->warps), 0;
     if (c->path == NB_GEMM_PATH_DECODE) {
@@ -1508,21 +1528,23 @@ int nbi_config_check(const nb_gemm_config *c, int64_t m_lo, int complete, char *
  * exists: past that it is the faster path and the decode kernel runs once
  * per 32 rows), over every combination of its non-empty lists (0-ended).
  * The mma row applies where the heuristic itself may choose that path (GPUs
- * without the Hopper kernel); on Hopper it runs only when requested.
+ * without the Hopper kernel); on Hopper it runs only when requested.  The
+ * tensor-core rows try each tile without a k split both on whole tiles and
+ * on the stream-K grid (stream_k -1 and 1; the grid where it can run).
  * Kept small: about 40 candidates at most, so that tuning 5 layers x 8 m
  * takes minutes. */
 static const struct cand_row {
     int path, variant;
     int64_t m_min, m_max;
-    int kw[5], rpw[3], splits[7], bn[6], raster[5], warps[3];
+    int kw[5], rpw[3], splits[7], bn[6], raster[5], warps[3], sk[3];
 } k_rows[] = {
-    {NB_GEMM_PATH_DECODE, 0, 1, 64, {1, 2, 4, 8}, {0}, {1, 2, 4, 8, 16}, {0}, {0}, {0}},
-    {NB_GEMM_PATH_DECODE, 1, 1, 64, {1}, {1, 2}, {1, 2, 4, 8, 16}, {0}, {0}, {0}},
+    {NB_GEMM_PATH_DECODE, 0, 1, 64, {1, 2, 4, 8}, {0}, {1, 2, 4, 8, 16}, {0}, {0}, {0}, {0}},
+    {NB_GEMM_PATH_DECODE, 1, 1, 64, {1}, {1, 2}, {1, 2, 4, 8, 16}, {0}, {0}, {0}, {0}},
     /* kernel 2 on the stream-K wave with either instance (k2_wave) */
-    {NB_GEMM_PATH_DECODE, 1, 17, 32, {1}, {2}, {1}, {0}, {0}, {NBI_GEMV_WARPS, NBI_GEMV_WIDE_WARPS}},
-    {NB_GEMM_PATH_TENSOR_CORE, 0, 9, 32, {0}, {0}, {1, 2, 3, 4}, {16, 32, 64}, {16}, {0}},
-    {NB_GEMM_PATH_TENSOR_CORE, 0, 33, INT64_MAX, {0}, {0}, {1, 2, 3, 4}, {64, 128, 256}, {16, 4, 8, 32}, {0}},
-    {NB_GEMM_PATH_MMA, 0, 17, INT64_MAX, {0}, {0}, {1}, {64, 128}, {16, 4, 8, 32}, {0}},
+    {NB_GEMM_PATH_DECODE, 1, 17, 32, {1}, {2}, {1}, {0}, {0}, {NBI_GEMV_WARPS, NBI_GEMV_WIDE_WARPS}, {0}},
+    {NB_GEMM_PATH_TENSOR_CORE, 0, 9, 32, {0}, {0}, {1, 2, 3, 4}, {16, 32, 64}, {16}, {0}, {-1}},
+    {NB_GEMM_PATH_TENSOR_CORE, 0, 33, INT64_MAX, {0}, {0}, {1, 2, 3, 4}, {64, 128, 256}, {16, 4, 8, 32}, {0}, {-1, 1}},
+    {NB_GEMM_PATH_MMA, 0, 17, INT64_MAX, {0}, {0}, {1}, {64, 128}, {16, 4, 8, 32}, {0}, {0}},
 };
 #define MAX_CANDS 64
 
@@ -1539,7 +1561,7 @@ static int same_run(const nb_gemm_config *a, const nb_gemm_config *b, const nbi_
     if (a->path == NB_GEMM_PATH_DECODE)
         return a->kw == b->kw && a->splits == b->splits && a->variant == b->variant && a->rpw == b->rpw &&
                a->warps == b->warps;
-    if (a->bn != b->bn || a->splits != b->splits) return 0;
+    if (a->bn != b->bn || a->splits != b->splits || a->stream_k != b->stream_k) return 0;
     if (pb->tiles_m == 1) return 1;
     const int ra = a->raster < pb->tiles_n ? a->raster : pb->tiles_n, rb = b->raster < pb->tiles_n ? b->raster : pb->tiles_n;
     return ra == rb;
@@ -1568,18 +1590,21 @@ nb_status nb_gemm_list_configs(nb_context *ctx, const nb_gemm_desc *g, nb_gemm_c
             continue;
         if (g->m > row->m_max && (fast || tc_ok || mma_ok)) continue;
         const int nkw = list_len(row->kw, 5), nrpw = list_len(row->rpw, 3), ns = list_len(row->splits, 7),
-                  nbn = list_len(row->bn, 6), nr = list_len(row->raster, 5), nwp = list_len(row->warps, 3);
+                  nbn = list_len(row->bn, 6), nr = list_len(row->raster, 5), nwp = list_len(row->warps, 3),
+                  nsk = list_len(row->sk, 3);
         for (int a = 0; a < nkw; a++)
             for (int b = 0; b < nrpw; b++)
                 for (int s = 0; s < ns; s++)
                     for (int w = 0; w < nbn; w++)
-                        for (int q = 0; q < nr * nwp; q++) {
+                        for (int q = 0; q < nr * nwp * nsk; q++) {
                             nb_gemm_config want;
                             memset(&want, 0, sizeof want);
                             want.path = row->path;
                             want.variant = row->variant;
                             want.kw = row->kw[a], want.rpw = row->rpw[b], want.splits = row->splits[s];
-                            want.bn = row->bn[w], want.raster = row->raster[q % nr], want.warps = row->warps[q / nr];
+                            want.bn = row->bn[w], want.raster = row->raster[q % nr];
+                            want.warps = row->warps[q / nr % nwp], want.stream_k = row->sk[q / (nr * nwp)];
+                            if (want.stream_k == 1 && want.splits > 1) continue; /* (no split on the grid) */
                             /* a tile at most half empty */
                             if (want.bn > 64 && want.bn >= 2 * g->m) continue;
                             const nbi_request rq = nbi_request_of(&want);

@@ -238,10 +238,10 @@ static const char *const k_bucket_name[NBUCKETS] = {"1",       "2",        "3-4"
                                                     "513-1024", "1025-2048", "2049-4096", "4097+"};
 
 enum { F_GPU, F_FORMAT, F_ACT, F_N, F_K, F_M, F_M_TUNED, F_PATH, F_KW, F_SPLITS, F_VARIANT, F_RPW, F_BN, F_RASTER,
-       F_STAGES, F_WARPS, F_US, NFIELDS };
+       F_STAGES, F_WARPS, F_STREAM_K, F_US, NFIELDS };
 static const char *const k_field[NFIELDS] = {"gpu",    "format", "act",     "n",   "k",  "m",      "m_tuned",
                                              "path",   "kw",     "splits",  "variant", "rpw", "bn", "raster",
-                                             "stages", "warps",  "us"};
+                                             "stages", "warps",  "stream_k", "us"};
 
 /* A string field that must be one of names[0..count) (NULL = any name of
  * 1..255 bytes); its index, or -1 with the reason in `why`. */
@@ -329,6 +329,8 @@ static int parse_entry(const cJSON *o, entry *e, const char **gpu, char *why, si
         return snprintf(why, wn, "\"stages\" is not a field of path %s", k_path_name[path]), 0;
     if (path != NB_GEMM_PATH_DECODE && f[F_WARPS])
         return snprintf(why, wn, "\"warps\" is not a field of path %s", k_path_name[path]), 0;
+    if (path != NB_GEMM_PATH_TENSOR_CORE && f[F_STREAM_K])
+        return snprintf(why, wn, "\"stream_k\" is not a field of path %s", k_path_name[path]), 0;
     if (path == NB_GEMM_PATH_DECODE) {
         if (!int_field(f[F_KW], F_KW, 0, INT32_MAX, &v, why, wn)) return 0;
         e->cfg.kw = (int32_t)v;
@@ -356,6 +358,10 @@ static int parse_entry(const cJSON *o, entry *e, const char **gpu, char *why, si
         if (f[F_STAGES]) { /* optional: 0 or absent is the deepest that fits */
             if (!int_field(f[F_STAGES], F_STAGES, 0, INT32_MAX, &v, why, wn)) return 0;
             e->cfg.stages = (int32_t)v;
+        }
+        if (f[F_STREAM_K]) { /* optional: absent (caches from before the field) is the planner's choice */
+            if (!int_field(f[F_STREAM_K], F_STREAM_K, -1, 1, &v, why, wn)) return 0;
+            e->cfg.stream_k = (int32_t)v;
         }
     }
     if (!nbi_config_check(&e->cfg, k_bucket_lo[e->bucket], 1, why, wn)) return 0;
@@ -523,7 +529,8 @@ static cJSON *entry_json(const nbi_tune_table *t, const entry *e) {
     else if (ok)
         ok = cJSON_AddNumberToObject(o, "bn", c->bn) && cJSON_AddNumberToObject(o, "raster", c->raster) &&
              cJSON_AddNumberToObject(o, "splits", c->splits) &&
-             (!c->stages || cJSON_AddNumberToObject(o, "stages", c->stages));
+             (!c->stages || cJSON_AddNumberToObject(o, "stages", c->stages)) &&
+             (!c->stream_k || cJSON_AddNumberToObject(o, "stream_k", c->stream_k));
     ok = ok && cJSON_AddNumberToObject(o, "us", round(e->us * 1000.0) / 1000.0);
     if (!ok) {
         cJSON_Delete(o);

@@ -577,6 +577,28 @@ static void test_tc_stream_k(void) {
         CHECK(mode ? sks > plans / 2 : sks == 0, "NIBBLE_SM90_SK=%d: %d of %d plans on the stream-K grid", mode, sks,
               plans);
     }
+    /* a configuration's stream_k (nbi_request.sk): 1 takes the grid where the
+     * heuristic would not, -1 leaves it where it would, 1 where it cannot
+     * run (below its tile's range, or NIBBLE_SM90_SK=0) is NB_ERR_UNSUPPORTED */
+    ctx->env_sk = -1;
+    memset(&rq, 0, sizeof rq);
+    rq.path = NB_GEMM_PATH_TENSOR_CORE, rq.sk = 1;
+    if (plan(ctx, NB_FORMAT_NVFP4, 3072, 8192, 96, &rq, &p)) {
+        check_valid(ctx, &p, 3072, 8192, 96);
+        CHECK(p.sk && p.bn == 128, "3072 -> 8192 m = 96, stream_k = 1: stream-K %d, bn %d", p.sk, p.bn);
+    }
+    rq.sk = -1;
+    if (plan(ctx, NB_FORMAT_NVFP4, 8192, 10240, 96, &rq, &p))
+        CHECK(!p.sk, "8192 -> 10240 m = 96, stream_k = -1: stream-K %d", p.sk);
+    rq.sk = 1, rq.bn = 128;
+    nb_gemm_desc g = problem(NB_FORMAT_NVFP4, 8192, 10240, 40);
+    CHECK(nbi_plan(ctx, &g, &rq, &p) == NB_ERR_UNSUPPORTED && strstr(nb_last_error(), "stream_k = 1 does not run"),
+          "stream_k = 1 with the 128-token tile at m = 40: %s", nb_last_error());
+    ctx->env_sk = 0;
+    rq.bn = 0;
+    g = problem(NB_FORMAT_NVFP4, 8192, 10240, 96);
+    CHECK(nbi_plan(ctx, &g, &rq, &p) == NB_ERR_UNSUPPORTED && strstr(nb_last_error(), "NIBBLE_SM90_SK=0"),
+          "stream_k = 1 under NIBBLE_SM90_SK=0: %s", nb_last_error());
     nb_context_destroy(ctx);
 }
 

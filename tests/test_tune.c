@@ -313,6 +313,62 @@ static void test_warps_round_trip(void) {
     nb_context_destroy(b);
 }
 
+/* nb_gemm_config.stream_k through a cache: 1 and -1 written as "stream_k"
+ * and read back equal; an entry without it reads as 0 (the planner's
+ * choice); set_tuning refuses it with a k split or off the tc path. */
+static void test_stream_k_round_trip(void) {
+    nb_context *a = NULL, *b = NULL;
+    if (nb_context_create(NB_DEVICE_NONE, &a) != NB_OK || nb_context_create(NB_DEVICE_NONE, &b) != NB_OK) {
+        CHECK(0, "context: %s", nb_last_error());
+        nb_context_destroy(a);
+        return;
+    }
+    const nb_gemm_desc g96 = problem(NB_FORMAT_NVFP4, NB_DTYPE_BF16, 10240, 8192, 96);
+    const nb_gemm_desc g256 = problem(NB_FORMAT_MXFP4, NB_DTYPE_BF16, 10240, 8192, 256);
+    nb_gemm_config on = tc_cfg(128, 16, 1), off = tc_cfg(256, 8, 1);
+    on.stream_k = 1, off.stream_k = -1;
+    CHECK(nb_context_set_tuning(a, &g96, &on, 40.625) == NB_OK, "set stream_k 1: %s", nb_last_error());
+    CHECK(nb_context_set_tuning(a, &g256, &off, 64.5) == NB_OK, "set stream_k -1: %s", nb_last_error());
+    const char *file = path_of("stream_k.json");
+    remove(file);
+    CHECK(nb_context_save_tuning(a, file) == NB_OK, "save: %s", nb_last_error());
+    FILE *f = fopen(file, "rb");
+    char text[4096] = "";
+    if (f) {
+        text[fread(text, 1, sizeof text - 1, f)] = 0;
+        fclose(f);
+    }
+    CHECK(strstr(text, "\"stream_k\":1") && strstr(text, "\"stream_k\":-1"), "the file names stream_k: %s", text);
+    CHECK(nb_context_load_tuning(b, file) == NB_OK, "load: %s", nb_last_error());
+    nb_gemm_config got;
+    memset(&got, 0, sizeof got);
+    CHECK(lookup(b, NB_FORMAT_NVFP4, NB_DTYPE_BF16, 10240, 8192, 72, &got) && !memcmp(&got, &on, sizeof got),
+          "m = 72: stream_k %d read back (1 written)", (int)got.stream_k);
+    memset(&got, 0, sizeof got);
+    CHECK(lookup(b, NB_FORMAT_MXFP4, NB_DTYPE_BF16, 10240, 8192, 200, &got) && !memcmp(&got, &off, sizeof got),
+          "m = 200: stream_k %d read back (-1 written)", (int)got.stream_k);
+    const char *old = path_of("stream_k_old.json");
+    write_file(old, "{\"version\": 1, \"entries\": [{\"gpu\": \"host\", \"format\": \"nvfp4\", \"act\": \"bf16\", "
+                    "\"k\": 8192, \"n\": 10240, \"m\": \"65-128\", \"path\": \"tc\", \"bn\": 128, \"raster\": 16, "
+                    "\"splits\": 1, \"us\": 41}]}");
+    CHECK(nb_context_load_tuning(b, old) == NB_OK, "load a cache without stream_k: %s", nb_last_error());
+    memset(&got, 0xff, sizeof got);
+    CHECK(lookup(b, NB_FORMAT_NVFP4, NB_DTYPE_BF16, 10240, 8192, 100, &got) && got.stream_k == 0 && got.bn == 128,
+          "an entry without stream_k reads as 0 (got %d)", (int)got.stream_k);
+    nb_gemm_config bad = tc_cfg(128, 16, 2);
+    bad.stream_k = 1;
+    CHECK(nb_context_set_tuning(a, &g96, &bad, 40.0) == NB_ERR_INVALID_ARGUMENT &&
+              strstr(nb_last_error(), "takes no k split"),
+          "stream_k = 1 with two splits refused: %s", nb_last_error());
+    bad = decode_cfg(4, 1, 0, 0);
+    bad.stream_k = -1;
+    CHECK(nb_context_set_tuning(a, &g96, &bad, 40.0) == NB_ERR_INVALID_ARGUMENT &&
+              strstr(nb_last_error(), "for path tc only"),
+          "stream_k on the decode path refused: %s", nb_last_error());
+    nb_context_destroy(a);
+    nb_context_destroy(b);
+}
+
 static void expect_entry(const char *name, const char *members, nb_status want, const char *words) {
     char text[2048];
     snprintf(text, sizeof text, "{\"version\": 1, \"entries\": [\n {%s}\n]}\n", members);
@@ -407,6 +463,15 @@ static void test_malformed(void) {
                  "\"variant\": \"plain\", \"warps\": 8, \"us\": 1", NB_ERR_CORRUPT, "staged decode variant only");
     expect_entry("warps_tc.json", GOOD_HEAD "\"m\": \"65-128\", \"path\": \"tc\", \"bn\": 64, \"raster\": 16, "
                  "\"warps\": 8, \"us\": 1", NB_ERR_CORRUPT, "\"warps\" is not a field of path tc");
+    expect_entry("stream_k2.json", GOOD_HEAD "\"m\": \"65-128\", \"path\": \"tc\", \"bn\": 128, \"raster\": 16, "
+                 "\"stream_k\": 2, \"us\": 1", NB_ERR_CORRUPT, "\"stream_k\" = 2 is not an integer in [-1, 1]");
+    expect_entry("stream_k_split.json", GOOD_HEAD "\"m\": \"65-128\", \"path\": \"tc\", \"bn\": 128, \"raster\": 16, "
+                 "\"splits\": 3, \"stream_k\": 1, \"us\": 1", NB_ERR_CORRUPT, "takes no k split");
+    expect_entry("stream_k_decode.json", GOOD_HEAD "\"m\": \"1\", \"path\": \"decode\", \"kw\": 4, \"splits\": 1, "
+                 "\"variant\": \"plain\", \"stream_k\": 1, \"us\": 1", NB_ERR_CORRUPT,
+                 "\"stream_k\" is not a field of path decode");
+    expect_entry("stream_k_mma.json", GOOD_HEAD "\"m\": \"65-128\", \"path\": \"mma\", \"bn\": 128, \"raster\": 16, "
+                 "\"stream_k\": -1, \"us\": 1", NB_ERR_CORRUPT, "\"stream_k\" is not a field of path mma");
     expect_entry("staged_no_rpw.json", GOOD_HEAD "\"m\": \"17-32\", \"path\": \"decode\", \"kw\": 1, \"splits\": 1, "
                  "\"variant\": \"staged\", \"us\": 1", NB_ERR_CORRUPT, "\"rpw\" is missing");
     expect_entry("us_negative.json", GOOD_HEAD "\"m\": \"1\", \"path\": \"decode\", \"kw\": 4, \"splits\": 1, "
@@ -557,8 +622,13 @@ static void test_arguments(void) {
     EXPECT_FAIL(NB_ERR_INVALID_ARGUMENT, nb_context_set_tuning(ctx, &g, &c, 1));
     CHECK(strstr(nb_last_error(), "needs kw = 1") != NULL, "set: staged with kw 2: %s", nb_last_error());
     c = tc_cfg(64, 16, 1);
-    c.reserved[2] = 1;
+    c.reserved[1] = 1;
     EXPECT_FAIL(NB_ERR_INVALID_ARGUMENT, nb_context_set_tuning(ctx, &g, &c, 1));
+    CHECK(strstr(nb_last_error(), "reserved[1]") != NULL, "set: reserved[1]: %s", nb_last_error());
+    c = tc_cfg(64, 16, 1);
+    c.stream_k = 2;
+    EXPECT_FAIL(NB_ERR_INVALID_ARGUMENT, nb_context_set_tuning(ctx, &g, &c, 1));
+    CHECK(strstr(nb_last_error(), "stream_k = 2") != NULL, "set: stream_k 2: %s", nb_last_error());
     c = tc_cfg(64, 16, 1);
     c.splits = 9;
     EXPECT_FAIL(NB_ERR_INVALID_ARGUMENT, nb_context_set_tuning(ctx, &g, &c, 1));
@@ -632,6 +702,7 @@ int main(int argc, char **argv) {
 #ifdef NB_HAVE_CJSON
     test_round_trip();
     test_warps_round_trip();
+    test_stream_k_round_trip();
     test_malformed();
 #else
     test_without_cjson();

@@ -325,8 +325,8 @@ int nbt_same_output(nb_dtype t, const uint16_t *a, const uint16_t *b, size_t cou
 
 void nbt_config_text(const nb_gemm_config *c, char *buf, size_t n) {
     if (c->path == NB_GEMM_PATH_TENSOR_CORE || c->path == NB_GEMM_PATH_MMA)
-        snprintf(buf, n, "%s bn=%d splits=%d raster=%d", c->path == NB_GEMM_PATH_MMA ? "mma" : "tc", c->bn,
-                 c->splits ? c->splits : 1, c->raster);
+        snprintf(buf, n, "%s bn=%d splits=%d raster=%d%s", c->path == NB_GEMM_PATH_MMA ? "mma" : "tc", c->bn,
+                 c->splits ? c->splits : 1, c->raster, c->stream_k == 1 ? " stream-k" : "");
     else if (c->variant && c->warps) snprintf(buf, n, "decode staged rpw=%d splits=%d warps=%d", c->rpw, c->splits, c->warps);
     else if (c->variant) snprintf(buf, n, "decode staged rpw=%d splits=%d", c->rpw, c->splits);
     else snprintf(buf, n, "decode kw=%d splits=%d", c->kw, c->splits);

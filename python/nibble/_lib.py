@@ -259,7 +259,8 @@ class GemmConfig(Structure):
         ("raster", c_int32),
         ("stages", c_int32),        # mma: pipeline depth 2 or 3, 0 = the deepest that fits
         ("warps", c_int32),         # decode, staged: consumer warps per CTA, 8 or 12; 0 = the planner's choice
-        ("reserved", c_int32 * 3),
+        ("stream_k", c_int32),      # tensor core: 1 the stream-K grid, -1 whole tiles, 0 = the planner's choice
+        ("reserved", c_int32 * 2),
     ]
 
 
