@@ -265,17 +265,33 @@ static void expect_load(const char *name, const char *text, nb_status want, cons
     nb_context_destroy(ctx);
 }
 
-/* An entry (JSON members) inside a valid file. */
+/* Two host contexts (0 and both NULL on failure, reported). */
+static int two_contexts(nb_context **a, nb_context **b) {
+    if (nb_context_create(NB_DEVICE_NONE, a) == NB_OK && nb_context_create(NB_DEVICE_NONE, b) == NB_OK) return 1;
+    CHECK(0, "context: %s", nb_last_error());
+    nb_context_destroy(*a);
+    *a = *b = NULL;
+    return 0;
+}
+
+/* Save a's table to file (replacing it) and read the file back as text. */
+static void save_text(nb_context *a, const char *file, char *text, size_t n) {
+    remove(file);
+    CHECK(nb_context_save_tuning(a, file) == NB_OK, "save: %s", nb_last_error());
+    text[0] = 0;
+    FILE *f = fopen(file, "rb");
+    if (f) {
+        text[fread(text, 1, n - 1, f)] = 0;
+        fclose(f);
+    }
+}
+
 /* nb_gemm_config.warps through a cache: written as "warps" where set, read
  * back equal; an entry without it (a cache from before the field) reads
  * as 0, the planner's choice. */
 static void test_warps_round_trip(void) {
     nb_context *a = NULL, *b = NULL;
-    if (nb_context_create(NB_DEVICE_NONE, &a) != NB_OK || nb_context_create(NB_DEVICE_NONE, &b) != NB_OK) {
-        CHECK(0, "context: %s", nb_last_error());
-        nb_context_destroy(a);
-        return;
-    }
+    if (!two_contexts(&a, &b)) return;
     const nb_gemm_desc g24 = problem(NB_FORMAT_NVFP4, NB_DTYPE_BF16, 18432, 7168, 24);
     const nb_gemm_desc g12 = problem(NB_FORMAT_NVFP4, NB_DTYPE_BF16, 18432, 7168, 12);
     nb_gemm_config c24 = decode_cfg(1, 1, 1, 2), c12 = decode_cfg(1, 2, 1, 2);
@@ -283,14 +299,8 @@ static void test_warps_round_trip(void) {
     CHECK(nb_context_set_tuning(a, &g24, &c24, 40.875) == NB_OK, "set warps 12: %s", nb_last_error());
     CHECK(nb_context_set_tuning(a, &g12, &c12, 30.5) == NB_OK, "set warps 8: %s", nb_last_error());
     const char *file = path_of("warps.json");
-    remove(file);
-    CHECK(nb_context_save_tuning(a, file) == NB_OK, "save: %s", nb_last_error());
-    FILE *f = fopen(file, "rb");
-    char text[4096] = "";
-    if (f) {
-        text[fread(text, 1, sizeof text - 1, f)] = 0;
-        fclose(f);
-    }
+    char text[4096];
+    save_text(a, file, text, sizeof text);
     CHECK(strstr(text, "\"warps\":12") && strstr(text, "\"warps\":8"), "the file names the warps: %s", text);
     CHECK(nb_context_load_tuning(b, file) == NB_OK, "load: %s", nb_last_error());
     nb_gemm_config got;
@@ -318,11 +328,7 @@ static void test_warps_round_trip(void) {
  * choice); set_tuning refuses it with a k split or off the tc path. */
 static void test_stream_k_round_trip(void) {
     nb_context *a = NULL, *b = NULL;
-    if (nb_context_create(NB_DEVICE_NONE, &a) != NB_OK || nb_context_create(NB_DEVICE_NONE, &b) != NB_OK) {
-        CHECK(0, "context: %s", nb_last_error());
-        nb_context_destroy(a);
-        return;
-    }
+    if (!two_contexts(&a, &b)) return;
     const nb_gemm_desc g96 = problem(NB_FORMAT_NVFP4, NB_DTYPE_BF16, 10240, 8192, 96);
     const nb_gemm_desc g256 = problem(NB_FORMAT_MXFP4, NB_DTYPE_BF16, 10240, 8192, 256);
     nb_gemm_config on = tc_cfg(128, 16, 1), off = tc_cfg(256, 8, 1);
@@ -330,14 +336,8 @@ static void test_stream_k_round_trip(void) {
     CHECK(nb_context_set_tuning(a, &g96, &on, 40.625) == NB_OK, "set stream_k 1: %s", nb_last_error());
     CHECK(nb_context_set_tuning(a, &g256, &off, 64.5) == NB_OK, "set stream_k -1: %s", nb_last_error());
     const char *file = path_of("stream_k.json");
-    remove(file);
-    CHECK(nb_context_save_tuning(a, file) == NB_OK, "save: %s", nb_last_error());
-    FILE *f = fopen(file, "rb");
-    char text[4096] = "";
-    if (f) {
-        text[fread(text, 1, sizeof text - 1, f)] = 0;
-        fclose(f);
-    }
+    char text[4096];
+    save_text(a, file, text, sizeof text);
     CHECK(strstr(text, "\"stream_k\":1") && strstr(text, "\"stream_k\":-1"), "the file names stream_k: %s", text);
     CHECK(nb_context_load_tuning(b, file) == NB_OK, "load: %s", nb_last_error());
     nb_gemm_config got;
@@ -369,6 +369,7 @@ static void test_stream_k_round_trip(void) {
     nb_context_destroy(b);
 }
 
+/* An entry (JSON members) inside a valid file. */
 static void expect_entry(const char *name, const char *members, nb_status want, const char *words) {
     char text[2048];
     snprintf(text, sizeof text, "{\"version\": 1, \"entries\": [\n {%s}\n]}\n", members);
