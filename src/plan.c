@@ -961,13 +961,17 @@ static double tc_tail(const nb_context *ctx, const nbi_gemm_plan *p, int64_t til
 #define NBI_SK64_MIN_W 7.5
 #define NBI_SK64_CHUNK_US 0.67
 #define NBI_SK64_FIXED_US 6.7
+/* The grid asked for wherever it can run: NIBBLE_SM90_SK=1, or a
+ * configuration's stream_k = 1. */
+static int sk_forced(const nb_context *ctx, const nbi_request *rq) { return ctx->env_sk == 1 || rq->sk == 1; }
 static double tc_stream_k(const nb_context *ctx, const nbi_gemm_plan *p, const nbi_request *rq, int64_t tiles, int bn,
                           int cwg, int64_t m) {
     const int64_t G = ctx->info.sm_count, K = p->kchunks, U = tiles * K;
-    const int forced = ctx->env_sk == 1 || rq->sk == 1; /* (NIBBLE_SM90_SK=1 or a configuration's stream_k) */
+    const int forced = sk_forced(ctx, rq);
     const int b64 = bn == 64, m_ok = b64 ? m >= NBI_SK64_MIN_M && m <= 64 : m >= (bn == 128 ? NBI_SK128_MIN_M : bn);
-    if (ctx->env_sk == 0 || rq->sk < 0 || cwg != 2 || (!b64 && bn != 128 && bn != 256) || tiles > NBI_MAX_SPLIT_COLUMNS || G < 2 ||
-        U < 2 * G || rq->splits > 1 || !m_ok || (double)m * (double)p->k * 2.0 > 0.6 * (double)ctx->info.l2_bytes)
+    if (ctx->env_sk == 0 || rq->sk < 0 || cwg != 2 || (!b64 && bn != 128 && bn != 256) ||
+        tiles > NBI_MAX_SPLIT_COLUMNS || G < 2 || U < 2 * G || rq->splits > 1 || !m_ok ||
+        (double)m * (double)p->k * 2.0 > 0.6 * (double)ctx->info.l2_bytes)
         return 0.0;
     const double w = (double)U / (double)G, parts = (double)K / w + 1.0; /* chunks per CTA; CTAs per tile */
     if (b64 && w < NBI_SK64_MIN_W) return 0.0;
@@ -1172,7 +1176,7 @@ static int plan_tc(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
                 if (s == 1) {
                     cost = tc_tail(ctx, p, tiles, chunk_us[i], fill_us[i], widths[i], cwg, cost, &tail_s);
                     const double skc = tc_stream_k(ctx, p, rq, tiles, widths[i], cwg, g->m);
-                    const int forced = ctx->env_sk == 1 || rq->sk == 1;
+                    const int forced = sk_forced(ctx, rq);
                     if (skc > 0.0 && (forced || skc < cost)) /* (forced: ahead of every other plan) */
                         cost = forced ? skc - 1e6 : skc, use_sk = 1, tail_s = 0;
                 }
@@ -1531,7 +1535,7 @@ int nbi_config_check(const nb_gemm_config *c, int64_t m_lo, int complete, char *
  * without the Hopper kernel); on Hopper it runs only when requested.  The
  * tensor-core rows try each tile without a k split both on whole tiles and
  * on the stream-K grid (stream_k -1 and 1; the grid where it can run).
- * Kept small: about 40 candidates at most, so that tuning 5 layers x 8 m
+ * Kept small: about 50 candidates at most, so that tuning 5 layers x 8 m
  * takes minutes. */
 static const struct cand_row {
     int path, variant;
