@@ -94,6 +94,19 @@ static int kw_given(int kw) { return kw == 1 || kw == 2 || kw == 4 || kw == 8; }
  * or k under 16 chunks), 1 where it looks but leaves the plan to the rules
  * after it, 2 where it applies: then *kw and *grid are its warps per row
  * block and CTAs. */
+/* The most chunks a warp streams under the one-token rule: 32 (E2M1: kw 1
+ * lost with 40 and 64), 64 for the 4-bit integer formats with a byte zero
+ * point or none and 40 for the table formats (H200, `nibble tune --all`,
+ * m = 1, us, the rule's kw 4 -> kw 1: int4 5120 -> 27648 (40 chunks) 25.74
+ * -> 23.04, 8192 -> 28672 (64) 38.04 -> 35.76; nf4 5120 -> 27648 27.86 ->
+ * 26.37, 8192 -> 28672 40.88 against 41.16; NOTES.md, "Kernel 1's
+ * one-token rule: longer streams for the integer and table formats"). */
+static int64_t k1_one_token_chunks(const nbi_gemm_plan *p) {
+    const nbi_format_traits *t = nbi_traits(p->fmt);
+    if (t->every_kernel) return 32;
+    if (nbi_is_table(t)) return 40;
+    return t->element_bits == 4 && t->zero_point != NB_ZERO_FLOAT ? 64 : 32;
+}
 static int k1_one_token(nb_context *ctx, const nbi_gemm_plan *p, int e2m1, int *kw_out, int64_t *grid_out) {
     const int64_t sms = ctx->info.sm_count, res = k1_slots(ctx, p);
     if (res < (e2m1 ? 3 : 2) * sms || p->kchunks < 16) return 0;
@@ -103,7 +116,10 @@ static int k1_one_token(nb_context *ctx, const nbi_gemm_plan *p, int e2m1, int *
     /* (2..2.5 CTAs per SM are left only where the balanced wave below
      * cannot even them out) */
     const int third = grid > 2 * sms && 2 * grid <= 5 * sms && !k1_balanced_rows(p, kw, grid, (int)(res / sms), sms);
-    if (grid > res || p->kchunks > 32 * (int64_t)kw || third || (kw != p->warps && 2 * grid <= 3 * sms)) return 1;
+    /* (past 32 chunks a warp, one warp per row block only within two CTAs per SM: int4 7168 -> 36864 and
+     * 8192 -> 43008, 288 and 336 CTAs at kw 1, ran 1.5-3.5% slower than at kw 4) */
+    const int64_t most = kw == 1 && grid > 2 * sms ? 32 : k1_one_token_chunks(p);
+    if (grid > res || p->kchunks > most * (int64_t)kw || third || (kw != p->warps && 2 * grid <= 3 * sms)) return 1;
     *kw_out = kw;
     *grid_out = grid;
     return 2;

@@ -1024,7 +1024,9 @@ static void test_decode_balanced_split(void) {
  * -> 28672: 3.4 waves at kw = 4; 4096 -> 4096: kw = 8 already), not for
  * int4_sym (three CTAs per SM: 320 of 396 slots).  The one-token rule
  * (three CTAs per SM for int4_sym and int8 with groups of 128, two for nf4
- * and bnb_fp4) on both sides of its bounds: one wave, 32 chunks a warp,
+ * and bnb_fp4) on both sides of its bounds: one wave, 32 chunks a warp (64
+ * for int4 / int4_sym, 40 for the table formats; one warp a row block past
+ * 32 only within two CTAs per SM),
  * 2..2.5 CTAs per SM, and where it halves the warps at least 1.5 CTAs per
  * SM.  The table formats' kw = 2 past six resident waves at kw = 4 (and
  * 40 chunks or more), not at 4.4-4.5 waves.  None when kw is asked for. */
@@ -1045,7 +1047,17 @@ static void test_table_kw(void) {
         {NB_FORMAT_INT4_SYM, 4096, 6144, 1, 8},  /* 384 CTAs: one wave of three per SM */
         {NB_FORMAT_INT4_SYM, 4096, 36864, 2, 1}, /* 288 CTAs at kw = 1, balanced to 384 of 6 row blocks */
         {NB_FORMAT_INT4_SYM, 6144, 20480, 1, 4}, /* kw = 2: 320 CTAs on 132 SMs, which no balance evens out */
-        {NB_FORMAT_INT4_SYM, 5120, 27648, 1, 4}, /* kw = 1 would give 40 chunks a warp */
+        /* past 32 chunks a warp: the 4-bit integer formats to 64, the table formats to 40 */
+        {NB_FORMAT_INT4_SYM, 5120, 27648, 1, 1}, /* 40 chunks, 216 CTAs balanced to 247 */
+        {NB_FORMAT_INT4_SYM, 8192, 28672, 4, 1}, /* 64 chunks, 224 CTAs */
+        {NB_FORMAT_INT4_SYM, 12288, 18944, 1, 2}, /* 96 chunks: kw = 2, 296 CTAs balanced to 395 */
+        {NB_FORMAT_INT4_SYM, 36864, 6144, 1, 8}, /* 288 chunks: kw = 8, 384 CTAs */
+        {NB_FORMAT_INT4_SYM, 7168, 36864, 1, 4}, /* kw = 1: 288 CTAs, over two per SM, 56 chunks */
+        {NB_FORMAT_INT4_SYM, 8192, 43008, 1, 4}, /* kw = 1: 336 CTAs */
+        {NB_FORMAT_INT8, 5120, 27648, 1, 4},     /* int8: 32 chunks still */
+        {NB_FORMAT_NVFP4, 5120, 27648, 1, 4},    /* the E2M1 formats: 32 chunks */
+        {NB_FORMAT_NF4, 5120, 27648, 1, 1},      /* 40 chunks */
+        {NB_FORMAT_NF4, 5120, 32768, 4, 1},      /* 40 chunks, 256 CTAs */
         {NB_FORMAT_INT8, 5120, 13824, 1, 2},     /* 216 CTAs at kw = 2 */
         {NB_FORMAT_NF4, 4096, 14336, 1, 2},      /* 224 CTAs: one wave of two per SM */
         {NB_FORMAT_NF4, 2048, 28672, 2, 1},      /* 224 CTAs at kw = 1 */
