@@ -683,7 +683,8 @@ static nb_status plan_decode(nb_context *ctx, const nbi_request *rq, nbi_gemm_pl
      * -> 18944 kw 2 -> 4 (288 and 296 CTAs at kw 2: the third CTA on some
      * SMs) 27.6 -> 24.8 and 15.6 -> 14.5.  The bounds are where the data
      * turned: kw 1 lost with 40 and 64 chunks a warp (5120 -> 27648 26.9
-     * against kw 4's 25.7, 8192 -> 28672 41.4 / 37.5) and with 272-296 CTAs
+     * against kw 4's 25.7, 8192 -> 28672 41.4 / 37.5; NVFP4: the integer
+     * and table formats' bounds are k1_one_token_chunks') and with 272-296 CTAs
      * (4096 -> 36864 30.7 / 26.8, 3584 -> 37888 27.3 / 24.6), kw 2 won with
      * 352 and 384.  The integer and table formats (H200, the same tuner,
      * 26 layers at m = 1, int4 and nf4 also at 2 and 4; int4 / int4_sym /
