@@ -94,6 +94,12 @@ static int kw_given(int kw) { return kw == 1 || kw == 2 || kw == 4 || kw == 8; }
  * or k under 16 chunks), 1 where it looks but leaves the plan to the rules
  * after it, 2 where it applies: then *kw and *grid are its warps per row
  * block and CTAs. */
+/* The 4-bit integer formats with a byte zero point or none (int4,
+ * int4_sym): not E2M1, no table, no float zero points. */
+static int int4_family(const nbi_format_traits *t) {
+    return !t->every_kernel && !nbi_is_table(t) && t->element_bits == 4 && t->zero_point != NB_ZERO_FLOAT;
+}
+
 /* The most chunks a warp streams under the one-token rule: 32 (E2M1: kw 1
  * lost with 40 and 64), 64 for the 4-bit integer formats with a byte zero
  * point or none and 40 for the table formats (H200, `nibble tune --all`,
@@ -103,9 +109,7 @@ static int kw_given(int kw) { return kw == 1 || kw == 2 || kw == 4 || kw == 8; }
  * one-token rule: longer streams for the integer and table formats"). */
 static int64_t k1_one_token_chunks(const nbi_gemm_plan *p) {
     const nbi_format_traits *t = nbi_traits(p->fmt);
-    if (t->every_kernel) return 32;
-    if (nbi_is_table(t)) return 40;
-    return t->element_bits == 4 && t->zero_point != NB_ZERO_FLOAT ? 64 : 32;
+    return int4_family(t) ? 64 : nbi_is_table(t) ? 40 : 32;
 }
 static int k1_one_token(nb_context *ctx, const nbi_gemm_plan *p, int e2m1, int *kw_out, int64_t *grid_out) {
     const int64_t sms = ctx->info.sm_count, res = k1_slots(ctx, p);
@@ -1041,8 +1045,7 @@ static int int_tc_auto(const nb_context *ctx, const nb_gemm_desc *g, const nbi_g
     if (!(tn < ctx->info.sm_count && g->weight.k < 16384 && g->m >= NBI_INT_TC_MIN)) return 0;
     const int64_t runs = k2_runs(ctx, p);
     if (g->m <= 24) return runs < (nbi_is_table(t) ? 16 : 6);
-    const int int4 = !nbi_is_table(t) && t->element_bits == 4 && t->zero_point != NB_ZERO_FLOAT;
-    return !int4 || runs < 16;
+    return !int4_family(t) || runs < 16; /* (only integer and table formats come here) */
 }
 
 /* Whether the tensor-core kernels (Hopper's and mma.sync) serve these

@@ -286,30 +286,44 @@ static void save_text(nb_context *a, const char *file, char *text, size_t n) {
     }
 }
 
+/* Two entries through a cache file: set in a, saved to `name` (whose text
+ * must hold both `words`), loaded into b and looked up at m_at[i] (another
+ * m of each entry's bucket): each configuration read back equal. */
+static void round_trip(nb_context *a, nb_context *b, const char *name, const nb_gemm_desc g[2],
+                       const nb_gemm_config c[2], const double us[2], const int64_t m_at[2], const char *words[2]) {
+    for (int i = 0; i < 2; i++)
+        CHECK(nb_context_set_tuning(a, &g[i], &c[i], us[i]) == NB_OK, "%s: set %s: %s", name, words[i], nb_last_error());
+    const char *file = path_of(name);
+    char text[4096];
+    save_text(a, file, text, sizeof text);
+    CHECK(strstr(text, words[0]) && strstr(text, words[1]), "%s: the file names %s and %s: %s", name, words[0],
+          words[1], text);
+    CHECK(nb_context_load_tuning(b, file) == NB_OK, "%s: load: %s", name, nb_last_error());
+    for (int i = 0; i < 2; i++) {
+        nb_gemm_config got;
+        memset(&got, 0, sizeof got);
+        CHECK(lookup(b, g[i].weight.format, g[i].act_dtype, g[i].weight.n, g[i].weight.k, m_at[i], &got) &&
+                  !memcmp(&got, &c[i], sizeof got),
+              "%s: m = %lld: %s not read back equal (warps %d, stream_k %d)", name, (long long)m_at[i], words[i],
+              (int)got.warps, (int)got.stream_k);
+    }
+}
+
 /* nb_gemm_config.warps through a cache: written as "warps" where set, read
  * back equal; an entry without it (a cache from before the field) reads
  * as 0, the planner's choice. */
 static void test_warps_round_trip(void) {
     nb_context *a = NULL, *b = NULL;
     if (!two_contexts(&a, &b)) return;
-    const nb_gemm_desc g24 = problem(NB_FORMAT_NVFP4, NB_DTYPE_BF16, 18432, 7168, 24);
-    const nb_gemm_desc g12 = problem(NB_FORMAT_NVFP4, NB_DTYPE_BF16, 18432, 7168, 12);
-    nb_gemm_config c24 = decode_cfg(1, 1, 1, 2), c12 = decode_cfg(1, 2, 1, 2);
-    c24.warps = 12, c12.warps = 8;
-    CHECK(nb_context_set_tuning(a, &g24, &c24, 40.875) == NB_OK, "set warps 12: %s", nb_last_error());
-    CHECK(nb_context_set_tuning(a, &g12, &c12, 30.5) == NB_OK, "set warps 8: %s", nb_last_error());
-    const char *file = path_of("warps.json");
-    char text[4096];
-    save_text(a, file, text, sizeof text);
-    CHECK(strstr(text, "\"warps\":12") && strstr(text, "\"warps\":8"), "the file names the warps: %s", text);
-    CHECK(nb_context_load_tuning(b, file) == NB_OK, "load: %s", nb_last_error());
+    const nb_gemm_desc g[2] = {problem(NB_FORMAT_NVFP4, NB_DTYPE_BF16, 18432, 7168, 24),
+                               problem(NB_FORMAT_NVFP4, NB_DTYPE_BF16, 18432, 7168, 12)};
+    nb_gemm_config c[2] = {decode_cfg(1, 1, 1, 2), decode_cfg(1, 2, 1, 2)};
+    c[0].warps = 12, c[1].warps = 8;
+    const double us[2] = {40.875, 30.5};
+    const int64_t m_at[2] = {20, 12};
+    const char *words[2] = {"\"warps\":12", "\"warps\":8"};
+    round_trip(a, b, "warps.json", g, c, us, m_at, words);
     nb_gemm_config got;
-    memset(&got, 0, sizeof got);
-    CHECK(lookup(b, NB_FORMAT_NVFP4, NB_DTYPE_BF16, 18432, 7168, 20, &got) && !memcmp(&got, &c24, sizeof got),
-          "m = 20: warps %d read back (12 written)", (int)got.warps);
-    memset(&got, 0, sizeof got);
-    CHECK(lookup(b, NB_FORMAT_NVFP4, NB_DTYPE_BF16, 18432, 7168, 12, &got) && !memcmp(&got, &c12, sizeof got),
-          "m = 12: warps %d read back (8 written)", (int)got.warps);
     /* a cache from before the field */
     const char *old = path_of("warps_old.json");
     write_file(old, "{\"version\": 1, \"entries\": [{\"gpu\": \"host\", \"format\": \"nvfp4\", \"act\": \"bf16\", "
@@ -329,24 +343,16 @@ static void test_warps_round_trip(void) {
 static void test_stream_k_round_trip(void) {
     nb_context *a = NULL, *b = NULL;
     if (!two_contexts(&a, &b)) return;
-    const nb_gemm_desc g96 = problem(NB_FORMAT_NVFP4, NB_DTYPE_BF16, 10240, 8192, 96);
-    const nb_gemm_desc g256 = problem(NB_FORMAT_MXFP4, NB_DTYPE_BF16, 10240, 8192, 256);
-    nb_gemm_config on = tc_cfg(128, 16, 1), off = tc_cfg(256, 8, 1);
-    on.stream_k = 1, off.stream_k = -1;
-    CHECK(nb_context_set_tuning(a, &g96, &on, 40.625) == NB_OK, "set stream_k 1: %s", nb_last_error());
-    CHECK(nb_context_set_tuning(a, &g256, &off, 64.5) == NB_OK, "set stream_k -1: %s", nb_last_error());
-    const char *file = path_of("stream_k.json");
-    char text[4096];
-    save_text(a, file, text, sizeof text);
-    CHECK(strstr(text, "\"stream_k\":1") && strstr(text, "\"stream_k\":-1"), "the file names stream_k: %s", text);
-    CHECK(nb_context_load_tuning(b, file) == NB_OK, "load: %s", nb_last_error());
+    const nb_gemm_desc g[2] = {problem(NB_FORMAT_NVFP4, NB_DTYPE_BF16, 10240, 8192, 96),
+                               problem(NB_FORMAT_MXFP4, NB_DTYPE_BF16, 10240, 8192, 256)};
+    nb_gemm_config c[2] = {tc_cfg(128, 16, 1), tc_cfg(256, 8, 1)};
+    c[0].stream_k = 1, c[1].stream_k = -1;
+    const double us[2] = {40.625, 64.5};
+    const int64_t m_at[2] = {72, 200};
+    const char *words[2] = {"\"stream_k\":1", "\"stream_k\":-1"};
+    round_trip(a, b, "stream_k.json", g, c, us, m_at, words);
+    const nb_gemm_desc g96 = g[0];
     nb_gemm_config got;
-    memset(&got, 0, sizeof got);
-    CHECK(lookup(b, NB_FORMAT_NVFP4, NB_DTYPE_BF16, 10240, 8192, 72, &got) && !memcmp(&got, &on, sizeof got),
-          "m = 72: stream_k %d read back (1 written)", (int)got.stream_k);
-    memset(&got, 0, sizeof got);
-    CHECK(lookup(b, NB_FORMAT_MXFP4, NB_DTYPE_BF16, 10240, 8192, 200, &got) && !memcmp(&got, &off, sizeof got),
-          "m = 200: stream_k %d read back (-1 written)", (int)got.stream_k);
     const char *old = path_of("stream_k_old.json");
     write_file(old, "{\"version\": 1, \"entries\": [{\"gpu\": \"host\", \"format\": \"nvfp4\", \"act\": \"bf16\", "
                     "\"k\": 8192, \"n\": 10240, \"m\": \"65-128\", \"path\": \"tc\", \"bn\": 128, \"raster\": 16, "

@@ -433,6 +433,19 @@ _STATE_CASES = [("nvfp4", {}), ("mxfp4", {}), ("int4", {"group_size": 32}), ("in
                 ("nf4", {}), ("bnb_fp4", {"group_size": 128}), ("int4_hqq", {"group_size": 64})]
 
 
+def assert_each_refused(module, good, bad, match, packed):
+    """load_state_dict of `good` with each (key, tensor) of `bad` put in
+    raises a RuntimeError matching `match` and leaves the module's packed
+    weight (its attribute `packed`) as it was."""
+    before = getattr(module, packed).clone()
+    for key, t in bad:
+        state = dict(good)
+        state[key] = t
+        with pytest.raises(RuntimeError, match=match):
+            module.load_state_dict(state)
+        assert torch.equal(getattr(module, packed), before), key
+
+
 def _linear_case(fmt, kw, seed=0, bias=True, perm=False):
     qw = nibble.quantize(_weight(seed=seed), format=fmt, **kw)
     b = _x((N,), torch.bfloat16, seed=seed + 5) if bias else None
@@ -526,12 +539,8 @@ def test_state_dict_of_a_model_and_its_errors():
            ("weight_codes", good["weight_codes"].to(torch.int32)), ("weight_desc", good["weight_desc"][:5]),
            ("weight_desc", torch.tensor([2, *good["weight_desc"][1:].tolist()])),
            ("weight_tensor_scale", torch.ones(2))]
-    for key, t in bad:
-        state = dict(good)
-        state[key] = t
-        with pytest.raises(RuntimeError, match="nibble.torch.Linear"):
-            lin.load_state_dict(state)
-        assert torch.equal(lin.packed, before)
+    assert_each_refused(lin, good, bad, "nibble.torch.Linear", "packed")
+    assert torch.equal(lin.packed, before)
     # a perm that is not a permutation
     _, plin = _linear_case("int4", {"group_size": 32}, perm=True)
     state = plin.state_dict()
