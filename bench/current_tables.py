@@ -12,11 +12,13 @@ tables are then skipped):
   cur-seq.txt      nibble bench --sequence (its "sequence ..." lines)
   cur-moe.txt      bench_moe's table
   layers-fp4/layers.csv   python/bench/layers.py --peers (Marlin FP4)
-  layers-int4/layers.csv  python/bench/layers.py --formats int4 --int-peers --marlin-int4
+  layers-int4/layers.csv  python/bench/layers.py --formats int4,int4_sym --int-peers --marlin-int4
+  sustained-fp4/layers.csv, sustained-int4/layers.csv   layers.py --sustain (NVFP4 with Marlin FP4, int4
+                   with Marlin INT4)
   e2e/*.csv        python/bench/e2e_decode.py --out (every CSV found, in name order)
 
 Prints Markdown tables, one section per path (decode, tc, int, mma,
-marlin, int4peers, sequence, moe, e2e), each headed by a comment line that
+marlin, int4peers, sustained_fp4, sustained_int4, sequence, moe, e2e), each headed by a comment line that
 names it; --section limits the output.  Numbers are printed as the files
 hold them, rounded; nothing is computed but ratios the files imply.
 """
@@ -151,19 +153,43 @@ def marlin_table(rows):
 
 
 def int4_peer_table(rows):
+    """int4 against Marlin INT4 (u4, zero points) and tinygemm; where the run has them, a second table of
+    int4_sym against Marlin's u4b8 (the GPTQ symmetric codes)."""
     ms, shapes, t = layers_rows(rows)
-    out = ["| layer k->n | " + " | ".join("m = %d" % m for m in ms) + " |", "|---|" + "---|" * len(ms)]
-    for s in shapes:
-        cells = []
-        for m in ms:
-            r = t.get((s, m))
-            if not r or not r.get("marlin_int4_x"):
-                cells.append("")
-                continue
-            n, mi = float(r["nibble_int4_x"]), float(r["marlin_int4_x"])
-            tg = r.get("tinygemm_int4_x")
-            cells.append("%s (%s / %s)" % (bold(n, mi), bold(mi, n), "%.2f" % float(tg) if tg else "-"))
-        out.append("| %s | %s |" % (s.replace("x", "->"), " | ".join(cells)))
+    out = []
+    for fmt, peer in (("int4", "marlin_int4"), ("int4_sym", "marlin_int4_sym")):
+        if not any(r.get(peer + "_x") and r.get("nibble_%s_x" % fmt) for r in rows):
+            continue
+        if out:
+            out += ["", "%s against Marlin INT4's u4b8 (same run):" % fmt, ""]
+        out += ["| layer k->n | " + " | ".join("m = %d" % m for m in ms) + " |", "|---|" + "---|" * len(ms)]
+        for s in shapes:
+            cells = []
+            for m in ms:
+                r = t.get((s, m))
+                if not r or not r.get(peer + "_x") or not r.get("nibble_%s_x" % fmt):
+                    cells.append("")
+                    continue
+                n, mi = float(r["nibble_%s_x" % fmt]), float(r[peer + "_x"])
+                tg = r.get("tinygemm_int4_x")
+                cells.append("%s (%s / %s)" % (bold(n, mi), bold(mi, n), "%.2f" % float(tg) if tg else "-"))
+            out.append("| %s | %s |" % (s.replace("x", "->"), " | ".join(cells)))
+    return out
+
+
+def sustained_table(rows):
+    """layers.py --sustain rows: speedups over cuBLAS BF16 per implementation (nibble's first), and the SM
+    clocks read while each one's timed replays ran (cuBLAS first, then the columns in order)."""
+    cols = sorted(dict.fromkeys(c for r in rows for c in r if c.endswith("_x") and r[c]),
+                  key=lambda c: not c.startswith("nibble_"))   # nibble's columns first, then its peers'
+    out = ["| layer k->n | m | cuBLAS us | " + " | ".join(c[:-2].replace("_", " ") for c in cols) + " | SM MHz |",
+           "|---|---|---|" + "---|" * (len(cols) + 1)]
+    for r in rows:
+        clk = " / ".join("%.0f" % float(r[c + "_mhz"]) if r.get(c + "_mhz") else "-"
+                         for c in ["cublas"] + [c[:-2] for c in cols])
+        out.append("| %s | %s | %.1f | %s | %s |" % (r["shape"].replace("x", "->"), r["m"], float(r["cublas_us"]),
+                                                     " | ".join("%.2fx" % float(r[c]) if r.get(c) else "-" for c in cols),
+                                                     clk))
     return out
 
 
@@ -208,13 +234,15 @@ def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("dir")
     ap.add_argument("--section", action="append", default=None,
-                    help="decode, tc, int, mma, marlin, int4peers, sequence, moe, e2e (default: all)")
+                    help="decode, tc, int, mma, marlin, int4peers, sustained_fp4, sustained_int4, sequence, moe, "
+                         "e2e (default: all)")
     a = ap.parse_args(argv)
     d = a.dir
     if not os.path.isdir(d):
         print("current_tables: %s is not a directory" % d, file=sys.stderr)
         return 1
-    want = set(a.section or ["decode", "tc", "int", "mma", "marlin", "int4peers", "sequence", "moe", "e2e"])
+    want = set(a.section or ["decode", "tc", "int", "mma", "marlin", "int4peers", "sustained_fp4", "sustained_int4",
+                             "sequence", "moe", "e2e"])
     sections = []
     e2m1 = read_csv(os.path.join(d, "cur-e2m1.csv"))
     if e2m1:
@@ -225,7 +253,9 @@ def main(argv):
         sections.append(("tc", e2m1_table(t, TC_MS, False, marlin)))
     for name, path, fn in (("int", "cur-int.csv", int_table), ("mma", "cur-mma.csv", mma_table),
                            ("marlin", "layers-fp4/layers.csv", marlin_table),
-                           ("int4peers", "layers-int4/layers.csv", int4_peer_table)):
+                           ("int4peers", "layers-int4/layers.csv", int4_peer_table),
+                           ("sustained_fp4", "sustained-fp4/layers.csv", sustained_table),
+                           ("sustained_int4", "sustained-int4/layers.csv", sustained_table)):
         rows = read_csv(os.path.join(d, path))
         if rows:
             sections.append((name, fn(rows)))

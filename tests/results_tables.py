@@ -7,8 +7,8 @@ Finds the archive RESULTS.md names as its run ("this run:
 `bench/data/...-current-....tar.gz`"), unpacks it into a temporary
 directory, prints the tables bench/current_tables.py makes from it, and
 checks that every row of the decode, tensor-core, integer, mma.sync,
-Marlin FP4, Marlin INT4, sequence and MoE tables is in RESULTS.md as it
-is.  A section measured again later names its own run ("this run of moe:
+Marlin FP4, Marlin INT4, sustained-load, sequence and MoE tables is in
+RESULTS.md as it is.  A section measured again later names its own run ("this run of moe:
 `bench/data/....tar.gz`, directory `DIR`"): its rows come from there.
 Exit 0, or 1 naming the first rows that are not (a number edited by hand,
 a table from another run, a table left out).
@@ -20,7 +20,7 @@ import sys
 import tarfile
 import tempfile
 
-SECTIONS = ("decode", "tc", "int", "mma", "marlin", "int4peers", "sequence", "moe")
+SECTIONS = ("decode", "tc", "int", "mma", "marlin", "int4peers", "sustained_fp4", "sustained_int4", "sequence", "moe")
 
 
 def tables(root, archive, subdir, sections):

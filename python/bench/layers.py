@@ -43,7 +43,10 @@ the JSON's meta.left_out).
 
 Method (the same for every implementation):
   - each call sequence is captured in one CUDA graph and replayed; the time
-    per call is the median of --reps replays measured with CUDA events;
+    per call is the median of --reps replays measured with CUDA events, each
+    replay at least one round over the copies below and about 12 ms of
+    calls (a replay's own start shared by many calls, the clocks where
+    sustained work holds them: graph_calls);
   - each implementation gets R copies of its weights, R chosen so that the
     copies together hold at least --rotate-mb MB (well past the 50 MB L2),
     and one replay calls them in turn: every call reads its weights from HBM;
@@ -73,6 +76,7 @@ import json
 import math
 import os
 import platform
+import subprocess
 import sys
 import time
 
@@ -92,6 +96,8 @@ INT_FORMATS = {"int4": 128, "int4_sym": 128, "int8": 128, "nf4": 64, "bnb_fp4": 
 CHECK_MS = (1, 8)         # rows of x in the correctness check
 MAX_REL = 0.02            # relative error allowed there
 MAX_M = {"tinygemm_int4": 256}   # implementations timed only up to an m
+GRAPH_MIN_US = 12000.0    # work per graph replay, about (graph_calls)
+GRAPH_MAX_CALLS = 512     # calls per graph replay, at most
 INT_PEER_NOTES = ("tinygemm", "torch_int8", "bitsandbytes", "marlin_int4")   # meta keys of the integer peers
 
 
@@ -131,9 +137,38 @@ def parse_formats(text):
     return out
 
 
-def graph_us(torch, fns, x, reps):
-    """Microseconds per call of fns (called in turn on x), from CUDA graph
-    replays: the median of reps."""
+def graph_calls(copies, per_call_us, min_us=GRAPH_MIN_US, max_calls=GRAPH_MAX_CALLS):
+    """Calls per graph replay: at least one round over the copies and about
+    min_us of work at per_call_us a call (at most max_calls).  Why that
+    long (H200, 2026-12-01, NOTES.md "Calls per replay, and the power limit"):
+    with one round of two copies of 8192 -> 57344 a replay's own start
+    added 4-9 us a call at m = 1..32; and within milliseconds of sustained
+    work on a large layer the GPU reaches its power limit and lowers the SM
+    clock from 1980 to 1300-1600 MHz: at m = 256 per-call times rose 16-18%
+    from replays of 2 calls to replays of 32 (12 ms) and no further at 128,
+    for cuBLAS and nibble alike, but unevenly in between."""
+    want = math.ceil(min_us / max(per_call_us, 1.0))
+    return max(copies, min(max_calls, want))
+
+
+def smi_clock_power():
+    """(SM clock MHz, board power W) of GPU 0 from nvidia-smi, or None."""
+    try:
+        out = subprocess.run(["nvidia-smi", "-i", "0", "--query-gpu=clocks.sm,power.draw",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10).stdout
+        mhz, w = (float(v) for v in out.strip().splitlines()[0].split(","))
+        return mhz, w
+    except Exception:  # no nvidia-smi, or an answer it could not give ("[N/A]")
+        return None
+
+
+def graph_us(torch, fns, x, reps, sustain=0.0):
+    """Microseconds per call of fns (called in turn on x, round after round),
+    from CUDA graph replays of graph_calls calls: the median of reps.  With
+    sustain > 0 the graph first replays for that many seconds without a
+    pause, so the timed replays run at the clocks the GPU holds under
+    sustained work (at its power limit, where it reaches it), and the SM
+    clock and board power are read while they run: (us, (MHz, W) or None)."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):          # warm up outside the graph (plans, workspaces)
@@ -141,23 +176,37 @@ def graph_us(torch, fns, x, reps):
             f(x)
     torch.cuda.current_stream().wait_stream(s)
     torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for f in fns:                       # one eager round sizes the graph (launch gaps make it long, never short)
+        f(x)
+    b.record()
+    b.synchronize()
+    calls = graph_calls(len(fns), a.elapsed_time(b) * 1e3 / len(fns))
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        for f in fns:
-            f(x)
+        for i in range(calls):
+            fns[i % len(fns)](x)
     for _ in range(3):
         g.replay()
     torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    if sustain > 0:
+        t0, n = time.monotonic(), 0
+        while time.monotonic() - t0 < sustain:
+            g.replay()
+            n += 1
+            if n % 4 == 0:
+                torch.cuda.synchronize()   # (the host stays at most four replays ahead)
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
+    for a, b in ev:                     # queued back to back: no pause between replays
         a.record()
         g.replay()
         b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b) * 1e3 / len(fns))
-    ts.sort()
-    return ts[len(ts) // 2]
+    reading = smi_clock_power() if sustain > 0 else None   # while the timed replays run
+    torch.cuda.synchronize()
+    ts = sorted(a.elapsed_time(b) * 1e3 / calls for a, b in ev)
+    us = ts[len(ts) // 2]
+    return (us, reading) if sustain > 0 else us
 
 
 def copy_gbps(torch):
@@ -320,16 +369,24 @@ def build_peer(torch, build, w, nrep, device):
 
 def table_lines(rows, meta):
     """The markdown table (a heading line, then the table; the peers left
-    out, if any, last)."""
+    out, if any, last).  A run with --sustain adds the SM clocks read while
+    each implementation's timed replays ran (cuBLAS first, then the columns
+    in order)."""
     cols = list(dict.fromkeys(c for r in rows for c in r if c.endswith("_x")))
+    mhz = any(c.endswith("_mhz") for r in rows for c in r)
     lines = [f"{meta['gpu']}, {meta['date']}, commit {meta['commit']}, torch {meta['torch']}, copy bandwidth "
              f"{meta['copy_gbps']:.0f} GB/s; Marlin: {meta['marlin']}" +
-             "".join(f"; {p}: {meta[p]}" for p in INT_PEER_NOTES if p in meta), "",
-             "| layer k->n | m | cuBLAS us | " + " | ".join(c[:-2].replace("_", " ") for c in cols) + " |",
-             "|---|---|---|" + "---|" * len(cols)]
+             "".join(f"; {p}: {meta[p]}" for p in INT_PEER_NOTES if p in meta) +
+             (f"; each implementation replayed {meta['sustain_s']:g} s without a pause before its timed replays"
+              if meta.get("sustain_s") else ""), "",
+             "| layer k->n | m | cuBLAS us | " + " | ".join(c[:-2].replace("_", " ") for c in cols) +
+             (" | SM MHz |" if mhz else " |"),
+             "|---|---|---|" + "---|" * (len(cols) + mhz)]
     for r in rows:
+        clk = " / ".join("%.0f" % r[c + "_mhz"] if c + "_mhz" in r else "-" for c in ["cublas"] + [c[:-2] for c in cols])
         lines.append(f"| {r['k']}->{r['n']} | {r['m']} | {r['cublas_us']:.1f} | " +
-                     " | ".join(f"{r[c]:.2f}x" if c in r and r[c] == r[c] else "-" for c in cols) + " |")
+                     " | ".join(f"{r[c]:.2f}x" if c in r and r[c] == r[c] else "-" for c in cols) +
+                     (f" | {clk} |" if mhz else " |"))
     if meta.get("left_out"):
         lines += ["", "Left out: " + "; ".join(meta["left_out"])]
     return lines
@@ -365,11 +422,15 @@ def parse_args(argv=None):
                          "(beside nf4 / bnb_fp4)")
     ap.add_argument("--rotate-mb", type=float, default=240.0, help="weight bytes per replay, per implementation")
     ap.add_argument("--reps", type=int, default=15, help="timed replays per cell (median)")
+    ap.add_argument("--sustain", type=float, default=0.0,
+                    help="seconds each implementation replays its graph without a pause before it is timed (the "
+                         "clocks of sustained work; the SM clock and power read from nvidia-smi go into the CSV / "
+                         "JSON as <column>_mhz, <column>_w); default 0")
     ap.add_argument("--out", default=None, help="directory for layers.csv/json/md")
     args = ap.parse_args(argv)
     args.shapes, args.m, args.formats = parse_shapes(args.shapes), parse_ms(args.m), parse_formats(args.formats)
-    if args.reps < 3 or args.rotate_mb <= 0:
-        raise SystemExit("layers.py: --reps must be >= 3 and --rotate-mb > 0")
+    if args.reps < 3 or args.rotate_mb <= 0 or not 0 <= args.sustain <= 60:
+        raise SystemExit("layers.py: --reps must be >= 3, --rotate-mb > 0 and --sustain 0..60 seconds")
     return args
 
 
@@ -392,7 +453,7 @@ def main(argv=None):
     bw = copy_gbps(torch)
     meta = {"gpu": props.name, "sms": props.multi_processor_count, "commit": commit(),
             "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__, "copy_gbps": bw,
-            "marlin": marlin_note, "host": platform.node(), **int_notes}
+            "marlin": marlin_note, "host": platform.node(), "sustain_s": args.sustain, **int_notes}
     print(f"{props.name} ({props.multi_processor_count} SMs), torch {torch.__version__}, commit {meta['commit']}, "
           f"copy {bw:.0f} GB/s; marlin: {marlin_note}" + "".join(f"; {p}: {v}" for p, v in int_notes.items()),
           flush=True)
@@ -449,12 +510,17 @@ def main(argv=None):
                 leave_out(f"{col} {name}", e)
         for m in ms:
             x = torch.randn(m, k, dtype=torch.bfloat16, device=dev)
-            res = {}
+            res, clocks = {}, {}
             for iname, fl in impls.items():
                 if m > MAX_M.get(iname, m):
                     continue
                 try:
-                    res[iname] = graph_us(torch, fl, x, args.reps)
+                    if args.sustain > 0:
+                        res[iname], reading = graph_us(torch, fl, x, args.reps, args.sustain)
+                        if reading:
+                            clocks[iname] = reading
+                    else:
+                        res[iname] = graph_us(torch, fl, x, args.reps)
                 except Exception as e:
                     print(f"  {iname} {name} m={m}: {e!r}"[:300], flush=True)
                     res[iname] = float("nan")
@@ -468,10 +534,14 @@ def main(argv=None):
                 if iname in nbytes:
                     gbps = (nbytes[iname] + 2 * m * (k + n)) / (us * 1e-6) / 1e9
                     row[iname + "_copy"] = gbps / bw
+            for iname, (mhz, watts) in clocks.items():
+                row[iname + "_mhz"], row[iname + "_w"] = mhz, watts
             rows.append(row)
             print(f"{name:12s} m={m:5d} cublas {base:8.1f} us  " +
                   "  ".join(f"{i[:-2]} {row[i]:.2f}x" for i in row if i.endswith("_x")) +
-                  "".join(f"  {i[:-5]} {100 * row[i]:.0f}% of copy" for i in row if i.endswith("_copy")), flush=True)
+                  "".join(f"  {i[:-5]} {100 * row[i]:.0f}% of copy" for i in row if i.endswith("_copy")) +
+                  "".join(f"  {i[:-4]} {row[i]:.0f} MHz {row[i[:-4] + '_w']:.0f} W" for i in row if i.endswith("_mhz")),
+                  flush=True)
         del impls, w
         torch.cuda.empty_cache()
 

@@ -186,3 +186,36 @@ def test_marlin_int4_peer_loading(tmp_path):
     mod, note = layers.load_marlin_int4(str(tmp_path))
     assert mod is None and "did not load" in note and "no library here" in note
     sys.modules.pop("marlin_int4_peer", None)
+
+
+def test_graph_calls():
+    # a round over the copies at least, about GRAPH_MIN_US of work, at most GRAPH_MAX_CALLS
+    assert layers.graph_calls(2, 320.0, min_us=12000.0, max_calls=512) == 38
+    assert layers.graph_calls(2, 1400.0, min_us=12000.0, max_calls=512) == 9
+    assert layers.graph_calls(64, 1400.0, min_us=12000.0, max_calls=512) == 64   # one round of the copies
+    assert layers.graph_calls(27, 5.0, min_us=12000.0, max_calls=512) == 512     # the cap
+    assert layers.graph_calls(3, 0.0, min_us=12000.0, max_calls=512) == 512      # no estimate: read as 1 us
+    assert layers.graph_calls(2, 320.0) == max(2, min(layers.GRAPH_MAX_CALLS, math.ceil(layers.GRAPH_MIN_US / 320.0)))
+
+
+def test_sustained_table():
+    # --sustain: the heading says so and a last column gives the SM clocks read during each timed replay
+    meta = _meta(sustain_s=1.5)
+    rows = [_row(8192, 57344, 32, 225.5, nibble_nvfp4=146.0, marlin_nvfp4=139.1),
+            _row(8192, 57344, 16, 222.8, nibble_nvfp4=107.9, marlin_nvfp4=119.0)]
+    rows[0].update(cublas_mhz=1757.0, cublas_w=698.0, nibble_nvfp4_mhz=1722.0, nibble_nvfp4_w=693.0,
+                   marlin_nvfp4_mhz=1852.0, marlin_nvfp4_w=693.0)
+    rows[1].update(cublas_mhz=1935.0, cublas_w=697.0, nibble_nvfp4_mhz=1644.0, nibble_nvfp4_w=696.0)
+    lines = layers.table_lines(rows, meta)
+    assert lines[0].endswith("; each implementation replayed 1.5 s without a pause before its timed replays")
+    assert lines[2:] == [
+        "| layer k->n | m | cuBLAS us | nibble nvfp4 | marlin nvfp4 | SM MHz |",
+        "|---|---|---|---|---|---|",
+        "| 8192->57344 | 32 | 225.5 | 1.54x | 1.62x | 1757 / 1722 / 1852 |",
+        "| 8192->57344 | 16 | 222.8 | 2.06x | 1.87x | 1935 / 1644 / - |"]
+    assert "SM MHz" not in "\n".join(layers.table_lines([_row(4096, 4096, 1, 20.0, nibble_nvfp4=10.0)], _meta()))
+    for bad in (["--sustain", "-1"], ["--sustain", "61"]):
+        with pytest.raises(SystemExit) as e:
+            layers.main(bad)
+        assert "--sustain 0..60 seconds" in str(e.value)
+    assert layers.parse_args(["--sustain", "2"]).sustain == 2.0
