@@ -68,6 +68,8 @@ case_ 1 "bench: --shapes: '4096' is not of the form AxB" bench --shapes 4096
 case_ 1 "bench: --shapes: '4096y' is not an integer" bench --shapes 4096x4096y
 case_ 1 "bench: --min-bytes: 'nan' is not a number" bench --min-bytes nan
 case_ 1 "bench: --min-bytes: '1e3x' is not a number" bench --min-bytes=1e3x
+case_ 1 "bench: --sustain: 61 is out of range \(0..60\)" bench --sustain 61
+case_ 1 "tune: --sustain: -1 is out of range \(0..60\)" tune --sustain -1
 case_ 1 "tune: --act: 'f32' is not one of bf16, f16" tune --act f32
 case_ 1 "tune: --m: 1 and 1 share the bucket" tune --m 1,1
 case_ 1 "tune: --between takes no value \('--between=1'\)" tune --between=1

@@ -66,7 +66,8 @@ static double copy_bandwidth(void) {
 
 static void help(void) {
     printf("usage: nibble bench [--shapes KxN,...] [--m 1,2,...] [--formats nvfp4,mxfp4,...] [--dtype bf16|f16]\n"
-           "                    [--csv FILE] [--json FILE] [--min-bytes MB] [--tune-cache FILE] [--sequence [--between]]\n"
+           "                    [--csv FILE] [--json FILE] [--min-bytes MB] [--sustain S] [--tune-cache FILE]\n"
+           "                    [--sequence [--between]]\n"
            "  Times Y[m,n] = X[m,k] . W[n,k]^T for each layer k -> n and each m, nibble's kernel vs\n"
            "  cuBLAS BF16 in the same run (CUDA graphs, weights rotated past L2, median of replays).\n"
            "  Prints us per call, GB/s (weights + scales + activations + output), fraction of\n"
@@ -80,6 +81,8 @@ static void help(void) {
            "  cuBLAS kernel (an SSCAL of 4096 floats, launched as a framework's kernels are, without\n"
            "  programmatic dependent launch) after every layer in both sequences, as a model step's norms\n"
            "  and activations sit between its linears, and prints what those kernels take alone.\n"
+           "  --sustain S replays each graph S seconds (0..60) without a pause before timing it: the\n"
+           "  clocks a GPU holds under sustained work, lower where it reaches its power limit.\n"
            "  defaults: --shapes 8192x8192,8192x57344,28672x8192,4096x6144,4096x4096\n"
            "            --m 1,2,4,8,16,32 --formats nvfp4,mxfp4 --dtype bf16 --min-bytes 240\n"
            "  Exit: 0 measured, 1 usage, 2 a configuration's output was wrong, 3 no GPU, a library,\n"

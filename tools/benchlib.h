@@ -74,8 +74,12 @@ void nbt_layer_free(nbt_layer *l);
  * 3 TB/s, whichever is slower), clamped to [lo, hi], rounded up to whole
  * passes over the rot copies. */
 int nbt_graph_calls(int64_t m, int64_t n, int64_t k, size_t weight_bytes, int rot, double target_us, int lo, int hi);
-/* Median microseconds per call of a captured graph of `calls` calls. */
+/* Median microseconds per call of a captured graph of `calls` calls.
+ * With nbt_sustain_s > 0 the graph first replays that many seconds
+ * without a pause (the clocks of sustained work: NOTES.md, "Calls per
+ * replay, and the power limit"). */
 double nbt_time_graph(cudaGraphExec_t exec, cudaStream_t s, int calls, int reps);
+extern double nbt_sustain_s; /* --sustain; 0: none */
 /* Ends the capture begun on s (cudaStreamBeginCapture), instantiates the
  * graph, times it as nbt_time_graph does and frees it: median us per call. */
 double nbt_time_capture(cudaStream_t s, int calls, int reps);
@@ -119,9 +123,10 @@ void nbt_config_text(const nb_gemm_config *c, char *buf, size_t n);
 
 /* The options both commands take: --shapes KxN,... --m LIST --formats
  * nvfp4,mxfp4 (names of formats with GPU kernels, nb_format_from_name)
- * --min-bytes MB and a dtype option (bench --dtype, tune --act). */
+ * --min-bytes MB, --sustain SECONDS (nbt_sustain_s, 0..60) and a dtype
+ * option (bench --dtype, tune --act). */
 #define NBT_MAX_FORMATS 16 /* formats in one --formats list */
-#define NBT_SWEEP_OPTS 5   /* entries nbt_sweep_opts fills */
+#define NBT_SWEEP_OPTS 6   /* entries nbt_sweep_opts fills */
 typedef struct nbt_sweep {
     const char *shapes, *m, *formats, *act_name; /* as given (the caller sets defaults) */
     double min_mb;

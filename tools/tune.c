@@ -31,7 +31,7 @@
 
 static void help(void) {
     printf("usage: nibble tune [--shapes KxN,...] [--m 1,4,...] [--formats nvfp4,mxfp4] [--act bf16|f16]\n"
-           "                   [--out FILE] [--min-bytes MB] [--all] [--between]\n"
+           "                   [--out FILE] [--min-bytes MB] [--sustain S] [--all] [--between]\n"
            "  For each layer k -> n, format and m: times every kernel configuration nb_gemm can run\n"
            "  (decode kernel: warps per row block, k splits, staged activations and their CTA's\n"
            "  8 or 12 warps at 17..24 tokens; Hopper tensor-core\n"
@@ -43,6 +43,8 @@ static void help(void) {
            "  --tune-cache FILE` shows the effect.  --all also prints every candidate's time.\n"
            "  --between times each call after a small cuBLAS kernel (its own time taken off), as a\n"
            "  model step runs its linears after other kernels; without it calls run back to back.\n"
+           "  --sustain S replays each candidate's graph S seconds (0..60) without a pause before\n"
+           "  timing it (the clocks of sustained work, lower where the GPU reaches its power limit).\n"
            "  An entry serves its whole m bucket: 1, 2, 3-4, 5-8, ..., 2049-4096, 4097+.\n"
            "  defaults: --shapes 8192x8192,8192x57344,28672x8192,4096x6144,4096x4096\n"
            "            --m 1,4,16,32,64,128,256,1024 --formats nvfp4,mxfp4 --act bf16 --min-bytes 240\n"
