@@ -151,10 +151,11 @@ def graph_calls(copies, per_call_us, min_us=GRAPH_MIN_US, max_calls=GRAPH_MAX_CA
     return max(copies, min(max_calls, want))
 
 
-def smi_clock_power():
-    """(SM clock MHz, board power W) of GPU 0 from nvidia-smi, or None."""
+def smi_clock_power(gpu="0"):
+    """(SM clock MHz, board power W) of the GPU nvidia-smi knows as `gpu`
+    (an index, or "GPU-" and its UUID), or None."""
     try:
-        out = subprocess.run(["nvidia-smi", "-i", "0", "--query-gpu=clocks.sm,power.draw",
+        out = subprocess.run(["nvidia-smi", "-i", gpu, "--query-gpu=clocks.sm,power.draw",
                               "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10).stdout
         mhz, w = (float(v) for v in out.strip().splitlines()[0].split(","))
         return mhz, w
@@ -162,13 +163,14 @@ def smi_clock_power():
         return None
 
 
-def graph_us(torch, fns, x, reps, sustain=0.0):
-    """Microseconds per call of fns (called in turn on x, round after round),
-    from CUDA graph replays of graph_calls calls: the median of reps.  With
-    sustain > 0 the graph first replays for that many seconds without a
-    pause, so the timed replays run at the clocks the GPU holds under
-    sustained work (at its power limit, where it reaches it), and the SM
-    clock and board power are read while they run: (us, (MHz, W) or None)."""
+def graph_us(torch, fns, x, reps, sustain=0.0, gpu="0"):
+    """(microseconds per call, reading) of fns (called in turn on x, round
+    after round), from CUDA graph replays of graph_calls calls: the median
+    of reps.  With sustain > 0 the graph first replays for that many
+    seconds without a pause, so the timed replays run at the clocks the GPU
+    holds under sustained work (at its power limit, where it reaches it),
+    and the reading is the SM clock and board power nvidia-smi gives for
+    `gpu` while they run ((MHz, W), or None; None without sustain)."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):          # warm up outside the graph (plans, workspaces)
@@ -202,11 +204,10 @@ def graph_us(torch, fns, x, reps, sustain=0.0):
         a.record()
         g.replay()
         b.record()
-    reading = smi_clock_power() if sustain > 0 else None   # while the timed replays run
+    reading = smi_clock_power(gpu) if sustain > 0 else None   # while the timed replays run
     torch.cuda.synchronize()
     ts = sorted(a.elapsed_time(b) * 1e3 / calls for a, b in ev)
-    us = ts[len(ts) // 2]
-    return (us, reading) if sustain > 0 else us
+    return ts[len(ts) // 2], reading
 
 
 def copy_gbps(torch):
@@ -450,6 +451,8 @@ def main(argv=None):
         int_notes["marlin_int4"] = marlin4_note
     dev = torch.device("cuda")
     props = torch.cuda.get_device_properties(0)
+    # nvidia-smi's name for the GPU in use: the first of CUDA_VISIBLE_DEVICES (an index or a UUID), else 0
+    gpu = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0].strip() or "0"
     bw = copy_gbps(torch)
     meta = {"gpu": props.name, "sms": props.multi_processor_count, "commit": commit(),
             "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__, "copy_gbps": bw,
@@ -515,12 +518,9 @@ def main(argv=None):
                 if m > MAX_M.get(iname, m):
                     continue
                 try:
-                    if args.sustain > 0:
-                        res[iname], reading = graph_us(torch, fl, x, args.reps, args.sustain)
-                        if reading:
-                            clocks[iname] = reading
-                    else:
-                        res[iname] = graph_us(torch, fl, x, args.reps)
+                    res[iname], reading = graph_us(torch, fl, x, args.reps, args.sustain, gpu)
+                    if reading:
+                        clocks[iname] = reading
                 except Exception as e:
                     print(f"  {iname} {name} m={m}: {e!r}"[:300], flush=True)
                     res[iname] = float("nan")
