@@ -64,7 +64,8 @@ Method (the same for every implementation):
 Output: a table on stdout; layers.csv, layers.json and layers.md in --out
 (columns <impl>_us and <impl>_x, the speedup over cuBLAS, per implementation:
 nibble_<format>, marlin_<format>, tinygemm_int4, torch_int8, bnb_nf4, bnb_fp4; nibble's
-also <impl>_copy).
+also <impl>_copy and <impl>_config, the configuration nb_gemm_last_config names after one
+call at that m, e.g. "gemv_fp4_xs<mxfp4,bf16,mt=1,rows/warp=32> grid=40x3 ...").
 """
 
 import argparse
@@ -475,7 +476,7 @@ def main(argv=None):
         w = torch.randn(n, k, dtype=torch.bfloat16, device=dev) * 0.02
         impls = {"cublas": [lambda xx, w=w: torch.nn.functional.linear(xx, w)] +
                  [lambda xx, w=w.clone(): torch.nn.functional.linear(xx, w) for _ in range(copies(2 * n * k) - 1)]}
-        nbytes = {}
+        nbytes, first = {}, {}  # first: each nibble column's weight, for the plan it runs (nb_gemm_last_config)
         for fmt in formats:
             pw = nt.quantize(w, format=fmt, device=dev, group_size=INT_FORMATS.get(fmt))
             ref_w = nt.dequantize_weight(nt.unpack(pw), dtype=torch.bfloat16, device=dev)
@@ -487,6 +488,7 @@ def main(argv=None):
                            for _ in range(copies(pw.packed.numel()) - 1)]
             impls["nibble_" + fmt] = [lambda xx, p=p: nt.gemm(xx, p) for p in reps]
             nbytes["nibble_" + fmt] = pw.packed.numel()
+            first["nibble_" + fmt] = pw
         if marlin is not None:
             for fmt in formats:
                 if fmt not in FP4_FORMATS:
@@ -526,6 +528,12 @@ def main(argv=None):
                     res[iname] = float("nan")
             base = res["cublas"]
             row = {"shape": name, "k": k, "n": n, "m": m, "cublas_us": base}
+            for iname, pw in first.items():  # the configuration each nibble column ran at this m
+                try:
+                    nt.gemm(x, pw)
+                    row[iname + "_config"] = nt.last_config(dev)
+                except Exception as e:
+                    print(f"  {iname} {name} m={m} config: {e!r}"[:300], flush=True)
             for iname, us in res.items():
                 if iname == "cublas":
                     continue
