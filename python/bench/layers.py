@@ -550,7 +550,7 @@ def main(argv=None):
                   "".join(f"  {i[:-5]} {100 * row[i]:.0f}% of copy" for i in row if i.endswith("_copy")) +
                   "".join(f"  {i[:-4]} {row[i]:.0f} MHz {row[i[:-4] + '_w']:.0f} W" for i in row if i.endswith("_mhz")),
                   flush=True)
-        del impls, w
+        del impls, w, first
         torch.cuda.empty_cache()
 
     lines = table_lines(rows, meta)
