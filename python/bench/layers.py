@@ -394,6 +394,19 @@ def table_lines(rows, meta):
     return lines
 
 
+def record_configs(nt, first, x, dev, row):
+    """row[<column>_config] for each nibble column of `first` ({column:
+    packed weight}): the configuration nb_gemm_last_config names after one
+    call on x (nt: nibble.torch).  A call that fails leaves its key out and
+    says why."""
+    for iname, pw in first.items():
+        try:
+            nt.gemm(x, pw)
+            row[iname + "_config"] = nt.last_config(dev)
+        except Exception as e:
+            print(f"  {iname} {row['shape']} m={row['m']} config: {e!r}"[:300], flush=True)
+
+
 def write_outputs(out, rows, meta, lines):
     """layers.csv (a row per layer and m, empty where an implementation did
     not run), layers.json ({"meta", "rows"}) and layers.md in out."""
@@ -528,12 +541,7 @@ def main(argv=None):
                     res[iname] = float("nan")
             base = res["cublas"]
             row = {"shape": name, "k": k, "n": n, "m": m, "cublas_us": base}
-            for iname, pw in first.items():  # the configuration each nibble column ran at this m
-                try:
-                    nt.gemm(x, pw)
-                    row[iname + "_config"] = nt.last_config(dev)
-                except Exception as e:
-                    print(f"  {iname} {name} m={m} config: {e!r}"[:300], flush=True)
+            record_configs(nt, first, x, dev, row)
             for iname, us in res.items():
                 if iname == "cublas":
                     continue

@@ -219,3 +219,30 @@ def test_sustained_table():
             layers.main(bad)
         assert "--sustain 0..60 seconds" in str(e.value)
     assert layers.parse_args(["--sustain", "2"]).sustain == 2.0
+
+
+def test_record_configs(tmp_path, capsys):
+    class FakeTorchOps:  # nibble.torch's gemm / last_config: the last weight called names the configuration
+        last = None
+
+        def gemm(self, x, pw):
+            if pw == "bad":
+                raise RuntimeError("no kernel")
+            self.last = f"gemv_fp4_xs<{pw},bf16,mt=1,rows/warp=32> grid=40x3 warps=8 m={x.shape[0]}"
+            return x
+
+        def last_config(self, dev):
+            return self.last
+
+    row = _row(8192, 10240, 8, 47.0, nibble_nvfp4=18.6, nibble_mxfp4=23.5)
+    layers.record_configs(FakeTorchOps(), {"nibble_nvfp4": "nvfp4", "nibble_mxfp4": "mxfp4", "nibble_int4": "bad"},
+                          torch.zeros(8, 4), "cuda", row)
+    assert row["nibble_nvfp4_config"] == "gemv_fp4_xs<nvfp4,bf16,mt=1,rows/warp=32> grid=40x3 warps=8 m=8"
+    assert row["nibble_mxfp4_config"].startswith("gemv_fp4_xs<mxfp4,") and "nibble_int4_config" not in row
+    assert "nibble_int4 8192x10240 m=8 config: RuntimeError('no kernel')" in capsys.readouterr().out
+    lines = layers.table_lines([row], _meta())   # the table takes the speedups only
+    assert lines[2] == "| layer k->n | m | cuBLAS us | nibble nvfp4 | nibble mxfp4 |"
+    layers.write_outputs(str(tmp_path), [row], _meta(), lines)
+    with open(tmp_path / "layers.csv", newline="") as f:
+        got = list(csv.DictReader(f))
+    assert got[0]["nibble_nvfp4_config"] == row["nibble_nvfp4_config"]   # (commas in it: quoted)
