@@ -88,12 +88,6 @@ static int64_t k1_balanced_rows(const nbi_gemm_plan *p, int kw, int64_t grid, in
 /* Whether the request fixes kernel 1's kw (which the rules then leave). */
 static int kw_given(int kw) { return kw == 1 || kw == 2 || kw == 4 || kw == 8; }
 
-/* Kernel 1's one-token rule (plan_decode, where it is explained and
- * measured) for plan p (kernel 1, no k split): 0 where it does not look
- * (fewer than three CTAs an SM fit, two for the integer and table formats,
- * or k under 16 chunks), 1 where it looks but leaves the plan to the rules
- * after it, 2 where it applies: then *kw and *grid are its warps per row
- * block and CTAs. */
 /* The 4-bit integer formats with a byte zero point or none (int4,
  * int4_sym): not E2M1, no table, no float zero points. */
 static int int4_family(const nbi_format_traits *t) {
@@ -111,6 +105,13 @@ static int64_t k1_one_token_chunks(const nbi_gemm_plan *p) {
     const nbi_format_traits *t = nbi_traits(p->fmt);
     return int4_family(t) ? 64 : nbi_is_table(t) ? 40 : 32;
 }
+
+/* Kernel 1's one-token rule (plan_decode, where it is explained and
+ * measured) for plan p (kernel 1, no k split): 0 where it does not look
+ * (fewer than three CTAs an SM fit, two for the integer and table formats,
+ * or k under 16 chunks), 1 where it looks but leaves the plan to the rules
+ * after it, 2 where it applies: then *kw and *grid are its warps per row
+ * block and CTAs. */
 static int k1_one_token(nb_context *ctx, const nbi_gemm_plan *p, int e2m1, int *kw_out, int64_t *grid_out) {
     const int64_t sms = ctx->info.sm_count, res = k1_slots(ctx, p);
     if (res < (e2m1 ? 3 : 2) * sms || p->kchunks < 16) return 0;
