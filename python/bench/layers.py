@@ -394,14 +394,16 @@ def table_lines(rows, meta):
     return lines
 
 
-def record_configs(nt, first, x, dev, row):
-    """row[<column>_config] for each nibble column of `first` ({column:
-    packed weight}): the configuration nb_gemm_last_config names after one
+def record_configs(nt, impls, x, dev, row):
+    """row[<column>_config] for each nibble column of impls ({column: its
+    calls}): the configuration nb_gemm_last_config names after its first
     call on x (nt: nibble.torch).  A call that fails leaves its key out and
     says why."""
-    for iname, pw in first.items():
+    for iname, fl in impls.items():
+        if not iname.startswith("nibble_"):
+            continue
         try:
-            nt.gemm(x, pw)
+            fl[0](x)
             row[iname + "_config"] = nt.last_config(dev)
         except Exception as e:
             print(f"  {iname} {row['shape']} m={row['m']} config: {e!r}"[:300], flush=True)
@@ -489,7 +491,7 @@ def main(argv=None):
         w = torch.randn(n, k, dtype=torch.bfloat16, device=dev) * 0.02
         impls = {"cublas": [lambda xx, w=w: torch.nn.functional.linear(xx, w)] +
                  [lambda xx, w=w.clone(): torch.nn.functional.linear(xx, w) for _ in range(copies(2 * n * k) - 1)]}
-        nbytes, first = {}, {}  # first: each nibble column's weight, for the plan it runs (nb_gemm_last_config)
+        nbytes = {}
         for fmt in formats:
             pw = nt.quantize(w, format=fmt, device=dev, group_size=INT_FORMATS.get(fmt))
             ref_w = nt.dequantize_weight(nt.unpack(pw), dtype=torch.bfloat16, device=dev)
@@ -501,7 +503,6 @@ def main(argv=None):
                            for _ in range(copies(pw.packed.numel()) - 1)]
             impls["nibble_" + fmt] = [lambda xx, p=p: nt.gemm(xx, p) for p in reps]
             nbytes["nibble_" + fmt] = pw.packed.numel()
-            first["nibble_" + fmt] = pw
         if marlin is not None:
             for fmt in formats:
                 if fmt not in FP4_FORMATS:
@@ -541,7 +542,7 @@ def main(argv=None):
                     res[iname] = float("nan")
             base = res["cublas"]
             row = {"shape": name, "k": k, "n": n, "m": m, "cublas_us": base}
-            record_configs(nt, first, x, dev, row)
+            record_configs(nt, impls, x, dev, row)
             for iname, us in res.items():
                 if iname == "cublas":
                     continue
@@ -558,7 +559,7 @@ def main(argv=None):
                   "".join(f"  {i[:-5]} {100 * row[i]:.0f}% of copy" for i in row if i.endswith("_copy")) +
                   "".join(f"  {i[:-4]} {row[i]:.0f} MHz {row[i[:-4] + '_w']:.0f} W" for i in row if i.endswith("_mhz")),
                   flush=True)
-        del impls, w, first
+        del impls, w
         torch.cuda.empty_cache()
 
     lines = table_lines(rows, meta)

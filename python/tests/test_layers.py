@@ -234,9 +234,15 @@ def test_record_configs(tmp_path, capsys):
         def last_config(self, dev):
             return self.last
 
+    def cuda_only(xx):   # a peer's call: never made here
+        raise AssertionError("record_configs called a column that is not nibble's")
+
+    nt = FakeTorchOps()
+    impls = {c: [lambda xx, p=p: nt.gemm(xx, p), lambda xx: nt.gemm(xx, "second copy")]
+             for c, p in (("nibble_nvfp4", "nvfp4"), ("nibble_mxfp4", "mxfp4"), ("nibble_int4", "bad"))}
+    impls.update(cublas=[cuda_only], marlin_nvfp4=[cuda_only])
     row = _row(8192, 10240, 8, 47.0, nibble_nvfp4=18.6, nibble_mxfp4=23.5)
-    layers.record_configs(FakeTorchOps(), {"nibble_nvfp4": "nvfp4", "nibble_mxfp4": "mxfp4", "nibble_int4": "bad"},
-                          torch.zeros(8, 4), "cuda", row)
+    layers.record_configs(nt, impls, torch.zeros(8, 4), "cuda", row)
     assert row["nibble_nvfp4_config"] == "gemv_fp4_xs<nvfp4,bf16,mt=1,rows/warp=32> grid=40x3 warps=8 m=8"
     assert row["nibble_mxfp4_config"].startswith("gemv_fp4_xs<mxfp4,") and "nibble_int4_config" not in row
     assert "nibble_int4 8192x10240 m=8 config: RuntimeError('no kernel')" in capsys.readouterr().out
