@@ -731,13 +731,16 @@ typedef struct nb_gemm_config {
                       * mma 1 */
     int32_t variant; /* decode: 0 "plain", activations loaded per warp; 1 "staged", loaded once
                       * per CTA into shared memory (kw = 1) */
-    int32_t rpw;     /* decode, staged: 16-row blocks per warp, 1 or 2 (0 for plain) */
+    int32_t rpw;     /* decode, staged: 16-row blocks per warp, 1 or 2 (0 for plain), or 4: E2M1
+                      * formats, 17..32 tokens, one stream-K wave of one CTA per SM (8 warps at
+                      * 17..24 tokens, 7 at 25..32), no k split */
     int32_t bn;      /* tensor core: tokens per tile, 16, 32, 64, 128, 192 (NVFP4, MXFP4) or 256 (mma: 64 or 128) */
     int32_t raster;  /* tensor core, mma: n tiles walked together per raster group, 1..1024 */
     int32_t stages;  /* mma: pipeline depth, 2 or 3 (0: the deepest whose shared memory fits) */
     int32_t warps;   /* decode, staged: consumer warps per CTA, 8, or 12 for kernel 2's wide instance
                       * (E2M1 formats, rpw 2, 17..24 tokens, one CTA per SM on a stream-K grid, no
-                      * k split); 0: the planner's choice (caches from before the field) */
+                      * k split), or 7 with rpw 4 at 25..32 tokens; 0: the planner's choice (caches
+                      * from before the field) */
     int32_t stream_k; /* tensor core: 1 the stream-K grid (one CTA per SM walking an equal share of
                        * every tile's k chunks; splits 1; the 64-token tile at 33..64 tokens, the
                        * 128-token tile from 65, the 256-token tile from 256), -1 whole tiles only;

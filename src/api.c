@@ -139,24 +139,28 @@ static nb_status read_env_choice(const char *name, const char *const *values, in
 /* The planner's environment switches (nibble.h, "tuning"): NIBBLE_PATH, the
  * one planner choice for nb_gemm, and the MoE planner's NIBBLE_MOE_PATH,
  * NIBBLE_MOE_KW, NIBBLE_MOE_TC_BN and NIBBLE_MOE_ROUTE (measurement and
- * tests), and NIBBLE_PDL (nb_gemm's launches with or without programmatic
+ * tests), NIBBLE_PDL (nb_gemm's launches with or without programmatic
  * dependent launch, or, unset or "auto", with it only where the launch can
- * follow one of the context's own: device.c pdl_head). */
-static nb_status read_env(int *path, int *moe_path, int *moe_kw, int *moe_bn, int *moe_route, int *pdl) {
+ * follow one of the context's own: device.c pdl_head) and NIBBLE_K2_RPW
+ * (decode kernel 2's row blocks per warp on its 17..32-token wave: 2 or 4
+ * wherever it can run, unset the planner's rule; plan.c k2_rpw4). */
+static nb_status read_env(int *path, int *moe_path, int *moe_kw, int *moe_bn, int *moe_route, int *pdl, int *k2_rpw) {
     static const char *const paths[3] = {"decode", "tc", "mma"}; /* NB_GEMM_PATH_DECODE, _TENSOR_CORE, _MMA */
     static const char *const moe_paths[2] = {"decode", "tc"};
     static const char *const kws[4] = {"1", "2", "4", "8"};
     static const char *const bns[3] = {"64", "128", "192"};
     static const char *const routes[2] = {"kernel", "inline"};
     static const char *const pdls[3] = {"0", "1", "auto"};
-    int kw = 0, bn = 0;
+    static const char *const rpws[2] = {"2", "4"};
+    int kw = 0, bn = 0, rpw = 0;
     nb_status st;
     if ((st = read_env_choice("NIBBLE_PATH", paths, 3, path)) ||
         (st = read_env_choice("NIBBLE_MOE_PATH", moe_paths, 2, moe_path)) ||
         (st = read_env_choice("NIBBLE_MOE_KW", kws, 4, &kw)) || (st = read_env_choice("NIBBLE_MOE_TC_BN", bns, 3, &bn)) ||
         (st = read_env_choice("NIBBLE_MOE_ROUTE", routes, 2, moe_route)) ||
-        (st = read_env_choice("NIBBLE_PDL", pdls, 3, pdl)))
+        (st = read_env_choice("NIBBLE_PDL", pdls, 3, pdl)) || (st = read_env_choice("NIBBLE_K2_RPW", rpws, 2, &rpw)))
         return st;
+    *k2_rpw = 2 * rpw; /* 2, 4 */
     *moe_kw = kw ? 1 << (kw - 1) : 0;
     *moe_bn = 64 * bn; /* 64, 128, 192 */
     return NB_OK;
@@ -168,10 +172,10 @@ nb_status nb_context_create(int device, nb_context **out) {
     if (device < NB_DEVICE_NONE)
         return nbi_fail(NULL, NB_ERR_INVALID_ARGUMENT, "nb_context_create: device %d is not an ordinal or "
                         "NB_DEVICE_NONE", device);
-    int env_path = 0, env_moe_path = 0, env_moe_kw = 0, env_moe_bn = 0, env_moe_route = 0, env_pdl = 0;
-    nb_status st = device == NB_DEVICE_NONE
-                       ? NB_OK
-                       : read_env(&env_path, &env_moe_path, &env_moe_kw, &env_moe_bn, &env_moe_route, &env_pdl);
+    int env_path = 0, env_moe_path = 0, env_moe_kw = 0, env_moe_bn = 0, env_moe_route = 0, env_pdl = 0, env_k2_rpw = 0;
+    nb_status st = device == NB_DEVICE_NONE ? NB_OK
+                                            : read_env(&env_path, &env_moe_path, &env_moe_kw, &env_moe_bn, &env_moe_route,
+                                                       &env_pdl, &env_k2_rpw);
     if (st) return st;
     nb_context *c = (nb_context *)calloc(1, sizeof *c);
     if (!c) return nbi_fail(NULL, NB_ERR_OUT_OF_MEMORY, "nb_context_create: out of host memory");
@@ -201,6 +205,7 @@ nb_status nb_context_create(int device, nb_context **out) {
         c->env_moe_bn = env_moe_bn;
         c->env_moe_route = env_moe_route;
         c->env_pdl = env_pdl;
+        c->env_k2_rpw = env_k2_rpw;
         /* NIBBLE_SM90_CLUSTER=0: the tensor-core path's k splits sum through
          * the workspace, as on GPUs without clusters (to test that path) */
         const char *cl = getenv("NIBBLE_SM90_CLUSTER");

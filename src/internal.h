@@ -88,6 +88,9 @@ struct nb_context {
     int env_no_tail;             /* NIBBLE_SM90_TAIL=0 at creation: no split of the tensor-core kernel's last wave */
     int env_sk;                  /* NIBBLE_SM90_SK at creation: 0 never the tensor-core stream-K grid, 1 wherever
                                     it can run, -1 (unset) where the planner's model charges less */
+    int env_k2_rpw;              /* NIBBLE_K2_RPW at creation: 2 or 4 row blocks per warp on decode kernel 2's
+                                    17..32-token wave wherever it can run; 0 (unset) the planner's rule
+                                    (plan.c k2_rpw4) */
     int env_moe_path;            /* NIBBLE_MOE_PATH at creation: 1 decode, 2 tc, 0 when unset */
     int env_moe_kw;              /* NIBBLE_MOE_KW at creation: 1, 2, 4 or 8; 0 when unset */
     int env_moe_bn;              /* NIBBLE_MOE_TC_BN at creation: 64 or 128; 0 when unset */
@@ -144,6 +147,7 @@ NB_INTERNAL const char *nbi_elide(const char *s, char *buf, size_t cap);
 
 #define NBI_GEMV_WARPS 8      /* decode kernels: (consumer) warps per CTA */
 #define NBI_GEMV_WIDE_WARPS 12 /* kernel 2's wide instance: consumer warps (one CTA per SM, 17..32 tokens) */
+#define NBI_GEMV_RPW4_WARPS 7  /* kernel 2 with four row blocks per warp at 25..32 tokens: consumer warps */
 
 NB_INTERNAL size_t nbi_chunk_bytes(const nbi_format_traits *t);
 /* Code bytes of a packed chunk: 16 x 128 codes, 1024 bytes of 4-bit codes,

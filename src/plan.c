@@ -272,6 +272,43 @@ static int k2_wave(const nbi_gemm_plan *p, int sms, int rpw, int rpw2, const nbi
     return p->row_blocks >= 8 * (int64_t)sms && p->kchunks >= 40 ? NBI_GEMV_WIDE_WARPS : 0;
 }
 
+/* Kernel 2 at 17..32 tokens (E2M1 formats) on its stream-K wave of one
+ * CTA per SM with four row blocks per warp instead of two, whatever
+ * k2_wave and the split-grid rules would run: each B fragment read from
+ * shared memory feeds twice the MMAs.  8 consumer warps at 17..24 tokens
+ * (154-162 registers), 7 at 25..32 (198; 8 would cap them at 224 and
+ * spill), so a column tile is 32 or 28 row blocks (NBI_GEMV_RPW4_WARPS).
+ * The tiles are twice the size, so each is shared by about twice the CTAs:
+ * it pays on layers of at least 13.5 row blocks per SM (1782 on 132 SMs,
+ * n >= 28512).  H200, `nibble bench`, the rules -> four row blocks,
+ * alternated twice, NVFP4 (MXFP4 alike), us at m = 24 / 32: 8192 -> 57344
+ * 104.3 / 127.7 -> 98.9 / 119.5 (m = 28: 128.1 -> 113.2); 8192 -> 128256
+ * 241.4 / 295.0 -> 218.6 / 267.8; 7168 -> 36864 60.9 / 73.3 -> 59.1 /
+ * 70.3; 5120 -> 55296 64.9 / 80.4 -> 62.6 / 74.7; 4096 -> 128256 121.1 /
+ * 145.5 -> 111.7 / 131.7; 8192 -> 29568 68.2 -> 63.0 at 32; 8192 -> 28672
+ * 56.1 / 67.3 -> 55.3 / 63.8; 3584 -> 37888 38.5 / 43.4 -> 35.2 / 41.6;
+ * 4096 -> 28672 33.4 / 38.6 -> 33.3 / 37.5.  Narrower layers lost: 5120
+ * -> 27648 (1728 row blocks) 0.99-1.04 of the time, 5120 -> 25600 1.00-1.02,
+ * 4096 -> 24576 1.02-1.06, 7168 -> 18432 1.02-1.06, 3584 -> 18944
+ * 1.09-1.17, 28672 -> 8192 up to 1.08, 8192 -> 8192 and 14336 -> 4096 at
+ * 17..24 tokens 1.3-1.5 (NOTES.md, "Four row blocks per warp at 17..32
+ * tokens").  Not on layers of under 28 k chunks (the shortest measured)
+ * or 6 chunks per SM (256-row tiles x k chunks), or with a k split
+ * requested.  A request of rpw 4 (or of 7 warps)
+ * takes it wherever it can run, one of rpw 1 or 2 or of other warps keeps
+ * the rules; NIBBLE_K2_RPW=4 / 2 at context creation: wherever it can run /
+ * never (to measure).  Returns the consumer warps, or 0. */
+static int k2_rpw4(const nb_context *ctx, const nbi_gemm_plan *p, const nbi_request *rq, int sms) {
+    const int w4 = p->mt == 3 ? NBI_GEMV_WARPS : NBI_GEMV_RPW4_WARPS;
+    if (!nbi_traits(p->fmt)->every_kernel || p->mt < 3 || rq->splits > 1 ||
+        k2_tiles256(p) * p->kchunks < 6 * (int64_t)sms)
+        return 0;
+    if (rq->rpw == 4 || (rq->rpw == 0 && rq->warps == NBI_GEMV_RPW4_WARPS))
+        return !rq->warps || rq->warps == w4 ? w4 : 0;
+    if (rq->rpw || rq->warps || ctx->env_k2_rpw == 2) return 0;
+    return ctx->env_k2_rpw == 4 || (2 * p->row_blocks >= 27 * (int64_t)sms && p->kchunks >= 28) ? w4 : 0;
+}
+
 /* Whether kernel 2's split grid (tiles x s CTAs on `slots` resident
  * slots) leaves more than a tenth of the slots idle where a stream-K wave
  * of `ctas` CTAs would share each tile among at most `share` CTAs and give
@@ -367,6 +404,9 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
     size_t smem = 0;
     /* one wave of one CTA per SM on a stream-K grid (k2_wave), with its consumer warps */
     int wave = xs ? k2_wave(p, sms, rpw, rpw2, rq) : 0;
+    const int w4 = xs ? k2_rpw4(ctx, p, rq, sms) : 0; /* four row blocks per warp, where they fit */
+    if (w4 && nbi_cuda_gemv_smem(p->fmt, 1, 4, p->mt, 8 * p->mt, (size_t)p->chunk_bytes, w4) <= ctx->info.smem_per_block_optin)
+        rpw = 4, wave = w4;
     if (wave) {
         smem = nbi_cuda_gemv_smem(p->fmt, 1, rpw, p->mt, 8 * p->mt, (size_t)p->chunk_bytes, wave);
         if (smem > ctx->info.smem_per_block_optin) wave = 0; /* (smaller GPUs: the rules below) */
@@ -593,7 +633,7 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
         int64_t ctas = tiles * p->splits;
         /* (the stream-K instances: two row blocks per warp; the integer and
          * table formats' for 9..32 tokens only) */
-        const int sk = p->splits == 1 && tiles <= NBI_MAX_SPLIT_COLUMNS && p->rpw == 2 &&
+        const int sk = p->splits == 1 && tiles <= NBI_MAX_SPLIT_COLUMNS && (p->rpw == 2 || p->rpw == 4) &&
                        (wave || wave16 || wave8 || (tiles > resident && 10 * tiles < 9 * waves * resident && units >= 6 * resident &&
                                  (!rpw2 || p->mt >= 3)));
         p->tiles_n = (int)tiles;
@@ -605,7 +645,7 @@ static int64_t plan_decode_split(const nb_context *ctx, const nbi_request *rq, n
         /* At most one CTA per SM: kernel 2's instance without the register
          * cap of two CTAs per SM (17..32 tokens, two row blocks per warp; at
          * 25..32 the capped instance spills) */
-        if (p->mt >= 3 && p->rpw == 2 && (ctas <= sms || rpw2 || wave)) p->xsh = 2;
+        if (p->mt >= 3 && (p->rpw == 2 || p->rpw == 4) && (ctas <= sms || rpw2 || wave)) p->xsh = 2;
     }
     p->warps = warps;
     return grid_x; /* CTAs along n (kernel 2's stream-K grid: all of them; range-checked by the caller) */
@@ -1447,8 +1487,15 @@ nb_status nbi_plan(nb_context *ctx, const nb_gemm_desc *g, const nbi_request *rq
     if (rq->warps && (!p->xsh || p->warps != rq->warps))
         return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_gemm: warps = %d does not run %s %lld -> %lld at m = %lld: the "
                         "12-warp instance is kernel 2 on one stream-K wave (E2M1 formats, rpw 2, 17..24 tokens, no k "
-                        "split, at least 6 chunks of 256-row tiles per SM, and its shared memory)", rq->warps,
+                        "split, at least 6 chunks of 256-row tiles per SM, and its shared memory); with rpw 4 the "
+                        "wave takes 8 warps at 17..24 tokens and 7 at 25..32", rq->warps,
                         t->name, (long long)d->k, (long long)d->n, (long long)g->m);
+    if (rq->rpw == 4 && p->rpw != 4)
+        return nbi_fail(ctx, NB_ERR_UNSUPPORTED, "nb_gemm: rpw = 4 does not run %s %lld -> %lld at m = %lld: four "
+                        "row blocks per warp are kernel 2 on one stream-K wave (E2M1 formats, 17..32 tokens, no k "
+                        "split, at least 6 chunks of 256-row tiles per SM, and its shared memory) with 8 warps at "
+                        "17..24 tokens and 7 at 25..32", t->name,
+                        (long long)d->k, (long long)d->n, (long long)g->m);
     return NB_OK;
 }
 
@@ -1505,7 +1552,7 @@ int nbi_config_check(const nb_gemm_config *c, int64_t m_lo, int complete, char *
     if (c->warps && (c->path != NB_GEMM_PATH_DECODE || c->variant != 1))
         return snprintf(why, wn, "warps = %d is for the staged decode variant only", (int)c->warps), 0;
     if (c->path == NB_GEMM_PATH_DECODE) {
-        static const int kws[4] = {1, 2, 4, 8}, rpws[2] = {1, 2};
+        static const int kws[4] = {1, 2, 4, 8}, rpws[3] = {1, 2, 4};
         if (!one_of(c->kw, kws, 4, open)) return snprintf(why, wn, "kw = %d is not 1, 2, 4 or 8", (int)c->kw), 0;
         if (!(c->splits >= 1 && c->splits <= 64) && !(open && c->splits == 0))
             return snprintf(why, wn, "splits = %d is not in 1..64", (int)c->splits), 0;
@@ -1513,16 +1560,21 @@ int nbi_config_check(const nb_gemm_config *c, int64_t m_lo, int complete, char *
             return snprintf(why, wn, "variant = %d is not 0 (plain) or 1 (staged)", (int)c->variant), 0;
         if (c->variant == 1 && c->kw != 1 && !(open && c->kw == 0))
             return snprintf(why, wn, "the staged variant needs kw = 1, not %d", (int)c->kw), 0;
-        if (c->variant == 1 && !one_of(c->rpw, rpws, 2, open))
-            return snprintf(why, wn, "rpw = %d is not 1 or 2 (the staged variant's row blocks per warp)", (int)c->rpw), 0;
+        if (c->variant == 1 && !one_of(c->rpw, rpws, 3, open))
+            return snprintf(why, wn, "rpw = %d is not 1, 2 or 4 (the staged variant's row blocks per warp)", (int)c->rpw), 0;
         if (c->variant == 0 && c->rpw) return snprintf(why, wn, "rpw = %d is for the staged variant only", (int)c->rpw), 0;
-        if (c->warps && c->warps != NBI_GEMV_WARPS && c->warps != NBI_GEMV_WIDE_WARPS)
-            return snprintf(why, wn, "warps = %d is not %d or %d (0: the planner's choice)", (int)c->warps, NBI_GEMV_WARPS,
-                            NBI_GEMV_WIDE_WARPS), 0;
+        if (c->warps && c->warps != NBI_GEMV_WARPS && c->warps != NBI_GEMV_WIDE_WARPS && c->warps != NBI_GEMV_RPW4_WARPS)
+            return snprintf(why, wn, "warps = %d is not %d, %d or %d (0: the planner's choice)", (int)c->warps,
+                            NBI_GEMV_RPW4_WARPS, NBI_GEMV_WARPS, NBI_GEMV_WIDE_WARPS), 0;
         if (c->warps == NBI_GEMV_WIDE_WARPS && m_lo > 0 && m_lo < 17)
             return snprintf(why, wn, "warps = %d needs m >= 17", (int)c->warps), 0;
-        if (c->warps == NBI_GEMV_WIDE_WARPS && c->rpw == 1)
+        if (c->warps == NBI_GEMV_WIDE_WARPS && (c->rpw == 1 || c->rpw == 4))
             return snprintf(why, wn, "warps = %d needs rpw = 2", (int)c->warps), 0;
+        if (c->warps == NBI_GEMV_RPW4_WARPS && c->rpw != 4 && !(open && c->rpw == 0))
+            return snprintf(why, wn, "warps = %d needs rpw = 4", (int)c->warps), 0;
+        if (c->rpw == 4 && m_lo > 0 && m_lo < 17) return snprintf(why, wn, "rpw = 4 needs m >= 17"), 0;
+        if (c->rpw == 4 && c->splits > 1)
+            return snprintf(why, wn, "rpw = 4 takes no k split (splits = %d)", (int)c->splits), 0;
         if (c->bn || c->raster || c->stages) return snprintf(why, wn, "bn, raster and stages are for paths tc and mma, not decode"), 0;
         return 1;
     }
@@ -1565,8 +1617,9 @@ static const struct cand_row {
 } k_rows[] = {
     {NB_GEMM_PATH_DECODE, 0, 1, 64, {1, 2, 4, 8}, {0}, {1, 2, 4, 8, 16}, {0}, {0}, {0}, {0}},
     {NB_GEMM_PATH_DECODE, 1, 1, 64, {1}, {1, 2}, {1, 2, 4, 8, 16}, {0}, {0}, {0}, {0}},
-    /* kernel 2 on the stream-K wave with either instance (k2_wave) */
+    /* kernel 2 on the stream-K wave with either instance (k2_wave), and with four row blocks per warp (k2_rpw4) */
     {NB_GEMM_PATH_DECODE, 1, 17, 32, {1}, {2}, {1}, {0}, {0}, {NBI_GEMV_WARPS, NBI_GEMV_WIDE_WARPS}, {0}},
+    {NB_GEMM_PATH_DECODE, 1, 17, 32, {1}, {4}, {1}, {0}, {0}, {0}, {0}},
     {NB_GEMM_PATH_TENSOR_CORE, 0, 9, 32, {0}, {0}, {1, 2, 3, 4}, {16, 32, 64}, {16}, {0}, {-1}},
     {NB_GEMM_PATH_TENSOR_CORE, 0, 33, INT64_MAX, {0}, {0}, {1, 2, 3, 4}, {64, 128, 256}, {16, 4, 8, 32}, {0}, {-1, 1}},
     {NB_GEMM_PATH_MMA, 0, 17, INT64_MAX, {0}, {0}, {1}, {64, 128}, {16, 4, 8, 32}, {0}, {0}},

@@ -15,6 +15,9 @@
  *   - NaN scales give NaN rows and only those; negative scales; bias;
  *   - two runs are bitwise identical and a CUDA-graph replay equals a direct
  *     call (split-K reduction is deterministic, workspace left zeroed);
+ *   - decode kernel 2 on its stream-K waves (2..8, 9..16, 17..24 tokens with
+ *     8 or 12 warps, 25..32) and with four row blocks per warp (28680 rows;
+ *     NIBBLE_K2_RPW=4 puts every call at 17..32 tokens it can take on it);
  *   - a layer of 133 128-row tiles, whose last tile runs as the tensor-core
  *     path's tail split (a second launch), one of 81 on the stream-K
  *     grid (NIBBLE_SM90_SK=1 puts every call it can take on it), and one of
@@ -59,6 +62,7 @@ static int g_k2_wave_runs = 0;   /* decode kernel 2 calls on its stream-K wave a
 static int g_k2_wide_runs = 0;   /* ... and of its wide instance (12 consumer warps, 17..24 tokens) */
 static int g_k2_wave24_runs = 0; /* ... at 17..24 tokens with 8 warps, more CTAs than tiles (plan.c) */
 static int g_k2_wave16_runs = 0; /* ... and at 9..16 tokens, the resident CTAs (more CTAs than tiles) */
+static int g_k2_rpw4_runs = 0;   /* ... with four row blocks per warp (plan.c, k2_rpw4) */
 static int g_k2_wave8_runs = 0;  /* ... and at 2..8 tokens (plan.c, wave8), the resident CTAs */
 static int g_k2_split8_runs = 0;   /* decode kernel 2 on a k-split grid at 5..8 tokens (plan.c, k2_balanced_split) */
 static int g_k2_cap_runs = 0;      /* ... held to two CTAs per SM */
@@ -414,6 +418,7 @@ static void test_shape_ref(env_t *e, nb_format fmt, nb_dtype act, int64_t n, int
         g_k2_wave24_runs += gt_is_k2_wave(cfg, 3, 8);
         g_k2_wave16_runs += gt_is_k2_wave(cfg, 2, 0);
         g_k2_wave8_runs += gt_is_k2_wave(cfg, 1, 0);
+        g_k2_rpw4_runs += strstr(cfg, "gemv_fp4_xs<") && strstr(cfg, ",rows/warp=64") && strstr(cfg, " stream-k ");
         g_k2_split8_runs += m >= 5 && m <= 8 && strstr(cfg, "gemv_fp4_xs<") && strstr(cfg, ",mt=1,") &&
                             !strstr(cfg, " stream-k ") && !strstr(cfg, " k-split=1x1 ");
         g_k1_balanced_runs += gt_is_k1_balanced(cfg);
@@ -1245,6 +1250,13 @@ int main(int argc, char **argv) {
              * k2_wave), two CTAs per SM at 9..16 (70 tiles in 3 splits
              * would fill 210 of 264 slots: wave16) */
             test_shape(&e, fmts[f], acts[a], 17800, 5120 + 96, few_m, 8, 0);
+            /* 1793 row blocks (the last of 8 rows) over 29 chunks (the last
+             * of 96 columns): kernel 2 on its stream-K wave with four row
+             * blocks per warp at 17..32 tokens (plan.c k2_rpw4), 8 warps at
+             * 17 (57 tiles of 512 rows), 7 at 32 (65 of 448, the last with
+             * one row block): 13-15 chunks a CTA, each tile shared by two
+             * or three CTAs */
+            test_shape(&e, fmts[f], acts[a], 28672 + 8, 3584 + 96, few_m, 8, 0);
             /* 113 tiles of 256 rows (the last of 96) over 33 chunks (the
              * last partial): kernel 2 on its stream-K wave at 2..8 tokens,
              * two CTAs per SM (plan.c, wave8) */
@@ -1314,8 +1326,8 @@ int main(int argc, char **argv) {
            "5..8 tokens: %d calls, %d held to two CTAs per SM\n", g_k1_cap_runs, g_k1_balanced_runs, g_k2_split8_runs,
            g_k2_cap_runs);
     printf("decode kernel 2 on its stream-K wave: %d calls at 25..32 tokens, %d at 17..24 (12 warps), %d at 17..24 (8 "
-           "warps), %d at 9..16, %d at 2..8\n",
-           g_k2_wave_runs, g_k2_wide_runs, g_k2_wave24_runs, g_k2_wave16_runs, g_k2_wave8_runs);
+           "warps), %d at 9..16, %d at 2..8; %d with four row blocks per warp\n",
+           g_k2_wave_runs, g_k2_wide_runs, g_k2_wave24_runs, g_k2_wave16_runs, g_k2_wave8_runs, g_k2_rpw4_runs);
     /* (on a GPU of at least 129 SMs whose registers fit three kernel 1 CTAs
      * per SM, as the H100 and H200 do) */
     if (g_force_max_m < 0 && !g_mma && info.sm_count >= 129 && info.sm_count <= 255 && (m_ran(1) || m_ran(8)))
@@ -1324,8 +1336,12 @@ int main(int argc, char **argv) {
     if (g_force_max_m < 0 && !g_mma && info.sm_count >= 129 && info.sm_count <= 255) {
         if (m_ran(32))
             check(g_k2_wave_runs > 0, "kernel 2 ran on its stream-K wave at 25..32 tokens (17800 rows, m = 32)");
+        /* (NIBBLE_K2_RPW=2: never four row blocks per warp; =4: they replace the wide instance too) */
+        const char *rw = getenv("NIBBLE_K2_RPW");
+        if ((!rw || strcmp(rw, "2")) && (m_ran(17) || m_ran(32)))
+            check(g_k2_rpw4_runs > 0, "kernel 2 ran with four row blocks per warp (28680 rows, k = 3680, m = 17 and 32)");
         if (m_ran(17)) {
-            check(g_k2_wide_runs > 0, "kernel 2's wide instance ran (17800 rows, k = 5216, m = 17)");
+            if (!rw || strcmp(rw, "4")) check(g_k2_wide_runs > 0, "kernel 2's wide instance ran (17800 rows, k = 5216, m = 17)");
             check(g_k2_wave24_runs > 0, "kernel 2 ran on its 8-warp stream-K wave at 17..24 tokens (24008 rows, k = 1600)");
         }
         if (m_ran(9) || m_ran(16))

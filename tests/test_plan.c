@@ -415,72 +415,81 @@ static void test_stream_k(void) {
     static const struct {
         nb_format fmt;
         int64_t k, n, m;
-        int sk, ctas, warps; /* stream-K expected, its CTAs, consumer warps (tiles of 32 rows per warp) */
+        int sk, ctas, warps; /* stream-K expected, its CTAs, consumer warps */
+        int rpw;             /* row blocks per warp: 0 (two, the rules) or 2 / 4 requested (tiles of 16 rpw rows a warp) */
     } cases[] = {
-        {NB_FORMAT_NVFP4, 8192, 57344, 24, 1, 132, 12}, /* 3584 row blocks, 64 chunks: the wide instance */
-        {NB_FORMAT_NVFP4, 8192, 57344, 20, 1, 132, 12},
-        {NB_FORMAT_MXFP4, 8192, 57344, 32, 1, 132, 8},  /* 224 tiles, one CTA per SM at 25..32 tokens */
-        {NB_FORMAT_INT4_SYM, 8192, 57344, 32, 1, 132, 8},
-        {NB_FORMAT_INT4_SYM, 8192, 57344, 24, 1, 132, 8}, /* (the integer formats: no wide instance) */
-        {NB_FORMAT_NVFP4, 8192, 57344, 16, 1, 264, 8},  /* 224 tiles in one wave of 264: 85% full */
-        {NB_FORMAT_NVFP4, 4096, 128256, 32, 1, 132, 8}, /* 501 tiles: the wave at 25..32 tokens */
-        {NB_FORMAT_NVFP4, 4096, 128256, 24, 0, 0, 8},   /* 95% of four waves of 132 (32 chunks: not wide) */
-        {NB_FORMAT_NVFP4, 4096, 128256, 16, 0, 0, 8},   /* 95% of two waves of 264 */
-        {NB_FORMAT_NVFP4, 832, 76808, 9, 1, 264, 8},    /* 301 tiles: 57% of two waves */
-        {NB_FORMAT_NVFP4, 832, 76808, 24, 1, 132, 8},   /* 76% of three waves (7 chunks: not wide) */
-        {NB_FORMAT_INT4_SYM, 896, 76808, 16, 0, 0, 8},  /* the integer formats past one wave: 17..32 tokens only */
-        {NB_FORMAT_INT4_SYM, 896, 76808, 24, 1, 132, 8},
-        {NB_FORMAT_NVFP4, 5120, 27648, 32, 1, 132, 8},  /* 108 tiles, the wave at 25..32 tokens */
-        {NB_FORMAT_NVFP4, 5120, 27648, 24, 1, 132, 12}, /* 1728 row blocks, 40 chunks: 72 wide tiles */
-        {NB_FORMAT_MXFP4, 5120, 27648, 17, 1, 132, 12},
-        {NB_FORMAT_NVFP4, 4096, 28672, 24, 1, 132, 8},  /* 32 chunks: 112 tiles fill 85% of 132, the 8-warp wave */
-        {NB_FORMAT_NVFP4, 3584, 18944, 20, 1, 132, 8},  /* 74 tiles x 3 splits would fill 222 of 264 slots */
-        {NB_FORMAT_MXFP4, 4096, 12288, 17, 1, 132, 8},  /* 48 x 2 of 132 */
-        {NB_FORMAT_NVFP4, 14336, 4096, 24, 0, 0, 8},    /* 16 x 8 of 132: 97% */
-        {NB_FORMAT_MXFP4, 28672, 8192, 20, 0, 0, 8},    /* 32 x 8 of 264 */
-        {NB_FORMAT_NVFP4, 8192, 10240, 24, 0, 0, 8},    /* 40 x 3 of 132: 91% */
-        {NB_FORMAT_NVFP4, 4096, 24576, 24, 1, 132, 8},  /* 96 x 2 of 264 */
-        {NB_FORMAT_NVFP4, 4096, 28672, 32, 0, 0, 8},    /* 112 tiles fill 85% of a wave: no stream-K */
-        {NB_FORMAT_MXFP4, 4096, 28672, 28, 0, 0, 8},
-        {NB_FORMAT_NVFP4, 5120, 13824, 24, 1, 132, 8},  /* 864 row blocks (not wide): 54 x 2 of 132, the wave */
-        {NB_FORMAT_NVFP4, 4096, 7168, 20, 0, 0, 8},     /* 28 x 4 of 132: a tile for more than three CTAs */
-        {NB_FORMAT_MXFP4, 3072, 9216, 24, 0, 0, 8},     /* 36 x 3 */
-        {NB_FORMAT_NVFP4, 8192, 28672, 32, 1, 132, 8},  /* 112 tiles, 64 chunks: the wave saves 9.7 a CTA */
-        {NB_FORMAT_MXFP4, 8192, 28672, 25, 1, 132, 8},
-        {NB_FORMAT_NVFP4, 8192, 29568, 28, 1, 132, 8},  /* 116 tiles, 64 chunks: 7.8 */
+        {NB_FORMAT_NVFP4, 8192, 57344, 24, 1, 132, 8, 4}, /* 3584 row blocks, 64 chunks: four a warp (k2_rpw4) */
+        {NB_FORMAT_NVFP4, 8192, 57344, 20, 1, 132, 8, 4},
+        {NB_FORMAT_MXFP4, 8192, 57344, 32, 1, 132, 7, 4}, /* 128 tiles of 7 warps x 4, one CTA per SM */
+        {NB_FORMAT_INT4_SYM, 8192, 57344, 32, 1, 132, 8, 0}, /* (the integer formats: two a warp) */
+        {NB_FORMAT_INT4_SYM, 8192, 57344, 24, 1, 132, 8, 0}, /* (the integer formats: no wide instance) */
+        {NB_FORMAT_NVFP4, 8192, 57344, 16, 1, 264, 8, 0},  /* 224 tiles in one wave of 264: 85% full */
+        {NB_FORMAT_NVFP4, 4096, 128256, 32, 1, 132, 7, 4}, /* 8016 row blocks: the wave, four a warp */
+        {NB_FORMAT_NVFP4, 4096, 128256, 24, 1, 132, 8, 4},
+        {NB_FORMAT_NVFP4, 4096, 128256, 24, 0, 0, 8, 2}, /* (rpw 2 requested) 95% of four waves of 132 */
+        {NB_FORMAT_NVFP4, 4096, 128256, 16, 0, 0, 8, 0},   /* 95% of two waves of 264 */
+        {NB_FORMAT_NVFP4, 832, 76808, 9, 1, 264, 8, 0},    /* 301 tiles: 57% of two waves */
+        {NB_FORMAT_NVFP4, 832, 76808, 24, 1, 132, 8, 0},   /* 76% of three waves (7 chunks: not wide, two a warp) */
+        {NB_FORMAT_INT4_SYM, 896, 76808, 16, 0, 0, 8, 0},  /* the integer formats past one wave: 17..32 tokens only */
+        {NB_FORMAT_INT4_SYM, 896, 76808, 24, 1, 132, 8, 0},
+        {NB_FORMAT_NVFP4, 5120, 27648, 32, 1, 132, 8, 0},  /* 108 tiles, the wave at 25..32 tokens */
+        {NB_FORMAT_NVFP4, 5120, 27648, 24, 1, 132, 12, 0}, /* 1728 row blocks, 40 chunks: 72 wide tiles */
+        {NB_FORMAT_MXFP4, 5120, 27648, 17, 1, 132, 12, 0},
+        {NB_FORMAT_NVFP4, 4096, 28672, 24, 1, 132, 8, 4}, /* 1792 row blocks, 32 chunks: four a warp */
+        {NB_FORMAT_NVFP4, 4096, 28672, 24, 1, 132, 8, 2}, /* rpw 2: 112 tiles fill 85% of 132, the 8-warp wave */
+        {NB_FORMAT_NVFP4, 3584, 18944, 20, 1, 132, 8, 0},  /* 74 tiles x 3 splits would fill 222 of 264 slots */
+        {NB_FORMAT_MXFP4, 4096, 12288, 17, 1, 132, 8, 0},  /* 48 x 2 of 132 */
+        {NB_FORMAT_NVFP4, 14336, 4096, 24, 0, 0, 8, 0},    /* 16 x 8 of 132: 97% */
+        {NB_FORMAT_MXFP4, 28672, 8192, 20, 0, 0, 8, 0},    /* 32 x 8 of 264 */
+        {NB_FORMAT_NVFP4, 8192, 10240, 24, 0, 0, 8, 0},    /* 40 x 3 of 132: 91% */
+        {NB_FORMAT_NVFP4, 4096, 24576, 24, 1, 132, 8, 0},  /* 96 x 2 of 264 */
+        {NB_FORMAT_NVFP4, 4096, 28672, 32, 1, 132, 7, 4},
+        {NB_FORMAT_NVFP4, 4096, 28672, 32, 0, 0, 8, 2},  /* rpw 2: 112 tiles fill 85% of a wave, no stream-K */
+        {NB_FORMAT_MXFP4, 4096, 28672, 28, 0, 0, 8, 2},
+        {NB_FORMAT_NVFP4, 5120, 13824, 24, 1, 132, 8, 0},  /* 864 row blocks (not wide): 54 x 2 of 132, the wave */
+        {NB_FORMAT_NVFP4, 4096, 7168, 20, 0, 0, 8, 0},     /* 28 x 4 of 132: a tile for more than three CTAs */
+        {NB_FORMAT_MXFP4, 3072, 9216, 24, 0, 0, 8, 0},     /* 36 x 3 */
+        {NB_FORMAT_NVFP4, 8192, 28672, 32, 1, 132, 7, 4},
+        {NB_FORMAT_NVFP4, 8192, 28672, 32, 1, 132, 8, 2}, /* rpw 2: 112 tiles, 64 chunks: the wave saves 9.7 a CTA */
+        {NB_FORMAT_MXFP4, 8192, 28672, 25, 1, 132, 8, 2},
+        {NB_FORMAT_NVFP4, 8192, 29568, 28, 1, 132, 8, 2}, /* 116 tiles, 64 chunks: 7.8 */
+        {NB_FORMAT_NVFP4, 8192, 29568, 28, 1, 132, 7, 4},
         /* the integer and table formats: the wave where the split grid leaves a quarter of the SMs idle */
-        {NB_FORMAT_INT4_SYM, 7168, 18432, 24, 1, 132, 8}, /* 72 tiles, one split: 72 CTAs */
-        {NB_FORMAT_INT8, 7168, 18432, 32, 1, 132, 8},
-        {NB_FORMAT_NF4, 3584, 18944, 20, 1, 132, 8},    /* 74 CTAs */
-        {NB_FORMAT_INT4_SYM, 5120, 25600, 24, 0, 0, 8}, /* 100 tiles: 76% of the SMs */
-        {NB_FORMAT_INT4_SYM, 8192, 28672, 32, 1, 132, 8}, /* 112 tiles (25..32 tokens, 64 chunks) */
-        {NB_FORMAT_NF4, 5120, 27648, 28, 1, 132, 8},      /* 108 tiles, 40 chunks */
-        {NB_FORMAT_INT8, 5120, 27648, 32, 1, 132, 8},
-        {NB_FORMAT_INT4_SYM, 8192, 28672, 24, 0, 0, 8},   /* (17..24 tokens: the quarter rule only) */
-        {NB_FORMAT_INT4_SYM, 8192, 8192, 32, 0, 0, 8},    /* 32 tiles */
-        {NB_FORMAT_INT4_SYM, 18944, 3584, 28, 0, 0, 8},   /* 14 tiles */
+        {NB_FORMAT_INT4_SYM, 7168, 18432, 24, 1, 132, 8, 0}, /* 72 tiles, one split: 72 CTAs */
+        {NB_FORMAT_INT8, 7168, 18432, 32, 1, 132, 8, 0},
+        {NB_FORMAT_NF4, 3584, 18944, 20, 1, 132, 8, 0},    /* 74 CTAs */
+        {NB_FORMAT_INT4_SYM, 5120, 25600, 24, 0, 0, 8, 0}, /* 100 tiles: 76% of the SMs */
+        {NB_FORMAT_INT4_SYM, 8192, 28672, 32, 1, 132, 8, 0}, /* 112 tiles (25..32 tokens, 64 chunks) */
+        {NB_FORMAT_NF4, 5120, 27648, 28, 1, 132, 8, 0},      /* 108 tiles, 40 chunks */
+        {NB_FORMAT_INT8, 5120, 27648, 32, 1, 132, 8, 0},
+        {NB_FORMAT_INT4_SYM, 8192, 28672, 24, 0, 0, 8, 0},   /* (17..24 tokens: the quarter rule only) */
+        {NB_FORMAT_INT4_SYM, 8192, 8192, 32, 0, 0, 8, 0},    /* 32 tiles */
+        {NB_FORMAT_INT4_SYM, 18944, 3584, 28, 0, 0, 8, 0},   /* 14 tiles */
         /* 9..16 tokens: the resident CTAs where the split grid leaves a tenth of the slots idle and a
          * tile is shared by at most four CTAs */
-        {NB_FORMAT_NVFP4, 7168, 18432, 16, 1, 264, 8},  /* 72 tiles x 3 splits: 216 of 264 */
-        {NB_FORMAT_MXFP4, 3584, 18944, 9, 1, 264, 8},   /* 74 x 3 */
-        {NB_FORMAT_INT4_SYM, 7168, 18432, 12, 1, 264, 8},
-        {NB_FORMAT_NF4, 8192, 57344, 16, 1, 264, 8},
-        {NB_FORMAT_INT8, 5120, 25600, 16, 1, 264, 8},   /* 100 x 2 */
-        {NB_FORMAT_NVFP4, 4096, 14336, 16, 0, 0, 8},    /* 56 tiles: 4.7 CTAs a tile */
-        {NB_FORMAT_NVFP4, 14336, 4096, 16, 0, 0, 8},    /* 16 tiles */
-        {NB_FORMAT_INT4_SYM, 8192, 8192, 16, 0, 0, 8},  /* 32 x 8 splits fill 97% */
-        {NB_FORMAT_NVFP4, 4096, 12288, 16, 0, 0, 8},    /* 48 x 5: 91% */
+        {NB_FORMAT_NVFP4, 7168, 18432, 16, 1, 264, 8, 0},  /* 72 tiles x 3 splits: 216 of 264 */
+        {NB_FORMAT_MXFP4, 3584, 18944, 9, 1, 264, 8, 0},   /* 74 x 3 */
+        {NB_FORMAT_INT4_SYM, 7168, 18432, 12, 1, 264, 8, 0},
+        {NB_FORMAT_NF4, 8192, 57344, 16, 1, 264, 8, 0},
+        {NB_FORMAT_INT8, 5120, 25600, 16, 1, 264, 8, 0},   /* 100 x 2 */
+        {NB_FORMAT_NVFP4, 4096, 14336, 16, 0, 0, 8, 0},    /* 56 tiles: 4.7 CTAs a tile */
+        {NB_FORMAT_NVFP4, 14336, 4096, 16, 0, 0, 8, 0},    /* 16 tiles */
+        {NB_FORMAT_INT4_SYM, 8192, 8192, 16, 0, 0, 8, 0},  /* 32 x 8 splits fill 97% */
+        {NB_FORMAT_NVFP4, 4096, 12288, 16, 0, 0, 8, 0},    /* 48 x 5: 91% */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         nbi_gemm_plan p;
-        if (!plan(ctx, cases[i].fmt, cases[i].k, cases[i].n, cases[i].m, NULL, &p)) continue;
-        const int64_t rows = 32 * cases[i].warps, tiles = (cases[i].n + rows - 1) / rows;
+        const nbi_request want = {.rpw = cases[i].rpw};
+        if (!plan(ctx, cases[i].fmt, cases[i].k, cases[i].n, cases[i].m, cases[i].rpw ? &want : NULL, &p)) continue;
+        const int rpw = cases[i].rpw ? cases[i].rpw : 2;
+        const int64_t rows = 16 * rpw * cases[i].warps, tiles = (cases[i].n + rows - 1) / rows;
         const int64_t units = tiles * ((cases[i].k + 127) / 128);
         const int sk = nbi_plan_stream_k(&p);
-        CHECK(p.path == NBI_PATH_GEMV && p.xsh && p.tiles_n == tiles && sk == cases[i].sk && p.warps == cases[i].warps,
+        CHECK(p.path == NBI_PATH_GEMV && p.xsh && p.tiles_n == tiles && sk == cases[i].sk && p.warps == cases[i].warps &&
+                  p.rpw == rpw,
               "%lld -> %lld m = %lld: staged kernel over %d tiles (want %lld), stream-K %d (want %d), %d warps (want "
-              "%d)", (long long)cases[i].k, (long long)cases[i].n, (long long)cases[i].m, p.tiles_n, (long long)tiles,
-              sk, cases[i].sk, p.warps, cases[i].warps);
+              "%d), rpw %d (want %d)", (long long)cases[i].k, (long long)cases[i].n, (long long)cases[i].m, p.tiles_n,
+              (long long)tiles, sk, cases[i].sk, p.warps, cases[i].warps, p.rpw, rpw);
         /* the plan's configuration (what `nibble tune` records and nb_gemm_ex replays) gives it back */
         const nb_gemm_config cfg = nbi_config_of(&p);
         const nbi_request rq = nbi_request_of(&cfg);
@@ -497,7 +506,7 @@ static void test_stream_k(void) {
               "%lld -> %lld m = %lld: %d CTAs (want %d) of %d chunks over %lld units, xsh %d",
               (long long)cases[i].k, (long long)cases[i].n, (long long)cases[i].m, p.grid_x, cases[i].ctas,
               p.chunks_per_split, (long long)units, p.xsh);
-        /* slot b: a partial tile of 32 rows per warp x 8 mt tokens per CTA */
+        /* slot b: a partial tile of 16 rpw rows per warp x 8 mt tokens per CTA */
         CHECK(p.ws_partial_bytes == (size_t)p.grid_x * (size_t)rows * (8 * p.mt) * sizeof(float) &&
                   p.ws_counter_bytes > 0 && p.ws_partial_bytes + p.ws_counter_bytes <= nbi_plan_workspace(ctx, &p),
               "%lld -> %lld m = %lld: stream-K workspace %zu + %zu", (long long)cases[i].k, (long long)cases[i].n,
@@ -1381,7 +1390,98 @@ static void test_warps_request(void) {
     nb_context_destroy(ctx);
 }
 
+/* Four row blocks per warp on kernel 2's 17..32-token wave (plan.c
+ * k2_rpw4): the rule's edges (E2M1 layers of at least 13.5 row blocks per
+ * SM and 28 k chunks), a request of rpw 4 (or of 7 warps) wherever the wave
+ * can run and its refusal elsewhere, NIBBLE_K2_RPW, the configuration's
+ * checks and `nibble tune`'s candidates. */
+static void test_rpw4(void) {
+    nb_context *ctx = h100();
+    nbi_gemm_plan p, q;
+    static const struct { nb_format fmt; int64_t k, n, m; int rpw, warps; } rule[] = {
+        {NB_FORMAT_NVFP4, 4096, 28672, 17, 4, 8},    /* 1792 row blocks: 8 warps at 17..24 tokens */
+        {NB_FORMAT_MXFP4, 4096, 28672, 25, 4, 7},    /* 7 at 25..32 */
+        {NB_FORMAT_NVFP4, 4096, 28512, 32, 4, 7},    /* 1782 row blocks: the edge */
+        {NB_FORMAT_NVFP4, 4096, 28496, 32, 2, 8},    /* 1781 */
+        {NB_FORMAT_NVFP4, 5120, 27648, 32, 2, 8},    /* 1728 */
+        {NB_FORMAT_NVFP4, 3584, 28672, 32, 4, 7},    /* 28 chunks */
+        {NB_FORMAT_NVFP4, 3456, 28672, 32, 2, 8},    /* 27 */
+        {NB_FORMAT_NVFP4, 8192, 57344, 16, 2, 8},    /* 16 tokens */
+        {NB_FORMAT_INT4_SYM, 8192, 57344, 24, 2, 8}, /* the integer and table formats: two a warp */
+        {NB_FORMAT_NF4, 8192, 57344, 32, 2, 8},
+    };
+    for (size_t i = 0; i < sizeof rule / sizeof rule[0]; i++)
+        if (plan(ctx, rule[i].fmt, rule[i].k, rule[i].n, rule[i].m, NULL, &p))
+            CHECK(p.rpw == rule[i].rpw && p.warps == rule[i].warps && (rule[i].rpw != 4 || nbi_plan_stream_k(&p)),
+                  "%s %lld -> %lld m = %lld: rpw %d warps %d stream-K %d (want rpw %d, %d warps)",
+                  nbi_traits(rule[i].fmt)->name, (long long)rule[i].k, (long long)rule[i].n, (long long)rule[i].m, p.rpw,
+                  p.warps, nbi_plan_stream_k(&p), rule[i].rpw, rule[i].warps);
+    /* a request of rpw 4 on a layer the rule leaves at two, and of 7 warps (rpw open) */
+    const nb_gemm_config r4 = {.path = NB_GEMM_PATH_DECODE, .variant = 1, .kw = 1, .rpw = 4, .splits = 1};
+    nbi_request rq = nbi_request_of(&r4);
+    if (plan(ctx, NB_FORMAT_NVFP4, 5120, 27648, 24, &rq, &q))
+        CHECK(q.rpw == 4 && q.warps == NBI_GEMV_WARPS && nbi_plan_stream_k(&q) && q.xsh == 2 && q.tiles_n == 54,
+              "rpw 4 requested on 5120 -> 27648 m = 24: rpw %d, %d warps, stream-K %d, xsh %d, %d tiles", q.rpw, q.warps,
+              nbi_plan_stream_k(&q), q.xsh, q.tiles_n);
+    rq = (nbi_request){.path = NB_GEMM_PATH_DECODE, .variant = 2, .warps = NBI_GEMV_RPW4_WARPS};
+    if (plan(ctx, NB_FORMAT_MXFP4, 7168, 18432, 32, &rq, &q))
+        CHECK(q.rpw == 4 && q.warps == NBI_GEMV_RPW4_WARPS && q.tiles_n == 42, "7 warps requested: rpw %d, %d warps, %d tiles",
+              q.rpw, q.warps, q.tiles_n);
+    /* ... refused where it cannot run, not silently replaced */
+    static const struct { nb_format fmt; int64_t k, n, m; int splits, warps; const char *what; } no[] = {
+        {NB_FORMAT_NVFP4, 8192, 57344, 16, 1, 0, "rpw = 4"},           /* 16 tokens */
+        {NB_FORMAT_INT4_SYM, 8192, 57344, 32, 1, 0, "rpw = 4"},        /* an integer format */
+        {NB_FORMAT_NVFP4, 8192, 57344, 32, 2, 0, "rpw = 4"},           /* a k split */
+        {NB_FORMAT_NVFP4, 1024, 1024, 24, 1, 0, "rpw = 4"},            /* under 6 chunks per SM */
+        {NB_FORMAT_NVFP4, 8192, 57344, 32, 1, NBI_GEMV_WARPS, "7 at 25..32"}, /* 25..32 tokens take 7 warps */
+        {NB_FORMAT_NVFP4, 8192, 57344, 24, 1, NBI_GEMV_RPW4_WARPS, "warps = 7"}, /* 17..24 take 8 */
+    };
+    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
+        nb_gemm_config c = r4;
+        c.splits = no[i].splits, c.warps = no[i].warps;
+        rq = nbi_request_of(&c);
+        const nb_gemm_desc g = problem(no[i].fmt, no[i].k, no[i].n, no[i].m);
+        const nb_status st = nbi_plan(ctx, &g, &rq, &q);
+        CHECK(st == NB_ERR_UNSUPPORTED && strstr(nb_last_error(), no[i].what), "%s %lld -> %lld m = %lld splits %d warps "
+              "%d: rpw 4 gave %d (%s)", nbi_traits(no[i].fmt)->name, (long long)no[i].k, (long long)no[i].n,
+              (long long)no[i].m, no[i].splits, no[i].warps, (int)st, st ? nb_last_error() : "ok");
+    }
+    /* NIBBLE_K2_RPW (read at context creation): 2 never, 4 wherever it can run */
+    ctx->env_k2_rpw = 2;
+    if (plan(ctx, NB_FORMAT_NVFP4, 8192, 57344, 32, NULL, &p))
+        CHECK(p.rpw == 2 && p.warps == NBI_GEMV_WARPS, "NIBBLE_K2_RPW=2: rpw %d, %d warps", p.rpw, p.warps);
+    ctx->env_k2_rpw = 4;
+    if (plan(ctx, NB_FORMAT_NVFP4, 5120, 27648, 32, NULL, &p))
+        CHECK(p.rpw == 4 && p.warps == NBI_GEMV_RPW4_WARPS, "NIBBLE_K2_RPW=4: rpw %d, %d warps", p.rpw, p.warps);
+    ctx->env_k2_rpw = 0;
+    /* the configuration's checks */
+    char why[256];
+    nb_gemm_config c = r4;
+    CHECK(nbi_config_check(&c, 17, 1, why, sizeof why), "rpw 4 for 17..32: %s", why);
+    c.warps = NBI_GEMV_RPW4_WARPS;
+    CHECK(nbi_config_check(&c, 17, 1, why, sizeof why), "rpw 4, 7 warps for 17..32: %s", why);
+    CHECK(!nbi_config_check(&c, 9, 1, why, sizeof why) && strstr(why, "needs m >= 17"), "rpw 4 for 9..16: %s", why);
+    c.rpw = 2;
+    CHECK(!nbi_config_check(&c, 17, 1, why, sizeof why) && strstr(why, "needs rpw = 4"), "7 warps, rpw 2: %s", why);
+    c.rpw = 3;
+    CHECK(!nbi_config_check(&c, 17, 1, why, sizeof why) && strstr(why, "rpw = 3"), "rpw 3: %s", why);
+    c = r4, c.warps = NBI_GEMV_WIDE_WARPS;
+    CHECK(!nbi_config_check(&c, 17, 1, why, sizeof why) && strstr(why, "needs rpw = 2"), "12 warps, rpw 4: %s", why);
+    c = r4, c.splits = 2;
+    CHECK(!nbi_config_check(&c, 17, 1, why, sizeof why) && strstr(why, "no k split"), "rpw 4, 2 splits: %s", why);
+    /* `nibble tune` tries it where it can run (a layer the rule leaves at two) */
+    const nb_gemm_desc g = problem(NB_FORMAT_NVFP4, 5120, 27648, 32);
+    nb_gemm_config cands[64];
+    size_t nc = 0;
+    int found = 0;
+    if (nb_gemm_list_configs(ctx, &g, cands, 64, &nc) == NB_OK)
+        for (size_t i = 0; i < nc && i < 64; i++) found += cands[i].rpw == 4 && cands[i].warps == NBI_GEMV_RPW4_WARPS;
+    CHECK(found == 1, "5120 -> 27648 m = 32: %d of %zu candidates with rpw 4 and 7 warps", found, nc);
+    nb_context_destroy(ctx);
+}
+
 int main(void) {
+    test_rpw4();
     test_config_round_trip();
     test_warps_request();
     test_moe_tile_width();

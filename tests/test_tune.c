@@ -463,7 +463,17 @@ static void test_malformed(void) {
     expect_entry("staged_m1.json", GOOD_HEAD "\"m\": \"1\", \"path\": \"decode\", \"kw\": 1, \"splits\": 1, "
                  "\"variant\": \"staged\", \"rpw\": 2, \"us\": 1", NB_OK, "");
     expect_entry("warps10.json", GOOD_HEAD "\"m\": \"17-32\", \"path\": \"decode\", \"kw\": 1, \"splits\": 1, "
-                 "\"variant\": \"staged\", \"rpw\": 2, \"warps\": 10, \"us\": 1", NB_ERR_CORRUPT, "warps = 10 is not 8 or 12");
+                 "\"variant\": \"staged\", \"rpw\": 2, \"warps\": 10, \"us\": 1", NB_ERR_CORRUPT, "warps = 10 is not 7, 8 or 12");
+    /* four row blocks per warp (7 warps at 25..32 tokens): an entry of the 17..32 bucket loads, one
+     * of 7 warps with rpw 2, of rpw 4 below 17 tokens or with a k split does not */
+    expect_entry("rpw4.json", GOOD_HEAD "\"m\": \"17-32\", \"path\": \"decode\", \"kw\": 1, \"splits\": 1, "
+                 "\"variant\": \"staged\", \"rpw\": 4, \"warps\": 7, \"us\": 1", NB_OK, "");
+    expect_entry("warps7_rpw2.json", GOOD_HEAD "\"m\": \"17-32\", \"path\": \"decode\", \"kw\": 1, \"splits\": 1, "
+                 "\"variant\": \"staged\", \"rpw\": 2, \"warps\": 7, \"us\": 1", NB_ERR_CORRUPT, "needs rpw = 4");
+    expect_entry("rpw4_m16.json", GOOD_HEAD "\"m\": \"9-16\", \"path\": \"decode\", \"kw\": 1, \"splits\": 1, "
+                 "\"variant\": \"staged\", \"rpw\": 4, \"us\": 1", NB_ERR_CORRUPT, "rpw = 4 needs m >= 17");
+    expect_entry("rpw4_split.json", GOOD_HEAD "\"m\": \"17-32\", \"path\": \"decode\", \"kw\": 1, \"splits\": 2, "
+                 "\"variant\": \"staged\", \"rpw\": 4, \"us\": 1", NB_ERR_CORRUPT, "no k split");
     expect_entry("warps12_m16.json", GOOD_HEAD "\"m\": \"9-16\", \"path\": \"decode\", \"kw\": 1, \"splits\": 1, "
                  "\"variant\": \"staged\", \"rpw\": 2, \"warps\": 12, \"us\": 1", NB_ERR_CORRUPT, "needs m >= 17");
     expect_entry("warps_plain.json", GOOD_HEAD "\"m\": \"17-32\", \"path\": \"decode\", \"kw\": 1, \"splits\": 1, "

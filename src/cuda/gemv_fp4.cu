@@ -18,7 +18,9 @@
  *   - kernel 2 (gemv_fp4_xs_kernel; m = 9..32, and 8 on wide layers): 8
  *     consumer warps (12 in the wide instance, 17..24 tokens on large
  *     layers) walk one k range, each owning RPW = 2 row blocks that share
- *     its B fragments, and one more warp stages each chunk's activations
+ *     its B fragments (RPW = 4 with 8 warps at 17..24 tokens and 7 at
+ *     25..32 on the widest layers' stream-K wave: plan.c k2_rpw4), and
+ *     one more warp stages each chunk's activations
  *     once per CTA in a shared ring synchronized by mbarriers (no CTA-wide
  *     barrier in the loop).
  *   CTAs along grid.y may split k further (partials in the workspace, summed
@@ -1173,6 +1175,17 @@ static gemv_fn pick_mt(int mt, int xs, int rpw, int early, int sk, int warps) {
         if (xs != 2 || rpw != 2 || mt != 3) return NULL;
         return sk ? gemv_fp4_xs_kernel<FMT, ACT, 3, 2, XS_STAGES, XS_SEG, XS_XSEGS, 1, true, NBI_GEMV_WIDE_WARPS>
                   : gemv_fp4_xs_kernel<FMT, ACT, 3, 2, XS_STAGES, XS_SEG, XS_XSEGS, 1, false, NBI_GEMV_WIDE_WARPS>;
+    }
+    /* four row blocks per warp (plan.c, k2_rpw4): the stream-K wave of one
+     * CTA per SM, 17..24 tokens with 8 consumer warps, 25..32 with 7 (8
+     * would cap the registers at 224 a thread: it spills) */
+    if (rpw == 4) {
+        if (!sk || xs != 2) return NULL;
+        if (mt == 3 && warps == NBI_GEMV_WARPS)
+            return gemv_fp4_xs_kernel<FMT, ACT, 3, 4, XS_STAGES, XS_SEG, XS_XSEGS, 1, true, NBI_GEMV_WARPS>;
+        if (mt == 4 && warps == NBI_GEMV_RPW4_WARPS)
+            return gemv_fp4_xs_kernel<FMT, ACT, 4, 4, XS_STAGES, XS_SEG, XS_XSEGS, 1, true, NBI_GEMV_RPW4_WARPS>;
+        return NULL;
     }
     if (warps != NBI_GEMV_WARPS) return NULL;
 #define XS_KERNEL(MT, R) gemv_fp4_xs_kernel<FMT, ACT, MT, R, XS_STAGES, XS_SEG, XS_XSEGS, XS_MINB, false, NBI_GEMV_WARPS>
